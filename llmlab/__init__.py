@@ -1,0 +1,34 @@
+"""llmlab: a runnable course on how LLM inference engines such as vLLM work.
+
+`from llmlab import LLM, SamplingParams` gives the engine's public API (vLLM's names).
+Submodules are imported on first use so that `import llmlab` stays fast.
+"""
+from __future__ import annotations
+
+import importlib
+
+from llmlab.sampling import SamplingParams
+
+__version__ = "0.1.0"
+
+_LAZY = {"LLM": "llmlab.engine", "LLMEngine": "llmlab.engine", "RequestOutput": "llmlab.engine"}
+_SUBMODULES = {"ops", "costs", "hardware", "roofline", "sim", "metrics", "parallel", "widgets",
+               "check", "doctor", "generate", "model", "kvcache", "engine", "tokenizer", "config",
+               "sampling", "bench", "weights"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"llmlab.{name}")
+    raise AttributeError(f"module 'llmlab' has no attribute {name!r}")
+
+
+__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "__version__"]
+
+# Figures label things in English; a machine without a CJK font would otherwise warn once per
+# missing glyph wherever a Chinese term slips into a label.
+import warnings as _warnings
+
+_warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")

@@ -1,0 +1,65 @@
+"""Command line: `python -m llmlab COMMAND ...`.
+
+  doctor                     environment report
+  model [NAME]               convert and cache the model (once), report the load time
+  run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
+  bench NAME [args]          side-by-side benchmarks (kernels, throughput, roofline)
+  student SRC DST            write the student version of the notebooks (solutions stripped)
+  grade NOTEBOOK [--json]    execute a student's notebook and grade its exercises
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+
+def _model(args: list[str]) -> int:
+    import time
+
+    from llmlab.model import load_model
+    from llmlab.weights import model_dir
+
+    name = args[0] if args else "smollm2-135m"
+    t0 = time.perf_counter()
+    path = model_dir(name)
+    t1 = time.perf_counter()
+    model, _ = load_model(name)
+    t2 = time.perf_counter()
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{name}: {n:,} parameters in {path} (prepare {t1 - t0:.1f} s, load {t2 - t1:.1f} s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "doctor":
+        from llmlab.doctor import main as doctor_main
+        return doctor_main(rest)
+    if cmd == "model":
+        return _model(rest)
+    if cmd == "run":
+        from llmlab.notebook_runner import main as run_main
+        return run_main(rest)
+    if cmd == "bench":
+        if not rest:
+            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput or roofline")
+            return 2
+        try:
+            module = importlib.import_module(f"llmlab.bench.{rest[0]}")
+        except ModuleNotFoundError:
+            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput or roofline")
+            return 2
+        return module.main(rest[1:])
+    if cmd in ("student", "grade"):
+        module = importlib.import_module("llmlab.instructor")
+        return getattr(module, f"{cmd}_main")(rest)
+    print(f"unknown command {cmd!r}\n{__doc__}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

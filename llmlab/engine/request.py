@@ -1,0 +1,116 @@
+"""One generation request as the scheduler and the KV cache manager see it."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from llmlab.sampling import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"                    # back in the waiting queue, K/V freed
+    FINISHED_STOPPED = "finished_stopped"      # hit EOS or a stop token
+    FINISHED_LENGTH = "finished_length"        # hit max_tokens or max_model_len
+    FINISHED_ABORTED = "finished_aborted"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.name.startswith("FINISHED")
+
+    @property
+    def finish_reason(self) -> str | None:
+        """vLLM's finish reason: "stop", "length", "abort", or None while unfinished."""
+        return _FINISH_REASONS.get(self)
+
+
+_FINISH_REASONS = {RequestStatus.FINISHED_STOPPED: "stop",
+                   RequestStatus.FINISHED_LENGTH: "length",
+                   RequestStatus.FINISHED_ABORTED: "abort"}
+
+
+@dataclass
+class RequestMetrics:
+    """Timestamps from `time.perf_counter()`; `token_times` has one entry per output token."""
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished_time: float | None = None
+
+
+@dataclass
+class Request:
+    """A prompt, the tokens generated so far and how far the K/V cache has got.
+
+    `num_computed_tokens` counts the tokens (prompt and output) whose K/V are in the cache; the
+    scheduler advances it. Add output tokens with `append_output_token` only: it keeps
+    `all_token_ids` (one list, prompt then outputs) in step without copying.
+    """
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float
+    prompt: str | None = None
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0       # tokens whose K/V are already in the cache
+    num_cached_tokens: int = -1        # prefix-cache hit at first scheduling (-1: not yet)
+    status: RequestStatus = RequestStatus.WAITING
+    num_preemptions: int = 0
+    metrics: RequestMetrics = None  # type: ignore[assignment]
+    generator: torch.Generator | None = None   # per-request RNG of a seeded request
+    eos_token_ids: frozenset[int] = frozenset()
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.metrics is None:
+            self.metrics = RequestMetrics(arrival_time=self.arrival_time)
+        self._all_token_ids: list[int] = list(self.prompt_token_ids) + list(self.output_token_ids)
+        self._stop_ids = frozenset(self.sampling_params.stop_token_ids or ())
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt then output tokens. The list is shared, not copied: do not modify it."""
+        return self._all_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self._all_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def append_output_token(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self._all_token_ids.append(token_id)
+
+    def check_stop(self) -> RequestStatus | None:
+        """The finished status the last appended token puts this request in, or None.
+
+        Order: max_tokens and max_model_len ("length") first, then, once `min_tokens` output
+        tokens exist, EOS (unless `ignore_eos`) and `stop_token_ids` ("stop").
+        """
+        params = self.sampling_params
+        num_out = len(self.output_token_ids)
+        if num_out >= params.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if self.max_model_len is not None and len(self._all_token_ids) >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        if num_out < params.min_tokens:
+            return None
+        last = self.output_token_ids[-1]
+        if (not params.ignore_eos and last in self.eos_token_ids) or last in self._stop_ids:
+            return RequestStatus.FINISHED_STOPPED
+        return None

@@ -1,0 +1,33 @@
+"""Shared fixtures: one loaded copy of the real model per test session."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """(our LlamaModel, tokenizer) for SmolLM2-135M-Instruct, float32 on CPU."""
+    from llmlab.model import load_model
+
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def hf_model():
+    """transformers' LlamaForCausalLM on the same converted weights, float32, eval mode."""
+    from transformers import LlamaForCausalLM
+
+    from llmlab.weights import model_dir
+
+    return LlamaForCausalLM.from_pretrained(model_dir("smollm2-135m"), dtype=torch.float32).eval()
+
+
+@pytest.fixture(autouse=True)
+def _fixed_seed():
+    torch.manual_seed(0)

