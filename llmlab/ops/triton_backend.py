@@ -1,0 +1,194 @@
+"""The "triton" backend: launchers for the kernels in `llmlab.ops._triton_kernels`.
+
+Compiled or interpreted:
+
+- With a CUDA GPU the kernels are compiled and take CUDA tensors.
+- Without one, this module sets `TRITON_INTERPRET=1` (unless the variable is already set)
+  *before* it first imports triton, and the kernels run through Triton's interpreter on CPU
+  tensors, in NumPy, one program at a time. That is how the course runs Triton on a laptop and
+  how CI checks the kernels; it is slow (seconds per call) and never a performance path.
+  Triton decides between the two when a kernel is defined, so the choice is made once per
+  process: to force the interpreter on a GPU machine, export TRITON_INTERPRET=1 before start.
+
+Import of triton is lazy (first call), so `import llmlab.ops` never pays for it.
+
+Every launcher validates shapes, dtypes, devices and contiguity before launch (the public
+functions in `llmlab.ops` do the common checks; the launchers repeat them when called
+directly and add what is specific to Triton).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from types import ModuleType
+
+import torch
+
+from llmlab.ops import _checks
+
+_LOG2E = 1.4426950408889634
+# Split-K decode: context positions per partition (a multiple of every BLOCK_N used below).
+DEFAULT_PARTITION_SIZE = 512
+_kernels: ModuleType | None = None
+
+
+def interpreting() -> bool:
+    """True when the kernels run through the Triton interpreter (CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _load() -> ModuleType:
+    """Import the kernels once, switching the interpreter on first when there is no GPU."""
+    global _kernels
+    if _kernels is None:
+        if not torch.cuda.is_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        from llmlab.ops import _triton_kernels
+        _kernels = _triton_kernels
+    return _kernels
+
+
+def _check_device(tensors: dict[str, torch.Tensor]) -> None:
+    _load()  # settles the interpreter switch before it is read below
+    want_cuda = not interpreting()
+    for name, t in tensors.items():
+        if want_cuda and t.device.type != "cuda":
+            raise ValueError(
+                f"{name}.device: got {t.device}, expected a CUDA tensor: Triton is compiling "
+                "for the GPU in this process (set TRITON_INTERPRET=1 before start to run CPU "
+                "tensors through the interpreter)")
+        if not want_cuda and t.device.type != "cpu":
+            raise ValueError(f"{name}.device: got {t.device}, expected a CPU tensor: Triton "
+                             "runs through its interpreter in this process (TRITON_INTERPRET=1)")
+
+
+def _pow2_at_least_16(n: int) -> int:
+    return max(16, triton_next_power_of_2(n))
+
+
+def triton_next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (n >= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _tiles(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_M): context tokens per tile, query rows per prefill tile."""
+    if interpreting():
+        return 32, 16  # fewer, larger NumPy ops per program; still dot-sized on a GPU
+    return (64, 64) if head_dim <= 64 else (32, 64)
+
+
+def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                      value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Triton `reshape_and_cache`: one program per token; slot -1 is skipped."""
+    _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+    _check_device({"key": key, "value": value, "key_cache": key_cache,
+                   "value_cache": value_cache, "slot_mapping": slot_mapping})
+    k = _load()
+    num_tokens = key.shape[0]
+    if num_tokens == 0:
+        return
+    row = key_cache.shape[2] * key_cache.shape[3]  # num_kv_heads * head_dim
+    k.reshape_and_cache_kernel[(num_tokens,)](key, value, key_cache, value_cache, slot_mapping,
+                                               ROW=row, BLOCK=triton_next_power_of_2(row))
+
+
+def num_partitions_for(max_context: int, partition_size: int) -> int:
+    """Partitions needed to cover `max_context` positions."""
+    return max(1, math.ceil(max_context / partition_size))
+
+
+def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
+                           value_cache: torch.Tensor, block_tables: torch.Tensor,
+                           seq_lens: torch.Tensor, scale: float,
+                           partition_size: int | None = None) -> torch.Tensor:
+    """Triton paged decode attention; `[num_seqs, num_heads, head_dim]` out.
+
+    partition_size: None picks automatically (split-K on a GPU when there are fewer
+    (sequence, KV head) programs than SMs and the block table spans more than one partition;
+    never in the interpreter); 0 forces a single pass; a positive multiple of 32 forces
+    split-K with that many context positions per partition.
+    """
+    _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
+    _check_device({"query": query, "key_cache": key_cache, "value_cache": value_cache,
+                   "block_tables": block_tables, "seq_lens": seq_lens})
+    k = _load()
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    group = num_heads // num_kv_heads
+    out = torch.empty_like(query)
+    if num_seqs == 0:
+        return out
+    block_n, _ = _tiles(head_dim)
+    max_blocks = block_tables.shape[1]
+    # Upper bound on the context from the table's width: no device-to-host sync needed.
+    max_context = max_blocks * block_size
+    if partition_size is None:
+        split = False
+        if not interpreting():
+            sms = torch.cuda.get_device_properties(query.device).multi_processor_count
+            split = num_seqs * num_kv_heads < sms and max_context > DEFAULT_PARTITION_SIZE
+        partition_size = DEFAULT_PARTITION_SIZE if split else 0
+    if partition_size < 0 or partition_size % 32 != 0:
+        raise ValueError(f"partition_size: got {partition_size}, expected 0 (no split) or a "
+                         "positive multiple of 32")
+    split = partition_size > 0
+    num_parts = num_partitions_for(max_context, partition_size) if split else 1
+    if split:
+        block_n = min(block_n, partition_size)
+    common = dict(NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, GROUP=group,
+                  HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_G=_pow2_at_least_16(group),
+                  BLOCK_D=_pow2_at_least_16(head_dim), BLOCK_N=block_n, UPCAST=interpreting())
+    qk_scale = float(scale) * _LOG2E
+    grid = (num_seqs, num_kv_heads, num_parts)
+    if not split:
+        k.paged_decode_kernel[grid](query, key_cache, value_cache, block_tables, seq_lens, out,
+                                    out, out, qk_scale, max_blocks, PARTITION=1 << 30,
+                                    NUM_PARTITIONS=1, SPLIT=False, **common)
+        return out
+    part_acc = torch.empty((num_seqs, num_heads, num_parts, head_dim), dtype=torch.float32,
+                           device=query.device)
+    part_m = torch.empty((num_seqs, num_heads, num_parts), dtype=torch.float32,
+                         device=query.device)
+    part_l = torch.empty_like(part_m)
+    k.paged_decode_kernel[grid](query, key_cache, value_cache, block_tables, seq_lens, part_acc,
+                                part_m, part_l, qk_scale, max_blocks, PARTITION=partition_size,
+                                NUM_PARTITIONS=num_parts, SPLIT=True, **common)
+    k.merge_partitions_kernel[(num_seqs * num_heads,)](
+        part_acc, part_m, part_l, out, NUM_PARTITIONS=num_parts, HEAD_DIM=head_dim,
+        BLOCK_P=triton_next_power_of_2(num_parts), BLOCK_D=_pow2_at_least_16(head_dim))
+    return out
+
+
+def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
+                            value_cache: torch.Tensor, block_tables: torch.Tensor,
+                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                            scale: float) -> torch.Tensor:
+    """Triton varlen causal prefill over cached context + new tokens.
+
+    Reads the longest query length from `cu_seqlens_q` on the host (one small copy) to size
+    the grid.
+    """
+    _checks.check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens,
+                          scale)
+    _check_device({"query": query, "key_cache": key_cache, "value_cache": value_cache,
+                   "block_tables": block_tables, "cu_seqlens_q": cu_seqlens_q,
+                   "seq_lens": seq_lens})
+    k = _load()
+    num_tokens, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    out = torch.empty_like(query)
+    num_seqs = seq_lens.shape[0]
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    max_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+    block_n, block_m = _tiles(head_dim)
+    grid = (-(-max_q // block_m), num_seqs, num_heads)
+    k.paged_prefill_kernel[grid](
+        query, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q, out,
+        float(scale) * _LOG2E, block_tables.shape[1], NUM_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads, GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_D=_pow2_at_least_16(head_dim),
+        BLOCK_N=block_n, UPCAST=interpreting())
+    return out

@@ -1,0 +1,411 @@
+"""Every attention backend against one dense reference (`llmlab.ops.reference`).
+
+Each case builds a paged cache whose physical blocks are a random permutation, fills every
+cache slot with NaN first and writes only the slots the sequences own, so a backend that reads
+an unused slot (or a masked position it should have skipped) produces NaN and fails. Sequence
+lengths cross several block boundaries (1, B-1, B, B+1, 3B+2, ...).
+
+- "torch" runs the full grid on CPU.
+- "triton" (marker `triton`) runs the same grid through the interpreter on CPU tensors (every
+  program executed in NumPy: keep cases small), compiled on CUDA tensors when there is a GPU.
+- `gpu` tests run torch / triton / cuda on CUDA tensors and skip, saying why, without a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import zlib
+
+import pytest
+import torch
+
+from llmlab import ops
+from llmlab.ops import torch_backend
+from llmlab.ops.reference import (
+    reference_paged_attention_decode,
+    reference_paged_attention_prefill,
+    reference_reshape_and_cache,
+)
+
+HAS_CUDA = torch.cuda.is_available()
+NO_GPU_REASON = "no CUDA GPU: torch.cuda.is_available() is False"
+TRITON_COMPILED = HAS_CUDA and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+TRITON_DEVICE = "cuda" if TRITON_COMPILED else "cpu"
+
+BLOCK_SIZES = (8, 16, 32)
+HEAD_DIMS = (64, 128)
+HEADS = ((4, 4), (8, 2), (9, 3))  # (num_heads, num_kv_heads): MHA, GQA 4:1, GQA 3:1
+FULL_GRID = list(itertools.product(BLOCK_SIZES, HEAD_DIMS, HEADS))
+# The interpreter is fast enough for the full grid at these sizes (about a second a case);
+# head_dim 16 (the tiny test model) is added.
+TRITON_GRID = FULL_GRID + [(16, 16, (9, 3))]
+
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (5e-3, 5e-3)}
+
+
+def _generator(*key: object) -> torch.Generator:
+    """A generator seeded from the case, so each case has its own reproducible inputs."""
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def make_paged_cache(seq_lens: list[int], block_size: int, num_kv_heads: int, head_dim: int,
+                     dtype: torch.dtype, gen: torch.Generator, device: str = "cpu",
+                     spare_blocks: int = 3):
+    """A NaN-filled cache holding random K/V for `seq_lens`, blocks physically shuffled.
+
+    Returns key_cache, value_cache, block_tables (unused entries -1), seq_lens tensor.
+    """
+    blocks_per_seq = [-(-n // block_size) for n in seq_lens]
+    num_blocks = sum(blocks_per_seq) + spare_blocks
+    width = max(blocks_per_seq) + 1  # one spare column: tables are wider than needed
+    physical = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.full((len(seq_lens), width), -1, dtype=torch.int32)
+    slots = []
+    for s, (n, nb) in enumerate(zip(seq_lens, blocks_per_seq)):
+        tables[s, :nb] = torch.tensor([physical.pop() for _ in range(nb)], dtype=torch.int32)
+        slots += [int(tables[s, p // block_size]) * block_size + p % block_size for p in range(n)]
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    key_cache = torch.full(shape, float("nan"), dtype=dtype)
+    value_cache = torch.full(shape, float("nan"), dtype=dtype)
+    k = torch.randn(len(slots), num_kv_heads, head_dim, generator=gen).to(dtype)
+    v = torch.randn(len(slots), num_kv_heads, head_dim, generator=gen).to(dtype)
+    reference_reshape_and_cache(k, v, key_cache, value_cache, torch.tensor(slots))
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    return (key_cache.to(device), value_cache.to(device), tables.to(device), lens.to(device))
+
+
+def decode_lens(block_size: int) -> list[int]:
+    return [1, block_size - 1, block_size, block_size + 1, 3 * block_size + 2]
+
+
+def prefill_layout(block_size: int) -> tuple[list[int], list[int]]:
+    """(context, new tokens) per sequence: fresh prompts, a block-aligned prefix hit, a chunk
+    starting mid-block, a single new token after a long context."""
+    pairs = [(0, 1), (0, block_size + 3), (block_size, 5), (5, 2 * block_size), (
+        2 * block_size + 1, 1)]
+    return [c + q for c, q in pairs], [q for _, q in pairs]
+
+
+def assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    out = out.detach().cpu()
+    assert out.dtype == dtype, f"{what}: output dtype {out.dtype}, expected the query's {dtype}"
+    assert not torch.isnan(out).any(), f"{what}: NaN in the output (an unused slot leaked in)"
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
+
+
+def run_decode_case(backend: str, block_size: int, head_dim: int, heads: tuple[int, int],
+                    dtype: torch.dtype, device: str) -> None:
+    num_heads, num_kv_heads = heads
+    gen = _generator("decode", backend, block_size, head_dim, heads, dtype)
+    lens = decode_lens(block_size)
+    kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, dtype, gen, device)
+    q = torch.randn(len(lens), num_heads, head_dim, generator=gen).to(dtype)
+    scale = head_dim ** -0.5
+    out = ops.paged_attention_decode(q.to(device), kc, vc, bt, sl, scale, backend=backend)
+    ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), scale)
+    assert_matches(out, ref, dtype, f"decode[{backend}] B={block_size} d={head_dim} {heads}")
+
+
+def run_prefill_case(backend: str, block_size: int, head_dim: int, heads: tuple[int, int],
+                     dtype: torch.dtype, device: str) -> None:
+    num_heads, num_kv_heads = heads
+    gen = _generator("prefill", backend, block_size, head_dim, heads, dtype)
+    lens, q_lens = prefill_layout(block_size)
+    kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, dtype, gen, device)
+    cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), num_heads, head_dim, generator=gen).to(dtype)
+    scale = head_dim ** -0.5
+    out = ops.paged_attention_prefill(q.to(device), kc, vc, bt, cu.to(device), sl, scale,
+                                      backend=backend)
+    ref = reference_paged_attention_prefill(q, kc.cpu(), vc.cpu(), bt.cpu(), cu, sl.cpu(), scale)
+    assert_matches(out, ref, dtype, f"prefill[{backend}] B={block_size} d={head_dim} {heads}")
+
+
+def run_reshape_and_cache_case(backend: str, dtype: torch.dtype, device: str) -> None:
+    gen = _generator("cache", backend, dtype)
+    num_blocks, block_size, kv_heads, head_dim = 6, 8, 3, 16
+    num_tokens = 20
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:num_tokens]
+    slots[[3, 11, 12]] = -1  # padding tokens that must not be cached
+    key = torch.randn(num_tokens, kv_heads, head_dim, generator=gen).to(dtype)
+    value = torch.randn(num_tokens, kv_heads, head_dim, generator=gen).to(dtype)
+    key[3] = value[3] = 1234.0  # a sentinel: a skipped token's row may appear nowhere
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    kc = torch.full(shape, float("nan"), dtype=dtype, device=device)
+    vc = torch.full(shape, float("nan"), dtype=dtype, device=device)
+    ops.reshape_and_cache(key.to(device), value.to(device), kc, vc, slots.to(device),
+                          backend=backend)
+    ref_k = torch.full(shape, float("nan"), dtype=dtype)
+    ref_v = torch.full(shape, float("nan"), dtype=dtype)
+    reference_reshape_and_cache(key, value, ref_k, ref_v, slots)
+    for got, want, name in ((kc, ref_k, "key_cache"), (vc, ref_v, "value_cache")):
+        torch.testing.assert_close(got.cpu(), want, atol=0, rtol=0, equal_nan=True,
+                                   msg=lambda m, name=name: f"{name}[{backend}]: {m}")
+        written = ~torch.isnan(got.cpu()).all(dim=(2, 3)).flatten()  # [num_slots]
+        assert int(written.sum()) == num_tokens - 3, f"{name}: slot -1 tokens were written"
+        assert not (got.cpu() == 1234.0).any(), f"{name}: a slot -1 token's row was written"
+
+
+# ---------------------------------------------------------------- torch: the full grid, CPU
+
+@pytest.mark.parametrize("block_size,head_dim,heads", FULL_GRID)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_torch_decode_matches_reference(block_size, head_dim, heads, dtype):
+    run_decode_case("torch", block_size, head_dim, heads, dtype, "cpu")
+
+
+@pytest.mark.parametrize("block_size,head_dim,heads", FULL_GRID)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_torch_prefill_with_cached_context_matches_reference(block_size, head_dim, heads, dtype):
+    run_prefill_case("torch", block_size, head_dim, heads, dtype, "cpu")
+
+
+def test_torch_fp16_decode_and_prefill_match_reference():
+    run_decode_case("torch", 16, 64, (8, 2), torch.float16, "cpu")
+    run_prefill_case("torch", 16, 64, (8, 2), torch.float16, "cpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_torch_reshape_and_cache_skips_slot_minus_one(dtype):
+    run_reshape_and_cache_case("torch", dtype, "cpu")
+
+
+def test_torch_prefill_long_prompt_next_to_decode_tokens(monkeypatch):
+    """A long prompt batched with one-token sequences takes the unpadded path (one padded call
+    for the one-token rows, one per long sequence) and still matches the reference."""
+    calls = []
+    original = torch_backend._prefill_padded
+
+    def spy(*args, **kwargs):
+        calls.append(int(args[5].max()))  # longest query in that call
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch_backend, "_prefill_padded", spy)
+    gen = _generator("mixed")
+    q_lens = [90, 1, 1, 1, 0, 1]
+    lens = [90, 40, 7, 61, 12, 1]
+    kc, vc, bt, sl = make_paged_cache(lens, 16, 3, 64, torch.float32, gen)
+    cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), 9, 64, generator=gen)
+    out = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
+    ref = reference_paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
+    assert_matches(out, ref, torch.float32, "mixed prefill")
+    assert sorted(calls) == [1, 90], f"expected one decode batch and one long prompt, got {calls}"
+
+
+def test_torch_prefill_equals_decode_for_one_token_per_sequence():
+    gen = _generator("prefill-is-decode")
+    lens = decode_lens(16)
+    kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 64, torch.float32, gen)
+    q = torch.randn(len(lens), 8, 64, generator=gen)
+    cu = torch.arange(len(lens) + 1, dtype=torch.int32)
+    dec = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    pre = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
+    torch.testing.assert_close(pre, dec, atol=1e-6, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- triton
+
+@pytest.mark.triton
+@pytest.mark.parametrize("block_size,head_dim,heads", TRITON_GRID)
+def test_triton_decode_matches_reference(block_size, head_dim, heads):
+    run_decode_case("triton", block_size, head_dim, heads, torch.float32, TRITON_DEVICE)
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("block_size,head_dim,heads", TRITON_GRID)
+def test_triton_prefill_with_cached_context_matches_reference(block_size, head_dim, heads):
+    run_prefill_case("triton", block_size, head_dim, heads, torch.float32, TRITON_DEVICE)
+
+
+@pytest.mark.triton
+def test_triton_bf16_decode_and_prefill_match_reference():
+    run_decode_case("triton", 16, 64, (8, 2), torch.bfloat16, TRITON_DEVICE)
+    run_prefill_case("triton", 16, 64, (8, 2), torch.bfloat16, TRITON_DEVICE)
+
+
+@pytest.mark.triton
+def test_triton_reshape_and_cache_skips_slot_minus_one():
+    run_reshape_and_cache_case("triton", torch.float32, TRITON_DEVICE)
+
+
+@pytest.mark.triton
+def test_triton_split_k_decode_merges_partitions():
+    """Partitions of 32 positions: 1 to 4 per sequence, some sequences ending before the last
+    partition (empty partitions must weigh nothing in the merge)."""
+    from llmlab.ops import triton_backend
+
+    gen = _generator("split-k")
+    lens = [1, 31, 33, 64, 100]
+    kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 64, torch.float32, gen, TRITON_DEVICE)
+    q = torch.randn(len(lens), 8, 64, generator=gen)
+    out = triton_backend.paged_attention_decode(q.to(TRITON_DEVICE), kc, vc, bt, sl, 0.125,
+                                                partition_size=32)
+    assert triton_backend.num_partitions_for(bt.shape[1] * 16, 32) == 4
+    ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 0.125)
+    assert_matches(out, ref, torch.float32, "split-K decode")
+
+
+@pytest.mark.triton
+def test_triton_rejects_bad_partition_size():
+    from llmlab.ops import triton_backend
+
+    gen = _generator("bad-partition")
+    kc, vc, bt, sl = make_paged_cache([5], 8, 1, 16, torch.float32, gen, TRITON_DEVICE)
+    q = torch.randn(1, 1, 16).to(TRITON_DEVICE)
+    with pytest.raises(ValueError, match="partition_size"):
+        triton_backend.paged_attention_decode(q, kc, vc, bt, sl, 0.25, partition_size=48)
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(TRITON_COMPILED, reason="Triton is compiling for the GPU in this process")
+def test_triton_interpreter_is_switched_on_without_gpu():
+    from llmlab.ops import triton_backend
+
+    triton_backend.reshape_and_cache(*[torch.zeros(1, 1, 16)] * 2, *[torch.zeros(1, 8, 1, 16)] * 2,
+                                     torch.tensor([0]))
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    assert triton_backend.interpreting()
+
+
+# ---------------------------------------------------------------- GPU: every backend on CUDA
+
+GPU_BACKENDS = ["torch", "triton", "cuda"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["fp32", "bf16", "fp16"])
+def test_gpu_decode_matches_reference(backend, dtype):
+    if backend == "triton" and not TRITON_COMPILED:
+        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
+    for block_size, head_dim, heads in FULL_GRID:
+        run_decode_case(backend, block_size, head_dim, heads, dtype, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gpu_prefill_matches_reference(backend, dtype):
+    if backend == "triton" and not TRITON_COMPILED:
+        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
+    for block_size, head_dim, heads in FULL_GRID:
+        run_prefill_case(backend, block_size, head_dim, heads, dtype, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gpu_reshape_and_cache_skips_slot_minus_one(backend, dtype):
+    if backend == "triton" and not TRITON_COMPILED:
+        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
+    run_reshape_and_cache_case(backend, dtype, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+def test_gpu_triton_split_k_long_context():
+    from llmlab.ops import triton_backend
+
+    if not TRITON_COMPILED:
+        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
+    gen = _generator("gpu-split-k")
+    lens = [1, 700, 1500, 2049]
+    kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 128, torch.float32, gen, "cuda")
+    q = torch.randn(len(lens), 8, 128, generator=gen)
+    out = triton_backend.paged_attention_decode(q.cuda(), kc, vc, bt, sl, 128 ** -0.5,
+                                                partition_size=512)
+    ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(),
+                                           128 ** -0.5)
+    assert_matches(out, ref, torch.float32, "GPU split-K decode")
+
+
+# ---------------------------------------------------------------- availability and errors
+
+def test_available_backends_lists_what_runs_here():
+    found = ops.available_backends()
+    assert found[0] == "torch"
+    assert ("cuda" in found) == HAS_CUDA
+    assert set(found) <= set(ops.BACKENDS)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has a GPU; the cuda backend runs instead")
+def test_cuda_backend_without_gpu_says_so():
+    gen = _generator("no-gpu")
+    kc, vc, bt, sl = make_paged_cache([3], 8, 1, 16, torch.float32, gen)
+    q = torch.randn(1, 1, 16)
+    with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
+        ops.paged_attention_decode(q, kc, vc, bt, sl, 0.25, backend="cuda")
+    with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
+        ops.reshape_and_cache(torch.zeros(1, 1, 16), torch.zeros(1, 1, 16), kc, vc,
+                              torch.tensor([0]), backend="cuda")
+
+
+def _valid_decode_args():
+    gen = _generator("valid")
+    kc, vc, bt, sl = make_paged_cache([3, 9], 8, 2, 16, torch.float32, gen)
+    q = torch.randn(2, 4, 16)
+    return dict(query=q, key_cache=kc, value_cache=vc, block_tables=bt, seq_lens=sl, scale=0.25)
+
+
+@pytest.mark.parametrize("change,name", [
+    (lambda a: a.update(block_tables=a["block_tables"].long()), "block_tables.dtype"),
+    (lambda a: a.update(seq_lens=a["seq_lens"].long()), "seq_lens.dtype"),
+    (lambda a: a.update(query=a["query"][:, :, :8]), "query"),  # wrong head_dim
+    (lambda a: a.update(query=torch.randn(2, 3, 16)), "query"),  # 3 heads over 2 KV heads
+    (lambda a: a.update(query=torch.randn(16, 4, 2).transpose(0, 2)), "query"),  # strided
+    (lambda a: a.update(query=a["query"].double()), "query.dtype"),
+    (lambda a: a.update(query=torch.randn(3, 4, 16)), "query"),  # 3 queries for 2 sequences
+    (lambda a: a.update(value_cache=a["value_cache"][:, :, :1].contiguous()), "value_cache"),
+    (lambda a: a.update(seq_lens=torch.tensor([3, 30], dtype=torch.int32)), "seq_lens"),
+    (lambda a: a.update(seq_lens=torch.tensor([0, 9], dtype=torch.int32)), "seq_lens"),
+    (lambda a: a.update(block_tables=torch.full((2, 3), 99, dtype=torch.int32)), "block_tables"),
+    (lambda a: a.update(scale=0.0), "scale"),
+])
+def test_decode_rejects_bad_arguments_naming_them(change, name):
+    args = _valid_decode_args()
+    change(args)
+    with pytest.raises(ValueError, match=rf"^{name.replace('.', '[.]')}:"):
+        ops.paged_attention_decode(**args)
+
+
+def test_prefill_rejects_bad_offsets_and_lengths():
+    args = _valid_decode_args()
+    q = torch.randn(5, 4, 16)
+    bad_end = torch.tensor([0, 2, 4], dtype=torch.int32)  # 4 != 5 tokens
+    with pytest.raises(ValueError, match="^cu_seqlens_q:"):
+        ops.paged_attention_prefill(q, args["key_cache"], args["value_cache"],
+                                    args["block_tables"], bad_end, args["seq_lens"], 0.25)
+    too_many = torch.tensor([0, 4, 5], dtype=torch.int32)  # 4 new tokens, seq_len 3
+    with pytest.raises(ValueError, match="^seq_lens:"):
+        ops.paged_attention_prefill(q, args["key_cache"], args["value_cache"],
+                                    args["block_tables"], too_many, args["seq_lens"], 0.25)
+
+
+def test_reshape_and_cache_rejects_bad_slots_and_dtypes():
+    kc = torch.zeros(2, 8, 1, 16)
+    vc = torch.zeros(2, 8, 1, 16)
+    key = torch.zeros(2, 1, 16)
+    with pytest.raises(ValueError, match="^slot_mapping:"):
+        ops.reshape_and_cache(key, key, kc, vc, torch.tensor([0, 16]))  # 16 slots: 0..15
+    with pytest.raises(ValueError, match="^slot_mapping:"):
+        ops.reshape_and_cache(key, key, kc, vc, torch.tensor([0, -2]))
+    with pytest.raises(ValueError, match="^slot_mapping[.]dtype:"):
+        ops.reshape_and_cache(key, key, kc, vc, torch.tensor([0, 1], dtype=torch.int32))
+    with pytest.raises(ValueError, match="^key[.]dtype:"):
+        ops.reshape_and_cache(key.half(), key.half(), kc, vc, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="^key:"):
+        ops.reshape_and_cache(torch.zeros(2, 2, 16), torch.zeros(2, 2, 16), kc, vc,
+                              torch.tensor([0, 1]))
+
+
+def test_unknown_backend_is_rejected_with_the_allowed_values():
+    args = _valid_decode_args()
+    with pytest.raises(ValueError, match="^backend: got 'cuda2'.*'torch', 'triton', 'cuda'"):
+        ops.paged_attention_decode(**args, backend="cuda2")
