@@ -21,6 +21,9 @@ endif
 
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# OpenMP threads sleep rather than spin while waiting: spinning made the model 20-40x slower
+# on a busy 2-core machine (tests and notebooks; benchmarks run without it).
+TEST_ENV := OMP_WAIT_POLICY=PASSIVE LLMLAB_FAST=1
 
 .PHONY: setup lab test test-fast run bench clean model
 
@@ -43,11 +46,11 @@ lab: setup model
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(PORT) --no-browser --ip=127.0.0.1
 
 test: setup model
-	LLMLAB_FAST=1 $(PY) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 # everything but notebooks, browser, distributed and nvcc: the quick loop while working
 test-fast: setup
-	LLMLAB_FAST=1 $(PY) -m pytest -m "not slow and not notebook and not browser and not dist and not nvcc" $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -m "not slow and not notebook and not browser and not dist and not nvcc" $(PYTEST_ARGS)
 
 run: setup model
 	LLMLAB_FAST=$${LLMLAB_FAST:-0} $(PY) -m llmlab run notebooks build

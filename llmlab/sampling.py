@@ -66,7 +66,9 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     # probability mass strictly before each token; a token is kept while that mass < top_p,
     # so the token that crosses top_p is kept and the nucleus is the smallest such set
     mass_before = probs.cumsum(dim=-1) - probs
-    remove |= mass_before >= top_p.unsqueeze(1)
+    # top_p = 1 means off: compare only where it is < 1, since float rounding can make the
+    # running sum reach 1.0 before the last token
+    remove |= (mass_before >= top_p.unsqueeze(1)) & (top_p.unsqueeze(1) < 1)
     remove[:, 0] = False                                                         # always keep the best
     sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     return torch.empty_like(logits).scatter_(1, sorted_idx, sorted_logits)

@@ -5,6 +5,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Threads that sleep instead of spinning while they wait: on a busy 2-core machine spinning
+# OpenMP threads made the model 20-40x slower.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch

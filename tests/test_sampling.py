@@ -75,3 +75,10 @@ def test_temperature_sharpens_the_distribution():
 def test_bad_parameters_raise_value_error_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
+
+
+def test_top_p_one_keeps_every_token_even_with_rounding():
+    """top_p = 1.0 means off: float rounding of the running sum must not cut the tail."""
+    logits = torch.randn(1, 49152, generator=torch.Generator().manual_seed(0)) * 4
+    masked = apply_top_k_top_p(logits, torch.tensor([49152]), torch.tensor([1.0]))
+    assert torch.isfinite(masked).all()
