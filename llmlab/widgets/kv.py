@@ -1,0 +1,199 @@
+"""KV calculator: model shape, dtype, context, batch and GPU → KV cache size, share of the GPU's
+memory, and how many such requests fit at once.
+
+`kv_summary(...)` computes (with `llmlab.costs`, the same functions the tests pin to the seed's
+numbers); `kv_text(summary)` renders one line that starts with "KV cache: <x> GB" (parse it with
+`KV_TEXT_PATTERN`); `plot_kv_memory(...)` draws it; `kv_calculator()` adds sliders.
+GPU memory sizes come from `llmlab.hardware.PRESETS` (datasheet figures in data/hardware.json).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from llmlab import costs
+from llmlab.config import ModelConfig, get_config
+
+# "KV cache: 1.342 GB ..." → group 1 is the number of GB (1 GB = 1e9 bytes)
+KV_TEXT_PATTERN = re.compile(r"KV cache: ([0-9.]+(?:e[+-]?[0-9]+)?) GB")
+GPU_MEMORY_UTILIZATION = 0.9             # vLLM's default --gpu-memory-utilization
+
+
+def gpu_memory_bytes(gpu: str) -> float:
+    """Memory size in bytes of a hardware preset ("H100-SXM", "H200", "A100-80GB", "L4", ...)."""
+    from llmlab.hardware import get_hardware
+
+    return float(get_hardware(gpu).mem_size)
+
+
+def gpu_names() -> list[str]:
+    from llmlab.hardware import PRESETS
+
+    return list(PRESETS)
+
+
+def _kv_config(num_layers: int, num_kv_heads: int, head_dim: int) -> ModelConfig:
+    """A config with just the fields the KV size depends on (query heads = KV heads here)."""
+    return ModelConfig(name="kv-calculator", vocab_size=1, hidden_size=num_kv_heads * head_dim,
+                       intermediate_size=1, num_hidden_layers=num_layers,
+                       num_attention_heads=num_kv_heads, num_key_value_heads=num_kv_heads,
+                       head_dim=head_dim)
+
+
+@dataclass(frozen=True)
+class KVSummary:
+    bytes_per_token: float       # all layers
+    kv_bytes: float              # batch × context tokens
+    gpu: str
+    gpu_bytes: float
+    weight_bytes: float
+    usable_bytes: float          # gpu_bytes × utilization − weights (what the KV cache may use)
+    share_of_gpu: float          # kv_bytes / gpu_bytes
+    max_requests: int            # requests of `context` tokens that fit in usable_bytes
+    batch: int
+    context: int
+
+
+def kv_summary(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
+               dtype: str | float = "bf16", context: int = 4096, batch: int = 1,
+               gpu: str = "H100-SXM", weight_bytes: float = 0.0,
+               gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> KVSummary:
+    """KV cache bytes for `batch` requests of `context` tokens, and what that means on `gpu`.
+
+    weight_bytes: memory the model's weights take on the same GPU (0: count the KV cache alone).
+    """
+    for name, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
+                    ("head_dim", head_dim), ("context", context), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+    if weight_bytes < 0:
+        raise ValueError(f"weight_bytes must be >= 0, got {weight_bytes!r}")
+    dtype_bytes = costs.dtype_bytes_of(dtype)
+    cfg = _kv_config(num_layers, num_kv_heads, head_dim)
+    per_token = costs.kv_bytes_per_token(cfg, dtype_bytes)
+    per_request = costs.kv_bytes(cfg, context, dtype_bytes)
+    total = batch * per_request
+    mem = gpu_memory_bytes(gpu)
+    usable = max(0.0, mem * gpu_memory_utilization - weight_bytes)
+    return KVSummary(bytes_per_token=per_token, kv_bytes=total, gpu=gpu, gpu_bytes=mem,
+                     weight_bytes=weight_bytes, usable_bytes=usable, share_of_gpu=total / mem,
+                     max_requests=int(math.floor(usable / per_request)), batch=batch, context=context)
+
+
+def kv_text(s: KVSummary) -> str:
+    """One line: 'KV cache: 1.342 GB (1.25 GiB) | ...'; the GB number matches KV_TEXT_PATTERN."""
+    fits = (f"max concurrent {s.context}-token requests: {s.max_requests}"
+            if s.usable_bytes > 0 else "the weights alone exceed the usable memory: 0 requests fit")
+    return (f"KV cache: {s.kv_bytes / 1e9:.4g} GB ({s.kv_bytes / 2**30:.4g} GiB) for "
+            f"{s.batch} × {s.context} tokens at {s.bytes_per_token:,.0f} B/token | "
+            f"{100 * s.share_of_gpu:.3g}% of {s.gpu} ({s.gpu_bytes / 1e9:.0f} GB) | {fits}")
+
+
+def plot_kv_memory(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
+                   dtype: str | float = "bf16", context: int = 4096, batch: int = 1,
+                   gpu: str = "H100-SXM", weight_bytes: float = 0.0,
+                   gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION, axes: Any = None) -> Any:
+    """Left: the GPU's memory split into weights, this batch's KV cache and the rest.
+    Right: KV cache size vs context length for this batch, with the usable memory as a line.
+    Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    s = kv_summary(num_layers, num_kv_heads, head_dim, dtype, context, batch, gpu, weight_bytes,
+                   gpu_memory_utilization)
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1.2, 1]})
+    ax1, ax2 = axes
+    gb = 1e9
+    weights = min(s.weight_bytes, s.gpu_bytes)
+    kv_shown = min(s.kv_bytes, max(0.0, s.gpu_bytes - weights))
+    left = 0.0
+    for value, colour, label in ((weights, "#94a3b8", f"weights {s.weight_bytes / gb:.1f} GB"),
+                                 (kv_shown, "#f59e0b", f"KV cache {s.kv_bytes / gb:.3g} GB"),
+                                 (s.gpu_bytes - weights - kv_shown, "#e5e7eb", "free")):
+        ax1.barh([0], [value / gb], left=left / gb, color=colour, label=label)
+        left += value
+    ax1.axvline(s.gpu_bytes * gpu_memory_utilization / gb, color="#b91c1c", ls="--",
+                label=f"{gpu_memory_utilization:.0%} utilization limit")
+    ax1.set_yticks([])
+    ax1.set_xlabel("GB (1e9 bytes)")
+    over = " — does not fit!" if s.kv_bytes + s.weight_bytes > s.gpu_bytes else ""
+    ax1.set_title(f"{s.gpu} memory ({s.gpu_bytes / gb:.0f} GB, preset){over}")
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
+    cfg = _kv_config(num_layers, num_kv_heads, head_dim)
+    dtype_bytes = costs.dtype_bytes_of(dtype)
+    ctxs = sorted({int(x) for x in [2 ** k for k in range(7, 18)] + [context]})
+    ax2.plot(ctxs, [batch * costs.kv_bytes(cfg, c, dtype_bytes) / gb for c in ctxs],
+             marker="o", ms=3, label=f"KV cache, batch {batch}")
+    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label="usable for KV")
+    ax2.plot([context], [s.kv_bytes / gb], "s", color="#f59e0b", ms=8, label=f"context {context}")
+    ax2.set_xscale("log", base=2)
+    ax2.set_yscale("log")
+    ax2.set_xlabel("context length (tokens)")
+    ax2.set_ylabel("GB")
+    ax2.set_title("KV cache grows linearly with context")
+    ax2.legend(fontsize=8)
+    ax1.figure.tight_layout()
+    return ax1.figure
+
+
+def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 1,
+                  dtype: str = "bf16", gpu: str = "H100-SXM", include_weights: bool = False) -> Any:
+    """Sliders for the KV calculator. Choosing a model preset sets layers, KV heads and
+    head_dim; with the checkbox ticked its BF16 weights take their share of the GPU too.
+    The result line (`kv_text`) updates on every change."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from llmlab.config import PRESETS
+
+    cfg = get_config(model)
+    style = {"description_width": "110px"}
+    preset = w.Dropdown(options=[k for k, c in PRESETS.items() if not costs.is_mla(c)],
+                        value=model, description="model preset", style=style)
+    layers = w.IntSlider(value=cfg.num_hidden_layers, min=1, max=128, description="layers", style=style)
+    kv_heads = w.IntSlider(value=cfg.num_key_value_heads, min=1, max=128, description="KV heads", style=style)
+    head_dim = w.IntSlider(value=cfg.head_dim, min=16, max=256, step=16, description="head_dim", style=style)
+    dtype_w = w.Dropdown(options=["fp32", "bf16", "fp8"], value=dtype, description="KV dtype", style=style)
+    ctx = w.IntSlider(value=context, min=128, max=131072, step=128, description="context", style=style)
+    bat = w.IntSlider(value=batch, min=1, max=256, description="batch", style=style)
+    gpu_w = w.Dropdown(options=gpu_names(), value=gpu, description="GPU", style=style)
+    weights = w.Checkbox(value=include_weights, description="put the preset's BF16 weights on the GPU")
+    result = w.HTML()
+    out = w.Output()
+    loading = {"preset": False}
+
+    def redraw(*_: Any) -> None:
+        if loading["preset"]:
+            return
+        wb = costs.weight_bytes(get_config(preset.value), 2) if weights.value else 0.0
+        args = dict(num_layers=layers.value, num_kv_heads=kv_heads.value, head_dim=head_dim.value,
+                    dtype=dtype_w.value, context=ctx.value, batch=bat.value, gpu=gpu_w.value,
+                    weight_bytes=wb)
+        result.value = f'<pre class="llmlab-kv-result">{kv_text(kv_summary(**args))}</pre>'
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_kv_memory(**args)
+            display(fig)
+            plt.close(fig)
+
+    def load_preset(change: dict) -> None:
+        c = get_config(change["new"])
+        loading["preset"] = True
+        try:
+            layers.value, kv_heads.value, head_dim.value = c.num_hidden_layers, c.num_key_value_heads, c.head_dim
+        finally:
+            loading["preset"] = False
+        redraw()
+
+    preset.observe(load_preset, names="value")
+    for s in (layers, kv_heads, head_dim, dtype_w, ctx, bat, gpu_w, weights):
+        s.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([preset, gpu_w, dtype_w]), w.HBox([layers, kv_heads, head_dim]),
+                   w.HBox([ctx, bat, weights]), result, out])
+
