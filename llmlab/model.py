@@ -291,10 +291,14 @@ def load_model(name_or_path: str = "smollm2-135m", dtype: torch.dtype = torch.fl
     from llmlab.weights import load_hf_weights
 
     cfg, state_dict, tokenizer = load_hf_weights(name_or_path)
-    model = LlamaModel(cfg)
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    with torch.device("meta"):                    # no memory, no random init: the weights come next
+        model = LlamaModel(cfg)
+    missing, unexpected = model.load_state_dict(state_dict, strict=False, assign=True)
     missing = [k for k in missing if not (cfg.tie_word_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
         raise ValueError(f"weights of {name_or_path!r} do not fit the Llama layout: "
                          f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight          # assign=True replaced the shared one
+    model.inv_freq = rope_inv_freq(cfg)                            # a computed buffer, not in the file
     return model.to(device=device, dtype=dtype).eval(), tokenizer
