@@ -1,0 +1,284 @@
+"""Serving metrics from request timings: TTFT, TPOT, ITL, E2EL, throughput, goodput; arrivals.
+
+Definitions (the same as vLLM's benchmark client, `benchmarks/benchmark_serving.py`):
+
+- TTFT (time to first token, 首 token 延迟) = first_token_time − arrival_time.
+- E2EL (end-to-end latency, 端到端延迟; the seed's TTLT) = time of the last token − arrival.
+- TPOT (time per output token, 每 token 时间) = (E2EL − TTFT) / (n − 1): the mean gap after the
+  first token. Undefined for n = 1; such a request is left out of TPOT's statistics (never
+  counted as 0 or NaN). For goodput a request with no second token cannot break a TPOT SLO.
+- ITL (inter-token latency, token 间延迟): every gap between consecutive tokens, pooled across
+  all requests, so a long request weighs more than a short one (TPOT weighs each request once).
+- throughput: completed requests / duration and output tokens / duration.
+- goodput (有效吞吐): requests per second that met every SLO given (TTFT, TPOT, E2EL).
+
+`summarize(outputs)` takes `RequestOutput`s of `llmlab.LLM` (or `Request`s, or `RequestMetrics`,
+or `Timeline`s written by hand) and returns mean / median / p90 / p99 of each metric.
+Units: seconds; only `BenchmarkSummary.table()` prints milliseconds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+SLO_KEYS = ("ttft", "tpot", "e2el")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One request's timestamps (seconds, any common clock). `token_times`: one per output token."""
+
+    arrival_time: float
+    token_times: tuple[float, ...]
+    num_prompt_tokens: int = 0
+    first_scheduled_time: float | None = None
+    finished_time: float | None = None
+
+    def __post_init__(self) -> None:
+        times = tuple(float(t) for t in self.token_times)
+        object.__setattr__(self, "token_times", times)
+        if not times:
+            raise ValueError("Timeline.token_times must hold at least one time (a request "
+                             "that produced no token has no TTFT)")
+        if times[0] < self.arrival_time:
+            raise ValueError(f"Timeline: first token at {times[0]} is before arrival at "
+                             f"{self.arrival_time}")
+        if any(b < a for a, b in zip(times, times[1:])):
+            raise ValueError(f"Timeline.token_times must be non-decreasing, got {list(times)}")
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_times)
+
+    @property
+    def ttft(self) -> float:
+        return self.token_times[0] - self.arrival_time
+
+    @property
+    def e2el(self) -> float:
+        """Arrival to last token (the seed's TTLT)."""
+        return self.token_times[-1] - self.arrival_time
+
+    @property
+    def tpot(self) -> float | None:
+        """(E2EL − TTFT) / (n − 1); None when there is a single output token."""
+        n = self.num_output_tokens
+        return None if n < 2 else (self.e2el - self.ttft) / (n - 1)
+
+    @property
+    def itls(self) -> list[float]:
+        """The n − 1 gaps between consecutive tokens."""
+        return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+
+    @property
+    def queue_time(self) -> float | None:
+        """Arrival to first scheduling (waiting in the queue), when the engine recorded it."""
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
+
+
+def timeline_of(item: Any) -> Timeline:
+    """A `Timeline` from a RequestOutput / Request (with `.metrics`), a RequestMetrics, or a Timeline."""
+    if isinstance(item, Timeline):
+        return item
+    metrics = getattr(item, "metrics", item)
+    if not hasattr(metrics, "arrival_time") or not hasattr(metrics, "token_times"):
+        raise ValueError(f"expected a RequestOutput, Request, RequestMetrics or Timeline, got "
+                         f"{type(item).__name__} (no .metrics.arrival_time / .token_times)")
+    times = list(metrics.token_times or [])
+    if not times and getattr(metrics, "first_token_time", None) is not None:
+        times = [metrics.first_token_time]
+    prompt = getattr(item, "prompt_token_ids", None)
+    return Timeline(arrival_time=float(metrics.arrival_time), token_times=tuple(times),
+                    num_prompt_tokens=len(prompt) if prompt is not None else 0,
+                    first_scheduled_time=getattr(metrics, "first_scheduled_time", None),
+                    finished_time=getattr(metrics, "finished_time", None))
+
+
+@dataclass(frozen=True)
+class Stats:
+    """mean, median, p90, p99 (and count) of one metric; all None when there are no values."""
+
+    count: int
+    mean: float | None
+    median: float | None
+    p90: float | None
+    p99: float | None
+    std: float | None
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> "Stats":
+        v = np.asarray([x for x in values if x is not None], dtype=np.float64)
+        if v.size == 0:
+            return cls(0, None, None, None, None, None)
+        # numpy's default (linear interpolation between order statistics), as vLLM uses
+        p50, p90, p99 = (float(np.percentile(v, q)) for q in PERCENTILES)
+        return cls(int(v.size), float(v.mean()), p50, p90, p99, float(v.std()))
+
+
+@dataclass(frozen=True)
+class BenchmarkSummary:
+    """Everything `summarize` computes. Times in seconds, throughputs per second."""
+
+    num_requests: int
+    duration: float
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    ttft: Stats
+    tpot: Stats
+    itl: Stats
+    e2el: Stats
+    slo: dict[str, float] | None = None
+    num_good: int | None = None
+    goodput: float | None = None       # good requests per second (None without an SLO)
+    timelines: tuple[Timeline, ...] = field(default=(), repr=False)
+
+    def table(self) -> str:
+        """A printable table (milliseconds), one row per latency metric."""
+        lines = [f"requests {self.num_requests}, duration {self.duration:.2f} s, "
+                 f"{self.request_throughput:.2f} req/s, {self.output_throughput:.1f} output tok/s"
+                 + (f", goodput {self.goodput:.2f} req/s ({self.num_good} met the SLO)"
+                    if self.goodput is not None else ""),
+                 f"{'metric':<6}{'n':>6}{'mean':>10}{'median':>10}{'p90':>10}{'p99':>10}  (ms)"]
+        for name in ("ttft", "tpot", "itl", "e2el"):
+            s: Stats = getattr(self, name)
+            cells = ["—" if x is None else f"{x * 1e3:.1f}" for x in (s.mean, s.median, s.p90, s.p99)]
+            lines.append(f"{name.upper():<6}{s.count:>6}" + "".join(f"{c:>10}" for c in cells))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _check_slo(slo: dict[str, float] | None) -> dict[str, float] | None:
+    if slo is None:
+        return None
+    if not isinstance(slo, dict) or not slo:
+        raise ValueError(f"slo must be a non-empty dict with keys from {SLO_KEYS} (seconds), "
+                         f"got {slo!r}")
+    for k, v in slo.items():
+        if k not in SLO_KEYS:
+            raise ValueError(f"slo key {k!r} is not one of {SLO_KEYS}")
+        if not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"slo[{k!r}] must be a positive number of seconds, got {v!r}")
+    return dict(slo)
+
+
+def meets_slo(t: Timeline, slo: dict[str, float]) -> bool:
+    """True when the request met every target in `slo` (seconds). No TPOT (one token) passes TPOT."""
+    values = {"ttft": t.ttft, "tpot": t.tpot, "e2el": t.e2el}
+    return all(values[k] is None or values[k] <= limit for k, limit in slo.items())
+
+
+def summarize(outputs: Sequence[Any], duration: float | None = None,
+              slo: dict[str, float] | None = None) -> BenchmarkSummary:
+    """TTFT / TPOT / ITL / E2EL statistics, throughput and goodput of finished requests.
+
+    `duration`: the benchmark's wall time in seconds; default first arrival → last token.
+    `slo`: e.g. {"ttft": 0.5, "tpot": 0.05} (seconds); goodput counts requests meeting all.
+    """
+    timelines = [timeline_of(o) for o in outputs]
+    if not timelines:
+        raise ValueError("outputs must hold at least one finished request, got none")
+    slo = _check_slo(slo)
+    if duration is None:
+        duration = (max(t.token_times[-1] for t in timelines)
+                    - min(t.arrival_time for t in timelines))
+    if not isinstance(duration, (int, float)) or not duration > 0 or math.isinf(duration):
+        raise ValueError(f"duration must be a positive number of seconds, got {duration!r}")
+    n_in = sum(t.num_prompt_tokens for t in timelines)
+    n_out = sum(t.num_output_tokens for t in timelines)
+    num_good = sum(meets_slo(t, slo) for t in timelines) if slo else None
+    return BenchmarkSummary(
+        num_requests=len(timelines), duration=float(duration),
+        total_input_tokens=n_in, total_output_tokens=n_out,
+        request_throughput=len(timelines) / duration, output_throughput=n_out / duration,
+        total_token_throughput=(n_in + n_out) / duration,
+        ttft=Stats.of(t.ttft for t in timelines),
+        tpot=Stats.of(t.tpot for t in timelines),            # one-token requests drop out here
+        itl=Stats.of(g for t in timelines for g in t.itls),  # pooled over every request
+        e2el=Stats.of(t.e2el for t in timelines),
+        slo=slo, num_good=num_good,
+        goodput=None if slo is None else num_good / duration,
+        timelines=tuple(timelines))
+
+
+def cdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical CDF: sorted values and the fraction of values ≤ each (for latency plots)."""
+    x = np.sort(np.asarray([v for v in values if v is not None], dtype=np.float64))
+    return x, np.arange(1, x.size + 1) / max(x.size, 1)
+
+
+# --- arrival processes ---------------------------------------------------------------------
+
+def arrival_times(num_requests: int, rate: float, burstiness: float = 1.0,
+                  seed: int = 0) -> np.ndarray:
+    """Arrival offsets (seconds from the start) of `num_requests` requests at `rate` req/s.
+
+    Gaps are gamma-distributed with shape = `burstiness` and mean 1/rate (scale =
+    1 / (rate · burstiness)), as in vLLM's benchmark client: burstiness 1 is a Poisson process
+    (exponential gaps), < 1 burstier, > 1 more regular. The first request arrives at 0.
+    rate = inf sends everything at once.
+    """
+    if not isinstance(num_requests, int) or num_requests < 1:
+        raise ValueError(f"num_requests must be an int >= 1, got {num_requests!r}")
+    if not isinstance(rate, (int, float)) or not rate > 0:
+        raise ValueError(f"rate must be > 0 requests/s (inf allowed), got {rate!r}")
+    if not isinstance(burstiness, (int, float)) or not 0 < burstiness < math.inf:
+        raise ValueError(f"burstiness must be a finite number > 0, got {burstiness!r}")
+    if math.isinf(rate):
+        return np.zeros(num_requests)
+    rng = np.random.default_rng(seed)
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=num_requests - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def poisson_arrivals(num_requests: int, rate: float, seed: int = 0) -> np.ndarray:
+    """Poisson arrivals (exponential gaps with mean 1/rate): `arrival_times(..., burstiness=1)`."""
+    return arrival_times(num_requests, rate, 1.0, seed)
+
+
+# --- driving the engine with arrivals --------------------------------------------------------
+
+def run_with_arrivals(engine: Any, prompts: Sequence[Any], params: Any,
+                      arrivals: Sequence[float], *, max_seconds: float = 600.0) -> tuple[list, float]:
+    """Feed `prompts` to an `LLMEngine` at `arrivals` (offsets, s) in real time; step until done.
+
+    Each request is added when the wall clock passes its arrival offset, with
+    `arrival_time` = the scheduled arrival, so TTFT includes any time it waited for the engine
+    to finish the step in progress (as a client's would). Returns (finished outputs, duration).
+    """
+    import time
+
+    if len(prompts) != len(arrivals):
+        raise ValueError(f"arrivals must have one entry per prompt ({len(prompts)}), got {len(arrivals)}")
+    order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
+    params_list = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
+    finished: dict[str, Any] = {}
+    start = time.perf_counter()
+    nxt = 0
+    while len(finished) < len(prompts):
+        now = time.perf_counter()
+        if now - start > max_seconds:
+            raise RuntimeError(f"benchmark did not finish within max_seconds={max_seconds}")
+        while nxt < len(order) and arrivals[order[nxt]] <= now - start:
+            i = order[nxt]
+            engine.add_request(f"req-{i}", prompts[i], params_list[i],
+                               arrival_time=start + float(arrivals[i]))
+            nxt += 1
+        if engine.has_unfinished_requests():
+            for out in engine.step():
+                if getattr(out, "finished", False):
+                    finished[out.request_id] = out
+        elif nxt < len(order):
+            time.sleep(max(0.0, start + arrivals[order[nxt]] - time.perf_counter()))
+    duration = time.perf_counter() - start
+    return [finished[f"req-{i}"] for i in range(len(prompts))], duration

@@ -1,0 +1,247 @@
+"""Tensor parallelism (张量并行) of our Llama: every rank holds a slice of every layer.
+
+Megatron-style split, as vLLM does it (`ColumnParallelLinear` / `RowParallelLinear`):
+
+- column-parallel (列切): q_proj, k_proj, v_proj, gate_proj, up_proj. Each rank keeps some
+  *output* rows of the weight, so it computes some heads / some MLP channels of its own, from
+  the full (replicated) input. No communication.
+- row-parallel (行切): o_proj, down_proj. Each rank keeps the matching *input* columns, so its
+  product is a partial sum of the full output; one all-reduce (sum over ranks) completes it.
+
+That is two all-reduces per layer (after attention, after the MLP), each of
+`num_tokens × hidden × dtype_bytes` bytes. Embedding, norms and the (tied) LM head stay
+replicated here, so every rank ends with the same logits.
+
+Heads are split in whole GQA groups: a rank that owns KV head j also owns the query heads that
+read it, so attention itself needs no communication. KV heads are dealt out as evenly as
+possible, so the split may be uneven: SmolLM2 (9 query / 3 KV heads) at TP=2 puts 2 KV heads
+(6 query heads) on rank 0 and 1 KV head (3 query heads) on rank 1. vLLM instead requires the
+head counts to divide by the TP degree (and replicates KV heads when TP > num_kv_heads); the
+uneven split is legitimate because each rank still computes whole groups, it only balances the
+attention work less well. TP degrees above num_key_value_heads are refused here.
+
+Each rank's slice is itself a `LlamaModel` (with fewer heads and a narrower MLP), so the
+forward, RoPE, attention ops and KV cache are the very code the single-process model runs;
+only o_proj and down_proj are swapped for `RowParallelLinear`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from llmlab.config import ModelConfig
+from llmlab.kvcache import ContiguousKVCache
+from llmlab.model import LlamaModel
+from llmlab.parallel.launch import launch, rank_device
+from llmlab.parallel.source import ModelSource
+
+
+@dataclass(frozen=True)
+class TPShard:
+    """What rank `rank` of `world_size` owns: ranges of query heads, KV heads, MLP channels."""
+
+    rank: int
+    world_size: int
+    q_heads: range
+    kv_heads: range
+    ffn: range         # columns of the MLP's intermediate dimension
+
+
+def _split(n: int, parts: int) -> list[range]:
+    """n items into `parts` contiguous ranges whose sizes differ by at most one."""
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for r in range(parts):
+        size = base + (1 if r < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def tp_plan(cfg: ModelConfig, world_size: int) -> list[TPShard]:
+    """The shard of every rank: whole KV-head groups per rank (possibly uneven), MLP split evenly."""
+    if not isinstance(world_size, int) or not 1 <= world_size <= cfg.num_key_value_heads:
+        raise ValueError(
+            f"world_size (TP degree) must be an int in [1, {cfg.num_key_value_heads}] "
+            f"(num_key_value_heads of {cfg.name!r}: every rank needs a whole KV head), "
+            f"got {world_size!r}")
+    group = cfg.num_queries_per_kv
+    shards = []
+    for r, (kv, ffn) in enumerate(zip(_split(cfg.num_key_value_heads, world_size),
+                                      _split(cfg.intermediate_size, world_size))):
+        q = range(kv.start * group, kv.stop * group)
+        shards.append(TPShard(r, world_size, q, kv, ffn))
+    return shards
+
+
+class AllReduceCounter:
+    """`dist.all_reduce` (sum, in place) that counts its calls and the bytes each rank sends in."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None):
+        self.group = group
+        self.calls = 0
+        self.bytes = 0
+        self.seconds = 0.0
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        self.bytes += tensor.numel() * tensor.element_size()
+        t0 = time.perf_counter()
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group)
+        self.seconds += time.perf_counter() - t0
+        return tensor
+
+
+class RowParallelLinear(nn.Module):
+    """y = all_reduce(x_shard @ W_shardᵀ): this rank's input columns give a partial sum of y."""
+
+    def __init__(self, weight_shard: torch.Tensor, all_reduce):
+        super().__init__()
+        self.weight = nn.Parameter(weight_shard, requires_grad=False)  # [out, in / world_size]
+        self.all_reduce = all_reduce
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        partial = F.linear(x, self.weight)                              # [T, out], partial sum
+        return self.all_reduce(partial)                                 # [T, out], full sum
+
+
+def shard_model(model: LlamaModel, shard: TPShard, all_reduce) -> LlamaModel:
+    """This rank's slice of `model` as a smaller `LlamaModel` whose o/down projections all-reduce.
+
+    `all_reduce(tensor) -> tensor` sums over ranks (an `AllReduceCounter` in a real run; the
+    identity when one process wants a rank's partial result).
+    """
+    cfg = model.config
+    d = cfg.head_dim
+    local_cfg = cfg.replace(name=f"{cfg.name}-tp{shard.rank}of{shard.world_size}",
+                            num_attention_heads=len(shard.q_heads),
+                            num_key_value_heads=len(shard.kv_heads),
+                            intermediate_size=len(shard.ffn), head_dim=d)
+    q_rows = slice(shard.q_heads.start * d, shard.q_heads.stop * d)
+    kv_rows = slice(shard.kv_heads.start * d, shard.kv_heads.stop * d)
+    ffn = slice(shard.ffn.start, shard.ffn.stop)
+    state = {"embed_tokens.weight": model.embed_tokens.weight, "norm.weight": model.norm.weight}
+    if not cfg.tie_word_embeddings:
+        state["lm_head.weight"] = model.lm_head.weight
+    row_parallel = []
+    for i, layer in enumerate(model.layers):
+        p, a = f"layers.{i}.", layer.self_attn
+        state[p + "input_layernorm.weight"] = layer.input_layernorm.weight
+        state[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm.weight
+        # column-parallel: the output rows of this rank's heads / MLP channels
+        for proj, rows in (("q_proj", q_rows), ("k_proj", kv_rows), ("v_proj", kv_rows)):
+            state[p + f"self_attn.{proj}.weight"] = getattr(a, proj).weight[rows].clone()
+            if cfg.attention_bias:
+                state[p + f"self_attn.{proj}.bias"] = getattr(a, proj).bias[rows].clone()
+        state[p + "mlp.gate_proj.weight"] = layer.mlp.gate_proj.weight[ffn].clone()
+        state[p + "mlp.up_proj.weight"] = layer.mlp.up_proj.weight[ffn].clone()
+        # row-parallel: the matching input columns, summed over ranks afterwards
+        row_parallel.append((a.o_proj.weight[:, q_rows].clone(),
+                             layer.mlp.down_proj.weight[:, ffn].clone()))
+    with torch.device("meta"):                 # no random init: every tensor is assigned below
+        local = LlamaModel(local_cfg)
+    local.load_state_dict(state, strict=False, assign=True)
+    for mine, (o_w, down_w) in zip(local.layers, row_parallel):
+        mine.self_attn.o_proj = RowParallelLinear(o_w, all_reduce)
+        mine.mlp.down_proj = RowParallelLinear(down_w, all_reduce)
+    if cfg.tie_word_embeddings:
+        local.lm_head.weight = local.embed_tokens.weight
+    local.inv_freq = model.inv_freq.clone()
+    leftover = [n for n, t in list(local.named_parameters()) + list(local.named_buffers())
+                if t.is_meta]
+    if leftover:
+        raise ValueError(f"shard_model left tensors unset: {leftover[:5]}")
+    return local.eval()
+
+
+def num_parameters(model: nn.Module) -> int:
+    """Distinct parameters (a tied matrix counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+@dataclass
+class TPResult:
+    """What a tensor-parallel run produced (rank 0's view; every rank agrees on the tokens)."""
+
+    world_size: int
+    logits: torch.Tensor                 # [prompt_len, vocab] float32, the prefill's logits
+    token_ids: list[int]                 # greedy continuation
+    all_reduces_per_forward: list[int]   # per forward pass, counted on rank 0
+    all_reduce_bytes: int                # bytes rank 0 put into all-reduces, whole run
+    all_reduce_seconds: float            # time rank 0 spent inside all-reduces
+    forward_seconds: list[float]         # wall time of each forward on rank 0
+    shards: list[TPShard]
+    params_per_rank: list[int]
+    kv_cache_bytes_per_rank: list[int]
+    extra: dict = field(default_factory=dict)
+
+
+def tp_worker(rank: int, world_size: int, source: ModelSource, prompt_ids: list[int],
+              max_new_tokens: int, backend: str = "gloo") -> dict:
+    """One rank of a TP run: build the model, keep this rank's shard, prefill + greedy decode."""
+    device = rank_device(rank, backend)
+    full = source.build()
+    shard = tp_plan(full.config, world_size)[rank]
+    counter = AllReduceCounter()
+    model = shard_model(full, shard, counter).to(device)
+    del full
+    T = len(prompt_ids)
+    cache = ContiguousKVCache(model.config, batch_size=1, max_len=T + max_new_tokens,
+                              device=device)
+    ids = torch.tensor(prompt_ids, dtype=torch.long, device=device)  # [T]
+    calls, times, tokens, prefill_logits = [], [], [], None
+    for step in range(max_new_tokens):
+        num_new = [ids.shape[0]]
+        before, t0 = counter.calls, time.perf_counter()
+        hidden = model(ids, cache.positions(num_new).to(device), cache.context(num_new))  # [n, hidden]
+        logits = model.compute_logits(hidden)                                             # [n, vocab]
+        times.append(time.perf_counter() - t0)
+        calls.append(counter.calls - before)
+        cache.advance(num_new)
+        if step == 0:
+            prefill_logits = logits.cpu()
+        next_id = int(logits[-1].argmax())
+        tokens.append(next_id)
+        ids = torch.tensor([next_id], dtype=torch.long, device=device)
+    return {"rank": rank, "tokens": tokens, "calls": calls, "bytes": counter.bytes,
+            "ar_seconds": counter.seconds, "times": times, "shard": shard,
+            "params": num_parameters(model), "kv_bytes": cache.nbytes,
+            "logits": prefill_logits if rank == 0 else None}
+
+
+def run_tensor_parallel(source: ModelSource, prompt_ids: list[int], world_size: int = 2,
+                        max_new_tokens: int = 4, *, timeout: float = 180.0,
+                        backend: str = "gloo") -> TPResult:
+    """Run the model with TP over `world_size` real processes; greedy-decode `max_new_tokens`."""
+    if not prompt_ids:
+        raise ValueError("prompt_ids must hold at least one token, got an empty list")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    outs = launch(tp_worker, world_size, (source, list(prompt_ids), max_new_tokens, backend),
+                  timeout=timeout, backend=backend)
+    for o in outs[1:]:
+        if o["tokens"] != outs[0]["tokens"]:
+            raise RuntimeError(f"ranks disagree on the greedy tokens: rank 0 {outs[0]['tokens']}, "
+                               f"rank {o['rank']} {o['tokens']}")
+    r0 = outs[0]
+    return TPResult(world_size=world_size, logits=r0["logits"], token_ids=r0["tokens"],
+                    all_reduces_per_forward=r0["calls"], all_reduce_bytes=r0["bytes"],
+                    all_reduce_seconds=r0["ar_seconds"], forward_seconds=r0["times"],
+                    shards=[o["shard"] for o in outs], params_per_rank=[o["params"] for o in outs],
+                    kv_cache_bytes_per_rank=[o["kv_bytes"] for o in outs])
+
+
+def greedy_reference(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """Single-process greedy tokens, recomputed from scratch each step (no cache, no sharding)."""
+    ids = list(prompt_ids)
+    out = []
+    for _ in range(max_new_tokens):
+        next_id = int(model.logits_for(ids)[-1].argmax())
+        out.append(next_id)
+        ids.append(next_id)
+    return out

@@ -1,0 +1,168 @@
+"""Serving-metric plots (latency CDFs, request timelines, percentiles vs load) and an arrival
+process explorer (rate, burstiness → arrival times), all from `llmlab.metrics`.
+
+`arrivals_text(...)` gives a line "<n> arrivals at <r> req/s, burstiness <b>: mean gap <g> s,
+CV <c>" (`ARRIVALS_TEXT_PATTERN`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from llmlab import metrics
+
+ARRIVALS_TEXT_PATTERN = re.compile(
+    r"(\d+) arrivals at ([0-9.]+) req/s, burstiness ([0-9.]+): mean gap ([0-9.]+) s, CV ([0-9.]+)")
+METRIC_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    """(scale, unit) that keeps tick labels short: ms below 10 s, s above."""
+    return (1.0, "s") if seconds >= 10 else (1e3, "ms")
+
+
+def _values(summary: metrics.BenchmarkSummary, metric: str) -> list[float]:
+    if metric not in METRIC_LABELS:
+        raise ValueError(f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}")
+    if metric == "itl":
+        return [g for t in summary.timelines for g in t.itls]
+    return [v for v in (getattr(t, metric) for t in summary.timelines) if v is not None]
+
+
+def plot_latency_cdfs(summaries: dict[str, metrics.BenchmarkSummary],
+                      metrics_to_plot: tuple[str, ...] = ("ttft", "tpot", "e2el"),
+                      title: str = "latency CDFs (measured)") -> Any:
+    """One panel per metric, one CDF per labelled run (e.g. per request rate); x in ms."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(metrics_to_plot), figsize=(4.2 * len(metrics_to_plot), 3.6))
+    axes = np.atleast_1d(axes)
+    for ax, metric in zip(axes, metrics_to_plot):
+        top = max((max(_values(s, metric), default=0.0) for s in summaries.values()), default=0.0)
+        scale, unit = _unit(top)
+        for label, s in summaries.items():
+            x, y = metrics.cdf(_values(s, metric))
+            if x.size:
+                ax.step(x * scale, y, where="post", label=label)
+        ax.set_xlabel(f"{METRIC_LABELS[metric]} ({unit})")
+        ax.set_ylabel("fraction of requests" if metric != "itl" else "fraction of gaps")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_percentiles_vs_rate(summaries: dict[float, metrics.BenchmarkSummary],
+                             metric: str = "ttft", title: str | None = None) -> Any:
+    """Mean, p50, p90, p99 of one metric against the request rate (x: req/s, y: ms)."""
+    import matplotlib.pyplot as plt
+
+    rates = sorted(summaries)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    scale, unit = _unit(max((getattr(summaries[r], metric).p99 or 0.0) for r in rates))
+    for field, style in (("mean", "o-"), ("median", "s--"), ("p90", "^-."), ("p99", "v:")):
+        ys = [getattr(getattr(summaries[r], metric), field) for r in rates]
+        ax.plot(rates, [np.nan if y is None else y * scale for y in ys], style,
+                label="p50" if field == "median" else field)
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
+    ax.set_title(title or f"{METRIC_LABELS[metric]} vs offered load (measured)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_request_timelines(summary: metrics.BenchmarkSummary, max_requests: int = 16,
+                           title: str = "request timelines (measured)") -> Any:
+    """A row per request: waiting for the first token (TTFT) then the decode phase, token ticks."""
+    import matplotlib.pyplot as plt
+
+    ts = sorted(summary.timelines, key=lambda t: t.arrival_time)[:max_requests]
+    t0 = min(t.arrival_time for t in ts)
+    scale, unit = _unit(max(t.token_times[-1] for t in ts) - t0)
+    fig, ax = plt.subplots(figsize=(8, 1.0 + 0.3 * len(ts)))
+    for row, t in enumerate(ts):
+        a = (t.arrival_time - t0) * scale
+        first = (t.token_times[0] - t0) * scale
+        last = (t.token_times[-1] - t0) * scale
+        ax.barh(row, first - a, left=a, color="#f59e0b", label="TTFT" if row == 0 else None)
+        ax.barh(row, last - first, left=first, color="#2563eb",
+                label="decode: (n−1)·TPOT" if row == 0 else None)
+        ax.plot([(x - t0) * scale for x in t.token_times], [row] * t.num_output_tokens, "|",
+                color="white", markersize=6)
+    ax.set_yticks(range(len(ts)), [f"req {i}" for i in range(len(ts))], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time since the first arrival ({unit}); ticks: output tokens")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def arrivals_text(rate: float = 2.0, burstiness: float = 1.0, num_requests: int = 200,
+                  seed: int = 0) -> str:
+    """Mean gap and coefficient of variation of the generated arrivals."""
+    gaps = np.diff(metrics.arrival_times(num_requests, rate, burstiness, seed))
+    return (f"{num_requests} arrivals at {rate:g} req/s, burstiness {burstiness:g}: mean gap "
+            f"{gaps.mean():.3f} s, CV {gaps.std() / gaps.mean():.2f} "
+            f"(expected: mean {1 / rate:.3f} s, CV {1 / np.sqrt(burstiness):.2f})")
+
+
+def plot_arrivals(rate: float = 2.0, burstiness: float = 1.0, num_requests: int = 200,
+                  seed: int = 0) -> Any:
+    """Arrival instants on a time line and the histogram of gaps, against Poisson's."""
+    import matplotlib.pyplot as plt
+
+    arr = metrics.arrival_times(num_requests, rate, burstiness, seed)
+    pois = metrics.arrival_times(num_requests, rate, 1.0, seed)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw={"width_ratios": [3, 2]})
+    a1.eventplot([pois, arr], lineoffsets=[1, 0], colors=["#9ca3af", "#2563eb"], linelengths=0.8)
+    a1.set_yticks([0, 1], [f"burstiness {burstiness:g}", "Poisson (1)"])
+    a1.set_xlabel("arrival time (s)")
+    a1.set_title(f"{num_requests} requests at {rate:g} req/s")
+    gaps = np.diff(arr)
+    a2.hist(gaps, bins=30, density=True, color="#2563eb", alpha=0.7, label="gaps drawn")
+    x = np.linspace(0, max(gaps.max(), 1e-9), 200)
+    a2.plot(x, rate * np.exp(-rate * x), "k--", label="exponential (Poisson)")
+    a2.set_xlabel("gap between arrivals (s)")
+    a2.set_ylabel("density (1/s)")
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def arrival_explorer(rate: float = 2.0, burstiness: float = 1.0, num_requests: int = 200,
+                     seed: int = 0) -> Any:
+    """Sliders for request rate and burstiness; the arrival plot and summary line update."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    style = {"description_width": "90px"}
+    rate_w = w.FloatLogSlider(value=rate, base=10, min=-1, max=2, step=0.05,
+                              description="rate (req/s)", style=style)
+    burst_w = w.FloatLogSlider(value=burstiness, base=10, min=-1, max=1, step=0.05,
+                               description="burstiness", style=style)
+    n_w = w.IntSlider(value=num_requests, min=20, max=1000, step=20, description="requests",
+                      style=style)
+    result = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        args = dict(rate=rate_w.value, burstiness=burst_w.value, num_requests=n_w.value, seed=seed)
+        result.value = f'<pre class="llmlab-arrivals-result">{arrivals_text(**args)}</pre>'
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_arrivals(**args)
+            display(fig)
+            plt.close(fig)
+
+    for c in (rate_w, burst_w, n_w):
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([rate_w, burst_w, n_w]), result, out])
