@@ -1,0 +1,182 @@
+"""`python -m llmlab bench roofline`: the real model's steps against this machine's measured roof.
+
+Measures this machine's streaming bandwidth (read and copy) and fp32 matmul peak, then times
+SmolLM2-135M's decode step at several batch sizes (each sequence with `--context` cached
+tokens, one new token each) and a prefill at a few prompt lengths. Each time is reported as a
+multiple of its roofline floor: the memory floor (bytes / bandwidth), the compute floor
+(FLOPs / peak) and the larger of the two. Targets (issue 4): decode at batch 1 within 1.5× of
+the memory floor; the best decode batch within 2× of the compute floor. A missed target is
+profiled (torch.profiler, top operators) so the report says what the time goes to.
+
+Writes build/bench-roofline.json (or --json PATH).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+TARGET_DECODE_B1 = 1.5       # × memory floor
+TARGET_BEST_BATCH = 2.0      # × compute floor
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m llmlab bench roofline", description=__doc__.split("\n\n")[0])
+    p.add_argument("--fast", action="store_true", help="fewer repeats and shapes (CI)")
+    p.add_argument("--json", default="build/bench-roofline.json", help="where to write the results")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--context", type=int, default=128, help="cached tokens per sequence for decode")
+    p.add_argument("--batches", default="1,8,32,128", help="decode batch sizes, comma-separated")
+    p.add_argument("--prompts", default=None, help="prefill prompt lengths (default 64,256,1024; fast 64,256)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--profile", action="store_true", help="profile batch 1 and the best batch even if on target")
+    return p.parse_args(argv)
+
+
+def _profile(fn, rows: int = 8) -> list[dict]:
+    """Top operators by self CPU time of one call of `fn` (after a warm-up)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    return [{"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3,
+             "share": e.self_cpu_time_total / total} for e in events[:rows]]
+
+
+def _step_fn(model: Any, kind: str, n: int, context: int):
+    """A closure doing one step of the shape, for the profiler."""
+    import torch
+
+    from llmlab.kvcache import ContiguousKVCache
+
+    cfg = model.config
+    if kind == "decode":
+        cache = ContiguousKVCache(cfg, batch_size=n, max_len=context + 1)
+        cache.lengths = [context] * n
+        ctx = cache.context([1] * n)
+        pos = cache.positions([1] * n)
+        ids = torch.randint(0, cfg.vocab_size, (n,))
+        return lambda: model.compute_logits(model(ids, pos, ctx))
+    cache = ContiguousKVCache(cfg, batch_size=1, max_len=n)
+    ctx = cache.context([n])
+    pos = cache.positions([n])
+    ids = torch.randint(0, cfg.vocab_size, (n,))
+    return lambda: model.compute_logits(model(ids, pos, ctx)[-1:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.fast:
+        os.environ["LLMLAB_FAST"] = "1"
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from llmlab import hardware, roofline
+    from llmlab.model import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    batches = [int(b) for b in args.batches.split(",") if b]
+    prompts = [int(p) for p in (args.prompts or ("64,256" if args.fast else "64,256,1024")).split(",") if p]
+    repeats = 3 if args.fast else 7
+
+    t0 = time.perf_counter()
+    print("measuring this machine's bandwidth and matmul peak ...", flush=True)
+    read_bw = hardware.measure_bandwidth("cpu", kind="read")
+    copy_bw = hardware.measure_bandwidth("cpu", kind="copy")
+    peak = hardware.measure_matmul_flops("cpu", "fp32")
+    gemv_bw = hardware.measure_gemv_bandwidth("cpu")
+    threads = torch.get_num_threads()
+    name = f"{hardware.cpu_name()}, {threads} threads"
+    hw = hardware.Hardware(name=name, mem_bw=read_bw, peak_flops={"fp32": peak}, mem_size=1.0,
+                           kind="cpu", measured=True, extra={"copy_bw": copy_bw})
+    print(f"  {name}: read {read_bw / 1e9:.1f} GB/s, copy {copy_bw / 1e9:.1f} GB/s, "
+          f"fp32 matmul {peak / 1e9:.1f} GFLOP/s, ridge {peak / read_bw:.2f} FLOP/B", flush=True)
+    print(f"  batch-1 linear (GEMV) streams its weight at {gemv_bw / 1e9:.1f} GB/s "
+          f"({gemv_bw / read_bw:.0%} of the read bandwidth)", flush=True)
+
+    print(f"loading {args.model} ...", flush=True)
+    model, _ = load_model(args.model)
+    measurements = []
+    for b in batches:
+        m = roofline.measure_decode_step(model, b, args.context, repeats=repeats, budget_s=20.0)
+        measurements.append(m)
+        print(f"  decode batch {b}: {m.seconds * 1e3:.1f} ms", flush=True)
+    for n in prompts:
+        m = roofline.measure_prefill(model, n, repeats=max(2, repeats // 2), budget_s=20.0)
+        measurements.append(m)
+        print(f"  prefill {n} tokens: {m.seconds * 1e3:.1f} ms", flush=True)
+
+    rows = []
+    for m in measurements:
+        v = m.vs_floor(hw, "fp32")
+        rows.append({"kind": m.kind, "batch": m.batch, "tokens": m.tokens, "seconds": m.seconds,
+                     "flops": m.op.flops, "bytes": m.op.bytes, "intensity": m.op.intensity,
+                     "achieved_flops": m.achieved_flops, "achieved_bw": m.op.bytes / m.seconds, **v})
+
+    header = (f"{'shape':<22}{'measured ms':>12}{'mem floor':>11}{'cmp floor':>11}{'bound':>9}"
+              f"{'x floor':>9}{'x mem':>8}{'x cmp':>8}{'GB/s':>8}{'GFLOP/s':>9}")
+    print(f"\nroofline of {name} (measured): bandwidth {read_bw / 1e9:.1f} GB/s, peak {peak / 1e9:.1f} GFLOP/s fp32")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        shape = (f"decode B={r['batch']} ctx={r['tokens']}" if r["kind"] == "decode"
+                 else f"prefill n={r['tokens']}")
+        print(f"{shape:<22}{r['seconds'] * 1e3:>12.1f}{r['memory_floor'] * 1e3:>11.1f}"
+              f"{r['compute_floor'] * 1e3:>11.1f}{r['bound']:>9}{r['x_floor']:>9.2f}"
+              f"{r['x_memory_floor']:>8.2f}{r['x_compute_floor']:>8.2f}"
+              f"{r['achieved_bw'] / 1e9:>8.1f}{r['achieved_flops'] / 1e9:>9.1f}")
+
+    decode = [r for r in rows if r["kind"] == "decode"]
+    b1 = next((r for r in decode if r["batch"] == 1), None)
+    best = min(decode, key=lambda r: r["x_compute_floor"]) if decode else None
+    targets = {}
+    if b1:
+        targets["decode_b1_x_memory_floor"] = {"value": b1["x_memory_floor"], "target": TARGET_DECODE_B1,
+                                               "met": b1["x_memory_floor"] <= TARGET_DECODE_B1}
+    if best:
+        targets["best_batch_x_compute_floor"] = {"value": best["x_compute_floor"], "batch": best["batch"],
+                                                 "target": TARGET_BEST_BATCH,
+                                                 "met": best["x_compute_floor"] <= TARGET_BEST_BATCH}
+    print()
+    for key, t in targets.items():
+        extra = f" (batch {t['batch']})" if "batch" in t else ""
+        print(f"{key}{extra}: {t['value']:.2f} (target <= {t['target']}) {'MET' if t['met'] else 'MISSED'}")
+    if b1:
+        gemv_floor = b1["bytes"] / gemv_bw
+        b1["gemv_floor"] = gemv_floor
+        print(f"decode batch 1 against the GEMV's own bandwidth ({gemv_bw / 1e9:.1f} GB/s): floor "
+              f"{gemv_floor * 1e3:.1f} ms, measured {b1['seconds'] * 1e3:.1f} ms = {b1['seconds'] / gemv_floor:.2f}x")
+
+    profiles = {}
+    to_profile = []
+    if b1 and (args.profile or not targets["decode_b1_x_memory_floor"]["met"]):
+        to_profile.append(("decode", 1))
+    if best and (args.profile or not targets["best_batch_x_compute_floor"]["met"]):
+        to_profile.append(("decode", best["batch"]))
+    for kind, n in to_profile:
+        top = _profile(_step_fn(model, kind, n, args.context))
+        profiles[f"{kind}_b{n}"] = top
+        print(f"\nprofile of {kind} batch {n} (self CPU time, top operators):")
+        for e in top:
+            print(f"  {e['op']:<32}{e['calls']:>6} calls {e['self_ms']:>9.2f} ms {e['share']:>6.1%}")
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    out = {"machine": {"name": name, "cpu": hardware.cpu_name(), "threads": threads,
+                       "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+                       "load_average": load, "read_bw": read_bw, "copy_bw": copy_bw, "fp32_matmul_flops": peak,
+                       "gemv_bw": gemv_bw},
+           "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
+           "seconds": time.perf_counter() - t0}
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print(f"\nwrote {path} ({out['seconds']:.0f} s)")
+    return 0

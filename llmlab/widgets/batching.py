@@ -1,0 +1,72 @@
+"""Batching simulator: arrival rate, output-length spread and max batch → Gantt charts of static
+and continuous batching, throughput and mean latency (all from `llmlab.sim`).
+
+`batching_text(...)` gives lines of which the first is
+"Continuous/static throughput: <x>x, mean latency <a> vs <b> steps" (`BATCHING_TEXT_PATTERN`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from llmlab import sim
+
+BATCHING_TEXT_PATTERN = re.compile(
+    r"Continuous/static throughput: ([0-9.]+)x, mean latency ([0-9.]+) vs ([0-9.]+) steps")
+
+
+def _results(arrival_rate: float, output_spread: float, max_batch: int, num_requests: int,
+             mean_output: int, seed: int) -> dict[str, sim.SimResult]:
+    trace = sim.make_trace(num_requests, arrival_rate, mean_output, output_spread, seed=seed)
+    return sim.compare(trace, max_batch)
+
+
+def batching_text(arrival_rate: float = 0.5, output_spread: float = 0.8, max_batch: int = 8,
+                  num_requests: int = 24, mean_output: int = 24, seed: int = 0) -> str:
+    """Throughput ratio and mean latencies (continuous vs static), in steps."""
+    r = _results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
+    c, s = r["continuous"], r["static"]
+    return (f"Continuous/static throughput: {c.throughput / s.throughput:.2f}x, mean latency "
+            f"{c.mean_latency:.1f} vs {s.mean_latency:.1f} steps\n"
+            f"continuous: {c.throughput:.2f} tok/step, mean batch {c.mean_batch:.1f} of {max_batch}; "
+            f"static: {s.throughput:.2f} tok/step, mean batch {s.mean_batch:.1f} of {max_batch}")
+
+
+def plot_batching_simulator(arrival_rate: float = 0.5, output_spread: float = 0.8, max_batch: int = 8,
+                            num_requests: int = 24, mean_output: int = 24, seed: int = 0) -> Any:
+    """Gantt charts of both policies on one random trace, plus batch occupancy per step."""
+    r = _results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
+    return sim.plot_compare(r, time_unit="steps")
+
+
+def batching_simulator(arrival_rate: float = 0.5, output_spread: float = 0.8, max_batch: int = 8,
+                       num_requests: int = 24, mean_output: int = 24, seed: int = 0) -> Any:
+    """Sliders for the batching simulator; the result line updates on every change."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    style = {"description_width": "120px"}
+    rate = w.FloatSlider(value=arrival_rate, min=0.05, max=4.0, step=0.05, description="arrivals / step",
+                         style=style)
+    spread = w.FloatSlider(value=output_spread, min=0.0, max=1.0, step=0.05, description="length spread",
+                           style=style)
+    batch = w.IntSlider(value=max_batch, min=1, max=32, description="max batch", style=style)
+    n = w.IntSlider(value=num_requests, min=4, max=64, description="requests", style=style)
+    result = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        args = dict(arrival_rate=rate.value, output_spread=spread.value, max_batch=batch.value,
+                    num_requests=n.value, mean_output=mean_output, seed=seed)
+        result.value = f'<pre class="llmlab-batching-result">{batching_text(**args)}</pre>'
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_batching_simulator(**args)
+            display(fig)
+            plt.close(fig)
+
+    for c in (rate, spread, batch, n):
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([rate, spread]), w.HBox([batch, n]), result, out])
