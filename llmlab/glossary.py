@@ -1,0 +1,214 @@
+"""The A–Z glossary of the series (English and Chinese), and the scanner that checks notebooks
+use it.
+
+`data/glossary.json` holds one entry per term: the English term, its Chinese name, other
+accepted spellings in each language, a one-sentence definition and the chapter that introduces
+it. `load_glossary()` reads and validates it; `lookup()` finds an entry by any of its names;
+`glossary_markdown()` renders the A–Z table of chapter 12.
+
+Notebooks introduce a term once as "term (中文)" (also "*term* (中文)", "term (ABBR, 中文)").
+`find_term_uses()` finds those places in a notebook's markdown and `unknown_term_uses()` lists
+the ones whose Chinese name is not in the glossary.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmlab.config import DATA_DIR
+
+GLOSSARY_PATH = DATA_DIR / "glossary.json"
+MAX_CHAPTER = 12
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# a parenthesised group (ASCII or full-width brackets) with at least one CJK character inside,
+# and up to 60 characters of text before it on the same line
+_PAREN = re.compile(r"([^\n()（）]{0,60}?)\s*[(（]([^()（）\n]*[\u3400-\u9fff][^()（）\n]*)[)）]")
+_SPLIT = re.compile(r"[,，、;；/]")
+
+
+@dataclass(frozen=True)
+class GlossaryEntry:
+    """One glossary term. `chapter`: the notebook number (0–12) that introduces it."""
+
+    term: str
+    zh: str
+    definition: str
+    chapter: int
+    aliases: tuple[str, ...] = ()        # other English names: abbreviations, code names
+    zh_aliases: tuple[str, ...] = ()     # other Chinese names in use
+
+    @property
+    def letter(self) -> str:
+        """The A–Z section the term is filed under."""
+        return self.term[0].upper()
+
+    def names(self) -> tuple[str, ...]:
+        """Every English and Chinese name of the term."""
+        return (self.term, *self.aliases, self.zh, *self.zh_aliases)
+
+
+def sort_key(term: str) -> str:
+    """The A–Z order of the glossary: case-insensitive."""
+    return term.casefold()
+
+
+def has_cjk(text: str) -> bool:
+    """True when `text` holds at least one Chinese character."""
+    return bool(_CJK.search(text))
+
+
+def _entry(raw: Any, index: int) -> GlossaryEntry:
+    if not isinstance(raw, dict):
+        raise ValueError(f"glossary entry {index} must be an object, got {type(raw).__name__}")
+    missing = {"term", "zh", "definition", "chapter"} - set(raw)
+    if missing:
+        raise ValueError(f"glossary entry {index} ({raw.get('term')!r}) lacks {sorted(missing)}")
+    term, zh, definition, chapter = raw["term"], raw["zh"], raw["definition"], raw["chapter"]
+    if not isinstance(term, str) or not term.strip() or has_cjk(term):
+        raise ValueError(f"glossary entry {index}: term must be a non-empty English string, got {term!r}")
+    if not isinstance(zh, str) or not has_cjk(zh):
+        raise ValueError(f"glossary entry {index} ({term!r}): zh must hold Chinese characters, got {zh!r}")
+    if not isinstance(definition, str) or not definition.strip():
+        raise ValueError(f"glossary entry {index} ({term!r}): definition must be a non-empty string")
+    if isinstance(chapter, bool) or not isinstance(chapter, int) or not 0 <= chapter <= MAX_CHAPTER:
+        raise ValueError(f"glossary entry {index} ({term!r}): chapter must be an int in "
+                         f"[0, {MAX_CHAPTER}], got {chapter!r}")
+    aliases = tuple(raw.get("aliases", ()))
+    zh_aliases = tuple(raw.get("zh_aliases", ()))
+    bad = [a for a in zh_aliases if not isinstance(a, str) or not has_cjk(a)]
+    if bad:
+        raise ValueError(f"glossary entry {index} ({term!r}): zh_aliases must hold Chinese, got {bad}")
+    return GlossaryEntry(term, zh, definition, chapter, aliases, zh_aliases)
+
+
+def parse_glossary(data: Any) -> list[GlossaryEntry]:
+    """Validate a glossary document ({"terms": [...]}) and return its entries in file order.
+
+    Raises ValueError for a missing field, a term without Chinese, a chapter outside 0–12, or
+    two entries with the same English term.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("terms"), list):
+        raise ValueError('a glossary must be an object with a "terms" list')
+    entries = [_entry(raw, i) for i, raw in enumerate(data["terms"])]
+    seen: dict[str, str] = {}
+    for e in entries:
+        key = sort_key(e.term)
+        if key in seen:
+            raise ValueError(f"glossary term {e.term!r} appears twice")
+        seen[key] = e.term
+    return entries
+
+
+def load_glossary(path: str | Path | None = None) -> list[GlossaryEntry]:
+    """The glossary's entries in file order (which the tests keep A–Z)."""
+    path = Path(path) if path is not None else GLOSSARY_PATH
+    return parse_glossary(json.loads(path.read_text(encoding="utf-8")))
+
+
+def lookup(name: str, entries: Sequence[GlossaryEntry] | None = None) -> GlossaryEntry:
+    """The entry one of whose English or Chinese names is `name` (English case-insensitive)."""
+    entries = load_glossary() if entries is None else entries
+    key = sort_key(name.strip())
+    for e in entries:
+        if any(sort_key(n) == key for n in e.names()):
+            return e
+    raise ValueError(f"name {name!r} is not in the glossary ({len(entries)} terms)")
+
+
+def find_zh(zh: str, entries: Sequence[GlossaryEntry]) -> GlossaryEntry | None:
+    """The entry whose Chinese name or Chinese alias is `zh` (spaces ignored), or None."""
+    want = re.sub(r"\s+", "", zh)
+    for e in entries:
+        if any(re.sub(r"\s+", "", z) == want for z in (e.zh, *e.zh_aliases)):
+            return e
+    return None
+
+
+def glossary_markdown(entries: Sequence[GlossaryEntry] | None = None) -> str:
+    """The A–Z table as Markdown: one section per letter, columns term, 中文, definition, chapter."""
+    entries = load_glossary() if entries is None else entries
+    lines: list[str] = []
+    letter = None
+    for e in sorted(entries, key=lambda e: sort_key(e.term)):
+        if e.letter != letter:
+            letter = e.letter
+            lines += ["", f"**{letter}**", "", "| term | 中文 | definition | chapter |",
+                      "|---|---|---|---|"]
+        names = e.term + (f" ({', '.join(e.aliases)})" if e.aliases else "")
+        zh = e.zh + (f" ({'、'.join(e.zh_aliases)})" if e.zh_aliases else "")
+        lines.append(f"| {names} | {zh} | {e.definition.replace('|', '/')} | {e.chapter:02d} |")
+    return "\n".join(lines).strip() + "\n"
+
+
+def terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None) -> dict[int, int]:
+    """How many glossary terms each chapter 0–12 introduces."""
+    entries = load_glossary() if entries is None else entries
+    counts = dict.fromkeys(range(MAX_CHAPTER + 1), 0)
+    for e in entries:
+        counts[e.chapter] += 1
+    return counts
+
+
+def plot_terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None, ax: Any = None) -> Any:
+    """Bar chart: glossary terms introduced by each chapter (no Chinese in the figure)."""
+    import matplotlib.pyplot as plt
+
+    counts = terms_per_chapter(entries)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.2))
+    ax.bar([f"{c:02d}" for c in counts], list(counts.values()), color="#2563eb")
+    ax.set_xlabel("chapter")
+    ax.set_ylabel("new terms")
+    ax.set_title(f"Where the {sum(counts.values())} glossary terms are introduced")
+    return ax
+
+
+# ---- scanning notebooks for "term (中文)" ----------------------------------------------------
+
+@dataclass(frozen=True)
+class TermUse:
+    """One "term (中文)" in a notebook's markdown."""
+
+    notebook: str      # file name
+    cell: int          # cell index
+    english: str       # the words before the bracket (may hold more than the term itself)
+    zh: str            # one Chinese name inside the bracket
+
+
+def find_term_uses(text: str, notebook: str = "", cell: int = 0) -> list[TermUse]:
+    """Every Chinese name in brackets in `text` with the words before it.
+
+    "*prefill* (预填充)", "GQA (grouped-query attention, 分组查询注意力)" and
+    "throughput (吞吐, tokens/s)" all count; each Chinese part of a bracket is one use.
+    """
+    uses = []
+    for m in _PAREN.finditer(text):
+        before = re.sub(r"[*_`]", "", m.group(1)).strip()
+        for part in _SPLIT.split(m.group(2)):
+            part = part.strip()
+            if has_cjk(part):
+                uses.append(TermUse(notebook, cell, before, part))
+    return uses
+
+
+def notebook_term_uses(path: str | Path) -> list[TermUse]:
+    """`find_term_uses` over every markdown cell of a notebook."""
+    path = Path(path)
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    uses: list[TermUse] = []
+    for i, c in enumerate(cells):
+        if c.get("cell_type") == "markdown":
+            src = c.get("source", "")
+            uses += find_term_uses("".join(src) if isinstance(src, list) else src, path.name, i)
+    return uses
+
+
+def unknown_term_uses(paths: Iterable[str | Path],
+                      entries: Sequence[GlossaryEntry] | None = None) -> list[TermUse]:
+    """The "term (中文)" uses in these notebooks whose Chinese name the glossary lacks."""
+    entries = load_glossary() if entries is None else entries
+    return [u for p in paths for u in notebook_term_uses(p) if find_zh(u.zh, entries) is None]

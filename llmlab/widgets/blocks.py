@@ -1,0 +1,350 @@
+"""Block-allocation visualiser (chapter 11): the block tables of live requests and the physical
+KV block pool they point into.
+
+`snapshot(manager, requests)` copies the state of a `KVCacheManager` (which request holds which
+blocks, reference counts, which blocks are in the prefix cache, how many tokens each stores);
+`plot_block_tables(snap)` draws it: one row per request with its logical blocks and the
+physical block each maps to, above a grid of every physical block coloured by owner, shared
+prefix blocks hatched with their reference count, free blocks that still hold a cached prefix
+in grey. `manager_walkthrough()` records a small scenario on a real manager (two requests
+sharing a prefix, one finishing, a third hitting the cache); `record_engine(engine)` records
+every step of a real engine run; `waste_from_snapshots` turns a recording into the same
+`sim.WasteResult` the simulator gives, measured. `block_allocation_explorer(snaps)` adds a
+step slider.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmlab.kvcache.manager import KVCacheManager
+
+# colourblind-friendly owner colours (no Chinese in figures: labels are request ids)
+OWNER_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2",
+                 "#65a30d", "#dc2626", "#4b5563", "#b45309")
+FREE_COLOUR = "#ffffff"
+CACHED_FREE_COLOUR = "#d1d5db"
+
+
+@dataclass(frozen=True)
+class BlockView:
+    """One physical block at the moment of the snapshot."""
+
+    block_id: int
+    ref_cnt: int
+    owners: tuple[str, ...]          # request ids whose block table holds this block
+    filled: int | None               # tokens stored in it (None when unknown)
+    cached: bool                     # findable in the prefix cache (has a hash)
+
+    @property
+    def shared(self) -> bool:
+        return self.ref_cnt > 1
+
+
+@dataclass(frozen=True)
+class BlockSnapshot:
+    """The block tables of live requests and the state of every physical block."""
+
+    num_blocks: int
+    block_size: int
+    tables: dict[str, tuple[int, ...]]          # request id -> physical block ids, logical order
+    num_stored: dict[str, int]                  # request id -> tokens whose K/V are stored
+    num_cached: dict[str, int]                  # request id -> prefix-cache hit (tokens)
+    blocks: tuple[BlockView, ...]               # indexed by block id
+    label: str = ""
+    free_queue: tuple[int, ...] = field(default=())   # free block ids, next to be handed out first
+
+    @property
+    def held_blocks(self) -> list[int]:
+        """Ids of blocks some request holds (ref_cnt > 0)."""
+        return [b.block_id for b in self.blocks if b.ref_cnt > 0]
+
+    @property
+    def shared_blocks(self) -> list[int]:
+        """Ids of blocks held by more than one request (shared prefix)."""
+        return [b.block_id for b in self.blocks if b.ref_cnt > 1]
+
+    @property
+    def tokens_stored(self) -> int:
+        """Tokens stored, summed over requests (a shared block counts once per holder)."""
+        return sum(self.num_stored.values())
+
+    @property
+    def logical_slots(self) -> int:
+        """Token slots in the requests' block tables, summed over requests."""
+        return sum(len(t) for t in self.tables.values()) * self.block_size
+
+    @property
+    def physical_slots(self) -> int:
+        """Token slots of the distinct blocks in use (a shared block counts once)."""
+        return len(self.held_blocks) * self.block_size
+
+    @property
+    def paged_waste(self) -> float:
+        """Fraction of the requests' block slots that hold no token (0.0 with no blocks)."""
+        return 1 - self.tokens_stored / self.logical_slots if self.logical_slots else 0.0
+
+
+def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
+             label: str = "") -> BlockSnapshot:
+    """Copy the manager's block tables and pool state.
+
+    requests: the live `Request` objects (their `num_computed_tokens` says how many tokens each
+    stores, `num_cached_tokens` its prefix hit). Without them, fills are unknown and every
+    table slot counts as stored.
+    """
+    if not isinstance(manager, KVCacheManager):
+        raise ValueError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+    bs = manager.block_size
+    reqs = {r.request_id: r for r in (requests or ())}
+    tables = {rid: tuple(b.block_id for b in blocks)
+              for rid, blocks in manager.req_to_blocks.items() if blocks}
+    num_stored: dict[str, int] = {}
+    num_cached: dict[str, int] = {}
+    for rid, table in tables.items():
+        r = reqs.get(rid)
+        num_stored[rid] = (min(r.num_computed_tokens, len(table) * bs) if r is not None
+                           else len(table) * bs)
+        num_cached[rid] = max(getattr(r, "num_cached_tokens", 0), 0) if r is not None else 0
+    owners: dict[int, list[str]] = {}
+    filled: dict[int, int] = {}
+    for rid, table in tables.items():
+        for i, bid in enumerate(table):
+            owners.setdefault(bid, []).append(rid)
+            n = max(0, min(bs, num_stored[rid] - i * bs))
+            filled[bid] = max(filled.get(bid, 0), n)
+    known = requests is not None
+    views = tuple(BlockView(b.block_id, b.ref_cnt, tuple(owners.get(b.block_id, ())),
+                            filled.get(b.block_id, 0) if known else None, b.block_hash is not None)
+                  for b in manager.block_pool.blocks)
+    free = tuple(b.block_id for b in manager.block_pool.free_block_queue)
+    return BlockSnapshot(manager.num_blocks, bs, tables, num_stored, num_cached, views, label, free)
+
+
+def snapshot_text(snap: BlockSnapshot) -> str:
+    """One line: requests, blocks held and shared, tokens in slots, waste."""
+    cached_free = sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
+    return (f"{snap.label + ': ' if snap.label else ''}{len(snap.tables)} live requests, "
+            f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
+            f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
+            f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
+            f"({snap.paged_waste:.0%} unfilled)")
+
+
+def _owner_colours(snap: BlockSnapshot) -> dict[str, str]:
+    return {rid: OWNER_COLOURS[i % len(OWNER_COLOURS)] for i, rid in enumerate(snap.tables)}
+
+
+def _cell(ax: Any, x: float, y: float, colour: str, fill: float | None, text: str,
+          shared: bool = False, cached_free: bool = False) -> None:
+    from matplotlib.patches import Rectangle
+
+    light = colour if colour in (FREE_COLOUR, CACHED_FREE_COLOUR) else colour + "40"
+    ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, facecolor=light,
+                           edgecolor="black" if shared else "#6b7280",
+                           linewidth=2.2 if shared else 0.8,
+                           linestyle=":" if cached_free else "-",
+                           hatch="//" if shared else None))
+    if fill:
+        # the axes run top-down, so y + 0.77 is the cell's bottom edge
+        ax.add_patch(Rectangle((x + 0.05, y + 0.77), 0.9 * fill, 0.18, facecolor=colour,
+                               edgecolor="none"))
+    ax.text(x + 0.5, y + 0.45, text, ha="center", va="center", fontsize=7,
+            bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none",
+                  "alpha": 0.8} if shared else None)
+
+
+def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = None) -> Any:
+    """Draw the block tables (top) and the physical block pool (bottom); returns the figure.
+
+    Colours are owners; a hatched, thick-edged block is shared (its reference count is printed
+    as ×n); a grey dotted block is free but still in the prefix cache (evictable); white is free.
+    The bar along a block's bottom shows how full it is.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if not isinstance(cols, int) or cols < 1:
+        raise ValueError(f"cols must be an int >= 1, got {cols!r}")
+    colours = _owner_colours(snap)
+    bs = snap.block_size
+    width = max([4] + [len(t) for t in snap.tables.values()])
+    n_req = max(1, len(snap.tables))
+    pool_rows = -(-snap.num_blocks // cols)
+    # square cells in both panels: the tables panel is only as wide as the longest table
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(min(0.5 * max(cols, width) + 4.5, 16), 0.5 * (n_req + pool_rows) + 2.6),
+        gridspec_kw={"height_ratios": [n_req + 0.6, pool_rows + 0.6]})
+    top.set_aspect("equal")
+    bottom.set_aspect("equal")
+
+    # block tables: logical block i of each request -> physical id
+    for row, (rid, table) in enumerate(snap.tables.items()):
+        stored = snap.num_stored[rid]
+        for i, bid in enumerate(table):
+            fill = max(0, min(bs, stored - i * bs)) / bs
+            view = snap.blocks[bid]
+            _cell(top, i, row, colours[rid], fill, f"#{bid}" + (f" x{view.ref_cnt}" if view.shared else ""),
+                  shared=view.shared)
+    top.set_xlim(0, width)
+    top.set_ylim(n_req, 0)
+    top.set_yticks([r + 0.5 for r in range(len(snap.tables))])
+    top.set_yticklabels([f"{rid} ({snap.num_stored[rid]} tok"
+                         + (f", {snap.num_cached[rid]} cached)" if snap.num_cached[rid] else ")")
+                         for rid in snap.tables], fontsize=8)
+    top.set_xticks([i + 0.5 for i in range(width)])
+    top.set_xticklabels([str(i) for i in range(width)], fontsize=7)
+    top.set_xlabel(f"logical block (block size {bs} tokens); cell: physical block id")
+    top.set_title("Block tables: logical block -> physical block", fontsize=10)
+    if not snap.tables:
+        top.text(width / 2, 0.5, "no live requests", ha="center", va="center")
+
+    # the physical pool
+    for bid, view in enumerate(snap.blocks):
+        x, y = bid % cols, bid // cols
+        if view.owners:
+            colour = colours[view.owners[0]]
+        else:
+            colour = CACHED_FREE_COLOUR if view.cached else FREE_COLOUR
+        fill = None if view.filled is None or not view.owners else view.filled / bs
+        text = f"{bid}" + (f"\nx{view.ref_cnt}" if view.shared else "")
+        _cell(bottom, x, y, colour, fill, text, shared=view.shared,
+              cached_free=view.ref_cnt == 0 and view.cached)
+    bottom.set_xlim(0, cols)
+    bottom.set_ylim(pool_rows, 0)
+    bottom.set_xticks([])
+    bottom.set_yticks([])
+    bottom.set_xlabel(f"physical KV blocks 0-{snap.num_blocks - 1} (id in the cell)")
+    handles = [Patch(facecolor=colours[r] + "40", edgecolor=colours[r], label=r) for r in snap.tables]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch="//", linewidth=2, label="shared (x ref count)"),
+                Patch(facecolor=CACHED_FREE_COLOUR, edgecolor="#6b7280", linestyle=":",
+                      label="free, prefix still cached"),
+                Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label="free")]
+    bottom.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    bottom.set_title(snapshot_text(snap), fontsize=8)
+    fig.suptitle(title or "Paged KV cache: block tables and the block pool", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+# ---- recordings ------------------------------------------------------------------------------
+
+def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: int = 8) -> list[BlockSnapshot]:
+    """A small story on a real `KVCacheManager`, one snapshot per stage.
+
+    A arrives (a shared prefix of `prefix_len` tokens plus its own); B arrives with the same
+    prefix and gets its full blocks from the prefix cache; both decode a few tokens; A finishes
+    and its blocks go back to the free queue, the full ones still cached; C arrives with the
+    prefix and takes them back without recomputing.
+    """
+    from llmlab.engine.request import Request
+    from llmlab.sampling import SamplingParams
+
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+    if not isinstance(prefix_len, int) or prefix_len < block_size:
+        raise ValueError(f"prefix_len must be an int >= block_size={block_size}, got {prefix_len!r}")
+    mgr = KVCacheManager(num_blocks, block_size, enable_caching=True)
+    prefix = list(range(100, 100 + prefix_len))
+    params = SamplingParams(max_tokens=64)
+    snaps: list[BlockSnapshot] = []
+    live: dict[str, Request] = {}
+
+    def admit(rid: str, own: list[int]) -> None:
+        req = Request(rid, prefix + own, params, arrival_time=0.0)
+        hits, num_cached = mgr.get_computed_blocks(req)
+        if mgr.allocate_slots(req, req.num_tokens - num_cached, hits) is None:
+            raise ValueError(f"num_blocks={num_blocks} is too small for this walk-through")
+        req.num_cached_tokens = num_cached
+        req.num_computed_tokens = req.num_tokens
+        live[rid] = req
+
+    def decode(steps: int) -> None:
+        for s in range(steps):
+            for req in live.values():
+                req.append_output_token(500 + s)
+                if mgr.allocate_slots(req, 1) is None:
+                    raise ValueError(f"num_blocks={num_blocks} is too small for this walk-through")
+                req.num_computed_tokens += 1
+
+    admit("A", [1, 2, 3])
+    snaps.append(snapshot(mgr, live.values(), "1. A arrives"))
+    admit("B", [7, 8, 9, 10, 11])
+    snaps.append(snapshot(mgr, live.values(), "2. B shares A's prefix blocks"))
+    decode(block_size)
+    snaps.append(snapshot(mgr, live.values(), f"3. both decode {block_size} tokens"))
+    mgr.free(live.pop("A"))
+    snaps.append(snapshot(mgr, live.values(), "4. A finishes"))
+    admit("C", [42])
+    snaps.append(snapshot(mgr, live.values(), "5. C hits the prefix cache"))
+    return snaps
+
+
+def record_engine(engine: Any, max_steps: int | None = None,
+                  tokens: dict[str, list[int]] | None = None) -> list[BlockSnapshot]:
+    """Step a real `LLMEngine` until it has no unfinished requests (or `max_steps` steps),
+    snapshotting its KV cache manager after every step.
+
+    tokens: if given, each step's new output tokens are appended to `tokens[request_id]`.
+    """
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
+    snaps = []
+    step = 0
+    while engine.has_unfinished_requests() and (max_steps is None or step < max_steps):
+        for out in engine.step():
+            if tokens is not None:
+                tokens.setdefault(out.request_id, []).extend(out.outputs[0].token_ids)
+        step += 1
+        snaps.append(snapshot(engine.kv_cache_manager, engine.scheduler.running, f"step {step}"))
+    return snaps
+
+
+def waste_from_snapshots(snaps: Sequence[BlockSnapshot], max_model_len: int) -> Any:
+    """Measured KV waste of a recording, as a `llmlab.sim.WasteResult`: per snapshot, tokens
+    stored, slots a max-length contiguous reservation would hold (max_model_len per live
+    request) and slots the block tables hold. Snapshots with no live request are skipped."""
+    from llmlab.sim import WasteResult
+
+    if not isinstance(max_model_len, int) or max_model_len < 1:
+        raise ValueError(f"max_model_len must be an int >= 1, got {max_model_len!r}")
+    live = [s for s in snaps if s.tables]
+    if not live:
+        raise ValueError("snaps holds no snapshot with a live request")
+    bs = live[0].block_size
+    return WasteResult(bs, max_model_len, "max_len",
+                       used=[s.tokens_stored for s in live],
+                       contiguous=[len(s.tables) * max_model_len for s in live],
+                       paged=[s.logical_slots for s in live])
+
+
+# ---- the widget --------------------------------------------------------------------------------
+
+def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols: int = 16) -> Any:
+    """A slider over recorded snapshots (default: `manager_walkthrough()`), redrawing the block
+    tables and the pool at each position."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    snaps = list(snaps) if snaps is not None else manager_walkthrough()
+    if not snaps:
+        raise ValueError("snaps must hold at least one BlockSnapshot")
+    slider = w.IntSlider(value=0, min=0, max=len(snaps) - 1, description="snapshot",
+                         style={"description_width": "80px"})
+    result = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        snap = snaps[slider.value]
+        result.value = f'<pre class="llmlab-blocks-result">{snapshot_text(snap)}</pre>'
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_block_tables(snap, cols=cols)
+            display(fig)
+            plt.close(fig)
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return w.VBox([slider, result, out])

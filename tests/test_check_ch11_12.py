@@ -1,0 +1,129 @@
+"""Checkers of chapters 11 and 12: right answers pass, typical mistakes get their hint, None
+is "not yet", hints never give the answer away; chapter 12's map of the seed's five questions
+points at checkers that exist; and chapter 11's waste trace has the vLLM paper's shape."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from llmlab import sim
+from llmlab.check import ch11, ch12
+from llmlab.check.core import FAIL_WORD, PASS_WORD
+
+
+def _fails_with(result, *words):
+    assert not result.passed, result
+    for w in words:
+        assert w in result.message, (w, result.message)
+
+
+# ---- chapter 11 ---------------------------------------------------------------------------
+
+def test_slot_for_position():
+    table, bs, pos = ch11.SLOT_BLOCK_TABLE, ch11.SLOT_BLOCK_SIZE, ch11.SLOT_POSITION
+    logical, offset = divmod(pos, bs)
+    right = table[logical] * bs + offset
+    assert ch11.slot_for_position(right).passed
+    _fails_with(ch11.slot_for_position(pos), "logical position")
+    _fails_with(ch11.slot_for_position(table[logical] + offset), "multiply")
+    _fails_with(ch11.slot_for_position(table[logical] * bs + pos), "modulo")
+    assert str(right) not in ch11.slot_for_position(right + 1000).message
+
+
+def test_cached_tokens_counts_whole_shared_blocks_only():
+    bs, shared = ch11.HIT_BLOCK_SIZE, ch11.HIT_SYSTEM_LEN
+    assert shared % bs, "the exercise needs a prefix that ends inside a block"
+    right = shared // bs * bs
+    assert ch11.cached_tokens(right).passed
+    _fails_with(ch11.cached_tokens(shared), "whole blocks")
+    _fails_with(ch11.cached_tokens(-(-shared // bs) * bs), "round down")
+    _fails_with(ch11.cached_tokens(shared // bs), "tokens, not blocks")
+
+
+def test_max_wasted_slots():
+    bs = ch11.WASTE_Q_BLOCK_SIZE
+    assert ch11.max_wasted_slots(bs - 1).passed
+    _fails_with(ch11.max_wasted_slots(bs), "at least one")
+    _fails_with(ch11.max_wasted_slots(0), "partly")
+
+
+def test_seed_q5_matching():
+    right = {"block_table": "paging", "prefix_sharing": "copy_on_write",
+             "block_eviction": "lru_replacement", "request_scheduling": "process_scheduling",
+             "preemption": "swapping"}
+    assert ch11.seed_q5(right).passed
+    assert ch11.seed_q5({k: v.replace("_", " ").upper() for k, v in right.items()}).passed
+    swapped = dict(right, block_table="copy_on_write", prefix_sharing="paging")
+    r = ch11.seed_q5(swapped)
+    _fails_with(r, "block_table:", "prefix_sharing:")
+    assert "block_eviction:" not in r.message
+    _fails_with(ch11.seed_q5(dict(right, preemption="garbage_collection")), "choose one of")
+    _fails_with(ch11.seed_q5({"block_table": "paging"}), "keys")
+    _fails_with(ch11.seed_q5(["paging"]), "dict")
+
+
+@pytest.mark.parametrize("fn", [ch11.slot_for_position, ch11.cached_tokens, ch11.max_wasted_slots,
+                                ch11.seed_q5, ch12.generation_loop_order, ch12.glossary_match,
+                                ch12.vllm_fixes])
+def test_none_is_not_yet_and_junk_never_crashes(fn, capsys):
+    r = fn(None)
+    assert not r.passed and "not answered" in r.message
+    assert f"] {FAIL_WORD}:" in capsys.readouterr().out     # the grader's line is printed
+    for junk in ("x", 3.5, [], {"a": 1}, object()):
+        assert not fn(junk).passed
+
+
+def test_waste_trace_has_the_paper_shape():
+    """Issue 7's acceptance on chapter 11's own trace: contiguous max-length reservation wastes
+    >= 50 %, paging < 5 %."""
+    trace = sim.make_trace(**ch11.WASTE_TRACE)
+    w = sim.kv_memory_waste(trace, ch11.WASTE_MAX_MODEL_LEN, ch11.WASTE_BLOCK_SIZE, ch11.WASTE_MAX_BATCH)
+    assert w.contiguous_waste >= 0.5
+    assert w.paged_waste < 0.05
+    # paging never wastes more than one partial block per live request
+    assert max(p - u for u, p in zip(w.used, w.paged)) < ch11.WASTE_BLOCK_SIZE * ch11.WASTE_MAX_BATCH
+
+
+# ---- chapter 12 ---------------------------------------------------------------------------
+
+def test_generation_loop_order():
+    right = ["tokenize", "embed", "qkv_projection", "attention", "ffn", "lm_head", "sample", "append"]
+    assert sorted(right) == sorted(ch12.LOOP_SHUFFLED)
+    assert ch12.generation_loop_order(right).passed
+    wrong = right[:]
+    wrong[3], wrong[4] = wrong[4], wrong[3]                  # ffn before attention
+    _fails_with(ch12.generation_loop_order(wrong), "'ffn'", "'attention'")
+    _fails_with(ch12.generation_loop_order(right[:-1]), "missing ['append']")
+    assert ch12.generation_loop_order(list(reversed(right))).passed is False
+
+
+def test_glossary_match_accepts_any_listed_chinese_name():
+    from llmlab.glossary import lookup
+
+    right = {t: lookup(t).zh for t in ch12.GLOSSARY_QUIZ}
+    assert ch12.glossary_match(right).passed
+    assert ch12.glossary_match(dict(right, prefill="填充")).passed     # the seed's word
+    r = ch12.glossary_match(dict(right, prefill=lookup("decode").zh))
+    _fails_with(r, "prefill:", "'decode'")
+    _fails_with(ch12.glossary_match(dict(right, decode="不存在")), "not a Chinese name")
+
+
+def test_vllm_fixes():
+    right = dict(zip(ch12.PROBLEMS, ["paged_attention", "continuous_batching", "chunked_prefill",
+                                     "prefix_caching", "tensor_parallelism"]))
+    assert ch12.vllm_fixes(right).passed
+    r = ch12.vllm_fixes(dict(right, kv_fragmentation="prefix_caching"))
+    _fails_with(r, "kv_fragmentation:")
+    assert "paged_attention" not in r.message.split("kv_fragmentation:")[1].split(".")[0]
+
+
+def test_seed_questions_point_at_real_checkers(capsys):
+    assert sorted(ch12.SEED_QUESTIONS) == [1, 2, 3, 4, 5]
+    for q, (text, checkers) in ch12.SEED_QUESTIONS.items():
+        assert text and checkers
+        for module, name in checkers:
+            fn = getattr(importlib.import_module(f"llmlab.check.{module}"), name)
+            r = fn(None)
+            assert not r.passed and "not answered" in r.message, (q, module, name)
+    assert PASS_WORD not in capsys.readouterr().out
