@@ -1,0 +1,345 @@
+"""`python -m llmlab bench throughput`: offline throughput of llmlab against Hugging Face.
+
+One process, one workload: chat prompts from `data/prompts.json` (varied lengths, English and
+Chinese), an output length drawn per request, greedy, EOS ignored so every system generates
+exactly the same number of tokens. Each system runs the same requests with the same maximum
+batch size:
+
+- hf-sequential   transformers `generate`, one request at a time
+- hf-static       transformers `generate` on left-padded batches of `batch_size` requests; a
+                  batch runs until its longest request is done (shorter ones are cut after)
+- hf-continuous   transformers' own continuous batching (`generate_batch`'s manager, each
+                  request with its own max_new_tokens), where the installed version has it
+- llmlab-static   our engine with `scheduling="static"`
+- llmlab          our engine (continuous batching, chunked prefill, prefix caching)
+
+Prints a table and writes JSON (default `build/bench-throughput.json`):
+`{"systems": {NAME: {"requests", "output_tokens", "seconds", "tok_per_s"}}, "machine": {...},
+"settings": {...}, "llmlab_overhead": {...}}`. The overhead block gives the scheduler's and
+block manager's own time per step per scheduled request, apart from the model's forward.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from llmlab.config import DATA_DIR
+
+SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab")
+
+
+def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
+                   seed: int = 0) -> list[tuple[list[int], int]]:
+    """(prompt token ids, output length) per request: data/prompts.json cycled, chat template."""
+    prompts = json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]
+    rng = random.Random(seed)
+    order = list(range(len(prompts)))
+    rng.shuffle(order)
+    work = []
+    for i in range(num_requests):
+        text = prompts[order[i % len(order)]]["text"]
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                 add_generation_prompt=True, tokenize=False)
+        work.append((tokenizer.encode(rendered), rng.randint(min_tokens, max_tokens)))
+    return work
+
+
+# ---- the systems: each returns the number of output tokens it produced ---------------------
+
+def run_hf_sequential(hf, work, batch_size: int) -> int:
+    total = 0
+    with torch.inference_mode():
+        for ids, n in work:
+            x = torch.tensor([ids])
+            y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
+                            do_sample=False, eos_token_id=None, pad_token_id=2)
+            total += y.shape[1] - len(ids)
+    return total
+
+
+def run_hf_static(hf, work, batch_size: int) -> int:
+    total = 0
+    with torch.inference_mode():
+        for start in range(0, len(work), batch_size):
+            batch = work[start:start + batch_size]
+            width = max(len(ids) for ids, _ in batch)
+            x = torch.full((len(batch), width), 2, dtype=torch.long)     # left padding
+            mask = torch.zeros_like(x)
+            for row, (ids, _) in enumerate(batch):
+                x[row, width - len(ids):] = torch.tensor(ids)
+                mask[row, width - len(ids):] = 1
+            longest = max(n for _, n in batch)
+            y = hf.generate(x, attention_mask=mask, max_new_tokens=longest, do_sample=False,
+                            eos_token_id=None, pad_token_id=2)
+            produced = y.shape[1] - width
+            # every row ran `produced` steps; only each request's own length is useful output
+            total += sum(min(n, produced) for _, n in batch)
+    return total
+
+
+def run_hf_continuous(hf, work, batch_size: int) -> int:
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    gen = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=2,
+                           max_new_tokens=max(n for _, n in work))
+    longest = max(len(ids) + n for ids, n in work)
+    cb = ContinuousBatchingConfig(max_requests_per_batch=batch_size, page_size=16,
+                                  num_blocks=batch_size * (-(-longest // 16)) + 16)
+    results = {}
+    with hf.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb,
+                                                block=True, timeout=5) as manager:
+        ids = [manager.add_request(p, max_new_tokens=n) for p, n in work]
+        while len(results) < len(ids):
+            r = manager.get_result(timeout=1)
+            if r is not None and r.is_finished():
+                results[r.request_id] = r
+            elif r is None and not manager.is_running():
+                raise RuntimeError("transformers' continuous batching manager stopped early")
+    return sum(len(results[i].generated_tokens) for i in ids)
+
+
+def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int):
+    from llmlab import LLM, SamplingParams
+
+    def run(_hf, work, batch_size: int) -> int:
+        llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
+                  scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64)
+        params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
+        outs = llm.generate([ids for ids, _ in work], params, use_tqdm=False)
+        run.last_engine = llm.llm_engine
+        return sum(len(o.outputs[0].token_ids) for o in outs)
+
+    run.last_engine = None
+    return run
+
+
+def workload_flops(cfg, work) -> float:
+    """FLOPs an engine must spend on `work`: every prompt token and every fed-back output
+    token through the layers, logits only for sampled tokens, causal attention over the cache."""
+    from llmlab import costs
+
+    lm_head = 2 * cfg.vocab_size * cfg.hidden_size
+    layers = 2 * costs.matmul_params_per_token(cfg) - lm_head
+    per_key = costs.attention_flops_per_token(cfg, 1)
+    total = 0.0
+    for ids, n in work:
+        p = len(ids)
+        fed = p + n - 1                                      # tokens that pass the layers
+        contexts = fed * (fed + 1) / 2                       # token i attends to i + 1 keys
+        total += fed * layers + n * lm_head + per_key * contexts
+    return total
+
+
+def compute_bound(cfg, work, output_tokens: int, threads: int) -> dict:
+    """This machine's matmul peak (measured now) and the tok/s it allows on this workload."""
+    from llmlab.hardware import measure_matmul_flops
+
+    peak = measure_matmul_flops("cpu", "fp32", n=1024, repeats=3, threads=threads)
+    flops = workload_flops(cfg, work)
+    return {"workload_flops": flops, "matmul_peak_flops": peak,
+            "min_seconds_at_peak": flops / peak, "max_tok_per_s_at_peak": output_tokens * peak / flops}
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "transformers": _version("transformers"),
+            "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        import importlib.metadata as md
+        return md.version(pkg)
+    except Exception:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table; write the JSON. Returns 0."""
+    ap = argparse.ArgumentParser(prog="python -m llmlab bench throughput", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--num-requests", type=int, default=None, help="requests (default 64; --fast 12)")
+    ap.add_argument("--batch-size", type=int, default=64, help="max batch size, every system")
+    ap.add_argument("--min-tokens", type=int, default=None, help="shortest output (default 32)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="longest output (default 128)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
+    ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory; "
+                    "'tiny' for the random tiny model (smoke tests)")
+    ap.add_argument("--json", default="build/bench-throughput.json", help="output path")
+    ap.add_argument("--fast", action="store_true", help="small workload (about a minute)")
+    args = ap.parse_args(argv)
+    num_requests = args.num_requests or (12 if args.fast else 64)
+    lo = args.min_tokens or (8 if args.fast else 32)
+    hi = args.max_tokens or (32 if args.fast else 128)
+    if num_requests < 1 or args.batch_size < 1 or not 1 <= lo <= hi:
+        raise ValueError(f"need --num-requests >= 1, --batch-size >= 1 and 1 <= --min-tokens <= "
+                         f"--max-tokens; got {num_requests}, {args.batch_size}, {lo}, {hi}")
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        raise ValueError(f"--systems: unknown {sorted(unknown)}; choose from {SYSTEMS}")
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    model, tokenizer, hf = load_models(args.model)
+    work = build_workload(tokenizer, num_requests, lo, hi)
+    max_len = max(len(ids) + n for ids, n in work)
+    llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len)
+    llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len)
+    runners = {"hf-sequential": run_hf_sequential, "hf-static": run_hf_static,
+               "hf-continuous": run_hf_continuous, "llmlab-static": llmlab_static,
+               "llmlab": llmlab_cont}
+    if "hf-continuous" in systems and not hasattr(hf, "generate_batch"):
+        print("hf-continuous: this transformers version has no generate_batch; skipped")
+        systems.remove("hf-continuous")
+
+    results: dict[str, dict] = {}
+    warm = [(work[0][0][:16], 2)]
+    for name in systems:
+        runners[name](hf, warm, args.batch_size)                   # warm-up, not timed
+        t0 = time.perf_counter()
+        tokens = runners[name](hf, work, args.batch_size)
+        seconds = time.perf_counter() - t0
+        results[name] = {"requests": len(work), "output_tokens": tokens, "seconds": seconds,
+                         "tok_per_s": tokens / seconds}
+        print(f"  {name:<14} {tokens:>7} tokens {seconds:>8.1f} s {tokens / seconds:>9.1f} tok/s",
+              flush=True)
+
+    overhead = {}
+    engine = llmlab_cont.last_engine
+    if engine is not None:
+        st = engine.stats()
+        sched = engine.scheduler.stats
+        per_req = sorted(sec / n for sec, n in engine.step_overheads if n)
+        overhead = {
+            "steps": st["steps"],
+            "median_schedule_us_per_step_per_request": per_req[len(per_req) // 2] * 1e6,
+            "mean_scheduled_requests_per_step": sched.num_scheduled_requests / max(sched.num_steps, 1),
+            "schedule_seconds": st["schedule_seconds"],
+            "forward_seconds": st["forward_seconds"],
+            "schedule_us_per_step_per_request": st["schedule_seconds_per_step_per_request"] * 1e6,
+            "prepare_inputs_us_per_step_per_request":
+                engine.model_runner.prepare_seconds / max(sched.num_scheduled_requests, 1) * 1e6,
+            "preemptions": st["preemptions"],
+            "prefix_cache_hit_rate": st["prefix_cache_hit_rate"],
+        }
+    settings = {"model": args.model, "batch_size": args.batch_size, "num_requests": len(work),
+                "prompt_tokens": [min(len(i) for i, _ in work), max(len(i) for i, _ in work)],
+                "output_tokens_per_request": [lo, hi], "greedy": True, "ignore_eos": True,
+                "dtype": "float32",
+                "llmlab": {"block_size": 16, "max_num_batched_tokens": 2048,
+                           "attention_backend": "torch", "prefix_caching": True,
+                           "chunked_prefill": True},
+                "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
+                "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
+                                 "page_size=16)"}
+    tokens = next(iter(results.values()))["output_tokens"] if results else 0
+    bound = compute_bound(model.config, work, tokens, torch.get_num_threads()) if tokens else {}
+    if bound:
+        # useful FLOPs (the workload's, not padding or discarded tokens) per second over the peak
+        bound["useful_fraction_of_peak"] = {
+            name: bound["workload_flops"] / r["seconds"] / bound["matmul_peak_flops"]
+            for name, r in results.items()}
+    report = {"systems": results, "machine": machine_info(), "settings": settings,
+              "llmlab_overhead": overhead, "compute_bound": bound}
+    print_table(report)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+def load_models(name: str):
+    """(our LlamaModel, tokenizer, transformers LlamaForCausalLM) on the same weights."""
+    import transformers
+
+    if name == "tiny":
+        from llmlab.model import tiny_model
+
+        model = tiny_model(seed=0)
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**model.config.to_hf_dict()))
+        state = {(k if k.startswith("lm_head") else f"model.{k}"): v
+                 for k, v in model.state_dict().items()}
+        hf.load_state_dict(state, strict=False)
+        hf.tie_weights()
+        return model, _TinyTokenizer(model.config.vocab_size), hf.eval()
+    from llmlab.model import load_model
+    from llmlab.weights import model_dir
+
+    model, tokenizer = load_model(name)
+    hf = transformers.LlamaForCausalLM.from_pretrained(model_dir(name), dtype=torch.float32)
+    return model, tokenizer, hf.eval()
+
+
+class _TinyTokenizer:
+    """Bytes mod vocab, for smoke runs on the tiny random model (no real tokenizer)."""
+
+    eos_token_id = None
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False) -> str:
+        return messages[-1]["content"][:200]
+
+    def encode(self, text: str) -> list[int]:
+        return [3 + b % (self.vocab - 3) for b in text.encode()][:120]
+
+    def decode(self, ids, skip_special_tokens=True) -> str:
+        return ""
+
+
+def print_table(report: dict) -> None:
+    systems = report["systems"]
+    s = report["settings"]
+    print(f"\nthroughput, {s['num_requests']} requests, batch size {s['batch_size']} for every "
+          f"system, greedy, EOS ignored, outputs {s['output_tokens_per_request'][0]}-"
+          f"{s['output_tokens_per_request'][1]} tokens, prompts {s['prompt_tokens'][0]}-"
+          f"{s['prompt_tokens'][1]} tokens, {report['machine']['threads']} threads")
+    base = {k: systems[k]["tok_per_s"] for k in ("hf-sequential", "hf-static", "hf-continuous")
+            if k in systems}
+    head = f"{'system':<15}{'tokens':>8}{'seconds':>10}{'tok/s':>10}" + "".join(
+        f"{'vs ' + k:>18}" for k in base)
+    print(head)
+    print("-" * len(head))
+    for name, r in systems.items():
+        row = f"{name:<15}{r['output_tokens']:>8}{r['seconds']:>10.1f}{r['tok_per_s']:>10.1f}"
+        row += "".join(f"{r['tok_per_s'] / v:>17.2f}x" for v in base.values())
+        print(row)
+    o = report.get("llmlab_overhead")
+    if o:
+        print(f"llmlab: {o['steps']} steps, {o['mean_scheduled_requests_per_step']:.1f} requests/step;"
+              f" scheduler + block manager per step per request: median "
+              f"{o['median_schedule_us_per_step_per_request']:.2f} µs, mean "
+              f"{o['schedule_us_per_step_per_request']:.2f} µs (target <= 2); input building "
+              f"{o['prepare_inputs_us_per_step_per_request']:.2f} µs; forward "
+              f"{o['forward_seconds']:.1f} s of the run")
+    b = report.get("compute_bound")
+    if b:
+        line = (f"compute bound: workload {b['workload_flops'] / 1e12:.2f} TFLOP, matmul peak "
+                f"{b['matmul_peak_flops'] / 1e9:.0f} GFLOP/s (measured now) -> at most "
+                f"{b['max_tok_per_s_at_peak']:.0f} tok/s")
+        if "hf-sequential" in systems:
+            line += (f" = {b['max_tok_per_s_at_peak'] / systems['hf-sequential']['tok_per_s']:.1f}x "
+                     f"hf-sequential")
+        print(line)
+        print("useful FLOP/s as a fraction of that peak: " + ", ".join(
+            f"{k} {100 * v:.0f}%" for k, v in b["useful_fraction_of_peak"].items()))

@@ -1,0 +1,107 @@
+"""`LLM`: vLLM's offline entry point. Build once, call `generate` on a list of prompts."""
+from __future__ import annotations
+
+from typing import Any
+
+from llmlab.engine.llm_engine import LLMEngine
+from llmlab.engine.outputs import RequestOutput
+from llmlab.model import LlamaModel
+from llmlab.sampling import SamplingParams
+
+
+class LLM:
+    """An inference engine over one model.
+
+    model: a model name or Hugging Face directory (loaded with `llmlab.model.load_model`), or
+    an already built `LlamaModel` (then `tokenizer` is optional: without one, prompts must be
+    token ids). block_size: tokens per KV block. num_kv_blocks: KV pool size (None: enough for
+    max_num_seqs requests of max_model_len, capped at `kv_cache_memory_bytes`, default 1 GiB).
+    max_model_len: longest prompt + output (None: min(model's max_position_embeddings, 4096)).
+    max_num_seqs: most requests running at once. max_num_batched_tokens: most tokens per step.
+    enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
+    blocks of shared prefixes. attention_backend: "torch" | "triton" | "cuda". seed: the RNG of
+    unseeded sampled requests. scheduling: "continuous" or "static" (chapter 08's baseline).
+    """
+
+    def __init__(self, model: str | LlamaModel = "smollm2-135m", block_size: int = 16,
+                 num_kv_blocks: int | None = None, max_model_len: int | None = None,
+                 max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
+                 enable_chunked_prefill: bool = True, enable_prefix_caching: bool = True,
+                 attention_backend: str = "torch", seed: int = 0,
+                 scheduling: str = "continuous", tokenizer: Any = None,
+                 **engine_kwargs: Any) -> None:
+        if isinstance(model, str):
+            from llmlab.model import load_model
+
+            model, loaded_tokenizer = load_model(model)
+            tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
+        elif not isinstance(model, LlamaModel):
+            raise ValueError(f"model must be a model name, a directory or a LlamaModel, "
+                             f"got {type(model).__name__}")
+        self.llm_engine = LLMEngine(
+            model, tokenizer, block_size=block_size, num_kv_blocks=num_kv_blocks,
+            max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_chunked_prefill=enable_chunked_prefill,
+            enable_prefix_caching=enable_prefix_caching, attention_backend=attention_backend,
+            seed=seed, scheduling=scheduling, **engine_kwargs)
+        self._counter = 0
+
+    def get_tokenizer(self) -> Any:
+        return self.llm_engine.tokenizer
+
+    def generate(self, prompts: str | list[str] | list[list[int]],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        """Generate for every prompt; outputs come back in the prompts' order.
+
+        prompts: one str, a list of str, or a list of token-id lists. sampling_params: one for
+        all, or one per prompt (default: `SamplingParams()`). A bad prompt or parameter raises
+        ValueError before anything runs; requests already in the engine keep their place.
+        """
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts
+                                        and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise ValueError(f"prompts must be a list of str or of token-id lists, "
+                             f"got {type(prompts).__name__}")
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            params_list = [sampling_params] * len(prompts)
+        else:
+            params_list = list(sampling_params)
+            if len(params_list) != len(prompts):
+                raise ValueError(f"sampling_params has {len(params_list)} entries for "
+                                 f"{len(prompts)} prompts; give one, or one per prompt")
+        engine = self.llm_engine
+        ids: list[str] = []
+        try:
+            for prompt, params in zip(prompts, params_list):
+                request_id = str(self._counter)
+                self._counter += 1
+                engine.add_request(request_id, prompt, params)
+                ids.append(request_id)
+        except ValueError:
+            for request_id in ids:            # leave the engine as it was
+                engine.abort_request(request_id)
+            raise
+        wanted = set(ids)
+        requests = {rid: engine.requests[rid] for rid in ids}
+        bar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(ids), desc="Generating", unit="req", dynamic_ncols=True)
+        remaining = len(ids)
+        try:
+            while remaining and engine.has_unfinished_requests():
+                for delta in engine.step():
+                    if delta.finished and delta.request_id in wanted:
+                        remaining -= 1
+                        if bar is not None:
+                            bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return [engine.make_output(requests[rid]) for rid in ids]

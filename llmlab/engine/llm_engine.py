@@ -1,0 +1,282 @@
+"""The engine loop: requests in, one scheduled step at a time, tokens out.
+
+`LLMEngine` owns a `Scheduler` (which requests run this step, KV blocks from a
+`KVCacheManager`) and a `ModelRunner` (one forward over the flat batch). Each `step()`:
+
+1. `scheduler.schedule()` → a `SchedulerOutput`;
+2. `model_runner.execute_model(...)` → one token per request that is caught up;
+3. `scheduler.update_from_output(...)` appends them, checks stop conditions, frees finished
+   requests' blocks;
+4. returns a delta `RequestOutput` per request that got a token (streaming).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llmlab import ops
+from llmlab.engine.model_runner import ModelRunner
+from llmlab.engine.outputs import CompletionOutput, RequestOutput
+from llmlab.engine.request import Request, RequestStatus
+from llmlab.engine.scheduler import SCHEDULING_POLICIES, Scheduler, SchedulerOutput
+from llmlab.kvcache.manager import KVCacheManager
+from llmlab.model import LlamaModel
+from llmlab.sampling import SamplingParams, make_generator
+
+DEFAULT_MAX_MODEL_LEN = 4096
+DEFAULT_KV_CACHE_BYTES = 1 << 30     # 1 GiB: the pool's size cap when num_kv_blocks is None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's settings, validated once (each error names the argument)."""
+
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    attention_backend: str = "torch"
+    seed: int = 0
+    scheduling: str = "continuous"
+    kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, allow_none: bool = False) -> None:
+            value = getattr(self, name)
+            if value is None and allow_none:
+                return
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1{' or None' if allow_none else ''}, "
+                                 f"got {value!r}")
+
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens",
+                     "kv_cache_memory_bytes"):
+            positive_int(name)
+        positive_int("num_kv_blocks", allow_none=True)
+        positive_int("max_model_len", allow_none=True)
+        for name in ("enable_chunked_prefill", "enable_prefix_caching"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.attention_backend not in ops.BACKENDS:
+            raise ValueError(f"attention_backend must be one of {ops.BACKENDS}, "
+                             f"got {self.attention_backend!r}")
+        if self.attention_backend not in ops.available_backends():
+            raise ValueError(f"attention_backend {self.attention_backend!r} cannot run on this "
+                             f"machine; available: {ops.available_backends()}")
+        if self.scheduling not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling must be one of {SCHEDULING_POLICIES}, "
+                             f"got {self.scheduling!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+
+
+def kv_bytes_per_block(model: LlamaModel, block_size: int) -> int:
+    """Bytes of one block of K and V over all layers."""
+    cfg = model.config
+    elem = torch.empty((), dtype=model.dtype).element_size()
+    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * elem
+
+
+class LLMEngine:
+    """Continuous-batching inference engine over our `LlamaModel` with a paged KV cache.
+
+    model: a `LlamaModel`. tokenizer: a Hugging Face tokenizer, or None (then prompts must be
+    token ids and outputs carry no text). The other arguments are `EngineConfig`'s; see
+    `llmlab.LLM` for their meaning.
+    """
+
+    def __init__(self, model: LlamaModel, tokenizer: Any = None, **kwargs: Any) -> None:
+        if not isinstance(model, LlamaModel):
+            raise ValueError(f"model must be an llmlab.model.LlamaModel, "
+                             f"got {type(model).__name__}")
+        self.config = config = EngineConfig(**kwargs)
+        self.model = model
+        self.tokenizer = tokenizer
+        mcfg = model.config
+        self.vocab_size = mcfg.vocab_size
+        if config.max_model_len is None:
+            self.max_model_len = min(mcfg.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
+        else:
+            if config.max_model_len > mcfg.max_position_embeddings:
+                raise ValueError(f"max_model_len must be <= the model's max_position_embeddings="
+                                 f"{mcfg.max_position_embeddings}, got {config.max_model_len}")
+            self.max_model_len = config.max_model_len
+        if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens must be >= max_model_len={self.max_model_len} when "
+                f"enable_chunked_prefill is False (a whole prompt must fit in one step), got "
+                f"{config.max_num_batched_tokens}")
+        bs = config.block_size
+        blocks_per_seq = -(-self.max_model_len // bs)
+        if config.num_kv_blocks is None:
+            # enough for max_num_seqs requests of max_model_len, capped by the memory budget
+            wanted = config.max_num_seqs * blocks_per_seq
+            affordable = config.kv_cache_memory_bytes // kv_bytes_per_block(model, bs)
+            self.num_kv_blocks = max(min(wanted, affordable), blocks_per_seq)
+        else:
+            self.num_kv_blocks = config.num_kv_blocks
+        if self.num_kv_blocks < blocks_per_seq:
+            raise ValueError(
+                f"num_kv_blocks={self.num_kv_blocks} cannot hold even one request of "
+                f"max_model_len={self.max_model_len} (needs {blocks_per_seq} blocks of "
+                f"{bs} tokens); raise num_kv_blocks or lower max_model_len")
+        self.eos_token_ids = _eos_ids(mcfg.eos_token_id, tokenizer)
+
+        self.kv_cache_manager = KVCacheManager(self.num_kv_blocks, bs,
+                                               enable_caching=config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv_cache_manager, max_num_seqs=config.max_num_seqs,
+                                   max_num_batched_tokens=config.max_num_batched_tokens,
+                                   max_model_len=self.max_model_len,
+                                   enable_chunked_prefill=config.enable_chunked_prefill,
+                                   scheduling=config.scheduling)
+        self.model_runner = ModelRunner(model, self.kv_cache_manager, self.num_kv_blocks, bs,
+                                        config.attention_backend,
+                                        default_generator=make_generator(config.seed))
+        self.requests: dict[str, Request] = {}     # every unfinished request by id
+        self.last_scheduler_output: SchedulerOutput | None = None
+        self.forward_seconds = 0.0
+        # per step: (seconds in schedule() + update_from_output(), requests scheduled)
+        self.step_overheads: list[tuple[float, int]] = []
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                    arrival_time: float | None = None) -> Request:
+        """Queue a request. Raises ValueError (nothing queued) for a bad prompt or parameters."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+        if request_id in self.requests:
+            raise ValueError(f"request_id {request_id!r} is already in use by an unfinished "
+                             "request")
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        params.validate()
+        text = None
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("prompt is a str but this engine has no tokenizer; "
+                                 "pass token ids (list[int])")
+            text = prompt
+            token_ids = list(self.tokenizer.encode(prompt))
+        elif isinstance(prompt, (list, tuple)):
+            token_ids = list(prompt)
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
+                raise ValueError("prompt must be a str or a list of int token ids")
+        else:
+            raise ValueError(f"prompt must be a str or a list of int token ids, "
+                             f"got {type(prompt).__name__}")
+        if not token_ids:
+            raise ValueError(f"prompt must not be empty (request {request_id!r})")
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}")
+        if len(token_ids) > self.max_model_len:
+            raise ValueError(f"prompt has {len(token_ids)} tokens, more than "
+                             f"max_model_len={self.max_model_len}")
+        now = time.perf_counter() if arrival_time is None else arrival_time
+        req = Request(request_id=request_id, prompt_token_ids=token_ids, sampling_params=params,
+                      arrival_time=now, prompt=text, generator=make_generator(params.seed),
+                      eos_token_ids=self.eos_token_ids, max_model_len=self.max_model_len)
+        self.requests[request_id] = req
+        self.scheduler.add_request(req)
+        return req
+
+    def abort_request(self, request_id: str) -> bool:
+        """Stop a request now and free its blocks. False if no such unfinished request."""
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        self.scheduler.finish_request(req, RequestStatus.FINISHED_ABORTED)
+        req.metrics.finished_time = time.perf_counter()
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def get_num_unfinished_requests(self) -> int:
+        return self.scheduler.num_unfinished_requests
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled step; return a delta RequestOutput per request that got a token."""
+        t0 = time.perf_counter()
+        sched_out = self.scheduler.schedule()
+        t1 = time.perf_counter()
+        self.last_scheduler_output = sched_out
+        if sched_out.is_empty:
+            return []
+        sampled = self.model_runner.execute_model(sched_out)
+        now = time.perf_counter()
+        self.forward_seconds += now - t1
+        got_token, finished = self.scheduler.update_from_output(sched_out, sampled, now)
+        self.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
+        for req in finished:
+            self.requests.pop(req.request_id, None)
+        return [RequestOutput(
+            request_id=req.request_id, prompt=req.prompt, prompt_token_ids=req.prompt_token_ids,
+            outputs=[CompletionOutput(0, "", req.output_token_ids[-1:],
+                                      req.status.finish_reason)],
+            finished=req.status.is_finished, num_cached_tokens=max(req.num_cached_tokens, 0),
+            metrics=req.metrics) for req in got_token]
+
+    def make_output(self, req: Request) -> RequestOutput:
+        """The cumulative RequestOutput of a request (all tokens, decoded text)."""
+        text = "" if self.tokenizer is None else self.tokenizer.decode(
+            req.output_token_ids, skip_special_tokens=True)
+        return RequestOutput(
+            request_id=req.request_id, prompt=req.prompt,
+            prompt_token_ids=list(req.prompt_token_ids),
+            outputs=[CompletionOutput(0, text, list(req.output_token_ids),
+                                      req.status.finish_reason)],
+            finished=req.status.is_finished, num_cached_tokens=max(req.num_cached_tokens, 0),
+            metrics=req.metrics)
+
+    def get_request_output(self, request_id: str) -> RequestOutput:
+        """The cumulative output of an unfinished request."""
+        try:
+            return self.make_output(self.requests[request_id])
+        except KeyError:
+            raise ValueError(f"request_id {request_id!r} is not an unfinished request") from None
+
+    def stats(self) -> dict[str, Any]:
+        """Queue lengths, KV pool state, preemptions, prefix-cache hits, step counts, timings."""
+        sch = self.scheduler.stats
+        kv = self.kv_cache_manager
+        pc = kv.prefix_cache_stats
+        per_req = sch.schedule_seconds / max(sch.num_scheduled_requests, 1)
+        return {
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "num_kv_blocks": self.num_kv_blocks,
+            "free_blocks": kv.num_free_blocks,
+            "kv_usage": kv.usage,
+            "preemptions": sch.num_preemptions,
+            "prefix_cache_queries": pc.queries,
+            "prefix_cache_hits": pc.hits,
+            "prefix_cache_hit_rate": pc.hit_rate,
+            "steps": sch.num_steps,
+            "chunked_prefill_steps": sch.num_chunked_prefill_steps,
+            "scheduled_tokens": sch.num_scheduled_tokens,
+            "schedule_seconds": sch.schedule_seconds,
+            "forward_seconds": self.forward_seconds,
+            "schedule_seconds_per_step_per_request": per_req,
+        }
+
+
+def _eos_ids(config_eos: int | list[int] | None, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif config_eos:
+        ids.update(config_eos)
+    tok_eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    if isinstance(tok_eos, int):
+        ids.add(tok_eos)
+    return frozenset(ids)

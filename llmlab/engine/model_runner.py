@@ -1,0 +1,118 @@
+"""The model runner: one scheduled step → one flat batch → one forward → one token per request.
+
+vLLM's `GPUModelRunner` in miniature. A `SchedulerOutput` says which requests run and how many
+tokens each brings; the runner lays those tokens end to end (`input_ids [T]`, `positions [T]`),
+builds the attention metadata (`cu_seqlens_q`, `seq_lens`, `block_tables`, `slot_mapping`) with
+tensor operations (a Python loop over requests, never over tokens), runs the model once, computes
+logits only for the last token of each request that is caught up (a partial prefill chunk
+samples nothing) and samples them, each request with its own parameters and generator.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from llmlab.engine.scheduler import SchedulerOutput
+from llmlab.kvcache.manager import KVCacheManager
+from llmlab.model import AttentionContext, LlamaModel
+from llmlab.sampling import sample
+
+
+@dataclass
+class ModelInput:
+    """The flat batch of one step (what `ModelRunner.prepare_inputs` builds)."""
+
+    input_ids: torch.Tensor          # [T] int64
+    positions: torch.Tensor          # [T] int64
+    ctx: AttentionContext
+    sample_rows: torch.Tensor        # [R] int64: flat index of the last token of each sampled request
+    sample_requests: list            # the R requests that get a token, in order
+
+
+class ModelRunner:
+    """Runs `model` over the paged KV cache `kv_caches` for the requests a scheduler picks."""
+
+    def __init__(self, model: LlamaModel, kv_cache_manager: KVCacheManager, num_blocks: int,
+                 block_size: int, attention_backend: str = "torch",
+                 default_generator: torch.Generator | None = None) -> None:
+        self.model = model
+        self.kv_cache_manager = kv_cache_manager
+        self.block_size = block_size
+        self.attention_backend = attention_backend
+        self.device = model.device
+        self.kv_caches = model.allocate_kv_caches(num_blocks, block_size)
+        # unseeded requests draw from this one (seeded by the engine's `seed`)
+        self.default_generator = default_generator
+        self.prepare_seconds = 0.0       # time spent building flat batches (engine overhead)
+
+    def prepare_inputs(self, out: SchedulerOutput) -> ModelInput:
+        """Build input ids, positions and attention metadata for one step."""
+        bs = self.block_size
+        requests = out.requests
+        starts_list = out.num_computed_tokens
+        q_lens_list = out.num_new_tokens
+        token_ids: list[int] = []
+        block_ids: list[list[int]] = []
+        sample_idx: list[int] = []
+        sample_requests = []
+        get_block_ids = self.kv_cache_manager.get_block_ids
+        end = 0
+        for s, (req, start, n) in enumerate(zip(requests, starts_list, q_lens_list)):
+            all_ids = req.all_token_ids
+            token_ids.extend(all_ids[start:start + n])
+            block_ids.append(get_block_ids(req.request_id))
+            end += n
+            if start + n == len(all_ids):
+                sample_idx.append(end - 1)
+                sample_requests.append(req)
+        num_seqs = len(requests)
+        max_blocks = max(map(len, block_ids))
+        table = [ids + [0] * (max_blocks - len(ids)) for ids in block_ids]
+
+        device = self.device
+        input_ids = torch.tensor(token_ids, dtype=torch.long)                    # [T]
+        starts = torch.tensor(starts_list, dtype=torch.long)                     # [S]
+        q_lens = torch.tensor(q_lens_list, dtype=torch.long)                     # [S]
+        block_tables = torch.tensor(table, dtype=torch.int32)                   # [S, max_blocks]
+        cu_seqlens_q = torch.zeros(num_seqs + 1, dtype=torch.int32)              # [S + 1]
+        torch.cumsum(q_lens, 0, out=cu_seqlens_q[1:])
+        num_tokens = input_ids.shape[0]
+        if num_tokens == num_seqs:           # decode only: one token per request
+            seq_idx = torch.arange(num_seqs)
+            positions = starts
+        else:
+            seq_idx = torch.repeat_interleave(torch.arange(num_seqs), q_lens)        # [T]
+            offset_in_seq = torch.arange(num_tokens) - cu_seqlens_q[:-1].long()[seq_idx]
+            positions = starts[seq_idx] + offset_in_seq                             # [T]
+        # slot of token t = block_tables[its sequence, pos // bs] * bs + pos % bs
+        block_of_token = block_tables[seq_idx, positions // bs].long()            # [T]
+        slot_mapping = block_of_token * bs + positions % bs                         # [T]
+        seq_lens = (starts + q_lens).to(torch.int32)                               # [S]
+        ctx = AttentionContext(
+            cu_seqlens_q=cu_seqlens_q.to(device), seq_lens=seq_lens.to(device),
+            slot_mapping=slot_mapping.to(device), block_tables=block_tables.to(device),
+            kv_caches=self.kv_caches, max_query_len=max(q_lens_list),
+            backend=self.attention_backend)
+        return ModelInput(input_ids=input_ids.to(device), positions=positions.to(device), ctx=ctx,
+                          sample_rows=torch.tensor(sample_idx, dtype=torch.long, device=device),
+                          sample_requests=sample_requests)
+
+    @torch.inference_mode()
+    def execute_model(self, out: SchedulerOutput) -> list[int]:
+        """Run one step; return one sampled token per caught-up request (in `out` order)."""
+        if out.is_empty:
+            return []
+        t0 = time.perf_counter()
+        inp = self.prepare_inputs(out)
+        self.prepare_seconds += time.perf_counter() - t0
+        hidden = self.model(inp.input_ids, inp.positions, inp.ctx)               # [T, hidden]
+        if not inp.sample_requests:
+            return []
+        logits = self.model.compute_logits(hidden[inp.sample_rows])               # [R, vocab]
+        params = [r.sampling_params for r in inp.sample_requests]
+        default = self.default_generator
+        generators = [r.generator if r.generator is not None else default
+                      for r in inp.sample_requests]
+        return sample(logits, params, generators).tolist()

@@ -1,0 +1,34 @@
+"""What the engine hands back: vLLM's `RequestOutput` and `CompletionOutput`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmlab.engine.request import RequestMetrics
+
+
+@dataclass
+class CompletionOutput:
+    """One generated sequence: its text, token ids and why it stopped ("stop" | "length")."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None      # None while the request is still running
+
+
+@dataclass
+class RequestOutput:
+    """The result for one request.
+
+    From `LLM.generate` (and `LLMEngine.get_request_output`) it is cumulative: every output
+    token and the decoded text. From `LLMEngine.step()` it is a *delta*: `outputs[0].token_ids`
+    holds only the tokens produced in that step and `text` is empty (decode as you stream).
+    """
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
+    metrics: RequestMetrics | None = field(default=None, repr=False)

@@ -1,0 +1,267 @@
+"""The scheduler: which requests run in the next step, and how many tokens each brings.
+
+In the style of vLLM V1 (`vllm/v1/core/sched/scheduler.py`) there are no separate prefill and
+decode phases. Every request has `num_computed_tokens` (tokens whose K/V are cached) and
+`num_tokens` (prompt + outputs so far); a step simply lets each chosen request catch up by
+some tokens, within a token budget (`max_num_batched_tokens`) and a cap on running requests
+(`max_num_seqs`):
+
+- a request that still has many prompt tokens to go brings a prefill *chunk* (chunked
+  prefill: a long prompt is split over steps and shares each step with decodes);
+- a request that is caught up brings exactly one token, its last sampled one (decode).
+
+Running requests are served first, oldest first, then waiting ones in arrival order. A waiting
+request first asks the `KVCacheManager` how much of its prefix is already cached (prefix
+caching). When the pool runs out of blocks for a running request, the newest running request
+is *preempted*: its blocks are freed and it goes back to the front of the waiting queue, to be
+recomputed later (prompt and the tokens it had generated, so nothing is lost; the prefix cache
+often hands most of its blocks straight back).
+
+`scheduling="static"` is the baseline of chapter 08: a batch of up to `max_num_seqs` waiting
+requests is admitted together and no other request is admitted until the batch's last request
+has finished.
+
+Per-step state is the `SchedulerOutput` dataclass, passed explicitly to the model runner and
+back; nothing is global.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from llmlab.engine.request import Request, RequestStatus
+from llmlab.kvcache.manager import KVCacheManager
+
+SCHEDULING_POLICIES = ("continuous", "static")
+
+
+@dataclass
+class SchedulerOutput:
+    """What one step computes: request i brings `num_new_tokens[i]` tokens starting at
+    token index `num_computed_tokens[i]` (its cache length before the step)."""
+
+    requests: list[Request] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)   # preempted while scheduling this step
+    num_prefill_chunks: int = 0        # requests whose prompt is not finished after this step
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.requests)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.requests
+
+
+@dataclass
+class SchedulerStats:
+    """Counters since the scheduler was made."""
+
+    num_steps: int = 0
+    num_preemptions: int = 0
+    num_chunked_prefill_steps: int = 0   # steps that left some prompt partly computed
+    num_scheduled_requests: int = 0      # sum over steps of requests scheduled
+    num_scheduled_tokens: int = 0
+    schedule_seconds: float = 0.0        # time inside schedule() and update_from_output()
+
+
+class Scheduler:
+    """Continuous (or static) batching over a `KVCacheManager`.
+
+    max_num_seqs: most requests running at once. max_num_batched_tokens: most tokens in one
+    step. max_model_len: longest sequence (prompt + output) a request may reach.
+    enable_chunked_prefill: split prompts longer than the remaining budget over several steps;
+    off, a prompt is scheduled whole or waits.
+    """
+
+    def __init__(self, kv_cache_manager: KVCacheManager, *, max_num_seqs: int,
+                 max_num_batched_tokens: int, max_model_len: int,
+                 enable_chunked_prefill: bool = True, scheduling: str = "continuous") -> None:
+        if scheduling not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling must be one of {SCHEDULING_POLICIES}, got {scheduling!r}")
+        self.kv_cache_manager = kv_cache_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.scheduling = scheduling
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.stats = SchedulerStats()
+        # static batching: how many more requests of the current batch may still be admitted
+        self._static_quota = 0
+
+    # ---- queue ----------------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting) or bool(self.running)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def finish_request(self, request: Request, status: RequestStatus) -> None:
+        """Take a request out of the queues (finished or aborted) and free its blocks."""
+        if request.status in (RequestStatus.RUNNING,):
+            self.running.remove(request)
+        elif not request.status.is_finished:
+            try:
+                self.waiting.remove(request)
+            except ValueError:
+                pass
+            if self.scheduling == "static" and request.status == RequestStatus.PREEMPTED:
+                self._static_quota -= 1       # a batch member that will not come back
+        request.status = status
+        self.kv_cache_manager.free(request)
+
+    # ---- scheduling -----------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        """Choose this step's requests and token counts, allocating their KV blocks."""
+        t0 = time.perf_counter()
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        kv = self.kv_cache_manager
+        block_size = kv.block_size
+        running = self.running
+
+        # 1. Running requests, oldest first: the next prefill chunk or one decode token.
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if num_new <= 0:          # nothing to compute (cannot happen between steps)
+                i += 1
+                continue
+            scheduled = True
+            # A decode token that neither opens a new block nor fills its block up is a no-op
+            # for the KV manager (no block to add, no block to cache): skip the call.
+            offset = req.num_computed_tokens % block_size
+            if num_new == 1 and 0 < offset < block_size - 1:
+                out.requests.append(req)
+                out.num_new_tokens.append(1)
+                out.num_computed_tokens.append(req.num_computed_tokens)
+                budget -= 1
+                i += 1
+                continue
+            while kv.allocate_slots(req, num_new) is None:
+                victim = running.pop()          # the newest running request
+                self._preempt(victim, out)
+                if victim is req:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            out.requests.append(req)
+            out.num_new_tokens.append(num_new)
+            out.num_computed_tokens.append(req.num_computed_tokens)
+            if req.num_computed_tokens + num_new < req.num_tokens:
+                out.num_prefill_chunks += 1
+            budget -= num_new
+            i += 1
+
+        # 2. Waiting requests, in order (preempted ones sit at the front), while there is room.
+        #    Not in a step that had to preempt: the pool is full.
+        if not out.preempted:
+            now = None
+            while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
+                if self.scheduling == "static":
+                    if not running and self._static_quota <= 0:
+                        self._static_quota = min(self.max_num_seqs, len(self.waiting))
+                    if self._static_quota <= 0:
+                        break
+                req = self.waiting[0]
+                computed_blocks, num_cached = kv.get_computed_blocks(req)
+                num_new = req.num_tokens - num_cached
+                if num_new > budget:
+                    if not self.enable_chunked_prefill:
+                        break
+                    num_new = budget
+                if kv.allocate_slots(req, num_new, computed_blocks) is None:
+                    break
+                self.waiting.popleft()
+                if self.scheduling == "static":
+                    self._static_quota -= 1
+                req.status = RequestStatus.RUNNING
+                req.num_computed_tokens = num_cached
+                if req.num_cached_tokens < 0:
+                    req.num_cached_tokens = num_cached
+                if req.metrics.first_scheduled_time is None:
+                    if now is None:
+                        now = time.perf_counter()
+                    req.metrics.first_scheduled_time = now
+                running.append(req)
+                out.requests.append(req)
+                out.num_new_tokens.append(num_new)
+                out.num_computed_tokens.append(num_cached)
+                if num_cached + num_new < req.num_tokens:
+                    out.num_prefill_chunks += 1
+                budget -= num_new
+
+        stats = self.stats
+        stats.num_steps += 1
+        stats.num_scheduled_requests += len(out.requests)
+        stats.num_scheduled_tokens += self.max_num_batched_tokens - budget
+        if out.num_prefill_chunks:
+            stats.num_chunked_prefill_steps += 1
+        stats.schedule_seconds += time.perf_counter() - t0
+        return out
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        """Free the request's blocks and put it back at the front of the waiting queue."""
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
+        if self.scheduling == "static":
+            self._static_quota += 1           # still a member of the current batch
+        out.preempted.append(request)
+        self.stats.num_preemptions += 1
+
+    def update_from_output(self, out: SchedulerOutput, sampled_token_ids: list[int],
+                           now: float) -> tuple[list[Request], list[Request]]:
+        """Advance each scheduled request by its tokens; append the sampled tokens.
+
+        `sampled_token_ids` has one token per request of `out` that was caught up after the
+        step (in `out.requests` order); partial prefill chunks sample nothing. Returns
+        (requests that got a token, requests that finished); finished ones are removed and
+        their blocks freed.
+        """
+        t0 = time.perf_counter()
+        got_token: list[Request] = []
+        finished: list[Request] = []
+        k = 0
+        for req, n in zip(out.requests, out.num_new_tokens):
+            req.num_computed_tokens += n
+            if req.num_computed_tokens < req.num_tokens:
+                continue                       # a partial prefill chunk: no token yet
+            req.append_output_token(sampled_token_ids[k])
+            k += 1
+            metrics = req.metrics
+            if metrics.first_token_time is None:
+                metrics.first_token_time = now
+            metrics.token_times.append(now)
+            got_token.append(req)
+            status = req.check_stop()
+            if status is not None:
+                metrics.finished_time = now
+                req.status = status
+                finished.append(req)
+        if finished:
+            self.running = [r for r in self.running if not r.status.is_finished]
+            for req in finished:
+                self.kv_cache_manager.free(req)
+        self.stats.schedule_seconds += time.perf_counter() - t0
+        return got_token, finished

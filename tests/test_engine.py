@@ -1,0 +1,343 @@
+"""The engine on the tiny random-weight model: correctness against a no-cache reference,
+sampling reproducibility, stop conditions, streaming, metrics, validation, abort, and a
+300-request stress test that forces preemption."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from llmlab import LLM, SamplingParams
+from llmlab.engine import LLMEngine, RequestOutput
+from llmlab.model import tiny_model
+
+NEAR_TIE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=1)
+
+
+def reference_greedy(model, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
+    """Greedy tokens recomputed from scratch each step (no cache), with each step's top-2 gap."""
+    seq, gaps = list(prompt), []
+    for _ in range(n):
+        logits = model.logits_for(seq)[-1]                              # [vocab]
+        top2 = logits.topk(2)
+        gaps.append(float(top2.values[0] - top2.values[1]))
+        seq.append(int(top2.indices[0]))
+    return seq[len(prompt):], gaps
+
+
+def assert_matches_reference(model, prompts, outs, n):
+    for prompt, out in zip(prompts, outs):
+        ref, gaps = reference_greedy(model, prompt, n)
+        got = out.outputs[0].token_ids
+        for i, (a, b) in enumerate(zip(got, ref)):
+            if a != b:
+                assert gaps[i] <= NEAR_TIE, f"token {i} differs ({a} vs {b}), top-2 gap {gaps[i]}"
+                print(f"near-tie accepted at token {i} (gap {gaps[i]:.1e})")
+                break
+        else:
+            assert len(got) == len(ref)
+
+
+def random_prompts(n, lo, hi, seed=0, vocab=512):
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(),                                                              # defaults
+    dict(block_size=4, num_kv_blocks=20, max_num_seqs=8, max_model_len=72),  # preemption
+    dict(max_num_batched_tokens=16),                                     # chunked prefill
+    dict(enable_prefix_caching=False, enable_chunked_prefill=False, max_num_batched_tokens=128),
+    dict(scheduling="static", max_num_seqs=3),
+])
+def test_greedy_matches_no_cache_reference(model, kwargs):
+    prompts = random_prompts(10, 1, 60, seed=2)
+    prompts[3] = prompts[2][:40] + [7, 8, 9]                            # a shared prefix
+    llm = LLM(model, **{"max_model_len": 128, **kwargs})
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert [o.request_id for o in outs] == sorted((o.request_id for o in outs), key=int)
+    assert_matches_reference(model, prompts, outs, 8)
+    stats = llm.llm_engine.stats()
+    assert stats["free_blocks"] == stats["num_kv_blocks"]
+    if kwargs.get("num_kv_blocks") == 20:
+        assert stats["preemptions"] > 0
+    if kwargs.get("max_num_batched_tokens") == 16:
+        assert stats["chunked_prefill_steps"] > 0
+
+
+def test_prefix_cache_hits_show_in_num_cached_tokens(model):
+    llm = LLM(model, max_model_len=128)
+    base = random_prompts(1, 50, 50, seed=3)[0]
+    first = llm.generate([base + [5]], GREEDY, use_tqdm=False)[0]
+    second = llm.generate([base + [6]], GREEDY, use_tqdm=False)[0]
+    assert first.num_cached_tokens == 0
+    assert second.num_cached_tokens == 48                               # 3 full blocks of 16
+    assert llm.llm_engine.stats()["prefix_cache_hits"] >= 48
+    assert_matches_reference(model, [base + [6]], [second], 8)
+
+
+def test_seeded_sampling_is_reproducible_regardless_of_batch(model):
+    params = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, max_tokens=10, seed=1234,
+                            ignore_eos=True)
+    prompt = random_prompts(1, 20, 20, seed=4)[0]
+    alone = LLM(model, max_model_len=128).generate([prompt], params, use_tqdm=False)
+    others = random_prompts(6, 5, 40, seed=5)
+    mixed_params = [SamplingParams(temperature=1.0, max_tokens=12, seed=i, ignore_eos=True)
+                    for i in range(6)]
+    crowd = LLM(model, max_model_len=128, max_num_batched_tokens=24, seed=9).generate(
+        others[:3] + [prompt] + others[3:], mixed_params[:3] + [params] + mixed_params[3:],
+        use_tqdm=False)
+    assert crowd[3].outputs[0].token_ids == alone[0].outputs[0].token_ids
+    # and a different seed gives a different continuation (10 tokens from 512: no accident)
+    other = LLM(model, max_model_len=128).generate(
+        [prompt], SamplingParams(temperature=0.9, top_k=50, top_p=0.9, max_tokens=10, seed=99,
+                                 ignore_eos=True), use_tqdm=False)
+    assert other[0].outputs[0].token_ids != alone[0].outputs[0].token_ids
+
+
+def test_engine_seed_makes_unseeded_sampling_reproducible(model):
+    prompts = random_prompts(4, 5, 30, seed=6)
+    params = SamplingParams(temperature=1.0, max_tokens=10, ignore_eos=True)
+    a = LLM(model, max_model_len=128, seed=5).generate(prompts, params, use_tqdm=False)
+    b = LLM(model, max_model_len=128, seed=5).generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in a] == [o.outputs[0].token_ids for o in b]
+
+
+def test_stop_conditions(model):
+    prompt = random_prompts(1, 10, 10, seed=7)[0]
+    llm = LLM(model, max_model_len=64)
+    free_run = llm.generate([prompt], GREEDY, use_tqdm=False)[0].outputs[0].token_ids
+    stop_tok = free_run[3]
+    first_idx = free_run.index(stop_tok)
+    # stop token ends the request, included in the output, reason "stop"
+    out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True,
+                                                stop_token_ids=[stop_tok]), use_tqdm=False)[0]
+    assert out.outputs[0].token_ids == free_run[:first_idx + 1]
+    assert out.outputs[0].finish_reason == "stop"
+    # EOS: the engine's eos id ends it unless ignore_eos
+    llm.llm_engine.eos_token_ids = frozenset({stop_tok})
+    for req_params in (SamplingParams(temperature=0.0, max_tokens=8),):
+        out = llm.generate([prompt], req_params, use_tqdm=False)[0]
+        assert out.outputs[0].token_ids == free_run[:first_idx + 1]
+    # min_tokens: stop/EOS ignored until that many tokens exist
+    out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, min_tokens=8,
+                                                stop_token_ids=[stop_tok]), use_tqdm=False)[0]
+    assert out.outputs[0].token_ids == free_run and out.outputs[0].finish_reason == "length"
+    # max_model_len: a 60-token prompt in a 64-token window gets 4 tokens, reason "length"
+    long_prompt = random_prompts(1, 60, 60, seed=8)[0]
+    out = llm.generate([long_prompt], SamplingParams(temperature=0.0, max_tokens=50,
+                                                     ignore_eos=True), use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == 4 and out.outputs[0].finish_reason == "length"
+
+
+def test_streaming_deltas_add_up_to_final_outputs(model):
+    engine = LLMEngine(model, max_model_len=128, max_num_batched_tokens=20)
+    prompts = random_prompts(5, 3, 30, seed=9)
+    params = [SamplingParams(temperature=0.0, max_tokens=3 + i, ignore_eos=True) for i in range(5)]
+    for i, (p, sp) in enumerate(zip(prompts, params)):
+        engine.add_request(f"q{i}", p, sp)
+    streamed = {f"q{i}": [] for i in range(5)}
+    finished = []
+    reqs = dict(engine.requests)
+    while engine.has_unfinished_requests():
+        for delta in engine.step():
+            assert isinstance(delta, RequestOutput)
+            assert len(delta.outputs[0].token_ids) == 1
+            streamed[delta.request_id] += delta.outputs[0].token_ids
+            if delta.finished:
+                finished.append(delta.request_id)
+                assert delta.outputs[0].finish_reason == "length"
+    assert sorted(finished) == sorted(streamed)
+    for rid, req in reqs.items():
+        assert streamed[rid] == req.output_token_ids
+        assert len(streamed[rid]) == req.sampling_params.max_tokens
+
+
+def test_metrics_timestamps_are_ordered(model):
+    outs = LLM(model, max_model_len=128).generate(random_prompts(3, 5, 20, seed=10), GREEDY,
+                                                  use_tqdm=False)
+    for o in outs:
+        m = o.metrics
+        assert len(m.token_times) == len(o.outputs[0].token_ids) == 8
+        assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time
+        assert m.first_token_time == m.token_times[0]
+        assert all(a <= b for a, b in zip(m.token_times, m.token_times[1:]))
+        assert m.token_times[-1] <= m.finished_time
+
+
+@pytest.mark.parametrize("prompt, params, word", [
+    ([], GREEDY, "prompt"),
+    (list(range(3, 140)), GREEDY, "max_model_len"),
+    ([5, 600, 7], GREEDY, "vocab|token ids"),
+    ([5, -1], GREEDY, "token ids"),
+    ("text without tokenizer", GREEDY, "tokenizer"),
+])
+def test_bad_prompts_raise_and_engine_keeps_serving(model, prompt, params, word):
+    engine = LLMEngine(model, max_model_len=128)
+    engine.add_request("ok", [5, 6, 7], GREEDY)
+    with pytest.raises(ValueError, match=word):
+        engine.add_request("bad", prompt, params)
+    assert "bad" not in engine.requests
+    outs = []
+    while engine.has_unfinished_requests():
+        outs += engine.step()
+    assert [o.request_id for o in outs].count("ok") == 8
+    assert engine.kv_cache_manager.num_free_blocks == engine.num_kv_blocks
+
+
+@pytest.mark.parametrize("field, value", [
+    ("max_tokens", 0), ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -2),
+])
+def test_bad_sampling_params_name_the_argument(model, field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
+    # parameters changed after construction are checked again when the request is added
+    params = SamplingParams(temperature=0.0)
+    setattr(params, field, value)
+    engine = LLMEngine(model, max_model_len=128)
+    with pytest.raises(ValueError, match=field):
+        engine.add_request("r", [1, 2, 3], params)
+    assert not engine.has_unfinished_requests()
+
+
+def test_duplicate_request_id_is_refused_and_generate_rolls_back(model):
+    engine = LLMEngine(model, max_model_len=128)
+    engine.add_request("same", [4, 5], GREEDY)
+    with pytest.raises(ValueError, match="request_id"):
+        engine.add_request("same", [6, 7], GREEDY)
+    llm = LLM(model, max_model_len=128)
+    with pytest.raises(ValueError, match="prompt"):
+        llm.generate([[4, 5, 6], []], GREEDY, use_tqdm=False)
+    assert not llm.llm_engine.has_unfinished_requests()          # the good one was withdrawn
+    assert len(llm.generate([[4, 5, 6]], GREEDY, use_tqdm=False)[0].outputs[0].token_ids) == 8
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(num_kv_blocks=7, block_size=16, max_model_len=128), "num_kv_blocks"),
+    (dict(block_size=0), "block_size"),
+    (dict(max_num_seqs=0), "max_num_seqs"),
+    (dict(max_num_batched_tokens=-3), "max_num_batched_tokens"),
+    (dict(attention_backend="numpy"), "attention_backend"),
+    (dict(scheduling="fifo"), "scheduling"),
+    (dict(max_model_len=5000), "max_model_len"),
+    (dict(enable_chunked_prefill=False, max_num_batched_tokens=64, max_model_len=128),
+     "max_num_batched_tokens"),
+])
+def test_bad_engine_settings_raise_at_construction(model, kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        LLM(model, **kwargs)
+
+
+def test_default_pool_size_covers_max_num_seqs_requests(model):
+    engine = LLMEngine(model, max_model_len=100, max_num_seqs=5, block_size=16)
+    assert engine.num_kv_blocks == 5 * 7
+    real_sized = LLMEngine(model, max_num_seqs=64, kv_cache_memory_bytes=1 << 20)
+    from llmlab.engine.llm_engine import kv_bytes_per_block
+    assert real_sized.max_model_len == 1024             # tiny model's max_position_embeddings
+    assert real_sized.num_kv_blocks == (1 << 20) // kv_bytes_per_block(model, 16)
+
+
+def test_abort_frees_blocks_and_stops_the_request(model):
+    engine = LLMEngine(model, max_model_len=128, max_num_batched_tokens=16)
+    engine.add_request("a", random_prompts(1, 40, 40, seed=11)[0], GREEDY)
+    engine.add_request("b", [3, 4, 5], GREEDY)
+    engine.step()                                       # a is mid-prefill
+    assert engine.kv_cache_manager.num_free_blocks < engine.num_kv_blocks
+    assert engine.abort_request("a") and not engine.abort_request("a")
+    outs = []
+    while engine.has_unfinished_requests():
+        outs += engine.step()
+    assert {o.request_id for o in outs} == {"b"}
+    assert engine.kv_cache_manager.num_free_blocks == engine.num_kv_blocks
+
+
+@pytest.mark.slow
+def test_stress_random_requests_with_preemption(model):
+    rng = random.Random(1234)
+    block_size, max_model_len, max_num_seqs, budget = 4, 96, 16, 48
+    engine = LLMEngine(model, block_size=block_size, num_kv_blocks=60, max_model_len=max_model_len,
+                       max_num_seqs=max_num_seqs, max_num_batched_tokens=budget)
+    num_requests = 320
+    arrivals: dict[int, list[tuple[str, list[int], SamplingParams]]] = {}
+    expected: dict[str, int] = {}
+    shared = [rng.randrange(3, 512) for _ in range(40)]
+    for i in range(num_requests):
+        n = rng.randint(1, 70)
+        prompt = (shared[:rng.randint(0, 40)] + [rng.randrange(3, 512) for _ in range(n)])[:n]
+        temp = rng.choice([0.0, 0.7, 1.0, 1.3])
+        params = SamplingParams(temperature=temp, top_k=rng.choice([-1, 1, 20]),
+                                top_p=rng.choice([1.0, 0.9, 0.5]), max_tokens=rng.randint(1, 30),
+                                seed=rng.choice([None, i]), ignore_eos=True)
+        arrivals.setdefault(rng.randint(0, 150), []).append((f"r{i}", prompt, params))
+        expected[f"r{i}"] = min(params.max_tokens, max_model_len - len(prompt))
+    got = {rid: 0 for rid in expected}
+    step, finished = 0, set()
+    kv = engine.kv_cache_manager
+    while step <= 150 or engine.has_unfinished_requests():
+        for rid, prompt, params in arrivals.get(step, []):
+            engine.add_request(rid, prompt, params)
+        for delta in engine.step():
+            got[delta.request_id] += len(delta.outputs[0].token_ids)
+            if delta.finished:
+                finished.add(delta.request_id)
+        out = engine.last_scheduler_output
+        assert out.total_num_scheduled_tokens <= budget
+        assert len(out.requests) <= max_num_seqs and len(engine.scheduler.running) <= max_num_seqs
+        held = 0
+        for req in engine.scheduler.running:
+            blocks = kv.get_block_ids(req.request_id)
+            assert len(blocks) * block_size >= req.num_computed_tokens
+            assert len(blocks) <= -(-max_model_len // block_size)
+            held += len(blocks)
+        for req in engine.scheduler.waiting:
+            assert kv.get_block_ids(req.request_id) == [] and req.num_computed_tokens == 0
+        assert kv.num_free_blocks >= kv.num_blocks - held      # shared blocks count once
+        step += 1
+        assert step < 20000, "the engine stopped making progress"
+    assert finished == set(expected)
+    assert got == expected
+    stats = engine.stats()
+    assert stats["preemptions"] > 0 and stats["chunked_prefill_steps"] > 0
+    assert kv.num_free_blocks == kv.num_blocks and not engine.requests
+    assert all(b.ref_cnt == 0 for b in kv.block_pool.blocks)
+
+
+def test_model_runner_builds_the_flat_batch(model):
+    """Positions, slot_mapping, cu_seqlens_q, seq_lens and sampled rows of a mixed step, checked
+    against a token-by-token computation from the block tables."""
+    engine = LLMEngine(model, block_size=4, max_model_len=64, max_num_batched_tokens=12)
+    engine.add_request("a", list(range(10, 19)), GREEDY)      # 9 tokens
+    engine.add_request("b", list(range(30, 35)), GREEDY)      # 5 tokens
+    engine.step()                                             # a: 9 (done), b: 3 of 5
+    engine.add_request("c", list(range(50, 57)), GREEDY)      # 7 tokens
+    out = engine.scheduler.schedule()                         # a decode, b 2, c 7 -> 10 tokens
+    assert [r.request_id for r in out.requests] == ["a", "b", "c"]
+    assert out.num_new_tokens == [1, 2, 7] and out.num_computed_tokens == [9, 3, 0]
+    inp = engine.model_runner.prepare_inputs(out)
+    kv = engine.kv_cache_manager
+    exp_ids, exp_pos, exp_slots = [], [], []
+    for req, n, start in zip(out.requests, out.num_new_tokens, out.num_computed_tokens):
+        table = kv.get_block_ids(req.request_id)
+        for p in range(start, start + n):
+            exp_ids.append(req.all_token_ids[p])
+            exp_pos.append(p)
+            exp_slots.append(table[p // 4] * 4 + p % 4)
+    assert inp.input_ids.tolist() == exp_ids
+    assert inp.positions.tolist() == exp_pos
+    assert inp.ctx.slot_mapping.tolist() == exp_slots
+    assert inp.ctx.cu_seqlens_q.tolist() == [0, 1, 3, 10]
+    assert inp.ctx.seq_lens.tolist() == [10, 5, 7]
+    assert inp.ctx.max_query_len == 7
+    assert inp.sample_rows.tolist() == [0, 2, 9]              # b's chunk ends its prompt
+    assert inp.ctx.block_tables.shape == (3, 3)
+    for s, req in enumerate(out.requests):
+        table = kv.get_block_ids(req.request_id)
+        assert inp.ctx.block_tables[s, :len(table)].tolist() == table
