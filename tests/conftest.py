@@ -9,6 +9,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # OpenMP threads made the model 20-40x slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import llmlab  # noqa: F401  (sets TRITON_INTERPRET and OMP_WAIT_POLICY before torch/triton load)
 import pytest
 import torch
 
