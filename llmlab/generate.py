@@ -44,53 +44,52 @@ def _stop_ids(model: LlamaModel, params: SamplingParams) -> set[int]:
     return eos | set(params.stop_token_ids or [])
 
 
-def generate_no_cache(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int = 32,
-                      params: SamplingParams | None = None, backend: str = "torch") -> GenerationResult:
-    """Naive loop: each new token costs a forward over the *whole* sequence so far."""
+def _generate(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int,
+              params: SamplingParams | None, forward, feed_whole_sequence: bool) -> GenerationResult:
+    """The loop both versions share: forward → sample → append, until EOS or max_new_tokens.
+
+    `forward(tokens)` returns the logits [1, vocab] for the next token after feeding `tokens`:
+    the whole sequence each step without a cache, only the newest token with one.
+    """
     params = params or SamplingParams(temperature=0.0)
     _check_args(model, prompt_ids, max_new_tokens)
     gen = make_generator(params.seed)
     stops = _stop_ids(model, params)
-    ids = list(prompt_ids)
     result = GenerationResult(token_ids=[])
+    feed = list(prompt_ids)                                               # step 1 feeds the prompt
     for _ in range(max_new_tokens):
         t0 = time.perf_counter()
-        logits = model.logits_for(ids, backend=backend, last_only=True)  # [1, vocab]
-        token = int(sample(logits, [params], [gen])[0])
+        token = int(sample(forward(feed), [params], [gen])[0])
         result.step_times.append(time.perf_counter() - t0)
         result.num_forwards += 1
-        result.tokens_processed += len(ids)
+        result.tokens_processed += len(feed)
         result.token_ids.append(token)
-        ids.append(token)
+        feed = feed + [token] if feed_whole_sequence else [token]
         if token in stops and len(result.token_ids) >= params.min_tokens:
             break
     return result
+
+
+def generate_no_cache(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int = 32,
+                      params: SamplingParams | None = None, backend: str = "torch") -> GenerationResult:
+    """Naive loop: each new token costs a forward over the *whole* sequence so far."""
+    def forward(ids: list[int]) -> torch.Tensor:
+        return model.logits_for(ids, backend=backend, last_only=True)      # [1, vocab]
+
+    return _generate(model, prompt_ids, max_new_tokens, params, forward, feed_whole_sequence=True)
 
 
 def generate_with_cache(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int = 32,
                         params: SamplingParams | None = None, backend: str = "torch") -> GenerationResult:
     """Prefill the prompt once into a KV cache, then decode one token per forward."""
-    params = params or SamplingParams(temperature=0.0)
-    _check_args(model, prompt_ids, max_new_tokens)
-    gen = make_generator(params.seed)
-    stops = _stop_ids(model, params)
-    cache = ContiguousKVCache(model.config, batch_size=1, max_len=len(prompt_ids) + max_new_tokens,
+    cache = ContiguousKVCache(model.config, batch_size=1, max_len=max(1, len(prompt_ids) + max_new_tokens),
                               dtype=model.dtype, device=model.device)
-    result = GenerationResult(token_ids=[])
-    new_ids = list(prompt_ids)                                            # prefill feeds the whole prompt
-    for _ in range(max_new_tokens):
-        t0 = time.perf_counter()
+
+    def forward(new_ids: list[int]) -> torch.Tensor:
         n = [len(new_ids)]
         ctx = cache.context(n, backend=backend)
         hidden = model(torch.tensor(new_ids, device=model.device), cache.positions(n).to(model.device), ctx)
         cache.advance(n)
-        logits = model.compute_logits(hidden[-1:])                        # [1, vocab]
-        token = int(sample(logits, [params], [gen])[0])
-        result.step_times.append(time.perf_counter() - t0)
-        result.num_forwards += 1
-        result.tokens_processed += len(new_ids)
-        result.token_ids.append(token)
-        new_ids = [token]                                                 # decode feeds one token
-        if token in stops and len(result.token_ids) >= params.min_tokens:
-            break
-    return result
+        return model.compute_logits(hidden[-1:])                          # [1, vocab]
+
+    return _generate(model, prompt_ids, max_new_tokens, params, forward, feed_whole_sequence=False)

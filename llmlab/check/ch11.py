@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import (NOT_ANSWERED, CheckResult, check_number, not_yet, passed,
+from llmlab.check.core import (NOT_ANSWERED, CheckResult, check_matching, check_number, not_yet, passed,
                                report)
 
 # ---- the memory-waste trace of the chapter (llmlab.sim.make_trace arguments) -----------------
@@ -118,20 +118,7 @@ _Q5_HINTS = {
 def seed_q5(answer: Any) -> CheckResult:
     """The seed's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design) to the
     operating-system concept it borrows, one of Q5_CONCEPTS."""
-    ex = "ch11.seed_q5"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not isinstance(answer, dict) or set(Q5_DESIGNS) - set(answer):
-        return report(not_yet(ex, f"answer a dict with the keys {list(Q5_DESIGNS)}."))
-    right = dict(zip(Q5_DESIGNS, Q5_CONCEPTS))
-    problems = []
-    for design in Q5_DESIGNS:
-        value = str(answer[design]).strip().lower().replace("-", "_").replace(" ", "_")
-        if value not in Q5_CONCEPTS:
-            problems.append(f"{design}: choose one of {list(Q5_CONCEPTS)}.")
-        elif value != right[design]:
-            problems.append(f"{design}: {_Q5_HINTS[design]}")
-    if problems:
-        return report(not_yet(ex, " ".join(problems)))
-    return report(passed(ex, "right: much of vLLM is an operating system's memory manager and "
-                             "scheduler applied to KV blocks and requests."))
+    return check_matching("ch11.seed_q5", answer, dict(zip(Q5_DESIGNS, Q5_CONCEPTS)),
+                          choices=Q5_CONCEPTS, hints=_Q5_HINTS,
+                          success="right: much of vLLM is an operating system's memory manager "
+                                  "and scheduler applied to KV blocks and requests.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import NOT_ANSWERED, CheckResult, not_yet, passed, report
+from llmlab.check.core import NOT_ANSWERED, CheckResult, check_matching, not_yet, passed, report
 from llmlab.check.ch05 import STEPS as FORWARD_STEPS
 
 # The seed's five self-check questions and the checkers (module, function) that answer them.
@@ -96,19 +96,7 @@ _FIX_HINTS = {
 
 def vllm_fixes(answer: Any) -> CheckResult:
     """Answer a dict mapping each of PROBLEMS to the vLLM technique (one of FIXES) that answers it."""
-    ex = "ch12.vllm_fixes"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not isinstance(answer, dict) or set(PROBLEMS) - set(answer):
-        return report(not_yet(ex, f"answer a dict with the keys {list(PROBLEMS)}."))
-    right = dict(zip(PROBLEMS, FIXES))
-    problems = []
-    for p in PROBLEMS:
-        value = str(answer[p]).strip().lower().replace("-", "_").replace(" ", "_")
-        if value not in FIXES:
-            problems.append(f"{p}: choose one of {list(FIXES)}.")
-        elif value != right[p]:
-            problems.append(f"{p}: {_FIX_HINTS[p]}")
-    if problems:
-        return report(not_yet(ex, " ".join(problems)))
-    return report(passed(ex, "right: each of vLLM's techniques removes one bottleneck this series measured."))
+    return check_matching("ch12.vllm_fixes", answer, dict(zip(PROBLEMS, FIXES)), choices=FIXES,
+                          hints=_FIX_HINTS,
+                          success="right: each of vLLM's techniques removes one bottleneck this "
+                                  "series measured.")

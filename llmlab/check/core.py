@@ -139,3 +139,26 @@ def check_callable(exercise: str, fn: Any, cases: list[tuple[tuple, Any]],
         if not compare(got, expected):
             return report(not_yet(exercise, hint))
     return report(passed(exercise))
+
+
+def check_matching(exercise: str, answer: Any, right: dict[str, str], *, choices: tuple[str, ...],
+                   hints: dict[str, str], success: str = "correct.") -> CheckResult:
+    """A dict answer pairing each key of `right` with one of `choices`.
+
+    Every wrong pair gets its own hint (from `hints`, keyed like `right`); choices are compared
+    case-insensitively with spaces and dashes read as underscores.
+    """
+    if answer is None:
+        return report(not_yet(exercise, NOT_ANSWERED))
+    if not isinstance(answer, dict) or set(right) - set(answer):
+        return report(not_yet(exercise, f"answer a dict with the keys {list(right)}."))
+    problems = []
+    for key, expected in right.items():
+        value = str(answer[key]).strip().lower().replace("-", "_").replace(" ", "_")
+        if value not in choices:
+            problems.append(f"{key}: choose one of {list(choices)}.")
+        elif value != expected:
+            problems.append(f"{key}: {hints[key]}")
+    if problems:
+        return report(not_yet(exercise, " ".join(problems)))
+    return report(passed(exercise, success))
