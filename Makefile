@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.llmlab-installed
 PORT ?= 8888
+# Jupyter refuses to run as root unless told (containers, CI machines)
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_ARGS ?=
 # torch: a machine without an NVIDIA GPU gets the CPU wheel pinned here (the course
 # machines carry it on disk); a GPU machine gets the ordinary PyPI build.
@@ -43,7 +45,7 @@ model: setup
 	$(PY) -m llmlab model
 
 lab: setup model
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(PORT) --no-browser --ip=127.0.0.1
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(PORT) --no-browser --ip=127.0.0.1 $(ALLOW_ROOT)
 
 test: setup model
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,349 @@
+"""The widgets in a real browser: JupyterLab driven by Chromium through Playwright.
+
+A JupyterLab server starts on a free localhost port with a token, its root a temporary copy of
+notebooks/ (LLMLAB_FAST=1). Chromium (Debian's /usr/bin/chromium; Playwright never downloads a
+browser here) opens the KV cache notebook and the roofline notebook, runs all cells, drags a
+slider of the KV calculator / roofline explorer, and the widget's result line must become the
+text `llmlab.widgets.kv.kv_text` / `llmlab.widgets.roofline.roofline_text` computes in this
+process for the value the slider now shows.
+
+A third test breaks a slider's callback on purpose (the widget is built, then its `batch`
+slider loses its observers) and checks that the same verification then fails, so a widget
+whose slider no longer updates its output cannot pass.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+KV_NOTEBOOK = "04-kv-cache.ipynb"
+ROOFLINE_NOTEBOOK = "07-roofline.ipynb"
+TEST_TIMEOUT_S = 300            # each test, JupyterLab start-up included
+NOTEBOOK_RUN_S = 200            # run-all until the widget shows its result
+SETTLE_S = 30                   # after the drag, until the result matches the slider
+
+
+def _skip_reason() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return (f"{CHROMIUM} is missing: install Debian's Chromium (`apt-get install -y chromium`; "
+                f"CI's .ci/run does). Playwright must not download its own browser.")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the Python package `playwright` is missing: `pip install playwright` (never `playwright install`)."
+    for name in (KV_NOTEBOOK, ROOFLINE_NOTEBOOK):
+        if not (ROOT / "notebooks" / name).exists():
+            return f"notebooks/{name} does not exist yet"
+    return None
+
+
+_REASON = _skip_reason()
+if _REASON:
+    pytestmark.append(pytest.mark.skip(reason=_REASON))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- server and browser
+
+def _new_session_dying_with_parent() -> None:
+    """In the child before exec: its own process group (so teardown can kill the group), and
+    on Linux a SIGKILL when the test process dies without tearing down (its kernels notice
+    their parent is gone and exit)."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+BROKEN_KV = """\
+# The KV calculator with its batch slider's callback removed: the slider still moves, the
+# result line no longer follows it. test_browser.py checks that its verification catches this.
+from llmlab.widgets import kv_calculator
+
+box = kv_calculator(model="llama-3-70b", context=4096, batch=1, dtype="bf16", gpu="H100-SXM")
+
+def _widgets(w):
+    yield w
+    for c in getattr(w, "children", ()):
+        yield from _widgets(c)
+
+broken = [w for w in _widgets(box) if getattr(w, "description", "") == "batch"]
+assert len(broken) == 1, broken
+broken[0].unobserve_all("value")
+box
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """(base url, token, root folder) of a JupyterLab server over a temporary copy of notebooks/ plus a
+    notebook with a broken slider callback; the server's process group is killed afterwards."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "notebooks"
+    shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    nb = new_notebook(cells=[new_code_cell(BROKEN_KV)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "broken-kv.ipynb")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "LLMLAB_FAST": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces")}
+    log = open(tmp / "jupyterlab.log", "w")
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")              # CI containers run as root
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=_new_session_dying_with_parent)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited with {proc.returncode}: "
+                                   f"{(tmp / 'jupyterlab.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("JupyterLab did not answer within 90 s")
+            time.sleep(0.5)
+        yield base, token, str(root)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=15)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _open_and_run_all(browser, lab, name: str):
+    """A new page with notebook `name` open in a fresh workspace, its kernel started (the
+    "Select Kernel" dialog accepted when it shows), and Run > Run All Cells clicked."""
+    base, token, _ = lab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(60_000)
+    workspace = f"t{secrets.token_hex(4)}"       # no tabs restored from an earlier page
+    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{name}?reset&token={token}")
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    panel.first.wait_for(state="visible", timeout=90_000)
+    kernel = panel.first.locator(".jp-Toolbar-kernelName")
+    deadline = time.monotonic() + 90
+    while True:
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count() and dialog.first.is_visible():
+            dialog.first.locator(".jp-mod-accept").first.click()
+        elif kernel.count() and "No Kernel" not in kernel.first.inner_text():
+            break
+        assert time.monotonic() < deadline, f"{name}: no kernel started within 90 s"
+        page.wait_for_timeout(250)
+    panel.first.locator(".jp-Notebook").first.click()
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+    # wait until the last non-empty code cell shows its execution count and none shows "[*]"
+    # (queued or running): widget messages sent while cells still run would queue behind them.
+    # Run All stops at a cell that raises; then a traceback shows and _result reports it.
+    last = _last_code_cell(lab, name)
+    prompts = panel.first.locator(".jp-CodeCell .jp-InputPrompt")
+    tracebacks = panel.first.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]',
+                                     has_text="Traceback")
+    deadline = time.monotonic() + NOTEBOOK_RUN_S
+    while True:
+        texts = [t.strip() for t in prompts.all_inner_texts()]
+        if not any("*" in t for t in texts) and (
+                (len(texts) > last and re.search(r"\[\d+\]", texts[last])) or tracebacks.count()):
+            break
+        assert time.monotonic() < deadline, f"{name}: Run All not finished after {NOTEBOOK_RUN_S} s; prompts {texts}"
+        page.wait_for_timeout(500)
+    return page
+
+
+def _last_code_cell(lab, name: str) -> int:
+    """Position, among the code cells, of the last code cell with some code in it."""
+    import nbformat
+
+    nb = nbformat.read(Path(lab[2]) / name, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return max(i for i, c in enumerate(code) if c.source.strip())
+
+
+def _result(page, css: str):
+    """The widget's result element (the notebook has run already); a failure quotes the
+    notebook's error output."""
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").first
+    loc = panel.locator(css).first
+    try:
+        loc.wait_for(state="attached", timeout=30_000)
+    except Exception:
+        errors = [e.inner_text()[-1500:] for e in
+                  panel.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all()]
+        prompts = [p.inner_text().strip() for p in panel.locator(".jp-CodeCell .jp-InputPrompt").all()]
+        shot = ROOT / "build" / "browser" / f"{secrets.token_hex(3)}-missing-result.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+        raise AssertionError(f"no {css} in the notebook after Run All (screenshot: {shot}); "
+                             f"prompts {prompts}; stderr/error outputs:\n" + "\n---\n".join(errors)) from None
+    loc.scroll_into_view_if_needed()
+    return loc
+
+
+def _slider(result, label: str):
+    """The slider labelled `label` in the widget box that holds `result`."""
+    box = result.locator("xpath=ancestor::div[contains(concat(' ', normalize-space(@class), ' '), ' widget-vbox ')][1]")
+    slider = box.locator(".widget-slider").filter(
+        has=result.page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")))
+    assert slider.count() == 1, f"expected one slider labelled {label!r}, found {slider.count()}"
+    return slider
+
+
+def _drag(slider, fraction: float) -> None:
+    """Drag the slider's handle to `fraction` of its track with the mouse."""
+    page = slider.page
+    handle = slider.locator(".noUi-handle").first
+    track = slider.locator(".noUi-base, .noUi-target").first
+    h, t = handle.bounding_box(), track.bounding_box()
+    assert h and t, "the slider is not laid out"
+    page.mouse.move(h["x"] + h["width"] / 2, h["y"] + h["height"] / 2)
+    page.mouse.down()
+    target_x = t["x"] + fraction * t["width"]
+    for i in range(1, 6):
+        page.mouse.move(h["x"] + h["width"] / 2 + (target_x - h["x"] - h["width"] / 2) * i / 5,
+                        h["y"] + h["height"] / 2)
+        page.wait_for_timeout(30)
+    page.mouse.up()
+
+
+def _readout(slider) -> str:
+    return slider.locator(".widget-readout").first.inner_text().strip()
+
+
+def _move_and_expect(page, result_css: str, slider_label: str, fraction: float, expected_for) -> tuple[str, str]:
+    """Drag the slider, then wait until the result text equals expected_for(readout).
+    Returns (readout, text); raises AssertionError when the result does not follow."""
+    result = _result(page, result_css)
+    page.wait_for_function("el => el.innerText.trim().length > 0", arg=result.element_handle())
+    before = result.inner_text().strip()
+    slider = _slider(result, slider_label)
+    start = _readout(slider)
+    _drag(slider, fraction)
+    deadline = time.monotonic() + SETTLE_S
+    readout, text, expected = start, before, None
+    while time.monotonic() < deadline:
+        readout = _readout(slider)
+        text = result.inner_text().strip()
+        if readout != start:
+            expected = expected_for(readout)
+            if text == expected:
+                return readout, text
+        page.wait_for_timeout(250)
+    assert readout != start, f"dragging the {slider_label!r} slider did not move it (readout stayed {start!r})"
+    raise AssertionError(f"after moving {slider_label!r} from {start} to {readout}, the widget shows\n"
+                         f"{text!r}\nbut llmlab computes\n{expected!r}\n(before the move: {before!r})")
+
+
+# --------------------------------------------------------------------------- expected texts
+
+def _kv_expected(readout: str) -> str:
+    from llmlab.widgets.kv import kv_summary, kv_text
+
+    return kv_text(kv_summary(num_layers=80, num_kv_heads=8, head_dim=128, dtype="bf16",
+                              context=4096, batch=int(readout), gpu="H100-SXM", weight_bytes=0.0))
+
+
+def _roofline_expected(readout: str) -> str:
+    from llmlab.widgets.roofline import roofline_summary, roofline_text
+
+    return roofline_text(roofline_summary("H100-SXM", "llama-3-70b", "bf16", batch=int(readout), context=1024))
+
+
+# --------------------------------------------------------------------------- tests
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_kv_calculator_follows_its_batch_slider(lab, browser):
+    from llmlab.widgets.kv import KV_TEXT_PATTERN
+
+    page = _open_and_run_all(browser, lab, KV_NOTEBOOK)
+    try:
+        initial = _result(page, "pre.llmlab-kv-result")
+        page.wait_for_function("el => el.innerText.trim().length > 0", arg=initial.element_handle())
+        assert initial.inner_text().strip() == _kv_expected("1"), "the calculator does not start at its defaults"
+        readout, text = _move_and_expect(page, "pre.llmlab-kv-result", "batch", 0.4, _kv_expected)
+        assert int(readout) > 1
+        gb = float(KV_TEXT_PATTERN.search(text)[1])
+        assert gb > float(KV_TEXT_PATTERN.search(_kv_expected("1"))[1])     # more requests, more cache
+    finally:
+        page.close()
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_roofline_explorer_follows_its_batch_slider(lab, browser):
+    from llmlab.widgets.roofline import ROOFLINE_TEXT_PATTERN
+
+    page = _open_and_run_all(browser, lab, ROOFLINE_NOTEBOOK)
+    try:
+        initial = _result(page, "pre.llmlab-roofline-result")
+        page.wait_for_function("el => el.innerText.trim().length > 0", arg=initial.element_handle())
+        assert initial.inner_text().strip() == _roofline_expected("1")
+        readout, text = _move_and_expect(page, "pre.llmlab-roofline-result", "batch", 0.75, _roofline_expected)
+        assert int(readout) > 1
+        assert ROOFLINE_TEXT_PATTERN.match(text)
+    finally:
+        page.close()
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_a_broken_slider_callback_fails_the_check(lab, browser):
+    page = _open_and_run_all(browser, lab, "broken-kv.ipynb")
+    try:
+        with pytest.raises(AssertionError, match="llmlab computes"):
+            _move_and_expect(page, "pre.llmlab-kv-result", "batch", 0.4, _kv_expected)
+    finally:
+        page.close()
