@@ -55,7 +55,10 @@ def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.T
     blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
     blk_idx = torch.arange(num_blk, device=cache.device)
     bt = torch.where(blk_idx[None, :] < blocks_used[:, None], bt, 0)  # unused entries -> block 0
-    kv = cache[bt]  # [num_seqs, num_blk, block_size, num_kv_heads, head_dim]
+    # index_select copies whole blocks (each a contiguous [block_size, kv_heads, d] chunk); it is
+    # several times faster on CPU than advanced indexing `cache[bt]`, which gives the same tensor.
+    kv = cache.index_select(0, bt.reshape(-1)).view(num_seqs, num_blk, block_size, num_kv_heads,
+                                                     head_dim)
     kv = kv.view(num_seqs, num_blk * block_size, num_kv_heads, head_dim)[:, :max_len]
     pos = torch.arange(max_len, device=cache.device)
     invalid = pos[None, :] >= seq_lens[:, None].long()  # [num_seqs, max_len]
