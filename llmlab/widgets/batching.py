@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from llmlab import sim
+from llmlab.widgets._show import show_figure
 
 BATCHING_TEXT_PATTERN = re.compile(
     r"Continuous/static throughput: ([0-9.]+)x, mean latency ([0-9.]+) vs ([0-9.]+) steps")
@@ -43,8 +44,6 @@ def batching_simulator(arrival_rate: float = 0.5, output_spread: float = 0.8, ma
                        num_requests: int = 24, mean_output: int = 24, seed: int = 0) -> Any:
     """Sliders for the batching simulator; the result line updates on every change."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     style = {"description_width": "120px"}
     rate = w.FloatSlider(value=arrival_rate, min=0.05, max=4.0, step=0.05, description="arrivals / step",
@@ -60,11 +59,7 @@ def batching_simulator(arrival_rate: float = 0.5, output_spread: float = 0.8, ma
         args = dict(arrival_rate=rate.value, output_spread=spread.value, max_batch=batch.value,
                     num_requests=n.value, mean_output=mean_output, seed=seed)
         result.value = f'<pre class="llmlab-batching-result">{batching_text(**args)}</pre>'
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_batching_simulator(**args)
-            display(fig)
-            plt.close(fig)
+        show_figure(out, plot_batching_simulator(**args))
 
     for c in (rate, spread, batch, n):
         c.observe(redraw, names="value")

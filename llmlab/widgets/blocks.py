@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmlab.kvcache.manager import KVCacheManager
+from llmlab.widgets._show import show_figure
 
 # colourblind-friendly owner colours (no Chinese in figures: labels are request ids)
 OWNER_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2",
@@ -325,8 +326,6 @@ def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols
     """A slider over recorded snapshots (default: `manager_walkthrough()`), redrawing the block
     tables and the pool at each position."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     snaps = list(snaps) if snaps is not None else manager_walkthrough()
     if not snaps:
@@ -339,11 +338,7 @@ def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols
     def redraw(*_: Any) -> None:
         snap = snaps[slider.value]
         result.value = f'<pre class="llmlab-blocks-result">{snapshot_text(snap)}</pre>'
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_block_tables(snap, cols=cols)
-            display(fig)
-            plt.close(fig)
+        show_figure(out, plot_block_tables(snap, cols=cols))
 
     slider.observe(redraw, names="value")
     redraw()

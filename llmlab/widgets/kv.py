@@ -15,6 +15,7 @@ from typing import Any
 
 from llmlab import costs
 from llmlab.config import ModelConfig, get_config
+from llmlab.widgets._show import show_figure
 
 # "KV cache: 1.342 GB ..." → group 1 is the number of GB (1 GB = 1e9 bytes)
 KV_TEXT_PATTERN = re.compile(r"KV cache: ([0-9.]+(?:e[+-]?[0-9]+)?) GB")
@@ -146,8 +147,6 @@ def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 
     head_dim; with the checkbox ticked its BF16 weights take their share of the GPU too.
     The result line (`kv_text`) updates on every change."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from llmlab.config import PRESETS
 
@@ -175,11 +174,7 @@ def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 
                     dtype=dtype_w.value, context=ctx.value, batch=bat.value, gpu=gpu_w.value,
                     weight_bytes=wb)
         result.value = f'<pre class="llmlab-kv-result">{kv_text(kv_summary(**args))}</pre>'
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_kv_memory(**args)
-            display(fig)
-            plt.close(fig)
+        show_figure(out, plot_kv_memory(**args))
 
     def load_preset(change: dict) -> None:
         c = get_config(change["new"])

@@ -11,6 +11,7 @@ from typing import Any
 
 from llmlab.hardware import PRESETS
 from llmlab.roofline import weight_read_time
+from llmlab.widgets._show import show_figure
 
 WEIGHT_READ_PATTERN = re.compile(r"Per-token floor: ([0-9.]+) ms")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
@@ -54,8 +55,6 @@ def plot_weight_read(params_billion: float = 70.0, dtype: str = "bf16", bandwidt
 def weight_read_explorer(params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float = 3.0) -> Any:
     """Sliders: model size, dtype, bandwidth → per-token floor."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     style = {"description_width": "120px"}
     p_w = w.FloatLogSlider(value=params_billion, base=10, min=-1, max=3, step=0.01,
@@ -69,11 +68,7 @@ def weight_read_explorer(params_billion: float = 70.0, dtype: str = "bf16", band
     def redraw(*_: Any) -> None:
         result.value = (f'<pre class="llmlab-weight-read-result">'
                         f'{weight_read_text(p_w.value, d_w.value, bw_w.value)}</pre>')
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_weight_read(p_w.value, d_w.value, bw_w.value)
-            display(fig)
-            plt.close(fig)
+        show_figure(out, plot_weight_read(p_w.value, d_w.value, bw_w.value))
 
     for c in (p_w, d_w, bw_w):
         c.observe(redraw, names="value")

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from llmlab import metrics
+from llmlab.widgets._show import show_figure
 
 ARRIVALS_TEXT_PATTERN = re.compile(
     r"(\d+) arrivals at ([0-9.]+) req/s, burstiness ([0-9.]+): mean gap ([0-9.]+) s, CV ([0-9.]+)")
@@ -140,8 +141,6 @@ def arrival_explorer(rate: float = 2.0, burstiness: float = 1.0, num_requests: i
                      seed: int = 0) -> Any:
     """Sliders for request rate and burstiness; the arrival plot and summary line update."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     style = {"description_width": "90px"}
     rate_w = w.FloatLogSlider(value=rate, base=10, min=-1, max=2, step=0.05,
@@ -156,11 +155,7 @@ def arrival_explorer(rate: float = 2.0, burstiness: float = 1.0, num_requests: i
     def redraw(*_: Any) -> None:
         args = dict(rate=rate_w.value, burstiness=burst_w.value, num_requests=n_w.value, seed=seed)
         result.value = f'<pre class="llmlab-arrivals-result">{arrivals_text(**args)}</pre>'
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_arrivals(**args)
-            display(fig)
-            plt.close(fig)
+        show_figure(out, plot_arrivals(**args))
 
     for c in (rate_w, burst_w, n_w):
         c.observe(redraw, names="value")

@@ -11,6 +11,7 @@ from typing import Any
 
 from llmlab.hardware import get_hardware
 from llmlab.parallel import cost
+from llmlab.widgets._show import show_figure
 
 PARALLEL_TEXT_PATTERN = re.compile(
     r"TP=(\d+) PP=(\d+) over (.+): compute ([0-9.]+) ms, communication ([0-9.]+) ms "
@@ -77,8 +78,6 @@ def parallelism_explorer(tp: int = 8, pp: int = 1, interconnect: str = "nvlink",
                          context: int = 1024, model: str = "llama-3-70b") -> Any:
     """Sliders for TP/PP degree, interconnect, batch and context; bars and a summary line update."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     style = {"description_width": "90px"}
     tp_w = w.Dropdown(options=[1, 2, 4, 8], value=tp, description="TP degree", style=style)
@@ -96,11 +95,7 @@ def parallelism_explorer(tp: int = 8, pp: int = 1, interconnect: str = "nvlink",
         args = dict(tp=tp_w.value, pp=pp_w.value, interconnect=link_w.value,
                     batch=batch_w.value, context=ctx_w.value, model=model)
         result.value = f'<pre class="llmlab-parallel-result">{parallel_text(**args)}</pre>'
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_parallel_cost(**args)
-            display(fig)
-            plt.close(fig)
+        show_figure(out, plot_parallel_cost(**args))
 
     for c in (tp_w, pp_w, link_w, batch_w, ctx_w):
         c.observe(redraw, names="value")

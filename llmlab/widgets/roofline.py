@@ -14,6 +14,7 @@ from typing import Any
 from llmlab import roofline
 from llmlab.config import get_config
 from llmlab.hardware import PRESETS, get_hardware
+from llmlab.widgets._show import show_figure
 
 # "Decode step floor: 42.1 ms (memory-bound)" → groups: milliseconds, bound
 ROOFLINE_TEXT_PATTERN = re.compile(r"Decode step floor: ([0-9.]+) ms \((memory|compute)-bound\)")
@@ -80,8 +81,6 @@ def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dt
                       batch: int = 1, context: int = 1024) -> Any:
     """Sliders for the roofline explorer; the result line updates on every change."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from llmlab import costs
     from llmlab.config import PRESETS as MODELS
@@ -106,11 +105,7 @@ def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dt
         args = dict(hardware=hw_w.value, model=model_w.value, dtype=dt, batch=batch_w.value,
                     context=ctx_w.value)
         result.value = f'<pre class="llmlab-roofline-result">{roofline_text(roofline_summary(**args))}</pre>'
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_roofline_explorer(**args)
-            display(fig)
-            plt.close(fig)
+        show_figure(out, plot_roofline_explorer(**args))
 
     for c in (hw_w, model_w, dtype_w, batch_w, ctx_w):
         c.observe(redraw, names="value")
