@@ -187,3 +187,17 @@ def hang_on_rank(rank: int, world_size: int, bad_rank: int) -> float:
         while True:
             time.sleep(1.0)
     return all_reduce_sum_of_ranks(rank, world_size)
+
+
+def split_evenly(n: int, parts: int) -> list[range]:
+    """n items into `parts` contiguous ranges whose sizes differ by at most one (first ones larger).
+
+    Shared by the tensor-parallel plan (KV heads, MLP columns) and the pipeline plan (layers).
+    """
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for r in range(parts):
+        size = base + (1 if r < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out

@@ -25,7 +25,7 @@ from torch import nn
 
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.model import LlamaModel
-from llmlab.parallel.launch import launch, rank_device
+from llmlab.parallel.launch import launch, rank_device, split_evenly
 from llmlab.parallel.source import ModelSource
 
 
@@ -34,13 +34,7 @@ def pp_plan(num_layers: int, num_stages: int) -> list[range]:
     if not isinstance(num_stages, int) or not 1 <= num_stages <= num_layers:
         raise ValueError(f"num_stages must be an int in [1, {num_layers}] (the number of "
                          f"layers), got {num_stages!r}")
-    base, extra = divmod(num_layers, num_stages)
-    out, start = [], 0
-    for s in range(num_stages):
-        size = base + (1 if s < extra else 0)
-        out.append(range(start, start + size))
-        start += size
-    return out
+    return split_evenly(num_layers, num_stages)
 
 
 class PipelineStage(nn.Module):

@@ -37,7 +37,7 @@ from torch import nn
 from llmlab.config import ModelConfig
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.model import LlamaModel
-from llmlab.parallel.launch import launch, rank_device
+from llmlab.parallel.launch import launch, rank_device, split_evenly
 from llmlab.parallel.source import ModelSource
 
 
@@ -52,17 +52,6 @@ class TPShard:
     ffn: range         # columns of the MLP's intermediate dimension
 
 
-def _split(n: int, parts: int) -> list[range]:
-    """n items into `parts` contiguous ranges whose sizes differ by at most one."""
-    base, extra = divmod(n, parts)
-    out, start = [], 0
-    for r in range(parts):
-        size = base + (1 if r < extra else 0)
-        out.append(range(start, start + size))
-        start += size
-    return out
-
-
 def tp_plan(cfg: ModelConfig, world_size: int) -> list[TPShard]:
     """The shard of every rank: whole KV-head groups per rank (possibly uneven), MLP split evenly."""
     if not isinstance(world_size, int) or not 1 <= world_size <= cfg.num_key_value_heads:
@@ -72,8 +61,8 @@ def tp_plan(cfg: ModelConfig, world_size: int) -> list[TPShard]:
             f"got {world_size!r}")
     group = cfg.num_queries_per_kv
     shards = []
-    for r, (kv, ffn) in enumerate(zip(_split(cfg.num_key_value_heads, world_size),
-                                      _split(cfg.intermediate_size, world_size))):
+    for r, (kv, ffn) in enumerate(zip(split_evenly(cfg.num_key_value_heads, world_size),
+                                      split_evenly(cfg.intermediate_size, world_size))):
         q = range(kv.start * group, kv.stop * group)
         shards.append(TPShard(r, world_size, q, kv, ffn))
     return shards
