@@ -173,16 +173,22 @@ def test_torch_reshape_and_cache_skips_slot_minus_one(dtype):
 
 
 def test_torch_prefill_long_prompt_next_to_decode_tokens(monkeypatch):
-    """A long prompt batched with one-token sequences takes the unpadded path (one padded call
-    for the one-token rows, one per long sequence) and still matches the reference."""
-    calls = []
-    original = torch_backend._prefill_padded
+    """A long prompt batched with one-token sequences: the one-token rows take the decode path
+    (one call), the prompt its own padded call, and the result still matches the reference."""
+    prefill_calls, decode_calls = [], []
+    original_prefill = torch_backend._prefill_padded
+    original_decode = torch_backend._decode_groups
 
-    def spy(*args, **kwargs):
-        calls.append(int(args[5].max()))  # longest query in that call
-        return original(*args, **kwargs)
+    def spy_prefill(*args, **kwargs):
+        prefill_calls.append(int(args[5].max()))  # longest query in that call
+        return original_prefill(*args, **kwargs)
 
-    monkeypatch.setattr(torch_backend, "_prefill_padded", spy)
+    def spy_decode(*args, **kwargs):
+        decode_calls.append(args[0].shape[0])  # one-token queries in that call
+        return original_decode(*args, **kwargs)
+
+    monkeypatch.setattr(torch_backend, "_prefill_padded", spy_prefill)
+    monkeypatch.setattr(torch_backend, "_decode_groups", spy_decode)
     gen = _generator("mixed")
     q_lens = [90, 1, 1, 1, 0, 1]
     lens = [90, 40, 7, 61, 12, 1]
@@ -192,7 +198,76 @@ def test_torch_prefill_long_prompt_next_to_decode_tokens(monkeypatch):
     out = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
     ref = reference_paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
     assert_matches(out, ref, torch.float32, "mixed prefill")
-    assert sorted(calls) == [1, 90], f"expected one decode batch and one long prompt, got {calls}"
+    assert prefill_calls == [90], f"expected one padded call for the long prompt, got {prefill_calls}"
+    assert decode_calls == [4], f"expected the 4 one-token rows in one decode call, got {decode_calls}"
+
+
+def _long_and_short_lens(gen: torch.Generator) -> list[int]:
+    """Many short sequences and two long ones: padding all to the longest would waste >80 %."""
+    short = torch.randint(1, 40, (24,), generator=gen).tolist()
+    return short[:12] + [523] + short[12:] + [601]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_torch_decode_splits_uneven_lengths_into_groups_and_matches_reference(dtype):
+    gen = _generator("groups", dtype)
+    lens = _long_and_short_lens(gen)
+    kc, vc, bt, sl = make_paged_cache(lens, 16, 3, 64, dtype, gen)
+    q = torch.randn(len(lens), 9, 64, generator=gen).to(dtype)
+    plan = torch_backend._plan(bt, sl, 16, None)
+    assert len(plan.decode) >= 2, "long and short sequences should not share one padded batch"
+    served = sorted(i for g in plan.decode for i in g.query_rows.tolist())
+    assert served == list(range(len(lens))), "every sequence must be in exactly one group"
+    out = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    assert_matches(out, ref, dtype, "decode, grouped by length")
+
+
+@pytest.mark.parametrize("block_size,head_dim,heads", [(8, 64, (9, 3)), (16, 128, (8, 2)),
+                                                        (32, 64, (4, 4))])
+def test_torch_one_group_per_block_count_matches_reference(monkeypatch, block_size, head_dim,
+                                                           heads):
+    """With groups free of cost every distinct block count gets its own group: the most
+    scattered plan must give the same attention as the single padded batch."""
+    monkeypatch.setattr(torch_backend, "GROUP_COST_SLOTS", 0)
+    gen = _generator("scattered", block_size, head_dim, heads)
+    lens = decode_lens(block_size) + [7 * block_size + 3]
+    kc, vc, bt, sl = make_paged_cache(lens, block_size, heads[1], head_dim, torch.float32, gen)
+    q = torch.randn(len(lens), heads[0], head_dim, generator=gen)
+    groups = torch_backend._plan(bt, sl, block_size, None).decode
+    assert len(groups) == len({-(-n // block_size) for n in lens})
+    out = ops.paged_attention_decode(q, kc, vc, bt, sl, head_dim ** -0.5)
+    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, head_dim ** -0.5)
+    assert_matches(out, ref, torch.float32, "decode, one group per block count")
+    run_prefill_case("torch", block_size, head_dim, heads, torch.float32, "cpu")
+
+
+def test_torch_plan_is_recomputed_when_the_lengths_change_in_place():
+    """Layers share one plan per step; an in-place change of seq_lens must not reuse it."""
+    gen = _generator("replan")
+    lens = [5, 30, 17]
+    kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 64, torch.float32, gen)
+    q = torch.randn(3, 8, 64, generator=gen)
+    ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    sl -= 1                              # the same tensor, now one token shorter each
+    out = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    assert_matches(out, ref, torch.float32, "decode after an in-place length change")
+
+
+def test_split_by_length_is_a_partition_no_costlier_than_one_batch():
+    gen = _generator("split")
+    for _ in range(50):
+        lens = torch.randint(1, 700, (int(torch.randint(1, 60, (1,), generator=gen)),),
+                             generator=gen).tolist()
+        groups = torch_backend._split_by_length(lens, 16)
+        assert sorted(i for g in groups for i in g) == list(range(len(lens)))
+
+        def cost(gs):
+            return sum(len(g) * 16 * max(-(-lens[i] // 16) for i in g)
+                       + torch_backend.GROUP_COST_SLOTS for g in gs)
+
+        assert cost(groups) <= cost([list(range(len(lens)))])
 
 
 def test_torch_prefill_equals_decode_for_one_token_per_sequence():

@@ -2,27 +2,39 @@
 
 Strategy (no Python loop over tokens):
 
-1. Gather each sequence's K/V out of the paged cache through its block table into a padded
-   batch `[num_seqs, max_len, num_kv_heads, head_dim]` (one advanced-indexing call).
-2. Build a boolean mask: key position < seq_len, and for prefill also key position <= the
-   query's absolute position (causal).
-3. GQA without copying K/V: the `group = num_heads // num_kv_heads` query heads that share a KV
+1. Plan once per forward. The sequences of a step are split into *groups* of similar length
+   (a small dynamic programme over their block counts, trading padding against the fixed cost
+   of one more group), because every sequence of a group is padded to the group's longest:
+   one 600-token sequence among thirty 100-token ones would otherwise make every row 600 long.
+   The plan depends only on `block_tables` and `seq_lens`, which every layer shares, so it is
+   computed for the first layer and reused by the others.
+2. Gather each group's K/V out of the paged cache, whole blocks at a time (`index_select`), into
+   a padded batch `[n, num_blocks * block_size, num_kv_heads, head_dim]`. The batch lives in a
+   workspace buffer that is reused from layer to layer and step to step: writing into memory
+   already touched is several times faster on a CPU than into a freshly allocated tensor.
+3. Zero the gathered slots at or past each sequence's length (only those rows, not the whole
+   batch): `0 * NaN` is NaN, so a NaN left in an unused cache slot would otherwise leak through
+   the masked softmax.
+4. GQA without copying K/V: the `group = num_heads // num_kv_heads` query heads that share a KV
    head are stacked as extra query rows, so `scaled_dot_product_attention` sees
-   `[num_seqs, num_kv_heads, group * q_len, head_dim]` against `[num_seqs, num_kv_heads,
-   max_len, head_dim]`.
-4. Half-precision inputs are upcast to fp32, so the softmax is computed in fp32; the output is
+   `[n, num_kv_heads, group * q_len, head_dim]` against `[n, num_kv_heads, kv_len, head_dim]`,
+   with a boolean mask (key position < seq_len, and for prefill also <= the query's position).
+5. Half-precision inputs are upcast to fp32, so the softmax is computed in fp32; the output is
    cast back to the query dtype.
-
-Cache slots past a sequence's length are zeroed after the gather: `0 * NaN` is NaN, so a NaN
-left in an unused slot would otherwise leak through the masked softmax.
 
 Arguments are validated by `llmlab.ops` before these functions are called.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+
+# A group costs a handful of fixed-size operations (gathers, fills, one attention call) whatever
+# its size; in padded key slots that is about this many (measured on a 2-core CPU).
+GROUP_COST_SLOTS = 1024
 
 
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -41,29 +53,186 @@ def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
         flat_v.index_copy_(0, slots, value[keep])
 
 
+# ---- planning: which sequences are attended together, and what to gather -------------------
+
+@dataclass
+class _Group:
+    """Sequences attended as one padded batch."""
+
+    rows: torch.Tensor           # [n] int64: which sequences (indices into the call's sequences)
+    blocks: torch.Tensor         # [n * num_blk] int64: cache blocks to gather (unused -> 0)
+    invalid: torch.Tensor        # [k] int64: gathered slots at or past their sequence's length
+    valid: torch.Tensor          # [n, num_blk * block_size] bool: key slot < seq_len
+    seq_lens: torch.Tensor       # [n] int64
+    num_blk: int
+    query_rows: torch.Tensor | None = None   # decode: rows of the one-token queries it serves
+
+    @property
+    def n(self) -> int:
+        return self.rows.shape[0]
+
+
+def _make_group(rows: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                block_size: int) -> _Group:
+    lens = seq_lens[rows].long()                                         # [n]
+    num_blk = max(1, -(-int(lens.max()) // block_size))
+    bt = block_tables[rows, :num_blk].long()                             # [n, num_blk]
+    used = (lens + block_size - 1) // block_size                          # [n]
+    bt = torch.where(torch.arange(num_blk, device=bt.device)[None, :] < used[:, None], bt, 0)
+    pos = torch.arange(num_blk * block_size, device=bt.device)
+    valid = pos[None, :] < lens[:, None]                                  # [n, num_blk * bs]
+    invalid = torch.nonzero(~valid.reshape(-1)).flatten()
+    return _Group(rows, bt.reshape(-1), invalid, valid, lens, num_blk)
+
+
+def _split_by_length(lens: list[int], block_size: int) -> list[list[int]]:
+    """Partition sequence indices into groups, minimising padded slots + GROUP_COST_SLOTS each.
+
+    Groups are contiguous runs of the sequences sorted by block count; a dynamic programme over
+    the distinct block counts (at most max_len / block_size of them) finds the best cut.
+    """
+    blocks = [-(-n // block_size) for n in lens]
+    values = sorted(set(blocks))                                          # distinct block counts
+    count = {v: 0 for v in values}
+    for b in blocks:
+        count[b] += 1
+    D = len(values)
+    best = [0.0] + [float("inf")] * D       # best[j]: cost of the first j distinct values
+    cut = [0] * (D + 1)
+    for j in range(1, D + 1):
+        width = values[j - 1] * block_size  # a group ending at value j pads to this many slots
+        members = 0
+        for i in range(j, 0, -1):           # group = values i..j
+            members += count[values[i - 1]]
+            cost = best[i - 1] + members * width + GROUP_COST_SLOTS
+            if cost < best[j]:
+                best[j], cut[j] = cost, i - 1
+    groups_of_values = []
+    j = D
+    while j > 0:
+        groups_of_values.append(set(values[cut[j]:j]))
+        j = cut[j]
+    return [[s for s, b in enumerate(blocks) if b in vs] for vs in reversed(groups_of_values)]
+
+
+@dataclass
+class _Plan:
+    decode: list[_Group]                 # one-token sequences
+    prefill: list[tuple[_Group, torch.Tensor, torch.Tensor]]  # (group, starts [n], q_lens [n])
+    decode_rows: torch.Tensor | None     # [m] flat token index of each one-token sequence
+
+
+_last_plan: tuple | None = None   # (copies of the inputs it was built from, plan)
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b))
+
+
+def _plan(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+          cu_seqlens_q: torch.Tensor | None) -> _Plan:
+    """The grouping for these sequences; reused while the same values come back.
+
+    Every layer of a forward passes the same metadata, so the plan is built once per step. The
+    memo compares values (a few hundred integers), not identities: a tensor changed in place,
+    or a new tensor at a freed one's address, gets a fresh plan.
+    """
+    global _last_plan
+    m = _last_plan
+    if (m is not None and m[2] == block_size and _same(m[0], block_tables)
+            and _same(m[1], seq_lens) and _same(m[3], cu_seqlens_q)):
+        return m[4]
+    plan = _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q)
+    _last_plan = (block_tables.clone(), seq_lens.clone(), block_size,
+                  None if cu_seqlens_q is None else cu_seqlens_q.clone(), plan)
+    return plan
+
+
+def _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q) -> _Plan:
+    device = block_tables.device
+    lens = seq_lens.tolist()
+    if cu_seqlens_q is None:             # decode: every sequence brings one token
+        one = list(range(len(lens)))
+        starts = q_lens = None
+        decode_rows = None
+    else:
+        cu = cu_seqlens_q.tolist()
+        starts = cu[:-1]
+        q_lens = [b - a for a, b in zip(cu[:-1], cu[1:])]
+        one = [s for s, q in enumerate(q_lens) if q == 1]
+        decode_rows = torch.tensor([starts[s] for s in one], dtype=torch.long, device=device)
+    decode = []
+    for members in _split_by_length([lens[s] for s in one], block_size) if one else []:
+        rows = torch.tensor([one[i] for i in members], dtype=torch.long, device=device)
+        g = _make_group(rows, block_tables, seq_lens, block_size)
+        g.query_rows = torch.tensor(members, dtype=torch.long, device=device)
+        decode.append(g)
+    prefill = []
+    if q_lens is not None:
+        multi = [s for s, q in enumerate(q_lens) if q > 1]
+        if multi:
+            padded = len(multi) * max(q_lens[s] for s in multi) * max(lens[s] for s in multi)
+            real = sum(q_lens[s] * lens[s] for s in multi)
+            # one padded call when padding wastes at most half the work, else one per sequence
+            subsets = [multi] if padded <= 2 * real + 4096 else [[s] for s in multi]
+            for sub in subsets:
+                rows = torch.tensor(sub, dtype=torch.long, device=device)
+                g = _make_group(rows, block_tables, seq_lens, block_size)
+                prefill.append((g, torch.tensor([starts[s] for s in sub], device=device),
+                                torch.tensor([q_lens[s] for s in sub], device=device)))
+    return _Plan(decode, prefill, decode_rows)
+
+
+# ---- gathering and attending ---------------------------------------------------------------
+
+_workspace: dict[tuple, torch.Tensor] = {}
+
+
+def _buffer(which: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A reusable flat buffer of at least `numel` elements (grown, never shrunk)."""
+    key = (which, dtype, device)
+    buf = _workspace.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = torch.empty(max(numel, 1), dtype=dtype, device=device)
+        _workspace[key] = buf
+    return buf[:numel]
+
+
+def _gather(cache: torch.Tensor, g: _Group, which: str) -> torch.Tensor:
+    """The group's K or V, `[n, num_blk * block_size, kv_heads, head_dim]`, zero past each length.
+
+    Written into a workspace buffer: valid until the next `_gather` with the same `which`.
+    """
+    _, block_size, num_kv_heads, head_dim = cache.shape
+    n_blocks = g.blocks.shape[0]
+    out = _buffer(which, n_blocks * block_size * num_kv_heads * head_dim, cache.dtype,
+                  cache.device).view(n_blocks, block_size, num_kv_heads, head_dim)
+    torch.index_select(cache, 0, g.blocks, out=out)
+    if g.invalid.numel():
+        out.view(-1, num_kv_heads * head_dim).index_fill_(0, g.invalid, 0)
+    return out.view(g.n, g.num_blk * block_size, num_kv_heads, head_dim)
+
+
 def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
               max_len: int) -> torch.Tensor:
-    """Gather `[num_seqs, max_len, num_kv_heads, head_dim]` from a paged cache.
+    """Gather `[num_seqs, max_len, num_kv_heads, head_dim]` from a paged cache (a new tensor).
 
     Positions at or past a sequence's length are zero (whatever the cache holds there), and
     block-table entries a sequence does not use are never dereferenced.
     """
     num_seqs = block_tables.shape[0]
     _, block_size, num_kv_heads, head_dim = cache.shape
-    num_blk = -(-max_len // block_size)
-    bt = block_tables[:, :num_blk].long()  # [num_seqs, num_blk]
-    blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
-    blk_idx = torch.arange(num_blk, device=cache.device)
-    bt = torch.where(blk_idx[None, :] < blocks_used[:, None], bt, 0)  # unused entries -> block 0
-    # index_select copies whole blocks (each a contiguous [block_size, kv_heads, d] chunk); it is
-    # several times faster on CPU than advanced indexing `cache[bt]`, which gives the same tensor.
-    kv = cache.index_select(0, bt.reshape(-1)).view(num_seqs, num_blk, block_size, num_kv_heads,
-                                                     head_dim)
-    kv = kv.view(num_seqs, num_blk * block_size, num_kv_heads, head_dim)[:, :max_len]
-    pos = torch.arange(max_len, device=cache.device)
-    invalid = pos[None, :] >= seq_lens[:, None].long()  # [num_seqs, max_len]
-    # In place on the fresh gathered copy: cheaper than torch.where's new tensor.
-    return kv.masked_fill_(invalid[:, :, None, None], 0)
+    if num_seqs == 0:
+        return cache.new_zeros(0, max_len, num_kv_heads, head_dim)
+    rows = torch.arange(num_seqs, device=cache.device)
+    g = _make_group(rows, block_tables, seq_lens.clamp(max=max_len), block_size)
+    kv = _gather(cache, g, "gather_kv").clone()
+    width = kv.shape[1]
+    if width < max_len:
+        kv = torch.cat([kv, kv.new_zeros(num_seqs, max_len - width, num_kv_heads, head_dim)], 1)
+    return kv[:, :max_len]
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
@@ -90,6 +259,20 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return o.reshape(n, q_len, num_heads, head_dim).to(out_dtype)
 
 
+def _decode_groups(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                   groups: list[_Group], scale: float, out: torch.Tensor) -> None:
+    """query [m, heads, d] of one-token sequences -> out [m, heads, d], group by group."""
+    for g in groups:
+        k = _gather(key_cache, g, "k")
+        v = _gather(value_cache, g, "v")
+        q = query if len(groups) == 1 else query.index_select(0, g.query_rows)
+        o = _attend(q[:, None], k, v, g.valid[:, None, :], scale)[:, 0]   # [n, heads, d]
+        if len(groups) == 1:
+            out.copy_(o)
+        else:
+            out.index_copy_(0, g.query_rows, o)
+
+
 def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
                            seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
@@ -97,36 +280,30 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
 
     query: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim].
     """
-    num_seqs = query.shape[0]
-    if num_seqs == 0:
-        return torch.empty_like(query)
-    max_len = int(seq_lens.max())
-    k = gather_kv(key_cache, block_tables, seq_lens, max_len)  # [S, max_len, kv_heads, d]
-    v = gather_kv(value_cache, block_tables, seq_lens, max_len)
-    pos = torch.arange(max_len, device=query.device)
-    mask = pos[None, None, :] < seq_lens.long()[:, None, None]  # [S, 1, max_len]
-    return _attend(query[:, None], k, v, mask, scale)[:, 0]
+    out = torch.empty_like(query)
+    if query.shape[0] == 0:
+        return out
+    plan = _plan(block_tables, seq_lens, key_cache.shape[1], None)
+    _decode_groups(query, key_cache, value_cache, plan.decode, scale, out)
+    return out
 
 
-def _prefill_padded(query, key_cache, value_cache, block_tables, starts, q_lens, seq_lens,
-                    scale, out) -> None:
-    """Attend a subset of sequences as one padded batch; write their rows of `out`."""
-    n = starts.shape[0]
+def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, scale,
+                    out) -> None:
+    """Attend the group's sequences (q_len > 1) as one padded batch; write their rows of `out`."""
     device = query.device
     max_q = int(q_lens.max())
-    max_len = int(seq_lens.max())
     i = torch.arange(max_q, device=device)
     q_valid = i[None, :] < q_lens[:, None]  # [n, max_q]
     tok = (starts[:, None] + i[None, :]).clamp(max=query.shape[0] - 1)  # [n, max_q]
     q = query[tok]  # [n, max_q, num_heads, head_dim]
-    k = gather_kv(key_cache, block_tables, seq_lens, max_len)  # [n, max_len, kv_heads, d]
-    v = gather_kv(value_cache, block_tables, seq_lens, max_len)
-    q_pos = (seq_lens - q_lens)[:, None] + i[None, :]  # [n, max_q] absolute positions
-    k_pos = torch.arange(max_len, device=device)
+    k = _gather(key_cache, g, "k")  # [n, kv_len, kv_heads, d]
+    v = _gather(value_cache, g, "v")
+    q_pos = (g.seq_lens - q_lens)[:, None] + i[None, :]  # [n, max_q] absolute positions
+    k_pos = torch.arange(k.shape[1], device=device)
     # Padded query rows (i >= q_len) have q_pos >= seq_len, so they still see key 0 and never
     # produce an all-masked row; they are dropped below.
-    mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :]
-                                                          < seq_lens[:, None, None])
+    mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & g.valid[:, None, :]
     o = _attend(q, k, v, mask, scale)  # [n, max_q, num_heads, head_dim]
     out[tok[q_valid]] = o[q_valid]
 
@@ -140,32 +317,20 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
     query: [num_tokens, num_heads, head_dim], sequences back to back as given by
     `cu_seqlens_q` -> [num_tokens, num_heads, head_dim].
 
-    Sequences are attended as one padded batch when padding wastes at most half the work;
-    otherwise the one-token sequences form one batch and each longer sequence runs alone, so a
-    long prompt next to many decode tokens does not pad every row to its length.
+    One-token sequences (decodes riding along in a chunked-prefill step) take the decode path,
+    grouped by length. Longer ones are attended as one padded batch when padding wastes at most
+    half the work; otherwise each runs alone, so a long prompt does not pad short ones.
     """
     out = torch.empty_like(query)
     if query.shape[0] == 0:
         return out
-    cu = cu_seqlens_q.long()
-    starts_all = cu[:-1]  # [num_seqs]
-    q_lens_all = cu[1:] - cu[:-1]  # [num_seqs]
-    lens_all = seq_lens.long()
-    nonempty = q_lens_all > 0
-    idx = torch.nonzero(nonempty).flatten()
-    starts, q_lens, lens = starts_all[idx], q_lens_all[idx], lens_all[idx]
-    bt = block_tables[idx]
-
-    padded_work = idx.numel() * int(q_lens.max()) * int(lens.max())
-    real_work = int((q_lens * lens).sum())
-    if padded_work <= 2 * real_work + 4096:
-        _prefill_padded(query, key_cache, value_cache, bt, starts, q_lens, lens, scale, out)
-        return out
-    single = q_lens == 1
-    if bool(single.any()):
-        _prefill_padded(query, key_cache, value_cache, bt[single], starts[single],
-                        q_lens[single], lens[single], scale, out)
-    for j in torch.nonzero(~single).flatten().tolist():
-        _prefill_padded(query, key_cache, value_cache, bt[j:j + 1], starts[j:j + 1],
-                        q_lens[j:j + 1], lens[j:j + 1], scale, out)
+    plan = _plan(block_tables, seq_lens, key_cache.shape[1], cu_seqlens_q)
+    if plan.decode:
+        rows = plan.decode_rows
+        q1 = query.index_select(0, rows)
+        o1 = torch.empty_like(q1)
+        _decode_groups(q1, key_cache, value_cache, plan.decode, scale, o1)
+        out.index_copy_(0, rows, o1)
+    for g, starts, q_lens in plan.prefill:
+        _prefill_padded(query, key_cache, value_cache, g, starts, q_lens, scale, out)
     return out
