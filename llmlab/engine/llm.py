@@ -21,6 +21,8 @@ class LLM:
     enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
     blocks of shared prefixes. attention_backend: "torch" | "triton" | "cuda". seed: the RNG of
     unseeded sampled requests. scheduling: "continuous" or "static" (chapter 08's baseline).
+    Further keyword arguments go to `EngineConfig`: kv_cache_memory_bytes, and matmul
+    ("onednn", the default, or "aten": the library of every linear layer, see `llmlab.ops.matmul`).
     """
 
     def __init__(self, model: str | LlamaModel = "smollm2-135m", block_size: int = 16,

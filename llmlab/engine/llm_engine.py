@@ -45,6 +45,7 @@ class EngineConfig:
     seed: int = 0
     scheduling: str = "continuous"
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
+    matmul: str = "onednn"
 
     def __post_init__(self) -> None:
         def positive_int(name: str, allow_none: bool = False) -> None:
@@ -69,6 +70,8 @@ class EngineConfig:
         if self.attention_backend not in ops.available_backends():
             raise ValueError(f"attention_backend {self.attention_backend!r} cannot run on this "
                              f"machine; available: {ops.available_backends()}")
+        if self.matmul not in ops.MATMUL_BACKENDS:
+            raise ValueError(f"matmul must be one of {ops.MATMUL_BACKENDS}, got {self.matmul!r}")
         if self.scheduling not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling must be one of {SCHEDULING_POLICIES}, "
                              f"got {self.scheduling!r}")
@@ -137,7 +140,8 @@ class LLMEngine:
                                    scheduling=config.scheduling)
         self.model_runner = ModelRunner(model, self.kv_cache_manager, self.num_kv_blocks, bs,
                                         config.attention_backend,
-                                        default_generator=make_generator(config.seed))
+                                        default_generator=make_generator(config.seed),
+                                        matmul=config.matmul)
         self.requests: dict[str, Request] = {}     # every unfinished request by id
         self.last_scheduler_output: SchedulerOutput | None = None
         self.forward_seconds = 0.0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab import ops
 from llmlab.engine.scheduler import SchedulerOutput
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import AttentionContext, LlamaModel
@@ -36,7 +37,8 @@ class ModelRunner:
 
     def __init__(self, model: LlamaModel, kv_cache_manager: KVCacheManager, num_blocks: int,
                  block_size: int, attention_backend: str = "torch",
-                 default_generator: torch.Generator | None = None) -> None:
+                 default_generator: torch.Generator | None = None,
+                 matmul: str = "onednn") -> None:
         self.model = model
         self.kv_cache_manager = kv_cache_manager
         self.block_size = block_size
@@ -46,6 +48,7 @@ class ModelRunner:
         # unseeded requests draw from this one (seeded by the engine's `seed`)
         self.default_generator = default_generator
         self.prepare_seconds = 0.0       # time spent building flat batches (engine overhead)
+        self.matmul = matmul             # the library of every linear layer (see llmlab.ops.matmul)
 
     def prepare_inputs(self, out: SchedulerOutput) -> ModelInput:
         """Build input ids, positions and attention metadata for one step."""
@@ -107,10 +110,11 @@ class ModelRunner:
         t0 = time.perf_counter()
         inp = self.prepare_inputs(out)
         self.prepare_seconds += time.perf_counter() - t0
-        hidden = self.model(inp.input_ids, inp.positions, inp.ctx)               # [T, hidden]
-        if not inp.sample_requests:
-            return []
-        logits = self.model.compute_logits(hidden[inp.sample_rows])               # [R, vocab]
+        with ops.use_matmul(self.matmul):
+            hidden = self.model(inp.input_ids, inp.positions, inp.ctx)           # [T, hidden]
+            if not inp.sample_requests:
+                return []
+            logits = self.model.compute_logits(hidden[inp.sample_rows])           # [R, vocab]
         params = [r.sampling_params for r in inp.sample_requests]
         default = self.default_generator
         generators = [r.generator if r.generator is not None else default

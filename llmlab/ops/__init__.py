@@ -1,4 +1,5 @@
-"""Paged-attention ops with a `backend=` switch: "torch", "triton", "cuda".
+"""Paged-attention ops with a `backend=` switch: "torch", "triton", "cuda"; and `linear`, the
+matmul every projection of the model runs (see `llmlab.ops.matmul`).
 
 Layouts (NHD, as in vLLM's Triton attention and FlashAttention):
 
@@ -34,15 +35,22 @@ from types import ModuleType
 import torch
 
 from llmlab.ops import _checks, torch_backend
+from llmlab.ops.matmul import (MATMUL_BACKENDS, linear, matmul_backend, set_matmul_backend,
+                               use_matmul)
 
 BACKENDS = ("torch", "triton", "cuda")
 
 __all__ = [
     "BACKENDS",
+    "MATMUL_BACKENDS",
     "available_backends",
+    "linear",
+    "matmul_backend",
     "paged_attention_decode",
     "paged_attention_prefill",
     "reshape_and_cache",
+    "set_matmul_backend",
+    "use_matmul",
 ]
 
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
+from llmlab import ops
 from llmlab.config import ModelConfig
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.model import LlamaModel
@@ -95,7 +95,7 @@ class RowParallelLinear(nn.Module):
         self.all_reduce = all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        partial = F.linear(x, self.weight)                              # [T, out], partial sum
+        partial = ops.linear(x, self.weight)                            # [T, out], partial sum
         return self.all_reduce(partial)                                 # [T, out], full sum
 
 

@@ -1,0 +1,104 @@
+"""`llmlab.ops.linear` (module `llmlab.ops.matmul`): both matmul libraries against `F.linear`,
+the switch, and who uses which."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llmlab import LLM, SamplingParams, ops
+from llmlab.model import tiny_model
+from llmlab.ops import matmul as linear_mod
+
+ONEDNN = linear_mod._ONEDNN is not None
+SHAPES = list(itertools.product((0, 1, 3, 32, 257), ((96, 40), (576, 960), (1536, 576))))
+
+
+@pytest.mark.parametrize("backend", ops.MATMUL_BACKENDS)
+@pytest.mark.parametrize("rows,dims", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_linear_matches_f_linear(backend, rows, dims, dtype):
+    k, n = dims
+    gen = torch.Generator().manual_seed(rows * 7919 + k + n)
+    x = torch.randn(rows, k, generator=gen).to(dtype)
+    w = (torch.randn(n, k, generator=gen) / k ** 0.5).to(dtype)
+    b = torch.randn(n, generator=gen).to(dtype)
+    with ops.use_matmul(backend):
+        for bias in (None, b):
+            got = ops.linear(x, w, bias)
+            want = F.linear(x.double(), w.double(), None if bias is None else bias.double())
+            assert got.shape == (rows, n) and got.dtype == dtype
+            tol = 1e-5 if dtype == torch.float32 else 3e-2
+            torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol)
+
+
+def test_aten_backend_is_exactly_f_linear():
+    x, w = torch.randn(5, 64), torch.randn(32, 64)
+    with ops.use_matmul("aten"):
+        assert torch.equal(ops.linear(x, w), F.linear(x, w))
+
+
+def test_three_dim_input_and_non_contiguous_input():
+    w = torch.randn(24, 48)
+    x3 = torch.randn(2, 5, 48)
+    xs = torch.randn(6, 100)[:, 10:58]                  # a column slice: rows are strided
+    with ops.use_matmul("onednn"):
+        torch.testing.assert_close(ops.linear(x3, w), F.linear(x3, w), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ops.linear(xs, w), F.linear(xs, w), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no oneDNN linear op")
+def test_onednn_is_used_only_where_it_applies():
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    with ops.use_matmul("onednn"):
+        assert linear_mod.onednn_applies(x, w)
+        assert not linear_mod.onednn_applies(x.half(), w.half())          # fp16: not offered
+        assert not linear_mod.onednn_applies(x, torch.randn(16, 8).t())   # strided weight
+        wg = w.clone().requires_grad_(True)
+        assert not linear_mod.onednn_applies(x, wg)                        # autograd wants aten
+        y = ops.linear(x, wg)
+        y.sum().backward()                                                 # ... and gets it
+        torch.testing.assert_close(wg.grad, x.sum(0).expand(8, 16))
+        with torch.no_grad():
+            assert linear_mod.onednn_applies(x, wg)
+    with ops.use_matmul("aten"):
+        assert not linear_mod.onednn_applies(x, w)
+
+
+def test_unknown_library_is_rejected_and_the_switch_restores():
+    before = ops.matmul_backend()
+    with pytest.raises(ValueError, match="name.*'onednn'"):
+        ops.set_matmul_backend("blas")
+    with pytest.raises(RuntimeError):
+        with ops.use_matmul("aten" if before == "onednn" else "onednn"):
+            assert ops.matmul_backend() != before
+            raise RuntimeError("boom")
+    assert ops.matmul_backend() == before
+
+
+@pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no oneDNN linear op")
+def test_engine_runs_onednn_and_the_model_alone_runs_aten(monkeypatch):
+    calls = []
+    real = linear_mod._ONEDNN
+
+    def counting(*args):
+        calls.append(args[1].shape)
+        return real(*args)
+
+    monkeypatch.setattr(linear_mod, "_ONEDNN", counting)
+    model = tiny_model(seed=3)
+    ids = [5, 9, 2, 7]
+    model.logits_for(ids)
+    assert calls == [], "the model on its own must use the aten matmul (transformers' numerics)"
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    fast = LLM(model, max_model_len=64).generate([ids], params, use_tqdm=False)
+    assert len(calls) > 0, "the engine's default matmul should be oneDNN"
+    n = len(calls)
+    slow = LLM(model, max_model_len=64, matmul="aten").generate([ids], params, use_tqdm=False)
+    assert len(calls) == n, "matmul='aten' must not call oneDNN"
+    assert fast[0].outputs[0].token_ids == slow[0].outputs[0].token_ids
+    assert ops.matmul_backend() == "aten", "the engine must restore the global default"
+    with pytest.raises(ValueError, match="matmul"):
+        LLM(model, max_model_len=64, matmul="blas")
