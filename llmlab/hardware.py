@@ -6,7 +6,7 @@ FLOP/s per dtype) and the sizes of the memory hierarchy. `PRESETS` are the datas
 the computer the notebook runs on, CPU or GPU:
 
 - `measure_bandwidth()` streams a buffer several times larger than the last-level cache;
-- `measure_matmul_flops()` times a large square matmul;
+- `measure_matmul_flops()` times a large square matmul (the faster of MKL and oneDNN on a CPU);
 - `memory_mountain()` reads working sets from a few KB to hundreds of MB, where each cache
   level shows as a step down in bandwidth.
 
@@ -206,16 +206,32 @@ def _thread_counts(dev: torch.device, threads: int | None) -> list[int | None]:
     return [None, 1]
 
 
+def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
+    from llmlab.ops.matmul import MATMUL_BACKENDS
+
+    if library is not None:
+        if library not in MATMUL_BACKENDS:
+            raise ValueError(f"library={library!r}; allowed: {list(MATMUL_BACKENDS)} or None (best)")
+        return [library]
+    return list(MATMUL_BACKENDS) if dev.type == "cpu" else ["aten"]
+
+
 def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int | None = None,
-                         repeats: int | None = None, threads: int | None = None) -> float:
+                         repeats: int | None = None, threads: int | None = None,
+                         library: str | None = None) -> float:
     """Matmul throughput in FLOP/s (2·n³ per n×n @ n×n), the best of a few runs.
 
     On a CPU only fp32 is meaningful for a peak (bf16 matmuls may be emulated); on a GPU
-    "bf16" and "fp16" use the tensor cores.
+    "bf16" and "fp16" use the tensor cores. `library` is "aten" (torch's default, MKL on x86),
+    "onednn", or None for the faster of the two on a CPU: the roof is the best this machine
+    reaches, whichever library gets there (see `llmlab.ops.matmul`).
     """
+    from llmlab import ops
+
     if dtype not in _TORCH_DTYPES:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(_TORCH_DTYPES)}")
     dev = _resolve_device(device)
+    libraries = _matmul_libraries(dev, library)
     if n is None:
         n = (4096 if not _fast() else 2048) if dev.type == "cuda" else (1024 if _fast() else 2048)
     if n < 16:
@@ -223,34 +239,40 @@ def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int
     repeats = repeats or (3 if _fast() else 8)
     gen = torch.Generator(device=dev).manual_seed(0)
     a = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n]
-    b = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n]
+    w = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n] as a weight
     best = float("inf")
-    for count in _thread_counts(dev, threads):
-        with _threads(count):
-            best = min(best, _best_time(lambda: a @ b, dev, repeats))
+    for lib in libraries:
+        for count in _thread_counts(dev, threads):
+            with _threads(count), ops.use_matmul(lib):
+                best = min(best, _best_time(lambda: ops.linear(a, w), dev, repeats))
     return 2.0 * n**3 / best
 
 
 def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: int = 576,
-                           repeats: int | None = None, threads: int | None = None) -> float:
-    """Bytes/s at which a batch-1 linear layer (`F.linear` of one row) streams its float32 weight.
+                           repeats: int | None = None, threads: int | None = None,
+                           library: str | None = None) -> float:
+    """Bytes/s at which a batch-1 linear layer (`ops.linear` of one row) streams its float32 weight.
 
     The default shape is SmolLM2's lm_head (113 MB, beyond any CPU cache). A decode step at
     batch 1 is a chain of such GEMVs, so this — not `measure_bandwidth` — is the bandwidth the
-    installed BLAS library actually reaches for decoding; the gap between the two is the
-    library's, not the memory's.
+    matmul library actually reaches for decoding; the gap between the two is the library's, not
+    the memory's. `library` as in `measure_matmul_flops` (None: the faster one).
     """
+    from llmlab import ops
+
     if rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be >= 1, got rows={rows}, cols={cols}")
     dev = _resolve_device(device)
+    libraries = _matmul_libraries(dev, library)
     repeats = repeats or (5 if _fast() else 10)
     gen = torch.Generator(device=dev).manual_seed(0)
     w = torch.randn(rows, cols, device=dev, generator=gen)   # [rows, cols] float32 weight
     x = torch.randn(1, cols, device=dev, generator=gen)      # [1, cols]
     best = float("inf")
-    for count in _thread_counts(dev, threads):
-        with _threads(count):
-            best = min(best, _best_time(lambda: torch.nn.functional.linear(x, w), dev, repeats))
+    for lib in libraries:
+        for count in _thread_counts(dev, threads):
+            with _threads(count), ops.use_matmul(lib):
+                best = min(best, _best_time(lambda: ops.linear(x, w), dev, repeats))
     return rows * cols * 4 / best
 
 

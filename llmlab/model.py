@@ -52,10 +52,15 @@ class AttentionContext:
 
 
 class Linear(nn.Linear):
-    """`nn.Linear` whose matmul runs through `ops.linear` (see `llmlab.ops.matmul`)."""
+    """`nn.Linear` whose matmul runs through `ops.linear` (see `llmlab.ops.matmul`); the layer
+    keeps oneDNN's prepacked copy of its weight, made on the first oneDNN forward."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.matmul_cache: dict = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.linear(x, self.weight, self.bias)
+        return ops.linear(x, self.weight, self.bias, cache=self.matmul_cache)
 
 
 class RMSNorm(nn.Module):

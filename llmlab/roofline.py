@@ -301,14 +301,17 @@ def _time_best(fn, repeats: int, budget_s: float) -> float:
 
 
 def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int = 5,
-                        budget_s: float = 5.0, backend: str = "torch") -> StepMeasurement:
+                        budget_s: float = 5.0, backend: str = "torch",
+                        matmul: str = "onednn") -> StepMeasurement:
     """Time one decode step of `model` (forward + logits) for `batch` sequences of `context` cached tokens.
 
     The cache is a `ContiguousKVCache` whose first `context` slots count as filled (their values
     do not change the time); every repeat writes the same new slot. Fastest of `repeats`.
+    `matmul` is the library of the linear layers (the engine's default, see `llmlab.ops.matmul`).
     """
     import torch
 
+    from llmlab import ops
     from llmlab.kvcache import ContiguousKVCache
 
     _check_int("batch", batch)
@@ -323,8 +326,9 @@ def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int
     input_ids = torch.randint(0, cfg.vocab_size, (batch,), generator=gen).to(model.device)  # [batch]
 
     def step() -> None:
-        hidden = model(input_ids, positions, ctx)                            # [batch, hidden]
-        model.compute_logits(hidden)                                         # [batch, vocab]
+        with ops.use_matmul(matmul):
+            hidden = model(input_ids, positions, ctx)                        # [batch, hidden]
+            model.compute_logits(hidden)                                     # [batch, vocab]
         if model.device.type == "cuda":
             torch.cuda.synchronize()
 
@@ -335,10 +339,11 @@ def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int
 
 
 def measure_prefill(model: Any, prompt_len: int, repeats: int = 3, budget_s: float = 5.0,
-                    backend: str = "torch") -> StepMeasurement:
+                    backend: str = "torch", matmul: str = "onednn") -> StepMeasurement:
     """Time one prefill forward of one prompt of `prompt_len` tokens (logits for the last token only)."""
     import torch
 
+    from llmlab import ops
     from llmlab.kvcache import ContiguousKVCache
 
     _check_int("prompt_len", prompt_len)
@@ -350,8 +355,9 @@ def measure_prefill(model: Any, prompt_len: int, repeats: int = 3, budget_s: flo
     input_ids = torch.randint(0, cfg.vocab_size, (prompt_len,), generator=gen).to(model.device)
 
     def step() -> None:
-        hidden = model(input_ids, positions, ctx)                            # [prompt_len, hidden]
-        model.compute_logits(hidden[-1:])                                    # [1, vocab]
+        with ops.use_matmul(matmul):
+            hidden = model(input_ids, positions, ctx)                        # [prompt_len, hidden]
+            model.compute_logits(hidden[-1:])                                # [1, vocab]
         if model.device.type == "cuda":
             torch.cuda.synchronize()
 

@@ -83,6 +83,17 @@ def test_measurements_reject_bad_arguments():
         hardware.measure_matmul_flops(dtype="fp64")
     with pytest.raises(ValueError, match="threads"):
         hardware.measure_matmul_flops(n=64, threads=0)
+    with pytest.raises(ValueError, match="library"):
+        hardware.measure_matmul_flops(n=64, library="blas")
+
+
+def test_the_peak_is_the_faster_library():
+    """None takes the best of both libraries, so it is never far below either one alone
+    (each figure is a best-of-3 on a shared machine: allow 30 % noise)."""
+    one = {lib: hardware.measure_matmul_flops("cpu", n=512, repeats=3, library=lib)
+           for lib in ("aten", "onednn")}
+    best = hardware.measure_matmul_flops("cpu", n=512, repeats=3)
+    assert best >= 0.7 * max(one.values()), (best, one)
 
 
 def test_measured_bandwidth_and_flops_are_physical():

@@ -102,3 +102,41 @@ def test_engine_runs_onednn_and_the_model_alone_runs_aten(monkeypatch):
     assert ops.matmul_backend() == "aten", "the engine must restore the global default"
     with pytest.raises(ValueError, match="matmul"):
         LLM(model, max_model_len=64, matmul="blas")
+
+
+@pytest.mark.skipif(linear_mod._REORDER is None, reason="this PyTorch build cannot prepack")
+def test_prepacked_weight_follows_in_place_changes_and_replacement():
+    """The layer's packed copy must never serve a weight that has since changed."""
+    gen = torch.Generator().manual_seed(11)
+    layer = torch.nn.Linear(64, 48, bias=False)
+    w0 = layer.weight
+    cache: dict = {}
+    x = torch.randn(7, 64, generator=gen)
+    with ops.use_matmul("onednn"), torch.no_grad():
+        first = ops.linear(x, w0, cache=cache)
+        assert cache["packed"].is_mkldnn and cache["weight"] is w0
+        torch.testing.assert_close(first, F.linear(x, w0), atol=1e-5, rtol=1e-5)
+        w0.mul_(-2.0)                                     # in place: the version counter moves
+        torch.testing.assert_close(ops.linear(x, w0, cache=cache), F.linear(x, w0),
+                                   atol=1e-5, rtol=1e-5)
+        w1 = torch.nn.Parameter(torch.randn(48, 64, generator=gen))
+        torch.testing.assert_close(ops.linear(x, w1, cache=cache), F.linear(x, w1),
+                                   atol=1e-5, rtol=1e-5)
+        assert cache["weight"] is w1
+        for rows in (1, 3, 100):                          # one packing serves every batch size
+            xr = torch.randn(rows, 64, generator=gen)
+            torch.testing.assert_close(ops.linear(xr, w1, cache=cache), F.linear(xr, w1),
+                                       atol=1e-5, rtol=1e-5)
+
+
+def test_model_layers_after_load_state_dict_use_the_new_weights():
+    """An engine's forward, then new weights copied in: the next forward must see them."""
+    a, b = tiny_model(seed=1), tiny_model(seed=2)
+    ids = [4, 8, 15, 16, 23]
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    LLM(a, max_model_len=64).generate([ids], params, use_tqdm=False)   # packs a's weights
+    with torch.no_grad():
+        a.load_state_dict(b.state_dict())                               # copies in place
+    got = LLM(a, max_model_len=64).generate([ids], params, use_tqdm=False)
+    want = LLM(b, max_model_len=64).generate([ids], params, use_tqdm=False)
+    assert got[0].outputs[0].token_ids == want[0].outputs[0].token_ids

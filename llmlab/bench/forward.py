@@ -1,7 +1,9 @@
 """`python -m llmlab bench forward`: our forward vs transformers, time per decode token at batch 1.
 
 Both models hold the same weights and run in this process with the same thread count; each
-decodes the same greedy tokens after the same prompt, timed per step after a warm-up.
+decodes the same greedy tokens after the same prompt, timed per step after a warm-up. Ours runs
+twice: with the aten matmul transformers uses (the difference is then our code) and with
+oneDNN, the engine's default (the difference is then also the library; see `llmlab.ops.matmul`).
 """
 from __future__ import annotations
 
@@ -14,8 +16,15 @@ from pathlib import Path
 import torch
 
 
-def _time_ours(model, prompt_ids: list[int], steps: int) -> list[float]:
+def _time_ours(model, prompt_ids: list[int], steps: int, matmul: str) -> list[float]:
+    from llmlab import ops
     from llmlab.kvcache import ContiguousKVCache
+
+    with ops.use_matmul(matmul):
+        return _decode_timed(model, prompt_ids, steps, ContiguousKVCache)
+
+
+def _decode_timed(model, prompt_ids: list[int], steps: int, ContiguousKVCache) -> list[float]:
 
     cache = ContiguousKVCache(model.config, 1, len(prompt_ids) + steps + 1)
     n = [len(prompt_ids)]
@@ -61,20 +70,27 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model("smollm2-135m")
     hf = LlamaForCausalLM.from_pretrained(model_dir("smollm2-135m"), dtype=torch.float32).eval()
     prompt = tok("The key idea behind a KV cache is")["input_ids"]
-    _time_ours(model, prompt, 4), _time_hf(hf, prompt, 4)                    # warm-up
-    ours, theirs = [], []
+    _time_ours(model, prompt, 4, "aten"), _time_ours(model, prompt, 4, "onednn")  # warm-up
+    _time_hf(hf, prompt, 4)
+    ours, ours_onednn, theirs = [], [], []
     for _ in range(args.rounds):                                              # interleaved rounds
-        ours += _time_ours(model, prompt, args.steps)
+        ours += _time_ours(model, prompt, args.steps, "aten")
+        ours_onednn += _time_ours(model, prompt, args.steps, "onednn")
         theirs += _time_hf(hf, prompt, args.steps)
     result = {"llmlab_ms_per_token": 1e3 * statistics.median(ours),
+              "llmlab_onednn_ms_per_token": 1e3 * statistics.median(ours_onednn),
               "transformers_ms_per_token": 1e3 * statistics.median(theirs),
               "machine": {"cpu": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__},
               "steps": args.steps * args.rounds}
     result["ratio_transformers_over_llmlab"] = result["transformers_ms_per_token"] / result["llmlab_ms_per_token"]
+    result["ratio_transformers_over_llmlab_onednn"] = (result["transformers_ms_per_token"]
+                                                       / result["llmlab_onednn_ms_per_token"])
     print(f"decode, batch 1, median of {result['steps']} steps, {torch.get_num_threads()} threads on {cpu_name()}")
-    print(f"  llmlab forward      {result['llmlab_ms_per_token']:7.2f} ms/token")
-    print(f"  transformers        {result['transformers_ms_per_token']:7.2f} ms/token")
-    print(f"  transformers / ours {result['ratio_transformers_over_llmlab']:7.2f}x")
+    print(f"  llmlab forward, aten matmul    {result['llmlab_ms_per_token']:7.2f} ms/token")
+    print(f"  llmlab forward, oneDNN matmul  {result['llmlab_onednn_ms_per_token']:7.2f} ms/token")
+    print(f"  transformers (aten matmul)     {result['transformers_ms_per_token']:7.2f} ms/token")
+    print(f"  transformers / ours: {result['ratio_transformers_over_llmlab']:.2f}x (aten), "
+          f"{result['ratio_transformers_over_llmlab_onednn']:.2f}x (oneDNN)")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -1,6 +1,7 @@
 """`python -m llmlab bench roofline`: the real model's steps against this machine's measured roof.
 
-Measures this machine's streaming bandwidth (read and copy) and fp32 matmul peak, then times
+Measures this machine's streaming bandwidth (read and copy) and fp32 matmul peak (the faster of
+the aten and oneDNN libraries), then times
 SmolLM2-135M's decode step at several batch sizes (each sequence with `--context` cached
 tokens, one new token each) and a prefill at a few prompt lengths. Each time is reported as a
 multiple of its roofline floor: the memory floor (bytes / bandwidth), the compute floor
@@ -34,6 +35,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", default=None, help="prefill prompt lengths (default 64,256,1024; fast 64,256)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--profile", action="store_true", help="profile batch 1 and the best batch even if on target")
+    p.add_argument("--matmul", default="onednn", choices=("onednn", "aten"),
+                   help="matmul library of the linear layers (default: the engine's, onednn)")
     return p.parse_args(argv)
 
 
@@ -50,10 +53,11 @@ def _profile(fn, rows: int = 8) -> list[dict]:
              "share": e.self_cpu_time_total / total} for e in events[:rows]]
 
 
-def _step_fn(model: Any, kind: str, n: int, context: int):
+def _step_fn(model: Any, kind: str, n: int, context: int, matmul: str):
     """A closure doing one step of the shape, for the profiler."""
     import torch
 
+    from llmlab import ops
     from llmlab.kvcache import ContiguousKVCache
 
     cfg = model.config
@@ -63,12 +67,18 @@ def _step_fn(model: Any, kind: str, n: int, context: int):
         ctx = cache.context([1] * n)
         pos = cache.positions([1] * n)
         ids = torch.randint(0, cfg.vocab_size, (n,))
-        return lambda: model.compute_logits(model(ids, pos, ctx))
-    cache = ContiguousKVCache(cfg, batch_size=1, max_len=n)
-    ctx = cache.context([n])
-    pos = cache.positions([n])
-    ids = torch.randint(0, cfg.vocab_size, (n,))
-    return lambda: model.compute_logits(model(ids, pos, ctx)[-1:])
+    else:
+        cache = ContiguousKVCache(cfg, batch_size=1, max_len=n)
+        ctx = cache.context([n])
+        pos = cache.positions([n])
+        ids = torch.randint(0, cfg.vocab_size, (n,))
+
+    def step():
+        with ops.use_matmul(matmul):
+            hidden = model(ids, pos, ctx)
+            return model.compute_logits(hidden if kind == "decode" else hidden[-1:])
+
+    return step
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,11 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     model, _ = load_model(args.model)
     measurements = []
     for b in batches:
-        m = roofline.measure_decode_step(model, b, args.context, repeats=repeats, budget_s=20.0)
+        m = roofline.measure_decode_step(model, b, args.context, repeats=repeats, budget_s=20.0,
+                                         matmul=args.matmul)
         measurements.append(m)
         print(f"  decode batch {b}: {m.seconds * 1e3:.1f} ms", flush=True)
     for n in prompts:
-        m = roofline.measure_prefill(model, n, repeats=max(2, repeats // 2), budget_s=20.0)
+        m = roofline.measure_prefill(model, n, repeats=max(2, repeats // 2), budget_s=20.0,
+                                     matmul=args.matmul)
         measurements.append(m)
         print(f"  prefill {n} tokens: {m.seconds * 1e3:.1f} ms", flush=True)
 
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if best and (args.profile or not targets["best_batch_x_compute_floor"]["met"]):
         to_profile.append(("decode", best["batch"]))
     for kind, n in to_profile:
-        top = _profile(_step_fn(model, kind, n, args.context))
+        top = _profile(_step_fn(model, kind, n, args.context, args.matmul))
         profiles[f"{kind}_b{n}"] = top
         print(f"\nprofile of {kind} batch {n} (self CPU time, top operators):")
         for e in top:
@@ -173,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                        "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "load_average": load, "read_bw": read_bw, "copy_bw": copy_bw, "fp32_matmul_flops": peak,
                        "gemv_bw": gemv_bw},
+           "matmul": args.matmul,
            "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
            "seconds": time.perf_counter() - t0}
     path = Path(args.json)

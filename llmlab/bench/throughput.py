@@ -12,6 +12,9 @@ batch size:
                   request with its own max_new_tokens), where the installed version has it
 - llmlab-static   our engine with `scheduling="static"`
 - llmlab          our engine (continuous batching, chunked prefill, prefix caching)
+- llmlab-aten     our engine with the aten matmul transformers uses instead of oneDNN (see
+                  `llmlab.ops.matmul`): `llmlab` / `llmlab-aten` is what the library gives,
+                  `llmlab-aten` / the hf systems what the engine gives on the same matmul
 
 Prints a table and writes JSON (default `build/bench-throughput.json`):
 `{"systems": {NAME: {"requests", "output_tokens", "seconds", "tok_per_s"}}, "machine": {...},
@@ -32,7 +35,8 @@ import torch
 
 from llmlab.config import DATA_DIR
 
-SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab")
+SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab",
+           "llmlab-aten")
 
 
 def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
@@ -105,12 +109,13 @@ def run_hf_continuous(hf, work, batch_size: int) -> int:
     return sum(len(results[i].generated_tokens) for i in ids)
 
 
-def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int):
+def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, matmul: str = "onednn"):
     from llmlab import LLM, SamplingParams
 
     def run(_hf, work, batch_size: int) -> int:
         llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
-                  scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64)
+                  scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64,
+                  matmul=matmul)
         params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
         outs = llm.generate([ids for ids, _ in work], params, use_tqdm=False)
         run.last_engine = llm.llm_engine
@@ -138,7 +143,8 @@ def workload_flops(cfg, work) -> float:
 
 
 def compute_bound(cfg, work, output_tokens: int, threads: int) -> dict:
-    """This machine's matmul peak (measured now) and the tok/s it allows on this workload."""
+    """This machine's matmul peak (measured now, the faster of aten and oneDNN) and the tok/s it
+    allows on this workload."""
     from llmlab.hardware import measure_matmul_flops
 
     peak = measure_matmul_flops("cpu", "fp32", n=1024, repeats=3, threads=threads)
@@ -203,9 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     max_len = max(len(ids) + n for ids, n in work)
     llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len)
     llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len)
+    llmlab_aten = make_llmlab_runner(model, tokenizer, "continuous", max_len, matmul="aten")
     runners = {"hf-sequential": run_hf_sequential, "hf-static": run_hf_static,
                "hf-continuous": run_hf_continuous, "llmlab-static": llmlab_static,
-               "llmlab": llmlab_cont}
+               "llmlab": llmlab_cont, "llmlab-aten": llmlab_aten}
     if "hf-continuous" in systems and not hasattr(hf, "generate_batch"):
         print("hf-continuous: this transformers version has no generate_batch; skipped")
         systems.remove("hf-continuous")
@@ -246,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                 "dtype": "float32",
                 "llmlab": {"block_size": 16, "max_num_batched_tokens": 2048,
                            "attention_backend": "torch", "prefix_caching": True,
-                           "chunked_prefill": True},
+                           "chunked_prefill": True, "matmul": "onednn"},
+                "llmlab-aten": "as llmlab, matmul='aten' (MKL sgemm, as transformers)",
+                "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
                 "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
                 "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
                                  "page_size=16)"}

@@ -93,9 +93,10 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(weight_shard, requires_grad=False)  # [out, in / world_size]
         self.all_reduce = all_reduce
+        self.matmul_cache: dict = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        partial = ops.linear(x, self.weight)                            # [T, out], partial sum
+        partial = ops.linear(x, self.weight, cache=self.matmul_cache)   # [T, out], partial sum
         return self.all_reduce(partial)                                 # [T, out], full sum
 
 
