@@ -36,6 +36,7 @@ def test_every_system_generates_the_same_tokens(tmp_path, restore_threads):
     assert report["machine"]["threads"] == 1 and report["machine"]["torch"] == torch.__version__
     overhead = report["llmlab_overhead"]
     assert overhead["steps"] >= 9 and overhead["schedule_us_per_step_per_request"] > 0
+    assert 0 < overhead["replay_median_us_per_step_per_request"] < 1e4
 
 
 def test_bad_arguments_name_the_option():

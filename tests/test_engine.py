@@ -341,3 +341,18 @@ def test_model_runner_builds_the_flat_batch(model):
     for s, req in enumerate(out.requests):
         table = kv.get_block_ids(req.request_id)
         assert inp.ctx.block_tables[s, :len(table)].tolist() == table
+
+
+def test_engine_keeps_freed_memory_on_glibc():
+    """On Linux/glibc the engine fixes malloc's thresholds (once); elsewhere it reports False."""
+    import sys
+
+    from llmlab.engine.allocator import keep_freed_memory
+
+    first = keep_freed_memory()
+    assert keep_freed_memory() == first
+    if sys.platform.startswith("linux"):
+        import platform
+
+        if platform.libc_ver()[0] == "glibc":
+            assert first is True

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from llmlab import ops
+from llmlab.engine.allocator import keep_freed_memory
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
 from llmlab.engine.request import Request, RequestStatus
@@ -99,6 +100,7 @@ class LLMEngine:
             raise ValueError(f"model must be an llmlab.model.LlamaModel, "
                              f"got {type(model).__name__}")
         self.config = config = EngineConfig(**kwargs)
+        keep_freed_memory()          # steps reuse memory instead of page-faulting it in again
         self.model = model
         self.tokenizer = tokenizer
         mcfg = model.config
