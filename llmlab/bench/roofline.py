@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                        "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "load_average": load, "read_bw": read_bw, "copy_bw": copy_bw, "fp32_matmul_flops": peak,
                        "gemv_bw": gemv_bw},
-           "matmul": args.matmul,
+           "matmul": args.matmul, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
            "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
            "seconds": time.perf_counter() - t0}
     path = Path(args.json)

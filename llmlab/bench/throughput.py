@@ -196,7 +196,8 @@ def machine_info() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
             "transformers": _version("transformers"),
-            "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+            "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def _version(pkg: str) -> str | None:
@@ -237,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.engine.allocator import keep_freed_memory
 
     allocator_tuned = keep_freed_memory()      # process-wide, before any system: same for all
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        print("note: OMP_WAIT_POLICY=PASSIVE (import llmlab's default): OpenMP threads sleep "
+              "between operations. On a quiet machine `OMP_WAIT_POLICY=ACTIVE python -m llmlab "
+              "bench throughput` (as `make bench` runs it) is faster for every system.", flush=True)
 
     model, tokenizer, hf = load_models(args.model)
     work = build_workload(tokenizer, num_requests, lo, hi)
