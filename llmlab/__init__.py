@@ -9,8 +9,10 @@ import importlib
 import os
 
 # OpenMP threads that sleep rather than spin while they wait. Set before torch is first
-# imported: on a busy 2-core laptop, spinning threads made the model 20-40x slower.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# imported: on a busy 2-core laptop, spinning threads made the model 20-40x slower. Whoever sets
+# either OMP_WAIT_POLICY or GNU's GOMP_SPINCOUNT (as `make bench` does) decides instead.
+if "GOMP_SPINCOUNT" not in os.environ:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Without an NVIDIA GPU, Triton kernels run through its interpreter. The switch must be set
 # before anything imports triton (transformers can, when the model loads), so it lives here.
 if not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/nvidiactl"):

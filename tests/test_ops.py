@@ -484,3 +484,23 @@ def test_unknown_backend_is_rejected_with_the_allowed_values():
     args = _valid_decode_args()
     with pytest.raises(ValueError, match="^backend: got 'cuda2'.*'torch', 'triton', 'cuda'"):
         ops.paged_attention_decode(**args, backend="cuda2")
+
+
+def test_torch_decode_reads_a_full_contiguous_cache_in_place():
+    """Sequences that fill consecutive blocks exactly (a contiguous cache, one block each) are
+    attended straight from the cache; out-of-order blocks or padding still take the gather."""
+    gen = _generator("in-place")
+    n, length, kvh, d = 4, 24, 2, 64
+    kc = torch.randn(n + 1, length, kvh, d, generator=gen)
+    vc = torch.randn(n + 1, length, kvh, d, generator=gen)
+    q = torch.randn(n, 8, d, generator=gen)
+    full = torch.full((n,), length, dtype=torch.int32)
+    for table, lens, in_place in ((torch.arange(1, n + 1), full, True),
+                                  (torch.tensor([2, 1, 3, 4]), full, False),
+                                  (torch.arange(1, n + 1), full - 1, False)):
+        bt = table.to(torch.int32)[:, None]
+        plan = torch_backend._plan(bt, lens, length, None)
+        assert (plan.decode[0].view_start is not None) == in_place, (table, lens)
+        out = ops.paged_attention_decode(q, kc, vc, bt, lens, 0.125)
+        ref = reference_paged_attention_decode(q, kc, vc, bt, lens, 0.125)
+        assert_matches(out, ref, torch.float32, f"decode, blocks {table.tolist()}")

@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                        "load_average": load, "read_bw": read_bw, "copy_bw": copy_bw, "fp32_matmul_flops": peak,
                        "gemv_bw": gemv_bw},
            "matmul": args.matmul, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+           "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
            "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
            "seconds": time.perf_counter() - t0}
     path = Path(args.json)

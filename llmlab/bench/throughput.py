@@ -197,7 +197,8 @@ def machine_info() -> dict:
             "torch": torch.__version__, "python": platform.python_version(),
             "transformers": _version("transformers"),
             "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")}
 
 
 def _version(pkg: str) -> str | None:
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     allocator_tuned = keep_freed_memory()      # process-wide, before any system: same for all
     if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
         print("note: OMP_WAIT_POLICY=PASSIVE (import llmlab's default): OpenMP threads sleep "
-              "between operations. On a quiet machine `OMP_WAIT_POLICY=ACTIVE python -m llmlab "
+              "between operations. On a quiet machine `GOMP_SPINCOUNT=10000 python -m llmlab "
               "bench throughput` (as `make bench` runs it) is faster for every system.", flush=True)
 
     model, tokenizer, hf = load_models(args.model)

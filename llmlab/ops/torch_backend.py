@@ -66,6 +66,9 @@ class _Group:
     seq_lens: torch.Tensor       # [n] int64
     num_blk: int
     query_rows: torch.Tensor | None = None   # decode: rows of the one-token queries it serves
+    # first block when the group's blocks are consecutive cache blocks, in order, every slot
+    # valid: the padded batch is then a view of the cache and needs no gather
+    view_start: int | None = None
 
     @property
     def n(self) -> int:
@@ -82,7 +85,13 @@ def _make_group(rows: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.
     pos = torch.arange(num_blk * block_size, device=bt.device)
     valid = pos[None, :] < lens[:, None]                                  # [n, num_blk * bs]
     invalid = torch.nonzero(~valid.reshape(-1)).flatten()
-    return _Group(rows, bt.reshape(-1), invalid, valid, lens, num_blk)
+    blocks = bt.reshape(-1)
+    view_start = None
+    if invalid.numel() == 0:
+        first = int(blocks[0])
+        if bool((blocks == torch.arange(first, first + blocks.numel(), device=bt.device)).all()):
+            view_start = first
+    return _Group(rows, blocks, invalid, valid, lens, num_blk, view_start=view_start)
 
 
 def _split_by_length(lens: list[int], block_size: int) -> list[list[int]]:
@@ -203,10 +212,14 @@ def _buffer(which: str, numel: int, dtype: torch.dtype, device: torch.device) ->
 def _gather(cache: torch.Tensor, g: _Group, which: str) -> torch.Tensor:
     """The group's K or V, `[n, num_blk * block_size, kv_heads, head_dim]`, zero past each length.
 
-    Written into a workspace buffer: valid until the next `_gather` with the same `which`.
+    Written into a workspace buffer: valid until the next `_gather` with the same `which`. When
+    the group's blocks already lie in the cache in that order, a view of the cache (read only).
     """
     _, block_size, num_kv_heads, head_dim = cache.shape
     n_blocks = g.blocks.shape[0]
+    if g.view_start is not None:         # e.g. a contiguous cache, every sequence full
+        return cache[g.view_start:g.view_start + n_blocks].view(
+            g.n, g.num_blk * block_size, num_kv_heads, head_dim)
     out = _buffer(which, n_blocks * block_size * num_kv_heads * head_dim, cache.dtype,
                   cache.device).view(n_blocks, block_size, num_kv_heads, head_dim)
     torch.index_select(cache, 0, g.blocks, out=out)
