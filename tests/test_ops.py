@@ -504,3 +504,20 @@ def test_torch_decode_reads_a_full_contiguous_cache_in_place():
         out = ops.paged_attention_decode(q, kc, vc, bt, lens, 0.125)
         ref = reference_paged_attention_decode(q, kc, vc, bt, lens, 0.125)
         assert_matches(out, ref, torch.float32, f"decode, blocks {table.tolist()}")
+
+
+def test_value_checks_run_again_when_the_metadata_changes():
+    """Checks that read values are skipped for values that already passed; the same tensors
+    changed in place to something invalid must still be rejected."""
+    gen = _generator("recheck")
+    kc, vc, bt, sl = make_paged_cache([5, 20], 16, 2, 64, torch.float32, gen)
+    q = torch.randn(2, 8, 64, generator=gen)
+    ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)          # the same values: fine again
+    bt[1, 0] = kc.shape[0] + 5                                     # in place: a block that is not there
+    with pytest.raises(ValueError, match="block_tables"):
+        ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    bt[1, 0] = 0
+    sl[0] = 10_000                                                 # longer than the table holds
+    with pytest.raises(ValueError, match="seq_lens"):
+        ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
