@@ -521,3 +521,16 @@ def test_value_checks_run_again_when_the_metadata_changes():
     sl[0] = 10_000                                                 # longer than the table holds
     with pytest.raises(ValueError, match="seq_lens"):
         ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+
+
+def test_torch_workspace_made_in_inference_mode_serves_calls_outside_it():
+    """The engine's forward runs in inference mode; a later plain call (a notebook, a test)
+    must still be able to write the gather workspace the forward created."""
+    gen = _generator("inference-then-plain")
+    kc, vc, bt, sl = make_paged_cache([9, 40, 3], 16, 2, 64, torch.float32, gen)
+    q = torch.randn(3, 8, 64, generator=gen)
+    torch_backend._workspace.clear()
+    with torch.inference_mode():
+        first = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    out = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    torch.testing.assert_close(out, first, atol=0, rtol=0)

@@ -204,7 +204,10 @@ def _buffer(which: str, numel: int, dtype: torch.dtype, device: torch.device) ->
     key = (which, dtype, device)
     buf = _workspace.get(key)
     if buf is None or buf.numel() < numel:
-        buf = torch.empty(max(numel, 1), dtype=dtype, device=device)
+        # a normal tensor even when first needed inside inference mode (the engine's forward):
+        # an inference tensor could not be written later by a call outside that mode
+        with torch.inference_mode(False):
+            buf = torch.empty(max(numel, 1), dtype=dtype, device=device)
         _workspace[key] = buf
     return buf[:numel]
 
