@@ -256,8 +256,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     """Masked GQA attention on a padded batch.
 
     q: [n, q_len, num_heads, head_dim]; k, v: [n, kv_len, num_kv_heads, head_dim];
-    mask: [n, q_len, kv_len] bool (True = may attend). Returns [n, q_len, num_heads, head_dim]
-    in q's dtype. Every row of `mask` must allow at least one key.
+    mask: [n, q_len, kv_len] bool (True = may attend), or None when every query may see every
+    key. Returns [n, q_len, num_heads, head_dim] in q's dtype. Every row of `mask` must allow
+    at least one key.
     """
     n, q_len, num_heads, head_dim = q.shape
     kv_len, num_kv_heads = k.shape[1], k.shape[2]
@@ -267,8 +268,10 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     qf = qf.permute(0, 2, 3, 1, 4).reshape(n, num_kv_heads, group * q_len, head_dim)
     kf = k.float().permute(0, 2, 1, 3)  # [n, num_kv_heads, kv_len, head_dim]
     vf = v.float().permute(0, 2, 1, 3)
-    m = mask[:, None, None].expand(n, 1, group, q_len, kv_len).reshape(n, 1, group * q_len,
-                                                                      kv_len)
+    m = None
+    if mask is not None:             # None: every query sees every key (saves the mask's cost)
+        m = mask[:, None, None].expand(n, 1, group, q_len, kv_len).reshape(
+            n, 1, group * q_len, kv_len)
     o = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=m, scale=scale)
     # o: [n, num_kv_heads, group * q_len, head_dim]
     o = o.view(n, num_kv_heads, group, q_len, head_dim).permute(0, 3, 1, 2, 4)
@@ -282,7 +285,8 @@ def _decode_groups(query: torch.Tensor, key_cache: torch.Tensor, value_cache: to
         k = _gather(key_cache, g, "k")
         v = _gather(value_cache, g, "v")
         q = query if len(groups) == 1 else query.index_select(0, g.query_rows)
-        o = _attend(q[:, None], k, v, g.valid[:, None, :], scale)[:, 0]   # [n, heads, d]
+        mask = g.valid[:, None, :] if g.invalid.numel() else None      # all valid: no mask
+        o = _attend(q[:, None], k, v, mask, scale)[:, 0]                # [n, heads, d]
         if len(groups) == 1:
             out.copy_(o)
         else:
