@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmlab import costs, roofline, sim
-from llmlab.check.core import (NOT_ANSWERED, CheckResult, as_number, check_choice, check_number, close,
+from llmlab.check.core import (CheckResult, as_number, check_choice, check_dict_keys, check_number, close,
                                not_yet, passed, report)
 from llmlab.config import get_config
 
@@ -36,10 +36,9 @@ def seed_q3(answer: Any) -> CheckResult:
       bound            : "memory" or "compute" — which resource bounds the batch-32 step
     """
     ex = "ch08.seed_q3"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not isinstance(answer, dict) or set(Q3_KEYS) - set(answer):
-        return report(not_yet(ex, f"answer a dict with the keys {list(Q3_KEYS)}."))
+    missing = check_dict_keys(ex, answer, Q3_KEYS)
+    if missing is not None:
+        return missing
     exp = _q3_expected()
     cfg = get_config(Q3_MODEL)
     weights_ms = roofline.weight_read_time(costs.param_count(cfg), 2, 3e12) * 1e3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import (NOT_ANSWERED, CheckResult, check_choice, check_number, not_yet,
+from llmlab.check.core import (CheckResult, check_choice, check_dict_keys, check_number, not_yet,
                                passed, report)
 from llmlab.config import get_config
 from llmlab.parallel import cost, pp
@@ -38,10 +38,9 @@ def parallel_style(answer: Any) -> CheckResult:
     """Map each projection name (PROJECTIONS) to "column" or "row": how is it split under
     Megatron-style TP so that a layer needs as few all-reduces as possible?"""
     ex = "ch09.parallel_style"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not isinstance(answer, dict) or set(PROJECTIONS) - set(answer):
-        return report(not_yet(ex, f"answer a dict with the keys {list(PROJECTIONS)}."))
+    missing = check_dict_keys(ex, answer, PROJECTIONS)
+    if missing is not None:
+        return missing
     got = {k: str(answer[k]).strip().lower() for k in PROJECTIONS}
     bad = [k for k, v in got.items() if v not in ("column", "row")]
     if bad:

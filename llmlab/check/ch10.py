@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmlab import metrics
-from llmlab.check.core import (NOT_ANSWERED, CheckResult, as_number, check_number, not_yet,
+from llmlab.check.core import (CheckResult, as_number, check_dict_keys, check_number, not_yet,
                                passed, report)
 
 # one request: arrives at 0 s, its 5 tokens come at these times (s)
@@ -106,10 +106,9 @@ def seed_q4(answer: Any) -> CheckResult:
     """The seed's question 4. Answer a dict mapping each of Q4_KEYS to the metric that matters
     most, one of Q4_METRICS ("ttft", "tpot", "throughput", "e2el")."""
     ex = "ch10.seed_q4"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not isinstance(answer, dict) or set(Q4_KEYS) - set(answer):
-        return report(not_yet(ex, f"answer a dict with the keys {list(Q4_KEYS)}."))
+    missing = check_dict_keys(ex, answer, Q4_KEYS)
+    if missing is not None:
+        return missing
     problems = []
     for key in Q4_KEYS:
         value = str(answer[key]).strip().lower()

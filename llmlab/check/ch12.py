@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import NOT_ANSWERED, CheckResult, check_matching, not_yet, passed, report
+from llmlab.check.core import (NOT_ANSWERED, CheckResult, check_dict_keys, check_matching, not_yet,
+                               passed, report)
 from llmlab.check.ch05 import STEPS as FORWARD_STEPS
 
 # The seed's five self-check questions and the checkers (module, function) that answer them.
@@ -61,10 +62,9 @@ def glossary_match(answer: Any) -> CheckResult:
     from llmlab.glossary import find_zh, load_glossary, lookup
 
     ex = "ch12.glossary_match"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not isinstance(answer, dict) or set(GLOSSARY_QUIZ) - set(answer):
-        return report(not_yet(ex, f"answer a dict with the keys {list(GLOSSARY_QUIZ)}."))
+    missing = check_dict_keys(ex, answer, GLOSSARY_QUIZ)
+    if missing is not None:
+        return missing
     entries = load_glossary()
     problems = []
     for term in GLOSSARY_QUIZ:

@@ -141,6 +141,16 @@ def check_callable(exercise: str, fn: Any, cases: list[tuple[tuple, Any]],
     return report(passed(exercise))
 
 
+def check_dict_keys(exercise: str, answer: Any, keys) -> CheckResult | None:
+    """The reported "not yet" for an unanswered or keyless dict answer, or None when `answer` is
+    a dict with every one of `keys` (the checker then marks the values)."""
+    if answer is None:
+        return report(not_yet(exercise, NOT_ANSWERED))
+    if not isinstance(answer, dict) or set(keys) - set(answer):
+        return report(not_yet(exercise, f"answer a dict with the keys {list(keys)}."))
+    return None
+
+
 def check_matching(exercise: str, answer: Any, right: dict[str, str], *, choices: tuple[str, ...],
                    hints: dict[str, str], success: str = "correct.") -> CheckResult:
     """A dict answer pairing each key of `right` with one of `choices`.
@@ -148,10 +158,9 @@ def check_matching(exercise: str, answer: Any, right: dict[str, str], *, choices
     Every wrong pair gets its own hint (from `hints`, keyed like `right`); choices are compared
     case-insensitively with spaces and dashes read as underscores.
     """
-    if answer is None:
-        return report(not_yet(exercise, NOT_ANSWERED))
-    if not isinstance(answer, dict) or set(right) - set(answer):
-        return report(not_yet(exercise, f"answer a dict with the keys {list(right)}."))
+    missing = check_dict_keys(exercise, answer, right)
+    if missing is not None:
+        return missing
     problems = []
     for key, expected in right.items():
         value = str(answer[key]).strip().lower().replace("-", "_").replace(" ", "_")
