@@ -100,7 +100,7 @@ def tokens_per_han(answer: Any) -> CheckResult:
     """Tokens per Chinese character of data/text/inference_zh.txt with the real tokenizer,
     as `llmlab.tokenizer.tokens_per_char` defines it (all tokens / Chinese characters)."""
     from llmlab.config import DATA_DIR
-    from llmlab.tokenizer import count_han, count_tokens, real_tokenizer, tokens_per_char
+    from llmlab.tokenizer import count_tokens, real_tokenizer, tokens_per_char
 
     text = (DATA_DIR / "text" / "inference_zh.txt").read_text(encoding="utf-8")
     tok = real_tokenizer()

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import (NOT_ANSWERED, CheckResult, check_matching, check_number, not_yet, passed,
-                               report)
+from llmlab.check.core import CheckResult, check_matching, check_number
 
 # ---- the memory-waste trace of the chapter (llmlab.sim.make_trace arguments) -----------------
 WASTE_TRACE = dict(num_requests=120, arrival_rate=1.0, mean_output=200, output_spread=0.9,
