@@ -148,11 +148,16 @@ def decode_gemv(cfg: ModelConfig, batch: int, dtype_bytes: float = 2) -> Operati
     activations of every linear layer (small until the batch is in the hundreds).
     """
     _check_int("batch", batch)
+    return _linear_layers(cfg, batch, dtype_bytes, f"decode GEMV, batch {batch}", {"batch": batch})
+
+
+def _linear_layers(cfg: ModelConfig, tokens: int, dtype_bytes: float, name: str,
+                   details: dict) -> Operation:
+    """Every linear layer over `tokens` tokens: weights read once, activations per token."""
     _check_positive("dtype_bytes", dtype_bytes)
     w = costs.matmul_params_per_token(cfg)
-    act = batch * _activation_elems_per_token(cfg) * dtype_bytes
-    return Operation(f"decode GEMV, batch {batch}", flops=2.0 * w * batch,
-                     bytes=w * dtype_bytes + act, details={"batch": batch})
+    act = tokens * _activation_elems_per_token(cfg) * dtype_bytes
+    return Operation(name, flops=2.0 * w * tokens, bytes=w * dtype_bytes + act, details=details)
 
 
 def _activation_elems_per_token(cfg: ModelConfig) -> int:
@@ -167,11 +172,8 @@ def _activation_elems_per_token(cfg: ModelConfig) -> int:
 def prefill_gemm(cfg: ModelConfig, prompt_len: int, dtype_bytes: float = 2) -> Operation:
     """The linear layers of one prefill over `prompt_len` tokens (a GEMM)."""
     _check_int("prompt_len", prompt_len)
-    _check_positive("dtype_bytes", dtype_bytes)
-    w = costs.matmul_params_per_token(cfg)
-    act = prompt_len * _activation_elems_per_token(cfg) * dtype_bytes
-    return Operation(f"prefill GEMM, {prompt_len} tokens", flops=2.0 * w * prompt_len,
-                     bytes=w * dtype_bytes + act, details={"prompt_len": prompt_len})
+    return _linear_layers(cfg, prompt_len, dtype_bytes, f"prefill GEMM, {prompt_len} tokens",
+                          {"prompt_len": prompt_len})
 
 
 def decode_attention(cfg: ModelConfig, batch: int, context: int, dtype_bytes: float = 2) -> Operation:
