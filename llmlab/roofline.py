@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -302,13 +302,14 @@ def _time_best(fn, repeats: int, budget_s: float) -> float:
     return best
 
 
-def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int = 5,
-                        budget_s: float = 5.0, backend: str = "torch",
-                        matmul: str = "onednn") -> StepMeasurement:
-    """Time one decode step of `model` (forward + logits) for `batch` sequences of `context` cached tokens.
+def step_fn(model: Any, kind: str, n: int, context: int = 128, backend: str = "torch",
+            matmul: str = "onednn") -> Callable[[], None]:
+    """One step of `model` as a closure, for timing or profiling.
 
-    The cache is a `ContiguousKVCache` whose first `context` slots count as filled (their values
-    do not change the time); every repeat writes the same new slot. Fastest of `repeats`.
+    kind "decode": `n` sequences of `context` cached tokens bring one token each (forward +
+    logits); the cache is a `ContiguousKVCache` whose first `context` slots count as filled
+    (their values do not change the time) and every call writes the same new slot.
+    kind "prefill": one prompt of `n` tokens (forward + logits of the last token).
     `matmul` is the library of the linear layers (the engine's default, see `llmlab.ops.matmul`).
     """
     import torch
@@ -316,28 +317,47 @@ def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int
     from llmlab import ops
     from llmlab.kvcache import ContiguousKVCache
 
-    _check_int("batch", batch)
-    _check_int("context", context, minimum=0)
     cfg = model.config
-    cache = ContiguousKVCache(cfg, batch_size=batch, max_len=context + 1, dtype=model.dtype,
-                              device=model.device)
-    cache.lengths = [context] * batch
-    ctx = cache.context([1] * batch, backend=backend)
-    positions = cache.positions([1] * batch).to(model.device)               # [batch]
-    gen = torch.Generator().manual_seed(batch)
-    input_ids = torch.randint(0, cfg.vocab_size, (batch,), generator=gen).to(model.device)  # [batch]
+    if kind == "decode":
+        cache = ContiguousKVCache(cfg, batch_size=n, max_len=context + 1, dtype=model.dtype,
+                                  device=model.device)
+        cache.lengths = [context] * n
+        new = [1] * n
+    elif kind == "prefill":
+        cache = ContiguousKVCache(cfg, batch_size=1, max_len=n, dtype=model.dtype,
+                                  device=model.device)
+        new = [n]
+    else:
+        raise ValueError(f"kind must be 'decode' or 'prefill', got {kind!r}")
+    ctx = cache.context(new, backend=backend)
+    positions = cache.positions(new).to(model.device)                       # [n]
+    gen = torch.Generator().manual_seed(n)
+    input_ids = torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(model.device)  # [n]
 
     def step() -> None:
         with ops.use_matmul(matmul):
-            hidden = model(input_ids, positions, ctx)                        # [batch, hidden]
-            model.compute_logits(hidden)                                     # [batch, vocab]
+            hidden = model(input_ids, positions, ctx)                        # [n, hidden]
+            model.compute_logits(hidden if kind == "decode" else hidden[-1:])
         if model.device.type == "cuda":
             torch.cuda.synchronize()
 
-    seconds = _time_best(step, repeats, budget_s)
+    return step
+
+
+def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int = 5,
+                        budget_s: float = 5.0, backend: str = "torch",
+                        matmul: str = "onednn") -> StepMeasurement:
+    """Time one decode step of `model` (forward + logits) for `batch` sequences of `context`
+    cached tokens (see `step_fn`). Fastest of `repeats`."""
+    import torch
+
+    _check_int("batch", batch)
+    _check_int("context", context, minimum=0)
+    seconds = _time_best(step_fn(model, "decode", batch, context, backend, matmul), repeats,
+                         budget_s)
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement("decode", batch, context, seconds,
-                           decode_step(cfg, batch, context + 1, dtype_bytes))
+                           decode_step(model.config, batch, context + 1, dtype_bytes))
 
 
 def measure_prefill(model: Any, prompt_len: int, repeats: int = 3, budget_s: float = 5.0,
@@ -345,28 +365,12 @@ def measure_prefill(model: Any, prompt_len: int, repeats: int = 3, budget_s: flo
     """Time one prefill forward of one prompt of `prompt_len` tokens (logits for the last token only)."""
     import torch
 
-    from llmlab import ops
-    from llmlab.kvcache import ContiguousKVCache
-
     _check_int("prompt_len", prompt_len)
-    cfg = model.config
-    cache = ContiguousKVCache(cfg, batch_size=1, max_len=prompt_len, dtype=model.dtype, device=model.device)
-    ctx = cache.context([prompt_len], backend=backend)
-    positions = cache.positions([prompt_len]).to(model.device)              # [prompt_len]
-    gen = torch.Generator().manual_seed(prompt_len)
-    input_ids = torch.randint(0, cfg.vocab_size, (prompt_len,), generator=gen).to(model.device)
-
-    def step() -> None:
-        with ops.use_matmul(matmul):
-            hidden = model(input_ids, positions, ctx)                        # [prompt_len, hidden]
-            model.compute_logits(hidden[-1:])                                # [1, vocab]
-        if model.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    seconds = _time_best(step, repeats, budget_s)
+    seconds = _time_best(step_fn(model, "prefill", prompt_len, 0, backend, matmul), repeats,
+                         budget_s)
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement("prefill", 1, prompt_len, seconds,
-                           prefill_step(cfg, prompt_len, 1, dtype_bytes))
+                           prefill_step(model.config, prompt_len, 1, dtype_bytes))
 
 
 # ----------------------------------------------------------------------------- plots

@@ -98,6 +98,9 @@ def test_bad_arguments_name_themselves():
         roofline.decode_step_floor(L70, "H100-SXM", dtype_bytes=3)
     with pytest.raises(ValueError, match="fp8"):
         roofline.decode_step_floor(L70, "A100-80GB", dtype_bytes=1)     # no FP8 on Ampere
+    from llmlab.model import tiny_model
+    with pytest.raises(ValueError, match="kind"):
+        roofline.step_fn(tiny_model(seed=0), "train", 4)
 
 
 def test_measure_decode_step_on_tiny_model():

@@ -19,7 +19,6 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
 
 TARGET_DECODE_B1 = 1.5       # × memory floor
 TARGET_BEST_BATCH = 2.0      # × compute floor
@@ -51,34 +50,6 @@ def _profile(fn, rows: int = 8) -> list[dict]:
     total = sum(e.self_cpu_time_total for e in events) or 1.0
     return [{"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3,
              "share": e.self_cpu_time_total / total} for e in events[:rows]]
-
-
-def _step_fn(model: Any, kind: str, n: int, context: int, matmul: str):
-    """A closure doing one step of the shape, for the profiler."""
-    import torch
-
-    from llmlab import ops
-    from llmlab.kvcache import ContiguousKVCache
-
-    cfg = model.config
-    if kind == "decode":
-        cache = ContiguousKVCache(cfg, batch_size=n, max_len=context + 1)
-        cache.lengths = [context] * n
-        ctx = cache.context([1] * n)
-        pos = cache.positions([1] * n)
-        ids = torch.randint(0, cfg.vocab_size, (n,))
-    else:
-        cache = ContiguousKVCache(cfg, batch_size=1, max_len=n)
-        ctx = cache.context([n])
-        pos = cache.positions([n])
-        ids = torch.randint(0, cfg.vocab_size, (n,))
-
-    def step():
-        with ops.use_matmul(matmul):
-            hidden = model(ids, pos, ctx)
-            return model.compute_logits(hidden if kind == "decode" else hidden[-1:])
-
-    return step
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if best and (args.profile or not targets["best_batch_x_compute_floor"]["met"]):
         to_profile.append(("decode", best["batch"]))
     for kind, n in to_profile:
-        top = _profile(_step_fn(model, kind, n, args.context, args.matmul))
+        top = _profile(roofline.step_fn(model, kind, n, args.context, matmul=args.matmul))
         profiles[f"{kind}_b{n}"] = top
         print(f"\nprofile of {kind} batch {n} (self CPU time, top operators):")
         for e in top:
