@@ -11,22 +11,14 @@ from __future__ import annotations
 
 import torch
 
+from llmlab.ops._memo import LastValues
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# The value checks read the metadata every layer of a step shares; once a set of values has
-# passed, the next call with equal values (compared, not trusted by identity) skips them.
-_passed: dict[str, tuple] = {}
-
-
-def _already_passed(kind: str, scalars: tuple, *tensors: torch.Tensor) -> bool:
-    seen = _passed.get(kind)
-    return (seen is not None and seen[0] == scalars and len(seen[1]) == len(tensors)
-            and all(a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
-                    for a, b in zip(seen[1], tensors)))
-
-
-def _record_pass(kind: str, scalars: tuple, *tensors: torch.Tensor) -> None:
-    _passed[kind] = (scalars, tuple(t.clone() for t in tensors))
+# The value checks read metadata every layer of a step shares: a set of values that passed is
+# not checked again (see `llmlab.ops._memo`).
+_ATTENTION_PASSED = LastValues()
+_PREFILL_PASSED = LastValues()
 
 
 def _fail(name: str, value: object, expected: str) -> None:
@@ -123,7 +115,7 @@ def _check_attention_common(query, key_cache, value_cache, block_tables, seq_len
     _check_same_device([("query", query), ("key_cache", key_cache), ("value_cache", value_cache),
                         ("block_tables", block_tables), ("seq_lens", seq_lens)])
     if (seq_lens.device.type == "cpu" and num_seqs > 0
-            and not _already_passed("attention", (num_blocks, block_size), block_tables, seq_lens)):
+            and not _ATTENTION_PASSED.get((num_blocks, block_size), block_tables, seq_lens)):
         capacity = block_tables.shape[1] * block_size
         lo, hi = int(seq_lens.min()), int(seq_lens.max())
         if lo < 0 or hi > capacity:
@@ -137,7 +129,7 @@ def _check_attention_common(query, key_cache, value_cache, block_tables, seq_len
             if int(ids.min()) < 0 or int(ids.max()) >= num_blocks:
                 bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
                 _fail("block_tables", f"a used block id {bad}", f"ids in [0, {num_blocks})")
-        _record_pass("attention", (num_blocks, block_size), block_tables, seq_lens)
+        _ATTENTION_PASSED.put((num_blocks, block_size), (block_tables, seq_lens), True)
     return num_seqs, num_heads, num_kv_heads, head_dim, block_size
 
 
@@ -163,8 +155,8 @@ def check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq
         _fail("cu_seqlens_q", f"shape {tuple(cu_seqlens_q.shape)}",
               f"[num_seqs + 1 = {num_seqs + 1}]")
     _check_same_device([("query", query), ("cu_seqlens_q", cu_seqlens_q)])
-    if cu_seqlens_q.device.type == "cpu" and not _already_passed(
-            "prefill", (query.shape[0],), cu_seqlens_q, seq_lens):
+    if cu_seqlens_q.device.type == "cpu" and not _PREFILL_PASSED.get(
+            (query.shape[0],), cu_seqlens_q, seq_lens):
         cu = cu_seqlens_q.long()
         q_lens = cu[1:] - cu[:-1]  # [num_seqs]
         if int(cu[0]) != 0 or int(cu[-1]) != query.shape[0]:
@@ -177,4 +169,4 @@ def check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq
             _fail("seq_lens", f"seq_lens[{s}]={int(seq_lens[s])}",
                   f">= the query length of that sequence ({int(q_lens[s])}): "
                   "seq_len = cached context + new tokens")
-        _record_pass("prefill", (query.shape[0],), cu_seqlens_q, seq_lens)
+        _PREFILL_PASSED.put((query.shape[0],), (cu_seqlens_q, seq_lens), True)

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from llmlab.ops._memo import LastValues
+
 # A group costs a handful of fixed-size operations (gathers, fills, one attention call) whatever
 # its size; in padded key slots that is about this many (measured on a 2-core CPU).
 GROUP_COST_SLOTS = 1024
@@ -131,31 +133,17 @@ class _Plan:
     decode_rows: torch.Tensor | None     # [m] flat token index of each one-token sequence
 
 
-_last_plan: tuple | None = None   # (copies of the inputs it was built from, plan)
-
-
-def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b))
+_PLANS = LastValues()
 
 
 def _plan(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
           cu_seqlens_q: torch.Tensor | None) -> _Plan:
-    """The grouping for these sequences; reused while the same values come back.
-
-    Every layer of a forward passes the same metadata, so the plan is built once per step. The
-    memo compares values (a few hundred integers), not identities: a tensor changed in place,
-    or a new tensor at a freed one's address, gets a fresh plan.
-    """
-    global _last_plan
-    m = _last_plan
-    if (m is not None and m[2] == block_size and _same(m[0], block_tables)
-            and _same(m[1], seq_lens) and _same(m[3], cu_seqlens_q)):
-        return m[4]
-    plan = _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q)
-    _last_plan = (block_tables.clone(), seq_lens.clone(), block_size,
-                  None if cu_seqlens_q is None else cu_seqlens_q.clone(), plan)
+    """The grouping for these sequences, built once per step: every layer passes the same
+    metadata, and the memo (`llmlab.ops._memo`) compares its values."""
+    plan = _PLANS.get((block_size,), block_tables, seq_lens, cu_seqlens_q)
+    if plan is None:
+        plan = _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q)
+        _PLANS.put((block_size,), (block_tables, seq_lens, cu_seqlens_q), plan)
     return plan
 
 
