@@ -216,6 +216,19 @@ def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
     return list(MATMUL_BACKENDS) if dev.type == "cpu" else ["aten"]
 
 
+def _best_linear_time(x: torch.Tensor, w: torch.Tensor, dev: torch.device, libraries: list[str],
+                      threads: int | None, repeats: int) -> float:
+    """Fastest `ops.linear(x, w)` over the matmul libraries and thread counts to try (s)."""
+    from llmlab import ops
+
+    best = float("inf")
+    for lib in libraries:
+        for count in _thread_counts(dev, threads):
+            with _threads(count), ops.use_matmul(lib):
+                best = min(best, _best_time(lambda: ops.linear(x, w), dev, repeats))
+    return best
+
+
 def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int | None = None,
                          repeats: int | None = None, threads: int | None = None,
                          library: str | None = None) -> float:
@@ -226,8 +239,6 @@ def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int
     "onednn", or None for the faster of the two on a CPU: the roof is the best this machine
     reaches, whichever library gets there (see `llmlab.ops.matmul`).
     """
-    from llmlab import ops
-
     if dtype not in _TORCH_DTYPES:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(_TORCH_DTYPES)}")
     dev = _resolve_device(device)
@@ -240,12 +251,7 @@ def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int
     gen = torch.Generator(device=dev).manual_seed(0)
     a = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n]
     w = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n] as a weight
-    best = float("inf")
-    for lib in libraries:
-        for count in _thread_counts(dev, threads):
-            with _threads(count), ops.use_matmul(lib):
-                best = min(best, _best_time(lambda: ops.linear(a, w), dev, repeats))
-    return 2.0 * n**3 / best
+    return 2.0 * n**3 / _best_linear_time(a, w, dev, libraries, threads, repeats)
 
 
 def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: int = 576,
@@ -258,8 +264,6 @@ def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: 
     matmul library actually reaches for decoding; the gap between the two is the library's, not
     the memory's. `library` as in `measure_matmul_flops` (None: the faster one).
     """
-    from llmlab import ops
-
     if rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be >= 1, got rows={rows}, cols={cols}")
     dev = _resolve_device(device)
@@ -268,12 +272,7 @@ def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: 
     gen = torch.Generator(device=dev).manual_seed(0)
     w = torch.randn(rows, cols, device=dev, generator=gen)   # [rows, cols] float32 weight
     x = torch.randn(1, cols, device=dev, generator=gen)      # [1, cols]
-    best = float("inf")
-    for lib in libraries:
-        for count in _thread_counts(dev, threads):
-            with _threads(count), ops.use_matmul(lib):
-                best = min(best, _best_time(lambda: ops.linear(x, w), dev, repeats))
-    return rows * cols * 4 / best
+    return rows * cols * 4 / _best_linear_time(x, w, dev, libraries, threads, repeats)
 
 
 @dataclass(frozen=True)
