@@ -20,24 +20,19 @@ def _time_ours(model, prompt_ids: list[int], steps: int, matmul: str) -> list[fl
     from llmlab import ops
     from llmlab.kvcache import ContiguousKVCache
 
-    with ops.use_matmul(matmul):
-        return _decode_timed(model, prompt_ids, steps, ContiguousKVCache)
-
-
-def _decode_timed(model, prompt_ids: list[int], steps: int, ContiguousKVCache) -> list[float]:
-
     cache = ContiguousKVCache(model.config, 1, len(prompt_ids) + steps + 1)
     n = [len(prompt_ids)]
-    hidden = model(torch.tensor(prompt_ids), cache.positions(n), cache.context(n))
-    cache.advance(n)
-    token = int(model.compute_logits(hidden[-1:]).argmax())
     times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        hidden = model(torch.tensor([token]), cache.positions([1]), cache.context([1]))
-        cache.advance([1])
-        token = int(model.compute_logits(hidden).argmax())
-        times.append(time.perf_counter() - t0)
+    with ops.use_matmul(matmul):
+        hidden = model(torch.tensor(prompt_ids), cache.positions(n), cache.context(n))
+        cache.advance(n)
+        token = int(model.compute_logits(hidden[-1:]).argmax())
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            hidden = model(torch.tensor([token]), cache.positions([1]), cache.context([1]))
+            cache.advance([1])
+            token = int(model.compute_logits(hidden).argmax())
+            times.append(time.perf_counter() - t0)
     return times
 
 

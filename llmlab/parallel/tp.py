@@ -33,10 +33,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from llmlab import ops
 from llmlab.config import ModelConfig
 from llmlab.kvcache import ContiguousKVCache
-from llmlab.model import LlamaModel
+from llmlab.model import LlamaModel, Linear
 from llmlab.parallel.launch import launch, rank_device, split_evenly
 from llmlab.parallel.source import ModelSource
 
@@ -86,18 +85,17 @@ class AllReduceCounter:
         return tensor
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(Linear):
     """y = all_reduce(x_shard @ W_shardᵀ): this rank's input columns give a partial sum of y."""
 
     def __init__(self, weight_shard: torch.Tensor, all_reduce):
-        super().__init__()
-        self.weight = nn.Parameter(weight_shard, requires_grad=False)  # [out, in / world_size]
+        out_features, in_features = weight_shard.shape              # [out, in / world_size]
+        super().__init__(in_features, out_features, bias=False, device="meta")
+        self.weight = nn.Parameter(weight_shard, requires_grad=False)
         self.all_reduce = all_reduce
-        self.matmul_cache: dict = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        partial = ops.linear(x, self.weight, cache=self.matmul_cache)   # [T, out], partial sum
-        return self.all_reduce(partial)                                 # [T, out], full sum
+        return self.all_reduce(super().forward(x))                  # [T, out]: partial, then full sum
 
 
 def shard_model(model: LlamaModel, shard: TPShard, all_reduce) -> LlamaModel:
