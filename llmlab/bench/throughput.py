@@ -109,16 +109,40 @@ def run_hf_continuous(hf, work, batch_size: int) -> int:
     return sum(len(results[i].generated_tokens) for i in ids)
 
 
-def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, matmul: str = "onednn"):
+def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
+                     scheduling: str = "continuous", matmul: str = "onednn",
+                     forward: bool = True):
+    """Run `work` through a fresh engine; returns (engine, outputs).
+
+    forward=False replaces the model runner by one that returns token 0 for every request due
+    a token: with EOS ignored and fixed lengths the schedule is the same as a real run's.
+    """
     from llmlab import LLM, SamplingParams
 
+    llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
+              scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64,
+              matmul=matmul)
+    engine = llm.llm_engine
+    if not forward:
+        def no_forward(out):
+            return [0 for req, start, n in zip(out.requests, out.num_computed_tokens,
+                                               out.num_new_tokens) if start + n == req.num_tokens]
+
+        engine.model_runner.execute_model = no_forward
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
+    return engine, llm.generate([ids for ids, _ in work], params, use_tqdm=False)
+
+
+def median_step_overhead_us(engine) -> float:
+    """Median over steps of the scheduler's and block manager's time per scheduled request (µs)."""
+    per_req = sorted(sec / n for sec, n in engine.step_overheads if n)
+    return per_req[len(per_req) // 2] * 1e6
+
+
+def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, matmul: str = "onednn"):
     def run(_hf, work, batch_size: int) -> int:
-        llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
-                  scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64,
-                  matmul=matmul)
-        params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
-        outs = llm.generate([ids for ids, _ in work], params, use_tqdm=False)
-        run.last_engine = llm.llm_engine
+        run.last_engine, outs = _llmlab_generate(model, tokenizer, work, batch_size, max_len,
+                                                 scheduling, matmul)
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
     run.last_engine = None
@@ -129,31 +153,14 @@ def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
                         rounds: int = 3) -> float:
     """The scheduler's and block manager's own time per step per request, without the forward.
 
-    The same requests run through the same engine settings, but the model runner is replaced
-    by one that returns token 0 for every request due a token (with EOS ignored and fixed
-    lengths the schedule is the same as the real run's). Inside the real run each step's
-    bookkeeping starts with CPU caches full of the forward's weights and activations, which
-    makes it several times slower; this is what the code itself costs. Median over steps, best
-    of `rounds`.
+    The same requests run through the same engine settings with the forward left out (see
+    `_llmlab_generate`). Inside the real run each step's bookkeeping starts with CPU caches full
+    of the forward's weights and activations, which makes it several times slower; this is what
+    the code itself costs. Median over steps, best of `rounds`.
     """
-    from llmlab import LLM, SamplingParams
-
-    best = float("inf")
-    for _ in range(rounds):
-        llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
-                  num_kv_blocks=batch_size * -(-max_len // 16) + 64)
-        engine = llm.llm_engine
-
-        def no_forward(out):
-            return [0 for req, start, n in zip(out.requests, out.num_computed_tokens,
-                                               out.num_new_tokens) if start + n == req.num_tokens]
-
-        engine.model_runner.execute_model = no_forward
-        params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
-        llm.generate([ids for ids, _ in work], params, use_tqdm=False)
-        per_req = sorted(sec / n for sec, n in engine.step_overheads if n)
-        best = min(best, per_req[len(per_req) // 2] * 1e6)
-    return best
+    return min(median_step_overhead_us(
+        _llmlab_generate(model, tokenizer, work, batch_size, max_len, forward=False)[0])
+        for _ in range(rounds))
 
 
 def workload_flops(cfg, work) -> float:
@@ -274,10 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     if engine is not None:
         st = engine.stats()
         sched = engine.scheduler.stats
-        per_req = sorted(sec / n for sec, n in engine.step_overheads if n)
         overhead = {
             "steps": st["steps"],
-            "median_schedule_us_per_step_per_request": per_req[len(per_req) // 2] * 1e6,
+            "median_schedule_us_per_step_per_request": median_step_overhead_us(engine),
             "mean_scheduled_requests_per_step": sched.num_scheduled_requests / max(sched.num_steps, 1),
             "schedule_seconds": st["schedule_seconds"],
             "forward_seconds": st["forward_seconds"],
