@@ -3,7 +3,8 @@
 Real model (SmolLM2-135M-Instruct, float32): 16 prompts of varied length (chat template,
 English and Chinese, four sharing a long document so the prefix cache hits), 24 new tokens
 each, under several engine settings: defaults, a KV pool so small that requests are
-preempted, a token budget so small that prompts are chunked, prefix caching and chunking off.
+preempted, a token budget so small that prompts are chunked, prefix caching and chunking off,
+and the "cpu" attention backend (C kernels) with chunks, prefix hits and preemption together.
 Triton backend: the tiny model through the Triton interpreter, against the torch backend and a
 tiny transformers model built from the same state dict.
 
@@ -146,6 +147,19 @@ def test_greedy_matches_hf_without_caching_or_chunking(real_model, hf_model, pro
     assert llm.llm_engine.stats()["chunked_prefill_steps"] == 0
     assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
                             hf_outputs, "static, no caching, no chunking")
+
+
+def test_greedy_matches_hf_on_the_cpu_backend_with_chunks_and_prefix_hits(real_model, hf_model,
+                                                                           prompt_ids, hf_outputs):
+    """The C kernels (attention_backend="cpu"): chunked prompts, prefix-cache hits, preemption."""
+    llm, outs = _run(real_model, prompt_ids, attention_backend="cpu", max_num_batched_tokens=96,
+                     num_kv_blocks=96, max_num_seqs=12)
+    st = llm.llm_engine.stats()
+    assert st["chunked_prefill_steps"] > 0 and st["prefix_cache_hits"] > 0
+    assert st["preemptions"] > 0
+    assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
+                            hf_outputs, "cpu backend")
+    assert llm.llm_engine.kv_cache_manager.num_free_blocks == 96
 
 
 def test_llm_by_name_with_text_prompt_matches_hf(hf_model):

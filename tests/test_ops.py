@@ -281,6 +281,83 @@ def test_torch_prefill_equals_decode_for_one_token_per_sequence():
     torch.testing.assert_close(pre, dec, atol=1e-6, rtol=1e-6)
 
 
+# ---------------------------------------------------------------- cpu: C kernels, the full grid
+
+# head_dim 16 is the tiny test model; (16, 1) is the widest GQA group the C kernel takes
+CPU_GRID = FULL_GRID + [(16, 16, (9, 3)), (16, 32, (16, 1))]
+
+
+@pytest.mark.parametrize("block_size,head_dim,heads", CPU_GRID)
+def test_cpu_decode_matches_reference(block_size, head_dim, heads):
+    run_decode_case("cpu", block_size, head_dim, heads, torch.float32, "cpu")
+
+
+@pytest.mark.parametrize("block_size,head_dim,heads", CPU_GRID)
+def test_cpu_prefill_with_cached_context_matches_reference(block_size, head_dim, heads):
+    run_prefill_case("cpu", block_size, head_dim, heads, torch.float32, "cpu")
+
+
+def test_cpu_reshape_and_cache_skips_slot_minus_one():
+    run_reshape_and_cache_case("cpu", torch.float32, "cpu")
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_cpu_random_mixed_batches_match_reference(trial):
+    """Random steps as the engine makes them: long prompts cut in tiles of 16 queries, chunks
+    after cached context, decodes, all in one call, over a shuffled NaN-filled cache."""
+    gen = _generator("cpu-mixed", trial)
+    num_seqs = int(torch.randint(1, 24, (1,), generator=gen))
+    q_lens = [int(torch.randint(1, 80, (1,), generator=gen)) if torch.rand(1, generator=gen) < 0.4
+              else 1 for _ in range(num_seqs)]
+    lens = [q + int(torch.randint(0, 300, (1,), generator=gen)) for q in q_lens]
+    kc, vc, bt, sl = make_paged_cache(lens, 16, 3, 64, torch.float32, gen)
+    cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), 9, 64, generator=gen)
+    out = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125, backend="cpu")
+    ref = reference_paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
+    assert_matches(out, ref, torch.float32, f"cpu mixed batch {q_lens}")
+
+
+def test_cpu_other_dtypes_and_shapes_run_the_torch_code():
+    """bf16, and a head_dim the C kernel has no variant for, still give the right answer."""
+    run_decode_case("cpu", 16, 64, (8, 2), torch.bfloat16, "cpu")
+    run_prefill_case("cpu", 16, 64, (8, 2), torch.bfloat16, "cpu")
+    run_decode_case("cpu", 16, 48, (9, 3), torch.float32, "cpu")
+    run_prefill_case("cpu", 8, 48, (9, 3), torch.float32, "cpu")
+
+
+def test_cpu_backend_is_listed_and_its_library_is_built_once(monkeypatch, tmp_path):
+    from llmlab.ops import cpu_backend
+
+    assert "cpu" in ops.available_backends(), cpu_backend.available()[1]
+    monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_backend, "_lib", None)
+    lib = cpu_backend.load_library()
+    built = list((tmp_path / "cpu_kernels").glob("*/*.so"))
+    assert len(built) == 1 and lib._name == str(built[0])
+    stamp = built[0].stat().st_mtime_ns
+    monkeypatch.setattr(cpu_backend, "_lib", None)
+    cpu_backend.load_library()                                # a later process: reused
+    assert built[0].stat().st_mtime_ns == stamp
+    assert not list(tmp_path.glob("cpu_kernels/*/*.so.tmp*")), "no partial build left behind"
+
+
+def test_cpu_backend_without_a_compiler_says_so(monkeypatch, tmp_path):
+    from llmlab.ops import cpu_backend
+
+    monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_backend, "_lib", None)
+    monkeypatch.setattr(cpu_backend, "_error", None)
+    monkeypatch.setattr(cpu_backend, "_compiler", lambda: None)
+    ok, why = cpu_backend.available()
+    assert not ok and "C compiler" in why
+    assert "cpu" not in ops.available_backends()
+    gen = _generator("no-compiler")
+    kc, vc, bt, sl = make_paged_cache([5], 16, 2, 64, torch.float32, gen)
+    with pytest.raises(RuntimeError, match="C compiler"):
+        ops.paged_attention_decode(torch.randn(1, 4, 64), kc, vc, bt, sl, 0.125, backend="cpu")
+
+
 # ---------------------------------------------------------------- triton
 
 @pytest.mark.triton

@@ -6,7 +6,7 @@ the query read and the output written, per second of kernel time. Decode attenti
 memory-bound, so the useful yardstick is the machine's own copy bandwidth, measured here by
 timing a large device-to-device (or host) copy (bytes read + bytes written per second).
 
-On a CPU machine: "torch" on the full sweep; "triton" runs through its interpreter, which is
+On a CPU machine: "torch" and "cpu" (C kernels) on the full sweep; "triton" runs through its interpreter, which is
 not a performance path, so it gets one tiny case, marked as such; "cuda" is skipped with the
 reason. Writes build/bench-kernels.json.
 """
@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                          "path); timed on one tiny case only")
             cases = [(2, 64)]
         if backend == "cuda" and not gpu:
+            continue
+        if backend == "cpu" and gpu:
+            notes.append("cpu: skipped, its C kernels take CPU tensors only")
             continue
         for batch, context in cases:
             inputs = make_decode_inputs(batch, context, num_heads, num_kv_heads, head_dim,

@@ -1,4 +1,4 @@
-"""Paged-attention ops with a `backend=` switch: "torch", "triton", "cuda"; and `linear`, the
+"""Paged-attention ops with a `backend=` switch: "torch", "triton", "cuda", "cpu"; and `linear`, the
 matmul every projection of the model runs (see `llmlab.ops.matmul`).
 
 Layouts (NHD, as in vLLM's Triton attention and FlashAttention):
@@ -22,6 +22,9 @@ Backends:
 - "cuda": CUDA C++ from `kernels/`, built with torch.utils.cpp_extension on first use (build
   directory under $LLMLAB_CACHE, default ~/.cache/llmlab). Needs a CUDA GPU and CUDA tensors;
   `paged_attention_prefill` on this backend runs the torch implementation on the GPU tensors.
+- "cpu": C from `kernels/cpu_attention.c` (OpenMP, compiled with the system C compiler on first
+  use, loaded with ctypes): reads K/V in place through the block table, no gather, no padding.
+  The fastest path on a CPU; float32 (other dtypes run the torch code). CPU tensors only.
 
 All backends take the same arguments and return the same values (fp32 within 1e-5). Arguments
 are checked here, once, before any backend runs (see `llmlab.ops._checks`).
@@ -35,16 +38,17 @@ from types import ModuleType
 import torch
 
 from llmlab.ops import _checks, torch_backend
-from llmlab.ops.matmul import (MATMUL_BACKENDS, linear, matmul_backend, set_matmul_backend,
-                               use_matmul)
+from llmlab.ops.matmul import (MATMUL_BACKENDS, linear, linear_split, matmul_backend,
+                               set_matmul_backend, use_matmul)
 
-BACKENDS = ("torch", "triton", "cuda")
+BACKENDS = ("torch", "triton", "cuda", "cpu")
 
 __all__ = [
     "BACKENDS",
     "MATMUL_BACKENDS",
     "available_backends",
     "linear",
+    "linear_split",
     "matmul_backend",
     "paged_attention_decode",
     "paged_attention_prefill",
@@ -57,12 +61,15 @@ __all__ = [
 def available_backends() -> list[str]:
     """The backends that can run on this machine ("torch" always; "triton" when the package is
     installed, compiled on a GPU or interpreted on CPU; "cuda" with a CUDA GPU and nvcc-capable
-    torch)."""
+    torch; "cpu" where a C compiler builds `kernels/cpu_attention.c`)."""
     found = ["torch"]
     if importlib.util.find_spec("triton") is not None:
         found.append("triton")
     if torch.cuda.is_available() and torch.version.cuda is not None:
         found.append("cuda")
+    from llmlab.ops import cpu_backend
+    if cpu_backend.available()[0]:
+        found.append("cpu")
     return found
 
 
@@ -75,6 +82,9 @@ def _backend(backend: str) -> ModuleType:
     if backend == "cuda":
         from llmlab.ops import cuda_backend
         return cuda_backend
+    if backend == "cpu":
+        from llmlab.ops import cpu_backend
+        return cpu_backend
     raise ValueError(f"backend: got {backend!r}, expected one of {', '.join(map(repr, BACKENDS))}")
 
 

@@ -1,0 +1,225 @@
+/* Paged attention for the CPU: the "cpu" backend of llmlab.ops.
+ *
+ * C99 with GCC/Clang vector extensions and OpenMP, no torch header: `llmlab/ops/cpu_backend.py`
+ * compiles this file with the system C compiler on first use (about a second) and calls it
+ * through ctypes with raw pointers. Layouts are those of kernels/README.md (NHD cache, float32).
+ *
+ * One function serves decode, prefill, chunked prefill and prefix-cache hits: sequence s brings
+ * q_len = cu_seqlens_q[s+1] - cu_seqlens_q[s] new tokens (1 for decode); new token i sits at
+ * position seq_len - q_len + i and sees keys 0..that position. The torch backend copies each
+ * sequence's K/V out of its blocks into a padded batch before attending; this kernel reads the
+ * K/V rows where they are, through the block table, and never reads a slot past the last
+ * position a query may see (so NaN in unused slots cannot leak in).
+ *
+ * Work unit = (sequence, KV head, tile of up to Q_TILE new tokens). Its query rows are the
+ * tile's tokens times the `group` query heads that share the KV head (GQA): each K/V row is
+ * loaded once per unit and used by all of them. Keys go K_CHUNK at a time, across block
+ * boundaries. Per chunk and query row:
+ *   1. scores s_j = q·k_j (q pre-scaled): head_dim/16 fused multiply-adds of 16-float vectors,
+ *      then a horizontal sum per key;
+ *   2. causal mask, online softmax: running max m, running sum l, and the output acc rescaled
+ *      by exp(m_old - m_new) when the max grows;
+ *   3. acc += p_j · v_j over the visible keys.
+ * At the end out = acc / l. `vexp` is a polynomial on whole vectors.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define VW 16         /* floats per vector (one AVX-512 register; narrower ISAs split it) */
+#define K_CHUNK VW    /* keys per online-softmax update: one vector of scores */
+#define Q_TILE 16     /* new tokens per work unit (prefill); decode has 1 */
+#define MAX_GROUP 16  /* query heads per KV head */
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+
+static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf vsplat(float x) { vf z = {0}; return z + x; }
+
+static inline float hsum(vf v) {
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef float v4 __attribute__((vector_size(16)));
+    v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+         + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+#else
+    float s = 0.0f;
+    for (int i = 0; i < VW; i++) s += v[i];
+    return s;
+#endif
+}
+
+/* e^x lane by lane for x <= 0 (softmax after subtracting the max); relative error ~2e-7.
+ * x = n ln2 + r, |r| <= ln2/2: e^r by a degree-6 Taylor polynomial, 2^n through the exponent
+ * bits. x is clamped at -87 (e^-87 ~ 1.6e-38), so -inf gives a tiny number, not 0: callers
+ * mask the lanes that must be exactly 0. */
+static inline vf vexp(vf x) {
+    const vf lo = vsplat(-87.0f);
+    vi below = x < lo;
+    x = (vf)((below & (vi)lo) | (~below & (vi)x));
+    const vf magic = vsplat(12582912.0f);          /* 1.5 * 2^23: adding it rounds to integer */
+    vf n = (x * 1.44269504088896341f + magic) - magic;
+    vf r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    vf p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f
+           + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+    return p * (vf)bits;
+}
+
+/* One work unit with head_dim HD (a constant after inlining: the loops over HD unroll). */
+static inline __attribute__((always_inline)) void attend_unit(
+        const int HD, const float *query, int64_t q_stride_token, int64_t q_stride_head,
+        const float *key_cache, const float *value_cache, const int32_t *block_table,
+        int64_t block_size, int64_t num_kv_heads, int64_t group, int64_t kv_head,
+        int64_t q_start, int64_t tile_len, int64_t first_pos, float scale, float *out,
+        int64_t out_stride_token) {
+    const int nv = HD / VW;                          /* vectors per row */
+    const int64_t rows = tile_len * group;           /* row r: token r / group, head r % group */
+    vf q[rows][nv], acc[rows][nv];                   /* a few KB on this thread's stack */
+    float m[rows], l[rows];
+    const int64_t row_elems = num_kv_heads * HD;     /* one cache slot: [num_kv_heads, HD] */
+    vi lane;
+    for (int j = 0; j < VW; j++) lane[j] = j;
+
+    for (int64_t r = 0; r < rows; r++) {
+        const float *src = query + (q_start + r / group) * q_stride_token
+                           + (kv_head * group + r % group) * q_stride_head;
+        for (int c = 0; c < nv; c++) {
+            q[r][c] = vload(src + c * VW) * scale;  /* pre-scaled */
+            acc[r][c] = vsplat(0.0f);
+        }
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+
+    const int64_t num_keys = first_pos + tile_len;   /* the tile's last token sees keys < this */
+    for (int64_t k0 = 0; k0 < num_keys; k0 += K_CHUNK) {
+        const int nk = num_keys - k0 < K_CHUNK ? (int)(num_keys - k0) : K_CHUNK;
+        const float *krow[K_CHUNK], *vrow[K_CHUNK];
+        for (int j = 0; j < nk; j++) {
+            const int64_t pos = k0 + j;
+            const int64_t slot = (int64_t)block_table[pos / block_size] * block_size
+                                 + pos % block_size;
+            krow[j] = key_cache + slot * row_elems + kv_head * HD;
+            vrow[j] = value_cache + slot * row_elems + kv_head * HD;
+        }
+        /* ask for the next chunk's K/V rows now: they arrive while this chunk computes */
+        for (int64_t pos = k0 + K_CHUNK; pos < k0 + 2 * K_CHUNK && pos < num_keys; pos++) {
+            const int64_t slot = (int64_t)block_table[pos / block_size] * block_size
+                                 + pos % block_size;
+            const float *kn = key_cache + slot * row_elems + kv_head * HD;
+            const float *vn = value_cache + slot * row_elems + kv_head * HD;
+            for (int c = 0; c < HD; c += VW) {
+                __builtin_prefetch(kn + c);
+                __builtin_prefetch(vn + c);
+            }
+        }
+        for (int64_t r0 = 0; r0 < rows; r0 += group) {
+            /* the `group` rows of one token share its causal limit */
+            const int64_t visible64 = first_pos + r0 / group + 1 - k0;
+            if (visible64 <= 0) continue;
+            const int visible = visible64 < nk ? (int)visible64 : nk;
+            for (int64_t r = r0; r < r0 + group; r++) {
+                vf s = vsplat(-INFINITY);
+                for (int j = 0; j < visible; j++) {
+                    vf k = vload(krow[j]) * q[r][0];
+                    for (int c = 1; c < nv; c++) k += vload(krow[j] + c * VW) * q[r][c];
+                    s[j] = hsum(k);
+                }
+                float chunk_max = s[0];
+                for (int j = 1; j < visible; j++) chunk_max = s[j] > chunk_max ? s[j] : chunk_max;
+                const float m_new = chunk_max > m[r] ? chunk_max : m[r];
+                vi keep = lane < visible;
+                vf p = (vf)((vi)vexp(s - m_new) & keep);   /* masked lanes exactly 0 */
+                const float correction = m[r] == -INFINITY ? 0.0f : vexp(vsplat(m[r] - m_new))[0];
+                float sum = hsum(p);
+                l[r] = l[r] * correction + sum;
+                m[r] = m_new;
+                if (correction != 1.0f)
+                    for (int c = 0; c < nv; c++) acc[r][c] *= correction;
+                for (int j = 0; j < visible; j++) {
+                    const float pj = p[j];
+                    for (int c = 0; c < nv; c++) acc[r][c] += vload(vrow[j] + c * VW) * pj;
+                }
+            }
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float *dst = out + (q_start + r / group) * out_stride_token
+                     + (kv_head * group + r % group) * HD;
+        const float inv = 1.0f / l[r];
+        for (int c = 0; c < nv; c++) vstore(dst + c * VW, acc[r][c] * inv);
+    }
+}
+
+#define ATTEND(HD) attend_unit(HD, query, q_stride_token, q_stride_head, key_cache, value_cache, \
+    block_tables + s * block_table_stride, block_size, num_kv_heads, group, kv_head,          \
+    cu_seqlens_q[s] + tile_start, tile_len, first_pos, scale, out, num_heads * head_dim)
+
+/* out[T, num_heads, head_dim] (contiguous) = paged causal attention of query[T, num_heads,
+ * head_dim] (token stride q_stride_token, head stride q_stride_head, head_dim contiguous).
+ * head_dim must be 16, 32, 64, 128 or 256 and num_heads / num_kv_heads at most MAX_GROUP:
+ * returns -1 otherwise (the caller checks first), 0 when done. */
+int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q_stride_head,
+                           const float *key_cache, const float *value_cache,
+                           const int32_t *block_tables, int64_t block_table_stride,
+                           const int32_t *cu_seqlens_q, const int32_t *seq_lens,
+                           int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
+                           int64_t head_dim, int64_t block_size, float scale, float *out) {
+    const int64_t group = num_heads / num_kv_heads;
+    if (group > MAX_GROUP || !(head_dim == 16 || head_dim == 32 || head_dim == 64
+                               || head_dim == 128 || head_dim == 256))
+        return -1;
+    int64_t total_units = 0;                 /* one unit per (sequence, tile, KV head) */
+    for (int64_t s = 0; s < num_seqs; s++) {
+        const int64_t q_len = cu_seqlens_q[s + 1] - cu_seqlens_q[s];
+        total_units += (q_len + Q_TILE - 1) / Q_TILE * num_kv_heads;
+    }
+#pragma omp parallel
+    {
+        int64_t s = 0, base = 0;             /* this thread's position in the unit list */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < total_units; u++) {
+            if (u < base) { s = 0; base = 0; }
+            for (;; s++) {                   /* units come in increasing order per thread */
+                const int64_t q_len = cu_seqlens_q[s + 1] - cu_seqlens_q[s];
+                const int64_t per_seq = (q_len + Q_TILE - 1) / Q_TILE * num_kv_heads;
+                if (u < base + per_seq) break;
+                base += per_seq;
+            }
+            const int64_t local = u - base;
+            const int64_t tile = local / num_kv_heads, kv_head = local % num_kv_heads;
+            const int64_t q_len = cu_seqlens_q[s + 1] - cu_seqlens_q[s];
+            const int64_t tile_start = tile * Q_TILE;
+            const int64_t tile_len = q_len - tile_start < Q_TILE ? q_len - tile_start : Q_TILE;
+            const int64_t first_pos = seq_lens[s] - q_len + tile_start;
+            switch (head_dim) {
+                case 16: ATTEND(16); break;
+                case 32: ATTEND(32); break;
+                case 64: ATTEND(64); break;
+                case 128: ATTEND(128); break;
+                default: ATTEND(256); break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Write key/value rows (token strides given, each row num_kv_heads * head_dim contiguous) into
+ * their cache slots; slot -1 is skipped. */
+void llmlab_reshape_and_cache(const float *key, const float *value, int64_t key_stride_token,
+                              int64_t value_stride_token, float *key_cache, float *value_cache,
+                              const int64_t *slot_mapping, int64_t num_tokens, int64_t row_elems) {
+#pragma omp parallel for schedule(static) if (num_tokens > 64)
+    for (int64_t t = 0; t < num_tokens; t++) {
+        const int64_t slot = slot_mapping[t];
+        if (slot < 0) continue;
+        memcpy(key_cache + slot * row_elems, key + t * key_stride_token, sizeof(float) * row_elems);
+        memcpy(value_cache + slot * row_elems, value + t * value_stride_token,
+               sizeof(float) * row_elems);
+    }
+}

@@ -1,0 +1,194 @@
+"""The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place.
+
+The "torch" backend copies every sequence's K/V out of its blocks into a padded batch, each
+layer of each step, before `scaled_dot_product_attention` reads it again; at a batch of 128
+decodes that copy and SDPA's per-(sequence, head) overhead are a third of the step. This backend
+walks each sequence's block table and reads the K/V rows where they are, as vLLM's CPU backend
+and its CUDA kernels do. One C function serves decode and (chunked) prefill.
+
+The C file includes no torch header: on first use it is compiled with the system C compiler
+(`cc -O3 -march=native -fopenmp`, under a second) into `$LLMLAB_CACHE/cpu_kernels/<hash>/`
+(default `~/.cache/llmlab`), keyed by the source, the compiler and this CPU, never into the
+repository; later processes reuse the library. It is loaded with ctypes and called with raw
+pointers. OpenMP runs in the runtime PyTorch already loaded (the same `libgomp.so.1`), so
+`torch.set_num_threads` governs it too.
+
+The C kernels take float32, `head_dim` 16, 32, 64, 128 or 256 and up to 16 query heads per KV head;
+other dtypes and shapes run the torch backend's code on the same (CPU) tensors. Without a C
+compiler `available()` says why and the ops raise a RuntimeError; `llmlab.ops.available_backends()`
+lists "cpu" only where it can run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from llmlab.ops import torch_backend
+
+SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "cpu_attention.c"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
+HEAD_DIMS = (16, 32, 64, 128, 256)     # the C kernel has one unrolled variant for each
+MAX_GROUP = 16
+
+_lib: ctypes.CDLL | None = None
+_error: str | None = None
+
+
+def cache_dir() -> Path:
+    """The llmlab cache directory: $LLMLAB_CACHE or ~/.cache/llmlab."""
+    return Path(os.environ.get("LLMLAB_CACHE", Path.home() / ".cache" / "llmlab"))
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_id() -> str:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
+        return "\n".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def library_path(cc: str) -> Path:
+    """Where the compiled library lives for this source, compiler and CPU."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), cc, version, " ".join(FLAGS),
+                                    _cpu_id()]).encode()).hexdigest()[:16]
+    return cache_dir() / "cpu_kernels" / key / "libllmlab_cpu_attention.so"
+
+
+def _build() -> ctypes.CDLL:
+    if not SOURCE.is_file():
+        raise RuntimeError(f"{SOURCE} not found; the 'cpu' backend needs the repository "
+                           "checkout (pip install -e .)")
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("the 'cpu' backend compiles kernels/cpu_attention.c on first use and "
+                           "found no C compiler (cc, gcc or clang; or set CC)")
+    path = library_path(cc)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # build beside the target and rename: concurrent processes never load a partial file
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        os.close(fd)
+        cmd = [cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            os.unlink(tmp)
+            raise RuntimeError(f"compiling the 'cpu' backend failed ({' '.join(cmd)}):\n"
+                               f"{done.stderr.strip()}")
+        os.replace(tmp, path)
+    lib = ctypes.CDLL(str(path))
+    i64, f32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+    lib.llmlab_paged_attention.restype = ctypes.c_int
+    lib.llmlab_paged_attention.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr,
+                                           i64, i64, i64, i64, i64, f32, ptr]
+    lib.llmlab_reshape_and_cache.restype = None
+    lib.llmlab_reshape_and_cache.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, i64, i64]
+    return lib
+
+
+def load_library() -> ctypes.CDLL:
+    """Compile (first time) and load the C kernels; RuntimeError saying why if that fails."""
+    global _lib, _error
+    if _lib is None:
+        if _error is not None:
+            raise RuntimeError(_error)
+        try:
+            _lib = _build()
+        except (RuntimeError, OSError) as e:
+            _error = str(e)
+            raise RuntimeError(_error) from None
+    return _lib
+
+
+def available() -> tuple[bool, str]:
+    """(True, "") when the C kernels can be built and loaded here, else (False, why)."""
+    try:
+        load_library()
+        return True, ""
+    except RuntimeError as e:
+        return False, str(e)
+
+
+def _kernel_for(query: torch.Tensor, key_cache: torch.Tensor) -> ctypes.CDLL | None:
+    """The C library when it serves these tensors; None when the torch implementation must."""
+    for name, t in (("query", query), ("key_cache", key_cache)):
+        if t.device.type != "cpu":
+            raise RuntimeError(f"backend='cpu' runs on CPU tensors; {name} is on {t.device}. "
+                               "Use backend='torch', 'triton' or 'cuda'.")
+    group = query.shape[1] // key_cache.shape[2]
+    if (query.dtype != torch.float32 or key_cache.dtype != torch.float32
+            or query.shape[2] not in HEAD_DIMS or group > MAX_GROUP):
+        return None
+    return load_library()
+
+
+def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                      value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`."""
+    lib = _kernel_for(key, key_cache) if key.dtype == torch.float32 else None
+    if lib is None:
+        torch_backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+        return
+    row = key.shape[1] * key.shape[2]
+    lib.llmlab_reshape_and_cache(key.data_ptr(), value.data_ptr(), row, row,
+                                 key_cache.data_ptr(), value_cache.data_ptr(),
+                                 slot_mapping.data_ptr(), key.shape[0], row)
+
+
+def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale):
+    lib = _kernel_for(query, key_cache)
+    if lib is None:
+        return torch_backend.paged_attention_prefill(query, key_cache, value_cache, block_tables,
+                                                     cu_seqlens_q, seq_lens, scale)
+    num_tokens, num_heads, head_dim = query.shape
+    out = torch.empty_like(query)
+    rc = lib.llmlab_paged_attention(
+        query.data_ptr(), num_heads * head_dim, head_dim,
+        key_cache.data_ptr(), value_cache.data_ptr(),
+        block_tables.data_ptr(), block_tables.shape[1],
+        cu_seqlens_q.data_ptr(), seq_lens.data_ptr(),
+        seq_lens.shape[0], num_heads, key_cache.shape[2], head_dim, key_cache.shape[1],
+        scale, out.data_ptr())
+    if rc != 0:
+        raise RuntimeError("cpu_attention.c refused the shapes (head_dim or GQA group too large)")
+    return out
+
+
+_DECODE_OFFSETS: dict[int, torch.Tensor] = {}
+
+
+def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
+                           value_cache: torch.Tensor, block_tables: torch.Tensor,
+                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Decode: one query per sequence, [num_seqs, num_heads, head_dim]."""
+    n = query.shape[0]
+    cu = _DECODE_OFFSETS.get(n)
+    if cu is None:                         # 0, 1, ..., n: one new token per sequence
+        cu = _DECODE_OFFSETS[n] = torch.arange(n + 1, dtype=torch.int32)
+    return _attention(query, key_cache, value_cache, block_tables, cu, seq_lens, scale)
+
+
+def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
+                            value_cache: torch.Tensor, block_tables: torch.Tensor,
+                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                            scale: float) -> torch.Tensor:
+    """Causal varlen prefill over cached context plus the new tokens."""
+    return _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale)
