@@ -122,13 +122,17 @@ class Attention(nn.Module):
         self.k_proj = Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.qkv_cache: dict = {}   # oneDNN: q, k, v stacked and prepacked (ops.linear_split)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Project and rotate: q [T, heads, d], k and v [T, kv_heads, d]."""
         T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        q, k, v = ops.linear_split(x, [p.weight for p in projs], [p.bias for p in projs],
+                                   cache=self.qkv_cache)     # one matmul on oneDNN, three on aten
+        q = q.reshape(T, self.num_heads, self.head_dim)
+        k = k.reshape(T, self.num_kv_heads, self.head_dim)
+        v = v.reshape(T, self.num_kv_heads, self.head_dim).contiguous()
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -155,9 +159,12 @@ class MLP(nn.Module):
         self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_cache: dict = {}   # oneDNN: gate and up weights stacked and prepacked
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = ops.linear_split(x, [self.gate_proj.weight, self.up_proj.weight],
+                                    cache=self.gate_up_cache)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):

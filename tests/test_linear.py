@@ -140,3 +140,28 @@ def test_model_layers_after_load_state_dict_use_the_new_weights():
     got = LLM(a, max_model_len=64).generate([ids], params, use_tqdm=False)
     want = LLM(b, max_model_len=64).generate([ids], params, use_tqdm=False)
     assert got[0].outputs[0].token_ids == want[0].outputs[0].token_ids
+
+
+@pytest.mark.parametrize("backend", ops.MATMUL_BACKENDS)
+@pytest.mark.parametrize("rows", (1, 5, 64))
+def test_linear_split_equals_one_linear_per_weight(backend, rows):
+    """q, k, v (with a bias missing on one) as one stacked matmul: the same as three."""
+    gen = torch.Generator().manual_seed(rows)
+    weights = [torch.nn.Parameter(torch.randn(n, 96, generator=gen) / 10) for n in (96, 32, 32)]
+    biases = [torch.randn(96, generator=gen), None, torch.randn(32, generator=gen)]
+    x = torch.randn(rows, 96, generator=gen)
+    cache: dict = {}
+    with ops.use_matmul(backend), torch.no_grad():
+        for _ in range(2):                                  # the second call reuses the packing
+            got = ops.linear_split(x, weights, biases, cache=cache)
+            assert [tuple(g.shape) for g in got] == [(rows, 96), (rows, 32), (rows, 32)]
+            for g, w, b in zip(got, weights, biases):
+                torch.testing.assert_close(g, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+        stacked = "packed" in cache
+        assert stacked == (backend == "onednn" and ONEDNN and linear_mod._REORDER is not None)
+        if stacked:
+            packed = cache["packed"]
+            weights[1].mul_(3.0)                            # in place: must be re-stacked
+            got = ops.linear_split(x, weights, biases, cache=cache)
+            assert cache["packed"] is not packed
+            torch.testing.assert_close(got[1], F.linear(x, weights[1]), atol=1e-5, rtol=1e-5)

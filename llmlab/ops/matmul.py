@@ -104,6 +104,49 @@ def _prepacked(weight: torch.Tensor, cache: dict) -> torch.Tensor:
     return packed
 
 
+def _stacked(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache: dict):
+    """The weights stacked along out-features and prepacked (and their biases concatenated),
+    kept in `cache` while every weight is the same tensor at the same version; None when a
+    weight cannot be prepacked (an inference tensor)."""
+    if _REORDER is None or any(w.is_inference() for w in weights):
+        return None
+    versions = [w._version for w in weights]
+    old = cache.get("weights")
+    if (old is not None and len(old) == len(weights) and all(a is b for a, b in zip(old, weights))
+            and cache.get("versions") == versions and cache.get("biases") == biases):
+        return cache["packed"], cache["bias"]
+    with torch.no_grad():
+        packed = _REORDER(torch.cat([w.detach() for w in weights]), PACK_BATCH_HINT)
+        bias = (None if all(b is None for b in biases) else
+                torch.cat([b.detach() if b is not None else w.new_zeros(w.shape[0])
+                           for w, b in zip(weights, biases)]))
+    cache.update(weights=list(weights), versions=versions, biases=list(biases), packed=packed,
+                 bias=bias)
+    return packed, bias
+
+
+def linear_split(x: torch.Tensor, weights: list[torch.Tensor],
+                 biases: list[torch.Tensor | None] | None = None,
+                 cache: dict | None = None) -> list[torch.Tensor]:
+    """`[linear(x, w, b) for w, b in zip(weights, biases)]`, as one matmul where it helps.
+
+    Layers that read the same input (q, k and v; gate and up) can run as one matmul against
+    their weights stacked along out-features: one call instead of three, one pass over x, a
+    wider matrix for the library to split between threads. On oneDNN with a `cache`, the
+    stacked matrix is prepacked once and kept; the result is split back into views (one per
+    weight; not contiguous). With "aten" (or weights that cannot be prepacked) the layers run
+    one by one, exactly as `linear` does.
+    """
+    biases = list(biases) if biases is not None else [None] * len(weights)
+    if cache is not None and all(onednn_applies(x, w) for w in weights) and all(
+            b is None or b.dtype == x.dtype for b in biases):
+        stacked = _stacked(weights, biases, cache)
+        if stacked is not None:
+            y = _ONEDNN(x, stacked[0], stacked[1], "none", [], "")
+            return list(y.split([w.shape[0] for w in weights], dim=-1))
+    return [linear(x, w, b) for w, b in zip(weights, biases)]
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            cache: dict | None = None) -> torch.Tensor:
     """x [..., in] @ weight[out, in]ᵀ (+ bias [out]) -> [..., out], on the chosen library.
