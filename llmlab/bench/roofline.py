@@ -36,6 +36,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="profile batch 1 and the best batch even if on target")
     p.add_argument("--matmul", default="onednn", choices=("onednn", "aten"),
                    help="matmul library of the linear layers (default: the engine's, onednn)")
+    p.add_argument("--attention", default=None, choices=("cpu", "torch"),
+                   help="attention backend (default: cpu where its C kernels build, else torch)")
     return p.parse_args(argv)
 
 
@@ -60,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from llmlab import hardware, roofline
+    from llmlab.bench import default_attention_backend
     from llmlab.model import load_model
+
+    attention = args.attention or default_attention_backend()
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -83,17 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  batch-1 linear (GEMV) streams its weight at {gemv_bw / 1e9:.1f} GB/s "
           f"({gemv_bw / read_bw:.0%} of the read bandwidth)", flush=True)
 
-    print(f"loading {args.model} ...", flush=True)
+    print(f"loading {args.model} (attention backend {attention!r}, matmul {args.matmul!r}) ...",
+          flush=True)
     model, _ = load_model(args.model)
     measurements = []
     for b in batches:
         m = roofline.measure_decode_step(model, b, args.context, repeats=repeats, budget_s=20.0,
-                                         matmul=args.matmul)
+                                         backend=attention, matmul=args.matmul)
         measurements.append(m)
         print(f"  decode batch {b}: {m.seconds * 1e3:.1f} ms", flush=True)
     for n in prompts:
         m = roofline.measure_prefill(model, n, repeats=max(2, repeats // 2), budget_s=20.0,
-                                     matmul=args.matmul)
+                                     backend=attention, matmul=args.matmul)
         measurements.append(m)
         print(f"  prefill {n} tokens: {m.seconds * 1e3:.1f} ms", flush=True)
 
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if best and (args.profile or not targets["best_batch_x_compute_floor"]["met"]):
         to_profile.append(("decode", best["batch"]))
     for kind, n in to_profile:
-        top = _profile(roofline.step_fn(model, kind, n, args.context, matmul=args.matmul))
+        top = _profile(roofline.step_fn(model, kind, n, args.context, attention, args.matmul))
         profiles[f"{kind}_b{n}"] = top
         print(f"\nprofile of {kind} batch {n} (self CPU time, top operators):")
         for e in top:
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                        "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "load_average": load, "read_bw": read_bw, "copy_bw": copy_bw, "fp32_matmul_flops": peak,
                        "gemv_bw": gemv_bw},
-           "matmul": args.matmul, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+           "matmul": args.matmul, "attention_backend": attention, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
            "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
            "seconds": time.perf_counter() - t0}

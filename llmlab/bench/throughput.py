@@ -11,10 +11,13 @@ batch size:
 - hf-continuous   transformers' own continuous batching (`generate_batch`'s manager, each
                   request with its own max_new_tokens), where the installed version has it
 - llmlab-static   our engine with `scheduling="static"`
-- llmlab          our engine (continuous batching, chunked prefill, prefix caching)
+- llmlab          our engine (continuous batching, chunked prefill, prefix caching), attention
+                  by the "cpu" backend's C kernels (`--attention`; "torch" without a C compiler)
 - llmlab-aten     our engine with the aten matmul transformers uses instead of oneDNN (see
                   `llmlab.ops.matmul`): `llmlab` / `llmlab-aten` is what the library gives,
                   `llmlab-aten` / the hf systems what the engine gives on the same matmul
+- llmlab-torch    our engine with the plain-PyTorch attention backend (gather + SDPA):
+                  `llmlab` / `llmlab-torch` is what the C attention kernels give
 
 Prints a table and writes JSON (default `build/bench-throughput.json`):
 `{"systems": {NAME: {"requests", "output_tokens", "seconds", "tok_per_s"}}, "machine": {...},
@@ -36,7 +39,7 @@ import torch
 from llmlab.config import DATA_DIR
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab",
-           "llmlab-aten")
+           "llmlab-aten", "llmlab-torch")
 
 
 def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
@@ -111,7 +114,7 @@ def run_hf_continuous(hf, work, batch_size: int) -> int:
 
 def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
                      scheduling: str = "continuous", matmul: str = "onednn",
-                     forward: bool = True):
+                     attention: str = "torch", forward: bool = True):
     """Run `work` through a fresh engine; returns (engine, outputs).
 
     forward=False replaces the model runner by one that returns token 0 for every request due
@@ -121,7 +124,7 @@ def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
 
     llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
               scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64,
-              matmul=matmul)
+              matmul=matmul, attention_backend=attention)
     engine = llm.llm_engine
     if not forward:
         def no_forward(out):
@@ -139,10 +142,11 @@ def median_step_overhead_us(engine) -> float:
     return per_req[len(per_req) // 2] * 1e6
 
 
-def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, matmul: str = "onednn"):
+def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str,
+                       matmul: str = "onednn"):
     def run(_hf, work, batch_size: int) -> int:
         run.last_engine, outs = _llmlab_generate(model, tokenizer, work, batch_size, max_len,
-                                                 scheduling, matmul)
+                                                 scheduling, matmul, attention)
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
     run.last_engine = None
@@ -150,7 +154,7 @@ def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, matmul: 
 
 
 def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
-                        rounds: int = 3) -> float:
+                        attention: str = "torch", rounds: int = 3) -> float:
     """The scheduler's and block manager's own time per step per request, without the forward.
 
     The same requests run through the same engine settings with the forward left out (see
@@ -159,7 +163,8 @@ def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
     the code itself costs. Median over steps, best of `rounds`.
     """
     return min(median_step_overhead_us(
-        _llmlab_generate(model, tokenizer, work, batch_size, max_len, forward=False)[0])
+        _llmlab_generate(model, tokenizer, work, batch_size, max_len, attention=attention,
+                         forward=False)[0])
         for _ in range(rounds))
 
 
@@ -228,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
     ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory; "
                     "'tiny' for the random tiny model (smoke tests)")
+    ap.add_argument("--attention", default=None, choices=("cpu", "torch"),
+                    help="llmlab's attention backend (default: cpu where its C kernels build)")
     ap.add_argument("--json", default="build/bench-throughput.json", help="output path")
     ap.add_argument("--fast", action="store_true", help="small workload (about a minute)")
     args = ap.parse_args(argv)
@@ -254,12 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer, hf = load_models(args.model)
     work = build_workload(tokenizer, num_requests, lo, hi)
     max_len = max(len(ids) + n for ids, n in work)
-    llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len)
-    llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len)
-    llmlab_aten = make_llmlab_runner(model, tokenizer, "continuous", max_len, matmul="aten")
+    from llmlab.bench import default_attention_backend
+
+    attention = args.attention or default_attention_backend()
+    llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len, attention)
+    llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len, attention)
+    llmlab_aten = make_llmlab_runner(model, tokenizer, "continuous", max_len, attention,
+                                     matmul="aten")
+    llmlab_torch = make_llmlab_runner(model, tokenizer, "continuous", max_len, "torch")
     runners = {"hf-sequential": run_hf_sequential, "hf-static": run_hf_static,
                "hf-continuous": run_hf_continuous, "llmlab-static": llmlab_static,
-               "llmlab": llmlab_cont, "llmlab-aten": llmlab_aten}
+               "llmlab": llmlab_cont, "llmlab-aten": llmlab_aten, "llmlab-torch": llmlab_torch}
     if "hf-continuous" in systems and not hasattr(hf, "generate_batch"):
         print("hf-continuous: this transformers version has no generate_batch; skipped")
         systems.remove("hf-continuous")
@@ -293,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             "preemptions": st["preemptions"],
             "prefix_cache_hit_rate": st["prefix_cache_hit_rate"],
             "replay_median_us_per_step_per_request":
-                scheduler_replay_us(model, tokenizer, work, args.batch_size, max_len),
+                scheduler_replay_us(model, tokenizer, work, args.batch_size, max_len, attention),
         }
     settings = {"model": args.model, "batch_size": args.batch_size, "num_requests": len(work),
                 "prompt_tokens": [min(len(i) for i, _ in work), max(len(i) for i, _ in work)],
@@ -301,9 +313,10 @@ def main(argv: list[str] | None = None) -> int:
                 "dtype": "float32",
                 "malloc_thresholds_fixed_for_all_systems": allocator_tuned,
                 "llmlab": {"block_size": 16, "max_num_batched_tokens": 2048,
-                           "attention_backend": "torch", "prefix_caching": True,
+                           "attention_backend": attention, "prefix_caching": True,
                            "chunked_prefill": True, "matmul": "onednn"},
                 "llmlab-aten": "as llmlab, matmul='aten' (MKL sgemm, as transformers)",
+                "llmlab-torch": "as llmlab, attention_backend='torch' (gather + SDPA)",
                 "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
                 "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
                 "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
