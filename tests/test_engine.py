@@ -73,6 +73,25 @@ def test_greedy_matches_no_cache_reference(model, kwargs):
         assert stats["chunked_prefill_steps"] > 0
 
 
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+def test_unwritten_pool_memory_is_never_read(model, backend):
+    """The engine's KV pool is not zeroed (`allocate_kv_caches(zeroed=False)`): with every slot
+    poisoned with NaN before the first step, chunked, cached and preempted requests must still
+    match the no-cache reference."""
+    prompts = random_prompts(8, 20, 50, seed=4)
+    prompts[5] = prompts[4][:32] + [5, 6]                               # a prefix-cache hit
+    llm = LLM(model, max_model_len=96, block_size=4, num_kv_blocks=24, max_num_seqs=8,
+              max_num_batched_tokens=32, attention_backend=backend)
+    for k, v in llm.llm_engine.model_runner.kv_caches:
+        k.fill_(float("nan"))
+        v.fill_(float("nan"))
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert_matches_reference(model, prompts, outs, 8)
+    stats = llm.llm_engine.stats()
+    assert stats["preemptions"] > 0 and stats["chunked_prefill_steps"] > 0
+    assert sum(o.num_cached_tokens for o in outs) > 0
+
+
 def test_prefix_cache_hits_show_in_num_cached_tokens(model):
     llm = LLM(model, max_model_len=128)
     base = random_prompts(1, 50, 50, seed=3)[0]

@@ -44,7 +44,8 @@ class ModelRunner:
         self.block_size = block_size
         self.attention_backend = attention_backend
         self.device = model.device
-        self.kv_caches = model.allocate_kv_caches(num_blocks, block_size)
+        # not zeroed: no backend reads a slot before a token was written to it
+        self.kv_caches = model.allocate_kv_caches(num_blocks, block_size, zeroed=False)
         # unseeded requests draw from this one (seeded by the engine's `seed`)
         self.default_generator = default_generator
         self.prepare_seconds = 0.0       # time spent building flat batches (engine overhead)
