@@ -19,6 +19,7 @@ import zlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from llmlab import ops
 from llmlab.ops import torch_backend
@@ -356,6 +357,39 @@ def test_cpu_backend_without_a_compiler_says_so(monkeypatch, tmp_path):
     kc, vc, bt, sl = make_paged_cache([5], 16, 2, 64, torch.float32, gen)
     with pytest.raises(RuntimeError, match="C compiler"):
         ops.paged_attention_decode(torch.randn(1, 4, 64), kc, vc, bt, sl, 0.125, backend="cpu")
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_cpu_layer_kernels_match_the_model_code(rows):
+    """rms_norm (plain and with the residual add), silu_mul and rope in C against the model's
+    PyTorch code, on strided row views as the stacked matmuls produce them."""
+    from llmlab.model import RMSNorm, apply_rope
+    from llmlab.ops import cpu_backend as ck
+
+    gen = _generator("layer-ops", rows)
+    norm = RMSNorm(576, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(576, generator=gen))
+    w = norm.weight.detach()
+    wide = torch.randn(rows, 700, generator=gen) * 3
+    x, residual = wide[:, :576], torch.randn(rows, 576, generator=gen)   # x: strided rows
+    tol = dict(atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ck.rms_norm(x, w, 1e-5), norm(x), **tol)
+    normed, total = ck.rms_norm(x, w, 1e-5, residual=residual)
+    torch.testing.assert_close(total, x + residual, atol=0, rtol=0)
+    torch.testing.assert_close(normed, norm(x + residual), **tol)
+    gate_up = torch.randn(rows, 2 * 1536, generator=gen) * 6     # silu's tails on both sides
+    gate, up = gate_up.split(1536, dim=-1)
+    torch.testing.assert_close(ck.silu_mul(gate, up), F.silu(gate) * up, **tol)
+    for heads, d in ((9, 64), (3, 64), (4, 16)):
+        qkv = torch.randn(rows, heads * d + 40, generator=gen)
+        q = qkv[:, :heads * d]
+        angles = torch.rand(rows, d // 2, generator=gen) * 100
+        cos, sin = angles.cos(), angles.sin()
+        torch.testing.assert_close(ck.rope(q, heads, cos, sin),
+                                   apply_rope(q.reshape(rows, heads, d), cos, sin), **tol)
+    with pytest.raises(ValueError, match="rms_norm"):
+        ck.rms_norm(torch.randn(2, 24), torch.ones(24), 1e-5)       # 24 is not a multiple of 16
 
 
 # ---------------------------------------------------------------- triton

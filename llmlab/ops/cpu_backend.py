@@ -1,12 +1,16 @@
-"""The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place.
+"""The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place;
+and the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`).
 
 The "torch" backend copies every sequence's K/V out of its blocks into a padded batch, each
 layer of each step, before `scaled_dot_product_attention` reads it again; at a batch of 128
 decodes that copy and SDPA's per-(sequence, head) overhead are a third of the step. This backend
 walks each sequence's block table and reads the K/V rows where they are, as vLLM's CPU backend
-and its CUDA kernels do. One C function serves decode and (chunked) prefill.
+and its CUDA kernels do. One C function serves decode and (chunked) prefill. With this backend
+the model also runs each layer's norms, rotary embedding and SwiGLU product in C
+(`rms_norm`, `rope`, `silu_mul` below; `llmlab.model.DecoderLayer.forward_cpu`): at batch 1 those
+~55 small PyTorch calls per layer cost as much as a third of the matmuls.
 
-The C file includes no torch header: on first use it is compiled with the system C compiler
+The C files include no torch header: on first use they are compiled with the system C compiler
 (`cc -O3 -march=native -fopenmp`, under a second) into `$LLMLAB_CACHE/cpu_kernels/<hash>/`
 (default `~/.cache/llmlab`), keyed by the source, the compiler and this CPU, never into the
 repository; later processes reuse the library. It is loaded with ctypes and called with raw
@@ -34,7 +38,10 @@ import torch
 
 from llmlab.ops import torch_backend
 
-SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "cpu_attention.c"
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+# one library: attention and cache writes, and a decoder layer's elementwise steps (llmlab.model
+# runs them when the attention backend is "cpu")
+SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
 HEAD_DIMS = (16, 32, 64, 128, 256)     # the C kernel has one unrolled variant for each
 MAX_GROUP = 16
@@ -68,14 +75,15 @@ def _cpu_id() -> str:
 def library_path(cc: str) -> Path:
     """Where the compiled library lives for this source, compiler and CPU."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), cc, version, " ".join(FLAGS),
-                                    _cpu_id()]).encode()).hexdigest()[:16]
-    return cache_dir() / "cpu_kernels" / key / "libllmlab_cpu_attention.so"
+    key = hashlib.sha256("\0".join([*(src.read_text() for src in SOURCES), cc, version,
+                                    " ".join(FLAGS), _cpu_id()]).encode()).hexdigest()[:16]
+    return cache_dir() / "cpu_kernels" / key / "libllmlab_cpu.so"
 
 
 def _build() -> ctypes.CDLL:
-    if not SOURCE.is_file():
-        raise RuntimeError(f"{SOURCE} not found; the 'cpu' backend needs the repository "
+    missing = [str(src) for src in SOURCES if not src.is_file()]
+    if missing:
+        raise RuntimeError(f"{missing} not found; the 'cpu' backend needs the repository "
                            "checkout (pip install -e .)")
     cc = _compiler()
     if cc is None:
@@ -87,7 +95,7 @@ def _build() -> ctypes.CDLL:
         # build beside the target and rename: concurrent processes never load a partial file
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
         os.close(fd)
-        cmd = [cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"]
+        cmd = [cc, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             os.unlink(tmp)
@@ -101,6 +109,12 @@ def _build() -> ctypes.CDLL:
                                            i64, i64, i64, i64, i64, f32, ptr]
     lib.llmlab_reshape_and_cache.restype = None
     lib.llmlab_reshape_and_cache.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, i64, i64]
+    lib.llmlab_rms_norm.restype = None
+    lib.llmlab_rms_norm.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, i64, i64, f32]
+    lib.llmlab_silu_mul.restype = None
+    lib.llmlab_silu_mul.argtypes = [ptr, i64, ptr, i64, ptr, i64, i64]
+    lib.llmlab_rope.restype = None
+    lib.llmlab_rope.argtypes = [ptr, i64, ptr, ptr, ptr, i64, i64, i64]
     return lib
 
 
@@ -192,3 +206,67 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
                             scale: float) -> torch.Tensor:
     """Causal varlen prefill over cached context plus the new tokens."""
     return _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale)
+
+
+# ---- a decoder layer's elementwise steps (kernels/cpu_layer.c) ------------------------------
+
+def _rows_ok(t: torch.Tensor, width: int) -> bool:
+    """A float32 CPU matrix [T, width] whose rows are contiguous (any row stride)."""
+    return (t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 2
+            and t.shape[1] == width and (t.stride(1) == 1 or width == 1))
+
+
+def layer_ops_apply(x: torch.Tensor) -> bool:
+    """Whether the C elementwise kernels serve hidden states `x` [T, hidden]: float32 on a CPU,
+    hidden a multiple of 16, no autograd, and the library built."""
+    return (x.dtype == torch.float32 and x.device.type == "cpu" and x.dim() == 2
+            and x.shape[1] % 16 == 0 and not (torch.is_grad_enabled() and x.requires_grad)
+            and available()[0])
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: torch.Tensor | None = None):
+    """RMSNorm of `x` [T, D] -> [T, D]; with `residual`, of `x + residual`, returning
+    (normed, x + residual) as vLLM's fused_add_rms_norm does. D % 16 == 0."""
+    lib = load_library()
+    t, d = x.shape
+    if not (_rows_ok(x, d) and d % 16 == 0 and weight.is_contiguous()
+            and (residual is None or _rows_ok(residual, d))):
+        raise ValueError(f"rms_norm: x {tuple(x.shape)} must be float32 [T, D] with contiguous "
+                         "rows and D % 16 == 0")
+    out = torch.empty(t, d, dtype=x.dtype)
+    total = torch.empty(t, d, dtype=x.dtype) if residual is not None else None
+    lib.llmlab_rms_norm(x.data_ptr(), x.stride(0),
+                        None if residual is None else residual.data_ptr(),
+                        0 if residual is None else residual.stride(0), weight.data_ptr(),
+                        None if total is None else total.data_ptr(), out.data_ptr(), t, d, eps)
+    return out if residual is None else (out, total)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for [T, I] matrices (rows may be strided views), I % 16 == 0."""
+    lib = load_library()
+    t, i = gate.shape
+    if not (_rows_ok(gate, i) and _rows_ok(up, i) and up.shape[0] == t and i % 16 == 0):
+        raise ValueError(f"silu_mul: gate {tuple(gate.shape)} and up {tuple(up.shape)} must be "
+                         "float32 [T, I] with contiguous rows and I % 16 == 0")
+    out = torch.empty(t, i, dtype=gate.dtype)
+    lib.llmlab_silu_mul(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0),
+                        out.data_ptr(), t, i)
+    return out
+
+
+def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of `x` [T, heads * D] (rows may be strided) with cos, sin [T, D/2]
+    -> contiguous [T, heads, D] (`llmlab.model.apply_rope`'s math)."""
+    lib = load_library()
+    t, width = x.shape
+    d = width // heads
+    if not (_rows_ok(x, width) and width == heads * d and d % 2 == 0 and cos.is_contiguous()
+            and sin.is_contiguous() and tuple(cos.shape) == (t, d // 2) == tuple(sin.shape)):
+        raise ValueError(f"rope: x {tuple(x.shape)}, cos {tuple(cos.shape)}: expected float32 "
+                         f"[T, heads * D] and [T, D/2]")
+    out = torch.empty(t, heads, d, dtype=x.dtype)
+    lib.llmlab_rope(x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr(),
+                    t, heads, d)
+    return out
