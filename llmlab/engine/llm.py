@@ -19,8 +19,9 @@ class LLM:
     max_model_len: longest prompt + output (None: min(model's max_position_embeddings, 4096)).
     max_num_seqs: most requests running at once. max_num_batched_tokens: most tokens per step.
     enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
-    blocks of shared prefixes. attention_backend: "torch" | "triton" | "cuda". seed: the RNG of
-    unseeded sampled requests. scheduling: "continuous" or "static" (chapter 08's baseline).
+    blocks of shared prefixes. attention_backend: "torch" | "triton" | "cuda" | "cpu" (C kernels,
+    the fastest on a CPU; see `llmlab.ops`). seed: the RNG of unseeded sampled requests.
+    scheduling: "continuous" or "static" (chapter 08's baseline).
     Further keyword arguments go to `EngineConfig`: kv_cache_memory_bytes, and matmul
     ("onednn", the default, or "aten": the library of every linear layer, see `llmlab.ops.matmul`).
     """
