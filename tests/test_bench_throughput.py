@@ -37,6 +37,10 @@ def test_every_system_generates_the_same_tokens(tmp_path, restore_threads):
     overhead = report["llmlab_overhead"]
     assert overhead["steps"] >= 9 and overhead["schedule_us_per_step_per_request"] > 0
     assert 0 < overhead["replay_median_us_per_step_per_request"] < 1e4
+    # llmlab runs the C kernels here (a C compiler is present); llmlab-torch the torch backend
+    assert report["settings"]["llmlab"]["attention_backend"] == "cpu"
+    bound = report["compute_bound"]
+    assert bound["matmul_peak_flops"] > 1e9 and bound["max_tok_per_s_at_peak"] > 0
 
 
 def test_bad_arguments_name_the_option():
