@@ -303,7 +303,7 @@ def _time_best(fn, repeats: int, budget_s: float) -> float:
 
 
 def step_fn(model: Any, kind: str, n: int, context: int = 128, backend: str = "torch",
-            matmul: str = "onednn") -> Callable[[], None]:
+            matmul: str = "cpu") -> Callable[[], None]:
     """One step of `model` as a closure, for timing or profiling.
 
     kind "decode": `n` sequences of `context` cached tokens bring one token each (forward +
@@ -346,7 +346,7 @@ def step_fn(model: Any, kind: str, n: int, context: int = 128, backend: str = "t
 
 def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int = 5,
                         budget_s: float = 5.0, backend: str = "torch",
-                        matmul: str = "onednn") -> StepMeasurement:
+                        matmul: str = "cpu") -> StepMeasurement:
     """Time one decode step of `model` (forward + logits) for `batch` sequences of `context`
     cached tokens (see `step_fn`). Fastest of `repeats`."""
     import torch
@@ -361,7 +361,7 @@ def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int
 
 
 def measure_prefill(model: Any, prompt_len: int, repeats: int = 3, budget_s: float = 5.0,
-                    backend: str = "torch", matmul: str = "onednn") -> StepMeasurement:
+                    backend: str = "torch", matmul: str = "cpu") -> StepMeasurement:
     """Time one prefill forward of one prompt of `prompt_len` tokens (logits for the last token only)."""
     import torch
 

@@ -158,10 +158,42 @@ def test_linear_split_equals_one_linear_per_weight(backend, rows):
             for g, w, b in zip(got, weights, biases):
                 torch.testing.assert_close(g, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
         stacked = "packed" in cache
-        assert stacked == (backend == "onednn" and ONEDNN and linear_mod._REORDER is not None)
+        assert stacked == ((backend == "onednn" or (backend == "cpu" and rows > 1)) and ONEDNN
+                           and linear_mod._REORDER is not None)
+        if backend == "cpu" and rows == 1:              # the GEMV reads one dense stacked copy
+            dense = cache["dense"][0]
+            assert dense.shape == (160, 96)
+            weights[2].add_(1.0)                            # in place: must be re-stacked
+            got = ops.linear_split(x, weights, biases, cache=cache)
+            assert cache["dense"][0] is not dense
+            torch.testing.assert_close(got[2], F.linear(x, weights[2], biases[2]), atol=1e-5,
+                                       rtol=1e-5)
         if stacked:
             packed = cache["packed"]
             weights[1].mul_(3.0)                            # in place: must be re-stacked
             got = ops.linear_split(x, weights, biases, cache=cache)
             assert cache["packed"] is not packed
             torch.testing.assert_close(got[1], F.linear(x, weights[1]), atol=1e-5, rtol=1e-5)
+
+
+def test_cpu_library_runs_one_row_inputs_as_our_gemv(monkeypatch):
+    """"cpu": one-row inputs go to the C GEMV (a row count of 4 to N % 4, any bias), the rest to
+    oneDNN; in-features that are not a multiple of 16 stay on oneDNN."""
+    from llmlab.ops import cpu_backend
+
+    assert cpu_backend.available()[0], cpu_backend.available()[1]
+    calls = []
+    real = cpu_backend.gemv
+    monkeypatch.setattr(cpu_backend, "gemv", lambda *a: calls.append(a[1].shape) or real(*a))
+    gen = torch.Generator().manual_seed(3)
+    with ops.use_matmul("cpu"), torch.no_grad():
+        for n, k in ((1, 16), (7, 64), (960, 576), (49152 // 64, 1536)):
+            x, w = torch.randn(1, k, generator=gen), torch.randn(n, k, generator=gen)
+            b = torch.randn(n, generator=gen)
+            for bias in (None, b):
+                torch.testing.assert_close(ops.linear(x, w, bias), F.linear(x, w, bias),
+                                           atol=1e-4, rtol=1e-5)
+        assert len(calls) == 8
+        ops.linear(torch.randn(2, 64), torch.randn(8, 64))           # two rows: oneDNN
+        ops.linear(torch.randn(1, 40), torch.randn(8, 40))           # 40 % 16 != 0: oneDNN
+        assert len(calls) == 8

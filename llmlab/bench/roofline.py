@@ -34,8 +34,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", default=None, help="prefill prompt lengths (default 64,256,1024; fast 64,256)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--profile", action="store_true", help="profile batch 1 and the best batch even if on target")
-    p.add_argument("--matmul", default="onednn", choices=("onednn", "aten"),
-                   help="matmul library of the linear layers (default: the engine's, onednn)")
+    p.add_argument("--matmul", default="cpu", choices=("cpu", "onednn", "aten"),
+                   help="matmul library of the linear layers (default: the engine's, cpu)")
     p.add_argument("--attention", default=None, choices=("cpu", "torch"),
                    help="attention backend (default: cpu where its C kernels build, else torch)")
     return p.parse_args(argv)

@@ -13,7 +13,7 @@ batch size:
 - llmlab-static   our engine with `scheduling="static"`
 - llmlab          our engine (continuous batching, chunked prefill, prefix caching), attention
                   by the "cpu" backend's C kernels (`--attention`; "torch" without a C compiler)
-- llmlab-aten     our engine with the aten matmul transformers uses instead of oneDNN (see
+- llmlab-aten     our engine with the aten matmul transformers uses instead of ours (see
                   `llmlab.ops.matmul`): `llmlab` / `llmlab-aten` is what the library gives,
                   `llmlab-aten` / the hf systems what the engine gives on the same matmul
 - llmlab-torch    our engine with the plain-PyTorch attention backend (gather + SDPA):
@@ -113,7 +113,7 @@ def run_hf_continuous(hf, work, batch_size: int) -> int:
 
 
 def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
-                     scheduling: str = "continuous", matmul: str = "onednn",
+                     scheduling: str = "continuous", matmul: str = "cpu",
                      attention: str = "torch", forward: bool = True):
     """Run `work` through a fresh engine; returns (engine, outputs).
 
@@ -143,7 +143,7 @@ def median_step_overhead_us(engine) -> float:
 
 
 def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str,
-                       matmul: str = "onednn"):
+                       matmul: str = "cpu"):
     def run(_hf, work, batch_size: int) -> int:
         run.last_engine, outs = _llmlab_generate(model, tokenizer, work, batch_size, max_len,
                                                  scheduling, matmul, attention)
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 "malloc_thresholds_fixed_for_all_systems": allocator_tuned,
                 "llmlab": {"block_size": 16, "max_num_batched_tokens": 2048,
                            "attention_backend": attention, "prefix_caching": True,
-                           "chunked_prefill": True, "matmul": "onednn"},
+                           "chunked_prefill": True, "matmul": "cpu"},
                 "llmlab-aten": "as llmlab, matmul='aten' (MKL sgemm, as transformers)",
                 "llmlab-torch": "as llmlab, attention_backend='torch' (gather + SDPA)",
                 "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",

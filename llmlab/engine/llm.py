@@ -23,7 +23,8 @@ class LLM:
     the fastest on a CPU; see `llmlab.ops`). seed: the RNG of unseeded sampled requests.
     scheduling: "continuous" or "static" (chapter 08's baseline).
     Further keyword arguments go to `EngineConfig`: kv_cache_memory_bytes, and matmul
-    ("onednn", the default, or "aten": the library of every linear layer, see `llmlab.ops.matmul`).
+    ("cpu", the default: oneDNN, and our GEMV for one-row inputs; "onednn"; or "aten": the library
+    of every linear layer, see `llmlab.ops.matmul`).
     """
 
     def __init__(self, model: str | LlamaModel = "smollm2-135m", block_size: int = 16,

@@ -46,7 +46,7 @@ class EngineConfig:
     seed: int = 0
     scheduling: str = "continuous"
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
-    matmul: str = "onednn"
+    matmul: str = "cpu"
 
     def __post_init__(self) -> None:
         def positive_int(name: str, allow_none: bool = False) -> None:

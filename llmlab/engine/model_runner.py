@@ -38,7 +38,7 @@ class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache_manager: KVCacheManager, num_blocks: int,
                  block_size: int, attention_backend: str = "torch",
                  default_generator: torch.Generator | None = None,
-                 matmul: str = "onednn") -> None:
+                 matmul: str = "cpu") -> None:
         self.model = model
         self.kv_cache_manager = kv_cache_manager
         self.block_size = block_size

@@ -1,5 +1,6 @@
 """The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place;
-and the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`).
+the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`); and the one-row GEMV
+(`kernels/cpu_gemv.c`) of the "cpu" matmul library (`llmlab.ops.matmul`).
 
 The "torch" backend copies every sequence's K/V out of its blocks into a padded batch, each
 layer of each step, before `scaled_dot_product_attention` reads it again; at a batch of 128
@@ -39,9 +40,10 @@ import torch
 from llmlab.ops import torch_backend
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
-# one library: attention and cache writes, and a decoder layer's elementwise steps (llmlab.model
-# runs them when the attention backend is "cpu")
-SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c")
+# one library: attention and cache writes, a decoder layer's elementwise steps (llmlab.model
+# runs them when the attention backend is "cpu"), and the batch-1 GEMV of the "cpu" matmul
+SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c",
+           KERNELS_DIR / "cpu_gemv.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
 HEAD_DIMS = (16, 32, 64, 128, 256)     # the C kernel has one unrolled variant for each
 MAX_GROUP = 16
@@ -115,6 +117,8 @@ def _build() -> ctypes.CDLL:
     lib.llmlab_silu_mul.argtypes = [ptr, i64, ptr, i64, ptr, i64, i64]
     lib.llmlab_rope.restype = None
     lib.llmlab_rope.argtypes = [ptr, i64, ptr, ptr, ptr, i64, i64, i64]
+    lib.llmlab_gemv.restype = None
+    lib.llmlab_gemv.argtypes = [ptr, ptr, ptr, ptr, i64, i64]
     return lib
 
 
@@ -269,4 +273,14 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
     out = torch.empty(t, heads, d, dtype=x.dtype)
     lib.llmlab_rope(x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr(),
                     t, heads, d)
+    return out
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`x [1, K] @ weight[N, K]ᵀ (+ bias [N])` -> [1, N]: float32, contiguous, on a CPU,
+    K % 16 == 0 (the caller, `llmlab.ops.matmul`, checks)."""
+    lib = load_library()
+    out = torch.empty(1, weight.shape[0], dtype=x.dtype)
+    lib.llmlab_gemv(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
+                    out.data_ptr(), weight.shape[0], weight.shape[1])
     return out

@@ -6,7 +6,7 @@ of everything else in the course. On a CPU, PyTorch's `F.linear` calls Intel MKL
 runs 2x faster at batch 32 and 1.8x faster for the batch-1 GEMV (`python -m llmlab bench
 forward` prints both). vLLM's CPU backend calls oneDNN for the same reason.
 
-Two backends:
+Three backends:
 
 - "onednn": `torch.ops.mkldnn._linear_pointwise`. Called with the plain (dense, row-major)
   weight it needs no extra memory; a layer that passes a `cache` gets its weight reordered once
@@ -14,12 +14,17 @@ Two backends:
   faster still. Used for float32/bfloat16 CPU tensors when PyTorch was built with oneDNN and no
   gradient is wanted; anything else falls back to "aten".
 - "aten": `torch.nn.functional.linear`, what transformers uses.
+- "cpu": "onednn", except for a one-row input (a decode step at batch 1), which goes to our
+  GEMV in C (`kernels/cpu_gemv.c`, built with the "cpu" attention kernels, see
+  `llmlab.ops.cpu_backend`). A one-row matmul only streams its weight; on SmolLM2's small
+  per-layer matrices that plain loop streams faster than oneDNN's GEMV, whose per-call set-up
+  shows (batch-1 step 15-18 ms -> 13-15 ms here). Without a C compiler "cpu" is "onednn".
 
 The model on its own uses "aten" by default, so that chapter 02's comparison with transformers
 runs the very same matmul and only our code can differ (max |Δlogits| 4e-5; oneDNN's different
 summation order alone moves SmolLM2's logits by up to 1.6e-4, as far from a float64 forward as
-MKL's result is). The engine runs its forwards on "onednn" (`LLM(..., matmul="aten")` to
-compare). `LLMLAB_MATMUL=onednn` in the environment changes the global default;
+MKL's result is). The engine runs its forwards on "cpu" (`LLM(..., matmul="onednn")` or
+`"aten"` to compare). `LLMLAB_MATMUL=onednn` in the environment changes the global default;
 `use_matmul(name)` changes it for a block.
 """
 from __future__ import annotations
@@ -31,7 +36,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-MATMUL_BACKENDS = ("onednn", "aten")
+MATMUL_BACKENDS = ("onednn", "aten", "cpu")
 
 
 def _check_name(name: str, what: str) -> str:
@@ -80,7 +85,7 @@ def use_matmul(name: str) -> Iterator[None]:
 
 def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `linear(x, weight)` will run on oneDNN (CPU, fp32/bf16, same dtype, no autograd)."""
-    return (_backend == "onednn" and _ONEDNN is not None and x.device.type == "cpu"
+    return (_backend in ("onednn", "cpu") and _ONEDNN is not None and x.device.type == "cpu"
             and weight.device.type == "cpu" and x.dtype == weight.dtype
             and x.dtype in _ONEDNN_DTYPES and weight.dim() == 2 and weight.is_contiguous()
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)))
@@ -102,6 +107,50 @@ def _prepacked(weight: torch.Tensor, cache: dict) -> torch.Tensor:
         packed = _REORDER(weight.detach(), PACK_BATCH_HINT)
     cache.update(weight=weight, version=version, packed=packed)
     return packed
+
+
+_GEMV_OK: bool | None = None      # whether the C GEMV builds here (checked on first use)
+_cpu_backend = None               # llmlab.ops.cpu_backend, imported then
+
+
+def _gemv_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the "cpu" library runs `linear(x, weight, bias)` as our GEMV: one row, float32
+    CPU tensors, contiguous, in-features a multiple of 16, no autograd, the C kernels built."""
+    global _GEMV_OK, _cpu_backend
+    if (_backend != "cpu" or x.dim() != 2 or x.shape[0] != 1 or x.dtype != torch.float32
+            or x.device.type != "cpu" or not x.is_contiguous() or weight.dtype != torch.float32
+            or weight.device.type != "cpu" or weight.dim() != 2 or weight.shape[1] != x.shape[1]
+            or x.shape[1] % 16 != 0 or not weight.is_contiguous()):
+        return False
+    if bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous()):
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return False
+    if _GEMV_OK is None:
+        from llmlab.ops import cpu_backend
+        _cpu_backend = cpu_backend
+        _GEMV_OK = cpu_backend.available()[0]
+    return _GEMV_OK
+
+
+def _dense_stack(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache: dict):
+    """(stacked dense weight, stacked bias or None) for the one-row GEMV, kept in `cache` while
+    every weight is the same tensor at the same version (inference tensors have no version
+    counter: rebuilt each call, which only the engine's own weights would make slow)."""
+    key = [(w, None if w.is_inference() else w._version) for w in weights]
+    old = cache.get("dense_key")
+    if (old is not None and len(old) == len(key) and all(a is b and va == vb and va is not None
+                                                          for (a, va), (b, vb) in zip(old, key))
+            and len(cache["dense_biases"]) == len(biases)
+            and all(a is b for a, b in zip(cache["dense_biases"], biases))):
+        return cache["dense"]
+    with torch.no_grad():
+        weight = torch.cat([w.detach() for w in weights]).contiguous()
+        bias = (None if all(b is None for b in biases) else
+                torch.cat([b.detach() if b is not None else w.new_zeros(w.shape[0])
+                           for w, b in zip(weights, biases)]))
+    cache.update(dense_key=key, dense_biases=list(biases), dense=(weight, bias))
+    return weight, bias
 
 
 def _stacked(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache: dict):
@@ -138,6 +187,12 @@ def linear_split(x: torch.Tensor, weights: list[torch.Tensor],
     one by one, exactly as `linear` does.
     """
     biases = list(biases) if biases is not None else [None] * len(weights)
+    if _backend == "cpu" and cache is not None and _gemv_applies(x, weights[0], None):
+        # one row: one GEMV over the weights stacked densely (a copy kept in `cache`; one call
+        # streams faster than a call per weight)
+        dense = _dense_stack(weights, biases, cache)
+        y = _cpu_backend.gemv(x, *dense)
+        return list(y.split([w.shape[0] for w in weights], dim=-1))
     if cache is not None and all(onednn_applies(x, w) for w in weights) and all(
             b is None or b.dtype == x.dtype for b in biases):
         stacked = _stacked(weights, biases, cache)
@@ -154,6 +209,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     `cache`: a dict the caller keeps with its layer (see `llmlab.model.Linear`); with it, oneDNN
     runs on a prepacked copy of the weight (another 15-25 % faster than on the dense weight).
     """
+    if _backend == "cpu" and _gemv_applies(x, weight, bias):
+        return _cpu_backend.gemv(x, weight, bias)
     if onednn_applies(x, weight) and (bias is None or bias.dtype == x.dtype):
         w = weight if cache is None else _prepacked(weight, cache)
         return _ONEDNN(x, w, bias, "none", [], "")
