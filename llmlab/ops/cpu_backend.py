@@ -26,6 +26,7 @@ lists "cpu" only where it can run.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -50,6 +51,14 @@ MAX_GROUP = 16
 
 _lib: ctypes.CDLL | None = None
 _error: str | None = None
+
+
+def _traced(name: str):
+    """A profiler range named `name` while torch.profiler records (C calls are not operators,
+    so without it a profile would not show them), else nothing."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(name)
+    return contextlib.nullcontext()
 
 
 def cache_dir() -> Path:
@@ -166,9 +175,10 @@ def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
         torch_backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
         return
     row = key.shape[1] * key.shape[2]
-    lib.llmlab_reshape_and_cache(key.data_ptr(), value.data_ptr(), row, row,
-                                 key_cache.data_ptr(), value_cache.data_ptr(),
-                                 slot_mapping.data_ptr(), key.shape[0], row)
+    with _traced("llmlab_cpu::reshape_and_cache"):
+        lib.llmlab_reshape_and_cache(key.data_ptr(), value.data_ptr(), row, row,
+                                     key_cache.data_ptr(), value_cache.data_ptr(),
+                                     slot_mapping.data_ptr(), key.shape[0], row)
 
 
 def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale):
@@ -178,13 +188,14 @@ def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_le
                                                      cu_seqlens_q, seq_lens, scale)
     num_tokens, num_heads, head_dim = query.shape
     out = torch.empty_like(query)
-    rc = lib.llmlab_paged_attention(
-        query.data_ptr(), num_heads * head_dim, head_dim,
-        key_cache.data_ptr(), value_cache.data_ptr(),
-        block_tables.data_ptr(), block_tables.shape[1],
-        cu_seqlens_q.data_ptr(), seq_lens.data_ptr(),
-        seq_lens.shape[0], num_heads, key_cache.shape[2], head_dim, key_cache.shape[1],
-        scale, out.data_ptr())
+    with _traced("llmlab_cpu::paged_attention"):
+        rc = lib.llmlab_paged_attention(
+            query.data_ptr(), num_heads * head_dim, head_dim,
+            key_cache.data_ptr(), value_cache.data_ptr(),
+            block_tables.data_ptr(), block_tables.shape[1],
+            cu_seqlens_q.data_ptr(), seq_lens.data_ptr(),
+            seq_lens.shape[0], num_heads, key_cache.shape[2], head_dim, key_cache.shape[1],
+            scale, out.data_ptr())
     if rc != 0:
         raise RuntimeError("cpu_attention.c refused the shapes (head_dim or GQA group too large)")
     return out
@@ -240,10 +251,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
                          "rows and D % 16 == 0")
     out = torch.empty(t, d, dtype=x.dtype)
     total = torch.empty(t, d, dtype=x.dtype) if residual is not None else None
-    lib.llmlab_rms_norm(x.data_ptr(), x.stride(0),
-                        None if residual is None else residual.data_ptr(),
-                        0 if residual is None else residual.stride(0), weight.data_ptr(),
-                        None if total is None else total.data_ptr(), out.data_ptr(), t, d, eps)
+    with _traced("llmlab_cpu::rms_norm"):
+        lib.llmlab_rms_norm(x.data_ptr(), x.stride(0),
+                            None if residual is None else residual.data_ptr(),
+                            0 if residual is None else residual.stride(0), weight.data_ptr(),
+                            None if total is None else total.data_ptr(), out.data_ptr(), t, d, eps)
     return out if residual is None else (out, total)
 
 
@@ -255,8 +267,9 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"silu_mul: gate {tuple(gate.shape)} and up {tuple(up.shape)} must be "
                          "float32 [T, I] with contiguous rows and I % 16 == 0")
     out = torch.empty(t, i, dtype=gate.dtype)
-    lib.llmlab_silu_mul(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0),
-                        out.data_ptr(), t, i)
+    with _traced("llmlab_cpu::silu_mul"):
+        lib.llmlab_silu_mul(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0),
+                            out.data_ptr(), t, i)
     return out
 
 
@@ -271,8 +284,9 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
         raise ValueError(f"rope: x {tuple(x.shape)}, cos {tuple(cos.shape)}: expected float32 "
                          f"[T, heads * D] and [T, D/2]")
     out = torch.empty(t, heads, d, dtype=x.dtype)
-    lib.llmlab_rope(x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr(),
-                    t, heads, d)
+    with _traced("llmlab_cpu::rope"):
+        lib.llmlab_rope(x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(),
+                        out.data_ptr(), t, heads, d)
     return out
 
 
@@ -281,6 +295,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     K % 16 == 0 (the caller, `llmlab.ops.matmul`, checks)."""
     lib = load_library()
     out = torch.empty(1, weight.shape[0], dtype=x.dtype)
-    lib.llmlab_gemv(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
-                    out.data_ptr(), weight.shape[0], weight.shape[1])
+    with _traced("llmlab_cpu::gemv"):
+        lib.llmlab_gemv(x.data_ptr(), weight.data_ptr(),
+                        None if bias is None else bias.data_ptr(), out.data_ptr(),
+                        weight.shape[0], weight.shape[1])
     return out
