@@ -343,6 +343,25 @@ def test_cpu_backend_is_listed_and_its_library_is_built_once(monkeypatch, tmp_pa
     assert not list(tmp_path.glob("cpu_kernels/*/*.so.tmp*")), "no partial build left behind"
 
 
+def test_cpu_backend_falls_back_to_flags_the_compiler_takes(monkeypatch, tmp_path):
+    """A compiler that refuses a flag (Apple clang and -fopenmp) gets the next flag set."""
+    from llmlab.ops import cpu_backend
+
+    monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_backend, "_lib", None)
+    monkeypatch.setattr(cpu_backend, "FALLBACK_FLAGS",
+                        (("-fno-such-flag-llmlab",), cpu_backend.FALLBACK_FLAGS[1]))
+    cpu_backend.load_library()
+    assert len(list((tmp_path / "cpu_kernels").glob("*/*.so"))) == 1
+    run_decode_case("cpu", 16, 64, (9, 3), torch.float32, "cpu")     # built without OpenMP
+    monkeypatch.setattr(cpu_backend, "_lib", None)
+    monkeypatch.setattr(cpu_backend, "_error", None)
+    monkeypatch.setattr(cpu_backend, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",),))
+    monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path / "other"))
+    with pytest.raises(RuntimeError, match="no-such-flag"):
+        cpu_backend.load_library()
+
+
 def test_cpu_backend_without_a_compiler_says_so(monkeypatch, tmp_path):
     from llmlab.ops import cpu_backend
 

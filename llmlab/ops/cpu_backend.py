@@ -46,6 +46,14 @@ KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c",
            KERNELS_DIR / "cpu_gemv.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
+# tried in order when a compiler refuses a flag (Apple's clang has no -fopenmp: the kernels then
+# run on one thread; some ARM compilers want -mcpu=native)
+FALLBACK_FLAGS = (
+    FLAGS,
+    ("-O3", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-Wno-unknown-pragmas"),
+    ("-O3", "-mcpu=native", "-fPIC", "-shared", "-std=gnu99", "-Wno-unknown-pragmas"),
+    ("-O3", "-fPIC", "-shared", "-std=gnu99", "-Wno-unknown-pragmas"),
+)
 HEAD_DIMS = (16, 32, 64, 128, 256)     # the C kernel has one unrolled variant for each
 MAX_GROUP = 16
 
@@ -87,7 +95,7 @@ def library_path(cc: str) -> Path:
     """Where the compiled library lives for this source, compiler and CPU."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256("\0".join([*(src.read_text() for src in SOURCES), cc, version,
-                                    " ".join(FLAGS), _cpu_id()]).encode()).hexdigest()[:16]
+                                    repr(FALLBACK_FLAGS), _cpu_id()]).encode()).hexdigest()[:16]
     return cache_dir() / "cpu_kernels" / key / "libllmlab_cpu.so"
 
 
@@ -106,9 +114,12 @@ def _build() -> ctypes.CDLL:
         # build beside the target and rename: concurrent processes never load a partial file
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
         os.close(fd)
-        cmd = [cc, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
+        for flags in FALLBACK_FLAGS:
+            cmd = [cc, *flags, "-o", tmp, *map(str, SOURCES), "-lm"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode == 0:
+                break
+        else:
             os.unlink(tmp)
             raise RuntimeError(f"compiling the 'cpu' backend failed ({' '.join(cmd)}):\n"
                                f"{done.stderr.strip()}")
