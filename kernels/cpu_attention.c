@@ -20,55 +20,17 @@
  *   2. causal mask, online softmax: running max m, running sum l, and the output acc rescaled
  *      by exp(m_old - m_new) when the max grows;
  *   3. acc += p_j · v_j over the visible keys.
- * At the end out = acc / l. `vexp` is a polynomial on whole vectors.
+ * At the end out = acc / l. `vexp` (cpu_vec.h) is a polynomial on whole vectors.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#define VW 16         /* floats per vector (one AVX-512 register; narrower ISAs split it) */
+#include "cpu_vec.h"
+
 #define K_CHUNK VW    /* keys per online-softmax update: one vector of scores */
 #define Q_TILE 16     /* new tokens per work unit (prefill); decode has 1 */
 #define MAX_GROUP 16  /* query heads per KV head */
-
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-
-static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
-static inline vf vsplat(float x) { vf z = {0}; return z + x; }
-
-static inline float hsum(vf v) {
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-    typedef float v8 __attribute__((vector_size(32)));
-    typedef float v4 __attribute__((vector_size(16)));
-    v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
-         + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    return (b[0] + b[2]) + (b[1] + b[3]);
-#else
-    float s = 0.0f;
-    for (int i = 0; i < VW; i++) s += v[i];
-    return s;
-#endif
-}
-
-/* e^x lane by lane for x <= 0 (softmax after subtracting the max); relative error ~2e-7.
- * x = n ln2 + r, |r| <= ln2/2: e^r by a degree-6 Taylor polynomial, 2^n through the exponent
- * bits. x is clamped at -87 (e^-87 ~ 1.6e-38), so -inf gives a tiny number, not 0: callers
- * mask the lanes that must be exactly 0. */
-static inline vf vexp(vf x) {
-    const vf lo = vsplat(-87.0f);
-    vi below = x < lo;
-    x = (vf)((below & (vi)lo) | (~below & (vi)x));
-    const vf magic = vsplat(12582912.0f);          /* 1.5 * 2^23: adding it rounds to integer */
-    vf n = (x * 1.44269504088896341f + magic) - magic;
-    vf r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-    vf p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f
-           + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
-    return p * (vf)bits;
-}
 
 /* One work unit with head_dim HD (a constant after inlining: the loops over HD unroll). */
 static inline __attribute__((always_inline)) void attend_unit(

@@ -11,25 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define VW 16
-typedef float vf __attribute__((vector_size(VW * 4)));
-
-static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-
-static inline float hsum(vf v) {
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-    typedef float v8 __attribute__((vector_size(32)));
-    typedef float v4 __attribute__((vector_size(16)));
-    v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
-         + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    return (b[0] + b[2]) + (b[1] + b[3]);
-#else
-    float s = 0.0f;
-    for (int i = 0; i < VW; i++) s += v[i];
-    return s;
-#endif
-}
+#include "cpu_vec.h"
 
 /* y[N] = W[N, K] x[K] (+ bias[N], which may be NULL). W, x, y contiguous; K % 16 == 0 (the
  * caller checks). */

@@ -12,28 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define VW 16
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-
-static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
-static inline vf vsplat(float x) { vf z = {0}; return z + x; }
-
-/* e^x lane by lane, x clamped to [-87, 88]; relative error ~2e-7 (see cpu_attention.c) */
-static inline vf vexp_any(vf x) {
-    const vf lo = vsplat(-87.0f), hi = vsplat(88.0f);
-    vi below = x < lo, above = x > hi;
-    x = (vf)((below & (vi)lo) | (~below & (vi)x));
-    x = (vf)((above & (vi)hi) | (~above & (vi)x));
-    const vf magic = vsplat(12582912.0f);
-    vf n = (x * 1.44269504088896341f + magic) - magic;
-    vf r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-    vf p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f
-           + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
-    return p * (vf)bits;
-}
+#include "cpu_vec.h"
 
 /* out[t] = (x[t] (+ residual[t])) / sqrt(mean((x[t] (+ residual[t]))^2) + eps) * weight.
  * With `residual`, the sum x + residual is also written to `sum_out` (the residual stream the
@@ -75,7 +54,7 @@ void llmlab_silu_mul(const float *gate, int64_t gate_stride, const float *up, in
         float *o = out + t * I;
         for (int64_t i = 0; i < I; i += VW) {
             const vf gv = vload(g + i);
-            vstore(o + i, gv / (1.0f + vexp_any(-gv)) * vload(u + i));
+            vstore(o + i, gv / (1.0f + vexp(-gv)) * vload(u + i));
         }
     }
 }

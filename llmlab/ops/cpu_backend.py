@@ -45,6 +45,7 @@ KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # runs them when the attention backend is "cpu"), and the batch-1 GEMV of the "cpu" matmul
 SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c",
            KERNELS_DIR / "cpu_gemv.c")
+HEADERS = (KERNELS_DIR / "cpu_vec.h",)        # included by every source
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
 # tried in order when a compiler refuses a flag (Apple's clang has no -fopenmp: the kernels then
 # run on one thread; some ARM compilers want -mcpu=native)
@@ -94,13 +95,13 @@ def _cpu_id() -> str:
 def library_path(cc: str) -> Path:
     """Where the compiled library lives for this source, compiler and CPU."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\0".join([*(src.read_text() for src in SOURCES), cc, version,
+    key = hashlib.sha256("\0".join([*(f.read_text() for f in SOURCES + HEADERS), cc, version,
                                     repr(FALLBACK_FLAGS), _cpu_id()]).encode()).hexdigest()[:16]
     return cache_dir() / "cpu_kernels" / key / "libllmlab_cpu.so"
 
 
 def _build() -> ctypes.CDLL:
-    missing = [str(src) for src in SOURCES if not src.is_file()]
+    missing = [str(f) for f in SOURCES + HEADERS if not f.is_file()]
     if missing:
         raise RuntimeError(f"{missing} not found; the 'cpu' backend needs the repository "
                            "checkout (pip install -e .)")

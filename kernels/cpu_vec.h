@@ -1,0 +1,55 @@
+/* 16-float vectors for the CPU kernels (cpu_attention.c, cpu_layer.c, cpu_gemv.c).
+ *
+ * GCC/Clang vector extensions: `vf` is 16 floats, one AVX-512 register; on narrower ISAs (AVX2,
+ * NEON) the compiler splits each operation, so the same C runs everywhere. Loads and stores go
+ * through memcpy, which compiles to unaligned vector moves.
+ */
+#ifndef LLMLAB_CPU_VEC_H
+#define LLMLAB_CPU_VEC_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define VW 16
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+
+static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf vsplat(float x) { vf z = {0}; return z + x; }
+
+/* the sum of the 16 lanes, as a tree (16 -> 8 -> 4 -> 1) */
+static inline float hsum(vf v) {
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef float v4 __attribute__((vector_size(16)));
+    v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+         + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+#else
+    float s = 0.0f;
+    for (int i = 0; i < VW; i++) s += v[i];
+    return s;
+#endif
+}
+
+/* e^x lane by lane, relative error ~2e-7. x is clamped to [-87, 88] (e^-87 ~ 1.6e-38, so -inf
+ * gives a tiny number, not 0: callers mask lanes that must be exactly 0). x = n ln2 + r with
+ * |r| <= ln2/2 (adding 1.5 * 2^23 rounds to an integer); e^r by a degree-6 Taylor polynomial;
+ * 2^n through the float's exponent bits. */
+static inline vf vexp(vf x) {
+    const vf lo = vsplat(-87.0f), hi = vsplat(88.0f);
+    const vi below = x < lo, above = x > hi;
+    x = (vf)((below & (vi)lo) | (~below & (vi)x));
+    x = (vf)((above & (vi)hi) | (~above & (vi)x));
+    const vf magic = vsplat(12582912.0f);
+    const vf n = (x * 1.44269504088896341f + magic) - magic;
+    const vf r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    const vf p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f
+                 + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+    const vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+    return p * (vf)bits;
+}
+
+#endif
