@@ -157,23 +157,19 @@ def test_linear_split_equals_one_linear_per_weight(backend, rows):
             assert [tuple(g.shape) for g in got] == [(rows, 96), (rows, 32), (rows, 32)]
             for g, w, b in zip(got, weights, biases):
                 torch.testing.assert_close(g, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
-        stacked = "packed" in cache
-        assert stacked == ((backend == "onednn" or (backend == "cpu" and rows > 1)) and ONEDNN
-                           and linear_mod._REORDER is not None)
-        if backend == "cpu" and rows == 1:              # the GEMV reads one dense stacked copy
-            dense = cache["dense"][0]
-            assert dense.shape == (160, 96)
-            weights[2].add_(1.0)                            # in place: must be re-stacked
-            got = ops.linear_split(x, weights, biases, cache=cache)
-            assert cache["dense"][0] is not dense
-            torch.testing.assert_close(got[2], F.linear(x, weights[2], biases[2]), atol=1e-5,
-                                       rtol=1e-5)
-        if stacked:
-            packed = cache["packed"]
+        gemv = backend == "cpu" and rows == 1             # one dense stacked copy for the GEMV
+        stacked = not gemv and backend in ("onednn", "cpu") and ONEDNN and (
+            linear_mod._REORDER is not None)
+        assert set(cache) == ({"dense"} if gemv else {"onednn"} if stacked else set())
+        for slot in cache:
+            before = cache[slot][1][0]
+            assert before.shape == (160, 96) or before.is_mkldnn
             weights[1].mul_(3.0)                            # in place: must be re-stacked
+            biases[2] = torch.randn(32, generator=gen)      # a new bias: also
             got = ops.linear_split(x, weights, biases, cache=cache)
-            assert cache["packed"] is not packed
-            torch.testing.assert_close(got[1], F.linear(x, weights[1]), atol=1e-5, rtol=1e-5)
+            assert cache[slot][1][0] is not before
+            for g, w, b in zip(got, weights, biases):
+                torch.testing.assert_close(g, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
 
 
 def test_cpu_library_runs_one_row_inputs_as_our_gemv(monkeypatch):

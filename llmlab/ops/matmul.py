@@ -133,45 +133,29 @@ def _gemv_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _GEMV_OK
 
 
-def _dense_stack(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache: dict):
-    """(stacked dense weight, stacked bias or None) for the one-row GEMV, kept in `cache` while
-    every weight is the same tensor at the same version (inference tensors have no version
-    counter: rebuilt each call, which only the engine's own weights would make slow)."""
-    key = [(w, None if w.is_inference() else w._version) for w in weights]
-    old = cache.get("dense_key")
-    if (old is not None and len(old) == len(key) and all(a is b and va == vb and va is not None
-                                                          for (a, va), (b, vb) in zip(old, key))
-            and len(cache["dense_biases"]) == len(biases)
-            and all(a is b for a, b in zip(cache["dense_biases"], biases))):
-        return cache["dense"]
-    with torch.no_grad():
-        weight = torch.cat([w.detach() for w in weights]).contiguous()
-        bias = (None if all(b is None for b in biases) else
-                torch.cat([b.detach() if b is not None else w.new_zeros(w.shape[0])
-                           for w, b in zip(weights, biases)]))
-    cache.update(dense_key=key, dense_biases=list(biases), dense=(weight, bias))
-    return weight, bias
-
-
-def _stacked(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache: dict):
-    """The weights stacked along out-features and prepacked (and their biases concatenated),
-    kept in `cache` while every weight is the same tensor at the same version; None when a
-    weight cannot be prepacked (an inference tensor)."""
-    if _REORDER is None or any(w.is_inference() for w in weights):
+def _stack(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache: dict,
+           slot: str, prepack: bool):
+    """(weights stacked along out-features, their biases concatenated or None), kept in
+    `cache[slot]` while every weight and bias is the same tensor at the same version; with
+    `prepack`, reordered into oneDNN's layout. None for inference tensors (no version counter
+    to tell whether they changed) or when this PyTorch cannot prepack."""
+    tensors = [t for t in (*weights, *biases) if t is not None]
+    if any(t.is_inference() for t in tensors) or (prepack and _REORDER is None):
         return None
-    versions = [w._version for w in weights]
-    old = cache.get("weights")
-    if (old is not None and len(old) == len(weights) and all(a is b for a, b in zip(old, weights))
-            and cache.get("versions") == versions and cache.get("biases") == biases):
-        return cache["packed"], cache["bias"]
+    key = [(t, None if t is None else t._version) for t in (*weights, *biases)]
+    entry = cache.get(slot)
+    if entry is not None and len(entry[0]) == len(key) and all(
+            a is b and va == vb for (a, va), (b, vb) in zip(entry[0], key)):
+        return entry[1]
     with torch.no_grad():
-        packed = _REORDER(torch.cat([w.detach() for w in weights]), PACK_BATCH_HINT)
+        weight = torch.cat([w.detach() for w in weights])
+        if prepack:
+            weight = _REORDER(weight, PACK_BATCH_HINT)
         bias = (None if all(b is None for b in biases) else
                 torch.cat([b.detach() if b is not None else w.new_zeros(w.shape[0])
                            for w, b in zip(weights, biases)]))
-    cache.update(weights=list(weights), versions=versions, biases=list(biases), packed=packed,
-                 bias=bias)
-    return packed, bias
+    cache[slot] = (key, (weight, bias))
+    return weight, bias
 
 
 def linear_split(x: torch.Tensor, weights: list[torch.Tensor],
@@ -181,24 +165,25 @@ def linear_split(x: torch.Tensor, weights: list[torch.Tensor],
 
     Layers that read the same input (q, k and v; gate and up) can run as one matmul against
     their weights stacked along out-features: one call instead of three, one pass over x, a
-    wider matrix for the library to split between threads. On oneDNN with a `cache`, the
-    stacked matrix is prepacked once and kept; the result is split back into views (one per
-    weight; not contiguous). With "aten" (or weights that cannot be prepacked) the layers run
-    one by one, exactly as `linear` does.
+    wider matrix for the library to split between threads. With a `cache`, the stacked matrix
+    is kept there: prepacked for oneDNN, dense for the "cpu" library's one-row GEMV (a second
+    copy of those weights); the result is split back into views (one per weight; not
+    contiguous). With "aten" (or inference-tensor weights) the layers run one by one, exactly
+    as `linear` does.
     """
     biases = list(biases) if biases is not None else [None] * len(weights)
-    if _backend == "cpu" and cache is not None and _gemv_applies(x, weights[0], None):
-        # one row: one GEMV over the weights stacked densely (a copy kept in `cache`; one call
-        # streams faster than a call per weight)
-        dense = _dense_stack(weights, biases, cache)
-        y = _cpu_backend.gemv(x, *dense)
-        return list(y.split([w.shape[0] for w in weights], dim=-1))
+    sizes = [w.shape[0] for w in weights]
+    if cache is not None and _backend == "cpu" and all(
+            _gemv_applies(x, w, b) for w, b in zip(weights, biases)):
+        # one row: one GEMV over a dense stacked copy (one call streams faster than three)
+        stacked = _stack(weights, biases, cache, "dense", prepack=False)
+        if stacked is not None:
+            return list(_cpu_backend.gemv(x, *stacked).split(sizes, dim=-1))
     if cache is not None and all(onednn_applies(x, w) for w in weights) and all(
             b is None or b.dtype == x.dtype for b in biases):
-        stacked = _stacked(weights, biases, cache)
+        stacked = _stack(weights, biases, cache, "onednn", prepack=True)
         if stacked is not None:
-            y = _ONEDNN(x, stacked[0], stacked[1], "none", [], "")
-            return list(y.split([w.shape[0] for w in weights], dim=-1))
+            return list(_ONEDNN(x, *stacked, "none", [], "").split(sizes, dim=-1))
     return [linear(x, w, b) for w, b in zip(weights, biases)]
 
 
