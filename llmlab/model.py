@@ -173,6 +173,22 @@ def _cpu_kernels():
     return cpu_backend
 
 
+def _check_caches_alike(kv_caches, num_layers: int) -> None:
+    """One (key, value) cache per layer, all shaped, typed and placed like the first, contiguous:
+    what lets the "cpu" path check the first layer's arguments only (`forward_cpu`)."""
+    if len(kv_caches) != num_layers:
+        raise ValueError(f"kv_caches: got {len(kv_caches)} (key, value) pairs, expected one per "
+                         f"layer ({num_layers})")
+    first = kv_caches[0][0]
+    for i, pair in enumerate(kv_caches):
+        for t in pair:
+            if (t.shape != first.shape or t.dtype != first.dtype or t.device != first.device
+                    or not t.is_contiguous()):
+                raise ValueError(f"kv_caches[{i}]: got {tuple(t.shape)} {t.dtype} on {t.device}, "
+                                 f"expected contiguous {tuple(first.shape)} {first.dtype} on "
+                                 f"{first.device} like layer 0's")
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -201,10 +217,17 @@ class DecoderLayer(nn.Module):
         k = ck.rope(k, attn.num_kv_heads, cos, sin)                     # [T, kv_heads, d]
         v = v.reshape(T, attn.num_kv_heads, attn.head_dim).contiguous()
         key_cache, value_cache = ctx.kv_caches[layer]
-        ops.reshape_and_cache(k, v, key_cache, value_cache, ctx.slot_mapping, backend="cpu")
-        out = ops.paged_attention_prefill(q, key_cache, value_cache, ctx.block_tables,
-                                          ctx.cu_seqlens_q, ctx.seq_lens, attn.scale,
-                                          backend="cpu")
+        # the first layer goes through llmlab.ops, whose checks validate the step's metadata
+        # and tensors; the later layers get the same metadata and tensors shaped the same
+        # (LlamaModel.forward checked that every layer's cache matches the first), so they
+        # call the kernels directly, as an engine's layers do
+        cache_op, attention_op = ((ops.reshape_and_cache, ops.paged_attention_prefill)
+                                  if layer == 0 else
+                                  (ck.reshape_and_cache, ck.paged_attention_prefill))
+        kw = {"backend": "cpu"} if layer == 0 else {}
+        cache_op(k, v, key_cache, value_cache, ctx.slot_mapping, **kw)
+        out = attention_op(q, key_cache, value_cache, ctx.block_tables, ctx.cu_seqlens_q,
+                           ctx.seq_lens, attn.scale, **kw)
         a = attn.o_proj(out.reshape(T, -1))
         norm = self.post_attention_layernorm
         h, x = ck.rms_norm(a, norm.weight, norm.eps, residual=x)        # x <- x + a
@@ -248,6 +271,8 @@ class LlamaModel(nn.Module):
                              f"{tuple(input_ids.shape)} and {tuple(positions.shape)}")
         cos, sin = self.rope_cos_sin(positions)                         # [T, d/2] each
         x = self.embed_tokens(input_ids)                                # [T, hidden]
+        if ctx.backend == "cpu":
+            _check_caches_alike(ctx.kv_caches, len(self.layers))
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, ctx, i)
         if ctx.backend == "cpu" and _cpu_kernels().layer_ops_apply(x):

@@ -149,3 +149,19 @@ def test_cpu_backend_forward_matches_the_torch_forward():
             steps.append(model.compute_logits(hidden))
         logits[backend] = torch.cat(steps)
     torch.testing.assert_close(logits["cpu"], logits["torch"], atol=1e-4, rtol=1e-4)
+
+
+def test_cpu_path_refuses_caches_unlike_the_first_layers():
+    """The cpu path checks layer 0's arguments only, so every layer's cache must match it."""
+    from llmlab.kvcache import ContiguousKVCache
+
+    model = tiny_model(seed=5)
+    cache = ContiguousKVCache(model.config, batch_size=1, max_len=16, dtype=model.dtype)
+    ctx = cache.context([4], backend="cpu")
+    k, v = ctx.kv_caches[1]
+    ctx.kv_caches[1] = (k, v[:, :8].clone())                 # a shorter block in layer 1
+    with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
+        model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), ctx)
+    ctx.kv_caches.pop()
+    with pytest.raises(ValueError, match="one per layer"):
+        model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), ctx)

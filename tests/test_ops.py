@@ -256,6 +256,24 @@ def test_torch_plan_is_recomputed_when_the_lengths_change_in_place():
     assert_matches(out, ref, torch.float32, "decode after an in-place length change")
 
 
+def test_checks_see_in_place_changes_of_the_same_metadata_tensors():
+    """The value checks are memoised per step (ops._memo): the same tensor object changed in
+    place must be checked again, and one that is unchanged is not read again."""
+    gen = _generator("memo")
+    kc, vc, bt, sl = make_paged_cache([5, 30], 16, 2, 64, torch.float32, gen)
+    k = torch.randn(2, 2, 64, generator=gen)
+    slots = torch.tensor([4, 16 * int(bt[1, 1]) + 13])
+    ops.reshape_and_cache(k, k, kc, vc, slots)
+    slots[0] = kc.shape[0] * 16                        # in place: now out of range
+    with pytest.raises(ValueError, match="slot_mapping"):
+        ops.reshape_and_cache(k, k, kc, vc, slots)
+    q = torch.randn(2, 8, 64, generator=gen)
+    ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    bt[1, 0] = kc.shape[0] + 7                         # a used block id past the cache
+    with pytest.raises(ValueError, match="block_tables"):
+        ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+
+
 def test_split_by_length_is_a_partition_no_costlier_than_one_batch():
     gen = _generator("split")
     for _ in range(50):

@@ -103,21 +103,22 @@ class ModelRunner:
                           sample_rows=torch.tensor(sample_idx, dtype=torch.long, device=device),
                           sample_requests=sample_requests)
 
-    @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> list[int]:
         """Run one step; return one sampled token per caught-up request (in `out` order)."""
         if out.is_empty:
             return []
         t0 = time.perf_counter()
+        # built outside inference mode: plain tensors keep a version counter, so the per-layer
+        # memo of checks and plans (llmlab.ops._memo) can tell they did not change
         inp = self.prepare_inputs(out)
         self.prepare_seconds += time.perf_counter() - t0
-        with ops.use_matmul(self.matmul):
+        with torch.inference_mode(), ops.use_matmul(self.matmul):
             hidden = self.model(inp.input_ids, inp.positions, inp.ctx)           # [T, hidden]
             if not inp.sample_requests:
                 return []
             logits = self.model.compute_logits(hidden[inp.sample_rows])           # [R, vocab]
-        params = [r.sampling_params for r in inp.sample_requests]
-        default = self.default_generator
-        generators = [r.generator if r.generator is not None else default
-                      for r in inp.sample_requests]
-        return sample(logits, params, generators).tolist()
+            params = [r.sampling_params for r in inp.sample_requests]
+            default = self.default_generator
+            generators = [r.generator if r.generator is not None else default
+                          for r in inp.sample_requests]
+            return sample(logits, params, generators).tolist()

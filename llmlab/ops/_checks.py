@@ -19,6 +19,7 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # not checked again (see `llmlab.ops._memo`).
 _ATTENTION_PASSED = LastValues()
 _PREFILL_PASSED = LastValues()
+_SLOTS_PASSED = LastValues()
 
 
 def _fail(name: str, value: object, expected: str) -> None:
@@ -82,13 +83,15 @@ def check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) ->
             _fail(f"{name}.dtype", t.dtype, f"the cache dtype ({key_cache.dtype})")
     _check_same_device([("key_cache", key_cache), ("value_cache", value_cache), ("key", key),
                         ("value", value), ("slot_mapping", slot_mapping)])
-    if slot_mapping.device.type == "cpu" and slot_mapping.numel() > 0:
-        num_slots = num_blocks * block_size
+    num_slots = num_blocks * block_size
+    if (slot_mapping.device.type == "cpu" and slot_mapping.numel() > 0
+            and not _SLOTS_PASSED.get((num_slots,), slot_mapping)):
         lo, hi = int(slot_mapping.min()), int(slot_mapping.max())
         if lo < -1 or hi >= num_slots:
             bad = lo if lo < -1 else hi
             _fail("slot_mapping", f"a slot {bad}",
                   f"-1 (skip) or a slot in [0, {num_slots}) = num_blocks * block_size")
+        _SLOTS_PASSED.put((num_slots,), (slot_mapping,), True)
 
 
 def _check_attention_common(query, key_cache, value_cache, block_tables, seq_lens,

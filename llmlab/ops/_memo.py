@@ -5,6 +5,13 @@ offsets). What depends only on that metadata (argument checks that read values, 
 backend's grouping plan) is done for the first layer and reused by the others. The memo keeps
 copies and compares values, not identities: a tensor changed in place, or a new tensor that
 happens to get a freed one's address, is a miss.
+
+The comparison is skipped when a layer passes the very tensor objects of the stored key and
+none was changed since: the memo holds a reference to each (so the object cannot be freed and
+its id reused) and PyTorch's version counter, which every in-place operation bumps, has not
+moved. Inference tensors have no version counter, so for them the values are always compared.
+(A write that bypasses PyTorch, through `.numpy()` or a raw pointer, does not move the counter:
+do not write metadata that way between layers.)
 """
 from __future__ import annotations
 
@@ -20,21 +27,32 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
             and bool(torch.equal(a, b)))
 
 
+def _version(t: torch.Tensor | None) -> int | None:
+    """The version counter of `t`; None for None and for inference tensors (they have none)."""
+    return None if t is None or t.is_inference() else t._version
+
+
 class LastValues:
     """Remembers one (scalars, tensors) key and what was computed for it."""
 
     def __init__(self) -> None:
         self._key: tuple | None = None      # (scalars, copies of the tensors)
+        self._originals: tuple = ()         # (tensor, version) of the tensors put
         self._value: Any = None
 
     def get(self, scalars: tuple, *tensors: torch.Tensor | None) -> Any:
         """What `put` stored for equal scalars and equal tensor values, else None."""
         key = self._key
-        if (key is None or key[0] != scalars or len(key[1]) != len(tensors)
-                or not all(_same(a, b) for a, b in zip(key[1], tensors))):
+        if key is None or key[0] != scalars or len(key[1]) != len(tensors):
+            return None
+        if all(t is orig and (t is None or (version is not None and _version(t) == version))
+               for t, (orig, version) in zip(tensors, self._originals)):
+            return self._value                  # the same, unchanged objects
+        if not all(_same(a, b) for a, b in zip(key[1], tensors)):
             return None
         return self._value
 
     def put(self, scalars: tuple, tensors: tuple, value: Any) -> None:
         self._key = (scalars, tuple(None if t is None else t.clone() for t in tensors))
+        self._originals = tuple((t, _version(t)) for t in tensors)
         self._value = value
