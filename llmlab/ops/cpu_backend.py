@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from llmlab.ops import torch_backend
+from llmlab.weights import cache_dir
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # one library: attention and cache writes, a decoder layer's elementwise steps (llmlab.model
@@ -68,11 +69,6 @@ def _traced(name: str):
     if torch.autograd._profiler_enabled():
         return torch.profiler.record_function(name)
     return contextlib.nullcontext()
-
-
-def cache_dir() -> Path:
-    """The llmlab cache directory: $LLMLAB_CACHE or ~/.cache/llmlab."""
-    return Path(os.environ.get("LLMLAB_CACHE", Path.home() / ".cache" / "llmlab"))
 
 
 def _compiler() -> str | None:

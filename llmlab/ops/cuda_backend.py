@@ -13,22 +13,17 @@ a RuntimeError that says so.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
 from llmlab.ops import _checks, torch_backend
+from llmlab.weights import cache_dir
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 SOURCES = ("binding.cpp", "cache_kernels.cu", "paged_attention.cu")
 _extension: ModuleType | None = None
-
-
-def cache_dir() -> Path:
-    """The llmlab cache directory: $LLMLAB_CACHE or ~/.cache/llmlab."""
-    return Path(os.environ.get("LLMLAB_CACHE", Path.home() / ".cache" / "llmlab"))
 
 
 def _require_gpu() -> None:
