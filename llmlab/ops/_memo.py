@@ -32,6 +32,19 @@ def _version(t: torch.Tensor | None) -> int | None:
     return None if t is None or t.is_inference() else t._version
 
 
+def snapshot(tensors) -> tuple:
+    """(tensor, version counter) of each of `tensors` (None entries allowed), for `unchanged`."""
+    return tuple((t, _version(t)) for t in tensors)
+
+
+def unchanged(snap: tuple, tensors) -> bool:
+    """Whether `tensors` are the very objects `snap` was taken of, none changed in place since
+    (same version counter). Never true for an inference tensor: it has no counter to tell."""
+    return len(snap) == len(tensors) and all(
+        t is orig and (t is None or (version is not None and _version(t) == version))
+        for t, (orig, version) in zip(tensors, snap))
+
+
 class LastValues:
     """Remembers one (scalars, tensors) key and what was computed for it."""
 
@@ -45,8 +58,7 @@ class LastValues:
         key = self._key
         if key is None or key[0] != scalars or len(key[1]) != len(tensors):
             return None
-        if all(t is orig and (t is None or (version is not None and _version(t) == version))
-               for t, (orig, version) in zip(tensors, self._originals)):
+        if unchanged(self._originals, tensors):
             return self._value                  # the same, unchanged objects
         if not all(_same(a, b) for a, b in zip(key[1], tensors)):
             return None
@@ -54,5 +66,5 @@ class LastValues:
 
     def put(self, scalars: tuple, tensors: tuple, value: Any) -> None:
         self._key = (scalars, tuple(None if t is None else t.clone() for t in tensors))
-        self._originals = tuple((t, _version(t)) for t in tensors)
+        self._originals = snapshot(tensors)
         self._value = value

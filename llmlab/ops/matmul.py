@@ -36,6 +36,8 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
+from llmlab.ops._memo import snapshot, unchanged
+
 MATMUL_BACKENDS = ("onednn", "aten", "cpu")
 
 
@@ -142,10 +144,8 @@ def _stack(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache
     tensors = [t for t in (*weights, *biases) if t is not None]
     if any(t.is_inference() for t in tensors) or (prepack and _REORDER is None):
         return None
-    key = [(t, None if t is None else t._version) for t in (*weights, *biases)]
     entry = cache.get(slot)
-    if entry is not None and len(entry[0]) == len(key) and all(
-            a is b and va == vb for (a, va), (b, vb) in zip(entry[0], key)):
+    if entry is not None and unchanged(entry[0], (*weights, *biases)):
         return entry[1]
     with torch.no_grad():
         weight = torch.cat([w.detach() for w in weights])
@@ -154,7 +154,7 @@ def _stack(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache
         bias = (None if all(b is None for b in biases) else
                 torch.cat([b.detach() if b is not None else w.new_zeros(w.shape[0])
                            for w, b in zip(weights, biases)]))
-    cache[slot] = (key, (weight, bias))
+    cache[slot] = (snapshot((*weights, *biases)), (weight, bias))
     return weight, bias
 
 
