@@ -124,12 +124,17 @@ class Attention(nn.Module):
         self.o_proj = Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
         self.qkv_cache: dict = {}   # oneDNN: q, k, v stacked and prepacked (ops.linear_split)
 
+    def project(self, x: torch.Tensor):
+        """q [T, heads * d], k and v [T, kv_heads * d] (views of one matmul's output on oneDNN,
+        three matmuls on aten)."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        return ops.linear_split(x, [p.weight for p in projs], [p.bias for p in projs],
+                                cache=self.qkv_cache)
+
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Project and rotate: q [T, heads, d], k and v [T, kv_heads, d]."""
         T = x.shape[0]
-        projs = (self.q_proj, self.k_proj, self.v_proj)
-        q, k, v = ops.linear_split(x, [p.weight for p in projs], [p.bias for p in projs],
-                                   cache=self.qkv_cache)     # one matmul on oneDNN, three on aten
+        q, k, v = self.project(x)
         q = q.reshape(T, self.num_heads, self.head_dim)
         k = k.reshape(T, self.num_kv_heads, self.head_dim)
         v = v.reshape(T, self.num_kv_heads, self.head_dim).contiguous()
@@ -161,9 +166,13 @@ class MLP(nn.Module):
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.gate_up_cache: dict = {}   # oneDNN: gate and up weights stacked and prepacked
 
+    def gate_up(self, x: torch.Tensor):
+        """gate(x), up(x), each [T, intermediate] (one matmul on oneDNN)."""
+        return ops.linear_split(x, [self.gate_proj.weight, self.up_proj.weight],
+                                cache=self.gate_up_cache)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = ops.linear_split(x, [self.gate_proj.weight, self.up_proj.weight],
-                                    cache=self.gate_up_cache)
+        gate, up = self.gate_up(x)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -210,9 +219,7 @@ class DecoderLayer(nn.Module):
         ck, attn, mlp = _cpu_kernels(), self.self_attn, self.mlp
         T = x.shape[0]
         h = ck.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
-        projs = (attn.q_proj, attn.k_proj, attn.v_proj)
-        q, k, v = ops.linear_split(h, [p.weight for p in projs], [p.bias for p in projs],
-                                   cache=attn.qkv_cache)
+        q, k, v = attn.project(h)
         q = ck.rope(q, attn.num_heads, cos, sin)                        # [T, heads, d]
         k = ck.rope(k, attn.num_kv_heads, cos, sin)                     # [T, kv_heads, d]
         v = v.reshape(T, attn.num_kv_heads, attn.head_dim).contiguous()
@@ -231,9 +238,7 @@ class DecoderLayer(nn.Module):
         a = attn.o_proj(out.reshape(T, -1))
         norm = self.post_attention_layernorm
         h, x = ck.rms_norm(a, norm.weight, norm.eps, residual=x)        # x <- x + a
-        gate, up = ops.linear_split(h, [mlp.gate_proj.weight, mlp.up_proj.weight],
-                                    cache=mlp.gate_up_cache)
-        return x + mlp.down_proj(ck.silu_mul(gate, up))
+        return x + mlp.down_proj(ck.silu_mul(*mlp.gate_up(h)))
 
 
 class LlamaModel(nn.Module):
