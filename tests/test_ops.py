@@ -427,6 +427,13 @@ def test_cpu_layer_kernels_match_the_model_code(rows):
                                    apply_rope(q.reshape(rows, heads, d), cos, sin), **tol)
     with pytest.raises(ValueError, match="rms_norm"):
         ck.rms_norm(torch.randn(2, 24), torch.ones(24), 1e-5)       # 24 is not a multiple of 16
+    with pytest.raises(ValueError, match="rms_norm"):               # fewer residual rows than x
+        ck.rms_norm(torch.randn(4, 32), torch.ones(32), 1e-5, residual=torch.randn(2, 32))
+    with pytest.raises(ValueError, match="rms_norm"):               # a weight of the wrong size
+        ck.rms_norm(torch.randn(4, 32), torch.ones(16), 1e-5)
+    with pytest.raises(ValueError, match="rope"):                   # float64 tables
+        ck.rope(torch.randn(2, 64), 4, torch.ones(2, 8, dtype=torch.float64),
+                torch.zeros(2, 8, dtype=torch.float64))
 
 
 # ---------------------------------------------------------------- triton

@@ -178,7 +178,7 @@ def _kernel_for(query: torch.Tensor, key_cache: torch.Tensor) -> ctypes.CDLL | N
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                       value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`."""
-    lib = _kernel_for(key, key_cache) if key.dtype == torch.float32 else None
+    lib = _kernel_for(key, key_cache)
     if lib is None:
         torch_backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
         return
@@ -254,9 +254,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     lib = load_library()
     t, d = x.shape
     if not (_rows_ok(x, d) and d % 16 == 0 and weight.is_contiguous()
-            and (residual is None or _rows_ok(residual, d))):
+            and weight.dtype == torch.float32 and weight.numel() == d
+            and (residual is None or (_rows_ok(residual, d) and residual.shape[0] == t))):
         raise ValueError(f"rms_norm: x {tuple(x.shape)} must be float32 [T, D] with contiguous "
-                         "rows and D % 16 == 0")
+                         "rows and D % 16 == 0; weight float32 [D]; residual like x")
     out = torch.empty(t, d, dtype=x.dtype)
     total = torch.empty(t, d, dtype=x.dtype) if residual is not None else None
     with _traced("llmlab_cpu::rms_norm"):
@@ -287,8 +288,9 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
     lib = load_library()
     t, width = x.shape
     d = width // heads
-    if not (_rows_ok(x, width) and width == heads * d and d % 2 == 0 and cos.is_contiguous()
-            and sin.is_contiguous() and tuple(cos.shape) == (t, d // 2) == tuple(sin.shape)):
+    if not (_rows_ok(x, width) and width == heads * d and d % 2 == 0
+            and all(c.is_contiguous() and c.dtype == torch.float32 for c in (cos, sin))
+            and tuple(cos.shape) == (t, d // 2) == tuple(sin.shape)):
         raise ValueError(f"rope: x {tuple(x.shape)}, cos {tuple(cos.shape)}: expected float32 "
                          f"[T, heads * D] and [T, D/2]")
     out = torch.empty(t, heads, d, dtype=x.dtype)
