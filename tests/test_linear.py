@@ -123,6 +123,9 @@ def test_prepacked_weight_follows_in_place_changes_and_replacement():
         torch.testing.assert_close(ops.linear(x, w1, cache=cache), F.linear(x, w1),
                                    atol=1e-5, rtol=1e-5)
         assert cache["weight"] is w1
+        w1.data = torch.randn(48, 64, generator=gen)      # new data, same object, same version
+        torch.testing.assert_close(ops.linear(x, w1, cache=cache), F.linear(x, w1),
+                                   atol=1e-5, rtol=1e-5)
         for rows in (1, 3, 100):                          # one packing serves every batch size
             xr = torch.randn(rows, 64, generator=gen)
             torch.testing.assert_close(ops.linear(xr, w1, cache=cache), F.linear(xr, w1),
@@ -168,6 +171,11 @@ def test_linear_split_equals_one_linear_per_weight(backend, rows):
             biases[2] = torch.randn(32, generator=gen)      # a new bias: also
             got = ops.linear_split(x, weights, biases, cache=cache)
             assert cache[slot][1][0] is not before
+            for g, w, b in zip(got, weights, biases):
+                torch.testing.assert_close(g, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+            # module.to(...) swaps a parameter's data: no version bump, but a new address
+            weights[0].data = torch.randn(96, 96, generator=gen) / 10
+            got = ops.linear_split(x, weights, biases, cache=cache)
             for g, w, b in zip(got, weights, biases):
                 torch.testing.assert_close(g, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
 

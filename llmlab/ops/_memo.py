@@ -8,8 +8,8 @@ happens to get a freed one's address, is a miss.
 
 The comparison is skipped when a layer passes the very tensor objects of the stored key and
 none was changed since: the memo holds a reference to each (so the object cannot be freed and
-its id reused) and PyTorch's version counter, which every in-place operation bumps, has not
-moved. Inference tensors have no version counter, so for them the values are always compared.
+its id reused), PyTorch's version counter, which every in-place operation bumps, has not
+moved, and neither has its data's address. Inference tensors have no version counter, so for them the values are always compared.
 (A write that bypasses PyTorch, through `.numpy()` or a raw pointer, does not move the counter:
 do not write metadata that way between layers.)
 """
@@ -27,22 +27,25 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
             and bool(torch.equal(a, b)))
 
 
-def _version(t: torch.Tensor | None) -> int | None:
-    """The version counter of `t`; None for None and for inference tensors (they have none)."""
-    return None if t is None or t.is_inference() else t._version
+def _state(t: torch.Tensor | None) -> tuple | None:
+    """What tells that `t` changed: its version counter (moved by every in-place operation) and
+    its data's address (`module.to(...)` and `t.data = ...` swap the data without moving the
+    counter). None for None and for inference tensors (no counter: they never count as
+    unchanged)."""
+    return None if t is None or t.is_inference() else (t._version, t.data_ptr())
 
 
 def snapshot(tensors) -> tuple:
-    """(tensor, version counter) of each of `tensors` (None entries allowed), for `unchanged`."""
-    return tuple((t, _version(t)) for t in tensors)
+    """(tensor, state) of each of `tensors` (None entries allowed), for `unchanged`."""
+    return tuple((t, _state(t)) for t in tensors)
 
 
 def unchanged(snap: tuple, tensors) -> bool:
-    """Whether `tensors` are the very objects `snap` was taken of, none changed in place since
-    (same version counter). Never true for an inference tensor: it has no counter to tell."""
+    """Whether `tensors` are the very objects `snap` was taken of, none changed since (same
+    version counter and data address). Never true for an inference tensor: it has no counter."""
     return len(snap) == len(tensors) and all(
-        t is orig and (t is None or (version is not None and _version(t) == version))
-        for t, (orig, version) in zip(tensors, snap))
+        t is orig and (t is None or (state is not None and _state(t) == state))
+        for t, (orig, state) in zip(tensors, snap))
 
 
 class LastValues:

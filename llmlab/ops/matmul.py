@@ -97,12 +97,14 @@ def _prepacked(weight: torch.Tensor, cache: dict) -> torch.Tensor:
     """`weight` reordered into oneDNN's blocked layout, kept in `cache` while the weight stays.
 
     A second copy of the weight (the dense one stays the parameter everything else reads). It
-    is rebuilt when the layer gets another weight tensor or this one is changed in place (its
-    version counter moves); inference tensors have no version counter, so they stay dense.
+    is rebuilt when the layer gets another weight tensor, this one is changed in place (its
+    version counter moves) or gets new data (`module.to(...)` swaps a parameter's `.data`,
+    which moves no counter but its address); inference tensors have no version counter, so
+    they stay dense.
     """
     if _REORDER is None or weight.is_inference():
         return weight
-    version = weight._version
+    version = (weight._version, weight.data_ptr())
     if cache.get("weight") is weight and cache.get("version") == version:
         return cache["packed"]
     with torch.no_grad():
@@ -156,6 +158,14 @@ def _stack(weights: list[torch.Tensor], biases: list[torch.Tensor | None], cache
                            for w, b in zip(weights, biases)]))
     cache[slot] = (snapshot((*weights, *biases)), (weight, bias))
     return weight, bias
+
+
+def stacked_dense(weights: list[torch.Tensor], biases: list[torch.Tensor | None],
+                  cache: dict):
+    """The dense stacked copy of `weights` (and their biases) that `linear_split` keeps in
+    `cache` for the one-row GEMV, as (weight, bias or None); built on first use, None for
+    inference-tensor weights. The fused decode layer (`llmlab.model`) streams the same copy."""
+    return _stack(weights, biases, cache, "dense", prepack=False)
 
 
 def linear_split(x: torch.Tensor, weights: list[torch.Tensor],
