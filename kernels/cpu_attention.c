@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_kernels.h"
 #include "cpu_vec.h"
 
 #define K_CHUNK VW    /* keys per online-softmax update: one vector of scores */
@@ -118,9 +119,28 @@ static inline __attribute__((always_inline)) void attend_unit(
     }
 }
 
+/* One work unit (see the top of this file) for any supported head_dim: attend_unit unrolled
+ * for that size. Also what cpu_layer.c's fused decode layer calls, one KV head per call.
+ * Returns -1 for a head_dim without a variant, 0 when done. */
+int llmlab_attention_unit(int64_t head_dim, const float *query, int64_t q_stride_token,
+                          int64_t q_stride_head, const float *key_cache,
+                          const float *value_cache, const int32_t *block_table,
+                          int64_t block_size, int64_t num_kv_heads, int64_t group,
+                          int64_t kv_head, int64_t q_start, int64_t tile_len, int64_t first_pos,
+                          float scale, float *out, int64_t out_stride_token) {
 #define ATTEND(HD) attend_unit(HD, query, q_stride_token, q_stride_head, key_cache, value_cache, \
-    block_tables + s * block_table_stride, block_size, num_kv_heads, group, kv_head,          \
-    cu_seqlens_q[s] + tile_start, tile_len, first_pos, scale, out, num_heads * head_dim)
+    block_table, block_size, num_kv_heads, group, kv_head, q_start, tile_len, first_pos, scale, \
+    out, out_stride_token)
+    switch (head_dim) {
+        case 16: ATTEND(16); return 0;
+        case 32: ATTEND(32); return 0;
+        case 64: ATTEND(64); return 0;
+        case 128: ATTEND(128); return 0;
+        case 256: ATTEND(256); return 0;
+        default: return -1;
+    }
+#undef ATTEND
+}
 
 /* out[T, num_heads, head_dim] (contiguous) = paged causal attention of query[T, num_heads,
  * head_dim] (token stride q_stride_token, head stride q_stride_head, head_dim contiguous).
@@ -159,13 +179,10 @@ int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q
             const int64_t tile_start = tile * Q_TILE;
             const int64_t tile_len = q_len - tile_start < Q_TILE ? q_len - tile_start : Q_TILE;
             const int64_t first_pos = seq_lens[s] - q_len + tile_start;
-            switch (head_dim) {
-                case 16: ATTEND(16); break;
-                case 32: ATTEND(32); break;
-                case 64: ATTEND(64); break;
-                case 128: ATTEND(128); break;
-                default: ATTEND(256); break;
-            }
+            llmlab_attention_unit(head_dim, query, q_stride_token, q_stride_head, key_cache,
+                                  value_cache, block_tables + s * block_table_stride, block_size,
+                                  num_kv_heads, group, kv_head, cu_seqlens_q[s] + tile_start,
+                                  tile_len, first_pos, scale, out, num_heads * head_dim);
         }
     }
     return 0;

@@ -23,6 +23,9 @@ from torch import nn
 
 from llmlab import ops
 from llmlab.config import ModelConfig, tiny_config
+from llmlab.ops import _checks
+from llmlab.ops._memo import parameter_slots, slots_unchanged
+from llmlab.ops.matmul import stacked_dense
 
 
 @dataclass
@@ -182,6 +185,17 @@ def _cpu_kernels():
     return cpu_backend
 
 
+def _check_step(attn: Attention, key_cache, value_cache, ctx: AttentionContext) -> None:
+    """What layer 0's `llmlab.ops` calls check (the cache, the slots, block tables and lengths
+    against it), for a layer that calls no op but one C kernel: checked against stand-ins
+    shaped like this layer's new keys and queries."""
+    k = key_cache.new_empty(ctx.slot_mapping.shape[0], attn.num_kv_heads, attn.head_dim)
+    q = key_cache.new_empty(ctx.slot_mapping.shape[0], attn.num_heads, attn.head_dim)
+    _checks.check_reshape_and_cache(k, k, key_cache, value_cache, ctx.slot_mapping)
+    _checks.check_prefill(q, key_cache, value_cache, ctx.block_tables, ctx.cu_seqlens_q,
+                          ctx.seq_lens, attn.scale)
+
+
 def _check_caches_alike(kv_caches, num_layers: int) -> None:
     """One (key, value) cache per layer, all shaped, typed and placed like the first, contiguous:
     what lets the "cpu" path check the first layer's arguments only (`forward_cpu`)."""
@@ -205,6 +219,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self._decode_plan: tuple | None = None   # (where the weights are, plan or None)
 
     def forward(self, x, cos, sin, ctx, layer):
         if ctx.backend == "cpu" and _cpu_kernels().layer_ops_apply(x):
@@ -218,12 +233,21 @@ class DecoderLayer(nn.Module):
         The residual add before the second norm is fused into it (vLLM's fused_add_rms_norm)."""
         ck, attn, mlp = _cpu_kernels(), self.self_attn, self.mlp
         T = x.shape[0]
+        key_cache, value_cache = ctx.kv_caches[layer]
+        if (T == 1 and ctx.seq_lens.shape[0] == 1 and x.is_contiguous()
+                and key_cache.dtype == torch.float32 and ops.matmul_backend() == "cpu"):
+            # one token of one sequence (batch-1 decode): the whole layer in one C call
+            plan = self.decode_plan()
+            if plan is not None:
+                if layer == 0:
+                    _check_step(attn, key_cache, value_cache, ctx)
+                return ck.decode_layer(plan, x, cos, sin, key_cache, value_cache,
+                                       ctx.slot_mapping, ctx.block_tables, ctx.seq_lens)
         h = ck.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
         q, k, v = attn.project(h)
         q = ck.rope(q, attn.num_heads, cos, sin)                        # [T, heads, d]
         k = ck.rope(k, attn.num_kv_heads, cos, sin)                     # [T, kv_heads, d]
         v = v.reshape(T, attn.num_kv_heads, attn.head_dim).contiguous()
-        key_cache, value_cache = ctx.kv_caches[layer]
         # the first layer goes through llmlab.ops, whose checks validate the step's metadata
         # and tensors; the later layers get the same metadata and tensors shaped the same
         # (LlamaModel.forward checked that every layer's cache matches the first), so they
@@ -239,6 +263,37 @@ class DecoderLayer(nn.Module):
         norm = self.post_attention_layernorm
         h, x = ck.rms_norm(a, norm.weight, norm.eps, residual=x)        # x <- x + a
         return x + mlp.down_proj(ck.silu_mul(*mlp.gate_up(h)))
+
+
+    def decode_plan(self):
+        """This layer's weights as the fused C decode layer takes them
+        (`cpu_backend.DecodeLayerPlan`: q/k/v and gate/up stacked, the very copies
+        `ops.linear_split` keeps for the GEMV), rebuilt when a weight changes; None where the
+        weights cannot be stacked (inference tensors) or the C layer does not take this shape."""
+        entry = self._decode_plan
+        if entry is not None and slots_unchanged(entry[0]):
+            return entry[1]
+        ck, attn, mlp = _cpu_kernels(), self.self_attn, self.mlp
+        projs = (attn.q_proj, attn.k_proj, attn.v_proj)
+        qkv = stacked_dense([p.weight for p in projs], [p.bias for p in projs], attn.qkv_cache)
+        gate_up = stacked_dense([mlp.gate_proj.weight, mlp.up_proj.weight], [None, None],
+                                mlp.gate_up_cache)
+        if qkv is None or gate_up is None:
+            return None
+        plan = None
+        if (attn.o_proj.bias is None and mlp.down_proj.bias is None
+                and ck.decode_layer_applies(attn.num_heads, attn.num_kv_heads, attn.head_dim,
+                                            self.input_layernorm.weight.numel(),
+                                            mlp.down_proj.weight.shape[-1])):
+            plan = ck.DecodeLayerPlan(
+                self.input_layernorm.weight, self.post_attention_layernorm.weight,
+                self.input_layernorm.eps, *qkv, attn.o_proj.weight, gate_up[0],
+                mlp.down_proj.weight, attn.num_heads, attn.num_kv_heads, attn.head_dim,
+                attn.scale)
+        modules = (self.input_layernorm, self.post_attention_layernorm, *projs, attn.o_proj,
+                   mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        self._decode_plan = (parameter_slots(modules), plan)
+        return plan
 
 
 class LlamaModel(nn.Module):

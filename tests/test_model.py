@@ -165,3 +165,21 @@ def test_cpu_path_refuses_caches_unlike_the_first_layers():
     ctx.kv_caches.pop()
     with pytest.raises(ValueError, match="one per layer"):
         model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), ctx)
+
+
+def test_a_pipeline_stage_on_the_cpu_path_checks_its_caches_too():
+    """A pipeline stage runs its layers like the model does (the first checked, the later ones
+    calling C directly), so it must also refuse a layer cache unlike its first one."""
+    from llmlab.kvcache import ContiguousKVCache
+    from llmlab.parallel.pp import PipelineStage
+
+    model = tiny_model(seed=5, num_hidden_layers=4)
+    stage = PipelineStage(model, range(2, 4), num_stages=2, stage=1)
+    cache = ContiguousKVCache(stage.config, batch_size=1, max_len=16, dtype=model.dtype)
+    ctx = cache.context([1], backend="cpu")
+    x = torch.randn(1, model.config.hidden_size)
+    assert stage(x, cache.positions([1]), ctx).shape == (1, model.config.hidden_size)
+    k, v = ctx.kv_caches[1]
+    ctx.kv_caches[1] = (k[:, :8].clone(), v)
+    with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
+        stage(x, cache.positions([1]), ctx)

@@ -361,6 +361,28 @@ def test_cpu_backend_is_listed_and_its_library_is_built_once(monkeypatch, tmp_pa
     assert not list(tmp_path.glob("cpu_kernels/*/*.so.tmp*")), "no partial build left behind"
 
 
+def _fused_decode_matches_torch(monkeypatch) -> None:
+    """A tiny model's decode step through the fused C layer equals the torch forward's."""
+    from llmlab.kvcache import ContiguousKVCache
+    from llmlab.model import tiny_model
+    from llmlab.ops import cpu_backend
+
+    calls = []
+    real = cpu_backend.decode_layer
+    monkeypatch.setattr(cpu_backend, "decode_layer", lambda *a: calls.append(1) or real(*a))
+    model = tiny_model(seed=4)
+    ids = torch.randint(3, 500, (6,), generator=_generator("fused-fallback"))
+    out = {}
+    for backend, matmul in (("torch", "aten"), ("cpu", "cpu")):
+        cache = ContiguousKVCache(model.config, batch_size=1, max_len=8, dtype=model.dtype)
+        with ops.use_matmul(matmul):
+            model(ids[:5], cache.positions([5]), cache.context([5], backend=backend))
+            cache.advance([5])
+            out[backend] = model(ids[5:], cache.positions([1]), cache.context([1], backend=backend))
+    assert len(calls) == model.config.num_hidden_layers
+    torch.testing.assert_close(out["cpu"], out["torch"], atol=1e-4, rtol=1e-4)
+
+
 def test_cpu_backend_falls_back_to_flags_the_compiler_takes(monkeypatch, tmp_path):
     """A compiler that refuses a flag (Apple clang and -fopenmp) gets the next flag set."""
     from llmlab.ops import cpu_backend
@@ -372,6 +394,7 @@ def test_cpu_backend_falls_back_to_flags_the_compiler_takes(monkeypatch, tmp_pat
     cpu_backend.load_library()
     assert len(list((tmp_path / "cpu_kernels").glob("*/*.so"))) == 1
     run_decode_case("cpu", 16, 64, (9, 3), torch.float32, "cpu")     # built without OpenMP
+    _fused_decode_matches_torch(monkeypatch)      # its `omp for`/`single` now run on one thread
     monkeypatch.setattr(cpu_backend, "_lib", None)
     monkeypatch.setattr(cpu_backend, "_error", None)
     monkeypatch.setattr(cpu_backend, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",),))

@@ -9,7 +9,9 @@ walks each sequence's block table and reads the K/V rows where they are, as vLLM
 and its CUDA kernels do. One C function serves decode and (chunked) prefill. With this backend
 the model also runs each layer's norms, rotary embedding and SwiGLU product in C
 (`rms_norm`, `rope`, `silu_mul` below; `llmlab.model.DecoderLayer.forward_cpu`): at batch 1 those
-~55 small PyTorch calls per layer cost as much as a third of the matmuls.
+~55 small PyTorch calls per layer cost as much as a third of the matmuls. A step of one token of
+one sequence goes further: each layer is one C call (`decode_layer`, the same kernels inside
+one OpenMP region, like a CUDA graph replays a decode step's kernels on a GPU).
 
 The C files include no torch header: on first use they are compiled with the system C compiler
 (`cc -O3 -march=native -fopenmp`, under a second) into `$LLMLAB_CACHE/cpu_kernels/<hash>/`
@@ -46,7 +48,7 @@ KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # runs them when the attention backend is "cpu"), and the batch-1 GEMV of the "cpu" matmul
 SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c",
            KERNELS_DIR / "cpu_gemv.c")
-HEADERS = (KERNELS_DIR / "cpu_vec.h",)        # included by every source
+HEADERS = (KERNELS_DIR / "cpu_vec.h", KERNELS_DIR / "cpu_kernels.h")   # included by every source
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
 # tried in order when a compiler refuses a flag (Apple's clang has no -fopenmp: the kernels then
 # run on one thread; some ARM compilers want -mcpu=native)
@@ -136,6 +138,10 @@ def _build() -> ctypes.CDLL:
     lib.llmlab_rope.argtypes = [ptr, i64, ptr, ptr, ptr, i64, i64, i64]
     lib.llmlab_gemv.restype = None
     lib.llmlab_gemv.argtypes = [ptr, ptr, ptr, ptr, i64, i64]
+    lib.llmlab_decode_layer.restype = ctypes.c_int
+    lib.llmlab_decode_layer.argtypes = [ptr, ptr, ptr, ptr, ptr, f32, ptr, ptr, ptr, ptr, ptr,
+                                        ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64,
+                                        i64, i64, f32]
     return lib
 
 
@@ -297,6 +303,80 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
     with _traced("llmlab_cpu::rope"):
         lib.llmlab_rope(x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(),
                         out.data_ptr(), t, heads, d)
+    return out
+
+
+# ---- a whole decoder layer for one token (kernels/cpu_layer.c, llmlab_decode_layer) ----------
+
+def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int,
+                         inter: int) -> bool:
+    """Whether `llmlab_decode_layer` takes a layer of these sizes (its attention kernel's head
+    sizes and GQA groups, 16-float rows)."""
+    return (hidden % 16 == 0 and inter % 16 == 0 and head_dim in HEAD_DIMS
+            and heads % kv_heads == 0 and heads // kv_heads <= MAX_GROUP)
+
+
+class DecodeLayerPlan:
+    """A decoder layer's weights, checked once, as `decode_layer` passes them to C: the
+    tensors (kept alive here) and their pointers. Build it again when a weight changes."""
+
+    def __init__(self, ln1: torch.Tensor, ln2: torch.Tensor, eps: float, w_qkv: torch.Tensor,
+                 b_qkv: torch.Tensor | None, w_o: torch.Tensor, w_gate_up: torch.Tensor,
+                 w_down: torch.Tensor, heads: int, kv_heads: int, head_dim: int, scale: float):
+        hidden, inter = ln1.numel(), w_down.shape[-1]
+        qw, kw = heads * head_dim, kv_heads * head_dim
+        expected = {"ln1": (ln1, (hidden,)), "ln2": (ln2, (hidden,)),
+                    "w_qkv": (w_qkv, (qw + 2 * kw, hidden)), "w_o": (w_o, (hidden, qw)),
+                    "w_gate_up": (w_gate_up, (2 * inter, hidden)),
+                    "w_down": (w_down, (hidden, inter))}
+        if b_qkv is not None:
+            expected["b_qkv"] = (b_qkv, (qw + 2 * kw,))
+        for name, (t, shape) in expected.items():
+            if (tuple(t.shape) != shape or t.dtype != torch.float32 or t.device.type != "cpu"
+                    or not t.is_contiguous()):
+                raise ValueError(f"decode layer: {name} is {tuple(t.shape)} {t.dtype} on "
+                                 f"{t.device}, expected contiguous float32 {shape} on the CPU")
+        if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
+            raise ValueError(f"decode layer: hidden {hidden} and intermediate {inter} must be "
+                             f"multiples of 16, head_dim {head_dim} one of {HEAD_DIMS}, heads "
+                             f"{heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x)")
+        self.tensors = (ln1, ln2, w_qkv, b_qkv, w_o, w_gate_up, w_down)
+        self.hidden, self.heads, self.kv_heads, self.head_dim, self.inter = \
+            hidden, heads, kv_heads, head_dim, inter
+        self.scratch_size = hidden + 3 * qw + 2 * kw + 3 * inter
+        self.weights = (ln1.data_ptr(), ln2.data_ptr(), eps, w_qkv.data_ptr(),
+                        None if b_qkv is None else b_qkv.data_ptr(), w_o.data_ptr(),
+                        w_gate_up.data_ptr(), w_down.data_ptr())
+        self.dims = (hidden, heads, kv_heads, head_dim, inter, scale)
+
+
+def decode_layer(plan: DecodeLayerPlan, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 block_tables: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+    """One decoder layer for one new token, x [1, hidden] -> [1, hidden] (a new tensor), in one
+    C call (`llmlab_decode_layer`); writes the token's K/V into its cache slot. The step's
+    metadata (slot_mapping [1], block_tables [1, W], seq_lens [1]) and the caches are NOT
+    checked here: `llmlab.model` checks them once per forward (`_checks` on layer 0's cache,
+    every other layer's cache shaped like it)."""
+    lib = load_library()
+    if x.shape != (1, plan.hidden) or not x.is_contiguous() or x.dtype != torch.float32:
+        raise ValueError(f"decode_layer: x must be contiguous float32 [1, {plan.hidden}], "
+                         f"got {tuple(x.shape)} {x.dtype}")
+    half = (1, plan.head_dim // 2)
+    if not all(c.shape == half and c.dtype == torch.float32 and c.is_contiguous()
+               for c in (cos, sin)):
+        raise ValueError(f"decode_layer: cos, sin must be contiguous float32 {list(half)}, got "
+                         f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}")
+    out = torch.empty(1, plan.hidden, dtype=torch.float32)
+    scratch = torch.empty(plan.scratch_size, dtype=torch.float32)
+    with _traced("llmlab_cpu::decode_layer"):
+        rc = lib.llmlab_decode_layer(
+            x.data_ptr(), out.data_ptr(), scratch.data_ptr(), *plan.weights,
+            cos.data_ptr(), sin.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
+            slot_mapping.data_ptr(), block_tables.data_ptr(), seq_lens.data_ptr(),
+            key_cache.shape[1], *plan.dims)
+    if rc != 0:
+        raise RuntimeError("cpu_layer.c refused head_dim for the decode layer")
     return out
 
 
