@@ -264,12 +264,12 @@ class DecoderLayer(nn.Module):
         h, x = ck.rms_norm(a, norm.weight, norm.eps, residual=x)        # x <- x + a
         return x + mlp.down_proj(ck.silu_mul(*mlp.gate_up(h)))
 
-
     def decode_plan(self):
         """This layer's weights as the fused C decode layer takes them
         (`cpu_backend.DecodeLayerPlan`: q/k/v and gate/up stacked, the very copies
         `ops.linear_split` keeps for the GEMV), rebuilt when a weight changes; None where the
-        weights cannot be stacked (inference tensors) or the C layer does not take this shape."""
+        weights cannot be stacked (inference tensors) or the C layer does not take them (this
+        shape, another dtype, a non-contiguous weight): then `forward_cpu` runs kernel by kernel."""
         entry = self._decode_plan
         if entry is not None and slots_unchanged(entry[0]):
             return entry[1]
@@ -285,11 +285,14 @@ class DecoderLayer(nn.Module):
                 and ck.decode_layer_applies(attn.num_heads, attn.num_kv_heads, attn.head_dim,
                                             self.input_layernorm.weight.numel(),
                                             mlp.down_proj.weight.shape[-1])):
-            plan = ck.DecodeLayerPlan(
-                self.input_layernorm.weight, self.post_attention_layernorm.weight,
-                self.input_layernorm.eps, *qkv, attn.o_proj.weight, gate_up[0],
-                mlp.down_proj.weight, attn.num_heads, attn.num_kv_heads, attn.head_dim,
-                attn.scale)
+            try:
+                plan = ck.DecodeLayerPlan(
+                    self.input_layernorm.weight, self.post_attention_layernorm.weight,
+                    self.input_layernorm.eps, *qkv, attn.o_proj.weight, gate_up[0],
+                    mlp.down_proj.weight, attn.num_heads, attn.num_kv_heads, attn.head_dim,
+                    attn.scale)
+            except ValueError:          # a weight's dtype or layout the C layer does not take
+                plan = None
         modules = (self.input_layernorm, self.post_attention_layernorm, *projs, attn.o_proj,
                    mlp.gate_proj, mlp.up_proj, mlp.down_proj)
         self._decode_plan = (parameter_slots(modules), plan)

@@ -189,3 +189,19 @@ def test_decode_layer_rejects_bad_arguments():
             torch.zeros(256, 64), mlp.down_proj.weight, 4, 2, 16, 0.25)
     assert not cpu_backend.decode_layer_applies(4, 2, 80, 64, 128)      # no 80-wide kernel
     assert not cpu_backend.decode_layer_applies(4, 3, 16, 64, 128)      # heads % kv_heads
+
+
+def test_a_weight_the_c_layer_cannot_take_runs_kernel_by_kernel(monkeypatch):
+    """A column-major o_proj weight (same values): that layer falls back to forward_cpu's
+    kernel-by-kernel path, the other layer stays fused, and the logits do not change."""
+    model = _model(4, 2, 16, False, seed=9)
+    want, _ = _decode(model, 8, 5, 3, seed=5, fused=True, monkeypatch=monkeypatch)
+    attn = model.layers[1].self_attn
+    attn.o_proj.weight = torch.nn.Parameter(attn.o_proj.weight.detach().t().contiguous().t())
+    assert not attn.o_proj.weight.is_contiguous()
+    calls = []
+    real = cpu_backend.decode_layer
+    monkeypatch.setattr(cpu_backend, "decode_layer", lambda *a: calls.append(1) or real(*a))
+    got, _ = _decode(model, 8, 5, 3, seed=5, fused=True, monkeypatch=monkeypatch)
+    assert len(calls) == 3                                   # layer 0 only, one per step
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
