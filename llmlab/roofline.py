@@ -302,6 +302,50 @@ def _time_best(fn, repeats: int, budget_s: float) -> float:
     return best
 
 
+@dataclass
+class PairedRatios:
+    """A step timed in rounds, each right after a probe of the roof (bandwidth or matmul peak):
+    `ratios[i] = seconds[i] / (work / roofs[i])`, the step against the roof of its own moment."""
+
+    roofs: list[float]
+    seconds: list[float]
+    ratios: list[float]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.ratios))
+
+
+def measure_paired(fn: Callable[[], Any], probe: Callable[[], float], work: float,
+                   rounds: int = 20, budget_s: float = 10.0,
+                   clock: Callable[[], float] = time.perf_counter) -> PairedRatios:
+    """Time `fn` against a roof measured next to it: each round runs `probe()` (a roof: bytes/s or
+    FLOP/s) and then one timed `fn()`, whose floor at that roof is `work / roof`.
+
+    On a shared or throttled machine the roof drifts (this course's 2-core VM reads 40 to
+    85 GB/s within a minute): a best step divided by a best roof measured minutes apart can
+    come out anywhere, even below 1. Pairing each step with the roof of its own moment removes
+    the drift; the median of the per-round ratios is the figure to compare with a target.
+    `clock` is injectable so tests can drive the rounds without real timing.
+    """
+    _check_int("rounds", rounds)
+    _check_positive("work", work)
+    fn()                                                  # warm-up
+    roofs, seconds, ratios = [], [], []
+    start = clock()
+    for _ in range(rounds):
+        roof = probe()
+        t0 = clock()
+        fn()
+        dt = clock() - t0
+        roofs.append(roof)
+        seconds.append(dt)
+        ratios.append(dt / (work / roof))
+        if clock() - start > budget_s:
+            break
+    return PairedRatios(roofs, seconds, ratios)
+
+
 def step_fn(model: Any, kind: str, n: int, context: int = 128, backend: str = "torch",
             matmul: str = "cpu") -> Callable[[], None]:
     """One step of `model` as a closure, for timing or profiling.

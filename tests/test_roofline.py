@@ -185,3 +185,44 @@ def test_weight_read_widget_line():
     box = weight_read_explorer()
     box.children[0].children[2].value = 4.8            # bandwidth slider, TB/s
     assert float(WEIGHT_READ_PATTERN.search(box.children[1].value).group(1)) == pytest.approx(70e9 * 2 / 4.8e12 * 1e3, abs=0.05)
+
+
+def test_paired_ratios_use_the_roof_of_their_own_round():
+    """Each round's step is divided by the floor at the roof probed just before it, so a roof that
+    drifts with the step's time gives a steady ratio (here 1.25 in every round, although the
+    roof doubles and halves); the median is the verdict, bad arguments are named."""
+    now = [0.0]
+    roofs = iter([40e9, 80e9, 40e9, 80e9, 80e9, 40e9])
+    work = 1e9                                                     # bytes per step
+    current = {}
+
+    def probe():
+        current["roof"] = next(roofs)
+        return current["roof"]
+
+    def step():                                  # takes 1.25x its floor at the current roof
+        if "roof" in current:
+            now[0] += 1.25 * work / current["roof"]
+
+    paired = roofline.measure_paired(step, probe, work, rounds=6, budget_s=100.0,
+                                     clock=lambda: now[0])
+    assert paired.roofs == [40e9, 80e9, 40e9, 80e9, 80e9, 40e9]
+    assert paired.ratios == pytest.approx([1.25] * 6)
+    assert paired.median == pytest.approx(1.25)
+    # unpaired, the best step (at 80 GB/s) over the worst roof (40 GB/s) would read 0.625
+    assert min(paired.seconds) / (work / min(paired.roofs)) == pytest.approx(0.625)
+    with pytest.raises(ValueError, match="rounds"):
+        roofline.measure_paired(step, probe, work, rounds=0)
+    with pytest.raises(ValueError, match="work"):
+        roofline.measure_paired(step, probe, 0.0)
+
+
+def test_paired_rounds_stop_at_the_budget():
+    now = [0.0]
+
+    def step():
+        now[0] += 1.0
+
+    paired = roofline.measure_paired(step, lambda: 1.0, 1.0, rounds=50, budget_s=3.5,
+                                     clock=lambda: now[0])
+    assert len(paired.ratios) == 4                 # 1 s per round, stop once past 3.5 s
