@@ -15,9 +15,10 @@ from llmlab.ops import cpu_backend
 pytestmark = pytest.mark.skipif(not cpu_backend.available()[0],
                                 reason=f"no C compiler: {cpu_backend.available()[1]}")
 
-# (heads, kv_heads, head_dim, attention_bias): GQA 2:1, MHA, 4:1, one KV head, Qwen2-style bias
+# (heads, kv_heads, head_dim, attention_bias): GQA 2:1, MHA, 4:1, one KV head, 16:1 (the C
+# attention's largest group), Qwen2-style bias; every head size the C attention has a variant for
 SHAPES = [(4, 2, 16, False), (4, 4, 32, False), (8, 2, 64, False), (2, 1, 128, False),
-          (6, 2, 16, True)]
+          (2, 2, 256, False), (16, 1, 16, False), (6, 2, 16, True)]
 
 
 def _model(heads, kv_heads, head_dim, bias, seed):
