@@ -196,7 +196,7 @@ def _check_step(attn: Attention, key_cache, value_cache, ctx: AttentionContext) 
                           ctx.seq_lens, attn.scale)
 
 
-def _check_caches_alike(kv_caches, num_layers: int) -> None:
+def check_caches_alike(kv_caches, num_layers: int) -> None:
     """One (key, value) cache per layer, all shaped, typed and placed like the first, contiguous:
     what lets the "cpu" path check the first layer's arguments only (`forward_cpu`)."""
     if len(kv_caches) != num_layers:
@@ -335,7 +335,7 @@ class LlamaModel(nn.Module):
         cos, sin = self.rope_cos_sin(positions)                         # [T, d/2] each
         x = self.embed_tokens(input_ids)                                # [T, hidden]
         if ctx.backend == "cpu":
-            _check_caches_alike(ctx.kv_caches, len(self.layers))
+            check_caches_alike(ctx.kv_caches, len(self.layers))
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, ctx, i)
         if ctx.backend == "cpu" and _cpu_kernels().layer_ops_apply(x):

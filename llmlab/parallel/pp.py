@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from llmlab.kvcache import ContiguousKVCache
-from llmlab.model import LlamaModel, _check_caches_alike
+from llmlab.model import LlamaModel, check_caches_alike
 from llmlab.parallel.launch import launch, rank_device, split_evenly
 from llmlab.parallel.source import ModelSource
 
@@ -65,7 +65,7 @@ class PipelineStage(nn.Module):
         if self.is_first:
             x = self.embed_tokens(x)                                   # [T, hidden]
         if ctx.backend == "cpu":          # its later layers rely on the first one's checks
-            _check_caches_alike(ctx.kv_caches, len(self.layers))
+            check_caches_alike(ctx.kv_caches, len(self.layers))
         for local_index, layer in enumerate(self.layers):
             x = layer(x, cos, sin, ctx, local_index)                   # this stage's cache index
         return self.norm(x) if self.is_last else x
