@@ -281,17 +281,14 @@ class DecoderLayer(nn.Module):
         if qkv is None or gate_up is None:
             return None
         plan = None
-        if (attn.o_proj.bias is None and mlp.down_proj.bias is None
-                and ck.decode_layer_applies(attn.num_heads, attn.num_kv_heads, attn.head_dim,
-                                            self.input_layernorm.weight.numel(),
-                                            mlp.down_proj.weight.shape[-1])):
+        if attn.o_proj.bias is None and mlp.down_proj.bias is None:
             try:
                 plan = ck.DecodeLayerPlan(
                     self.input_layernorm.weight, self.post_attention_layernorm.weight,
                     self.input_layernorm.eps, *qkv, attn.o_proj.weight, gate_up[0],
                     mlp.down_proj.weight, attn.num_heads, attn.num_kv_heads, attn.head_dim,
                     attn.scale)
-            except ValueError:          # a weight's dtype or layout the C layer does not take
+            except ValueError:   # sizes, a dtype or a layout the C layer does not take
                 plan = None
         modules = (self.input_layernorm, self.post_attention_layernorm, *projs, attn.o_proj,
                    mlp.gate_proj, mlp.up_proj, mlp.down_proj)

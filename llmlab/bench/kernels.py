@@ -6,9 +6,9 @@ the query read and the output written, per second of kernel time. Decode attenti
 memory-bound, so the useful yardstick is the machine's own copy bandwidth, measured here by
 timing a large device-to-device (or host) copy (bytes read + bytes written per second).
 
-On a CPU machine: "torch" and "cpu" (C kernels) on the full sweep; "triton" runs through its interpreter, which is
-not a performance path, so it gets one tiny case, marked as such; "cuda" is skipped with the
-reason. Writes build/bench-kernels.json.
+On a CPU machine: "torch" and "cpu" (C kernels) on the full sweep; "triton" runs through its
+interpreter, which is not a performance path, so it gets one tiny case, marked as such; "cuda"
+is skipped with the reason. Writes build/bench-kernels.json.
 """
 
 from __future__ import annotations

@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                        "read_bw_before_after": [read_before, read_after],
                        "fp32_matmul_flops_before_after": [peak_before, peak_after],
                        "gemv_bw": gemv_bw},
-           "matmul": args.matmul, "attention_backend": attention, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+           "matmul": args.matmul, "attention_backend": attention,
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
            "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
            "seconds": time.perf_counter() - t0}

@@ -36,6 +36,11 @@ def _state(t: torch.Tensor | None) -> tuple | None:
     return None if t is None or t.is_inference() else (t._version, t.data_ptr())
 
 
+def _kept(t: torch.Tensor | None, state: tuple | None) -> bool:
+    """Whether `t` (the object a snapshot holds) still has the state recorded then."""
+    return t is None or (state is not None and _state(t) == state)
+
+
 def snapshot(tensors) -> tuple:
     """(tensor, state) of each of `tensors` (None entries allowed), for `unchanged`."""
     return tuple((t, _state(t)) for t in tensors)
@@ -45,8 +50,7 @@ def unchanged(snap: tuple, tensors) -> bool:
     """Whether `tensors` are the very objects `snap` was taken of, none changed since (same
     version counter and data address). Never true for an inference tensor: it has no counter."""
     return len(snap) == len(tensors) and all(
-        t is orig and (t is None or (state is not None and _state(t) == state))
-        for t, (orig, state) in zip(tensors, snap))
+        t is orig and _kept(t, state) for t, (orig, state) in zip(tensors, snap))
 
 
 def parameter_slots(modules) -> tuple:
@@ -61,8 +65,7 @@ def slots_unchanged(slots: tuple) -> bool:
     `parameter_slots`: `unchanged` for a layer's weights, read from the modules' own
     dicts (a few microseconds for a decoder layer; going through the module attributes takes
     several times longer, which at batch 1 is paid 30 times a step)."""
-    return all(params.get(name) is t and (t is None or (state is not None and _state(t) == state))
-               for params, name, t, state in slots)
+    return all(params.get(name) is t and _kept(t, state) for params, name, t, state in slots)
 
 
 class LastValues:
@@ -70,7 +73,7 @@ class LastValues:
 
     def __init__(self) -> None:
         self._key: tuple | None = None      # (scalars, copies of the tensors)
-        self._originals: tuple = ()         # (tensor, version) of the tensors put
+        self._originals: tuple = ()         # snapshot of the tensors put
         self._value: Any = None
 
     def get(self, scalars: tuple, *tensors: torch.Tensor | None) -> Any:

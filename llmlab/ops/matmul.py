@@ -104,12 +104,11 @@ def _prepacked(weight: torch.Tensor, cache: dict) -> torch.Tensor:
     """
     if _REORDER is None or weight.is_inference():
         return weight
-    version = (weight._version, weight.data_ptr())
-    if cache.get("weight") is weight and cache.get("version") == version:
+    if cache.get("weight") is weight and unchanged(cache["snapshot"], (weight,)):
         return cache["packed"]
     with torch.no_grad():
         packed = _REORDER(weight.detach(), PACK_BATCH_HINT)
-    cache.update(weight=weight, version=version, packed=packed)
+    cache.update(weight=weight, snapshot=snapshot((weight,)), packed=packed)
     return packed
 
 
@@ -186,7 +185,7 @@ def linear_split(x: torch.Tensor, weights: list[torch.Tensor],
     if cache is not None and _backend == "cpu" and all(
             _gemv_applies(x, w, b) for w, b in zip(weights, biases)):
         # one row: one GEMV over a dense stacked copy (one call streams faster than three)
-        stacked = _stack(weights, biases, cache, "dense", prepack=False)
+        stacked = stacked_dense(weights, biases, cache)
         if stacked is not None:
             return list(_cpu_backend.gemv(x, *stacked).split(sizes, dim=-1))
     if cache is not None and all(onednn_applies(x, w) for w in weights) and all(
