@@ -73,6 +73,14 @@ def _decode(model, block_size, prompt, steps, seed, fused, monkeypatch, backend=
     return logits, run.kv
 
 
+def _count_fused_layers(monkeypatch) -> list:
+    """A list that gets one entry per call of the fused C layer from now on."""
+    calls = []
+    real = cpu_backend.decode_layer
+    monkeypatch.setattr(cpu_backend, "decode_layer", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
 @pytest.mark.parametrize("block_size", [8, 16])
 def test_fused_layer_equals_the_layer_by_kernel_path(heads, kv_heads, head_dim, bias,
@@ -81,9 +89,7 @@ def test_fused_layer_equals_the_layer_by_kernel_path(heads, kv_heads, head_dim, 
     forward_cpu, whose kernels the fused layer runs in the same order; and the fused path is
     the one that ran: one C call per layer per decode step."""
     model = _model(heads, kv_heads, head_dim, bias, seed=heads + head_dim)
-    calls = []
-    real = cpu_backend.decode_layer
-    monkeypatch.setattr(cpu_backend, "decode_layer", lambda *a: calls.append(1) or real(*a))
+    calls = _count_fused_layers(monkeypatch)
     prompt, steps = 2 * block_size - 3, block_size + 5          # decode crosses block boundaries
     fused, kv_fused = _decode(model, block_size, prompt, steps, seed=1, fused=True,
                               monkeypatch=monkeypatch)
@@ -200,9 +206,7 @@ def test_a_weight_the_c_layer_cannot_take_runs_kernel_by_kernel(monkeypatch):
     attn = model.layers[1].self_attn
     attn.o_proj.weight = torch.nn.Parameter(attn.o_proj.weight.detach().t().contiguous().t())
     assert not attn.o_proj.weight.is_contiguous()
-    calls = []
-    real = cpu_backend.decode_layer
-    monkeypatch.setattr(cpu_backend, "decode_layer", lambda *a: calls.append(1) or real(*a))
+    calls = _count_fused_layers(monkeypatch)
     got, _ = _decode(model, 8, 5, 3, seed=5, fused=True, monkeypatch=monkeypatch)
     assert len(calls) == 3                                   # layer 0 only, one per step
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
