@@ -28,7 +28,8 @@ def report() -> dict[str, str]:
     """A dict of what matters for the course: versions, CPU/GPU, Triton mode, model present."""
     import torch
 
-    from llmlab.weights import cache_dir, gguf_path
+    from llmlab.paths import cache_dir
+    from llmlab.weights import gguf_path
 
     info = {
         "python": sys.version.split()[0],

@@ -206,26 +206,46 @@ def _thread_counts(dev: torch.device, threads: int | None) -> list[int | None]:
     return [None, 1]
 
 
-def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
-    from llmlab.ops.matmul import MATMUL_BACKENDS
+# "aten": torch's F.linear (MKL's sgemm on x86); "onednn": oneDNN's matmul (inside PyTorch);
+# "cpu": the engine's CPU fast path (`llmlab.model_cpu.CpuLinear`: our C GEMV for one row,
+# oneDNN on a packed weight for more)
+MATMUL_LIBRARIES = ("aten", "onednn", "cpu")
 
+
+def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
     if library is not None:
-        if library not in MATMUL_BACKENDS:
-            raise ValueError(f"library={library!r}; allowed: {list(MATMUL_BACKENDS)} or None (best)")
+        if library not in MATMUL_LIBRARIES:
+            raise ValueError(f"library={library!r}; allowed: {list(MATMUL_LIBRARIES)} or None (best)")
         return [library]
-    return list(MATMUL_BACKENDS) if dev.type == "cpu" else ["aten"]
+    if dev.type != "cpu":
+        return ["aten"]
+    from llmlab.model_cpu import onednn_available
+    from llmlab.ops import backend_available
+
+    return ["aten"] + (["onednn"] if onednn_available() else []) + (
+        ["cpu"] if backend_available("cpu")[0] else [])
+
+
+def _linear_fn(library: str, w: torch.Tensor):
+    """x -> x @ wᵀ on `library` (weights prepared as that library wants them, once)."""
+    if library == "aten":
+        return lambda x: torch.nn.functional.linear(x, w)
+    from llmlab import model_cpu
+
+    if library == "onednn":
+        return lambda x: model_cpu.onednn_linear(x, w)
+    return model_cpu.CpuLinear(w)
 
 
 def _best_linear_time(x: torch.Tensor, w: torch.Tensor, dev: torch.device, libraries: list[str],
                       threads: int | None, repeats: int) -> float:
-    """Fastest `ops.linear(x, w)` over the matmul libraries and thread counts to try (s)."""
-    from llmlab import ops
-
+    """Fastest `x @ wᵀ` over the matmul libraries and thread counts to try (s)."""
     best = float("inf")
     for lib in libraries:
+        fn = _linear_fn(lib, w)
         for count in _thread_counts(dev, threads):
-            with _threads(count), ops.use_matmul(lib):
-                best = min(best, _best_time(lambda: ops.linear(x, w), dev, repeats))
+            with _threads(count), torch.inference_mode():
+                best = min(best, _best_time(lambda: fn(x), dev, repeats))
     return best
 
 
@@ -236,8 +256,8 @@ def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int
 
     On a CPU only fp32 is meaningful for a peak (bf16 matmuls may be emulated); on a GPU
     "bf16" and "fp16" use the tensor cores. `library` is "aten" (torch's default, MKL on x86),
-    "onednn", or None for the faster of the two on a CPU: the roof is the best this machine
-    reaches, whichever library gets there (see `llmlab.ops.matmul`).
+    "onednn", "cpu" (the engine's fast path), or None for the fastest on a CPU: the roof is the
+    best this machine reaches, whichever library gets there.
     """
     if dtype not in _TORCH_DTYPES:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(_TORCH_DTYPES)}")
@@ -257,7 +277,7 @@ def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int
 def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: int = 576,
                            repeats: int | None = None, threads: int | None = None,
                            library: str | None = None) -> float:
-    """Bytes/s at which a batch-1 linear layer (`ops.linear` of one row) streams its float32 weight.
+    """Bytes/s at which a batch-1 linear layer (one row times a weight) streams its float32 weight.
 
     The default shape is SmolLM2's lm_head (113 MB, beyond any CPU cache). A decode step at
     batch 1 is a chain of such GEMVs, so this — not `measure_bandwidth` — is the bandwidth the

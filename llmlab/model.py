@@ -5,12 +5,17 @@ SwiGLU MLP, tied embeddings. Parameter names match Hugging Face's `LlamaForCausa
 state dict loads into both.
 
 The model runs a *flat batch*: the tokens of every sequence in this step laid end to end
-(`input_ids [T]`, `positions [T]`), and an `AttentionContext` that says where each sequence
+(`input_ids [T]`, `positions [T]`), and an `AttentionMetadata` that says where each sequence
 starts and ends and where its keys and values live. That is exactly what an inference engine
-hands a model each step (vLLM calls it attention metadata): prompts being prefilled and
-requests being decoded share one forward. The K/V always live in a cache with the paged layout
+hands a model each step (vLLM's name for it too): prompts being prefilled and requests being
+decoded share one forward. The K/V always live in a cache with the paged layout
 `[num_blocks, block_size, num_kv_heads, head_dim]`; a contiguous cache is the special case of
 one block per sequence (see `llmlab.kvcache.ContiguousKVCache`).
+
+This file is the definition. The engine's CPU fast path (`llmlab.model_cpu`) runs the same
+layers with C kernels and prepared weights; it is swapped in by the engine's model runner and
+tested against this one, as vLLM keeps its model files plain and picks layer implementations
+per platform.
 """
 from __future__ import annotations
 
@@ -23,47 +28,7 @@ from torch import nn
 
 from llmlab import ops
 from llmlab.config import ModelConfig, tiny_config
-from llmlab.ops import _checks
-from llmlab.ops._memo import parameter_slots, slots_unchanged
-from llmlab.ops.matmul import stacked_dense
-
-
-@dataclass
-class AttentionContext:
-    """Where the sequences of a flat batch start and end, and where their K/V live.
-
-    cu_seqlens_q  [S + 1] int32  query (new token) offsets: sequence s owns tokens
-                                 cu_seqlens_q[s] : cu_seqlens_q[s + 1] of the flat batch
-    seq_lens      [S]     int32  cached context + new tokens of each sequence
-    slot_mapping  [T]     int64  cache slot (block_id * block_size + offset) of each new token
-    block_tables  [S, max_blocks] int32  physical block ids of each sequence, in order
-    kv_caches     per layer (key_cache, value_cache), each [num_blocks, block_size, kv_heads, head_dim]
-    """
-
-    cu_seqlens_q: torch.Tensor
-    seq_lens: torch.Tensor
-    slot_mapping: torch.Tensor
-    block_tables: torch.Tensor
-    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
-    max_query_len: int
-    backend: str = "torch"
-
-    @property
-    def is_decode_only(self) -> bool:
-        """Every sequence brings exactly one new token: the decode kernel applies."""
-        return self.max_query_len == 1
-
-
-class Linear(nn.Linear):
-    """`nn.Linear` whose matmul runs through `ops.linear` (see `llmlab.ops.matmul`); the layer
-    keeps oneDNN's prepacked copy of its weight, made on the first oneDNN forward."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.matmul_cache: dict = {}
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.linear(x, self.weight, self.bias, cache=self.matmul_cache)
+from llmlab.ops.metadata import AttentionMetadata, single_sequence_metadata
 
 
 class RMSNorm(nn.Module):
@@ -114,6 +79,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
+    """Grouped-query attention: 9 query heads share 3 K/V heads in SmolLM2 (3 per group)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.num_heads = cfg.num_attention_heads
@@ -121,179 +88,55 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         self.scale = self.head_dim ** -0.5
         bias = cfg.attention_bias
-        self.q_proj = Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
-        self.qkv_cache: dict = {}   # oneDNN: q, k, v stacked and prepacked (ops.linear_split)
-
-    def project(self, x: torch.Tensor):
-        """q [T, heads * d], k and v [T, kv_heads * d] (views of one matmul's output on oneDNN,
-        three matmuls on aten)."""
-        projs = (self.q_proj, self.k_proj, self.v_proj)
-        return ops.linear_split(x, [p.weight for p in projs], [p.bias for p in projs],
-                                cache=self.qkv_cache)
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Project and rotate: q [T, heads, d], k and v [T, kv_heads, d]."""
         T = x.shape[0]
-        q, k, v = self.project(x)
-        q = q.reshape(T, self.num_heads, self.head_dim)
-        k = k.reshape(T, self.num_kv_heads, self.head_dim)
-        v = v.reshape(T, self.num_kv_heads, self.head_dim).contiguous()
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                ctx: AttentionContext, layer: int) -> torch.Tensor:
+                metadata: AttentionMetadata, layer: int) -> torch.Tensor:
         q, k, v = self.qkv(x, cos, sin)                                 # [T, h, d], [T, kvh, d] ×2
-        key_cache, value_cache = ctx.kv_caches[layer]
-        # write this step's K/V into the cache, then attend over everything cached so far
-        ops.reshape_and_cache(k, v, key_cache, value_cache, ctx.slot_mapping, backend=ctx.backend)
-        if ctx.is_decode_only:
-            out = ops.paged_attention_decode(q, key_cache, value_cache, ctx.block_tables,
-                                             ctx.seq_lens, self.scale, backend=ctx.backend)
-        else:
-            out = ops.paged_attention_prefill(q, key_cache, value_cache, ctx.block_tables,
-                                              ctx.cu_seqlens_q, ctx.seq_lens, self.scale,
-                                              backend=ctx.backend)
+        # write this step's K/V into layer `layer`'s cache, then attend over everything cached
+        out = ops.attention(q, k, v, metadata, layer, self.scale)      # [T, h, d]
         return self.o_proj(out.reshape(x.shape[0], -1))                 # [T, hidden]
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)). The gate decides, channel by channel, how much of
+    up(x) passes; 576 -> 1536 -> 576 in SmolLM2."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-        self.gate_up_cache: dict = {}   # oneDNN: gate and up weights stacked and prepacked
-
-    def gate_up(self, x: torch.Tensor):
-        """gate(x), up(x), each [T, intermediate] (one matmul on oneDNN)."""
-        return ops.linear_split(x, [self.gate_proj.weight, self.up_proj.weight],
-                                cache=self.gate_up_cache)
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x)
-        return self.down_proj(F.silu(gate) * up)
-
-
-def _cpu_kernels():
-    """`llmlab.ops.cpu_backend` (imported on first use: it compiles C on first call)."""
-    from llmlab.ops import cpu_backend
-    return cpu_backend
-
-
-def _check_step(attn: Attention, key_cache, value_cache, ctx: AttentionContext) -> None:
-    """What layer 0's `llmlab.ops` calls check (the cache, the slots, block tables and lengths
-    against it), for a layer that calls no op but one C kernel: checked against stand-ins
-    shaped like this layer's new keys and queries."""
-    k = key_cache.new_empty(ctx.slot_mapping.shape[0], attn.num_kv_heads, attn.head_dim)
-    q = key_cache.new_empty(ctx.slot_mapping.shape[0], attn.num_heads, attn.head_dim)
-    _checks.check_reshape_and_cache(k, k, key_cache, value_cache, ctx.slot_mapping)
-    _checks.check_prefill(q, key_cache, value_cache, ctx.block_tables, ctx.cu_seqlens_q,
-                          ctx.seq_lens, attn.scale)
-
-
-def check_caches_alike(kv_caches, num_layers: int) -> None:
-    """One (key, value) cache per layer, all shaped, typed and placed like the first, contiguous:
-    what lets the "cpu" path check the first layer's arguments only (`forward_cpu`)."""
-    if len(kv_caches) != num_layers:
-        raise ValueError(f"kv_caches: got {len(kv_caches)} (key, value) pairs, expected one per "
-                         f"layer ({num_layers})")
-    first = kv_caches[0][0]
-    for i, pair in enumerate(kv_caches):
-        for t in pair:
-            if (t.shape != first.shape or t.dtype != first.dtype or t.device != first.device
-                    or not t.is_contiguous()):
-                raise ValueError(f"kv_caches[{i}]: got {tuple(t.shape)} {t.dtype} on {t.device}, "
-                                 f"expected contiguous {tuple(first.shape)} {first.dtype} on "
-                                 f"{first.device} like layer 0's")
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))   # [T, hidden]
 
 
 class DecoderLayer(nn.Module):
+    """Pre-norm residual attention, then pre-norm residual SwiGLU MLP."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn = Attention(cfg)
         self.mlp = MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self._decode_plan: tuple | None = None   # (where the weights are, plan or None)
 
-    def forward(self, x, cos, sin, ctx, layer):
-        if ctx.backend == "cpu" and _cpu_kernels().layer_ops_apply(x):
-            return self.forward_cpu(x, cos, sin, ctx, layer)
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx, layer)   # pre-norm residual
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-    def forward_cpu(self, x, cos, sin, ctx, layer):
-        """`forward`'s math with its elementwise steps as C kernels (`kernels/cpu_layer.c`):
-        ~15 operator calls per layer instead of ~70, what the "cpu" attention backend runs.
-        The residual add before the second norm is fused into it (vLLM's fused_add_rms_norm)."""
-        ck, attn, mlp = _cpu_kernels(), self.self_attn, self.mlp
-        T = x.shape[0]
-        key_cache, value_cache = ctx.kv_caches[layer]
-        if (T == 1 and ctx.seq_lens.shape[0] == 1 and x.is_contiguous()
-                and key_cache.dtype == torch.float32 and ops.matmul_backend() == "cpu"):
-            # one token of one sequence (batch-1 decode): the whole layer in one C call
-            plan = self.decode_plan()
-            if plan is not None:
-                if layer == 0:
-                    _check_step(attn, key_cache, value_cache, ctx)
-                return ck.decode_layer(plan, x, cos, sin, key_cache, value_cache,
-                                       ctx.slot_mapping, ctx.block_tables, ctx.seq_lens)
-        h = ck.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
-        q, k, v = attn.project(h)
-        q = ck.rope(q, attn.num_heads, cos, sin)                        # [T, heads, d]
-        k = ck.rope(k, attn.num_kv_heads, cos, sin)                     # [T, kv_heads, d]
-        v = v.reshape(T, attn.num_kv_heads, attn.head_dim).contiguous()
-        # the first layer goes through llmlab.ops, whose checks validate the step's metadata
-        # and tensors; the later layers get the same metadata and tensors shaped the same
-        # (LlamaModel.forward checked that every layer's cache matches the first), so they
-        # call the kernels directly, as an engine's layers do
-        cache_op, attention_op = ((ops.reshape_and_cache, ops.paged_attention_prefill)
-                                  if layer == 0 else
-                                  (ck.reshape_and_cache, ck.paged_attention_prefill))
-        kw = {"backend": "cpu"} if layer == 0 else {}
-        cache_op(k, v, key_cache, value_cache, ctx.slot_mapping, **kw)
-        out = attention_op(q, key_cache, value_cache, ctx.block_tables, ctx.cu_seqlens_q,
-                           ctx.seq_lens, attn.scale, **kw)
-        a = attn.o_proj(out.reshape(T, -1))
-        norm = self.post_attention_layernorm
-        h, x = ck.rms_norm(a, norm.weight, norm.eps, residual=x)        # x <- x + a
-        return x + mlp.down_proj(ck.silu_mul(*mlp.gate_up(h)))
-
-    def decode_plan(self):
-        """This layer's weights as the fused C decode layer takes them
-        (`cpu_backend.DecodeLayerPlan`: q/k/v and gate/up stacked, the very copies
-        `ops.linear_split` keeps for the GEMV), rebuilt when a weight changes; None where the
-        weights cannot be stacked (inference tensors) or the C layer does not take them (this
-        shape, another dtype, a non-contiguous weight): then `forward_cpu` runs kernel by kernel."""
-        entry = self._decode_plan
-        if entry is not None and slots_unchanged(entry[0]):
-            return entry[1]
-        ck, attn, mlp = _cpu_kernels(), self.self_attn, self.mlp
-        projs = (attn.q_proj, attn.k_proj, attn.v_proj)
-        qkv = stacked_dense([p.weight for p in projs], [p.bias for p in projs], attn.qkv_cache)
-        gate_up = stacked_dense([mlp.gate_proj.weight, mlp.up_proj.weight], [None, None],
-                                mlp.gate_up_cache)
-        if qkv is None or gate_up is None:
-            return None
-        plan = None
-        if attn.o_proj.bias is None and mlp.down_proj.bias is None:
-            try:
-                plan = ck.DecodeLayerPlan(
-                    self.input_layernorm.weight, self.post_attention_layernorm.weight,
-                    self.input_layernorm.eps, *qkv, attn.o_proj.weight, gate_up[0],
-                    mlp.down_proj.weight, attn.num_heads, attn.num_kv_heads, attn.head_dim,
-                    attn.scale)
-            except ValueError:   # sizes, a dtype or a layout the C layer does not take
-                plan = None
-        modules = (self.input_layernorm, self.post_attention_layernorm, *projs, attn.o_proj,
-                   mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-        self._decode_plan = (parameter_slots(modules), plan)
-        return plan
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                metadata: AttentionMetadata, layer: int) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, metadata, layer)   # [T, hidden]
+        return x + self.mlp(self.post_attention_layernorm(x))                     # [T, hidden]
 
 
 class LlamaModel(nn.Module):
@@ -305,7 +148,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight              # one matrix, two uses
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
@@ -324,19 +167,18 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                ctx: AttentionContext) -> torch.Tensor:
+                metadata: AttentionMetadata) -> torch.Tensor:
         """input_ids [T], positions [T] → hidden states [T, hidden] after the final norm."""
         if input_ids.dim() != 1 or positions.shape != input_ids.shape:
             raise ValueError(f"input_ids and positions must both be [T]; got "
                              f"{tuple(input_ids.shape)} and {tuple(positions.shape)}")
         cos, sin = self.rope_cos_sin(positions)                         # [T, d/2] each
+        if len(metadata.kv_caches) != len(self.layers):
+            raise ValueError(f"metadata.kv_caches: got {len(metadata.kv_caches)} (key, value) "
+                             f"pairs, expected one per layer ({len(self.layers)})")
         x = self.embed_tokens(input_ids)                                # [T, hidden]
-        if ctx.backend == "cpu":
-            check_caches_alike(ctx.kv_caches, len(self.layers))
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, ctx, i)
-        if ctx.backend == "cpu" and _cpu_kernels().layer_ops_apply(x):
-            return _cpu_kernels().rms_norm(x, self.norm.weight, self.norm.eps)
+            x = layer(x, cos, sin, metadata, i)                         # [T, hidden]
         return self.norm(x)
 
     @torch.inference_mode()
@@ -367,22 +209,10 @@ class LlamaModel(nn.Module):
         ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.device)
         T = ids.shape[0]
         kv = self.allocate_kv_caches(num_blocks=1, block_size=T)
-        ctx = single_sequence_context(kv, num_cached=0, num_new=T, max_len=T, backend=backend)
-        hidden = self(ids, torch.arange(T, device=self.device), ctx)      # [T, hidden]
+        metadata = single_sequence_metadata(kv, num_cached=0, num_new=T, max_len=T,
+                                            backend=backend)
+        hidden = self(ids, torch.arange(T, device=self.device), metadata)   # [T, hidden]
         return self.compute_logits(hidden[-1:] if last_only else hidden)
-
-
-def single_sequence_context(kv_caches, num_cached: int, num_new: int, max_len: int,
-                            backend: str = "torch", block_id: int = 0) -> AttentionContext:
-    """Context for one sequence stored contiguously in block `block_id` (block_size = max_len)."""
-    device = kv_caches[0][0].device
-    start = block_id * max_len + num_cached
-    return AttentionContext(
-        cu_seqlens_q=torch.tensor([0, num_new], dtype=torch.int32, device=device),
-        seq_lens=torch.tensor([num_cached + num_new], dtype=torch.int32, device=device),
-        slot_mapping=torch.arange(start, start + num_new, dtype=torch.int64, device=device),
-        block_tables=torch.tensor([[block_id]], dtype=torch.int32, device=device),
-        kv_caches=kv_caches, max_query_len=num_new, backend=backend)
 
 
 @torch.inference_mode()
@@ -400,10 +230,10 @@ def attention_probs(model: LlamaModel, token_ids: list[int], layer: int) -> torc
     positions = torch.arange(T, device=model.device)
     cos, sin = model.rope_cos_sin(positions)
     kv = model.allocate_kv_caches(num_blocks=1, block_size=T)
-    ctx = single_sequence_context(kv, 0, T, T)
+    metadata = single_sequence_metadata(kv, 0, T, T)
     x = model.embed_tokens(ids)
     for i in range(layer):
-        x = model.layers[i](x, cos, sin, ctx, i)
+        x = model.layers[i](x, cos, sin, metadata, i)
     attn = model.layers[layer].self_attn
     q, k, _ = attn.qkv(model.layers[layer].input_layernorm(x), cos, sin)   # [T, h, d], [T, kvh, d]
     k = k.repeat_interleave(cfg.num_queries_per_kv, dim=1)                  # [T, h, d]

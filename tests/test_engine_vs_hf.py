@@ -3,8 +3,9 @@
 Real model (SmolLM2-135M-Instruct, float32): 16 prompts of varied length (chat template,
 English and Chinese, four sharing a long document so the prefix cache hits), 24 new tokens
 each, under several engine settings: defaults, a KV pool so small that requests are
-preempted, a token budget so small that prompts are chunked, prefix caching and chunking off,
-and the "cpu" attention backend (C kernels) with chunks, prefix hits and preemption together.
+preempted, a token budget so small that prompts are chunked, prefix caching and chunking off;
+the default backend (the "cpu" fast path where it builds) and the readable "torch" one.
+`min_tokens` against transformers' `min_new_tokens` on prompts the model wants to end early.
 Triton backend: the tiny model through the Triton interpreter, against the torch backend and a
 tiny transformers model built from the same state dict.
 
@@ -132,7 +133,8 @@ def test_greedy_matches_hf_under_preemption(real_model, hf_model, prompt_ids, hf
 
 
 def test_greedy_matches_hf_with_chunked_prefill(real_model, hf_model, prompt_ids, hf_outputs):
-    llm, outs = _run(real_model, prompt_ids, max_num_batched_tokens=48)
+    """The readable model (attention_backend="torch") with prompts chunked over steps."""
+    llm, outs = _run(real_model, prompt_ids, max_num_batched_tokens=48, attention_backend="torch")
     assert llm.llm_engine.stats()["chunked_prefill_steps"] > 0
     assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
                             hf_outputs, "chunked")
@@ -142,7 +144,7 @@ def test_greedy_matches_hf_without_caching_or_chunking(real_model, hf_model, pro
                                                         hf_outputs):
     llm, outs = _run(real_model, prompt_ids, enable_prefix_caching=False,
                      enable_chunked_prefill=False, max_num_batched_tokens=1024,
-                     scheduling="static", max_num_seqs=6)
+                     scheduling="static", max_num_seqs=6, attention_backend="torch")
     assert all(o.num_cached_tokens == 0 for o in outs)
     assert llm.llm_engine.stats()["chunked_prefill_steps"] == 0
     assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
@@ -151,7 +153,8 @@ def test_greedy_matches_hf_without_caching_or_chunking(real_model, hf_model, pro
 
 def test_greedy_matches_hf_on_the_cpu_backend_with_chunks_and_prefix_hits(real_model, hf_model,
                                                                            prompt_ids, hf_outputs):
-    """The C kernels (attention_backend="cpu"): chunked prompts, prefix-cache hits, preemption."""
+    """The C fast path (attention_backend="cpu", the default here): chunked prompts, prefix-cache
+    hits, preemption."""
     llm, outs = _run(real_model, prompt_ids, attention_backend="cpu", max_num_batched_tokens=96,
                      num_kv_blocks=96, max_num_seqs=12)
     st = llm.llm_engine.stats()
@@ -160,6 +163,39 @@ def test_greedy_matches_hf_on_the_cpu_backend_with_chunks_and_prefix_hits(real_m
     assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
                             hf_outputs, "cpu backend")
     assert llm.llm_engine.kv_cache_manager.num_free_blocks == 96
+
+
+SHORT_ANSWERS = ["Say only the word 'hello'.", "What is the capital of France? One word.",
+                 "Hi!"]
+
+
+def test_min_tokens_masks_eos_like_hf_min_new_tokens(real_model, hf_model):
+    """EOS cannot be generated before `min_tokens` outputs (its logit is masked, as vLLM and
+    transformers' `min_new_tokens` do): on prompts the model answers in a few tokens, the engine
+    equals `generate(min_new_tokens=...)` token for token, and no EOS comes early."""
+    model, tokenizer = real_model
+    llm = LLM(model, tokenizer=tokenizer, max_model_len=256, max_num_seqs=4)
+    eos = sorted(llm.llm_engine.eos_token_ids)
+    prompts = [_chat_ids(tokenizer, t) for t in SHORT_ANSWERS]
+    min_new, max_new = 12, 16
+    free = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_new),
+                        use_tqdm=False)
+    assert all(len(o.outputs[0].token_ids) < min_new for o in free), \
+        "the test needs prompts the model ends early"
+    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_new,
+                                                min_tokens=min_new), use_tqdm=False)
+    refs = []
+    with torch.inference_mode():
+        for ids in prompts:
+            x = torch.tensor([ids])
+            y = hf_model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new,
+                                  min_new_tokens=min_new, do_sample=False, pad_token_id=2,
+                                  eos_token_id=eos)
+            refs.append(y[0, len(ids):].tolist())
+    ours = [o.outputs[0].token_ids for o in outs]
+    for got in ours:
+        assert len(got) >= min_new and not set(got[:min_new]) & set(eos)
+    assert_same_or_near_tie(hf_model, prompts, ours, refs, "min_tokens")
 
 
 def test_llm_by_name_with_text_prompt_matches_hf(hf_model):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from llmlab import metrics
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.engine.request import RequestMetrics
+from llmlab.request import RequestMetrics
 from llmlab.metrics import Timeline, arrival_times, summarize
 
 # A: arrives at 0, tokens at 1.0, 1.5, 2.0, 2.5 -> TTFT 1.0, E2EL 2.5, TPOT 1.5/3 = 0.5

@@ -131,8 +131,8 @@ def test_real_model_parameter_count(real_model, hf_model):
 
 
 def test_cpu_backend_forward_matches_the_torch_forward():
-    """backend="cpu" runs attention and each layer's norms, RoPE and SwiGLU in C
-    (DecoderLayer.forward_cpu): same logits as the PyTorch path, prefill then decode."""
+    """The readable model with backend="cpu" runs its attention through the C kernels: same
+    logits as the PyTorch attention, prefill then decode (the fast layers: test_model_cpu)."""
     from llmlab.kvcache import ContiguousKVCache
     from llmlab.ops import cpu_backend
 
@@ -151,35 +151,24 @@ def test_cpu_backend_forward_matches_the_torch_forward():
     torch.testing.assert_close(logits["cpu"], logits["torch"], atol=1e-4, rtol=1e-4)
 
 
-def test_cpu_path_refuses_caches_unlike_the_first_layers():
-    """The cpu path checks layer 0's arguments only, so every layer's cache must match it."""
+def test_metadata_refuses_caches_unlike_the_first_layers():
+    """The step's metadata is checked once, for every layer: a layer cache unlike layer 0's is
+    a ValueError naming it when the metadata is built, and a model given fewer caches than it
+    has layers refuses to run."""
     from llmlab.kvcache import ContiguousKVCache
+    from llmlab.ops import AttentionMetadata
 
     model = tiny_model(seed=5)
     cache = ContiguousKVCache(model.config, batch_size=1, max_len=16, dtype=model.dtype)
-    ctx = cache.context([4], backend="cpu")
-    k, v = ctx.kv_caches[1]
-    ctx.kv_caches[1] = (k, v[:, :8].clone())                 # a shorter block in layer 1
+    md = cache.context([4], backend="cpu")
+    k, v = md.kv_caches[1]
+    bad = list(md.kv_caches)
+    bad[1] = (k, v[:, :8].clone())                            # a shorter block in layer 1
+    fields = dict(cu_seqlens_q=md.cu_seqlens_q, seq_lens=md.seq_lens,
+                  slot_mapping=md.slot_mapping, block_tables=md.block_tables,
+                  max_query_len=md.max_query_len, backend="cpu")
     with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
-        model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), ctx)
-    ctx.kv_caches.pop()
+        AttentionMetadata(kv_caches=bad, **fields)
+    short = AttentionMetadata(kv_caches=list(md.kv_caches)[:-1], **fields)
     with pytest.raises(ValueError, match="one per layer"):
-        model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), ctx)
-
-
-def test_a_pipeline_stage_on_the_cpu_path_checks_its_caches_too():
-    """A pipeline stage runs its layers like the model does (the first checked, the later ones
-    calling C directly), so it must also refuse a layer cache unlike its first one."""
-    from llmlab.kvcache import ContiguousKVCache
-    from llmlab.parallel.pp import PipelineStage
-
-    model = tiny_model(seed=5, num_hidden_layers=4)
-    stage = PipelineStage(model, range(2, 4), num_stages=2, stage=1)
-    cache = ContiguousKVCache(stage.config, batch_size=1, max_len=16, dtype=model.dtype)
-    ctx = cache.context([1], backend="cpu")
-    x = torch.randn(1, model.config.hidden_size)
-    assert stage(x, cache.positions([1]), ctx).shape == (1, model.config.hidden_size)
-    k, v = ctx.kv_caches[1]
-    ctx.kv_caches[1] = (k[:, :8].clone(), v)
-    with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
-        stage(x, cache.positions([1]), ctx)
+        model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), short)

@@ -88,6 +88,21 @@ def prefill_layout(block_size: int) -> tuple[list[int], list[int]]:
     return [c + q for c, q in pairs], [q for _, q in pairs]
 
 
+def grouped(query, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q=None):
+    """`torch_backend.grouped_attention` (the engine's planned torch path) on these tensors, and
+    the plan it made: the step's metadata is built as an engine builds it (one layer)."""
+    n = query.shape[0]
+    if cu_seqlens_q is None:
+        cu_seqlens_q = torch.arange(n + 1, dtype=torch.int32)
+    q_lens = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).tolist()
+    md = ops.AttentionMetadata(cu_seqlens_q, seq_lens, torch.full((n,), -1, dtype=torch.int64),
+                               block_tables, [(key_cache, value_cache)], max(q_lens, default=0),
+                               "torch")
+    scale = query.shape[-1] ** -0.5
+    out = torch_backend.grouped_attention(query, key_cache, value_cache, md, scale)
+    return out, md.backend_state["plan"][0]
+
+
 def assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> None:
     out = out.detach().cpu()
     assert out.dtype == dtype, f"{what}: output dtype {out.dtype}, expected the query's {dtype}"
@@ -196,8 +211,8 @@ def test_torch_prefill_long_prompt_next_to_decode_tokens(monkeypatch):
     kc, vc, bt, sl = make_paged_cache(lens, 16, 3, 64, torch.float32, gen)
     cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
     q = torch.randn(int(cu[-1]), 9, 64, generator=gen)
-    out = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
-    ref = reference_paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
+    out, _ = grouped(q, kc, vc, bt, sl, cu)
+    ref = reference_paged_attention_prefill(q, kc, vc, bt, cu, sl, 64 ** -0.5)
     assert_matches(out, ref, torch.float32, "mixed prefill")
     assert prefill_calls == [90], f"expected one padded call for the long prompt, got {prefill_calls}"
     assert decode_calls == [4], f"expected the 4 one-token rows in one decode call, got {decode_calls}"
@@ -215,12 +230,11 @@ def test_torch_decode_splits_uneven_lengths_into_groups_and_matches_reference(dt
     lens = _long_and_short_lens(gen)
     kc, vc, bt, sl = make_paged_cache(lens, 16, 3, 64, dtype, gen)
     q = torch.randn(len(lens), 9, 64, generator=gen).to(dtype)
-    plan = torch_backend._plan(bt, sl, 16, None)
+    out, plan = grouped(q, kc, vc, bt, sl)
     assert len(plan.decode) >= 2, "long and short sequences should not share one padded batch"
     served = sorted(i for g in plan.decode for i in g.query_rows.tolist())
     assert served == list(range(len(lens))), "every sequence must be in exactly one group"
-    out = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
-    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, 0.125)
+    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, 64 ** -0.5)
     assert_matches(out, ref, dtype, "decode, grouped by length")
 
 
@@ -235,9 +249,8 @@ def test_torch_one_group_per_block_count_matches_reference(monkeypatch, block_si
     lens = decode_lens(block_size) + [7 * block_size + 3]
     kc, vc, bt, sl = make_paged_cache(lens, block_size, heads[1], head_dim, torch.float32, gen)
     q = torch.randn(len(lens), heads[0], head_dim, generator=gen)
-    groups = torch_backend._plan(bt, sl, block_size, None).decode
-    assert len(groups) == len({-(-n // block_size) for n in lens})
-    out = ops.paged_attention_decode(q, kc, vc, bt, sl, head_dim ** -0.5)
+    out, plan = grouped(q, kc, vc, bt, sl)
+    assert len(plan.decode) == len({-(-n // block_size) for n in lens})
     ref = reference_paged_attention_decode(q, kc, vc, bt, sl, head_dim ** -0.5)
     assert_matches(out, ref, torch.float32, "decode, one group per block count")
     run_prefill_case("torch", block_size, head_dim, heads, torch.float32, "cpu")
@@ -373,12 +386,13 @@ def _fused_decode_matches_torch(monkeypatch) -> None:
     model = tiny_model(seed=4)
     ids = torch.randint(3, 500, (6,), generator=_generator("fused-fallback"))
     out = {}
-    for backend, matmul in (("torch", "aten"), ("cpu", "cpu")):
+    from llmlab.model_cpu import cpu_model
+
+    for backend, runs in (("torch", model), ("cpu", cpu_model(model))):
         cache = ContiguousKVCache(model.config, batch_size=1, max_len=8, dtype=model.dtype)
-        with ops.use_matmul(matmul):
-            model(ids[:5], cache.positions([5]), cache.context([5], backend=backend))
-            cache.advance([5])
-            out[backend] = model(ids[5:], cache.positions([1]), cache.context([1], backend=backend))
+        runs(ids[:5], cache.positions([5]), cache.context([5], backend=backend))
+        cache.advance([5])
+        out[backend] = runs(ids[5:], cache.positions([1]), cache.context([1], backend=backend))
     assert len(calls) == model.config.num_hidden_layers
     torch.testing.assert_close(out["cpu"], out["torch"], atol=1e-4, rtol=1e-4)
 
@@ -677,10 +691,9 @@ def test_torch_decode_reads_a_full_contiguous_cache_in_place():
                                   (torch.tensor([2, 1, 3, 4]), full, False),
                                   (torch.arange(1, n + 1), full - 1, False)):
         bt = table.to(torch.int32)[:, None]
-        plan = torch_backend._plan(bt, lens, length, None)
+        out, plan = grouped(q, kc, vc, bt, lens)
         assert (plan.decode[0].view_start is not None) == in_place, (table, lens)
-        out = ops.paged_attention_decode(q, kc, vc, bt, lens, 0.125)
-        ref = reference_paged_attention_decode(q, kc, vc, bt, lens, 0.125)
+        ref = reference_paged_attention_decode(q, kc, vc, bt, lens, d ** -0.5)
         assert_matches(out, ref, torch.float32, f"decode, blocks {table.tolist()}")
 
 
@@ -701,14 +714,16 @@ def test_value_checks_run_again_when_the_metadata_changes():
         ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
 
 
-def test_torch_workspace_made_in_inference_mode_serves_calls_outside_it():
-    """The engine's forward runs in inference mode; a later plain call (a notebook, a test)
-    must still be able to write the gather workspace the forward created."""
-    gen = _generator("inference-then-plain")
-    kc, vc, bt, sl = make_paged_cache([9, 40, 3], 16, 2, 64, torch.float32, gen)
-    q = torch.randn(3, 8, 64, generator=gen)
-    torch_backend._workspace.clear()
-    with torch.inference_mode():
-        first = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
-    out = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
-    torch.testing.assert_close(out, first, atol=0, rtol=0)
+def test_grouped_attention_equals_the_readable_path_on_mixed_steps():
+    """The planned path is an optimisation of the readable one: on random mixed steps (prompt
+    chunks beside decodes, shuffled blocks, NaN in unused slots) both give the same output."""
+    for trial in range(4):
+        gen = _generator("grouped-vs-readable", trial)
+        lens = torch.randint(1, 90, (7,), generator=gen).tolist()
+        q_lens = [min(n, int(torch.randint(1, 4, (1,), generator=gen)) ** 3) for n in lens]
+        kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 32, torch.float32, gen)
+        cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
+        q = torch.randn(int(cu[-1]), 6, 32, generator=gen)
+        out, _ = grouped(q, kc, vc, bt, sl, cu)
+        readable = torch_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 32 ** -0.5)
+        torch.testing.assert_close(out, readable, atol=1e-5, rtol=1e-5)

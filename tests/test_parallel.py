@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from llmlab.config import get_config
-from llmlab.model import single_sequence_context, tiny_model
+from llmlab.model import single_sequence_metadata, tiny_model
 from llmlab.parallel import cost, launch as L, pp, tp
 from llmlab.parallel.source import ModelSource
 
@@ -41,7 +41,7 @@ def test_partial_sums_of_the_shards_rebuild_the_full_layer(world_size):
     cos, sin = model.rope_cos_sin(torch.arange(T))
 
     def attention(m):
-        ctx = single_sequence_context(m.allocate_kv_caches(1, T), 0, T, T)
+        ctx = single_sequence_metadata(m.allocate_kv_caches(1, T), 0, T, T)
         return m.layers[0].self_attn(x, cos, sin, ctx, 0)              # [T, hidden]
 
     with torch.inference_mode():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmlab.engine.request import Request, RequestStatus
+from llmlab.request import Request, RequestStatus
 from llmlab.engine.scheduler import Scheduler, SchedulerOutput
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.sampling import SamplingParams

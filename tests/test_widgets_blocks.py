@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.patches import Rectangle
 
-from llmlab.engine.request import Request
+from llmlab.request import Request
 from llmlab.kvcache import KVCacheManager
 from llmlab.sampling import SamplingParams
 from llmlab.widgets.blocks import (block_allocation_explorer, manager_walkthrough, plot_block_tables,

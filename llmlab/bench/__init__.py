@@ -1,9 +1,9 @@
 """Side-by-side benchmarks: `python -m llmlab bench NAME` runs `llmlab.bench.NAME.main`."""
 
 
-def default_attention_backend() -> str:
-    """The attention backend the benchmarks give our engine on a CPU: "cpu" (C kernels reading
-    the paged cache in place) where a C compiler builds them, else "torch"."""
-    from llmlab.ops import cpu_backend
+def default_attention_backend(model) -> str:
+    """The backend the benchmarks give our engine: what `LLM(model)` picks by default (the
+    fastest here: "cpu", the C fast path, where a C compiler builds it, else "torch")."""
+    from llmlab.engine.llm_engine import resolve_attention_backend
 
-    return "cpu" if cpu_backend.available()[0] else "torch"
+    return resolve_attention_backend(None, model)

@@ -37,8 +37,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", default=None, help="prefill prompt lengths (default 64,256,1024; fast 64,256)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--profile", action="store_true", help="profile batch 1 and the best batch even if on target")
-    p.add_argument("--matmul", default="cpu", choices=("cpu", "onednn", "aten"),
-                   help="matmul library of the linear layers (default: the engine's, cpu)")
     p.add_argument("--attention", default=None, choices=("cpu", "torch"),
                    help="attention backend (default: cpu where its C kernels build, else torch)")
     return p.parse_args(argv)
@@ -75,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.bench import default_attention_backend
     from llmlab.model import load_model
 
-    attention = args.attention or default_attention_backend()
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -96,18 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  batch-1 linear (GEMV) streams its weight at {gemv_bw / 1e9:.1f} GB/s "
           f"({gemv_bw / read_before:.0%} of the read bandwidth)", flush=True)
 
-    print(f"loading {args.model} (attention backend {attention!r}, matmul {args.matmul!r}) ...",
-          flush=True)
     model, _ = load_model(args.model)
+    attention = args.attention or default_attention_backend(model)
+    print(f"{args.model}, attention backend {attention!r} (what LLM() runs by default)",
+          flush=True)
+    if attention == "cpu":
+        from llmlab.model_cpu import cpu_model
+
+        model = cpu_model(model)          # the engine's fast path, weights prepared once
     measurements = []
     for b in batches:
         m = roofline.measure_decode_step(model, b, args.context, repeats=repeats, budget_s=20.0,
-                                         backend=attention, matmul=args.matmul)
+                                         backend=attention)
         measurements.append(m)
         print(f"  decode batch {b}: {m.seconds * 1e3:.1f} ms", flush=True)
     for n in prompts:
         m = roofline.measure_prefill(model, n, repeats=max(2, repeats // 2), budget_s=20.0,
-                                     backend=attention, matmul=args.matmul)
+                                     backend=attention)
         measurements.append(m)
         print(f"  prefill {n} tokens: {m.seconds * 1e3:.1f} ms", flush=True)
 
@@ -153,14 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     targets = {}
     if b1:
         paired = roofline.measure_paired(
-            roofline.step_fn(model, "decode", 1, args.context, attention, args.matmul),
+            roofline.step_fn(model, "decode", 1, args.context, attention),
             lambda: hardware.measure_bandwidth("cpu", kind="read", repeats=2), b1["bytes"],
             rounds=10 if args.fast else 30, budget_s=15.0)
         targets["decode_b1_x_memory_floor"] = _target(paired, b1["x_memory_floor"],
                                                       TARGET_DECODE_B1)
     if best:
         paired = roofline.measure_paired(
-            roofline.step_fn(model, "decode", best["batch"], args.context, attention, args.matmul),
+            roofline.step_fn(model, "decode", best["batch"], args.context, attention),
             lambda: hardware.measure_matmul_flops("cpu", "fp32", repeats=2), best["flops"],
             rounds=4 if args.fast else 10, budget_s=20.0)
         targets["best_batch_x_compute_floor"] = {"batch": best["batch"], **_target(
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if best and (args.profile or not targets["best_batch_x_compute_floor"]["met"]):
         to_profile.append(("decode", best["batch"]))
     for kind, n in to_profile:
-        top = _profile(roofline.step_fn(model, kind, n, args.context, attention, args.matmul))
+        top = _profile(roofline.step_fn(model, kind, n, args.context, attention))
         profiles[f"{kind}_b{n}"] = top
         print(f"\nprofile of {kind} batch {n} (self CPU time, top operators):")
         for e in top:
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                        "read_bw_before_after": [read_before, read_after],
                        "fp32_matmul_flops_before_after": [peak_before, peak_after],
                        "gemv_bw": gemv_bw},
-           "matmul": args.matmul, "attention_backend": attention,
+           "attention_backend": attention,
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
            "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,

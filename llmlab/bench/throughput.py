@@ -11,13 +11,13 @@ batch size:
 - hf-continuous   transformers' own continuous batching (`generate_batch`'s manager, each
                   request with its own max_new_tokens), where the installed version has it
 - llmlab-static   our engine with `scheduling="static"`
-- llmlab          our engine (continuous batching, chunked prefill, prefix caching), attention
-                  by the "cpu" backend's C kernels (`--attention`; "torch" without a C compiler)
-- llmlab-aten     our engine with the aten matmul transformers uses instead of ours (see
-                  `llmlab.ops.matmul`): `llmlab` / `llmlab-aten` is what the library gives,
-                  `llmlab-aten` / the hf systems what the engine gives on the same matmul
-- llmlab-torch    our engine with the plain-PyTorch attention backend (gather + SDPA):
-                  `llmlab` / `llmlab-torch` is what the C attention kernels give
+- llmlab          our engine (continuous batching, chunked prefill, prefix caching) as `LLM()`
+                  runs it by default: the "cpu" fast path (C kernels, prepared weights;
+                  `--attention`; "torch" without a C compiler)
+- llmlab-torch    our engine on the readable model (`attention_backend="torch"`: nn.Linear on
+                  aten's matmul, as transformers, and PyTorch attention): `llmlab-torch` / the
+                  hf systems is what the engine gives on the same matmul, `llmlab` /
+                  `llmlab-torch` what the fast path adds
 
 Prints a table and writes JSON (default `build/bench-throughput.json`):
 `{"systems": {NAME: {"requests", "output_tokens", "seconds", "tok_per_s"}}, "machine": {...},
@@ -39,7 +39,7 @@ import torch
 from llmlab.config import DATA_DIR
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab",
-           "llmlab-aten", "llmlab-torch")
+           "llmlab-torch")
 
 
 def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
@@ -113,8 +113,8 @@ def run_hf_continuous(hf, work, batch_size: int) -> int:
 
 
 def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
-                     scheduling: str = "continuous", matmul: str = "cpu",
-                     attention: str = "torch", forward: bool = True):
+                     scheduling: str = "continuous", attention: str = "torch",
+                     forward: bool = True):
     """Run `work` through a fresh engine; returns (engine, outputs).
 
     forward=False replaces the model runner by one that returns token 0 for every request due
@@ -124,7 +124,7 @@ def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
 
     llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
               scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64,
-              matmul=matmul, attention_backend=attention)
+              attention_backend=attention)
     engine = llm.llm_engine
     if not forward:
         def no_forward(out):
@@ -142,11 +142,10 @@ def median_step_overhead_us(engine) -> float:
     return per_req[len(per_req) // 2] * 1e6
 
 
-def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str,
-                       matmul: str = "cpu"):
+def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str):
     def run(_hf, work, batch_size: int) -> int:
         run.last_engine, outs = _llmlab_generate(model, tokenizer, work, batch_size, max_len,
-                                                 scheduling, matmul, attention)
+                                                 scheduling, attention)
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
     run.last_engine = None
@@ -186,7 +185,7 @@ def workload_flops(cfg, work) -> float:
 
 
 def measure_peak(threads: int) -> float:
-    """This machine's fp32 matmul peak now (FLOP/s, the faster of aten and oneDNN)."""
+    """This machine's fp32 matmul peak now (FLOP/s, the fastest of aten and oneDNN)."""
     from llmlab.hardware import measure_matmul_flops
 
     return measure_matmul_flops("cpu", "fp32", n=1024, repeats=3, threads=threads)
@@ -266,15 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     max_len = max(len(ids) + n for ids, n in work)
     from llmlab.bench import default_attention_backend
 
-    attention = args.attention or default_attention_backend()
+    attention = args.attention or default_attention_backend(model)
+    print(f"llmlab runs with attention_backend={attention!r}", flush=True)
     llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len, attention)
     llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len, attention)
-    llmlab_aten = make_llmlab_runner(model, tokenizer, "continuous", max_len, attention,
-                                     matmul="aten")
     llmlab_torch = make_llmlab_runner(model, tokenizer, "continuous", max_len, "torch")
     runners = {"hf-sequential": run_hf_sequential, "hf-static": run_hf_static,
                "hf-continuous": run_hf_continuous, "llmlab-static": llmlab_static,
-               "llmlab": llmlab_cont, "llmlab-aten": llmlab_aten, "llmlab-torch": llmlab_torch}
+               "llmlab": llmlab_cont, "llmlab-torch": llmlab_torch}
     if "hf-continuous" in systems and not hasattr(hf, "generate_batch"):
         print("hf-continuous: this transformers version has no generate_batch; skipped")
         systems.remove("hf-continuous")
@@ -318,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
                 "malloc_thresholds_fixed_for_all_systems": allocator_tuned,
                 "llmlab": {"block_size": 16, "max_num_batched_tokens": 2048,
                            "attention_backend": attention, "prefix_caching": True,
-                           "chunked_prefill": True, "matmul": "cpu"},
-                "llmlab-aten": "as llmlab, matmul='aten' (MKL sgemm, as transformers)",
-                "llmlab-torch": "as llmlab, attention_backend='torch' (gather + SDPA)",
+                           "chunked_prefill": True},
+                "llmlab-torch": "as llmlab, attention_backend='torch' (the readable model: "
+                                "aten matmul, PyTorch attention)",
                 "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
                 "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
                 "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "

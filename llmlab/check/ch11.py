@@ -55,7 +55,7 @@ def slot_for_position(answer: Any) -> CheckResult:
 
 def _hit_expected() -> int:
     """Run the case on a real KVCacheManager: the first request computes, the second asks."""
-    from llmlab.engine.request import Request
+    from llmlab.request import Request
     from llmlab.kvcache import KVCacheManager
     from llmlab.sampling import SamplingParams
 

@@ -3,7 +3,7 @@ from llmlab.engine.llm import LLM
 from llmlab.engine.llm_engine import EngineConfig, LLMEngine
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.engine.request import Request, RequestMetrics, RequestStatus
+from llmlab.request import Request, RequestMetrics, RequestStatus
 from llmlab.engine.scheduler import Scheduler, SchedulerOutput
 
 __all__ = ["LLM", "LLMEngine", "EngineConfig", "ModelRunner", "RequestOutput",

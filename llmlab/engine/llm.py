@@ -14,25 +14,14 @@ class LLM:
 
     model: a model name or Hugging Face directory (loaded with `llmlab.model.load_model`), or
     an already built `LlamaModel` (then `tokenizer` is optional: without one, prompts must be
-    token ids). block_size: tokens per KV block. num_kv_blocks: KV pool size (None: enough for
-    max_num_seqs requests of max_model_len, capped at `kv_cache_memory_bytes`, default 1 GiB).
-    max_model_len: longest prompt + output (None: min(model's max_position_embeddings, 4096)).
-    max_num_seqs: most requests running at once. max_num_batched_tokens: most tokens per step.
-    enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
-    blocks of shared prefixes. attention_backend: "torch" | "triton" | "cuda" | "cpu" (C kernels,
-    the fastest on a CPU; see `llmlab.ops`). seed: the RNG of unseeded sampled requests.
-    scheduling: "continuous" or "static" (chapter 08's baseline).
-    Further keyword arguments go to `EngineConfig`: kv_cache_memory_bytes, and matmul
-    ("cpu", the default: oneDNN, and our GEMV for one-row inputs; "onednn"; or "aten": the library
-    of every linear layer, see `llmlab.ops.matmul`).
+    token ids). Every other keyword argument is an `EngineConfig` setting, with its default
+    there: block_size, num_kv_blocks, max_model_len, max_num_seqs, max_num_batched_tokens,
+    enable_chunked_prefill, enable_prefix_caching, attention_backend (None: the fastest here,
+    what the benchmarks measure; "torch" for the readable model), seed, scheduling,
+    kv_cache_memory_bytes.
     """
 
-    def __init__(self, model: str | LlamaModel = "smollm2-135m", block_size: int = 16,
-                 num_kv_blocks: int | None = None, max_model_len: int | None = None,
-                 max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
-                 enable_chunked_prefill: bool = True, enable_prefix_caching: bool = True,
-                 attention_backend: str = "torch", seed: int = 0,
-                 scheduling: str = "continuous", tokenizer: Any = None,
+    def __init__(self, model: str | LlamaModel = "smollm2-135m", tokenizer: Any = None,
                  **engine_kwargs: Any) -> None:
         if isinstance(model, str):
             from llmlab.model import load_model
@@ -42,13 +31,7 @@ class LLM:
         elif not isinstance(model, LlamaModel):
             raise ValueError(f"model must be a model name, a directory or a LlamaModel, "
                              f"got {type(model).__name__}")
-        self.llm_engine = LLMEngine(
-            model, tokenizer, block_size=block_size, num_kv_blocks=num_kv_blocks,
-            max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            enable_chunked_prefill=enable_chunked_prefill,
-            enable_prefix_caching=enable_prefix_caching, attention_backend=attention_backend,
-            seed=seed, scheduling=scheduling, **engine_kwargs)
+        self.llm_engine = LLMEngine(model, tokenizer, **engine_kwargs)
         self._counter = 0
 
     def get_tokenizer(self) -> Any:

@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from llmlab import ops
 from llmlab.engine.allocator import keep_freed_memory
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.engine.request import Request, RequestStatus
+from llmlab.request import Request, RequestStatus
 from llmlab.engine.scheduler import SCHEDULING_POLICIES, Scheduler, SchedulerOutput
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
@@ -29,11 +30,25 @@ from llmlab.sampling import SamplingParams, make_generator
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_KV_CACHE_BYTES = 1 << 30     # 1 GiB: the pool's size cap when num_kv_blocks is None
+STEP_OVERHEAD_HISTORY = 10_000       # steps whose scheduling overhead `step_overheads` keeps
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The engine's settings, validated once (each error names the argument)."""
+    """The engine's settings and their defaults (the one place they are stated), validated once;
+    each error names the argument.
+
+    block_size: tokens per KV block. num_kv_blocks: KV pool size (None: enough for max_num_seqs
+    requests of max_model_len, capped at `kv_cache_memory_bytes`). max_model_len: longest
+    prompt + output (None: min(model's max_position_embeddings, 4096)). max_num_seqs: most
+    requests running at once. max_num_batched_tokens: most tokens per step.
+    enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
+    blocks of shared prefixes. attention_backend: None picks the fastest one here ("cpu", the C
+    fast path, for a float32 model on a CPU with a C compiler; "triton" on a GPU; else
+    "torch"); by name: "torch" (the readable model, plain PyTorch), "triton", "cuda", "cpu".
+    seed: the RNG of unseeded sampled requests. scheduling: "continuous" or "static" (chapter
+    08's baseline).
+    """
 
     block_size: int = 16
     num_kv_blocks: int | None = None
@@ -42,11 +57,10 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
-    attention_backend: str = "torch"
+    attention_backend: str | None = None
     seed: int = 0
     scheduling: str = "continuous"
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
-    matmul: str = "cpu"
 
     def __post_init__(self) -> None:
         def positive_int(name: str, allow_none: bool = False) -> None:
@@ -65,19 +79,33 @@ class EngineConfig:
         for name in ("enable_chunked_prefill", "enable_prefix_caching"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.attention_backend not in ops.BACKENDS:
-            raise ValueError(f"attention_backend must be one of {ops.BACKENDS}, "
-                             f"got {self.attention_backend!r}")
-        if self.attention_backend not in ops.available_backends():
-            raise ValueError(f"attention_backend {self.attention_backend!r} cannot run on this "
-                             f"machine; available: {ops.available_backends()}")
-        if self.matmul not in ops.MATMUL_BACKENDS:
-            raise ValueError(f"matmul must be one of {ops.MATMUL_BACKENDS}, got {self.matmul!r}")
+        if self.attention_backend is not None and self.attention_backend not in ops.BACKENDS:
+            raise ValueError(f"attention_backend must be None (the fastest here) or one of "
+                             f"{ops.BACKENDS}, got {self.attention_backend!r}")
         if self.scheduling not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling must be one of {SCHEDULING_POLICIES}, "
                              f"got {self.scheduling!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+
+
+def resolve_attention_backend(name: str | None, model: LlamaModel) -> str:
+    """The backend an engine on `model` runs: `name`, checked to run here, or for None the
+    fastest one that does. Only "cpu" compiles anything (its C kernels)."""
+    if name is None:
+        if model.device.type == "cuda":
+            return "triton" if ops.backend_available("triton")[0] else "torch"
+        from llmlab.model_cpu import cpu_model_applies
+
+        return "cpu" if cpu_model_applies(model)[0] else "torch"
+    ok, why = ops.backend_available(name)
+    if ok and name == "cpu":
+        from llmlab.model_cpu import cpu_model_applies
+
+        ok, why = cpu_model_applies(model)
+    if not ok:
+        raise ValueError(f"attention_backend {name!r} cannot run here: {why}")
+    return name
 
 
 def kv_bytes_per_block(model: LlamaModel, block_size: int) -> int:
@@ -99,7 +127,9 @@ class LLMEngine:
         if not isinstance(model, LlamaModel):
             raise ValueError(f"model must be an llmlab.model.LlamaModel, "
                              f"got {type(model).__name__}")
-        self.config = config = EngineConfig(**kwargs)
+        config = EngineConfig(**kwargs)
+        self.config = config = replace(
+            config, attention_backend=resolve_attention_backend(config.attention_backend, model))
         keep_freed_memory()          # steps reuse memory instead of page-faulting it in again
         self.model = model
         self.tokenizer = tokenizer
@@ -142,13 +172,12 @@ class LLMEngine:
                                    scheduling=config.scheduling)
         self.model_runner = ModelRunner(model, self.kv_cache_manager, self.num_kv_blocks, bs,
                                         config.attention_backend,
-                                        default_generator=make_generator(config.seed),
-                                        matmul=config.matmul)
+                                        default_generator=make_generator(config.seed))
         self.requests: dict[str, Request] = {}     # every unfinished request by id
         self.last_scheduler_output: SchedulerOutput | None = None
         self.forward_seconds = 0.0
-        # per step: (seconds in schedule() + update_from_output(), requests scheduled)
-        self.step_overheads: list[tuple[float, int]] = []
+        # the latest steps: (seconds in schedule() + update_from_output(), requests scheduled)
+        self.step_overheads: deque[tuple[float, int]] = deque(maxlen=STEP_OVERHEAD_HISTORY)
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -182,6 +211,10 @@ class LLMEngine:
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise ValueError(f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}")
+        bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
+        if bad:
+            raise ValueError(f"SamplingParams.stop_token_ids must be in [0, {self.vocab_size}), "
+                             f"got {bad[:5]}")
         if len(token_ids) > self.max_model_len:
             raise ValueError(f"prompt has {len(token_ids)} tokens, more than "
                              f"max_model_len={self.max_model_len}")
@@ -229,7 +262,7 @@ class LLMEngine:
             request_id=req.request_id, prompt=req.prompt, prompt_token_ids=req.prompt_token_ids,
             outputs=[CompletionOutput(0, "", req.output_token_ids[-1:],
                                       req.status.finish_reason)],
-            finished=req.status.is_finished, num_cached_tokens=max(req.num_cached_tokens, 0),
+            finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
             metrics=req.metrics) for req in got_token]
 
     def make_output(self, req: Request) -> RequestOutput:
@@ -241,7 +274,7 @@ class LLMEngine:
             prompt_token_ids=list(req.prompt_token_ids),
             outputs=[CompletionOutput(0, text, list(req.output_token_ids),
                                       req.status.finish_reason)],
-            finished=req.status.is_finished, num_cached_tokens=max(req.num_cached_tokens, 0),
+            finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
             metrics=req.metrics)
 
     def get_request_output(self, request_id: str) -> RequestOutput:

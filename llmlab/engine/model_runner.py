@@ -6,6 +6,10 @@ builds the attention metadata (`cu_seqlens_q`, `seq_lens`, `block_tables`, `slot
 tensor operations (a Python loop over requests, never over tokens), runs the model once, computes
 logits only for the last token of each request that is caught up (a partial prefill chunk
 samples nothing) and samples them, each request with its own parameters and generator.
+
+The model it runs is chosen once, here: the readable `llmlab.model` for the "torch", "triton"
+and "cuda" attention backends, or, for "cpu", the same model with its layers swapped for the C
+fast path (`llmlab.model_cpu.cpu_model`, weights prepared once at start-up).
 """
 from __future__ import annotations
 
@@ -14,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab import ops
 from llmlab.engine.scheduler import SchedulerOutput
 from llmlab.kvcache.manager import KVCacheManager
-from llmlab.model import AttentionContext, LlamaModel
+from llmlab.model import LlamaModel
+from llmlab.ops.metadata import AttentionMetadata
 from llmlab.sampling import sample
 
 
@@ -27,7 +31,7 @@ class ModelInput:
 
     input_ids: torch.Tensor          # [T] int64
     positions: torch.Tensor          # [T] int64
-    ctx: AttentionContext
+    metadata: AttentionMetadata
     sample_rows: torch.Tensor        # [R] int64: flat index of the last token of each sampled request
     sample_requests: list            # the R requests that get a token, in order
 
@@ -36,9 +40,12 @@ class ModelRunner:
     """Runs `model` over the paged KV cache `kv_caches` for the requests a scheduler picks."""
 
     def __init__(self, model: LlamaModel, kv_cache_manager: KVCacheManager, num_blocks: int,
-                 block_size: int, attention_backend: str = "torch",
-                 default_generator: torch.Generator | None = None,
-                 matmul: str = "cpu") -> None:
+                 block_size: int, attention_backend: str,
+                 default_generator: torch.Generator | None) -> None:
+        if attention_backend == "cpu":
+            from llmlab.model_cpu import cpu_model
+
+            model = cpu_model(model)       # the C fast path, weights prepared once
         self.model = model
         self.kv_cache_manager = kv_cache_manager
         self.block_size = block_size
@@ -49,7 +56,12 @@ class ModelRunner:
         # unseeded requests draw from this one (seeded by the engine's `seed`)
         self.default_generator = default_generator
         self.prepare_seconds = 0.0       # time spent building flat batches (engine overhead)
-        self.matmul = matmul             # the library of every linear layer (see llmlab.ops.matmul)
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights this runner computes with: parameters plus prepared copies."""
+        from llmlab.model_cpu import weight_bytes
+
+        return weight_bytes(self.model)
 
     def prepare_inputs(self, out: SchedulerOutput) -> ModelInput:
         """Build input ids, positions and attention metadata for one step."""
@@ -94,12 +106,14 @@ class ModelRunner:
         block_of_token = block_tables[seq_idx, positions // bs].long()            # [T]
         slot_mapping = block_of_token * bs + positions % bs                         # [T]
         seq_lens = (starts + q_lens).to(torch.int32)                               # [S]
-        ctx = AttentionContext(
+        # checked here, once; every layer of the step then uses it as it is
+        metadata = AttentionMetadata(
             cu_seqlens_q=cu_seqlens_q.to(device), seq_lens=seq_lens.to(device),
             slot_mapping=slot_mapping.to(device), block_tables=block_tables.to(device),
             kv_caches=self.kv_caches, max_query_len=max(q_lens_list),
             backend=self.attention_backend)
-        return ModelInput(input_ids=input_ids.to(device), positions=positions.to(device), ctx=ctx,
+        return ModelInput(input_ids=input_ids.to(device), positions=positions.to(device),
+                          metadata=metadata,
                           sample_rows=torch.tensor(sample_idx, dtype=torch.long, device=device),
                           sample_requests=sample_requests)
 
@@ -108,15 +122,17 @@ class ModelRunner:
         if out.is_empty:
             return []
         t0 = time.perf_counter()
-        # built outside inference mode: plain tensors keep a version counter, so the per-layer
-        # memo of checks and plans (llmlab.ops._memo) can tell they did not change
         inp = self.prepare_inputs(out)
         self.prepare_seconds += time.perf_counter() - t0
-        with torch.inference_mode(), ops.use_matmul(self.matmul):
-            hidden = self.model(inp.input_ids, inp.positions, inp.ctx)           # [T, hidden]
+        with torch.inference_mode():
+            hidden = self.model(inp.input_ids, inp.positions, inp.metadata)      # [T, hidden]
             if not inp.sample_requests:
                 return []
             logits = self.model.compute_logits(hidden[inp.sample_rows])           # [R, vocab]
+            for row, req in enumerate(inp.sample_requests):
+                banned = req.banned_token_ids()       # EOS / stop tokens before min_tokens
+                if banned:
+                    logits[row, list(banned)] = float("-inf")
             params = [r.sampling_params for r in inp.sample_requests]
             default = self.default_generator
             generators = [r.generator if r.generator is not None else default

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmlab.engine.request import RequestMetrics
+from llmlab.request import RequestMetrics
 
 
 @dataclass

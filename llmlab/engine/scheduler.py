@@ -30,7 +30,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from llmlab.engine.request import Request, RequestStatus
+from llmlab.request import Request, RequestStatus
 from llmlab.kvcache.manager import KVCacheManager
 
 SCHEDULING_POLICIES = ("continuous", "static")
@@ -195,7 +195,7 @@ class Scheduler:
                     self._static_quota -= 1
                 req.status = RequestStatus.RUNNING
                 req.num_computed_tokens = num_cached
-                if req.num_cached_tokens < 0:
+                if req.num_cached_tokens is None:
                     req.num_cached_tokens = num_cached
                 if req.metrics.first_scheduled_time is None:
                     if now is None:

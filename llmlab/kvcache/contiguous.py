@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from llmlab.config import ModelConfig
+from llmlab.ops.metadata import AttentionMetadata
 
 
 class ContiguousKVCache:
@@ -43,12 +44,10 @@ class ContiguousKVCache:
         return per_token * sum(self.lengths)
 
     def context(self, num_new: list[int], backend: str = "torch"):
-        """An `AttentionContext` for appending `num_new[s]` tokens to each sequence s.
+        """The `AttentionMetadata` for appending `num_new[s]` tokens to each sequence s.
 
         Call `advance(num_new)` after the forward to record the new lengths.
         """
-        from llmlab.model import AttentionContext
-
         if len(num_new) != self.batch_size:
             raise ValueError(f"num_new must have one entry per sequence ({self.batch_size}), got {len(num_new)}")
         for s, n in enumerate(num_new):
@@ -63,7 +62,7 @@ class ContiguousKVCache:
         offset = torch.arange(int(new.sum())) - first + starts[seq]               # [T] position in its seq
         cu = torch.zeros(self.batch_size + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(new, 0)
-        return AttentionContext(
+        return AttentionMetadata(
             cu_seqlens_q=cu.to(device),
             seq_lens=(starts + new).to(torch.int32).to(device),
             slot_mapping=(seq * self.max_len + offset).to(device),

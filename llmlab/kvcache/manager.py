@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from llmlab.kvcache.block_pool import BlockHash, BlockPool, KVCacheBlock
 
 if TYPE_CHECKING:
-    from llmlab.engine.request import Request
+    from llmlab.request import Request
 
 
 @dataclass

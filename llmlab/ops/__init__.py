@@ -1,5 +1,4 @@
-"""Paged-attention ops with a `backend=` switch: "torch", "triton", "cuda", "cpu"; and `linear`, the
-matmul every projection of the model runs (see `llmlab.ops.matmul`).
+"""Paged-attention ops with a `backend=` switch: "torch", "triton", "cuda", "cpu".
 
 Layouts (NHD, as in vLLM's Triton attention and FlashAttention):
 
@@ -15,7 +14,8 @@ Layouts (NHD, as in vLLM's Triton attention and FlashAttention):
 
 Backends:
 
-- "torch": plain PyTorch, vectorised; the engine's CPU path. Any device.
+- "torch": plain PyTorch, written to be read (gather a sequence's blocks, softmax(QKᵀ/√d)V with
+  a causal mask); every backend is checked against it. Any device.
 - "triton": Triton kernels. Compiled on CUDA tensors; on CPU tensors they run through the Triton
   interpreter, which the backend switches on (TRITON_INTERPRET=1) before it first imports
   triton when no CUDA GPU is available. The interpreter is for learning and tests, not speed.
@@ -27,7 +27,12 @@ Backends:
   The fastest path on a CPU; float32 (other dtypes run the torch code). CPU tensors only.
 
 All backends take the same arguments and return the same values (fp32 within 1e-5). Arguments
-are checked here, once, before any backend runs (see `llmlab.ops._checks`).
+are checked here, before any backend runs (see `llmlab.ops._checks`).
+
+A model layer calls `attention(q, k, v, metadata, layer)`: the step's `AttentionMetadata`
+(`llmlab.ops.metadata`) was checked once when it was built, so each layer's call checks only
+its own q, k and v, then writes k and v into the cache and attends, as a vLLM attention
+backend's `forward` does.
 """
 
 from __future__ import annotations
@@ -38,23 +43,19 @@ from types import ModuleType
 import torch
 
 from llmlab.ops import _checks, torch_backend
-from llmlab.ops.matmul import (MATMUL_BACKENDS, linear, linear_split, matmul_backend,
-                               set_matmul_backend, use_matmul)
-
-BACKENDS = ("torch", "triton", "cuda", "cpu")
+from llmlab.ops._checks import BACKENDS
+from llmlab.ops.metadata import AttentionMetadata, single_sequence_metadata
 
 __all__ = [
     "BACKENDS",
-    "MATMUL_BACKENDS",
+    "AttentionMetadata",
+    "attention",
     "available_backends",
-    "linear",
-    "linear_split",
-    "matmul_backend",
+    "backend_available",
     "paged_attention_decode",
     "paged_attention_prefill",
     "reshape_and_cache",
-    "set_matmul_backend",
-    "use_matmul",
+    "single_sequence_metadata",
 ]
 
 
@@ -62,15 +63,23 @@ def available_backends() -> list[str]:
     """The backends that can run on this machine ("torch" always; "triton" when the package is
     installed, compiled on a GPU or interpreted on CPU; "cuda" with a CUDA GPU and nvcc-capable
     torch; "cpu" where a C compiler builds `kernels/cpu_attention.c`)."""
-    found = ["torch"]
-    if importlib.util.find_spec("triton") is not None:
-        found.append("triton")
-    if torch.cuda.is_available() and torch.version.cuda is not None:
-        found.append("cuda")
+    return [name for name in BACKENDS if backend_available(name)[0]]
+
+
+def backend_available(backend: str) -> tuple[bool, str]:
+    """(True, "") when `backend` can run here, else (False, why). Only "cpu" compiles anything
+    (its C kernels, on first use): asking about another backend never does."""
+    _checks.check_backend_name(backend)
+    if backend == "torch":
+        return True, ""
+    if backend == "triton":
+        found = importlib.util.find_spec("triton") is not None
+        return found, "" if found else "the triton package is not installed"
+    if backend == "cuda":
+        found = torch.cuda.is_available() and torch.version.cuda is not None
+        return found, "" if found else "no CUDA GPU (or a torch build without CUDA)"
     from llmlab.ops import cpu_backend
-    if cpu_backend.available()[0]:
-        found.append("cpu")
-    return found
+    return cpu_backend.available()
 
 
 def _backend(backend: str) -> ModuleType:
@@ -134,3 +143,26 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
                           scale)
     return impl.paged_attention_prefill(query, key_cache, value_cache, block_tables,
                                         cu_seqlens_q, seq_lens, float(scale))
+
+
+def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              metadata: AttentionMetadata, layer: int, scale: float) -> torch.Tensor:
+    """One layer's attention in an engine step: write this step's `key`, `value`
+    `[num_tokens, num_kv_heads, head_dim]` into layer `layer`'s cache, then attend `query`
+    `[num_tokens, num_heads, head_dim]` over everything cached -> `[num_tokens, num_heads, head_dim]`.
+
+    `metadata` (checked when it was built) says where each sequence's tokens go and which blocks
+    it reads; only the tensors of this layer are checked here.
+    """
+    key_cache, value_cache = metadata.kv_caches[layer]
+    _checks.check_layer_qkv(query, key, value, key_cache, metadata.num_tokens)
+    impl = _backend(metadata.backend)
+    impl.reshape_and_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
+    if metadata.backend == "torch":
+        # the readable path's engine speed-up: sequences of similar length attended together
+        return torch_backend.grouped_attention(query, key_cache, value_cache, metadata, scale)
+    if metadata.is_decode_only:
+        return impl.paged_attention_decode(query, key_cache, value_cache, metadata.block_tables,
+                                           metadata.seq_lens, scale)
+    return impl.paged_attention_prefill(query, key_cache, value_cache, metadata.block_tables,
+                                        metadata.cu_seqlens_q, metadata.seq_lens, scale)

@@ -4,26 +4,29 @@ Every backend receives exactly the same arguments (see `llmlab.ops`), so the che
 once, and run at the public boundary before any backend is called. Shapes, dtypes, devices and
 contiguity are always checked. Checks that must read tensor *values* (slot ranges, sequence
 lengths against the block table) run only for CPU tensors, because on a GPU they would force a
-device-to-host copy on every layer of every step.
+device-to-host copy.
+
+The engine's layers do not come through these per-call checks: the step's metadata is checked
+once when it is built (`check_metadata`, called by `llmlab.ops.metadata.AttentionMetadata`) and
+each layer's call (`llmlab.ops.attention`) checks only its own q, k and v (`check_layer_qkv`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from llmlab.ops._memo import LastValues
-
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-# The value checks read metadata every layer of a step shares: a set of values that passed is
-# not checked again (see `llmlab.ops._memo`).
-_ATTENTION_PASSED = LastValues()
-_PREFILL_PASSED = LastValues()
-_SLOTS_PASSED = LastValues()
+BACKENDS = ("torch", "triton", "cuda", "cpu")
 
 
 def _fail(name: str, value: object, expected: str) -> None:
     raise ValueError(f"{name}: got {value}, expected {expected}")
+
+
+def check_backend_name(backend: object) -> str:
+    if backend not in BACKENDS:
+        _fail("backend", repr(backend), f"one of {', '.join(map(repr, BACKENDS))}")
+    return backend
 
 
 def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple, layout: str) -> None:
@@ -83,15 +86,16 @@ def check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) ->
             _fail(f"{name}.dtype", t.dtype, f"the cache dtype ({key_cache.dtype})")
     _check_same_device([("key_cache", key_cache), ("value_cache", value_cache), ("key", key),
                         ("value", value), ("slot_mapping", slot_mapping)])
-    num_slots = num_blocks * block_size
-    if (slot_mapping.device.type == "cpu" and slot_mapping.numel() > 0
-            and not _SLOTS_PASSED.get((num_slots,), slot_mapping)):
+    _check_slot_values(slot_mapping, num_blocks * block_size)
+
+
+def _check_slot_values(slot_mapping: torch.Tensor, num_slots: int) -> None:
+    if slot_mapping.device.type == "cpu" and slot_mapping.numel() > 0:
         lo, hi = int(slot_mapping.min()), int(slot_mapping.max())
         if lo < -1 or hi >= num_slots:
             bad = lo if lo < -1 else hi
             _fail("slot_mapping", f"a slot {bad}",
                   f"-1 (skip) or a slot in [0, {num_slots}) = num_blocks * block_size")
-        _SLOTS_PASSED.put((num_slots,), (slot_mapping,), True)
 
 
 def _check_attention_common(query, key_cache, value_cache, block_tables, seq_lens,
@@ -106,6 +110,16 @@ def _check_attention_common(query, key_cache, value_cache, block_tables, seq_len
               f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)")
     if query.dtype != key_cache.dtype:
         _fail("query.dtype", query.dtype, f"the cache dtype ({key_cache.dtype})")
+    num_seqs = _check_metadata_tensors(block_tables, seq_lens)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        _fail("scale", scale, "a positive float (usually head_dim ** -0.5)")
+    _check_same_device([("query", query), ("key_cache", key_cache), ("value_cache", value_cache),
+                        ("block_tables", block_tables), ("seq_lens", seq_lens)])
+    _check_table_values(block_tables, seq_lens, num_blocks, block_size)
+    return num_seqs, num_heads, num_kv_heads, head_dim, block_size
+
+
+def _check_metadata_tensors(block_tables, seq_lens) -> int:
     _check_tensor("block_tables", block_tables, 2, (torch.int32,),
                   "[num_seqs, max_blocks_per_seq] of int32")
     _check_tensor("seq_lens", seq_lens, 1, (torch.int32,), "[num_seqs] of int32")
@@ -113,12 +127,13 @@ def _check_attention_common(query, key_cache, value_cache, block_tables, seq_len
     if block_tables.shape[0] != num_seqs:
         _fail("block_tables", f"shape {tuple(block_tables.shape)}",
               f"num_seqs={num_seqs} rows (one per entry of seq_lens)")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        _fail("scale", scale, "a positive float (usually head_dim ** -0.5)")
-    _check_same_device([("query", query), ("key_cache", key_cache), ("value_cache", value_cache),
-                        ("block_tables", block_tables), ("seq_lens", seq_lens)])
-    if (seq_lens.device.type == "cpu" and num_seqs > 0
-            and not _ATTENTION_PASSED.get((num_blocks, block_size), block_tables, seq_lens)):
+    return num_seqs
+
+
+def _check_table_values(block_tables, seq_lens, num_blocks: int, block_size: int) -> None:
+    """Lengths fit the block table, and every block a sequence uses is a real block."""
+    num_seqs = seq_lens.shape[0]
+    if seq_lens.device.type == "cpu" and num_seqs > 0:
         capacity = block_tables.shape[1] * block_size
         lo, hi = int(seq_lens.min()), int(seq_lens.max())
         if lo < 0 or hi > capacity:
@@ -132,8 +147,6 @@ def _check_attention_common(query, key_cache, value_cache, block_tables, seq_len
             if int(ids.min()) < 0 or int(ids.max()) >= num_blocks:
                 bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
                 _fail("block_tables", f"a used block id {bad}", f"ids in [0, {num_blocks})")
-        _ATTENTION_PASSED.put((num_blocks, block_size), (block_tables, seq_lens), True)
-    return num_seqs, num_heads, num_kv_heads, head_dim, block_size
 
 
 def check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale) -> None:
@@ -153,18 +166,24 @@ def check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq
     """Validate the arguments of `paged_attention_prefill`."""
     num_seqs, *_ = _check_attention_common(query, key_cache, value_cache, block_tables, seq_lens,
                                            scale, "[num_tokens, num_heads, head_dim]")
+    _check_same_device([("query", query), ("cu_seqlens_q", cu_seqlens_q)])
+    _check_query_offsets(cu_seqlens_q, seq_lens, query.shape[0])
+
+
+def _check_query_offsets(cu_seqlens_q, seq_lens, num_tokens: int) -> int:
+    """cu_seqlens_q: [num_seqs + 1] int32 from 0 to num_tokens, no sequence with more new tokens
+    than its length. Returns the longest query (CPU tensors; 0 otherwise)."""
+    num_seqs = seq_lens.shape[0]
     _check_tensor("cu_seqlens_q", cu_seqlens_q, 1, (torch.int32,), "[num_seqs + 1] of int32")
     if cu_seqlens_q.shape[0] != num_seqs + 1:
         _fail("cu_seqlens_q", f"shape {tuple(cu_seqlens_q.shape)}",
               f"[num_seqs + 1 = {num_seqs + 1}]")
-    _check_same_device([("query", query), ("cu_seqlens_q", cu_seqlens_q)])
-    if cu_seqlens_q.device.type == "cpu" and not _PREFILL_PASSED.get(
-            (query.shape[0],), cu_seqlens_q, seq_lens):
+    if cu_seqlens_q.device.type == "cpu":
         cu = cu_seqlens_q.long()
         q_lens = cu[1:] - cu[:-1]  # [num_seqs]
-        if int(cu[0]) != 0 or int(cu[-1]) != query.shape[0]:
+        if int(cu[0]) != 0 or int(cu[-1]) != num_tokens:
             _fail("cu_seqlens_q", cu_seqlens_q.tolist() if num_seqs < 9 else "...",
-                  f"to start at 0 and end at num_tokens={query.shape[0]}")
+                  f"to start at 0 and end at num_tokens={num_tokens}")
         if num_seqs > 0 and int(q_lens.min()) < 0:
             _fail("cu_seqlens_q", "a decreasing pair", "non-decreasing offsets")
         if num_seqs > 0 and bool((q_lens > seq_lens.long()).any()):
@@ -172,4 +191,59 @@ def check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq
             _fail("seq_lens", f"seq_lens[{s}]={int(seq_lens[s])}",
                   f">= the query length of that sequence ({int(q_lens[s])}): "
                   "seq_len = cached context + new tokens")
-        _PREFILL_PASSED.put((query.shape[0],), (cu_seqlens_q, seq_lens), True)
+        return int(q_lens.max()) if num_seqs > 0 else 0
+    return 0
+
+
+def check_metadata(cu_seqlens_q, seq_lens, slot_mapping, block_tables, kv_caches,
+                   max_query_len) -> None:
+    """Validate one step's attention metadata against its caches, once (values included, on
+    CPU tensors): what every layer of the step may then rely on without checking again."""
+    if not isinstance(kv_caches, (list, tuple)) or not kv_caches:
+        _fail("kv_caches", type(kv_caches).__name__, "a non-empty list of (key_cache, value_cache)")
+    first = kv_caches[0]
+    if not isinstance(first, (list, tuple)) or len(first) != 2:
+        _fail("kv_caches[0]", type(first).__name__, "a (key_cache, value_cache) pair")
+    num_blocks, block_size, _, _ = check_cache(*first)
+    key0 = first[0]
+    for i, pair in enumerate(kv_caches):
+        for t in pair:
+            if (not isinstance(t, torch.Tensor) or t.shape != key0.shape or t.dtype != key0.dtype
+                    or t.device != key0.device or not t.is_contiguous()):
+                got = (f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor)
+                       else type(t).__name__)
+                _fail(f"kv_caches[{i}]", got, f"contiguous {tuple(key0.shape)} {key0.dtype} on "
+                      f"{key0.device}, like layer 0's")
+    num_seqs = _check_metadata_tensors(block_tables, seq_lens)
+    _check_tensor("slot_mapping", slot_mapping, 1, (torch.int64,), "[num_tokens] of int64 slots")
+    _check_same_device([("key_cache", key0), ("block_tables", block_tables),
+                        ("seq_lens", seq_lens), ("slot_mapping", slot_mapping),
+                        ("cu_seqlens_q", cu_seqlens_q)])
+    longest = _check_query_offsets(cu_seqlens_q, seq_lens, slot_mapping.shape[0])
+    if (isinstance(max_query_len, bool) or not isinstance(max_query_len, int)
+            or max_query_len < (1 if num_seqs else 0)
+            or (cu_seqlens_q.device.type == "cpu" and max_query_len != longest)):
+        _fail("max_query_len", max_query_len,
+              f"the longest query of cu_seqlens_q ({longest})")
+    _check_slot_values(slot_mapping, num_blocks * block_size)
+    _check_table_values(block_tables, seq_lens, num_blocks, block_size)
+
+
+def check_layer_qkv(query, key, value, key_cache, num_tokens: int) -> None:
+    """One layer's new q, k, v against its (already checked) cache: shapes, dtypes, devices."""
+    _, _, num_kv_heads, head_dim = key_cache.shape
+    for name, t, layout in (("query", query, "[num_tokens, num_heads, head_dim]"),
+                            ("key", key, "[num_tokens, num_kv_heads, head_dim]"),
+                            ("value", value, "[num_tokens, num_kv_heads, head_dim]")):
+        _check_tensor(name, t, 3, (key_cache.dtype,), layout)
+        if t.device != key_cache.device:
+            _fail(f"{name}.device", t.device, f"the cache's device ({key_cache.device})")
+        if t.shape[0] != num_tokens or t.shape[2] != head_dim:
+            _fail(name, f"shape {tuple(t.shape)}",
+                  f"[num_tokens={num_tokens}, heads, head_dim={head_dim}] to match the metadata")
+    for name, t in (("key", key), ("value", value)):
+        if t.shape[1] != num_kv_heads:
+            _fail(name, f"shape {tuple(t.shape)}", f"num_kv_heads={num_kv_heads} of the cache")
+    if query.shape[1] < 1 or query.shape[1] % num_kv_heads:
+        _fail("query", f"num_heads={query.shape[1]}",
+              f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)")

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from llmlab.ops import torch_backend
-from llmlab.weights import cache_dir
+from llmlab.paths import cache_dir
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # one library: attention and cache writes, a decoder layer's elementwise steps (llmlab.model

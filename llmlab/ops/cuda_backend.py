@@ -19,7 +19,7 @@ from types import ModuleType
 import torch
 
 from llmlab.ops import _checks, torch_backend
-from llmlab.weights import cache_dir
+from llmlab.paths import cache_dir
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 SOURCES = ("binding.cpp", "cache_kernels.cu", "paged_attention.cu")

@@ -1,26 +1,17 @@
-"""The "torch" backend: paged attention in plain PyTorch, the engine's CPU path.
+"""The "torch" backend: paged attention in plain PyTorch, written to be read.
 
-Strategy (no Python loop over tokens):
+`paged_attention_prefill` is the whole idea in a dozen lines: for each sequence, gather its
+keys and values out of the cache block by block (`gather_kv`: the block table says which
+physical block holds positions 0..15, 16..31, ...), then attend as in the Transformer paper,
+softmax(q kᵀ / √d + causal mask) v (`attend`), each query head reading the KV head of its GQA
+group. Decode is the same with one query per sequence. This is what `llmlab.ops` runs for
+`backend="torch"`, and what every other backend is checked against (with `llmlab.ops.reference`).
 
-1. Plan once per forward. The sequences of a step are split into *groups* of similar length
-   (a small dynamic programme over their block counts, trading padding against the fixed cost
-   of one more group), because every sequence of a group is padded to the group's longest:
-   one 600-token sequence among thirty 100-token ones would otherwise make every row 600 long.
-   The plan depends only on `block_tables` and `seq_lens`, which every layer shares, so it is
-   computed for the first layer and reused by the others.
-2. Gather each group's K/V out of the paged cache, whole blocks at a time (`index_select`), into
-   a padded batch `[n, num_blocks * block_size, num_kv_heads, head_dim]`. The batch lives in a
-   workspace buffer that is reused from layer to layer and step to step: writing into memory
-   already touched is several times faster on a CPU than into a freshly allocated tensor.
-3. Zero the gathered slots at or past each sequence's length (only those rows, not the whole
-   batch): `0 * NaN` is NaN, so a NaN left in an unused cache slot would otherwise leak through
-   the masked softmax.
-4. GQA without copying K/V: the `group = num_heads // num_kv_heads` query heads that share a KV
-   head are stacked as extra query rows, so `scaled_dot_product_attention` sees
-   `[n, num_kv_heads, group * q_len, head_dim]` against `[n, num_kv_heads, kv_len, head_dim]`,
-   with a boolean mask (key position < seq_len, and for prefill also <= the query's position).
-5. Half-precision inputs are upcast to fp32, so the softmax is computed in fp32; the output is
-   cast back to the query dtype.
+Below it, `grouped_attention` is an optimisation of the same computation that an engine on
+the "torch" backend runs each layer (`llmlab.ops.attention`): instead of one sequence at a
+time, sequences of similar length are padded into one batch and attended by one
+`scaled_dot_product_attention` call. The grouping is planned once per step and kept in the
+step's metadata. The tests check it against the readable functions.
 
 Arguments are validated by `llmlab.ops` before these functions are called.
 """
@@ -32,11 +23,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from llmlab.ops._memo import LastValues
+from typing import TYPE_CHECKING
 
-# A group costs a handful of fixed-size operations (gathers, fills, one attention call) whatever
-# its size; in padded key slots that is about this many (measured on a 2-core CPU).
-GROUP_COST_SLOTS = 1024
+if TYPE_CHECKING:
+    from llmlab.ops.metadata import AttentionMetadata
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for positive ints: how many blocks of b hold a tokens."""
+    return -(-a // b)
 
 
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -55,7 +50,74 @@ def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
         flat_v.index_copy_(0, slots, value[keep])
 
 
-# ---- planning: which sequences are attended together, and what to gather -------------------
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """One sequence's keys (or values) in position order, `[seq_len, num_kv_heads, head_dim]`:
+    its blocks one after another, cut at its length (slots past it are never read)."""
+    block_size = cache.shape[1]
+    blocks = cache[block_table[:cdiv(seq_len, block_size)].long()]   # [n_blk, block_size, kvh, d]
+    return blocks.reshape(-1, *cache.shape[2:])[:seq_len]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+           first_pos: int) -> torch.Tensor:
+    """softmax(q kᵀ · scale + causal mask) v for one sequence, in float32.
+
+    q [n, num_heads, d]: queries at positions first_pos .. first_pos + n - 1;
+    k, v [L, num_kv_heads, d]: positions 0 .. L - 1. Returns [n, num_heads, d] in q's dtype.
+    """
+    group = q.shape[1] // k.shape[1]
+    k = k.float().repeat_interleave(group, dim=1)                # [L, num_heads, d] (GQA)
+    v = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale   # [num_heads, n, L]
+    q_pos = first_pos + torch.arange(q.shape[0], device=q.device)[:, None]   # [n, 1]
+    k_pos = torch.arange(k.shape[0], device=q.device)[None, :]               # [1, L]
+    scores = scores.masked_fill(k_pos > q_pos, float("-inf"))     # a query sees no later key
+    probs = scores.softmax(dim=-1)                                # [num_heads, n, L]
+    return torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)     # [n, num_heads, d]
+
+
+def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
+                            value_cache: torch.Tensor, block_tables: torch.Tensor,
+                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                            scale: float) -> torch.Tensor:
+    """Varlen causal attention, one sequence at a time: query [num_tokens, num_heads, d] ->
+    [num_tokens, num_heads, d]. Sequence s's queries are rows cu_seqlens_q[s]:cu_seqlens_q[s+1]
+    and sit at the last positions of its seq_lens[s] tokens."""
+    out = torch.empty_like(query)
+    cu = cu_seqlens_q.tolist()
+    for s, seq_len in enumerate(seq_lens.tolist()):
+        q = query[cu[s]:cu[s + 1]]                                # [n, num_heads, d]
+        k = gather_kv(key_cache, block_tables[s], seq_len)        # [seq_len, kvh, d]
+        v = gather_kv(value_cache, block_tables[s], seq_len)
+        out[cu[s]:cu[s + 1]] = attend(q, k, v, scale, first_pos=seq_len - q.shape[0])
+    return out
+
+
+def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
+                           value_cache: torch.Tensor, block_tables: torch.Tensor,
+                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Decode: one query per sequence, at its last position. query [num_seqs, num_heads, d]."""
+    cu = torch.arange(query.shape[0] + 1, dtype=torch.int32)
+    return paged_attention_prefill(query, key_cache, value_cache, block_tables, cu, seq_lens,
+                                   scale)
+
+
+# ---- an optimisation of the above: sequences grouped by length -------------------------------
+#
+# 1. Plan once per step: the sequences are split into groups of similar length (a small dynamic
+#    programme over their block counts, trading padding against the fixed cost of one more
+#    group), because every sequence of a group is padded to the group's longest.
+# 2. Gather each group's K/V whole blocks at a time (`index_select`) into a padded batch
+#    `[n, num_blocks * block_size, num_kv_heads, head_dim]`, in a buffer kept for the step.
+# 3. Zero the gathered slots at or past each sequence's length: `0 * NaN` is NaN, so a NaN left
+#    in an unused cache slot would otherwise leak through the masked softmax.
+# 4. GQA without copying K/V: the query heads that share a KV head are stacked as extra query
+#    rows, so `scaled_dot_product_attention` sees `[n, num_kv_heads, group * q_len, head_dim]`.
+
+# A group costs a handful of fixed-size operations (gathers, fills, one attention call) whatever
+# its size; in padded key slots that is about this many (measured on a 2-core CPU).
+GROUP_COST_SLOTS = 1024
+
 
 @dataclass
 class _Group:
@@ -133,20 +195,6 @@ class _Plan:
     decode_rows: torch.Tensor | None     # [m] flat token index of each one-token sequence
 
 
-_PLANS = LastValues()
-
-
-def _plan(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
-          cu_seqlens_q: torch.Tensor | None) -> _Plan:
-    """The grouping for these sequences, built once per step: every layer passes the same
-    metadata, and the memo (`llmlab.ops._memo`) compares its values."""
-    plan = _PLANS.get((block_size,), block_tables, seq_lens, cu_seqlens_q)
-    if plan is None:
-        plan = _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q)
-        _PLANS.put((block_size,), (block_tables, seq_lens, cu_seqlens_q), plan)
-    return plan
-
-
 def _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q) -> _Plan:
     device = block_tables.device
     lens = seq_lens.tolist()
@@ -184,59 +232,21 @@ def _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q) -> _Plan:
 
 # ---- gathering and attending ---------------------------------------------------------------
 
-_workspace: dict[tuple, torch.Tensor] = {}
-
-
-def _buffer(which: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A reusable flat buffer of at least `numel` elements (grown, never shrunk)."""
-    key = (which, dtype, device)
-    buf = _workspace.get(key)
-    if buf is None or buf.numel() < numel:
-        # a normal tensor even when first needed inside inference mode (the engine's forward):
-        # an inference tensor could not be written later by a call outside that mode
-        with torch.inference_mode(False):
-            buf = torch.empty(max(numel, 1), dtype=dtype, device=device)
-        _workspace[key] = buf
-    return buf[:numel]
-
-
-def _gather(cache: torch.Tensor, g: _Group, which: str) -> torch.Tensor:
-    """The group's K or V, `[n, num_blk * block_size, kv_heads, head_dim]`, zero past each length.
-
-    Written into a workspace buffer: valid until the next `_gather` with the same `which`. When
-    the group's blocks already lie in the cache in that order, a view of the cache (read only).
-    """
+def _gather(cache: torch.Tensor, g: _Group, out: torch.Tensor) -> torch.Tensor:
+    """The group's K or V, `[n, num_blk * block_size, kv_heads, head_dim]`, zero past each length,
+    written into `out` (a flat buffer of at least that many elements). When the group's blocks
+    already lie in the cache in that order, a view of the cache instead (read only)."""
     _, block_size, num_kv_heads, head_dim = cache.shape
     n_blocks = g.blocks.shape[0]
     if g.view_start is not None:         # e.g. a contiguous cache, every sequence full
         return cache[g.view_start:g.view_start + n_blocks].view(
             g.n, g.num_blk * block_size, num_kv_heads, head_dim)
-    out = _buffer(which, n_blocks * block_size * num_kv_heads * head_dim, cache.dtype,
-                  cache.device).view(n_blocks, block_size, num_kv_heads, head_dim)
+    out = out[:n_blocks * block_size * num_kv_heads * head_dim].view(
+        n_blocks, block_size, num_kv_heads, head_dim)
     torch.index_select(cache, 0, g.blocks, out=out)
     if g.invalid.numel():
         out.view(-1, num_kv_heads * head_dim).index_fill_(0, g.invalid, 0)
     return out.view(g.n, g.num_blk * block_size, num_kv_heads, head_dim)
-
-
-def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
-              max_len: int) -> torch.Tensor:
-    """Gather `[num_seqs, max_len, num_kv_heads, head_dim]` from a paged cache (a new tensor).
-
-    Positions at or past a sequence's length are zero (whatever the cache holds there), and
-    block-table entries a sequence does not use are never dereferenced.
-    """
-    num_seqs = block_tables.shape[0]
-    _, block_size, num_kv_heads, head_dim = cache.shape
-    if num_seqs == 0:
-        return cache.new_zeros(0, max_len, num_kv_heads, head_dim)
-    rows = torch.arange(num_seqs, device=cache.device)
-    g = _make_group(rows, block_tables, seq_lens.clamp(max=max_len), block_size)
-    kv = _gather(cache, g, "gather_kv").clone()
-    width = kv.shape[1]
-    if width < max_len:
-        kv = torch.cat([kv, kv.new_zeros(num_seqs, max_len - width, num_kv_heads, head_dim)], 1)
-    return kv[:, :max_len]
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
@@ -267,11 +277,12 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
 
 
 def _decode_groups(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                   groups: list[_Group], scale: float, out: torch.Tensor) -> None:
+                   groups: list[_Group], scale: float, out: torch.Tensor,
+                   buffers: tuple[torch.Tensor, torch.Tensor]) -> None:
     """query [m, heads, d] of one-token sequences -> out [m, heads, d], group by group."""
     for g in groups:
-        k = _gather(key_cache, g, "k")
-        v = _gather(value_cache, g, "v")
+        k = _gather(key_cache, g, buffers[0])
+        v = _gather(value_cache, g, buffers[1])
         q = query if len(groups) == 1 else query.index_select(0, g.query_rows)
         mask = g.valid[:, None, :] if g.invalid.numel() else None      # all valid: no mask
         o = _attend(q[:, None], k, v, mask, scale)[:, 0]                # [n, heads, d]
@@ -281,23 +292,8 @@ def _decode_groups(query: torch.Tensor, key_cache: torch.Tensor, value_cache: to
             out.index_copy_(0, g.query_rows, o)
 
 
-def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
-                           value_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """One query token per sequence against its whole cached context.
-
-    query: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim].
-    """
-    out = torch.empty_like(query)
-    if query.shape[0] == 0:
-        return out
-    plan = _plan(block_tables, seq_lens, key_cache.shape[1], None)
-    _decode_groups(query, key_cache, value_cache, plan.decode, scale, out)
-    return out
-
-
 def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, scale,
-                    out) -> None:
+                    out, buffers) -> None:
     """Attend the group's sequences (q_len > 1) as one padded batch; write their rows of `out`."""
     device = query.device
     max_q = int(q_lens.max())
@@ -305,8 +301,8 @@ def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, sc
     q_valid = i[None, :] < q_lens[:, None]  # [n, max_q]
     tok = (starts[:, None] + i[None, :]).clamp(max=query.shape[0] - 1)  # [n, max_q]
     q = query[tok]  # [n, max_q, num_heads, head_dim]
-    k = _gather(key_cache, g, "k")  # [n, kv_len, kv_heads, d]
-    v = _gather(value_cache, g, "v")
+    k = _gather(key_cache, g, buffers[0])  # [n, kv_len, kv_heads, d]
+    v = _gather(value_cache, g, buffers[1])
     q_pos = (g.seq_lens - q_lens)[:, None] + i[None, :]  # [n, max_q] absolute positions
     k_pos = torch.arange(k.shape[1], device=device)
     # Padded query rows (i >= q_len) have q_pos >= seq_len, so they still see key 0 and never
@@ -316,29 +312,45 @@ def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, sc
     out[tok[q_valid]] = o[q_valid]
 
 
-def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
-                            value_cache: torch.Tensor, block_tables: torch.Tensor,
-                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float) -> torch.Tensor:
-    """Varlen causal attention of new tokens over cached context plus themselves.
+def _step_plan(md: AttentionMetadata, key_cache: torch.Tensor):
+    """The step's grouping and gather buffers, planned on the step's first layer and kept in its
+    metadata for the others (every layer of a step has the same sequences)."""
+    state = md.backend_state
+    if "plan" not in state:
+        block_size = key_cache.shape[1]
+        cu = None if md.is_decode_only else md.cu_seqlens_q
+        plan = _build_plan(md.block_tables, md.seq_lens, block_size, cu)
+        groups = plan.decode + [g for g, _, _ in plan.prefill]
+        numel = max((g.blocks.shape[0] for g in groups), default=0) * block_size \
+            * key_cache.shape[2] * key_cache.shape[3]
+        buffers = tuple(torch.empty(max(numel, 1), dtype=key_cache.dtype,
+                                    device=key_cache.device) for _ in range(2))
+        state["plan"] = (plan, buffers)
+    return state["plan"]
 
-    query: [num_tokens, num_heads, head_dim], sequences back to back as given by
-    `cu_seqlens_q` -> [num_tokens, num_heads, head_dim].
 
-    One-token sequences (decodes riding along in a chunked-prefill step) take the decode path,
-    grouped by length. Longer ones are attended as one padded batch when padding wastes at most
-    half the work; otherwise each runs alone, so a long prompt does not pad short ones.
+def grouped_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                      md: AttentionMetadata, scale: float) -> torch.Tensor:
+    """`paged_attention_prefill`'s result for the step `md` describes, with sequences of similar
+    length attended together. query [num_tokens, num_heads, d] -> [num_tokens, num_heads, d].
+
+    One-token sequences (decodes, also those riding along in a chunked-prefill step) are grouped
+    by length. Longer ones are attended as one padded batch when padding wastes at most half
+    the work; otherwise each runs alone, so a long prompt does not pad short ones.
     """
     out = torch.empty_like(query)
     if query.shape[0] == 0:
         return out
-    plan = _plan(block_tables, seq_lens, key_cache.shape[1], cu_seqlens_q)
+    plan, buffers = _step_plan(md, key_cache)
     if plan.decode:
-        rows = plan.decode_rows
-        q1 = query.index_select(0, rows)
-        o1 = torch.empty_like(q1)
-        _decode_groups(q1, key_cache, value_cache, plan.decode, scale, o1)
-        out.index_copy_(0, rows, o1)
+        if plan.decode_rows is None:          # a decode-only step: every row is one sequence
+            _decode_groups(query, key_cache, value_cache, plan.decode, scale, out, buffers)
+        else:
+            rows = plan.decode_rows
+            q1 = query.index_select(0, rows)
+            o1 = torch.empty_like(q1)
+            _decode_groups(q1, key_cache, value_cache, plan.decode, scale, o1, buffers)
+            out.index_copy_(0, rows, o1)
     for g, starts, q_lens in plan.prefill:
-        _prefill_padded(query, key_cache, value_cache, g, starts, q_lens, scale, out)
+        _prefill_padded(query, key_cache, value_cache, g, starts, q_lens, scale, out, buffers)
     return out

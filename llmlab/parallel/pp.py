@@ -24,7 +24,8 @@ import torch.distributed as dist
 from torch import nn
 
 from llmlab.kvcache import ContiguousKVCache
-from llmlab.model import LlamaModel, check_caches_alike
+from llmlab.model import LlamaModel
+from llmlab.ops.metadata import AttentionMetadata
 from llmlab.parallel.launch import launch, rank_device, split_evenly
 from llmlab.parallel.source import ModelSource
 
@@ -59,15 +60,14 @@ class PipelineStage(nn.Module):
     rope_cos_sin = LlamaModel.rope_cos_sin   # the model's own RoPE tables
 
     @torch.inference_mode()
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor,
+                metadata: AttentionMetadata) -> torch.Tensor:
         """First stage: token ids [T]; later stages: hidden [T, hidden]. Returns [T, hidden]."""
         cos, sin = self.rope_cos_sin(positions)                        # [T, d/2] each
         if self.is_first:
             x = self.embed_tokens(x)                                   # [T, hidden]
-        if ctx.backend == "cpu":          # its later layers rely on the first one's checks
-            check_caches_alike(ctx.kv_caches, len(self.layers))
         for local_index, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, ctx, local_index)                   # this stage's cache index
+            x = layer(x, cos, sin, metadata, local_index)              # this stage's cache index
         return self.norm(x) if self.is_last else x
 
     @torch.inference_mode()

@@ -35,7 +35,7 @@ from torch import nn
 
 from llmlab.config import ModelConfig
 from llmlab.kvcache import ContiguousKVCache
-from llmlab.model import LlamaModel, Linear
+from llmlab.model import LlamaModel
 from llmlab.parallel.launch import launch, rank_device, split_evenly
 from llmlab.parallel.source import ModelSource
 
@@ -85,7 +85,7 @@ class AllReduceCounter:
         return tensor
 
 
-class RowParallelLinear(Linear):
+class RowParallelLinear(nn.Linear):
     """y = all_reduce(x_shard @ W_shardᵀ): this rank's input columns give a partial sum of y."""
 
     def __init__(self, weight_shard: torch.Tensor, all_reduce):

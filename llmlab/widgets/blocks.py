@@ -107,7 +107,7 @@ def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
         r = reqs.get(rid)
         num_stored[rid] = (min(r.num_computed_tokens, len(table) * bs) if r is not None
                            else len(table) * bs)
-        num_cached[rid] = max(getattr(r, "num_cached_tokens", 0), 0) if r is not None else 0
+        num_cached[rid] = (getattr(r, "num_cached_tokens", None) or 0) if r is not None else 0
     owners: dict[int, list[str]] = {}
     filled: dict[int, int] = {}
     for rid, table in tables.items():
@@ -239,7 +239,7 @@ def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: i
     and its blocks go back to the free queue, the full ones still cached; C arrives with the
     prefix and takes them back without recomputing.
     """
-    from llmlab.engine.request import Request
+    from llmlab.request import Request
     from llmlab.sampling import SamplingParams
 
     if not isinstance(block_size, int) or block_size < 1:

@@ -1,4 +1,5 @@
-"""One generation request as the scheduler and the KV cache manager see it."""
+"""One generation request as the scheduler and the KV cache manager both see it (vLLM keeps it
+above both too: `vllm/v1/request.py`)."""
 from __future__ import annotations
 
 import enum
@@ -57,17 +58,17 @@ class Request:
     prompt: str | None = None
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0       # tokens whose K/V are already in the cache
-    num_cached_tokens: int = -1        # prefix-cache hit at first scheduling (-1: not yet)
+    num_cached_tokens: int | None = None   # prefix-cache hit at first scheduling (None: not yet)
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
-    metrics: RequestMetrics = None  # type: ignore[assignment]
     generator: torch.Generator | None = None   # per-request RNG of a seeded request
     eos_token_ids: frozenset[int] = frozenset()
     max_model_len: int | None = None
 
+    metrics: RequestMetrics = field(init=False)
+
     def __post_init__(self) -> None:
-        if self.metrics is None:
-            self.metrics = RequestMetrics(arrival_time=self.arrival_time)
+        self.metrics = RequestMetrics(arrival_time=self.arrival_time)
         self._all_token_ids: list[int] = list(self.prompt_token_ids) + list(self.output_token_ids)
         self._stop_ids = frozenset(self.sampling_params.stop_token_ids or ())
 
@@ -96,11 +97,21 @@ class Request:
         self.output_token_ids.append(token_id)
         self._all_token_ids.append(token_id)
 
+    def banned_token_ids(self) -> frozenset[int]:
+        """Tokens the next sample may not be: while fewer than `min_tokens` outputs exist, EOS
+        (unless `ignore_eos`) and the stop tokens, as vLLM's min-tokens logits processor and
+        Hugging Face's `min_new_tokens` do (their logits are set to -inf)."""
+        params = self.sampling_params
+        if len(self.output_token_ids) >= params.min_tokens:
+            return frozenset()
+        return self._stop_ids if params.ignore_eos else self._stop_ids | self.eos_token_ids
+
     def check_stop(self) -> RequestStatus | None:
         """The finished status the last appended token puts this request in, or None.
 
-        Order: max_tokens and max_model_len ("length") first, then, once `min_tokens` output
-        tokens exist, EOS (unless `ignore_eos`) and `stop_token_ids` ("stop").
+        Order: max_tokens and max_model_len ("length") first, then EOS (unless `ignore_eos`)
+        and `stop_token_ids` ("stop"), which cannot be sampled before `min_tokens` outputs
+        exist (`banned_token_ids`).
         """
         params = self.sampling_params
         num_out = len(self.output_token_ids)
@@ -108,8 +119,6 @@ class Request:
             return RequestStatus.FINISHED_LENGTH
         if self.max_model_len is not None and len(self._all_token_ids) >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
-        if num_out < params.min_tokens:
-            return None
         last = self.output_token_ids[-1]
         if (not params.ignore_eos and last in self.eos_token_ids) or last in self._stop_ids:
             return RequestStatus.FINISHED_STOPPED
