@@ -93,12 +93,31 @@ class CpuLinear(nn.Module):
         return 0 if self.packed is None else self.packed.numel() * self.packed.element_size()
 
 
+def _adjacent_rows(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one matrix `tensors` are consecutive row blocks of (a model prepared before), or None."""
+    first = tensors[0]
+    offset = first.storage_offset()
+    for t in tensors:
+        if (not t.is_contiguous() or t.dim() != first.dim() or t.shape[1:] != first.shape[1:]
+                or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or t.storage_offset() != offset):
+            return None
+        offset += t.numel()
+    rows = sum(t.shape[0] for t in tensors)
+    return first.detach().new_empty(0).set_(first.untyped_storage(), first.storage_offset(),
+                                            (rows, *first.shape[1:]))
+
+
 def _stack(modules: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The modules' weights stacked along out-features (their biases likewise, or None), and
-    each module's weight (and bias) re-pointed at its rows: one dense copy serves both."""
+    each module's weight (and bias) re-pointed at its rows: one dense copy serves both. A model
+    prepared before already holds its weights that way: they are used as they are."""
+    weights = [m.weight.detach() for m in modules]
+    biases = [m.bias for m in modules]
+    if all(b is None for b in biases) and (stacked := _adjacent_rows(weights)) is not None:
+        return stacked, None
     with torch.no_grad():
-        weight = torch.cat([m.weight.detach() for m in modules])             # [sum(out), in]
-        biases = [m.bias for m in modules]
+        weight = torch.cat(weights)                                           # [sum(out), in]
         bias = (None if all(b is None for b in biases) else
                 torch.cat([b.detach() if b is not None else m.weight.new_zeros(m.out_features)
                            for m, b in zip(modules, biases)]))

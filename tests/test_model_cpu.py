@@ -156,6 +156,19 @@ def test_prepared_weights_share_one_dense_copy():
                                atol=1e-4, rtol=1e-4)
 
 
+def test_a_second_engine_reuses_the_stacked_weights():
+    """Preparing a model again (a second engine) finds q/k/v and gate/up already stacked and
+    adds no second dense copy; only its own packed copies."""
+    model = _model(4, 2, 16, False, seed=12)
+    first, second = cpu_model(model), cpu_model(model)
+    for a, b in zip(first.layers, second.layers):
+        for x, y in ((a.qkv, b.qkv), (a.gate_up, b.gate_up)):
+            assert x.weight.untyped_storage().data_ptr() == y.weight.untyped_storage().data_ptr()
+            assert x.weight.shape == y.weight.shape
+    torch.testing.assert_close(second.logits_for([1, 2, 3], backend="cpu"),
+                               model.logits_for([1, 2, 3]), atol=1e-4, rtol=1e-4)
+
+
 def test_prepare_again_after_changing_weights():
     """Packed copies do not follow the parameters: after a change, `cpu_model` again gives the
     new model's results (what the module's docstring asks of its caller)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from llmlab import ops
+from llmlab.utils import cdiv
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -72,7 +73,7 @@ def make_decode_inputs(batch: int, context: int, num_heads: int, num_kv_heads: i
                        device: torch.device, seed: int = 0) -> dict:
     """Random decode inputs; each sequence's blocks are a random choice of physical blocks."""
     gen = torch.Generator().manual_seed(seed)
-    blocks_per_seq = -(-context // block_size)
+    blocks_per_seq = cdiv(context, block_size)
     num_blocks = batch * blocks_per_seq
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     key_cache = torch.randn(shape, generator=gen).to(dtype=dtype, device=device)

@@ -27,6 +27,7 @@ block manager's own time per step per scheduled request, apart from the model's 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -37,6 +38,7 @@ from pathlib import Path
 import torch
 
 from llmlab.config import DATA_DIR
+from llmlab.utils import cdiv
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab",
            "llmlab-torch")
@@ -98,7 +100,7 @@ def run_hf_continuous(hf, work, batch_size: int) -> int:
                            max_new_tokens=max(n for _, n in work))
     longest = max(len(ids) + n for ids, n in work)
     cb = ContinuousBatchingConfig(max_requests_per_batch=batch_size, page_size=16,
-                                  num_blocks=batch_size * (-(-longest // 16)) + 16)
+                                  num_blocks=batch_size * (cdiv(longest, 16)) + 16)
     results = {}
     with hf.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb,
                                                 block=True, timeout=5) as manager:
@@ -123,7 +125,7 @@ def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
     from llmlab import LLM, SamplingParams
 
     llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
-              scheduling=scheduling, num_kv_blocks=batch_size * -(-max_len // 16) + 64,
+              scheduling=scheduling, num_kv_blocks=batch_size * cdiv(max_len, 16) + 64,
               attention_backend=attention)
     engine = llm.llm_engine
     if not forward:
@@ -144,6 +146,8 @@ def median_step_overhead_us(engine) -> float:
 
 def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str):
     def run(_hf, work, batch_size: int) -> int:
+        run.last_engine = None        # one engine (and its prepared weights) alive at a time
+        gc.collect()
         run.last_engine, outs = _llmlab_generate(model, tokenizer, work, batch_size, max_len,
                                                  scheduling, attention)
         return sum(len(o.outputs[0].token_ids) for o in outs)
@@ -153,7 +157,7 @@ def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attentio
 
 
 def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
-                        attention: str = "torch", rounds: int = 3) -> float:
+                        rounds: int = 3) -> float:
     """The scheduler's and block manager's own time per step per request, without the forward.
 
     The same requests run through the same engine settings with the forward left out (see
@@ -161,8 +165,9 @@ def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
     of the forward's weights and activations, which makes it several times slower; this is what
     the code itself costs. Median over steps, best of `rounds`.
     """
+    # the forward is left out, so the backend does not matter: "torch" prepares no weights
     return min(median_step_overhead_us(
-        _llmlab_generate(model, tokenizer, work, batch_size, max_len, attention=attention,
+        _llmlab_generate(model, tokenizer, work, batch_size, max_len, attention="torch",
                          forward=False)[0])
         for _ in range(rounds))
 
@@ -307,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             "preemptions": st["preemptions"],
             "prefix_cache_hit_rate": st["prefix_cache_hit_rate"],
             "replay_median_us_per_step_per_request":
-                scheduler_replay_us(model, tokenizer, work, args.batch_size, max_len, attention),
+                scheduler_replay_us(model, tokenizer, work, args.batch_size, max_len),
         }
     settings = {"model": args.model, "batch_size": args.batch_size, "num_requests": len(work),
                 "prompt_tokens": [min(len(i) for i, _ in work), max(len(i) for i, _ in work)],

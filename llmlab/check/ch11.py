@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmlab.check.core import CheckResult, check_matching, check_number
+from llmlab.utils import cdiv
 
 # ---- the memory-waste trace of the chapter (llmlab.sim.make_trace arguments) -----------------
 WASTE_TRACE = dict(num_requests=120, arrival_rate=1.0, mean_output=200, output_spread=0.9,
@@ -80,7 +81,7 @@ def cached_tokens(answer: Any) -> CheckResult:
     return check_number("ch11.cached_tokens", answer, expected, rel=1e-9, mistakes=[
         (HIT_SYSTEM_LEN, "only whole blocks are cached and looked up: a block that mixes shared "
                          "and own tokens has a different hash for each request."),
-        (-(-HIT_SYSTEM_LEN // bs) * bs, "round down, not up: the partly shared block differs."),
+        (cdiv(HIT_SYSTEM_LEN, bs) * bs, "round down, not up: the partly shared block differs."),
         (HIT_SYSTEM_LEN + HIT_OWN_LEN, "only the shared prefix can match a cached block."),
         (HIT_SYSTEM_LEN // bs, "count tokens, not blocks."),
     ], default_hint="how many whole blocks of the second prompt are identical to the first's?")

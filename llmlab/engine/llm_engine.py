@@ -27,6 +27,7 @@ from llmlab.engine.scheduler import SCHEDULING_POLICIES, Scheduler, SchedulerOut
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
 from llmlab.sampling import SamplingParams, make_generator
+from llmlab.utils import cdiv, check_positive_int
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_KV_CACHE_BYTES = 1 << 30     # 1 GiB: the pool's size cap when num_kv_blocks is None
@@ -63,19 +64,11 @@ class EngineConfig:
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
 
     def __post_init__(self) -> None:
-        def positive_int(name: str, allow_none: bool = False) -> None:
-            value = getattr(self, name)
-            if value is None and allow_none:
-                return
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1{' or None' if allow_none else ''}, "
-                                 f"got {value!r}")
-
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens",
                      "kv_cache_memory_bytes"):
-            positive_int(name)
-        positive_int("num_kv_blocks", allow_none=True)
-        positive_int("max_model_len", allow_none=True)
+            check_positive_int(name, getattr(self, name))
+        for name in ("num_kv_blocks", "max_model_len"):
+            check_positive_int(name, getattr(self, name), allow_none=True)
         for name in ("enable_chunked_prefill", "enable_prefix_caching"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -148,7 +141,7 @@ class LLMEngine:
                 f"enable_chunked_prefill is False (a whole prompt must fit in one step), got "
                 f"{config.max_num_batched_tokens}")
         bs = config.block_size
-        blocks_per_seq = -(-self.max_model_len // bs)
+        blocks_per_seq = cdiv(self.max_model_len, bs)
         if config.num_kv_blocks is None:
             # enough for max_num_seqs requests of max_model_len, capped by the memory budget
             wanted = config.max_num_seqs * blocks_per_seq

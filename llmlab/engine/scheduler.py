@@ -47,6 +47,14 @@ class SchedulerOutput:
     preempted: list[Request] = field(default_factory=list)   # preempted while scheduling this step
     num_prefill_chunks: int = 0        # requests whose prompt is not finished after this step
 
+    def add(self, request: Request, num_new_tokens: int) -> None:
+        """Schedule `num_new_tokens` of `request` from its cache length on."""
+        self.requests.append(request)
+        self.num_new_tokens.append(num_new_tokens)
+        self.num_computed_tokens.append(request.num_computed_tokens)
+        if request.num_computed_tokens + num_new_tokens < request.num_tokens:
+            self.num_prefill_chunks += 1
+
     @property
     def total_num_scheduled_tokens(self) -> int:
         return sum(self.num_new_tokens)
@@ -95,8 +103,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.stats = SchedulerStats()
-        # static batching: how many more requests of the current batch may still be admitted
-        self._static_quota = 0
+        self._static_batch: set[str] = set()    # static batching: the current batch's ids
 
     # ---- queue ----------------------------------------------------------------------------
 
@@ -113,15 +120,13 @@ class Scheduler:
 
     def finish_request(self, request: Request, status: RequestStatus) -> None:
         """Take a request out of the queues (finished or aborted) and free its blocks."""
-        if request.status in (RequestStatus.RUNNING,):
+        if request.status == RequestStatus.RUNNING:
             self.running.remove(request)
         elif not request.status.is_finished:
             try:
                 self.waiting.remove(request)
             except ValueError:
                 pass
-            if self.scheduling == "static" and request.status == RequestStatus.PREEMPTED:
-                self._static_quota -= 1       # a batch member that will not come back
         request.status = status
         self.kv_cache_manager.free(request)
 
@@ -133,7 +138,6 @@ class Scheduler:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         kv = self.kv_cache_manager
-        block_size = kv.block_size
         running = self.running
 
         # 1. Running requests, oldest first: the next prefill chunk or one decode token.
@@ -145,16 +149,6 @@ class Scheduler:
                 i += 1
                 continue
             scheduled = True
-            # A decode token that neither opens a new block nor fills its block up is a no-op
-            # for the KV manager (no block to add, no block to cache): skip the call.
-            offset = req.num_computed_tokens % block_size
-            if num_new == 1 and 0 < offset < block_size - 1:
-                out.requests.append(req)
-                out.num_new_tokens.append(1)
-                out.num_computed_tokens.append(req.num_computed_tokens)
-                budget -= 1
-                i += 1
-                continue
             while kv.allocate_slots(req, num_new) is None:
                 victim = running.pop()          # the newest running request
                 self._preempt(victim, out)
@@ -163,11 +157,7 @@ class Scheduler:
                     break
             if not scheduled:
                 break
-            out.requests.append(req)
-            out.num_new_tokens.append(num_new)
-            out.num_computed_tokens.append(req.num_computed_tokens)
-            if req.num_computed_tokens + num_new < req.num_tokens:
-                out.num_prefill_chunks += 1
+            out.add(req, num_new)
             budget -= num_new
             i += 1
 
@@ -176,12 +166,9 @@ class Scheduler:
         if not out.preempted:
             now = None
             while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
-                if self.scheduling == "static":
-                    if not running and self._static_quota <= 0:
-                        self._static_quota = min(self.max_num_seqs, len(self.waiting))
-                    if self._static_quota <= 0:
-                        break
                 req = self.waiting[0]
+                if not self._may_admit(req):
+                    break
                 computed_blocks, num_cached = kv.get_computed_blocks(req)
                 num_new = req.num_tokens - num_cached
                 if num_new > budget:
@@ -191,8 +178,6 @@ class Scheduler:
                 if kv.allocate_slots(req, num_new, computed_blocks) is None:
                     break
                 self.waiting.popleft()
-                if self.scheduling == "static":
-                    self._static_quota -= 1
                 req.status = RequestStatus.RUNNING
                 req.num_computed_tokens = num_cached
                 if req.num_cached_tokens is None:
@@ -202,11 +187,7 @@ class Scheduler:
                         now = time.perf_counter()
                     req.metrics.first_scheduled_time = now
                 running.append(req)
-                out.requests.append(req)
-                out.num_new_tokens.append(num_new)
-                out.num_computed_tokens.append(num_cached)
-                if num_cached + num_new < req.num_tokens:
-                    out.num_prefill_chunks += 1
+                out.add(req, num_new)
                 budget -= num_new
 
         stats = self.stats
@@ -218,6 +199,19 @@ class Scheduler:
         stats.schedule_seconds += time.perf_counter() - t0
         return out
 
+    def _may_admit(self, request: Request) -> bool:
+        """Whether the waiting `request` may start now: always, in continuous batching. Static
+        batching (chapter 08's baseline) admits a batch of up to `max_num_seqs` waiting requests
+        once the previous batch has drained (none of its members running or waiting), and then
+        only members of that batch (a preempted member comes back)."""
+        if self.scheduling == "continuous":
+            return True
+        batch = self._static_batch
+        if not self.running and not any(r.request_id in batch for r in self.waiting):
+            self._static_batch = batch = {r.request_id for _, r in
+                                          zip(range(self.max_num_seqs), self.waiting)}
+        return request.request_id in batch
+
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         """Free the request's blocks and put it back at the front of the waiting queue."""
         self.kv_cache_manager.free(request)
@@ -225,8 +219,6 @@ class Scheduler:
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         self.waiting.appendleft(request)
-        if self.scheduling == "static":
-            self._static_quota += 1           # still a member of the current batch
         out.preempted.append(request)
         self.stats.num_preemptions += 1
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from llmlab.utils import check_positive_int
 
 BlockHash = int
 """A block's chained prefix hash: `hash_fn((parent_block_hash, token_ids))`."""
@@ -146,8 +147,7 @@ class BlockPool:
 
     def __init__(self, num_blocks: int, enable_caching: bool = True,
                  hash_fn: Callable[[object], int] | None = None) -> None:
-        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be an int >= 1, got {num_blocks!r}")
+        check_positive_int("num_blocks", num_blocks)
         if not isinstance(enable_caching, bool):
             raise ValueError(f"enable_caching must be True or False, got {enable_caching!r}")
         if hash_fn is not None and not callable(hash_fn):

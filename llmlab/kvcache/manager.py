@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmlab.kvcache.block_pool import BlockHash, BlockPool, KVCacheBlock
+from llmlab.utils import check_positive_int, cdiv
 
 if TYPE_CHECKING:
     from llmlab.request import Request
@@ -50,8 +51,7 @@ class KVCacheManager:
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_caching: bool = True,
                  hash_fn: Callable[[object], int] | None = None) -> None:
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+        check_positive_int("block_size", block_size)
         self.block_pool = BlockPool(num_blocks, enable_caching=enable_caching, hash_fn=hash_fn)
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -77,7 +77,7 @@ class KVCacheManager:
 
     def num_blocks_needed(self, num_tokens: int) -> int:
         """Blocks that hold `num_tokens` tokens (ceil division)."""
-        return -(-num_tokens // self.block_size)
+        return cdiv(num_tokens, self.block_size)
 
     def get_block_ids(self, request_id: str) -> list[int]:
         """The request's block table as block ids (empty when it holds none)."""
@@ -145,7 +145,7 @@ class KVCacheManager:
             if table is not None and num_total <= len(table) * block_size:
                 new_blocks = []                  # decode inside the last block: the usual case
             else:
-                num_new_blocks = -(-num_total // block_size) - (len(table) if table else 0)
+                num_new_blocks = cdiv(num_total, block_size) - (len(table) if table else 0)
                 if num_new_blocks > pool.free_block_queue.num_free_blocks:
                     return None
                 new_blocks = pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
@@ -170,7 +170,7 @@ class KVCacheManager:
                 "num_computed_tokens to the hit length after allocate_slots succeeds")
         num_hit_blocks = len(new_computed_blocks)
         num_total = num_hit_blocks * block_size + num_new_tokens
-        num_new_blocks = max(0, -(-num_total // block_size) - num_hit_blocks)
+        num_new_blocks = max(0, cdiv(num_total, block_size) - num_hit_blocks)
         # Hit blocks with ref_cnt 0 sit in the free queue: touching them takes them out, so
         # they cannot also be counted as free blocks for the new ones.
         num_free_hits = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)

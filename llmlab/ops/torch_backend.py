@@ -20,18 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
-from typing import TYPE_CHECKING
+from llmlab.utils import cdiv
 
 if TYPE_CHECKING:
     from llmlab.ops.metadata import AttentionMetadata
-
-
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) for positive ints: how many blocks of b hold a tokens."""
-    return -(-a // b)
 
 
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -142,7 +139,7 @@ class _Group:
 def _make_group(rows: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
                 block_size: int) -> _Group:
     lens = seq_lens[rows].long()                                         # [n]
-    num_blk = max(1, -(-int(lens.max()) // block_size))
+    num_blk = max(1, cdiv(int(lens.max()), block_size))
     bt = block_tables[rows, :num_blk].long()                             # [n, num_blk]
     used = (lens + block_size - 1) // block_size                          # [n]
     bt = torch.where(torch.arange(num_blk, device=bt.device)[None, :] < used[:, None], bt, 0)
@@ -164,7 +161,7 @@ def _split_by_length(lens: list[int], block_size: int) -> list[list[int]]:
     Groups are contiguous runs of the sequences sorted by block count; a dynamic programme over
     the distinct block counts (at most max_len / block_size of them) finds the best cut.
     """
-    blocks = [-(-n // block_size) for n in lens]
+    blocks = [cdiv(n, block_size) for n in lens]
     values = sorted(set(blocks))                                          # distinct block counts
     count = {v: 0 for v in values}
     for b in blocks:

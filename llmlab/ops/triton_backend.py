@@ -26,6 +26,7 @@ from types import ModuleType
 import torch
 
 from llmlab.ops import _checks
+from llmlab.utils import cdiv
 
 _LOG2E = 1.4426950408889634
 # Split-K decode: context positions per partition (a multiple of every BLOCK_N used below).
@@ -184,7 +185,7 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
         return out
     max_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     block_n, block_m = _tiles(head_dim)
-    grid = (-(-max_q // block_m), num_seqs, num_heads)
+    grid = (cdiv(max_q, block_m), num_seqs, num_heads)
     k.paged_prefill_kernel[grid](
         query, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q, out,
         float(scale) * _LOG2E, block_tables.shape[1], NUM_HEADS=num_heads,

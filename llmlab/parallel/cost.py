@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from llmlab import costs
 from llmlab.config import ModelConfig, get_config
 from llmlab.hardware import Hardware, get_hardware
+from llmlab.utils import check_positive_int
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,7 @@ def decode_step_cost(cfg: ModelConfig | str = "llama-3-70b", tp: int = 8, pp: in
     """
     cfg = get_config(cfg) if isinstance(cfg, str) else cfg
     for name, value in (("tp", tp), ("pp", pp), ("batch", batch), ("context", context)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_positive_int(f"{name}", value)
     if pp > cfg.num_hidden_layers:
         raise ValueError(f"pp must be in [1, {cfg.num_hidden_layers}] (layers), got {pp}")
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmlab.kvcache.manager import KVCacheManager
+from llmlab.utils import cdiv
 from llmlab.widgets._show import show_figure
 
 # colourblind-friendly owner colours (no Chinese in figures: labels are request ids)
@@ -172,7 +173,7 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     bs = snap.block_size
     width = max([4] + [len(t) for t in snap.tables.values()])
     n_req = max(1, len(snap.tables))
-    pool_rows = -(-snap.num_blocks // cols)
+    pool_rows = cdiv(snap.num_blocks, cols)
     # square cells in both panels: the tables panel is only as wide as the longest table
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(min(0.5 * max(cols, width) + 4.5, 16), 0.5 * (n_req + pool_rows) + 2.6),

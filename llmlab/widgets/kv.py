@@ -16,6 +16,7 @@ from typing import Any
 from llmlab import costs
 from llmlab.config import ModelConfig, get_config
 from llmlab.widgets._show import show_figure
+from llmlab.utils import check_positive_int
 
 # "KV cache: 1.342 GB ..." → group 1 is the number of GB (1 GB = 1e9 bytes)
 KV_TEXT_PATTERN = re.compile(r"KV cache: ([0-9.]+(?:e[+-]?[0-9]+)?) GB")
@@ -67,8 +68,7 @@ def kv_summary(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
     """
     for name, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
                     ("head_dim", head_dim), ("context", context), ("batch", batch)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_positive_int(f"{name}", v)
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
     if weight_bytes < 0:
