@@ -1,10 +1,49 @@
-/* What one CPU kernel file calls in another: the fused decode layer (cpu_layer.c) runs the
- * GEMV (cpu_gemv.c) and the attention work unit (cpu_attention.c) inside its own parallel
- * region. Every file includes this header, so the compiler checks each definition against it. */
+/* Every entry point of the CPU kernel library: those Python calls through ctypes
+ * (llmlab/ops/cpu_backend.py keeps their signatures in one table, SIGNATURES, which a test
+ * checks against this header), and those one kernel file calls in another (the fused decode
+ * layer in cpu_layer.c runs the GEMV rows of cpu_gemv.c and the attention work unit of
+ * cpu_attention.c inside its own parallel region). Every file includes this header, so the
+ * compiler checks each definition against it. */
 #ifndef LLMLAB_CPU_KERNELS_H
 #define LLMLAB_CPU_KERNELS_H
 
 #include <stdint.h>
+
+/* called from Python */
+int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q_stride_head,
+                           const float *key_cache, const float *value_cache,
+                           const int32_t *block_tables, int64_t block_table_stride,
+                           const int32_t *cu_seqlens_q, const int32_t *seq_lens,
+                           int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
+                           int64_t head_dim, int64_t block_size, float scale, float *out);
+
+void llmlab_reshape_and_cache(const float *key, const float *value, int64_t key_stride_token,
+                              int64_t value_stride_token, float *key_cache, float *value_cache,
+                              const int64_t *slot_mapping, int64_t num_tokens, int64_t row_elems);
+
+void llmlab_rms_norm(const float *x, int64_t x_stride, const float *residual, int64_t res_stride,
+                     const float *weight, float *sum_out, float *out, int64_t T, int64_t D,
+                     float eps);
+
+void llmlab_silu_mul(const float *gate, int64_t gate_stride, const float *up, int64_t up_stride,
+                     float *out, int64_t T, int64_t I);
+
+void llmlab_rope(const float *x, int64_t x_stride, const float *cos, const float *sin,
+                 float *out, int64_t T, int64_t heads, int64_t D);
+
+void llmlab_gemv(const float *x, const float *W, const float *bias, float *y, int64_t N,
+                 int64_t K);
+
+int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const float *ln1,
+                        const float *ln2, float eps, const float *w_qkv, const float *b_qkv,
+                        const float *w_o, const float *w_gate_up, const float *w_down,
+                        const float *cos, const float *sin, float *key_cache,
+                        float *value_cache, const int64_t *slot, const int32_t *block_table,
+                        const int32_t *seq_len, int64_t block_size, int64_t hidden,
+                        int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
+                        float scale);
+
+/* called from another kernel file */
 
 void llmlab_gemv_rows(const float *x, const float *W, const float *bias, const float *add,
                       float *y, int64_t N, int64_t K);

@@ -727,3 +727,40 @@ def test_grouped_attention_equals_the_readable_path_on_mixed_steps():
         out, _ = grouped(q, kc, vc, bt, sl, cu)
         readable = torch_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 32 ** -0.5)
         torch.testing.assert_close(out, readable, atol=1e-5, rtol=1e-5)
+
+
+def _header_signatures() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The prototypes of `kernels/cpu_kernels.h`, in the words of `cpu_backend.SIGNATURES`."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "kernels" / "cpu_kernels.h").read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    found = {}
+    for ret, name, args in re.findall(r"\b(int|void)\s+(llmlab_\w+)\s*\(([^)]*)\)\s*;", text):
+        kinds = []
+        for arg in args.split(","):
+            arg = " ".join(arg.split())
+            if "*" in arg:
+                kinds.append("ptr")
+            elif arg.startswith("int64_t"):
+                kinds.append("i64")
+            elif arg.startswith("float"):
+                kinds.append("f32")
+            else:
+                kinds.append(f"? {arg}")
+        found[name] = (ret, tuple(kinds))
+    return found
+
+
+def test_ctypes_signatures_match_the_c_header():
+    """Every function Python calls is declared in the header with exactly the argument kinds
+    the ctypes table gives it (a wrong table would pass garbage to C without any error)."""
+    from llmlab.ops import cpu_backend
+
+    header = _header_signatures()
+    assert set(cpu_backend.SIGNATURES) <= set(header), \
+        f"not declared in cpu_kernels.h: {set(cpu_backend.SIGNATURES) - set(header)}"
+    for name, sig in cpu_backend.SIGNATURES.items():
+        assert header[name] == sig, f"{name}: header {header[name]}, ctypes table {sig}"
+    assert {"llmlab_gemv_rows", "llmlab_attention_unit"} <= set(header)   # the parser sees all

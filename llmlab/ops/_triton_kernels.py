@@ -36,6 +36,44 @@ def reshape_and_cache_kernel(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr,
 
 
 @triton.jit
+def _online_softmax_tile(q, acc, m_i, l_i, n0, end, q_pos, table, k_cache_ptr, v_cache_ptr,
+                         kv_head, d, d_mask, qk_scale, NUM_KV_HEADS: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+    """Fold keys/values n0 .. n0 + BLOCK_N - 1 (those below `end`), read through the block
+    table, into the running softmax of the query rows `q`: max `m_i`, sum `l_i`, output `acc`
+    (flash attention's online softmax, in base 2: qk_scale includes log2 e). With CAUSAL, row r
+    sees only keys at positions <= q_pos[r] (decode passes any tensor: its one row per head
+    sees every key below `end`). Returns the updated (acc, m_i, l_i)."""
+    n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N] logical positions
+    n_mask = n < end
+    block = tl.load(table + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
+    slot = block * BLOCK_SIZE + n % BLOCK_SIZE
+    kv_offs = (slot * NUM_KV_HEADS + kv_head) * HEAD_DIM  # [BLOCK_N]
+    # Masked loads never read unused slots, so whatever they hold (NaN) cannot leak in.
+    k = tl.load(k_cache_ptr + kv_offs[None, :] + d[:, None],
+                mask=d_mask[:, None] & n_mask[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
+    if UPCAST:
+        k = k.to(tl.float32)
+    s = tl.dot(q, k, input_precision="ieee") * qk_scale  # [rows, BLOCK_N] fp32
+    if CAUSAL:
+        visible = n_mask[None, :] & (n[None, :] <= q_pos[:, None])
+    else:
+        visible = n_mask[None, :]
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_cache_ptr + kv_offs[:, None] + d[None, :],
+                mask=n_mask[:, None] & d_mask[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
+    if UPCAST:
+        v = v.to(tl.float32)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    return acc, m_new, l_i
+
+
+@triton.jit
 def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
                         out_ptr, part_m_ptr, part_l_ptr, qk_scale, max_blocks_per_seq,
                         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
@@ -79,28 +117,9 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_l
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
     table = block_tables_ptr + seq.to(tl.int64) * max_blocks_per_seq
     for n0 in range(start, end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N] logical positions
-        n_mask = n < end
-        block = tl.load(table + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        slot = block * BLOCK_SIZE + n % BLOCK_SIZE
-        kv_offs = (slot * NUM_KV_HEADS + kv_head) * HEAD_DIM  # [BLOCK_N]
-        # Masked loads never read unused slots, so whatever they hold (NaN) cannot leak in.
-        k = tl.load(k_cache_ptr + kv_offs[None, :] + d[:, None],
-                    mask=d_mask[:, None] & n_mask[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
-        if UPCAST:
-            k = k.to(tl.float32)
-        s = tl.dot(q, k, input_precision="ieee") * qk_scale  # [BLOCK_G, BLOCK_N] fp32
-        s = tl.where(n_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_offs[:, None] + d[None, :],
-                    mask=n_mask[:, None] & d_mask[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
-        if UPCAST:
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        m_i = m_new
+        acc, m_i, l_i = _online_softmax_tile(
+            q, acc, m_i, l_i, n0, end, g, table, k_cache_ptr, v_cache_ptr, kv_head, d, d_mask,
+            qk_scale, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, UPCAST)
 
     row_mask = g_mask[:, None] & d_mask[None, :]
     if SPLIT:
@@ -182,28 +201,9 @@ def paged_prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     table = block_tables_ptr + seq.to(tl.int64) * max_blocks_per_seq
     for n0 in range(0, end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = n < end
-        block = tl.load(table + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        slot = block * BLOCK_SIZE + n % BLOCK_SIZE
-        kv_offs = (slot * NUM_KV_HEADS + kv_head) * HEAD_DIM  # [BLOCK_N]
-        k = tl.load(k_cache_ptr + kv_offs[None, :] + d[:, None],
-                    mask=d_mask[:, None] & n_mask[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
-        if UPCAST:
-            k = k.to(tl.float32)
-        s = tl.dot(q, k, input_precision="ieee") * qk_scale  # [BLOCK_M, BLOCK_N]
-        visible = n_mask[None, :] & (n[None, :] <= q_pos[:, None])  # causal
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_offs[:, None] + d[None, :],
-                    mask=n_mask[:, None] & d_mask[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
-        if UPCAST:
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        m_i = m_new
+        acc, m_i, l_i = _online_softmax_tile(
+            q, acc, m_i, l_i, n0, end, q_pos, table, k_cache_ptr, v_cache_ptr, kv_head, d,
+            d_mask, qk_scale, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, UPCAST)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty),

@@ -61,6 +61,25 @@ FALLBACK_FLAGS = (
 HEAD_DIMS = (16, 32, 64, 128, 256)     # the C kernel has one unrolled variant for each
 MAX_GROUP = 16
 
+# The library's Python entry points as ctypes sees them, in the words of `kernels/cpu_kernels.h`
+# (a test parses the header and checks this table against it): "ptr" is any pointer.
+_CTYPES = {"void": None, "int": ctypes.c_int, "i64": ctypes.c_int64, "f32": ctypes.c_float,
+           "ptr": ctypes.c_void_p}
+SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llmlab_paged_attention": ("int", ("ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "ptr",
+                                       "ptr", "i64", "i64", "i64", "i64", "i64", "f32", "ptr")),
+    "llmlab_reshape_and_cache": ("void", ("ptr", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64",
+                                          "i64")),
+    "llmlab_rms_norm": ("void", ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64",
+                                 "f32")),
+    "llmlab_silu_mul": ("void", ("ptr", "i64", "ptr", "i64", "ptr", "i64", "i64")),
+    "llmlab_rope": ("void", ("ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64")),
+    "llmlab_gemv": ("void", ("ptr", "ptr", "ptr", "ptr", "i64", "i64")),
+    "llmlab_decode_layer": ("int", ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "ptr", "ptr", "ptr",
+                                    "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr",
+                                    "i64", "i64", "i64", "i64", "i64", "i64", "f32")),
+}
+
 _lib: ctypes.CDLL | None = None
 _error: str | None = None
 
@@ -124,24 +143,10 @@ def _build() -> ctypes.CDLL:
                                f"{done.stderr.strip()}")
         os.replace(tmp, path)
     lib = ctypes.CDLL(str(path))
-    i64, f32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
-    lib.llmlab_paged_attention.restype = ctypes.c_int
-    lib.llmlab_paged_attention.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr,
-                                           i64, i64, i64, i64, i64, f32, ptr]
-    lib.llmlab_reshape_and_cache.restype = None
-    lib.llmlab_reshape_and_cache.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, i64, i64]
-    lib.llmlab_rms_norm.restype = None
-    lib.llmlab_rms_norm.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, i64, i64, f32]
-    lib.llmlab_silu_mul.restype = None
-    lib.llmlab_silu_mul.argtypes = [ptr, i64, ptr, i64, ptr, i64, i64]
-    lib.llmlab_rope.restype = None
-    lib.llmlab_rope.argtypes = [ptr, i64, ptr, ptr, ptr, i64, i64, i64]
-    lib.llmlab_gemv.restype = None
-    lib.llmlab_gemv.argtypes = [ptr, ptr, ptr, ptr, i64, i64]
-    lib.llmlab_decode_layer.restype = ctypes.c_int
-    lib.llmlab_decode_layer.argtypes = [ptr, ptr, ptr, ptr, ptr, f32, ptr, ptr, ptr, ptr, ptr,
-                                        ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64,
-                                        i64, i64, f32]
+    for name, (restype, argtypes) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = _CTYPES[restype]
+        fn.argtypes = [_CTYPES[a] for a in argtypes]
     return lib
 
 
