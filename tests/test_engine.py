@@ -257,6 +257,35 @@ def test_bad_engine_settings_raise_at_construction(model, kwargs, word):
         LLM(model, **kwargs)
 
 
+def test_readable_path_never_compiles_c(model, monkeypatch):
+    """An engine on the readable path ("torch") builds no C library, neither at start-up nor
+    while it runs; the default picks the fastest backend here ("cpu" where it builds)."""
+    from llmlab.ops import cpu_backend
+
+    def refuse(*_):
+        raise AssertionError("the readable path compiled or loaded the C kernels")
+
+    monkeypatch.setattr(cpu_backend, "_build", refuse)
+    monkeypatch.setattr(cpu_backend, "_lib", None)
+    monkeypatch.setattr(cpu_backend, "_error", None)
+    llm = LLM(model, attention_backend="torch", max_model_len=64)
+    out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0.0, max_tokens=4), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 4
+    assert type(llm.llm_engine.model_runner.model.layers[0]).__name__ == "DecoderLayer"
+
+
+def test_default_backend_is_the_fastest_here(model):
+    from llmlab.ops import cpu_backend
+
+    engine = LLM(model, max_model_len=64).llm_engine
+    want = "cpu" if cpu_backend.available()[0] else "torch"
+    assert engine.config.attention_backend == want
+    layer = engine.model_runner.model.layers[0]
+    assert type(layer).__name__ == ("CpuDecoderLayer" if want == "cpu" else "DecoderLayer")
+    with pytest.raises(ValueError, match="attention_backend"):
+        LLM(model, attention_backend="gpu")
+
+
 def test_default_pool_size_covers_max_num_seqs_requests(model):
     engine = LLMEngine(model, max_model_len=100, max_num_seqs=5, block_size=16)
     assert engine.num_kv_blocks == 5 * 7
