@@ -122,7 +122,11 @@ class AsyncLLM:
 
     @property
     def num_waiting(self) -> int:
-        """Admitted and not yet scheduled: in the engine's waiting queue or about to join it."""
+        """Admitted and not yet scheduled: in the engine's waiting queue or about to join it.
+
+        From the snapshot taken between steps: a request the step in flight has just
+        scheduled still counts as waiting until that step ends (at most one step's worth).
+        """
         return self.stats["waiting"] + len(self._pending)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int],
