@@ -233,6 +233,27 @@ def _run_async(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+def warm_up(base_url: str, model: str, prompt: str | list[int], endpoint: str = "/v1/completions",
+            timeout: float = 300.0) -> None:
+    """One two-token request before measuring (as vLLM's client does): a server's first steps
+    pay one-time costs that are not serving."""
+    rec, = _run_async(run_requests(base_url, [BenchRequest(prompt, 2)], model, endpoint=endpoint,
+                                   timeout=timeout, max_seconds=timeout, progress=False))[0]
+    if not rec.success:
+        raise RuntimeError(f"the warm-up request failed: {rec.error}")
+
+
+def scrape_metrics(base_url: str) -> dict[str, float]:
+    """The server's `/metrics`, `{name: value}` (labels dropped; buckets left out)."""
+    import httpx
+
+    from llmlab.serve.prometheus import parse_prometheus
+
+    text = httpx.get(base_url.rstrip("/") + "/metrics", timeout=10).text
+    return {k.split("{")[0]: v for k, v in parse_prometheus(text).items()
+            if "_bucket{" not in k and "finished_reason" not in k}
+
+
 def fetch_json(base_url: str, path: str, timeout: float = 10.0) -> Any:
     import httpx
 
@@ -451,12 +472,9 @@ def main(argv: list[str] | None = None) -> int:
             prompts = [engine_prompt_ids(llm.get_tokenizer(), r, chat) for r in requests]
         # one short request first (as vLLM's client does): the server's first step pays
         # one-time costs that are not serving
-        warm = [BenchRequest(requests[0].prompt, 2, requests[0].prompt_len)]
-        _run_async(run_requests(base_url, warm, model, endpoint=args.endpoint,
-                                ignore_eos=True, timeout=args.timeout,
-                                max_seconds=args.max_seconds, progress=False))
+        warm_up(base_url, model, requests[0].prompt, args.endpoint, args.timeout)
         if llm is not None:
-            run_offline(llm, prompts[:1], warm, True)
+            run_offline(llm, prompts[:1], [BenchRequest(requests[0].prompt, 2)], True)
         runs = []
         for rate in args.request_rate:
             rounds = args.rounds if (llm is not None and math.isinf(rate)) else 1

@@ -10,6 +10,7 @@ Both listen on 127.0.0.1 and, with port 0, on a free port the OS picks.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import os
 import re
@@ -157,6 +158,15 @@ class ServerThread:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies, even by SIGKILL (Linux)."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class ServerProcess:
     """`python -m llmlab serve MODEL ARGS...` in a child process, started and waited for.
 
@@ -171,7 +181,9 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "llmlab", "serve", *([model] if model else []),
                "--port", "0", *(args or [])]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env={**os.environ, **(env or {})})
+                                     text=True, env={**os.environ, **(env or {})},
+                                     preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        atexit.register(self.stop)          # a notebook kernel that exits takes it along
         self.lines: collections.deque[str] = collections.deque(maxlen=200)
         self.url: str | None = None
         found = threading.Event()
@@ -198,6 +210,7 @@ class ServerProcess:
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """Interrupt the server (then kill it if it lingers); returns its exit code."""
+        atexit.unregister(self.stop)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
