@@ -143,3 +143,45 @@ def test_the_command_writes_results_with_machine_settings_and_date(tiny_server, 
         assert http["request_goodput"] == pytest.approx(http["request_throughput"])
         assert 0 < http["median_ttft_ms"] <= http["p99_ttft_ms"]
         assert not math.isnan(http["mean_tpot_ms"])
+
+
+def _summaries():
+    base = [metrics.Timeline(0.0, (0.1, 0.15, 0.2)), metrics.Timeline(0.0, (0.3, 0.4, 0.5))]
+    slow = [metrics.Timeline(0.0, (0.5, 0.7, 0.9)), metrics.Timeline(0.0, (0.8, 1.1, 1.4))]
+    return {1.0: metrics.summarize(base), 4.0: metrics.summarize(slow)}
+
+
+def test_latency_vs_load_figure_plots_the_percentiles_in_ms():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llmlab.widgets.metrics import plot_latency_vs_load
+
+    s = _summaries()
+    fig = plot_latency_vs_load(s, ("ttft", "tpot"))
+    ttft_ax, tpot_ax = fig.axes
+    assert ttft_ax.get_ylabel() == "TTFT (ms)" and "req/s" in ttft_ax.get_xlabel()
+    p50 = next(line for line in ttft_ax.get_lines() if line.get_label() == "p50")
+    assert list(p50.get_xdata()) == [1.0, 4.0]
+    assert list(p50.get_ydata()) == pytest.approx([s[1.0].ttft.median * 1e3, s[4.0].ttft.median * 1e3])
+    assert {line.get_label() for line in tpot_ax.get_lines()} == {"p50", "p90", "p99"}
+    assert fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="metric"):
+        plot_latency_vs_load(s, ("latency",))
+
+
+def test_throughput_latency_figure_has_a_line_per_system_and_statistic():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llmlab.widgets.metrics import plot_throughput_latency
+
+    s = _summaries()
+    fig = plot_throughput_latency({"over HTTP": s, "in process": s}, "tpot", title="t")
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["over HTTP: p50", "over HTTP: p99", "in process: p50", "in process: p99"]
+    x = ax.get_lines()[0].get_xdata()
+    assert list(x) == pytest.approx([s[1.0].output_throughput, s[4.0].output_throughput])
+    assert ax.get_xlabel() == "output throughput (tokens/s)" and ax.get_ylabel() == "TPOT (ms)"
+    assert ax.get_title() == "t"
