@@ -431,8 +431,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                     help="SLOs in ms, e.g. ttft:500 tpot:50 (keys ttft, tpot, e2el)")
     ap.add_argument("--compare-offline", action="store_true",
-                    help="also run the requests in this process (llmlab servers): offline "
-                         "LLM.generate throughput, and the engine at the same arrivals")
+                    help="also run the requests in this process (llmlab servers), with the "
+                         "engine settings of --launch (else serve's defaults): offline "
+                         "LLM.generate throughput at rate inf, and the engine at the same "
+                         "arrivals for finite rates (the HTTP cost per token)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="with --compare-offline at rate inf: alternate offline and HTTP this "
                          "many times, report the best of each")

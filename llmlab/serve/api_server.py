@@ -171,6 +171,8 @@ class OpenAIServing:
             yield "data: [DONE]\n\n"
         except EngineDeadError as e:
             yield f"data: {_json(OpenAIError(500, str(e), None, 'InternalServerError').body())}\n\n"
+        except ValueError as e:              # the engine refused it when it joined
+            yield f"data: {_json(OpenAIError(400, str(e), 'prompt').body())}\n\n"
         finally:
             if not stream.finished:
                 self.llm.abort(stream.request_id)
@@ -231,6 +233,8 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
             return JSONResponse(answer.result())
         except EngineDeadError as e:
             raise OpenAIError(500, str(e), None, "InternalServerError") from None
+        except ValueError as e:              # the engine refused it when it joined
+            raise OpenAIError(400, str(e), "prompt") from None
 
     @app.post("/v1/completions")
     async def completions(request: Request):
