@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 _LAZY = {"LLM": "llmlab.engine", "LLMEngine": "llmlab.engine", "RequestOutput": "llmlab.engine"}
 _SUBMODULES = {"ops", "costs", "hardware", "roofline", "sim", "metrics", "parallel", "widgets",
                "check", "doctor", "generate", "model", "kvcache", "engine", "tokenizer", "config",
-               "sampling", "bench", "weights", "request", "paths"}
+               "sampling", "bench", "weights", "request", "paths", "serve"}
 
 
 def __getattr__(name: str):

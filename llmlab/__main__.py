@@ -3,7 +3,8 @@
   doctor                     environment report
   model [NAME]               convert and cache the model (once), report the load time
   run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
-  bench NAME [args]          side-by-side benchmarks (kernels, throughput, roofline)
+  serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
+  bench NAME [args]          benchmarks (kernels, throughput, roofline, serve)
   student SRC DST            write the student version of the notebooks (solutions stripped)
   grade NOTEBOOK [--json]    execute a student's notebook and grade its exercises
 """
@@ -44,14 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "run":
         from llmlab.notebook_runner import main as run_main
         return run_main(rest)
+    if cmd == "serve":
+        from llmlab.serve.launch import main as serve_main
+        return serve_main(rest)
     if cmd == "bench":
         if not rest:
-            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput or roofline")
+            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput, roofline or serve")
             return 2
         try:
             module = importlib.import_module(f"llmlab.bench.{rest[0]}")
         except ModuleNotFoundError:
-            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput or roofline")
+            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline or serve")
             return 2
         return module.main(rest[1:])
     if cmd in ("student", "grade"):

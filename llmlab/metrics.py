@@ -30,13 +30,19 @@ SLO_KEYS = ("ttft", "tpot", "e2el")
 
 @dataclass(frozen=True)
 class Timeline:
-    """One request's timestamps (seconds, any common clock). `token_times`: one per output token."""
+    """One request's timestamps (seconds, any common clock). `token_times`: one per output token.
+
+    A client that reads a stream sees chunks, not tokens: `token_times` then holds one time per
+    chunk and `num_tokens` the output length the server reported (`usage.completion_tokens`),
+    as in vLLM's client: TPOT divides by the tokens, ITL is the gaps between chunks.
+    """
 
     arrival_time: float
     token_times: tuple[float, ...]
     num_prompt_tokens: int = 0
     first_scheduled_time: float | None = None
     finished_time: float | None = None
+    num_tokens: int | None = None       # output tokens, when a time may stand for several
 
     def __post_init__(self) -> None:
         times = tuple(float(t) for t in self.token_times)
@@ -49,10 +55,15 @@ class Timeline:
                              f"{self.arrival_time}")
         if any(b < a for a, b in zip(times, times[1:])):
             raise ValueError(f"Timeline.token_times must be non-decreasing, got {list(times)}")
+        if self.num_tokens is not None and (not isinstance(self.num_tokens, int)
+                                            or self.num_tokens < len(times)):
+            raise ValueError(f"Timeline.num_tokens must be an int >= len(token_times)="
+                             f"{len(times)} (each time stands for at least one token), "
+                             f"got {self.num_tokens!r}")
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.token_times)
+        return len(self.token_times) if self.num_tokens is None else self.num_tokens
 
     @property
     def ttft(self) -> float:
@@ -71,7 +82,7 @@ class Timeline:
 
     @property
     def itls(self) -> list[float]:
-        """The n − 1 gaps between consecutive tokens."""
+        """The gaps between consecutive tokens (n − 1 of them; between chunks if streamed)."""
         return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
 
     @property

@@ -1,4 +1,5 @@
-"""Serving-metric plots (latency CDFs, request timelines, percentiles vs load) and an arrival
+"""Serving-metric plots (latency CDFs, request timelines, percentiles vs load, the
+throughput–latency curve) and an arrival
 process explorer (rate, burstiness → arrival times), all from `llmlab.metrics`.
 
 `arrivals_text(...)` gives a line "<n> arrivals at <r> req/s, burstiness <b>: mean gap <g> s,
@@ -161,3 +162,62 @@ def arrival_explorer(rate: float = 2.0, burstiness: float = 1.0, num_requests: i
         c.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([rate_w, burst_w, n_w]), result, out])
+
+
+def plot_latency_vs_load(summaries: dict[float, metrics.BenchmarkSummary],
+                         metrics_to_plot: tuple[str, ...] = ("ttft", "tpot"),
+                         title: str = "latency percentiles vs offered load (measured)") -> Any:
+    """One panel per metric: p50, p90 and p99 against the request rate (x: req/s, y: ms)."""
+    import matplotlib.pyplot as plt
+
+    rates = sorted(summaries)
+    fig, axes = plt.subplots(1, len(metrics_to_plot), figsize=(4.6 * len(metrics_to_plot), 3.6))
+    for ax, metric in zip(np.atleast_1d(axes), metrics_to_plot):
+        if metric not in METRIC_LABELS:
+            raise ValueError(f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}")
+        scale, unit = _unit(max((getattr(summaries[r], metric).p99 or 0.0) for r in rates))
+        for field, style, label in (("median", "o-", "p50"), ("p90", "s--", "p90"),
+                                    ("p99", "^:", "p99")):
+            ys = [getattr(getattr(summaries[r], metric), field) for r in rates]
+            ax.plot(rates, [np.nan if y is None else y * scale for y in ys], style, label=label)
+        ax.set_xlabel("offered request rate (req/s)")
+        ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_throughput_latency(curves: dict[str, dict[float, metrics.BenchmarkSummary]],
+                            metric: str = "tpot",
+                            title: str = "throughput–latency curve (measured)") -> Any:
+    """Output tokens/s against the median (filled) and p99 (hollow) of `metric`, one line per
+    system (e.g. "over HTTP", "in process"), one point per request rate, labelled."""
+    import matplotlib.pyplot as plt
+
+    if metric not in METRIC_LABELS:
+        raise ValueError(f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}")
+    top = max((getattr(s, metric).p99 or 0.0) for c in curves.values() for s in c.values())
+    scale, unit = _unit(top)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for (label, curve), color in zip(curves.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        rates = sorted(curve)
+        x = [curve[r].output_throughput for r in rates]
+        med = [getattr(curve[r], metric).median for r in rates]
+        p99 = [getattr(curve[r], metric).p99 for r in rates]
+        ax.plot(x, [np.nan if y is None else y * scale for y in med], "o-", color=color,
+                label=f"{label}: p50")
+        ax.plot(x, [np.nan if y is None else y * scale for y in p99], "o--", color=color,
+                mfc="none", label=f"{label}: p99")
+        for r, xi, yi in zip(rates, x, med):
+            if yi is not None:
+                ax.annotate(f"{r:.2g}/s", (xi, yi * scale), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points", color=color)
+    ax.set_xlabel("output throughput (tokens/s)")
+    ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,24 @@
+"""Serving over HTTP: an OpenAI-compatible server over the engine (`python -m llmlab serve`).
+
+- `protocol`: the request bodies, checked at the door (errors name the field)
+- `async_engine`: `AsyncLLM`, the engine loop behind the server (requests join between steps)
+- `detokenizer`: text for a stream of tokens, one at a time
+- `prometheus`: `/metrics` in Prometheus' text format, vLLM's metric names
+- `api_server`: `build_app(engine, name)`, the FastAPI routes and server-sent events
+- `launch`: the command line, `ServerProcess` (a child process) and `ServerThread`
+
+The benchmark client that measures such a server is `llmlab.bench.serve`.
+"""
+from llmlab.serve.launch import ServerProcess, ServerThread, build_engine
+
+__all__ = ["ServerProcess", "ServerThread", "build_engine", "build_app", "AsyncLLM"]
+
+
+def __getattr__(name: str):
+    if name == "build_app":
+        from llmlab.serve.api_server import build_app
+        return build_app
+    if name == "AsyncLLM":
+        from llmlab.serve.async_engine import AsyncLLM
+        return AsyncLLM
+    raise AttributeError(f"module 'llmlab.serve' has no attribute {name!r}")

@@ -1,0 +1,231 @@
+"""`AsyncLLM`: the engine behind an asyncio server (vLLM's `v1/engine/async_llm.py` with
+`EngineCore`'s busy loop folded into one task).
+
+One task owns the `LLMEngine` and loops: apply the requests that arrived and the aborts, run
+one `step()` on a worker thread (the event loop keeps serving HTTP meanwhile), hand each
+request its new token through its own queue, repeat; sleep when there is nothing to do.
+Requests arriving over HTTP therefore join the running batch at the next step: continuous
+batching over the network. The engine is only ever touched by that task, between steps, so it
+needs no lock. vLLM runs `EngineCore` in another process and talks to it over ZeroMQ; one
+process and a thread is the same loop with the transport left out.
+
+A client that goes away aborts its request: at once when no step is running, else right after
+the step in flight, so its KV blocks go back to the pool before the next step is scheduled.
+The waiting queue is bounded: beyond `max_waiting` requests not yet scheduled, `add_request`
+raises `QueueFullError` (the server answers 503) and nothing already admitted is touched.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from llmlab.engine import LLMEngine, RequestOutput
+from llmlab.sampling import SamplingParams
+from llmlab.serve.prometheus import ServerMetrics
+
+
+class QueueFullError(Exception):
+    """The waiting queue holds `max_waiting` requests already."""
+
+
+class EngineDeadError(Exception):
+    """A step raised: the engine's state is unknown, so the server stops taking requests."""
+
+
+_DONE = object()
+
+
+@dataclass
+class RequestStream:
+    """One request's deltas, in order; iterate with `async for`. Ends after the finished one."""
+
+    request_id: str
+    num_prompt_tokens: int
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    finished: bool = False
+    num_output_tokens: int = 0
+
+    def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[RequestOutput]:
+        while True:
+            item = await self.queue.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+class AsyncLLM:
+    """Serve an `LLMEngine` to many coroutines at once.
+
+    engine: the engine (its settings are the batch's). max_waiting: most requests admitted but
+    not yet scheduled before `add_request` refuses more. model_name: the label of `/metrics`.
+    Call `start()` inside the running event loop, `await stop()` at the end.
+    """
+
+    def __init__(self, engine: LLMEngine, max_waiting: int = 256,
+                 model_name: str = "llmlab") -> None:
+        if not isinstance(engine, LLMEngine):
+            raise ValueError(f"engine must be an LLMEngine, got {type(engine).__name__}")
+        if not isinstance(max_waiting, int) or max_waiting < 1:
+            raise ValueError(f"max_waiting must be an int >= 1, got {max_waiting!r}")
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self.metrics = ServerMetrics(model_name)
+        self.streams: dict[str, RequestStream] = {}
+        self._pending: list[tuple[str, list[int], SamplingParams, float | None]] = []
+        self._pending_aborts: set[str] = set()
+        self._stepping = False
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.dead: BaseException | None = None
+        self.stats = engine.stats()            # a snapshot taken between steps
+
+    # ---- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engine loop on the running event loop."""
+        if self._task is not None:
+            return
+        self._wake = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llmlab-step")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="llmlab-engine")
+
+    async def stop(self) -> None:
+        """Abort everything still running and stop the loop."""
+        for rid in list(self.streams):
+            self.abort(rid)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._apply_pending()
+
+    # ---- requests -------------------------------------------------------------------------
+
+    @property
+    def num_pending(self) -> int:
+        """Admitted during the step in flight; they join the engine right after it."""
+        return len(self._pending)
+
+    @property
+    def num_waiting(self) -> int:
+        """Admitted and not yet scheduled: in the engine's waiting queue or about to join it.
+
+        From the snapshot taken between steps: a request the step in flight has just
+        scheduled still counts as waiting until that step ends (at most one step's worth).
+        """
+        return self.stats["waiting"] + len(self._pending)
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int],
+                    params: SamplingParams) -> RequestStream:
+        """Admit a request; its tokens arrive on the returned stream.
+
+        Raises QueueFullError when `max_waiting` requests are waiting, EngineDeadError after a
+        failed step, ValueError for what the engine refuses (nothing admitted then).
+        """
+        if self.dead is not None:
+            raise EngineDeadError(f"the engine stopped after an error: {self.dead!r}")
+        if request_id in self.streams:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        if self.num_waiting >= self.max_waiting:
+            self.metrics.rejected_queue_full += 1
+            raise QueueFullError(f"the waiting queue is full ({self.max_waiting} requests); "
+                                 "try again later")
+        stream = RequestStream(request_id, len(prompt_token_ids))
+        if self._stepping:                   # joins the batch right after the step in flight
+            self._pending.append((request_id, prompt_token_ids, params, None))
+        else:
+            self.engine.add_request(request_id, prompt_token_ids, params)
+            self.stats = self.engine.stats()
+        self.streams[request_id] = stream
+        if self._wake is not None:
+            self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request (its client left); its blocks are freed before the next step."""
+        stream = self.streams.pop(request_id, None)
+        if stream is None:
+            return
+        if not stream.finished:
+            stream.finished = True
+            self.metrics.on_finished("abort", None)
+        stream.queue.put_nowait(_DONE)
+        self._pending_aborts.add(request_id)
+        if not self._stepping:
+            self._apply_pending()
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def _apply_pending(self) -> None:
+        """Between steps: admit the requests that came during the last one, apply aborts."""
+        pending, self._pending = self._pending, []
+        for request_id, ids, params, arrival in pending:
+            if request_id in self._pending_aborts:
+                continue
+            stream = self.streams.get(request_id)
+            try:
+                self.engine.add_request(request_id, ids, params, arrival_time=arrival)
+            except ValueError as e:          # checked at the door already; kept for safety
+                if stream is not None:
+                    self.streams.pop(request_id, None)
+                    stream.finished = True
+                    stream.queue.put_nowait(e)
+        for request_id in self._pending_aborts:
+            self.engine.abort_request(request_id)
+        self._pending_aborts.clear()
+        self.stats = self.engine.stats()
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            stream = self.streams.get(out.request_id)
+            if stream is None:                 # aborted while the step ran
+                continue
+            n = len(out.outputs[0].token_ids)
+            self.metrics.on_tokens(n, stream.num_output_tokens == 0, stream.num_prompt_tokens)
+            stream.num_output_tokens += n
+            stream.queue.put_nowait(out)
+            if out.finished:
+                stream.finished = True
+                self.metrics.on_finished(out.outputs[0].finish_reason or "stop", out.metrics)
+                stream.queue.put_nowait(_DONE)
+                del self.streams[out.request_id]
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._apply_pending()
+            if not self.engine.has_unfinished_requests():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._stepping = True
+            try:
+                outputs = await loop.run_in_executor(self._executor, self.engine.step)
+            except BaseException as e:      # noqa: BLE001 (cancellation included: we stop)
+                self._stepping = False
+                if not isinstance(e, asyncio.CancelledError):
+                    self._fail_all(e)
+                raise
+            self._stepping = False
+            self._dispatch(outputs)
+
+    def _fail_all(self, error: BaseException) -> None:
+        self.dead = error
+        for stream in self.streams.values():
+            stream.finished = True
+            stream.queue.put_nowait(EngineDeadError(f"the engine step failed: {error!r}"))
+        self.streams.clear()

@@ -1,0 +1,189 @@
+"""The serving benchmark client: its figures on a recorded stream equal values worked out by
+hand, and against a real (tiny-model) server it sends at the arrival times, keeps to its
+concurrency limit and writes its JSON."""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+
+from llmlab import metrics
+from llmlab.bench import serve as bench
+from llmlab.engine import LLMEngine
+from llmlab.model import tiny_model
+from llmlab.serve.api_server import build_app
+from llmlab.serve.launch import ServerThread
+
+
+def chunk(text: str, finish: str | None = None, chat: bool = False) -> str:
+    piece = {"delta": {"content": text}} if chat else {"text": text}
+    return "data: " + json.dumps({"choices": [dict(piece, index=0, finish_reason=finish)]})
+
+
+def usage(prompt: int, completion: int) -> str:
+    return "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": prompt,
+                                                           "completion_tokens": completion}})
+
+
+# Four requests, as a client would have recorded them: (time, line).
+# A: sent 0.0, tokens 1.0 1.5 2.0 2.5       -> TTFT 1.0, TPOT 0.5, E2EL 2.5, gaps .5 .5 .5
+# B: sent 1.0, tokens 1.2 1.3               -> TTFT 0.2, TPOT 0.1, E2EL 0.3, gap .1
+# C: sent 2.0, one token 2.4                -> TTFT 0.4, no TPOT,  E2EL 0.4
+# D: sent 0.5, two chunks 1.5 and 3.0 carrying 5 tokens (usage) -> TTFT 1.0, E2EL 2.5,
+#    TPOT (2.5 − 1.0) / (5 − 1) = 0.375, one chunk gap 1.5
+# E: answered 503: a failure, left out of every figure
+RECORDED = {
+    "A": (0.0, [(0.9, ": keep-alive"), (1.0, chunk("The")), (1.5, chunk(" cat")),
+                (2.0, chunk(" sat")), (2.5, chunk(".", "length")), (2.5, usage(3, 4)),
+                (2.5, "data: [DONE]")]),
+    "B": (1.0, [(1.1, "data: " + json.dumps({"choices": [], "usage": None})),
+                (1.2, chunk("Hi", chat=True)), (1.3, chunk("!", "stop", chat=True)),
+                (1.3, "data: [DONE]")]),
+    "C": (2.0, [(2.4, chunk("", "length")), (2.4, usage(7, 1)), (2.4, "data: [DONE]")]),
+    "D": (0.5, [(1.5, chunk("one two")), (3.0, chunk(" three four five", "length")),
+                (3.0, usage(2, 5)), (3.0, "data: [DONE]")]),
+}
+
+
+def recorded_records():
+    recs = [bench.record_stream(sent, lines, chat=(name == "B"))
+            for name, (sent, lines) in RECORDED.items()]
+    recs.append(bench.RequestRecord(sent_at=0.2, error="HTTP 503: queue full", status=503))
+    return recs
+
+
+def test_figures_on_a_recorded_stream_equal_hand_computed_values():
+    recs = recorded_records()
+    a, b, c, d, e = recs
+    assert a.text == "The cat sat." and b.text == "Hi!" and a.finish_reason == "length"
+    assert [r.success for r in recs] == [True, True, True, True, False]
+    assert [r.output_tokens for r in recs[:4]] == [4, 2, 1, 5]   # B has no usage: its chunks
+    s = bench.summarize_records(recs, duration=4.0, slo={"ttft": 0.5, "tpot": 0.4},
+                                prompt_lens=[0, 6, 0, 0, 0])
+    assert s.num_requests == 4                                    # E is left out
+    assert s.total_output_tokens == 4 + 2 + 1 + 5
+    assert s.total_input_tokens == 3 + 6 + 7 + 2                  # B's from the prompt length
+    assert s.request_throughput == pytest.approx(4 / 4.0)
+    assert s.output_throughput == pytest.approx(12 / 4.0)
+    assert s.ttft.mean == pytest.approx((1.0 + 0.2 + 0.4 + 1.0) / 4)
+    assert s.ttft.median == pytest.approx((0.4 + 1.0) / 2)
+    assert s.tpot.count == 3                                      # C has one token: no TPOT
+    assert s.tpot.mean == pytest.approx((0.5 + 0.1 + 0.375) / 3)
+    itls = [0.5, 0.5, 0.5, 0.1, 1.5]                              # pooled chunk gaps
+    assert s.itl.count == 5 and s.itl.mean == pytest.approx(sum(itls) / 5)
+    assert s.itl.p99 == pytest.approx(float(np.percentile(itls, 99)))
+    assert s.e2el.mean == pytest.approx((2.5 + 0.3 + 0.4 + 2.5) / 4)
+    # SLO TTFT ≤ 0.5 s and TPOT ≤ 0.4 s: B (0.2, 0.1) and C (0.4, none) meet it, A and D not
+    assert s.num_good == 2 and s.goodput == pytest.approx(2 / 4.0)
+    out = bench.summary_dict(s, recs)
+    assert out["completed"] == 4 and out["failed"] == 1
+    assert out["mean_ttft_ms"] == pytest.approx(650.0) and out["median_tpot_ms"] == pytest.approx(375.0)
+    assert out["errors"] == ["HTTP 503: queue full"]
+
+
+def test_a_stream_without_done_or_with_an_error_chunk_is_a_failure():
+    cut = bench.record_stream(0.0, [(0.1, chunk("a"))])
+    assert not cut.success
+    err = bench.record_stream(0.0, [(0.1, "data: " + json.dumps(
+        {"error": {"message": "engine died"}})), (0.1, "data: [DONE]")])
+    assert not err.success and err.error == "engine died"
+    with pytest.raises(RuntimeError, match="no request succeeded"):
+        bench.summarize_records([cut, err], duration=1.0)
+
+
+def test_goodput_slos_parse_as_vllm_writes_them():
+    assert bench.parse_goodput(["ttft:500", "tpot:50"]) == {"ttft": 0.5, "tpot": 0.05}
+    assert bench.parse_goodput(None) is None
+    for bad in (["ttft"], ["itl:5"], ["tpot:fast"]):
+        with pytest.raises(ValueError, match="--goodput"):
+            bench.parse_goodput(bad)
+
+
+@pytest.fixture(scope="module")
+def tiny_server():
+    engine = LLMEngine(tiny_model(seed=0), None, max_model_len=128, max_num_seqs=8,
+                       num_kv_blocks=64)
+    with ServerThread(build_app(engine, "tiny")) as srv:
+        yield srv
+
+
+def test_requests_leave_at_their_arrival_times_and_within_the_concurrency_limit(tiny_server):
+    reqs = bench.build_requests(8, 6, dataset="random", random_input_len=12, seed=3)
+    rate, limit = 40.0, 2
+    before = time.perf_counter()            # the run's start is after this, never before
+    records, duration = bench._run_async(bench.run_requests(
+        tiny_server.url, reqs, "tiny", request_rate=rate, max_concurrency=limit, seed=3,
+        max_seconds=60, progress=False))
+    assert all(r.success for r in records) and [r.output_tokens for r in records] == [6] * 8
+    offsets = metrics.arrival_times(8, rate, 1.0, 3)
+    sent = [r.sent_at - before for r in records]
+    assert all(s >= o - 1e-3 for s, o in zip(sent, offsets)), "a request left before its time"
+    events = sorted([(r.sent_at, 1) for r in records] + [(r.chunk_times[-1], -1) for r in records],
+                    key=lambda e: (e[0], e[1]))
+    in_flight, most = 0, 0
+    for _, step in events:
+        in_flight += step
+        most = max(most, in_flight)
+    assert most <= limit
+
+
+def test_the_command_writes_results_with_machine_settings_and_date(tiny_server, tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--base-url", tiny_server.url, "--dataset", "random", "--num-prompts", "6",
+                       "--output-len", "5", "--request-rate", "50,inf", "--goodput", "ttft:5000",
+                       "--disable-tqdm", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {"machine", "settings", "date", "runs"} <= set(report)
+    assert report["settings"]["model"] == "tiny" and report["settings"]["request_rates"] == [50.0, "inf"]
+    for run in report["runs"]:
+        http = run["http"]
+        assert http["completed"] == 6 and http["failed"] == 0
+        assert http["total_output_tokens"] == 30 and http["total_input_tokens"] == 6 * 64
+        assert http["request_goodput"] == pytest.approx(http["request_throughput"])
+        assert 0 < http["median_ttft_ms"] <= http["p99_ttft_ms"]
+        assert not math.isnan(http["mean_tpot_ms"])
+
+
+def _summaries():
+    base = [metrics.Timeline(0.0, (0.1, 0.15, 0.2)), metrics.Timeline(0.0, (0.3, 0.4, 0.5))]
+    slow = [metrics.Timeline(0.0, (0.5, 0.7, 0.9)), metrics.Timeline(0.0, (0.8, 1.1, 1.4))]
+    return {1.0: metrics.summarize(base), 4.0: metrics.summarize(slow)}
+
+
+def test_latency_vs_load_figure_plots_the_percentiles_in_ms():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llmlab.widgets.metrics import plot_latency_vs_load
+
+    s = _summaries()
+    fig = plot_latency_vs_load(s, ("ttft", "tpot"))
+    ttft_ax, tpot_ax = fig.axes
+    assert ttft_ax.get_ylabel() == "TTFT (ms)" and "req/s" in ttft_ax.get_xlabel()
+    p50 = next(line for line in ttft_ax.get_lines() if line.get_label() == "p50")
+    assert list(p50.get_xdata()) == [1.0, 4.0]
+    assert list(p50.get_ydata()) == pytest.approx([s[1.0].ttft.median * 1e3, s[4.0].ttft.median * 1e3])
+    assert {line.get_label() for line in tpot_ax.get_lines()} == {"p50", "p90", "p99"}
+    assert fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="metric"):
+        plot_latency_vs_load(s, ("latency",))
+
+
+def test_throughput_latency_figure_has_a_line_per_system_and_statistic():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llmlab.widgets.metrics import plot_throughput_latency
+
+    s = _summaries()
+    fig = plot_throughput_latency({"over HTTP": s, "in process": s}, "tpot", title="t")
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["over HTTP: p50", "over HTTP: p99", "in process: p50", "in process: p99"]
+    x = ax.get_lines()[0].get_xdata()
+    assert list(x) == pytest.approx([s[1.0].output_throughput, s[4.0].output_throughput])
+    assert ax.get_xlabel() == "output throughput (tokens/s)" and ax.get_ylabel() == "TPOT (ms)"
+    assert ax.get_title() == "t"
