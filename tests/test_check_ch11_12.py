@@ -49,12 +49,17 @@ def test_max_wasted_slots():
 
 
 def test_seed_q5_matching():
-    right = {"block_table": "paging", "prefix_sharing": "copy_on_write",
+    right = {"block_table": "paging", "prefix_sharing": "shared_pages",
              "block_eviction": "lru_replacement", "request_scheduling": "process_scheduling",
              "preemption": "swapping"}
     assert ch11.seed_q5(right).passed
     assert ch11.seed_q5({k: v.replace("_", " ").upper() for k, v in right.items()}).passed
-    swapped = dict(right, block_table="copy_on_write", prefix_sharing="paging")
+    assert ch11.seed_q5(dict(right, block_table="demand_paging")).passed     # also defensible
+    assert len(ch11.Q5_CONCEPTS) > len(ch11.Q5_DESIGNS)                       # not a bijection
+    assert list(ch11.Q5_CONCEPTS) != [next(iter(sorted(ch11.Q5_ACCEPTED[d]))) for d in ch11.Q5_DESIGNS]
+    r = ch11.seed_q5(dict(right, prefix_sharing="copy_on_write"))
+    assert not r.passed and "never written" in r.message        # why the tempting one is wrong
+    swapped = dict(right, block_table="shared_pages", prefix_sharing="paging")
     r = ch11.seed_q5(swapped)
     _fails_with(r, "block_table:", "prefix_sharing:")
     assert "block_eviction:" not in r.message

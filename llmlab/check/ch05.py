@@ -27,9 +27,10 @@ _NO_CACHE = {
 def cache_writes(answer: Any) -> CheckResult:
     """Which step(s) of STEPS write new entries into the KV cache? A name or a list of names."""
     hints = dict(_NO_CACHE)
-    hints["attention"] = ("attention uses keys and values that already exist; find the step in "
-                          "which this token's own K and V come into being.")
-    return check_choice("ch05.cache_writes", answer, {"qkv_projection"}, options=STEPS, hints=hints)
+    hints["qkv_projection"] = ("the projections compute this token's k and v, but they only hand "
+                               "them on: find the step that stores them and then reads them back "
+                               "with all earlier ones (llmlab/model.py; vLLM does the same).")
+    return check_choice("ch05.cache_writes", answer, {"attention"}, options=STEPS, hints=hints)
 
 
 def cache_reads(answer: Any) -> CheckResult:
@@ -48,7 +49,7 @@ def decode_flops(answer: Any) -> CheckResult:
     return check_number("ch05.decode_flops", answer, expected, rel=0.03, mistakes=[
         (n, "that is the number of parameters: each weight costs one multiply and one add, 2 FLOPs."),
         (2 * n * 2, "that doubles it again: 2 FLOPs per weight, not 2 per byte."),
-        (n * 2 * 2 / 1e12, "that is a time or a TFLOP figure; the question asks for FLOPs."),
+        (2 * n / 1e12, "that is a TFLOP figure; the question asks for FLOPs."),
     ], default_hint="every weight a token meets costs one multiply-add (2 FLOPs); at a short "
                     "context attention adds almost nothing.")
 

@@ -100,12 +100,32 @@ def max_wasted_slots(answer: Any) -> CheckResult:
 
 # ---- the seed's question 5 ------------------------------------------------------------------
 Q5_DESIGNS = ("block_table", "prefix_sharing", "block_eviction", "request_scheduling", "preemption")
-Q5_CONCEPTS = ("paging", "copy_on_write", "lru_replacement", "process_scheduling", "swapping")
+# more concepts than designs, in no particular order: some are there to be ruled out
+Q5_CONCEPTS = ("swapping", "segmentation", "shared_pages", "process_scheduling", "copy_on_write",
+               "paging", "fifo_replacement", "lru_replacement", "demand_paging")
+# the defensible mappings (several for some designs); docs/instructors.md lists them
+Q5_ACCEPTED = {
+    "block_table": frozenset({"paging", "demand_paging"}),
+    "prefix_sharing": frozenset({"shared_pages"}),
+    "block_eviction": frozenset({"lru_replacement"}),
+    "request_scheduling": frozenset({"process_scheduling"}),
+    "preemption": frozenset({"swapping"}),
+}
+_Q5_WHY_WRONG = {
+    "copy_on_write": "copy-on-write copies a shared page when someone writes to it; in vLLM V1 a "
+                     "shared block is full, found by its hash and never written, so nothing is "
+                     "ever copied (older vLLM copied blocks for parallel sampling and beam search).",
+    "segmentation": "a segment is one variable-size contiguous region: that is the contiguous "
+                    "per-request reservation PagedAttention replaced.",
+    "fifo_replacement": "FIFO evicts what was loaded first; vLLM evicts the free cached block that "
+                        "was freed longest ago, i.e. used least recently.",
+}
 _Q5_HINTS = {
     "block_table": "a per-request map from logical blocks to physical blocks anywhere in memory: "
                    "which OS structure maps a process's addresses that way?",
-    "prefix_sharing": "several requests point at one physical block until one needs to change "
-                      "it: which OS trick shares pages until a write?",
+    "prefix_sharing": "several requests' tables point at one read-only physical block, counted "
+                      "by a reference count: which OS mechanism lets processes map the same "
+                      "pages (a shared library, the page cache)?",
     "block_eviction": "a free block that still holds a cached prefix is reused when memory runs "
                       "out, the one unused for longest first: which replacement policy is that?",
     "request_scheduling": "every step the engine picks which ready requests run next on the "
@@ -117,8 +137,9 @@ _Q5_HINTS = {
 
 def seed_q5(answer: Any) -> CheckResult:
     """The seed's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design) to the
-    operating-system concept it borrows, one of Q5_CONCEPTS."""
-    return check_matching("ch11.seed_q5", answer, dict(zip(Q5_DESIGNS, Q5_CONCEPTS)),
-                          choices=Q5_CONCEPTS, hints=_Q5_HINTS,
+    operating-system concept it borrows, one of Q5_CONCEPTS (more concepts than designs; some
+    designs have more than one defensible answer, `Q5_ACCEPTED`)."""
+    return check_matching("ch11.seed_q5", answer, Q5_ACCEPTED, choices=Q5_CONCEPTS,
+                          hints=_Q5_HINTS, why_wrong=_Q5_WHY_WRONG,
                           success="right: much of vLLM is an operating system's memory manager "
                                   "and scheduler applied to KV blocks and requests.")

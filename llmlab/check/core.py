@@ -151,12 +151,15 @@ def check_dict_keys(exercise: str, answer: Any, keys) -> CheckResult | None:
     return None
 
 
-def check_matching(exercise: str, answer: Any, right: dict[str, str], *, choices: tuple[str, ...],
-                   hints: dict[str, str], success: str = "correct.") -> CheckResult:
+def check_matching(exercise: str, answer: Any, right: dict[str, str | frozenset[str]], *,
+                   choices: tuple[str, ...], hints: dict[str, str], success: str = "correct.",
+                   why_wrong: dict[str, str] | None = None) -> CheckResult:
     """A dict answer pairing each key of `right` with one of `choices`.
 
-    Every wrong pair gets its own hint (from `hints`, keyed like `right`); choices are compared
-    case-insensitively with spaces and dashes read as underscores.
+    `right[key]` is the one choice accepted, or a set of defensible ones. Every wrong pair gets
+    its own hint: why that choice is wrong (`why_wrong`, keyed by choice) where given, else the
+    key's hint (`hints`); choices are compared case-insensitively with spaces and dashes read as
+    underscores.
     """
     missing = check_dict_keys(exercise, answer, right)
     if missing is not None:
@@ -164,10 +167,11 @@ def check_matching(exercise: str, answer: Any, right: dict[str, str], *, choices
     problems = []
     for key, expected in right.items():
         value = str(answer[key]).strip().lower().replace("-", "_").replace(" ", "_")
+        accepted = {expected} if isinstance(expected, str) else expected
         if value not in choices:
             problems.append(f"{key}: choose one of {list(choices)}.")
-        elif value != expected:
-            problems.append(f"{key}: {hints[key]}")
+        elif value not in accepted:
+            problems.append(f"{key}: {(why_wrong or {}).get(value, hints[key])}")
     if problems:
         return report(not_yet(exercise, " ".join(problems)))
     return report(passed(exercise, success))
