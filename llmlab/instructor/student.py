@@ -15,8 +15,10 @@ or as a block (markers included):
 `python -m llmlab student SRC DST` writes the student version: a marked line becomes
 `answer = None  # YOUR CODE HERE`; a marked block becomes `# YOUR CODE HERE` followed by
 `NAME = None` for every name the block binds at its top level, at the block's indentation.
-Outputs are cleared, and the exercise ids are stored in the notebook's metadata
-(`metadata["llmlab"]["exercises"]`).
+Outputs are cleared. Next to the student versions it writes the manifest
+(`llmlab-exercises.json`): the exercises of each notebook, as the instructor's version calls
+them, for `python -m llmlab grade --source`. The grader never reads the exercises from a
+handed-in notebook.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from llmlab.instructor.exercises import _strip_magics, exercise_ids
+from llmlab.instructor.exercises import MANIFEST_NAME, Exercise, _strip_magics, exercises, write_manifest
 
 PLACEHOLDER = "# YOUR CODE HERE"
 METADATA_KEY = "llmlab"
@@ -209,8 +211,7 @@ def strip_source(source: str, where: str = "cell") -> tuple[str, list[tuple[str,
 def student_notebook(nb: Any, where: str = "notebook") -> tuple[Any, list[Solution]]:
     """The student version of `nb` (a new notebook; `nb` is not changed) and its solutions.
 
-    Outputs and execution counts are cleared; metadata["llmlab"]["exercises"] lists the
-    exercise ids of the instructor's version."""
+    Outputs and execution counts are cleared; metadata["llmlab"]["version"] says "student"."""
     student = copy.deepcopy(nb)
     solutions: list[Solution] = []
     for index, cell in enumerate(student.cells):
@@ -230,7 +231,7 @@ def student_notebook(nb: Any, where: str = "notebook") -> tuple[Any, list[Soluti
             cell.metadata.pop(key, None)
         solutions.extend(Solution(index, s, p) for s, p in pairs)
     meta = dict(student.metadata.get(METADATA_KEY, {}))
-    meta["exercises"] = exercise_ids(nb)
+    meta.pop("exercises", None)      # the grader takes them from the instructor's source
     meta["version"] = "student"
     student.metadata[METADATA_KEY] = meta
     return student, solutions
@@ -256,7 +257,8 @@ def _notebook_paths(src: Path) -> list[Path]:
 
 def write_student_versions(src: str | Path, dst: str | Path) -> list[tuple[Path, int, int]]:
     """Write the student version of every notebook in `src` (a notebook or a folder) into the
-    folder `dst`; returns (written path, exercises, solutions removed) per notebook."""
+    folder `dst`, and their exercises into its manifest (`MANIFEST_NAME`, entries of other
+    notebooks kept); returns (written path, exercises, solutions removed) per notebook."""
     import nbformat
 
     src, dst = Path(src), Path(dst)
@@ -272,14 +274,16 @@ def write_student_versions(src: str | Path, dst: str | Path) -> list[tuple[Path,
                          f"writing there would overwrite the solutions")
     dst.mkdir(parents=True, exist_ok=True)
     written = []
+    manifest: dict[str, list[Exercise]] = {}
     for p in paths:
         nb = nbformat.read(p, as_version=4)
         student, solutions = student_notebook(nb, where=p.name)
-        meta = student.metadata[METADATA_KEY]
-        meta["source"] = p.name
+        student.metadata[METADATA_KEY]["source"] = p.name
         out = dst / p.name
         nbformat.write(student, out)
-        written.append((out, len(meta["exercises"]), len(solutions)))
+        manifest[p.name] = exercises(nb)
+        written.append((out, len(manifest[p.name]), len(solutions)))
+    write_manifest(dst, manifest)
     return written
 
 
@@ -301,5 +305,7 @@ def student_main(argv: list[str]) -> int:
     for out, n_ex, n_sol in written:
         warn = "  (warning: exercises but no marked solution)" if n_ex and not n_sol else ""
         print(f"wrote {out}: {n_ex} exercises, {n_sol} solutions removed{warn}")
+    print(f"wrote {Path(args.dst) / MANIFEST_NAME}: the exercises to grade against "
+          f"(python -m llmlab grade NOTEBOOK --source {Path(args.dst) / MANIFEST_NAME})")
     return 0
 
