@@ -89,12 +89,23 @@ class SandboxedFunction:
         self._send({"function": self.spec})
 
     def _send(self, message: dict) -> None:
+        """Write one line, within the deadline (a sandbox busy elsewhere stops reading)."""
         assert self._proc is not None and self._proc.stdin is not None
-        try:
-            self._proc.stdin.write(json.dumps(message).encode() + b"\n")
-            self._proc.stdin.flush()
-        except OSError:
-            pass                     # the process is gone: the read below says so
+        data = memoryview(json.dumps(message).encode() + b"\n")
+        fd = self._proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_WRITE)
+            while data:
+                left = self._deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise TimeoutError(f"your function ran longer than {self.timeout_s:g} s in all")
+                try:
+                    data = data[os.write(fd, data):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return           # the process is gone: the read that follows says so
 
     def _read_reply(self) -> dict:
         assert self._proc is not None and self._proc.stdout is not None
@@ -150,8 +161,6 @@ class SandboxedFunction:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-
 
 
 # --------------------------------------------------------------------------- the grader's side
