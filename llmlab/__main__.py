@@ -5,7 +5,8 @@
   run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
   bench NAME [args]          side-by-side benchmarks (kernels, throughput, roofline)
   student SRC DST            write the student version of the notebooks (solutions stripped)
-  grade NOTEBOOK [--json]    execute a student's notebook and grade its exercises
+  grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
+                             (SRC: the instructor's notebook, or the manifest `student` wrote)
 """
 from __future__ import annotations
 
@@ -54,9 +55,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput or roofline")
             return 2
         return module.main(rest[1:])
-    if cmd in ("student", "grade"):
-        module = importlib.import_module("llmlab.instructor")
-        return getattr(module, f"{cmd}_main")(rest)
+    if cmd == "student":
+        from llmlab.instructor.student import student_main
+        return student_main(rest)
+    if cmd == "grade":
+        from llmlab.instructor.grading import grade_main
+        return grade_main(rest)
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2
 
