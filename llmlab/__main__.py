@@ -6,7 +6,8 @@
   serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
   bench NAME [args]          benchmarks (kernels, throughput, roofline, serve)
   student SRC DST            write the student version of the notebooks (solutions stripped)
-  grade NOTEBOOK [--json]    execute a student's notebook and grade its exercises
+  grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
+                             (SRC: the instructor's notebook, or the manifest `student` wrote)
 """
 from __future__ import annotations
 
@@ -58,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline or serve")
             return 2
         return module.main(rest[1:])
-    if cmd in ("student", "grade"):
-        module = importlib.import_module("llmlab.instructor")
-        return getattr(module, f"{cmd}_main")(rest)
+    if cmd == "student":
+        from llmlab.instructor.student import student_main
+        return student_main(rest)
+    if cmd == "grade":
+        from llmlab.instructor.grading import grade_main
+        return grade_main(rest)
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2
 

@@ -1,7 +1,8 @@
-"""What every self-check exercise shares: a result that prints one greppable line.
+"""What every self-check exercise shares: a verdict that is returned, and printed as one line.
 
 A checker compares a learner's answer with the package's own computation and returns a
-`CheckResult`. Printed in a notebook it shows a single line that the grader parses:
+`CheckResult`; the grader reads that returned value (in a checker process of its own, see
+`llmlab.instructor.recheck`), never the printed text. In the notebook the learner sees a line:
 
     [check ch04.kv_bytes_per_token] PASS: ...
     [check ch04.kv_bytes_per_token] NOT YET: <hint that never reveals the answer>
@@ -54,7 +55,7 @@ def not_yet(exercise: str, hint: str) -> CheckResult:
 
 
 def report(result: CheckResult) -> CheckResult:
-    """Print the result's line (the grader reads stdout) and hand it back."""
+    """Print the result's line for the learner and hand the result back (the grader's verdict)."""
     print(result.line())
     return result
 
