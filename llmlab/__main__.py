@@ -3,7 +3,7 @@
   doctor                     environment report
   model [NAME]               convert and cache the model (once), report the load time
   run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
-  bench NAME [args]          side-by-side benchmarks (kernels, throughput, roofline, llamacpp)
+  bench NAME [args]          benchmarks (kernels, throughput, roofline, llamacpp, decode_profile)
   student SRC DST            write the student version of the notebooks (solutions stripped)
   grade NOTEBOOK [--json]    execute a student's notebook and grade its exercises
 """
@@ -46,12 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         return run_main(rest)
     if cmd == "bench":
         if not rest:
-            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput, roofline or llamacpp")
+            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput, roofline, llamacpp or decode_profile")
             return 2
         try:
             module = importlib.import_module(f"llmlab.bench.{rest[0]}")
         except ModuleNotFoundError:
-            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline or llamacpp")
+            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline, llamacpp or decode_profile")
             return 2
         return module.main(rest[1:])
     if cmd in ("student", "grade"):
