@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -117,6 +118,7 @@ class GreedyRun:
     decode_tokens: int                 # tokens made during decode
     prompt_tokens: int
     config: dict = field(default_factory=dict)
+    measured: dict = field(default_factory=dict)     # a system's own extra figures
 
     def summary(self) -> dict:
         generated = sum(map(len, self.tokens))
@@ -126,7 +128,8 @@ class GreedyRun:
                 "decode_tok_per_s": self.decode_tokens / self.decode_seconds,
                 "total_tok_per_s": (self.prompt_tokens + generated) / seconds,
                 "ms_per_decode_step": 1e3 * self.decode_seconds
-                                      / max(self.decode_tokens // len(self.tokens), 1)}
+                                      / max(self.decode_tokens // len(self.tokens), 1),
+                **self.measured}
 
 
 # ---- llmlab ----------------------------------------------------------------------------------
@@ -168,6 +171,22 @@ def run_llmlab(model, prompts: list[list[int]], gen_len: int) -> GreedyRun:
 
 # ---- llama.cpp -------------------------------------------------------------------------------
 
+GGML_LOG_LEVEL_ERROR = 4
+
+
+def _errors_only(level: int, text: bytes, _user_data) -> None:
+    if level == GGML_LOG_LEVEL_ERROR:
+        sys.stderr.write(text.decode(errors="replace"))
+
+
+@functools.cache
+def _quiet(llama_cpp):
+    """Keep llama.cpp's log to its errors (it logs every tensor it loads or converts); the
+    callback is cached because llama.cpp calls it for as long as the process lives."""
+    callback = llama_cpp.llama_log_callback(_errors_only)
+    llama_cpp.llama_log_set(callback, None)
+    return callback
+
 def f32_gguf(name: str = "smollm2-135m", threads: int | None = None) -> Path:
     """An all-F32 GGUF of the built-in model `name`, made once from its shipped (Q4_1) GGUF by
     llama.cpp's quantize with requantising allowed, cached in `cache_dir()/gguf`."""
@@ -178,6 +197,7 @@ def f32_gguf(name: str = "smollm2-135m", threads: int | None = None) -> Path:
     if llama_cpp is None:
         raise RuntimeError(f"llama-cpp-python is not installed; add it with:\n    "
                            f"{install_command()}")
+    _quiet(llama_cpp)
     src = gguf_path(name)
     target = cache_dir() / "gguf" / src.name.replace(".Q4_1.", ".F32.")
     if target.is_file():
@@ -197,12 +217,6 @@ def f32_gguf(name: str = "smollm2-135m", threads: int | None = None) -> Path:
     return target
 
 
-GGML_LOG_LEVEL_ERROR = 4
-
-
-def _errors_only(level: int, text: bytes, _user_data) -> None:
-    if level == GGML_LOG_LEVEL_ERROR:
-        sys.stderr.write(text.decode(errors="replace"))
 
 
 class LlamaCpp:
@@ -222,9 +236,7 @@ class LlamaCpp:
             raise RuntimeError(f"llama-cpp-python is not installed; add it with:\n    "
                                f"{install_command()}")
         self.lib = lib = llama_cpp
-        # llama.cpp logs every load to stderr; keep its errors only (the callback must live)
-        self._log = lib.llama_log_callback(_errors_only)
-        lib.llama_log_set(self._log, None)
+        _quiet(lib)
         lib.llama_backend_init()
         self.gguf, self.threads, self.kv_type = Path(gguf), threads, kv_type
         self.model = lib.llama_model_load_from_file(str(gguf).encode(),
@@ -258,16 +270,19 @@ class LlamaCpp:
                                f"of {max_len} tokens")
         return ctx
 
-    def _decode(self, ctx, batch, rows: int):
-        """One llama_decode; the argmax of each of the `rows` logits it outputs."""
+    def _decode(self, ctx, batch, rows: int) -> tuple:
+        """One llama_decode; (the argmax of each of the `rows` logits it outputs, seconds
+        inside llama_decode)."""
         import numpy as np
 
+        t0 = time.perf_counter()
         rc = self.lib.llama_decode(ctx, batch)
+        seconds = time.perf_counter() - t0
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
         logits = np.ctypeslib.as_array(self.lib.llama_get_logits(ctx),
                                        shape=(rows, self.n_vocab))             # [rows, vocab]
-        return logits.argmax(axis=1)
+        return logits.argmax(axis=1), seconds
 
     def run(self, prompts: list[list[int]], gen_len: int) -> GreedyRun:
         """Greedy `gen_len` tokens per prompt (EOS is just another token), all at once."""
@@ -302,21 +317,26 @@ class LlamaCpp:
                 prompts).reshape(-1)
             np.ctypeslib.as_array(prefill.pos, shape=(n_prompt,))[:] = np.tile(
                 np.arange(prompt_len), num_seqs)
-            out[:, 0] = self._decode(ctx, prefill, num_seqs)
+            out[:, 0], _ = self._decode(ctx, prefill, num_seqs)
             t_first = time.perf_counter()
+            inside = 0.0
             for i in range(1, gen_len):
                 step_tokens[:] = out[:, i - 1]
                 step_pos[:] = prompt_len + i - 1
-                out[:, i] = self._decode(ctx, step, num_seqs)
+                out[:, i], seconds = self._decode(ctx, step, num_seqs)
+                inside += seconds
             t_end = time.perf_counter()
             threads = lib.llama_n_threads(ctx)
         finally:
             lib.llama_batch_free(prefill)
             lib.llama_batch_free(step)
             lib.llama_free(ctx)
+        # the time inside llama_decode: without the argmax and the Python around it
+        inner = {"llama_decode_ms_per_step": 1e3 * inside / (gen_len - 1)}
         return GreedyRun(tokens=out.tolist(), prefill_seconds=t_first - t0,
                          decode_seconds=t_end - t_first, decode_tokens=num_seqs * (gen_len - 1),
-                         prompt_tokens=n_prompt, config={**self.config(), "threads": threads})
+                         prompt_tokens=n_prompt, config={**self.config(), "threads": threads},
+                         measured=inner)
 
 
 # ---- the bench -------------------------------------------------------------------------------
