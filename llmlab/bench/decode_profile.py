@@ -162,10 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-len", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3, help="profiled requests; the table takes "
                     "the round with the fastest median step")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch (and OpenMP) threads (default: torch's thread count)")
     ap.add_argument("--json", default="build/bench-decode-profile.json")
     args = ap.parse_args(argv)
-    for name, low in (("prompt_len", 16), ("gen_len", 3), ("rounds", 1)):
-        if getattr(args, name) < low:
+    for name, low in (("prompt_len", 16), ("gen_len", 3), ("rounds", 1), ("threads", 1)):
+        if getattr(args, name) is not None and getattr(args, name) < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, "
                              f"got {getattr(args, name)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -173,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.bench.llamacpp import build_workload, load_model
     from llmlab.doctor import cpu_name
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model)
     prompt = build_workload(tokenizer, 1, args.prompt_len)[0]
     threads = torch.get_num_threads()

@@ -25,7 +25,8 @@ everything after that (gen-len - 1 steps: forward, sampling, the engine's own bo
 decode tok/s = tokens made during decode / decode seconds; total tok/s = (prompt + generated
 tokens) / (prefill + decode seconds), as llama-batched-bench's S. Rounds alternate the systems
 (llmlab, llama.cpp, then llama.cpp, llmlab, ...) so a drifting machine hits both; the table
-gives medians over rounds.
+gives medians over rounds, and each ratio is the median of the rounds' paired ratios (the two
+runs of a round are back to back).
 
 Writes build/bench-llamacpp.json (or --json PATH).
 """
@@ -187,6 +188,7 @@ def _quiet(llama_cpp):
     llama_cpp.llama_log_set(callback, None)
     return callback
 
+
 def f32_gguf(name: str = "smollm2-135m", threads: int | None = None) -> Path:
     """An all-F32 GGUF of the built-in model `name`, made once from its shipped (Q4_1) GGUF by
     llama.cpp's quantize with requantising allowed, cached in `cache_dir()/gguf`."""
@@ -215,8 +217,6 @@ def f32_gguf(name: str = "smollm2-135m", threads: int | None = None) -> Path:
         raise RuntimeError(f"llama_model_quantize({src} -> F32) failed with {rc}")
     tmp.rename(target)
     return target
-
-
 
 
 class LlamaCpp:
@@ -253,7 +253,7 @@ class LlamaCpp:
     def config(self) -> dict:
         lib = self.lib
         return {"gguf": str(self.gguf), "weights": "F32", "kv_cache_dtype": self.kv_type,
-                "threads": self.threads, "llama_cpp_python": getattr(lib, "__version__", None),
+                "threads": self.threads, "flash_attention": "llama.cpp's default (auto)", "llama_cpp_python": getattr(lib, "__version__", None),
                 "system_info": lib.llama_print_system_info().decode().strip()}
 
     def _context(self, num_seqs: int, max_len: int, prompt_tokens: int):
@@ -289,9 +289,13 @@ class LlamaCpp:
         import numpy as np
 
         lib = self.lib
+        if not prompts or not prompts[0] or any(len(p) != len(prompts[0]) for p in prompts):
+            raise ValueError(f"prompts must be non-empty token lists of one length, got lengths "
+                             f"{sorted({len(p) for p in prompts})}")
+        if gen_len < 2:
+            raise ValueError(f"gen_len must be >= 2 (one token from the prefill, at least one "
+                             f"decode step), got {gen_len}")
         num_seqs, prompt_len = len(prompts), len(prompts[0])
-        if any(len(p) != prompt_len for p in prompts):
-            raise ValueError("prompts must all have the same length")
         n_prompt = num_seqs * prompt_len
         ctx = self._context(num_seqs, prompt_len + gen_len, n_prompt)
         prefill = lib.llama_batch_init(n_prompt, 0, 1)
@@ -476,7 +480,12 @@ def main(argv: list[str] | None = None) -> int:
                                            "identical_sequences": sum(n == args.gen_len
                                                                       for n in same)}
             for key in ("decode_tok_per_s", "total_tok_per_s"):
-                row[f"ratio_{key}"] = row["llmlab"][key] / row["llama.cpp"][key]
+                # each round's two runs were taken one right after the other: their ratio
+                # sees the same machine, so the median is over those paired ratios
+                paired = [a[key] / b[key] for a, b in zip(row["llmlab"]["rounds"],
+                                                          row["llama.cpp"]["rounds"])]
+                row[f"ratio_{key}"] = statistics.median(paired)
+                row[f"ratio_{key}_rounds"] = paired
         report["results"][str(b)] = row
     if llama is not None:
         llama.close()
@@ -524,5 +533,6 @@ def print_table(report: dict) -> None:
             line += f" {ours['total_tok_per_s']:>13.1f}"
         print(line)
     if both:
-        print("same greedy: sequences whose generated tokens are identical in both systems "
-              "(float32 sums in a different order can flip a near-tie)")
+        print("ratio: llmlab / llama.cpp, median of each round's back-to-back pair. same greedy: "
+              "sequences whose generated tokens are identical in both systems (float32 sums in "
+              "a different order can flip a near-tie)")
