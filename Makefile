@@ -31,7 +31,7 @@ TEST_ENV := OMP_WAIT_POLICY=PASSIVE LLMLAB_FAST=1
 # an Intel one, so it is no default: pass it yourself, e.g. `make bench BENCH_ENV=GOMP_SPINCOUNT=10000`.
 BENCH_ENV ?=
 
-.PHONY: setup lab test test-fast run bench clean model
+.PHONY: setup lab test test-fast run bench clean model llamacpp
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ bench: setup model
 	$(BENCH_ENV) $(PY) -m llmlab bench kernels
 	$(BENCH_ENV) $(PY) -m llmlab bench throughput
 	$(BENCH_ENV) $(PY) -m llmlab bench roofline
+
+# opt-in: llama.cpp as a peer in `python -m llmlab bench llamacpp`. pip compiles llama.cpp for
+# this CPU (about ten minutes), so no other target installs it.
+llamacpp: setup
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) install -e ".[llamacpp]"
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

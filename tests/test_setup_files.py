@@ -17,13 +17,35 @@ def _names(reqs: list[str]) -> dict[str, str]:
     return out
 
 
+# extras a user adds on purpose (they compile for minutes): in no set-up path, environment.yml included
+OPT_IN_EXTRAS = {"llamacpp"}
+
+
+def _conda_pip() -> dict[str, str]:
+    pip_section = (ROOT / "environment.yml").read_text().split("- pip:", 1)[1]
+    return _names([m.group(1) for m in re.finditer(r"^\s+- ([A-Za-z].*)$", pip_section, re.M)])
+
+
 def test_environment_yml_mirrors_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
-    env_text = (ROOT / "environment.yml").read_text()
-    pip_section = env_text.split("- pip:", 1)[1]
-    conda_pip = _names([m.group(1) for m in re.finditer(r"^\s+- ([A-Za-z].*)$", pip_section, re.M)])
-    assert _names(wanted) == conda_pip, "environment.yml's pip list must equal pyproject's dependencies + extras"
+    extras = project["optional-dependencies"]
+    wanted = project["dependencies"] + [d for name, extra in extras.items()
+                                        if name not in OPT_IN_EXTRAS for d in extra]
+    assert _names(wanted) == _conda_pip(), (
+        "environment.yml's pip list must equal pyproject's dependencies + extras (opt-in extras "
+        f"{sorted(OPT_IN_EXTRAS)} excepted)")
+
+
+def test_opt_in_extras_stay_out_of_every_set_up_path():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    makefile = (ROOT / "Makefile").read_text()
+    setup_install = re.search(r"^\$\(STAMP\):.*?(?=^\S)", makefile, re.M | re.S).group(0)
+    for name in OPT_IN_EXTRAS:
+        packages = _names(project["optional-dependencies"][name])
+        assert not set(packages) & set(_conda_pip()), f"environment.yml installs the {name} extra"
+        assert name not in setup_install, f"make lab/test's set-up installs the {name} extra"
+        assert re.search(rf'^{name}:.*\n\t.*(?i:pip).*\[{name}\]', makefile, re.M), (
+            f"Makefile lacks a `{name}` target that installs the extra")
 
 
 def test_version_pins_are_lower_bounds_the_gpu_stack_meets():

@@ -1,0 +1,228 @@
+"""`python -m llmlab bench decode_profile`: where a batch-1 decode step of the engine spends its time.
+
+One request (`--prompt-len` prompt tokens, `--gen-len` greedy tokens, EOS ignored) runs through
+`LLM(model)` with its default backend. This one engine's parts are wrapped in timers (the code
+itself is unchanged), and each decode step's wall time is split into:
+
+  schedule        the scheduler and block manager (`schedule` + `update_from_output`)
+  inputs          the flat batch and its attention metadata, checked (`prepare_inputs`)
+  embed + rope    the token's embedding row and its RoPE cos/sin
+  layers          the decoder layers (on the "cpu" backend each is one fused C call)
+  final norm
+  lm_head         the logits: one GEMV over the [vocab, hidden] embedding matrix
+  sampling        `llmlab.sampling.sample` (an argmax for greedy)
+  rest            what `step()` does besides: outputs, the runner's Python between the parts
+
+Beside the parts that stream weights, their floor: bytes / this machine's read bandwidth
+(measured now). And the price of waking the OpenMP threads: an empty parallel region (our GEMV
+on a 4x16 matrix) on all threads less the same on one thread, times the regions a step opens
+(one per layer, one for the lm_head).
+
+Writes build/bench-decode-profile.json (or --json PATH).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+PARTS = ("schedule", "inputs", "embed + rope", "layers", "final norm", "lm_head", "sampling",
+         "rest")
+
+
+class StepTimer:
+    """Seconds per part per step, for the parts `profile_decode` wraps."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = defaultdict(float)
+        self.steps: list[dict[str, float]] = []
+
+    def wrap(self, part: str, fn):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.current[part] += time.perf_counter() - t0
+        return timed
+
+    def end_step(self, total: float) -> None:
+        step = dict(self.current)
+        step["rest"] = total - sum(step.get(p, 0.0) for p in PARTS if p != "rest")
+        step["total"] = total
+        self.steps.append(step)
+        self.current = defaultdict(float)
+
+
+@contextlib.contextmanager
+def _timed(timer: StepTimer, targets: list[tuple[object, str, str]]):
+    """Shadow each `obj.name` by a timed copy (an instance or module attribute) for the block;
+    put every one back after, also on the modules the fast model shares with the readable one."""
+    saved = []
+    try:
+        for obj, name, part in targets:
+            had_own = name in vars(obj)
+            saved.append((obj, name, had_own, vars(obj).get(name)))
+            setattr(obj, name, timer.wrap(part, getattr(obj, name)))
+        yield
+    finally:
+        for obj, name, had_own, value in reversed(saved):
+            if had_own:
+                setattr(obj, name, value)
+            else:
+                delattr(obj, name)
+
+
+def profile_decode(model, prompt: list[int], gen_len: int) -> dict:
+    """Median ms per decode step of each part (see the module docstring) on one request."""
+    from llmlab import LLM, SamplingParams
+    from llmlab.engine import model_runner as runner_module
+
+    llm = LLM(model, max_num_seqs=1, max_model_len=len(prompt) + gen_len)
+    engine = llm.llm_engine
+    runner, scheduler = engine.model_runner, engine.scheduler
+    fast = runner.model
+    timer = StepTimer()
+    targets = [(scheduler, "schedule", "schedule"),
+               (scheduler, "update_from_output", "schedule"),
+               (runner, "prepare_inputs", "inputs"),
+               (fast, "rope_cos_sin", "embed + rope"),
+               (fast.embed_tokens, "forward", "embed + rope"),
+               *[(layer, "forward", "layers") for layer in fast.layers],
+               (fast.norm, "forward", "final norm"),
+               (fast, "compute_logits", "lm_head"),
+               (runner_module, "sample", "sampling")]
+    params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
+    engine.add_request("0", prompt, params)
+    with _timed(timer, targets):
+        while engine.has_unfinished_requests():
+            t0 = time.perf_counter()
+            engine.step()
+            timer.end_step(time.perf_counter() - t0)
+    decode = timer.steps[1:]                    # the first step is the prefill
+    ms = {p: 1e3 * statistics.median(s.get(p, 0.0) for s in decode) for p in PARTS}
+    ms["total"] = 1e3 * statistics.median(s["total"] for s in decode)
+    return {"ms_per_step": ms, "decode_steps": len(decode),
+            "steps": [{p: 1e3 * s.get(p, 0.0) for p in (*PARTS, "total")} for s in decode],
+            "attention_backend": engine.config.attention_backend,
+            "layer_weight_bytes": sum(_weight_bytes(layer) for layer in fast.layers),
+            "lm_head_weight_bytes": fast.lm_head.weight.numel() * fast.lm_head.weight.element_size(),
+            "num_layers": len(fast.layers)}
+
+
+def _weight_bytes(layer) -> int:
+    """Bytes of the dense weights a layer's batch-1 step streams (each distinct storage once)."""
+    seen, total = set(), 0
+    for t in [p for p in layer.parameters()] + [m.weight for m in layer.modules()
+                                                 if hasattr(m, "weight") and isinstance(
+                                                     m.weight, torch.Tensor)]:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    return total
+
+
+def omp_wake_us(threads: int, calls: int = 2000) -> dict:
+    """µs per empty OpenMP parallel region (our GEMV on 4x16) on `threads` threads and on one;
+    their difference is what waking the other threads costs per region."""
+    from llmlab.ops import cpu_backend
+
+    x, w = torch.randn(1, 16), torch.randn(4, 16)
+    saved = torch.get_num_threads()
+    out = {}
+    try:
+        for n in (1, threads):
+            torch.set_num_threads(n)
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    cpu_backend.gemv(x, w)
+                best = min(best, (time.perf_counter() - t0) / calls)
+            out[n] = best * 1e6
+    finally:
+        torch.set_num_threads(saved)
+    return {"one_thread_us": out[1], "all_threads_us": out[threads],
+            "wake_us_per_region": max(out[threads] - out[1], 0.0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llmlab bench decode_profile",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m", help="model name; 'tiny' for smoke runs")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3, help="profiled requests; the table takes "
+                    "the round with the fastest median step")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch (and OpenMP) threads (default: torch's thread count)")
+    ap.add_argument("--json", default="build/bench-decode-profile.json")
+    args = ap.parse_args(argv)
+    for name, low in (("prompt_len", 16), ("gen_len", 3), ("rounds", 1), ("threads", 1)):
+        if getattr(args, name) is not None and getattr(args, name) < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, "
+                             f"got {getattr(args, name)}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from llmlab import hardware
+    from llmlab.bench.llamacpp import build_workload, load_model
+    from llmlab.doctor import cpu_name
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args.model)
+    prompt = build_workload(tokenizer, 1, args.prompt_len)[0]
+    threads = torch.get_num_threads()
+    profile_decode(model, prompt[:16], 3)                      # warm-up: compile, page in
+    read_bw = hardware.measure_bandwidth("cpu", kind="read")
+    rounds = [profile_decode(model, prompt, args.gen_len) for _ in range(args.rounds)]
+    best = min(rounds, key=lambda r: r["ms_per_step"]["total"])
+    read_bw = max(read_bw, hardware.measure_bandwidth("cpu", kind="read"))
+    wake = omp_wake_us(threads)
+    report = {"machine": {"cpu": cpu_name(), "threads": threads,
+                          "read_bandwidth": read_bw,
+                          "load_average_1min": os.getloadavg()[0],
+                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                          "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")},
+              "settings": {"model": args.model, "prompt_len": args.prompt_len,
+                           "gen_len": args.gen_len, "rounds": args.rounds},
+              "profile": best, "rounds_total_ms": [r["ms_per_step"]["total"] for r in rounds],
+              "omp": wake,
+              "floors_ms": {"layers": 1e3 * best["layer_weight_bytes"] / read_bw,
+                            "lm_head": 1e3 * best["lm_head_weight_bytes"] / read_bw}}
+    print_table(report)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+def print_table(report: dict) -> None:
+    m, p, floors, omp = report["machine"], report["profile"], report["floors_ms"], report["omp"]
+    ms = p["ms_per_step"]
+    print(f"\nbatch-1 decode step, {report['settings']['model']}, attention_backend="
+          f"{p['attention_backend']!r}, {m['cpu']}, {m['threads']} threads, median of "
+          f"{p['decode_steps']} steps (fastest of {len(report['rounds_total_ms'])} rounds: "
+          + ", ".join(f"{t:.1f}" for t in report["rounds_total_ms"]) + " ms); read bandwidth "
+          f"{m['read_bandwidth'] / 1e9:.1f} GB/s")
+    print(f"{'part':<14}{'ms/step':>9}{'share':>8}{'floor ms':>10}")
+    for part in PARTS:
+        floor = floors.get(part)
+        print(f"{part:<14}{ms[part]:>9.2f}{ms[part] / ms['total']:>8.0%}"
+              + (f"{floor:>10.2f}" if floor is not None else ""))
+    print(f"{'total':<14}{ms['total']:>9.2f}{'':>8}{sum(floors.values()):>10.2f}"
+          f"   = {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})")
+    regions = p["num_layers"] + 1
+    print(f"OpenMP: an empty region costs {omp['all_threads_us']:.1f} µs on {m['threads']} "
+          f"threads, {omp['one_thread_us']:.1f} µs on one: waking the threads "
+          f"{omp['wake_us_per_region']:.1f} µs x {regions} regions = "
+          f"{omp['wake_us_per_region'] * regions / 1e3:.2f} ms/step "
+          f"(OMP_WAIT_POLICY={m['omp_wait_policy']}, GOMP_SPINCOUNT={m['gomp_spincount']})")

@@ -1,0 +1,42 @@
+"""The batch-1 decode profile splits each step into parts that do not overlap, and leaves the
+model as it found it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmlab.bench import decode_profile
+from llmlab.bench.llamacpp import build_workload, load_model
+
+
+def test_parts_are_disjoint_and_cover_the_step():
+    model, tokenizer = load_model("tiny")
+    prompt = build_workload(tokenizer, 1, 32)[0]
+    before = {name: vars(m).get("forward") for name, m in model.named_modules()}
+    prof = decode_profile.profile_decode(model, prompt, 6)
+    assert prof["decode_steps"] == 5 and prof["attention_backend"] == "cpu"
+    for step in prof["steps"]:
+        for part in ("schedule", "inputs", "embed + rope", "layers", "final norm", "lm_head",
+                     "sampling"):
+            assert step[part] > 0, f"{part} was not timed"
+        # a part counted twice (one wrapped call inside another) would make the rest negative
+        assert step["rest"] >= 0
+        assert sum(step[p] for p in decode_profile.PARTS) == pytest.approx(step["total"])
+    assert prof["num_layers"] == model.config.num_hidden_layers
+    assert prof["lm_head_weight_bytes"] == model.config.vocab_size * model.config.hidden_size * 4
+    # the timers are gone: the shared embedding and norm modules carry no wrapper
+    assert {name: vars(m).get("forward") for name, m in model.named_modules()} == before
+
+
+def test_main_writes_the_table_and_json(tmp_path, capsys):
+    path = tmp_path / "profile.json"
+    args = ["--model", "tiny", "--prompt-len", "24", "--gen-len", "4", "--rounds", "1",
+            "--json", str(path)]
+    assert decode_profile.main(args) == 0
+    report = json.loads(path.read_text())
+    assert report["omp"]["wake_us_per_region"] >= 0
+    assert report["floors_ms"]["lm_head"] > 0
+    assert "lm_head" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--gen-len must be >= 3"):
+        decode_profile.main(["--model", "tiny", "--gen-len", "2"])
