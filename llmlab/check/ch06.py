@@ -15,7 +15,7 @@ SEED_BW = 3e12              # the seed: "~3 TB/s"
 WORKING_SET = 4 * 1024**2   # bytes, for working_set_level
 LEVELS = ["L1", "L2", "L3", "DRAM"]
 # Where this machine does not report its caches (macOS, Windows): a typical laptop core's, so the
-# question still has one right answer (stated in the notebook by `exercise_caches`).
+# question still has one right answer (the notebook names it: ch06.REFERENCE_CACHES).
 REFERENCE_CACHES = [{"level": 1, "type": "Data", "size": 48 * 1024},
                     {"level": 2, "type": "Unified", "size": 1280 * 1024},
                     {"level": 3, "type": "Unified", "size": 12 * 1024**2}]
@@ -68,19 +68,19 @@ def _level_of(size: int, caches: list[dict]) -> str:
     return "DRAM"
 
 
-def exercise_caches() -> list[dict]:
+def _exercise_caches() -> list[dict]:
     """The caches `working_set_level` asks about: this machine's (`hardware.cpu_caches()`), or
     REFERENCE_CACHES, a typical laptop core's, where this machine does not report them."""
     return cpu_caches() or REFERENCE_CACHES
 
 
 def working_set_level(answer: Any, size: int = WORKING_SET) -> CheckResult:
-    """Which is the smallest level of `exercise_caches()` (this machine's, where it reports them)
-    that holds a `size`-byte working set (one core's view)?"""
-    caches = exercise_caches()
+    """Which is the smallest cache level that holds a `size`-byte working set (one core's view):
+    of this machine's caches, or of REFERENCE_CACHES where this machine reports none?"""
+    caches = _exercise_caches()
     expected = _level_of(size, caches)
     hints = {lv: ("too small: the working set does not fit in that cache; compare its size with "
-                  "ch06.exercise_caches()." if LEVELS.index(lv) < LEVELS.index(expected) else
-                  "a smaller, faster level already holds it; look at ch06.exercise_caches().")
+                  "hardware.cpu_caches()." if LEVELS.index(lv) < LEVELS.index(expected) else
+                  "a smaller, faster level already holds it; look at hardware.cpu_caches().")
              for lv in LEVELS if lv != expected}
     return check_choice("ch06.working_set_level", answer, expected, options=LEVELS, hints=hints)
