@@ -209,7 +209,7 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
         raise ValueError(f"cell_timeout must be > 0 seconds, got {cell_timeout!r}")
     env = grading_env() if env is None else env
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
-                            interrupt_on_timeout=True, record_timing=False,
+                            interrupt_on_timeout=True, record_timing=True,
                             # killed with its process group at the end: nothing it started outlives the run
                             shutdown_kernel="immediate",
                             error_on_timeout={"ename": "CellTimeoutError",
