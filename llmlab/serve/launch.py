@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             host, port = server.servers[0].sockets[0].getsockname()[:2]
             print(f"llmlab serve: listening on http://{host}:{port} (model {args.model}, "
                   f"max_model_len {engine.max_model_len}, {engine.num_kv_blocks} KV blocks, "
-                  f"attention {args.attention_backend})", flush=True)
+                  f"attention {engine.config.attention_backend})", flush=True)
         await task
 
     asyncio.run(run())
