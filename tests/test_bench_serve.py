@@ -187,3 +187,8 @@ def test_throughput_latency_figure_has_a_line_per_system_and_statistic():
     assert list(x) == pytest.approx([s[1.0].output_throughput, s[4.0].output_throughput])
     assert ax.get_xlabel() == "output throughput (tokens/s)" and ax.get_ylabel() == "TPOT (ms)"
     assert ax.get_title() == "t"
+
+
+def test_client_nice_outside_its_range_is_refused_before_anything_runs():
+    with pytest.raises(ValueError, match=r"--client-nice must be in \[0, 19\], got 25"):
+        bench.main(["--base-url", "http://127.0.0.1:9", "--client-nice", "25", "--fast"])

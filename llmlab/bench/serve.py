@@ -22,6 +22,7 @@ import asyncio
 import datetime
 import json
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -437,6 +438,11 @@ def parser() -> argparse.ArgumentParser:
                     help="with --compare-offline at rate inf: alternate offline and HTTP this "
                          "many times, report the best of each")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--client-nice", type=int, default=None,
+                    help="lower this client's CPU priority by N once the server runs (default: "
+                         "10 with --launch, where client and server share this machine's cores "
+                         "and the client would otherwise take CPU a remote client would not; 0 "
+                         "with --base-url)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="seconds per run, at most")
     ap.add_argument("--disable-tqdm", action="store_true")
@@ -453,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     requests = build_requests(num, out_len, args.min_output_len, args.dataset,
                               args.random_input_len, args.seed)
     chat = "chat" in args.endpoint
+    if args.client_nice is not None and not 0 <= args.client_nice <= 19:
+        raise ValueError(f"--client-nice must be in [0, 19], got {args.client_nice}")
     server = None
     serve_args = None
     if args.launch is not None:
@@ -463,6 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         base_url = server.url
     else:
         base_url = args.base_url or "http://127.0.0.1:8000"
+    nice = args.client_nice if args.client_nice is not None else (10 if server else 0)
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)         # after the server started: it keeps its priority
+        print(f"client priority lowered by {nice} (the server's is unchanged)", flush=True)
     report: dict[str, Any] = {}
     try:
         model = args.model or fetch_json(base_url, "/v1/models")["data"][0]["id"]
