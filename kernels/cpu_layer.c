@@ -107,11 +107,12 @@ void llmlab_rope(const float *x, int64_t x_stride, const float *cos, const float
 /* A whole decoder layer for ONE new token of one sequence (a batch-1 decode step), in one call.
  *
  * At batch 1 each layer streams ~14 MB of weights through four GEMVs, ~0.3 ms; driving the
- * same layer from Python as ~15 kernel calls (llmlab.model.DecoderLayer.forward_cpu) adds
+ * same layer from Python as ~15 kernel calls (CpuDecoderLayer in llmlab/model_cpu.py) adds
  * ~0.1 ms of interpreter and dispatch time between them, a third of the step. vLLM removes
  * that launch overhead on a GPU by replaying a captured CUDA graph of the decode step; on a
  * CPU the equivalent is to run the layer's sequence of kernels from C. Same math, same
- * kernels, same order of float operations as forward_cpu (so the results are identical):
+ * kernels, same order of float operations as that kernel-by-kernel path (so the results
+ * are identical):
  *
  *   h = rms_norm(x) · ln1;  [q k v] = W_qkv h (+ b_qkv);  q, k = rope(q), rope(k)
  *   cache[slot] = k, v;     a = attention(q, cached K/V of positions < seq_len)

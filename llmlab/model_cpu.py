@@ -74,6 +74,10 @@ class CpuLinear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
+        for name, t in (("weight", weight), ("bias", bias)):
+            if t is not None and (t.dtype != torch.float32 or t.device.type != "cpu"):
+                raise ValueError(f"CpuLinear: {name} is {t.dtype} on {t.device}, expected "
+                                 "float32 on the CPU")
         self.weight = weight.detach().contiguous()              # [out, in], dense, shared
         self.bias = None if bias is None else bias.detach().contiguous()
         self.gemv = weight.shape[1] % 16 == 0                   # the C GEMV's row unit
@@ -82,7 +86,7 @@ class CpuLinear(nn.Module):
                            if _ONEDNN_REORDER is not None else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] == 1 and self.gemv and x.is_contiguous():
+        if x.shape[0] == 1 and self.gemv and x.is_contiguous() and x.dtype == torch.float32:
             return cpu_backend.gemv(x, self.weight, self.bias)  # [1, out]
         if self.packed is not None:
             return onednn_linear(x, self.packed, self.bias)     # [T, out]

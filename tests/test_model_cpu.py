@@ -248,3 +248,10 @@ def test_a_layer_the_fused_call_cannot_take_runs_kernel_by_kernel(monkeypatch):
     got, _ = _decode(fast, 8, 5, 3, seed=5, backend="cpu")
     assert len(calls) == 3                                   # layer 0 only, one per step
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_cpu_linear_refuses_weights_the_c_code_cannot_read():
+    with pytest.raises(ValueError, match="weight is torch.float64"):
+        CpuLinear(torch.zeros(4, 16, dtype=torch.float64))
+    with pytest.raises(ValueError, match="bias is torch.bfloat16"):
+        CpuLinear(torch.zeros(4, 16), torch.zeros(4, dtype=torch.bfloat16))

@@ -1,6 +1,6 @@
 """The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place;
 the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`); and the one-row GEMV
-(`kernels/cpu_gemv.c`) of the "cpu" matmul library (`llmlab.ops.matmul`).
+(`kernels/cpu_gemv.c`) that the engine's CPU fast path (`llmlab.model_cpu`) runs.
 
 The "torch" backend copies every sequence's K/V out of its blocks into a padded batch, each
 layer of each step, before `scaled_dot_product_attention` reads it again; at a batch of 128
@@ -373,7 +373,7 @@ def decode_layer(plan: DecodeLayerPlan, x: torch.Tensor, cos: torch.Tensor, sin:
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`x [1, K] @ weight[N, K]ᵀ (+ bias [N])` -> [1, N]: float32, contiguous, on a CPU,
-    K % 16 == 0 (the caller, `llmlab.ops.matmul`, checks)."""
+    K % 16 == 0 (the caller, `llmlab.model_cpu.CpuLinear`, checks)."""
     lib = load_library()
     out = torch.empty(1, weight.shape[0], dtype=x.dtype)
     with _traced("llmlab_cpu::gemv"):
