@@ -232,7 +232,7 @@ def _linear_fn(library: str, w: torch.Tensor):
         return lambda x: torch.nn.functional.linear(x, w)
     from llmlab import model_cpu
 
-    if library == "onednn":
+    if library == "onednn" or w.dtype != torch.float32:    # the fast path is float32 only
         return lambda x: model_cpu.onednn_linear(x, w)
     return model_cpu.CpuLinear(w)
 
