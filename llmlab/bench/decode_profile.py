@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import torch
+
+from llmlab.bench import write_report
 
 PARTS = ("schedule", "inputs", "embed + rope", "layers", "final norm", "lm_head", "sampling",
          "rest")
@@ -198,10 +198,7 @@ def main(argv: list[str] | None = None) -> int:
               "floors_ms": {"layers": 1e3 * best["layer_weight_bytes"] / read_bw,
                             "lm_head": 1e3 * best["lm_head_weight_bytes"] / read_bw}}
     print_table(report)
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    write_report(report, args.json)
     return 0
 
 

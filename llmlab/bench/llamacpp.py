@@ -39,10 +39,10 @@ import platform
 import random
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+from llmlab.bench import write_report
 from llmlab.bench.llamacpp_engine import (KV_TYPES, GreedyRun, LlamaCpp, f32_gguf,
                                           import_llama_cpp, install_command)
 from llmlab.config import DATA_DIR
@@ -274,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if llama is not None:
         llama.close()
     print_table(report)
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    write_report(report, args.json)
     return 0
 
 

@@ -5,7 +5,7 @@ the aten and oneDNN libraries) before and after the steps (the roof takes the la
 SmolLM2-135M's decode step at several batch sizes (each sequence with `--context` cached
 tokens, one new token each) and a prefill at a few prompt lengths. Each time is reported as a
 multiple of its roofline floor: the memory floor (bytes / bandwidth), the compute floor
-(FLOPs / peak) and the larger of the two. Targets (issue 4): decode at batch 1 within 1.5× of
+(FLOPs / peak) and the larger of the two. Targets: decode at batch 1 within 1.5× of
 the memory floor; the best decode batch within 2× of the compute floor. Each target step is
 then timed again in rounds, each right after a probe of the roof, and judged on the median of
 those paired ratios (`roofline.measure_paired`: a drifting machine makes a ratio of two
@@ -17,11 +17,11 @@ Writes build/bench-roofline.json (or --json PATH).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
-from pathlib import Path
+
+from llmlab.bench import write_report
 
 TARGET_DECODE_B1 = 1.5       # × memory floor
 TARGET_BEST_BATCH = 2.0      # × compute floor
@@ -205,8 +205,6 @@ def main(argv: list[str] | None = None) -> int:
            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
            "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
            "seconds": time.perf_counter() - t0}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
-    print(f"\nwrote {path} ({out['seconds']:.0f} s)")
+    print(f"\n{out['seconds']:.0f} s in all")
+    write_report(out, args.json)
     return 0

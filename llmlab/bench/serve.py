@@ -26,9 +26,9 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
+from llmlab.bench import write_report
 from llmlab import metrics
 from llmlab.metrics import BenchmarkSummary, Timeline
 
@@ -538,10 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=_jsonable))
-    print(f"wrote {path}")
+    write_report(report, args.json, default=_jsonable)
     return 0
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from llmlab.bench import write_report
 from llmlab.config import DATA_DIR
 from llmlab.utils import cdiv
 
@@ -345,10 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"systems": results, "machine": machine_info(), "settings": settings,
               "llmlab_overhead": overhead, "compute_bound": bound}
     print_table(report)
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    write_report(report, args.json)
     return 0
 
 
