@@ -11,7 +11,9 @@ An answer of `None` (the student version's placeholder) is always "not yet", nev
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,12 +47,81 @@ class CheckResult:
 
 NOT_ANSWERED = "not answered yet: replace None with your answer and run the cell again."
 
+KINDS = ("recall", "plug-in", "reasoning")
+
+
+@dataclass(frozen=True)
+class ExerciseInfo:
+    """What the instructors' table says about one exercise (each chapter module's `EXERCISES`).
+
+    kind: "recall" (a fact stated in the chapter), "plug-in" (numbers into a formula the text
+    gives) or "reasoning" (a step the text does not spell out: a fresh case, a why, a design).
+    mistakes: the mistakes the checker recognises and names in its hint.
+    seed: the number of the seed chapter's self-check question it covers, if any.
+    """
+    kind: str
+    mistakes: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+
+
+# Wrong tries per exercise in this process: a hint comes in stages (the mistake first, the
+# formula only from the second wrong try on); see `staged`.
+_WRONG_TRIES: dict[str, int] = {}
+
+
+def wrong_tries(exercise: str) -> int:
+    """How many times `exercise` has answered "not yet" to a real answer in this process."""
+    return _WRONG_TRIES.get(exercise, 0)
+
+
+def staged(exercise: str, first: str, then: str) -> str:
+    """A hint in two stages: `first` (names the mistake, no formula) on the first wrong try,
+    `first` followed by `then` (the formula, never the answer) from the second wrong try on."""
+    return first if wrong_tries(exercise) == 0 else f"{first} {then}"
+
+
+# The value a numeric exercise expects, appended as one JSON line to the file that the
+# environment variable names (the notebook tests read it to find answers printed above the
+# exercise that asks for them). Nothing is written when it is unset.
+EXPECTED_LOG_ENV = "LLMLAB_EXPECTED_LOG"
+_EXPECTED: dict[str, list[float]] = {}
+
+
+def record_expected(exercise: str, value: Any) -> None:
+    """Note that `exercise` expects the number `value` (check_number does it itself; a checker
+    that compares numbers any other way calls it for each number it expects)."""
+    x = as_number(value)
+    if x is None:
+        return
+    seen = _EXPECTED.setdefault(exercise, [])
+    if x in seen:
+        return
+    seen.append(x)
+    path = os.environ.get(EXPECTED_LOG_ENV)
+    if path:
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"exercise": exercise, "expected": x}) + "\n")
+        except OSError:
+            pass
+
+
+def expected_values(exercise: str) -> list[float]:
+    """The numbers `exercise` has expected so far in this process (see `record_expected`)."""
+    return list(_EXPECTED.get(exercise, ()))
+
 
 def passed(exercise: str, message: str = "correct.") -> CheckResult:
     return CheckResult(exercise, True, message)
 
 
 def not_yet(exercise: str, hint: str) -> CheckResult:
+    if hint != NOT_ANSWERED:
+        _WRONG_TRIES[exercise] = _WRONG_TRIES.get(exercise, 0) + 1
     return CheckResult(exercise, False, hint)
 
 
@@ -80,12 +151,16 @@ def close(a: float, b: float, rel: float = 0.01) -> bool:
 def check_number(exercise: str, answer: Any, expected: float, *, rel: float = 0.01,
                  mistakes: list[tuple[float, str]] = (),
                  default_hint: str = "not the value we expect; re-derive it step by step.",
+                 formula: str | None = None,
                  ) -> CheckResult:
     """Compare a numeric answer with `expected` (relative tolerance `rel`).
 
     `mistakes` lists (value a typical mistake produces, hint naming that mistake); a matching
-    wrong answer gets its hint. Hints never include `expected`.
+    wrong answer gets its hint. A wrong answer no mistake explains gets `default_hint`, and from
+    the second wrong try on also `formula` (the way to the answer, never the answer itself).
+    Hints never include `expected`.
     """
+    record_expected(exercise, expected)
     if answer is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     x = as_number(answer)
@@ -101,7 +176,8 @@ def check_number(exercise: str, answer: Any, expected: float, *, rel: float = 0.
     for factor, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (2**10, "Ki"), (2**20, "Mi"), (2**30, "Gi")):
         if close(x * factor, expected, rel) or close(x, expected * factor, rel):
             return report(not_yet(exercise, f"off by a unit prefix ({unit}); give the value in the unit the question asks for."))
-    return report(not_yet(exercise, default_hint))
+    hint = staged(exercise, default_hint, formula) if formula else default_hint
+    return report(not_yet(exercise, hint))
 
 
 def check_choice(exercise: str, answer: Any, correct: set[str] | str, *, options: list[str],

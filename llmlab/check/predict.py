@@ -1,0 +1,134 @@
+"""Predict, then measure: the student writes a guess down before a measurement runs, and after
+it a cell sets the guess beside their own measurement and says what the gap means.
+
+Machines differ by large factors, so a prediction is judged on what carries over between them:
+the order of magnitude (within a factor `tolerance`, 3 by default) and, where the question is
+about a change from a baseline, its direction. Predictions are not graded: a wrong guess that
+the measurement corrects is the point of the exercise.
+
+    my_guess = 20  # SOLUTION                      (before the measurement; None in the handout)
+    ...measure...
+    compare(my_guess, measured_ms, quantity="decode step at batch 8", unit="ms",
+            if_high="...what over-predicting means...", if_low="...")
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from llmlab.check.core import as_number
+
+NO_PREDICTION = ("no prediction recorded: write your guess in the prediction cell above, then "
+                 "run the measurement and this cell again (a guess made after seeing the number "
+                 "teaches nothing).")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of one prediction: `verdict` is "close", "too high", "too low",
+    "wrong direction", "as observed", "not as observed" or "no prediction"."""
+    quantity: str
+    prediction: Any
+    measured: Any
+    verdict: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    def _ipython_display_(self) -> None:
+        """`compare` already printed the table."""
+
+
+def _fmt(x: float, unit: str) -> str:
+    if x == 0:
+        text = "0"
+    elif abs(x) >= 1e5 or abs(x) < 1e-3:
+        text = f"{x:.2e}"
+    else:
+        text = f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return f"{text} {unit}".strip()
+
+
+def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
+            baseline: float | None = None, tolerance: float = 3.0,
+            if_high: str = "", if_low: str = "") -> Comparison:
+    """Set a numeric `prediction` beside the `measured` value and print what the gap means.
+
+    With `baseline` (the value before the change the question is about), a prediction that
+    moves the other way from the baseline than the measurement is "wrong direction" whatever
+    its size. Otherwise a prediction within a factor `tolerance` of the measurement is "close";
+    beyond it "too high" (and `if_high` is printed: what over-predicting suggests one believed)
+    or "too low" (`if_low`).
+    """
+    if tolerance <= 1:
+        raise ValueError(f"tolerance must be > 1 (a factor), got {tolerance}")
+    m = as_number(measured)
+    if m is None:
+        raise ValueError(f"measured must be a number, got {type(measured).__name__}")
+    p = as_number(prediction)
+    if prediction is None or p is None:
+        msg = NO_PREDICTION if prediction is None else \
+            f"the prediction must be a number, got {type(prediction).__name__}."
+        print(f"[predict {quantity}] {msg}")
+        return Comparison(quantity, prediction, m, "no prediction", msg)
+    rows = [("you predicted", _fmt(p, unit)), ("you measured", _fmt(m, unit))]
+    if p != 0 and m != 0 and (p > 0) == (m > 0):
+        ratio = p / m
+        rows.append(("prediction / measurement", f"{ratio:.2g}x"))
+    else:
+        ratio = None
+    if baseline is not None:
+        rows.append(("baseline", _fmt(baseline, unit)))
+    if baseline is not None and (p - baseline) * (m - baseline) < 0:
+        up = "up" if m > baseline else "down"
+        verdict, msg = "wrong direction", (f"the measurement went {up} from the baseline and your "
+                                           f"prediction the other way: the mechanism works the "
+                                           f"opposite way to the one you pictured.")
+        extra = if_high if p > m else if_low
+    elif ratio is not None and 1 / tolerance <= ratio <= tolerance:
+        verdict, msg, extra = "close", (f"within a factor {tolerance:g}: right order of magnitude"
+                                        + (" and direction." if baseline is not None else ".")), ""
+    elif p > m:
+        decades = math.log10(p / m) if ratio else float("nan")
+        verdict = "too high"
+        msg = (f"about {decades:.1f} orders of magnitude too high." if ratio and decades >= 1
+               else "too high by more than a factor " f"{tolerance:g}.")
+        extra = if_high
+    else:
+        decades = math.log10(m / p) if ratio else float("nan")
+        verdict = "too low"
+        msg = (f"about {decades:.1f} orders of magnitude too low." if ratio and decades >= 1
+               else "too low by more than a factor " f"{tolerance:g}.")
+        extra = if_low
+    message = msg + (f" {extra}" if extra else "")
+    width = max(len(k) for k, _ in rows)
+    print(f"[predict {quantity}]")
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")
+    print(f"  {message}")
+    return Comparison(quantity, p, m, verdict, message)
+
+
+def compare_choice(prediction: Any, observed: str, *, quantity: str, options: Sequence[str],
+                   explain: str = "") -> Comparison:
+    """Set a predicted choice (one of `options`) beside the `observed` one and print `explain`
+    (why the measurement came out as it did) whether or not the prediction was right."""
+    if observed not in options:
+        raise ValueError(f"observed must be one of {list(options)}, got {observed!r}")
+    if prediction is None:
+        print(f"[predict {quantity}] {NO_PREDICTION}")
+        return Comparison(quantity, None, observed, "no prediction", NO_PREDICTION)
+    got = str(prediction).strip().lower()
+    if got not in {o.lower() for o in options}:
+        msg = f"the prediction must be one of {list(options)}, got {prediction!r}."
+        print(f"[predict {quantity}] {msg}")
+        return Comparison(quantity, prediction, observed, "no prediction", msg)
+    right = got == observed.lower()
+    verdict = "as observed" if right else "not as observed"
+    msg = (f"you predicted {prediction!r}; the measurement says {observed!r}. "
+           + ("" if right else "Find the step in your reasoning that the measurement contradicts. ")
+           + explain).strip()
+    print(f"[predict {quantity}] {msg}")
+    return Comparison(quantity, prediction, observed, verdict, msg)
