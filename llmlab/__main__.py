@@ -8,6 +8,8 @@
   student SRC DST            write the student version of the notebooks (solutions stripped)
   grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
                              (SRC: the instructor's notebook, or the manifest `student` wrote)
+  exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
+                             question), printed or written into DOC between its markers
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         return doctor_main(rest)
     if cmd == "model":
         return _model(rest)
+    if cmd == "exercises":
+        from llmlab.instructor.table import main as table_main
+        return table_main(rest)
     if cmd == "run":
         from llmlab.notebook_runner import main as run_main
         return run_main(rest)

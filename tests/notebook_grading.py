@@ -15,9 +15,11 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 BUDGET_S = 180          # a notebook's kernel time with LLMLAB_FAST=1 on a 2-core machine
 
 
-def grade_subprocess(path: Path, source: Path, keep: Path | None = None) -> dict:
+def grade_subprocess(path: Path, source: Path, keep: Path | None = None,
+                     expected_log: Path | None = None) -> dict:
     """`python -m llmlab grade PATH --json --source SOURCE [--keep DIR]` in its own process
-    (with `keep`, the executed copy is written to `keep / path.name`).
+    (with `keep`, the executed copy is written to `keep / path.name`; with `expected_log`, every
+    checker appends the numbers it expects to that file: see `llmlab.instructor.leaks`).
 
     One at a time: two notebook kernels side by side on a 2-core machine starve each other (a
     student-version cell once hit the 180 s cell limit that way in CI-like runs). nbclient
@@ -26,9 +28,13 @@ def grade_subprocess(path: Path, source: Path, keep: Path | None = None) -> dict
     error, or a second timeout, is left for the caller to fail on.
     """
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMLAB_FAST": "1"}
+    if expected_log is not None:
+        env["LLMLAB_EXPECTED_LOG"] = str(expected_log)
     cmd = [sys.executable, "-m", "llmlab", "grade", str(path), "--json", "--source", str(source),
            "--cell-timeout", str(BUDGET_S)] + (["--keep", str(keep)] if keep else [])
     for attempt in range(2):
+        if expected_log is not None and expected_log.exists():
+            expected_log.unlink()
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=BUDGET_S + 300)
         assert proc.returncode == 0, f"grade {path} exited {proc.returncode}: {proc.stderr[-2000:]}"

@@ -1,6 +1,7 @@
 """Every notebook runs top to bottom headless, in a fresh kernel, within its time budget, shows
 its figures, and scores full marks: each notebook is executed once, through the grader, and
-that one run is checked for everything (the student version's run is in test_grading.py).
+that one run is checked for everything (errors, full marks, time, figures, and that no
+exercise's expected number is shown above the exercise) (the student version's run is in test_grading.py).
 
 New notebooks in notebooks/ are picked up automatically. Executed copies and HTML go to
 build/notebooks/ so a failure can be read there.
@@ -13,6 +14,7 @@ import pytest
 from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, grade_subprocess
 
 from llmlab.instructor import exercise_ids
+from llmlab.instructor.leaks import find_leaks, read_expected_log
 from llmlab.notebook_runner import write_outputs
 
 
@@ -41,7 +43,8 @@ def test_notebook_runs_headless(path):
 
     out = ROOT / "build" / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
-    report = grade_subprocess(path, path, keep=out)
+    log = out / f"{path.stem}.expected.jsonl"
+    report = grade_subprocess(path, path, keep=out, expected_log=log)
     nb = nbformat.read(out / path.name, as_version=4)
     write_outputs(nb, path.stem, out)
     # The budget is the kernel's own time (execute_input → execute_reply of every cell, as nbclient
@@ -61,6 +64,9 @@ def test_notebook_runs_headless(path):
                   if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {}))
     if path.stem != "00-setup-and-map":
         assert figures >= 1, f"{path.name} shows no figure for its default values"
+    # No exercise can be answered by copying a number shown above it (the same run's outputs).
+    leaks = find_leaks(nb, read_expected_log(log))
+    assert not leaks, f"{path.name}: answers shown before their questions:\n" + "\n".join(map(str, leaks))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
