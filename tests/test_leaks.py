@@ -1,0 +1,59 @@
+"""The leak finder: an exercise's expected number shown above the exercise is found in the forms
+a student reads it; below the exercise, inside other numbers, or as one digit it is not."""
+from __future__ import annotations
+
+import json
+
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from llmlab.instructor.leaks import find_leaks, number_forms, read_expected_log
+
+
+def _nb(markdown_above: str, output_above: str, markdown_below: str = ""):
+    shown = new_code_cell("print(x)")
+    shown.outputs = [new_output("stream", name="stdout", text=output_above)]
+    return new_notebook(cells=[
+        new_markdown_cell(markdown_above),
+        shown,
+        new_code_cell("from llmlab.check import ch04\nch04.kv_gb_for_request(None)"),
+        new_markdown_cell(markdown_below),
+    ])
+
+
+def test_forms_a_student_reads():
+    assert {"1,342,177,280", "1342177280", "1.34e9", "1.3e+09"} <= number_forms(1342177280)
+    assert {"1.34", "1.342"} <= number_forms(1.342177)
+    assert "60" in number_forms(60) and number_forms(8) == set() and number_forms(0.5) == set()
+
+
+def test_a_planted_leak_is_found_in_markdown_and_output():
+    expected = {"ch04.kv_gb_for_request": [1.34217728]}
+    leaks = find_leaks(_nb("so a 4K request takes 1.34 GB.", "nothing here"), expected)
+    assert [(l.cell, l.where, l.form) for l in leaks] == [(0, "markdown", "1.34")]
+    leaks = find_leaks(_nb("nothing", "total: 1.342 GB\n"), expected)
+    assert [(l.cell, l.where) for l in leaks] == [(1, "output")]
+
+
+def test_no_leak_below_the_exercise_inside_other_numbers_or_in_verdicts():
+    expected = {"ch04.kv_gb_for_request": [1.34217728]}
+    nb = _nb("11.345 and 1.3427 and 21.34", "[check ch03.x] NOT YET: 1.34\n", "1.34 GB, revealed after")
+    assert find_leaks(nb, expected) == []
+
+
+def test_read_expected_log_skips_bad_lines(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"exercise": "a.b", "expected": 60}) + "\nnot json\n"
+                   + json.dumps({"exercise": "a.b", "expected": 60}) + "\n")
+    assert read_expected_log(log) == {"a.b": [60.0]}
+    assert read_expected_log(tmp_path / "missing") == {}
+
+
+def test_checkers_write_what_they_expect_to_the_log(tmp_path, monkeypatch):
+    from llmlab.check import core
+
+    log = tmp_path / "expected.jsonl"
+    monkeypatch.setenv(core.EXPECTED_LOG_ENV, str(log))
+    core.check_number("test.logged", None, 4096.0)
+    core.record_expected("test.logged", 12.5)
+    core.record_expected("test.logged", "not a number")
+    assert read_expected_log(log) == {"test.logged": [4096.0, 12.5]}
