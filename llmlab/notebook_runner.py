@@ -45,11 +45,12 @@ def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
 
 def write_outputs(nb, stem: str, out_dir: Path) -> None:
     import nbformat
-    from nbconvert import HTMLExporter
+
+    from llmlab.offline_html import to_html
 
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / f"{stem}.ipynb")
-    html, _ = HTMLExporter().from_notebook_node(nb)
+    html = to_html(nb)
     (out_dir / f"{stem}.html").write_text(html, encoding="utf-8")
 
 
