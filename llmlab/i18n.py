@@ -1,0 +1,70 @@
+"""The language the course speaks to the student: English (the default) or Chinese.
+
+`set_language("zh")` (or the environment variable `LLMLAB_LANG=zh`, which the Chinese notebooks'
+first cell sets) chooses Chinese; it also gives matplotlib a CJK font, so that Chinese figure
+titles and axis labels are drawn instead of empty boxes. The font is Noto Sans CJK SC, which
+the set-up installs from the package registry inside the Python package `mplfonts`; nothing is
+fetched at run time.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+LANGUAGES = ("en", "zh")
+LANG_ENV = "LLMLAB_LANG"
+CJK_FONT_FILE = "NotoSansCJKsc-Regular.otf"
+CJK_FONT_NAME = "Noto Sans CJK SC"
+
+_chosen: str | None = None
+
+
+def language() -> str:
+    """"en" or "zh": what `set_language` chose, else `LLMLAB_LANG`, else "en"."""
+    if _chosen is not None:
+        return _chosen
+    env = os.environ.get(LANG_ENV, "en").strip().lower() or "en"
+    return env if env in LANGUAGES else "en"
+
+
+def set_language(lang: str) -> str:
+    """Speak `lang` ("en" or "zh") from now on in this process; returns it."""
+    global _chosen
+    lang = str(lang).strip().lower()
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {LANGUAGES}, got {lang!r}")
+    _chosen = lang
+    if lang == "zh":
+        use_cjk_font()
+    return lang
+
+
+def cjk_font_path() -> Path | None:
+    """The CJK font file the set-up installed, or None when it is not there."""
+    spec = importlib.util.find_spec("mplfonts")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "fonts" / CJK_FONT_FILE
+        if path.is_file():
+            return path
+    return None
+
+
+def use_cjk_font() -> str:
+    """Register the CJK font with matplotlib and put it first among the sans-serif fonts (Latin
+    text keeps a Latin look: the font has Latin glyphs too). Returns the font's name; raises
+    RuntimeError naming the fix when the font is not installed."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    path = cjk_font_path()
+    if path is None:
+        raise RuntimeError(f"the CJK font {CJK_FONT_FILE} is not installed: run `make setup` "
+                           f"(or `pip install mplfonts`)")
+    font_manager.fontManager.addfont(str(path))
+    name = font_manager.FontProperties(fname=str(path)).get_name()
+    fonts = [name] + [f for f in matplotlib.rcParams["font.sans-serif"] if f != name]
+    matplotlib.rcParams["font.sans-serif"] = fonts
+    matplotlib.rcParams["font.family"] = ["sans-serif"]
+    matplotlib.rcParams["axes.unicode_minus"] = False     # the font's minus sign is the ASCII one
+    return name
