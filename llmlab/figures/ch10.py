@@ -68,6 +68,8 @@ def tpot_vs_batch(measured: Mapping[int, float], presets: Mapping[str, Mapping[i
         ax.plot(batches, [vals[b] / base for b in batches], style, label=label)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
+    ticks = sorted(set(measured).union(*(set(v) for v in presets.values())))
+    ax.set_xticks(ticks, [str(b) for b in ticks])
     ax.set_xlabel("batch (requests decoded together)")
     ax.set_ylabel("TPOT ÷ TPOT at the smallest batch")
     ax.set_title("does a token get slower when more users share the step?")
