@@ -131,3 +131,17 @@ def test_every_exercise_is_described():
     assert set(ch10.EXERCISES) == called
     assert sum(info.kind == "reasoning" for info in ch10.EXERCISES.values()) >= 2
     assert ch10.EXERCISES["seed_q4"].seed == 4
+
+
+@pytest.mark.parametrize("checker,wrong,formula", [
+    (ch10.tpot, 0.9, "(E2EL − TTFT) / (n − 1)"),
+    (ch10.mean_tpot, 0.9, "n ≥ 2"),
+    (ch10.ttlt, 0.9, "TTFT + (n − 1) · TPOT"),
+    (ch10.goodput, 0.9, "/ duration"),
+])
+def test_definition_hints_name_the_mistake_first_and_the_formula_second(checker, wrong, formula):
+    ex = f"ch10.{checker.__name__}"
+    core._WRONG_TRIES.pop(ex, None)
+    first, second = checker(wrong), checker(wrong)
+    assert not first.passed and formula not in first.message
+    assert formula in second.message
