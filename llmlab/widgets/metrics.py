@@ -221,3 +221,108 @@ def plot_throughput_latency(curves: dict[str, dict[float, metrics.BenchmarkSumma
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# ----------------------------------------------------------------------------- serving on a GPU preset
+
+SERVING_MODELS = ("llama-3-8b", "llama-3.2-1b", "qwen2.5-7b", "mistral-7b", "smollm2-135m")
+SERVING_HARDWARE = ("H100-SXM", "H200", "A100-80GB", "L4")
+SERVING_TEXT_PATTERN = re.compile(
+    r"batch (\d+), context (\d+): TPOT floor ([0-9.]+) ms \((meets|misses) the ([0-9.]+) ms "
+    r"target\), ([0-9,]+) output tokens/s, \$([0-9.]+) per million output tokens at \$([0-9.]+)/h")
+
+
+def serving_point(model: str = "llama-3-8b", hardware: str = "H100-SXM", batch: int = 16,
+                  context: int = 1024, price_per_hour: float = 2.5, dtype_bytes: float = 2) -> dict:
+    """One decode step of `batch` sequences at `context` tokens each, on a hardware preset, from
+    the roofline floor: TPOT (s), output tokens/s, US$ per million output tokens at
+    `price_per_hour`, and the bytes that weights + KV cache need (does it fit?)."""
+    from llmlab import costs, roofline
+    from llmlab.config import PRESETS as MODELS
+    from llmlab.hardware import get_hardware
+
+    cfg, hw = MODELS[model], get_hardware(hardware)
+    step = roofline.decode_step_floor(cfg, hw, batch, context, dtype_bytes)
+    need = costs.weight_bytes(cfg, dtype_bytes) + batch * costs.kv_bytes(cfg, context, dtype_bytes)
+    tokens_per_s = batch / step
+    return {"tpot": step, "tokens_per_s": tokens_per_s,
+            "usd_per_million": price_per_hour / (tokens_per_s * 3600) * 1e6,
+            "bytes_needed": need, "fits": need <= hw.mem_size, "mem_size": hw.mem_size}
+
+
+def serving_text(model: str = "llama-3-8b", hardware: str = "H100-SXM", batch: int = 16,
+                 context: int = 1024, price_per_hour: float = 2.5, tpot_target_ms: float = 20.0) -> str:
+    """The explorer's line for one setting (`SERVING_TEXT_PATTERN`); computed from presets."""
+    p = serving_point(model, hardware, batch, context, price_per_hour)
+    verdict = "meets" if p["tpot"] * 1e3 <= tpot_target_ms else "misses"
+    memory = (f"weights + KV cache {p['bytes_needed'] / 1e9:.1f} GB of {p['mem_size'] / 1e9:.0f} GB"
+              + ("" if p["fits"] else " — does NOT fit"))
+    return (f"{model} on {hardware} (BF16, roofline floor from presets), batch {batch}, context "
+            f"{context}: TPOT floor {p['tpot'] * 1e3:.2f} ms ({verdict} the {tpot_target_ms:g} ms "
+            f"target), {p['tokens_per_s']:,.0f} output tokens/s, ${p['usd_per_million']:.3f} per "
+            f"million output tokens at ${price_per_hour:g}/h; {memory}")
+
+
+def plot_serving(model: str = "llama-3-8b", hardware: str = "H100-SXM", batch: int = 16,
+                 context: int = 1024, price_per_hour: float = 2.5, tpot_target_ms: float = 20.0,
+                 max_batch: int = 512) -> Any:
+    """TPOT floor and US$ per million output tokens against the batch (log x), the chosen batch
+    marked, the TPOT target drawn; batches whose weights + KV do not fit are greyed."""
+    import matplotlib.pyplot as plt
+
+    batches = np.unique(np.geomspace(1, max_batch, 60).astype(int))
+    pts = [serving_point(model, hardware, int(b), context, price_per_hour) for b in batches]
+    here = serving_point(model, hardware, batch, context, price_per_hour)
+    fits = np.array([p["fits"] for p in pts])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, key, scale, label in ((a1, "tpot", 1e3, "TPOT floor (ms)"),
+                                  (a2, "usd_per_million", 1.0, "US$ per million output tokens")):
+        y = np.array([p[key] * scale for p in pts])
+        ax.plot(batches, np.where(fits, y, np.nan), "-", color="#2563eb", label="fits in memory")
+        if not fits.all():      # grey from the last batch that fits on, so the curve is unbroken
+            grey = ~fits | np.append(~fits[1:], False)
+            ax.plot(batches, np.where(grey, y, np.nan), "-", color="#9ca3af", label="does not fit")
+        ax.plot([batch], [here[key] * scale], "o", color="#dc2626", label=f"batch {batch}")
+        ax.set_xscale("log")
+        ax.set_xlabel("batch (sequences decoded together)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    a1.axhline(tpot_target_ms, color="#f59e0b", ls="--", label=f"target {tpot_target_ms:g} ms")
+    a1.legend(fontsize=7)
+    a2.set_yscale("log")
+    fig.suptitle(f"{model} on {hardware}, context {context}, ${price_per_hour:g}/h "
+                 "(computed from presets)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def serving_explorer(model: str = "llama-3-8b", hardware: str = "H100-SXM", batch: int = 16,
+                     context: int = 1024, price_per_hour: float = 2.5,
+                     tpot_target_ms: float = 20.0) -> Any:
+    """Sliders for model, GPU preset, batch, context, price per hour and a TPOT target; the line
+    (TPOT, tokens/s, $ per million tokens, memory) and the two curves update."""
+    import ipywidgets as w
+
+    style = {"description_width": "110px"}
+    model_w = w.Dropdown(options=SERVING_MODELS, value=model, description="model", style=style)
+    hw_w = w.Dropdown(options=SERVING_HARDWARE, value=hardware, description="GPU preset", style=style)
+    batch_w = w.IntSlider(value=batch, min=1, max=512, step=1, description="batch", style=style)
+    ctx_w = w.IntSlider(value=context, min=256, max=8192, step=256, description="context", style=style)
+    price_w = w.FloatSlider(value=price_per_hour, min=0.5, max=10.0, step=0.1,
+                            description="US$ per hour", style=style)
+    slo_w = w.FloatSlider(value=tpot_target_ms, min=2.0, max=100.0, step=1.0,
+                          description="TPOT target (ms)", style=style)
+    result = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        args = dict(model=model_w.value, hardware=hw_w.value, batch=batch_w.value,
+                    context=ctx_w.value, price_per_hour=price_w.value, tpot_target_ms=slo_w.value)
+        result.value = f'<pre class="llmlab-serving-result">{serving_text(**args)}</pre>'
+        show_figure(out, plot_serving(**args))
+
+    for c in (model_w, hw_w, batch_w, ctx_w, price_w, slo_w):
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([model_w, hw_w]), w.HBox([batch_w, ctx_w]), w.HBox([price_w, slo_w]),
+                   result, out])
