@@ -22,10 +22,12 @@ from llmlab.sampling import SamplingParams  # noqa: E402
 
 __version__ = "0.1.0"
 
-_LAZY = {"LLM": "llmlab.engine", "LLMEngine": "llmlab.engine", "RequestOutput": "llmlab.engine"}
+_LAZY = {"LLM": "llmlab.engine", "LLMEngine": "llmlab.engine", "RequestOutput": "llmlab.engine",
+         "set_language": "llmlab.i18n", "language": "llmlab.i18n"}
 _SUBMODULES = {"ops", "costs", "hardware", "roofline", "sim", "metrics", "parallel", "widgets",
                "check", "doctor", "generate", "model", "kvcache", "engine", "tokenizer", "config",
-               "sampling", "bench", "weights", "request", "paths", "serve"}
+               "sampling", "bench", "weights", "request", "paths", "serve", "figures", "i18n",
+               "lang"}
 
 
 def __getattr__(name: str):
@@ -36,7 +38,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'llmlab' has no attribute {name!r}")
 
 
-__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "__version__"]
+__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "set_language", "language",
+           "__version__"]
 
 # Figures label things in English; a machine without a CJK font would otherwise warn once per
 # missing glyph wherever a Chinese term slips into a label.

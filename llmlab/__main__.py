@@ -8,6 +8,8 @@
   student SRC DST            write the student version of the notebooks (solutions stripped)
   grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
                              (SRC: the instructor's notebook, or the manifest `student` wrote)
+  lang check|extract|build LANG NOTEBOOKS [OUT]
+                             the notebooks in another language (zh) from one English source
   exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
                              question), printed or written into DOC between its markers
 """
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         return doctor_main(rest)
     if cmd == "model":
         return _model(rest)
+    if cmd == "lang":
+        from llmlab.lang import main as lang_main
+        return lang_main(rest)
     if cmd == "exercises":
         from llmlab.instructor.table import main as table_main
         return table_main(rest)

@@ -1,0 +1,196 @@
+"""The course in a second language, from one source: the English notebooks stay the source, and
+each markdown cell's translation is kept beside them with the hash of the English text it
+translates. Building the Chinese notebooks copies every code cell unchanged and swaps each
+markdown cell for its translation; a cell whose English changed since it was translated is
+reported as stale, never silently shipped.
+
+    python -m llmlab lang check zh notebooks/           # which cells lack a translation, which are stale
+    python -m llmlab lang extract zh notebooks/         # add the untranslated cells to the store (empty)
+    python -m llmlab lang build zh notebooks/ build/zh/ # write the Chinese notebooks
+
+The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next to `notebooks/`:
+
+    {"cells": {"<cell id>": {"en_sha": "<sha256 of the English source>", "en": "<the English>",
+                             "text": "<the translation>"}}}
+
+Cells are matched by their notebook cell id (which survives edits and moves); `en_sha` says which
+English text the translation was made from, and `en` keeps that text so a translator sees what
+changed.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+LANGS = ("zh",)
+FIRST_CELL_TAG = "llmlab-language"
+
+
+def en_sha(source: str) -> str:
+    return hashlib.sha256(source.strip().encode("utf-8")).hexdigest()
+
+
+def store_dir(notebooks: Path, lang: str) -> Path:
+    return Path(notebooks).resolve().parent / "i18n" / lang
+
+
+def _check_lang(lang: str) -> str:
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
+    return lang
+
+
+def read_store(path: Path) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    cells = data.get("cells", {}) if isinstance(data, dict) else {}
+    return {str(k): v for k, v in cells.items() if isinstance(v, dict)}
+
+
+def write_store(path: Path, cells: dict[str, dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cells": cells}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Problem:
+    notebook: str
+    cell: int
+    cell_id: str
+    what: str          # "missing" (no translation) or "stale" (the English changed since)
+    english: str
+
+    def __str__(self) -> str:
+        first = self.english.strip().splitlines()[0][:70] if self.english.strip() else ""
+        why = "has no translation" if self.what == "missing" else "changed since it was translated"
+        return f"{self.notebook} cell {self.cell} (id {self.cell_id}) {why}: {first!r}"
+
+
+def problems(nb, stem: str, store: dict[str, dict]) -> list[Problem]:
+    """The markdown cells of `nb` with no translation in `store`, or a stale one."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown" or not cell.source.strip():
+            continue
+        entry = store.get(str(cell.get("id")))
+        if entry is None or not str(entry.get("text", "")).strip():
+            out.append(Problem(stem, i, str(cell.get("id")), "missing", cell.source))
+        elif entry.get("en_sha") != en_sha(cell.source):
+            out.append(Problem(stem, i, str(cell.get("id")), "stale", cell.source))
+    return out
+
+
+def translate(nb, store: dict[str, dict], lang: str):
+    """A copy of `nb` in `lang`: the same code cells, each markdown cell its translation, and a
+    first code cell that chooses the language for the checkers, widgets and figures. Raises
+    ValueError naming every missing or stale cell."""
+    bad = problems(nb, nb.metadata.get("llmlab_stem", "notebook"), store)
+    if bad:
+        raise ValueError("cannot build: " + "; ".join(map(str, bad)))
+    from nbformat.v4 import new_code_cell
+
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        if cell.cell_type == "markdown" and cell.source.strip():
+            cell.source = store[str(cell.get("id"))]["text"]
+    first = new_code_cell(f'import llmlab\nllmlab.set_language("{lang}")')
+    first.metadata["tags"] = [FIRST_CELL_TAG]
+    out.cells.insert(0, first)
+    out.metadata["llmlab"] = {**out.metadata.get("llmlab", {}), "lang": lang}
+    return out
+
+
+def _notebooks(src: Path) -> list[Path]:
+    src = Path(src)
+    return [src] if src.suffix == ".ipynb" else sorted(src.glob("*.ipynb"))
+
+
+def _read(path: Path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["llmlab_stem"] = path.stem
+    return nb
+
+
+def check(lang: str, src: Path) -> list[Problem]:
+    _check_lang(lang)
+    found = []
+    for path in _notebooks(src):
+        found += problems(_read(path), path.stem, read_store(store_dir(path.parent, lang) / f"{path.stem}.json"))
+    return found
+
+
+def extract(lang: str, src: Path) -> int:
+    """Add every markdown cell without a translation to the store (empty text, the English kept
+    beside it); stale entries keep their text and get the new English to compare. Returns how
+    many entries were added or updated."""
+    _check_lang(lang)
+    changed = 0
+    for path in _notebooks(src):
+        nb = _read(path)
+        file = store_dir(path.parent, lang) / f"{path.stem}.json"
+        store = read_store(file)
+        for p in problems(nb, path.stem, store):
+            entry = store.setdefault(p.cell_id, {"text": ""})
+            if p.what == "missing":
+                entry.update({"en": p.english, "en_sha": en_sha(p.english)})
+            else:
+                entry["en_new"] = p.english
+            changed += 1
+        write_store(file, store)
+    return changed
+
+
+def build(lang: str, src: Path, out: Path) -> list[Path]:
+    import nbformat
+
+    _check_lang(lang)
+    out = Path(out)
+    if out.resolve() in (Path(src).resolve(), Path(src).resolve().parent if Path(src).is_file() else None):
+        raise ValueError("out must not be the folder of the English notebooks")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in _notebooks(src):
+        nb = _read(path)
+        store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
+        zh = translate(nb, store, lang)
+        zh.metadata.pop("llmlab_stem", None)
+        target = out / path.name
+        nbformat.write(zh, target)
+        written.append(target)
+    return written
+
+
+USAGE = "usage: python -m llmlab lang (check|extract) LANG NOTEBOOKS | lang build LANG NOTEBOOKS OUT"
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 3 or args[0] not in ("check", "extract", "build"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    cmd, lang, src = args[0], args[1], Path(args[2])
+    try:
+        if cmd == "check":
+            found = check(lang, src)
+            for p in found:
+                print(p)
+            print(f"{len(found)} cells to translate")
+            return 1 if found else 0
+        if cmd == "extract":
+            print(f"{extract(lang, src)} entries added or marked for update")
+            return 0
+        if len(args) != 4:
+            print(USAGE, file=sys.stderr)
+            return 2
+        for path in build(lang, src, Path(args[3])):
+            print(f"wrote {path}")
+        return 0
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
