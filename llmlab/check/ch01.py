@@ -83,7 +83,7 @@ def id_bits(answer: Any) -> CheckResult:
         (math.log2(VOCAB_SIZE), "bits come in whole numbers; round up."),
         (expected / 8, "that is bytes; the question asks for bits."),
     ], default_hint="not the fewest bits that can tell every id of this vocabulary apart.",
-       formula="n bits can name 2**n different ids; find the smallest n for which that reaches "
+       formula="With n bits you can name 2**n different ids; find the smallest n for which that reaches "
                "the vocabulary size.")
 
 
@@ -101,7 +101,7 @@ def embedding_bytes(answer: Any) -> CheckResult:
                        "embedding, but the question asks for the embedding table only."),
         (expected * 8, "that is bits; the question asks for bytes."),
     ), default_hint="not the size of the table: count its numbers first, then the bytes per number.",
-       formula="the table has one row of hidden_size numbers per vocabulary entry, 2 bytes per "
+       formula="The table has one row of hidden_size numbers per vocabulary entry, 2 bytes per "
                "number in BF16.")
 
 
@@ -120,7 +120,7 @@ def tokens_per_han(answer: Any) -> CheckResult:
         (per_len, "that divides by len(text), which counts punctuation and newlines too; divide "
                   "by the Chinese characters only (llmlab.tokenizer.count_han)."),
     ), default_hint="not the measured ratio: check what you counted and what you divided by.",
-       formula="encode the whole text without special tokens, count the tokens, divide by the "
+       formula="Encode the whole text without special tokens, count the tokens, divide by the "
                "number of Chinese characters.")
 
 
