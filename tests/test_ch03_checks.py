@@ -22,7 +22,7 @@ def test_no_literal_of_the_module_passes():
 
 def test_every_called_exercise_is_described():
     assert set(ch03.EXERCISES) == {"forwards", "tokens_processed_no_cache", "top_p_kept",
-                                   "temperature_prob", "samplable_tokens"}
+                                   "top_p_function", "temperature_prob", "samplable_tokens"}
     assert [i.kind for i in ch03.EXERCISES.values()].count("reasoning") >= 2
     assert all(info.seed is None for info in ch03.EXERCISES.values())
 
@@ -74,3 +74,39 @@ def test_samplable_tokens_counts_with_the_real_model():
     assert not ch03.samplable_tokens({hot: want[hot]}).passed
     assert ch03.samplable_tokens(None).message == NOT_ANSWERED
     assert sorted(core.expected_values("ch03.samplable_tokens")) == sorted(map(float, want.values()))
+
+
+def _keep(probs, top_p):
+    order = probs.argsort(descending=True)
+    before = probs[order].cumsum(0) - probs[order]
+    return set(order[before < top_p].tolist())
+
+
+def _stop_early(probs, top_p):
+    order = probs.argsort(descending=True)
+    return set(order[probs[order].cumsum(0) < top_p].tolist())
+
+
+def _index_order(probs, top_p):
+    before = probs.cumsum(0) - probs
+    return set(int(i) for i in (before < top_p).nonzero().flatten())
+
+
+def test_top_p_function_passes_a_right_nucleus_and_names_the_slips():
+    import torch
+
+    assert ch03.top_p_function(_keep).passed
+    assert ch03.top_p_function(lambda p, t: torch.tensor(sorted(_keep(p, t)))).passed   # a tensor of ids
+    core._WRONG_TRIES.pop("ch03.top_p_function", None)
+    first = ch03.top_p_function(_stop_early).message
+    assert "one short" in first and "Sort" not in first
+    assert "Sort" in ch03.top_p_function(_stop_early).message
+    assert "index order" in ch03.top_p_function(_index_order).message
+    assert "raised" in ch03.top_p_function(lambda p, t: 1 / 0).message
+    assert "function" in ch03.top_p_function(42).message
+    assert ch03.top_p_function(None).message == NOT_ANSWERED
+
+
+def test_top_p_cases_agree_with_the_nucleus_by_definition():
+    for probs, p in ch03._top_p_cases():
+        assert ch03._nucleus(probs, p) == _keep(probs, p)

@@ -1,5 +1,5 @@
 """Self-checks of chapter 03 (generation): forwards per generated token, tokens processed without
-a cache, top-p by hand, temperature, and what top-p keeps at two temperatures (found with the
+a cache, top-p by hand and as a function you write, temperature, and what top-p keeps at two temperatures (found with the
 sampling explorer)."""
 from __future__ import annotations
 
@@ -83,6 +83,67 @@ def top_p_kept(answer: Any) -> CheckResult:
         return report(not_yet(ex, "one short: the token whose probability pushes the running sum past "
                                   "top_p is kept (the nucleus is the smallest set that reaches top_p)."))
     return report(not_yet(ex, "too many: stop as soon as the running sum of probabilities reaches top_p."))
+
+
+def _top_p_cases() -> list[tuple[torch.Tensor, float]]:
+    """Probability vectors and top_p values with no running sum within 1e-3 of top_p (so float
+    rounding cannot move the edge of the nucleus), the ids shuffled so that id order != rank."""
+    g = torch.Generator().manual_seed(3)
+    cases = []
+    for size, p in ((6, 0.8), (10, 0.5), (50, 0.9), (8, 0.3), (200, 0.95), (5, 0.999)):
+        while True:
+            probs = torch.rand(size, generator=g, dtype=torch.float64) ** 3
+            probs = probs / probs.sum()
+            running = probs.sort(descending=True).values.cumsum(0)
+            if (running - p).abs().min() > 1e-3:
+                break
+        cases.append((probs, p))
+    cases.append((torch.tensor([0.9, 0.05, 0.05], dtype=torch.float64), 0.5))   # the top token alone
+    return cases
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> set[int]:
+    from llmlab.sampling import apply_top_k_top_p
+
+    out = apply_top_k_top_p(probs.log()[None], torch.tensor([probs.numel()]), torch.tensor([top_p]))
+    return {i for i, v in enumerate(out[0].tolist()) if v != float("-inf")}
+
+
+def top_p_function(fn: Any) -> CheckResult:
+    """Write the nucleus yourself: fn(probs, top_p) takes a 1-D tensor of probabilities (summing to
+    1) and top_p in (0, 1), and returns the set of token ids in the nucleus (the smallest set of
+    most likely tokens whose probabilities sum to at least top_p)."""
+    ex = "ch03.top_p_function"
+    if fn is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(fn):
+        return report(not_yet(ex, f"expected a function, got {type(fn).__name__}."))
+    then = ("Sort the ids by probability, largest first; walk down the list adding probabilities, "
+            "and keep each token whose probability mass *before* it is still below top_p.")
+    for probs, p in _top_p_cases():
+        want = _nucleus(probs, p)
+        try:
+            got = fn(probs.clone(), p)
+            got = {int(i) for i in (got.tolist() if hasattr(got, "tolist") else got)}
+        except Exception as e:  # the learner's code: report, never crash the notebook
+            return report(not_yet(ex, f"your function raised {type(e).__name__}: {e}"))
+        if got == want:
+            continue
+        order = probs.argsort(descending=True).tolist()
+        if got == set(order[:len(want) - 1]):
+            first = ("one short: you stop before the token whose probability carries the sum past "
+                     "top_p; the nucleus includes it.")
+        elif got == set(order[:len(want) + 1]):
+            first = "one too many: the token after the one that reaches top_p is not in the nucleus."
+        elif got == set(range(len(got))) and got != set(order[:len(got)]):
+            first = ("you walked the ids in index order; the nucleus takes the most likely tokens "
+                     "first, whatever their ids.")
+        elif len(got) == len(want):
+            first = "the right number of tokens, but not the most likely ones."
+        else:
+            first = f"wrong nucleus for a vector of {probs.numel()} probabilities with top_p={p}."
+        return report(not_yet(ex, staged(ex, first, then)))
+    return report(passed(ex, "correct: that is the nucleus llmlab.sampling and vLLM's sampler keep."))
 
 
 def temperature_prob(answer: Any) -> CheckResult:
@@ -169,6 +230,9 @@ EXERCISES: dict[str, ExerciseInfo] = {
     "top_p_kept": ExerciseInfo("plug-in", mistakes=("a more likely token skipped",
                                                     "the token that crosses top_p left out",
                                                     "kept past top_p")),
+    "top_p_function": ExerciseInfo("reasoning", mistakes=("the crossing token left out",
+                                                          "one token past top_p kept",
+                                                          "ids walked in index order, not by probability")),
     "temperature_prob": ExerciseInfo("plug-in", mistakes=("temperature 1", "multiplied by T",
                                                           "probabilities divided instead of logits")),
     "samplable_tokens": ExerciseInfo("plug-in", mistakes=("temperatures swapped",
