@@ -19,7 +19,7 @@ def test_no_literal_of_the_module_passes():
 
 
 def test_every_called_exercise_is_described():
-    assert set(ch01.EXERCISES) == {"utf8_bytes", "first_merge", "tokens_per_han", "han_by_tokens",
+    assert set(ch01.EXERCISES) == {"utf8_bytes", "first_merge", "merge_function", "tokens_per_han", "han_by_tokens",
                                    "id_bits", "embedding_bytes", "vocab_tradeoff"}
     assert [i.kind for i in ch01.EXERCISES.values()].count("reasoning") >= 2
 
@@ -74,3 +74,45 @@ def test_han_by_tokens_checks_each_character_with_the_real_tokenizer():
     assert not ch01.han_by_tokens({1: "ab", 2: found[2], 3: found[3]}).passed
     assert not ch01.han_by_tokens({1: found[1]}).passed
     assert ch01.han_by_tokens(None).message == NOT_ANSWERED
+
+
+def _merge_right(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_overlapping(ids, pair, new_id):
+    out = []
+    for i in range(len(ids)):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+        elif not (i > 0 and (ids[i - 1], ids[i]) == pair):
+            out.append(ids[i])
+    return out
+
+
+def _merge_first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return ids
+
+
+def test_merge_function_passes_the_left_to_right_merge_and_names_the_slips():
+    assert ch01.merge_function(_merge_right).passed
+    core._WRONG_TRIES.pop("ch01.merge_function", None)
+    first = ch01.merge_function(_merge_overlapping).message
+    assert "overlap" in first and "Walk" not in first
+    assert "fewer occurrences" in ch01.merge_function(_merge_first_only).message
+    assert "Walk" in ch01.merge_function(_merge_first_only).message
+    assert "returns None" in ch01.merge_function(lambda ids, pair, new_id: None).message
+    assert "nothing was merged" in ch01.merge_function(lambda ids, pair, new_id: ids).message
+    assert "raised" in ch01.merge_function(lambda ids, pair, new_id: 1 / 0).message
+    assert ch01.merge_function(None).message == NOT_ANSWERED

@@ -1,4 +1,5 @@
-"""Self-checks of chapter 01 (tokens): UTF-8 bytes, a BPE merge by hand, the measured tokens per
+"""Self-checks of chapter 01 (tokens): UTF-8 bytes, a BPE merge by hand and the merge step in code,
+the measured tokens per
 Chinese character, characters that take one, two and three tokens (found with the token viewer),
 token id bits, embedding table bytes, and what a larger vocabulary changes."""
 from __future__ import annotations
@@ -72,6 +73,61 @@ def first_merge(answer: Any) -> CheckResult:
     return report(not_yet(ex, staged(ex, "that pair occurs, but another one occurs more often.",
                                      "Count every adjacent pair in both chunks ('banana' and "
                                      "' bandana') and add up; a pair never spans two chunks.")))
+
+
+# (ids, pair, new_id): overlapping runs, pairs at both ends, no occurrence, a one-id sequence
+MERGE_CASES = (
+    ([1, 2, 3, 1, 2], (1, 2), 256),
+    ([7, 7, 7], (7, 7), 300),
+    ([7, 7, 7, 7], (7, 7), 300),
+    ([5, 6, 5, 6, 6, 5], (6, 5), 257),
+    ([4, 4], (4, 5), 260),
+    ([9], (9, 9), 261),
+    ([], (1, 2), 262),
+)
+
+
+def merge_function(fn: Any) -> CheckResult:
+    """Write the step that applies one learned merge: fn(ids, pair, new_id) returns a new list
+    in which every occurrence of `pair` (two adjacent ids), scanned left to right and without
+    overlaps, is replaced by `new_id`."""
+    from llmlab.tokenizer import _merge
+
+    ex = "ch01.merge_function"
+    if fn is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(fn):
+        return report(not_yet(ex, f"expected a function, got {type(fn).__name__}."))
+    then = ("Walk i from the left: when ids[i], ids[i + 1] is the pair, emit new_id and move i on "
+            "by two (the ids it used are gone); otherwise emit ids[i] and move on by one.")
+    for ids, pair, new_id in MERGE_CASES:
+        want = _merge(ids, pair, new_id)
+        try:
+            got = fn(list(ids), pair, new_id)
+        except Exception as e:  # the learner's code: report, never crash the notebook
+            return report(not_yet(ex, f"your function raised {type(e).__name__} on ids={ids}, "
+                                      f"pair={pair}: {e}"))
+        if got is None:
+            return report(not_yet(ex, "your function returns None: return the new list."))
+        got = list(got)
+        if got == want:
+            continue
+        if got == list(ids) and want != list(ids):
+            first = f"nothing was merged in ids={ids} with pair={pair}."
+        elif got.count(new_id) > want.count(new_id) and pair[0] == pair[1]:
+            first = (f"ids={ids}, pair={pair}: an id used by one merge cannot also start the "
+                     f"next one (the occurrences must not overlap).")
+        elif got.count(new_id) > want.count(new_id):
+            first = f"ids={ids}, pair={pair}: you merged more often than the pair occurs."
+        elif got.count(new_id) < want.count(new_id):
+            first = f"ids={ids}, pair={pair}: you merged fewer occurrences than there are."
+        elif len(got) != len(want):
+            first = (f"ids={ids}, pair={pair}: the result has {len(got)} ids; each merge turns "
+                     f"two ids into one and leaves the others as they are.")
+        else:
+            first = f"ids={ids}, pair={pair}: the right length, but the wrong ids."
+        return report(not_yet(ex, staged(ex, first, then)))
+    return report(passed(ex, "correct: that is the step train_bpe repeats after every merge it learns."))
 
 
 def id_bits(answer: Any) -> CheckResult:
@@ -213,6 +269,9 @@ EXERCISES: dict[str, ExerciseInfo] = {
     "first_merge": ExerciseInfo("reasoning", mistakes=("a pair that is not the most frequent",
                                                        "a pair across the word boundary",
                                                        "more than two symbols merged")),
+    "merge_function": ExerciseInfo("reasoning", mistakes=("overlapping occurrences merged",
+                                                          "only the first occurrence merged",
+                                                          "ids outside the pair dropped")),
     "tokens_per_han": ExerciseInfo("plug-in", mistakes=("characters per token (upside down)",
                                                         "divided by all characters, punctuation included")),
     "han_by_tokens": ExerciseInfo("plug-in", mistakes=("a character that splits differently",
