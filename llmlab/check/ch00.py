@@ -48,7 +48,7 @@ def module_for_paged_attention(answer) -> CheckResult:
         return report(not_yet(name, "kvcache decides *where* blocks go; the kernels that read them live elsewhere."))
     if "engine" in text:
         return report(not_yet(name, "the engine schedules and calls the model; look one level lower, at the ops the attention layer calls."))
-    return report(not_yet(name, "look at the module table in the chapter map above."))
+    return report(not_yet(name, "that is not one of the three modules that back chapter 11 in the table above."))
 
 
 # Shown in this order in the notebook; the right one is marked True.
