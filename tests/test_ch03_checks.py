@@ -53,11 +53,10 @@ def test_the_chapter_no_longer_calls_the_forward_count_the_seeds_question_1():
 
 
 @pytest.mark.model
-def test_samplable_tokens_counts_with_the_real_model():
-    from llmlab.model import load_model
+def test_samplable_tokens_counts_with_the_real_model(real_model):
     from llmlab.widgets.sampling import next_token_distribution, prompt_logits
 
-    model, tok = load_model("smollm2-135m")
+    model, tok = real_model
     logits = prompt_logits(ch03.EXPLORER_PROMPT, model, tok)
     want = {t: next_token_distribution(logits, t, -1, ch03.EXPLORER_TOP_P).num_kept
             for t in ch03.EXPLORER_TEMPERATURES}
