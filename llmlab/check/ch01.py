@@ -1,7 +1,7 @@
 """Self-checks of chapter 01 (tokens): UTF-8 bytes, a BPE merge by hand and the merge step in code,
-the measured tokens per
-Chinese character, characters that take one, two and three tokens (found with the token viewer),
-token id bits, embedding table bytes, and what a larger vocabulary changes."""
+the measured tokens per Chinese character, characters that take one, two and three tokens (found
+with the token viewer), token id bits, embedding table bytes, and what a larger vocabulary
+changes."""
 from __future__ import annotations
 
 import math
