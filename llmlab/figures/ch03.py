@@ -1,0 +1,74 @@
+"""Figures and the timing harness of chapter 03 (generation)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+
+def forward_seconds(model: Any, ids: Sequence[int], n_tokens: int, repeats: int = 2) -> float:
+    """Best of `repeats` wall-clock timings (seconds) of one forward over the first `n_tokens` of
+    `ids`: what one step of generation without a cache costs at that length (measured)."""
+    if not 1 <= n_tokens <= len(ids):
+        raise ValueError(f"n_tokens must be in [1, {len(ids)}] (the ids given), got {n_tokens}")
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        model.logits_for(list(ids[:n_tokens]))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def gpu_forward_floors(cfg: Any, lengths: Sequence[int], hw: str = "H100-SXM",
+                       dtype_bytes: int = 2) -> list[float]:
+    """Least time (seconds) of one forward over T tokens on the preset `hw`, for each T in
+    `lengths` (`llmlab.roofline.prefill_step`: weights read once, all T tokens computed)."""
+    from llmlab import roofline
+
+    return [roofline.place(roofline.prefill_step(cfg, t, dtype_bytes=dtype_bytes), hw).time_floor
+            for t in lengths]
+
+
+def naive_step_times(lengths: Sequence[int], seconds: Sequence[float],
+                     step_lengths: Sequence[int] = (), step_seconds: Sequence[float] = (),
+                     gpu_seconds: Sequence[float] | None = None, gpu_label: str = "H100") -> Any:
+    """Time per generated token without a cache against the sequence length T: one forward over
+    T tokens (measured), the steps of a naive generate run (measured), and optionally the same
+    forward's floor on a GPU preset. Log time axis, in ms. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    ax.plot(lengths, [1e3 * s for s in seconds], "o-",
+            label="one forward over T tokens (= naive step at length T), measured on this CPU")
+    if step_lengths:
+        ax.plot(step_lengths, [1e3 * s for s in step_seconds], "x", color="#b91c1c",
+                label="naive generate: its step times, measured on this CPU")
+    if gpu_seconds is not None:
+        ax.plot(lengths, [1e3 * s for s in gpu_seconds], "s--", color="#15803d",
+                label=f"same forward on an {gpu_label}: least time from the presets (bf16)")
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length T (tokens)")
+    ax.set_ylabel("time per generated token (ms, log scale)")
+    ax.set_title("Generation without a KV cache: time per token against length")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def sampling_settings(logits: Any, tokenizer: Any, settings: Sequence[Mapping[str, float]],
+                      prompt: str, top_n: int = 15) -> Any:
+    """One panel per sampling setting (temperature / top_k / top_p) of the next-token distribution
+    after `prompt` (`llmlab.widgets.sampling.plot_next_token_distribution`). Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    from llmlab.widgets.sampling import plot_label, plot_next_token_distribution
+
+    cols = 2
+    rows = (len(settings) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 3.5 * rows), squeeze=False)
+    for ax, s in zip(axes.flat, settings):
+        plot_next_token_distribution(logits, tokenizer, ax=ax, top_n=top_n, **s)
+    for ax in list(axes.flat)[len(settings):]:
+        ax.axis("off")
+    fig.suptitle(f"Next token after {plot_label(prompt)!r} (SmolLM2)")
+    fig.tight_layout()
+    return fig
