@@ -683,31 +683,6 @@ def layer0_output(answer: Any) -> CheckResult:
         "at positions 0..T-1 and o_proj on the heads put back side by side.")))
 
 
-# ---- for the notebook: one piece against the real layer ------------------------------------------
-
-def against_layer0(label: str, fn: Any, args: tuple, reference: torch.Tensor) -> float | None:
-    """Print how far `fn(*args)` lies from `reference` (what the real layer 0 computes on the
-    same real inputs) and return the largest difference; a note instead when `fn` is not
-    written yet or raises."""
-    if fn is None:
-        print(f"{label}: write the function above first.")
-        return None
-    try:
-        with torch.no_grad():
-            got = torch.as_tensor(fn(*args)).float()
-    except Exception as e:  # the learner's code
-        print(f"{label}: your function raised {type(e).__name__}: {e}")
-        return None
-    want = reference.detach().float()
-    if got.shape != want.shape:
-        print(f"{label}: shape {list(got.shape)}, layer 0 gives {list(want.shape)}")
-        return None
-    diff = (got - want).abs().max().item()
-    verdict = "the same" if diff <= ATOL + 1e-4 * want.abs().max().item() else "DIFFERENT"
-    print(f"{label}: largest |yours − layer 0| = {diff:.1e}  ({verdict})")
-    return diff
-
-
 # ---- choosing every right option -----------------------------------------------------------------
 
 def _check_set(ex: str, answer: Any, options: tuple[str, ...], right: frozenset[str],
