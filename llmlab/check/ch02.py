@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import math
 import types
 from dataclasses import replace
 from typing import Any, Callable, Iterator

@@ -62,9 +62,10 @@ def rope_score_values(pairs: Sequence[tuple[int, int]], head_dim: int = 64,
                       theta: float = 100000.0, seed: int = 0) -> dict[tuple[int, int], float]:
     """s(m, n) = rope(q, m) · rope(k, n) for one random q and k of `head_dim`, rotated with the
     model's own RoPE (`llmlab.model.apply_rope`), for each (m, n) of `pairs`."""
+    from dataclasses import replace
+
     from llmlab.config import get_config
     from llmlab.model import apply_rope, rope_inv_freq
-    from dataclasses import replace
 
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(1, 1, head_dim, generator=g), torch.randn(1, 1, head_dim, generator=g)
