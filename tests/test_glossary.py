@@ -123,3 +123,22 @@ def test_other_notebooks_terms_are_found_and_misses_reported(entries):
     assert len(uses) >= 20, f"only {len(uses)} 'term (中文)' found in {len(others)} notebooks"
     for u in (u for u in uses if g.find_zh(u.zh, entries) is None):
         print(f"glossary lacks {u.zh!r} ({u.notebook}, cell {u.cell}, after {u.english[-40:]!r})")
+
+
+def test_where_the_kv_cache_is_written_matches_the_model(entries):
+    """llmlab/model.py writes this step's K/V in the attention step and then reads the cache;
+    the glossary says the same, and no entry puts the write in the projections."""
+    kv = g.lookup("KV cache", entries).definition
+    assert "attention step writes" in kv and "then reads" in kv
+    for e in entries:
+        low = e.definition.lower()
+        assert not ("projection" in low and "write" in low and "cache" in low), e.term
+
+
+def test_terms_are_credited_to_the_chapter_that_teaches_them(entries):
+    by_term = {e.term: e.chapter for e in entries}
+    assert by_term["feed-forward network"] == by_term["rotary position embedding"] == 2
+    assert by_term["RMSNorm"] == by_term["residual connection"] == 2
+    assert by_term["scheduler"] == 11
+    assert by_term["time to first token"] == by_term["time per output token"] == 5
+    assert by_term["time to last token"] == by_term["inter-token latency"] == 10

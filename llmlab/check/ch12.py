@@ -1,19 +1,38 @@
 """Self-checks of chapter 12 (glossary and review): the generation loop of the seed's question
-1 put in order, glossary terms matched across English and Chinese, and the problem each vLLM
-technique answers. The seed's five questions are checked by the chapters that teach them;
-`SEED_QUESTIONS` says which checker covers which question, and chapter 12 calls them all."""
+1 drawn step by step with what each step does to the KV cache, glossary terms matched across
+English and Chinese, the problem each vLLM technique answers, and serving symptoms traced to
+their cause. The seed's five questions are checked by the chapters that teach them;
+`SEED_QUESTIONS` says which checker covers which question, and chapter 12 calls them all.
+`LEARNING_GOALS` lists, for each of the seed's four learning goals, the exercises across the
+series that show it.
+
+Where the KV cache is written and read, everywhere in this chapter: in the attention step of
+every layer, as in `llmlab.model.Attention.forward` (and vLLM's attention backends): this step's
+K and V are written into the cache (`reshape_and_cache`), then attention reads every cached K and
+V. The projections only compute k and v; nothing else touches the cache."""
 from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import (NOT_ANSWERED, CheckResult, check_dict_keys, check_matching, not_yet,
-                               passed, report)
-from llmlab.check.ch05 import STEPS as FORWARD_STEPS
+from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_dict_keys,
+                               check_matching, not_yet, passed, report, staged)
+
+EXERCISES: dict[str, ExerciseInfo] = {
+    "generation_loop_steps": ExerciseInfo("reasoning", (
+        "cache written by the projections", "attention thought only to read", "decode re-entering "
+        "at tokenize", "steps out of order", "past K/V recomputed"), seed=1),
+    "glossary_match": ExerciseInfo("recall", ("a neighbouring term's Chinese name",)),
+    "vllm_fixes": ExerciseInfo("reasoning", ("prefix caching for fragmentation",
+                                             "KV quantization for fragmentation",
+                                             "speculative decoding for throughput")),
+    "symptoms": ExerciseInfo("reasoning", ("slow tokenizer blamed", "temperature blamed",
+                                           "a pipeline bubble in tensor parallelism")),
+}
 
 # The seed's five self-check questions and the checkers (module, function) that answer them.
 SEED_QUESTIONS: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
     1: ("Draw the loop input -> tokens -> forward -> sample; mark where the KV cache is read and written.",
-        (("ch12", "generation_loop_order"), ("ch05", "cache_writes"), ("ch05", "cache_reads"))),
+        (("ch12", "generation_loop_steps"), ("ch05", "cache_writes"), ("ch05", "cache_reads"))),
     2: ("Llama-3-70B (80 layers, BF16, GQA): KV bytes per token, and GB for a 4K-token request.",
         (("ch04", "kv_bytes_per_token"), ("ch04", "kv_gb_for_request"))),
     3: ("Why does batch 32 give nearly 32x the throughput at nearly the same latency?",
@@ -25,7 +44,9 @@ SEED_QUESTIONS: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 
 # ---- question 1: the loop in order ------------------------------------------------------------
-LOOP_STEPS = (*FORWARD_STEPS, "append")        # one generation step, then back to "embed"
+# The order of `generation_loop_order` (kept as it was for its callers; chapter 12 now asks
+# `generation_loop_steps`, which adds what each step does to the cache).
+LOOP_STEPS = ("tokenize", "embed", "qkv_projection", "attention", "ffn", "lm_head", "sample", "append")
 LOOP_SHUFFLED = ("sample", "attention", "append", "tokenize", "lm_head", "embed", "ffn",
                  "qkv_projection")
 
@@ -52,13 +73,106 @@ def generation_loop_order(answer: Any) -> CheckResult:
                              "only the one new token."))
 
 
+# ---- question 1 drawn: each step with what it does to the KV cache ------------------------------
+# The step names to choose from (one of them belongs to no loop with a cache), in a fixed order
+# that is not the loop's.
+LOOP_STEP_CHOICES = ("sample", "qkv_projection", "append", "recompute_past_kv", "lm_head",
+                     "tokenize", "ffn", "embed", "attention")
+CACHE_MARKS = ("read", "none", "write_then_read", "write")
+# One prefill step: (step, what it does to the KV cache). Steps 3-5 run once per layer.
+LOOP_WITH_CACHE = (("tokenize", "none"), ("embed", "none"), ("qkv_projection", "none"),
+                   ("attention", "write_then_read"), ("ffn", "none"), ("lm_head", "none"),
+                   ("sample", "none"), ("append", "none"))
+DECODE_STARTS_AT = "embed"
+
+_MARK_HINTS = {
+    "qkv_projection": "the projections compute this step's k and v but only hand them on; find "
+                      "the step that stores them (llmlab/model.py, Attention.forward).",
+    "attention_read": "attention also writes: this step's K and V go into the cache first "
+                      "(reshape_and_cache), and only then does it read.",
+    "attention_write": "attention also reads: after writing this step's K and V it attends over "
+                       "every K and V in the cache, the history included.",
+    "attention_none": "attention is where the cache lives: it writes this step's K and V, then "
+                      "reads all of them.",
+    "attention": "attention writes this step's K and V first, then reads all of them: the other "
+                 "order would attend without the new token's own key.",
+    "other": "this step works on each token alone (or after the layers are done) and never "
+             "touches keys or values of other tokens.",
+}
+_DECODE_HINTS = {
+    "tokenize": "the sampled token is already an id: there is no text left to tokenize.",
+    "qkv_projection": "the new token has no hidden state yet: it needs its embedding first.",
+    "attention": "the new token needs its embedding and its own q, k, v before it can attend.",
+    "append": "append ends a step; the next step starts by turning the new id into a vector.",
+}
+
+
+def generation_loop_steps(answer: Any) -> CheckResult:
+    """The seed's question 1 drawn: a dict with "prefill", the steps of one generation step in
+    order, each a pair (step from LOOP_STEP_CHOICES, mark from CACHE_MARKS: what the step does
+    to the KV cache), and "decode_starts_at", the step the next (decode) step starts from."""
+    ex = "ch12.generation_loop_steps"
+    missing = check_dict_keys(ex, answer, ("prefill", "decode_starts_at"))
+    if missing is not None:
+        return missing
+    steps = answer["prefill"]
+    if not isinstance(steps, (list, tuple)) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            for p in steps):
+        return report(not_yet(ex, 'answer "prefill" as a list of (step, mark) pairs.'))
+    got = [(a.strip().lower(), b.strip().lower().replace(" ", "_").replace(",", "")) for a, b in steps]
+    unknown = sorted({a for a, _ in got} - set(LOOP_STEP_CHOICES))
+    bad_marks = sorted({b for _, b in got} - set(CACHE_MARKS))
+    if unknown or bad_marks:
+        return report(not_yet(ex, f"steps come from {list(LOOP_STEP_CHOICES)} and marks from "
+                                  f"{list(CACHE_MARKS)}; got {unknown + bad_marks}."))
+    if "recompute_past_kv" in {a for a, _ in got}:
+        return report(not_yet(ex, "with a KV cache nothing of the past is recomputed: the cache "
+                                  "already holds every earlier token's K and V. Leave that step out."))
+    for i, (want, mark) in enumerate(LOOP_WITH_CACHE):
+        if i >= len(got):
+            return report(not_yet(ex, staged(ex, f"the list stops after step {i} ({got[-1][0]!r}); "
+                                                 "the step goes on until the new token is part "
+                                                 "of the sequence." if got else "the list is empty.",
+                                             "Every step runs once per generated token; "
+                                             "follow the data from text to the next token.")))
+        step, given = got[i]
+        if step != want:
+            later = [n for n, _ in LOOP_WITH_CACHE[i:]]
+            why = (f"{step!r} needs the output of a step not placed before it yet" if step in later
+                   else f"{step!r} appears twice or too late")
+            return report(not_yet(ex, staged(ex, f"step {i + 1} ({step!r}) is out of place: {why}.",
+                                             "Look at what each step takes as input and what "
+                                             "it hands on.")))
+        if given != mark:
+            key = step if step == "qkv_projection" else (f"attention_{given}" if step == "attention"
+                                                         and f"attention_{given}" in _MARK_HINTS
+                                                         else step if step == "attention" else "other")
+            return report(not_yet(ex, f"step {i + 1} ({step!r}): {_MARK_HINTS[key]}"))
+    if len(got) > len(LOOP_WITH_CACHE):
+        return report(not_yet(ex, f"after {LOOP_WITH_CACHE[-1][0]!r} the step is over; the "
+                                  "extra entries belong to the next one."))
+    start = str(answer["decode_starts_at"]).strip().lower()
+    if start != DECODE_STARTS_AT:
+        hint = _DECODE_HINTS.get(start, f"choose the step from {list(LOOP_STEP_CHOICES)} where "
+                                        "the one new token enters the model.")
+        return report(not_yet(ex, f"decode_starts_at: {hint}"))
+    return report(passed(ex, "right: per layer, attention writes this step's K/V and reads all of "
+                             "the cache; a decode step re-enters at embed with one token, yet its "
+                             "attention reads the whole history. That read is why decode is "
+                             "memory-bound."))
+
+
 # ---- glossary terms -----------------------------------------------------------------------------
 GLOSSARY_QUIZ = ("prefill", "decode", "block table", "prefix caching", "tensor parallelism")
+# The Chinese names to choose from: more than the terms, in an order that is not theirs (graded
+# by content: any Chinese name the glossary lists for the term counts).
+GLOSSARY_CHOICES = ("块大小", "张量并行", "前缀缓存", "分块预填充", "解码", "流水并行", "块表", "预填充")
 
 
 def glossary_match(answer: Any) -> CheckResult:
-    """Answer a dict mapping each English term of GLOSSARY_QUIZ to its Chinese name (as in the
-    glossary; its listed alternatives count too)."""
+    """Answer a dict mapping each English term of GLOSSARY_QUIZ to its Chinese name, one of
+    GLOSSARY_CHOICES (the glossary's listed alternatives count too)."""
     from llmlab.glossary import find_zh, load_glossary, lookup
 
     ex = "ch12.glossary_match"
@@ -83,8 +197,24 @@ def glossary_match(answer: Any) -> CheckResult:
 # ---- what each vLLM technique answers --------------------------------------------------------
 PROBLEMS = ("kv_fragmentation", "idle_slots_after_finish", "long_prompt_stalls_decodes",
             "repeated_system_prompt", "model_too_big_for_one_gpu")
-FIXES = ("paged_attention", "continuous_batching", "chunked_prefill", "prefix_caching",
-         "tensor_parallelism")
+# More techniques than problems, in an order that is not the problems'.
+FIXES = ("chunked_prefill", "kv_cache_quantization", "tensor_parallelism", "prefix_caching",
+         "speculative_decoding", "paged_attention", "pipeline_parallelism", "continuous_batching")
+_FIX_RIGHT = {
+    "kv_fragmentation": "paged_attention",
+    "idle_slots_after_finish": "continuous_batching",
+    "long_prompt_stalls_decodes": "chunked_prefill",
+    "repeated_system_prompt": "prefix_caching",
+    "model_too_big_for_one_gpu": frozenset({"tensor_parallelism", "pipeline_parallelism"}),
+}
+_FIX_WHY = {
+    "kv_cache_quantization": "fp8 K/V halve every entry, but a max-length reservation still leaves "
+                             "the same share of it empty; it answers none of these problems on its own.",
+    "speculative_decoding": "it drafts several tokens and verifies them in one forward, cutting "
+                            "sequential steps per request; it does not manage memory or schedules.",
+    "prefix_caching": "it reuses K/V that another request already computed; it does not change how "
+                      "the cache is laid out or when requests run.",
+}
 _FIX_HINTS = {
     "kv_fragmentation": "which technique stores the KV cache in fixed-size blocks anywhere in memory?",
     "idle_slots_after_finish": "which technique refills a finished request's place at the very next step?",
@@ -96,7 +226,71 @@ _FIX_HINTS = {
 
 def vllm_fixes(answer: Any) -> CheckResult:
     """Answer a dict mapping each of PROBLEMS to the vLLM technique (one of FIXES) that answers it."""
-    return check_matching("ch12.vllm_fixes", answer, dict(zip(PROBLEMS, FIXES)), choices=FIXES,
-                          hints=_FIX_HINTS,
+    return check_matching("ch12.vllm_fixes", answer, _FIX_RIGHT, choices=FIXES,
+                          hints=_FIX_HINTS, why_wrong=_FIX_WHY,
                           success="right: each of vLLM's techniques removes one bottleneck this "
                                   "series measured.")
+
+
+# ---- serving symptoms and their cause ----------------------------------------------------------
+SYMPTOMS = ("ttft_grows_with_prompt_length", "tpot_nearly_flat_from_batch_1_to_8",
+            "requests_preempted_with_many_long_chats", "tp8_slower_over_pcie_than_over_nvlink")
+# More causes than symptoms, in an order that is not the symptoms'.
+CAUSES = ("all_reduce_every_layer", "tokenizer_too_slow", "kv_cache_runs_out",
+          "decode_is_memory_bound", "temperature_too_high", "prefill_is_compute_bound",
+          "pipeline_bubble")
+_SYMPTOM_RIGHT = {
+    "ttft_grows_with_prompt_length": "prefill_is_compute_bound",
+    "tpot_nearly_flat_from_batch_1_to_8": "decode_is_memory_bound",
+    "requests_preempted_with_many_long_chats": "kv_cache_runs_out",
+    "tp8_slower_over_pcie_than_over_nvlink": "all_reduce_every_layer",
+}
+_SYMPTOM_HINTS = {
+    "ttft_grows_with_prompt_length": "the first token waits for one forward over the whole prompt: "
+                                     "what bounds a forward over many tokens at once?",
+    "tpot_nearly_flat_from_batch_1_to_8": "a decode step reads every weight once whatever the "
+                                          "batch: which resource is the step waiting for?",
+    "requests_preempted_with_many_long_chats": "preemption frees a request's blocks: what ran "
+                                               "short?",
+    "tp8_slower_over_pcie_than_over_nvlink": "the same model and the same GPUs, only the link "
+                                             "differs: what crosses the link, and how often?",
+}
+_SYMPTOM_WHY = {
+    "tokenizer_too_slow": "tokenizing a prompt takes well under a millisecond on a CPU; it is not "
+                          "what a GPU step waits for.",
+    "temperature_too_high": "temperature changes which token is picked, not how long a step takes "
+                            "or how much memory it needs.",
+    "pipeline_bubble": "a bubble is pipeline parallelism's idle fill and drain; it does not depend "
+                       "on the link between tensor-parallel GPUs, nor on batch or prompt size here.",
+}
+
+
+def symptoms(answer: Any) -> CheckResult:
+    """Answer a dict mapping each of SYMPTOMS (what a serving team sees) to its cause, one of
+    CAUSES."""
+    return check_matching("ch12.symptoms", answer, _SYMPTOM_RIGHT, choices=CAUSES,
+                          hints=_SYMPTOM_HINTS, why_wrong=_SYMPTOM_WHY,
+                          success="right: each symptom is one of the series' measurements seen "
+                                  "from the outside.")
+
+
+# ---- the seed's four learning goals and the exercises that show them ---------------------------
+# (goal number, the seed's words, in English, exercise ids across the series)
+LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
+    (1, "解释 LLM 自回归生成、KV cache 必要性、prefill vs decode 的根本差异",
+     "explain autoregressive generation, why a KV cache is needed, and how prefill and decode differ",
+     ("ch03.forwards", "ch03.tokens_processed_no_cache", "ch04.tokens_processed_with_cache",
+      "ch04.kv_bytes_per_token", "ch05.cache_writes", "ch05.compute_bound_phase",
+      "ch12.generation_loop_steps")),
+    (2, "用 roofline 模型说清 decode 阶段为什么是 memory-bound、batching 为什么能拉吞吐",
+     "use the roofline to say why decode is memory-bound and why batching raises throughput",
+     ("ch05.decode_intensity", "ch07.ridge_point", "ch07.decode_gemv_intensity", "ch07.decode_bound",
+      "ch08.seed_q3", "ch08.why_continuous")),
+    (3, "区分 DP / TP / PP，并指出哪种通信强依赖 NVLink",
+     "tell DP, TP and PP apart, and say which one's communication needs NVLink",
+     ("ch09.parallel_style", "ch09.allreduces_per_forward", "ch09.bubble_fraction",
+      "ch09.needs_nvlink", "ch12.symptoms")),
+    (4, "用 TTFT / TPOT / 吞吐三个指标解释推理服务“卡不卡”和“赚不赚”",
+     "use TTFT, TPOT and throughput to say whether a service feels slow and whether it pays",
+     ("ch10.tpot", "ch10.ttlt", "ch10.goodput", "ch10.seed_q4", "ch12.symptoms")),
+)

@@ -1,0 +1,221 @@
+"""Chapter 02's checkers: each piece of the decoder layer the student writes is checked against
+llmlab.model's own code, the usual slips are named, a fused attention is refused (by its source
+and at run time, in this process and in the grader's sandbox), and the whole layer is compared
+with SmolLM2's real layer 0."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llmlab.check import ch02
+from llmlab.check.core import NOT_ANSWERED
+
+
+def rms_norm(x, weight, eps):
+    return weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def attention(q, k, v):
+    T, d = q.shape
+    s = (q @ k.T / d ** 0.5).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def gqa_attention(q, k, v):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return torch.stack([attention(q[:, h], k[:, h], v[:, h]) for h in range(q.shape[1])], dim=1)
+
+
+def rope(x, positions, theta):
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d, 2).float() / d)
+    ang = positions.float()[:, None] * inv_freq[None, :]
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def swiglu(x, wg, wu, wd):
+    return (F.silu(x @ wg.T) * (x @ wu.T)) @ wd.T
+
+
+def _fails(result, *words):
+    assert not result.passed, result.message
+    for w in words:
+        assert w in result.message, (w, result.message)
+
+
+def test_every_exercise_is_a_checker_and_none_is_not_answered():
+    assert len(ch02.EXERCISES) >= 4
+    assert sum(i.kind == "reasoning" for i in ch02.EXERCISES.values()) >= 2
+    for name in ch02.EXERCISES:
+        assert getattr(ch02, name)(None).message == NOT_ANSWERED
+
+
+def test_rms_norm_passes_and_names_layernorm_and_eps():
+    assert ch02.rms_norm(rms_norm).passed
+    _fails(ch02.rms_norm(lambda x, w, eps: w * (x - x.mean(-1, keepdim=True))
+                         * torch.rsqrt(x.var(-1, keepdim=True, unbiased=False) + eps)), "LayerNorm")
+    _fails(ch02.rms_norm(lambda x, w, eps: w * x / x.pow(2).mean(-1, keepdim=True).sqrt()), "eps")
+    _fails(ch02.rms_norm(lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)), "weight")
+
+
+def test_gqa_attention_passes_and_names_round_robin():
+    assert ch02.gqa_attention(gqa_attention).passed
+
+    def round_robin(q, k, v):
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat(1, g, 1), v.repeat(1, g, 1)
+        return torch.stack([attention(q[:, h], k[:, h], v[:, h]) for h in range(q.shape[1])], dim=1)
+
+    _fails(ch02.gqa_attention(round_robin), "h // group")
+
+
+def test_rope_passes_and_names_the_layout_the_positions_and_the_direction():
+    assert ch02.rope(rope).passed
+
+    def neighbours(x, positions, theta):
+        d = x.shape[-1]
+        ang = (positions.float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d))[:, None, :]
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x1 * ang.cos() - x2 * ang.sin(), x2 * ang.cos() + x1 * ang.sin()), -1).flatten(-2)
+
+    _fails(ch02.rope(neighbours), "neighbours")
+    _fails(ch02.rope(lambda x, p, t: rope(x, torch.arange(x.shape[0]), t)), "positions 0..T-1")
+    _fails(ch02.rope(lambda x, p, t: rope(x, -p, t)), "wrong way")
+    _fails(ch02.rope(lambda x, p, t: x), "nothing was rotated")
+
+
+def test_swiglu_passes_and_names_the_branch_and_the_activation():
+    assert ch02.swiglu(swiglu).passed
+    _fails(ch02.swiglu(lambda x, wg, wu, wd: ((x @ wg.T) * F.silu(x @ wu.T)) @ wd.T), "gate branch")
+    _fails(ch02.swiglu(lambda x, wg, wu, wd: (F.relu(x @ wg.T) * (x @ wu.T)) @ wd.T), "ReLU")
+
+
+def test_reasoning_exercises_want_every_right_option_and_say_why_a_wrong_one_is_wrong():
+    assert len(ch02.GQA_OPTIONS) > len(ch02._GQA_RIGHT)
+    assert ch02.gqa_consequences(["k_and_v_proj_weights_x3", "kv_cache_per_token_x3"]).passed
+    _fails(ch02.gqa_consequences(["kv_cache_per_token_x3"]), "something else")
+    _fails(ch02.gqa_consequences(["kv_cache_per_token_x3", "k_and_v_proj_weights_x3", "score_matrices_x3"]),
+           "per *query* head")
+    assert ch02.rope_relative(["s(8, 4)", "s(107,103)"]).passed
+    _fails(ch02.rope_relative(["s(8, 4)", "s(107, 103)", "s(14, 6)"]), "not ratios")
+    _fails(ch02.rope_relative("s(99, 1)"), "choose from")
+
+
+def test_the_rope_options_that_pass_are_the_ones_with_equal_scores():
+    """The reasoning answer agrees with the model's RoPE on a random q and k."""
+    from llmlab.figures.ch02 import rope_score_values
+
+    pairs = [(7, 3)] + [tuple(int(n) for n in o[2:-1].split(",")) for o in ch02.RELATIVE_OPTIONS]
+    scores = rope_score_values(pairs)
+    equal = {f"s({m}, {n})" for m, n in pairs[1:] if abs(scores[(m, n)] - scores[(7, 3)]) < 1e-4}
+    assert equal == set(ch02._RELATIVE_RIGHT)
+
+
+# ---- a fused attention is refused --------------------------------------------------------------
+
+def fused(q, k, v):
+    return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
+
+
+_NAME = "scaled_" + "dot_product_attention"
+
+
+def hidden(q, k, v):
+    return getattr(F, _NAME)(q[None], k[None], v[None], is_causal=True)[0]
+
+
+def through_llmlab(q, k, v):
+    from llmlab.ops.torch_backend import attend
+    return attend(q[:, None], k[:, None], v[:, None], q.shape[1] ** -0.5, 0)[:, 0]
+
+
+@pytest.mark.parametrize("checker", [ch02.attention, ch02.gqa_attention])
+def test_a_fused_attention_is_refused_by_source_and_at_run_time(checker):
+    original = F.scaled_dot_product_attention
+    _fails(checker(fused), "fused attention", "scaled_dot_product")
+    _fails(checker(through_llmlab), "fused attention", "llmlab")
+    _fails(checker(original), "fused attention")
+    _fails(checker(hidden), "switched off")
+    assert F.scaled_dot_product_attention is original           # put back after the check
+    assert torch._C._nn.scaled_dot_product_attention is original
+
+
+def test_the_ban_holds_only_inside_and_covers_llmlabs_entry_points():
+    from llmlab import ops
+
+    with ch02.fused_attention_banned():
+        with pytest.raises(ch02.FusedAttentionError):
+            F.scaled_dot_product_attention(torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))
+        with pytest.raises(ch02.FusedAttentionError):
+            ops.paged_attention_decode()
+    q = torch.randn(1, 3, 4)
+    assert F.scaled_dot_product_attention(q, q, q).shape == q.shape
+
+
+def test_the_fallback_hint_names_no_fused_call():
+    for _ in range(2):                                   # the first hint, then the one with the formula
+        r = ch02.attention(lambda q, k, v: v * 2)
+        assert not r.passed
+        low = r.message.lower()
+        assert not any(w in low for w in ("scaled_dot_product", "flash", "llmlab.ops", "multihead"))
+
+
+def _record(source: str, **globals_) -> dict:
+    g = {"torch": {"__module__": "torch"}, **globals_}
+    return {"args": [{"__function__": {"name": "my_attention", "source": source, "globals": g}}],
+            "kwargs": {}}
+
+
+@pytest.mark.slow
+def test_the_ban_holds_in_the_graders_sandbox():
+    from llmlab.instructor import Exercise
+    from llmlab.instructor.recheck import judge
+
+    ok = textwrap.dedent("""\
+        def my_attention(q, k, v):
+            T, d = q.shape
+            s = (q @ k.T / d ** 0.5).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            return s.softmax(-1) @ v
+        """)
+    assert judge(Exercise("ch02.attention"), ch02.attention, _record(ok), 60)["passed"]
+    sneaky = textwrap.dedent("""\
+        def my_attention(q, k, v):
+            f = getattr(F, "scaled_" + "dot_product_attention")
+            return f(q[None], k[None], v[None], is_causal=True)[0]
+        """)
+    v = judge(Exercise("ch02.attention"), ch02.attention,
+              _record(sneaky, F={"__module__": "torch.nn.functional"}), 60)
+    assert not v["passed"] and "switched off" in v["message"], v
+    imported = "def my_attention(q, k, v):\n    return sdpa(q[None], k[None], v[None], is_causal=True)[0]\n"
+    v = judge(Exercise("ch02.attention"), ch02.attention, _record(imported, sdpa={"__function__": {
+        "module": "torch._C._nn", "qualname": "scaled_dot_product_attention"}}), 60)
+    assert not v["passed"] and "scaled_dot_product" in v["message"], v
+
+
+# ---- the whole layer ---------------------------------------------------------------------------
+
+@pytest.mark.model
+def test_layer0_output_is_the_real_layer_and_slips_are_named(real_model):
+    from llmlab.ops.metadata import single_sequence_metadata
+    from llmlab.tokenizer import real_tokenizer
+
+    model, _ = real_model
+    ids = torch.tensor(real_tokenizer().encode(ch02.PROMPT, add_special_tokens=False))
+    T = len(ids)
+    x = model.embed_tokens(ids)
+    cos, sin = model.rope_cos_sin(torch.arange(T))
+    kv = model.allocate_kv_caches(num_blocks=1, block_size=T)
+    with torch.inference_mode():
+        want = model.layers[0](x, cos, sin, single_sequence_metadata(kv, 0, T, T), 0)
+    assert ch02.layer0_output(want).passed
+    variants = ch02._layer0_variants()
+    _fails(ch02.layer0_output(variants["no residual after the MLP"]), "second residual")
+    _fails(ch02.layer0_output(variants["post-norm"]), "pre-norm")
+    _fails(ch02.layer0_output(x.detach()), "unchanged")
+    _fails(ch02.layer0_output(want[:3]), "must be")
