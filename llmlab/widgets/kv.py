@@ -142,6 +142,9 @@ def plot_kv_memory(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 
                                  (s.gpu_bytes - weights - acts - kv_shown, "#e5e7eb", "free")):
         ax1.barh([0], [value / gb], left=left / gb, color=colour, label=label)
         left += value
+    if s.usable_bytes > 0:
+        ax1.barh([0], [s.usable_bytes / gb], left=(weights + acts) / gb, fill=False, hatch="//",
+                 edgecolor="#b45309", label=f"KV budget {s.usable_bytes / gb:.3g} GB")
     ax1.axvline(s.gpu_bytes * gpu_memory_utilization / gb, color="#b91c1c", ls="--",
                 label=f"{gpu_memory_utilization:.0%} utilization limit")
     ax1.set_yticks([])
