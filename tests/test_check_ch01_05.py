@@ -56,7 +56,10 @@ NUMERIC = [
     (ch04.tokens_processed_with_cache, 20 + 99,
      [(120, "never fed"), (100, "prefill"), (sum(20 + i for i in range(100)), "without the cache")]),
     (ch05.decode_flops, 2 * L70_PARAMS, [(L70_PARAMS, "2 FLOPs")]),
-    (ch05.decode_intensity, 32.0, [(1.0, "batch 1"), (64.0, "not bytes"), (1 / 32, "upside down")]),
+    (ch05.decode_intensity, 48.0, [(2.0, "batch 1"), (24.0, "FP8"), (1 / 48, "upside down")]),
+    (ch05.prefill_ridge_tokens, 237, [(339, "H100"), (1, "memory-bound")]),
+    (ch04.max_requests_fp8, 51, [(25, "BF16"), (67, "weights"), (52, "activations")]),
+    (ch04.utilization_gain, 1.2166, [(0.95 / 0.9, "whole card"), (1 / 1.2166, "upside down")]),
 ]
 
 CHOICE = [

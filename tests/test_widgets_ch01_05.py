@@ -167,7 +167,7 @@ def test_kv_summary_rejects_bad_input(kwargs, match):
 
 def test_kv_calculator_slider_updates_the_gb_text():
     box = kv_calculator()
-    (preset, gpu, dtype), (layers, kv_heads, head_dim), (ctx, batch, weights), result, _ = \
+    (preset, gpu, dtype), (layers, kv_heads, head_dim), (ctx, batch, weights), (util, acts), result, _ = \
         [c.children if hasattr(c, "children") and c.__class__.__name__ == "HBox" else c for c in box.children]
 
     def shown_gb():
@@ -185,8 +185,41 @@ def test_kv_calculator_slider_updates_the_gb_text():
     assert "of L4 (24 GB)" in result.value
 
 
+def test_kv_budget_is_utilisation_times_memory_minus_weights_and_activations():
+    from llmlab.widgets.kv import kv_budget_bytes
+
+    assert kv_budget_bytes("H100-SXM", 0.9, 16e9, 2e9) == pytest.approx(0.9 * 80e9 - 18e9)
+    assert kv_budget_bytes("L4", 0.9, 30e9) == 0.0
+    cfg = get_config("llama-3-8b")
+    args = (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
+    kw = dict(context=8192, gpu="H100-SXM", weight_bytes=costs.weight_bytes(cfg, 2), activation_bytes=1e9)
+    bf16, fp8 = kv_summary(*args, "bf16", **kw), kv_summary(*args, "fp8", **kw)
+    assert bf16.usable_bytes == fp8.usable_bytes == pytest.approx(72e9 - costs.weight_bytes(cfg, 2) - 1e9)
+    assert fp8.max_requests in (2 * bf16.max_requests, 2 * bf16.max_requests + 1)   # fp8 doubles it
+    assert f"KV budget {fp8.usable_bytes / 1e9:.4g} GB" in kv_text(fp8)
+    with pytest.raises(ValueError, match="activation_bytes"):
+        kv_summary(activation_bytes=-1)
+
+
+def test_kv_calculator_utilisation_and_activations_move_the_count():
+    box = kv_calculator(model="llama-3-8b", context=16384, dtype="fp8", include_weights=True)
+    util, acts = box.children[3].children
+    result = box.children[4]
+    count = lambda: int(result.value.rsplit(":", 1)[1].split("<")[0])
+    before = count()
+    acts.value = 1.0
+    assert count() == kv_summary(32, 8, 128, "fp8", 16384, 1, "H100-SXM",
+                                 weight_bytes=costs.weight_bytes(get_config("llama-3-8b"), 2),
+                                 activation_bytes=1e9).max_requests <= before
+    with_acts = count()
+    util.value = 0.95
+    assert count() > with_acts
+
+
 def test_plot_kv_memory_draws_two_labelled_panels():
-    fig = plot_kv_memory(weight_bytes=16e9)
+    fig = plot_kv_memory(weight_bytes=16e9, activation_bytes=2e9)
     ax1, ax2 = fig.axes
+    budget = [c[0] for c in ax1.containers if c.get_label().startswith("KV budget")]
+    assert budget and budget[0].get_width() == pytest.approx(0.9 * 80 - 18)
     assert "GB" in ax1.get_xlabel() and "context" in ax2.get_xlabel()
     assert "H100-SXM" in ax1.get_title()

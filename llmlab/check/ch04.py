@@ -1,19 +1,27 @@
 """Self-checks of chapter 04 (KV cache): the seed's self-check question 2 (Llama-3-70B's KV
-bytes per token and per 4K request) in three steps, our own model's cache, MLA, and the work
-a cache saves."""
+bytes per token and per 4K request) in three steps, our own model's cache, MLA, the work a cache
+saves, the learner's own cached generation loop, and the KV budget on a GPU (fp8 KV, utilisation)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from llmlab import costs
 from llmlab.check.ch01 import combine_mistakes
-from llmlab.check.core import CheckResult, check_number
+from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_number, not_yet,
+                               passed, record_expected, report, staged)
 from llmlab.config import get_config
 
 PRESET = "llama-3-70b"                   # 80 layers, hidden 8192, 64 query heads, 8 KV heads, head_dim 128
 DTYPE_BYTES = 2                          # BF16
 REQUEST_TOKENS = 4096
 PROMPT_LEN, NEW_TOKENS = 20, 100         # as in chapter 03's exercise
+
+# the KV-calculator task: Llama-3-8B, BF16 weights on an H100, fp8 KV cache, 16K-token requests
+BUDGET_MODEL, BUDGET_GPU, BUDGET_CONTEXT = "llama-3-8b", "H100-SXM", 16384
+BUDGET_UTILIZATION, BUDGET_ACTIVATION_GB = 0.9, 1.0
+# the utilisation question: Llama-3-8B, BF16 weights and KV, on a 24 GB L4
+GAIN_GPU, GAIN_FROM, GAIN_TO = "L4", 0.90, 0.95
 
 
 def _kv_mistakes(cfg, scale: float) -> list[tuple[float, str]]:
@@ -38,7 +46,9 @@ def kv_bytes_per_token_per_layer(answer: Any) -> CheckResult:
     expected = costs.kv_bytes_per_token_per_layer(cfg, DTYPE_BYTES)
     return check_number("ch04.kv_bytes_per_token_per_layer", answer, expected, rel=1e-3,
                         mistakes=_kv_mistakes(cfg, 1),
-                        default_hint="2 (K and V) × num_kv_heads × head_dim × bytes per number.")
+                        default_hint="not the bytes one token keeps in one layer; count what is "
+                                     "cached per KV head, for both tensors, in bytes.",
+                        formula="2 (K and V) × num_kv_heads × head_dim × bytes per number.")
 
 
 def kv_bytes_per_token(answer: Any) -> CheckResult:
@@ -50,7 +60,9 @@ def kv_bytes_per_token(answer: Any) -> CheckResult:
         (per_layer, "that is one layer; every one of the layers keeps its own K and V."),
     ]
     return check_number("ch04.kv_bytes_per_token", answer, expected, rel=1e-3, mistakes=mistakes,
-                        default_hint="bytes per token per layer × number of layers.")
+                        default_hint="not the bytes of one token over the whole model; start from "
+                                     "one layer.",
+                        formula="bytes per token per layer × number of layers.")
 
 
 def kv_gb_for_request(answer: Any) -> CheckResult:
@@ -71,7 +83,9 @@ def kv_gb_for_request(answer: Any) -> CheckResult:
                  "with 1 GB = 1e9 bytes."),
     ]
     return check_number("ch04.kv_gb_for_request", answer, expected, rel=5e-3, mistakes=mistakes,
-                        default_hint="bytes per token (all layers) × tokens, then divide by 1e9.")
+                        default_hint="not the GB of one 4K-token request; work in bytes first, "
+                                     "convert at the end.",
+                        formula="bytes per token (all layers) × tokens, then divide by 1e9.")
 
 
 def smollm2_kv_bytes_per_token(answer: Any) -> CheckResult:
@@ -88,7 +102,8 @@ def smollm2_kv_bytes_per_token(answer: Any) -> CheckResult:
         (per_layer, "that is one layer; multiply by the number of layers."),
         (expected * cfg.num_attention_heads / cfg.num_key_value_heads,
          "that uses the query heads; K and V exist only for the KV heads (GQA)."),
-    ), default_hint="read layers, KV heads and head_dim from model.config; 4 bytes per float32.")
+    ), default_hint="read layers, KV heads and head_dim from model.config; 4 bytes per float32.",
+       formula="2 × layers × KV heads × head_dim × 4 bytes.")
 
 
 def mla_kv_bytes_per_token(answer: Any) -> CheckResult:
@@ -106,7 +121,8 @@ def mla_kv_bytes_per_token(answer: Any) -> CheckResult:
         (per_layer, "that is one layer; multiply by the number of layers."),
         (costs.kv_variants(cfg, DTYPE_BYTES)["MHA"], "that is what plain multi-head attention "
                                                       "would cache; MLA caches the latent instead."),
-    ), default_hint="(kv_lora_rank + qk_rope_head_dim) × bytes per number × layers.")
+    ), default_hint="not what MLA caches per token; list what one layer keeps for one token.",
+       formula="(kv_lora_rank + qk_rope_head_dim) × bytes per number × layers.")
 
 
 def tokens_processed_with_cache(answer: Any) -> CheckResult:
@@ -118,4 +134,132 @@ def tokens_processed_with_cache(answer: Any) -> CheckResult:
         (p + n, "the last generated token is never fed back in: it is sampled and the loop ends."),
         (n, "the prompt goes through the model once too (prefill), all of its tokens."),
         (sum(p + i for i in range(n)), "that is without the cache: with it, each token goes through once."),
-    ], default_hint="prefill feeds the prompt once; each later forward feeds only the newest token.")
+    ], default_hint="count the positions fed in each forward, the first one included.",
+       formula="prefill feeds the prompt once; each later forward feeds only the newest token.")
+
+
+# --------------------------------------------------------------------------- the learner's cache
+
+GEN_PROMPT = "The KV cache keeps the keys and values of earlier tokens, so"
+GEN_NEW_TOKENS = 12
+
+
+@functools.lru_cache(maxsize=1)
+def _reference_text() -> tuple[str, tuple[str, ...]]:
+    """generate_with_cache's greedy continuation of GEN_PROMPT on SmolLM2: (text, token pieces)."""
+    from llmlab.generate import generate_with_cache
+    from llmlab.model import load_model
+    from llmlab.sampling import SamplingParams
+
+    model, tok = load_model("smollm2-135m")
+    prompt = tok.encode(GEN_PROMPT, add_special_tokens=False)
+    ids = generate_with_cache(model, prompt, max_new_tokens=GEN_NEW_TOKENS,
+                              params=SamplingParams(temperature=0.0, ignore_eos=True)).token_ids
+    return tok.decode(ids), tuple(tok.decode(ids[:k + 1]) for k in range(len(ids)))
+
+
+def generate_greedy(answer: Any) -> CheckResult:
+    """The text of the GEN_NEW_TOKENS tokens the learner's own cached loop generates greedily from
+    GEN_PROMPT with SmolLM2 (new tokens only, decoded). Checked against
+    `llmlab.generate.generate_with_cache`: identical tokens give identical text."""
+    ex = "ch04.generate_greedy"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not isinstance(answer, str):
+        return report(not_yet(ex, f"answer with the decoded text of the new tokens (a str), got "
+                                  f"{type(answer).__name__}."))
+    text, prefixes = _reference_text()
+    if answer == text:
+        return report(passed(ex, "the same tokens as generate_with_cache."))
+    if answer.startswith(GEN_PROMPT) or GEN_PROMPT in answer:
+        return report(not_yet(ex, "decode the new tokens only, without the prompt."))
+    if not answer.startswith(prefixes[0]):
+        return report(not_yet(ex, staged(ex, "the first token already differs: the prefill (the "
+            "whole prompt through every layer) is wrong.", "Check that positions start at 0, that "
+            "each query sees keys up to its own position only, and that each layer appends its "
+            "own K and V.")))
+    return report(not_yet(ex, staged(ex, "the first token is right, later ones differ: a decode "
+        "step is wrong (or the number of new tokens is).", "A decode step feeds only the newest "
+        "token, at the position equal to the number of cached tokens, and its query attends over "
+        "every cached K/V (prompt and earlier tokens).")))
+
+
+# --------------------------------------------------------------------------- the KV budget
+
+def _budget_case(dtype: str, util: float = BUDGET_UTILIZATION) -> float:
+    from llmlab.widgets.kv import kv_summary
+
+    cfg = get_config(BUDGET_MODEL)
+    s = kv_summary(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, dtype,
+                   BUDGET_CONTEXT, 1, BUDGET_GPU, weight_bytes=costs.weight_bytes(cfg, 2),
+                   gpu_memory_utilization=util, activation_bytes=BUDGET_ACTIVATION_GB * 1e9)
+    return s.max_requests
+
+
+def max_requests_fp8(answer: Any) -> CheckResult:
+    """The KV-calculator task: how many BUDGET_CONTEXT-token Llama-3-8B requests fit at once on an
+    H100 (BF16 weights on the card, BUDGET_ACTIVATION_GB GB of activations, utilisation
+    BUDGET_UTILIZATION) with an fp8 KV cache?"""
+    expected = _budget_case("fp8")
+    cfg = get_config(BUDGET_MODEL)
+    per_request = costs.kv_bytes(cfg, BUDGET_CONTEXT, 1)
+    hbm = 80e9
+    w = costs.weight_bytes(cfg, 2)
+    return check_number("ch04.max_requests_fp8", answer, expected, rel=0.005, mistakes=combine_mistakes(
+        (_budget_case("bf16"), "that is with a BF16 cache (2 bytes per number); set the KV dtype to fp8."),
+        (int(hbm * BUDGET_UTILIZATION // per_request), "the weights are on the GPU too: tick the "
+                                                       "box that puts them there."),
+        (int((hbm * BUDGET_UTILIZATION - w) // per_request), "the activations take memory too: "
+                                                             "enter them in the activations box."),
+        (int((hbm - w - BUDGET_ACTIVATION_GB * 1e9) // per_request), "that uses the whole card; "
+                                                                     "the engine keeps only the utilisation share."),
+    ), default_hint="not the count the calculator shows for this case; check the model preset, "
+                    "GPU, context, KV dtype, the weights box, the activations and the utilisation.",
+       formula="KV budget = utilisation × GPU memory − weights − activations; divide by the bytes "
+               "of one request's KV cache and round down.")
+
+
+def _gain_budget(util: float) -> float:
+    from llmlab.widgets.kv import kv_budget_bytes
+
+    return kv_budget_bytes(GAIN_GPU, util, costs.weight_bytes(get_config(BUDGET_MODEL), 2))
+
+
+def utilization_gain(answer: Any) -> CheckResult:
+    """Llama-3-8B (BF16 weights and KV) on an L4: raising the utilisation from GAIN_FROM to
+    GAIN_TO multiplies the number of requests that fit by about what factor?"""
+    expected = _gain_budget(GAIN_TO) / _gain_budget(GAIN_FROM)
+    return check_number("ch04.utilization_gain", answer, expected, rel=0.01, mistakes=[
+        (GAIN_TO / GAIN_FROM, "that scales the whole card; the weights stay the same size, so only "
+                              "what is left after them grows, and it grows by the same GB."),
+        (1.0, "more utilisation is more memory for the cache: the count does grow."),
+        (_gain_budget(GAIN_FROM) / _gain_budget(GAIN_TO), "upside down: the new budget over the old one."),
+    ], default_hint="not the factor; compare the KV budget after the change with the one before.",
+       formula="(utilisation × GPU memory − weights) at the new setting ÷ the same at the old one.")
+
+
+EXERCISES: dict[str, ExerciseInfo] = {
+    "kv_bytes_per_token_per_layer": ExerciseInfo(
+        "plug-in", ("hidden size instead of KV heads", "K without V", "bits vs bytes",
+                    "numbers vs bytes", "FP32 instead of BF16", "query heads instead of KV heads"), seed=2),
+    "kv_bytes_per_token": ExerciseInfo(
+        "plug-in", ("one layer only", "hidden size instead of KV heads", "K without V",
+                    "bits vs bytes"), seed=2),
+    "kv_gb_for_request": ExerciseInfo(
+        "plug-in", ("GiB vs GB", "mixed KB/GB prefixes", "one layer only",
+                    "hidden size instead of KV heads", "K without V"), seed=2),
+    "smollm2_kv_bytes_per_token": ExerciseInfo(
+        "plug-in", ("hidden size instead of KV heads", "K without V", "2 bytes instead of 4",
+                    "one layer only", "query heads")),
+    "mla_kv_bytes_per_token": ExerciseInfo(
+        "plug-in", ("a factor 2 for K and V", "RoPE key forgotten", "one layer only", "MHA size")),
+    "tokens_processed_with_cache": ExerciseInfo(
+        "reasoning", ("last token fed back", "prompt forgotten", "counted without the cache")),
+    "generate_greedy": ExerciseInfo(
+        "reasoning", ("wrong prefill (positions, mask)", "wrong decode step",
+                      "prompt returned with the new tokens")),
+    "max_requests_fp8": ExerciseInfo(
+        "plug-in", ("BF16 cache", "weights left out", "activations left out", "whole card used")),
+    "utilization_gain": ExerciseInfo(
+        "reasoning", ("scaled the whole card", "upside down")),
+}

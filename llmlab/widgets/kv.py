@@ -1,5 +1,10 @@
 """KV calculator: model shape, dtype, context, batch and GPU → KV cache size, share of the GPU's
-memory, and how many such requests fit at once.
+memory, the KV budget and how many such requests fit at once.
+
+The KV budget is what an engine gives the cache once the model is loaded:
+utilisation × GPU memory − weights − activations (vLLM: `--gpu-memory-utilization`, default 0.9,
+with weights and the activation peak profiled at start-up). An fp8 KV cache (`--kv-cache-dtype
+fp8`) stores 1 byte per number instead of BF16's 2, so the same budget holds twice the tokens.
 
 `kv_summary(...)` computes (with `llmlab.costs`, the same functions the tests pin to the seed's
 numbers); `kv_text(summary)` renders one line that starts with "KV cache: <x> GB" (parse it with
@@ -51,20 +56,32 @@ class KVSummary:
     gpu: str
     gpu_bytes: float
     weight_bytes: float
-    usable_bytes: float          # gpu_bytes × utilization − weights (what the KV cache may use)
+    usable_bytes: float          # the KV budget: gpu_bytes × utilization − weights − activations
     share_of_gpu: float          # kv_bytes / gpu_bytes
     max_requests: int            # requests of `context` tokens that fit in usable_bytes
     batch: int
     context: int
+    activation_bytes: float = 0.0
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
+    dtype_bytes: float = 2.0
+
+
+def kv_budget_bytes(gpu: str, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                    weight_bytes: float = 0.0, activation_bytes: float = 0.0) -> float:
+    """The KV budget: utilization × the GPU's memory − weights − activations (0 when negative)."""
+    return max(0.0, gpu_memory_bytes(gpu) * gpu_memory_utilization - weight_bytes - activation_bytes)
 
 
 def kv_summary(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
                dtype: str | float = "bf16", context: int = 4096, batch: int = 1,
                gpu: str = "H100-SXM", weight_bytes: float = 0.0,
-               gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> KVSummary:
+               gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+               activation_bytes: float = 0.0) -> KVSummary:
     """KV cache bytes for `batch` requests of `context` tokens, and what that means on `gpu`.
 
     weight_bytes: memory the model's weights take on the same GPU (0: count the KV cache alone).
+    activation_bytes: the forward's peak working memory (activations), also kept out of the budget.
+    `max_requests` is how many `context`-token requests the KV budget holds at once.
     """
     for name, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
                     ("head_dim", head_dim), ("context", context), ("batch", batch)):
@@ -73,22 +90,27 @@ def kv_summary(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
     if weight_bytes < 0:
         raise ValueError(f"weight_bytes must be >= 0, got {weight_bytes!r}")
+    if activation_bytes < 0:
+        raise ValueError(f"activation_bytes must be >= 0, got {activation_bytes!r}")
     dtype_bytes = costs.dtype_bytes_of(dtype)
     cfg = _kv_config(num_layers, num_kv_heads, head_dim)
     per_token = costs.kv_bytes_per_token(cfg, dtype_bytes)
     per_request = costs.kv_bytes(cfg, context, dtype_bytes)
     total = batch * per_request
     mem = gpu_memory_bytes(gpu)
-    usable = max(0.0, mem * gpu_memory_utilization - weight_bytes)
+    usable = kv_budget_bytes(gpu, gpu_memory_utilization, weight_bytes, activation_bytes)
     return KVSummary(bytes_per_token=per_token, kv_bytes=total, gpu=gpu, gpu_bytes=mem,
                      weight_bytes=weight_bytes, usable_bytes=usable, share_of_gpu=total / mem,
-                     max_requests=int(math.floor(usable / per_request)), batch=batch, context=context)
+                     max_requests=int(math.floor(usable / per_request)), batch=batch, context=context,
+                     activation_bytes=activation_bytes, gpu_memory_utilization=gpu_memory_utilization,
+                     dtype_bytes=dtype_bytes)
 
 
 def kv_text(s: KVSummary) -> str:
     """One line: 'KV cache: 1.342 GB (1.25 GiB) | ...'; the GB number matches KV_TEXT_PATTERN."""
-    fits = (f"max concurrent {s.context}-token requests: {s.max_requests}"
-            if s.usable_bytes > 0 else "the weights alone exceed the usable memory: 0 requests fit")
+    fits = (f"KV budget {s.usable_bytes / 1e9:.4g} GB | max concurrent {s.context}-token requests: "
+            f"{s.max_requests}" if s.usable_bytes > 0 else
+            "the weights alone exceed the usable memory: 0 requests fit")
     return (f"KV cache: {s.kv_bytes / 1e9:.4g} GB ({s.kv_bytes / 2**30:.4g} GiB) for "
             f"{s.batch} × {s.context} tokens at {s.bytes_per_token:,.0f} B/token | "
             f"{100 * s.share_of_gpu:.3g}% of {s.gpu} ({s.gpu_bytes / 1e9:.0f} GB) | {fits}")
@@ -97,31 +119,37 @@ def kv_text(s: KVSummary) -> str:
 def plot_kv_memory(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
                    dtype: str | float = "bf16", context: int = 4096, batch: int = 1,
                    gpu: str = "H100-SXM", weight_bytes: float = 0.0,
-                   gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION, axes: Any = None) -> Any:
-    """Left: the GPU's memory split into weights, this batch's KV cache and the rest.
+                   gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION, axes: Any = None,
+                   activation_bytes: float = 0.0) -> Any:
+    """Left: the GPU's memory split into weights, activations, this batch's KV cache and the rest.
     Right: KV cache size vs context length for this batch, with the usable memory as a line.
     Returns the figure."""
     import matplotlib.pyplot as plt
 
     s = kv_summary(num_layers, num_kv_heads, head_dim, dtype, context, batch, gpu, weight_bytes,
-                   gpu_memory_utilization)
+                   gpu_memory_utilization, activation_bytes)
     if axes is None:
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1.2, 1]})
     ax1, ax2 = axes
     gb = 1e9
     weights = min(s.weight_bytes, s.gpu_bytes)
-    kv_shown = min(s.kv_bytes, max(0.0, s.gpu_bytes - weights))
+    acts = min(s.activation_bytes, s.gpu_bytes - weights)
+    kv_shown = min(s.kv_bytes, max(0.0, s.gpu_bytes - weights - acts))
     left = 0.0
     for value, colour, label in ((weights, "#94a3b8", f"weights {s.weight_bytes / gb:.1f} GB"),
+                                 (acts, "#a78bfa", f"activations {s.activation_bytes / gb:.1f} GB"),
                                  (kv_shown, "#f59e0b", f"KV cache {s.kv_bytes / gb:.3g} GB"),
-                                 (s.gpu_bytes - weights - kv_shown, "#e5e7eb", "free")):
+                                 (s.gpu_bytes - weights - acts - kv_shown, "#e5e7eb", "free")):
         ax1.barh([0], [value / gb], left=left / gb, color=colour, label=label)
         left += value
+    if s.usable_bytes > 0:
+        ax1.barh([0], [s.usable_bytes / gb], left=(weights + acts) / gb, fill=False, hatch="//",
+                 edgecolor="#b45309", label=f"KV budget {s.usable_bytes / gb:.3g} GB")
     ax1.axvline(s.gpu_bytes * gpu_memory_utilization / gb, color="#b91c1c", ls="--",
                 label=f"{gpu_memory_utilization:.0%} utilization limit")
     ax1.set_yticks([])
     ax1.set_xlabel("GB (1e9 bytes)")
-    over = " — does not fit!" if s.kv_bytes + s.weight_bytes > s.gpu_bytes else ""
+    over = " — does not fit!" if s.kv_bytes + s.weight_bytes + s.activation_bytes > s.gpu_bytes else ""
     ax1.set_title(f"{s.gpu} memory ({s.gpu_bytes / gb:.0f} GB, preset){over}")
     ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
     cfg = _kv_config(num_layers, num_kv_heads, head_dim)
@@ -129,7 +157,7 @@ def plot_kv_memory(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 
     ctxs = sorted({int(x) for x in [2 ** k for k in range(7, 18)] + [context]})
     ax2.plot(ctxs, [batch * costs.kv_bytes(cfg, c, dtype_bytes) / gb for c in ctxs],
              marker="o", ms=3, label=f"KV cache, batch {batch}")
-    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label="usable for KV")
+    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label="KV budget")
     ax2.plot([context], [s.kv_bytes / gb], "s", color="#f59e0b", ms=8, label=f"context {context}")
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
@@ -142,10 +170,13 @@ def plot_kv_memory(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 
 
 
 def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 1,
-                  dtype: str = "bf16", gpu: str = "H100-SXM", include_weights: bool = False) -> Any:
+                  dtype: str = "bf16", gpu: str = "H100-SXM", include_weights: bool = False,
+                  gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                  activation_gb: float = 0.0) -> Any:
     """Sliders for the KV calculator. Choosing a model preset sets layers, KV heads and
-    head_dim; with the checkbox ticked its BF16 weights take their share of the GPU too.
-    The result line (`kv_text`) updates on every change."""
+    head_dim; with the checkbox ticked its BF16 weights take their share of the GPU too; the
+    utilisation slider and the activations box set the rest of the KV budget. The result line
+    (`kv_text`) updates on every change."""
     import ipywidgets as w
 
     from llmlab.config import PRESETS
@@ -162,6 +193,9 @@ def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 
     bat = w.IntSlider(value=batch, min=1, max=256, description="batch", style=style)
     gpu_w = w.Dropdown(options=gpu_names(), value=gpu, description="GPU", style=style)
     weights = w.Checkbox(value=include_weights, description="put the preset's BF16 weights on the GPU")
+    util = w.FloatSlider(value=gpu_memory_utilization, min=0.5, max=1.0, step=0.01,
+                         description="utilisation", style=style)
+    acts = w.FloatText(value=activation_gb, step=0.5, description="activations (GB)", style=style)
     result = w.HTML()
     out = w.Output()
     loading = {"preset": False}
@@ -172,7 +206,8 @@ def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 
         wb = costs.weight_bytes(get_config(preset.value), 2) if weights.value else 0.0
         args = dict(num_layers=layers.value, num_kv_heads=kv_heads.value, head_dim=head_dim.value,
                     dtype=dtype_w.value, context=ctx.value, batch=bat.value, gpu=gpu_w.value,
-                    weight_bytes=wb)
+                    weight_bytes=wb, gpu_memory_utilization=util.value,
+                    activation_bytes=max(0.0, acts.value) * 1e9)
         result.value = f'<pre class="llmlab-kv-result">{kv_text(kv_summary(**args))}</pre>'
         show_figure(out, plot_kv_memory(**args))
 
@@ -186,9 +221,9 @@ def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 
         redraw()
 
     preset.observe(load_preset, names="value")
-    for s in (layers, kv_heads, head_dim, dtype_w, ctx, bat, gpu_w, weights):
+    for s in (layers, kv_heads, head_dim, dtype_w, ctx, bat, gpu_w, weights, util, acts):
         s.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([preset, gpu_w, dtype_w]), w.HBox([layers, kv_heads, head_dim]),
-                   w.HBox([ctx, bat, weights]), result, out])
+                   w.HBox([ctx, bat, weights]), w.HBox([util, acts]), result, out])
 

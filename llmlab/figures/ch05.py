@@ -1,0 +1,131 @@
+"""Chapter 05 (prefill vs decode): the timing harness of a prefill and of a decode step, the same
+steps' floors on a GPU from the presets, and the chapter's figures."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from llmlab import costs, roofline
+from llmlab.config import ModelConfig, get_config
+from llmlab.figures.ch04 import best_of, cached_step_seconds
+from llmlab.kvcache import ContiguousKVCache
+
+
+def prefill_seconds(model: Any, ids: Sequence[int], n: int, repeats: int = 2) -> float:
+    """One prefill: a fresh cache, one forward over the first n tokens, the last one's logits
+    (measured, seconds)."""
+    def run() -> None:
+        c = ContiguousKVCache(model.config, batch_size=1, max_len=n)
+        h = model(torch.tensor(list(ids[:n])), c.positions([n]), c.context([n]))
+        model.compute_logits(h[-1:])
+    return best_of(run, repeats)
+
+
+def decode_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2) -> float:
+    """One decode step at context T: T - 1 tokens cached, token T's forward timed (measured)."""
+    return cached_step_seconds(model, ids, T, repeats)
+
+
+def gpu_floors(cfg: ModelConfig | str, prompt_lens: Sequence[int], contexts: Sequence[int],
+               gpu: str = "H100-SXM", dtype_bytes: float = 2) -> tuple[list[float], list[float]]:
+    """Roofline floors on `gpu` (presets, not measured): prefill of each prompt length (seconds,
+    last-token logits as an engine does) and one batch-1 decode step at each context."""
+    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
+    dtype = roofline.dtype_for_bytes(dtype_bytes)
+    prefill = [roofline.place(roofline.prefill_step(cfg, n, dtype_bytes=dtype_bytes), gpu, dtype).time_floor
+               for n in prompt_lens]
+    decode = [roofline.decode_step_floor(cfg, gpu, 1, T, dtype_bytes) for T in contexts]
+    return prefill, decode
+
+
+def plot_prefill_decode(prompt_lens: Sequence[int], t_prefill: Sequence[float],
+                        contexts: Sequence[int], t_decode: Sequence[float],
+                        gpu_prefill: Sequence[float], gpu_decode: Sequence[float],
+                        gpu_label: str = "Llama-3-8B on H100-SXM, BF16") -> Any:
+    """Time per token of prefill (prefill time / n) and of decode (one step = one token), on this
+    machine (left, measured) and on a GPU (right, roofline floors). Seconds in, ms drawn."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    for ax, pre, dec in ((axes[0], t_prefill, t_decode), (axes[1], gpu_prefill, gpu_decode)):
+        ax.plot(prompt_lens, [1e3 * s / n for s, n in zip(pre, prompt_lens)], "o-", color="#2563eb",
+                label="prefill: time / prompt tokens")
+        ax.plot(contexts, [1e3 * s for s in dec], "s-", color="#f59e0b", label="decode: one step")
+        ax.set_xlabel("prompt length n / context T (tokens)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("ms per token (measured)")
+    axes[0].set_title("SmolLM2-135M on this machine (measured)")
+    axes[1].set_ylabel("ms per token (roofline floor)")
+    axes[1].set_title(f"{gpu_label} (presets, not measured)")
+    fig.suptitle("Per token, prefill is cheap and decode is dear")
+    fig.tight_layout()
+    return fig
+
+
+def plot_achieved_flops(prompt_lens: Sequence[int], prefill_gflops: Sequence[float],
+                        contexts: Sequence[int], decode_gflops: Sequence[float]) -> Any:
+    """Achieved GFLOP/s of prefill and decode on this machine (measured speeds, counted FLOPs)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(prompt_lens, prefill_gflops, "o-", label="prefill")
+    ax.plot(contexts, decode_gflops, "s-", label="decode")
+    ax.set_xlabel("prompt length / context (tokens)")
+    ax.set_ylabel("achieved GFLOP/s (measured)")
+    ax.set_title("Same model, same machine: prefill keeps the arithmetic units busy, decode does not")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def intensities(cfg: ModelConfig | str, tokens: Sequence[int], context: int = 1024,
+                dtype_bytes: float = 2) -> tuple[list[float], list[float]]:
+    """Arithmetic intensity (FLOP/byte) of a prefill of n tokens, and of a decode step of a batch
+    of n requests at `context`, for each n in `tokens` (`llmlab.costs`)."""
+    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
+    pre = [costs.prefill_flops(cfg, n) / (costs.weight_bytes(cfg, dtype_bytes) + costs.kv_bytes(cfg, n, dtype_bytes))
+           for n in tokens]
+    dec = [costs.decode_flops(cfg, b, context) / costs.decode_bytes_per_step(cfg, b, context, dtype_bytes)
+           for b in tokens]
+    return pre, dec
+
+
+def plot_intensity(tokens: Sequence[int], prefill_ai: Sequence[float], decode_ai: Sequence[float],
+                   ridge: float, title: str = "Llama-3-70B, BF16 (llmlab.costs)",
+                   ridge_label: str = "H100 ridge point (preset)") -> Any:
+    """Arithmetic intensity vs tokens per step, log-log, with a GPU's ridge point as a line."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.loglog(tokens, prefill_ai, "o-", label="prefill of n prompt tokens")
+    ax.loglog(tokens, decode_ai, "s-", label="decode step, batch of n requests at context 1024")
+    ax.axhline(ridge, color="#b91c1c", ls="--", label=f"{ridge_label} ≈ {ridge:.0f} FLOP/B")
+    ax.set_xlabel("tokens per step n")
+    ax.set_ylabel("arithmetic intensity (FLOP/byte)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_timeline(outputs: Sequence[Any]) -> Any:
+    """One bar per request: arrival → first token (TTFT), then a tick per decode token, from the
+    engine's own timestamps (`RequestOutput.metrics`, measured)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    for row, out in enumerate(outputs):
+        m = out.metrics
+        ms = [1e3 * (x - m.arrival_time) for x in m.token_times]
+        ax.barh(row, 1e3 * (m.first_token_time - m.arrival_time), color="#2563eb",
+                label="prefill → first token (TTFT)" if row == 0 else None)
+        ax.plot(ms, [row] * len(ms), "|", color="#f59e0b", ms=18, mew=2,
+                label="decode: one token each" if row == 0 else None)
+    ax.set_yticks(range(len(outputs)), [f"{len(o.prompt_token_ids)}-token prompt" for o in outputs])
+    ax.set_xlabel("time since arrival (ms, measured)")
+    ax.set_title("One request at a time through the llmlab engine: TTFT, then decode steps")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+    fig.tight_layout()
+    return fig

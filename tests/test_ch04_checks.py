@@ -1,0 +1,48 @@
+"""Chapter 04's newer checkers: the learner's cached generation loop (graded by its text against
+generate_with_cache), the KV-calculator task and the utilisation question; EXERCISES complete."""
+import pytest
+
+from llmlab.check import ch04, ch05
+from llmlab.check.core import NOT_ANSWERED, ExerciseInfo
+from llmlab.generate import generate_with_cache
+from llmlab.sampling import SamplingParams
+
+
+def _greedy_text(model, tok, n=ch04.GEN_NEW_TOKENS):
+    ids = tok.encode(ch04.GEN_PROMPT, add_special_tokens=False)
+    out = generate_with_cache(model, ids, max_new_tokens=n,
+                              params=SamplingParams(temperature=0.0, ignore_eos=True)).token_ids
+    return tok.decode(out)
+
+
+@pytest.mark.slow
+def test_generate_greedy_passes_the_reference_text_and_names_each_slip(real_model):
+    model, tok = real_model
+    right = _greedy_text(model, tok)
+    assert ch04.generate_greedy(right).passed
+    assert ch04.generate_greedy(None).message == NOT_ANSWERED
+    assert "str" in ch04.generate_greedy([1, 2]).message
+    assert "without the prompt" in ch04.generate_greedy(ch04.GEN_PROMPT + right).message
+    # one token fewer: the first token is right, the rest is not the whole answer
+    assert "later ones differ" in ch04.generate_greedy(_greedy_text(model, tok, ch04.GEN_NEW_TOKENS - 1)).message
+    assert "first token already differs" in ch04.generate_greedy("zzz" + right).message
+
+
+def test_budget_checkers_name_the_mistake_before_the_formula():
+    assert ch04.max_requests_fp8(51).passed
+    first = ch04.max_requests_fp8(7)
+    assert not first.passed and "utilisation ×" not in first.message
+    second = ch04.max_requests_fp8(7)
+    assert "utilisation ×" in second.message and "51" not in second.message
+    assert ch04.utilization_gain(1.2166).passed
+    assert "whole card" in ch04.utilization_gain(0.95 / 0.90).message
+
+
+def test_exercises_tables_cover_every_checker():
+    for mod in (ch04, ch05):
+        names = {n for n, o in vars(mod).items() if callable(o) and not n.startswith("_")
+                 and getattr(o, "__module__", "") == mod.__name__
+                 and o.__annotations__.get("return") == "CheckResult"}
+        assert names == set(mod.EXERCISES), mod.__name__
+        assert all(isinstance(v, ExerciseInfo) for v in mod.EXERCISES.values())
+        assert sum(v.kind == "reasoning" for v in mod.EXERCISES.values()) >= 2
