@@ -40,7 +40,7 @@ def weight_read_ms(answer: Any) -> CheckResult:
         (SEED_PARAMS * 4 / SEED_BW * 1e3, "that uses 4 bytes per weight (FP32); the weights here are BF16."),
         (SEED_PARAMS * 2 / 3.35e12 * 1e3, "that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s."),
         (SEED_BW / (SEED_PARAMS * 2) * 1e3, "upside down: a time is an amount divided by a rate."),
-        (SEED_PARAMS * 2 / SEED_BW, "that is in seconds; the question asks for milliseconds."),
+        (SEED_PARAMS * 2 / SEED_BW, "that is in seconds: give it in the unit the question asks for, milliseconds."),
     ), default_hint="a decode step at batch 1 has to move every weight from memory once; "
                     "how long does moving that many bytes take?",
         formula="Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.")
