@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from llmlab import roofline
 from llmlab.config import ModelConfig
+from llmlab.figures.ch06 import print_table, table_text  # noqa: F401  (chapter 07's tables print the same way)
 
 
 def measure_steps(model: Any, batches: Sequence[int], context: int, prompts: Sequence[int] = (),
