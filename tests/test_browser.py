@@ -7,7 +7,12 @@ slider of the KV calculator / roofline explorer, and the widget's result line mu
 text `llmlab.widgets.kv.kv_text` / `llmlab.widgets.roofline.roofline_text` computes in this
 process for the value the slider now shows.
 
-A third test breaks a slider's callback on purpose (the widget is built, then its `batch`
+A third test does the roofline explorer's task as a student would: it moves the batch slider
+(a drag, then typed values, halving the interval each time) until it finds the smallest batch
+whose result line says compute-bound, types that batch into the exercise's answer cell, runs it
+and must see the checker's PASS (and NOT YET for the batch just below).
+
+A fourth test breaks a slider's callback on purpose (the widget is built, then its `batch`
 slider loses its observers) and checks that the same verification then fails, so a widget
 whose slider no longer updates its output cannot pass.
 """
@@ -335,6 +340,86 @@ def test_roofline_explorer_follows_its_batch_slider(lab, browser):
         readout, text = _move_and_expect(page, "pre.llmlab-roofline-result", "batch", 0.75, _roofline_expected)
         assert int(readout) > 1
         assert ROOFLINE_TEXT_PATTERN.match(text)
+    finally:
+        page.close()
+
+
+def _set_by_typing(page, result, slider, value: int, expected_for) -> str:
+    """Type `value` into the slider's readout (as a student clicks the number and types), then
+    wait until the result line is what llmlab computes for it; returns that line."""
+    readout = slider.locator(".widget-readout").first
+    readout.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(str(value))
+    page.keyboard.press("Enter")
+    expected = expected_for(str(value))
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        if _readout(slider) == str(value) and result.inner_text().strip() == expected:
+            return expected
+        page.wait_for_timeout(200)
+    raise AssertionError(f"typing {value} into the batch readout: readout {_readout(slider)!r}, "
+                         f"result {result.inner_text().strip()!r}, expected {expected!r}")
+
+
+def _run_answer_cell(page, checker_call: str, answer: int) -> str:
+    """Replace the code of the cell that holds `checker_call` with `answer = <answer>` and that
+    call, run it (Shift+Enter), and return the checker's line once it shows."""
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").first
+    cell = panel.locator(".jp-CodeCell").filter(has_text=checker_call)
+    assert cell.count() == 1, f"expected one cell calling {checker_call}, found {cell.count()}"
+    cell.scroll_into_view_if_needed()
+    prompt = cell.locator(".jp-InputPrompt").first
+    before = prompt.inner_text().strip()
+    cell.locator(".cm-content").first.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(f"answer = {answer}\n{checker_call}")
+    page.keyboard.press("Shift+Enter")
+    pattern = re.compile(rf"\[check {re.escape(checker_call.split('(')[0])}\] (PASS|NOT YET)")
+    deadline, text = time.monotonic() + SETTLE_S, ""
+    while time.monotonic() < deadline:
+        now = prompt.inner_text().strip()
+        if now != before and re.search(r"\[\d+\]", now):          # this run finished (a new count)
+            text = " ".join(cell.locator(".jp-OutputArea-output").all_inner_texts()).strip()
+            if pattern.search(text):
+                return text
+        page.wait_for_timeout(250)
+    raise AssertionError(f"running the answer cell gave no checker line; outputs {text!r}")
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_roofline_task_found_with_the_slider_passes_its_check(lab, browser):
+    """The widget's task end to end: find the smallest compute-bound batch with the batch slider,
+    answer it in the exercise cell, and the checker says PASS (the batch below: NOT YET)."""
+    from llmlab.check import ch07
+    from llmlab.widgets.roofline import MAX_BATCH, ROOFLINE_TEXT_PATTERN
+
+    page = _open_and_run_all(browser, lab, ROOFLINE_NOTEBOOK)
+    try:
+        css = "pre.llmlab-roofline-result"
+        initial = _result(page, css)
+        page.wait_for_function("el => el.innerText.trim().length > 0", arg=initial.element_handle())
+        assert initial.inner_text().strip() == _roofline_expected("1")
+        page.wait_for_timeout(1000)             # the figures above finish laying out before the drag
+        _move_and_expect(page, css, "batch", 0.75, _roofline_expected)                # a first, rough drag
+        bound = lambda line: ROOFLINE_TEXT_PATTERN.search(line)[2]                     # noqa: E731
+        result = _result(page, css)
+        slider = _slider(result, "batch")
+        lo, hi = 1, MAX_BATCH                # memory-bound at lo, compute-bound at hi: checked, then halved
+        assert bound(_set_by_typing(page, result, slider, lo, _roofline_expected)) == "memory"
+        assert bound(_set_by_typing(page, result, slider, hi, _roofline_expected)) == "compute"
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if bound(_set_by_typing(page, result, slider, mid, _roofline_expected)) == "compute":
+                hi = mid
+            else:
+                lo = mid
+        found = hi
+        assert found == ch07._crossover(), (found, ch07._crossover())
+        line = _run_answer_cell(page, "ch07.compute_bound_batch(answer)", found - 1)
+        assert "NOT YET" in line, line
+        line = _run_answer_cell(page, "ch07.compute_bound_batch(answer)", found)
+        assert "[check ch07.compute_bound_batch] PASS" in line, line
     finally:
         page.close()
 

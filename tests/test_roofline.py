@@ -167,6 +167,7 @@ def test_roofline_widget_line_is_parseable_and_follows_the_sliders():
     hw_dropdown, batch_slider = box.children[0].children[0], box.children[1].children[0]
     hw_dropdown.value = "H200"
     assert float(ROOFLINE_TEXT_PATTERN.search(result.value).group(1)) == pytest.approx(29.4, abs=0.1)
+    assert (batch_slider.min, batch_slider.max, batch_slider.step) == (1, 1024, 1)   # one by one
     batch_slider.value = 1024
     ms, bound = ROOFLINE_TEXT_PATTERN.search(result.value).groups()
     assert bound == "compute"

@@ -1,12 +1,13 @@
 """Self-checks of chapter 06 (memory hierarchy): reading 70B weights once, the per-token floor
-on H200, HBM against PCIe, and where a working set lives on this machine's caches."""
+on H200, the bandwidth a design needs (the weight-read widget's task), HBM against PCIe, weights
+offloaded to CPU memory, and where a working set lives on this machine's caches."""
 from __future__ import annotations
 
 from typing import Any
 
 from llmlab import costs
 from llmlab.check.ch01 import combine_mistakes
-from llmlab.check.core import CheckResult, check_choice, check_number
+from llmlab.check.core import CheckResult, ExerciseInfo, check_choice, check_number, staged
 from llmlab.config import get_config
 from llmlab.hardware import PRESETS, cpu_caches
 
@@ -14,11 +15,21 @@ SEED_PARAMS = 70e9          # the seed: "70B FP16 = 140 GB"
 SEED_BW = 3e12              # the seed: "~3 TB/s"
 WORKING_SET = 4 * 1024**2   # bytes, for working_set_level
 LEVELS = ["L1", "L2", "L3", "DRAM"]
-# Where this machine does not report its caches (macOS, Windows): a typical laptop core's, so the
-# question still has one right answer (the notebook names it: ch06.REFERENCE_CACHES).
+# Where this machine does not report its caches (macOS, Windows): a reference laptop core's, so
+# the question still has one right answer (the notebook prints which caches it grades against).
 REFERENCE_CACHES = [{"level": 1, "type": "Data", "size": 48 * 1024},
                     {"level": 2, "type": "Unified", "size": 1280 * 1024},
                     {"level": 3, "type": "Unified", "size": 12 * 1024**2}]
+REFERENCE_NAME = "reference laptop core (48 KiB L1d, 1.25 MiB L2, 12 MiB shared L3)"
+
+# bandwidth_for_speed: the weight-read widget's task
+SPEED_PARAMS = 100e9        # parameters
+SPEED_DTYPE_BYTES = 1       # FP8
+SPEED_TOKENS_PER_S = 25     # one user, batch 1
+
+# offload_floor_ms: vLLM's --cpu-offload-gb on one H100
+OFFLOAD_MODEL = "llama-3-8b"
+OFFLOAD_BYTES = 10e9        # --cpu-offload-gb 10
 
 
 def weight_read_ms(answer: Any) -> CheckResult:
@@ -28,8 +39,11 @@ def weight_read_ms(answer: Any) -> CheckResult:
         (SEED_PARAMS / SEED_BW * 1e3, "that counts parameters, not bytes: each BF16 weight is 2 bytes."),
         (SEED_PARAMS * 4 / SEED_BW * 1e3, "that uses 4 bytes per weight (FP32); the weights here are BF16."),
         (SEED_PARAMS * 2 / 3.35e12 * 1e3, "that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s."),
-        (SEED_BW / (SEED_PARAMS * 2) * 1e3, "upside down: time = bytes / (bytes per second)."),
-    ), default_hint="bytes of the weights (parameters × bytes each) divided by the bandwidth, in ms.")
+        (SEED_BW / (SEED_PARAMS * 2) * 1e3, "upside down: a time is an amount divided by a rate."),
+        (SEED_PARAMS * 2 / SEED_BW, "that is in seconds: give it in the unit the question asks for, milliseconds."),
+    ), default_hint="a decode step at batch 1 has to move every weight from memory once; "
+                    "how long does moving that many bytes take?",
+        formula="Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.")
 
 
 def h200_floor_ms(answer: Any) -> CheckResult:
@@ -39,13 +53,33 @@ def h200_floor_ms(answer: Any) -> CheckResult:
     h200, h100 = PRESETS["H200"], PRESETS["H100-SXM"]
     expected = params * 2 / h200.mem_bw * 1e3
     return check_number("ch06.h200_floor_ms", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (params * 2 / h100.mem_bw * 1e3, "that is H100 SXM's bandwidth; use the H200 preset's mem_bw."),
-        (params * 2 / 3e12 * 1e3, "that is the seed's 3 TB/s H100; use the H200 preset's mem_bw."),
+        (params * 2 / h100.mem_bw * 1e3, "that is H100 SXM's bandwidth; use the H200 preset's."),
+        (params * 2 / 3e12 * 1e3, "that is the seed's 3 TB/s H100; use the H200 preset's bandwidth."),
         (params * 4 / h200.mem_bw * 1e3, "that uses 4 bytes per weight (FP32); the weights are BF16."),
         (params / h200.mem_bw * 1e3, "that counts parameters, not bytes: each BF16 weight is 2 bytes."),
+        (SEED_PARAMS * 2 / h200.mem_bw * 1e3,
+         "that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count."),
         (2 * params / h200.peak_flops["bf16"] * 1e3,
          "that divides FLOPs by the compute peak: at batch 1 the weights' bytes over the bandwidth take far longer."),
-    ), default_hint="param_count × 2 bytes / H200 bandwidth, in milliseconds.")
+    ), default_hint="at batch 1 the floor is set by memory, not by compute; check which "
+                    "device's figure and which parameter count you used.",
+        formula="Floor = exact parameter count × 2 bytes / the H200 preset's mem_bw, in milliseconds.")
+
+
+def bandwidth_for_speed(answer: Any) -> CheckResult:
+    """The memory bandwidth (TB/s) at which a 100B-parameter model in FP8 decodes 25 tokens/s for
+    one user (batch 1): found with the weight-read widget's sliders, or by reasoning backwards."""
+    expected = SPEED_PARAMS * SPEED_DTYPE_BYTES * SPEED_TOKENS_PER_S / 1e12
+    return check_number("ch06.bandwidth_for_speed", answer, expected, rel=0.03, mistakes=combine_mistakes(
+        (expected * 2, "that is for BF16 weights (2 bytes); the model is in FP8, 1 byte per weight."),
+        (expected / 2, "that is for 4-bit weights; the model is in FP8, 1 byte per weight."),
+        (SPEED_PARAMS * SPEED_DTYPE_BYTES / SPEED_TOKENS_PER_S / 1e12,
+         "that divides by the token rate: a faster rate needs more bandwidth, not less."),
+        (SPEED_PARAMS * SPEED_DTYPE_BYTES / 1e12,
+         "that reads the weights once per second; every token needs its own full read."),
+    ), default_hint="each token needs one full read of the weights, and the widget shows "
+                    "the tokens/s bound; move the bandwidth until it reaches the target.",
+        formula="Bandwidth = bytes of the weights × tokens per second (one read per token), in TB/s.")
 
 
 def hbm_vs_pcie(answer: Any) -> CheckResult:
@@ -54,11 +88,55 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
     pcie = h.interconnect["pcie"]
     expected = h.mem_bw / pcie
     return check_number("ch06.hbm_vs_pcie", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (3e12 / pcie, "that is the seed's round 3 TB/s; use the preset's mem_bw."),
-        (h.mem_bw / (pcie / 2), "that uses one direction of PCIe (64 GB/s); the preset lists the 128 GB/s total."),
+        (3e12 / pcie, "that is the seed's round 3 TB/s; use the preset's memory bandwidth."),
+        (h.mem_bw / (pcie / 2), "that uses one direction of PCIe (64 GB/s); this question compares the "
+                                "figures the preset lists (128 GB/s, both directions added)."),
         (h.interconnect["nvlink"] / pcie, "that is NVLink over PCIe; the question compares HBM with PCIe."),
-        (pcie / h.mem_bw, "upside down: HBM bandwidth divided by PCIe bandwidth."),
-    ), default_hint="PRESETS['H100-SXM'].mem_bw / PRESETS['H100-SXM'].interconnect['pcie'].")
+        (pcie / h.mem_bw, "upside down: the question asks how many times faster HBM is."),
+    ), default_hint="compare the two bandwidths of the H100-SXM preset, its memory's and "
+                    "its host link's, in the same unit.",
+        formula="Ratio = HBM bandwidth / PCIe bandwidth, both in bytes/s as the preset lists them.")
+
+
+def _offload_parts() -> tuple[float, float, float, float]:
+    """(weight bytes, HBM bytes/s, one-direction PCIe bytes/s, expected ms) for offload_floor_ms."""
+    h = PRESETS["H100-SXM"]
+    weights = costs.weight_bytes(get_config(OFFLOAD_MODEL), 2)
+    hbm, pcie_one_way = h.mem_bw, h.interconnect["pcie"] / 2
+    expected = ((weights - OFFLOAD_BYTES) / hbm + OFFLOAD_BYTES / pcie_one_way) * 1e3
+    return weights, hbm, pcie_one_way, expected
+
+
+def offload_floor_ms(answer: Any) -> CheckResult:
+    """Llama-3-8B in BF16 on one H100-SXM with 10 GB of its weights kept in CPU memory (vLLM's
+    `--cpu-offload-gb 10`): the per-token floor in ms at batch 1, when the offloaded weights cross
+    PCIe host→device at one direction's bandwidth (half the preset's total) in every step."""
+    weights, hbm, pcie, expected = _offload_parts()
+    return check_number("ch06.offload_floor_ms", answer, expected, rel=0.004, mistakes=combine_mistakes(
+        (weights / hbm * 1e3, "that is the floor without offloading: the 10 GB in CPU memory cross PCIe in every step."),
+        (((weights - OFFLOAD_BYTES) / hbm + OFFLOAD_BYTES / (2 * pcie)) * 1e3,
+         "that uses the preset's PCIe total (both directions added); the weights travel one way, host to device."),
+        (OFFLOAD_BYTES / pcie * 1e3, "that counts only the offloaded part; the weights left in HBM are read too."),
+        (weights / pcie * 1e3, "that sends all the weights over PCIe; only the offloaded 10 GB live in CPU memory."),
+        ((weights / hbm + OFFLOAD_BYTES / pcie) * 1e3,
+         "the offloaded 10 GB are not in HBM as well: subtract them from what HBM serves."),
+    ), default_hint="the step reads two parts of the weights from two memories at two "
+                    "different speeds; find each part's time.",
+        formula="Floor = (weight bytes − 10 GB) / HBM bandwidth + 10 GB / (PCIe total / 2), in ms.")
+
+
+def exercise_caches() -> list[dict]:
+    """The caches `working_set_level` grades against: this machine's (`hardware.cpu_caches()`), or
+    REFERENCE_CACHES, a reference laptop core's, where this machine does not report them."""
+    return cpu_caches() or REFERENCE_CACHES
+
+
+_exercise_caches = exercise_caches      # the name tests outside the repository may use
+
+
+def graded_machine() -> str:
+    """Whose caches `working_set_level` grades against, in words."""
+    return "this machine (its caches as the OS reports them)" if cpu_caches() else REFERENCE_NAME
 
 
 def _level_of(size: int, caches: list[dict]) -> str:
@@ -68,19 +146,27 @@ def _level_of(size: int, caches: list[dict]) -> str:
     return "DRAM"
 
 
-def _exercise_caches() -> list[dict]:
-    """The caches `working_set_level` asks about: this machine's (`hardware.cpu_caches()`), or
-    REFERENCE_CACHES, a typical laptop core's, where this machine does not report them."""
-    return cpu_caches() or REFERENCE_CACHES
-
-
 def working_set_level(answer: Any, size: int = WORKING_SET) -> CheckResult:
     """Which is the smallest cache level that holds a `size`-byte working set (one core's view):
     of this machine's caches, or of REFERENCE_CACHES where this machine reports none?"""
-    caches = _exercise_caches()
+    caches = exercise_caches()
     expected = _level_of(size, caches)
     hints = {lv: ("too small: the working set does not fit in that cache; compare its size with "
-                  "hardware.cpu_caches()." if LEVELS.index(lv) < LEVELS.index(expected) else
-                  "a smaller, faster level already holds it; look at hardware.cpu_caches().")
+                  "the cache sizes printed above." if LEVELS.index(lv) < LEVELS.index(expected) else
+                  "a smaller, faster level already holds it; look at the cache sizes printed above.")
              for lv in LEVELS if lv != expected}
     return check_choice("ch06.working_set_level", answer, expected, options=LEVELS, hints=hints)
+
+
+EXERCISES: dict[str, ExerciseInfo] = {
+    "weight_read_ms": ExerciseInfo("plug-in", ("parameters vs bytes", "FP32 bytes", "datasheet vs seed bandwidth",
+                                               "upside down", "seconds vs ms")),
+    "h200_floor_ms": ExerciseInfo("plug-in", ("H100 bandwidth", "seed bandwidth", "FP32 bytes",
+                                              "parameters vs bytes", "round 70e9", "compute instead of memory")),
+    "bandwidth_for_speed": ExerciseInfo("reasoning", ("BF16 bytes", "4-bit bytes", "divides by the rate",
+                                                      "one read per second")),
+    "hbm_vs_pcie": ExerciseInfo("plug-in", ("seed bandwidth", "one PCIe direction", "NVLink", "upside down")),
+    "offload_floor_ms": ExerciseInfo("reasoning", ("no offload", "PCIe both directions", "offloaded part only",
+                                                   "all weights over PCIe", "offloaded bytes counted twice")),
+    "working_set_level": ExerciseInfo("reasoning", ("level too small", "level larger than needed")),
+}

@@ -19,7 +19,8 @@ from llmlab.widgets._show import show_figure
 # "Decode step floor: 42.1 ms (memory-bound)" → groups: milliseconds, bound
 ROOFLINE_TEXT_PATTERN = re.compile(r"Decode step floor: ([0-9.]+) ms \((memory|compute)-bound\)")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]   # the sweep the plots mark
+MAX_BATCH = 1024        # the batch slider moves one sequence at a time from 1 to here
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,11 @@ def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dt
     model_w = w.Dropdown(options=[k for k, c in MODELS.items() if not costs.is_mla(c)], value=model,
                          description="model", style=style)
     dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
-    batch_w = w.SelectionSlider(options=BATCHES, value=batch, description="batch", style=style)
-    ctx_w = w.IntSlider(value=context, min=1, max=32768, step=1, description="context", style=style)
+    # one by one, so the batch where the bound changes can be found exactly; redrawn on release
+    batch_w = w.IntSlider(value=batch, min=1, max=MAX_BATCH, step=1, description="batch", style=style,
+                          continuous_update=False)
+    ctx_w = w.IntSlider(value=context, min=1, max=32768, step=1, description="context", style=style,
+                        continuous_update=False)
     result = w.HTML()
     out = w.Output()
 

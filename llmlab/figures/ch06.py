@@ -1,0 +1,58 @@
+"""Chapter 06's figures: the memory of a whole GPU chip, level by level."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from llmlab.hardware import PRESETS, get_hardware
+
+CHIP_LEVELS = ("shared memory / L1, all SMs", "L2 cache", "HBM")
+
+
+def chip_levels(name: str) -> list[float]:
+    """Bytes of each of CHIP_LEVELS on the whole chip of preset `name`: every SM's shared memory
+    added up (the per-SM figure times the SM count), the L2, the HBM."""
+    hw = get_hardware(name)
+    return [float(hw.smem_per_sm * hw.num_sms), float(hw.l2_size), float(hw.mem_size)]
+
+
+def chip_memory(names: Sequence[str] = ("H100-SXM", "H200", "A100-80GB")) -> Any:
+    """Grouped bars (log scale) of CHIP_LEVELS per preset: one chip's memories side by side."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown:
+        raise ValueError(f"unknown presets {unknown}; choose from {list(PRESETS)}")
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    x = np.arange(len(names))
+    width = 0.8 / len(CHIP_LEVELS)
+    for i, level in enumerate(CHIP_LEVELS):
+        sizes = [chip_levels(n)[i] for n in names]
+        ax.bar(x + (i - 1) * width, sizes, width, label=level)
+    ax.set_yscale("log")
+    ax.set_xticks(x, list(names))
+    ax.set_ylabel("bytes on the whole chip (log scale)")
+    ax.set_title("One chip's memory, level by level (presets: datasheet figures)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def table_text(rows: dict[str, dict[str, Any]], corner: str = "") -> str:
+    """A plain-text table: one line per key of `rows`, one column per key of its dict (the
+    columns of the first row, in order); numbers as given, missing cells as "-"."""
+    if not rows:
+        raise ValueError("rows is empty")
+    columns = list(next(iter(rows.values())))
+    cells = [[corner, *columns]] + [[str(name), *("-" if r.get(c) is None else str(r[c]) for c in columns)]
+                                    for name, r in rows.items()]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
+    lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(line, widths)))
+             for line in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def print_table(rows: dict[str, dict[str, Any]], corner: str = "") -> None:
+    """Print `table_text(rows, corner)`."""
+    print(table_text(rows, corner))

@@ -1,0 +1,46 @@
+"""Chapter 07's harness and figures: the real model's decode steps timed at several batch sizes,
+and its throughput set beside what the roofline allows an H100."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from llmlab import roofline
+from llmlab.config import ModelConfig
+from llmlab.figures.ch06 import print_table, table_text  # noqa: F401  (chapter 07's tables print the same way)
+
+
+def measure_steps(model: Any, batches: Sequence[int], context: int, prompts: Sequence[int] = (),
+                  fast: bool = False) -> list[roofline.StepMeasurement]:
+    """Time the real model's decode step at each batch (each sequence with `context` cached
+    tokens), then a prefill of each prompt length: the points chapter 07 draws on its roofline."""
+    measured = [roofline.measure_decode_step(model, b, context, repeats=3 if fast else 5,
+                                             budget_s=2 if fast else 5) for b in batches]
+    measured += [roofline.measure_prefill(model, n, repeats=2, budget_s=2 if fast else 5) for n in prompts]
+    return measured
+
+
+def throughput_vs_batch(measured: Sequence[roofline.StepMeasurement], machine: str,
+                        gpu_cfg: ModelConfig, gpu: str = "H100-SXM", gpu_context: int = 1024,
+                        gpu_batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)) -> Any:
+    """Two panels: tokens/s against batch measured on this machine (decode steps of `measured`),
+    and the roofline's tokens/s bound for `gpu_cfg` on the `gpu` preset (bf16)."""
+    import matplotlib.pyplot as plt
+
+    dec = [m for m in measured if m.kind == "decode"]
+    if not dec:
+        raise ValueError("measured holds no decode step")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.plot([m.batch for m in dec], [m.batch / m.seconds for m in dec], "o-", label="measured")
+    left.set_title(f"{machine}: measured decode steps")
+    sweep = roofline.decode_batch_sweep(gpu_cfg, gpu, gpu_batches, context=gpu_context)
+    right.plot([r["batch"] for r in sweep], [r["tokens_per_s"] for r in sweep], "s-", color="#dc2626",
+               label="roofline bound")
+    right.set_title(f"{gpu_cfg.name} on {gpu} (preset, bf16, context {gpu_context})")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch (sequences per step)")
+        ax.set_ylabel("tokens/s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
