@@ -1,12 +1,13 @@
-"""Self-checks of chapter 09 (parallelism): all-reduces per forward under TP, column- vs
-row-parallel projections, the pipeline bubble, a ring all-reduce's time over PCIe, and which
-kind of parallelism leans on NVLink (the seed's learning goal 3)."""
+"""Self-checks of chapter 09 (parallelism): what a second data-parallel replica buys at low load,
+column- vs row-parallel projections, all-reduces per forward under TP, the pipeline bubble, a
+ring all-reduce's time over PCIe, the fastest TP degree for long contexts over PCIe (the
+explorer's task), and which kind of parallelism leans on NVLink (the seed's learning goal 3)."""
 from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import (CheckResult, check_choice, check_dict_keys, check_number, not_yet,
-                               passed, report)
+from llmlab.check.core import (CheckResult, ExerciseInfo, NOT_ANSWERED, check_choice,
+                               check_dict_keys, check_number, not_yet, passed, report, staged)
 from llmlab.config import get_config
 from llmlab.parallel import cost, pp
 
@@ -14,6 +15,54 @@ ALLREDUCE_MODEL, ALLREDUCE_TP = "smollm2-135m", 2
 BUBBLE_P, BUBBLE_M = 4, 8
 RING_TP, RING_BATCH, RING_MODEL, RING_LINK = 8, 64, "llama-3-70b", "pcie"
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+STYLES = ("column", "row", "replicated")
+# the explorer's task: Llama-3-70B decode over PCIe at this batch and context, TP among TP_DEGREES
+LONG_MODEL, LONG_LINK, LONG_BATCH, LONG_CONTEXT = "llama-3-70b", "pcie", 64, 16384
+TP_DEGREES = (1, 2, 4, 8)
+
+EXERCISES = {
+    "dp_at_low_load": ExerciseInfo("reasoning", ("replicas speed up each step",
+                                                 "throughput set by capacity, not demand",
+                                                 "router overhead")),
+    "parallel_style": ExerciseInfo("reasoning", ("kinds swapped", "everything column-parallel",
+                                                 "q/k/v split by rows", "replicated projections")),
+    "allreduces_per_forward": ExerciseInfo("reasoning", ("one per layer", "counted per rank",
+                                                         "embedding/LM head communicating",
+                                                         "column-parallel communicating")),
+    "bubble_fraction": ExerciseInfo("plug-in", ("m instead of m + p − 1", "percentage",
+                                                "busy instead of idle", "stage share")),
+    "ring_all_reduce_us": ExerciseInfo("plug-in", ("both-directions bandwidth", "latency term left out",
+                                                   "message moved once", "dtype bytes",
+                                                   "seconds or ms for µs")),
+    "best_tp_long_context": ExerciseInfo("reasoning", ("short-context winner", "weights do not fit",
+                                                       "communication only")),
+    "needs_nvlink": ExerciseInfo("recall", ("DP talks", "PP talks every layer")),
+}
+
+# What a second replica does at an arrival rate one replica serves comfortably (a fixed order
+# that does not line up with the answer; shown in this order in the notebook).
+DP_OPTIONS = {
+    "a": "tokens/s doubles and the mean latency halves",
+    "b": "tokens/s doubles and the mean latency stays the same",
+    "c": "tokens/s stays about the same and the mean latency drops only a little",
+    "d": "tokens/s stays the same and the mean latency halves",
+    "e": "tokens/s drops, because the router adds a hop to every request",
+}
+DP_HINTS = {
+    "a": "tokens/s cannot exceed what arrives: at this load one replica already serves every "
+         "request as it comes.",
+    "b": "tokens/s cannot exceed what arrives: at this load one replica already serves every "
+         "request as it comes.",
+    "d": "halving a replica's batch does not halve its step: a memory-bound step reads all the "
+         "weights whatever the batch.",
+    "e": "a router hands a request to a replica once; it adds nothing to the decode steps.",
+}
+
+
+def dp_at_low_load(answer: Any) -> CheckResult:
+    """Requests arrive at a rate one replica (Llama-3-8B on one H100, continuous batching) serves
+    comfortably. What does a second replica behind a round-robin router do? One letter of DP_OPTIONS."""
+    return check_choice("ch09.dp_at_low_load", answer, "c", options=list(DP_OPTIONS), hints=DP_HINTS)
 
 
 def allreduces_per_forward(answer: Any) -> CheckResult:
@@ -30,21 +79,30 @@ def allreduces_per_forward(answer: Any) -> CheckResult:
         (expected + 2, "the embedding and the LM head are replicated here: no communication."),
         (4 * layers, "column-parallel projections (q/k/v, gate/up) need no communication: each "
                      "rank already has the full input."),
-    ], default_hint="count the row-parallel projections in one decoder layer, then multiply by "
-                    "the number of layers (model.config.num_hidden_layers).")
+    ], default_hint="ask which projections leave each rank with a partial sum, and how many of "
+                    "them one decoder layer has.",
+        formula="Count the row-parallel projections in one decoder layer, then multiply by the "
+                "number of layers (model.config.num_hidden_layers).")
 
 
 def parallel_style(answer: Any) -> CheckResult:
-    """Map each projection name (PROJECTIONS) to "column" or "row": how is it split under
-    Megatron-style TP so that a layer needs as few all-reduces as possible?"""
+    """Map each projection name (PROJECTIONS) to "column", "row" or "replicated": how is it
+    split under Megatron-style TP so that a layer needs as few all-reduces as possible?"""
     ex = "ch09.parallel_style"
     missing = check_dict_keys(ex, answer, PROJECTIONS)
     if missing is not None:
         return missing
     got = {k: str(answer[k]).strip().lower() for k in PROJECTIONS}
-    bad = [k for k, v in got.items() if v not in ("column", "row")]
+    bad = [k for k, v in got.items() if v not in STYLES]
     if bad:
-        return report(not_yet(ex, f'each value must be "column" or "row"; check {bad}.'))
+        return report(not_yet(ex, f'each value must be "column" or "row" (or "replicated"); check {bad}.'))
+    replicated = [k for k, v in got.items() if v == "replicated"]
+    if replicated:
+        return report(not_yet(ex, staged(ex, f"{replicated}: a replicated projection keeps its whole "
+                                             "matrix on every rank, so TP would save no memory and "
+                                             "no time there; every projection of a layer is split.",
+                                         "Each block splits its first matmul one way and its last "
+                                         "the other way.")))
     rows = {k for k, v in got.items() if v == "row"}
     if rows == {"o_proj", "down_proj"}:
         return report(passed(ex, "right: each block splits its first matmul by output columns "
@@ -58,8 +116,10 @@ def parallel_style(answer: Any) -> CheckResult:
     if {"k_proj", "v_proj", "q_proj"} & rows:
         return report(not_yet(ex, "splitting q/k/v by rows would leave every rank with a partial "
                                   "sum of every head; attention needs whole heads per rank."))
-    return report(not_yet(ex, "inside one block (attention, or the MLP) only the last matmul "
-                              "reads a split input."))
+    return report(not_yet(ex, staged(ex, "inside one block (attention, or the MLP) only one matmul "
+                                         "reads an input that is already split.",
+                                     "The block's last matmul reads the heads / channels the "
+                                     "ranks computed separately.")))
 
 
 def bubble_fraction(answer: Any) -> CheckResult:
@@ -73,8 +133,9 @@ def bubble_fraction(answer: Any) -> CheckResult:
         (1 / p, "that is the share of one stage in the model, not its idle time."),
         (100 * expected, "give a fraction between 0 and 1, not a percentage."),
         (m / (m + p - 1), "that is the busy fraction; the question asks for the idle one."),
-    ], default_hint="draw the schedule: stage s works on micro-batch i in slot i + s; count the "
-                    "slots a stage waits out of all slots of the pass.")
+    ], default_hint="draw the schedule as a grid of slots (stages × time) and count.",
+        formula="Stage s works on micro-batch i in slot i + s; count the slots a stage waits "
+                "out of all slots of the pass.")
 
 
 def _ring_expected() -> tuple[float, float, cost.Interconnect]:
@@ -104,7 +165,35 @@ def ring_all_reduce_us(answer: Any) -> CheckResult:
          "BF16 is 2 bytes per value: check the message size."),
         (expected_s, "give microseconds, not seconds."),
         (expected_s * 1e3, "give microseconds, not milliseconds."),
-    ], default_hint="message = batch × hidden × 2 bytes; time = 2(p−1)·α + 2(p−1)/p · bytes / bandwidth.")
+    ], default_hint="check the message size (what one all-reduce carries) and both terms of "
+                    "the ring formula.",
+        formula="message = batch × hidden × 2 bytes; time = 2(p−1)·α + 2(p−1)/p · bytes / bandwidth.")
+
+
+def _step_s(tp: int) -> float:
+    return cost.decode_step_cost(LONG_MODEL, tp=tp, batch=LONG_BATCH, interconnect=LONG_LINK,
+                                 context=LONG_CONTEXT).total
+
+
+def best_tp_long_context(answer: Any) -> CheckResult:
+    """With the explorer: Llama-3-70B decode over PCIe at batch LONG_BATCH and context
+    LONG_CONTEXT. Which TP degree of TP_DEGREES gives the shortest step?"""
+    times = {t: _step_s(t) for t in TP_DEGREES}
+    best = min(times, key=times.get)
+    short = min(TP_DEGREES, key=lambda t: cost.decode_step_cost(
+        LONG_MODEL, tp=t, batch=1, interconnect=LONG_LINK, context=1024).total)
+    mistakes = [(1, "at TP=1 the 141 GB of weights do not even fit one 80 GB GPU; and a longer "
+                    "context makes the single GPU's KV reads longer still.")]
+    if short != best:
+        mistakes.append((short, "that is the winner at a short context (the table above). Set the "
+                                "context slider: each sequence's KV cache grows with the context, "
+                                "and TP splits those reads too, while the all-reduces stay the same size."))
+    for t in TP_DEGREES:
+        if t not in (best, short, 1):
+            mistakes.append((t, "compare the bars of every TP degree at that batch and context; "
+                                "another degree is shorter."))
+    return check_number("ch09.best_tp_long_context", answer, best, rel=1e-9, mistakes=mistakes,
+                        default_hint=f"answer one of the TP degrees {list(TP_DEGREES)}.")
 
 
 NVLINK_OPTIONS = ["DP", "TP", "PP"]
