@@ -12,6 +12,7 @@ import pytest
 from llmlab import sim
 from llmlab.check import ch11
 from llmlab.figures import ch11 as fig11
+from llmlab.widgets import blocks
 
 
 def _small_waste():
@@ -48,7 +49,7 @@ def test_measured_waste_is_on_a_log_scale_with_the_used_tokens():
 
 
 def test_token_split_stacks_prefill_under_decode_below_the_budget_line():
-    rows = ch11.chunked_prefill_schedule(prompt_len=300, budget=64, decodes=2)
+    rows = blocks.chunked_prefill_schedule(prompt_len=300, budget=64, decodes=2)
     fig = fig11.token_split(rows, 64)
     ax = fig.axes[0]
     bars = ax.patches
@@ -62,7 +63,7 @@ def test_token_split_stacks_prefill_under_decode_below_the_budget_line():
 
 
 def test_chunked_schedule_gives_the_prompt_what_the_decodes_leave():
-    rows = ch11.chunked_prefill_schedule(prompt_len=300, budget=64, decodes=2)
+    rows = blocks.chunked_prefill_schedule(prompt_len=300, budget=64, decodes=2)
     assert all(r["decode"] == 2 for r in rows)
     assert sum(r["prefill"] for r in rows) == 300
     assert [r["prefill"] for r in rows[:-1]] == [62] * (len(rows) - 1)

@@ -249,48 +249,13 @@ CHUNK_BUDGET = 256           # max_num_batched_tokens
 CHUNK_DECODES = 3            # requests already decoding when the long prompt arrives
 
 
-def chunked_prefill_schedule(prompt_len: int = CHUNK_PROMPT_LEN, budget: int = CHUNK_BUDGET,
-                             decodes: int = CHUNK_DECODES) -> list[dict[str, int]]:
-    """Step a real `Scheduler` (no model: outputs are fake tokens) until a `prompt_len`-token
-    prompt, arriving while `decodes` requests decode, has been prefilled under
-    `max_num_batched_tokens=budget`. Returns per step the prefill and decode tokens scheduled."""
-    from llmlab.engine.scheduler import Scheduler
-    from llmlab.kvcache import KVCacheManager
-    from llmlab.request import Request
-    from llmlab.sampling import SamplingParams
-
-    kv = KVCacheManager(num_blocks=(prompt_len + 64 * (decodes + 1)) // 16 + 8, block_size=16)
-    sched = Scheduler(kv, max_num_seqs=decodes + 1, max_num_batched_tokens=budget,
-                      max_model_len=prompt_len + 64)
-    params = SamplingParams(max_tokens=48, ignore_eos=True)
-    for i in range(decodes):                       # short prompts, prefilled in one step
-        sched.add_request(Request(f"decode{i}", [11 + i] * 8, params, arrival_time=0.0))
-    out = sched.schedule()
-    sched.update_from_output(out, [1] * decodes, now=0.0)
-    long = Request("long", list(range(3, 3 + prompt_len)), params, arrival_time=0.0)
-    sched.add_request(long)
-    rows = []
-    while long.num_output_tokens == 0:
-        out = sched.schedule()
-        rows.append(split_tokens(out))
-        done = sum(1 for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens)
-                   if c + n >= r.num_tokens)
-        sched.update_from_output(out, [1] * done, now=0.0)
-    return rows
-
-
-def split_tokens(out: Any) -> dict[str, int]:
-    """A SchedulerOutput's tokens split into prefill (prompt) tokens and decode tokens."""
-    prefill = sum(min(n, max(0, r.num_prompt_tokens - c))
-                  for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens))
-    return {"prefill": prefill, "decode": out.total_num_scheduled_tokens - prefill}
-
-
 def chunked_prefill_steps(answer: Any) -> CheckResult:
     """CHUNK_DECODES requests are decoding when a CHUNK_PROMPT_LEN-token prompt arrives;
     max_num_batched_tokens is CHUNK_BUDGET, chunked prefill on, plenty of KV blocks. In how
     many steps is the prompt prefilled (its first token sampled)?"""
-    expected = len(chunked_prefill_schedule())
+    from llmlab.widgets.blocks import chunked_prefill_schedule
+
+    expected = len(chunked_prefill_schedule(CHUNK_PROMPT_LEN, CHUNK_BUDGET, CHUNK_DECODES))
     per_step = CHUNK_BUDGET - CHUNK_DECODES
     naive = -(-CHUNK_PROMPT_LEN // CHUNK_BUDGET)
     return check_number("ch11.chunked_prefill_steps", answer, expected, rel=1e-9, mistakes=[
@@ -330,14 +295,15 @@ def explorer_cached_free(answer: Any) -> CheckResult:
 # ---- why our ratio is not the seed's 24x ---------------------------------------------------
 RATIO_OPTIONS = {
     "a": "llmlab's scheduler and block manager take most of each step's time on a CPU.",
-    "b": "On this CPU a decode step is compute-bound already at a small batch, so a batch of B "
-         "requests costs nearly B times the time of one: batching adds little throughput.",
+    "b": "On this CPU a step's time grows with the batch far sooner than on a GPU (a much lower "
+         "ridge point, and matrix code that reaches little of its peak on thin matrices), so a "
+         "batch of B requests costs several times the time of one.",
     "c": "The CPU has less memory bandwidth than a GPU, so decode is more memory-bound here and "
          "batching helps less.",
     "d": "Prefix caching was off in our benchmark.",
-    "e": "The 24x also counts batches that fit only because paging wastes almost no KV memory: "
-         "Hugging Face's contiguous max-length reservations capped its batch size on the GPU, "
-         "while our CPU run gives every system the same batch limit.",
+    "e": "The 24x also counts memory: paging wastes almost no KV memory, so on a GPU vLLM fits "
+         "several times more sequences into a batch than a system that reserves contiguous space "
+         "per request; our run gives every system the same batch limit.",
 }
 RATIO_CORRECT = frozenset({"b", "e"})
 _RATIO_HINTS = {
