@@ -169,7 +169,7 @@ def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) 
         b = pool.blocks[bid]
         rows.append({"block": bid, "held by": ",".join(holders.get(bid, [])) or "-",
                      "ref_cnt": b.ref_cnt,
-                     "hash": f"{b.block_hash & 0xFFFFFF:06x}.." if b.block_hash is not None else "-",
+                     "hash": f"{b.block_hash & 0xFFFF:04x}.." if b.block_hash is not None else "-",
                      "cached tokens": "-" if b.token_ids is None else " ".join(map(str, b.token_ids)),
                      "free-queue place": place.get(bid, "-")})
     return table_text(rows)
