@@ -77,3 +77,10 @@ def test_throughput_bars_one_bar_per_system():
     assert widths == [8.0, 25.0]
     assert "4 threads" in fig.axes[0].get_title()
     plt.close(fig)
+
+
+def test_token_split_labels_each_bar_with_its_split():
+    rows = [{"prefill": 61, "decode": 3}, {"prefill": 7, "decode": 3}]
+    fig = fig11.token_split(rows, 64)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["61 + 3", "7 + 3"]
+    plt.close(fig)

@@ -49,8 +49,9 @@ def measured_waste(measured: WasteResult, title: str) -> Any:
 
 
 def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | None = None) -> Any:
-    """Stacked bars, one per engine step: prefill tokens (bottom) and decode tokens (top), with
-    the token budget `max_num_batched_tokens` as a dashed line. `rows`: per step a mapping with
+    """Stacked bars, one per engine step: prefill tokens (bottom) and decode tokens (top), each
+    bar labelled "prefill + decode", with the token budget `max_num_batched_tokens` as a dashed
+    line. `rows`: per step a mapping with
     "prefill" and "decode" token counts."""
     import matplotlib.pyplot as plt
 
@@ -63,10 +64,12 @@ def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | Non
     ax.bar(steps, prefill, color=PREFILL_COLOUR, label="prefill tokens (prompt chunk)")
     ax.bar(steps, decode, bottom=prefill, color=DECODE_COLOUR, label="decode tokens (1 per running request)")
     ax.axhline(budget, color="black", ls="--", lw=1, label=f"max_num_batched_tokens = {budget}")
+    for x, p, d in zip(steps, prefill, decode):     # the decode share is too thin to see: write it
+        ax.text(x, p + d + budget * 0.02, f"{p} + {d}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(steps)
     ax.set_xlabel("engine step")
     ax.set_ylabel("tokens scheduled")
-    ax.set_ylim(0, budget * 1.25)
+    ax.set_ylim(0, budget * 1.45)
     ax.set_title(title or "Chunked prefill: one long prompt sharing steps with decodes")
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
