@@ -297,7 +297,7 @@ RATIO_OPTIONS = {
     "a": "llmlab's scheduler and block manager take most of each step's time on a CPU.",
     "b": "On this CPU a step's time grows with the batch far sooner than on a GPU (a much lower "
          "ridge point, and matrix code that reaches little of its peak on thin matrices), so a "
-         "batch of B requests costs several times the time of one.",
+         "batch of B requests costs clearly more than one: throughput grows far less than B-fold.",
     "c": "The CPU has less memory bandwidth than a GPU, so decode is more memory-bound here and "
          "batching helps less.",
     "d": "Prefix caching was off in our benchmark.",
