@@ -146,3 +146,35 @@ def test_real_engine_recording_and_measured_waste():
         assert u <= p <= c
         assert c == len(s.tables) * 128
     assert w.contiguous_waste > 0.8 and w.paged_waste < w.contiguous_waste
+
+
+def test_pool_table_shows_holders_ref_counts_hashes_and_queue_places():
+    from llmlab.widgets.blocks import pool_table, table_text
+
+    mgr = KVCacheManager(6, 4)
+    a = Request("A", list(range(10, 19)), SamplingParams(), arrival_time=0.0)   # 9 tokens: 2 full blocks
+    mgr.allocate_slots(a, a.num_tokens)
+    a.num_computed_tokens = a.num_tokens
+    lines = pool_table(mgr).splitlines()
+    assert lines[0].split()[:3] == ["block", "held", "by"]
+    rows = {int(line.split()[0]): line for line in lines[2:]}
+    assert set(rows) == {0, 1, 2, 3}                 # A's three blocks and the free queue's head
+    assert "10 11 12 13" in rows[0] and ".." in rows[0]          # cached: its tokens and hash
+    assert rows[2].split()[1:5] == ["A", "1", "-", "-"]           # partial block: no hash
+    assert rows[3].split()[-1] == "0"                             # next to be handed out
+    mgr.free(a)
+    after = {int(line.split()[0]): line.split()[-1] for line in pool_table(mgr, range(6)).splitlines()[2:]}
+    assert after[2] == "3" and after[1] == "4" and after[0] == "5"   # freed last block first
+    assert table_text([]) == "(no rows)"
+    with pytest.raises(ValueError, match="manager"):
+        pool_table("not a manager")
+
+
+def test_chunked_prefill_schedule_checks_its_arguments():
+    from llmlab.widgets.blocks import chunked_prefill_schedule
+
+    with pytest.raises(ValueError, match="decodes"):
+        chunked_prefill_schedule(100, 8, 8)
+    with pytest.raises(ValueError, match="budget"):
+        chunked_prefill_schedule(100, 0, 0)
+    assert chunked_prefill_schedule(10, 64, 0) == [{"prefill": 10, "decode": 0}]

@@ -10,7 +10,9 @@ in grey. `manager_walkthrough()` records a small scenario on a real manager (two
 sharing a prefix, one finishing, a third hitting the cache); `record_engine(engine)` records
 every step of a real engine run; `waste_from_snapshots` turns a recording into the same
 `sim.WasteResult` the simulator gives, measured. `block_allocation_explorer(snaps)` adds a
-step slider.
+step slider. `pool_table(manager)` prints the pool's blocks (holders, reference counts, hashes,
+place in the free queue); `chunked_prefill_schedule` steps a real `Scheduler` (no model) and
+records each step's prefill and decode tokens (`split_tokens`).
 """
 from __future__ import annotations
 
@@ -132,6 +134,45 @@ def snapshot_text(snap: BlockSnapshot) -> str:
             f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
             f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
             f"({snap.paged_waste:.0%} unfilled)")
+
+
+def table_text(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table (one line per row, columns aligned) of dicts with the same keys."""
+    if not rows:
+        return "(no rows)"
+    keys = list(rows[0])
+    cells = [[str(k) for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(keys))]
+    lines = ["  ".join(c[i].rjust(widths[i]) for i in range(len(keys))) for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) -> str:
+    """The pool's blocks as a table: holders (request ids), ref_cnt, whether the block is in the
+    prefix cache (the first digits of its hash), its cached token ids, and its place in the free
+    queue (0 = handed out next; "-" while held). Without `block_ids`: every block some request
+    holds or that is cached, plus the free queue's head."""
+    if not isinstance(manager, KVCacheManager):
+        raise ValueError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+    pool = manager.block_pool
+    place = {b.block_id: i for i, b in enumerate(pool.free_block_queue)}
+    holders: dict[int, list[str]] = {}
+    for rid, table in manager.req_to_blocks.items():
+        for b in table:
+            holders.setdefault(b.block_id, []).append(rid)
+    if block_ids is None:
+        head = [b.block_id for b, _ in zip(pool.free_block_queue, range(1))]
+        block_ids = sorted({b.block_id for b in pool.blocks if b.ref_cnt or b.is_cached} | set(head))
+    rows = []
+    for bid in block_ids:
+        b = pool.blocks[bid]
+        rows.append({"block": bid, "held by": ",".join(holders.get(bid, [])) or "-",
+                     "ref_cnt": b.ref_cnt,
+                     "hash": f"{b.block_hash & 0xFFFF:04x}.." if b.block_hash is not None else "-",
+                     "cached tokens": "-" if b.token_ids is None else " ".join(map(str, b.token_ids)),
+                     "free-queue place": place.get(bid, "-")})
+    return table_text(rows)
 
 
 def _owner_colours(snap: BlockSnapshot) -> dict[str, str]:
@@ -301,6 +342,46 @@ def record_engine(engine: Any, max_steps: int | None = None,
         step += 1
         snaps.append(snapshot(engine.kv_cache_manager, engine.scheduler.running, f"step {step}"))
     return snaps
+
+
+def chunked_prefill_schedule(prompt_len: int, budget: int, decodes: int) -> list[dict[str, int]]:
+    """Step a real `Scheduler` (no model: outputs are fake tokens) until a `prompt_len`-token
+    prompt, arriving while `decodes` requests decode, has been prefilled under
+    `max_num_batched_tokens=budget`. Returns per step the prefill and decode tokens scheduled."""
+    from llmlab.engine.scheduler import Scheduler
+    from llmlab.request import Request
+    from llmlab.sampling import SamplingParams
+
+    for name, value in (("prompt_len", prompt_len), ("budget", budget)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if not isinstance(decodes, int) or not 0 <= decodes < budget:
+        raise ValueError(f"decodes must be an int in [0, budget={budget}), got {decodes!r}")
+    kv = KVCacheManager(num_blocks=(prompt_len + 64 * (decodes + 1)) // 16 + 8, block_size=16)
+    sched = Scheduler(kv, max_num_seqs=decodes + 1, max_num_batched_tokens=budget,
+                      max_model_len=prompt_len + 64)
+    params = SamplingParams(max_tokens=48, ignore_eos=True)
+    for i in range(decodes):                       # short prompts, prefilled in one step
+        sched.add_request(Request(f"decode{i}", [11 + i] * 8, params, arrival_time=0.0))
+    out = sched.schedule()
+    sched.update_from_output(out, [1] * decodes, now=0.0)
+    long = Request("long", list(range(3, 3 + prompt_len)), params, arrival_time=0.0)
+    sched.add_request(long)
+    rows = []
+    while long.num_output_tokens == 0:
+        out = sched.schedule()
+        rows.append(split_tokens(out))
+        done = sum(1 for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens)
+                   if c + n >= r.num_tokens)
+        sched.update_from_output(out, [1] * done, now=0.0)
+    return rows
+
+
+def split_tokens(out: Any) -> dict[str, int]:
+    """A SchedulerOutput's tokens split into prefill (prompt) tokens and decode tokens."""
+    prefill = sum(min(n, max(0, r.num_prompt_tokens - c))
+                  for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens))
+    return {"prefill": prefill, "decode": out.total_num_scheduled_tokens - prefill}
 
 
 def waste_from_snapshots(snaps: Sequence[BlockSnapshot], max_model_len: int) -> Any:
