@@ -29,6 +29,7 @@ import torch
 
 from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_number, not_yet,
                                passed, report, staged)
+from llmlab.instructor.answers import code_names
 
 HIDDEN, HEADS = 4096, 32                 # the seed's example (Llama-3-8B)
 CAUSAL_T = 6                             # prompt length for the mask question
@@ -150,14 +151,6 @@ def fused_attention_banned() -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names) | set(code.co_freevars)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
 def _scan_function(fn: Any, seen: set[int]) -> str | None:
     """A banned name in a function of this process (its source, the functions and modules it
     uses, the helpers it calls), "no source" when its source cannot be read, or None."""
@@ -175,7 +168,7 @@ def _scan_function(fn: Any, seen: set[int]) -> str | None:
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         with contextlib.suppress(ValueError):
             scope[name] = cell.cell_contents
-    for name in sorted(_code_names(fn.__code__)):
+    for name in sorted(code_names(fn.__code__)):
         value = scope.get(name)
         if isinstance(value, types.ModuleType):
             found = _banned_word(value.__name__)

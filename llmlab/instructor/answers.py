@@ -105,11 +105,13 @@ def encode(value: Any, _depth: int = 0) -> Any:
                             f"list, tuple, set, dict, tensor or function")
 
 
-def _code_names(code: types.CodeType) -> set[str]:
+def code_names(code: types.CodeType) -> set[str]:
+    """Every global, attribute and free-variable name a function's code (and the code nested in
+    it: comprehensions, inner functions) refers to."""
     names = set(code.co_names) | set(code.co_freevars)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _code_names(const)
+            names |= code_names(const)
     return names
 
 
@@ -144,7 +146,7 @@ def _function_spec(fn: types.FunctionType, depth: int, seen: set[int]) -> dict:
             except ValueError:       # a cell not filled yet
                 pass
     used: dict[str, Any] = {}
-    for name in sorted(_code_names(fn.__code__)):
+    for name in sorted(code_names(fn.__code__)):
         if name not in scope or name == fn.__name__:
             continue
         value = scope[name]
