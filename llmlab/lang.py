@@ -85,11 +85,11 @@ def problems(nb, stem: str, store: dict[str, dict]) -> list[Problem]:
     return out
 
 
-def translate(nb, store: dict[str, dict], lang: str):
-    """A copy of `nb` in `lang`: the same code cells, each markdown cell its translation, and a
-    first code cell that chooses the language for the checkers, widgets and figures. Raises
-    ValueError naming every missing or stale cell."""
-    bad = problems(nb, nb.metadata.get("llmlab_stem", "notebook"), store)
+def translate(nb, stem: str, store: dict[str, dict], lang: str):
+    """A copy of notebook `stem` in `lang`: the same code cells, each markdown cell its
+    translation, and a first code cell that chooses the language for the checkers, widgets and
+    figures. Raises ValueError naming every missing or stale cell."""
+    bad = problems(nb, stem, store)
     if bad:
         raise ValueError("cannot build: " + "; ".join(map(str, bad)))
     from nbformat.v4 import new_code_cell
@@ -113,9 +113,7 @@ def _notebooks(src: Path) -> list[Path]:
 def _read(path: Path):
     import nbformat
 
-    nb = nbformat.read(path, as_version=4)
-    nb.metadata["llmlab_stem"] = path.stem
-    return nb
+    return nbformat.read(path, as_version=4)
 
 
 def check(lang: str, src: Path) -> list[Problem]:
@@ -159,8 +157,7 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
     for path in _notebooks(src):
         nb = _read(path)
         store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
-        zh = translate(nb, store, lang)
-        zh.metadata.pop("llmlab_stem", None)
+        zh = translate(nb, path.stem, store, lang)
         target = out / path.name
         nbformat.write(zh, target)
         written.append(target)

@@ -94,13 +94,13 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
         decades = math.log10(p / m) if ratio else float("nan")
         verdict = "too high"
         msg = (f"about {decades:.1f} orders of magnitude too high." if ratio and decades >= 1
-               else "too high by more than a factor " f"{tolerance:g}.")
+               else f"too high by more than a factor {tolerance:g}.")
         extra = if_high
     else:
         decades = math.log10(m / p) if ratio else float("nan")
         verdict = "too low"
         msg = (f"about {decades:.1f} orders of magnitude too low." if ratio and decades >= 1
-               else "too low by more than a factor " f"{tolerance:g}.")
+               else f"too low by more than a factor {tolerance:g}.")
         extra = if_low
     message = msg + (f" {extra}" if extra else "")
     width = max(len(k) for k, _ in rows)
