@@ -23,7 +23,7 @@ from llmlab.sampling import SamplingParams  # noqa: E402
 __version__ = "0.1.0"
 
 _LAZY = {"LLM": "llmlab.engine", "LLMEngine": "llmlab.engine", "RequestOutput": "llmlab.engine",
-         "set_language": "llmlab.i18n", "language": "llmlab.i18n"}
+         "set_language": "llmlab.i18n", "language": "llmlab.i18n", "tr": "llmlab.i18n"}
 _SUBMODULES = {"ops", "costs", "hardware", "roofline", "sim", "metrics", "parallel", "widgets",
                "check", "doctor", "generate", "model", "kvcache", "engine", "tokenizer", "config",
                "sampling", "bench", "weights", "request", "paths", "serve", "figures", "i18n",
@@ -38,7 +38,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'llmlab' has no attribute {name!r}")
 
 
-__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "set_language", "language",
+__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "set_language", "language", "tr",
            "__version__"]
 
 # Figures label things in English; a machine without a CJK font would otherwise warn once per

@@ -2,8 +2,14 @@
 use it.
 
 `data/glossary.json` holds one entry per term: the English term, its Chinese name, other
-accepted spellings in each language, a one-sentence definition and the chapter that introduces
-it. `load_glossary()` reads and validates it; `lookup()` finds an entry by any of its names;
+accepted spellings in each language, a one-sentence definition (in English and Chinese) and the
+chapter that introduces it.
+
+One term per concept in Chinese text: `zh_term` is the term the Chinese edition writes (where
+Chinese engineers keep the English word, as the source chapter does, it is English: token, KV
+cache, prefill, decode, memory-bound, kernel, logits, TTFT). Every other name the entry lists
+(`zh`, `zh_aliases`) may appear in Chinese text only as a gloss in brackets after it;
+`zh_synonym_uses()` finds the places where one is used instead. `load_glossary()` reads and validates it; `lookup()` finds an entry by any of its names;
 `glossary_markdown()` renders the A–Z table of chapter 12.
 
 Notebooks introduce a term once as "term (中文)" (also "*term* (中文)", "term (ABBR, 中文)").
@@ -40,6 +46,17 @@ class GlossaryEntry:
     chapter: int
     aliases: tuple[str, ...] = ()        # other English names: abbreviations, code names
     zh_aliases: tuple[str, ...] = ()     # other Chinese names in use
+    zh_term: str = ""                    # the one term Chinese text uses ("" means `zh`)
+    definition_zh: str = ""              # the definition in Chinese
+
+    @property
+    def primary_zh(self) -> str:
+        """The term the Chinese edition writes for this concept."""
+        return self.zh_term or self.zh
+
+    def zh_synonyms(self) -> tuple[str, ...]:
+        """The Chinese names that Chinese text must not use in place of `primary_zh`."""
+        return tuple(n for n in (self.zh, *self.zh_aliases) if n != self.primary_zh)
 
     @property
     def letter(self) -> str:
@@ -82,7 +99,14 @@ def _entry(raw: Any, index: int) -> GlossaryEntry:
     bad = [a for a in zh_aliases if not isinstance(a, str) or not has_cjk(a)]
     if bad:
         raise ValueError(f"glossary entry {index} ({term!r}): zh_aliases must hold Chinese, got {bad}")
-    return GlossaryEntry(term, zh, definition, chapter, aliases, zh_aliases)
+    zh_term = raw.get("zh_term", "")
+    if not isinstance(zh_term, str):
+        raise ValueError(f"glossary entry {index} ({term!r}): zh_term must be a string, got {zh_term!r}")
+    definition_zh = raw.get("definition_zh", "")
+    if not isinstance(definition_zh, str) or (definition_zh and not has_cjk(definition_zh)):
+        raise ValueError(f"glossary entry {index} ({term!r}): definition_zh must be Chinese, "
+                         f"got {definition_zh!r}")
+    return GlossaryEntry(term, zh, definition, chapter, aliases, zh_aliases, zh_term, definition_zh)
 
 
 def parse_glossary(data: Any) -> list[GlossaryEntry]:
@@ -129,19 +153,73 @@ def find_zh(zh: str, entries: Sequence[GlossaryEntry]) -> GlossaryEntry | None:
 
 
 def glossary_markdown(entries: Sequence[GlossaryEntry] | None = None) -> str:
-    """The A–Z table as Markdown: one section per letter, columns term, 中文, definition, chapter."""
+    """The A–Z table as Markdown: one section per letter, columns term, 中文, definition, chapter
+    (in Chinese, `llmlab.set_language("zh")`: the Chinese term first and the Chinese definition)."""
+    from llmlab.i18n import language
+
     entries = load_glossary() if entries is None else entries
+    zh_edition = language() == "zh"
+    header = ("| 中文术语 | English | 定义 | 章节 |" if zh_edition
+              else "| term | 中文 | definition | chapter |")
     lines: list[str] = []
     letter = None
     for e in sorted(entries, key=lambda e: sort_key(e.term)):
         if e.letter != letter:
             letter = e.letter
-            lines += ["", f"**{letter}**", "", "| term | 中文 | definition | chapter |",
-                      "|---|---|---|---|"]
+            lines += ["", f"**{letter}**", "", header, "|---|---|---|---|"]
         names = e.term + (f" ({', '.join(e.aliases)})" if e.aliases else "")
-        zh = e.zh + (f" ({'、'.join(e.zh_aliases)})" if e.zh_aliases else "")
-        lines.append(f"| {names} | {zh} | {e.definition.replace('|', '/')} | {e.chapter:02d} |")
+        if zh_edition:
+            others = e.zh_synonyms()
+            zh = e.primary_zh + (f"（亦作 {'、'.join(others)}）" if others else "")
+            definition = e.definition_zh or e.definition
+            lines.append(f"| {zh} | {names} | {definition.replace('|', '/')} | {e.chapter:02d} |")
+        else:
+            zh = e.zh + (f" ({'、'.join(e.zh_aliases)})" if e.zh_aliases else "")
+            lines.append(f"| {names} | {zh} | {e.definition.replace('|', '/')} | {e.chapter:02d} |")
     return "\n".join(lines).strip() + "\n"
+
+
+# ---- one term per concept in Chinese text ----------------------------------------------------
+
+_BRACKETED = re.compile(r"[(（][^()（）]*[)）]|`[^`\n]*`")
+
+
+def _loose(name: str) -> re.Pattern:
+    """`name` with any spacing between its characters ("首 token 延迟" = "首token延迟")."""
+    chars = [re.escape(c) for c in name if not c.isspace()]
+    return re.compile(r"\s*".join(chars), re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SynonymUse:
+    """A non-primary Chinese name used in running Chinese text."""
+
+    found: str         # the text as written
+    primary: str       # the term to write instead
+    term: str          # the glossary's English term
+    context: str       # a few characters around it
+
+
+def zh_synonym_uses(text: str, entries: Sequence[GlossaryEntry] | None = None) -> list[SynonymUse]:
+    """Every place in Chinese `text` where a concept is named by one of its non-primary Chinese
+    names. Brackets (a gloss after the primary term) and code spans are skipped, and so is a
+    name that is part of a primary term written out (自回归 inside 自回归生成)."""
+    entries = load_glossary() if entries is None else entries
+    plain = _BRACKETED.sub(lambda m: " " * len(m.group()), text)
+    covered: list[tuple[int, int]] = []
+    for e in entries:
+        for m in _loose(e.primary_zh).finditer(plain):
+            covered.append(m.span())
+    out = []
+    for e in entries:
+        for name in e.zh_synonyms():
+            for m in _loose(name).finditer(plain):
+                a, b = m.span()
+                if any(x <= a and b <= y and (y - x) > (b - a) for x, y in covered):
+                    continue
+                out.append(SynonymUse(m.group(), e.primary_zh, e.term,
+                                      text[max(0, a - 12):b + 12].replace("\n", " ")))
+    return out
 
 
 def terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None) -> dict[int, int]:

@@ -1,5 +1,7 @@
 """The language the course speaks to the student: English (the default) or Chinese.
 
+`tr(en, zh)` picks the text of the language in use.
+
 `set_language("zh")` (or the environment variable `LLMLAB_LANG=zh`, which the Chinese notebooks'
 first cell sets) chooses Chinese; it also gives matplotlib a CJK font, so that Chinese figure
 titles and axis labels are drawn instead of empty boxes. The font is Noto Sans CJK SC, which
@@ -26,6 +28,15 @@ def language() -> str:
         return _chosen
     env = os.environ.get(LANG_ENV, "en").strip().lower() or "en"
     return env if env in LANGUAGES else "en"
+
+
+def tr(en: str, zh: str) -> str:
+    """The text the student reads: `en` in English (the default), `zh` in Chinese.
+
+    Every student-facing string is written as such a pair at the place it is used, so that the
+    two languages are edited together: `not_yet(ex, tr("off by a factor of 8.", "差了 8 倍。"))`.
+    """
+    return zh if language() == "zh" else en
 
 
 def set_language(lang: str) -> str:

@@ -7,6 +7,7 @@ reported as stale, never silently shipped.
     python -m llmlab lang check zh notebooks/           # which cells lack a translation, which are stale
     python -m llmlab lang extract zh notebooks/         # add the untranslated cells to the store (empty)
     python -m llmlab lang build zh notebooks/ build/zh/ # write the Chinese notebooks
+    python -m llmlab lang lint zh notebooks/            # non-primary terms in the translations
 
 The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next to `notebooks/`:
 
@@ -145,6 +146,24 @@ def extract(lang: str, src: Path) -> int:
     return changed
 
 
+def lint(lang: str, src: Path) -> list[str]:
+    """Each place a translation names a concept by a synonym the glossary says not to use
+    (see `llmlab.glossary.zh_synonym_uses`), as "notebook cell N: found -> primary (context)"."""
+    from llmlab.glossary import load_glossary, zh_synonym_uses
+
+    _check_lang(lang)
+    entries = load_glossary()
+    found = []
+    for path in _notebooks(src):
+        store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
+        index = {str(c.get("id")): i for i, c in enumerate(_read(path).cells)}
+        for cell_id, entry in store.items():
+            for use in zh_synonym_uses(str(entry.get("text", "")), entries):
+                found.append(f"{path.stem} cell {index.get(cell_id, '?')}: {use.found!r} -> write "
+                             f"{use.primary!r} ({use.term}); in: {use.context!r}")
+    return found
+
+
 def build(lang: str, src: Path, out: Path) -> list[Path]:
     import nbformat
 
@@ -164,11 +183,11 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
     return written
 
 
-USAGE = "usage: python -m llmlab lang (check|extract) LANG NOTEBOOKS | lang build LANG NOTEBOOKS OUT"
+USAGE = "usage: python -m llmlab lang (check|extract|lint) LANG NOTEBOOKS | lang build LANG NOTEBOOKS OUT"
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 3 or args[0] not in ("check", "extract", "build"):
+    if len(args) < 3 or args[0] not in ("check", "extract", "lint", "build"):
         print(USAGE, file=sys.stderr)
         return 2
     cmd, lang, src = args[0], args[1], Path(args[2])
@@ -178,6 +197,12 @@ def main(args: list[str]) -> int:
             for p in found:
                 print(p)
             print(f"{len(found)} cells to translate")
+            return 1 if found else 0
+        if cmd == "lint":
+            found = lint(lang, src)
+            for line in found:
+                print(line)
+            print(f"{len(found)} non-primary terms")
             return 1 if found else 0
         if cmd == "extract":
             print(f"{extract(lang, src)} entries added or marked for update")

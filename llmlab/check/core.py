@@ -17,8 +17,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from llmlab.i18n import tr
+
 PASS_WORD = "PASS"
 FAIL_WORD = "NOT YET"
+PASS_WORD_ZH = "通过"
+FAIL_WORD_ZH = "还不对"
 LINE_PREFIX = "[check "
 
 
@@ -29,7 +33,7 @@ class CheckResult:
     message: str
 
     def line(self) -> str:
-        word = PASS_WORD if self.passed else FAIL_WORD
+        word = tr(PASS_WORD, PASS_WORD_ZH) if self.passed else tr(FAIL_WORD, FAIL_WORD_ZH)
         return f"{LINE_PREFIX}{self.exercise}] {word}: {self.message}"
 
     def __str__(self) -> str:
