@@ -1,6 +1,7 @@
 # llmlab: two commands do all set-up on a fresh machine.
 #   make lab   -> virtual environment, package, model, then JupyterLab on notebooks/
 #   make test  -> the same set-up, then the whole test suite
+# The Chinese edition: `make lab LLMLAB_LANG=zh` (and `make run LLMLAB_LANG=zh`).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -31,6 +32,22 @@ TEST_ENV := OMP_WAIT_POLICY=PASSIVE LLMLAB_FAST=1
 # an Intel one, so it is no default: pass it yourself, e.g. `make bench BENCH_ENV=GOMP_SPINCOUNT=10000`.
 BENCH_ENV ?=
 
+# The course's language. The Chinese notebooks are built from notebooks/ and the translations in
+# i18n/zh/ into build/zh/notebooks/ (rebuilt when either changed; a copy the student edited is
+# kept beside it as .bak); `make run` then executes them into build/zh/.
+LLMLAB_LANG ?= en
+ifeq ($(LLMLAB_LANG),zh)
+NOTEBOOK_DIR := build/zh/notebooks
+RUN_OUT := build/zh
+LANG_NOTEBOOKS := $(patsubst notebooks/%,build/zh/notebooks/%,$(wildcard notebooks/*.ipynb))
+else ifeq ($(LLMLAB_LANG),en)
+NOTEBOOK_DIR := notebooks
+RUN_OUT := build
+LANG_NOTEBOOKS :=
+else
+$(error LLMLAB_LANG must be en or zh, got '$(LLMLAB_LANG)')
+endif
+
 .PHONY: setup lab test test-fast run bench clean model llamacpp
 
 $(PY):
@@ -48,8 +65,11 @@ setup: $(STAMP)
 model: setup
 	$(PY) -m llmlab model
 
-lab: setup model
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(PORT) --no-browser --ip=127.0.0.1 $(ALLOW_ROOT)
+build/zh/notebooks/%.ipynb: notebooks/%.ipynb i18n/zh/%.json | $(STAMP)
+	$(PY) -m llmlab lang build zh $< build/zh/notebooks
+
+lab: setup model $(LANG_NOTEBOOKS)
+	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) --no-browser --ip=127.0.0.1 $(ALLOW_ROOT)
 
 test: setup model
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
@@ -58,8 +78,8 @@ test: setup model
 test-fast: setup
 	$(TEST_ENV) $(PY) -m pytest -m "not slow and not notebook and not browser and not dist and not nvcc" $(PYTEST_ARGS)
 
-run: setup model
-	LLMLAB_FAST=$${LLMLAB_FAST:-0} $(PY) -m llmlab run notebooks build
+run: setup model $(LANG_NOTEBOOKS)
+	LLMLAB_FAST=$${LLMLAB_FAST:-0} $(PY) -m llmlab run $(NOTEBOOK_DIR) $(RUN_OUT)
 
 bench: setup model
 	$(BENCH_ENV) $(PY) -m llmlab bench kernels

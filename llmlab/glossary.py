@@ -47,6 +47,7 @@ class GlossaryEntry:
     aliases: tuple[str, ...] = ()        # other English names: abbreviations, code names
     zh_aliases: tuple[str, ...] = ()     # other Chinese names in use
     zh_term: str = ""                    # the one term Chinese text uses ("" means `zh`)
+    zh_avoid: tuple[str, ...] = ()       # names wrong for the field: never written, not even as a gloss
     definition_zh: str = ""              # the definition in Chinese
 
     @property
@@ -106,7 +107,12 @@ def _entry(raw: Any, index: int) -> GlossaryEntry:
     if not isinstance(definition_zh, str) or (definition_zh and not has_cjk(definition_zh)):
         raise ValueError(f"glossary entry {index} ({term!r}): definition_zh must be Chinese, "
                          f"got {definition_zh!r}")
-    return GlossaryEntry(term, zh, definition, chapter, aliases, zh_aliases, zh_term, definition_zh)
+    zh_avoid = tuple(raw.get("zh_avoid", ()))
+    bad = [a for a in zh_avoid if not isinstance(a, str) or not has_cjk(a)]
+    if bad:
+        raise ValueError(f"glossary entry {index} ({term!r}): zh_avoid must hold Chinese, got {bad}")
+    return GlossaryEntry(term, zh, definition, chapter, aliases, zh_aliases, zh_term, zh_avoid,
+                         definition_zh)
 
 
 def parse_glossary(data: Any) -> list[GlossaryEntry]:
@@ -200,20 +206,32 @@ class SynonymUse:
     context: str       # a few characters around it
 
 
-def zh_synonym_uses(text: str, entries: Sequence[GlossaryEntry] | None = None) -> list[SynonymUse]:
+def not_synonyms(path: str | Path | None = None) -> tuple[str, ...]:
+    """Words that contain a synonym but name something else (操作系统内核: the OS kernel)."""
+    path = Path(path) if path is not None else GLOSSARY_PATH
+    return tuple(json.loads(path.read_text(encoding="utf-8")).get("zh_not_synonyms", ()))
+
+
+def zh_synonym_uses(text: str, entries: Sequence[GlossaryEntry] | None = None,
+                    exceptions: Sequence[str] | None = None) -> list[SynonymUse]:
     """Every place in Chinese `text` where a concept is named by one of its non-primary Chinese
-    names. Brackets (a gloss after the primary term) and code spans are skipped, and so is a
-    name that is part of a primary term written out (自回归 inside 自回归生成)."""
+    names. A name may stand as a gloss in brackets after the primary term, except a name wrong
+    for the field (`zh_avoid`); code spans are skipped, and so is a name inside a primary term
+    written out (自回归 inside 自回归生成) or inside one of the `exceptions` (操作系统内核)."""
     entries = load_glossary() if entries is None else entries
-    plain = _BRACKETED.sub(lambda m: " " * len(m.group()), text)
+    exceptions = not_synonyms() if exceptions is None else exceptions
+    blank = lambda m: " " * len(m.group())   # noqa: E731 - keeps offsets
+    no_code = re.sub(r"`[^`\n]*`", blank, text)
+    plain = _BRACKETED.sub(blank, text)
     covered: list[tuple[int, int]] = []
-    for e in entries:
-        for m in _loose(e.primary_zh).finditer(plain):
+    for word in [e.primary_zh for e in entries] + list(exceptions):
+        for m in _loose(word).finditer(no_code):
             covered.append(m.span())
     out = []
     for e in entries:
-        for name in e.zh_synonyms():
-            for m in _loose(name).finditer(plain):
+        names = [(n, plain) for n in e.zh_synonyms()] + [(n, no_code) for n in e.zh_avoid]
+        for name, where in names:
+            for m in _loose(name).finditer(where):
                 a, b = m.span()
                 if any(x <= a and b <= y and (y - x) > (b - a) for x, y in covered):
                     continue

@@ -164,6 +164,14 @@ def lint(lang: str, src: Path) -> list[str]:
     return found
 
 
+def _edited(old, new) -> bool:
+    """True when the notebook `old` (already in the output folder) holds cells other than the
+    build `new` writes: a student may have worked in it, so it is kept, not overwritten."""
+    def sources(nb):
+        return [(c.cell_type, c.source) for c in nb.cells]
+    return sources(old) != sources(new)
+
+
 def build(lang: str, src: Path, out: Path) -> list[Path]:
     import nbformat
 
@@ -178,6 +186,10 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
         store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
         zh = translate(nb, path.stem, store, lang)
         target = out / path.name
+        if target.exists() and _edited(nbformat.read(target, as_version=4), zh):
+            backup = target.with_name(target.name + ".bak")
+            target.replace(backup)
+            print(f"{target} differs from the new build (your answers?): kept as {backup}")
         nbformat.write(zh, target)
         written.append(target)
     return written

@@ -58,3 +58,24 @@ def test_build_keeps_code_and_translates_markdown(tmp_path):
         lang.check("fr", nbs)
     with pytest.raises(ValueError, match="must not be the folder"):
         lang.build("zh", nbs, nbs)
+
+
+def test_rebuild_keeps_a_copy_the_student_edited(tmp_path):
+    nbs, nb = _course(tmp_path)
+    lang.extract("zh", nbs)
+    store_file = tmp_path / "i18n" / "zh" / "04-kv.json"
+    store = lang.read_store(store_file)
+    for entry in store.values():
+        entry["text"] = "中文：" + entry["en"]
+    lang.write_store(store_file, store)
+    out = tmp_path / "build" / "zh"
+    [built] = lang.build("zh", nbs, out)
+    lang.build("zh", nbs, out)                      # unchanged: nothing to keep
+    assert not (out / "04-kv.ipynb.bak").exists()
+    mine = nbformat.read(built, as_version=4)
+    mine.cells[2].source = "answer = 42  # the student's work"
+    nbformat.write(mine, built)
+    lang.build("zh", nbs, out)
+    kept = nbformat.read(out / "04-kv.ipynb.bak", as_version=4)
+    assert kept.cells[2].source == "answer = 42  # the student's work"
+    assert nbformat.read(built, as_version=4).cells[2].source == "x = 1\nprint(x)"

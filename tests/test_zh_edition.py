@@ -1,0 +1,104 @@
+"""The Chinese edition, built from the English notebooks and the translations in i18n/zh/:
+every markdown cell translated from the English as it is now, the same code cells in the same
+order, the same fixed parts (time, In vLLM box, summary), one term per concept, and every quote
+of the source chapter exact."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from llmlab import lang
+from llmlab.glossary import load_glossary, zh_synonym_uses
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+STORE = ROOT / "i18n" / "zh"
+SEED_DIR = Path(os.environ.get("LLMLAB_SEED_DIR", ROOT.parent / "shared" / "seed"))
+QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")
+
+
+def _store(path: Path) -> dict[str, dict]:
+    return lang.read_store(STORE / f"{path.stem}.json")
+
+
+def _built(path: Path):
+    return lang.translate(nbformat.read(path, as_version=4), path.stem, _store(path), "zh")
+
+
+def test_thirteen_chapters():
+    assert [p.stem[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(13)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_markdown_cell_is_translated_from_the_english_as_it_is(path):
+    problems = lang.check("zh", path)
+    assert not problems, "\n".join(map(str, problems))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_same_code_cells_in_the_same_order(path):
+    en = nbformat.read(path, as_version=4)
+    zh = _built(path)
+    first = zh.cells[0]
+    assert first.cell_type == "code" and lang.FIRST_CELL_TAG in first.metadata.get("tags", [])
+    assert 'set_language("zh")' in first.source
+    assert [(c.cell_type, c.source if c.cell_type == "code" else None) for c in zh.cells[1:]] == \
+           [(c.cell_type, c.source if c.cell_type == "code" else None) for c in en.cells]
+    translated = [c.source for c in zh.cells[1:] if c.cell_type == "markdown" and c.source.strip()]
+    assert all(re.search(r"[\u4e00-\u9fff]", t) for t in translated), \
+        f"{path.stem}: a markdown cell of the Chinese edition has no Chinese"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_fixed_parts_say_the_same_in_chinese(path):
+    """The stated time is the English one; the In vLLM box keeps every name it cites; the
+    summary is last."""
+    en = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+    zh = [c.source for c in _built(path).cells if c.cell_type == "markdown"]
+    minutes = re.search(r"\*\*Time:\*\*\s*about\s+(\d+)\s+minutes", en[0]).group(1)
+    assert re.search(rf"\*\*时间：\*\*\s*约\s*{minutes}\s*分钟", zh[0]), \
+        f"{path.stem}: first cell does not state '**时间：** 约 {minutes} 分钟'"
+    assert zh[-1].lstrip().startswith("## 小结"), f"{path.stem}: last markdown cell is not '## 小结'"
+    for e, z in zip(en, zh):
+        if e.lstrip().startswith("### In vLLM"):
+            assert z.lstrip().startswith("### 在 vLLM 里"), f"{path.stem}: In vLLM box heading"
+            names = set(re.findall(r"llmlab\.[\w.]+|vllm/[\w/]+\.py|--[a-z][\w-]+", e))
+            lost = sorted(n for n in names if n not in z)
+            assert not lost, f"{path.stem}: the Chinese In vLLM box drops {lost}"
+
+
+def test_one_term_per_concept():
+    found = lang.lint("zh", ROOT / "notebooks")
+    assert not found, "\n".join(found)
+
+
+def test_the_lint_catches_a_synonym_and_spares_a_gloss():
+    entries = load_glossary()
+    assert [u.primary for u in zh_synonym_uses("decode 阶段是内存受限的。", entries)] == ["memory-bound"]
+    assert zh_synonym_uses("decode 阶段是 memory-bound（访存受限）的。", entries) == []
+    assert [u.term for u in zh_synonym_uses("这个 kernel（内核）很快。", entries)] == ["kernel"]
+    assert zh_synonym_uses("进程由操作系统内核调度。", entries) == []
+    assert [u.found for u in zh_synonym_uses("首token延迟与自回归生成", entries)] == ["首token延迟"]
+
+
+def _seed_text() -> str:
+    return "".join(re.sub(r"\s+", "", p.read_text(encoding="utf-8")) for p in sorted(SEED_DIR.glob("*.txt")))
+
+
+@pytest.mark.skipif(not SEED_DIR.is_dir(), reason=f"the source chapter is not at {SEED_DIR} "
+                    "(set LLMLAB_SEED_DIR); the quotes are checked where it is")
+def test_every_quote_of_the_source_chapter_is_exact():
+    seed = _seed_text()
+    bad, count = [], 0
+    for path in NOTEBOOKS:
+        for cell_id, entry in _store(path).items():
+            for quote in QUOTE.findall(str(entry.get("text", ""))):
+                count += 1
+                if re.sub(r"\s+", "", quote) not in seed:
+                    bad.append(f"{path.stem} {cell_id}: 「{quote}」")
+    assert not bad, "quotes not in the source chapter:\n" + "\n".join(bad)
+    assert count >= 5, f"only {count} sentences of the source chapter are quoted"
