@@ -4,7 +4,9 @@ that one run is checked for everything (errors, full marks, time, figures, and t
 exercise's expected number is shown above the exercise) (the student version's run is in test_grading.py).
 
 New notebooks in notebooks/ are picked up automatically. Executed copies and HTML go to
-build/notebooks/ so a failure can be read there.
+build/notebooks/ so a failure can be read there. Chapters 04 and 11 also run in the Chinese
+edition (built from i18n/zh/ as `make lab LLMLAB_LANG=zh` builds it), through the same checks,
+and their checkers must answer in Chinese.
 """
 from __future__ import annotations
 
@@ -33,15 +35,24 @@ def _cell_seconds(cell) -> float:
     return (parse(end) - parse(start)).total_seconds()
 
 
+ZH_CHAPTERS = ("04-kv-cache", "11-vllm-arrives")
+RUNS = [(p, "en") for p in NOTEBOOKS] + [(p, "zh") for p in NOTEBOOKS if p.stem in ZH_CHAPTERS]
+
+
 @pytest.mark.notebook
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_headless(path):
+@pytest.mark.parametrize("path,lang", RUNS, ids=[p.stem + ("" if lg == "en" else "-zh") for p, lg in RUNS])
+def test_notebook_runs_headless(path, lang):
     """The instructor's notebook, graded: no error, full marks (what a student who solves every
     exercise hands in), within the time budget, every figure shown for default values."""
     import nbformat
 
     out = ROOT / "build" / "notebooks"
+    if lang == "zh":
+        from llmlab import lang as languages
+
+        [path] = languages.build("zh", path, ROOT / "build" / "zh" / "notebooks")
+        out = ROOT / "build" / "zh" / "executed"
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{path.stem}.expected.jsonl"
     report = grade_subprocess(path, path, keep=out, expected_log=log)
@@ -67,6 +78,11 @@ def test_notebook_runs_headless(path):
     # No exercise can be answered by copying a number shown above it (the same run's outputs).
     leaks = find_leaks(nb, read_expected_log(log))
     assert not leaks, f"{path.name}: answers shown before their questions:\n" + "\n".join(map(str, leaks))
+    if lang == "zh":
+        lines = [line for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                 for line in str(o.get("text", "")).splitlines() if line.startswith("[check ")]
+        assert len(lines) >= n and all("] 通过" in line for line in lines), \
+            f"{path.name}: checkers did not all answer 通过 in Chinese: {lines}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
