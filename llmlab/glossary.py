@@ -187,6 +187,8 @@ def glossary_markdown(entries: Sequence[GlossaryEntry] | None = None) -> str:
 
 # ---- one term per concept in Chinese text ----------------------------------------------------
 
+# a sentence of the source chapter quoted word for word: its terms are the source's, not ours
+SEED_QUOTE = re.compile(r"「[^」]*」\s*（引自原章节）")
 _BRACKETED = re.compile(r"[(（][^()（）]*[)）]|`[^`\n]*`")
 
 
@@ -216,13 +218,14 @@ def zh_synonym_uses(text: str, entries: Sequence[GlossaryEntry] | None = None,
                     exceptions: Sequence[str] | None = None) -> list[SynonymUse]:
     """Every place in Chinese `text` where a concept is named by one of its non-primary Chinese
     names. A name may stand as a gloss in brackets after the primary term, except a name wrong
-    for the field (`zh_avoid`); code spans are skipped, and so is a name inside a primary term
+    for the field (`zh_avoid`); code spans and quotes of the source chapter (「…」（引自原章节）)
+    are skipped, and so is a name inside a primary term
     written out (自回归 inside 自回归生成) or inside one of the `exceptions` (操作系统内核)."""
     entries = load_glossary() if entries is None else entries
     exceptions = not_synonyms() if exceptions is None else exceptions
     blank = lambda m: " " * len(m.group())   # noqa: E731 - keeps offsets
-    no_code = re.sub(r"`[^`\n]*`", blank, text)
-    plain = _BRACKETED.sub(blank, text)
+    no_code = re.sub(r"`[^`\n]*`|" + SEED_QUOTE.pattern, blank, text)
+    plain = _BRACKETED.sub(blank, no_code)
     covered: list[tuple[int, int]] = []
     for word in [e.primary_zh for e in entries] + list(exceptions):
         for m in _loose(word).finditer(no_code):

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 STORE = ROOT / "i18n" / "zh"
 SEED_DIR = Path(os.environ.get("LLMLAB_SEED_DIR", ROOT.parent / "shared" / "seed"))
-QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")
+QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")  # as llmlab.glossary.SEED_QUOTE, with a group
 
 
 def _store(path: Path) -> dict[str, dict]:
@@ -82,6 +82,7 @@ def test_the_lint_catches_a_synonym_and_spares_a_gloss():
     assert zh_synonym_uses("decode 阶段是 memory-bound（访存受限）的。", entries) == []
     assert [u.term for u in zh_synonym_uses("这个 kernel（内核）很快。", entries)] == ["kernel"]
     assert zh_synonym_uses("进程由操作系统内核调度。", entries) == []
+    assert zh_synonym_uses("原章节说「首 token 时延很关键」（引自原章节）。", entries) == []
     assert [u.found for u in zh_synonym_uses("首token延迟与自回归生成", entries)] == ["首token延迟"]
 
 
