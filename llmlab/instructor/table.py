@@ -4,8 +4,11 @@ seed question it covers), and the notebooks say which exercises each chapter cal
 
     python -m llmlab exercises                  # print the tables
     python -m llmlab exercises --write docs/instructors.md   # replace them between the markers
+    LLMLAB_LANG=zh python -m llmlab exercises --write docs/instructors.zh.md   # the same, in Chinese
 
-A test fails when `docs/instructors.md` is not what `--write` would make it.
+In Chinese (`LLMLAB_LANG=zh`) the headers and the kind names are Chinese; the mistakes stay the
+checkers' own words. A test fails when `docs/instructors.md` or `docs/instructors.zh.md` is not
+what `--write` would make it.
 """
 from __future__ import annotations
 
@@ -15,10 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmlab.check.core import KINDS, ExerciseInfo
+from llmlab.i18n import tr
 from llmlab.instructor.exercises import exercise_ids
 
 BEGIN = "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
 END = "<!-- end of exercises table -->"
+
+
+def kind_name(kind: str) -> str:
+    """The kind as the table writes it: English, or Chinese under `LLMLAB_LANG=zh`."""
+    zh = {"recall": "记忆", "plug-in": "代公式", "reasoning": "推理"}
+    return tr(kind, zh[kind]) if kind in zh else kind
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,9 @@ def rows(notebooks: Path) -> list[Row]:
 
 def markdown(notebooks: Path) -> str:
     table = rows(notebooks)
-    lines = ["| chapter | exercises | recall | plug-in | reasoning | mistakes named |",
+    lines = [tr("| chapter | exercises | ", "| 章节 | 练习数 | ")
+             + " | ".join(kind_name(k) for k in KINDS)
+             + tr(" | mistakes named |", " | 能指出的错误数 |"),
              "|---|---|---|---|---|---|"]
     by_nb: dict[str, list[Row]] = {}
     for r in table:
@@ -60,15 +72,16 @@ def markdown(notebooks: Path) -> str:
         mistakes = sum(len(r.info.mistakes) for r in rs if r.info)
         lines.append(f"| `{nb}` | {len(rs)} | " + " | ".join(str(kinds.count(k)) for k in KINDS)
                      + f" | {mistakes} |")
-    lines += ["", "| chapter | exercise | kind | mistakes its checker names | seed question |",
+    lines += ["", tr("| chapter | exercise | kind | mistakes its checker names | seed question |",
+                     "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 |"),
               "|---|---|---|---|---|"]
     for r in table:
         if r.info is None:
-            lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | (not described) | |")
+            lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | {tr('(not described)', '（未描述）')} | |")
             continue
         mistakes = "; ".join(r.info.mistakes) if r.info.mistakes else "—"
         seed = f"Q{r.info.seed}" if r.info.seed else ""
-        lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | {r.info.kind} | {mistakes} | {seed} |")
+        lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} |")
     return "\n".join(lines)
 
 
