@@ -101,12 +101,11 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
     if baseline is not None:
         rows.append((tr("baseline", "基线"), _fmt(baseline, unit)))
     if baseline is not None and (p - baseline) * (m - baseline) < 0:
-        up = "up" if m > baseline else "down"
-        up_zh = "上升" if m > baseline else "下降"
+        up = tr("up", "上升") if m > baseline else tr("down", "下降")
         verdict, msg = "wrong direction", tr(f"the measurement went {up} from the baseline and your "
                                              f"prediction the other way: the mechanism works the "
                                              f"opposite way to the one you pictured.",
-                                             f"测量值相对基线{up_zh}了，你的预测却走向另一边：这个机制"
+                                             f"测量值相对基线{up}了，你的预测却走向另一边：这个机制"
                                              f"的作用方向和你设想的正好相反。")
         extra = if_high if p > m else if_low
     elif ratio is not None and 1 / tolerance <= ratio <= tolerance:
