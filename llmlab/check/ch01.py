@@ -165,7 +165,7 @@ def id_bits(answer: Any) -> CheckResult:
     return check_number("ch01.id_bits", answer, expected, rel=1e-9, mistakes=[
         (math.floor(math.log2(VOCAB_SIZE)), tr("rounded down: that many bits cannot count up to the "
                                                 "vocabulary size; round up.",
-                                                "你向下取整了：这么多 bit 数不到词表大小；应向上取整。")),
+                                                "你向下取整了：这么多 bit 表示不了词表里的全部 id；应向上取整。")),
         (math.log2(VOCAB_SIZE), tr("bits come in whole numbers; round up.",
                                    "bit 数只能是整数；向上取整。")),
         (expected / 8, tr("that is bytes; the question asks for bits.",

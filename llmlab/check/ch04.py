@@ -41,7 +41,7 @@ def _kv_mistakes(cfg, scale: float) -> list[tuple[float, str]]:
         (per_layer / DTYPE_BYTES * scale, tr("that counts numbers, not bytes: multiply by 2 bytes per BF16 number.",
                                              "这是数值的个数，不是字节数：每个 BF16 数值占 2 个字节，要乘上去。")),
         (per_layer * 2 * scale, tr("that uses 4 bytes per number (FP32); the cache here is BF16.",
-                                   "这里每个数按 4 个字节（FP32）算了；这里的 KV cache 是 BF16。")),
+                                   "这里每个数按 4 个字节（FP32）算了；本题的 KV cache 是 BF16。")),
         (per_layer * cfg.num_attention_heads / cfg.num_key_value_heads * scale,
          tr("that uses the query heads; K and V exist only for the KV heads (GQA).",
             "这里用的是 query 头；只有 KV 头才有 K 和 V（GQA）。")),

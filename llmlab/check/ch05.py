@@ -74,7 +74,7 @@ def decode_flops(answer: Any) -> CheckResult:
                        "不是一个 decode token 的 FLOPs；想一想一个 token 经过一个权重要花多少计算。"),
        formula=tr("every weight a token meets costs one multiply-add (2 FLOPs); at a short context "
                   "attention adds almost nothing.",
-                  "token 遇到的每个权重都要做一次乘加（2 FLOPs）；上下文很短时，注意力几乎不添什么。"))
+                  "token 遇到的每个权重都要做一次乘加（2 FLOPs）；上下文很短时，注意力带来的计算几乎可以忽略。"))
 
 
 def decode_intensity(answer: Any) -> CheckResult:
