@@ -6,6 +6,7 @@ from typing import Any
 
 from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_choice, check_matching,
                                check_number, not_yet, passed, report, staged)
+from llmlab.i18n import tr
 
 CHAPTERS = 13  # notebooks 00 … 12
 
@@ -28,9 +29,12 @@ def options_text(options: tuple[tuple[str, bool], ...]) -> str:
 def num_chapters(answer) -> CheckResult:
     """How many notebooks make up the series, counting this one?"""
     return check_number("ch00.num_chapters", answer, CHAPTERS,
-                        mistakes=[(CHAPTERS - 1, "close: did you count chapter 00 itself?"),
-                                  (11, "the seed's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.")],
-                        default_hint="count the boxes of the map, then the chapter you are reading.",
+                        mistakes=[(CHAPTERS - 1, tr("close: did you count chapter 00 itself?",
+                                                    "差一点：第 00 章本身算进去了吗？")),
+                                  (11, tr("the seed's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.",
+                                          "原章节的流程图有 11 步，但本系列另加了一章准备环境、一章总复习。"))],
+                        default_hint=tr("count the boxes of the map, then the chapter you are reading.",
+                                        "先数地图上的方框，再加上你正在读的这一章。"),
                         rel=0)
 
 
@@ -45,10 +49,13 @@ def module_for_paged_attention(answer) -> CheckResult:
     if text in (target.__name__, target.__name__.rsplit(".", 1)[-1]):
         return report(passed(name))
     if "kvcache" in text:
-        return report(not_yet(name, "kvcache decides *where* blocks go; the kernels that read them live elsewhere."))
+        return report(not_yet(name, tr("kvcache decides *where* blocks go; the kernels that read them live elsewhere.",
+                                       "kvcache 决定块放*在哪里*；读这些块的 kernel 在别处。")))
     if "engine" in text:
-        return report(not_yet(name, "the engine schedules and calls the model; look one level lower, at the ops the attention layer calls."))
-    return report(not_yet(name, "that is not one of the three modules that back chapter 11 in the table above."))
+        return report(not_yet(name, tr("the engine schedules and calls the model; look one level lower, at the ops the attention layer calls.",
+                                       "engine 负责调度、调用模型；再往下看一层，看注意力层调用的那些算子。")))
+    return report(not_yet(name, tr("that is not one of the three modules that back chapter 11 in the table above.",
+                                   "这不是上表中支撑第 11 章的三个模块之一。")))
 
 
 # Shown in this order in the notebook; the right one is marked True.
@@ -64,9 +71,12 @@ def fast_mode(answer) -> CheckResult:
     """What does LLMLAB_FAST=1 do? One letter of FAST_MODE_OPTIONS."""
     letters, right = _lettered(FAST_MODE_OPTIONS)
     return check_choice("ch00.fast_mode", answer, right, options=letters,
-                        hints={letters[0]: "no: every figure is still drawn, headless runs included.",
-                               letters[2]: "no: the model is the same SmolLM2 in both modes.",
-                               letters[3]: "no: the tests run in fast mode precisely to run every check."})
+                        hints={letters[0]: tr("no: every figure is still drawn, headless runs included.",
+                                              "不对：每张图照样会画，没有界面的运行也一样。"),
+                               letters[2]: tr("no: the model is the same SmolLM2 in both modes.",
+                                              "不对：两种模式用的都是同一个 SmolLM2。"),
+                               letters[3]: tr("no: the tests run in fast mode precisely to run every check.",
+                                              "不对：测试用快速模式运行，恰恰是为了跑遍每一个自测。")})
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -107,18 +117,27 @@ def dominant_step(answer: Any) -> CheckResult:
     else:
         right = {letters[2]}
     first = {
-        letters[0]: "you weighed the phases by their token counts. The prefill has more tokens, "
-                    "but it handles all of them in one forward.",
-        letters[2]: "the two phases are far apart: count how many forwards each phase runs, "
-                    "and what each forward has to read.",
-        letters[1]: "the other phase has far more arithmetic: count the FLOPs of each.",
+        letters[0]: tr("you weighed the phases by their token counts. The prefill has more tokens, "
+                       "but it handles all of them in one forward.",
+                       "你是按 token 数来掂量两个阶段的。prefill 的 token 更多，但它一次前向计算"
+                       "就处理完全部 token。"),
+        letters[2]: tr("the two phases are far apart: count how many forwards each phase runs, "
+                       "and what each forward has to read.",
+                       "两个阶段差得很远：数一数每个阶段要做几次前向计算，每次前向计算又要读些什么。"),
+        letters[1]: tr("the other phase has far more arithmetic: count the FLOPs of each.",
+                       "另一个阶段的计算量大得多：分别数一数两者的 FLOPs。"),
     }
-    then = ("Each forward reads every weight once from memory (16 GB here), however many tokens "
-            "it carries; a forward takes about max(bytes read / bandwidth, FLOPs / peak).")
+    then = tr("Each forward reads every weight once from memory (16 GB here), however many tokens "
+              "it carries; a forward takes about max(bytes read / bandwidth, FLOPs / peak).",
+              "每次前向计算都要把全部权重从显存读一遍（这里是 16 GB），不管它带着多少个 token；"
+              "一次前向计算大约耗时 max(读的字节数 / 带宽, FLOPs / 峰值算力)。")
     if isinstance(answer, str) and answer.strip().lower() in right:
-        return report(passed(ex, f"correct. The presets give at least {prefill * 1e3:.0f} ms for "
-                                 f"the prefill and {decode * 1e3:.0f} ms for the decode steps; "
-                                 f"chapters 05 and 07 derive why."))
+        return report(passed(ex, tr(f"correct. The presets give at least {prefill * 1e3:.0f} ms for "
+                                    f"the prefill and {decode * 1e3:.0f} ms for the decode steps; "
+                                    f"chapters 05 and 07 derive why.",
+                                    f"正确。按预设参数，prefill 至少要 {prefill * 1e3:.0f} ms，"
+                                    f"decode 各步合计至少 {decode * 1e3:.0f} ms；第 05 章和第 07 章"
+                                    f"会推导其中的原因。")))
     return check_choice(ex, answer, right, options=letters,
                         hints={k: staged(ex, v, then) for k, v in first.items()})
 
@@ -145,15 +164,21 @@ _SYMPTOM_CHAPTERS = {
     "needs_nvlink": frozenset({"09"}),
     "chinese_costs_more": frozenset({"01"}),
 }
+# (English, Chinese) hint per symptom, resolved with tr when shown.
 _SYMPTOM_HINTS = {
-    "first_word_late": "the first word and the later words come from two different phases of a "
-                       "request; find the chapter that separates them.",
-    "memory_runs_out": "the weights are not what grows with each conversation; find what does.",
-    "batch_is_free": "ask what a decode step spends its time on, and whether 32 users make that "
-                     "part 32 times longer.",
-    "needs_nvlink": "splitting each layer across GPUs means they talk inside every layer: which "
-                    "chapter counts that communication?",
-    "chinese_costs_more": "a price per token depends on how many tokens a text becomes.",
+    "first_word_late": ("the first word and the later words come from two different phases of a "
+                        "request; find the chapter that separates them.",
+                        "第一个词和后面的词出自一个请求的两个不同阶段；找到把这两个阶段分开讲的那一章。"),
+    "memory_runs_out": ("the weights are not what grows with each conversation; find what does.",
+                        "随每个对话一起增长的不是权重；找出是什么在增长。"),
+    "batch_is_free": ("ask what a decode step spends its time on, and whether 32 users make that "
+                      "part 32 times longer.",
+                      "想一想 decode 的一步把时间花在了哪里，32 个用户会不会让这部分变长 32 倍。"),
+    "needs_nvlink": ("splitting each layer across GPUs means they talk inside every layer: which "
+                     "chapter counts that communication?",
+                     "把每一层切到多块 GPU 上，它们在每一层里都要通信：哪一章算了这笔通信账？"),
+    "chinese_costs_more": ("a price per token depends on how many tokens a text becomes.",
+                           "按 token 计价时，价格取决于一段文字会变成多少个 token。"),
 }
 
 
@@ -168,8 +193,10 @@ def symptom_to_chapter(answer: Any) -> CheckResult:
     if isinstance(answer, dict):
         answer = {k: _chapter_label(v) for k, v in answer.items()}
     return check_matching("ch00.symptom_to_chapter", answer, dict(_SYMPTOM_CHAPTERS),
-                          choices=CHAPTER_CHOICES, hints=_SYMPTOM_HINTS,
-                          success="correct: each of these symptoms has its own chapter.")
+                          choices=CHAPTER_CHOICES,
+                          hints={k: tr(*v) for k, v in _SYMPTOM_HINTS.items()},
+                          success=tr("correct: each of these symptoms has its own chapter.",
+                                     "正确：这些症状各有一章来解释。"))
 
 
 EXERCISES: dict[str, ExerciseInfo] = {

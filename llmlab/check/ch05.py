@@ -10,6 +10,7 @@ from typing import Any
 from llmlab import costs, roofline
 from llmlab.check.core import CheckResult, ExerciseInfo, check_choice, check_number
 from llmlab.config import get_config
+from llmlab.i18n import tr
 
 # the steps of one generation step, in order (the seed's self-check question 1)
 STEPS = ["tokenize", "embed", "qkv_projection", "attention", "ffn", "lm_head", "sample"]
@@ -19,29 +20,40 @@ BATCH = 24                               # decode_intensity: FP8 weights (1 byte
 WEIGHT_BYTES = 1
 RIDGE_MODEL, RIDGE_GPU = "llama-3-8b", "H200"   # prefill_ridge_tokens: BF16 on an H200
 
+# (English, Chinese) per step that neither writes nor reads the cache, resolved with tr when shown.
 _NO_CACHE = {
-    "tokenize": "tokenizing turns text into ids before the model runs; no K or V exists yet.",
-    "embed": "the embedding looks up one row per token; it works on each token alone.",
-    "ffn": "the FFN (MLP) transforms each token on its own and never looks at other tokens.",
-    "lm_head": "the lm_head maps the last hidden state to logits; it works on each token alone.",
-    "sample": "sampling picks a token from the logits; the model's layers are done by then.",
+    "tokenize": ("tokenizing turns text into ids before the model runs; no K or V exists yet.",
+                 "分词在模型运行之前把文本变成 id；这时还没有任何 K 或 V。"),
+    "embed": ("the embedding looks up one row per token; it works on each token alone.",
+              "embedding 为每个 token 查出一行；它对每个 token 单独处理。"),
+    "ffn": ("the FFN (MLP) transforms each token on its own and never looks at other tokens.",
+            "FFN（前馈网络，即 MLP）对每个 token 单独做变换，从不看别的 token。"),
+    "lm_head": ("the lm_head maps the last hidden state to logits; it works on each token alone.",
+                "lm_head 把最后的隐藏状态映射成 logits；它对每个 token 单独处理。"),
+    "sample": ("sampling picks a token from the logits; the model's layers are done by then.",
+               "采样是从 logits 里挑出一个 token；到这一步，模型的各层早已算完。"),
 }
 
 
 def cache_writes(answer: Any) -> CheckResult:
     """Which step(s) of STEPS write new entries into the KV cache? A name or a list of names."""
-    hints = dict(_NO_CACHE)
-    hints["qkv_projection"] = ("the projections compute this token's k and v, but they only hand "
-                               "them on: find the step that stores them and then reads them back "
-                               "with all earlier ones (llmlab/model.py; vLLM does the same).")
+    hints = {k: tr(*v) for k, v in _NO_CACHE.items()}
+    hints["qkv_projection"] = tr("the projections compute this token's k and v, but they only hand "
+                                 "them on: find the step that stores them and then reads them back "
+                                 "with all earlier ones (llmlab/model.py; vLLM does the same).",
+                                 "投影算出了这个 token 的 k 和 v，但只是把它们往下传：找出把它们存"
+                                 "起来、再连同之前所有的 k、v 一起读回来的那一步（见 llmlab/model.py；"
+                                 "vLLM 也是这样做的）。")
     return check_choice("ch05.cache_writes", answer, {"attention"}, options=STEPS, hints=hints)
 
 
 def cache_reads(answer: Any) -> CheckResult:
     """Which step(s) of STEPS read the KV cache? A name or a list of names."""
-    hints = dict(_NO_CACHE)
-    hints["qkv_projection"] = ("the projections compute this token's own q, k, v from its hidden "
-                               "state; they need nothing from earlier tokens.")
+    hints = {k: tr(*v) for k, v in _NO_CACHE.items()}
+    hints["qkv_projection"] = tr("the projections compute this token's own q, k, v from its hidden "
+                                 "state; they need nothing from earlier tokens.",
+                                 "投影从这个 token 自己的隐藏状态算出它的 q、k、v；用不到之前 token "
+                                 "的任何东西。")
     return check_choice("ch05.cache_reads", answer, {"attention"}, options=STEPS, hints=hints)
 
 
@@ -51,13 +63,18 @@ def decode_flops(answer: Any) -> CheckResult:
     expected = costs.flops_per_token(cfg, DECODE_CONTEXT, "decode")
     n = costs.param_count(cfg)
     return check_number("ch05.decode_flops", answer, expected, rel=0.03, mistakes=[
-        (n, "that is the number of parameters: each weight costs one multiply and one add, 2 FLOPs."),
-        (2 * n * 2, "that doubles it again: 2 FLOPs per weight, not 2 per byte."),
-        (2 * n / 1e12, "that is a TFLOP figure; the question asks for FLOPs."),
-    ], default_hint="not the FLOPs of one decode token; think about what one weight costs a token "
-                    "passing through it.",
-       formula="every weight a token meets costs one multiply-add (2 FLOPs); at a short context "
-               "attention adds almost nothing.")
+        (n, tr("that is the number of parameters: each weight costs one multiply and one add, 2 FLOPs.",
+               "这是参数个数：每个权重要做一次乘法和一次加法，即 2 FLOPs。")),
+        (2 * n * 2, tr("that doubles it again: 2 FLOPs per weight, not 2 per byte.",
+                       "又多乘了一个 2：是每个权重 2 FLOPs，不是每个字节 2 FLOPs。")),
+        (2 * n / 1e12, tr("that is a TFLOP figure; the question asks for FLOPs.",
+                          "这是以 TFLOP 为单位的数；题目问的是 FLOPs。")),
+    ], default_hint=tr("not the FLOPs of one decode token; think about what one weight costs a token "
+                       "passing through it.",
+                       "不是一个 decode token 的 FLOPs；想一想一个 token 经过一个权重要花多少计算。"),
+       formula=tr("every weight a token meets costs one multiply-add (2 FLOPs); at a short context "
+                  "attention adds almost nothing.",
+                  "token 遇到的每个权重都要做一次乘加（2 FLOPs）；上下文很短时，注意力带来的计算几乎可以忽略。"))
 
 
 def decode_intensity(answer: Any) -> CheckResult:
@@ -68,16 +85,25 @@ def decode_intensity(answer: Any) -> CheckResult:
     bytes_ = costs.weight_bytes(cfg, WEIGHT_BYTES)
     expected = flops / bytes_
     return check_number("ch05.decode_intensity", answer, expected, rel=0.05, mistakes=[
-        (expected / BATCH, "that is batch 1: the weights are read once for the whole batch, but "
-                           "every sequence in it does its own FLOPs."),
-        (expected / 2, "that counts 2 bytes per weight (BF16); these weights are FP8, 1 byte each."),
-        (bytes_ / flops, "upside down: intensity is FLOPs divided by bytes."),
-        (expected * BATCH, "the bytes are read once per step, not once per sequence: do not "
-                           "divide them by the batch again."),
-        (expected / 2 / BATCH, "that is one multiply-add per 2 bytes at batch 1; count the whole "
-                               "batch and 1 byte per FP8 weight."),
-    ], default_hint="not the intensity of this step; count the step's FLOPs and the bytes it reads.",
-       formula="FLOPs of the step (batch × 2 FLOPs per weight) ÷ bytes of the weights (1 per FP8 weight).")
+        (expected / BATCH, tr("that is batch 1: the weights are read once for the whole batch, but "
+                              "every sequence in it does its own FLOPs.",
+                              "这是 batch 为 1 时的值：整个 batch 只读一遍权重，但其中每个序列都要做"
+                              "自己的那份 FLOPs。")),
+        (expected / 2, tr("that counts 2 bytes per weight (BF16); these weights are FP8, 1 byte each.",
+                          "这里每个权重按 2 个字节（BF16）算了；这些权重是 FP8，每个 1 个字节。")),
+        (bytes_ / flops, tr("upside down: intensity is FLOPs divided by bytes.",
+                            "颠倒了：算术强度是 FLOPs 除以字节数。")),
+        (expected * BATCH, tr("the bytes are read once per step, not once per sequence: do not "
+                              "divide them by the batch again.",
+                              "字节是每步读一次，不是每个序列读一次：不要再把它们除以 batch。")),
+        (expected / 2 / BATCH, tr("that is one multiply-add per 2 bytes at batch 1; count the whole "
+                                  "batch and 1 byte per FP8 weight.",
+                                  "这是 batch 为 1、每 2 个字节一次乘加的值；要算上整个 batch，而且"
+                                  "每个 FP8 权重只占 1 个字节。")),
+    ], default_hint=tr("not the intensity of this step; count the step's FLOPs and the bytes it reads.",
+                       "不是这一步的算术强度；数一数这一步的 FLOPs 和它读的字节数。"),
+       formula=tr("FLOPs of the step (batch × 2 FLOPs per weight) ÷ bytes of the weights (1 per FP8 weight).",
+                  "这一步的 FLOPs（batch × 每个权重 2 FLOPs）÷ 权重的字节数（每个 FP8 权重 1 个字节）。"))
 
 
 def _prefill_ridge(gpu: str, model: str = RIDGE_MODEL) -> int:
@@ -92,21 +118,29 @@ def prefill_ridge_tokens(answer: Any) -> CheckResult:
     expected = _prefill_ridge(RIDGE_GPU)
     h100 = _prefill_ridge("H100-SXM")
     return check_number("ch05.prefill_ridge_tokens", answer, expected, rel=0.15, mistakes=[
-        (h100, "that is the H100: the H200 has the same arithmetic but faster memory, so its ridge "
-               "point, and with it this length, is lower."),
-        (1.0, "a prefill of one token is a decode step; it is memory-bound."),
-    ], default_hint="not where this card's prefill turns compute-bound; compare the card's FLOP/s "
-                    "with its bandwidth.",
-       formula="a prefill of n tokens does about 2n FLOPs per weight and reads each BF16 weight "
-               "(2 bytes) once, so its intensity is about n FLOP/byte: find n where it passes "
-               "the H200's peak FLOP/s ÷ bandwidth.")
+        (h100, tr("that is the H100: the H200 has the same arithmetic but faster memory, so its ridge "
+                  "point, and with it this length, is lower.",
+                  "这是 H100 的值：H200 的算力相同，但显存更快，所以它的拐点更低，这个长度也随之更低。")),
+        (1.0, tr("a prefill of one token is a decode step; it is memory-bound.",
+                 "只有一个 token 的 prefill 就是一步 decode；它是 memory-bound 的。")),
+    ], default_hint=tr("not where this card's prefill turns compute-bound; compare the card's FLOP/s "
+                       "with its bandwidth.",
+                       "不是这张卡上 prefill 转为 compute-bound 的位置；拿这张卡的 FLOP/s 和它的带宽"
+                       "比一比。"),
+       formula=tr("a prefill of n tokens does about 2n FLOPs per weight and reads each BF16 weight "
+                  "(2 bytes) once, so its intensity is about n FLOP/byte: find n where it passes "
+                  "the H200's peak FLOP/s ÷ bandwidth.",
+                  "n 个 token 的 prefill 每个权重大约做 2n FLOPs，每个 BF16 权重（2 个字节）只读一次，"
+                  "所以它的算术强度大约是 n FLOP/byte：找出它超过 H200 的峰值 FLOP/s ÷ 带宽的那个 n。"))
 
 
 def compute_bound_phase(answer: Any) -> CheckResult:
     """On a GPU, which phase is usually compute-bound: "prefill" or "decode"?"""
     return check_choice("ch05.compute_bound_phase", answer, "prefill", options=["prefill", "decode"],
-                        hints={"decode": "decode does little arithmetic per byte it reads; it waits "
-                                         "on memory. Look at the intensities computed above."})
+                        hints={"decode": tr("decode does little arithmetic per byte it reads; it waits "
+                                            "on memory. Look at the intensities computed above.",
+                                            "decode 每读一个字节只做很少的计算；它在等显存。看看上面"
+                                            "算出的算术强度。")})
 
 
 EXERCISES: dict[str, ExerciseInfo] = {

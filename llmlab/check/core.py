@@ -34,7 +34,7 @@ class CheckResult:
 
     def line(self) -> str:
         word = tr(PASS_WORD, PASS_WORD_ZH) if self.passed else tr(FAIL_WORD, FAIL_WORD_ZH)
-        return f"{LINE_PREFIX}{self.exercise}] {word}: {self.message}"
+        return f"{LINE_PREFIX}{self.exercise}] {word}{tr(': ', '：')}{self.message}"
 
     def __str__(self) -> str:
         return self.line()
@@ -49,7 +49,10 @@ class CheckResult:
         """`report()` already printed the line; showing the returned result again would repeat it."""
 
 
+# What an unanswered exercise says. Checkers pass the English text to `not_yet`, which shows it in
+# the language in use (and does not count it as a wrong try).
 NOT_ANSWERED = "not answered yet: replace None with your answer and run the cell again."
+NOT_ANSWERED_ZH = "还没有作答：把 None 换成你的答案，再运行这个单元格。"
 
 KINDS = ("recall", "plug-in", "reasoning")
 
@@ -85,7 +88,7 @@ def wrong_tries(exercise: str) -> int:
 def staged(exercise: str, first: str, then: str) -> str:
     """A hint in two stages: `first` (names the mistake, no formula) on the first wrong try,
     `first` followed by `then` (the formula, never the answer) from the second wrong try on."""
-    return first if wrong_tries(exercise) == 0 else f"{first} {then}"
+    return first if wrong_tries(exercise) == 0 else tr(f"{first} {then}", f"{first}{then}")
 
 
 # The value a numeric exercise expects, appended as one JSON line to the file that the
@@ -119,12 +122,17 @@ def expected_values(exercise: str) -> list[float]:
     return list(_EXPECTED.get(exercise, ()))
 
 
-def passed(exercise: str, message: str = "correct.") -> CheckResult:
-    return CheckResult(exercise, True, message)
+def passed(exercise: str, message: str | None = None) -> CheckResult:
+    """A pass; `message` defaults to "correct." in the language in use."""
+    return CheckResult(exercise, True, tr("correct.", "正确。") if message is None else message)
 
 
 def not_yet(exercise: str, hint: str) -> CheckResult:
-    if hint != NOT_ANSWERED:
+    """A "not yet" with `hint`; `NOT_ANSWERED` is shown in the language in use and is not counted
+    as a wrong try."""
+    if hint in (NOT_ANSWERED, NOT_ANSWERED_ZH):
+        hint = tr(NOT_ANSWERED, NOT_ANSWERED_ZH)
+    else:
         _WRONG_TRIES[exercise] = _WRONG_TRIES.get(exercise, 0) + 1
     return CheckResult(exercise, False, hint)
 
@@ -154,7 +162,7 @@ def close(a: float, b: float, rel: float = 0.01) -> bool:
 
 def check_number(exercise: str, answer: Any, expected: float, *, rel: float = 0.01,
                  mistakes: list[tuple[float, str]] = (),
-                 default_hint: str = "not the value we expect; re-derive it step by step.",
+                 default_hint: str | None = None,
                  formula: str | None = None,
                  ) -> CheckResult:
     """Compare a numeric answer with `expected` (relative tolerance `rel`).
@@ -162,24 +170,31 @@ def check_number(exercise: str, answer: Any, expected: float, *, rel: float = 0.
     `mistakes` lists (value a typical mistake produces, hint naming that mistake); a matching
     wrong answer gets its hint. A wrong answer no mistake explains gets `default_hint`, and from
     the second wrong try on also `formula` (the way to the answer, never the answer itself).
-    Hints never include `expected`.
+    Hints never include `expected`. The default hint is in the language in use.
     """
     record_expected(exercise, expected)
     if answer is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     x = as_number(answer)
     if x is None:
-        return report(not_yet(exercise, f"expected a number, got {type(answer).__name__}."))
+        return report(not_yet(exercise, tr(f"expected a number, got {type(answer).__name__}.",
+                                           f"这里要一个数，你给的是 {type(answer).__name__}。")))
     if close(x, expected, rel):
         return report(passed(exercise))
     for wrong, hint in mistakes:
         if close(x, wrong, rel):
             return report(not_yet(exercise, hint))
     if close(x, expected * 8, rel) or close(x, expected / 8, rel):
-        return report(not_yet(exercise, "off by a factor of 8: bits vs bytes?"))
+        return report(not_yet(exercise, tr("off by a factor of 8: bits vs bytes?",
+                                           "差了 8 倍：把 bit 和 byte 弄混了？")))
     for factor, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (2**10, "Ki"), (2**20, "Mi"), (2**30, "Gi")):
         if close(x * factor, expected, rel) or close(x, expected * factor, rel):
-            return report(not_yet(exercise, f"off by a unit prefix ({unit}); give the value in the unit the question asks for."))
+            return report(not_yet(exercise, tr(
+                f"off by a unit prefix ({unit}); give the value in the unit the question asks for.",
+                f"差了一个单位前缀（{unit}）：请用题目要求的单位作答。")))
+    if default_hint is None:
+        default_hint = tr("not the value we expect; re-derive it step by step.",
+                          "不是我们期望的值；请一步一步重新推一遍。")
     hint = staged(exercise, default_hint, formula) if formula else default_hint
     return report(not_yet(exercise, hint))
 
@@ -193,31 +208,39 @@ def check_choice(exercise: str, answer: Any, correct: set[str] | str, *, options
     got = {str(a).strip().lower() for a in (answer if isinstance(answer, (list, tuple, set)) else [answer])}
     unknown = got - {o.lower() for o in options}
     if unknown:
-        return report(not_yet(exercise, f"choose from {options}; got {sorted(unknown)}."))
+        return report(not_yet(exercise, tr(f"choose from {options}; got {sorted(unknown)}.",
+                                           f"请从 {options} 中选；你给的是 {sorted(unknown)}。")))
     if got == {c.lower() for c in correct}:
         return report(passed(exercise))
     for g in sorted(got):
         if hints and g in {k.lower() for k in hints} and g not in {c.lower() for c in correct}:
             hint = next(v for k, v in hints.items() if k.lower() == g)
             return report(not_yet(exercise, hint))
-    return report(not_yet(exercise, "not the right choice; reread the section above the exercise."))
+    return report(not_yet(exercise, tr("not the right choice; reread the section above the exercise.",
+                                       "这个选项不对；请重读练习上面的那一节。")))
 
 
 def check_callable(exercise: str, fn: Any, cases: list[tuple[tuple, Any]],
                    compare: Callable[[Any, Any], bool] | None = None,
-                   hint: str = "your function returns a wrong value on at least one test case.") -> CheckResult:
-    """Call the learner's function on `cases` [(args, expected)] and compare results."""
+                   hint: str | None = None) -> CheckResult:
+    """Call the learner's function on `cases` [(args, expected)] and compare results; a wrong
+    result gets `hint` (by default a generic one, in the language in use)."""
     if fn is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     if not callable(fn):
-        return report(not_yet(exercise, f"expected a function, got {type(fn).__name__}."))
+        return report(not_yet(exercise, tr(f"expected a function, got {type(fn).__name__}.",
+                                           f"这里要一个函数，你给的是 {type(fn).__name__}。")))
     compare = compare or (lambda a, b: a == b)
     for args, expected in cases:
         try:
             got = fn(*args)
         except Exception as e:  # the learner's code: report, never crash the notebook
-            return report(not_yet(exercise, f"your function raised {type(e).__name__}: {e}"))
+            return report(not_yet(exercise, tr(f"your function raised {type(e).__name__}: {e}",
+                                               f"你的函数抛出了 {type(e).__name__}：{e}")))
         if not compare(got, expected):
+            if hint is None:
+                hint = tr("your function returns a wrong value on at least one test case.",
+                          "你的函数至少在一个测试用例上返回了错误的值。")
             return report(not_yet(exercise, hint))
     return report(passed(exercise))
 
@@ -228,19 +251,20 @@ def check_dict_keys(exercise: str, answer: Any, keys) -> CheckResult | None:
     if answer is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     if not isinstance(answer, dict) or set(keys) - set(answer):
-        return report(not_yet(exercise, f"answer a dict with the keys {list(keys)}."))
+        return report(not_yet(exercise, tr(f"answer a dict with the keys {list(keys)}.",
+                                           f"请用一个 dict 作答，键为 {list(keys)}。")))
     return None
 
 
 def check_matching(exercise: str, answer: Any, right: dict[str, str | frozenset[str]], *,
-                   choices: tuple[str, ...], hints: dict[str, str], success: str = "correct.",
+                   choices: tuple[str, ...], hints: dict[str, str], success: str | None = None,
                    why_wrong: dict[str, str] | None = None) -> CheckResult:
     """A dict answer pairing each key of `right` with one of `choices`.
 
     `right[key]` is the one choice accepted, or a set of defensible ones. Every wrong pair gets
     its own hint: why that choice is wrong (`why_wrong`, keyed by choice) where given, else the
     key's hint (`hints`); choices are compared case-insensitively with spaces and dashes read as
-    underscores.
+    underscores. `success` (the message of a pass) defaults to "correct." in the language in use.
     """
     missing = check_dict_keys(exercise, answer, right)
     if missing is not None:
@@ -250,9 +274,11 @@ def check_matching(exercise: str, answer: Any, right: dict[str, str | frozenset[
         value = str(answer[key]).strip().lower().replace("-", "_").replace(" ", "_")
         accepted = {expected} if isinstance(expected, str) else expected
         if value not in choices:
-            problems.append(f"{key}: choose one of {list(choices)}.")
+            problems.append(tr(f"{key}: choose one of {list(choices)}.",
+                               f"{key}：请从 {list(choices)} 中选一个。"))
         elif value not in accepted:
-            problems.append(f"{key}: {(why_wrong or {}).get(value, hints[key])}")
+            why = (why_wrong or {}).get(value, hints[key])
+            problems.append(tr(f"{key}: {why}", f"{key}：{why}"))
     if problems:
-        return report(not_yet(exercise, " ".join(problems)))
+        return report(not_yet(exercise, tr(" ", "").join(problems)))
     return report(passed(exercise, success))

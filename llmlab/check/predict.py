@@ -14,20 +14,35 @@ the measurement corrects is the point of the exercise.
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llmlab.check.core import as_number
+from llmlab.i18n import tr
 
+# The message of a missing prediction (shown in the language in use, see `_no_prediction`).
 NO_PREDICTION = ("no prediction recorded: write your guess in the prediction cell above, then "
                  "run the measurement and this cell again (a guess made after seeing the number "
                  "teaches nothing).")
+NO_PREDICTION_ZH = ("还没有记下预测：先在上面的预测单元格里写下你的猜测，再运行测量和这个单元格"
+                    "（看到数字之后才做的猜测，什么也学不到）。")
+
+
+def _no_prediction() -> str:
+    return tr(NO_PREDICTION, NO_PREDICTION_ZH)
+
+
+def _width(text: str) -> int:
+    """Columns `text` takes in a monospaced font (a Chinese character takes two)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 @dataclass(frozen=True)
 class Comparison:
     """The outcome of one prediction: `verdict` is "close", "too high", "too low",
-    "wrong direction", "as observed", "not as observed" or "no prediction"."""
+    "wrong direction", "as observed", "not as observed" or "no prediction" (codes, the same in
+    every language); `message` is in the language in use."""
     quantity: str
     prediction: Any
     measured: Any
@@ -63,50 +78,62 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
     or "too low" (`if_low`).
     """
     if tolerance <= 1:
-        raise ValueError(f"tolerance must be > 1 (a factor), got {tolerance}")
+        raise ValueError(tr(f"tolerance must be > 1 (a factor), got {tolerance}",
+                            f"tolerance 必须 > 1（是一个倍数），你给的是 {tolerance}"))
     m = as_number(measured)
     if m is None:
-        raise ValueError(f"measured must be a number, got {type(measured).__name__}")
+        raise ValueError(tr(f"measured must be a number, got {type(measured).__name__}",
+                            f"measured 必须是一个数，你给的是 {type(measured).__name__}"))
     p = as_number(prediction)
     if prediction is None or p is None:
-        msg = NO_PREDICTION if prediction is None else \
-            f"the prediction must be a number, got {type(prediction).__name__}."
+        msg = _no_prediction() if prediction is None else \
+            tr(f"the prediction must be a number, got {type(prediction).__name__}.",
+               f"预测必须是一个数，你给的是 {type(prediction).__name__}。")
         print(f"[predict {quantity}] {msg}")
         return Comparison(quantity, prediction, m, "no prediction", msg)
-    rows = [("you predicted", _fmt(p, unit)), ("you measured", _fmt(m, unit))]
+    rows = [(tr("you predicted", "你的预测"), _fmt(p, unit)),
+            (tr("you measured", "你的测量"), _fmt(m, unit))]
     if p != 0 and m != 0 and (p > 0) == (m > 0):
         ratio = p / m
-        rows.append(("prediction / measurement", f"{ratio:.2g}x"))
+        rows.append((tr("prediction / measurement", "预测 / 测量"), f"{ratio:.2g}x"))
     else:
         ratio = None
     if baseline is not None:
-        rows.append(("baseline", _fmt(baseline, unit)))
+        rows.append((tr("baseline", "基线"), _fmt(baseline, unit)))
     if baseline is not None and (p - baseline) * (m - baseline) < 0:
-        up = "up" if m > baseline else "down"
-        verdict, msg = "wrong direction", (f"the measurement went {up} from the baseline and your "
-                                           f"prediction the other way: the mechanism works the "
-                                           f"opposite way to the one you pictured.")
+        up = tr("up", "上升") if m > baseline else tr("down", "下降")
+        verdict, msg = "wrong direction", tr(f"the measurement went {up} from the baseline and your "
+                                             f"prediction the other way: the mechanism works the "
+                                             f"opposite way to the one you pictured.",
+                                             f"测量值相对基线{up}了，你的预测却走向另一边：这个机制"
+                                             f"的作用方向和你设想的正好相反。")
         extra = if_high if p > m else if_low
     elif ratio is not None and 1 / tolerance <= ratio <= tolerance:
-        verdict, msg, extra = "close", (f"within a factor {tolerance:g}: right order of magnitude"
-                                        + (" and direction." if baseline is not None else ".")), ""
+        verdict, msg, extra = "close", tr(f"within a factor {tolerance:g}: right order of magnitude"
+                                          + (" and direction." if baseline is not None else "."),
+                                          f"相差不到 {tolerance:g} 倍：数量级"
+                                          + ("和方向都对。" if baseline is not None else "对了。")), ""
     elif p > m:
         decades = math.log10(p / m) if ratio else float("nan")
         verdict = "too high"
-        msg = (f"about {decades:.1f} orders of magnitude too high." if ratio and decades >= 1
-               else f"too high by more than a factor {tolerance:g}.")
+        msg = (tr(f"about {decades:.1f} orders of magnitude too high.",
+                  f"高了大约 {decades:.1f} 个数量级。") if ratio and decades >= 1
+               else tr(f"too high by more than a factor {tolerance:g}.",
+                       f"高了不止 {tolerance:g} 倍。"))
         extra = if_high
     else:
         decades = math.log10(m / p) if ratio else float("nan")
         verdict = "too low"
-        msg = (f"about {decades:.1f} orders of magnitude too low." if ratio and decades >= 1
-               else f"too low by more than a factor {tolerance:g}.")
+        msg = (tr(f"about {decades:.1f} orders of magnitude too low.",
+                  f"低了大约 {decades:.1f} 个数量级。") if ratio and decades >= 1
+               else tr(f"too low by more than a factor {tolerance:g}.",
+                       f"低了不止 {tolerance:g} 倍。"))
         extra = if_low
     message = msg + (f" {extra}" if extra else "")
-    width = max(len(k) for k, _ in rows)
+    width = max(_width(k) for k, _ in rows)
     print(f"[predict {quantity}]")
     for k, v in rows:
-        print(f"  {k:<{width}}  {v}")
+        print(f"  {k}{' ' * (width - _width(k))}  {v}")
     print(f"  {message}")
     return Comparison(quantity, p, m, verdict, message)
 
@@ -116,19 +143,25 @@ def compare_choice(prediction: Any, observed: str, *, quantity: str, options: Se
     """Set a predicted choice (one of `options`) beside the `observed` one and print `explain`
     (why the measurement came out as it did) whether or not the prediction was right."""
     if observed not in options:
-        raise ValueError(f"observed must be one of {list(options)}, got {observed!r}")
+        raise ValueError(tr(f"observed must be one of {list(options)}, got {observed!r}",
+                            f"observed 必须是 {list(options)} 中的一个，你给的是 {observed!r}"))
     if prediction is None:
-        print(f"[predict {quantity}] {NO_PREDICTION}")
-        return Comparison(quantity, None, observed, "no prediction", NO_PREDICTION)
+        msg = _no_prediction()
+        print(f"[predict {quantity}] {msg}")
+        return Comparison(quantity, None, observed, "no prediction", msg)
     got = str(prediction).strip().lower()
     if got not in {o.lower() for o in options}:
-        msg = f"the prediction must be one of {list(options)}, got {prediction!r}."
+        msg = tr(f"the prediction must be one of {list(options)}, got {prediction!r}.",
+                 f"预测必须是 {list(options)} 中的一个，你给的是 {prediction!r}。")
         print(f"[predict {quantity}] {msg}")
         return Comparison(quantity, prediction, observed, "no prediction", msg)
     right = got == observed.lower()
     verdict = "as observed" if right else "not as observed"
-    msg = (f"you predicted {prediction!r}; the measurement says {observed!r}. "
-           + ("" if right else "Find the step in your reasoning that the measurement contradicts. ")
-           + explain).strip()
+    msg = tr(f"you predicted {prediction!r}; the measurement says {observed!r}. "
+             + ("" if right else "Find the step in your reasoning that the measurement contradicts. ")
+             + explain,
+             f"你预测的是 {prediction!r}；测量结果是 {observed!r}。"
+             + ("" if right else "找出你推理中被测量结果否定的那一步。")
+             + explain).strip()
     print(f"[predict {quantity}] {msg}")
     return Comparison(quantity, prediction, observed, verdict, msg)
