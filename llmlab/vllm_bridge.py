@@ -131,3 +131,91 @@ def sources(names: list[str], timeout: float = 300) -> dict[str, dict]:
         file = entry["file"].replace(os.sep, "/")
         entry["file"] = file[file.rindex("/vllm/") + 1:] if "/vllm/" in file else file
     return found
+
+
+# ---- side by side --------------------------------------------------------------------------
+
+# llmlab's piece, vLLM's, and what vLLM adds (read the two side by side)
+COUNTERPARTS = [
+    ("llmlab.engine.scheduler.Scheduler.schedule", "vllm.v1.core.sched.scheduler:Scheduler.schedule",
+     ("the same budget loop, plus speculative tokens, encoder inputs (images), LoRA limits and "
+      "structured-output bookkeeping", "同样的预算循环，另加投机 token、编码器输入（图像）、LoRA 上限和结构化输出的记账")),
+    ("llmlab.kvcache.manager.KVCacheManager.allocate_slots",
+     "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots",
+     ("the same count-then-allocate, plus lookahead slots for speculative decoding and several "
+      "KV cache groups (e.g. sliding-window layers)", "同样先数再分配，另加投机解码的预留槽位和多个 KV cache 组（如滑动窗口层）")),
+    ("llmlab.kvcache.block_pool.BlockPool", "vllm.v1.core.block_pool:BlockPool",
+     ("the same hash-to-block map and free queue, plus KV events for other processes and "
+      "per-group caches", "同样的哈希到块的映射和空闲队列，另加给其他进程的 KV 事件和按组的缓存")),
+    ("llmlab.kvcache.block_pool.FreeKVCacheBlockQueue", "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue",
+     ("the same doubly linked list with O(1) removal from the middle, with sentinel head and tail "
+      "blocks", "同样的双向链表、O(1) 地从中间移除，另用哨兵块作头尾")),
+    ("llmlab.request.Request", "vllm.v1.request:Request",
+     ("the same status, token lists and block hashes, plus multimodal inputs, LoRA, "
+      "structured output and events", "同样的状态、token 列表和块哈希，另加多模态输入、LoRA、结构化输出和事件")),
+    ("llmlab.engine.llm_engine.LLMEngine.step", "vllm.v1.engine.core:EngineCore.step",
+     ("the same schedule → execute → update, run in a process of its own (EngineCoreProc) that "
+      "talks to the front end over ZeroMQ", "同样的 schedule → execute → update，跑在自己的进程里（EngineCoreProc），通过 ZeroMQ 与前端通信")),
+]
+
+
+def _row(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths))
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(_row([str(c) for c in r], widths) for r in rows)
+
+
+def tokens_table(ours: list[list[int]], theirs: list[list[int]]) -> str:
+    """Per prompt: how many of the greedy tokens are the same, and where they first differ."""
+    rows = [[tr("prompt", "prompt"), tr("tokens", "token 数"), tr("equal", "相同"),
+             tr("first difference", "第一个不同")]]
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        same = sum(x == y for x, y in zip(a, b))
+        first = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        rows.append([str(i), str(len(a)), f"{same}/{len(a)}", "-" if first is None and len(a) == len(b)
+                     else str(first if first is not None else min(len(a), len(b)))])
+    return _table(rows)
+
+
+def speed_table(num_tokens: int, llmlab_s: float, run: VLLMRun) -> str:
+    """Output tokens per second of one batch, llmlab beside vLLM (its first and its warm run)."""
+    rows = [[tr("system", "系统"), tr("seconds", "秒"), tr("output tokens/s", "输出 token/s")],
+            ["llmlab", f"{llmlab_s:.2f}", f"{num_tokens / llmlab_s:.1f}"]]
+    for k, s in enumerate(run.generate_s):
+        name = f"vLLM {run.version}" + (tr(" (warm)", "（预热后）") if k else "")
+        rows.append([name, f"{s:.2f}", f"{num_tokens / s:.1f}"])
+    return _table(rows)
+
+
+def engine_table(run: VLLMRun, llm) -> str:
+    """What vLLM says about the engine it built, beside the same facts of llmlab's `LLM`."""
+    engine = llm.llm_engine
+    ours = {"block_size": engine.config.block_size, "num_gpu_blocks": engine.num_kv_blocks,
+            "max_num_batched_tokens": engine.config.max_num_batched_tokens,
+            "max_num_seqs": engine.config.max_num_seqs, **{k: v for k, v in llm.llm_engine.stats().items()}}
+    rows = [[tr("fact", "项"), "vLLM", "llmlab"],
+            [tr("tokens per KV block", "每个 KV 块的 token 数"), run.engine.get("block_size"), ours["block_size"]],
+            [tr("KV blocks in the pool", "池中的 KV 块数"), run.engine.get("num_gpu_blocks"), ours["num_gpu_blocks"]],
+            ["max_num_batched_tokens", run.engine.get("max_num_batched_tokens"), ours["max_num_batched_tokens"]],
+            ["max_num_seqs", run.engine.get("max_num_seqs"), ours["max_num_seqs"]],
+            [tr("prefix-cache hits / queries (tokens)", "前缀缓存命中 / 查询（token）"),
+             f"{run.engine.get('prefix_cache_hits')} / {run.engine.get('prefix_cache_queries')}",
+             f"{ours['prefix_cache_hits']} / {ours['prefix_cache_queries']}"],
+            [tr("preemptions", "抢占次数"), run.engine.get("num_preemptions"), ours["preemptions"]]]
+    return _table([[str(c) for c in r] for r in rows])
+
+
+def show_counterparts(lines: int = 12) -> None:
+    """Print, for each llmlab piece, where vLLM keeps the same job, its first `lines` lines, and
+    what vLLM adds."""
+    found = sources([v for _, v, _ in COUNTERPARTS])
+    for ours, theirs, adds in COUNTERPARTS:
+        entry = found[theirs]
+        head = "\n".join(entry["source"].splitlines()[:lines])
+        total = len(entry["source"].splitlines())
+        print(f"{ours}  <->  {entry['file']}:{entry['line']} ({total} {tr('lines', '行')})")
+        print(head)
+        print(tr("  ... vLLM adds: ", "  …… vLLM 多出的：") + tr(*adds) + "\n")
