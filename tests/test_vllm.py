@@ -4,6 +4,7 @@ without vLLM: it says how to add vLLM and refuses bad input before starting anyt
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -71,3 +72,39 @@ def test_the_real_vllm_source_is_read_beside_ours():
     assert schedule["file"] == "vllm/v1/core/sched/scheduler.py"
     assert schedule["source"].lstrip().startswith("def schedule(")
     assert "popleft" in found["vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue"]["source"]
+
+
+def test_each_counterpart_names_an_llmlab_piece_that_exists():
+    import importlib
+
+    for ours, theirs, adds in vllm_bridge.COUNTERPARTS:
+        module, _, qual = ours.rpartition(".")
+        while module and not _importable(module):
+            module, _, head = module.rpartition(".")
+            qual = f"{head}.{qual}"
+        obj = importlib.import_module(module)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+        assert callable(obj), ours
+        assert theirs.startswith("vllm.v1.") and ":" in theirs
+        assert len(adds) == 2 and all(adds)
+
+
+def _importable(module: str) -> bool:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+        return True
+    except ImportError:
+        return False
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_every_counterpart_is_found_in_the_installed_vllm():
+    found = vllm_bridge.sources([theirs for _, theirs, _ in vllm_bridge.COUNTERPARTS])
+    for _, theirs, _ in vllm_bridge.COUNTERPARTS:
+        name = theirs.rpartition(":")[2].rpartition(".")[2]
+        assert found[theirs]["file"].startswith("vllm/v1/"), found[theirs]["file"]
+        assert re.search(rf"(def|class) {name}\b", found[theirs]["source"]), theirs
