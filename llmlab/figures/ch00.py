@@ -38,7 +38,8 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
         fill, edge = COLOURS[part]
         ax.add_patch(FancyBboxPatch((x, y), 1.6, 1.0, boxstyle="round,pad=0.05", fc=fill, ec=edge,
                                     lw=2, gid=f"chapter-{num}"))
-        ax.text(x + 0.8, y + 0.5, f"{num}\n{tr(title, TITLES_ZH.get(title, title))}", ha="center", va="center", fontsize=8)
+        shown = tr(title, TITLES_ZH.get(title, title))
+        ax.text(x + 0.8, y + 0.5, f"{num}\n{shown}", ha="center", va="center", fontsize=8)
         last = i == len(chapters) - 1
         if col < per_row - 1 and not last:
             ax.annotate("", xy=(x + 2.0, y + 0.5), xytext=(x + 1.65, y + 0.5),

@@ -11,7 +11,8 @@ def forward_seconds(model: Any, ids: Sequence[int], n_tokens: int, repeats: int 
     """Best of `repeats` wall-clock timings (seconds) of one forward over the first `n_tokens` of
     `ids`: what one step of generation without a cache costs at that length (measured)."""
     if not 1 <= n_tokens <= len(ids):
-        raise ValueError(f"n_tokens must be in [1, {len(ids)}] (the ids given), got {n_tokens}")
+        raise ValueError(tr(f"n_tokens must be in [1, {len(ids)}] (the ids given), got {n_tokens}",
+                            f"n_tokens 必须在 [1, {len(ids)}]（给出的 ids 的个数）之间，你给的是 {n_tokens}"))
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()

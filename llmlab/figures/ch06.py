@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from llmlab.figures.headers import header
+from llmlab.figures.headers import header, ljust, rjust, width
 from llmlab.hardware import PRESETS, get_hardware
 from llmlab.i18n import tr
 
@@ -25,7 +25,8 @@ def chip_memory(names: Sequence[str] = ("H100-SXM", "H200", "A100-80GB")) -> Any
 
     unknown = [n for n in names if n not in PRESETS]
     if unknown:
-        raise ValueError(f"unknown presets {unknown}; choose from {list(PRESETS)}")
+        raise ValueError(tr(f"unknown presets {unknown}; choose from {list(PRESETS)}",
+                            f"没有这些预设：{unknown}；请从 {list(PRESETS)} 中选"))
     fig, ax = plt.subplots(figsize=(8, 3.8))
     x = np.arange(len(names))
     width = 0.8 / len(CHIP_LEVELS)
@@ -47,12 +48,13 @@ def table_text(rows: dict[str, dict[str, Any]], corner: str = "") -> str:
     columns of the first row, in order); numbers as given, missing cells as "-". The corner and
     the column headers are printed in the language in use (`llmlab.figures.headers`)."""
     if not rows:
-        raise ValueError("rows is empty")
+        raise ValueError(tr("rows is empty", "rows 是空的"))
     columns = list(next(iter(rows.values())))
-    cells = [[header(corner), *(header(str(c)) for c in columns)]] + [[str(name), *("-" if r.get(c) is None else str(r[c]) for c in columns)]
-                                    for name, r in rows.items()]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(line, widths)))
+    cells = [[header(corner), *(header(str(c)) for c in columns)]]
+    cells += [[str(name), *("-" if r.get(c) is None else str(r[c]) for c in columns)]
+              for name, r in rows.items()]
+    widths = [max(width(line[i]) for line in cells) for i in range(len(cells[0]))]
+    lines = ["  ".join(ljust(v, w) if i == 0 else rjust(v, w) for i, (v, w) in enumerate(zip(line, widths)))
              for line in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

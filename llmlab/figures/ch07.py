@@ -29,7 +29,7 @@ def throughput_vs_batch(measured: Sequence[roofline.StepMeasurement], machine: s
 
     dec = [m for m in measured if m.kind == "decode"]
     if not dec:
-        raise ValueError("measured holds no decode step")
+        raise ValueError(tr("measured holds no decode step", "measured 里没有 decode 步"))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     left.plot([m.batch for m in dec], [m.batch / m.seconds for m in dec], "o-", label=tr("measured", "实测"))
     left.set_title(tr(f"{machine}: measured decode steps", f"{machine}：实测的 decode 步"))

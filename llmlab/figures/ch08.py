@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from llmlab import roofline
-from llmlab.figures.headers import header
+from llmlab.figures.headers import header, ljust, rjust, width
 from llmlab.hardware import Hardware, get_hardware
 from llmlab.i18n import tr
 
@@ -31,13 +31,13 @@ def _cell(v: Any) -> str:
 def text_table(rows: Sequence[dict], transpose: bool = False) -> str:
     """Rows of dicts (same keys) as an aligned plain-text table; `transpose` puts one row per key."""
     if not rows:
-        raise ValueError("rows must not be empty")
+        raise ValueError(tr("rows must not be empty", "rows 不能为空"))
     keys = list(rows[0])
     grid = [[header(str(k)) for k in keys]] + [[_cell(r[k]) for k in keys] for r in rows]
     if transpose:
         grid = [list(col) for col in zip(*grid)]
-    widths = [max(len(row[i]) for row in grid) for i in range(len(grid[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    widths = [max(width(row[i]) for row in grid) for i in range(len(grid[0]))]
+    lines = ["  ".join(ljust(c, w) if i == 0 else rjust(c, w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in grid]
     return "\n".join(lines)
 
@@ -56,7 +56,8 @@ def batch_scaling(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cfg: 
 
     steps = sorted(steps, key=lambda m: m.batch)
     if not steps or steps[0].batch != 1:
-        raise ValueError("steps must include a batch-1 measurement (the baseline)")
+        raise ValueError(tr("steps must include a batch-1 measurement (the baseline)",
+                            "steps 里必须有 batch 1 的测量（作为基准）"))
     bs = [m.batch for m in steps]
     context = steps[0].tokens + 1
     gpu_t = [_gpu_floor(cfg, gpu, b, context).time_floor for b in bs]
@@ -93,7 +94,8 @@ def cpu_vs_gpu_table(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cf
     headers) and the device names are in the language in use."""
     by_batch = {m.batch: m for m in steps}
     if 1 not in by_batch or batch not in by_batch:
-        raise ValueError(f"steps must include batch 1 and batch {batch}, got {sorted(by_batch)}")
+        raise ValueError(tr(f"steps must include batch 1 and batch {batch}, got {sorted(by_batch)}",
+                            f"steps 里必须有 batch 1 和 batch {batch}，你给的是 {sorted(by_batch)}"))
     m1, mb = by_batch[1], by_batch[batch]
     here = roofline.place(mb.op, hw, dtype)
     context = m1.tokens + 1
@@ -101,7 +103,8 @@ def cpu_vs_gpu_table(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cf
     device, step1 = tr("device", "设备"), tr("step ms, batch 1", "每步 ms，batch 1")
     step_b = tr(f"step ms, batch {batch}", f"每步 ms，batch {batch}")
     ratio, ridge = tr("throughput ratio", "吞吐之比"), tr("ridge FLOP/B", "拐点 FLOP/B")
-    flop_b, bound_b = tr(f"FLOP/B at {batch}", f"batch {batch} 时的 FLOP/B"), tr(f"bound at {batch}", f"batch {batch} 时的瓶颈")
+    flop_b = tr(f"FLOP/B at {batch}", f"batch {batch} 时的 FLOP/B")
+    bound_b = tr(f"bound at {batch}", f"batch {batch} 时的瓶颈")
     rows = [
         {device: tr(f"{hw.name} (measured, {dtype})", f"{hw.name}（实测，{dtype}）"), step1: m1.seconds * 1e3,
          step_b: mb.seconds * 1e3, ratio: batch * m1.seconds / mb.seconds,

@@ -41,7 +41,8 @@ def goodput_vs_rate(results: Mapping[float, metrics.BenchmarkSummary], slo: Mapp
     rates = sorted(results)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.plot(rates, [results[r].request_throughput for r in rates], "o-", label=tr("throughput", "吞吐"))
-    ax.plot(rates, [results[r].goodput for r in rates], "s--", label=tr("goodput (met the SLO)", "goodput（满足 SLO 的）"))
+    ax.plot(rates, [results[r].goodput for r in rates], "s--",
+            label=tr("goodput (met the SLO)", "goodput（满足 SLO 的）"))
     ax.plot(rates, rates, ":", color="grey", label=tr("offered rate", "发来的请求速率"))
     ax.set_xlabel(tr("offered request rate (req/s)", "发来的请求速率（req/s）"))
     ax.set_ylabel(tr("completed requests per second", "每秒完成的请求数"))
@@ -56,8 +57,8 @@ def goodput_vs_rate(results: Mapping[float, metrics.BenchmarkSummary], slo: Mapp
 def tpot_vs_batch(measured: Mapping[int, float], presets: Mapping[str, Mapping[int, float]],
                   machine: str | None = None) -> Any:
     """TPOT relative to batch 1 against the batch (log x): the measured series (`measured`,
-    batch → TPOT in s, on `machine`, default "this machine") and one computed series per entry of `presets` (label → batch → TPOT in
-    s), so a CPU that slows with the batch and a GPU that barely does sit on one scale."""
+    batch → TPOT in s, on `machine`, default "this machine") and one computed series per entry of
+    `presets` (label → batch → TPOT in s), so a CPU that slows with the batch and a GPU that barely does sit on one scale."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.2, 3.8))

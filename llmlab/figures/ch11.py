@@ -64,7 +64,8 @@ def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | Non
     prefill = [r["prefill"] for r in rows]
     decode = [r["decode"] for r in rows]
     fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(rows) + 3), 3.6))
-    ax.bar(steps, prefill, color=PREFILL_COLOUR, label=tr("prefill tokens (prompt chunk)", "prefill token（提示词的一块）"))
+    ax.bar(steps, prefill, color=PREFILL_COLOUR,
+           label=tr("prefill tokens (prompt chunk)", "prefill token（提示词的一块）"))
     ax.bar(steps, decode, bottom=prefill, color=DECODE_COLOUR,
            label=tr("decode tokens (1 per running request)", "decode token（每个运行中的请求 1 个）"))
     ax.axhline(budget, color="black", ls="--", lw=1, label=f"max_num_batched_tokens = {budget}")

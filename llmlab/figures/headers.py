@@ -4,9 +4,12 @@ The notebooks build their tables with English keys (the notebook code is the sam
 languages); the table helpers (`figures.ch06.table_text`, `figures.ch08.text_table`,
 `widgets.blocks.table_text`) print each header through `header`, which gives the Chinese
 header of this table when the language is Chinese. A header not listed here is printed as it is
-(numbers, units, code names).
+(numbers, units, code names). `width`, `ljust` and `rjust` pad by screen columns, where a
+Chinese character takes two.
 """
 from __future__ import annotations
+
+import unicodedata
 
 from llmlab.i18n import tr
 
@@ -81,3 +84,19 @@ def header(text: str) -> str:
     """`text` as a table header in the language in use (unchanged in English, and for headers
     HEADERS_ZH does not list)."""
     return tr(text, HEADERS_ZH.get(text, text))
+
+
+def width(text: str) -> int:
+    """Columns `text` takes on screen: a Chinese character (East Asian wide or full-width) takes
+    two, so that tables with Chinese headers still line up (English text: its length)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def ljust(text: str, columns: int) -> str:
+    """`text` padded with spaces on the right to `columns` screen columns (see `width`)."""
+    return text + " " * (columns - width(text))
+
+
+def rjust(text: str, columns: int) -> str:
+    """`text` padded with spaces on the left to `columns` screen columns (see `width`)."""
+    return " " * (columns - width(text)) + text
