@@ -52,11 +52,14 @@ def gpu_step_floors(cfg: ModelConfig | str, lengths: Sequence[int], gpu: str = "
 
 def plot_step_times(lengths: Sequence[int], t_no: Sequence[float], t_yes: Sequence[float],
                     gpu_lengths: Sequence[int], gpu_no: Sequence[float], gpu_yes: Sequence[float],
-                    gpu_label: str = "Llama-3-8B on H100-SXM, BF16") -> Any:
+                    gpu_label: str | None = None) -> Any:
     """Left: time per generated token vs length on this machine (measured). Right: the same two
-    steps' floors on a GPU (roofline, presets). Times in seconds in, milliseconds drawn."""
+    steps' floors on a GPU (roofline, presets; `gpu_label` by default "Llama-3-8B on H100-SXM,
+    BF16"). Times in seconds in, milliseconds drawn."""
     import matplotlib.pyplot as plt
 
+    if gpu_label is None:
+        gpu_label = tr("Llama-3-8B on H100-SXM, BF16", "Llama-3-8B 在 H100-SXM 上，BF16")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, xs, no, yes in ((a1, lengths, t_no, t_yes), (a2, gpu_lengths, gpu_no, gpu_yes)):
         ax.plot(xs, [1e3 * s for s in no], "o-", color="#b91c1c",

@@ -43,11 +43,14 @@ def gpu_floors(cfg: ModelConfig | str, prompt_lens: Sequence[int], contexts: Seq
 def plot_prefill_decode(prompt_lens: Sequence[int], t_prefill: Sequence[float],
                         contexts: Sequence[int], t_decode: Sequence[float],
                         gpu_prefill: Sequence[float], gpu_decode: Sequence[float],
-                        gpu_label: str = "Llama-3-8B on H100-SXM, BF16") -> Any:
+                        gpu_label: str | None = None) -> Any:
     """Time per token of prefill (prefill time / n) and of decode (one step = one token), on this
-    machine (left, measured) and on a GPU (right, roofline floors). Seconds in, ms drawn."""
+    machine (left, measured) and on a GPU (right, roofline floors; `gpu_label` by default
+    "Llama-3-8B on H100-SXM, BF16"). Seconds in, ms drawn."""
     import matplotlib.pyplot as plt
 
+    if gpu_label is None:
+        gpu_label = tr("Llama-3-8B on H100-SXM, BF16", "Llama-3-8B 在 H100-SXM 上，BF16")
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, pre, dec in ((axes[0], t_prefill, t_decode), (axes[1], gpu_prefill, gpu_decode)):
         ax.plot(prompt_lens, [1e3 * s / n for s, n in zip(pre, prompt_lens)], "o-", color="#2563eb",

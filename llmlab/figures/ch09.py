@@ -23,7 +23,7 @@ def dp_replicas(rows: Sequence[dict]) -> Any:
     for n in sorted({r["replicas"] for r in rows}):
         mine = sorted((r for r in rows if r["replicas"] == n), key=lambda r: r["arrivals/s"])
         x = [r["arrivals/s"] for r in mine]
-        label = tr(f"{n} replica{'s' if n > 1 else ''}", f"{n} 个副本")
+        label = tr(f"{n} replicas", f"{n} 个副本") if n > 1 else tr(f"{n} replica", f"{n} 个副本")
         a0.plot(x, [r["tokens/s"] for r in mine], "o-", label=label)
         a1.plot(x, [r["mean latency s"] for r in mine], "o-", label=label)
     a0.set_ylabel(tr("output tokens / s", "输出 token / s"))

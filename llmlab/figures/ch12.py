@@ -10,7 +10,7 @@ from llmlab.i18n import language, tr
 
 _MARK_COLOURS = {"none": "#e5e7eb", "read": "#bfdbfe", "write": "#fde68a",
                  "write_then_read": "#fca5a5"}
-_MARKS_ZH = {"none": "不碰", "read": "读", "write": "写", "write_then_read": "先写后读"}   # the legend in Chinese
+_MARKS_ZH = {"none": "不涉及", "read": "读", "write": "写", "write_then_read": "先写后读"}   # the legend in Chinese
 
 
 def terms_per_chapter(entries: Sequence[Any] | None = None):

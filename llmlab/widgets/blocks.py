@@ -132,12 +132,13 @@ def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
 def snapshot_text(snap: BlockSnapshot) -> str:
     """One line: requests, blocks held and shared, tokens in slots, waste."""
     cached_free = sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
-    return tr(f"{snap.label + ': ' if snap.label else ''}{len(snap.tables)} live requests, "
+    label = tr(f"{snap.label}: ", f"{snap.label}：") if snap.label else ""
+    return tr(f"{label}{len(snap.tables)} live requests, "
               f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
               f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
               f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
               f"({snap.paged_waste:.0%} unfilled)",
-              f"{snap.label + '：' if snap.label else ''}{len(snap.tables)} 个活跃请求，"
+              f"{label}{len(snap.tables)} 个活跃请求，"
               f"占用 {len(snap.held_blocks)}/{snap.num_blocks} 个块"
               f"（{len(snap.shared_blocks)} 个共享），{cached_free} 个空闲但仍在缓存里；"
               f"{snap.tokens_stored} 个 token 占 {snap.logical_slots} 个表槽位"
