@@ -267,3 +267,29 @@ def test_readouts_keep_their_numbers_in_chinese(zh):
     assert CJK.search(zh_line) and not CJK.search(en_line)
     assert sorted(re.findall(r"\d[\d.,]*", zh_line)) == sorted(re.findall(r"\d[\d.,]*", en_line))
     assert memory.weight_read_text(70, "bf16", 3.0).startswith("Per-token floor: 46.7 ms")
+
+
+def _chinese_strings():
+    """(file, string) of every string literal with a Chinese character in the figure and widget
+    modules and in the glossary's figure."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "llmlab"
+    files = sorted((root / "figures").glob("*.py")) + sorted((root / "widgets").glob("*.py"))
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CJK.search(node.value):
+                yield path.name, node.value
+
+
+def test_chinese_labels_use_the_glossary_terms():
+    from llmlab.glossary import load_glossary, zh_synonym_uses
+
+    entries = load_glossary()
+    strings = list(_chinese_strings())
+    assert len(strings) > 200
+    found = [(name, use.found, use.primary, text) for name, text in strings
+             for use in zh_synonym_uses(text, entries)]
+    assert found == []
+    assert not [(name, text) for name, text in strings if "内核" in text or "对数几率" in text]
