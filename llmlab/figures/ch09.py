@@ -60,10 +60,9 @@ def allreduce_cpu_vs_gpu(measured_s: float, nbytes: float, world_size: int = 2,
     if machine is None:
         machine = tr("this machine", "本机")
     model = allreduce_times(nbytes, world_size)
-    ring = tr("ring model", "ring 模型")
     labels = [tr(f"{machine}\n(measured, gloo over TCP)", f"{machine}\n（实测，gloo 走 TCP）"),
-              tr(f"H100 NVLink\n({ring})", f"H100 NVLink\n（{ring}）"),
-              tr(f"H100 PCIe 5.0\n({ring})", f"H100 PCIe 5.0\n（{ring}）")]
+              tr("H100 NVLink\n(ring model)", "H100 NVLink\n（ring 模型）"),
+              tr("H100 PCIe 5.0\n(ring model)", "H100 PCIe 5.0\n（ring 模型）")]
     values = [measured_s * 1e6, model["nvlink"] * 1e6, model["pcie"] * 1e6]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     bars = ax.bar(labels, values, color=["#6b7280", "#2563eb", "#b45309"])
