@@ -253,16 +253,19 @@ def terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None) -> dict[in
 
 
 def plot_terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None, ax: Any = None) -> Any:
-    """Bar chart: glossary terms introduced by each chapter (no Chinese in the figure)."""
+    """Bar chart: glossary terms introduced by each chapter (labels in the language in use)."""
     import matplotlib.pyplot as plt
+
+    from llmlab.i18n import tr
 
     counts = terms_per_chapter(entries)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.2))
     ax.bar([f"{c:02d}" for c in counts], list(counts.values()), color="#2563eb")
-    ax.set_xlabel("chapter")
-    ax.set_ylabel("new terms")
-    ax.set_title(f"Where the {sum(counts.values())} glossary terms are introduced")
+    ax.set_xlabel(tr("chapter", "章"))
+    ax.set_ylabel(tr("new terms", "新术语数"))
+    ax.set_title(tr(f"Where the {sum(counts.values())} glossary terms are introduced",
+                    f"术语表的 {sum(counts.values())} 个术语各在哪一章引入"))
     return ax
 
 

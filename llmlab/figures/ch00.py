@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmlab.i18n import tr
+
 # (number, title, part) of every chapter after this one; the parts follow the colours of the
 # seed's flowchart: the model itself, performance on the hardware, the serving system.
 CHAPTERS: tuple[tuple[str, str, str], ...] = (
@@ -13,6 +15,12 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("09", "Parallelism", "serving"), ("10", "Metrics", "serving"),
     ("11", "vLLM arrives\n(PagedAttention)", "serving"), ("12", "Glossary & review", "serving"),
 )
+# the chapter titles in Chinese, looked up by the English title when the map is drawn
+TITLES_ZH = {"Tokens": "token", "Attention": "注意力", "Generation": "生成", "KV cache": "KV cache",
+             "Prefill vs decode": "prefill 与 decode", "Memory hierarchy": "存储层次",
+             "Roofline": "roofline 模型", "Batching": "batching", "Parallelism": "并行",
+             "Metrics": "指标", "vLLM arrives\n(PagedAttention)": "vLLM 登场\n（PagedAttention）",
+             "Glossary & review": "术语表与复习"}
 COLOURS = {"model": ("#eff5ff", "#2563eb"), "hardware": ("#fef3c7", "#b45309"),
            "serving": ("#dcfce7", "#15803d")}
 
@@ -30,7 +38,8 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
         fill, edge = COLOURS[part]
         ax.add_patch(FancyBboxPatch((x, y), 1.6, 1.0, boxstyle="round,pad=0.05", fc=fill, ec=edge,
                                     lw=2, gid=f"chapter-{num}"))
-        ax.text(x + 0.8, y + 0.5, f"{num}\n{title}", ha="center", va="center", fontsize=8)
+        shown = tr(title, TITLES_ZH.get(title, title))
+        ax.text(x + 0.8, y + 0.5, f"{num}\n{shown}", ha="center", va="center", fontsize=8)
         last = i == len(chapters) - 1
         if col < per_row - 1 and not last:
             ax.annotate("", xy=(x + 2.0, y + 0.5), xytext=(x + 1.65, y + 0.5),
@@ -39,11 +48,12 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
             ax.annotate("", xy=(0.8, y - 0.55), xytext=(x + 0.8, y - 0.05),
                         arrowprops=dict(arrowstyle="->", connectionstyle="arc3,rad=-0.1"))
     ax.legend(handles=[Patch(fc=f, ec=e, label=label) for label, (f, e) in
-                       (("the model", COLOURS["model"]), ("performance on the hardware", COLOURS["hardware"]),
-                        ("the serving system", COLOURS["serving"]))],
+                       ((tr("the model", "模型本身"), COLOURS["model"]),
+                        (tr("performance on the hardware", "硬件上的性能"), COLOURS["hardware"]),
+                        (tr("the serving system", "推理服务系统"), COLOURS["serving"]))],
               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
     ax.set_xlim(-0.2, per_row * 2.0)
     ax.set_ylim(-1.6 * (rows - 1) - 0.4, 1.2)
     ax.axis("off")
-    ax.set_title("The chapter map: from a token to PagedAttention")
+    ax.set_title(tr("The chapter map: from a token to PagedAttention", "章节地图：从 token 到 PagedAttention"))
     return fig

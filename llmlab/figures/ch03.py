@@ -4,12 +4,15 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
+from llmlab.i18n import tr
+
 
 def forward_seconds(model: Any, ids: Sequence[int], n_tokens: int, repeats: int = 2) -> float:
     """Best of `repeats` wall-clock timings (seconds) of one forward over the first `n_tokens` of
     `ids`: what one step of generation without a cache costs at that length (measured)."""
     if not 1 <= n_tokens <= len(ids):
-        raise ValueError(f"n_tokens must be in [1, {len(ids)}] (the ids given), got {n_tokens}")
+        raise ValueError(tr(f"n_tokens must be in [1, {len(ids)}] (the ids given), got {n_tokens}",
+                            f"n_tokens 必须在 [1, {len(ids)}]（给出的 ids 的个数）之间，你给的是 {n_tokens}"))
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -38,17 +41,21 @@ def naive_step_times(lengths: Sequence[int], seconds: Sequence[float],
 
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     ax.plot(lengths, [1e3 * s for s in seconds], "o-",
-            label="one forward over T tokens (= naive step at length T), measured on this CPU")
+            label=tr("one forward over T tokens (= naive step at length T), measured on this CPU",
+                     "对 T 个 token 做一次前向计算（= 朴素生成在长度 T 时的一步），本机 CPU 实测"))
     if step_lengths:
         ax.plot(step_lengths, [1e3 * s for s in step_seconds], "x", color="#b91c1c",
-                label="naive generate: its step times, measured on this CPU")
+                label=tr("naive generate: its step times, measured on this CPU",
+                         "朴素 generate：它每一步的耗时，本机 CPU 实测"))
     if gpu_seconds is not None:
         ax.plot(lengths, [1e3 * s for s in gpu_seconds], "s--", color="#15803d",
-                label=f"same forward on an {gpu_label}: least time from the presets (bf16)")
+                label=tr(f"same forward on an {gpu_label}: least time from the presets (bf16)",
+                         f"同样的前向计算放到 {gpu_label} 上：按预设算出的最短时间（bf16）"))
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length T (tokens)")
-    ax.set_ylabel("time per generated token (ms, log scale)")
-    ax.set_title("Generation without a KV cache: time per token against length")
+    ax.set_xlabel(tr("sequence length T (tokens)", "序列长度 T（token 数）"))
+    ax.set_ylabel(tr("time per generated token (ms, log scale)", "每生成一个 token 的时间（ms，对数坐标）"))
+    ax.set_title(tr("Generation without a KV cache: time per token against length",
+                    "没有 KV cache 的生成：每个 token 的时间随长度增长"))
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -69,6 +76,7 @@ def sampling_settings(logits: Any, tokenizer: Any, settings: Sequence[Mapping[st
         plot_next_token_distribution(logits, tokenizer, ax=ax, top_n=top_n, **s)
     for ax in list(axes.flat)[len(settings):]:
         ax.axis("off")
-    fig.suptitle(f"Next token after {plot_label(prompt)!r} (SmolLM2)")
+    fig.suptitle(tr(f"Next token after {plot_label(prompt)!r} (SmolLM2)",
+                    f"{plot_label(prompt)!r} 之后的下一个 token（SmolLM2）"))
     fig.tight_layout()
     return fig

@@ -9,6 +9,7 @@ import torch
 
 from llmlab import costs, roofline
 from llmlab.config import ModelConfig, get_config
+from llmlab.i18n import tr
 from llmlab.kvcache import ContiguousKVCache
 
 
@@ -51,23 +52,29 @@ def gpu_step_floors(cfg: ModelConfig | str, lengths: Sequence[int], gpu: str = "
 
 def plot_step_times(lengths: Sequence[int], t_no: Sequence[float], t_yes: Sequence[float],
                     gpu_lengths: Sequence[int], gpu_no: Sequence[float], gpu_yes: Sequence[float],
-                    gpu_label: str = "Llama-3-8B on H100-SXM, BF16") -> Any:
+                    gpu_label: str | None = None) -> Any:
     """Left: time per generated token vs length on this machine (measured). Right: the same two
-    steps' floors on a GPU (roofline, presets). Times in seconds in, milliseconds drawn."""
+    steps' floors on a GPU (roofline, presets; `gpu_label` by default "Llama-3-8B on H100-SXM,
+    BF16"). Times in seconds in, milliseconds drawn."""
     import matplotlib.pyplot as plt
 
+    if gpu_label is None:
+        gpu_label = tr("Llama-3-8B on H100-SXM, BF16", "Llama-3-8B 在 H100-SXM 上，BF16")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, xs, no, yes in ((a1, lengths, t_no, t_yes), (a2, gpu_lengths, gpu_no, gpu_yes)):
-        ax.plot(xs, [1e3 * s for s in no], "o-", color="#b91c1c", label="without cache: forward over T tokens")
-        ax.plot(xs, [1e3 * s for s in yes], "o-", color="#2563eb", label="with cache: one decode step")
-        ax.set_xlabel("sequence length T (tokens)")
+        ax.plot(xs, [1e3 * s for s in no], "o-", color="#b91c1c",
+                label=tr("without cache: forward over T tokens", "没有 KV cache：对 T 个 token 做前向计算"))
+        ax.plot(xs, [1e3 * s for s in yes], "o-", color="#2563eb",
+                label=tr("with cache: one decode step", "有 KV cache：一步 decode"))
+        ax.set_xlabel(tr("sequence length T (tokens)", "序列长度 T（token 数）"))
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    a1.set_ylabel("time per token (ms, measured)")
-    a1.set_title("SmolLM2-135M on this machine (measured)")
-    a2.set_ylabel("time per token (ms, roofline floor)")
-    a2.set_title(f"{gpu_label} (presets, not measured)")
-    fig.suptitle("Time per generated token, with and without the KV cache")
+    a1.set_ylabel(tr("time per token (ms, measured)", "每个 token 的时间（ms，实测）"))
+    a1.set_title(tr("SmolLM2-135M on this machine (measured)", "SmolLM2-135M 在本机上（实测）"))
+    a2.set_ylabel(tr("time per token (ms, roofline floor)", "每个 token 的时间（ms，roofline 下限）"))
+    a2.set_title(tr(f"{gpu_label} (presets, not measured)", f"{gpu_label}（预设，不是实测）"))
+    fig.suptitle(tr("Time per generated token, with and without the KV cache",
+                    "有和没有 KV cache 时，每生成一个 token 的时间"))
     fig.tight_layout()
     return fig
 
@@ -77,10 +84,12 @@ def plot_seed_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 2.6))
-    ax.barh(["GQA: 8 KV heads x 128", "from hidden 8192 (wrong)"],
+    ax.barh([tr("GQA: 8 KV heads x 128", "GQA：8 个 KV 头 x 128"),
+             tr("from hidden 8192 (wrong)", "按 hidden 8192 算（错误）")],
             [gqa_bytes / 1e9, from_hidden_bytes / 1e9], color=["#2563eb", "#b91c1c"])
-    ax.set_xlabel("KV cache of one 4K-token request (GB)")
-    ax.set_title("Llama-3-70B, BF16: the seed's example both ways (llmlab.costs)")
+    ax.set_xlabel(tr("KV cache of one 4K-token request (GB)", "一个 4K token 请求的 KV cache（GB）"))
+    ax.set_title(tr("Llama-3-70B, BF16: the seed's example both ways (llmlab.costs)",
+                    "Llama-3-70B，BF16：原章节的例子，两种算法（llmlab.costs）"))
     fig.tight_layout()
     return fig
 
@@ -106,8 +115,9 @@ def plot_kv_layouts(models: Sequence[str], dtype_bytes: float = 2) -> Any:
         ax.bar(xs, ys, width, label=kind, color=_COLOURS[kind])
     ax.set_xticks(range(len(models)), list(models))
     ax.set_yscale("log")
-    ax.set_ylabel("KV cache per token (KiB, log scale)")
-    ax.set_title("KV bytes per token: the real layout (GQA or MLA) vs the same model as MHA and MQA")
+    ax.set_ylabel(tr("KV cache per token (KiB, log scale)", "每个 token 的 KV cache（KiB，对数坐标）"))
+    ax.set_title(tr("KV bytes per token: the real layout (GQA or MLA) vs the same model as MHA and MQA",
+                    "每个 token 的 KV 字节数：真实的布局（GQA 或 MLA）与同一模型改成 MHA、MQA 的对比"))
     ax.legend()
     fig.tight_layout()
     return fig

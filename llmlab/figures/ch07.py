@@ -7,6 +7,7 @@ from typing import Any, Sequence
 from llmlab import roofline
 from llmlab.config import ModelConfig
 from llmlab.figures.ch06 import print_table, table_text  # noqa: F401  (chapter 07's tables print the same way)
+from llmlab.i18n import tr
 
 
 def measure_steps(model: Any, batches: Sequence[int], context: int, prompts: Sequence[int] = (),
@@ -28,18 +29,19 @@ def throughput_vs_batch(measured: Sequence[roofline.StepMeasurement], machine: s
 
     dec = [m for m in measured if m.kind == "decode"]
     if not dec:
-        raise ValueError("measured holds no decode step")
+        raise ValueError(tr("measured holds no decode step", "measured 里没有 decode 步"))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    left.plot([m.batch for m in dec], [m.batch / m.seconds for m in dec], "o-", label="measured")
-    left.set_title(f"{machine}: measured decode steps")
+    left.plot([m.batch for m in dec], [m.batch / m.seconds for m in dec], "o-", label=tr("measured", "实测"))
+    left.set_title(tr(f"{machine}: measured decode steps", f"{machine}：实测的 decode 步"))
     sweep = roofline.decode_batch_sweep(gpu_cfg, gpu, gpu_batches, context=gpu_context)
     right.plot([r["batch"] for r in sweep], [r["tokens_per_s"] for r in sweep], "s-", color="#dc2626",
-               label="roofline bound")
-    right.set_title(f"{gpu_cfg.name} on {gpu} (preset, bf16, context {gpu_context})")
+               label=tr("roofline bound", "roofline 上限"))
+    right.set_title(tr(f"{gpu_cfg.name} on {gpu} (preset, bf16, context {gpu_context})",
+                       f"{gpu_cfg.name} 在 {gpu} 上（预设，bf16，上下文 {gpu_context}）"))
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("batch (sequences per step)")
+        ax.set_xlabel(tr("batch (sequences per step)", "batch（每步的序列数）"))
         ax.set_ylabel("tokens/s")
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -2,7 +2,8 @@
 and continuous batching, throughput and mean latency (all from `llmlab.sim`).
 
 `batching_text(...)` gives lines of which the first is
-"Continuous/static throughput: <x>x, mean latency <a> vs <b> steps" (`BATCHING_TEXT_PATTERN`).
+"Continuous/static throughput: <x>x, mean latency <a> vs <b> steps" (`BATCHING_TEXT_PATTERN`
+parses the English line; in Chinese the same numbers stand in a Chinese line).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 from typing import Any
 
 from llmlab import sim
+from llmlab.i18n import tr
 from llmlab.widgets._show import show_figure
 
 BATCHING_TEXT_PATTERN = re.compile(
@@ -33,10 +35,14 @@ def batching_text(arrival_rate: float = 0.5, output_spread: float = 0.8, max_bat
     """Throughput ratio and mean latencies (continuous vs static), in steps."""
     r = _results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
     c, s = r["continuous"], r["static"]
-    return (f"Continuous/static throughput: {c.throughput / s.throughput:.2f}x, mean latency "
-            f"{c.mean_latency:.1f} vs {s.mean_latency:.1f} steps\n"
-            f"continuous: {c.throughput:.2f} tok/step, mean batch {c.mean_batch:.1f} of {max_batch}; "
-            f"static: {s.throughput:.2f} tok/step, mean batch {s.mean_batch:.1f} of {max_batch}")
+    return tr(f"Continuous/static throughput: {c.throughput / s.throughput:.2f}x, mean latency "
+              f"{c.mean_latency:.1f} vs {s.mean_latency:.1f} steps\n"
+              f"continuous: {c.throughput:.2f} tok/step, mean batch {c.mean_batch:.1f} of {max_batch}; "
+              f"static: {s.throughput:.2f} tok/step, mean batch {s.mean_batch:.1f} of {max_batch}",
+              f"continuous/static 吞吐之比：{c.throughput / s.throughput:.2f}x，平均延迟 "
+              f"{c.mean_latency:.1f} 步对 {s.mean_latency:.1f} 步\n"
+              f"continuous：{c.throughput:.2f} tok/步，平均 batch {c.mean_batch:.1f}（上限 {max_batch}）；"
+              f"static：{s.throughput:.2f} tok/步，平均 batch {s.mean_batch:.1f}（上限 {max_batch}）")
 
 
 def plot_batching_simulator(arrival_rate: float = 0.5, output_spread: float = 0.8, max_batch: int = 8,
@@ -52,12 +58,14 @@ def batching_simulator(arrival_rate: float = 0.5, output_spread: float = 0.8, ma
     import ipywidgets as w
 
     style = {"description_width": "120px"}
-    rate = w.FloatSlider(value=arrival_rate, min=0.05, max=4.0, step=0.05, description="arrivals / step",
+    rate = w.FloatSlider(value=arrival_rate, min=0.05, max=4.0, step=0.05,
+                         description=tr("arrivals / step", "每步到达数"),
                          style=style)
-    spread = w.FloatSlider(value=output_spread, min=0.0, max=1.0, step=0.05, description="length spread",
+    spread = w.FloatSlider(value=output_spread, min=0.0, max=1.0, step=0.05,
+                           description=tr("length spread", "长度的离散度"),
                            style=style)
-    batch = w.IntSlider(value=max_batch, min=1, max=32, description="max batch", style=style)
-    n = w.IntSlider(value=num_requests, min=4, max=64, description="requests", style=style)
+    batch = w.IntSlider(value=max_batch, min=1, max=32, description=tr("max batch", "最大 batch"), style=style)
+    n = w.IntSlider(value=num_requests, min=4, max=64, description=tr("requests", "请求数"), style=style)
     result = w.HTML()
     out = w.Output()
 

@@ -20,11 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmlab.figures.headers import header, rjust, width
+from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.utils import cdiv
 from llmlab.widgets._show import show_figure
 
-# colourblind-friendly owner colours (no Chinese in figures: labels are request ids)
+# colourblind-friendly owner colours (the owners are named by their request ids)
 OWNER_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2",
                  "#65a30d", "#dc2626", "#4b5563", "#b45309")
 FREE_COLOUR = "#ffffff"
@@ -99,7 +101,8 @@ def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
     table slot counts as stored.
     """
     if not isinstance(manager, KVCacheManager):
-        raise ValueError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+        raise ValueError(tr(f"manager must be a KVCacheManager, got {type(manager).__name__}",
+                            f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}"))
     bs = manager.block_size
     reqs = {r.request_id: r for r in (requests or ())}
     tables = {rid: tuple(b.block_id for b in blocks)
@@ -129,21 +132,28 @@ def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
 def snapshot_text(snap: BlockSnapshot) -> str:
     """One line: requests, blocks held and shared, tokens in slots, waste."""
     cached_free = sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
-    return (f"{snap.label + ': ' if snap.label else ''}{len(snap.tables)} live requests, "
-            f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
-            f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
-            f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
-            f"({snap.paged_waste:.0%} unfilled)")
+    label = tr(f"{snap.label}: ", f"{snap.label}：") if snap.label else ""
+    return tr(f"{label}{len(snap.tables)} live requests, "
+              f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
+              f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
+              f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
+              f"({snap.paged_waste:.0%} unfilled)",
+              f"{label}{len(snap.tables)} 个活跃请求，"
+              f"占用 {len(snap.held_blocks)}/{snap.num_blocks} 个块"
+              f"（{len(snap.shared_blocks)} 个共享），{cached_free} 个空闲但仍在缓存里；"
+              f"{snap.tokens_stored} 个 token 占 {snap.logical_slots} 个表槽位"
+              f"（{snap.paged_waste:.0%} 没填满）")
 
 
 def table_text(rows: Sequence[dict[str, Any]]) -> str:
-    """A plain-text table (one line per row, columns aligned) of dicts with the same keys."""
+    """A plain-text table (one line per row, columns aligned) of dicts with the same keys; the
+    headers in the language in use (`llmlab.figures.headers`)."""
     if not rows:
-        return "(no rows)"
+        return tr("(no rows)", "（没有行）")
     keys = list(rows[0])
-    cells = [[str(k) for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(keys))]
-    lines = ["  ".join(c[i].rjust(widths[i]) for i in range(len(keys))) for c in cells]
+    cells = [[header(str(k)) for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
+    widths = [max(width(c[i]) for c in cells) for i in range(len(keys))]
+    lines = ["  ".join(rjust(c[i], widths[i]) for i in range(len(keys))) for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -154,7 +164,8 @@ def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) 
     queue (0 = handed out next; "-" while held). Without `block_ids`: every block some request
     holds or that is cached, plus the free queue's head."""
     if not isinstance(manager, KVCacheManager):
-        raise ValueError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+        raise ValueError(tr(f"manager must be a KVCacheManager, got {type(manager).__name__}",
+                            f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}"))
     pool = manager.block_pool
     place = {b.block_id: i for i, b in enumerate(pool.free_block_queue)}
     holders: dict[int, list[str]] = {}
@@ -209,7 +220,7 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     from matplotlib.patches import Patch
 
     if not isinstance(cols, int) or cols < 1:
-        raise ValueError(f"cols must be an int >= 1, got {cols!r}")
+        raise ValueError(tr(f"cols must be an int >= 1, got {cols!r}", f"cols 必须是 >= 1 的整数，你给的是 {cols!r}"))
     colours = _owner_colours(snap)
     bs = snap.block_size
     width = max([4] + [len(t) for t in snap.tables.values()])
@@ -233,15 +244,17 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     top.set_xlim(0, width)
     top.set_ylim(n_req, 0)
     top.set_yticks([r + 0.5 for r in range(len(snap.tables))])
-    top.set_yticklabels([f"{rid} ({snap.num_stored[rid]} tok"
-                         + (f", {snap.num_cached[rid]} cached)" if snap.num_cached[rid] else ")")
+    top.set_yticklabels([tr(f"{rid} ({snap.num_stored[rid]} tok", f"{rid}（{snap.num_stored[rid]} 个 token")
+                         + (tr(f", {snap.num_cached[rid]} cached)", f"，{snap.num_cached[rid]} 个来自缓存）")
+                            if snap.num_cached[rid] else tr(")", "）"))
                          for rid in snap.tables], fontsize=8)
     top.set_xticks([i + 0.5 for i in range(width)])
     top.set_xticklabels([str(i) for i in range(width)], fontsize=7)
-    top.set_xlabel(f"logical block (block size {bs} tokens); cell: physical block id")
-    top.set_title("Block tables: logical block -> physical block", fontsize=10)
+    top.set_xlabel(tr(f"logical block (block size {bs} tokens); cell: physical block id",
+                      f"逻辑块（块大小 {bs} 个 token）；格子里：物理 KV 块的编号"))
+    top.set_title(tr("Block tables: logical block -> physical block", "块表：逻辑块 -> 物理 KV 块"), fontsize=10)
     if not snap.tables:
-        top.text(width / 2, 0.5, "no live requests", ha="center", va="center")
+        top.text(width / 2, 0.5, tr("no live requests", "没有活跃的请求"), ha="center", va="center")
 
     # the physical pool
     for bid, view in enumerate(snap.blocks):
@@ -258,15 +271,18 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     bottom.set_ylim(pool_rows, 0)
     bottom.set_xticks([])
     bottom.set_yticks([])
-    bottom.set_xlabel(f"physical KV blocks 0-{snap.num_blocks - 1} (id in the cell)")
+    bottom.set_xlabel(tr(f"physical KV blocks 0-{snap.num_blocks - 1} (id in the cell)",
+                         f"物理 KV 块 0-{snap.num_blocks - 1}（格子里是编号）"))
     handles = [Patch(facecolor=colours[r] + "40", edgecolor=colours[r], label=r) for r in snap.tables]
-    handles += [Patch(facecolor="white", edgecolor="black", hatch="//", linewidth=2, label="shared (x ref count)"),
+    handles += [Patch(facecolor="white", edgecolor="black", hatch="//", linewidth=2,
+                      label=tr("shared (x ref count)", "共享（x 引用计数）")),
                 Patch(facecolor=CACHED_FREE_COLOUR, edgecolor="#6b7280", linestyle=":",
-                      label="free, prefix still cached"),
-                Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label="free")]
+                      label=tr("free, prefix still cached", "空闲，前缀仍在缓存里")),
+                Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label=tr("free", "空闲"))]
     bottom.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     bottom.set_title(snapshot_text(snap), fontsize=8)
-    fig.suptitle(title or "Paged KV cache: block tables and the block pool", fontsize=11)
+    fig.suptitle(title or tr("Paged KV cache: block tables and the block pool", "分页的 KV cache：块表与块池"),
+                 fontsize=11)
     fig.tight_layout()
     return fig
 
@@ -285,9 +301,11 @@ def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: i
     from llmlab.sampling import SamplingParams
 
     if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+        raise ValueError(tr(f"block_size must be an int >= 1, got {block_size!r}",
+                            f"block_size 必须是 >= 1 的整数，你给的是 {block_size!r}"))
     if not isinstance(prefix_len, int) or prefix_len < block_size:
-        raise ValueError(f"prefix_len must be an int >= block_size={block_size}, got {prefix_len!r}")
+        raise ValueError(tr(f"prefix_len must be an int >= block_size={block_size}, got {prefix_len!r}",
+                            f"prefix_len 必须是 >= block_size={block_size} 的整数，你给的是 {prefix_len!r}"))
     mgr = KVCacheManager(num_blocks, block_size, enable_caching=True)
     prefix = list(range(100, 100 + prefix_len))
     params = SamplingParams(max_tokens=64)
@@ -298,7 +316,8 @@ def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: i
         req = Request(rid, prefix + own, params, arrival_time=0.0)
         hits, num_cached = mgr.get_computed_blocks(req)
         if mgr.allocate_slots(req, req.num_tokens - num_cached, hits) is None:
-            raise ValueError(f"num_blocks={num_blocks} is too small for this walk-through")
+            raise ValueError(tr(f"num_blocks={num_blocks} is too small for this walk-through",
+                                f"num_blocks={num_blocks} 太小，这个演示放不下"))
         req.num_cached_tokens = num_cached
         req.num_computed_tokens = req.num_tokens
         live[rid] = req
@@ -308,19 +327,21 @@ def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: i
             for req in live.values():
                 req.append_output_token(500 + s)
                 if mgr.allocate_slots(req, 1) is None:
-                    raise ValueError(f"num_blocks={num_blocks} is too small for this walk-through")
+                    raise ValueError(tr(f"num_blocks={num_blocks} is too small for this walk-through",
+                                        f"num_blocks={num_blocks} 太小，这个演示放不下"))
                 req.num_computed_tokens += 1
 
     admit("A", [1, 2, 3])
-    snaps.append(snapshot(mgr, live.values(), "1. A arrives"))
+    snaps.append(snapshot(mgr, live.values(), tr("1. A arrives", "1. A 到达")))
     admit("B", [7, 8, 9, 10, 11])
-    snaps.append(snapshot(mgr, live.values(), "2. B shares A's prefix blocks"))
+    snaps.append(snapshot(mgr, live.values(), tr("2. B shares A's prefix blocks", "2. B 共享 A 的前缀块")))
     decode(block_size)
-    snaps.append(snapshot(mgr, live.values(), f"3. both decode {block_size} tokens"))
+    snaps.append(snapshot(mgr, live.values(), tr(f"3. both decode {block_size} tokens",
+                                                 f"3. 两者各 decode {block_size} 个 token")))
     mgr.free(live.pop("A"))
-    snaps.append(snapshot(mgr, live.values(), "4. A finishes"))
+    snaps.append(snapshot(mgr, live.values(), tr("4. A finishes", "4. A 结束")))
     admit("C", [42])
-    snaps.append(snapshot(mgr, live.values(), "5. C hits the prefix cache"))
+    snaps.append(snapshot(mgr, live.values(), tr("5. C hits the prefix cache", "5. C 命中前缀缓存")))
     return snaps
 
 
@@ -332,7 +353,8 @@ def record_engine(engine: Any, max_steps: int | None = None,
     tokens: if given, each step's new output tokens are appended to `tokens[request_id]`.
     """
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
-        raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
+        raise ValueError(tr(f"max_steps must be None or an int >= 1, got {max_steps!r}",
+                            f"max_steps 必须是 None 或 >= 1 的整数，你给的是 {max_steps!r}"))
     snaps = []
     step = 0
     while engine.has_unfinished_requests() and (max_steps is None or step < max_steps):
@@ -340,7 +362,8 @@ def record_engine(engine: Any, max_steps: int | None = None,
             if tokens is not None:
                 tokens.setdefault(out.request_id, []).extend(out.outputs[0].token_ids)
         step += 1
-        snaps.append(snapshot(engine.kv_cache_manager, engine.scheduler.running, f"step {step}"))
+        snaps.append(snapshot(engine.kv_cache_manager, engine.scheduler.running,
+                              tr(f"step {step}", f"第 {step} 步")))
     return snaps
 
 
@@ -354,9 +377,11 @@ def chunked_prefill_schedule(prompt_len: int, budget: int, decodes: int) -> list
 
     for name, value in (("prompt_len", prompt_len), ("budget", budget)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            raise ValueError(tr(f"{name} must be an int >= 1, got {value!r}",
+                                f"{name} 必须是 >= 1 的整数，你给的是 {value!r}"))
     if not isinstance(decodes, int) or not 0 <= decodes < budget:
-        raise ValueError(f"decodes must be an int in [0, budget={budget}), got {decodes!r}")
+        raise ValueError(tr(f"decodes must be an int in [0, budget={budget}), got {decodes!r}",
+                            f"decodes 必须是 [0, budget={budget}) 之间的整数，你给的是 {decodes!r}"))
     kv = KVCacheManager(num_blocks=(prompt_len + 64 * (decodes + 1)) // 16 + 8, block_size=16)
     sched = Scheduler(kv, max_num_seqs=decodes + 1, max_num_batched_tokens=budget,
                       max_model_len=prompt_len + 64)
@@ -391,10 +416,11 @@ def waste_from_snapshots(snaps: Sequence[BlockSnapshot], max_model_len: int) -> 
     from llmlab.sim import WasteResult
 
     if not isinstance(max_model_len, int) or max_model_len < 1:
-        raise ValueError(f"max_model_len must be an int >= 1, got {max_model_len!r}")
+        raise ValueError(tr(f"max_model_len must be an int >= 1, got {max_model_len!r}",
+                            f"max_model_len 必须是 >= 1 的整数，你给的是 {max_model_len!r}"))
     live = [s for s in snaps if s.tables]
     if not live:
-        raise ValueError("snaps holds no snapshot with a live request")
+        raise ValueError(tr("snaps holds no snapshot with a live request", "snaps 里没有一个快照有活跃的请求"))
     bs = live[0].block_size
     return WasteResult(bs, max_model_len, "max_len",
                        used=[s.tokens_stored for s in live],
@@ -411,8 +437,8 @@ def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols
 
     snaps = list(snaps) if snaps is not None else manager_walkthrough()
     if not snaps:
-        raise ValueError("snaps must hold at least one BlockSnapshot")
-    slider = w.IntSlider(value=0, min=0, max=len(snaps) - 1, description="snapshot",
+        raise ValueError(tr("snaps must hold at least one BlockSnapshot", "snaps 里至少要有一个 BlockSnapshot"))
+    slider = w.IntSlider(value=0, min=0, max=len(snaps) - 1, description=tr("snapshot", "快照"),
                          style={"description_width": "80px"})
     result = w.HTML()
     out = w.Output()

@@ -8,7 +8,8 @@ fp8`) stores 1 byte per number instead of BF16's 2, so the same budget holds twi
 
 `kv_summary(...)` computes (with `llmlab.costs`, the same functions the tests pin to the seed's
 numbers); `kv_text(summary)` renders one line that starts with "KV cache: <x> GB" (parse it with
-`KV_TEXT_PATTERN`); `plot_kv_memory(...)` draws it; `kv_calculator()` adds sliders.
+`KV_TEXT_PATTERN`, which reads the English line; the Chinese one holds the same numbers);
+`plot_kv_memory(...)` draws it; `kv_calculator()` adds sliders.
 GPU memory sizes come from `llmlab.hardware.PRESETS` (datasheet figures in data/hardware.json).
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from llmlab import costs
 from llmlab.config import ModelConfig, get_config
+from llmlab.i18n import tr
 from llmlab.widgets._show import show_figure
 from llmlab.utils import check_positive_int
 
@@ -87,11 +89,14 @@ def kv_summary(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
                     ("head_dim", head_dim), ("context", context), ("batch", batch)):
         check_positive_int(f"{name}", v)
     if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+        raise ValueError(tr(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}",
+                            f"gpu_memory_utilization 必须在 (0, 1] 之间，你给的是 {gpu_memory_utilization!r}"))
     if weight_bytes < 0:
-        raise ValueError(f"weight_bytes must be >= 0, got {weight_bytes!r}")
+        raise ValueError(tr(f"weight_bytes must be >= 0, got {weight_bytes!r}",
+                            f"weight_bytes 必须 >= 0，你给的是 {weight_bytes!r}"))
     if activation_bytes < 0:
-        raise ValueError(f"activation_bytes must be >= 0, got {activation_bytes!r}")
+        raise ValueError(tr(f"activation_bytes must be >= 0, got {activation_bytes!r}",
+                            f"activation_bytes 必须 >= 0，你给的是 {activation_bytes!r}"))
     dtype_bytes = costs.dtype_bytes_of(dtype)
     cfg = _kv_config(num_layers, num_kv_heads, head_dim)
     per_token = costs.kv_bytes_per_token(cfg, dtype_bytes)
@@ -108,12 +113,20 @@ def kv_summary(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
 
 def kv_text(s: KVSummary) -> str:
     """One line: 'KV cache: 1.342 GB (1.25 GiB) | ...'; the GB number matches KV_TEXT_PATTERN."""
-    fits = (f"KV budget {s.usable_bytes / 1e9:.4g} GB | max concurrent {s.context}-token requests: "
-            f"{s.max_requests}" if s.usable_bytes > 0 else
-            "the weights alone exceed the usable memory: 0 requests fit")
-    return (f"KV cache: {s.kv_bytes / 1e9:.4g} GB ({s.kv_bytes / 2**30:.4g} GiB) for "
-            f"{s.batch} × {s.context} tokens at {s.bytes_per_token:,.0f} B/token | "
-            f"{100 * s.share_of_gpu:.3g}% of {s.gpu} ({s.gpu_bytes / 1e9:.0f} GB) | {fits}")
+    if s.usable_bytes > 0:
+        fits = tr(f"KV budget {s.usable_bytes / 1e9:.4g} GB | max concurrent {s.context}-token requests: "
+                  f"{s.max_requests}",
+                  f"KV 预算 {s.usable_bytes / 1e9:.4g} GB | 最多能同时容纳 {s.context} token 的请求："
+                  f"{s.max_requests} 个")
+    else:
+        fits = tr("the weights alone exceed the usable memory: 0 requests fit",
+                  "光是权重就超过了可用显存：一个请求也放不下（0 个）")
+    return tr(f"KV cache: {s.kv_bytes / 1e9:.4g} GB ({s.kv_bytes / 2**30:.4g} GiB) for "
+              f"{s.batch} × {s.context} tokens at {s.bytes_per_token:,.0f} B/token | "
+              f"{100 * s.share_of_gpu:.3g}% of {s.gpu} ({s.gpu_bytes / 1e9:.0f} GB) | {fits}",
+              f"KV cache：{s.kv_bytes / 1e9:.4g} GB（{s.kv_bytes / 2**30:.4g} GiB），"
+              f"{s.batch} × {s.context} 个 token，每个 token {s.bytes_per_token:,.0f} B | "
+              f"占 {s.gpu}（{s.gpu_bytes / 1e9:.0f} GB）的 {100 * s.share_of_gpu:.3g}% | {fits}")
 
 
 def plot_kv_memory(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 128,
@@ -136,34 +149,41 @@ def plot_kv_memory(num_layers: int = 80, num_kv_heads: int = 8, head_dim: int = 
     acts = min(s.activation_bytes, s.gpu_bytes - weights)
     kv_shown = min(s.kv_bytes, max(0.0, s.gpu_bytes - weights - acts))
     left = 0.0
-    for value, colour, label in ((weights, "#94a3b8", f"weights {s.weight_bytes / gb:.1f} GB"),
-                                 (acts, "#a78bfa", f"activations {s.activation_bytes / gb:.1f} GB"),
+    for value, colour, label in ((weights, "#94a3b8", tr(f"weights {s.weight_bytes / gb:.1f} GB",
+                                                         f"权重 {s.weight_bytes / gb:.1f} GB")),
+                                 (acts, "#a78bfa", tr(f"activations {s.activation_bytes / gb:.1f} GB",
+                                                      f"激活 {s.activation_bytes / gb:.1f} GB")),
                                  (kv_shown, "#f59e0b", f"KV cache {s.kv_bytes / gb:.3g} GB"),
-                                 (s.gpu_bytes - weights - acts - kv_shown, "#e5e7eb", "free")):
+                                 (s.gpu_bytes - weights - acts - kv_shown, "#e5e7eb", tr("free", "空闲"))):
         ax1.barh([0], [value / gb], left=left / gb, color=colour, label=label)
         left += value
     if s.usable_bytes > 0:
         ax1.barh([0], [s.usable_bytes / gb], left=(weights + acts) / gb, fill=False, hatch="//",
-                 edgecolor="#b45309", label=f"KV budget {s.usable_bytes / gb:.3g} GB")
+                 edgecolor="#b45309",
+                 label=tr(f"KV budget {s.usable_bytes / gb:.3g} GB", f"KV 预算 {s.usable_bytes / gb:.3g} GB"))
     ax1.axvline(s.gpu_bytes * gpu_memory_utilization / gb, color="#b91c1c", ls="--",
-                label=f"{gpu_memory_utilization:.0%} utilization limit")
+                label=tr(f"{gpu_memory_utilization:.0%} utilization limit",
+                         f"{gpu_memory_utilization:.0%} 利用率上限"))
     ax1.set_yticks([])
-    ax1.set_xlabel("GB (1e9 bytes)")
-    over = " — does not fit!" if s.kv_bytes + s.weight_bytes + s.activation_bytes > s.gpu_bytes else ""
-    ax1.set_title(f"{s.gpu} memory ({s.gpu_bytes / gb:.0f} GB, preset){over}")
+    ax1.set_xlabel(tr("GB (1e9 bytes)", "GB（1e9 字节）"))
+    too_big = s.kv_bytes + s.weight_bytes + s.activation_bytes > s.gpu_bytes
+    over = tr(" — does not fit!", "——放不下！") if too_big else ""
+    ax1.set_title(tr(f"{s.gpu} memory ({s.gpu_bytes / gb:.0f} GB, preset){over}",
+                     f"{s.gpu} 的显存（{s.gpu_bytes / gb:.0f} GB，预设）{over}"))
     ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
     cfg = _kv_config(num_layers, num_kv_heads, head_dim)
     dtype_bytes = costs.dtype_bytes_of(dtype)
     ctxs = sorted({int(x) for x in [2 ** k for k in range(7, 18)] + [context]})
     ax2.plot(ctxs, [batch * costs.kv_bytes(cfg, c, dtype_bytes) / gb for c in ctxs],
-             marker="o", ms=3, label=f"KV cache, batch {batch}")
-    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label="KV budget")
-    ax2.plot([context], [s.kv_bytes / gb], "s", color="#f59e0b", ms=8, label=f"context {context}")
+             marker="o", ms=3, label=tr(f"KV cache, batch {batch}", f"KV cache，batch {batch}"))
+    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label=tr("KV budget", "KV 预算"))
+    ax2.plot([context], [s.kv_bytes / gb], "s", color="#f59e0b", ms=8,
+             label=tr(f"context {context}", f"上下文 {context}"))
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
-    ax2.set_xlabel("context length (tokens)")
+    ax2.set_xlabel(tr("context length (tokens)", "上下文长度（token 数）"))
     ax2.set_ylabel("GB")
-    ax2.set_title("KV cache grows linearly with context")
+    ax2.set_title(tr("KV cache grows linearly with context", "KV cache 随上下文长度线性增长"))
     ax2.legend(fontsize=8)
     ax1.figure.tight_layout()
     return ax1.figure
@@ -184,18 +204,20 @@ def kv_calculator(model: str = "llama-3-70b", context: int = 4096, batch: int = 
     cfg = get_config(model)
     style = {"description_width": "110px"}
     preset = w.Dropdown(options=[k for k, c in PRESETS.items() if not costs.is_mla(c)],
-                        value=model, description="model preset", style=style)
-    layers = w.IntSlider(value=cfg.num_hidden_layers, min=1, max=128, description="layers", style=style)
-    kv_heads = w.IntSlider(value=cfg.num_key_value_heads, min=1, max=128, description="KV heads", style=style)
+                        value=model, description=tr("model preset", "模型预设"), style=style)
+    layers = w.IntSlider(value=cfg.num_hidden_layers, min=1, max=128, description=tr("layers", "层数"), style=style)
+    kv_heads = w.IntSlider(value=cfg.num_key_value_heads, min=1, max=128, description=tr("KV heads", "KV 头数"),
+                           style=style)
     head_dim = w.IntSlider(value=cfg.head_dim, min=16, max=256, step=16, description="head_dim", style=style)
     dtype_w = w.Dropdown(options=["fp32", "bf16", "fp8"], value=dtype, description="KV dtype", style=style)
-    ctx = w.IntSlider(value=context, min=128, max=131072, step=128, description="context", style=style)
+    ctx = w.IntSlider(value=context, min=128, max=131072, step=128, description=tr("context", "上下文"), style=style)
     bat = w.IntSlider(value=batch, min=1, max=256, description="batch", style=style)
     gpu_w = w.Dropdown(options=gpu_names(), value=gpu, description="GPU", style=style)
-    weights = w.Checkbox(value=include_weights, description="put the preset's BF16 weights on the GPU")
+    weights = w.Checkbox(value=include_weights, description=tr("put the preset's BF16 weights on the GPU",
+                                                               "把这个预设的 BF16 权重也放到 GPU 上"))
     util = w.FloatSlider(value=gpu_memory_utilization, min=0.5, max=1.0, step=0.01,
-                         description="utilisation", style=style)
-    acts = w.FloatText(value=activation_gb, step=0.5, description="activations (GB)", style=style)
+                         description=tr("utilisation", "利用率"), style=style)
+    acts = w.FloatText(value=activation_gb, step=0.5, description=tr("activations (GB)", "激活（GB）"), style=style)
     result = w.HTML()
     out = w.Output()
     loading = {"preset": False}

@@ -3,7 +3,8 @@ the roof, what bounds it, and its time floor.
 
 `roofline_summary(...)` computes with `llmlab.roofline`; `roofline_text(summary)` renders lines
 of which the first is "Decode step floor: <x> ms (<memory|compute>-bound)" (parse it with
-`ROOFLINE_TEXT_PATTERN`); `plot_roofline_explorer(...)` draws it; `roofline_explorer()` adds sliders.
+`ROOFLINE_TEXT_PATTERN`, which reads the English line; the Chinese one holds the same numbers);
+`plot_roofline_explorer(...)` draws it; `roofline_explorer()` adds sliders.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from llmlab import roofline
 from llmlab.config import get_config
 from llmlab.hardware import PRESETS, get_hardware
+from llmlab.i18n import tr
 from llmlab.widgets._show import show_figure
 
 # "Decode step floor: 42.1 ms (memory-bound)" → groups: milliseconds, bound
@@ -43,7 +45,8 @@ def roofline_summary(hardware: str = "H100-SXM", model: str = "llama-3-70b", dty
                      batch: int = 1, context: int = 1024) -> RooflineSummary:
     """One decode step of `model` (weights and KV cache in `dtype`) on `hardware`'s roof."""
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+        raise ValueError(tr(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
+                            f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}"))
     hw = get_hardware(hardware)
     cfg = get_config(model)
     p = roofline.place(roofline.decode_step(cfg, batch, context, DTYPE_BYTES[dtype]), hw, dtype)
@@ -53,11 +56,16 @@ def roofline_summary(hardware: str = "H100-SXM", model: str = "llama-3-70b", dty
 
 def roofline_text(s: RooflineSummary) -> str:
     """Result lines; the first is stable and parseable (ROOFLINE_TEXT_PATTERN)."""
-    return (f"Decode step floor: {s.step_floor * 1e3:.1f} ms ({s.bound}-bound)\n"
-            f"{s.model} on {s.hardware}, {s.dtype}, batch {s.batch}, context {s.context}\n"
-            f"intensity {s.intensity:.1f} FLOP/B vs ridge {s.ridge:.0f} FLOP/B; "
-            f"memory {s.memory_time * 1e3:.1f} ms, compute {s.compute_time * 1e3:.1f} ms; "
-            f"{s.tokens_per_s:,.0f} tokens/s")
+    return tr(f"Decode step floor: {s.step_floor * 1e3:.1f} ms ({s.bound}-bound)\n"
+              f"{s.model} on {s.hardware}, {s.dtype}, batch {s.batch}, context {s.context}\n"
+              f"intensity {s.intensity:.1f} FLOP/B vs ridge {s.ridge:.0f} FLOP/B; "
+              f"memory {s.memory_time * 1e3:.1f} ms, compute {s.compute_time * 1e3:.1f} ms; "
+              f"{s.tokens_per_s:,.0f} tokens/s",
+              f"decode 一步的下限：{s.step_floor * 1e3:.1f} ms（{s.bound}-bound）\n"
+              f"{s.model} 在 {s.hardware} 上，{s.dtype}，batch {s.batch}，上下文 {s.context}\n"
+              f"算术强度 {s.intensity:.1f} FLOP/B，拐点 {s.ridge:.0f} FLOP/B；"
+              f"读内存 {s.memory_time * 1e3:.1f} ms，计算 {s.compute_time * 1e3:.1f} ms；"
+              f"{s.tokens_per_s:,.0f} tokens/s")
 
 
 def plot_roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dtype: str = "bf16",
@@ -73,8 +81,10 @@ def plot_roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b
            roofline.decode_attention(cfg, batch, context, nbytes)]
     fig, ax = plt.subplots(figsize=(8, 5))
     roofline.plot_roofline([hardware], dtype=dtype, ops=ops, ax=ax,
-                           title=f"{model}, batch {batch}, context {context}: "
-                                 f"{s.step_floor * 1e3:.1f} ms/step floor, {s.bound}-bound")
+                           title=tr(f"{model}, batch {batch}, context {context}: "
+                                    f"{s.step_floor * 1e3:.1f} ms/step floor, {s.bound}-bound",
+                                    f"{model}，batch {batch}，上下文 {context}："
+                                    f"每步下限 {s.step_floor * 1e3:.1f} ms，{s.bound}-bound"))
     return fig
 
 
@@ -87,14 +97,14 @@ def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dt
     from llmlab.config import PRESETS as MODELS
 
     style = {"description_width": "90px"}
-    hw_w = w.Dropdown(options=list(PRESETS), value=hardware, description="hardware", style=style)
+    hw_w = w.Dropdown(options=list(PRESETS), value=hardware, description=tr("hardware", "硬件"), style=style)
     model_w = w.Dropdown(options=[k for k, c in MODELS.items() if not costs.is_mla(c)], value=model,
-                         description="model", style=style)
+                         description=tr("model", "模型"), style=style)
     dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
     # one by one, so the batch where the bound changes can be found exactly; redrawn on release
     batch_w = w.IntSlider(value=batch, min=1, max=MAX_BATCH, step=1, description="batch", style=style,
                           continuous_update=False)
-    ctx_w = w.IntSlider(value=context, min=1, max=32768, step=1, description="context", style=style,
+    ctx_w = w.IntSlider(value=context, min=1, max=32768, step=1, description=tr("context", "上下文"), style=style,
                         continuous_update=False)
     result = w.HTML()
     out = w.Output()
@@ -103,8 +113,10 @@ def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dt
         dt = dtype_w.value
         hw = get_hardware(hw_w.value)
         if dt not in hw.peak_flops:
-            result.value = (f'<pre class="llmlab-roofline-result">{hw.name} has no {dt} peak; '
-                            f'available: {", ".join(sorted(hw.peak_flops))}</pre>')
+            peaks = ", ".join(sorted(hw.peak_flops))
+            result.value = ('<pre class="llmlab-roofline-result">'
+                            + tr(f"{hw.name} has no {dt} peak; available: {peaks}",
+                                 f"{hw.name} 没有 {dt} 的峰值；可选的有：{peaks}") + '</pre>')
             return
         args = dict(hardware=hw_w.value, model=model_w.value, dtype=dt, batch=batch_w.value,
                     context=ctx_w.value)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from llmlab.i18n import tr
 from llmlab.sampling import apply_top_k_top_p
 
 
@@ -33,13 +34,17 @@ def next_token_distribution(logits: torch.Tensor, temperature: float = 1.0, top_
     temperature 0 (greedy) keeps only the most likely token. top_k -1 and top_p 1.0 are off.
     """
     if logits.dim() != 1:
-        raise ValueError(f"logits must be [vocab], got shape {tuple(logits.shape)}")
+        raise ValueError(tr(f"logits must be [vocab], got shape {tuple(logits.shape)}",
+                            f"logits 的形状必须是 [vocab]，你给的是 {tuple(logits.shape)}"))
     if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+        raise ValueError(tr(f"temperature must be >= 0, got {temperature!r}",
+                            f"temperature 必须 >= 0，你给的是 {temperature!r}"))
     if not (top_k == -1 or top_k >= 1):
-        raise ValueError(f"top_k must be -1 (off) or >= 1, got {top_k!r}")
+        raise ValueError(tr(f"top_k must be -1 (off) or >= 1, got {top_k!r}",
+                            f"top_k 必须是 -1（关闭）或 >= 1，你给的是 {top_k!r}"))
     if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        raise ValueError(tr(f"top_p must be in (0, 1], got {top_p!r}",
+                            f"top_p 必须在 (0, 1] 之间，你给的是 {top_p!r}"))
     logits = logits.float()
     vocab = logits.shape[0]
     raw = logits.softmax(-1)
@@ -75,7 +80,7 @@ def prompt_logits(prompt: str, model: Any = None, tokenizer: Any = None) -> torc
 
     ids = encode_ids(tokenizer, prompt)
     if not ids:
-        raise ValueError("prompt must contain at least one token")
+        raise ValueError(tr("prompt must contain at least one token", "prompt 里至少要有一个 token"))
     return model.logits_for(ids)[-1]
 
 
@@ -104,16 +109,21 @@ def plot_next_token_distribution(logits: torch.Tensor, tokenizer: Any, temperatu
     heights = torch.where(kept, dist.probs[order], shown[order])
     colours = ["#2563eb" if k else "#d1d5db" for k in kept.tolist()]
     ax.bar(xs, heights.numpy(), color=colours)
-    ax.bar([], [], color="#2563eb", label="kept: sampling probability after the filters")
-    ax.bar([], [], color="#d1d5db", label="removed by top-k / top-p (height: before removal)")
+    ax.bar([], [], color="#2563eb", label=tr("kept: sampling probability after the filters",
+                                             "保留：过滤之后的采样概率"))
+    ax.bar([], [], color="#d1d5db", label=tr("removed by top-k / top-p (height: before removal)",
+                                             "被 top-k / top-p 去掉（高度：去掉之前的概率）"))
     ax.plot(xs, dist.probs_raw[order].numpy(), "o", color="#b45309", ms=4,
-            label="raw probability (temperature 1)")
+            label=tr("raw probability (temperature 1)", "原始概率（温度 1）"))
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("probability")
-    ax.set_xlabel(f"the {len(order)} most likely next tokens (grey: removed)")
-    ax.set_title(title or f"T={temperature:g}, top_k={top_k}, top_p={top_p:g}: "
-                          f"{dist.num_kept} token(s) can be sampled")
+    ax.set_ylabel(tr("probability", "概率"))
+    ax.set_xlabel(tr(f"the {len(order)} most likely next tokens (grey: removed)",
+                     f"最可能的 {len(order)} 个下一个 token（灰色：已去掉）"))
+    ax.set_title(title or tr(f"T={temperature:g}, top_k={top_k}, top_p={top_p:g}: "
+                             f"{dist.num_kept} token(s) can be sampled",
+                             f"T={temperature:g}，top_k={top_k}，top_p={top_p:g}："
+                             f"有 {dist.num_kept} 个 token 可以被采样"))
     ax.legend(fontsize=8)
     ax.figure.tight_layout()
     return ax
@@ -130,9 +140,9 @@ def sampling_explorer(prompt: str = "The capital of France is", model: Any = Non
         from llmlab.model import load_model
         model, tokenizer = load_model("smollm2-135m")
     state = {"logits": prompt_logits(prompt, model, tokenizer)}
-    text = w.Text(value=prompt, description="prompt", layout=w.Layout(width="90%"),
+    text = w.Text(value=prompt, description=tr("prompt", "提示词"), layout=w.Layout(width="90%"),
                   continuous_update=False)
-    temp = w.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.05, description="temperature")
+    temp = w.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.05, description=tr("temperature", "温度"))
     k = w.IntSlider(value=-1, min=-1, max=100, description="top_k")
     p = w.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top_p")
     summary = w.HTML()
@@ -141,7 +151,7 @@ def sampling_explorer(prompt: str = "The capital of France is", model: Any = Non
     def redraw(*_: Any) -> None:
         top_k = k.value if k.value != 0 else 1
         dist = next_token_distribution(state["logits"], temp.value, top_k, p.value)
-        summary.value = f"tokens that can be sampled: {dist.num_kept}"
+        summary.value = tr(f"tokens that can be sampled: {dist.num_kept}", f"可以被采样的 token：{dist.num_kept} 个")
         with out:
             out.clear_output(wait=True)
             ax = plot_next_token_distribution(state["logits"], tokenizer, temp.value, top_k,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from llmlab.i18n import tr
 from llmlab.tokenizer import format_piece, token_pieces
 
 # light background colours, cycled so that neighbouring tokens differ
@@ -35,8 +36,10 @@ def token_html(text: str, tokenizer: Any = None, show_ids: bool = True) -> str:
                      f'padding:1px 3px;border-radius:3px;font-family:monospace;text-align:center">'
                      f'{label}{ident}</span>')
     n_chars = len(text)
-    head = (f'<div style="font-size:85%;color:#333">{len(pieces)} tokens, {n_chars} characters, '
-            f'{len(text.encode("utf-8"))} UTF-8 bytes</div>')
+    n_bytes = len(text.encode("utf-8"))
+    counts = tr(f"{len(pieces)} tokens, {n_chars} characters, {n_bytes} UTF-8 bytes",
+                f"{len(pieces)} 个 token，{n_chars} 个字符，{n_bytes} 个 UTF-8 字节")
+    head = f'<div style="font-size:85%;color:#333">{counts}</div>'
     return f'<div class="llmlab-tokens">{head}{"".join(boxes)}</div>'
 
 
@@ -67,7 +70,7 @@ def token_viewer(text: str = "Hello, world! 今天天气真好 👋", tokenizer:
     if tokenizer is None:
         from llmlab.tokenizer import real_tokenizer
         tokenizer = real_tokenizer()
-    box = w.Textarea(value=text, description="text", layout=w.Layout(width="95%", height="70px"))
+    box = w.Textarea(value=text, description=tr("text", "文本"), layout=w.Layout(width="95%", height="70px"))
     out = w.HTML(value=token_html(text, tokenizer))
 
     def update(change: dict) -> None:
