@@ -29,8 +29,27 @@ LOWER_WORD = re.compile(r"\b[a-z]{3,}\b")          # prose has a lowercase word 
 IDENTIFIER = re.compile(r"^[\w.\-/%()]*$")            # "H100-SXM", "tokens/s", "GB": not prose
 
 
+TAG = re.compile(r"^\s*\[\w+[^\]]*\]\s*$")               # "[predict {}]": a line's tag, as "[check ..."
+CODE_WORDS = {"dtype"}
+
+
+def _same_in_chinese() -> re.Pattern:
+    """The glossary's terms that Chinese text keeps in English (KV cache, prefill, decode, ...)."""
+    from llmlab.glossary import load_glossary
+
+    kept = sorted({e.primary_zh for e in load_glossary() if e.primary_zh.isascii()}, key=len, reverse=True)
+    return re.compile("|".join(re.escape(k) for k in kept), re.IGNORECASE)
+
+
+KEPT = _same_in_chinese()
+
+
 def is_prose(text: str) -> bool:
-    return bool(LOWER_WORD.search(text)) and not IDENTIFIER.match(text.strip())
+    """Words a student reads as English: not a tag, a unit, a code name or a term Chinese keeps."""
+    if TAG.match(text) or IDENTIFIER.match(text.strip()):
+        return False
+    words = LOWER_WORD.findall(KEPT.sub(" ", text))
+    return any(w not in CODE_WORDS for w in words)
 
 
 def _literal_text(node: ast.AST) -> str:
