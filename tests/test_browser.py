@@ -113,6 +113,9 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     root = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    from llmlab import lang
+
+    lang.build("zh", ROOT / "notebooks" / KV_NOTEBOOK, root / "zh")   # the Chinese edition's chapter 04
     nb = new_notebook(cells=[new_code_cell(BROKEN_KV)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, root / "broken-kv.ipynb")
@@ -297,10 +300,17 @@ def _move_and_expect(page, result_css: str, slider_label: str, fraction: float, 
 # --------------------------------------------------------------------------- expected texts
 
 def _kv_expected(readout: str) -> str:
+    """The calculator's text for this batch, in Chinese (the test drives the zh notebook)."""
+    from llmlab.i18n import language, set_language
     from llmlab.widgets.kv import kv_summary, kv_text
 
-    return kv_text(kv_summary(num_layers=80, num_kv_heads=8, head_dim=128, dtype="bf16",
-                              context=4096, batch=int(readout), gpu="H100-SXM", weight_bytes=0.0))
+    before = language()
+    set_language("zh")
+    try:
+        return kv_text(kv_summary(num_layers=80, num_kv_heads=8, head_dim=128, dtype="bf16",
+                                  context=4096, batch=int(readout), gpu="H100-SXM", weight_bytes=0.0))
+    finally:
+        set_language(before)
 
 
 def _roofline_expected(readout: str) -> str:
@@ -313,17 +323,19 @@ def _roofline_expected(readout: str) -> str:
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_kv_calculator_follows_its_batch_slider(lab, browser):
-    from llmlab.widgets.kv import KV_TEXT_PATTERN
+    """In the Chinese edition of chapter 04: the calculator speaks Chinese and follows its slider."""
+    from llmlab.widgets.kv import KV_TEXT_PATTERN_ZH
 
-    page = _open_and_run_all(browser, lab, KV_NOTEBOOK)
+    page = _open_and_run_all(browser, lab, "zh/" + KV_NOTEBOOK)
     try:
         initial = _result(page, "pre.llmlab-kv-result")
         page.wait_for_function("el => el.innerText.trim().length > 0", arg=initial.element_handle())
         assert initial.inner_text().strip() == _kv_expected("1"), "the calculator does not start at its defaults"
+        assert re.search(r"[\u4e00-\u9fff]", initial.inner_text()), "the zh notebook's calculator is not in Chinese"
         readout, text = _move_and_expect(page, "pre.llmlab-kv-result", "batch", 0.4, _kv_expected)
         assert int(readout) > 1
-        gb = float(KV_TEXT_PATTERN.search(text)[1])
-        assert gb > float(KV_TEXT_PATTERN.search(_kv_expected("1"))[1])     # more requests, more cache
+        gb = float(KV_TEXT_PATTERN_ZH.search(text)[1])
+        assert gb > float(KV_TEXT_PATTERN_ZH.search(_kv_expected("1"))[1])     # more requests, more cache
     finally:
         page.close()
 

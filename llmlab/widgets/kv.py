@@ -27,6 +27,7 @@ from llmlab.utils import check_positive_int
 
 # "KV cache: 1.342 GB ..." → group 1 is the number of GB (1 GB = 1e9 bytes)
 KV_TEXT_PATTERN = re.compile(r"KV cache: ([0-9.]+(?:e[+-]?[0-9]+)?) GB")
+KV_TEXT_PATTERN_ZH = re.compile(r"KV cache：([0-9.]+(?:e[+-]?[0-9]+)?) GB")     # the same, in Chinese
 GPU_MEMORY_UTILIZATION = 0.9             # vLLM's default --gpu-memory-utilization
 
 
