@@ -124,7 +124,7 @@ def parallel_style(answer: Any) -> CheckResult:
     if rows == {"o_proj", "down_proj"}:
         return report(passed(ex, tr("right: each block splits its first matmul by output columns "
                                     "and its last by input rows, so one all-reduce closes it.",
-                                    "对：每个块的第一个 matmul 按输出列切，最后一个按输入行切，"
+                                    "对：每个块的第一个 matmul 按输出的列拆分，最后一个按输入的行拆分，"
                                     "所以一次 all-reduce 就能收尾。")))
     if rows == set(PROJECTIONS) - {"o_proj", "down_proj"}:
         return report(not_yet(ex, tr("the two kinds are swapped: the first matmul of a block must "
@@ -137,7 +137,7 @@ def parallel_style(answer: Any) -> CheckResult:
     if {"k_proj", "v_proj", "q_proj"} & rows:
         return report(not_yet(ex, tr("splitting q/k/v by rows would leave every rank with a partial "
                                      "sum of every head; attention needs whole heads per rank.",
-                                     "把 q/k/v 按行切，每个 rank 得到的是每个头的部分和；"
+                                     "把 q/k/v 做成行并行，每个 rank 得到的是每个头的部分和；"
                                      "注意力需要每个 rank 拿到完整的头。")))
     return report(not_yet(ex, staged(ex, tr("inside one block (attention, or the MLP) only one matmul "
                                             "reads an input that is already split.",

@@ -47,7 +47,7 @@ def slot_for_position(answer: Any) -> CheckResult:
     mistakes = [
         (pos, tr("that is the token's logical position; the block table maps its logical block to a "
                  "physical one elsewhere in the pool.",
-                 "这是 token 的逻辑位置；块表会把它所在的逻辑块映射到池子里别处的一个物理块。")),
+                 "这是 token 的逻辑位置；块表会把它所在的逻辑块映射到池子里别处的一个 KV 块。")),
         (table[pos // bs] + pos % bs, tr("the block id counts blocks, not slots: multiply it by the "
                                          "block size before adding the offset.",
                                          "块号数的是块，不是槽位：先乘以块大小，再加偏移。")),
@@ -150,11 +150,11 @@ _Q5_WHY_WRONG = {      # (English, Chinese)
 _Q5_HINTS = {
     "block_table": ("a per-request map from logical blocks to physical blocks anywhere in memory: "
                     "which OS structure maps a process's addresses that way?",
-                    "每个请求一张映射，把逻辑块映射到显存中任意位置的物理块：操作系统里哪种结构是这样映射进程地址的？"),
+                    "每个请求一张映射，把逻辑块映射到显存中任意位置的 KV 块：操作系统里哪种结构是这样映射进程地址的？"),
     "prefix_sharing": ("several requests' tables point at one read-only physical block, counted "
                        "by a reference count: which OS mechanism lets processes map the same "
                        "pages (a shared library, the page cache)?",
-                       "几个请求的块表指向同一个只读的物理块，用引用计数记着：操作系统里哪种机制让多个进程"
+                       "几个请求的块表指向同一个只读的 KV 块，用引用计数记着：操作系统里哪种机制让多个进程"
                        "映射同一批页（共享库、页缓存）？"),
     "block_eviction": ("a free block that still holds a cached prefix is reused when memory runs "
                        "out, the one unused for longest first: which replacement policy is that?",

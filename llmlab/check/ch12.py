@@ -317,7 +317,7 @@ _SYMPTOM_WHY = {
                              "温度改变的是选中哪个 token，而不是一步要多久、要多少显存。"),
     "pipeline_bubble": ("a bubble is pipeline parallelism's idle fill and drain; it does not depend "
                         "on the link between tensor-parallel GPUs, nor on batch or prompt size here.",
-                        "流水线气泡是流水并行在填充和排空时的空闲；它既不取决于张量并行 GPU 之间的链路，"
+                        "流水线气泡是流水并行在开头灌满、结尾排空时的空闲；它既不取决于张量并行 GPU 之间的链路，"
                         "在这里也不取决于 batch 或 prompt 的大小。"),
 }
 
