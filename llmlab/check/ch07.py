@@ -46,7 +46,7 @@ def ridge_point(answer: Any) -> CheckResult:
     return check_number("ch07.ridge_point", answer, expected, rel=0.02, mistakes=combine_mistakes(
         (roofline.ridge_point(PRESETS["H100-SXM-seed"], "bf16"),
          tr("that is the seed's round 1000 TFLOPS / 3 TB/s; use the datasheet preset H100-SXM.",
-            "这是原章节取整的 1000 TFLOPS / 3 TB/s；请用按规格表设的预设 H100-SXM。")),
+            "这是原章节取整的 1000 TFLOPS / 3 TB/s；请用按规格表设定的预设 H100-SXM。")),
         (1 / expected, tr("upside down: the ridge is in FLOP per byte.", "除反了：拐点的单位是 FLOP 每字节。")),
         (roofline.ridge_point(h, "fp32"), tr("that is the FP32 peak; the question asks for BF16 (tensor cores).",
                                              "这是 FP32 峰值；题目问的是 BF16（tensor core）。")),
@@ -69,7 +69,7 @@ def decode_gemv_intensity(answer: Any) -> CheckResult:
     return check_number("ch07.decode_gemv_intensity", answer, expected, rel=0.05, mistakes=combine_mistakes(
         (2 * b, tr("that forgets that each BF16 weight is 2 bytes.", "这忘了每个 BF16 权重占 2 字节。")),
         (b / 2, tr("a multiply-add is 2 FLOP per weight per token, not 1.",
-                   "一次乘加是每个权重、每个 token 2 FLOP，不是 1。")),
+                   "一次乘加算 2 FLOP（每个权重、每个 token），不是 1。")),
         (1.0, tr("that is batch 1: with a batch every weight read from memory is used by every sequence.",
                  "这是 batch 为 1 的情形：有了 batch，从显存读出的每个权重会被每条序列都用上。")),
         (2 * b / 4, tr("that uses 4 bytes per weight (FP32); the weights are BF16.",
@@ -149,7 +149,7 @@ def compute_bound_batch(answer: Any) -> CheckResult:
     if x is not None and expected < x < 1024 and x == int(x):
         return report(not_yet("ch07.compute_bound_batch", tr("that batch is compute-bound, but a smaller one already "
                                                              "is: move the slider down one step at a time.",
-                                                             "这个 batch 已经是 compute-bound 的，但更小的 batch 就已经是了："
+                                                             "这个 batch 确实是 compute-bound 的，但更小的 batch 就已经是了："
                                                              "把滑块一格一格往下调。")))
     return check_number("ch07.compute_bound_batch", answer, expected, rel=0.1 / expected, mistakes=mistakes,
                         default_hint=tr("move the batch slider (context at its default) and watch the word "

@@ -105,7 +105,7 @@ def seed_q3(answer: Any) -> CheckResult:
                 formulas.append(tr("bytes = weights once + 32 KV caches; FLOPs = 32 × the batch-1 FLOPs; "
                                    "the floor is the larger of bytes/bandwidth and FLOPs/peak.",
                                    "字节 = 权重一遍 + 32 份 KV cache；FLOPs = 32 × batch 为 1 时的 FLOPs；"
-                                   "下限取 字节/带宽 与 FLOPs/峰值 中较大的那个。"))
+                                   "下限取两者中较大的：字节数除以带宽，FLOPs 除以峰值。"))
         else:
             if close(x, 1.0, 0.05) or close(x, exp["step_ms_batch32"] / exp["step_ms_batch1"], 0.01):
                 problems.append(tr("throughput_ratio: throughput is tokens per second; batch 32 makes 32 "
@@ -114,7 +114,7 @@ def seed_q3(answer: Any) -> CheckResult:
                                    "batch 为 1 时只产出一个。"))
             elif close(x, 32.0, 0.005):
                 problems.append(tr("throughput_ratio: exactly 32 assumes equal step times; use your two step times.",
-                                   "throughput_ratio：正好 32 意味着两种步长一样；请用你算出的两个单步时间。"))
+                                   "throughput_ratio：正好 32 等于假设两个单步时间相同；请用你算出的两个单步时间。"))
             else:
                 problems.append(tr("throughput_ratio: compare tokens per second, not step times.",
                                    "throughput_ratio：比较的是每秒 token 数，不是单步时间。"))

@@ -232,10 +232,10 @@ def best_tp_long_context(answer: Any) -> CheckResult:
         if t not in (best, short, 1):
             mistakes.append((t, tr("compare the bars of every TP degree at that batch and context; "
                                    "another degree is shorter.",
-                                   "在这个 batch 和上下文下比较每个 TP 度数的柱子；有另一个度数更短。")))
+                                   "在这个 batch 和上下文下比较每种 TP 并行度的柱子；另一种并行度的更短。")))
     return check_number("ch09.best_tp_long_context", answer, best, rel=1e-9, mistakes=mistakes,
                         default_hint=tr(f"answer one of the TP degrees {list(TP_DEGREES)}.",
-                                        f"请回答 TP 度数 {list(TP_DEGREES)} 中的一个。"))
+                                        f"请回答 TP 并行度 {list(TP_DEGREES)} 中的一个。"))
 
 
 NVLINK_OPTIONS = ["DP", "TP", "PP"]

@@ -130,6 +130,16 @@ BURSTINESS_STATEMENTS = {
     "more_throughput": "over a long run, the 0.2 stream gets more requests/s out of the server",
     "less_spread": "at 5, the gaps vary less than Poisson gaps do",
 }
+# the statements in Chinese, for the notebook to print with tr(text, BURSTINESS_STATEMENTS_ZH[key])
+BURSTINESS_STATEMENTS_ZH = {
+    "fewer_per_second": "burstiness 为 0.2 时，平均每秒到达的请求更少",
+    "short_gaps": "burstiness 为 0.2 时，短于平均间隔十分之一的间隔要多得多",
+    "poisson": "burstiness 为 5 就是 vLLM 的 benchmark 客户端所说的泊松到达",
+    "same_mean_gap": "两种设置下，到达之间的平均间隔差不多",
+    "ttft_tail": "发给同一台服务器时，0.2 的那股请求流多半会有更高的 p99 TTFT",
+    "more_throughput": "长期来看，0.2 的那股请求流能从服务器拿到更多的 requests/s",
+    "less_spread": "burstiness 为 5 时，间隔的波动比泊松过程的间隔小",
+}
 BURSTINESS_TRUE = frozenset({"short_gaps", "same_mean_gap", "ttft_tail", "less_spread"})
 # (English, Chinese) for each false statement, and for each true one a student may miss
 BURSTINESS_WHY_WRONG = {

@@ -356,11 +356,21 @@ RATIO_OPTIONS = {
          "several times more sequences into a batch than a system that reserves contiguous space "
          "per request; our run gives every system the same batch limit.",
 }
+# the options in Chinese, for the notebook to print with tr(text, RATIO_OPTIONS_ZH[letter])
+RATIO_OPTIONS_ZH = {
+    "a": "在 CPU 上，llmlab 的调度器和块管理器占去了每一步的大部分时间。",
+    "b": "在这颗 CPU 上，单步时间随 batch 增长得比 GPU 上早得多（拐点低得多，而且矩阵代码在细长的矩阵上"
+         "只能发挥峰值的一小部分），所以 B 个请求的 batch 明显比一个请求贵：吞吐的增长远不到 B 倍。",
+    "c": "CPU 的内存带宽比 GPU 低，所以这里的 decode 更加 memory-bound，batching 的帮助也就更小。",
+    "d": "我们的 benchmark 里没有开前缀缓存。",
+    "e": "那个 24x 还算上了显存的功劳：分页几乎不浪费 KV 显存，所以在 GPU 上，vLLM 一个 batch 能装下的序列"
+         "比按请求预留连续空间的系统多好几倍；而我们的运行给每个系统设了同样的 batch 上限。",
+}
 RATIO_CORRECT = frozenset({"b", "e"})
 _RATIO_HINTS = {      # (English, Chinese)
     "a": ("the benchmark prints the scheduler's cost per step per request: microseconds, "
           "against a forward pass of tens of milliseconds.",
-          "benchmark 打印了调度器每步每个请求的开销：只有几微秒，而一次前向计算要几十毫秒。"),
+          "benchmark 打印了调度器每步、每个请求的开销：微秒级，而一次前向计算要几十毫秒。"),
     "c": ("more memory-bound would mean batching helps *more*: a memory-bound step serves a "
           "bigger batch in about the same time.",
           "越是 memory-bound，batching 的帮助反而*越大*：memory-bound 的一步能在差不多的时间里服务更大的 batch。"),

@@ -44,6 +44,18 @@ SEED_QUESTIONS: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
         (("ch11", "seed_q5"),)),
 }
 
+# The same questions in the seed's own words, for the notebook to print with
+# tr(text, SEED_QUESTIONS_ZH[q]).
+SEED_QUESTIONS_ZH: dict[int, str] = {
+    1: '「画出"用户输入 → token → forward → 采样"这条循环，并标出哪一步会读 / 写 KV cache。」（引自原章节）',
+    2: "「Llama-3-70B（80 层、hidden=8192、BF16）一个 token 在 KV cache 里占多少字节，1 个 4K-token "
+       "请求需要多少 GB？」（引自原章节）",
+    3: "「为什么 batch=32 的吞吐能接近 batch=1 的 32 倍，但 batch=1 的延迟和 batch=32 的延迟相差不大？」（引自原章节）",
+    4: "「给真实场景，TTFT / TPOT / 吞吐 优先级？」（引自原章节）聊天、离线批量任务、代码补全各看重哪个？",
+    5: "「用 OS / 体系结构 / 分布式 课里学过的一个概念，对应 vLLM 后面要讲的某项设计。」（引自原章节）",
+}
+
+
 # ---- question 1: the loop in order ------------------------------------------------------------
 # The order of `generation_loop_order` (kept as it was for its callers; chapter 12 now asks
 # `generation_loop_steps`, which adds what each step does to the cache).
