@@ -184,7 +184,11 @@ def burstiness(answer: Any) -> CheckResult:
                                      f"请从 {list(BURSTINESS_STATEMENTS)} 中选键；你给的是 {sorted(unknown)}。")))
     wrong = sorted(got - BURSTINESS_TRUE)
     if wrong:
-        return report(not_yet(ex, " ".join(f"{k}: {tr(*BURSTINESS_WHY_WRONG[k])}" for k in wrong)))
+        parts = []
+        for k in wrong:
+            why = tr(*BURSTINESS_WHY_WRONG[k])
+            parts.append(tr(f"{k}: {why}", f"{k}：{why}"))
+        return report(not_yet(ex, " ".join(parts)))
     missed = [k for k in BURSTINESS_STATEMENTS if k in BURSTINESS_TRUE - got]
     if missed:
         first = tr(f"everything you chose holds, but {len(missed)} more statement(s) hold too.",

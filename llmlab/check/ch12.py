@@ -186,8 +186,8 @@ def generation_loop_steps(answer: Any) -> CheckResult:
             key = step if step == "qkv_projection" else (f"attention_{given}" if step == "attention"
                                                          and f"attention_{given}" in _MARK_HINTS
                                                          else step if step == "attention" else "other")
-            return report(not_yet(ex, tr(f"step {i + 1} ({step!r}): {tr(*_MARK_HINTS[key])}",
-                                         f"第 {i + 1} 步（{step!r}）：{tr(*_MARK_HINTS[key])}")))
+            hint = tr(*_MARK_HINTS[key])
+            return report(not_yet(ex, tr(f"step {i + 1} ({step!r}): {hint}", f"第 {i + 1} 步（{step!r}）：{hint}")))
     if len(got) > len(LOOP_WITH_CACHE):
         return report(not_yet(ex, tr(f"after {LOOP_WITH_CACHE[-1][0]!r} the step is over; the "
                                      "extra entries belong to the next one.",
@@ -199,7 +199,7 @@ def generation_loop_steps(answer: Any) -> CheckResult:
         else:
             hint = tr(f"choose the step from {list(LOOP_STEP_CHOICES)} where the one new token enters the model.",
                       f"从 {list(LOOP_STEP_CHOICES)} 中选出那个新 token 进入模型的步骤。")
-        return report(not_yet(ex, f"decode_starts_at: {hint}"))
+        return report(not_yet(ex, tr(f"decode_starts_at: {hint}", f"decode_starts_at：{hint}")))
     return report(passed(ex, tr("right: per layer, attention writes this step's K/V and reads all of "
                                 "the cache; a decode step re-enters at embed with one token, yet its "
                                 "attention reads the whole history. That read is why decode is "

@@ -367,17 +367,24 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
 def grade_main(argv: list[str]) -> int:
     """`python -m llmlab grade PATH... --source SRC [--json] [--cell-timeout S] [--keep DIR]`."""
     parser = argparse.ArgumentParser(prog="python -m llmlab grade",
-                                     description="Execute notebooks headless and grade their exercises "
-                                                 "with the grader's own checkers.")
-    parser.add_argument("paths", nargs="+", help="student notebooks, or folders of them")
+                                     description=tr("Execute notebooks headless and grade their exercises "
+                                                    "with the grader's own checkers.",
+                                                    "在无界面模式下运行 notebook，并用评分器自己的检查函数给其中的练习评分。"))
+    parser.add_argument("paths", nargs="+", help=tr("student notebooks, or folders of them",
+                                                    "学生的 notebook，或存放它们的文件夹"))
     parser.add_argument("--source", required=True, metavar="SRC",
-                        help="where the expected exercises come from: the instructor's notebook, a folder "
-                             "of them (matched by file name), or the manifest `student` wrote")
+                        help=tr("where the expected exercises come from: the instructor's notebook, a folder "
+                                "of them (matched by file name), or the manifest `student` wrote",
+                                "应有哪些练习的来源：教师版 notebook、存放它们的文件夹（按文件名对应），"
+                                "或 `student` 写出的清单"))
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object per notebook (one per line) instead of text")
+                        help=tr("print one JSON object per notebook (one per line) instead of text",
+                                "每个 notebook 打印一个 JSON 对象（一行一个），不打印文本"))
     parser.add_argument("--cell-timeout", type=float, default=DEFAULT_CELL_TIMEOUT_S, metavar="S",
-                        help=f"seconds a cell may run before it is interrupted (default {DEFAULT_CELL_TIMEOUT_S})")
-    parser.add_argument("--keep", metavar="DIR", help="write the executed notebooks into DIR")
+                        help=tr(f"seconds a cell may run before it is interrupted (default {DEFAULT_CELL_TIMEOUT_S})",
+                                f"一个单元格最多运行多少秒，超时就中断（默认 {DEFAULT_CELL_TIMEOUT_S}）"))
+    parser.add_argument("--keep", metavar="DIR", help=tr("write the executed notebooks into DIR",
+                                                         "把运行过的 notebook 写进 DIR"))
     args = parser.parse_args(argv)
     if args.cell_timeout <= 0:
         print(tr(f"error: --cell-timeout must be > 0 seconds, got {args.cell_timeout}",
