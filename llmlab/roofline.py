@@ -33,6 +33,7 @@ import numpy as np
 from llmlab import costs
 from llmlab.config import ModelConfig
 from llmlab.hardware import PRESETS, Hardware, get_hardware
+from llmlab.i18n import tr
 
 DTYPE_FOR_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
 
@@ -43,18 +44,21 @@ def _hw(hw: Hardware | str) -> Hardware:
 
 def _check_positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        raise ValueError(tr(f"{name} must be a number > 0, got {value!r}",
+                            f"{name} 必须是 > 0 的数，你给的是 {value!r}"))
 
 
 def _check_int(name: str, value: int, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        raise ValueError(tr(f"{name} must be an int >= {minimum}, got {value!r}",
+                            f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}"))
 
 
 def dtype_for_bytes(dtype_bytes: float) -> str:
     """The dtype whose peak applies to data of `dtype_bytes` bytes: 4 → fp32, 2 → bf16, 1 → fp8."""
     if dtype_bytes not in DTYPE_FOR_BYTES:
-        raise ValueError(f"dtype_bytes must be one of {sorted(DTYPE_FOR_BYTES)}, got {dtype_bytes!r}")
+        raise ValueError(tr(f"dtype_bytes must be one of {sorted(DTYPE_FOR_BYTES)}, got {dtype_bytes!r}",
+                            f"dtype_bytes 必须是 {sorted(DTYPE_FOR_BYTES)} 之一，你给的是 {dtype_bytes!r}"))
     return DTYPE_FOR_BYTES[dtype_bytes]
 
 
@@ -76,10 +80,11 @@ def attainable(hw: Hardware | str, intensity: Any, dtype: str = "bf16") -> Any:
     if isinstance(intensity, (list, tuple)) or hasattr(intensity, "shape"):
         arr = np.asarray(intensity, dtype=float)
         if (arr < 0).any():
-            raise ValueError("intensity must be >= 0 FLOP/byte")
+            raise ValueError(tr("intensity must be >= 0 FLOP/byte", "intensity 必须 >= 0 FLOP/byte"))
         return np.minimum(peak, arr * hw.mem_bw)
     if isinstance(intensity, bool) or not isinstance(intensity, (int, float)) or intensity < 0:
-        raise ValueError(f"intensity must be a number >= 0 FLOP/byte, got {intensity!r}")
+        raise ValueError(tr(f"intensity must be a number >= 0 FLOP/byte, got {intensity!r}",
+                            f"intensity 必须是 >= 0 的数（FLOP/byte），你给的是 {intensity!r}"))
     return min(peak, intensity * hw.mem_bw)
 
 
@@ -376,7 +381,8 @@ def step_fn(model: Any, kind: str, n: int, context: int = 128,
                                   device=model.device)
         new = [n]
     else:
-        raise ValueError(f"kind must be 'decode' or 'prefill', got {kind!r}")
+        raise ValueError(tr(f"kind must be 'decode' or 'prefill', got {kind!r}",
+                            f"kind 必须是 'decode' 或 'prefill'，你给的是 {kind!r}"))
     metadata = cache.context(new, backend=backend)
     positions = cache.positions(new).to(model.device)                       # [n]
     gen = torch.Generator().manual_seed(n)
@@ -427,7 +433,7 @@ def plot_roofline(hardware: Sequence[Hardware | str] | Hardware | str = ("H100-S
 
     hws = [_hw(h) for h in ([hardware] if isinstance(hardware, (str, Hardware)) else hardware)]
     if not hws:
-        raise ValueError("hardware must name at least one device")
+        raise ValueError(tr("hardware must name at least one device", "hardware 至少要指定一个设备"))
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5))
     x = np.logspace(math.log10(intensity_range[0]), math.log10(intensity_range[1]), 300)
@@ -522,7 +528,8 @@ def plot_measured_batches(hw: Hardware, measurements: Sequence[StepMeasurement],
 
     dec = sorted((m for m in measurements if m.kind == "decode"), key=lambda m: m.batch)
     if not dec:
-        raise ValueError("measurements must contain decode steps (kind='decode')")
+        raise ValueError(tr("measurements must contain decode steps (kind='decode')",
+                            "measurements 里必须有 decode 步（kind='decode'）"))
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(11, 4))
     bs = [m.batch for m in dec]

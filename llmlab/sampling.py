@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.i18n import tr
+
 
 @dataclass
 class SamplingParams:
@@ -28,24 +30,27 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        def bad(field: str, expected: str) -> ValueError:
-            return ValueError(f"SamplingParams.{field} must be {expected}, got {getattr(self, field)!r}")
+        def bad(field: str, expected: str, expected_zh: str) -> ValueError:
+            got = getattr(self, field)
+            return ValueError(tr(f"SamplingParams.{field} must be {expected}, got {got!r}",
+                                 f"SamplingParams.{field} 必须是{expected_zh}，你给的是 {got!r}"))
 
         if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
-            raise bad("temperature", "a number >= 0 (0 means greedy)")
+            raise bad("temperature", "a number >= 0 (0 means greedy)", " >= 0 的数（0 表示贪心解码）")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise bad("top_p", "in (0, 1]")
+            raise bad("top_p", "in (0, 1]", " (0, 1] 之间的数")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k == 0 or self.top_k < -1:
-            raise bad("top_k", "-1 (disabled) or an int >= 1")
+            raise bad("top_k", "-1 (disabled) or an int >= 1", " -1（关闭）或 >= 1 的整数")
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
-            raise bad("max_tokens", "an int >= 1")
+            raise bad("max_tokens", "an int >= 1", " >= 1 的整数")
         if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
-            raise bad("min_tokens", f"an int in [0, max_tokens={self.max_tokens}]")
+            raise bad("min_tokens", f"an int in [0, max_tokens={self.max_tokens}]",
+                      f" [0, max_tokens={self.max_tokens}] 之间的整数")
         if self.stop_token_ids is not None and not all(
                 isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
-            raise bad("stop_token_ids", "a list of non-negative token ids")
+            raise bad("stop_token_ids", "a list of non-negative token ids", "由非负 token id 组成的列表")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            raise bad("seed", "None or an int >= 0")
+            raise bad("seed", "None or an int >= 0", " None 或 >= 0 的整数")
 
     @property
     def greedy(self) -> bool:
@@ -82,7 +87,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     one per request) so that the same seed gives the same tokens whatever else is in the batch.
     """
     if logits.dim() != 2 or logits.shape[0] != len(params):
-        raise ValueError(f"logits must be [len(params)={len(params)}, vocab], got {tuple(logits.shape)}")
+        raise ValueError(tr(f"logits must be [len(params)={len(params)}, vocab], got {tuple(logits.shape)}",
+                            f"logits 的形状必须是 [len(params)={len(params)}, vocab]，你给的是 {tuple(logits.shape)}"))
     logits = logits.float()
     out = logits.argmax(dim=-1)                                                  # greedy default
     rows = [i for i, p in enumerate(params) if not p.greedy]

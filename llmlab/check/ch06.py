@@ -10,6 +10,7 @@ from llmlab.check.ch01 import combine_mistakes
 from llmlab.check.core import CheckResult, ExerciseInfo, check_choice, check_number, staged
 from llmlab.config import get_config
 from llmlab.hardware import PRESETS, cpu_caches
+from llmlab.i18n import tr
 
 SEED_PARAMS = 70e9          # the seed: "70B FP16 = 140 GB"
 SEED_BW = 3e12              # the seed: "~3 TB/s"
@@ -21,6 +22,7 @@ REFERENCE_CACHES = [{"level": 1, "type": "Data", "size": 48 * 1024},
                     {"level": 2, "type": "Unified", "size": 1280 * 1024},
                     {"level": 3, "type": "Unified", "size": 12 * 1024**2}]
 REFERENCE_NAME = "reference laptop core (48 KiB L1d, 1.25 MiB L2, 12 MiB shared L3)"
+REFERENCE_NAME_ZH = "参考笔记本的一个核（48 KiB L1d、1.25 MiB L2、12 MiB 共享 L3）"
 
 # bandwidth_for_speed: the weight-read widget's task
 SPEED_PARAMS = 100e9        # parameters
@@ -36,14 +38,21 @@ def weight_read_ms(answer: Any) -> CheckResult:
     """Milliseconds to read 70e9 BF16 weights once at 3 TB/s (the seed's per-token floor)."""
     expected = SEED_PARAMS * 2 / SEED_BW * 1e3
     return check_number("ch06.weight_read_ms", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (SEED_PARAMS / SEED_BW * 1e3, "that counts parameters, not bytes: each BF16 weight is 2 bytes."),
-        (SEED_PARAMS * 4 / SEED_BW * 1e3, "that uses 4 bytes per weight (FP32); the weights here are BF16."),
-        (SEED_PARAMS * 2 / 3.35e12 * 1e3, "that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s."),
-        (SEED_BW / (SEED_PARAMS * 2) * 1e3, "upside down: a time is an amount divided by a rate."),
-        (SEED_PARAMS * 2 / SEED_BW, "that is in seconds: give it in the unit the question asks for, milliseconds."),
-    ), default_hint="a decode step at batch 1 has to move every weight from memory once; "
-                    "how long does moving that many bytes take?",
-        formula="Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.")
+        (SEED_PARAMS / SEED_BW * 1e3, tr("that counts parameters, not bytes: each BF16 weight is 2 bytes.",
+                                         "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。")),
+        (SEED_PARAMS * 4 / SEED_BW * 1e3, tr("that uses 4 bytes per weight (FP32); the weights here are BF16.",
+                                             "这里每个权重按 4 字节（FP32）算了；题中的权重是 BF16。")),
+        (SEED_PARAMS * 2 / 3.35e12 * 1e3, tr("that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s.",
+                                             "这用的是规格表的 3.35 TB/s；本题用原章节的 3 TB/s。")),
+        (SEED_BW / (SEED_PARAMS * 2) * 1e3, tr("upside down: a time is an amount divided by a rate.",
+                                               "除反了：时间是总量除以速率。")),
+        (SEED_PARAMS * 2 / SEED_BW, tr("that is in seconds: give it in the unit the question asks for, milliseconds.",
+                                       "这是以秒为单位的；请按题目要求的单位（毫秒）作答。")),
+    ), default_hint=tr("a decode step at batch 1 has to move every weight from memory once; "
+                       "how long does moving that many bytes take?",
+                       "batch 为 1 时，一个 decode 步要把每个权重从显存里搬一遍；搬这么多字节要多久？"),
+        formula=tr("Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.",
+                   "时间 =（权重个数 × 每个权重的字节数）/ 以字节每秒计的带宽，再 × 1000 换成 ms。"))
 
 
 def h200_floor_ms(answer: Any) -> CheckResult:
@@ -53,17 +62,25 @@ def h200_floor_ms(answer: Any) -> CheckResult:
     h200, h100 = PRESETS["H200"], PRESETS["H100-SXM"]
     expected = params * 2 / h200.mem_bw * 1e3
     return check_number("ch06.h200_floor_ms", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (params * 2 / h100.mem_bw * 1e3, "that is H100 SXM's bandwidth; use the H200 preset's."),
-        (params * 2 / 3e12 * 1e3, "that is the seed's 3 TB/s H100; use the H200 preset's bandwidth."),
-        (params * 4 / h200.mem_bw * 1e3, "that uses 4 bytes per weight (FP32); the weights are BF16."),
-        (params / h200.mem_bw * 1e3, "that counts parameters, not bytes: each BF16 weight is 2 bytes."),
+        (params * 2 / h100.mem_bw * 1e3, tr("that is H100 SXM's bandwidth; use the H200 preset's.",
+                                            "这是 H100 SXM 的带宽；请用 H200 预设的带宽。")),
+        (params * 2 / 3e12 * 1e3, tr("that is the seed's 3 TB/s H100; use the H200 preset's bandwidth.",
+                                     "这是原章节里 3 TB/s 的 H100；请用 H200 预设的带宽。")),
+        (params * 4 / h200.mem_bw * 1e3, tr("that uses 4 bytes per weight (FP32); the weights are BF16.",
+                                            "这里每个权重按 4 字节（FP32）算了；权重是 BF16。")),
+        (params / h200.mem_bw * 1e3, tr("that counts parameters, not bytes: each BF16 weight is 2 bytes.",
+                                        "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。")),
         (SEED_PARAMS * 2 / h200.mem_bw * 1e3,
-         "that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count."),
+         tr("that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count.",
+            "这用的是取整的 70e9；题目要的是 Llama-3-70B 的精确参数量。")),
         (2 * params / h200.peak_flops["bf16"] * 1e3,
-         "that divides FLOPs by the compute peak: at batch 1 the weights' bytes over the bandwidth take far longer."),
-    ), default_hint="at batch 1 the floor is set by memory, not by compute; check which "
-                    "device's figure and which parameter count you used.",
-        formula="Floor = exact parameter count × 2 bytes / the H200 preset's mem_bw, in milliseconds.")
+         tr("that divides FLOPs by the compute peak: at batch 1 the weights' bytes over the bandwidth take far longer.",
+            "这是用 FLOPs 除以算力峰值：batch 为 1 时，权重字节数除以带宽所花的时间要长得多。")),
+    ), default_hint=tr("at batch 1 the floor is set by memory, not by compute; check which "
+                       "device's figure and which parameter count you used.",
+                       "batch 为 1 时，下限由显存决定，而不是算力；检查你用的是哪块卡的数据、哪个参数量。"),
+        formula=tr("Floor = exact parameter count × 2 bytes / the H200 preset's mem_bw, in milliseconds.",
+                   "下限 = 精确参数量 × 2 字节 / H200 预设的 mem_bw，单位毫秒。"))
 
 
 def bandwidth_for_speed(answer: Any) -> CheckResult:
@@ -71,15 +88,21 @@ def bandwidth_for_speed(answer: Any) -> CheckResult:
     one user (batch 1): found with the weight-read widget's sliders, or by reasoning backwards."""
     expected = SPEED_PARAMS * SPEED_DTYPE_BYTES * SPEED_TOKENS_PER_S / 1e12
     return check_number("ch06.bandwidth_for_speed", answer, expected, rel=0.03, mistakes=combine_mistakes(
-        (expected * 2, "that is for BF16 weights (2 bytes); the model is in FP8, 1 byte per weight."),
-        (expected / 2, "that is for 4-bit weights; the model is in FP8, 1 byte per weight."),
+        (expected * 2, tr("that is for BF16 weights (2 bytes); the model is in FP8, 1 byte per weight.",
+                          "这是 BF16 权重（2 字节）的结果；模型是 FP8，每个权重 1 字节。")),
+        (expected / 2, tr("that is for 4-bit weights; the model is in FP8, 1 byte per weight.",
+                          "这是 4-bit 权重的结果；模型是 FP8，每个权重 1 字节。")),
         (SPEED_PARAMS * SPEED_DTYPE_BYTES / SPEED_TOKENS_PER_S / 1e12,
-         "that divides by the token rate: a faster rate needs more bandwidth, not less."),
+         tr("that divides by the token rate: a faster rate needs more bandwidth, not less.",
+            "这里除以了 token 速率：速率越快，需要的带宽越多，而不是越少。")),
         (SPEED_PARAMS * SPEED_DTYPE_BYTES / 1e12,
-         "that reads the weights once per second; every token needs its own full read."),
-    ), default_hint="each token needs one full read of the weights, and the widget shows "
-                    "the tokens/s bound; move the bandwidth until it reaches the target.",
-        formula="Bandwidth = bytes of the weights × tokens per second (one read per token), in TB/s.")
+         tr("that reads the weights once per second; every token needs its own full read.",
+            "这相当于每秒只读一遍权重；其实每个 token 都要完整读一遍。")),
+    ), default_hint=tr("each token needs one full read of the weights, and the widget shows "
+                       "the tokens/s bound; move the bandwidth until it reaches the target.",
+                       "每个 token 都要把权重完整读一遍，控件会显示 tokens/s 的上限；拖动带宽，直到它达到目标。"),
+        formula=tr("Bandwidth = bytes of the weights × tokens per second (one read per token), in TB/s.",
+                   "带宽 = 权重的字节数 × 每秒 token 数（每个 token 读一遍），单位 TB/s。"))
 
 
 def hbm_vs_pcie(answer: Any) -> CheckResult:
@@ -88,14 +111,21 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
     pcie = h.interconnect["pcie"]
     expected = h.mem_bw / pcie
     return check_number("ch06.hbm_vs_pcie", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (3e12 / pcie, "that is the seed's round 3 TB/s; use the preset's memory bandwidth."),
-        (h.mem_bw / (pcie / 2), "that uses one direction of PCIe (64 GB/s); this question compares the "
-                                "figures the preset lists (128 GB/s, both directions added)."),
-        (h.interconnect["nvlink"] / pcie, "that is NVLink over PCIe; the question compares HBM with PCIe."),
-        (pcie / h.mem_bw, "upside down: the question asks how many times faster HBM is."),
-    ), default_hint="compare the two bandwidths of the H100-SXM preset, its memory's and "
-                    "its host link's, in the same unit.",
-        formula="Ratio = HBM bandwidth / PCIe bandwidth, both in bytes/s as the preset lists them.")
+        (3e12 / pcie, tr("that is the seed's round 3 TB/s; use the preset's memory bandwidth.",
+                         "这是原章节取整的 3 TB/s；请用预设里的显存带宽。")),
+        (h.mem_bw / (pcie / 2), tr("that uses one direction of PCIe (64 GB/s); this question compares the "
+                                   "figures the preset lists (128 GB/s, both directions added).",
+                                   "这用的是 PCIe 单向的 64 GB/s；本题比较的是预设里列出的数字"
+                                   "（128 GB/s，两个方向相加）。")),
+        (h.interconnect["nvlink"] / pcie, tr("that is NVLink over PCIe; the question compares HBM with PCIe.",
+                                             "这是 NVLink 与 PCIe 之比；题目比较的是 HBM 和 PCIe。")),
+        (pcie / h.mem_bw, tr("upside down: the question asks how many times faster HBM is.",
+                             "除反了：题目问的是 HBM 快多少倍。")),
+    ), default_hint=tr("compare the two bandwidths of the H100-SXM preset, its memory's and "
+                       "its host link's, in the same unit.",
+                       "比较 H100-SXM 预设里的两个带宽：显存的和连主机那条链路的，单位要一致。"),
+        formula=tr("Ratio = HBM bandwidth / PCIe bandwidth, both in bytes/s as the preset lists them.",
+                   "倍数 = HBM 带宽 / PCIe 带宽，两者都用预设里列出的 bytes/s。"))
 
 
 def _offload_parts() -> tuple[float, float, float, float]:
@@ -113,16 +143,23 @@ def offload_floor_ms(answer: Any) -> CheckResult:
     PCIe host→device at one direction's bandwidth (half the preset's total) in every step."""
     weights, hbm, pcie, expected = _offload_parts()
     return check_number("ch06.offload_floor_ms", answer, expected, rel=0.004, mistakes=combine_mistakes(
-        (weights / hbm * 1e3, "that is the floor without offloading: the 10 GB in CPU memory cross PCIe in every step."),
+        (weights / hbm * 1e3, tr("that is the floor without offloading: the 10 GB in CPU memory cross PCIe in every step.",
+                                 "这是不卸载时的下限：放在 CPU 内存里的 10 GB 每一步都要经过 PCIe。")),
         (((weights - OFFLOAD_BYTES) / hbm + OFFLOAD_BYTES / (2 * pcie)) * 1e3,
-         "that uses the preset's PCIe total (both directions added); the weights travel one way, host to device."),
-        (OFFLOAD_BYTES / pcie * 1e3, "that counts only the offloaded part; the weights left in HBM are read too."),
-        (weights / pcie * 1e3, "that sends all the weights over PCIe; only the offloaded 10 GB live in CPU memory."),
+         tr("that uses the preset's PCIe total (both directions added); the weights travel one way, host to device.",
+            "这用的是预设里 PCIe 的总带宽（两个方向相加）；权重只走一个方向，从主机到设备。")),
+        (OFFLOAD_BYTES / pcie * 1e3, tr("that counts only the offloaded part; the weights left in HBM are read too.",
+                                        "这只算了卸载出去的部分；留在 HBM 里的权重也要读。")),
+        (weights / pcie * 1e3, tr("that sends all the weights over PCIe; only the offloaded 10 GB live in CPU memory.",
+                                  "这是让全部权重都走 PCIe；只有卸载出去的 10 GB 放在 CPU 内存里。")),
         ((weights / hbm + OFFLOAD_BYTES / pcie) * 1e3,
-         "the offloaded 10 GB are not in HBM as well: subtract them from what HBM serves."),
-    ), default_hint="the step reads two parts of the weights from two memories at two "
-                    "different speeds; find each part's time.",
-        formula="Floor = (weight bytes − 10 GB) / HBM bandwidth + 10 GB / (PCIe total / 2), in ms.")
+         tr("the offloaded 10 GB are not in HBM as well: subtract them from what HBM serves.",
+            "卸载出去的 10 GB 并不同时留在 HBM 里：要从 HBM 负责的那部分里减掉。")),
+    ), default_hint=tr("the step reads two parts of the weights from two memories at two "
+                       "different speeds; find each part's time.",
+                       "这一步从两种存储里、以两种速度读两部分权重；分别算出每部分的时间。"),
+        formula=tr("Floor = (weight bytes − 10 GB) / HBM bandwidth + 10 GB / (PCIe total / 2), in ms.",
+                   "下限 =（权重字节数 − 10 GB）/ HBM 带宽 + 10 GB /（PCIe 总带宽 / 2），单位 ms。"))
 
 
 def exercise_caches() -> list[dict]:
@@ -136,7 +173,9 @@ _exercise_caches = exercise_caches      # the name tests outside the repository 
 
 def graded_machine() -> str:
     """Whose caches `working_set_level` grades against, in words."""
-    return "this machine (its caches as the OS reports them)" if cpu_caches() else REFERENCE_NAME
+    if cpu_caches():
+        return tr("this machine (its caches as the OS reports them)", "本机（缓存大小以操作系统报告的为准）")
+    return tr(REFERENCE_NAME, REFERENCE_NAME_ZH)
 
 
 def _level_of(size: int, caches: list[dict]) -> str:
@@ -151,9 +190,12 @@ def working_set_level(answer: Any, size: int = WORKING_SET) -> CheckResult:
     of this machine's caches, or of REFERENCE_CACHES where this machine reports none?"""
     caches = exercise_caches()
     expected = _level_of(size, caches)
-    hints = {lv: ("too small: the working set does not fit in that cache; compare its size with "
-                  "the cache sizes printed above." if LEVELS.index(lv) < LEVELS.index(expected) else
-                  "a smaller, faster level already holds it; look at the cache sizes printed above.")
+    hints = {lv: (tr("too small: the working set does not fit in that cache; compare its size with "
+                     "the cache sizes printed above.",
+                     "太小了：工作集放不进这一级缓存；把它的大小和上面打印的各级缓存大小比一比。")
+                  if LEVELS.index(lv) < LEVELS.index(expected) else
+                  tr("a smaller, faster level already holds it; look at the cache sizes printed above.",
+                     "更小、更快的一级已经放得下它了；看看上面打印的各级缓存大小。"))
              for lv in LEVELS if lv != expected}
     return check_choice("ch06.working_set_level", answer, expected, options=LEVELS, hints=hints)
 

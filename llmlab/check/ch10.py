@@ -11,6 +11,7 @@ from llmlab import costs, metrics, roofline
 from llmlab.check.core import (CheckResult, ExerciseInfo, as_number, check_matching, check_number,
                                not_yet, passed, record_expected, report, staged, NOT_ANSWERED)
 from llmlab.config import PRESETS
+from llmlab.i18n import tr
 
 # one request: arrives at 0 s, its 5 tokens come at these times (s)
 TPOT_ARRIVAL, TPOT_TOKENS = 0.0, (0.8, 1.0, 1.3, 1.5, 1.9)
@@ -34,13 +35,17 @@ def tpot(answer: Any) -> CheckResult:
     t = metrics.Timeline(TPOT_ARRIVAL, TPOT_TOKENS)
     n = t.num_output_tokens
     return check_number("ch10.tpot", answer, t.tpot, rel=1e-3, mistakes=[
-        (t.e2el / n, "that spreads the whole latency, first-token wait included, over every token; "
-                     "TPOT starts after the first token."),
-        ((t.e2el - t.ttft) / n, "after the first token there are n − 1 gaps, not n."),
-        (t.e2el / (n - 1), "subtract the TTFT first: the wait for the first token is not a gap between tokens."),
-        (t.tpot * 1e3, "give seconds, not milliseconds."),
-    ], default_hint="TPOT is the mean gap between tokens after the first one; check which times "
-                    "you subtracted and how many gaps you divided by.",
+        (t.e2el / n, tr("that spreads the whole latency, first-token wait included, over every token; "
+                        "TPOT starts after the first token.",
+                        "这是把整段延迟（包括等第一个 token 的时间）摊到每个 token 上；TPOT 从第一个 token 之后才开始算。")),
+        ((t.e2el - t.ttft) / n, tr("after the first token there are n − 1 gaps, not n.",
+                                   "第一个 token 之后有 n − 1 个间隔，不是 n 个。")),
+        (t.e2el / (n - 1), tr("subtract the TTFT first: the wait for the first token is not a gap between tokens.",
+                              "先减去 TTFT：等第一个 token 的时间不算 token 之间的间隔。")),
+        (t.tpot * 1e3, tr("give seconds, not milliseconds.", "请给秒，不要给毫秒。")),
+    ], default_hint=tr("TPOT is the mean gap between tokens after the first one; check which times "
+                       "you subtracted and how many gaps you divided by.",
+                       "TPOT 是第一个 token 之后各 token 之间的平均间隔；检查你减的是哪些时间、除以了几个间隔。"),
         formula="TPOT = (E2EL − TTFT) / (n − 1).")
 
 
@@ -53,27 +58,35 @@ def mean_tpot(answer: Any) -> CheckResult:
     ex = "ch10.mean_tpot"
     if answer is not None and as_number(answer) is None and isinstance(answer, float):
         record_expected(ex, expected)
-        return report(not_yet(ex, "NaN is not a mean: a request without a second token has no "
-                                  "TPOT and is left out."))
+        return report(not_yet(ex, tr("NaN is not a mean: a request without a second token has no "
+                                     "TPOT and is left out.",
+                                     "NaN 不是平均值：没有第二个 token 的请求没有 TPOT，应当不计入。")))
     itls = [g for t in ts for g in t.itls]
     return check_number(ex, answer, expected, rel=1e-3, mistakes=[
-        (sum(defined) / len(ts), "you counted the one-token request as TPOT 0; it has no TPOT "
-                                 "at all and is left out of the mean."),
-        (sum(itls) / len(itls), "that pools every gap (that is the mean ITL); TPOT is one value "
-                                "per request, then averaged over requests."),
-    ], default_hint="work request by request: one TPOT each (where it exists), then the mean.",
-        formula="Each TPOT = (E2EL − TTFT)/(n − 1), for requests with n ≥ 2; average those.")
+        (sum(defined) / len(ts), tr("you counted the one-token request as TPOT 0; it has no TPOT "
+                                    "at all and is left out of the mean.",
+                                    "你把只有一个 token 的请求算成了 TPOT 为 0；它根本没有 TPOT，不计入平均。")),
+        (sum(itls) / len(itls), tr("that pools every gap (that is the mean ITL); TPOT is one value "
+                                   "per request, then averaged over requests.",
+                                   "这是把所有间隔混在一起平均（那是平均 ITL）；TPOT 是每个请求一个值，再对请求取平均。")),
+    ], default_hint=tr("work request by request: one TPOT each (where it exists), then the mean.",
+                       "逐个请求来算：每个请求一个 TPOT（如果有的话），再取平均。"),
+        formula=tr("Each TPOT = (E2EL − TTFT)/(n − 1), for requests with n ≥ 2; average those.",
+                   "每个 TPOT =（E2EL − TTFT）/（n − 1），只算 n ≥ 2 的请求；再对它们取平均。"))
 
 
 def ttlt(answer: Any) -> CheckResult:
     """TTFT = TTLT_TTFT s, TPOT = TTLT_TPOT s, TTLT_N output tokens. Time to the last token (s)?"""
     expected = TTLT_TTFT + (TTLT_N - 1) * TTLT_TPOT
     return check_number("ch10.ttlt", answer, expected, rel=1e-4, mistakes=[
-        (TTLT_TTFT + TTLT_N * TTLT_TPOT, "the first token is covered by TTFT; only n − 1 tokens follow it."),
-        (TTLT_N * TTLT_TPOT, "add the wait for the first token (TTFT)."),
-        ((TTLT_N - 1) * TTLT_TPOT, "add the wait for the first token (TTFT)."),
-        (expected * 1e3, "give seconds, not milliseconds."),
-    ], default_hint="picture the timeline: one wait until the first token, then the gaps after it.",
+        (TTLT_TTFT + TTLT_N * TTLT_TPOT, tr("the first token is covered by TTFT; only n − 1 tokens follow it.",
+                                            "第一个 token 已经算在 TTFT 里了；它后面只有 n − 1 个 token。")),
+        (TTLT_N * TTLT_TPOT, tr("add the wait for the first token (TTFT).", "加上等第一个 token 的时间（TTFT）。")),
+        ((TTLT_N - 1) * TTLT_TPOT, tr("add the wait for the first token (TTFT).",
+                                      "加上等第一个 token 的时间（TTFT）。")),
+        (expected * 1e3, tr("give seconds, not milliseconds.", "请给秒，不要给毫秒。")),
+    ], default_hint=tr("picture the timeline: one wait until the first token, then the gaps after it.",
+                       "想象一下时间线：先等到第一个 token，然后是它之后的一个个间隔。"),
         formula="TTLT ≈ TTFT + (n − 1) · TPOT.")
 
 
@@ -87,14 +100,21 @@ def goodput(answer: Any) -> CheckResult:
     only_ttft = metrics.summarize(ts, duration=GOODPUT_DURATION, slo={"ttft": GOODPUT_SLO["ttft"]})
     only_tpot = metrics.summarize(ts, duration=GOODPUT_DURATION, slo={"tpot": GOODPUT_SLO["tpot"]})
     return check_number("ch10.goodput", answer, s.goodput, rel=1e-3, mistakes=[
-        (s.request_throughput, "that is the throughput of all requests; goodput counts only those "
-                               "that met the SLO."),
-        (strict, "the one-token request has no TPOT, so it cannot miss the TPOT target."),
-        (only_ttft.goodput, "check the TPOT target too: a request must meet every target."),
-        (only_tpot.goodput, "check the TTFT target too: a request must meet every target."),
-        (s.num_good, "goodput is a rate: divide the good requests by the duration."),
-    ], default_hint="go request by request against both targets; count only those that meet both.",
-        formula="Goodput = (requests with TTFT ≤ target and TPOT ≤ target) / duration.")
+        (s.request_throughput, tr("that is the throughput of all requests; goodput counts only those "
+                                  "that met the SLO.",
+                                  "这是全部请求的吞吐；goodput 只算满足 SLO 的请求。")),
+        (strict, tr("the one-token request has no TPOT, so it cannot miss the TPOT target.",
+                    "只有一个 token 的请求没有 TPOT，所以它不可能违反 TPOT 目标。")),
+        (only_ttft.goodput, tr("check the TPOT target too: a request must meet every target.",
+                               "还要检查 TPOT 目标：一个请求必须满足每一个目标。")),
+        (only_tpot.goodput, tr("check the TTFT target too: a request must meet every target.",
+                               "还要检查 TTFT 目标：一个请求必须满足每一个目标。")),
+        (s.num_good, tr("goodput is a rate: divide the good requests by the duration.",
+                        "goodput 是一个速率：用达标的请求数除以时长。")),
+    ], default_hint=tr("go request by request against both targets; count only those that meet both.",
+                       "逐个请求对照两个目标；只数两个都满足的。"),
+        formula=tr("Goodput = (requests with TTFT ≤ target and TPOT ≤ target) / duration.",
+                   "goodput =（TTFT ≤ 目标且 TPOT ≤ 目标的请求数）/ 时长。"))
 
 
 # ----------------------------------------------------------------- the arrival explorer's task
@@ -110,22 +130,41 @@ BURSTINESS_STATEMENTS = {
     "more_throughput": "over a long run, the 0.2 stream gets more requests/s out of the server",
     "less_spread": "at 5, the gaps vary less than Poisson gaps do",
 }
+# the statements in Chinese, for the notebook to print with tr(text, BURSTINESS_STATEMENTS_ZH[key])
+BURSTINESS_STATEMENTS_ZH = {
+    "fewer_per_second": "burstiness 为 0.2 时，平均每秒到达的请求更少",
+    "short_gaps": "burstiness 为 0.2 时，短于平均间隔十分之一的间隔要多得多",
+    "poisson": "burstiness 为 5 就是 vLLM 的 benchmark 客户端所说的泊松到达",
+    "same_mean_gap": "两种设置下，到达之间的平均间隔差不多",
+    "ttft_tail": "发给同一台服务器时，0.2 的那股请求流多半会有更高的 p99 TTFT",
+    "more_throughput": "长期来看，0.2 的那股请求流能从服务器拿到更多的 requests/s",
+    "less_spread": "burstiness 为 5 时，间隔的波动比泊松过程的间隔小",
+}
 BURSTINESS_TRUE = frozenset({"short_gaps", "same_mean_gap", "ttft_tail", "less_spread"})
+# (English, Chinese) for each false statement, and for each true one a student may miss
 BURSTINESS_WHY_WRONG = {
-    "fewer_per_second": "burstiness reshapes the gaps, not the rate: compare the mean gap the "
-                        "explorer prints at both settings.",
-    "poisson": "Poisson gaps are exponential, which is a single burstiness value: find the one "
-               "at which the explorer prints a CV of 1.",
-    "more_throughput": "below capacity the server finishes what is offered: over a long run both "
-                       "streams deliver the offered rate; clumps change who waits, not how much "
-                       "gets done.",
+    "fewer_per_second": ("burstiness reshapes the gaps, not the rate: compare the mean gap the "
+                         "explorer prints at both settings.",
+                         "burstiness 改变的是间隔的分布，不是速率：比较两种设置下探索器打印的平均间隔。"),
+    "poisson": ("Poisson gaps are exponential, which is a single burstiness value: find the one "
+                "at which the explorer prints a CV of 1.",
+                "泊松过程的间隔服从指数分布，只对应一个 burstiness 值：找出探索器打印 CV 为 1 的那个值。"),
+    "more_throughput": ("below capacity the server finishes what is offered: over a long run both "
+                        "streams deliver the offered rate; clumps change who waits, not how much "
+                        "gets done.",
+                        "在容量以内，服务器来多少就完成多少：长期来看两股请求流都按到达速率完成；"
+                        "扎堆到达改变的是谁在等，而不是完成了多少。"),
 }
 BURSTINESS_MISSED = {
-    "short_gaps": "Look at the gap histogram near zero at both settings.",
-    "same_mean_gap": "Compare the mean gap the explorer prints at both settings.",
-    "ttft_tail": "Think of what a clump of requests arriving together does to the last of them: "
-                 "it waits behind the others' prefills.",
-    "less_spread": "Compare the CV of the gaps at 5 with Poisson's (burstiness 1).",
+    "short_gaps": ("Look at the gap histogram near zero at both settings.",
+                   "看两种设置下间隔直方图在 0 附近的部分。"),
+    "same_mean_gap": ("Compare the mean gap the explorer prints at both settings.",
+                      "比较两种设置下探索器打印的平均间隔。"),
+    "ttft_tail": ("Think of what a clump of requests arriving together does to the last of them: "
+                  "it waits behind the others' prefills.",
+                  "想一想一堆请求同时到达时，最后那个会怎样：它要排在其他请求的 prefill 后面等。"),
+    "less_spread": ("Compare the CV of the gaps at 5 with Poisson's (burstiness 1).",
+                    "把 burstiness 为 5 时间隔的 CV 和泊松过程（burstiness 为 1）的比一比。"),
 }
 
 
@@ -136,20 +175,28 @@ def burstiness(answer: Any) -> CheckResult:
         return report(not_yet(ex, NOT_ANSWERED))
     items = [answer] if isinstance(answer, str) else answer
     if not isinstance(items, (list, tuple, set, frozenset)):
-        return report(not_yet(ex, "answer a set of keys of ch10.BURSTINESS_STATEMENTS."))
+        return report(not_yet(ex, tr("answer a set of keys of ch10.BURSTINESS_STATEMENTS.",
+                                     "请回答一个由 ch10.BURSTINESS_STATEMENTS 的键组成的集合。")))
     got = {str(a).strip().lower() for a in items}
     unknown = got - set(BURSTINESS_STATEMENTS)
     if unknown:
-        return report(not_yet(ex, f"choose keys from {list(BURSTINESS_STATEMENTS)}; got {sorted(unknown)}."))
+        return report(not_yet(ex, tr(f"choose keys from {list(BURSTINESS_STATEMENTS)}; got {sorted(unknown)}.",
+                                     f"请从 {list(BURSTINESS_STATEMENTS)} 中选键；你给的是 {sorted(unknown)}。")))
     wrong = sorted(got - BURSTINESS_TRUE)
     if wrong:
-        return report(not_yet(ex, " ".join(f"{k}: {BURSTINESS_WHY_WRONG[k]}" for k in wrong)))
+        parts = []
+        for k in wrong:
+            why = tr(*BURSTINESS_WHY_WRONG[k])
+            parts.append(tr(f"{k}: {why}", f"{k}：{why}"))
+        return report(not_yet(ex, " ".join(parts)))
     missed = [k for k in BURSTINESS_STATEMENTS if k in BURSTINESS_TRUE - got]
     if missed:
-        first = f"everything you chose holds, but {len(missed)} more statement(s) hold too."
-        return report(not_yet(ex, staged(ex, first, " ".join(BURSTINESS_MISSED[k] for k in missed))))
-    return report(passed(ex, "right: burstiness keeps the rate and moves the gaps; clumps are "
-                             "what a TTFT tail is made of."))
+        first = tr(f"everything you chose holds, but {len(missed)} more statement(s) hold too.",
+                   f"你选的都成立，但还有 {len(missed)} 条说法也成立。")
+        return report(not_yet(ex, staged(ex, first, " ".join(tr(*BURSTINESS_MISSED[k]) for k in missed))))
+    return report(passed(ex, tr("right: burstiness keeps the rate and moves the gaps; clumps are "
+                                "what a TTFT tail is made of.",
+                                "对：burstiness 保持速率不变，只改变间隔；TTFT 的长尾正是由扎堆的请求造成的。")))
 
 
 # ----------------------------------------------------------------- the serving explorer's task
@@ -186,23 +233,32 @@ def largest_batch_under_slo(answer: Any) -> CheckResult:
         return report(not_yet(ex, NOT_ANSWERED))
     x = as_number(answer)
     if x is None or x != int(x) or x < 1:
-        return report(not_yet(ex, f"answer a whole number of sequences, got {answer!r}."))
+        return report(not_yet(ex, tr(f"answer a whole number of sequences, got {answer!r}.",
+                                     f"请回答一个整数（序列条数），你给的是 {answer!r}。")))
     b = int(x)
     if b == expected:
-        return report(passed(ex, "right: past this batch every user's tokens come slower than the "
-                                 "target; below it the card sits partly idle and each token "
-                                 "costs more."))
+        return report(passed(ex, tr("right: past this batch every user's tokens come slower than the "
+                                    "target; below it the card sits partly idle and each token "
+                                    "costs more.",
+                                    "对：超过这个 batch，每个用户的 token 都会比目标来得慢；低于它，"
+                                    "卡有一部分闲着，每个 token 的成本更高。")))
     kv = costs.kv_bytes(PRESETS[SLO_MODEL], SLO_CONTEXT, SLO_DTYPE_BYTES)
     if b > expected:
-        hint = ("at that batch the step takes longer than the TPOT target: every request in the "
-                "batch gets its tokens that much slower. Check the context length and target you set.")
-        more = (f"Each extra sequence adds its own KV cache ({kv / 1e6:.0f} MB at this context) "
-                "to the bytes every step reads.")
+        hint = tr("at that batch the step takes longer than the TPOT target: every request in the "
+                  "batch gets its tokens that much slower. Check the context length and target you set.",
+                  "在这个 batch 下，一步的时间超过了 TPOT 目标：batch 里每个请求拿到 token 都会慢这么多。"
+                  "检查你设的上下文长度和目标。")
+        more = tr(f"Each extra sequence adds its own KV cache ({kv / 1e6:.0f} MB at this context) "
+                  "to the bytes every step reads.",
+                  f"每多一条序列，就给每一步要读的字节数加上它自己的 KV cache（在这个上下文下是 {kv / 1e6:.0f} MB）。")
     else:
-        hint = ("a larger batch still meets the target; each step would then serve more users for "
-                "about the same time, so every token would cost less.")
-        more = ("While memory-bound, step time ≈ (weight bytes + batch × KV bytes per sequence) / "
-                "memory bandwidth; find where it reaches the target.")
+        hint = tr("a larger batch still meets the target; each step would then serve more users for "
+                  "about the same time, so every token would cost less.",
+                  "更大的 batch 仍能满足目标；那样每一步在差不多的时间里服务更多用户，每个 token 的成本更低。")
+        more = tr("While memory-bound, step time ≈ (weight bytes + batch × KV bytes per sequence) / "
+                  "memory bandwidth; find where it reaches the target.",
+                  "在 memory-bound 时，单步时间 ≈（权重字节数 + batch × 每条序列的 KV 字节数）/ 显存带宽；"
+                  "找出它达到目标的地方。")
     return report(not_yet(ex, staged(ex, hint, more)))
 
 
@@ -218,16 +274,22 @@ def cost_per_million(answer: Any) -> CheckResult:
     per_hour = COST_TOKENS_PER_S * 3600
     expected = COST_PRICE_PER_HOUR / per_hour * 1e6
     return check_number("ch10.cost_per_million", answer, expected, rel=1e-2, mistakes=[
-        (COST_PRICE_PER_HOUR / COST_TOKENS_PER_S * 1e6, "the price is per hour and the throughput per "
-                                                        "second: bring them to the same unit of time."),
-        (COST_PRICE_PER_HOUR / (COST_TOKENS_PER_S * 60) * 1e6, "an hour has more than 60 seconds."),
-        (per_hour / COST_PRICE_PER_HOUR / 1e6, "that is tokens per dollar (in millions); the "
-                                               "question asks dollars per million tokens."),
-        (per_hour / COST_PRICE_PER_HOUR, "that is tokens per dollar; the question asks dollars per "
-                                         "million tokens."),
-    ], default_hint="count the tokens the card turns out in the hour you pay for, then share the "
-                    "hour's price among them.",
-        formula="US$ per million = price per hour / (tokens per second × seconds per hour) × 10⁶.")
+        (COST_PRICE_PER_HOUR / COST_TOKENS_PER_S * 1e6, tr("the price is per hour and the throughput per "
+                                                           "second: bring them to the same unit of time.",
+                                                           "价格是按小时算的，吞吐是按秒算的：先统一时间单位。")),
+        (COST_PRICE_PER_HOUR / (COST_TOKENS_PER_S * 60) * 1e6, tr("an hour has more than 60 seconds.",
+                                                                  "一小时可不止 60 秒。")),
+        (per_hour / COST_PRICE_PER_HOUR / 1e6, tr("that is tokens per dollar (in millions); the "
+                                                  "question asks dollars per million tokens.",
+                                                  "这是每美元能买多少 token（以百万计）；题目问的是每百万 token 多少美元。")),
+        (per_hour / COST_PRICE_PER_HOUR, tr("that is tokens per dollar; the question asks dollars per "
+                                            "million tokens.",
+                                            "这是每美元能买多少 token；题目问的是每百万 token 多少美元。")),
+    ], default_hint=tr("count the tokens the card turns out in the hour you pay for, then share the "
+                       "hour's price among them.",
+                       "数一数你付钱的这一小时里卡产出多少 token，再把这一小时的价格分摊到它们头上。"),
+        formula=tr("US$ per million = price per hour / (tokens per second × seconds per hour) × 10⁶.",
+                   "每百万 token 的美元数 = 每小时价格 /（每秒 token 数 × 每小时秒数）× 10⁶。"))
 
 
 # ----------------------------------------------------------------- the seed's question 4
@@ -238,28 +300,36 @@ Q4_METRICS = ("gpu_util", "e2el", "tpot", "throughput", "ttft")
 # several answers are defensible; each set holds the ones a good answer may name first
 Q4_ACCEPT = {"chat": frozenset({"ttft", "tpot"}), "batch_jobs": frozenset({"throughput"}),
              "code_completion": frozenset({"ttft", "e2el"})}
-Q4_HINTS = {
-    "chat": "a person watches the screen while the reply streams in: which waits do they feel?",
-    "batch_jobs": "nobody watches an offline job token by token; what decides its cost is how "
-                  "much work finishes per GPU-hour.",
-    "code_completion": "a completion is short and only useful if it shows up, whole, before the "
-                       "programmer types on; which wait is that?",
+Q4_HINTS = {      # (English, Chinese)
+    "chat": ("a person watches the screen while the reply streams in: which waits do they feel?",
+             "用户盯着屏幕看回复一点点流出来：他能感觉到哪些等待？"),
+    "batch_jobs": ("nobody watches an offline job token by token; what decides its cost is how "
+                   "much work finishes per GPU-hour.",
+                   "没人会一个 token 一个 token 地盯着离线任务；决定它成本的是每 GPU 小时完成多少工作。"),
+    "code_completion": ("a completion is short and only useful if it shows up, whole, before the "
+                        "programmer types on; which wait is that?",
+                        "一次补全很短，只有在程序员接着敲键盘之前完整出现才有用；这是哪一种等待？"),
 }
 Q4_WHY_WRONG = {
-    "gpu_util": "utilisation says the GPU is busy, not that it turns out useful work fast: a "
-                "memory-bound decode at batch 1 keeps it busy reading weights while producing "
-                "few tokens. It is a platform gauge, not a product's target.",
+    "gpu_util": ("utilisation says the GPU is busy, not that it turns out useful work fast: a "
+                 "memory-bound decode at batch 1 keeps it busy reading weights while producing "
+                 "few tokens. It is a platform gauge, not a product's target.",
+                 "利用率只说明 GPU 在忙，不说明它在快速产出有用的工作：batch 为 1 的 decode 是 memory-bound 的，"
+                 "GPU 忙着读权重，却只产出很少的 token。它是平台的监控指标，不是产品的目标。"),
 }
 
 
 def seed_q4(answer: Any) -> CheckResult:
     """The seed's question 4. Answer a dict mapping each of Q4_KEYS to the metric that matters
     most, one of Q4_METRICS."""
-    return check_matching("ch10.seed_q4", answer, Q4_ACCEPT, choices=Q4_METRICS, hints=Q4_HINTS,
-                          why_wrong=Q4_WHY_WRONG,
-                          success="right: optimise for one or two targets per product; they pull "
-                                  "in different directions (a bigger batch raises throughput and "
-                                  "TPOT).")
+    return check_matching("ch10.seed_q4", answer, Q4_ACCEPT, choices=Q4_METRICS,
+                          hints={key: tr(*pair) for key, pair in Q4_HINTS.items()},
+                          why_wrong={key: tr(*pair) for key, pair in Q4_WHY_WRONG.items()},
+                          success=tr("right: optimise for one or two targets per product; they pull "
+                                     "in different directions (a bigger batch raises throughput and "
+                                     "TPOT).",
+                                     "对：每个产品只盯一两个目标来优化；这些目标会互相拉扯"
+                                     "（batch 更大，吞吐和 TPOT 都会升高）。"))
 
 
 EXERCISES: dict[str, ExerciseInfo] = {

@@ -16,6 +16,7 @@ from typing import Any
 
 from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_dict_keys,
                                check_matching, not_yet, passed, report, staged)
+from llmlab.i18n import tr
 
 EXERCISES: dict[str, ExerciseInfo] = {
     "generation_loop_steps": ExerciseInfo("reasoning", (
@@ -43,6 +44,18 @@ SEED_QUESTIONS: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
         (("ch11", "seed_q5"),)),
 }
 
+# The same questions in the seed's own words, for the notebook to print with
+# tr(text, SEED_QUESTIONS_ZH[q]).
+SEED_QUESTIONS_ZH: dict[int, str] = {
+    1: '「画出"用户输入 → token → forward → 采样"这条循环，并标出哪一步会读 / 写 KV cache。」（引自原章节）',
+    2: "「Llama-3-70B（80 层、hidden=8192、BF16）一个 token 在 KV cache 里占多少字节，1 个 4K-token "
+       "请求需要多少 GB？」（引自原章节）",
+    3: "「为什么 batch=32 的吞吐能接近 batch=1 的 32 倍，但 batch=1 的延迟和 batch=32 的延迟相差不大？」（引自原章节）",
+    4: "「给真实场景，TTFT / TPOT / 吞吐 优先级？」（引自原章节）聊天、离线批量任务、代码补全各看重哪个？",
+    5: "「用 OS / 体系结构 / 分布式 课里学过的一个概念，对应 vLLM 后面要讲的某项设计。」（引自原章节）",
+}
+
+
 # ---- question 1: the loop in order ------------------------------------------------------------
 # The order of `generation_loop_order` (kept as it was for its callers; chapter 12 now asks
 # `generation_loop_steps`, which adds what each step does to the cache).
@@ -57,20 +70,23 @@ def generation_loop_order(answer: Any) -> CheckResult:
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
     if not isinstance(answer, (list, tuple)) or not all(isinstance(a, str) for a in answer):
-        return report(not_yet(ex, "answer a list of the step names."))
+        return report(not_yet(ex, tr("answer a list of the step names.", "请回答一个由步骤名组成的列表。")))
     got = [a.strip().lower() for a in answer]
     if sorted(got) != sorted(LOOP_STEPS):
         missing = sorted(set(LOOP_STEPS) - set(got))
         extra = sorted(set(got) - set(LOOP_STEPS))
-        return report(not_yet(ex, f"use each of the 8 names exactly once (missing {missing}, "
-                                  f"unknown {extra})."))
+        return report(not_yet(ex, tr(f"use each of the 8 names exactly once (missing {missing}, "
+                                     f"unknown {extra}).",
+                                     f"8 个名字每个正好用一次（缺少 {missing}，不认识 {extra}）。")))
     pos = {name: i for i, name in enumerate(got)}
     for earlier, later in zip(LOOP_STEPS, LOOP_STEPS[1:]):
         if pos[earlier] > pos[later]:
-            return report(not_yet(ex, f"{later!r} needs what {earlier!r} produces; "
-                                      f"look at what each step takes as input."))
-    return report(passed(ex, "right: and with a KV cache the loop goes back to 'embed' with "
-                             "only the one new token."))
+            return report(not_yet(ex, tr(f"{later!r} needs what {earlier!r} produces; "
+                                         f"look at what each step takes as input.",
+                                         f"{later!r} 需要 {earlier!r} 的产出；看看每一步的输入是什么。")))
+    return report(passed(ex, tr("right: and with a KV cache the loop goes back to 'embed' with "
+                                "only the one new token.",
+                                "对：有了 KV cache，循环回到 'embed' 时只带着那一个新 token。")))
 
 
 # ---- question 1 drawn: each step with what it does to the KV cache ------------------------------
@@ -85,25 +101,36 @@ LOOP_WITH_CACHE = (("tokenize", "none"), ("embed", "none"), ("qkv_projection", "
                    ("sample", "none"), ("append", "none"))
 DECODE_STARTS_AT = "embed"
 
-_MARK_HINTS = {
-    "qkv_projection": "the projections compute this step's k and v but only hand them on; find "
-                      "the step that stores them (llmlab/model.py, Attention.forward).",
-    "attention_read": "attention also writes: this step's K and V go into the cache first "
-                      "(reshape_and_cache), and only then does it read.",
-    "attention_write": "attention also reads: after writing this step's K and V it attends over "
-                       "every K and V in the cache, the history included.",
-    "attention_none": "attention is where the cache lives: it writes this step's K and V, then "
-                      "reads all of them.",
-    "attention": "attention writes this step's K and V first, then reads all of them: the other "
-                 "order would attend without the new token's own key.",
-    "other": "this step works on each token alone (or after the layers are done) and never "
-             "touches keys or values of other tokens.",
+_MARK_HINTS = {      # (English, Chinese)
+    "qkv_projection": ("the projections compute this step's k and v but only hand them on; find "
+                       "the step that stores them (llmlab/model.py, Attention.forward).",
+                       "投影只算出这一步的 k 和 v，然后往下传；找出把它们存起来的那一步"
+                       "（llmlab/model.py，Attention.forward）。"),
+    "attention_read": ("attention also writes: this step's K and V go into the cache first "
+                       "(reshape_and_cache), and only then does it read.",
+                       "注意力也会写：这一步的 K 和 V 先写进缓存（reshape_and_cache），然后才读。"),
+    "attention_write": ("attention also reads: after writing this step's K and V it attends over "
+                        "every K and V in the cache, the history included.",
+                        "注意力也会读：写完这一步的 K 和 V 之后，它要对缓存里所有的 K 和 V（包括历史的）做注意力。"),
+    "attention_none": ("attention is where the cache lives: it writes this step's K and V, then "
+                       "reads all of them.",
+                       "KV cache 就是在注意力这一步用的：它先写这一步的 K 和 V，再把它们全部读出来。"),
+    "attention": ("attention writes this step's K and V first, then reads all of them: the other "
+                  "order would attend without the new token's own key.",
+                  "注意力先写这一步的 K 和 V，再全部读出来：反过来的话，新 token 做注意力时就看不到它自己的 key。"),
+    "other": ("this step works on each token alone (or after the layers are done) and never "
+              "touches keys or values of other tokens.",
+              "这一步只对每个 token 单独处理（或者在所有层算完之后才做），从不碰其他 token 的 key 或 value。"),
 }
 _DECODE_HINTS = {
-    "tokenize": "the sampled token is already an id: there is no text left to tokenize.",
-    "qkv_projection": "the new token has no hidden state yet: it needs its embedding first.",
-    "attention": "the new token needs its embedding and its own q, k, v before it can attend.",
-    "append": "append ends a step; the next step starts by turning the new id into a vector.",
+    "tokenize": ("the sampled token is already an id: there is no text left to tokenize.",
+                 "采样出来的 token 已经是一个 id 了：没有文本需要再分词。"),
+    "qkv_projection": ("the new token has no hidden state yet: it needs its embedding first.",
+                       "新 token 还没有隐藏状态：它得先有自己的 embedding。"),
+    "attention": ("the new token needs its embedding and its own q, k, v before it can attend.",
+                  "新 token 要先有 embedding 和自己的 q、k、v，才能做注意力。"),
+    "append": ("append ends a step; the next step starts by turning the new id into a vector.",
+               "append 是一步的结尾；下一步从把新 id 变成向量开始。"),
 }
 
 
@@ -119,48 +146,67 @@ def generation_loop_steps(answer: Any) -> CheckResult:
     if not isinstance(steps, (list, tuple)) or not all(
             isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p)
             for p in steps):
-        return report(not_yet(ex, 'answer "prefill" as a list of (step, mark) pairs.'))
+        return report(not_yet(ex, tr('answer "prefill" as a list of (step, mark) pairs.',
+                                     '"prefill" 请回答一个由 (step, mark) 对组成的列表。')))
     got = [(a.strip().lower(), b.strip().lower().replace(" ", "_").replace(",", "")) for a, b in steps]
     unknown = sorted({a for a, _ in got} - set(LOOP_STEP_CHOICES))
     bad_marks = sorted({b for _, b in got} - set(CACHE_MARKS))
     if unknown or bad_marks:
-        return report(not_yet(ex, f"steps come from {list(LOOP_STEP_CHOICES)} and marks from "
-                                  f"{list(CACHE_MARKS)}; got {unknown + bad_marks}."))
+        return report(not_yet(ex, tr(f"steps come from {list(LOOP_STEP_CHOICES)} and marks from "
+                                     f"{list(CACHE_MARKS)}; got {unknown + bad_marks}.",
+                                     f"步骤从 {list(LOOP_STEP_CHOICES)} 中选，标记从 {list(CACHE_MARKS)} 中选；"
+                                     f"你给的是 {unknown + bad_marks}。")))
     if "recompute_past_kv" in {a for a, _ in got}:
-        return report(not_yet(ex, "with a KV cache nothing of the past is recomputed: the cache "
-                                  "already holds every earlier token's K and V. Leave that step out."))
+        return report(not_yet(ex, tr("with a KV cache nothing of the past is recomputed: the cache "
+                                     "already holds every earlier token's K and V. Leave that step out.",
+                                     "有了 KV cache，过去的东西一概不用重算：缓存里已经存着之前每个 token 的 K 和 V。"
+                                     "把这一步去掉。")))
     for i, (want, mark) in enumerate(LOOP_WITH_CACHE):
         if i >= len(got):
-            return report(not_yet(ex, staged(ex, f"the list stops after step {i} ({got[-1][0]!r}); "
-                                                 "the step goes on until the new token is part "
-                                                 "of the sequence." if got else "the list is empty.",
-                                             "Every step runs once per generated token; "
-                                             "follow the data from text to the next token.")))
+            stops = (tr(f"the list stops after step {i} ({got[-1][0]!r}); the step goes on until the "
+                        "new token is part of the sequence.",
+                        f"列表在第 {i} 步（{got[-1][0]!r}）之后就停了；这一步要一直走到新 token 成为序列的一部分。")
+                     if got else tr("the list is empty.", "列表是空的。"))
+            return report(not_yet(ex, staged(ex, stops,
+                                             tr("Every step runs once per generated token; "
+                                                "follow the data from text to the next token.",
+                                                "每生成一个 token，每一步都要跑一次；顺着数据从文本一路走到下一个 token。"))))
         step, given = got[i]
         if step != want:
             later = [n for n, _ in LOOP_WITH_CACHE[i:]]
-            why = (f"{step!r} needs the output of a step not placed before it yet" if step in later
-                   else f"{step!r} appears twice or too late")
-            return report(not_yet(ex, staged(ex, f"step {i + 1} ({step!r}) is out of place: {why}.",
-                                             "Look at what each step takes as input and what "
-                                             "it hands on.")))
+            why = (tr(f"{step!r} needs the output of a step not placed before it yet",
+                      f"{step!r} 需要的某一步的输出还没有排在它前面") if step in later
+                   else tr(f"{step!r} appears twice or too late", f"{step!r} 出现了两次，或者排得太靠后"))
+            return report(not_yet(ex, staged(ex, tr(f"step {i + 1} ({step!r}) is out of place: {why}.",
+                                                    f"第 {i + 1} 步（{step!r}）位置不对：{why}。"),
+                                             tr("Look at what each step takes as input and what "
+                                                "it hands on.",
+                                                "看看每一步的输入是什么、交给下一步的又是什么。"))))
         if given != mark:
             key = step if step == "qkv_projection" else (f"attention_{given}" if step == "attention"
                                                          and f"attention_{given}" in _MARK_HINTS
                                                          else step if step == "attention" else "other")
-            return report(not_yet(ex, f"step {i + 1} ({step!r}): {_MARK_HINTS[key]}"))
+            hint = tr(*_MARK_HINTS[key])
+            return report(not_yet(ex, tr(f"step {i + 1} ({step!r}): {hint}", f"第 {i + 1} 步（{step!r}）：{hint}")))
     if len(got) > len(LOOP_WITH_CACHE):
-        return report(not_yet(ex, f"after {LOOP_WITH_CACHE[-1][0]!r} the step is over; the "
-                                  "extra entries belong to the next one."))
+        return report(not_yet(ex, tr(f"after {LOOP_WITH_CACHE[-1][0]!r} the step is over; the "
+                                     "extra entries belong to the next one.",
+                                     f"到 {LOOP_WITH_CACHE[-1][0]!r} 这一步就结束了；多出来的条目属于下一步。")))
     start = str(answer["decode_starts_at"]).strip().lower()
     if start != DECODE_STARTS_AT:
-        hint = _DECODE_HINTS.get(start, f"choose the step from {list(LOOP_STEP_CHOICES)} where "
-                                        "the one new token enters the model.")
-        return report(not_yet(ex, f"decode_starts_at: {hint}"))
-    return report(passed(ex, "right: per layer, attention writes this step's K/V and reads all of "
-                             "the cache; a decode step re-enters at embed with one token, yet its "
-                             "attention reads the whole history. That read is why decode is "
-                             "memory-bound."))
+        if start in _DECODE_HINTS:
+            hint = tr(*_DECODE_HINTS[start])
+        else:
+            hint = tr(f"choose the step from {list(LOOP_STEP_CHOICES)} where the one new token enters the model.",
+                      f"从 {list(LOOP_STEP_CHOICES)} 中选出那个新 token 进入模型的步骤。")
+        return report(not_yet(ex, tr(f"decode_starts_at: {hint}", f"decode_starts_at：{hint}")))
+    return report(passed(ex, tr("right: per layer, attention writes this step's K/V and reads all of "
+                                "the cache; a decode step re-enters at embed with one token, yet its "
+                                "attention reads the whole history. That read is why decode is "
+                                "memory-bound.",
+                                "对：每一层里，注意力写入这一步的 K/V，再读出整个缓存；decode 步只带一个 token "
+                                "从 embed 重新进入，它的注意力却要读全部历史。正是这次读取让 decode 成为 "
+                                "memory-bound 的。")))
 
 
 # ---- glossary terms -----------------------------------------------------------------------------
@@ -186,9 +232,11 @@ def glossary_match(answer: Any) -> CheckResult:
         given = str(answer[term])
         got = find_zh(given, entries)
         if got is None:
-            problems.append(f"{term}: {given!r} is not a Chinese name in the glossary; look it up there.")
+            problems.append(tr(f"{term}: {given!r} is not a Chinese name in the glossary; look it up there.",
+                               f"{term}：{given!r} 不是术语表里的中文名；去术语表里查一查。"))
         elif got.term != want.term:
-            problems.append(f"{term}: {given!r} is the Chinese for {got.term!r}.")
+            problems.append(tr(f"{term}: {given!r} is the Chinese for {got.term!r}.",
+                               f"{term}：{given!r} 是 {got.term!r} 的中文名。"))
     if problems:
         return report(not_yet(ex, " ".join(problems)))
     return report(passed(ex))
@@ -207,29 +255,41 @@ _FIX_RIGHT = {
     "repeated_system_prompt": "prefix_caching",
     "model_too_big_for_one_gpu": frozenset({"tensor_parallelism", "pipeline_parallelism"}),
 }
-_FIX_WHY = {
-    "kv_cache_quantization": "fp8 K/V halve every entry, but a max-length reservation still leaves "
-                             "the same share of it empty; it answers none of these problems on its own.",
-    "speculative_decoding": "it drafts several tokens and verifies them in one forward, cutting "
-                            "sequential steps per request; it does not manage memory or schedules.",
-    "prefix_caching": "it reuses K/V that another request already computed; it does not change how "
-                      "the cache is laid out or when requests run.",
+_FIX_WHY = {      # (English, Chinese)
+    "kv_cache_quantization": ("fp8 K/V halve every entry, but a max-length reservation still leaves "
+                              "the same share of it empty; it answers none of these problems on its own.",
+                              "fp8 的 K/V 让每一项减半，但按最大长度预留的空间照样空着同样的比例；"
+                              "单靠它解决不了这里的任何一个问题。"),
+    "speculative_decoding": ("it drafts several tokens and verifies them in one forward, cutting "
+                             "sequential steps per request; it does not manage memory or schedules.",
+                             "它先草拟几个 token，再用一次前向计算验证，减少每个请求要串行走的步数；"
+                             "它不管显存，也不管调度。"),
+    "prefix_caching": ("it reuses K/V that another request already computed; it does not change how "
+                       "the cache is laid out or when requests run.",
+                       "它复用别的请求已经算好的 K/V；它不改变缓存的布局，也不改变请求什么时候跑。"),
 }
 _FIX_HINTS = {
-    "kv_fragmentation": "which technique stores the KV cache in fixed-size blocks anywhere in memory?",
-    "idle_slots_after_finish": "which technique refills a finished request's place at the very next step?",
-    "long_prompt_stalls_decodes": "which technique cuts a long prompt into pieces that share steps with decodes?",
-    "repeated_system_prompt": "which technique reuses the K/V of tokens another request already computed?",
-    "model_too_big_for_one_gpu": "which technique splits every layer's weights across devices?",
+    "kv_fragmentation": ("which technique stores the KV cache in fixed-size blocks anywhere in memory?",
+                         "哪种技术把 KV cache 存成固定大小的块，放在显存中的任意位置？"),
+    "idle_slots_after_finish": ("which technique refills a finished request's place at the very next step?",
+                                "哪种技术在紧接着的下一步就把已完成请求的位置补上？"),
+    "long_prompt_stalls_decodes": ("which technique cuts a long prompt into pieces that share steps with decodes?",
+                                   "哪种技术把长 prompt 切成小段，和 decode 共用每一步？"),
+    "repeated_system_prompt": ("which technique reuses the K/V of tokens another request already computed?",
+                               "哪种技术复用别的请求已经算好的 token 的 K/V？"),
+    "model_too_big_for_one_gpu": ("which technique splits every layer's weights across devices?",
+                                  "哪种技术把每一层的权重切分到多个设备上？"),
 }
 
 
 def vllm_fixes(answer: Any) -> CheckResult:
     """Answer a dict mapping each of PROBLEMS to the vLLM technique (one of FIXES) that answers it."""
     return check_matching("ch12.vllm_fixes", answer, _FIX_RIGHT, choices=FIXES,
-                          hints=_FIX_HINTS, why_wrong=_FIX_WHY,
-                          success="right: each of vLLM's techniques removes one bottleneck this "
-                                  "series measured.")
+                          hints={key: tr(*pair) for key, pair in _FIX_HINTS.items()},
+                          why_wrong={key: tr(*pair) for key, pair in _FIX_WHY.items()},
+                          success=tr("right: each of vLLM's techniques removes one bottleneck this "
+                                     "series measured.",
+                                     "对：vLLM 的每项技术都去掉了本系列测过的一个瓶颈。"))
 
 
 # ---- serving symptoms and their cause ----------------------------------------------------------
@@ -245,23 +305,32 @@ _SYMPTOM_RIGHT = {
     "requests_preempted_with_many_long_chats": "kv_cache_runs_out",
     "tp8_slower_over_pcie_than_over_nvlink": "all_reduce_every_layer",
 }
-_SYMPTOM_HINTS = {
-    "ttft_grows_with_prompt_length": "the first token waits for one forward over the whole prompt: "
-                                     "what bounds a forward over many tokens at once?",
-    "tpot_nearly_flat_from_batch_1_to_8": "a decode step reads every weight once whatever the "
-                                          "batch: which resource is the step waiting for?",
-    "requests_preempted_with_many_long_chats": "preemption frees a request's blocks: what ran "
-                                               "short?",
-    "tp8_slower_over_pcie_than_over_nvlink": "the same model and the same GPUs, only the link "
-                                             "differs: what crosses the link, and how often?",
+_SYMPTOM_HINTS = {      # (English, Chinese)
+    "ttft_grows_with_prompt_length": ("the first token waits for one forward over the whole prompt: "
+                                      "what bounds a forward over many tokens at once?",
+                                      "第一个 token 要等对整个 prompt 做完一次前向计算：一次处理很多 token 的"
+                                      "前向计算受什么限制？"),
+    "tpot_nearly_flat_from_batch_1_to_8": ("a decode step reads every weight once whatever the "
+                                           "batch: which resource is the step waiting for?",
+                                           "不管 batch 多大，一个 decode 步都要把每个权重读一遍：这一步在等哪种资源？"),
+    "requests_preempted_with_many_long_chats": ("preemption frees a request's blocks: what ran "
+                                                "short?",
+                                                "抢占会释放一个请求的块：是什么不够用了？"),
+    "tp8_slower_over_pcie_than_over_nvlink": ("the same model and the same GPUs, only the link "
+                                              "differs: what crosses the link, and how often?",
+                                              "同样的模型、同样的 GPU，只有互联不同：什么在链路上传，多久传一次？"),
 }
 _SYMPTOM_WHY = {
-    "tokenizer_too_slow": "tokenizing a prompt takes well under a millisecond on a CPU; it is not "
-                          "what a GPU step waits for.",
-    "temperature_too_high": "temperature changes which token is picked, not how long a step takes "
-                            "or how much memory it needs.",
-    "pipeline_bubble": "a bubble is pipeline parallelism's idle fill and drain; it does not depend "
-                       "on the link between tensor-parallel GPUs, nor on batch or prompt size here.",
+    "tokenizer_too_slow": ("tokenizing a prompt takes well under a millisecond on a CPU; it is not "
+                           "what a GPU step waits for.",
+                           "在 CPU 上给一个 prompt 分词远不到一毫秒；GPU 的一步不是在等它。"),
+    "temperature_too_high": ("temperature changes which token is picked, not how long a step takes "
+                             "or how much memory it needs.",
+                             "温度改变的是选中哪个 token，而不是一步要多久、要多少显存。"),
+    "pipeline_bubble": ("a bubble is pipeline parallelism's idle fill and drain; it does not depend "
+                        "on the link between tensor-parallel GPUs, nor on batch or prompt size here.",
+                        "流水线气泡是流水并行在开头灌满、结尾排空时的空闲；它既不取决于张量并行 GPU 之间的链路，"
+                        "在这里也不取决于 batch 或 prompt 的大小。"),
 }
 
 
@@ -269,9 +338,11 @@ def symptoms(answer: Any) -> CheckResult:
     """Answer a dict mapping each of SYMPTOMS (what a serving team sees) to its cause, one of
     CAUSES."""
     return check_matching("ch12.symptoms", answer, _SYMPTOM_RIGHT, choices=CAUSES,
-                          hints=_SYMPTOM_HINTS, why_wrong=_SYMPTOM_WHY,
-                          success="right: each symptom is one of the series' measurements seen "
-                                  "from the outside.")
+                          hints={key: tr(*pair) for key, pair in _SYMPTOM_HINTS.items()},
+                          why_wrong={key: tr(*pair) for key, pair in _SYMPTOM_WHY.items()},
+                          success=tr("right: each symptom is one of the series' measurements seen "
+                                     "from the outside.",
+                                     "对：每个症状都是本系列某项测量从外面看到的样子。"))
 
 
 # ---- the seed's four learning goals and the exercises that show them ---------------------------

@@ -5,6 +5,7 @@ from typing import Any
 
 from llmlab.engine.llm_engine import LLMEngine
 from llmlab.engine.outputs import RequestOutput
+from llmlab.i18n import tr
 from llmlab.model import LlamaModel
 from llmlab.sampling import SamplingParams
 
@@ -50,8 +51,9 @@ class LLM:
                                         and isinstance(prompts[0], int)):
             prompts = [prompts]
         if not isinstance(prompts, (list, tuple)):
-            raise ValueError(f"prompts must be a list of str or of token-id lists, "
-                             f"got {type(prompts).__name__}")
+            raise ValueError(tr(f"prompts must be a list of str or of token-id lists, "
+                                f"got {type(prompts).__name__}",
+                                f"prompts 必须是 str 的列表，或 token id 列表的列表；你给的是 {type(prompts).__name__}"))
         if sampling_params is None:
             sampling_params = SamplingParams()
         if isinstance(sampling_params, SamplingParams):
@@ -59,8 +61,10 @@ class LLM:
         else:
             params_list = list(sampling_params)
             if len(params_list) != len(prompts):
-                raise ValueError(f"sampling_params has {len(params_list)} entries for "
-                                 f"{len(prompts)} prompts; give one, or one per prompt")
+                raise ValueError(tr(f"sampling_params has {len(params_list)} entries for "
+                                    f"{len(prompts)} prompts; give one, or one per prompt",
+                                    f"sampling_params 有 {len(params_list)} 项，而 prompt 有 {len(prompts)} 个；"
+                                    "请只给一个，或者每个 prompt 各给一个"))
         engine = self.llm_engine
         ids: list[str] = []
         try:

@@ -24,6 +24,7 @@ from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
 from llmlab.request import Request, RequestStatus
 from llmlab.engine.scheduler import SCHEDULING_POLICIES, Scheduler, SchedulerOutput
+from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
 from llmlab.sampling import SamplingParams, make_generator
@@ -178,39 +179,50 @@ class LLMEngine:
                     arrival_time: float | None = None) -> Request:
         """Queue a request. Raises ValueError (nothing queued) for a bad prompt or parameters."""
         if not isinstance(request_id, str) or not request_id:
-            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+            raise ValueError(tr(f"request_id must be a non-empty str, got {request_id!r}",
+                                f"request_id 必须是非空的 str，你给的是 {request_id!r}"))
         if request_id in self.requests:
-            raise ValueError(f"request_id {request_id!r} is already in use by an unfinished "
-                             "request")
+            raise ValueError(tr(f"request_id {request_id!r} is already in use by an unfinished "
+                                "request",
+                                f"request_id {request_id!r} 已经被一个尚未完成的请求占用"))
         if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+            raise ValueError(tr(f"params must be a SamplingParams, got {type(params).__name__}",
+                                f"params 必须是 SamplingParams，你给的是 {type(params).__name__}"))
         params.validate()
         text = None
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ValueError("prompt is a str but this engine has no tokenizer; "
-                                 "pass token ids (list[int])")
+                raise ValueError(tr("prompt is a str but this engine has no tokenizer; "
+                                    "pass token ids (list[int])",
+                                    "prompt 是 str，但这个引擎没有分词器；请传 token id（list[int]）"))
             text = prompt
             token_ids = list(self.tokenizer.encode(prompt))
         elif isinstance(prompt, (list, tuple)):
             token_ids = list(prompt)
             if not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
-                raise ValueError("prompt must be a str or a list of int token ids")
+                raise ValueError(tr("prompt must be a str or a list of int token ids",
+                                    "prompt 必须是 str，或由 int token id 组成的列表"))
         else:
-            raise ValueError(f"prompt must be a str or a list of int token ids, "
-                             f"got {type(prompt).__name__}")
+            raise ValueError(tr(f"prompt must be a str or a list of int token ids, "
+                                f"got {type(prompt).__name__}",
+                                f"prompt 必须是 str，或由 int token id 组成的列表；你给的是 {type(prompt).__name__}"))
         if not token_ids:
-            raise ValueError(f"prompt must not be empty (request {request_id!r})")
+            raise ValueError(tr(f"prompt must not be empty (request {request_id!r})",
+                                f"prompt 不能为空（请求 {request_id!r}）"))
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}")
+            raise ValueError(tr(f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}",
+                                f"prompt 的 token id 必须在 [0, {self.vocab_size}) 之内，你给的有 {bad[:5]}"))
         bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
         if bad:
-            raise ValueError(f"SamplingParams.stop_token_ids must be in [0, {self.vocab_size}), "
-                             f"got {bad[:5]}")
+            raise ValueError(tr(f"SamplingParams.stop_token_ids must be in [0, {self.vocab_size}), "
+                                f"got {bad[:5]}",
+                                f"SamplingParams.stop_token_ids 必须在 [0, {self.vocab_size}) 之内，"
+                                f"你给的有 {bad[:5]}"))
         if len(token_ids) > self.max_model_len:
-            raise ValueError(f"prompt has {len(token_ids)} tokens, more than "
-                             f"max_model_len={self.max_model_len}")
+            raise ValueError(tr(f"prompt has {len(token_ids)} tokens, more than "
+                                f"max_model_len={self.max_model_len}",
+                                f"prompt 有 {len(token_ids)} 个 token，超过了 max_model_len={self.max_model_len}"))
         now = time.perf_counter() if arrival_time is None else arrival_time
         req = Request(request_id=request_id, prompt_token_ids=token_ids, sampling_params=params,
                       arrival_time=now, prompt=text, generator=make_generator(params.seed),

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from llmlab.i18n import LANG_ENV, language, tr
 from llmlab.instructor.exercises import Exercise, exercise_calls, exercises_for
 from llmlab.instructor.recheck import Recheck, RecheckError, package_root
 from llmlab.instructor.student import _notebook_paths
@@ -50,6 +51,9 @@ GRADING_ENV = {"LLMLAB_FAST": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELIS
 # (spinning slowed the model many times over when several kernels share a few cores)
 GRADING_ENV_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
 NOT_RECORDED = "no answer was recorded"
+NOT_RECORDED_ZH = "没有记录到答案"
+# the end of an error's evalue when the run stopped there (read back by _ended_run)
+DID_NOT_RUN = ("the cells after it did not run", "之后的单元格都没有运行")
 
 
 @dataclass
@@ -84,11 +88,13 @@ class GradeReport:
         lines = [f"{self.notebook}"]
         width = max((len(e.id) for e in self.exercises), default=0)
         for e in self.exercises:
-            word = "PASS   " if e.passed else "NOT YET"
+            word = tr("PASS   ", "通过  ") if e.passed else tr("NOT YET", "还不对")
             lines.append(f"  {word}  {e.id:<{width}}  {e.message}")
         for err in self.errors:
-            lines.append(f"  error in cell {err['cell']}: {err['ename']}: {err['evalue']}")
-        lines.append(f"  score: {self.score} of {self.total}  ({self.seconds:.0f} s)")
+            lines.append(tr(f"  error in cell {err['cell']}: {err['ename']}: {err['evalue']}",
+                            f"  单元格 {err['cell']} 出错：{err['ename']}: {err['evalue']}"))
+        lines.append(tr(f"  score: {self.score} of {self.total}  ({self.seconds:.0f} s)",
+                        f"  得分：{self.score} / {self.total}（{self.seconds:.0f} s）"))
         return "\n".join(lines)
 
 
@@ -99,6 +105,8 @@ def grading_env() -> dict[str, str]:
     GRADING_ENV on top, and the llmlab the grader runs first on PYTHONPATH when it is not an
     installed copy (a source checkout), so that the kernel records with the same code."""
     env = {**GRADING_ENV_DEFAULTS, **os.environ, **GRADING_ENV}
+    if language() != "en":        # chosen with set_language: the kernel and the checkers speak it too
+        env[LANG_ENV] = language()
     root = str(package_root())
     installed = set(site.getsitepackages()) | {site.getusersitepackages()}
     if root not in installed:
@@ -206,14 +214,16 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
     from nbclient.exceptions import DeadKernelError
 
     if cell_timeout <= 0:
-        raise ValueError(f"cell_timeout must be > 0 seconds, got {cell_timeout!r}")
+        raise ValueError(tr(f"cell_timeout must be > 0 seconds, got {cell_timeout!r}",
+                            f"cell_timeout 必须 > 0 秒，你给的是 {cell_timeout!r}"))
     env = grading_env() if env is None else env
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                             interrupt_on_timeout=True, record_timing=True,
                             # killed with its process group at the end: nothing it started outlives the run
                             shutdown_kernel="immediate",
                             error_on_timeout={"ename": "CellTimeoutError",
-                                              "evalue": f"the cell ran longer than {cell_timeout:g} s",
+                                              "evalue": tr(f"the cell ran longer than {cell_timeout:g} s",
+                                                           f"单元格运行超过了 {cell_timeout:g} s"),
                                               "traceback": []},
                             resources={"metadata": {"path": str(cwd)}})
     for cell in nb.cells:     # outputs handed in are never kept: only what this run prints
@@ -228,9 +238,10 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
                 cell, _ = _run_extra_cell(client, nb, setup, cell_timeout)
                 errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
                 if errs:
+                    why = f"{errs[0].get('ename')}: {str(errs[0].get('evalue', ''))[:300]}"
                     errors.append(_error(nb, None, "GraderSetupError",
-                                         f"the grader could not set up answer recording in the kernel: "
-                                         f"{errs[0].get('ename')}: {str(errs[0].get('evalue', ''))[:300]}"))
+                                         tr(f"the grader could not set up answer recording in the kernel: {why}",
+                                            f"评分器没能在 kernel 里设置好答案记录：{why}")))
             for index, cell in enumerate(list(nb.cells)):
                 if cell.cell_type != "code" or not cell.source.strip():
                     continue
@@ -239,7 +250,8 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
                     client.execute_cell(cell, index)
                 except DeadKernelError as e:
                     errors.append(_error(nb, index, "DeadKernelError",
-                                         f"the kernel died ({e}); the cells after it did not run"))
+                                         tr(f"the kernel died ({e}); {DID_NOT_RUN[0]}",
+                                            f"kernel 崩溃了（{e}）；{DID_NOT_RUN[1]}")))
                     break
                 except Exception as e:  # nbclient's own failures: record them and go on
                     text = str(e).strip()
@@ -250,11 +262,14 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
                 if elapsed >= cell_timeout:
                     if _run_extra_cell(client, nb, "pass", PROBE_TIMEOUT_S)[1] >= PROBE_TIMEOUT_S:
                         errors.append(_error(nb, index, "CellTimeoutError",
-                                             f"the cell ran longer than {cell_timeout:g} s and the kernel did "
-                                             f"not stop when interrupted; the cells after it did not run"))
+                                             tr(f"the cell ran longer than {cell_timeout:g} s and the kernel did "
+                                                f"not stop when interrupted; {DID_NOT_RUN[0]}",
+                                                f"单元格运行超过了 {cell_timeout:g} s，中断后 kernel 也没有停下；"
+                                                f"{DID_NOT_RUN[1]}")))
                         break
                     errors.append(_error(nb, index, "CellTimeoutError",
-                                         f"the cell ran longer than {cell_timeout:g} s and was interrupted"))
+                                         tr(f"the cell ran longer than {cell_timeout:g} s and was interrupted",
+                                            f"单元格运行超过了 {cell_timeout:g} s，已被中断")))
                 elif errs:
                     errors.append(_error(nb, index, errs[0].get("ename", "Error"),
                                          str(errs[0].get("evalue", ""))[:300]))
@@ -268,24 +283,30 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
 # --------------------------------------------------------------------------- grading
 
 def _ended_run(error: dict) -> bool:
-    return error["ename"] == "DeadKernelError" or "did not run" in error["evalue"]
+    return error["ename"] == "DeadKernelError" or any(text in error["evalue"] for text in DID_NOT_RUN)
 
 
 def _missing_message(nb: Any, exercise: str, errors: list[dict]) -> str:
     """Why no answer was recorded: the notebook no longer calls the checker; or the cell that
     calls it raised, or the run ended before it; or the call never reached the real checker."""
+    not_recorded = tr(NOT_RECORDED, NOT_RECORDED_ZH)
     cell_index = dict(exercise_calls(nb)).get(exercise)
     if cell_index is None:
-        return (f"{NOT_RECORDED}: the notebook no longer calls llmlab.check.{exercise} "
-                f"(was the exercise's cell deleted, or its checker call changed?)")
+        return tr(f"{not_recorded}: the notebook no longer calls llmlab.check.{exercise} "
+                  f"(was the exercise's cell deleted, or its checker call changed?)",
+                  f"{not_recorded}：notebook 里已经没有对 llmlab.check.{exercise} 的调用了"
+                  f"（这道练习的单元格被删了，还是检查函数的调用被改了？）")
     cause = next((e for e in errors if e["index"] == cell_index), None)
     if cause is None:            # the recording was never set up, or the run ended before this cell
         cause = next((e for e in errors if e["ename"] == "GraderSetupError"
                       or (_ended_run(e) and (e["index"] is None or e["index"] < cell_index))), None)
     if cause is None:
-        return (f"{NOT_RECORDED}: the checker call in cell {cell_index} never reached llmlab's checker "
-                f"(was the checker replaced, or the call skipped?)")
-    return f"{NOT_RECORDED}: the checker never ran (cell {cause['cell']}: {cause['ename']}: {cause['evalue']})"
+        return tr(f"{not_recorded}: the checker call in cell {cell_index} never reached llmlab's checker "
+                  f"(was the checker replaced, or the call skipped?)",
+                  f"{not_recorded}：单元格 {cell_index} 里的检查调用没有到达 llmlab 的检查函数"
+                  f"（检查函数被替换了，还是这次调用被跳过了？）")
+    return tr(f"{not_recorded}: the checker never ran (cell {cause['cell']}: {cause['ename']}: {cause['evalue']})",
+              f"{not_recorded}：检查函数根本没有运行（单元格 {cause['cell']}：{cause['ename']}: {cause['evalue']}）")
 
 
 def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: float = DEFAULT_CELL_TIMEOUT_S,
@@ -297,7 +318,7 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"path {str(path)!r} is not a notebook file")
+        raise ValueError(tr(f"path {str(path)!r} is not a notebook file", f"路径 {str(path)!r} 不是 notebook 文件"))
     t0 = time.perf_counter()
     nb = nbformat.read(path, as_version=4)
     env = grading_env()
@@ -318,20 +339,24 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
                 errors.append(_error(nb, None, "RecheckError", str(e)))
     tampered = package_fingerprint() != before
     if tampered:
-        errors.append(_error(nb, None, "PackageChanged", "the llmlab package or its data changed on disk "
-                                                         "while the notebook ran; nothing is graded"))
+        errors.append(_error(nb, None, "PackageChanged",
+                             tr("the llmlab package or its data changed on disk while the notebook ran; "
+                                "nothing is graded",
+                                "notebook 运行期间，磁盘上的 llmlab 包或它的数据被改动了；一律不评分")))
     if keep is not None:
         Path(keep).parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, keep)
     results = []
     for ex in expected:
         if tampered:
-            results.append(ExerciseResult(ex.id, False, "not graded: the llmlab package changed on disk "
-                                                        "during the run"))
+            results.append(ExerciseResult(ex.id, False, tr("not graded: the llmlab package changed on disk "
+                                                           "during the run",
+                                                           "未评分：运行期间磁盘上的 llmlab 包被改动了")))
         elif ex.id in verdicts:
             results.append(ExerciseResult(ex.id, *verdicts[ex.id]))
         elif ex.id in answers:
-            results.append(ExerciseResult(ex.id, False, "not graded: the checker process failed (see the errors)"))
+            results.append(ExerciseResult(ex.id, False, tr("not graded: the checker process failed (see the errors)",
+                                                           "未评分：检查进程失败了（见错误列表）")))
         else:
             results.append(ExerciseResult(ex.id, False, _missing_message(nb, ex.id, errors)))
     return GradeReport(str(path), results, errors, time.perf_counter() - t0, source)
@@ -342,34 +367,42 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
 def grade_main(argv: list[str]) -> int:
     """`python -m llmlab grade PATH... --source SRC [--json] [--cell-timeout S] [--keep DIR]`."""
     parser = argparse.ArgumentParser(prog="python -m llmlab grade",
-                                     description="Execute notebooks headless and grade their exercises "
-                                                 "with the grader's own checkers.")
-    parser.add_argument("paths", nargs="+", help="student notebooks, or folders of them")
+                                     description=tr("Execute notebooks headless and grade their exercises "
+                                                    "with the grader's own checkers.",
+                                                    "在无界面模式下运行 notebook，并用评分器自己的检查函数给其中的练习评分。"))
+    parser.add_argument("paths", nargs="+", help=tr("student notebooks, or folders of them",
+                                                    "学生的 notebook，或存放它们的文件夹"))
     parser.add_argument("--source", required=True, metavar="SRC",
-                        help="where the expected exercises come from: the instructor's notebook, a folder "
-                             "of them (matched by file name), or the manifest `student` wrote")
+                        help=tr("where the expected exercises come from: the instructor's notebook, a folder "
+                                "of them (matched by file name), or the manifest `student` wrote",
+                                "应有哪些练习的来源：教师版 notebook、存放它们的文件夹（按文件名对应），"
+                                "或 `student` 写出的清单"))
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object per notebook (one per line) instead of text")
+                        help=tr("print one JSON object per notebook (one per line) instead of text",
+                                "每个 notebook 打印一个 JSON 对象（一行一个），不打印文本"))
     parser.add_argument("--cell-timeout", type=float, default=DEFAULT_CELL_TIMEOUT_S, metavar="S",
-                        help=f"seconds a cell may run before it is interrupted (default {DEFAULT_CELL_TIMEOUT_S})")
-    parser.add_argument("--keep", metavar="DIR", help="write the executed notebooks into DIR")
+                        help=tr(f"seconds a cell may run before it is interrupted (default {DEFAULT_CELL_TIMEOUT_S})",
+                                f"一个单元格最多运行多少秒，超时就中断（默认 {DEFAULT_CELL_TIMEOUT_S}）"))
+    parser.add_argument("--keep", metavar="DIR", help=tr("write the executed notebooks into DIR",
+                                                         "把运行过的 notebook 写进 DIR"))
     args = parser.parse_args(argv)
     if args.cell_timeout <= 0:
-        print(f"error: --cell-timeout must be > 0 seconds, got {args.cell_timeout}", file=sys.stderr)
+        print(tr(f"error: --cell-timeout must be > 0 seconds, got {args.cell_timeout}",
+                 f"错误：--cell-timeout 必须 > 0 秒，你给的是 {args.cell_timeout}"), file=sys.stderr)
         return 2
     paths: list[Path] = []
     for p in map(Path, args.paths):
         if not p.exists():
-            print(f"error: {p} does not exist", file=sys.stderr)
+            print(tr(f"error: {p} does not exist", f"错误：{p} 不存在"), file=sys.stderr)
             return 2
         paths.extend(_notebook_paths(p))
     if not paths:
-        print("error: no .ipynb file to grade", file=sys.stderr)
+        print(tr("error: no .ipynb file to grade", "错误：没有可评分的 .ipynb 文件"), file=sys.stderr)
         return 2
     try:       # all read before any notebook runs: one submission cannot edit the next one's list
         expected = [exercises_for(p.name, args.source) for p in paths]
     except ValueError as e:
-        print(f"error: --source: {e}", file=sys.stderr)
+        print(tr(f"error: --source: {e}", f"错误：--source：{e}"), file=sys.stderr)
         return 2
     for p, exs in zip(paths, expected):
         keep = Path(args.keep) / p.name if args.keep else None
