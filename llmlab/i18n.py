@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 LANGUAGES = ("en", "zh")
@@ -37,6 +38,37 @@ def tr(en: str, zh: str) -> str:
     two languages are edited together: `not_yet(ex, tr("off by a factor of 8.", "差了 8 倍。"))`.
     """
     return zh if language() == "zh" else en
+
+
+class Bilingual(Mapping):
+    """A read-only mapping whose values are shown in the language in use; the keys (what a
+    student answers with) are the same in both. Values that are tuples get their first item
+    translated (e.g. (question, checkers)).
+
+        OPTIONS = Bilingual({"a": "a cache hit"}, {"a": "缓存命中"})
+        for key, text in OPTIONS.items(): print(key, text)     # English, or Chinese after set_language("zh")
+    """
+
+    def __init__(self, en: dict, zh: dict) -> None:
+        missing = set(en) ^ set(zh)
+        if missing:
+            raise ValueError(f"zh must have exactly the keys of en; differing keys: {sorted(map(str, missing))}")
+        self.en, self.zh = dict(en), dict(zh)
+
+    def __getitem__(self, key):
+        value = self.en[key]
+        if isinstance(value, tuple):
+            return (tr(value[0], self.zh[key]), *value[1:])
+        return tr(value, self.zh[key])
+
+    def __iter__(self):
+        return iter(self.en)
+
+    def __len__(self) -> int:
+        return len(self.en)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
 
 
 def set_language(lang: str) -> str:

@@ -11,7 +11,7 @@ from llmlab import costs, metrics, roofline
 from llmlab.check.core import (CheckResult, ExerciseInfo, as_number, check_matching, check_number,
                                not_yet, passed, record_expected, report, staged, NOT_ANSWERED)
 from llmlab.config import PRESETS
-from llmlab.i18n import tr
+from llmlab.i18n import Bilingual, tr
 
 # one request: arrives at 0 s, its 5 tokens come at these times (s)
 TPOT_ARRIVAL, TPOT_TOKENS = 0.0, (0.8, 1.0, 1.3, 1.5, 1.9)
@@ -121,7 +121,7 @@ def goodput(answer: Any) -> CheckResult:
 
 # Statements about two arrival streams at the same rate, burstiness 0.2 and burstiness 5 (keys
 # in a fixed shuffled order; the notebook lists them in this order).
-BURSTINESS_STATEMENTS = {
+BURSTINESS_STATEMENTS_EN = {
     "fewer_per_second": "at 0.2, fewer requests arrive per second on average",
     "short_gaps": "at 0.2, many more gaps are shorter than a tenth of the mean gap",
     "poisson": "burstiness 5 is what vLLM's benchmark client calls Poisson arrivals",
@@ -130,7 +130,7 @@ BURSTINESS_STATEMENTS = {
     "more_throughput": "over a long run, the 0.2 stream gets more requests/s out of the server",
     "less_spread": "at 5, the gaps vary less than Poisson gaps do",
 }
-# the statements in Chinese, for the notebook to print with tr(text, BURSTINESS_STATEMENTS_ZH[key])
+# the statements in Chinese, the notebook prints them through BURSTINESS_STATEMENTS
 BURSTINESS_STATEMENTS_ZH = {
     "fewer_per_second": "burstiness 为 0.2 时，平均每秒到达的请求更少",
     "short_gaps": "burstiness 为 0.2 时，短于平均间隔十分之一的间隔要多得多",
@@ -140,6 +140,8 @@ BURSTINESS_STATEMENTS_ZH = {
     "more_throughput": "长期来看，0.2 的那股请求流能从服务器拿到更多的 requests/s",
     "less_spread": "burstiness 为 5 时，间隔的波动比泊松过程的间隔小",
 }
+# shown in the language in use; the keys are what the student answers with
+BURSTINESS_STATEMENTS = Bilingual(BURSTINESS_STATEMENTS_EN, BURSTINESS_STATEMENTS_ZH)
 BURSTINESS_TRUE = frozenset({"short_gaps", "same_mean_gap", "ttft_tail", "less_spread"})
 # (English, Chinese) for each false statement, and for each true one a student may miss
 BURSTINESS_WHY_WRONG = {

@@ -14,7 +14,7 @@ from typing import Any
 from llmlab.check.core import (CheckResult, ExerciseInfo, check_choice, check_dict_keys,
                                check_matching, check_number, not_yet, passed, record_expected,
                                report, staged)
-from llmlab.i18n import tr
+from llmlab.i18n import Bilingual, tr
 from llmlab.utils import cdiv
 
 # ---- the memory-waste trace of the chapter (llmlab.sim.make_trace arguments) -----------------
@@ -344,7 +344,7 @@ def explorer_cached_free(answer: Any) -> CheckResult:
 
 
 # ---- why our ratio is not the seed's 24x ---------------------------------------------------
-RATIO_OPTIONS = {
+RATIO_OPTIONS_EN = {
     "a": "llmlab's scheduler and block manager take most of each step's time on a CPU.",
     "b": "On this CPU a step's time grows with the batch far sooner than on a GPU (a much lower "
          "ridge point, and matrix code that reaches little of its peak on thin matrices), so a "
@@ -366,6 +366,8 @@ RATIO_OPTIONS_ZH = {
     "e": "那个 24x 还算上了显存的功劳：分页几乎不浪费 KV 显存，所以在 GPU 上，vLLM 一个 batch 能装下的序列"
          "比按请求预留连续空间的系统多好几倍；而我们的运行给每个系统设了同样的 batch 上限。",
 }
+# shown in the language in use; the keys are what the student answers with
+RATIO_OPTIONS = Bilingual(RATIO_OPTIONS_EN, RATIO_OPTIONS_ZH)
 RATIO_CORRECT = frozenset({"b", "e"})
 _RATIO_HINTS = {      # (English, Chinese)
     "a": ("the benchmark prints the scheduler's cost per step per request: microseconds, "

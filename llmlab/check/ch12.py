@@ -16,7 +16,7 @@ from typing import Any
 
 from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_dict_keys,
                                check_matching, not_yet, passed, report, staged)
-from llmlab.i18n import tr
+from llmlab.i18n import Bilingual, tr
 
 EXERCISES: dict[str, ExerciseInfo] = {
     "generation_loop_steps": ExerciseInfo("reasoning", (
@@ -31,7 +31,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
 }
 
 # The seed's five self-check questions and the checkers (module, function) that answer them.
-SEED_QUESTIONS: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
+SEED_QUESTIONS_EN: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
     1: ("Draw the loop input -> tokens -> forward -> sample; mark where the KV cache is read and written.",
         (("ch12", "generation_loop_steps"), ("ch05", "cache_writes"), ("ch05", "cache_reads"))),
     2: ("Llama-3-70B (80 layers, BF16, GQA): KV bytes per token, and GB for a 4K-token request.",
@@ -54,6 +54,8 @@ SEED_QUESTIONS_ZH: dict[int, str] = {
     4: "「给真实场景，TTFT / TPOT / 吞吐 优先级？」（引自原章节）聊天、离线批量任务、代码补全各看重哪个？",
     5: "「用 OS / 体系结构 / 分布式 课里学过的一个概念，对应 vLLM 后面要讲的某项设计。」（引自原章节）",
 }
+# shown in the language in use; the keys are what the student answers with
+SEED_QUESTIONS = Bilingual(SEED_QUESTIONS_EN, SEED_QUESTIONS_ZH)
 
 
 # ---- question 1: the loop in order ------------------------------------------------------------
@@ -213,7 +215,7 @@ def generation_loop_steps(answer: Any) -> CheckResult:
 GLOSSARY_QUIZ = ("prefill", "decode", "block table", "prefix caching", "tensor parallelism")
 # The Chinese names to choose from: more than the terms, in an order that is not theirs (graded
 # by content: any Chinese name the glossary lists for the term counts).
-GLOSSARY_CHOICES = ("块大小", "张量并行", "前缀缓存", "分块预填充", "解码", "流水并行", "块表", "预填充")
+GLOSSARY_CHOICES = ("块大小", "张量并行", "前缀缓存", "分块预填充", "解码阶段", "流水并行", "块表", "预填充")
 
 
 def glossary_match(answer: Any) -> CheckResult:
