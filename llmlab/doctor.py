@@ -79,6 +79,13 @@ def report() -> dict[str, str]:
     converted = cache_dir() / "models" / "smollm2-135m" / "model.safetensors"
     info[tr("model converted", "模型已转换")] = (str(converted.parent) if converted.is_file() else
                                              tr("not yet (first load converts it)", "还没有（第一次加载时会转换）"))
+    from llmlab import vllm_bridge
+
+    found = vllm_bridge.version()
+    info["vLLM"] = (tr(f"{found}, in its own environment ({vllm_bridge.vllm_python()})",
+                       f"{found}，在它自己的环境里（{vllm_bridge.vllm_python()}）") if found else
+                    tr("not installed (optional: `make vllm` adds it beside the course)",
+                       "未安装（可选：`make vllm` 会把它装在课程旁边）"))
     return info
 
 

