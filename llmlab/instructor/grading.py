@@ -322,6 +322,9 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
     t0 = time.perf_counter()
     nb = nbformat.read(path, as_version=4)
     env = grading_env()
+    written_in = nb.metadata.get("llmlab", {}).get("lang")      # "zh": a notebook of the Chinese edition
+    if written_in in ("en", "zh") and LANG_ENV not in env:
+        env[LANG_ENV] = written_in                              # its checkers answer in its language
     before = package_fingerprint()
     verdicts: dict[str, tuple[bool, str]] = {}
     with tempfile.TemporaryDirectory(prefix="llmlab-grade-", ignore_cleanup_errors=True) as tmp:
