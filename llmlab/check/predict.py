@@ -172,5 +172,5 @@ def compare_choice(prediction: Any, observed: str, *, quantity: str, options: Se
              f"你预测的是 {prediction!r}；测量结果是 {observed!r}。"
              + ("" if right else "找出你推理中被测量结果否定的那一步。")
              + explain).strip()
-    print(f"[predict {quantity}] {msg}")
+    print(f"[predict {shown}] {msg}")
     return Comparison(quantity, prediction, observed, verdict, msg)
