@@ -87,9 +87,9 @@ predict.compare_choice("memory", "memory", quantity="bound", options=("memory", 
 
 
 def test_collects_the_texts_of_prediction_calls_only():
-    assert lang.code_strings(CELL) == ["step ratio", "you pictured {word} the weights read once per token.",
-                                       "speed-up at T={lengths[-1]:d}", "{0} free", "bound",
-                                       "the weights dominate."]
+    assert lang.code_strings(CELL) == [
+        "step ratio", "you pictured {word} the weights read once per token.",
+        "speed-up at T={lengths[-1]:d}", "{0} free", "bound", "the weights dominate."]
 
 
 def test_an_edited_english_text_is_reported_missing(tmp_path, capsys):
