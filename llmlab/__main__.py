@@ -8,7 +8,7 @@
   student SRC DST            write the student version of the notebooks (solutions stripped)
   grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
                              (SRC: the instructor's notebook, or the manifest `student` wrote)
-  lang check|extract|build LANG NOTEBOOKS [OUT]
+  lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
                              the notebooks in another language (zh) from one English source
   exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
                              question), printed or written into DOC between its markers

@@ -11,7 +11,9 @@ fetched at run time.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -111,3 +113,54 @@ def use_cjk_font() -> str:
     matplotlib.rcParams["font.family"] = ["sans-serif"]
     matplotlib.rcParams["axes.unicode_minus"] = False     # the font's minus sign is the ASCII one
     return name
+
+
+# Texts that notebook code cells hand to the package (the `quantity=`, `if_high=`, ... of
+# `llmlab.check.predict.compare`): the code cells are the same in every language, so these
+# texts are English in the notebook and are translated where they are shown, from the catalog
+# `i18n/<lang>/notebook-strings.json` at the repository root ({"strings": {"<English>": "<text>"}};
+# `python -m llmlab lang strings zh notebooks/` lists the ones it lacks). A text built by an
+# f-string is kept with its placeholders as written in the notebook
+# ("cache speed-up at T={lengths[-1]}"); the translation uses the same placeholders.
+NOTEBOOK_STRINGS = "notebook-strings.json"
+_PLACEHOLDER = re.compile(r"\{[^{}]+\}")
+_catalogs: dict[str, tuple[dict[str, str], list[tuple[re.Pattern, list[str], str]]]] = {}
+
+
+def notebook_strings_path(lang: str) -> Path:
+    return Path(__file__).resolve().parent.parent / "i18n" / lang / NOTEBOOK_STRINGS
+
+
+def _catalog(lang: str) -> tuple[dict[str, str], list[tuple[re.Pattern, list[str], str]]]:
+    """The catalog of `lang`, read once: exact texts, and the templates of f-strings as
+    (pattern matching the shown text, its placeholders, translation)."""
+    if lang not in _catalogs:
+        path = notebook_strings_path(lang)
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        strings = {str(k): str(v) for k, v in (data.get("strings") or {}).items() if str(v).strip()}
+        templates = []
+        for en, text in strings.items():
+            names = _PLACEHOLDER.findall(en)
+            if names:
+                parts = _PLACEHOLDER.split(en)
+                pattern = "(.*?)".join(re.escape(p) for p in parts)
+                templates.append((re.compile(pattern, re.DOTALL), names, text))
+        _catalogs[lang] = (strings, templates)
+    return _catalogs[lang]
+
+
+def notebook_text(en: str) -> str:
+    """A text written in a notebook's code cell (English), in the language in use: its
+    translation from the catalog in Chinese, else `en` unchanged."""
+    lang = language()
+    if lang == "en" or not isinstance(en, str) or not en:
+        return en
+    strings, templates = _catalog(lang)
+    if en in strings:
+        return strings[en]
+    for pattern, names, text in templates:
+        m = pattern.fullmatch(en)
+        if m:
+            values = dict(zip(names, m.groups()))
+            return _PLACEHOLDER.sub(lambda p: values.get(p.group(), p.group()), text)
+    return en

@@ -8,6 +8,7 @@ reported as stale, never silently shipped.
     python -m llmlab lang extract zh notebooks/         # add the untranslated cells to the store (empty)
     python -m llmlab lang build zh notebooks/ build/zh/ # write the Chinese notebooks
     python -m llmlab lang lint zh notebooks/            # non-primary terms in the translations
+    python -m llmlab lang strings zh notebooks/         # texts in code cells the catalog lacks
 
 The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next to `notebooks/`:
 
@@ -17,9 +18,18 @@ The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next
 Cells are matched by their notebook cell id (which survives edits and moves); `en_sha` says which
 English text the translation was made from, and `en` keeps that text so a translator sees what
 changed.
+
+Code cells stay English, and so do the texts they hand to the package: the `quantity=`,
+`if_high=`, `if_low=` and `explain=` of `llmlab.check.predict.compare` / `compare_choice`. Their
+translations are kept in one catalog, `i18n/<lang>/notebook-strings.json`,
+{"strings": {"<English text>": "<translation>"}}, and shown by `llmlab.i18n.notebook_text`. An
+f-string is kept with its placeholders as written ("cache speed-up at T={lengths[-1]}"), and its
+translation uses the same ones. `lang strings` adds each text the catalog lacks (an English edit
+makes a new text) with an empty translation.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import hashlib
 import json
@@ -164,6 +174,103 @@ def lint(lang: str, src: Path) -> list[str]:
     return found
 
 
+# The calls whose texts a student reads, and their keyword arguments that are text.
+TEXT_ARGS = {"compare": ("quantity", "if_high", "if_low"), "compare_choice": ("quantity", "explain")}
+
+
+def _predict_call(func: ast.AST) -> str | None:
+    """"compare" or "compare_choice" when `func` names llmlab's (`compare`, `predict.compare`,
+    `llmlab.check.predict.compare`), else None (`sim.compare` is another function)."""
+    if isinstance(func, ast.Name) and func.id in TEXT_ARGS:
+        return func.id
+    if isinstance(func, ast.Attribute) and func.attr in TEXT_ARGS:
+        owner = func.value
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+        return func.attr if name == "predict" else None
+    return None
+
+
+def _text(node: ast.AST) -> str | None:
+    """The text of a string literal; an f-string with its placeholders as written
+    (f"at T={lengths[-1]}" -> "at T={lengths[-1]}"); None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        out = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                out.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue):
+                conv = f"!{chr(v.conversion)}" if v.conversion > 0 else ""
+                spec = f":{_text(v.format_spec)}" if v.format_spec is not None else ""
+                out.append("{" + ast.unparse(v.value) + conv + spec + "}")
+        return "".join(out)
+    return None
+
+
+def code_strings(source: str) -> list[str]:
+    """The texts that the code `source` passes to `compare` / `compare_choice`, in order."""
+    plain = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                      for line in source.splitlines())          # IPython magics are not Python
+    found = []
+    for node in ast.walk(ast.parse(plain)):
+        name = _predict_call(node.func) if isinstance(node, ast.Call) else None
+        for kw in node.keywords if name else []:
+            text = _text(kw.value) if kw.arg in TEXT_ARGS[name] else None
+            if text and text.strip() and text not in found:
+                found.append(text)
+    return found
+
+
+def notebook_strings(src: Path) -> list[str]:
+    """The texts that the code cells of the notebook(s) `src` pass to `compare` /
+    `compare_choice`, each once, in the order of the course. Raises ValueError naming a code
+    cell that is not Python."""
+    found = []
+    for path in _notebooks(src):
+        for i, cell in enumerate(_read(path).cells):
+            if cell.cell_type != "code":
+                continue
+            try:
+                texts = code_strings(cell.source)
+            except SyntaxError as e:
+                raise ValueError(f"{path.stem} cell {i} is not Python: {e}") from None
+            found += [t for t in texts if t not in found]
+    return found
+
+
+def catalog_path(notebooks: Path, lang: str) -> Path:
+    return store_dir(notebooks, lang) / "notebook-strings.json"
+
+
+def read_catalog(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    strings = data.get("strings", {}) if isinstance(data, dict) else {}
+    return {str(k): str(v) for k, v in strings.items()}
+
+
+def write_catalog(path: Path, strings: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"strings": strings}, ensure_ascii=False, indent=1) + "\n",
+                    encoding="utf-8")
+
+
+def strings(lang: str, src: Path) -> list[str]:
+    """The texts in the code cells of `src` with no translation in the catalog; each one the
+    catalog lacks is added to it with an empty translation."""
+    _check_lang(lang)
+    src = Path(src)
+    file = catalog_path(src.parent if src.suffix == ".ipynb" else src, lang)
+    catalog = read_catalog(file)
+    texts = notebook_strings(src)
+    added = {t: "" for t in texts if t not in catalog}
+    if added:
+        write_catalog(file, {**catalog, **added})
+    return [t for t in texts if not catalog.get(t, "").strip()]
+
+
 def _edited(old, new) -> bool:
     """True when the notebook `old` (already in the output folder) holds cells other than the
     build `new` writes: a student may have worked in it, so it is kept, not overwritten."""
@@ -195,11 +302,12 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
     return written
 
 
-USAGE = "usage: python -m llmlab lang (check|extract|lint) LANG NOTEBOOKS | lang build LANG NOTEBOOKS OUT"
+USAGE = ("usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS"
+         " | lang build LANG NOTEBOOKS OUT")
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 3 or args[0] not in ("check", "extract", "lint", "build"):
+    if len(args) < 3 or args[0] not in ("check", "extract", "lint", "strings", "build"):
         print(USAGE, file=sys.stderr)
         return 2
     cmd, lang, src = args[0], args[1], Path(args[2])
@@ -215,6 +323,12 @@ def main(args: list[str]) -> int:
             for line in found:
                 print(line)
             print(f"{len(found)} non-primary terms")
+            return 1 if found else 0
+        if cmd == "strings":
+            found = strings(lang, src)
+            for text in found:
+                print(f"no translation: {text[:70]!r}")
+            print(f"{len(found)} notebook strings to translate")
             return 1 if found else 0
         if cmd == "extract":
             print(f"{extract(lang, src)} entries added or marked for update")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llmlab.check.core import as_number
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text, tr
 
 # The message of a missing prediction (shown in the language in use, see `_no_prediction`).
 NO_PREDICTION = ("no prediction recorded: write your guess in the prediction cell above, then "
@@ -76,6 +76,9 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
     its size. Otherwise a prediction within a factor `tolerance` of the measurement is "close";
     beyond it "too high" (and `if_high` is printed: what over-predicting suggests one believed)
     or "too low" (`if_low`).
+
+    The texts come from a notebook's code cell, in English; they are shown in the language in
+    use (`llmlab.i18n.notebook_text`). The returned `Comparison` keeps `quantity` as given.
     """
     if tolerance <= 1:
         raise ValueError(tr(f"tolerance must be > 1 (a factor), got {tolerance}",
@@ -84,12 +87,14 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
     if m is None:
         raise ValueError(tr(f"measured must be a number, got {type(measured).__name__}",
                             f"measured 必须是一个数，你给的是 {type(measured).__name__}"))
+    shown = notebook_text(quantity)
+    if_high, if_low = notebook_text(if_high), notebook_text(if_low)
     p = as_number(prediction)
     if prediction is None or p is None:
         msg = _no_prediction() if prediction is None else \
             tr(f"the prediction must be a number, got {type(prediction).__name__}.",
                f"预测必须是一个数，你给的是 {type(prediction).__name__}。")
-        print(f"[predict {quantity}] {msg}")
+        print(f"[predict {shown}] {msg}")
         return Comparison(quantity, prediction, m, "no prediction", msg)
     rows = [(tr("you predicted", "你的预测"), _fmt(p, unit)),
             (tr("you measured", "你的测量"), _fmt(m, unit))]
@@ -129,9 +134,9 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
                else tr(f"too low by more than a factor {tolerance:g}.",
                        f"低了不止 {tolerance:g} 倍。"))
         extra = if_low
-    message = msg + (f" {extra}" if extra else "")
+    message = msg + (tr(" ", "") + extra if extra else "")     # no space after a Chinese "。"
     width = max(_width(k) for k, _ in rows)
-    print(f"[predict {quantity}]")
+    print(f"[predict {shown}]")
     for k, v in rows:
         print(f"  {k}{' ' * (width - _width(k))}  {v}")
     print(f"  {message}")
@@ -141,19 +146,23 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
 def compare_choice(prediction: Any, observed: str, *, quantity: str, options: Sequence[str],
                    explain: str = "") -> Comparison:
     """Set a predicted choice (one of `options`) beside the `observed` one and print `explain`
-    (why the measurement came out as it did) whether or not the prediction was right."""
+    (why the measurement came out as it did) whether or not the prediction was right.
+
+    `quantity` and `explain` are shown in the language in use (`llmlab.i18n.notebook_text`);
+    `options` and `observed` are answers the student types, the same in every language."""
     if observed not in options:
         raise ValueError(tr(f"observed must be one of {list(options)}, got {observed!r}",
                             f"observed 必须是 {list(options)} 中的一个，你给的是 {observed!r}"))
+    shown, explain = notebook_text(quantity), notebook_text(explain)
     if prediction is None:
         msg = _no_prediction()
-        print(f"[predict {quantity}] {msg}")
+        print(f"[predict {shown}] {msg}")
         return Comparison(quantity, None, observed, "no prediction", msg)
     got = str(prediction).strip().lower()
     if got not in {o.lower() for o in options}:
         msg = tr(f"the prediction must be one of {list(options)}, got {prediction!r}.",
                  f"预测必须是 {list(options)} 中的一个，你给的是 {prediction!r}。")
-        print(f"[predict {quantity}] {msg}")
+        print(f"[predict {shown}] {msg}")
         return Comparison(quantity, prediction, observed, "no prediction", msg)
     right = got == observed.lower()
     verdict = "as observed" if right else "not as observed"
@@ -163,5 +172,5 @@ def compare_choice(prediction: Any, observed: str, *, quantity: str, options: Se
              f"你预测的是 {prediction!r}；测量结果是 {observed!r}。"
              + ("" if right else "找出你推理中被测量结果否定的那一步。")
              + explain).strip()
-    print(f"[predict {quantity}] {msg}")
+    print(f"[predict {shown}] {msg}")
     return Comparison(quantity, prediction, observed, verdict, msg)
