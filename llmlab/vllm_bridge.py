@@ -92,18 +92,23 @@ def model_folder(model: str = "smollm2-135m") -> Path:
     return model_dir(model)
 
 
-def run(prompts: list[list[int]], max_tokens: int, *, max_num_seqs: int = 64, max_model_len: int = 1024,
-        repeat: bool = False, enforce_eager: bool = True, timeout: float = 900) -> VLLMRun:
-    """Greedy generation of `max_tokens` tokens (EOS ignored) for each token-id prompt, in vLLM.
-    `repeat`: generate twice, the second time warm (and with vLLM's prefix cache holding the
-    prompts); `enforce_eager=False` lets vLLM compile its graphs first (about a minute)."""
+def run(prompts: list[list[int]], max_tokens: int | list[int], *, max_num_seqs: int = 64,
+        max_model_len: int = 1024, repeat: bool = False, warmup: bool = False,
+        enforce_eager: bool = True, timeout: float = 900) -> VLLMRun:
+    """Greedy generation of `max_tokens` tokens (EOS ignored; one number, or one per prompt) for
+    each token-id prompt, in vLLM. `repeat`: generate twice, the second time warm (and with
+    vLLM's prefix cache holding the prompts); `warmup`: first a 2-token generation untimed, as
+    the benchmark warms every system; `enforce_eager=False` lets vLLM compile its graphs first
+    (about a minute)."""
     if not prompts or not all(isinstance(p, list) and p for p in prompts):
         raise ValueError(f"prompts must be a non-empty list of non-empty token-id lists, got {prompts!r:.80}")
-    if not 1 <= max_tokens <= max_model_len:
-        raise ValueError(f"max_tokens must be in [1, {max_model_len}], got {max_tokens}")
-    job = {"model": str(model_folder()), "prompts": prompts, "max_tokens": max_tokens,
+    lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
+    if len(lengths) != len(prompts) or not all(isinstance(n, int) and 1 <= n <= max_model_len for n in lengths):
+        raise ValueError(f"max_tokens must be in [1, {max_model_len}] (one number, or one per prompt), "
+                         f"got {max_tokens!r:.80}")
+    job = {"model": str(model_folder()), "prompts": prompts, "max_tokens": lengths,
            "max_num_seqs": max_num_seqs, "max_model_len": max_model_len, "repeat": repeat,
-           "enforce_eager": enforce_eager}
+           "warmup": warmup, "enforce_eager": enforce_eager}
     answer = json.loads(_call([str(WORKER)], json.dumps(job), timeout))
     return VLLMRun(answer["version"], answer["load_s"], answer["generate_s"], answer["token_ids"],
                    answer.get("engine", {}))

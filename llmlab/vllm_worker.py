@@ -2,8 +2,8 @@
 and the standard library. `llmlab.vllm_bridge` starts it as a script, writes one JSON job to its
 stdin and reads one JSON line from its stdout.
 
-A job: {"model": <folder>, "prompts": [[token ids], ...], "max_tokens": N, "max_num_seqs": B,
-"max_model_len": L, "enforce_eager": bool, "repeat": bool}. The answer: each prompt's greedy
+A job: {"model": <folder>, "prompts": [[token ids], ...], "max_tokens": N or [N per prompt],
+"max_num_seqs": B, "max_model_len": L, "enforce_eager": bool, "repeat": bool, "warmup": bool}. The answer: each prompt's greedy
 token ids, the seconds the generate call took, and what vLLM says about itself (its KV blocks
 and block size, the token budget of a step, prefix-cache hits, preemptions).
 """
@@ -48,8 +48,13 @@ def main():
               max_num_seqs=job.get("max_num_seqs", 64), enforce_eager=job.get("enforce_eager", True),
               disable_log_stats=False, seed=0)
     load_s = time.perf_counter() - t0
-    params = SamplingParams(temperature=0.0, max_tokens=job["max_tokens"], ignore_eos=True)
+    lengths = job["max_tokens"]
+    lengths = lengths if isinstance(lengths, list) else [lengths] * len(job["prompts"])
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in job["prompts"]]
+    if job.get("warmup"):       # as the benchmark warms every system: a short prompt, 2 tokens
+        llm.generate([TokensPrompt(prompt_token_ids=job["prompts"][0][:16])],
+                     SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True), use_tqdm=False)
     runs = []
     for _ in range(2 if job.get("repeat") else 1):      # the second run: warm, and prefix-cached
         t0 = time.perf_counter()

