@@ -430,16 +430,17 @@ def plot_memory_mountain(result: MountainResult, ax: Any = None, title: str | No
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     ax.semilogx([s / 1024 for s in result.sizes], [b / 1e9 for b in result.bandwidths], "o-",
-                label=f"measured, {result.threads} thread(s)")
+                label=tr(f"measured, {result.threads} thread(s)", f"实测，{result.threads} 个线程"))
     for cache in result.caches:
         if cache["type"] == "Instruction":
             continue
         ax.axvline(cache["size"] / 1024, color="grey", ls=":", lw=1)
         ax.text(cache["size"] / 1024, ax.get_ylim()[1] * 0.95, f" L{cache['level']}",
                 va="top", fontsize=9, color="grey")
-    ax.set_xlabel("working-set size (KiB, log scale)")
-    ax.set_ylabel("read bandwidth (GB/s)")
-    ax.set_title(title or f"Memory mountain of this machine ({cpu_name() if result.device == 'cpu' else result.device})")
+    ax.set_xlabel(tr("working-set size (KiB, log scale)", "工作集大小（KiB，对数坐标）"))
+    ax.set_ylabel(tr("read bandwidth (GB/s)", "读带宽（GB/s）"))
+    machine = cpu_name() if result.device == "cpu" else result.device
+    ax.set_title(title or tr(f"Memory mountain of this machine ({machine})", f"本机的存储器山（{machine}）"))
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     return ax
@@ -452,10 +453,11 @@ def plot_hierarchy(hw: Hardware | str = "H100-SXM", ax: Any = None) -> Any:
     hw = get_hardware(hw) if isinstance(hw, str) else hw
     levels = [lv for lv in hw.hierarchy if lv.get("size")]
     if not levels:
-        raise ValueError(f"hardware {hw.name!r} has no 'hierarchy' entry in data/hardware.json")
+        raise ValueError(tr(f"hardware {hw.name!r} has no 'hierarchy' entry in data/hardware.json",
+                            f"硬件 {hw.name!r} 在 data/hardware.json 里没有 'hierarchy' 条目"))
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
-    names = [f"{lv['level']} (per {lv['per']})" for lv in levels]
+    names = [tr(f"{lv['level']} (per {lv['per']})", f"{lv['level']}（每个 {lv['per']}）") for lv in levels]
     sizes = [lv["size"] for lv in levels]
     bars = ax.barh(names, sizes, color=["#15803d", "#15803d", "#b45309", "#b91c1c"][:len(levels)])
     ax.set_xscale("log")
@@ -468,8 +470,9 @@ def plot_hierarchy(hw: Hardware | str = "H100-SXM", ax: Any = None) -> Any:
         ax.text(bar.get_width() * 1.2, bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=9)
     ax.invert_yaxis()
     ax.set_xlim(min(sizes) / 3, max(sizes) * 1e3)
-    ax.set_xlabel("capacity (bytes, log scale)")
-    ax.set_title(f"{hw.name}: smaller memories sit closer to the compute units (preset, datasheet)")
+    ax.set_xlabel(tr("capacity (bytes, log scale)", "容量（字节，对数坐标）"))
+    ax.set_title(tr(f"{hw.name}: smaller memories sit closer to the compute units (preset, datasheet)",
+                    f"{hw.name}：越小的存储离计算单元越近（预设，数据手册）"))
     return ax
 
 

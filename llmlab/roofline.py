@@ -129,8 +129,10 @@ class Placement:
         return self.op.flops / self.time_floor
 
     def summary(self) -> str:
-        return (f"{self.op.name}: intensity {self.op.intensity:.1f} FLOP/B "
-                f"(ridge {self.ridge:.0f}) -> {self.bound}-bound, floor {self.time_floor * 1e3:.3g} ms")
+        return tr(f"{self.op.name}: intensity {self.op.intensity:.1f} FLOP/B "
+                  f"(ridge {self.ridge:.0f}) -> {self.bound}-bound, floor {self.time_floor * 1e3:.3g} ms",
+                  f"{self.op.name}：算术强度 {self.op.intensity:.1f} FLOP/B"
+                  f"（拐点 {self.ridge:.0f}）-> {self.bound}-bound，下限 {self.time_floor * 1e3:.3g} ms")
 
 
 def place(op: Operation, hw: Hardware | str, dtype: str = "bf16") -> Placement:
@@ -153,7 +155,8 @@ def decode_gemv(cfg: ModelConfig, batch: int, dtype_bytes: float = 2) -> Operati
     activations of every linear layer (small until the batch is in the hundreds).
     """
     _check_int("batch", batch)
-    return _linear_layers(cfg, batch, dtype_bytes, f"decode GEMV, batch {batch}", {"batch": batch})
+    return _linear_layers(cfg, batch, dtype_bytes, tr(f"decode GEMV, batch {batch}", f"decode GEMV，batch {batch}"),
+                          {"batch": batch})
 
 
 def _linear_layers(cfg: ModelConfig, tokens: int, dtype_bytes: float, name: str,
@@ -177,7 +180,8 @@ def _activation_elems_per_token(cfg: ModelConfig) -> int:
 def prefill_gemm(cfg: ModelConfig, prompt_len: int, dtype_bytes: float = 2) -> Operation:
     """The linear layers of one prefill over `prompt_len` tokens (a GEMM)."""
     _check_int("prompt_len", prompt_len)
-    return _linear_layers(cfg, prompt_len, dtype_bytes, f"prefill GEMM, {prompt_len} tokens",
+    return _linear_layers(cfg, prompt_len, dtype_bytes,
+                          tr(f"prefill GEMM, {prompt_len} tokens", f"prefill GEMM，{prompt_len} 个 token"),
                           {"prompt_len": prompt_len})
 
 
@@ -191,7 +195,8 @@ def decode_attention(cfg: ModelConfig, batch: int, context: int, dtype_bytes: fl
     _check_int("context", context)
     flops = batch * costs.attention_flops_per_token(cfg, context)
     nbytes = batch * costs.kv_bytes(cfg, context, dtype_bytes)
-    return Operation(f"decode attention, batch {batch}, context {context}", flops=float(flops),
+    return Operation(tr(f"decode attention, batch {batch}, context {context}",
+                        f"decode 注意力，batch {batch}，上下文 {context}"), flops=float(flops),
                      bytes=float(nbytes), details={"batch": batch, "context": context})
 
 
@@ -199,7 +204,8 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, dtype_bytes: float =
     """A whole decode step: all weights once + every sequence's KV cache; all matmuls + attention."""
     _check_int("batch", batch)
     _check_int("context", context)
-    return Operation(f"decode step, batch {batch}, context {context}",
+    return Operation(tr(f"decode step, batch {batch}, context {context}",
+                        f"decode 一步，batch {batch}，上下文 {context}"),
                      flops=costs.decode_flops(cfg, batch, context),
                      bytes=costs.decode_bytes_per_step(cfg, batch, context, dtype_bytes),
                      details={"batch": batch, "context": context})
@@ -217,7 +223,8 @@ def prefill_step(cfg: ModelConfig, prompt_len: int, batch: int = 1, dtype_bytes:
     if last_token_logits:
         flops -= batch * (prompt_len - 1) * 2.0 * cfg.vocab_size * cfg.hidden_size
     nbytes = costs.weight_bytes(cfg, dtype_bytes) + batch * costs.kv_bytes(cfg, prompt_len, dtype_bytes)
-    return Operation(f"prefill, {batch} x {prompt_len} tokens", flops=float(flops), bytes=float(nbytes),
+    return Operation(tr(f"prefill, {batch} x {prompt_len} tokens", f"prefill，{batch} x {prompt_len} 个 token"),
+                     flops=float(flops), bytes=float(nbytes),
                      details={"batch": batch, "prompt_len": prompt_len})
 
 
@@ -439,11 +446,12 @@ def plot_roofline(hardware: Sequence[Hardware | str] | Hardware | str = ("H100-S
     x = np.logspace(math.log10(intensity_range[0]), math.log10(intensity_range[1]), 300)
     for hw in hws:
         dt = dtype if dtype in hw.peak_flops else "fp32"
-        label = f"{hw.name} ({dt}, {'measured' if hw.measured else 'datasheet'})"
+        src = tr("measured", "实测") if hw.measured else tr("datasheet", "数据手册")
+        label = tr(f"{hw.name} ({dt}, {src})", f"{hw.name}（{dt}，{src}）")
         line, = ax.loglog(x, attainable(hw, x, dt) / 1e12, label=label)
         r = ridge_point(hw, dt)
         ax.plot([r], [hw.flops(dt) / 1e12], "o", color=line.get_color())
-        ax.annotate(f"ridge {r:.0f}", (r, hw.flops(dt) / 1e12), textcoords="offset points",
+        ax.annotate(tr(f"ridge {r:.0f}", f"拐点 {r:.0f}"), (r, hw.flops(dt) / 1e12), textcoords="offset points",
                     xytext=(5, -14), fontsize=8, color=line.get_color())
     if ops:
         hw = hws[0]
@@ -452,9 +460,9 @@ def plot_roofline(hardware: Sequence[Hardware | str] | Hardware | str = ("H100-S
             y = attainable(hw, op.intensity, dt) / 1e12
             ax.plot([op.intensity], [y], "s", ms=7)
             ax.annotate(op.name, (op.intensity, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte, log scale)")
-    ax.set_ylabel("attainable TFLOP/s (log scale)")
-    ax.set_title(title or f"Roofline, dense {dtype} peaks")
+    ax.set_xlabel(tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）"))
+    ax.set_ylabel(tr("attainable TFLOP/s (log scale)", "可达到的 TFLOP/s（对数坐标）"))
+    ax.set_title(title or tr(f"Roofline, dense {dtype} peaks", f"roofline 模型，稠密 {dtype} 峰值"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
@@ -470,11 +478,12 @@ def plot_measured_roofline(hw: Hardware, measurements: Sequence[StepMeasurement]
     lo = min([m.op.intensity for m in measurements] + [0.5]) / 2
     hi = max([m.op.intensity for m in measurements] + [ridge_point(hw, dtype)]) * 4
     x = np.logspace(math.log10(lo), math.log10(hi), 300)
+    src = tr("measured", "实测") if hw.measured else tr("datasheet", "数据手册")
     ax.loglog(x, attainable(hw, x, dtype) / 1e9, "k-",
-              label=f"roof of {hw.name} ({'measured' if hw.measured else 'datasheet'})")
+              label=tr(f"roof of {hw.name} ({src})", f"{hw.name} 的屋顶（{src}）"))
     r = ridge_point(hw, dtype)
     ax.axvline(r, color="grey", ls=":", lw=1)
-    ax.annotate(f"ridge {r:.1f} FLOP/B", (r, hw.flops(dtype) / 1e9), textcoords="offset points",
+    ax.annotate(tr(f"ridge {r:.1f} FLOP/B", f"拐点 {r:.1f} FLOP/B"), (r, hw.flops(dtype) / 1e9), textcoords="offset points",
                 xytext=(5, -14), fontsize=8)
     for kind, marker in (("decode", "o"), ("prefill", "^")):
         pts = [m for m in measurements if m.kind == kind]
@@ -482,13 +491,14 @@ def plot_measured_roofline(hw: Hardware, measurements: Sequence[StepMeasurement]
             continue
         xs = [m.op.intensity for m in pts]
         ys = [m.achieved_flops / 1e9 for m in pts]
-        ax.plot(xs, ys, marker, ls="--", label=f"{kind}, measured on {hw.name}")
+        ax.plot(xs, ys, marker, ls="--", label=tr(f"{kind}, measured on {hw.name}", f"{kind}，在 {hw.name} 上实测"))
         for m, xv, yv in zip(pts, xs, ys):
             tag = f"B={m.batch}" if kind == "decode" else f"n={m.tokens}"
             ax.annotate(tag, (xv, yv), textcoords="offset points", xytext=(4, -12), fontsize=8)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte, log scale)")
-    ax.set_ylabel("achieved GFLOP/s (log scale)")
-    ax.set_title(title or "The real model's steps against this machine's measured roof")
+    ax.set_xlabel(tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）"))
+    ax.set_ylabel(tr("achieved GFLOP/s (log scale)", "实际达到的 GFLOP/s（对数坐标）"))
+    ax.set_title(title or tr("The real model's steps against this machine's measured roof",
+                             "真实模型的每一步，对照本机实测的屋顶"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
@@ -504,18 +514,21 @@ def plot_batch_sweep(cfg: ModelConfig, hw: Hardware | str, batches: Sequence[int
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(11, 4))
     bs = [r["batch"] for r in rows]
-    axes[0].semilogx(bs, [r["step_time"] * 1e3 for r in rows], "o-", label=f"{cfg.name} on {hw.name} (floor)")
-    axes[0].set_xlabel("batch size (sequences, log scale)")
-    axes[0].set_ylabel("decode step time floor (ms)")
-    axes[0].set_title("Step time barely moves while memory-bound")
-    axes[1].loglog(bs, [r["tokens_per_s"] for r in rows], "o-", label=f"{cfg.name} on {hw.name} (floor)")
-    axes[1].set_xlabel("batch size (sequences, log scale)")
-    axes[1].set_ylabel("tokens / s (log scale)")
-    axes[1].set_title("Throughput grows with batch until compute-bound")
+    floor = tr(f"{cfg.name} on {hw.name} (floor)", f"{cfg.name} 在 {hw.name} 上（下限）")
+    axes[0].semilogx(bs, [r["step_time"] * 1e3 for r in rows], "o-", label=floor)
+    axes[0].set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
+    axes[0].set_ylabel(tr("decode step time floor (ms)", "decode 一步的时间下限（ms）"))
+    axes[0].set_title(tr("Step time barely moves while memory-bound", "memory-bound 时，每步时间几乎不变"))
+    axes[1].loglog(bs, [r["tokens_per_s"] for r in rows], "o-", label=floor)
+    axes[1].set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
+    axes[1].set_ylabel(tr("tokens / s (log scale)", "tokens / s（对数坐标）"))
+    axes[1].set_title(tr("Throughput grows with batch until compute-bound",
+                         "吞吐随 batch 增长，直到 compute-bound"))
     cross = crossover_batch(cfg, hw, context, dtype_bytes)
     for ax in axes:
         if cross is not None and cross <= max(bs):
-            ax.axvline(cross, color="grey", ls=":", lw=1, label=f"compute-bound from batch {cross}")
+            ax.axvline(cross, color="grey", ls=":", lw=1, label=tr(f"compute-bound from batch {cross}",
+                                                                 f"batch ≥ {cross} 时 compute-bound"))
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     return axes
@@ -534,20 +547,23 @@ def plot_measured_batches(hw: Hardware, measurements: Sequence[StepMeasurement],
         _, axes = plt.subplots(1, 2, figsize=(11, 4))
     bs = [m.batch for m in dec]
     floors = [place(m.op, hw, dtype).time_floor for m in dec]
-    axes[0].semilogx(bs, [m.seconds * 1e3 for m in dec], "o-", label=f"measured on {hw.name}")
-    axes[0].semilogx(bs, [f * 1e3 for f in floors], "k--", label="roofline floor (measured roof)")
-    axes[0].set_ylabel("decode step time = per-token latency (ms)")
-    axes[1].loglog(bs, [m.batch / m.seconds for m in dec], "o-", label=f"measured on {hw.name}")
-    axes[1].loglog(bs, [m.batch / f for m, f in zip(dec, floors)], "k--", label="roofline ceiling")
+    measured = tr(f"measured on {hw.name}", f"在 {hw.name} 上实测")
+    axes[0].semilogx(bs, [m.seconds * 1e3 for m in dec], "o-", label=measured)
+    axes[0].semilogx(bs, [f * 1e3 for f in floors], "k--",
+                     label=tr("roofline floor (measured roof)", "roofline 下限（实测的屋顶）"))
+    axes[0].set_ylabel(tr("decode step time = per-token latency (ms)", "decode 一步的时间 = 每个 token 的延迟（ms）"))
+    axes[1].loglog(bs, [m.batch / m.seconds for m in dec], "o-", label=measured)
+    axes[1].loglog(bs, [m.batch / f for m, f in zip(dec, floors)], "k--",
+                   label=tr("roofline ceiling", "roofline 上限"))
     axes[1].loglog(bs, [dec[0].batch / dec[0].seconds * b / dec[0].batch for b in bs], ":", color="grey",
-                   label="linear in batch (free batching)")
-    axes[1].set_ylabel("tokens / s (log scale)")
+                   label=tr("linear in batch (free batching)", "与 batch 成正比（batching 不花代价）"))
+    axes[1].set_ylabel(tr("tokens / s (log scale)", "tokens / s（对数坐标）"))
     for ax in axes:
-        ax.set_xlabel("batch size (sequences, log scale)")
+        ax.set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0].set_title(title or "Step time against batch")
-    axes[1].set_title("Throughput against batch")
+    axes[0].set_title(title or tr("Step time against batch", "每步时间随 batch 的变化"))
+    axes[1].set_title(tr("Throughput against batch", "吞吐随 batch 的变化"))
     return axes
 
 

@@ -26,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from llmlab.i18n import tr
+
 POLICIES = ("static", "continuous")
 
 
@@ -310,6 +312,11 @@ def kv_memory_waste(requests: Sequence[SimRequest], max_model_len: int = 2048, b
 
 # ----------------------------------------------------------------------------- plots
 
+def _unit_zh(time_unit: str) -> str:
+    """The time unit as a Chinese label shows it: "steps" is 步, units such as "s" or "ms" stay."""
+    return {"steps": "步", "step": "步"}.get(time_unit, time_unit)
+
+
 def plot_gantt(result: SimResult, ax: Any = None, title: str | None = None, time_unit: str = "steps",
                time_scale: float = 1.0) -> Any:
     """One row per request: waiting (light) from arrival to start, running (dark) to finish.
@@ -328,36 +335,50 @@ def plot_gantt(result: SimResult, ax: Any = None, title: str | None = None, time
     ax.set_yticks(range(len(result.requests)))
     ax.set_yticklabels([str(tl.request_id) for tl in result.requests], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(f"time ({time_unit})")
-    ax.set_ylabel("request")
+    ax.set_xlabel(tr(f"time ({time_unit})", f"时间（{_unit_zh(time_unit)}）"))
+    ax.set_ylabel(tr("request", "请求"))
     from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(color="#d1d5db", label="waiting"), Patch(color=colour, label="running")],
+    ax.legend(handles=[Patch(color="#d1d5db", label=tr("waiting", "等待")),
+                       Patch(color=colour, label=tr("running", "运行"))],
               fontsize=8, loc="lower right")
-    ax.set_title(title or (f"{result.policy} batching, max batch {result.max_batch}: "
-                           f"mean latency {result.mean_latency * time_scale:.1f} {time_unit}"))
+    latency = result.mean_latency * time_scale
+    ax.set_title(title or tr(f"{result.policy} batching, max batch {result.max_batch}: "
+                             f"mean latency {latency:.1f} {time_unit}",
+                             f"{result.policy} batching，batch 上限 {result.max_batch}："
+                             f"平均延迟 {latency:.1f} {_unit_zh(time_unit)}"))
     return ax
 
 
 def plot_compare(results: dict[str, SimResult], time_unit: str = "steps", time_scale: float = 1.0,
-                 source: str = "simulated") -> Any:
-    """Both Gantt charts one above the other on a shared time axis, plus batch occupancy per step."""
+                 source: str | None = None) -> Any:
+    """Both Gantt charts one above the other on a shared time axis, plus batch occupancy per step.
+
+    `source` opens each title (default "simulated", in the language in use)."""
     import matplotlib.pyplot as plt
+
+    source = tr("simulated", "模拟") if source is None else source
+    unit_zh = _unit_zh(time_unit)
 
     n = len(results[next(iter(results))].requests)
     fig, axes = plt.subplots(len(results) + 1, 1, figsize=(10, 2 * (0.2 * n + 1) + 2.5), sharex=True,
                              gridspec_kw={"height_ratios": [1] * len(results) + [0.6]})
     for ax, (name, res) in zip(axes, results.items()):
         plot_gantt(res, ax, time_unit=time_unit, time_scale=time_scale,
-                   title=(f"{source}: {name} batching, max batch {res.max_batch} - throughput "
-                          f"{res.throughput / time_scale:.3g} tok/{time_unit}, mean latency "
-                          f"{res.mean_latency * time_scale:.3g} {time_unit}"))
+                   title=tr(f"{source}: {name} batching, max batch {res.max_batch} - throughput "
+                            f"{res.throughput / time_scale:.3g} tok/{time_unit}, mean latency "
+                            f"{res.mean_latency * time_scale:.3g} {time_unit}",
+                            f"{source}：{name} batching，batch 上限 {res.max_batch}，吞吐 "
+                            f"{res.throughput / time_scale:.3g} tok/{unit_zh}，平均延迟 "
+                            f"{res.mean_latency * time_scale:.3g} {unit_zh}"))
     ax = axes[-1]
     for name, res in results.items():
-        ax.step([t * time_scale for t in res.step_start], res.step_batch, where="post", label=name)
-    ax.set_ylabel("batch size")
-    ax.set_xlabel(f"time ({time_unit})")
+        ax.step([t * time_scale for t in res.step_start], res.step_batch, where="post",
+                label=tr(name, f"{name} batching"))
+    ax.set_ylabel(tr("batch size", "batch 大小"))
+    ax.set_xlabel(tr(f"time ({time_unit})", f"时间（{unit_zh}）"))
     ax.legend(fontsize=8)
-    ax.set_title("requests per step (slots left empty by static batching are lost work)")
+    ax.set_title(tr("requests per step (slots left empty by static batching are lost work)",
+                    "每步的请求数（static batching 下空着的槽位是白白浪费的算力）"))
     fig.tight_layout()
     return fig
 
@@ -369,13 +390,18 @@ def plot_kv_waste(result: WasteResult, ax: Any = None) -> Any:
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4))
     steps = range(len(result.used))
-    ax.plot(steps, result.contiguous, label=f"contiguous ({result.contiguous_policy}) reserved: "
-                                             f"{result.contiguous_waste:.0%} wasted")
-    ax.plot(steps, result.paged, label=f"paged, block {result.block_size}: {result.paged_waste:.1%} wasted")
-    ax.fill_between(steps, result.used, color="#15803d", alpha=0.3, label="tokens actually stored")
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("KV slots (tokens)")
-    ax.set_title("KV cache memory: reserved vs used (simulated on one trace)")
+    ax.plot(steps, result.contiguous, label=tr(f"contiguous ({result.contiguous_policy}) reserved: "
+                                                f"{result.contiguous_waste:.0%} wasted",
+                                                f"连续预留（{result.contiguous_policy}）："
+                                                f"浪费 {result.contiguous_waste:.0%}"))
+    ax.plot(steps, result.paged, label=tr(f"paged, block {result.block_size}: {result.paged_waste:.1%} wasted",
+                                          f"分页，块大小 {result.block_size}：浪费 {result.paged_waste:.1%}"))
+    ax.fill_between(steps, result.used, color="#15803d", alpha=0.3,
+                    label=tr("tokens actually stored", "实际存下的 token"))
+    ax.set_xlabel(tr("engine step", "引擎步"))
+    ax.set_ylabel(tr("KV slots (tokens)", "KV 槽位（token 数）"))
+    ax.set_title(tr("KV cache memory: reserved vs used (simulated on one trace)",
+                    "KV cache 显存：预留的与实际用到的（在一条 trace 上模拟）"))
     ax.legend(fontsize=8)
     return ax
 

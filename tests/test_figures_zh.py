@@ -27,10 +27,9 @@ CJK = re.compile(r"[\u3400-\u9fff]")
 KEPT = {"token", "tokens", "prefill", "decode", "batch", "batching", "cache", "roofline", "bound", "goodput",
         "gloo", "ring", "max_model_len", "max_num_batched_tokens", "nvlink", "pcie", "req", "tok",
         "mha", "gqa", "mqa", "mla", "ttft", "tpot", "itl", "e2el", "ttlt", "slo", "flop", "gib",
-        "kib", "dtype", "head_dim", "top_k", "top_p", "gpu", "vocab_size", "hidden_size"}
+        "kib", "dtype", "head_dim", "top_k", "top_p", "gpu", "vocab_size", "hidden_size",
+        "static", "continuous"}     # "static batching", "continuous batching": the glossary keeps them
 KEPT |= set(LOOP_STEPS)          # chapter 12's loop: its steps are the names the exercise asks for
-# figures whose axes another module draws (llmlab.roofline.plot_roofline): only their title is ours
-OTHERS_AXES = {"widgets.roofline.plot_roofline_explorer"}
 
 
 @pytest.fixture
@@ -174,6 +173,39 @@ def _chapter_figures():
         ("widgets.metrics.plot_throughput_latency", lambda: metrics.plot_throughput_latency({"HTTP": _summaries()})),
         ("widgets.metrics.plot_serving", lambda: metrics.plot_serving(batch=64, max_batch=4096)),
         ("widgets.blocks.plot_block_tables", lambda: blocks.plot_block_tables(blocks.manager_walkthrough()[2])),
+        *_module_figures(),
+    ]
+
+
+def _module_figures():
+    """(name, build) of the plots that llmlab.roofline, llmlab.sim and llmlab.hardware draw
+    themselves (the chapters call them directly), on small inputs; the memory mountain on a tiny
+    made-up measurement."""
+    from llmlab import hardware, sim
+
+    cfg = get_config("smollm2-135m")
+    cpu = get_hardware("laptop-cpu").replace(name="test cpu, 2 threads", measured=True)
+    steps = [roofline.StepMeasurement("decode", b, 64, 0.02 * b ** 0.5, roofline.decode_step(cfg, b, 65, 4))
+             for b in (1, 4)] + [roofline.StepMeasurement("prefill", 1, 32, 0.05, roofline.prefill_step(cfg, 32))]
+    cfg70 = get_config("llama-3-70b")
+    trace = sim.make_trace(6, 1.0, 4, seed=0)
+    mountain = hardware.MountainResult([16384, 1 << 20], [1e11, 5e10], "cpu", 1,
+                                       [{"level": 1, "type": "Data", "size": 49152}])
+    return [
+        ("roofline.plot_roofline", lambda: roofline.plot_roofline(
+            ["H100-SXM", cpu], ops=[roofline.decode_gemv(cfg70, 1), roofline.decode_attention(cfg70, 1, 1024),
+                                    roofline.decode_step(cfg70, 8, 1024), roofline.prefill_gemm(cfg70, 512),
+                                    roofline.prefill_step(cfg70, 512)])),
+        ("roofline.plot_measured_roofline", lambda: roofline.plot_measured_roofline(cpu, steps)),
+        ("roofline.plot_batch_sweep", lambda: roofline.plot_batch_sweep(cfg70, "H100-SXM", (1, 64, 512))[0]),
+        ("roofline.plot_measured_batches", lambda: roofline.plot_measured_batches(cpu, steps)[0]),
+        ("sim.plot_compare", lambda: sim.plot_compare(sim.compare(trace, max_batch=2))),
+        ("sim.plot_compare_seconds", lambda: sim.plot_compare(sim.compare(trace, max_batch=2), time_unit="s",
+                                                              time_scale=0.01)),
+        ("sim.plot_gantt", lambda: sim.plot_gantt(sim.simulate(trace, "static", 2))),
+        ("sim.plot_kv_waste", lambda: sim.plot_kv_waste(sim.kv_memory_waste(trace, 64, 16, 4))),
+        ("hardware.plot_memory_mountain", lambda: hardware.plot_memory_mountain(mountain)),
+        ("hardware.plot_hierarchy", lambda: hardware.plot_hierarchy("H100-SXM")),
     ]
 
 
@@ -191,7 +223,7 @@ def test_figure_speaks_chinese_with_every_glyph_drawn(zh, name):
     titles += [text for ax in fig.axes for text in (ax.get_title(), ax.get_xlabel(), ax.get_ylabel())]
     assert any(CJK.search(t) for t in titles), f"{name}: no Chinese in {titles}"
     left = _english_left(_labels(fig))
-    assert name in OTHERS_AXES or left == [], f"{name}: still English: {left}"
+    assert left == [], f"{name}: still English: {left}"
 
 
 def test_english_figures_are_unchanged_after_switching_back(zh):
@@ -204,6 +236,30 @@ def test_english_figures_are_unchanged_after_switching_back(zh):
     assert fig.axes[0].get_title() == "The chapter map: from a token to PagedAttention"
     fig, _ = _drawn(lambda: ch04.plot_seed_example(1.34e9, 5.4e9))
     assert fig.axes[0].get_xlabel() == "KV cache of one 4K-token request (GB)"
+
+
+def test_roofline_sim_and_hardware_plots_switch_back_to_their_english(zh):
+    from llmlab import hardware, sim
+
+    cfg70 = get_config("llama-3-70b")
+    op = roofline.decode_attention(cfg70, 1, 1024)
+    assert op.name == "decode 注意力，batch 1，上下文 1024"
+    assert CJK.search(roofline.place(op, "H100-SXM").summary())
+    fig, _ = _drawn(lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2)))
+    assert fig.axes[0].get_title().startswith("模拟：static batching，batch 上限 2，")
+    i18n.set_language("en")
+    op = roofline.decode_attention(cfg70, 1, 1024)
+    assert op.name == "decode attention, batch 1, context 1024"
+    assert roofline.place(op, "H100-SXM").summary().startswith("decode attention, batch 1, context 1024: intensity ")
+    ax = roofline.plot_roofline(["H100-SXM"], ops=[op])
+    assert (ax.get_xlabel(), ax.get_title()) == ("arithmetic intensity (FLOP / byte, log scale)",
+                                                 "Roofline, dense bf16 peaks")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["H100-SXM (bf16, datasheet)"]
+    fig, _ = _drawn(lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2)))
+    assert fig.axes[0].get_title().startswith("simulated: static batching, max batch 2 - throughput ")
+    assert fig.axes[-1].get_xlabel() == "time (steps)"
+    assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["static", "continuous"]
+    assert hardware.plot_hierarchy("H100-SXM").get_xlabel() == "capacity (bytes, log scale)"
 
 
 def _width(line: str) -> int:
@@ -271,12 +327,14 @@ def test_readouts_keep_their_numbers_in_chinese(zh):
 
 def _chinese_strings():
     """(file, string) of every string literal with a Chinese character in the figure and widget
-    modules and in the glossary's figure."""
+    modules, in the modules that draw their own plots (roofline, sim, hardware) and in the
+    glossary's figure."""
     import ast
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "llmlab"
     files = sorted((root / "figures").glob("*.py")) + sorted((root / "widgets").glob("*.py"))
+    files += [root / name for name in ("roofline.py", "sim.py", "hardware.py")]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and CJK.search(node.value):
