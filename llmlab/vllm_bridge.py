@@ -64,6 +64,19 @@ def version() -> str | None:
     return None
 
 
+def installed_path(relative: str) -> Path | None:
+    """Where `relative` ("vllm/v1/core/block_pool.py", or a folder) sits in vLLM's environment,
+    or None when vLLM is not installed or has no such file (read from disk, nothing imported)."""
+    if not available():
+        return None
+    lib = vllm_python().parent.parent / "lib"
+    for site in sorted(lib.glob("python*/site-packages")):
+        path = site / relative.strip("/")
+        if path.exists():
+            return path
+    return None
+
+
 def _call(args: list[str], stdin: str, timeout: float) -> str:
     if not available():
         raise RuntimeError(how_to_add())

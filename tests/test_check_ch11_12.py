@@ -9,7 +9,8 @@ import pytest
 
 from llmlab import sim
 from llmlab.check import ch11, ch12
-from llmlab.check.core import FAIL_WORD, PASS_WORD
+from llmlab.check import core
+from llmlab.check.core import FAIL_WORD, NOT_ANSWERED, PASS_WORD
 
 
 def _fails_with(result, *words):
@@ -132,3 +133,39 @@ def test_seed_questions_point_at_real_checkers(capsys):
             r = fn(None)
             assert not r.passed and "not answered" in r.message, (q, module, name)
     assert PASS_WORD not in capsys.readouterr().out
+
+
+def test_vllm_feature_grades_by_content_and_names_each_mistake(monkeypatch, tmp_path):
+    """Any feature vLLM has and llmlab lacks passes with a file where vLLM does it; a feature
+    llmlab has too names where llmlab does it; a file elsewhere is named, the way there only
+    on the second try; more choices than right answers, the two kinds mixed."""
+    from llmlab import vllm_bridge
+
+    monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))     # no vLLM here
+    assert set(ch12.VLLM_FEATURE_CHOICES) == set(ch12.VLLM_ONLY) | set(ch12.BOTH_DO)
+    kinds = [f in ch12.VLLM_ONLY for f in ch12.VLLM_FEATURE_CHOICES]
+    assert kinds != sorted(kinds) and kinds != sorted(kinds, reverse=True)
+    for feature, places in ch12.VLLM_ONLY.items():
+        file = places[0] + ("__init__.py" if places[0].endswith("/") else "")
+        assert ch12.vllm_feature({"feature": feature, "file": "/site-packages/" + file}).passed, feature
+    for feature, ours in ch12.BOTH_DO.items():
+        result = ch12.vllm_feature({"feature": feature, "file": "vllm/v1/core/block_pool.py"})
+        assert not result.passed and ours in result.message
+    core._WRONG_TRIES.pop("ch12.vllm_feature", None)
+    first = ch12.vllm_feature({"feature": "lora_adapters", "file": "vllm/v1/core/block_pool.py"})
+    second = ch12.vllm_feature({"feature": "lora_adapters", "file": "vllm/v1/core/block_pool.py"})
+    assert "not where" in first.message and "imports" not in first.message and "imports" in second.message
+    assert "choose one" in ch12.vllm_feature({"feature": "telepathy", "file": "vllm/x.py"}).message
+    assert ch12.vllm_feature(None).message == NOT_ANSWERED
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not __import__("llmlab.vllm_bridge").vllm_bridge.available(),
+                    reason="vLLM's environment is not there: `make vllm` adds it")
+def test_every_place_named_for_a_vllm_feature_is_in_the_installed_vllm():
+    from llmlab import vllm_bridge
+
+    for feature, places in ch12.VLLM_ONLY.items():
+        for place in places:
+            assert vllm_bridge.installed_path(place) is not None, (feature, place)
+    assert not ch12.vllm_feature({"feature": "lora_adapters", "file": "vllm/lora/not_a_file.py"}).passed

