@@ -45,6 +45,6 @@ def test_every_system_generates_the_same_tokens(tmp_path, restore_threads):
 
 def test_bad_arguments_name_the_option():
     with pytest.raises(ValueError, match="--systems"):
-        throughput.main(["--model", "tiny", "--systems", "vllm"])
+        throughput.main(["--model", "tiny", "--systems", "sglang"])
     with pytest.raises(ValueError, match="--min-tokens"):
         throughput.main(["--model", "tiny", "--min-tokens", "9", "--max-tokens", "3"])
