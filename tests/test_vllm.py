@@ -152,3 +152,38 @@ def test_asking_for_vllm_without_it_skips_it_saying_how(monkeypatch, tmp_path, c
                      "--systems", "llmlab,vllm", "--json", str(out)])
     assert "make vllm" in capsys.readouterr().out
     assert set(json.loads(out.read_text())["systems"]) == {"llmlab"}
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+def test_llmlab_bench_serve_measures_a_vllm_server(tmp_path):
+    """Across the wire, one way: `vllm serve` (vLLM's OpenAI server) measured by llmlab's client."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "bench.json"
+    with vllm_bridge.VLLMServer(max_num_seqs=8) as server:
+        proc = subprocess.run([sys.executable, "-m", "llmlab", "bench", "serve", "--base-url", server.url,
+                               "--model", "smollm2-135m", "--dataset", "prompts", "--num-prompts", "4",
+                               "--output-len", "8", "--request-rate", "inf", "--disable-tqdm",
+                               "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = json.dumps(json.loads(out.read_text()))
+    assert server.url in text
+    assert "requests 4" in proc.stdout and "TTFT       4" in proc.stdout
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_bench_serve_measures_llmlabs_server():
+    """Across the wire, the other way: vLLM's own benchmark client against `python -m llmlab serve`:
+    every request succeeds with all its tokens, and vLLM's figures are sane."""
+    from llmlab.serve.launch import ServerProcess
+
+    with ServerProcess("smollm2-135m", ["--port", "0", "--max-num-seqs", "8"]) as server:
+        figures = vllm_bridge.bench_serve(server.url, num_prompts=6, input_len=32, output_len=8)
+    assert figures["Successful requests"] == 6 and figures["Failed requests"] == 0, figures["report"]
+    assert figures["Total generated tokens"] == 6 * 8
+    assert 0 < figures["Mean TTFT (ms)"] < 60_000 and figures["Mean TPOT (ms)"] > 0
