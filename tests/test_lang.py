@@ -19,6 +19,16 @@ def _course(tmp_path):
     return nbs, nb
 
 
+def _translate_all(tmp_path, nbs):
+    """Every markdown cell of the course in tmp_path gets a (mock) translation."""
+    lang.extract("zh", nbs)
+    store_file = tmp_path / "i18n" / "zh" / "04-kv.json"
+    store = lang.read_store(store_file)
+    for entry in store.values():
+        entry["text"] = "中文：" + entry["en"]
+    lang.write_store(store_file, store)
+
+
 def test_missing_then_translated_then_stale(tmp_path):
     nbs, nb = _course(tmp_path)
     assert [p.what for p in lang.check("zh", nbs)] == ["missing", "missing"]
@@ -41,12 +51,7 @@ def test_missing_then_translated_then_stale(tmp_path):
 
 def test_build_keeps_code_and_translates_markdown(tmp_path):
     nbs, nb = _course(tmp_path)
-    lang.extract("zh", nbs)
-    store_file = tmp_path / "i18n" / "zh" / "04-kv.json"
-    store = lang.read_store(store_file)
-    for entry in store.values():
-        entry["text"] = "中文：" + entry["en"]
-    lang.write_store(store_file, store)
+    _translate_all(tmp_path, nbs)
     [out] = lang.build("zh", nbs, tmp_path / "build" / "zh")
     zh = nbformat.read(out, as_version=4)
     assert zh.cells[0].source == 'import llmlab\nllmlab.set_language("zh")'
@@ -62,12 +67,7 @@ def test_build_keeps_code_and_translates_markdown(tmp_path):
 
 def test_rebuild_keeps_a_copy_the_student_edited(tmp_path):
     nbs, nb = _course(tmp_path)
-    lang.extract("zh", nbs)
-    store_file = tmp_path / "i18n" / "zh" / "04-kv.json"
-    store = lang.read_store(store_file)
-    for entry in store.values():
-        entry["text"] = "中文：" + entry["en"]
-    lang.write_store(store_file, store)
+    _translate_all(tmp_path, nbs)
     out = tmp_path / "build" / "zh"
     [built] = lang.build("zh", nbs, out)
     lang.build("zh", nbs, out)                      # unchanged: nothing to keep
