@@ -255,7 +255,7 @@ def test_english_chapter_hints_unchanged(en):
 
 def test_predictions_in_chinese(zh, capsys):
     high = predict.compare(40.0, 3.1, quantity="step", unit="ms", if_high="额外说明。")
-    assert high.verdict == "too high" and high.message == "高了大约 1.1 个数量级。 额外说明。"
+    assert high.verdict == "too high" and high.message == "高了大约 1.1 个数量级。额外说明。"   # no space after a full stop in Chinese
     out = capsys.readouterr().out
     assert "你的预测" in out and "你的测量" in out and "预测 / 测量" in out
     rows = [ln for ln in out.splitlines() if ln.startswith("  ") and ("ms" in ln or "x" in ln)]
