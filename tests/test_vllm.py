@@ -187,3 +187,25 @@ def test_vllm_bench_serve_measures_llmlabs_server():
     assert figures["Successful requests"] == 6 and figures["Failed requests"] == 0, figures["report"]
     assert figures["Total generated tokens"] == 6 * 8
     assert 0 < figures["Mean TTFT (ms)"] < 60_000 and figures["Mean TPOT (ms)"] > 0
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_every_vllm_file_the_chapters_cite_is_in_the_installed_vllm():
+    """The In vLLM boxes and the text name vLLM files; each is in the vLLM the course installs,
+    unless the sentence says it was the file of an earlier release."""
+    from pathlib import Path
+
+    import nbformat
+
+    cited, missing = set(), []
+    for path in sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for m in re.finditer(r"vllm/[\w/]+\.py", cell.source):
+                if "earlier" in cell.source[m.end():m.end() + 40]:
+                    continue
+                cited.add(m.group())
+                if vllm_bridge.installed_path(m.group()) is None:
+                    missing.append(f"{path.stem}: {m.group()}")
+    assert len(cited) >= 20
+    assert not missing, f"not in vLLM {vllm_bridge.version()}: {missing}"
