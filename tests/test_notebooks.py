@@ -56,8 +56,9 @@ def test_notebook_runs_headless(path, lang):
     if lang == "zh":
         from llmlab import lang as languages
 
-        [path] = languages.build("zh", path, ROOT / "build" / "zh" / "notebooks")
-        out = ROOT / "build" / "zh" / "executed"
+        # built apart from build/zh/notebooks/, where `make lab LLMLAB_LANG=zh` keeps the student's copies
+        [path] = languages.build("zh", path, ROOT / "build" / "test-zh" / "notebooks")
+        out = ROOT / "build" / "test-zh" / "executed"
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{path.stem}.expected.jsonl"
     report = grade_subprocess(path, path, keep=out, expected_log=log)
