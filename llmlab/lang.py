@@ -306,6 +306,14 @@ USAGE = ("usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOO
          " | lang build LANG NOTEBOOKS OUT")
 
 
+def _report(lines: list[str], what: str) -> int:
+    """Print each finding and their count; exit status 1 when there is any."""
+    for line in lines:
+        print(line)
+    print(f"{len(lines)} {what}")
+    return 1 if lines else 0
+
+
 def main(args: list[str]) -> int:
     if len(args) < 3 or args[0] not in ("check", "extract", "lint", "strings", "build"):
         print(USAGE, file=sys.stderr)
@@ -313,23 +321,12 @@ def main(args: list[str]) -> int:
     cmd, lang, src = args[0], args[1], Path(args[2])
     try:
         if cmd == "check":
-            found = check(lang, src)
-            for p in found:
-                print(p)
-            print(f"{len(found)} cells to translate")
-            return 1 if found else 0
+            return _report(list(map(str, check(lang, src))), "cells to translate")
         if cmd == "lint":
-            found = lint(lang, src)
-            for line in found:
-                print(line)
-            print(f"{len(found)} non-primary terms")
-            return 1 if found else 0
+            return _report(lint(lang, src), "non-primary terms")
         if cmd == "strings":
-            found = strings(lang, src)
-            for text in found:
-                print(f"no translation: {text[:70]!r}")
-            print(f"{len(found)} notebook strings to translate")
-            return 1 if found else 0
+            return _report([f"no translation: {text[:70]!r}" for text in strings(lang, src)],
+                           "notebook strings to translate")
         if cmd == "extract":
             print(f"{extract(lang, src)} entries added or marked for update")
             return 0
