@@ -46,9 +46,13 @@ def _prompts(n: int) -> list[list[int]]:
 @pytest.mark.vllm
 @pytest.mark.slow
 @needs_vllm
-def test_vllm_and_llmlab_generate_the_same_greedy_tokens():
+def test_vllm_and_llmlab_generate_the_same_greedy_tokens(hf_model):
     """Eight chat prompts (English and Chinese, short to long), 24 greedy tokens each: vLLM's
-    tokens are llmlab's, one by one; vLLM reports a paged KV cache and a step token budget."""
+    tokens are llmlab's, one by one (a divergence is accepted only at a near-tie of the top two
+    logits, which float32 kernels of different CPUs may order either way; at least 7 of 8
+    sequences must match exactly); vLLM reports a paged KV cache and a step token budget."""
+    from greedy_match import assert_greedy_match
+
     from llmlab import LLM, SamplingParams
 
     prompts = _prompts(8)
@@ -56,8 +60,11 @@ def test_vllm_and_llmlab_generate_the_same_greedy_tokens():
     theirs = vllm_bridge.run(prompts, 24, max_num_seqs=8)
     ours = LLM(model="smollm2-135m", max_num_seqs=8).generate(
         prompts, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True), use_tqdm=False)
+    exact = 0
     for i, (o, t) in enumerate(zip(ours, theirs.token_ids)):
-        assert list(o.outputs[0].token_ids) == t, f"prompt {i}: llmlab {list(o.outputs[0].token_ids)} vs vLLM {t}"
+        assert len(t) == 24
+        exact += assert_greedy_match(t, list(o.outputs[0].token_ids), prompts[i], hf_model, f"vLLM, prompt {i}")
+    assert exact >= 7
     assert theirs.engine["block_size"] > 0 and theirs.engine["num_gpu_blocks"] > 0
     assert theirs.engine["max_num_batched_tokens"] >= 1
     assert theirs.version == vllm_bridge.version()
