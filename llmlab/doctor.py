@@ -5,7 +5,6 @@ import importlib.metadata as md
 import os
 import platform
 import sys
-import unicodedata
 
 from llmlab.i18n import tr
 
@@ -94,16 +93,13 @@ def model_missing(info: dict[str, str]) -> bool:
     return info[tr("model package", "模型包")].startswith(MISSING)
 
 
-def _display_width(text: str) -> int:
-    """Columns `text` takes in a terminal: a Chinese character takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def main(argv: list[str] | None = None) -> int:
     info = report()
-    width = max(map(_display_width, info))
+    from llmlab.figures.headers import rjust, width
+
+    columns = max(map(width, info))
     for k, v in info.items():
-        print(f"{' ' * (width - _display_width(k))}{k} : {v}")
+        print(f"{rjust(k, columns)} : {v}")
     return 1 if model_missing(info) else 0
 
 

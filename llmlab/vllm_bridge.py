@@ -177,17 +177,12 @@ COUNTERPARTS = [
 ]
 
 
-def _width(text: str) -> int:
-    """Columns `text` takes in a monospaced font (a Chinese character takes two)."""
-    import unicodedata
-
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def _table(rows: list[list[str]]) -> str:
+    from llmlab.figures.headers import ljust, width
+
     rows = [[str(c) for c in r] for r in rows]
-    widths = [max(_width(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c + " " * (w - _width(c)) for c, w in zip(r, widths)).rstrip() for r in rows)
+    widths = [max(width(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(ljust(c, w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
 def tokens_table(ours: list[list[int]], theirs: list[list[int]]) -> str:

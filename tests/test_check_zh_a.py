@@ -18,6 +18,7 @@ import pytest
 
 from llmlab import i18n
 from llmlab.check import core, predict
+from llmlab.figures.headers import width
 from llmlab.glossary import zh_synonym_uses
 from llmlab.instructor.leaks import number_forms
 
@@ -259,7 +260,7 @@ def test_predictions_in_chinese(zh, capsys):
     out = capsys.readouterr().out
     assert "你的预测" in out and "你的测量" in out and "预测 / 测量" in out
     rows = [ln for ln in out.splitlines() if ln.startswith("  ") and ("ms" in ln or "x" in ln)]
-    columns = {predict._width(ln[:ln.rindex("  ")]) for ln in rows if "  " in ln.strip()}
+    columns = {width(ln[:ln.rindex("  ")]) for ln in rows if "  " in ln.strip()}
     assert len(columns) == 1, out                     # the values line up under CJK labels too
     assert predict.compare(2.5, 3.0, quantity="r", baseline=1.0).message == "相差不到 3 倍：数量级和方向都对。"
     assert "上升" in predict.compare(0.9, 3.0, quantity="r", baseline=1.0).message

@@ -219,6 +219,7 @@ def test_every_vllm_file_the_chapters_cite_is_in_the_installed_vllm():
 
 
 def test_the_side_by_side_tables_line_up_in_chinese():
+    from llmlab.figures.headers import width
     from llmlab.i18n import language, set_language
 
     before = language()
@@ -227,8 +228,8 @@ def test_the_side_by_side_tables_line_up_in_chinese():
         run = vllm_bridge.VLLMRun("0.32.0", 1.0, [1.0, 0.9], [[1, 2, 4]], {})
         for text in (vllm_bridge.speed_table(100, 0.5, run), vllm_bridge.tokens_table([[1, 2, 3]], [[1, 2, 4]])):
             lines = text.splitlines()
-            last = [vllm_bridge._width(line[:line.rstrip().rindex("  ")].rstrip()) for line in lines]
-            starts = {vllm_bridge._width(line[:line.rstrip().rindex("  ") + 2]) for line in lines}
+            last = [width(line[:line.rstrip().rindex("  ")].rstrip()) for line in lines]
+            starts = {width(line[:line.rstrip().rindex("  ") + 2]) for line in lines}
             assert len(starts) == 1 and max(last) < min(starts), text    # the last column starts at one place
         assert "（预热后）" in vllm_bridge.speed_table(100, 0.5, run)
         assert vllm_bridge.tokens_table([[1, 2, 3]], [[1, 2, 4]]).splitlines()[1].split()[-1] == "2"

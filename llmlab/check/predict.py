@@ -14,11 +14,11 @@ the measurement corrects is the point of the exercise.
 from __future__ import annotations
 
 import math
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llmlab.check.core import as_number
+from llmlab.figures.headers import ljust, width
 from llmlab.i18n import notebook_text, tr
 
 # The message of a missing prediction (shown in the language in use, see `_no_prediction`).
@@ -31,11 +31,6 @@ NO_PREDICTION_ZH = ("还没有记下预测：先在上面的预测单元格里�
 
 def _no_prediction() -> str:
     return tr(NO_PREDICTION, NO_PREDICTION_ZH)
-
-
-def _width(text: str) -> int:
-    """Columns `text` takes in a monospaced font (a Chinese character takes two)."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 @dataclass(frozen=True)
@@ -135,10 +130,10 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
                        f"低了不止 {tolerance:g} 倍。"))
         extra = if_low
     message = msg + (tr(" ", "") + extra if extra else "")     # no space after a Chinese "。"
-    width = max(_width(k) for k, _ in rows)
+    columns = max(width(k) for k, _ in rows)
     print(f"[predict {shown}]")
     for k, v in rows:
-        print(f"  {k}{' ' * (width - _width(k))}  {v}")
+        print(f"  {ljust(k, columns)}  {v}")
     print(f"  {message}")
     return Comparison(quantity, p, m, verdict, message)
 
