@@ -159,16 +159,16 @@ def extract(lang: str, src: Path) -> int:
 def lint(lang: str, src: Path) -> list[str]:
     """Each place a translation names a concept by a synonym the glossary says not to use
     (see `llmlab.glossary.zh_synonym_uses`), as "notebook cell N: found -> primary (context)"."""
-    from llmlab.glossary import load_glossary, zh_synonym_uses
+    from llmlab.glossary import load_glossary, not_synonyms, zh_synonym_uses
 
     _check_lang(lang)
-    entries = load_glossary()
+    entries, exceptions = load_glossary(), not_synonyms()      # read once, not once per cell
     found = []
     for path in _notebooks(src):
         store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
         index = {str(c.get("id")): i for i, c in enumerate(_read(path).cells)}
         for cell_id, entry in store.items():
-            for use in zh_synonym_uses(str(entry.get("text", "")), entries):
+            for use in zh_synonym_uses(str(entry.get("text", "")), entries, exceptions):
                 found.append(f"{path.stem} cell {index.get(cell_id, '?')}: {use.found!r} -> write "
                              f"{use.primary!r} ({use.term}); in: {use.context!r}")
     return found
