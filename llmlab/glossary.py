@@ -188,7 +188,7 @@ def glossary_markdown(entries: Sequence[GlossaryEntry] | None = None) -> str:
 # ---- one term per concept in Chinese text ----------------------------------------------------
 
 # a sentence of the source chapter quoted word for word: its terms are the source's, not ours
-SEED_QUOTE = re.compile(r"「[^」]*」\s*（引自原章节）")
+SEED_QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")    # group 1: the quoted words
 _BRACKETED = re.compile(r"[(（][^()（）]*[)）]|`[^`\n]*`")
 
 

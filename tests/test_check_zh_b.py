@@ -15,8 +15,9 @@ import pytest
 
 from llmlab import i18n
 from llmlab.check import core
-from llmlab.glossary import has_cjk, zh_synonym_uses
+from llmlab.glossary import SEED_QUOTE, has_cjk, zh_synonym_uses
 from llmlab.instructor.leaks import number_forms
+from source_chapter import WHERE, source_chapter_text
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = [f"ch{n:02d}" for n in range(6, 13)]
@@ -268,12 +269,9 @@ def test_texts_the_notebooks_print_have_chinese_for_every_key():
 
 
 def test_quotes_of_the_seed_are_verbatim():
-    seed = Path("/work/shared/seed/000_02459f54d29308a7.txt")
-    if not seed.is_file():
-        seed = ROOT / "shared" / "seed" / "000_02459f54d29308a7.txt"
-    if not seed.is_file():
-        pytest.skip("the seed chapter is not here")
-    text = seed.read_text(encoding="utf-8")
-    quotes = [q for _, _, s in _chinese_strings() for q in re.findall(r"「(.+?)」（引自原章节）", s)]
+    text = source_chapter_text()
+    if text is None:
+        pytest.skip(WHERE)
+    quotes = [q for _, _, s in _chinese_strings() for q in SEED_QUOTE.findall(s)]
     assert len(quotes) >= 5
     assert [q for q in quotes if q not in text] == []

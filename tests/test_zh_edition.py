@@ -4,7 +4,6 @@ order, the same fixed parts (time, In vLLM box, summary), one term per concept, 
 of the source chapter exact."""
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -12,13 +11,12 @@ import nbformat
 import pytest
 
 from llmlab import lang
-from llmlab.glossary import load_glossary, zh_synonym_uses
+from llmlab.glossary import SEED_QUOTE, load_glossary, zh_synonym_uses
+from source_chapter import WHERE, source_chapter_text
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 STORE = ROOT / "i18n" / "zh"
-SEED_DIR = Path(os.environ.get("LLMLAB_SEED_DIR", ROOT.parent / "shared" / "seed"))
-QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")  # as llmlab.glossary.SEED_QUOTE, with a group
 
 
 def _store(path: Path) -> dict[str, dict]:
@@ -86,18 +84,13 @@ def test_the_lint_catches_a_synonym_and_spares_a_gloss():
     assert [u.found for u in zh_synonym_uses("首token延迟与自回归生成", entries)] == ["首token延迟"]
 
 
-def _seed_text() -> str:
-    return "".join(re.sub(r"\s+", "", p.read_text(encoding="utf-8")) for p in sorted(SEED_DIR.glob("*.txt")))
-
-
-@pytest.mark.skipif(not SEED_DIR.is_dir(), reason=f"the source chapter is not at {SEED_DIR} "
-                    "(set LLMLAB_SEED_DIR); the quotes are checked where it is")
+@pytest.mark.skipif(source_chapter_text() is None, reason=WHERE)
 def test_every_quote_of_the_source_chapter_is_exact():
-    seed = _seed_text()
+    seed = re.sub(r"\s+", "", source_chapter_text())
     bad, count = [], 0
     for path in NOTEBOOKS:
         for cell_id, entry in _store(path).items():
-            for quote in QUOTE.findall(str(entry.get("text", ""))):
+            for quote in SEED_QUOTE.findall(str(entry.get("text", ""))):
                 count += 1
                 if re.sub(r"\s+", "", quote) not in seed:
                     bad.append(f"{path.stem} {cell_id}: 「{quote}」")
