@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from greedy_match import assert_greedy_match, hf_greedy
 from llmlab import generate

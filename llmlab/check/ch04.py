@@ -9,7 +9,7 @@ from typing import Any
 from llmlab import costs
 from llmlab.check.ch01 import combine_mistakes
 from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_number, not_yet,
-                               passed, record_expected, report, staged)
+                               passed, report, staged)
 from llmlab.config import get_config
 from llmlab.i18n import tr
 

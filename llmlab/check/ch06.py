@@ -7,7 +7,7 @@ from typing import Any
 
 from llmlab import costs
 from llmlab.check.ch01 import combine_mistakes
-from llmlab.check.core import CheckResult, ExerciseInfo, check_choice, check_number, staged
+from llmlab.check.core import CheckResult, ExerciseInfo, check_choice, check_number
 from llmlab.config import get_config
 from llmlab.hardware import PRESETS, cpu_caches
 from llmlab.i18n import tr

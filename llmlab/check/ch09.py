@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import (CheckResult, ExerciseInfo, NOT_ANSWERED, check_choice,
+from llmlab.check.core import (CheckResult, ExerciseInfo, check_choice,
                                check_dict_keys, check_number, not_yet, passed, report, staged)
 from llmlab.config import get_config
 from llmlab.i18n import tr

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from llmlab import roofline
 from llmlab.figures.headers import header, ljust, rjust, width
-from llmlab.hardware import Hardware, get_hardware
+from llmlab.hardware import Hardware
 from llmlab.i18n import tr
 
 GPU = "H100-SXM"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
-
 from llmlab import metrics
 from llmlab.i18n import tr
 
