@@ -84,6 +84,24 @@ def test_figures_on_a_recorded_stream_equal_hand_computed_values():
     assert out["errors"] == ["HTTP 503: queue full"]
 
 
+def test_received_bytes_split_into_lines_stamped_when_their_last_byte_came():
+    # one SSE stream cut into pieces at awkward places, as TCP may deliver it
+    stream = (f"{chunk('The')}\n\n{chunk(' cat', 'length')}\r\n\n{usage(3, 2)}\n\n"
+              "data: [DONE]\n\n").encode()
+    cuts = [0, 5, 40, stream.index(b"\n") + 1, stream.index(b"[DONE]") + 2, len(stream)]
+    pieces = [(float(i), stream[a:b]) for i, (a, b) in enumerate(zip(cuts, cuts[1:]))]
+    lines = list(bench.timed_lines(pieces))
+    assert [line for _, line in lines] == stream.decode().replace("\r\n", "\n").split("\n")[:-1]
+    # the first line ends in piece 2 (bytes 40.. hold its newline), [DONE]'s in the last
+    assert lines[0][0] == 2.0 and lines[-2] == (4.0, "data: [DONE]")
+    rec = bench.record_stream(0.0, lines)
+    assert rec.success and rec.text == "The cat" and rec.chunk_times == [2.0, 3.0]
+    assert rec.completion_tokens == 2
+    # a stream cut in the middle of a line: the broken line is not parsed (no JSON error)
+    cut = list(bench.timed_lines([(1.0, stream[:stream.index(b"cat") + 1])]))
+    assert [line for _, line in cut] == [chunk("The"), ""]
+
+
 def test_a_stream_without_done_or_with_an_error_chunk_is_a_failure():
     cut = bench.record_stream(0.0, [(0.1, chunk("a"))])
     assert not cut.success

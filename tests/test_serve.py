@@ -348,6 +348,57 @@ def test_a_full_waiting_queue_answers_503_and_loses_nothing_admitted(real_model)
 # ---- parts ------------------------------------------------------------------------------------
 
 @pytest.mark.model
+@pytest.mark.parametrize("quiet_s", [0.05, 0.0])
+def test_a_burst_arriving_while_idle_joins_one_first_step(real_model, quiet_s):
+    """Eight requests 2 ms apart: with the settle spell they share the first step (one prefill
+    for all, as offline); without it (quiet 0) the first step starts with the first alone."""
+    from llmlab.serve.async_engine import AsyncLLM
+
+    model, tokenizer = real_model
+    engine = LLMEngine(model, tokenizer, **engine_kwargs(model))
+    first_batch = []
+    step = engine.step
+
+    def recording_step():
+        if not first_batch:
+            first_batch.append(len(engine.scheduler.waiting) + len(engine.scheduler.running))
+        return step()
+
+    engine.step = recording_step
+    ids = tokenizer.encode(PROMPTS[0])
+
+    async def run():
+        llm = AsyncLLM(engine, settle_quiet_s=quiet_s, settle_max_s=1.0)
+        llm.start()
+
+        async def one(i):
+            await asyncio.sleep(0.002 * i)
+            stream = llm.add_request(f"r{i}", ids, SamplingParams(max_tokens=2, temperature=0))
+            return [out async for out in stream]
+
+        outs = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(8))), 60)
+        await llm.stop()
+        return outs
+
+    outs = asyncio.run(run())
+    assert all(sum(len(o.outputs[0].token_ids) for o in out) == 2 for out in outs)
+    if quiet_s:
+        assert first_batch == [8]
+    else:
+        assert first_batch[0] < 8
+    assert engine.stats()["free_blocks"] == engine.num_kv_blocks
+
+
+def test_the_settle_spell_is_checked():
+    from llmlab.serve.async_engine import AsyncLLM
+
+    engine = LLMEngine.__new__(LLMEngine)
+    for quiet, most in [(-0.001, 0.05), (0.1, 0.05), (0.001, 2.0)]:
+        with pytest.raises(ValueError, match="settle_quiet_s"):
+            AsyncLLM(engine, settle_quiet_s=quiet, settle_max_s=most)
+
+
+@pytest.mark.model
 def test_incremental_detokenizer_reassembles_the_text(real_model):
     _, tokenizer = real_model
     text = "北京是中国的首都。 Emoji: 🙂 and accents: café, naïve."

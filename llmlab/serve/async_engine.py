@@ -13,6 +13,14 @@ A client that goes away aborts its request: at once when no step is running, els
 the step in flight, so its KV blocks go back to the pool before the next step is scheduled.
 The waiting queue is bounded: beyond `max_waiting` requests not yet scheduled, `add_request`
 raises `QueueFullError` (the server answers 503) and nothing already admitted is touched.
+
+A burst (a benchmark at rate inf, a batch job's clients starting together) arrives over a few
+milliseconds while the event loop parses one request after another. Stepping at the first one
+would prefill a part of the burst, and the rest would wait a whole prefill for the next step and
+finish one step behind. So when the loop wakes from idle it first lets the arrivals settle: it
+keeps yielding to the event loop until `settle_quiet_s` passes with no new request (at most
+`settle_max_s`). A lone request pays the quiet spell once (1 ms by default); a running batch
+never waits.
 """
 from __future__ import annotations
 
@@ -69,13 +77,20 @@ class AsyncLLM:
     """
 
     def __init__(self, engine: LLMEngine, max_waiting: int = 256,
-                 model_name: str = "llmlab") -> None:
+                 model_name: str = "llmlab", settle_quiet_s: float = 0.001,
+                 settle_max_s: float = 0.05) -> None:
         if not isinstance(engine, LLMEngine):
             raise ValueError(f"engine must be an LLMEngine, got {type(engine).__name__}")
         if not isinstance(max_waiting, int) or max_waiting < 1:
             raise ValueError(f"max_waiting must be an int >= 1, got {max_waiting!r}")
+        if not 0 <= settle_quiet_s <= settle_max_s <= 1:
+            raise ValueError("need 0 <= settle_quiet_s <= settle_max_s <= 1 (seconds), got "
+                             f"settle_quiet_s={settle_quiet_s!r}, settle_max_s={settle_max_s!r}")
         self.engine = engine
         self.max_waiting = max_waiting
+        self.settle_quiet_s = settle_quiet_s
+        self.settle_max_s = settle_max_s
+        self.num_admitted = 0                  # requests ever admitted (the settle loop counts)
         self.metrics = ServerMetrics(model_name)
         self.streams: dict[str, RequestStream] = {}
         self._pending: list[tuple[str, list[int], SamplingParams, float | None]] = []
@@ -151,6 +166,7 @@ class AsyncLLM:
             self.engine.add_request(request_id, prompt_token_ids, params)
             self.stats = self.engine.stats()
         self.streams[request_id] = stream
+        self.num_admitted += 1
         if self._wake is not None:
             self._wake.set()
         return stream
@@ -204,6 +220,19 @@ class AsyncLLM:
                 stream.queue.put_nowait(_DONE)
                 del self.streams[out.request_id]
 
+    async def _settle(self) -> None:
+        """Yield to the event loop until arrivals pause for `settle_quiet_s` (see the top)."""
+        loop = asyncio.get_running_loop()
+        start = last = loop.time()
+        seen = self.num_admitted
+        while True:
+            await asyncio.sleep(0)           # one turn of the loop: sockets read, handlers run
+            now = loop.time()
+            if self.num_admitted != seen:
+                seen, last = self.num_admitted, now
+            if now - last >= self.settle_quiet_s or now - start >= self.settle_max_s:
+                return
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -211,6 +240,7 @@ class AsyncLLM:
             if not self.engine.has_unfinished_requests():
                 self._wake.clear()
                 await self._wake.wait()
+                await self._settle()
                 continue
             self._stepping = True
             try:
