@@ -22,6 +22,10 @@ batch size:
                   hf systems is what the engine gives on the same matmul, `llmlab` /
                   `llmlab-torch` what the fast path adds
 
+Times: an engine's `generate` call for the llmlab systems and vLLM (building the engine,
+preparing its weights and allocating its KV pool are start-up, not serving, and are not
+timed); the whole `generate` calls for transformers, which builds nothing.
+
 Prints a table and writes JSON (default `build/bench-throughput.json`):
 `{"systems": {NAME: {"requests", "output_tokens", "seconds", "tok_per_s"}}, "machine": {...},
 "settings": {...}, "llmlab_overhead": {...}}`. The overhead block gives the scheduler's and
@@ -147,7 +151,10 @@ def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
 
         engine.model_runner.execute_model = no_forward
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
-    return engine, llm.generate([ids for ids, _ in work], params, use_tqdm=False)
+    t0 = time.perf_counter()
+    outs = llm.generate([ids for ids, _ in work], params, use_tqdm=False)
+    engine.generate_seconds = time.perf_counter() - t0
+    return engine, outs
 
 
 def run_vllm(_hf, work, batch_size: int) -> int:
@@ -169,11 +176,14 @@ def median_step_overhead_us(engine) -> float:
 
 
 def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str):
+    """A runner that builds a fresh engine (weights prepared, KV pool allocated: not timed, as
+    vLLM's start-up is not) and runs the work through it; `run.seconds` is the generate call."""
     def run(_hf, work, batch_size: int) -> int:
         run.last_engine = None        # one engine (and its prepared weights) alive at a time
         gc.collect()
         run.last_engine, outs = _llmlab_generate(model, tokenizer, work, batch_size, max_len,
                                                  scheduling, attention)
+        run.seconds = run.last_engine.generate_seconds
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
     run.last_engine = None
@@ -317,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
             runners[name](hf, warm, args.batch_size)               # warm-up, not timed
         t0 = time.perf_counter()
         tokens = runners[name](hf, work, args.batch_size)
-        seconds = run_vllm.seconds if name == "vllm" else time.perf_counter() - t0
+        # the engines' generate calls (their start-up is not serving); transformers' runners
+        # build nothing, so their whole call
+        seconds = getattr(runners[name], "seconds", None) or time.perf_counter() - t0
         results[name] = {"requests": len(work), "output_tokens": tokens, "seconds": seconds,
                          "tok_per_s": tokens / seconds}
         print(f"  {name:<14} {tokens:>7} tokens {seconds:>8.1f} s {tokens / seconds:>9.1f} tok/s",
@@ -352,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                            "chunked_prefill": True},
                 "llmlab-torch": "as llmlab, attention_backend='torch' (the readable model: "
                                 "aten matmul, PyTorch attention)",
+                "timed": "llmlab*, vllm: the engine's generate call (start-up not timed); "
+                         "hf*: the generate calls",
                 "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
                 "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
                 "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
