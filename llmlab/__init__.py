@@ -8,11 +8,12 @@ from __future__ import annotations
 import importlib
 import os
 
-# OpenMP threads that sleep rather than spin while they wait. Set before torch is first
-# imported: on a busy 2-core laptop, spinning threads made the model 20-40x slower. Whoever sets
-# either OMP_WAIT_POLICY or GNU's GOMP_SPINCOUNT (as `make bench` does) decides instead.
-if "GOMP_SPINCOUNT" not in os.environ:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# How OpenMP threads wait between operations: sleep, or spin briefly first, whichever a probe
+# measured faster on this machine (`llmlab.openmp`); set before torch is first imported, as the
+# OpenMP runtime reads it once. Whoever sets OMP_WAIT_POLICY or GOMP_SPINCOUNT decides instead.
+from llmlab import openmp as _openmp  # noqa: E402
+
+_openmp.SOURCE = _openmp.apply()
 # Without an NVIDIA GPU, Triton kernels run through its interpreter. The switch must be set
 # before anything imports triton (transformers can, when the model loads), so it lives here.
 if not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/nvidiactl"):

@@ -1,6 +1,7 @@
 """Command line: `python -m llmlab COMMAND ...`.
 
   doctor                     environment report
+  openmp [--probe]           how OpenMP threads wait here; --probe measures and saves the choice
   model [NAME]               convert and cache the model (once), report the load time
   run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
   serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         return doctor_main(rest)
     if cmd == "model":
         return _model(rest)
+    if cmd == "openmp":
+        from llmlab.openmp import main as openmp_main
+        return openmp_main(rest)
     if cmd == "lang":
         from llmlab.lang import main as lang_main
         return lang_main(rest)

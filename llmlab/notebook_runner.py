@@ -23,7 +23,6 @@ def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
     old_env = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # no spinning threads on a busy CPU
     try:
         client = NotebookClient(nb, timeout=cell_timeout, kernel_name=kernel_name,
                                 resources={"metadata": {"path": str(path.parent.resolve())}})

@@ -29,9 +29,10 @@ VLLM_ENV = ROOT / ".venv-vllm"
 PYTHON_ENV = "LLMLAB_VLLM_PYTHON"
 WORKER = Path(__file__).with_name("vllm_worker.py")
 MARK = "LLMLAB-VLLM "
-# vLLM's telemetry off, nothing from a hub, and the course's OpenMP setting
+# vLLM's telemetry off, nothing from a hub; the OpenMP setting is this process's (`import llmlab`
+# chose it: `llmlab.openmp`), so vLLM's threads wait as llmlab's do
 QUIET_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-             "TRANSFORMERS_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def vllm_python() -> Path:

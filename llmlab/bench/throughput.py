@@ -54,10 +54,10 @@ OPTIONAL_SYSTEMS = ("vllm",)          # only when asked for by name
 
 
 def openmp_wait() -> str:
-    """How OpenMP threads wait between operations in this process (see `llmlab/__init__.py`)."""
-    spin = os.environ.get("GOMP_SPINCOUNT")
-    policy = os.environ.get("OMP_WAIT_POLICY", "the runtime's default")
-    return f"OMP_WAIT_POLICY={policy}" + (f", GOMP_SPINCOUNT={spin}" if spin else "")
+    """How OpenMP threads wait between operations in this process, and why (`llmlab.openmp`)."""
+    from llmlab import openmp
+
+    return openmp.describe()
 
 
 def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
