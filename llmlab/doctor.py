@@ -71,6 +71,8 @@ def report() -> dict[str, str]:
 
     why = {"probe": tr("chosen by this machine's probe", "由本机的探测选定"),
            "environment": tr("set in the environment", "由环境变量设定"),
+           "serving": tr("serving: threads share the cores with the event loop",
+                         "服务模式：线程与事件循环共用 CPU 核"),
            "default": tr("default; `python -m llmlab openmp --probe` measures",
                          "默认；`python -m llmlab openmp --probe` 可实测")}.get(openmp.SOURCE, openmp.SOURCE)
     info[tr("OpenMP threads", "OpenMP 线程")] = (

@@ -81,6 +81,21 @@ def test_spinning_is_chosen_only_when_it_wins_every_round_by_the_margin(
         openmp.probe(rounds=0)
 
 
+def test_serving_keeps_threads_sleeping_whatever_the_probe_chose(clean_env):
+    save(clean_env, "spin")
+    for argv in (["python", "-m", "llmlab", "serve", "--port", "0"],
+                 ["python", "-m", "llmlab", "bench", "serve", "--launch"]):
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        assert openmp.apply(argv) == "serving"
+        assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in os.environ
+    for argv in (["python", "-m", "llmlab", "bench", "throughput"], ["python", "serve.py", "serve"],
+                 ["python", "-m", "other", "serve"]):
+        assert not openmp.serving(argv)
+    os.environ.pop("OMP_WAIT_POLICY")
+    assert openmp.apply(["python", "-m", "llmlab", "bench", "throughput"]) == "probe"
+    assert os.environ["GOMP_SPINCOUNT"] == "12345"
+
+
 def test_each_probe_interpreter_gets_one_setting():
     spin, sleep = openmp._env_for("spin"), openmp._env_for("sleep")
     assert spin["GOMP_SPINCOUNT"] == str(openmp.SPINCOUNT) and "OMP_WAIT_POLICY" not in spin

@@ -497,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     if nice and hasattr(os, "nice"):
         os.nice(nice)         # after the server started: it keeps its priority
         print(f"client priority lowered by {nice} (the server's is unchanged)", flush=True)
+    from llmlab import openmp
+
+    print(f"OpenMP: {openmp.describe()} (this client's offline runs and a launched server alike)",
+          flush=True)
     report: dict[str, Any] = {}
     try:
         model = args.model or fetch_json(base_url, "/v1/models")["data"][0]["id"]
@@ -558,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
                                "max_concurrency": args.max_concurrency, "seed": args.seed,
                                "goodput_slo_ms": None if slo is None else
                                {k: v * 1e3 for k, v in slo.items()},
-                               "launched_server_args": serve_args, "rounds": args.rounds},
+                               "launched_server_args": serve_args, "rounds": args.rounds,
+                               "openmp": openmp.describe()},
                   "runs": runs}
     finally:
         if server is not None:
