@@ -102,6 +102,30 @@ def test_received_bytes_split_into_lines_stamped_when_their_last_byte_came():
     assert [line for _, line in cut] == [chunk("The"), ""]
 
 
+def test_chunked_encoding_is_removed_piece_by_piece_keeping_arrival_times():
+    payloads = [b"data: one\n\n", b"data: two, a longer one\n\n", b"data: [DONE]\n\n"]
+    raw = b"".join(b"%x;ext=1\r\n" % len(p) + p + b"\r\n" if i == 1 else
+                   b"%x\r\n" % len(p) + p + b"\r\n" for i, p in enumerate(payloads))
+    raw += b"0\r\n\r\n"
+    # cut everywhere: inside a size line, inside data, between data and its CRLF
+    for cuts in ([], [1], [3, 20], [len(raw) - 3], list(range(1, len(raw), 7))):
+        bounds = [0, *cuts, len(raw)]
+        pieces = [(float(k), raw[a:b]) for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+        out = bench.dechunk(pieces)
+        assert b"".join(p for _, p in out) == b"".join(payloads), cuts
+        # each output piece carries the time of one received piece, in order, and no more
+        # payload than that piece brought
+        times = [t for t, _ in out]
+        assert times == sorted(set(times))
+        assert all(len(p) <= len(pieces[int(t)][1]) for t, p in out)
+    # the [DONE] line's last byte arrives in the last piece that carries payload
+    split = raw.index(b"[DONE]") + 3
+    out = bench.dechunk([(0.0, raw[:split]), (1.0, raw[split:])])
+    assert out[-1] == (1.0, b"NE]\n\n")
+    trailing = bench.dechunk([(0.0, b"5\r\nhello\r\n0\r\n\r\n"), (1.0, b"junk")])
+    assert trailing == [(0.0, b"hello")]                           # nothing after the last chunk
+
+
 def test_a_stream_without_done_or_with_an_error_chunk_is_a_failure():
     cut = bench.record_stream(0.0, [(0.1, chunk("a"))])
     assert not cut.success
