@@ -7,8 +7,7 @@ faster depends on the machine, and by a lot:
 
 - on a 2-core AMD EPYC VM waking a sleeping thread cost ~70 µs, and a step has ~350 regions:
   spinning made batch-1 decode 1.47× faster and the throughput benchmark 1.2× faster;
-- on a 2-core Intel Xeon VM the same spin count made the throughput benchmark 21 % slower
-  (two vCPUs that share one core lose to a spinning sibling).
+- on a 2-core Intel Xeon VM the same spin count made the throughput benchmark 21 % slower.
 
 So nothing is assumed: `probe()` runs a short layer-like loop (small matmuls, elementwise
 operations, a little Python between them, as an engine step) in fresh interpreters, once
