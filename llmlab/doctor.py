@@ -7,6 +7,7 @@ import platform
 import sys
 
 from llmlab.i18n import tr
+from llmlab.utils import cpu_name  # noqa: F401 (benches import it from here)
 
 MISSING = ("MISSING", "缺失")      # how the model package's line starts when it is not there
 
@@ -16,16 +17,6 @@ def _version(package: str) -> str:
         return md.version(package)
     except md.PackageNotFoundError:
         return tr("not installed", "未安装")
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def report() -> dict[str, str]:

@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, Callable
 import torch
 
 from llmlab.i18n import tr
+from llmlab.utils import cpu_name  # noqa: F401 (part of this module's API)
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
@@ -357,17 +357,6 @@ class _threads:
 
     def __exit__(self, *exc: Any) -> None:
         torch.set_num_threads(self.old)
-
-
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo, else `platform.processor()`)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def _mem_total() -> float:

@@ -64,16 +64,10 @@ def _path() -> Path:
 
 def machine_key() -> str:
     """This machine as the choice depends on it: the CPU's model and the CPUs this process has."""
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from llmlab.utils import cpu_name
+
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{model}; {os.cpu_count()} CPUs, {usable} usable"
+    return f"{cpu_name()}; {os.cpu_count()} CPUs, {usable} usable"
 
 
 def saved() -> dict | None:

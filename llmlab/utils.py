@@ -1,5 +1,19 @@
-"""Small helpers every layer may use (this module imports nothing from llmlab)."""
+"""Small helpers every layer may use (this module imports nothing from llmlab, nor torch)."""
 from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo, else `platform.processor()`)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def cdiv(a: int, b: int) -> int:

@@ -40,24 +40,17 @@ import os
 import platform
 import random
 import time
-from pathlib import Path
 
 import torch
 
 from llmlab.bench import write_report
 from llmlab.config import DATA_DIR
-from llmlab.utils import cdiv
+from llmlab import openmp
+from llmlab.utils import cdiv, cpu_name
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab",
            "llmlab-torch")
 OPTIONAL_SYSTEMS = ("vllm",)          # only when asked for by name
-
-
-def openmp_wait() -> str:
-    """How OpenMP threads wait between operations in this process, and why (`llmlab.openmp`)."""
-    from llmlab import openmp
-
-    return openmp.describe()
 
 
 def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
@@ -238,15 +231,7 @@ def compute_bound(cfg, work, output_tokens: int, peak: float) -> dict:
 
 
 def machine_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
             "transformers": _version("transformers"),
             "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
@@ -294,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.engine.allocator import keep_freed_memory
 
     allocator_tuned = keep_freed_memory()      # process-wide, before any system: same for all
-    print(f"OpenMP: {openmp_wait()} (the same for every system)", flush=True)
+    print(f"OpenMP: {openmp.describe()} (the same for every system)", flush=True)
 
     model, tokenizer, hf = load_models(args.model)
     work = build_workload(tokenizer, num_requests, lo, hi)

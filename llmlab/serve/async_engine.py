@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from llmlab.engine import LLMEngine, RequestOutput
 from llmlab.sampling import SamplingParams
