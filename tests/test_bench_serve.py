@@ -172,6 +172,19 @@ def test_requests_leave_at_their_arrival_times_and_within_the_concurrency_limit(
     assert most <= limit
 
 
+def test_the_client_records_refusals_and_dead_ends_as_failures(tiny_server):
+    reqs = bench.build_requests(2, 4, dataset="random", random_input_len=8, seed=1)
+    refused, _ = bench._run_async(bench.run_requests(tiny_server.url, reqs, "no-such-model",
+                                                     max_seconds=30, progress=False))
+    assert [r.status for r in refused] == [404, 404] and not any(r.success for r in refused)
+    assert all(r.error.startswith("HTTP 404: ") and "no-such-model" in r.error for r in refused)
+    nobody, _ = bench._run_async(bench.run_requests("http://127.0.0.1:9", reqs[:1], "tiny",
+                                                    max_seconds=30, progress=False))
+    assert not nobody[0].success and nobody[0].error.startswith("ConnectionRefusedError")
+    with pytest.raises(ValueError, match="url"):
+        bench._run_async(bench.stream_post("ftp://host/x", {}))
+
+
 def test_the_command_writes_results_with_machine_settings_and_date(tiny_server, tmp_path):
     out = tmp_path / "bench.json"
     assert bench.main(["--base-url", tiny_server.url, "--dataset", "random", "--num-prompts", "6",

@@ -227,19 +227,17 @@ async def send_one(url: str, body: dict[str, Any], chat: bool, timeout: float) -
     and a client on the server's own machine then takes less CPU from it during the run.
     """
     record = RequestRecord(sent_at=time.perf_counter())
-    pieces: list[tuple[float, bytes]] = []
     try:
         record.status, pieces = await asyncio.wait_for(stream_post(url, body), timeout)
-        if record.status != 200:
-            text = b"".join(p for _, p in pieces).decode(errors="replace")
-            record.error = f"HTTP {record.status}: {text[:300]}"
-            return record
     except Exception as e:                 # noqa: BLE001 (a failed request is data, not a crash)
         record.error = f"{type(e).__name__}: {e}"
-    error = record.error
+        return record
+    if record.status != 200:
+        text = b"".join(p for _, p in pieces).decode(errors="replace")
+        record.error = f"HTTP {record.status}: {text[:300]}"
+        return record
     for t, line in timed_lines(pieces):
         record_line(record, t, line, chat)
-    record.error = error or record.error
     return record
 
 
