@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from llmlab.sampling import SamplingParams
+from llmlab.detokenizer import IncrementalDetokenizer
+from llmlab.sampling import Logprob, SamplingParams
 
 
 class RequestStatus(enum.Enum):
@@ -64,6 +65,13 @@ class Request:
     generator: torch.Generator | None = None   # per-request RNG of a seeded request
     eos_token_ids: frozenset[int] = frozenset()
     max_model_len: int | None = None
+    # text as it grows, and stop strings on it (None: text is decoded once at the end)
+    detokenizer: IncrementalDetokenizer | None = None
+    stop_reason: str | int | None = None       # the stop string or stop token that ended it
+    # one entry per output token (with SamplingParams.logprobs) and per prompt token (with
+    # prompt_logprobs; the first prompt token has none): {token id: Logprob}, sampled first
+    logprobs: list[dict[int, Logprob]] | None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
     metrics: RequestMetrics = field(init=False)
 
@@ -71,6 +79,14 @@ class Request:
         self.metrics = RequestMetrics(arrival_time=self.arrival_time)
         self._all_token_ids: list[int] = list(self.prompt_token_ids) + list(self.output_token_ids)
         self._stop_ids = frozenset(self.sampling_params.stop_token_ids or ())
+        params = self.sampling_params
+        # the runner's per-row check in the hot loop: one attribute
+        self.needs_extra_sampling = (params.logprobs is not None
+                                     or params.needs_logits_processing)
+        if self.sampling_params.logprobs is not None and self.logprobs is None:
+            self.logprobs = []
+        if self.sampling_params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None] * len(self.prompt_token_ids)
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -121,5 +137,7 @@ class Request:
             return RequestStatus.FINISHED_LENGTH
         last = self.output_token_ids[-1]
         if (not params.ignore_eos and last in self.eos_token_ids) or last in self._stop_ids:
+            if last in self._stop_ids:
+                self.stop_reason = last
             return RequestStatus.FINISHED_STOPPED
         return None

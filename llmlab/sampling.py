@@ -2,15 +2,30 @@
 
 `SamplingParams` carries vLLM's field names. `sample()` works on a batch of logits, one row
 per request, each row with its own parameters, so one engine step samples every request at
-once.
+once. Before it, `apply_logits_processors()` adds a request's `logit_bias` and its presence,
+frequency and repetition penalties, only to the rows that ask for them (vLLM's
+`v1/sample/ops/penalties.py` and its logit-bias processor).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from llmlab.i18n import tr
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+MAX_LOGPROBS = 20          # vLLM's default max_logprobs
+MAX_STOP_STRINGS = 16
+
+
+@dataclass
+class Logprob:
+    """A token's log-probability under the model's raw logits, and its rank (1: the most likely)."""
+
+    logprob: float
+    rank: int
 
 
 @dataclass
@@ -25,8 +40,22 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     seed: int | None = None
+    # stop strings: the output ends before the first one that appears in its text (kept in the
+    # output with include_stop_str_in_output); matched on the detokenized text, as vLLM does
+    stop: list[str] | None = None
+    include_stop_str_in_output: bool = False
+    # penalties, as vLLM and OpenAI define them: presence and frequency over the output tokens,
+    # repetition over prompt and output (a logit > 0 is divided by it, a logit < 0 multiplied)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None      # token id -> added to its logit
+    logprobs: int | None = None         # per output token: its log-probability and the top k
+    prompt_logprobs: int | None = None  # the same for every prompt token but the first
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
         self.validate()
 
     def validate(self) -> None:
@@ -35,9 +64,9 @@ class SamplingParams:
             return ValueError(tr(f"SamplingParams.{field} must be {expected}, got {got!r}",
                                  f"SamplingParams.{field} 必须是{expected_zh}，你给的是 {got!r}"))
 
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+        if not _finite(self.temperature) or not self.temperature >= 0:
             raise bad("temperature", "a number >= 0 (0 means greedy)", " >= 0 的数（0 表示贪心解码）")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
             raise bad("top_p", "in (0, 1]", " (0, 1] 之间的数")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k == 0 or self.top_k < -1:
             raise bad("top_k", "-1 (disabled) or an int >= 1", " -1（关闭）或 >= 1 的整数")
@@ -49,12 +78,72 @@ class SamplingParams:
         if self.stop_token_ids is not None and not all(
                 isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "a list of non-negative token ids", "由非负 token id 组成的列表")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            raise bad("seed", "None or an int >= 0", " None 或 >= 0 的整数")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                                      or not INT64_MIN <= self.seed <= INT64_MAX):
+            raise bad("seed", "None or a 64-bit int", "None 或 64 位整数")
+        if self.top_k > INT64_MAX:
+            raise bad("top_k", "-1 (disabled) or an int >= 1", " -1（关闭）或 >= 1 的整数")
+        if self.stop is not None and not (
+                isinstance(self.stop, list) and len(self.stop) <= MAX_STOP_STRINGS
+                and all(isinstance(x, str) and x for x in self.stop)):
+            raise bad("stop", f"None, a non-empty str or a list of at most {MAX_STOP_STRINGS} "
+                      "non-empty str", f"None、非空 str，或至多 {MAX_STOP_STRINGS} 个非空 str 的列表")
+        for name, lo, hi in (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0)):
+            v = getattr(self, name)
+            if not _finite(v) or not lo <= v <= hi:
+                raise bad(name, f"a number in [{lo}, {hi}]", f" [{lo}, {hi}] 之间的数")
+        if not _finite(self.repetition_penalty) or not 0 < self.repetition_penalty <= 2:
+            raise bad("repetition_penalty", "a number in (0, 2] (1 means off)",
+                      " (0, 2] 之间的数（1 表示关闭）")
+        if self.logit_bias is not None and not (
+                isinstance(self.logit_bias, dict) and all(
+                    isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                    and _finite(b) and -100 <= b <= 100 for t, b in self.logit_bias.items())):
+            raise bad("logit_bias", "a dict {token id >= 0: bias in [-100, 100]}",
+                      "字典 {token id >= 0: [-100, 100] 之间的偏置}")
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)
+                                  or not 0 <= v <= MAX_LOGPROBS):
+                raise bad(name, f"None or an int in [0, {MAX_LOGPROBS}]",
+                          f"None 或 [0, {MAX_LOGPROBS}] 之间的整数")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def needs_logits_processing(self) -> bool:
+        """Whether a penalty or a logit bias changes this request's logits before sampling."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias
+                    or self.repetition_penalty != 1.0)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def apply_logits_processors(logits: torch.Tensor, row: int, params: SamplingParams,
+                            prompt_ids: list[int], output_ids: list[int]) -> None:
+    """In place, on `logits[row]` [V]: the logit bias, then the repetition, frequency and
+    presence penalties (vLLM's order and definitions)."""
+    x = logits[row]                                                             # [V]
+    vocab = x.shape[0]
+    if params.logit_bias:
+        ids = torch.tensor([t for t in params.logit_bias if t < vocab], dtype=torch.long)
+        bias = torch.tensor([b for t, b in params.logit_bias.items() if t < vocab],
+                            dtype=x.dtype)
+        x.index_add_(0, ids, bias)
+    if params.repetition_penalty != 1.0:
+        seen = torch.zeros(vocab, dtype=torch.bool)
+        seen[torch.tensor(prompt_ids + output_ids, dtype=torch.long)] = True
+        p = params.repetition_penalty
+        x[seen] = torch.where(x[seen] > 0, x[seen] / p, x[seen] * p)
+    if (params.frequency_penalty or params.presence_penalty) and output_ids:
+        counts = torch.bincount(torch.tensor(output_ids, dtype=torch.long),
+                                minlength=vocab)[:vocab].to(x.dtype)              # [V]
+        x -= params.frequency_penalty * counts
+        x -= params.presence_penalty * (counts > 0).to(x.dtype)
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -97,7 +186,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     vocab = logits.shape[-1]
     sub = logits[rows]                                                           # [R, V]
     temp = torch.tensor([params[i].temperature for i in rows], dtype=torch.float32)
-    top_k = torch.tensor([params[i].top_k if params[i].top_k > 0 else vocab for i in rows])
+    top_k = torch.tensor([min(params[i].top_k, vocab) if params[i].top_k > 0 else vocab
+                          for i in rows])                                 # k > V: all of them
     top_p = torch.tensor([float(params[i].top_p) for i in rows])
     sub = apply_top_k_top_p(sub / temp.unsqueeze(1), top_k, top_p)
     probs = sub.softmax(dim=-1)

@@ -13,7 +13,7 @@ import pytest
 from llmlab import LLM, SamplingParams
 from llmlab.engine import LLMEngine
 from llmlab.serve.api_server import build_app
-from llmlab.serve.detokenizer import IncrementalDetokenizer
+from llmlab.detokenizer import IncrementalDetokenizer
 from llmlab.bench import default_attention_backend
 from llmlab.serve.launch import ServerProcess, ServerThread
 from llmlab.serve.prometheus import Histogram, parse_prometheus
@@ -78,8 +78,9 @@ def test_greedy_over_http_equals_llm_generate_streamed_and_not(server, real_mode
 
     async def ask(prompt, stream):
         body = {"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0,
-                "return_token_ids": True, "stream": stream,
-                "stream_options": {"include_usage": True}}
+                "return_token_ids": True, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
         async with httpx.AsyncClient(timeout=60) as c:
             if not stream:
                 r = await c.post(server.url + "/v1/completions", json=body)
@@ -258,10 +259,46 @@ BAD = [  # (endpoint, body, status, the field the error must name)
     ("/v1/completions", {"prompt": [1, 2, 10 ** 6]}, 400, "prompt"),
     ("/v1/completions", {"prompt": [-1, 5]}, 400, "prompt"),
     ("/v1/completions", {"prompt": "hi", "stop_token_ids": [10 ** 6]}, 400, "stop_token_ids"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt"),
-    ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "n"),
-    ("/v1/completions", {"prompt": "hi", "logprobs": 5}, 400, "logprobs"),
+    ("/v1/completions", {"prompt": ["a", 5]}, 400, "prompt"),
+    ("/v1/completions", {"prompt": ["a", ""]}, 400, "prompt[1]"),
+    ("/v1/completions", {"prompt": "hi", "n": 0}, 400, "n"),
+    ("/v1/completions", {"prompt": "hi", "n": 65}, 400, "n"),
+    ("/v1/completions", {"prompt": "hi", "best_of": 3}, 400, "best_of"),
+    ("/v1/completions", {"prompt": "hi", "logprobs": 21}, 400, "logprobs"),
+    ("/v1/completions", {"prompt": "hi", "logprobs": -1}, 400, "logprobs"),
     ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, 404, "model"),
+    # values that once passed the door and broke a step, or answered 500
+    ("/v1/completions", {"prompt": "hi", "top_k": 2 ** 63}, 400, "top_k"),
+    ("/v1/completions", {"prompt": "hi", "top_k": 49153}, 400, "top_k"),
+    ("/v1/completions", {"prompt": "hi", "seed": 2 ** 64}, 400, "seed"),
+    ("/v1/completions", {"prompt": "hi", "seed": -(2 ** 63) - 1}, 400, "seed"),
+    ("/v1/completions", b'{"prompt": "hi", "seed": ' + b"9" * 5000 + b"}", 400, "body"),
+    ("/v1/completions", b'{"prompt": "hi", "temperature": NaN}', 400, "body"),
+    ("/v1/completions", b'{"prompt": "hi", "temperature": 1e999}', 400, "temperature"),
+    ("/v1/completions", b'{"prompt": "hi", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "body"),
+    ("/v1/completions", b'{"prompt": "hi", "x": ' + b"[" * 40 + b"]" * 40 + b"}", 400, "x"),
+    ("/v1/completions", b'{"prompt": "a \\ud800 b"}', 400, "prompt"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\ud800"}]}', 400,
+     "messages[0].content"),
+    ("/v1/completions", {"prompt": "hi", "presence_penalty": 3}, 400, "presence_penalty"),
+    ("/v1/completions", {"prompt": "hi", "frequency_penalty": -2.5}, 400, "frequency_penalty"),
+    ("/v1/completions", {"prompt": "hi", "repetition_penalty": 0}, 400, "repetition_penalty"),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"x": 1}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"10000000": 1}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"5": 101}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "hi", "stop": [""]}, 400, "stop"),
+    ("/v1/completions", {"prompt": "hi", "stop": ["x"] * 17}, 400, "stop"),
+    # accepted and silently ignored once: now refused until served
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "tool_choice": "auto"}, 400, "tool_choice"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "top_logprobs": 3}, 400, "top_logprobs"),
+    ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}, 400,
+     "stream_options"),
 ]
 
 

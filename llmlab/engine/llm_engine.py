@@ -20,6 +20,7 @@ import torch
 
 from llmlab import ops
 from llmlab.engine.allocator import keep_freed_memory
+from llmlab.detokenizer import IncrementalDetokenizer
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
 from llmlab.request import Request, RequestStatus
@@ -168,6 +169,10 @@ class LLMEngine:
                                         config.attention_backend,
                                         default_generator=make_generator(config.seed))
         self.requests: dict[str, Request] = {}     # every unfinished request by id
+        # True: every request's text is built token by token and each step's delta output
+        # carries its new text (a server streaming text sets it); False: only requests with
+        # stop strings are detokenized as they go, the others once at the end
+        self.detokenize_incrementally = False
         self.last_scheduler_output: SchedulerOutput | None = None
         self.forward_seconds = 0.0
         # the latest steps: (seconds in schedule() + update_from_output(), requests scheduled)
@@ -219,6 +224,17 @@ class LLMEngine:
                                 f"got {bad[:5]}",
                                 f"SamplingParams.stop_token_ids 必须在 [0, {self.vocab_size}) 之内，"
                                 f"你给的有 {bad[:5]}"))
+        bad = [t for t in params.logit_bias or () if t >= self.vocab_size]
+        if bad:
+            raise ValueError(tr(f"SamplingParams.logit_bias: token ids must be in "
+                                f"[0, {self.vocab_size}), got {bad[:5]}",
+                                f"SamplingParams.logit_bias 的 token id 必须在 [0, {self.vocab_size}) "
+                                f"之内，你给的有 {bad[:5]}"))
+        if params.stop and self.tokenizer is None:
+            raise ValueError(tr("SamplingParams.stop: stop strings need a tokenizer, and this "
+                                "engine has none; use stop_token_ids",
+                                "SamplingParams.stop：停止字符串需要分词器，这个引擎没有；"
+                                "请用 stop_token_ids"))
         if len(token_ids) > self.max_model_len:
             raise ValueError(tr(f"prompt has {len(token_ids)} tokens, more than "
                                 f"max_model_len={self.max_model_len}",
@@ -227,6 +243,9 @@ class LLMEngine:
         req = Request(request_id=request_id, prompt_token_ids=token_ids, sampling_params=params,
                       arrival_time=now, prompt=text, generator=make_generator(params.seed),
                       eos_token_ids=self.eos_token_ids, max_model_len=self.max_model_len)
+        if self.tokenizer is not None and (params.stop or self.detokenize_incrementally):
+            req.detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop,
+                                                     params.include_stop_str_in_output)
         self.requests[request_id] = req
         self.scheduler.add_request(req)
         return req
@@ -260,27 +279,55 @@ class LLMEngine:
         now = time.perf_counter()
         self.forward_seconds += now - t1
         got_token, finished = self.scheduler.update_from_output(sched_out, sampled, now)
+        logprobs = self.model_runner.last_logprobs
+        outputs = []
+        for req in got_token:
+            if logprobs and req.logprobs is not None:
+                req.logprobs.append(logprobs[req.request_id])
+            text = ""
+            det = req.detokenizer
+            if det is not None:
+                # stop strings count once min_tokens outputs exist (vLLM's rule)
+                check = req.num_output_tokens > req.sampling_params.min_tokens
+                if (det.update(req.output_token_ids[-1:], req.is_finished, check)
+                        and not req.is_finished):
+                    # a stop string: the request ends here, as with a stop token
+                    self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
+                    req.stop_reason = det.stop_string
+                    req.metrics.finished_time = now
+                    finished.append(req)
+                text = det.next_delta(req.is_finished)
+            outputs.append(RequestOutput(
+                request_id=req.request_id, prompt=req.prompt,
+                prompt_token_ids=req.prompt_token_ids,
+                outputs=[CompletionOutput(0, text, req.output_token_ids[-1:],
+                                          req.status.finish_reason, req.stop_reason,
+                                          None if req.logprobs is None else req.logprobs[-1:])],
+                finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
+                metrics=req.metrics,
+                prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == 1 else None))
         self.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
         for req in finished:
             self.requests.pop(req.request_id, None)
-        return [RequestOutput(
-            request_id=req.request_id, prompt=req.prompt, prompt_token_ids=req.prompt_token_ids,
-            outputs=[CompletionOutput(0, "", req.output_token_ids[-1:],
-                                      req.status.finish_reason)],
-            finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
-            metrics=req.metrics) for req in got_token]
+        return outputs
 
     def make_output(self, req: Request) -> RequestOutput:
-        """The cumulative RequestOutput of a request (all tokens, decoded text)."""
-        text = "" if self.tokenizer is None else self.tokenizer.decode(
-            req.output_token_ids, skip_special_tokens=True)
+        """The cumulative RequestOutput of a request (all tokens, decoded text; cut at the
+        stop string that ended it)."""
+        if req.detokenizer is not None:
+            text = req.detokenizer.output_text
+        else:
+            text = "" if self.tokenizer is None else self.tokenizer.decode(
+                req.output_token_ids, skip_special_tokens=True)
         return RequestOutput(
             request_id=req.request_id, prompt=req.prompt,
             prompt_token_ids=list(req.prompt_token_ids),
             outputs=[CompletionOutput(0, text, list(req.output_token_ids),
-                                      req.status.finish_reason)],
+                                      req.status.finish_reason, req.stop_reason,
+                                      None if req.logprobs is None else list(req.logprobs))],
             finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
-            metrics=req.metrics)
+            metrics=req.metrics,
+            prompt_logprobs=None if req.prompt_logprobs is None else list(req.prompt_logprobs))
 
     def get_request_output(self, request_id: str) -> RequestOutput:
         """The cumulative output of an unfinished request."""

@@ -22,7 +22,7 @@ from llmlab.engine.scheduler import SchedulerOutput
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
 from llmlab.ops.metadata import AttentionMetadata
-from llmlab.sampling import sample
+from llmlab.sampling import Logprob, apply_logits_processors, sample
 
 
 @dataclass
@@ -56,6 +56,7 @@ class ModelRunner:
         # unseeded requests draw from this one (seeded by the engine's `seed`)
         self.default_generator = default_generator
         self.prepare_seconds = 0.0       # time spent building flat batches (engine overhead)
+        self.last_logprobs: dict = {}    # request id -> the last step's logprob entry
 
     def weight_bytes(self) -> int:
         """Bytes of the weights this runner computes with: parameters plus prepared copies."""
@@ -118,7 +119,12 @@ class ModelRunner:
                           sample_requests=sample_requests)
 
     def execute_model(self, out: SchedulerOutput) -> list[int]:
-        """Run one step; return one sampled token per caught-up request (in `out` order)."""
+        """Run one step; return one sampled token per caught-up request (in `out` order).
+
+        Requests that asked for logprobs get them too: `last_logprobs` maps their ids to this
+        step's entry, and prompt logprobs are written into `request.prompt_logprobs`.
+        """
+        self.last_logprobs = {}
         if out.is_empty:
             return []
         t0 = time.perf_counter()
@@ -126,10 +132,20 @@ class ModelRunner:
         self.prepare_seconds += time.perf_counter() - t0
         with torch.inference_mode():
             hidden = self.model(inp.input_ids, inp.positions, inp.metadata)      # [T, hidden]
+            if any(r.prompt_logprobs is not None for r in out.requests):
+                self._prompt_logprobs(out, hidden)
             if not inp.sample_requests:
                 return []
             logits = self.model.compute_logits(hidden[inp.sample_rows])           # [R, vocab]
+            raw_logprobs = {}
             for row, req in enumerate(inp.sample_requests):
+                if req.needs_extra_sampling:         # logprobs, a penalty or a logit bias
+                    params = req.sampling_params
+                    if params.logprobs is not None:  # of the raw logits, as vLLM's default
+                        raw_logprobs[row] = logits[row].log_softmax(-1)
+                    if params.needs_logits_processing:
+                        apply_logits_processors(logits, row, params, req.prompt_token_ids,
+                                                req.output_token_ids)
                 banned = req.banned_token_ids()       # EOS / stop tokens before min_tokens
                 if banned:
                     logits[row, list(banned)] = float("-inf")
@@ -137,4 +153,48 @@ class ModelRunner:
             default = self.default_generator
             generators = [r.generator if r.generator is not None else default
                           for r in inp.sample_requests]
-            return sample(logits, params, generators).tolist()
+            sampled = sample(logits, params, generators).tolist()
+            for row, lp in raw_logprobs.items():
+                req = inp.sample_requests[row]
+                self.last_logprobs[req.request_id] = logprob_entries(
+                    lp.unsqueeze(0), [sampled[row]], req.sampling_params.logprobs)[0]
+            return sampled
+
+    def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor) -> None:
+        """Logprobs of the prompt tokens this step computes: the logits at position p score
+        prompt token p + 1 (vLLM computes them the same way, chunk by chunk)."""
+        flat = 0
+        for req, start, n in zip(out.requests, out.num_computed_tokens, out.num_new_tokens):
+            num_prompt = req.num_prompt_tokens
+            if req.prompt_logprobs is not None and start < num_prompt - 1:
+                last = min(start + n, num_prompt - 1)        # positions start .. last - 1
+                k = req.sampling_params.prompt_logprobs
+                for lo in range(start, last, PROMPT_LOGPROBS_CHUNK):   # bound the [N, V] logits
+                    hi = min(lo + PROMPT_LOGPROBS_CHUNK, last)
+                    rows = hidden[flat + lo - start:flat + hi - start]               # [N, hidden]
+                    lp = self.model.compute_logits(rows).log_softmax(-1)             # [N, vocab]
+                    targets = req.prompt_token_ids[lo + 1:hi + 1]
+                    req.prompt_logprobs[lo + 1:hi + 1] = logprob_entries(lp, targets, k)
+            flat += n
+
+
+PROMPT_LOGPROBS_CHUNK = 256
+
+
+def logprob_entries(logprobs: torch.Tensor, token_ids: list[int],
+                    k: int) -> list[dict[int, Logprob]]:
+    """One {token id: Logprob} per row of `logprobs` [N, V]: the given token first (with its
+    rank), then the k most likely tokens (OpenAI's top_logprobs)."""
+    ids = torch.tensor(token_ids, dtype=torch.long).unsqueeze(1)                # [N, 1]
+    chosen = logprobs.gather(1, ids)                                            # [N, 1]
+    ranks = ((logprobs > chosen).sum(1) + 1).tolist()                           # [N]
+    chosen = chosen.squeeze(1).tolist()
+    top_vals, top_ids = (logprobs.topk(k, dim=1) if k else (None, None))        # [N, k]
+    entries = []
+    for i, tok in enumerate(token_ids):
+        entry = {tok: Logprob(chosen[i], ranks[i])}
+        if k:
+            for j, (t, v) in enumerate(zip(top_ids[i].tolist(), top_vals[i].tolist())):
+                entry.setdefault(t, Logprob(v, j + 1))
+        entries.append(entry)
+    return entries

@@ -4,16 +4,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmlab.request import RequestMetrics
+from llmlab.sampling import Logprob
 
 
 @dataclass
 class CompletionOutput:
-    """One generated sequence: its text, token ids and why it stopped ("stop" | "length")."""
+    """One generated sequence: its text, token ids and why it stopped ("stop" | "length").
+
+    `stop_reason`: the stop string or stop token id that ended it (None for EOS or length).
+    `logprobs`: with `SamplingParams.logprobs`, one {token id: Logprob} per token, the sampled
+    token first, then the top ones.
+    """
 
     index: int
     text: str
     token_ids: list[int]
     finish_reason: str | None = None      # None while the request is still running
+    stop_reason: str | int | None = None
+    logprobs: list[dict[int, Logprob]] | None = None
 
 
 @dataclass
@@ -31,4 +39,5 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None   # with prompt_logprobs
     metrics: RequestMetrics | None = field(default=None, repr=False)

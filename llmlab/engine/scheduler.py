@@ -169,7 +169,10 @@ class Scheduler:
                 req = self.waiting[0]
                 if not self._may_admit(req):
                     break
-                computed_blocks, num_cached = kv.get_computed_blocks(req)
+                if req.prompt_logprobs is None:
+                    computed_blocks, num_cached = kv.get_computed_blocks(req)
+                else:                   # every prompt token's logits are needed: no cache hit
+                    computed_blocks, num_cached = [], 0
                 num_new = req.num_tokens - num_cached
                 if num_new > budget:
                     if not self.enable_chunked_prefill:

@@ -1,40 +1,86 @@
 """An OpenAI-compatible HTTP server over `AsyncLLM` (vLLM's `entrypoints/openai/api_server.py`).
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (the tokenizer's chat template),
-`GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
+`GET /v1/models`, `GET /v1/models/{id}`, `GET /health`, `GET /metrics` (Prometheus text).
 
 Streaming (`"stream": true`) is server-sent events in OpenAI's format: one `data: {chunk}`
-per new token, nothing with a non-empty `choices` before the first token (a client stamps its
-TTFT on the first such chunk), the last token's chunk with its `finish_reason`, then a chunk
-with `"choices": []` and `usage` when `stream_options.include_usage` is set, then
+per new token and choice, nothing with a non-empty `choices` before the first token (a client
+stamps its TTFT on the first such chunk), the last token's chunk with its `finish_reason`,
+then a chunk with `"choices": []` and `usage` when `stream_options.include_usage` is set, then
 `data: [DONE]`. Without streaming the answer comes whole, with `usage`.
 
-A bad request is a 4xx with `{"error": {"message", "type", "param", "code"}}`, `param` naming
-the field; a full waiting queue is a 503. Neither disturbs anything already admitted.
+What clients rely on, as vLLM serves it: `stop` strings (matched on the text; a stream never
+sends text that a later match removes), `n` choices per prompt (parallel sampling: the
+children share the prompt's KV blocks through the prefix cache; with a `seed`, child i uses
+seed + i), a list of prompts, `logprobs` / `top_logprobs`, `echo` (with the prompt's logprobs),
+presence / frequency / repetition penalties and `logit_bias`.
+
+What the door keeps out: a body that is not `Content-Type: application/json` (415) or larger
+than `max_body_bytes` (413), a wrong or missing API key when one is set (401), and every bad
+field (400, naming it). Long prompts are tokenized on a worker thread, so one huge prompt never
+stalls the other streams. Every error, 404 and 405 included, is a JSON body in OpenAI's shape
+`{"error": {"message", "type", "param", "code"}}`; a full waiting queue is a 503. None of them
+disturbs anything already admitted.
 """
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmlab.engine import LLMEngine
-from llmlab.serve.async_engine import AsyncLLM, EngineDeadError, QueueFullError, RequestStream
-from llmlab.serve.detokenizer import IncrementalDetokenizer
+from llmlab.engine.outputs import RequestOutput
+from llmlab.sampling import INT64_MAX, Logprob, SamplingParams
+from llmlab.serve.async_engine import (AsyncLLM, EngineDeadError, QueueFullError, RequestStream,
+                                       StepFailedError)
 from llmlab.serve.protocol import (ChatCompletionRequest, CompletionRequest, OpenAIError,
-                                   check_token_ids, parse_body, prompt_of, to_sampling_params)
+                                   check_token_ids, parse_body, prompts_of, to_sampling_params)
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16           # OpenAI's default for /v1/completions
+TOKENIZE_INLINE_CHARS = 4096                 # longer texts are tokenized on a worker thread
+logger = logging.getLogger("llmlab.serve")
+
+
+def default_max_body_bytes(max_model_len: int) -> int:
+    """The body cap for a context of `max_model_len` tokens: room for a prompt that fills it
+    even as escaped JSON (a token is rarely over 16 characters, a character at most 6 bytes
+    as \\uXXXX) plus 1 MiB for the rest of the body."""
+    return (1 << 20) + 96 * max_model_len
 
 
 def _json(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class Choice:
+    """One sequence the client gets: prompt `prompt_index`, its stream, its place in `choices`."""
+
+    index: int
+    prompt_index: int
+    stream: RequestStream
+
+
+@dataclass
+class Generation:
+    """An admitted request: its choices (n per prompt) and what the answer needs."""
+
+    request_id: str
+    model: str
+    chat: bool
+    prompts: list[list[int]]
+    choices: list[Choice]
+    params: SamplingParams
 
 
 class OpenAIServing:
@@ -57,130 +103,294 @@ class OpenAIServing:
                               f"{self.names}", "model", "NotFoundError")
         return model
 
-    def _prompt_ids(self, body: CompletionRequest | ChatCompletionRequest) -> list[int]:
+    async def _encode(self, text: str) -> list[int]:
+        """Token ids of `text`; a long text on a worker thread (the tokenizer lets the event
+        loop run meanwhile), so the other streams do not stall behind it."""
+        if len(text) <= TOKENIZE_INLINE_CHARS:
+            return list(self.tokenizer.encode(text))
+        return list(await asyncio.to_thread(self.tokenizer.encode, text))
+
+    async def _prompt_ids(self, body: CompletionRequest | ChatCompletionRequest) -> list[list[int]]:
         if isinstance(body, ChatCompletionRequest):
             if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
                 raise OpenAIError(400, "messages: this model has no chat template; use "
                                   "/v1/completions", "messages")
-            rendered = self.tokenizer.apply_chat_template(
-                [{"role": m.role, "content": m.text()} for m in body.messages],
-                add_generation_prompt=True, tokenize=False)
-            return list(self.tokenizer.encode(rendered))
-        prompt = prompt_of(body)
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise OpenAIError(400, "prompt: this model has no tokenizer; send token ids",
-                                  "prompt")
-            ids = list(self.tokenizer.encode(prompt))
-        else:
-            ids = prompt
-        check_token_ids(ids, self.engine.vocab_size, "prompt")
-        return ids
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            render = lambda: self.tokenizer.apply_chat_template(  # noqa: E731
+                messages, add_generation_prompt=True, tokenize=False)
+            if sum(len(m["content"]) for m in messages) <= TOKENIZE_INLINE_CHARS:
+                rendered = render()
+            else:
+                rendered = await asyncio.to_thread(render)
+            return [await self._encode(rendered)]
+        out = []
+        batch = prompts_of(body)
+        for i, prompt in enumerate(batch):
+            param = "prompt" if len(batch) == 1 else f"prompt[{i}]"
+            if isinstance(prompt, str):
+                if self.tokenizer is None:
+                    raise OpenAIError(400, f"{param}: this model has no tokenizer; send token "
+                                      "ids", param)
+                ids = await self._encode(prompt)
+            else:
+                ids = prompt
+            check_token_ids(ids, self.engine.vocab_size, param)
+            out.append(ids)
+        return out
 
     # ---- one request ----------------------------------------------------------------------
 
-    def admit(self, body: CompletionRequest | ChatCompletionRequest) -> tuple[str, RequestStream, Any]:
-        """Check a parsed request and hand it to the engine: (model name, stream, params)."""
+    async def admit(self, body: CompletionRequest | ChatCompletionRequest) -> Generation:
+        """Check a parsed request and hand its n × prompts sequences to the engine."""
         model = self._check_model(body.model)
-        ids = self._prompt_ids(body)
-        default = (DEFAULT_COMPLETION_MAX_TOKENS if isinstance(body, CompletionRequest)
-                   else None)
-        params = to_sampling_params(body, len(ids), self.engine.max_model_len,
-                                    self.engine.vocab_size, default)
-        prefix = "chatcmpl" if isinstance(body, ChatCompletionRequest) else "cmpl"
-        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        chat = isinstance(body, ChatCompletionRequest)
+        if body.n > self.engine.config.max_num_seqs:
+            raise OpenAIError(400, f"n must be in [1, max_num_seqs={self.engine.config.max_num_seqs}]"
+                              f" (the choices of a request run in one batch), got {body.n}", "n")
+        if (body.stop or body_echo(body)) and self.tokenizer is None:
+            raise OpenAIError(400, "stop strings and echo need a tokenizer; this model has "
+                              "none (use stop_token_ids)", "stop")
+        prompts = await self._prompt_ids(body)
+        default = None if chat else DEFAULT_COMPLETION_MAX_TOKENS
+        params = [to_sampling_params(body, len(ids), self.engine.max_model_len,
+                                     self.engine.vocab_size, default) for ids in prompts]
+        total = len(prompts) * body.n
+        if self.llm.num_waiting + total > self.llm.max_waiting:
+            self.llm.metrics.rejected_queue_full += 1
+            raise OpenAIError(503, f"the waiting queue is full ({self.llm.max_waiting} "
+                              "requests); try again later", None, "ServiceUnavailableError")
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        choices: list[Choice] = []
         try:
-            stream = self.llm.add_request(request_id, ids, params)
-        except QueueFullError as e:
-            raise OpenAIError(503, str(e), None, "ServiceUnavailableError") from None
-        except EngineDeadError as e:
-            raise OpenAIError(500, str(e), None, "InternalServerError") from None
-        except ValueError as e:
+            for p, (ids, base) in enumerate(zip(prompts, params)):
+                for j in range(body.n):
+                    child = base if body.n == 1 else _child_params(base, j)
+                    rid = request_id if total == 1 else f"{request_id}-{len(choices)}"
+                    choices.append(Choice(len(choices), p, self.llm.add_request(rid, ids, child)))
+        except (QueueFullError, EngineDeadError, ValueError) as e:
+            for c in choices:                  # all or nothing
+                self.llm.abort(c.stream.request_id)
+            if isinstance(e, QueueFullError):
+                raise OpenAIError(503, str(e), None, "ServiceUnavailableError") from None
+            if isinstance(e, EngineDeadError):
+                raise OpenAIError(503, str(e), None, "ServiceUnavailableError") from None
             raise OpenAIError(400, str(e), "prompt") from None
-        return model, stream, ids
+        return Generation(request_id, model, chat, prompts, choices, params[0])
 
-    def _choice(self, chat: bool, text: str, token_ids: list[int] | None,
-                finish_reason: str | None, delta: bool, first: bool = True) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0}
-        if chat and delta:       # the role comes once, with the first token (as OpenAI's)
+    def abort(self, gen: Generation) -> None:
+        for c in gen.choices:
+            if not c.stream.finished:
+                self.llm.abort(c.stream.request_id)
+
+    # ---- answers --------------------------------------------------------------------------
+
+    def _token_text(self, token_id: int) -> str:
+        return "" if self.tokenizer is None else self.tokenizer.decode([token_id])
+
+    def _completion_logprobs(self, token_ids: list[int],
+                             entries: list[dict[int, Logprob] | None],
+                             offset: int) -> dict[str, Any]:
+        """OpenAI's legacy completions logprobs: tokens, token_logprobs, top_logprobs and
+        text_offset (characters from the start of the choice's text, `offset` first)."""
+        tokens, token_lps, tops, offsets = [], [], [], []
+        for tok, entry in zip(token_ids, entries):
+            text = self._token_text(tok)
+            tokens.append(text)
+            offsets.append(offset)
+            offset += len(text)
+            if entry is None:                  # the prompt's first token has no logprob
+                token_lps.append(None)
+                tops.append(None)
+                continue
+            token_lps.append(entry[tok].logprob)
+            tops.append({self._token_text(t): lp.logprob for t, lp in entry.items()})
+        return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops,
+                "text_offset": offsets}
+
+    def _chat_logprobs(self, token_ids: list[int], entries: list[dict[int, Logprob]],
+                       k: int) -> dict[str, Any]:
+        """OpenAI's chat logprobs: per token its text, logprob, UTF-8 bytes and the top k."""
+        def item(t: int, lp: float) -> dict[str, Any]:
+            text = self._token_text(t)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+        content = []
+        for tok, entry in zip(token_ids, entries):
+            top = sorted((lp.rank, t, lp.logprob) for t, lp in entry.items() if lp.rank <= k)
+            content.append(dict(item(tok, entry[tok].logprob),
+                                top_logprobs=[item(t, lp) for _, t, lp in top[:k]]))
+        return {"content": content}
+
+    def _choice(self, gen: Generation, index: int, text: str, token_ids: list[int] | None,
+                finish_reason: str | None, stop_reason: Any, logprobs: Any,
+                delta: bool, first: bool = True) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": index}
+        if gen.chat and delta:       # the role comes once, with the first token (as OpenAI's)
             choice["delta"] = {"role": "assistant", "content": text} if first else {"content": text}
-        elif chat:
+        elif gen.chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        choice["logprobs"] = None
+        choice["logprobs"] = logprobs
         choice["finish_reason"] = finish_reason
+        choice["stop_reason"] = stop_reason
         if token_ids is not None:
             choice["token_ids"] = token_ids
         return choice
+
+    def _logprobs_of(self, gen: Generation, body: Any, token_ids: list[int],
+                     entries: list | None, prompt_ids: list[int] | None,
+                     prompt_entries: list | None, offset: int) -> Any:
+        if entries is None and prompt_entries is None:
+            return None
+        if gen.chat:
+            return self._chat_logprobs(token_ids, entries or [], body.top_logprobs or 0)
+        ids = list(prompt_ids or []) + token_ids
+        return self._completion_logprobs(ids, list(prompt_entries or []) + list(entries or []),
+                                         offset)
+
+    def _echo_text(self, gen: Generation, body: Any, prompt_index: int) -> str:
+        """The prompt as `echo` returns it: the text sent, or token ids decoded."""
+        if gen.chat or not body.echo:
+            return ""
+        prompt = prompts_of(body)[prompt_index]
+        return prompt if isinstance(prompt, str) else self.tokenizer.decode(gen.prompts[prompt_index])
 
     @staticmethod
     def _usage(prompt: int, completion: int) -> dict[str, int]:
         return {"prompt_tokens": prompt, "completion_tokens": completion,
                 "total_tokens": prompt + completion}
 
-    async def full_response(self, body, model: str, stream: RequestStream,
-                            prompt_ids: list[int]) -> dict[str, Any]:
-        """Wait for every token; the whole answer with `usage`."""
-        chat = isinstance(body, ChatCompletionRequest)
-        token_ids: list[int] = []
-        finish_reason = None
-        async for delta in stream:
-            token_ids.extend(delta.outputs[0].token_ids)
-            finish_reason = delta.outputs[0].finish_reason
-        text = ("" if self.tokenizer is None
-                else self.tokenizer.decode(token_ids, skip_special_tokens=True))
-        out = {"id": stream.request_id, "object": "chat.completion" if chat else "text_completion",
-               "created": int(time.time()), "model": model,
-               "choices": [self._choice(chat, text, token_ids if body.return_token_ids else None,
-                                        finish_reason, delta=False)],
-               "usage": self._usage(len(prompt_ids), len(token_ids))}
+    async def full_response(self, body: Any, gen: Generation) -> dict[str, Any]:
+        """Wait for every token of every choice; the whole answer with `usage`."""
+        n = len(gen.choices)
+        token_ids: list[list[int]] = [[] for _ in range(n)]
+        texts = [""] * n
+        entries: list[list | None] = [None] * n
+        prompt_entries: list[list | None] = [None] * n
+        finish: list[tuple[Any, Any]] = [(None, None)] * n
+        async for i, delta in _merged([c.stream for c in gen.choices]):
+            out = delta.outputs[0]
+            token_ids[i].extend(out.token_ids)
+            texts[i] += out.text
+            if out.logprobs is not None:
+                entries[i] = (entries[i] or []) + out.logprobs
+            if delta.prompt_logprobs is not None:
+                prompt_entries[i] = delta.prompt_logprobs
+            finish[i] = (out.finish_reason, out.stop_reason)
+        choices = []
+        for c in gen.choices:
+            i = c.index
+            echo = self._echo_text(gen, body, c.prompt_index)
+            logprobs = self._logprobs_of(
+                gen, body, token_ids[i], entries[i],
+                gen.prompts[c.prompt_index] if body_echo(body) else None,
+                prompt_entries[i] if body_echo(body) else None, 0)
+            choices.append(self._choice(gen, i, echo + texts[i],
+                                        token_ids[i] if body.return_token_ids else None,
+                                        *finish[i], logprobs, delta=False))
+        out = {"id": gen.request_id, "object": "chat.completion" if gen.chat else "text_completion",
+               "created": int(time.time()), "model": gen.model, "choices": choices,
+               "usage": self._usage(sum(map(len, gen.prompts)), sum(map(len, token_ids)))}
         if body.return_token_ids:
-            out["prompt_token_ids"] = prompt_ids
+            out["prompt_token_ids"] = gen.prompts[0] if len(gen.prompts) == 1 else gen.prompts
         return out
 
-    async def sse_events(self, body, model: str, stream: RequestStream,
-                         prompt_ids: list[int]) -> AsyncIterator[str]:
+    async def sse_events(self, body: Any, gen: Generation) -> AsyncIterator[str]:
         """Server-sent events; a client that goes away cancels this, which aborts the request."""
-        chat = isinstance(body, ChatCompletionRequest)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        head = {"id": stream.request_id,
-                "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": int(time.time()), "model": model}
-        detok = IncrementalDetokenizer(self.tokenizer)
-        n = 0
+        head = {"id": gen.request_id,
+                "object": "chat.completion.chunk" if gen.chat else "text_completion",
+                "created": int(time.time()), "model": gen.model}
+        n = len(gen.choices)
+        counts = [0] * n
+        offsets = [0] * n
         try:
-            async for delta in stream:
-                new = delta.outputs[0].token_ids
-                n += len(new)
-                finish_reason = delta.outputs[0].finish_reason
-                text = detok.push(new)
-                if finish_reason is not None:
-                    text += detok.flush()
-                first = n == len(new)
+            async for i, delta in _merged([c.stream for c in gen.choices]):
+                c = gen.choices[i]
+                out = delta.outputs[0]
+                first = counts[i] == 0
+                counts[i] += len(out.token_ids)
+                text = out.text
+                echo = self._echo_text(gen, body, c.prompt_index) if first else ""
+                logprobs = self._logprobs_of(
+                    gen, body, out.token_ids, out.logprobs,
+                    gen.prompts[c.prompt_index] if first and body_echo(body) else None,
+                    delta.prompt_logprobs if first and body_echo(body) else None, offsets[i])
+                offsets[i] += len(echo) + len(text)
                 chunk = dict(head, choices=[self._choice(
-                    chat, text, new if body.return_token_ids else None, finish_reason,
-                    delta=True, first=first)])
+                    gen, i, echo + text, out.token_ids if body.return_token_ids else None,
+                    out.finish_reason, out.stop_reason, logprobs, delta=True, first=first)])
                 if include_usage:
                     chunk["usage"] = None
                 if first and body.return_token_ids:
-                    chunk["prompt_token_ids"] = prompt_ids
+                    chunk["prompt_token_ids"] = gen.prompts[c.prompt_index]
                 yield f"data: {_json(chunk)}\n\n"
             if include_usage:
-                yield f"data: {_json(dict(head, choices=[], usage=self._usage(len(prompt_ids), n)))}\n\n"
-            yield "data: [DONE]\n\n"
-        except EngineDeadError as e:
+                usage = self._usage(sum(map(len, gen.prompts)), sum(counts))
+                yield f"data: {_json(dict(head, choices=[], usage=usage))}\n\n"
+        except (EngineDeadError, StepFailedError) as e:
             yield f"data: {_json(OpenAIError(500, str(e), None, 'InternalServerError').body())}\n\n"
         except ValueError as e:              # the engine refused it when it joined
             yield f"data: {_json(OpenAIError(400, str(e), 'prompt').body())}\n\n"
         finally:
-            if not stream.finished:
-                self.llm.abort(stream.request_id)
+            self.abort(gen)
+        yield "data: [DONE]\n\n"
+
+    def model_card(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.created, "owned_by": "llmlab",
+                "max_model_len": self.engine.max_model_len}
 
     def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [
-            {"id": name, "object": "model", "created": self.created, "owned_by": "llmlab",
-             "max_model_len": self.engine.max_model_len} for name in self.names]}
+        return {"object": "list", "data": [self.model_card(name) for name in self.names]}
+
+
+def body_echo(body: Any) -> bool:
+    return bool(getattr(body, "echo", False))
+
+
+def _child_params(params: SamplingParams, index: int) -> SamplingParams:
+    """Child `index` of a request with n > 1: the same parameters, seed + index when seeded
+    (vLLM's parallel sampling), wrapped to stay a 64-bit int."""
+    if params.seed is None:
+        return params
+    seed = params.seed + index
+    if seed > INT64_MAX:
+        seed -= 1 << 64
+    return SamplingParams(**{**params.__dict__, "seed": seed})
+
+
+async def _merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """(choice index, delta) from several streams as they come; one stream needs no tasks."""
+    if len(streams) == 1:
+        async for delta in streams[0]:
+            yield 0, delta
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, stream: RequestStream) -> None:
+        try:
+            async for delta in stream:
+                queue.put_nowait((i, delta, None))
+        except Exception as e:               # noqa: BLE001 (handed to the reader)
+            queue.put_nowait((i, None, e))
+            return
+        queue.put_nowait((i, None, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(streams)
+        while left:
+            i, delta, error = await queue.get()
+            if error is not None:
+                raise error
+            if delta is None:
+                left -= 1
+                continue
+            yield i, delta
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -188,13 +398,53 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to pass `max_bytes`."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise OpenAIError(413, f"the request body has {int(declared)} bytes, more than this "
+                          f"server's limit of {max_bytes} (--max-body-bytes)", "body")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise OpenAIError(413, f"the request body is larger than this server's limit of "
+                              f"{max_bytes} bytes (--max-body-bytes)", "body")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def check_content_type(request: Request) -> None:
+    """JSON only: a browser's form or text/plain POST (sent cross-site with no preflight) is
+    refused before its body is read."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise OpenAIError(415, f"Content-Type must be application/json, got {kind or 'none'!r}",
+                          "Content-Type")
+
+
 def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
-              max_waiting: int = 256) -> Any:
-    """The FastAPI application serving `engine` under the given model name(s)."""
+              max_waiting: int = 256, api_key: str | None = None,
+              max_body_bytes: int | None = None, enable_docs: bool = True,
+              on_fatal: Callable[[BaseException], None] | None = None) -> Any:
+    """The FastAPI application serving `engine` under the given model name(s).
+
+    api_key: when set, every `/v1/*` request needs `Authorization: Bearer <api_key>` (401
+    otherwise). max_body_bytes: the largest request body (None: `default_max_body_bytes` of the
+    engine's max_model_len). enable_docs: FastAPI's /docs, /redoc and /openapi.json.
+    on_fatal: called when the engine cannot continue (the `serve` command exits then).
+    """
     names = [served_model_names] if isinstance(served_model_names, str) else list(served_model_names)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError(f"served_model_names must be one or more non-empty names, got {names!r}")
-    async_llm = AsyncLLM(engine, max_waiting=max_waiting, model_name=names[0])
+    if api_key is not None and (not isinstance(api_key, str) or not api_key):
+        raise ValueError("api_key must be None or a non-empty str")
+    if max_body_bytes is None:
+        max_body_bytes = default_max_body_bytes(engine.max_model_len)
+    if not isinstance(max_body_bytes, int) or max_body_bytes < 1024:
+        raise ValueError(f"max_body_bytes must be an int >= 1024, got {max_body_bytes!r}")
+    async_llm = AsyncLLM(engine, max_waiting=max_waiting, model_name=names[0],
+                         on_fatal=on_fatal)
     serving = OpenAIServing(async_llm, names)
 
     @asynccontextmanager
@@ -203,23 +453,56 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
         yield
         await async_llm.stop()
 
-    app = FastAPI(title="llmlab", lifespan=lifespan)
+    docs = {} if enable_docs else dict(docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="llmlab", lifespan=lifespan, **docs)
     app.state.async_llm = async_llm
     app.state.serving = serving
+    app.state.max_body_bytes = max_body_bytes
 
     @app.exception_handler(OpenAIError)
     async def openai_error(_request, exc: OpenAIError):
         return JSONResponse(exc.body(), status_code=exc.status)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path} on this server"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        return JSONResponse(OpenAIError(exc.status_code, message).body(),
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def server_error(_request, exc: Exception):
+        logger.error("unexpected error while answering a request", exc_info=exc)
+        return JSONResponse(OpenAIError(500, f"internal server error: {type(exc).__name__}",
+                                        None, "InternalServerError").body(), status_code=500)
+
+    if api_key is not None:
+        expected = f"Bearer {api_key}".encode()
+
+        @app.middleware("http")
+        async def check_api_key(request: Request, call_next):
+            if request.url.path.startswith("/v1/") or request.url.path == "/v1":
+                given = request.headers.get("authorization", "").encode()
+                if not hmac.compare_digest(given, expected):
+                    return JSONResponse(OpenAIError(
+                        401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                        None, "AuthenticationError").body(), status_code=401)
+            return await call_next(request)
+
     async def generate(request: Request, model_cls) -> Any:
-        body = parse_body(await request.body(), model_cls)
-        model, stream, prompt_ids = serving.admit(body)
+        check_content_type(request)
+        body = parse_body(await read_body(request, max_body_bytes), model_cls)
+        gen = await serving.admit(body)
         if body.stream:
-            return StreamingResponse(serving.sse_events(body, model, stream, prompt_ids),
+            return StreamingResponse(serving.sse_events(body, gen),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         # no stream to cancel: watch the connection ourselves, abort when the client leaves
-        answer = asyncio.ensure_future(serving.full_response(body, model, stream, prompt_ids))
+        answer = asyncio.ensure_future(serving.full_response(body, gen))
         gone = asyncio.ensure_future(_until_disconnected(request))
         try:
             await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -227,14 +510,16 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
             gone.cancel()
         if not answer.done():
             answer.cancel()
-            async_llm.abort(stream.request_id)
+            serving.abort(gen)
             return PlainTextResponse("client disconnected", status_code=499)
         try:
             return JSONResponse(answer.result())
-        except EngineDeadError as e:
+        except (EngineDeadError, StepFailedError) as e:
             raise OpenAIError(500, str(e), None, "InternalServerError") from None
         except ValueError as e:              # the engine refused it when it joined
             raise OpenAIError(400, str(e), "prompt") from None
+        finally:
+            serving.abort(gen)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -248,10 +533,17 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
     async def models():
         return serving.models()
 
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        if model_id not in serving.names:
+            raise OpenAIError(404, f"model {model_id!r} does not exist; this server serves "
+                              f"{serving.names}", "model", "NotFoundError")
+        return serving.model_card(model_id)
+
     @app.get("/health")
     async def health():
         if async_llm.dead is not None:
-            return JSONResponse({"status": "dead", "error": repr(async_llm.dead)}, status_code=500)
+            return JSONResponse({"status": "dead", "error": repr(async_llm.dead)}, status_code=503)
         return {"status": "ok"}
 
     @app.get("/metrics")

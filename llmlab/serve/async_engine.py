@@ -14,6 +14,14 @@ the step in flight, so its KV blocks go back to the pool before the next step is
 The waiting queue is bounded: beyond `max_waiting` requests not yet scheduled, `add_request`
 raises `QueueFullError` (the server answers 503) and nothing already admitted is touched.
 
+A step that raises is contained: its traceback is logged, the requests of that step end with
+`StepFailedError` (their streams send an error event, then close) and are aborted, and the
+loop goes on serving the others. Requests are checked at the door so that no known input can
+make a step fail. If steps keep failing (`max_consecutive_failures` in a row) or the scheduler
+itself raises, the engine cannot continue: every stream ends with `EngineDeadError`, and
+`on_fatal` is called (the `serve` command exits non-zero, so a supervisor restarts it) — never
+a live process that answers 500 forever.
+
 A burst (a benchmark at rate inf, a batch job's clients starting together) arrives over a few
 milliseconds while the event loop parses one request after another. Stepping at the first one
 would prefill a part of the burst, and the rest would wait a whole prefill for the next step and
@@ -26,8 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+import traceback
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from llmlab.engine import LLMEngine, RequestOutput
 from llmlab.sampling import SamplingParams
@@ -39,7 +49,14 @@ class QueueFullError(Exception):
 
 
 class EngineDeadError(Exception):
-    """A step raised: the engine's state is unknown, so the server stops taking requests."""
+    """The engine cannot continue: the server stops taking requests (and exits)."""
+
+
+class StepFailedError(Exception):
+    """The step this request was in raised; the request was aborted, the engine serves on."""
+
+
+logger = logging.getLogger("llmlab.serve")
 
 
 _DONE = object()
@@ -78,7 +95,8 @@ class AsyncLLM:
 
     def __init__(self, engine: LLMEngine, max_waiting: int = 256,
                  model_name: str = "llmlab", settle_quiet_s: float = 0.001,
-                 settle_max_s: float = 0.05) -> None:
+                 settle_max_s: float = 0.05, max_consecutive_failures: int = 3,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
         if not isinstance(engine, LLMEngine):
             raise ValueError(f"engine must be an LLMEngine, got {type(engine).__name__}")
         if not isinstance(max_waiting, int) or max_waiting < 1:
@@ -86,8 +104,16 @@ class AsyncLLM:
         if not 0 <= settle_quiet_s <= settle_max_s <= 1:
             raise ValueError("need 0 <= settle_quiet_s <= settle_max_s <= 1 (seconds), got "
                              f"settle_quiet_s={settle_quiet_s!r}, settle_max_s={settle_max_s!r}")
+        if not isinstance(max_consecutive_failures, int) or max_consecutive_failures < 1:
+            raise ValueError(f"max_consecutive_failures must be an int >= 1, got "
+                             f"{max_consecutive_failures!r}")
         self.engine = engine
+        engine.detokenize_incrementally = True     # each delta carries its new text
         self.max_waiting = max_waiting
+        self.max_consecutive_failures = max_consecutive_failures
+        self.on_fatal = on_fatal
+        self.consecutive_failures = 0
+        self.failed_steps = 0                  # steps that raised and were contained
         self.settle_quiet_s = settle_quiet_s
         self.settle_max_s = settle_max_s
         self.num_admitted = 0                  # requests ever admitted (the settle loop counts)
@@ -211,7 +237,8 @@ class AsyncLLM:
             if stream is None:                 # aborted while the step ran
                 continue
             n = len(out.outputs[0].token_ids)
-            self.metrics.on_tokens(n, stream.num_output_tokens == 0, stream.num_prompt_tokens)
+            self.metrics.on_tokens(n, stream.num_output_tokens == 0, stream.num_prompt_tokens,
+                                   out.metrics)
             stream.num_output_tokens += n
             stream.queue.put_nowait(out)
             if out.finished:
@@ -243,15 +270,49 @@ class AsyncLLM:
                 await self._settle()
                 continue
             self._stepping = True
+            self.engine.last_scheduler_output = None
             try:
                 outputs = await loop.run_in_executor(self._executor, self.engine.step)
-            except BaseException as e:      # noqa: BLE001 (cancellation included: we stop)
+            except asyncio.CancelledError:
                 self._stepping = False
-                if not isinstance(e, asyncio.CancelledError):
-                    self._fail_all(e)
                 raise
+            except Exception as e:          # noqa: BLE001 (contained below, or fatal)
+                self._stepping = False
+                if not self._contain(e):
+                    return
+                continue
             self._stepping = False
+            self.consecutive_failures = 0
             self._dispatch(outputs)
+
+    def _contain(self, error: Exception) -> bool:
+        """After a step raised: fail and abort that step's requests, keep serving. False (and
+        the engine is dead) when the scheduler itself failed or steps keep failing."""
+        self.failed_steps += 1
+        self.consecutive_failures += 1
+        sched_out = self.engine.last_scheduler_output
+        if sched_out is None or self.consecutive_failures >= self.max_consecutive_failures:
+            why = ("the scheduler raised" if sched_out is None else
+                   f"{self.consecutive_failures} steps in a row raised")
+            logger.critical("engine step failed and the engine cannot continue (%s):\n%s", why,
+                            "".join(traceback.format_exception(error)))
+            self._fail_all(error)
+            return False
+        ids = [r.request_id for r in sched_out.requests]
+        logger.error("engine step failed; aborting the %d request(s) of that step (%s) and "
+                     "serving on:\n%s", len(ids), ", ".join(ids[:8]),
+                     "".join(traceback.format_exception(error)))
+        failure = StepFailedError(f"the engine step that ran this request failed: {error!r}; "
+                                  "the request was aborted")
+        for request_id in ids:
+            self.engine.abort_request(request_id)
+            stream = self.streams.pop(request_id, None)
+            if stream is not None:
+                stream.finished = True
+                self.metrics.on_finished("abort", None)
+                stream.queue.put_nowait(failure)
+        self.stats = self.engine.stats()
+        return True
 
     def _fail_all(self, error: BaseException) -> None:
         self.dead = error
@@ -259,3 +320,5 @@ class AsyncLLM:
             stream.finished = True
             stream.queue.put_nowait(EngineDeadError(f"the engine step failed: {error!r}"))
         self.streams.clear()
+        if self.on_fatal is not None:
+            self.on_fatal(error)

@@ -21,6 +21,11 @@ import time
 from typing import Any
 
 LISTENING = re.compile(r"llmlab serve: listening on (http://\S+)")
+API_KEY_ENV = "LLMLAB_API_KEY"         # as vLLM's VLLM_API_KEY: the key without a command line
+DEFAULT_LIMIT_CONCURRENCY = 512        # connections + requests in flight before uvicorn says 503
+DEFAULT_MAX_CONNECTIONS = 1024         # open connections before new ones are closed at once
+DEFAULT_TIMEOUT_KEEP_ALIVE = 5.0       # seconds an idle keep-alive connection stays open
+DEFAULT_TIMEOUT_HEADER = 10.0          # seconds a request's headers may take to arrive
 
 
 def load(model: str = "smollm2-135m") -> tuple[Any, Any]:
@@ -51,6 +56,129 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 attention_backend=args.attention_backend, seed=args.seed)
 
 
+def guarded_protocol(timeout_header: float, max_connections: int) -> type:
+    """uvicorn's h11 protocol with what it lacks against slow or piling-up clients: a request's
+    headers must arrive within `timeout_header` seconds of the connection opening or of the
+    previous response (a slowloris client that trickles a byte now and then is closed; uvicorn's
+    keep-alive timer restarts on every byte), and beyond `max_connections` open connections a
+    new one is closed at once, before the process runs out of file descriptors."""
+    import asyncio
+
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            self._header_timer = None
+            if len(self.connections) >= max_connections:
+                transport.abort()
+                return
+            super().connection_made(transport)
+            self._arm_header_timer()
+
+        def _arm_header_timer(self) -> None:
+            self._armed_cycle = self.cycle
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            self._header_timer = self.loop.call_later(timeout_header, self._header_timed_out)
+
+        def _header_timed_out(self) -> None:
+            self._header_timer = None
+            if self.cycle is self._armed_cycle and not self.transport.is_closing():
+                self.transport.close()           # no request began in time
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self._header_timer is not None and self.cycle is not self._armed_cycle:
+                self._header_timer.cancel()      # a request's headers are in
+                self._header_timer = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.cycle is not None and (
+                    self._header_timer is None):
+                self._arm_header_timer()         # the next request's headers, in time too
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+            if self.transport is not None:
+                super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+class RateLimitFilter:
+    """A logging filter: at most `burst` records per message per `period` seconds, then one
+    line saying how many were left out (so a storm of accept errors cannot flood the log)."""
+
+    def __init__(self, period: float = 10.0, burst: int = 3) -> None:
+        self.period, self.burst = period, burst
+        self.windows: dict[str, list[float | int]] = {}
+
+    def filter(self, record: Any) -> bool:
+        key = str(record.msg)[:80]
+        now = time.monotonic()
+        window = self.windows.setdefault(key, [now, 0, 0])     # start, passed, dropped
+        if now - window[0] > self.period:
+            if window[2]:
+                record.msg = f"{record.msg} (and {window[2]} more like it left out)"
+            window[:] = [now, 0, 0]
+        if window[1] < self.burst:
+            window[1] += 1
+            return True
+        window[2] += 1
+        return False
+
+
+def quiet_storms() -> None:
+    """Rate-limit the loggers that a flood of connections makes talk (asyncio's accept errors,
+    uvicorn's invalid-request warnings); once per process."""
+    import logging
+
+    for name in ("asyncio", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RateLimitFilter) for f in logger.filters):
+            logger.addFilter(RateLimitFilter())
+
+
+def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning",
+                   limit_concurrency: int | None = DEFAULT_LIMIT_CONCURRENCY,
+                   max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                   timeout_keep_alive: float = DEFAULT_TIMEOUT_KEEP_ALIVE,
+                   timeout_header: float = DEFAULT_TIMEOUT_HEADER) -> Any:
+    """uvicorn's settings for the server: its caps and timeouts, the guarded protocol."""
+    import uvicorn
+
+    for name, value in (("max_connections", max_connections),
+                        ("limit_concurrency", limit_concurrency or 1)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    for name, value in (("timeout_keep_alive", timeout_keep_alive),
+                        ("timeout_header", timeout_header)):
+        if not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+    quiet_storms()
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                          http=guarded_protocol(timeout_header, max_connections),
+                          limit_concurrency=limit_concurrency,
+                          timeout_keep_alive=timeout_keep_alive)
+
+
+def raise_file_limit() -> int:
+    """Raise this process's open-file limit to its hard limit; returns the soft limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m llmlab serve",
@@ -75,6 +203,21 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-waiting", type=int, default=256,
                     help="requests admitted but not yet scheduled before new ones get 503")
+    ap.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None,
+                    help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV})")
+    ap.add_argument("--max-body-bytes", type=int, default=None,
+                    help="largest request body (default: 1 MiB + 96 bytes per token of "
+                         "max_model_len)")
+    ap.add_argument("--disable-fastapi-docs", action="store_true",
+                    help="no /docs, /redoc or /openapi.json")
+    ap.add_argument("--limit-concurrency", type=int, default=DEFAULT_LIMIT_CONCURRENCY,
+                    help="connections and requests in flight before new requests get 503")
+    ap.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                    help="open connections before new ones are closed at once")
+    ap.add_argument("--timeout-keep-alive", type=float, default=DEFAULT_TIMEOUT_KEEP_ALIVE,
+                    help="seconds an idle keep-alive connection stays open")
+    ap.add_argument("--timeout-header", type=float, default=DEFAULT_TIMEOUT_HEADER,
+                    help="seconds a request's headers may take to arrive")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
     ap.add_argument("--log-level", default="warning")
     return ap
@@ -94,11 +237,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    raise_file_limit()
     model, tokenizer = load(args.model)
     engine = LLMEngine(model, tokenizer, **engine_kwargs(args))
-    app = build_app(engine, args.served_model_name or [args.model], max_waiting=args.max_waiting)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level=args.log_level, access_log=False))
+    exit_code = [0]
+    server: Any = None
+
+    def on_fatal(error: BaseException) -> None:
+        # the engine cannot continue: stop, and exit non-zero so a supervisor restarts us
+        exit_code[0] = 1
+        if server is not None:
+            server.should_exit = True
+
+    app = build_app(engine, args.served_model_name or [args.model], max_waiting=args.max_waiting,
+                    api_key=args.api_key, max_body_bytes=args.max_body_bytes,
+                    enable_docs=not args.disable_fastapi_docs, on_fatal=on_fatal)
+    server = uvicorn.Server(uvicorn_config(
+        app, args.host, args.port, args.log_level, limit_concurrency=args.limit_concurrency,
+        max_connections=args.max_connections, timeout_keep_alive=args.timeout_keep_alive,
+        timeout_header=args.timeout_header))
 
     async def run() -> None:
         task = asyncio.ensure_future(server.serve())
@@ -108,23 +265,26 @@ def main(argv: list[str] | None = None) -> int:
             host, port = server.servers[0].sockets[0].getsockname()[:2]
             print(f"llmlab serve: listening on http://{host}:{port} (model {args.model}, "
                   f"max_model_len {engine.max_model_len}, {engine.num_kv_blocks} KV blocks, "
-                  f"attention {engine.config.attention_backend})", flush=True)
+                  f"attention {engine.config.attention_backend}"
+                  f"{', API key required' if args.api_key else ''})", flush=True)
         await task
 
     asyncio.run(run())
-    return 0
+    if exit_code[0]:
+        print("llmlab serve: the engine failed and cannot continue; exiting with status 1 "
+              "(see the log above)", file=sys.stderr, flush=True)
+    return exit_code[0]
 
 
 class ServerThread:
     """uvicorn serving `app` on a daemon thread of this process (port 0: a free one)."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0,
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, **limits: Any) -> None:
         import uvicorn
 
         self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
-                                                    log_level="warning", access_log=False))
+        self.server = uvicorn.Server(uvicorn_config(app, host, port, **limits))
         self.thread = threading.Thread(target=self.server.run, name="llmlab-server", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + start_timeout

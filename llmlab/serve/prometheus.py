@@ -72,10 +72,16 @@ class ServerMetrics:
 
     # ---- fed by the engine loop -----------------------------------------------------------
 
-    def on_tokens(self, num_new: int, first: bool, num_prompt_tokens: int) -> None:
+    def on_tokens(self, num_new: int, first: bool, num_prompt_tokens: int,
+                  metrics: Any = None) -> None:
+        """New tokens of a request; on its first, TTFT is recorded (as vLLM does: a request
+        aborted later still counts)."""
         self.generation_tokens += num_new
         if first:
             self.prompt_tokens += num_prompt_tokens
+            if metrics is not None and metrics.first_token_time is not None:
+                self.hist["vllm:time_to_first_token_seconds"].observe(
+                    metrics.first_token_time - metrics.arrival_time)
 
     def on_finished(self, reason: str, metrics: Any) -> None:
         """A request ended ("stop" | "length" | "abort"); `metrics`: its RequestMetrics."""
@@ -83,7 +89,6 @@ class ServerMetrics:
         if reason == "abort" or metrics is None or not metrics.token_times:
             return
         times = metrics.token_times
-        self.hist["vllm:time_to_first_token_seconds"].observe(times[0] - metrics.arrival_time)
         itl = self.hist["vllm:inter_token_latency_seconds"]
         for a, b in zip(times, times[1:]):
             itl.observe(b - a)

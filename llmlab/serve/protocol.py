@@ -2,14 +2,17 @@
 
 Mirrors vLLM's `entrypoints/openai/protocol.py`: pydantic models with OpenAI's field names,
 vLLM's extra sampling fields (`top_k`, `min_tokens`, `ignore_eos`, `stop_token_ids`,
-`return_token_ids`), unknown fields ignored (vLLM's benchmark client sends some, such as
-`repetition_penalty`). Known OpenAI features this engine does not have (`n` > 1, `logprobs`,
-`echo`, stop strings, penalties) are refused when asked for, not silently dropped: an answer
-without the logprobs a client asked for would look like a bug in the client.
+`include_stop_str_in_output`, `repetition_penalty`, `return_token_ids`), other unknown fields
+ignored. Every number has its bounds here (64-bit seeds, finite floats, `top_k` within the
+vocabulary), so no value a client can send reaches the engine and breaks a step. Known OpenAI
+features this server does not have (`response_format`, `tools`, `suffix`) are refused when
+asked for, never silently dropped: an answer without what a client asked for would look like a
+bug in the client.
 
-`to_sampling_params(body, ...)` turns a checked body into the engine's `SamplingParams`.
-Errors are `OpenAIError`s, which the server sends as `{"error": {"message", "type", "param",
-"code"}}` with their HTTP status.
+`parse_body(raw, ...)` turns bytes into a checked request (bad JSON, huge numbers, deep nesting
+and lone surrogates are 400s); `to_sampling_params(body, ...)` turns it into the engine's
+`SamplingParams`. Errors are `OpenAIError`s, which the server sends as `{"error": {"message",
+"type", "param", "code"}}` with their HTTP status.
 """
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from llmlab.sampling import SamplingParams
+from llmlab.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_STOP_STRINGS, SamplingParams
 
-Number = Annotated[float, Field(strict=True)]      # an int or a float; never a str or a bool
+# an int or a float, finite; never a str or a bool
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+MAX_JSON_DEPTH = 32          # nesting deeper than any request body needs
 
 
 class OpenAIError(Exception):
-    """An error the client caused (4xx) or the server cannot take more (503)."""
+    """An error the client caused (4xx) or the server cannot take more (5xx)."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  type_: str = "invalid_request_error") -> None:
@@ -33,6 +38,7 @@ class OpenAIError(Exception):
         self.status, self.message, self.param, self.type = status, message, param, type_
 
     def body(self) -> dict[str, Any]:
+        """OpenAI's error shape, `code` the HTTP status (as vLLM sends it)."""
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.status}}
 
@@ -55,46 +61,69 @@ class _SamplingFields(BaseModel):
     min_tokens: StrictInt = Field(default=0, ge=0)
     ignore_eos: StrictBool = False
     stop_token_ids: list[Annotated[int, Field(strict=True, ge=0)]] | None = None
-    seed: StrictInt | None = Field(default=None, ge=0)
+    seed: StrictInt | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     return_token_ids: StrictBool = False           # vLLM's extension: token ids in each choice
-    # OpenAI features this engine lacks: accepted at their neutral value only
     n: StrictInt = Field(default=1, ge=1)
+    best_of: StrictInt | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    logprobs: Any = None
-    presence_penalty: Number = 0.0
-    frequency_penalty: Number = 0.0
-    repetition_penalty: Number = 1.0
-    best_of: StrictInt | None = None
+    include_stop_str_in_output: StrictBool = False
+    presence_penalty: Number = Field(default=0.0, ge=-2, le=2)
+    frequency_penalty: Number = Field(default=0.0, ge=-2, le=2)
+    repetition_penalty: Number = Field(default=1.0, gt=0, le=2)
+    logit_bias: dict[str, Number] | None = None    # token id (as JSON keys are) -> [-100, 100]
+    user: str | None = None                        # accepted: it changes nothing here
+    # not served: refused when asked for (see refuse_unsupported)
+    response_format: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
 
     def refuse_unsupported(self) -> None:
-        neutral = {"n": (self.n, 1), "best_of": (self.best_of or 1, 1),
-                   "presence_penalty": (self.presence_penalty, 0.0),
-                   "frequency_penalty": (self.frequency_penalty, 0.0),
-                   "repetition_penalty": (self.repetition_penalty, 1.0)}
-        for name, (value, ok) in neutral.items():
-            if value != ok:
-                raise OpenAIError(400, f"{name}={value!r} is not supported by this server "
-                                  f"(only {ok!r})", name)
-        if self.stop:
-            raise OpenAIError(400, "stop strings are not supported by this server; use "
-                              "stop_token_ids", "stop")
-        if self.logprobs not in (None, False):
-            raise OpenAIError(400, "logprobs are not supported by this server", "logprobs")
+        if self.best_of is not None and self.best_of != self.n:
+            raise OpenAIError(400, f"best_of={self.best_of} is not supported by this server "
+                              "(only best_of equal to n)", "best_of")
+        if self.stream_options is not None and not self.stream:
+            raise OpenAIError(400, "stream_options can only be given with stream=true",
+                              "stream_options")
+        if isinstance(self.stop, list):
+            if len(self.stop) > MAX_STOP_STRINGS:
+                raise OpenAIError(400, f"stop: at most {MAX_STOP_STRINGS} stop strings, got "
+                                  f"{len(self.stop)}", "stop")
+        if self.stop is not None and any(s == "" for s in _as_list(self.stop)):
+            raise OpenAIError(400, "stop: a stop string must not be empty", "stop")
+        if self.response_format is not None and not (
+                isinstance(self.response_format, dict)
+                and self.response_format.get("type") == "text"):
+            raise OpenAIError(400, "response_format (structured output) is not supported by "
+                              "this server yet; only {\"type\": \"text\"}", "response_format")
+        if self.tools:
+            raise OpenAIError(400, "tools (function calling) are not supported by this server",
+                              "tools")
+        if self.tool_choice not in (None, "none"):
+            raise OpenAIError(400, "tool_choice is not supported by this server (only "
+                              "\"none\")", "tool_choice")
+        if self.functions or self.function_call not in (None, "none"):
+            raise OpenAIError(400, "functions (function calling) are not supported by this "
+                              "server", "functions")
+
+
+def _as_list(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
 
 
 class CompletionRequest(_SamplingFields):
     """`POST /v1/completions`. prompt: a str, a list of token ids, or a list of one of these."""
 
     prompt: Any = None
-    echo: StrictBool = False
+    echo: StrictBool = False                       # the prompt before the completion
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)   # top-k per token
     suffix: str | None = None
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.echo:
-            raise OpenAIError(400, "echo is not supported by this server", "echo")
         if self.suffix:
             raise OpenAIError(400, "suffix is not supported by this server", "suffix")
 
@@ -121,6 +150,13 @@ class ChatCompletionRequest(_SamplingFields):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)   # OpenAI's newer name
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.top_logprobs is not None and not self.logprobs:
+            raise OpenAIError(400, "top_logprobs needs logprobs=true", "top_logprobs")
 
 
 # ---- parsing ----------------------------------------------------------------------------------
@@ -141,48 +177,91 @@ def _param_of(loc: tuple) -> str:
     return out
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_json(data: Any) -> None:
+    """Bound the nesting and refuse strings no text can hold (lone UTF-16 surrogates: JSON's
+    "\\ud800" parses, but no tokenizer can encode it). The error names where it is."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            field = re.split(r"[.\[]", path)[0] or "body"
+            raise OpenAIError(400, f"{field}: the request body is nested more than "
+                              f"{MAX_JSON_DEPTH} levels deep", field)
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise OpenAIError(400, f"{path or 'body'}: the string holds a lone UTF-16 "
+                                  "surrogate (such as \\ud800), which is not text",
+                                  path or "body") from None
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((key, path or "body", depth + 1))
+                stack.append((item, f"{path}.{key}" if path else str(key), depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+
+
 def parse_body(raw: bytes, model_cls: type[BaseModel]) -> Any:
     """JSON bytes → a checked request model. Raises OpenAIError(400) naming the field."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise OpenAIError(400, f"the request body is not valid JSON: {e}", "body") from None
+        data = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise OpenAIError(400, "the request body is not valid JSON: nested too deeply",
+                          "body") from None
+    except (ValueError, UnicodeDecodeError) as e:   # JSONDecodeError, NaN, a 5,000-digit int
+        raise OpenAIError(400, f"the request body is not valid JSON: {e}"[:500], "body") from None
     if not isinstance(data, dict):
         raise OpenAIError(400, f"the request body must be a JSON object, got "
                           f"{type(data).__name__}", "body")
+    _check_json(data)
     try:
         body = model_cls.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         param = _param_of(tuple(err["loc"]))
-        got = "" if err["type"] == "missing" else f", got {err.get('input')!r}"
+        got = "" if err["type"] == "missing" else f", got {_short(err.get('input'))}"
         msg = "is required" if err["type"] == "missing" else err["msg"]
         raise OpenAIError(400, f"{param}: {msg}{got}"[:500], param) from None
     body.refuse_unsupported()
     return body
 
 
-def prompt_of(body: CompletionRequest) -> str | list[int]:
-    """The single prompt of a completion request: text or token ids (a batch is refused)."""
+def _short(value: Any) -> str:
+    """repr of a refused value, cut short (a 4,000-digit int would fill the message)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else (
+        f"an int of {len(str(abs(value)))} digits")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def prompts_of(body: CompletionRequest) -> list[str | list[int]]:
+    """The prompts of a completion request: one text or token-id list, or a list of them."""
     p = body.prompt
     if p is None:
         raise OpenAIError(400, "prompt is required", "prompt")
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
-        p = p[0]                                   # a batch of one
-    if isinstance(p, str):
-        if not p:
-            raise OpenAIError(400, "prompt must not be empty", "prompt")
-        return p
-    if isinstance(p, list):
-        if not p:
-            raise OpenAIError(400, "prompt must not be empty", "prompt")
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-            return list(p)
-        if all(isinstance(t, (str, list)) for t in p):
-            raise OpenAIError(400, f"prompt: a batch of {len(p)} prompts is not supported; "
-                              "send one request per prompt", "prompt")
-    raise OpenAIError(400, f"prompt must be a string or a list of token ids, got "
-                      f"{type(p).__name__}", "prompt")
+    if isinstance(p, str) or (isinstance(p, list) and p and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in p)):
+        batch, params = [p], ["prompt"]
+    elif isinstance(p, list) and p and all(isinstance(t, (str, list)) for t in p):
+        batch, params = list(p), [f"prompt[{i}]" for i in range(len(p))]
+    elif isinstance(p, list) and not p:
+        raise OpenAIError(400, "prompt must not be empty", "prompt")
+    else:
+        raise OpenAIError(400, f"prompt must be a string, a list of token ids, or a list of "
+                          f"these, got {type(p).__name__}", "prompt")
+    for item, param in zip(batch, params):
+        if isinstance(item, str):
+            if not item:
+                raise OpenAIError(400, f"{param} must not be empty", param)
+        elif not item:
+            raise OpenAIError(400, f"{param} must not be empty", param)
+        elif not all(isinstance(t, int) and not isinstance(t, bool) for t in item):
+            raise OpenAIError(400, f"{param} must be a string or a list of token ids", param)
+    return batch
 
 
 def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
@@ -217,12 +296,38 @@ def to_sampling_params(body: _SamplingFields, num_prompt_tokens: int, max_model_
                           f"so at most {room} can be generated", param)
     if body.stop_token_ids:
         check_token_ids(body.stop_token_ids, vocab_size, "stop_token_ids")
+    if body.top_k is not None and body.top_k > vocab_size:
+        raise OpenAIError(400, f"top_k must be -1 (all tokens) or in [1, {vocab_size}] (the "
+                          f"vocabulary), got {_short(body.top_k)}", "top_k")
+    logit_bias = None
+    if body.logit_bias:
+        logit_bias = {}
+        for key, bias in body.logit_bias.items():
+            if not re.fullmatch(r"\d{1,9}", key) or int(key) >= vocab_size:
+                raise OpenAIError(400, f"logit_bias: keys must be token ids in [0, {vocab_size}),"
+                                  f" got {_short(key)}", "logit_bias")
+            if not -100 <= bias <= 100:
+                raise OpenAIError(400, f"logit_bias: biases must be in [-100, 100], got "
+                                  f"{bias!r} for token {key}", "logit_bias")
+            logit_bias[int(key)] = float(bias)
+    if isinstance(body, ChatCompletionRequest):
+        logprobs = (body.top_logprobs or 0) if body.logprobs else None
+        prompt_logprobs = None
+    else:
+        logprobs = body.logprobs
+        prompt_logprobs = logprobs if body.echo else None
     try:
         return SamplingParams(
             temperature=float(body.temperature), top_p=float(body.top_p),
             top_k=-1 if body.top_k in (None, 0) else body.top_k, max_tokens=max_tokens,
             min_tokens=body.min_tokens, ignore_eos=body.ignore_eos,
-            stop_token_ids=list(body.stop_token_ids or []) or None, seed=body.seed)
+            stop_token_ids=list(body.stop_token_ids or []) or None, seed=body.seed,
+            stop=_as_list(body.stop) or None,
+            include_stop_str_in_output=body.include_stop_str_in_output,
+            presence_penalty=float(body.presence_penalty),
+            frequency_penalty=float(body.frequency_penalty),
+            repetition_penalty=float(body.repetition_penalty), logit_bias=logit_bias,
+            logprobs=logprobs, prompt_logprobs=prompt_logprobs)
     except ValueError as e:                      # e.g. min_tokens > max_tokens
         m = re.search(r"SamplingParams\.(\w+)", str(e))
         raise OpenAIError(400, str(e).replace("SamplingParams.", ""),
