@@ -406,3 +406,89 @@ def test_engine_keeps_freed_memory_on_glibc():
 
         if platform.libc_ver()[0] == "glibc":
             assert first is True
+
+
+# ---- what an OpenAI client asks for: logprobs, prompt logprobs, penalties, logit bias ----------
+
+def run_all(engine):
+    outs = {}
+    while engine.has_unfinished_requests():
+        for d in engine.step():
+            outs.setdefault(d.request_id, []).append(d)
+    return outs
+
+
+@pytest.mark.parametrize("chunk", [2048, 7])        # whole prompts, and prompts split over steps
+def test_logprobs_equal_log_softmax_of_the_reference_logits(model, chunk):
+    engine = LLMEngine(model, max_model_len=128, max_num_batched_tokens=chunk)
+    prompts = random_prompts(3, 5, 20, seed=4)
+    reqs = [engine.add_request(f"r{i}", p, SamplingParams(
+        temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=3, prompt_logprobs=2))
+        for i, p in enumerate(prompts)]
+    run_all(engine)
+    for p, req in zip(prompts, reqs):
+        out = engine.make_output(req)
+        seq = p + out.outputs[0].token_ids
+        ref = model.logits_for(seq).float().log_softmax(-1)            # [T, vocab]
+        assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(p)
+        for pos in range(1, len(seq)):
+            entry = (out.prompt_logprobs[pos] if pos < len(p)
+                     else out.outputs[0].logprobs[pos - len(p)])
+            tok = seq[pos]
+            assert next(iter(entry)) == tok                           # the chosen token first
+            assert entry[tok].logprob == pytest.approx(float(ref[pos - 1, tok]), abs=1e-4)
+            assert entry[tok].rank == int((ref[pos - 1] > ref[pos - 1, tok]).sum()) + 1
+            top = ref[pos - 1].topk(3 if pos >= len(p) else 2)
+            for v, t in zip(top.values.tolist(), top.indices.tolist()):
+                assert entry[t].logprob == pytest.approx(v, abs=1e-4)
+
+
+def test_prompt_logprobs_are_computed_even_when_the_prefix_is_cached(model):
+    engine = LLMEngine(model, max_model_len=128, block_size=4)
+    p = random_prompts(1, 30, 30, seed=9)[0]
+    engine.add_request("warm", p, SamplingParams(temperature=0.0, max_tokens=1))
+    run_all(engine)
+    req = engine.add_request("scored", p, SamplingParams(temperature=0.0, max_tokens=1,
+                                                         prompt_logprobs=0))
+    run_all(engine)
+    out = engine.make_output(req)
+    assert out.num_cached_tokens == 0 and all(e is not None for e in out.prompt_logprobs[1:])
+
+
+def test_logit_bias_and_penalties_change_what_is_sampled(model):
+    engine = LLMEngine(model, max_model_len=128)
+    p = random_prompts(1, 8, 8, seed=2)[0]
+    greedy = dict(temperature=0.0, max_tokens=12, ignore_eos=True)
+    bias = engine.add_request("bias", p, SamplingParams(**greedy, logit_bias={77: 100.0}))
+    plain = engine.add_request("plain", p, SamplingParams(**greedy))
+    rep = engine.add_request("rep", p, SamplingParams(**greedy, repetition_penalty=2.0,
+                                                      presence_penalty=2.0, frequency_penalty=2.0))
+    run_all(engine)
+    assert bias.output_token_ids == [77] * 12
+    # the random tiny model repeats itself under greedy; the penalties break the loop
+    assert len(set(plain.output_token_ids)) < 12
+    assert len(set(rep.output_token_ids)) > len(set(plain.output_token_ids))
+
+
+def test_stop_strings_end_generate_and_are_cut_from_the_text(real_model):
+    model, tokenizer = real_model
+    llm = LLM(model, tokenizer, max_model_len=128, num_kv_blocks=64)
+    prompt = "Count: one, two, three,"
+    base = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
+                        use_tqdm=False)[0].outputs[0]
+    stop = base.text[9:13]                       # a few characters from the middle of the answer
+    cut = base.text[:base.text.index(stop)]
+    for include, want in ((False, cut), (True, cut + stop)):
+        out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True,
+                                                    stop=[stop], include_stop_str_in_output=include),
+                           use_tqdm=False)[0].outputs[0]
+        assert out.text == want and out.finish_reason == "stop" and out.stop_reason == stop
+        assert out.token_ids == base.token_ids[:len(out.token_ids)] and len(out.token_ids) < 24
+    assert llm.llm_engine.kv_cache_manager.num_free_blocks == llm.llm_engine.num_kv_blocks
+
+
+def test_stop_strings_need_a_tokenizer(model):
+    engine = LLMEngine(model, max_model_len=64)
+    with pytest.raises(ValueError, match="stop"):
+        engine.add_request("r", [1, 2], SamplingParams(stop=["x"]))
+    assert not engine.has_unfinished_requests()

@@ -13,7 +13,6 @@ import pytest
 from llmlab import LLM, SamplingParams
 from llmlab.engine import LLMEngine
 from llmlab.serve.api_server import build_app
-from llmlab.detokenizer import IncrementalDetokenizer
 from llmlab.bench import default_attention_backend
 from llmlab.serve.launch import ServerProcess, ServerThread
 from llmlab.serve.prometheus import Histogram, parse_prometheus
@@ -433,18 +432,6 @@ def test_the_settle_spell_is_checked():
     for quiet, most in [(-0.001, 0.05), (0.1, 0.05), (0.001, 2.0)]:
         with pytest.raises(ValueError, match="settle_quiet_s"):
             AsyncLLM(engine, settle_quiet_s=quiet, settle_max_s=most)
-
-
-@pytest.mark.model
-def test_incremental_detokenizer_reassembles_the_text(real_model):
-    _, tokenizer = real_model
-    text = "北京是中国的首都。 Emoji: 🙂 and accents: café, naïve."
-    ids = tokenizer.encode(text)
-    detok = IncrementalDetokenizer(tokenizer)
-    pieces = [detok.push([t]) for t in ids]
-    pieces.append(detok.flush())
-    assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True)
-    assert not any("\ufffd" in p for p in pieces), "a half character was sent"
 
 
 def test_histogram_buckets_are_cumulative():
