@@ -8,12 +8,13 @@ only the work differs, and chapter 04 times both.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.model import LlamaModel
+from llmlab.request import Request
 from llmlab.sampling import SamplingParams, make_generator, sample
 
 
@@ -36,12 +37,9 @@ def _check_args(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int) -
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
 
 
-def _stop_ids(model: LlamaModel, params: SamplingParams) -> set[int]:
-    if params.ignore_eos:
-        return set(params.stop_token_ids or [])
+def _eos_ids(model: LlamaModel) -> frozenset[int]:
     eos = model.config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    return eos | set(params.stop_token_ids or [])
+    return frozenset(eos if isinstance(eos, list) else [] if eos is None else [eos])
 
 
 def _generate(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int,
@@ -49,25 +47,34 @@ def _generate(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int,
     """The loop both versions share: forward → sample → append, until EOS or max_new_tokens.
 
     `forward(tokens)` returns the logits [1, vocab] for the next token after feeding `tokens`:
-    the whole sequence each step without a cache, only the newest token with one.
+    the whole sequence each step without a cache, only the newest token with one. When to stop
+    and what may not be sampled yet (EOS and stop tokens before `min_tokens`) are the engine's
+    own rules: the loop keeps a `Request` and asks it, so `LLM` and this loop agree.
     """
     params = params or SamplingParams(temperature=0.0)
     _check_args(model, prompt_ids, max_new_tokens)
+    params = replace(params, max_tokens=max_new_tokens,
+                     min_tokens=min(params.min_tokens, max_new_tokens))
+    req = Request("loop", list(prompt_ids), params, arrival_time=0.0,
+                  eos_token_ids=_eos_ids(model))
     gen = make_generator(params.seed)
-    stops = _stop_ids(model, params)
-    result = GenerationResult(token_ids=[])
+    result = GenerationResult(token_ids=req.output_token_ids)
     feed = list(prompt_ids)                                               # step 1 feeds the prompt
-    for _ in range(max_new_tokens):
+    while True:
         t0 = time.perf_counter()
-        token = int(sample(forward(feed), [params], [gen])[0])
+        logits = forward(feed)                                            # [1, vocab]
+        banned = req.banned_token_ids()
+        if banned:
+            logits = logits.clone()
+            logits[0, list(banned)] = float("-inf")
+        token = int(sample(logits, [params], [gen])[0])
         result.step_times.append(time.perf_counter() - t0)
         result.num_forwards += 1
         result.tokens_processed += len(feed)
-        result.token_ids.append(token)
+        req.append_output_token(token)
         feed = feed + [token] if feed_whole_sequence else [token]
-        if token in stops and len(result.token_ids) >= params.min_tokens:
-            break
-    return result
+        if req.check_stop() is not None:
+            return result
 
 
 def generate_no_cache(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int = 32,

@@ -36,7 +36,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1            # -1: all tokens
     max_tokens: int = 16
-    min_tokens: int = 0        # EOS and stop tokens are ignored until this many tokens exist
+    min_tokens: int = 0        # EOS and stop tokens cannot be sampled before this many outputs
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     seed: int | None = None

@@ -68,3 +68,23 @@ def test_greedy_loops_match_transformers_generate(real_model, hf_model):
         exact += assert_greedy_match(cached, ref, ids, hf_model, f"cached loop, {prompt!r}")
         assert_greedy_match(naive, ref[:12], ids, hf_model, f"no-cache loop, {prompt!r}")
     assert exact >= len(PROMPTS) - 1
+
+
+@pytest.mark.parametrize("loop", ["no_cache", "with_cache"])
+def test_min_tokens_bans_stop_tokens_as_the_engine_does(loop):
+    """One rule for min_tokens: EOS and stop tokens cannot be sampled before it; the loops of
+    chapters 03-04 and `LLM` give the same tokens."""
+    from llmlab import LLM
+    from llmlab.generate import generate_no_cache, generate_with_cache
+    from llmlab.model import tiny_model
+
+    model = tiny_model(seed=3)
+    prompt = [5, 9, 17, 33]
+    first = generate_with_cache(model, prompt, 1).token_ids[0]        # greedy's first token
+    params = SamplingParams(temperature=0.0, min_tokens=4, stop_token_ids=[first], max_tokens=12)
+    run = generate_no_cache if loop == "no_cache" else generate_with_cache
+    got = run(model, prompt, 12, params).token_ids
+    want = LLM(model, max_model_len=64).generate([prompt], params, use_tqdm=False)[0].outputs[0]
+    assert got == want.token_ids
+    assert first not in got[:4] and len(got) >= 4
+    assert got[-1] == first or len(got) == 12                          # stopped by it, or length
