@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -72,6 +73,7 @@ class Request:
     # prompt_logprobs; the first prompt token has none): {token id: Logprob}, sampled first
     logprobs: list[dict[int, Logprob]] | None = None
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    grammar: Any = None        # the structured-output matcher (its state after the outputs)
 
     metrics: RequestMetrics = field(init=False)
 
@@ -83,6 +85,7 @@ class Request:
         # the runner's per-row check in the hot loop: one attribute
         self.needs_extra_sampling = (params.logprobs is not None
                                      or params.needs_logits_processing)
+        self.has_grammar = params.structured_outputs is not None
         if self.sampling_params.logprobs is not None and self.logprobs is None:
             self.logprobs = []
         if self.sampling_params.prompt_logprobs is not None and self.prompt_logprobs is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -52,6 +53,8 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None      # token id -> added to its logit
     logprobs: int | None = None         # per output token: its log-probability and the top k
     prompt_logprobs: int | None = None  # the same for every prompt token but the first
+    # a grammar the output must follow (llmlab.structured_output.StructuredOutputsParams)
+    structured_outputs: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -101,6 +104,12 @@ class SamplingParams:
                     and _finite(b) and -100 <= b <= 100 for t, b in self.logit_bias.items())):
             raise bad("logit_bias", "a dict {token id >= 0: bias in [-100, 100]}",
                       "字典 {token id >= 0: [-100, 100] 之间的偏置}")
+        if self.structured_outputs is not None:
+            from llmlab.structured_output import StructuredOutputsParams
+
+            if not isinstance(self.structured_outputs, StructuredOutputsParams):
+                raise bad("structured_outputs", "None or a StructuredOutputsParams",
+                          "None 或 StructuredOutputsParams")
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)

@@ -505,3 +505,28 @@ def test_the_serve_command_exits_non_zero_when_the_engine_dies(monkeypatch):
             break
     t.join(30)
     assert not t.is_alive() and result == [1]
+
+
+@pytest.mark.model
+def test_response_format_json_schema_always_parses_over_the_sdk(server):
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "population": {"type": "integer", "minimum": 0}},
+              "required": ["city", "population"], "additionalProperties": False}
+    out = server.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name a big city and its population."}],
+        temperature=1.0, seed=7, n=6, max_tokens=64,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+    for choice in out.choices:
+        assert choice.finish_reason == "stop"
+        jsonschema.validate(json.loads(choice.message.content), schema)
+    obj = server.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "A JSON object, please."}], max_tokens=48,
+        temperature=1.0, seed=3, response_format={"type": "json_object"})
+    if obj.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(obj.choices[0].message.content), dict)
+    streamed = "".join(c.choices[0].text for c in server.client.completions.create(
+        model=MODEL, prompt="Is water wet? Answer:", max_tokens=5, stream=True,
+        extra_body={"structured_outputs": {"choice": ["yes", "no"]}}) if c.choices)
+    assert streamed in ("yes", "no")

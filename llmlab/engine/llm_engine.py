@@ -235,6 +235,13 @@ class LLMEngine:
                                 "engine has none; use stop_token_ids",
                                 "SamplingParams.stop：停止字符串需要分词器，这个引擎没有；"
                                 "请用 stop_token_ids"))
+        grammar = None
+        if params.structured_outputs is not None:
+            if self.tokenizer is None:
+                raise ValueError(tr("SamplingParams.structured_outputs needs a tokenizer, and "
+                                    "this engine has none",
+                                    "SamplingParams.structured_outputs 需要分词器，这个引擎没有"))
+            grammar = self.structured_outputs().matcher(params.structured_outputs)
         if len(token_ids) > self.max_model_len:
             raise ValueError(tr(f"prompt has {len(token_ids)} tokens, more than "
                                 f"max_model_len={self.max_model_len}",
@@ -243,12 +250,23 @@ class LLMEngine:
         req = Request(request_id=request_id, prompt_token_ids=token_ids, sampling_params=params,
                       arrival_time=now, prompt=text, generator=make_generator(params.seed),
                       eos_token_ids=self.eos_token_ids, max_model_len=self.max_model_len)
+        req.grammar = grammar
         if self.tokenizer is not None and (params.stop or self.detokenize_incrementally):
             req.detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop,
                                                      params.include_stop_str_in_output)
         self.requests[request_id] = req
         self.scheduler.add_request(req)
         return req
+
+    def structured_outputs(self):
+        """The grammar compiler and matcher factory (made on first use: xgrammar reads the
+        whole vocabulary once, a fraction of a second)."""
+        if self.model_runner.structured_output_manager is None:
+            from llmlab.structured_output import StructuredOutputManager
+
+            self.model_runner.structured_output_manager = StructuredOutputManager(
+                self.tokenizer, self.vocab_size, self.eos_token_ids)
+        return self.model_runner.structured_output_manager
 
     def abort_request(self, request_id: str) -> bool:
         """Stop a request now and free its blocks. False if no such unfinished request."""
@@ -285,6 +303,8 @@ class LLMEngine:
         for req in got_token:
             if logprobs and req.logprobs is not None:
                 req.logprobs.append(logprobs[req.request_id])
+            if req.grammar is not None and not self._advance_grammar(req):
+                finished.append(req)
             text = ""
             det = req.detokenizer
             if det is not None:
@@ -310,6 +330,18 @@ class LLMEngine:
         for req in finished:
             self.requests.pop(req.request_id, None)
         return outputs
+
+    def _advance_grammar(self, req: Request) -> bool:
+        """Feed the new token to the request's matcher. False when that ended the request here
+        (its grammar is complete and the token was the end, with EOS ignored, or the matcher
+        refused a token it had allowed, which cannot happen)."""
+        token = req.output_token_ids[-1]
+        accepted = req.grammar.accept_token(token)
+        if req.is_finished or (accepted and not req.grammar.is_terminated()):
+            return True
+        self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
+        req.metrics.finished_time = req.metrics.token_times[-1]
+        return False
 
     def make_output(self, req: Request) -> RequestOutput:
         """The cumulative RequestOutput of a request (all tokens, decoded text; cut at the

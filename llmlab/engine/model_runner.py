@@ -57,6 +57,7 @@ class ModelRunner:
         self.default_generator = default_generator
         self.prepare_seconds = 0.0       # time spent building flat batches (engine overhead)
         self.last_logprobs: dict = {}    # request id -> the last step's logprob entry
+        self.structured_output_manager = None   # set by the engine on its first grammar
 
     def weight_bytes(self) -> int:
         """Bytes of the weights this runner computes with: parameters plus prepared copies."""
@@ -149,6 +150,10 @@ class ModelRunner:
                 banned = req.banned_token_ids()       # EOS / stop tokens before min_tokens
                 if banned:
                     logits[row, list(banned)] = float("-inf")
+            if any(r.has_grammar for r in inp.sample_requests):
+                rows = [i for i, r in enumerate(inp.sample_requests) if r.grammar is not None]
+                self.structured_output_manager.apply(
+                    logits, rows, [inp.sample_requests[i].grammar for i in rows])
             params = [r.sampling_params for r in inp.sample_requests]
             default = self.default_generator
             generators = [r.generator if r.generator is not None else default

@@ -13,7 +13,8 @@ What clients rely on, as vLLM serves it: `stop` strings (matched on the text; a 
 sends text that a later match removes), `n` choices per prompt (parallel sampling: the
 children share the prompt's KV blocks through the prefix cache; with a `seed`, child i uses
 seed + i), a list of prompts, `logprobs` / `top_logprobs`, `echo` (with the prompt's logprobs),
-presence / frequency / repetition penalties and `logit_bias`.
+presence / frequency / repetition penalties, `logit_bias`, and structured output
+(`response_format` json_object / json_schema, or vLLM's `structured_outputs`).
 
 What the door keeps out: a body that is not `Content-Type: application/json` (415) or larger
 than `max_body_bytes` (413), a wrong or missing API key when one is set (401), and every bad
@@ -44,7 +45,8 @@ from llmlab.sampling import INT64_MAX, Logprob, SamplingParams
 from llmlab.serve.async_engine import (AsyncLLM, EngineDeadError, QueueFullError, RequestStream,
                                        StepFailedError)
 from llmlab.serve.protocol import (ChatCompletionRequest, CompletionRequest, OpenAIError,
-                                   check_token_ids, parse_body, prompts_of, to_sampling_params)
+                                   check_token_ids, parse_body, prompts_of,
+                                   structured_outputs_of, to_sampling_params)
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16           # OpenAI's default for /v1/completions
 TOKENIZE_INLINE_CHARS = 4096                 # longer texts are tokenized on a worker thread
@@ -150,10 +152,21 @@ class OpenAIServing:
         if (body.stop or body_echo(body)) and self.tokenizer is None:
             raise OpenAIError(400, "stop strings and echo need a tokenizer; this model has "
                               "none (use stop_token_ids)", "stop")
+        spec = structured_outputs_of(body)
+        if spec is not None:
+            if self.tokenizer is None:
+                raise OpenAIError(400, "structured output needs a tokenizer; this model has none",
+                                  "response_format")
+            try:        # compiled once per grammar, off the event loop; bad ones refused here
+                await asyncio.to_thread(self.engine.structured_outputs().compile, spec)
+            except ValueError as e:
+                field = ("response_format" if body.response_format is not None
+                         else "structured_outputs")
+                raise OpenAIError(400, f"{field}: {e}", field) from None
         prompts = await self._prompt_ids(body)
         default = None if chat else DEFAULT_COMPLETION_MAX_TOKENS
         params = [to_sampling_params(body, len(ids), self.engine.max_model_len,
-                                     self.engine.vocab_size, default) for ids in prompts]
+                                     self.engine.vocab_size, default, spec) for ids in prompts]
         total = len(prompts) * body.n
         if self.llm.num_waiting + total > self.llm.max_waiting:
             self.llm.metrics.rejected_queue_full += 1

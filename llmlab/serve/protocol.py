@@ -5,9 +5,10 @@ vLLM's extra sampling fields (`top_k`, `min_tokens`, `ignore_eos`, `stop_token_i
 `include_stop_str_in_output`, `repetition_penalty`, `return_token_ids`), other unknown fields
 ignored. Every number has its bounds here (64-bit seeds, finite floats, `top_k` within the
 vocabulary), so no value a client can send reaches the engine and breaks a step. Known OpenAI
-features this server does not have (`response_format`, `tools`, `suffix`) are refused when
+features this server does not have (`tools`, `suffix`) are refused when
 asked for, never silently dropped: an answer without what a client asked for would look like a
-bug in the client.
+bug in the client. Structured output (`response_format`, or vLLM's `structured_outputs`) is
+served with xgrammar (`llmlab.structured_output`).
 
 `parse_body(raw, ...)` turns bytes into a checked request (bad JSON, huge numbers, deep nesting
 and lone surrogates are 400s); `to_sampling_params(body, ...)` turns it into the engine's
@@ -23,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from llmlab.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_STOP_STRINGS, SamplingParams
+from llmlab.structured_output import SPEC_FIELDS, StructuredOutputsParams
 
 # an int or a float, finite; never a str or a bool
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
@@ -74,8 +76,10 @@ class _SamplingFields(BaseModel):
     repetition_penalty: Number = Field(default=1.0, gt=0, le=2)
     logit_bias: dict[str, Number] | None = None    # token id (as JSON keys are) -> [-100, 100]
     user: str | None = None                        # accepted: it changes nothing here
-    # not served: refused when asked for (see refuse_unsupported)
+    # structured output: OpenAI's response_format, or vLLM's structured_outputs
     response_format: Any = None
+    structured_outputs: Any = None
+    # not served: refused when asked for (see refuse_unsupported)
     tools: Any = None
     tool_choice: Any = None
     functions: Any = None
@@ -94,11 +98,6 @@ class _SamplingFields(BaseModel):
                                   f"{len(self.stop)}", "stop")
         if self.stop is not None and any(s == "" for s in _as_list(self.stop)):
             raise OpenAIError(400, "stop: a stop string must not be empty", "stop")
-        if self.response_format is not None and not (
-                isinstance(self.response_format, dict)
-                and self.response_format.get("type") == "text"):
-            raise OpenAIError(400, "response_format (structured output) is not supported by "
-                              "this server yet; only {\"type\": \"text\"}", "response_format")
         if self.tools:
             raise OpenAIError(400, "tools (function calling) are not supported by this server",
                               "tools")
@@ -108,6 +107,43 @@ class _SamplingFields(BaseModel):
         if self.functions or self.function_call not in (None, "none"):
             raise OpenAIError(400, "functions (function calling) are not supported by this "
                               "server", "functions")
+
+
+def structured_outputs_of(body: _SamplingFields) -> StructuredOutputsParams | None:
+    """The grammar a request asks for: OpenAI's `response_format` ({"type": "json_object"} or
+    {"type": "json_schema", "json_schema": {"schema": ...}}) or vLLM's `structured_outputs`
+    ({"json" | "regex" | "choice" | "grammar" | "json_object": ...}). Refusals name the field."""
+    rf, so = body.response_format, body.structured_outputs
+    if rf is not None and so is not None:
+        raise OpenAIError(400, "give response_format or structured_outputs, not both",
+                          "structured_outputs")
+    if rf is not None:
+        kind = rf.get("type") if isinstance(rf, dict) else None
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return StructuredOutputsParams(json_object=True)
+        if kind == "json_schema":
+            spec = rf.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, dict) else None
+            if not isinstance(schema, dict):
+                raise OpenAIError(400, "response_format.json_schema.schema must be a JSON schema"
+                                  " (an object)", "response_format.json_schema.schema")
+            return StructuredOutputsParams(json=schema)
+        raise OpenAIError(400, "response_format.type must be \"text\", \"json_object\" or "
+                          f"\"json_schema\", got {_short(kind if kind is not None else rf)}",
+                          "response_format.type")
+    if so is None:
+        return None
+    if not isinstance(so, dict):
+        raise OpenAIError(400, "structured_outputs must be an object with one of "
+                          f"{list(SPEC_FIELDS)}", "structured_outputs")
+    fields = {k: v for k, v in so.items() if k in SPEC_FIELDS}
+    try:
+        return StructuredOutputsParams(**fields)
+    except (TypeError, ValueError) as e:
+        raise OpenAIError(400, f"structured_outputs: {str(e).replace('StructuredOutputsParams', '').lstrip('.: ')}",
+                          "structured_outputs") from None
 
 
 def _as_list(stop: str | list[str] | None) -> list[str]:
@@ -272,7 +308,8 @@ def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
 
 
 def to_sampling_params(body: _SamplingFields, num_prompt_tokens: int, max_model_len: int,
-                       vocab_size: int, default_max_tokens: int | None) -> SamplingParams:
+                       vocab_size: int, default_max_tokens: int | None,
+                       structured_outputs: StructuredOutputsParams | None = None) -> SamplingParams:
     """The engine's parameters for a checked body.
 
     max_tokens defaults to `default_max_tokens` (OpenAI's 16 for completions) or, when that is
@@ -327,7 +364,8 @@ def to_sampling_params(body: _SamplingFields, num_prompt_tokens: int, max_model_
             presence_penalty=float(body.presence_penalty),
             frequency_penalty=float(body.frequency_penalty),
             repetition_penalty=float(body.repetition_penalty), logit_bias=logit_bias,
-            logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+            logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+            structured_outputs=structured_outputs)
     except ValueError as e:                      # e.g. min_tokens > max_tokens
         m = re.search(r"SamplingParams\.(\w+)", str(e))
         raise OpenAIError(400, str(e).replace("SamplingParams.", ""),
