@@ -56,6 +56,10 @@ def test_seed_q5_matching():
     assert ch11.seed_q5(right).passed
     assert ch11.seed_q5({k: v.replace("_", " ").upper() for k, v in right.items()}).passed
     assert ch11.seed_q5(dict(right, block_table="demand_paging")).passed     # also defensible
+    # vLLM V1 preempts by recomputing, as the chapter says: the matches for that are accepted too
+    for concept in ("process_scheduling", "demand_paging"):
+        assert ch11.seed_q5(dict(right, preemption=concept)).passed, concept
+    _fails_with(ch11.seed_q5(dict(right, preemption="paging")), "recomputes")
     assert len(ch11.Q5_CONCEPTS) > len(ch11.Q5_DESIGNS)                       # not a bijection
     assert list(ch11.Q5_CONCEPTS) != [next(iter(sorted(ch11.Q5_ACCEPTED[d]))) for d in ch11.Q5_DESIGNS]
     r = ch11.seed_q5(dict(right, prefix_sharing="copy_on_write"))
