@@ -6,7 +6,7 @@ from typing import Any
 
 from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_choice, check_matching,
                                check_number, not_yet, passed, report, staged)
-from llmlab.i18n import tr
+from llmlab.i18n import Bilingual, tr
 
 CHAPTERS = 13  # notebooks 00 … 12
 
@@ -143,18 +143,27 @@ def dominant_step(answer: Any) -> CheckResult:
 
 
 # Symptoms a reader of the seed meets in practice → the chapter whose idea explains it.
-SYMPTOMS = {
+SYMPTOMS_EN = {
     "first_word_late": "a user waits two seconds for the first word of the answer to a long "
                        "document, then the words stream quickly",
     "memory_runs_out": "the server runs out of GPU memory at 20 long conversations, although the "
                        "weights fill only half the card",
     "batch_is_free": "serving 32 users at once makes each user's stream only a little slower "
                      "than serving one",
-    "needs_nvlink": "a model too big for one GPU is split layer by layer across 8 GPUs, and is "
-                    "fast only when they are linked by NVLink",
+    "needs_nvlink": "a model too big for one GPU has the matrices of every layer split across 8 "
+                    "GPUs, and is fast only when they are linked by NVLink",
     "chinese_costs_more": "the same question costs more in Chinese than in English at a price "
                           "per token",
 }
+SYMPTOMS_ZH = {
+    "first_word_late": "用户对一篇长文档提问，要等两秒才看到回答的第一个词，之后的词很快地流出来",
+    "memory_runs_out": "服务器在 20 个长对话时就耗尽了 GPU 显存，而权重只占了半张卡",
+    "batch_is_free": "同时服务 32 个用户，每个用户的输出流只比服务一个用户时慢一点点",
+    "needs_nvlink": "一个一块 GPU 装不下的模型，把每一层的矩阵切到 8 块 GPU 上，只有用 NVLink 相连时才快",
+    "chinese_costs_more": "按 token 计价时，同一个问题用中文问比用英文问更贵",
+}
+# shown in the language in use; the keys are what the student answers with
+SYMPTOMS = Bilingual(SYMPTOMS_EN, SYMPTOMS_ZH)
 CHAPTER_CHOICES = tuple(f"{n:02d}" for n in range(1, 13))
 # Every defensible chapter for each symptom.
 _SYMPTOM_CHAPTERS = {
