@@ -69,7 +69,7 @@ CHOICE = [
                                            ("embed", "row")]),
     (ch05.cache_reads, ["attention"], [("qkv_projection", "own q, k, v"), (["attention", "ffn"], "FFN"),
                                        ("lm_head", "lm_head")]),
-    (ch05.compute_bound_phase, "prefill", [("decode", "memory")]),
+    (ch05.short_prefill_bound, "memory", [("compute", "long prompts only")]),
 ]
 
 

@@ -226,7 +226,7 @@ def test_choice_matching_and_set_exercises_in_chinese(zh):
     assert CJK.search(quiet(ch02.rope_relative, ["s(8, 4)"]).message)
     assert ch05._NO_CACHE["ffn"][1] == quiet(ch05.cache_writes, "ffn").message
     assert CJK.search(quiet(ch05.cache_reads, "qkv_projection").message)
-    assert CJK.search(quiet(ch05.compute_bound_phase, "decode").message)
+    assert CJK.search(quiet(ch05.short_prefill_bound, "compute").message)
 
 
 def test_function_exercises_in_chinese(zh):

@@ -134,13 +134,27 @@ def prefill_ridge_tokens(answer: Any) -> CheckResult:
                   "所以它的算术强度大约是 n FLOP/byte：找出它超过 H200 的峰值 FLOP/s ÷ 带宽的那个 n。"))
 
 
-def compute_bound_phase(answer: Any) -> CheckResult:
-    """On a GPU, which phase is usually compute-bound: "prefill" or "decode"?"""
-    return check_choice("ch05.compute_bound_phase", answer, "prefill", options=["prefill", "decode"],
-                        hints={"decode": tr("decode does little arithmetic per byte it reads; it waits "
-                                            "on memory. Look at the intensities computed above.",
-                                            "decode 每读一个字节只做很少的计算；它在等显存。看看上面"
-                                            "算出的算术强度。")})
+# Exercise 4: a short prompt's prefill, a case the chapter's "prefill is compute-bound" does not cover
+SHORT_PREFILL_MODEL, SHORT_PREFILL_GPU, SHORT_PREFILL_TOKENS = "llama-3-8b", "H100-SXM", 24
+
+
+def _short_prefill_bound() -> str:
+    step = roofline.prefill_step(get_config(SHORT_PREFILL_MODEL), SHORT_PREFILL_TOKENS)
+    return roofline.place(step, SHORT_PREFILL_GPU, "bf16").bound
+
+
+def short_prefill_bound(answer: Any) -> CheckResult:
+    """A chat turn of SHORT_PREFILL_TOKENS prompt tokens, Llama-3-8B in BF16 on an H100: is its
+    prefill "compute"-bound or "memory"-bound?"""
+    right = _short_prefill_bound()
+    wrong = "compute" if right == "memory" else "memory"
+    return check_choice("ch05.short_prefill_bound", answer, right, options=["compute", "memory"],
+                        hints={wrong: tr(
+                            "'prefill is compute-bound' holds for long prompts only: a prefill reads "
+                            "every weight once whatever its length; how many FLOP per byte do so few "
+                            "tokens do, against the H100's ridge?",
+                            "「prefill 是 compute-bound」只对长 prompt 成立：无论多长，一次 prefill 都要把"
+                            "每个权重读一遍；这么少的 token 每字节做多少 FLOP？和 H100 的拐点比一比。")})
 
 
 EXERCISES: dict[str, ExerciseInfo] = {
@@ -151,5 +165,5 @@ EXERCISES: dict[str, ExerciseInfo] = {
     "decode_intensity": ExerciseInfo("reasoning", ("batch 1", "BF16 bytes for FP8 weights",
                                                    "upside down", "bytes divided by the batch")),
     "prefill_ridge_tokens": ExerciseInfo("reasoning", ("the H100's ridge", "one token")),
-    "compute_bound_phase": ExerciseInfo("recall", ("decode",)),
+    "short_prefill_bound": ExerciseInfo("reasoning", ("every prefill taken for compute-bound",)),
 }

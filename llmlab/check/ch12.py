@@ -355,7 +355,7 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
     (1, "解释 LLM 自回归生成、KV cache 必要性、prefill vs decode 的根本差异",
      "explain autoregressive generation, why a KV cache is needed, and how prefill and decode differ",
      ("ch03.forwards", "ch03.tokens_processed_no_cache", "ch04.tokens_processed_with_cache",
-      "ch04.kv_bytes_per_token", "ch05.cache_writes", "ch05.compute_bound_phase",
+      "ch04.kv_bytes_per_token", "ch05.cache_writes", "ch05.short_prefill_bound",
       "ch12.generation_loop_steps")),
     (2, "用 roofline 模型说清 decode 阶段为什么是 memory-bound、batching 为什么能拉吞吐",
      "use the roofline to say why decode is memory-bound and why batching raises throughput",
