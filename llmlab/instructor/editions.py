@@ -74,10 +74,11 @@ def solutions_notebook(nb: Any, stem: str) -> Any:
         ids = by_cell.get(index, [])
         names = ", ".join(f"`{ex}`" for ex in ids)
         heading = new_markdown_cell(
-            tr(f"## {names}\n\nThe exercise in cell {index} of `{stem}.ipynb`, solved.",
-               f"## {names}\n\n`{stem}.ipynb` 第 {index} 个单元格里的练习，已解答。") if ids else
-            tr(f"## Cell {index} of `{stem}.ipynb`\n\nA prediction or a solved step, as the instructor "
-               f"wrote it.", f"## `{stem}.ipynb` 第 {index} 个单元格\n\n一个预测或一个已解的步骤，教师版的写法。"))
+            tr(f"## {names}\n\nThe cell of `{stem}.ipynb` that calls it, with its solution written in.",
+               f"## {names}\n\n`{stem}.ipynb` 里调用它的那个单元格，已经填好解答。") if ids else
+            tr(f"## A prediction or a step of `{stem}.ipynb`\n\nAs the instructor wrote it (the chapter "
+               f"shows the same cell with `# YOUR CODE HERE`).",
+               f"## `{stem}.ipynb` 里的一个预测或步骤\n\n教师版的写法（该章里同一个单元格显示为 `# YOUR CODE HERE`）。"))
         heading.id = f"h-{cell.get('id', index)}"[:64]
         code = new_code_cell(cell.source)
         code.id = f"s-{cell.get('id', index)}"[:64]
