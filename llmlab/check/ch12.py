@@ -560,7 +560,7 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
     (3, "区分 DP / TP / PP，并指出哪种通信强依赖 NVLink",
      "tell DP, TP and PP apart, and say which one's communication needs NVLink",
      ("ch09.parallel_style", "ch09.allreduces_per_forward", "ch09.bubble_fraction",
-      "ch09.needs_nvlink", "ch12.symptoms")),
+      "ch09.split_two_servers", "ch12.symptoms")),
     (4, "用 TTFT / TPOT / 吞吐三个指标解释推理服务“卡不卡”和“赚不赚”",
      "use TTFT, TPOT and throughput to say whether a service feels slow and whether it pays",
      ("ch10.tpot", "ch10.ttlt", "ch10.goodput", "ch10.seed_q4", "ch12.symptoms")),
