@@ -45,7 +45,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
 # The seed's five self-check questions and the checkers (module, function) that answer them.
 SEED_QUESTIONS_EN: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
     1: ("Draw the loop input -> tokens -> forward -> sample; mark where the KV cache is read and written.",
-        (("ch12", "generation_loop_steps"), ("ch05", "cache_writes"), ("ch05", "cache_reads"))),
+        (("ch12", "generation_loop_steps"), ("ch05", "write_before_read"), ("ch05", "cache_reads"))),
     2: ("Llama-3-70B (80 layers, BF16, GQA): KV bytes per token, and GB for a 4K-token request.",
         (("ch04", "kv_bytes_per_token"), ("ch04", "kv_gb_for_request"), ("ch12", "kv_gb_fresh_case"))),
     3: ("Why does batch 32 give nearly 32x the throughput at nearly the same latency?",
@@ -551,7 +551,7 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
     (1, "解释 LLM 自回归生成、KV cache 必要性、prefill vs decode 的根本差异",
      "explain autoregressive generation, why a KV cache is needed, and how prefill and decode differ",
      ("ch03.forwards", "ch03.tokens_processed_no_cache", "ch04.tokens_processed_with_cache",
-      "ch04.kv_bytes_per_token", "ch05.cache_writes", "ch05.short_prefill_bound",
+      "ch04.kv_bytes_per_token", "ch05.write_before_read", "ch05.short_prefill_bound",
       "ch12.generation_loop_steps")),
     (2, "用 roofline 模型说清 decode 阶段为什么是 memory-bound、batching 为什么能拉吞吐",
      "use the roofline to say why decode is memory-bound and why batching raises throughput",
