@@ -192,3 +192,17 @@ def test_html_folds_each_worked_solution_under_its_exercise(built):
     first_question = html.index("Exercise 1")
     assert first_question < html.index("<details>"), "the question comes before its solution"
     assert json.dumps(nb) == json.dumps(nbformat.read(chapter, as_version=4)), "the chapter itself is unchanged"
+
+
+def test_run_writes_the_executed_copy_without_solutions_and_the_html_with_them_folded(built, tmp_path):
+    """What `make run` writes for a student chapter (here not executed: the writing step alone)."""
+    from llmlab.notebook_runner import write_outputs
+
+    chapter = built["zh"] / "05-prefill-decode.ipynb"
+    nb = nbformat.read(chapter, as_version=4)
+    write_outputs(nb, chapter.stem, tmp_path, solutions=editions.solutions_for(chapter))
+    html = (tmp_path / f"{chapter.stem}.html").read_text(encoding="utf-8")
+    copy = (tmp_path / f"{chapter.stem}.ipynb").read_text(encoding="utf-8")
+    assert html.count("<details>") >= 5 and "完整解答" in html          # the fold speaks the edition's language
+    assert "<details>" not in copy and not re.search(r"#\s*SOLUTION", copy)
+    assert editions.solutions_for(tmp_path / "elsewhere.ipynb") is None

@@ -175,6 +175,8 @@ def solutions_for(chapter: str | Path) -> Any | None:
     import nbformat
 
     chapter = Path(chapter)
+    if not chapter.stem[:2].isdigit():
+        return None                      # not a numbered chapter
     path = chapter.parent / SOLUTIONS_DIR / solutions_name(chapter.stem)
     return nbformat.read(path, as_version=4) if path.is_file() else None
 
