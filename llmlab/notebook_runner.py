@@ -1,12 +1,16 @@
 """Execute notebooks headless: `python -m llmlab run NOTEBOOKS OUT` (what `make run` calls).
 
 Each notebook runs in a fresh kernel started in the notebook's own folder; the executed copy
-and an HTML rendering are written to OUT. Used by the tests as well, with `LLMLAB_FAST=1`.
+and an HTML rendering are written to OUT. A chapter of the student edition (with its
+`solutions/` folder beside it) gets each worked solution in the HTML right under its exercise,
+folded away (`llmlab.instructor.editions.fold_solutions`); the executed copy holds none. Used by
+the tests as well, with `LLMLAB_FAST=1`.
 """
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +20,7 @@ def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
                      env: dict[str, str] | None = None):
     """Run every cell of `path`; returns (executed notebook, seconds). Raises on a cell error."""
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     path = Path(path)
@@ -23,8 +28,12 @@ def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
     old_env = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sockets = tempfile.TemporaryDirectory(prefix="llmlab-kernel-")
     try:
-        client = NotebookClient(nb, timeout=cell_timeout, kernel_name=kernel_name,
+        # the kernel talks over local sockets (IPC) in a private folder, not over TCP: nothing
+        # listens on a port, and the kernel has no reason to warn about unencrypted traffic
+        km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(sockets.name) / "k"))
+        client = NotebookClient(nb, km=km, timeout=cell_timeout, kernel_name=kernel_name,
                                 resources={"metadata": {"path": str(path.parent.resolve())}})
         t0 = time.perf_counter()
         try:
@@ -32,8 +41,11 @@ def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
         finally:
             seconds = time.perf_counter() - t0
             if out_dir is not None:
-                write_outputs(nb, path.stem, Path(out_dir))
+                from llmlab.instructor.editions import solutions_for
+
+                write_outputs(nb, path.stem, Path(out_dir), solutions=solutions_for(path))
     finally:
+        sockets.cleanup()
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -42,13 +54,20 @@ def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
     return nb, seconds
 
 
-def write_outputs(nb, stem: str, out_dir: Path) -> None:
+def write_outputs(nb, stem: str, out_dir: Path, solutions=None) -> None:
+    """The executed notebook and its HTML into `out_dir`; with `solutions` (a solutions notebook
+    of the student edition) the HTML folds each worked solution under its exercise."""
     import nbformat
 
+    from llmlab.i18n import speaking
+    from llmlab.instructor.editions import fold_solutions
     from llmlab.offline_html import to_html
 
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / f"{stem}.ipynb")
+    if solutions is not None:
+        with speaking(nb.metadata.get("llmlab", {}).get("lang", "en")):
+            nb = fold_solutions(nb, solutions)
     html = to_html(nb)
     (out_dir / f"{stem}.html").write_text(html, encoding="utf-8")
 

@@ -48,8 +48,8 @@ def test_no_literal_of_the_module_passes():
 
 
 def test_every_exercise_is_described():
-    assert set(ch00.EXERCISES) == {"num_chapters", "module_for_paged_attention", "fast_mode",
-                                   "dominant_step", "symptom_to_chapter"}
+    assert set(ch00.EXERCISES) == {"throughput_vs_wait", "number_kinds", "dominant_step",
+                                   "symptom_to_chapter"}
     kinds = [info.kind for info in ch00.EXERCISES.values()]
     assert kinds.count("reasoning") >= 2
 
@@ -61,6 +61,11 @@ def test_right_answers_pass():
     assert ch00.module_for_paged_attention(llmlab.ops).passed
     assert ch00.module_for_paged_attention("llmlab.ops").passed
     assert ch00.fast_mode("b").passed
+    assert ch00.throughput_vs_wait("C").passed
+    assert ch00.number_kinds({"head_size_of_hidden_4096_and_32_heads": "derive",
+                              "tokens_per_english_word": "measure", "decode_step_ms_70b_on_h100": "compute",
+                              "kv_bytes_per_token_llama3_70b": "derive",
+                              "ms_per_token_smollm2_here": "measure"}).passed
     assert ch00.dominant_step("B").passed
     assert ch00.symptom_to_chapter({"first_word_late": 10, "memory_runs_out": "11",
                                     "batch_is_free": "7", "needs_nvlink": "09",
@@ -99,6 +104,34 @@ def _markdown(name: str) -> str:
     return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
-@pytest.mark.parametrize("options", [ch00.FAST_MODE_OPTIONS, ch00.DOMINANT_OPTIONS])
+@pytest.mark.parametrize("options", [ch00.GOALS_OPTIONS, ch00.DOMINANT_OPTIONS])
 def test_the_notebook_lists_the_options_the_checker_grades(options):
     assert ch00.options_text(options) in _markdown("00-setup-and-map.ipynb")
+
+
+def test_chapter_00_grades_ideas_not_course_trivia():
+    """The chapter asks about the series' question and how its numbers are obtained, not the
+    chapter count, a module's name or a test switch (those checkers stay as the grader's fixtures)."""
+    nb = nbformat.read(ROOT / "notebooks" / "00-setup-and-map.ipynb", as_version=4)
+    from llmlab.instructor import exercise_ids
+
+    assert exercise_ids(nb) == ["ch00.throughput_vs_wait", "ch00.number_kinds", "ch00.dominant_step",
+                                "ch00.symptom_to_chapter"]
+
+
+def test_throughput_vs_wait_says_why_a_change_helps_both_goals(monkeypatch):
+    from llmlab.check import core
+
+    monkeypatch.setattr(core, "_WRONG_TRIES", {})
+    letters, right = ch00._lettered(ch00.GOALS_OPTIONS)
+    assert right == {"c"}
+    assert "both goals" in ch00.throughput_vs_wait("a").message
+    assert "KV cache" in ch00.throughput_vs_wait("b").message
+    assert "quality" in ch00.throughput_vs_wait("d").message
+
+
+def test_number_kinds_names_the_wrong_number():
+    right = dict(ch00._NUMBER_KIND)
+    r = ch00.number_kinds(dict(right, decode_step_ms_70b_on_h100="measure"))
+    assert not r.passed and "decode_step_ms_70b_on_h100" in r.message and "without a GPU" in r.message
+    assert "tokens_per_english_word" not in r.message

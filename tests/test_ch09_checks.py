@@ -12,7 +12,7 @@ STYLE = {"q_proj": "column", "k_proj": "column", "v_proj": "column", "o_proj": "
 def test_exercises_table_names_the_module_functions():
     assert set(ch09.EXERCISES) == {"dp_at_low_load", "parallel_style", "allreduces_per_forward",
                                    "bubble_fraction", "ring_all_reduce_us", "best_tp_long_context",
-                                   "needs_nvlink"}
+                                   "split_two_servers"}
     assert all(callable(getattr(ch09, name)) for name in ch09.EXERCISES)
     assert sum(i.kind == "reasoning" for i in ch09.EXERCISES.values()) >= 2
 

@@ -93,26 +93,29 @@ def test_largest_batch_is_not_handed_out_by_a_public_helper():
     assert set(public) == set(ch10.EXERCISES)
 
 
-COST = ch10.COST_PRICE_PER_HOUR / (ch10.COST_TOKENS_PER_S * 3600) * 1e6
+BREAK_EVEN = ch10.COST_PRICE_PER_HOUR / ch10.COST_SELL_PER_MILLION * 1e6 / 3600
 
 
 @pytest.mark.parametrize("wrong,words", [
-    (ch10.COST_PRICE_PER_HOUR / ch10.COST_TOKENS_PER_S * 1e6, "same unit of time"),
-    (ch10.COST_PRICE_PER_HOUR / (ch10.COST_TOKENS_PER_S * 60) * 1e6, "more than 60 seconds"),
-    (ch10.COST_TOKENS_PER_S * 3600 / ch10.COST_PRICE_PER_HOUR, "tokens per dollar"),
-    (COST * 1e6, "unit prefix"),
+    (BREAK_EVEN * 3600, "tokens per hour"),
+    (BREAK_EVEN * 60, "more than 60 seconds"),
+    (ch10.COST_SELL_PER_MILLION / ch10.COST_PRICE_PER_HOUR * 1e6 / 3600, "upside down"),
+    (ch10.COST_PRICE_PER_HOUR / ch10.COST_SELL_PER_MILLION / 3600, "million"),
 ])
-def test_cost_per_million_names_the_mistake(wrong, words):
-    res = ch10.cost_per_million(wrong)
+def test_break_even_names_the_mistake(wrong, words):
+    res = ch10.break_even_tokens_per_s(wrong)
     assert not res.passed and words in res.message
 
 
-def test_cost_per_million_right_answer_and_staged_formula():
-    assert ch10.cost_per_million(COST).passed
-    ex = "ch10.cost_per_million"
+def test_break_even_right_answer_and_staged_formula():
+    assert ch10.break_even_tokens_per_s(BREAK_EVEN).passed
+    # at that throughput a million tokens costs exactly the selling price (the section's formula)
+    cost = ch10.COST_PRICE_PER_HOUR / (BREAK_EVEN * 3600) * 1e6
+    assert cost == pytest.approx(ch10.COST_SELL_PER_MILLION)
+    ex = "ch10.break_even_tokens_per_s"
     core._WRONG_TRIES.pop(ex, None)
-    first = ch10.cost_per_million(COST * 3.3)
-    second = ch10.cost_per_million(COST * 3.3)
+    first = ch10.break_even_tokens_per_s(BREAK_EVEN * 3.3)
+    second = ch10.break_even_tokens_per_s(BREAK_EVEN * 3.3)
     assert "seconds per hour" not in first.message and "seconds per hour" in second.message
 
 
@@ -127,7 +130,7 @@ def test_seed_q4_is_a_shuffled_matching_with_a_distractor():
 
 def test_every_exercise_is_described():
     called = {"tpot", "mean_tpot", "ttlt", "goodput", "burstiness", "largest_batch_under_slo",
-              "cost_per_million", "seed_q4"}
+              "break_even_tokens_per_s", "seed_q4"}
     assert set(ch10.EXERCISES) == called
     assert sum(info.kind == "reasoning" for info in ch10.EXERCISES.values()) >= 2
     assert ch10.EXERCISES["seed_q4"].seed == 4

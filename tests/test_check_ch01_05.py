@@ -65,11 +65,12 @@ NUMERIC = [
 CHOICE = [
     (ch01.first_merge, "an", [("na", "more often"), ("xy", "never occurs"), ("ban", "two")]),
     (ch03.top_p_kept, {0, 1}, [({0}, "one short"), ({0, 1, 2}, "too many"), ({1, 2}, "skips")]),
-    (ch05.cache_writes, "attention", [("ffn", "FFN"), ("qkv_projection", "hand them on"),
-                                           ("embed", "row")]),
+    (ch05.write_before_read, "token_misses_itself", [("same_result", "including"),
+                                                      ("cache_overflows", "same entries"),
+                                                      ("earlier_keys_overwritten", "own slot")]),
     (ch05.cache_reads, ["attention"], [("qkv_projection", "own q, k, v"), (["attention", "ffn"], "FFN"),
                                        ("lm_head", "lm_head")]),
-    (ch05.compute_bound_phase, "prefill", [("decode", "memory")]),
+    (ch05.short_prefill_bound, "memory", [("compute", "long prompts only")]),
 ]
 
 

@@ -4,6 +4,7 @@ points at checkers that exist; and chapter 11's waste trace has the vLLM paper's
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,10 @@ def test_seed_q5_matching():
     assert ch11.seed_q5(right).passed
     assert ch11.seed_q5({k: v.replace("_", " ").upper() for k, v in right.items()}).passed
     assert ch11.seed_q5(dict(right, block_table="demand_paging")).passed     # also defensible
+    # vLLM V1 preempts by recomputing, as the chapter says: the matches for that are accepted too
+    for concept in ("process_scheduling", "demand_paging"):
+        assert ch11.seed_q5(dict(right, preemption=concept)).passed, concept
+    _fails_with(ch11.seed_q5(dict(right, preemption="paging")), "recomputes")
     assert len(ch11.Q5_CONCEPTS) > len(ch11.Q5_DESIGNS)                       # not a bijection
     assert list(ch11.Q5_CONCEPTS) != [next(iter(sorted(ch11.Q5_ACCEPTED[d]))) for d in ch11.Q5_DESIGNS]
     r = ch11.seed_q5(dict(right, prefix_sharing="copy_on_write"))
@@ -169,3 +174,58 @@ def test_every_place_named_for_a_vllm_feature_is_in_the_installed_vllm():
         for place in places:
             assert vllm_bridge.installed_path(place) is not None, (feature, place)
     assert not ch12.vllm_feature({"feature": "lora_adapters", "file": "vllm/lora/not_a_file.py"}).passed
+
+
+# ---- chapter 12 asks the seed's questions 2-5 about fresh cases, never re-running a chapter's checker
+
+def test_chapter_12_reruns_no_checker_of_another_chapter():
+    import nbformat
+
+    from llmlab.instructor import exercise_ids
+
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "12-glossary-and-review.ipynb",
+                       as_version=4)
+    ids = exercise_ids(nb)
+    assert all(ex.startswith("ch12.") for ex in ids), ids
+    for q in (2, 3, 4, 5):
+        assert any(m == "ch12" for m, _ in ch12.SEED_QUESTIONS[q][1]), q
+
+
+def test_kv_gb_fresh_case_names_the_mistakes():
+    from llmlab import costs
+    from llmlab.config import get_config
+
+    cfg = get_config(ch12.Q2_MODEL)
+    right = costs.kv_bytes_per_token(cfg, dtype_bytes=1) * ch12.Q2_TOKENS / 1e9
+    assert ch12.kv_gb_fresh_case(right).passed
+    _fails_with(ch12.kv_gb_fresh_case(right * 2), "FP8")
+    _fails_with(ch12.kv_gb_fresh_case(right / cfg.num_hidden_layers), "one layer")
+    _fails_with(ch12.kv_gb_fresh_case(right * 1e9 / 2**30), "GiB")
+
+
+def test_q3_fresh_case_is_far_from_the_seeds_promise_and_names_the_kv_cache():
+    ratio, bound, ratio_no_kv = ch12._q3_fresh()
+    assert ratio < ch12.Q3_BATCH / 2 < ratio_no_kv, "long contexts must break the near-batch-fold gain"
+    assert ch12.q3_fresh_case({"throughput_ratio": ratio, "bound": bound}).passed
+    _fails_with(ch12.q3_fresh_case({"throughput_ratio": ratio_no_kv, "bound": bound}), "KV cache")
+    _fails_with(ch12.q3_fresh_case({"throughput_ratio": 1.0, "bound": bound}), "once per step")
+    wrong_bound = "compute" if bound == "memory" else "memory"
+    _fails_with(ch12.q3_fresh_case({"throughput_ratio": ratio, "bound": wrong_bound}), "bound:")
+
+
+def test_q4_fresh_case_pulls_tpot_and_throughput_apart():
+    floors = ch12.q4_floors()
+    (ta, sa), (tb, sb) = floors["A"], floors["B"]
+    assert ta <= ch12.Q4_TPOT_TARGET_S < tb and sb > sa, floors      # the premise of the question
+    assert ch12.q4_fresh_case({"voice_assistant": "A", "overnight_summaries": "b"}).passed
+    r = ch12.q4_fresh_case({"voice_assistant": "B", "overnight_summaries": "B"})
+    _fails_with(r, "voice_assistant:", "TPOT")
+    assert "overnight_summaries:" not in r.message
+
+
+def test_q5_fresh_case_asks_mechanisms_chapter_11_did_not_list():
+    assert not set(ch12.Q5_MECHANISMS) & set(ch11.Q5_DESIGNS)
+    right = {k: sorted(v)[0] for k, v in ch12.Q5_ACCEPTED.items()}
+    assert ch12.q5_fresh_case(right).passed
+    r = ch12.q5_fresh_case(dict(right, blocks_allocated_as_tokens_arrive="swapping"))
+    _fails_with(r, "blocks_allocated_as_tokens_arrive:")

@@ -224,9 +224,9 @@ def test_choice_matching_and_set_exercises_in_chinese(zh):
     miss = quiet(ch02.gqa_consequences, ["q_proj_weights_x3"])
     assert miss.message.startswith("q_proj_weights_x3：") and CJK.search(miss.message)
     assert CJK.search(quiet(ch02.rope_relative, ["s(8, 4)"]).message)
-    assert ch05._NO_CACHE["ffn"][1] == quiet(ch05.cache_writes, "ffn").message
+    assert ch05._NO_CACHE["ffn"][1] == quiet(ch05.cache_reads, "ffn").message
     assert CJK.search(quiet(ch05.cache_reads, "qkv_projection").message)
-    assert CJK.search(quiet(ch05.compute_bound_phase, "decode").message)
+    assert CJK.search(quiet(ch05.short_prefill_bound, "compute").message)
 
 
 def test_function_exercises_in_chinese(zh):
@@ -246,8 +246,8 @@ def test_english_chapter_hints_unchanged(en):
     assert quiet(ch00.num_chapters, 12).message == "close: did you count chapter 00 itself?"
     assert quiet(ch01.id_bits, 15).message == ("rounded down: that many bits cannot count up to the "
                                                "vocabulary size; round up.")
-    assert quiet(ch05.cache_writes, "ffn").message == ("the FFN (MLP) transforms each token on its own "
-                                                       "and never looks at other tokens.")
+    assert quiet(ch05.cache_reads, "ffn").message == ("the FFN (MLP) transforms each token on its own "
+                                                      "and never looks at other tokens.")
     assert quiet(ch00.symptom_to_chapter, {k: sorted(v)[0] for k, v in ch00._SYMPTOM_CHAPTERS.items()}
                  ).message == "correct: each of these symptoms has its own chapter."
 

@@ -241,3 +241,31 @@ def test_no_machine_written_into_prose(path):
     reader had the machine the course was written on."""
     hits = [i for i, c in enumerate(_nb(path).cells) if c.cell_type == "markdown" and MACHINE_PROSE.search(c.source)]
     assert not hits, f"{path.name}: markdown cells {hits} speak of a 2-core machine"
+
+
+# ----------------------------------------------------------------------- no infrastructure in the reader's way
+
+INFRA = re.compile(r"os\.environ|LLMLAB_FAST|HF_HUB_OFFLINE|TRITON_INTERPRET|\bCI\b|\bFAST\b")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_cells_a_student_runs_hold_no_test_switch(path):
+    """Test switches live in the package (`llmlab.session.sized`) and the test harness, not in the
+    cells a student runs; chapter 00 alone prints the whole environment report."""
+    nb = _nb(path)
+    hits = [(i, m[0]) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for m in INFRA.finditer(c.source)]
+    assert not hits, f"{path.name}: test switches in cells {hits}"
+    if not path.stem.startswith("00"):
+        dumps = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "doctor.report" in c.source]
+        assert not dumps, f"{path.name}: cells {dumps} print the environment report (chapter 00's job)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_llmlab_is_imported_before_torch(path):
+    """`import llmlab` chooses how OpenMP threads wait, which the runtime reads once, when torch
+    loads: a chapter imports llmlab first."""
+    code = "\n".join(c.source for c in _nb(path).cells if c.cell_type == "code")
+    imports = [m[1] for m in re.finditer(r"^(?:import|from) (\w+)", code, re.M) if m[1] in ("llmlab", "torch")]
+    if "torch" in imports:
+        assert imports.index("llmlab") < imports.index("torch"), f"{path.name} imports torch before llmlab"

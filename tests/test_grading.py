@@ -330,26 +330,32 @@ ZH_STUDENT = ("12-glossary-and-review",)     # chapters 04 and 11 run in Chinese
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem + ("-zh" if p.stem in ZH_STUDENT else "") for p in NOTEBOOKS])
 def test_round_trip_every_notebook(path, tmp_path):
-    """Student version: 0 of N, each exercise NOT YET with its hint, no cell crashes. (The
-    instructor's version is graded N of N by test_notebooks.py, in the one run that also checks
-    its time and figures; its solutions put back into the student version give it exactly.)
-    Chapter 12 goes round in the Chinese edition: the grader then hears its checkers in Chinese."""
+    """The student edition (what `make lab` opens, built as it builds it): 0 of N, each exercise
+    NOT YET with its hint, no cell crashes. (The instructor's edition is graded N of N by
+    test_notebooks.py, in the one run that also checks its time and figures; its solutions put
+    back into the student version give it exactly.) Chapter 12 goes round in the Chinese
+    edition: the grader then hears its checkers in Chinese."""
+    from llmlab.instructor import editions
+
     zh = path.stem in ZH_STUDENT
+    nb = nbformat.read(path, as_version=4)
     if zh:
         from llmlab import lang
 
-        [path] = lang.build("zh", path, tmp_path / "zh")
-    nb = nbformat.read(path, as_version=4)
+        [translated] = lang.build("zh", path, tmp_path / "zh")
+        nb = nbformat.read(translated, as_version=4)
     student, solutions = student_notebook(nb, where=path.name)
     assert [c.source for c in fill_solutions(student, solutions).cells] == [c.source for c in nb.cells]
-    # the copy sits next to the original, so relative paths resolve as in notebooks/
+    # the edition sits in a folder of its own with the notebooks' other files linked in, so
+    # relative paths resolve as in notebooks/
     work = tmp_path / "work"
     work.mkdir()
     for item in path.parent.iterdir():
         if item.suffix != ".ipynb" and not item.name.startswith("."):
             (work / item.name).symlink_to(item)
-    nbformat.write(student, work / f"student-{path.name}")
-    rep_student = grade_subprocess(work / f"student-{path.name}", path)
+    [chapter] = editions.build("zh" if zh else "en", path, work)
+    assert [c.source for c in nbformat.read(chapter, as_version=4).cells] == [c.source for c in student.cells]
+    rep_student = grade_subprocess(chapter, path)
     n = len(exercise_ids(nb))
     print(f"{path.name}: student {rep_student['seconds']:.1f} s, {n} exercises")
     _assert_student_report(rep_student, n)

@@ -6,7 +6,7 @@ from typing import Any
 
 from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_choice, check_matching,
                                check_number, not_yet, passed, report, staged)
-from llmlab.i18n import tr
+from llmlab.i18n import Bilingual, tr
 
 CHAPTERS = 13  # notebooks 00 … 12
 
@@ -26,57 +26,86 @@ def options_text(options: tuple[tuple[str, bool], ...]) -> str:
     return "\n".join(f"- ({letter}) {text}" for letter, (text, _) in zip(LETTERS, options))
 
 
-def num_chapters(answer) -> CheckResult:
-    """How many notebooks make up the series, counting this one?"""
-    return check_number("ch00.num_chapters", answer, CHAPTERS,
-                        mistakes=[(CHAPTERS - 1, tr("close: did you count chapter 00 itself?",
-                                                    "差一点：第 00 章本身算进去了吗？")),
-                                  (11, tr("the seed's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.",
-                                          "原章节的流程图有 11 步，但本系列另加了一章准备环境、一章总复习。"))],
-                        default_hint=tr("count the boxes of the map, then the chapter you are reading.",
-                                        "先数地图上的方框，再加上你正在读的这一章。"),
-                        rel=0)
+# ----------------------------------------------------------------------------- the series' question
 
-
-def module_for_paged_attention(answer) -> CheckResult:
-    """Which llmlab module holds the paged-attention kernels (the `backend=` switch)?"""
-    import llmlab.ops as target
-
-    name = "ch00.module_for_paged_attention"
-    if answer is None:
-        return report(not_yet(name, NOT_ANSWERED))
-    text = str(getattr(answer, "__name__", answer)).strip().lower()
-    if text in (target.__name__, target.__name__.rsplit(".", 1)[-1]):
-        return report(passed(name))
-    if "kvcache" in text:
-        return report(not_yet(name, tr("kvcache decides *where* blocks go; the kernels that read them live elsewhere.",
-                                       "kvcache 决定块放*在哪里*；读这些块的 kernel 在别处。")))
-    if "engine" in text:
-        return report(not_yet(name, tr("the engine schedules and calls the model; look one level lower, at the ops the attention layer calls.",
-                                       "engine 负责调度、调用模型；再往下看一层，看注意力层调用的那些算子。")))
-    return report(not_yet(name, tr("that is not one of the three modules that back chapter 11 in the table above.",
-                                   "这不是上表中支撑第 11 章的三个模块之一。")))
-
-
-# Shown in this order in the notebook; the right one is marked True.
-FAST_MODE_OPTIONS = (
-    ("skips the figures", False),
-    ("shrinks workloads (fewer requests, shorter sweeps) but keeps every figure and check", True),
-    ("switches to a smaller model", False),
-    ("turns the self-checks off", False),
+# Exercise 00.1: the two goals of the series' question, and what pulls them apart.
+GOALS_OPTIONS = (
+    ("a GPU whose memory is faster", False),
+    ("keeping the keys and values of earlier tokens instead of recomputing them (a KV cache)", False),
+    ("putting more users' requests into each step of the model (batching)", True),
+    ("a smaller model", False),
 )
 
 
-def fast_mode(answer) -> CheckResult:
-    """What does LLMLAB_FAST=1 do? One letter of FAST_MODE_OPTIONS."""
-    letters, right = _lettered(FAST_MODE_OPTIONS)
-    return check_choice("ch00.fast_mode", answer, right, options=letters,
-                        hints={letters[0]: tr("no: every figure is still drawn, headless runs included.",
-                                              "不对：每张图照样会画，没有界面的运行也一样。"),
-                               letters[2]: tr("no: the model is the same SmolLM2 in both modes.",
-                                              "不对：两种模式用的都是同一个 SmolLM2。"),
-                               letters[3]: tr("no: the tests run in fast mode precisely to run every check.",
-                                              "不对：测试用快速模式运行，恰恰是为了跑遍每一个自测。")})
+def throughput_vs_wait(answer: Any) -> CheckResult:
+    """The series' question pits two goals against each other: as many users as possible at once,
+    and each user's wait as short as possible. Which change serves the first and can hurt the
+    second? One letter of GOALS_OPTIONS."""
+    ex = "ch00.throughput_vs_wait"
+    letters, right = _lettered(GOALS_OPTIONS)
+    both = tr("it makes every step shorter, so it helps both goals at once; look for the change that "
+              "shares a step among users.",
+              "它让每一步都变短，所以两个目标同时受益；找一找让多个用户共用一步的那个改动。")
+    then = tr("A step that carries more users' tokens serves more users per second, but each user's "
+              "next token waits for the whole step, and a new request may wait for a place in it.",
+              "一步里装下更多用户的 token，每秒能服务的用户就更多；但每个用户的下一个 token 都要等整步算完，"
+              "新来的请求还可能要等到一个空位。")
+    hints = {letters[0]: staged(ex, both, then),
+             letters[1]: staged(ex, tr("a KV cache makes each token cheaper to produce: it shortens "
+                                       "waits too.", "KV cache 让每个 token 都算得更省：它也缩短了等待。"), then),
+             letters[3]: staged(ex, tr("a smaller model reads fewer bytes per step: both goals gain "
+                                       "(what it costs is answer quality, not waiting).",
+                                       "小模型每一步读的字节更少：两个目标都受益（它的代价是回答的质量，不是等待）。"), then)}
+    return check_choice(ex, answer, right, options=letters, hints=hints)
+
+
+# Exercise 00.2: how the course treats a number, as the top of the chapter says.
+NUMBER_KINDS = ("derive", "measure", "compute")
+NUMBERS_EN = {
+    "head_size_of_hidden_4096_and_32_heads": "the size of one attention head, hidden size 4096 over 32 heads",
+    "tokens_per_english_word": "how many tokens an English word takes, on average",
+    "decode_step_ms_70b_on_h100": "the time of one decode step of a 70B model on an H100",
+    "kv_bytes_per_token_llama3_70b": "the bytes of KV cache one token of Llama-3-70B needs",
+    "ms_per_token_smollm2_here": "the time SmolLM2 takes per generated token",
+}
+NUMBERS_ZH = {
+    "head_size_of_hidden_4096_and_32_heads": "一个注意力头的维度：hidden size 4096 分给 32 个头",
+    "tokens_per_english_word": "一个英文单词平均占几个 token",
+    "decode_step_ms_70b_on_h100": "70B 模型在 H100 上一步 decode 的时间",
+    "kv_bytes_per_token_llama3_70b": "Llama-3-70B 每个 token 需要多少字节的 KV cache",
+    "ms_per_token_smollm2_here": "SmolLM2 每生成一个 token 要花多少时间",
+}
+# shown in the language in use; the keys are what the student answers with
+NUMBERS = Bilingual(NUMBERS_EN, NUMBERS_ZH)
+_NUMBER_KIND = {
+    "head_size_of_hidden_4096_and_32_heads": "derive",
+    "tokens_per_english_word": "measure",
+    "decode_step_ms_70b_on_h100": "compute",
+    "kv_bytes_per_token_llama3_70b": "derive",
+    "ms_per_token_smollm2_here": "measure",
+}
+_NUMBER_HINTS = {      # (English, Chinese)
+    "head_size_of_hidden_4096_and_32_heads": ("a model's configuration fixes it: no machine is needed.",
+                                              "模型配置就决定了它：用不着任何机器。"),
+    "tokens_per_english_word": ("the real tokenizer runs here, and its count is the same on any "
+                                "computer.", "真实的分词器在这里就能运行，而且它数出来的结果在任何计算机上都一样。"),
+    "decode_step_ms_70b_on_h100": ("the course runs without a GPU: where does an H100's figure come "
+                                   "from then?", "本课程不用 GPU 就能运行：那 H100 的数字从哪里来？"),
+    "kv_bytes_per_token_llama3_70b": ("layers, KV heads, head size and bytes per number are in the "
+                                      "configuration.", "层数、KV 头数、头的维度和每个数的字节数都在模型配置里。"),
+    "ms_per_token_smollm2_here": ("the model runs on this machine: its time is this machine's, to be "
+                                  "timed, not derived.", "模型就在这台机器上运行：它的时间属于这台机器，要计时，不是推导出来的。"),
+}
+
+
+def number_kinds(answer: Any) -> CheckResult:
+    """For each number in NUMBERS, how the course gets it: "derive" (from a model's configuration),
+    "measure" (on this machine) or "compute" (from published GPU specifications)."""
+    return check_matching("ch00.number_kinds", answer, dict(_NUMBER_KIND), choices=NUMBER_KINDS,
+                          hints={k: tr(*v) for k, v in _NUMBER_HINTS.items()},
+                          success=tr("correct: a configuration is derived from, this machine measured, "
+                                     "and a GPU you do not have computed from its datasheet.",
+                                     "正确：配置拿来推导，这台机器拿来实测，手上没有的 GPU 按数据手册计算。"))
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -143,18 +172,27 @@ def dominant_step(answer: Any) -> CheckResult:
 
 
 # Symptoms a reader of the seed meets in practice → the chapter whose idea explains it.
-SYMPTOMS = {
+SYMPTOMS_EN = {
     "first_word_late": "a user waits two seconds for the first word of the answer to a long "
                        "document, then the words stream quickly",
     "memory_runs_out": "the server runs out of GPU memory at 20 long conversations, although the "
                        "weights fill only half the card",
     "batch_is_free": "serving 32 users at once makes each user's stream only a little slower "
                      "than serving one",
-    "needs_nvlink": "a model too big for one GPU is split layer by layer across 8 GPUs, and is "
-                    "fast only when they are linked by NVLink",
+    "needs_nvlink": "a model too big for one GPU has the matrices of every layer split across 8 "
+                    "GPUs, and is fast only when they are linked by NVLink",
     "chinese_costs_more": "the same question costs more in Chinese than in English at a price "
                           "per token",
 }
+SYMPTOMS_ZH = {
+    "first_word_late": "用户对一篇长文档提问，要等两秒才看到回答的第一个词，之后的词很快地流出来",
+    "memory_runs_out": "服务器在 20 个长对话时就耗尽了 GPU 显存，而权重只占了半张卡",
+    "batch_is_free": "同时服务 32 个用户，每个用户的输出流只比服务一个用户时慢一点点",
+    "needs_nvlink": "一个一块 GPU 装不下的模型，把每一层的矩阵切到 8 块 GPU 上，只有用 NVLink 相连时才快",
+    "chinese_costs_more": "按 token 计价时，同一个问题用中文问比用英文问更贵",
+}
+# shown in the language in use; the keys are what the student answers with
+SYMPTOMS = Bilingual(SYMPTOMS_EN, SYMPTOMS_ZH)
 CHAPTER_CHOICES = tuple(f"{n:02d}" for n in range(1, 13))
 # Every defensible chapter for each symptom.
 _SYMPTOM_CHAPTERS = {
@@ -200,14 +238,74 @@ def symptom_to_chapter(answer: Any) -> CheckResult:
 
 
 EXERCISES: dict[str, ExerciseInfo] = {
-    "num_chapters": ExerciseInfo("recall", mistakes=("chapter 00 not counted",
-                                                     "the seed's 11 steps taken for the chapters")),
-    "module_for_paged_attention": ExerciseInfo("recall", mistakes=("kvcache (block placement) for the kernels",
-                                                                   "engine (scheduling) for the kernels")),
-    "fast_mode": ExerciseInfo("recall", mistakes=("figures skipped", "smaller model", "checks off")),
+    "throughput_vs_wait": ExerciseInfo("reasoning", mistakes=("a faster memory taken for a trade-off",
+                                                              "the KV cache taken for a trade-off",
+                                                              "a smaller model taken for a trade-off")),
+    "number_kinds": ExerciseInfo("reasoning", mistakes=("a configuration number measured",
+                                                        "a tokenizer count taken for a machine's",
+                                                        "a GPU figure thought measurable here")),
     "dominant_step": ExerciseInfo("reasoning", mistakes=("phases weighed by token count",
                                                          "weights read once per request, not per forward")),
     "symptom_to_chapter": ExerciseInfo("reasoning", mistakes=("TTFT taken for a decode problem",
                                                               "KV growth taken for weight size",
                                                               "batching cost taken as linear")),
 }
+
+
+# ----------------------------------------------------------------------------- the grader's fixtures
+
+# Three checkers no chapter asks any more (the chapter count, a module's name, the fast mode: course
+# trivia, not ideas). The grader's own tests keep using them: together they take a number, a letter
+# and a module, the three shapes of answer a grader has to carry out of a kernel.
+
+def num_chapters(answer) -> CheckResult:
+    """How many notebooks make up the series, counting this one?"""
+    return check_number("ch00.num_chapters", answer, CHAPTERS,
+                        mistakes=[(CHAPTERS - 1, tr("close: did you count chapter 00 itself?",
+                                                    "差一点：第 00 章本身算进去了吗？")),
+                                  (11, tr("the seed's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.",
+                                          "原章节的流程图有 11 步，但本系列另加了一章准备环境、一章总复习。"))],
+                        default_hint=tr("count the boxes of the map, then the chapter you are reading.",
+                                        "先数地图上的方框，再加上你正在读的这一章。"),
+                        rel=0)
+
+
+def module_for_paged_attention(answer) -> CheckResult:
+    """Which llmlab module holds the paged-attention kernels (the `backend=` switch)?"""
+    import llmlab.ops as target
+
+    name = "ch00.module_for_paged_attention"
+    if answer is None:
+        return report(not_yet(name, NOT_ANSWERED))
+    text = str(getattr(answer, "__name__", answer)).strip().lower()
+    if text in (target.__name__, target.__name__.rsplit(".", 1)[-1]):
+        return report(passed(name))
+    if "kvcache" in text:
+        return report(not_yet(name, tr("kvcache decides *where* blocks go; the kernels that read them live elsewhere.",
+                                       "kvcache 决定块放*在哪里*；读这些块的 kernel 在别处。")))
+    if "engine" in text:
+        return report(not_yet(name, tr("the engine schedules and calls the model; look one level lower, at the ops the attention layer calls.",
+                                       "engine 负责调度、调用模型；再往下看一层，看注意力层调用的那些算子。")))
+    return report(not_yet(name, tr("that is not one of the three modules that back chapter 11 in the table above.",
+                                   "这不是上表中支撑第 11 章的三个模块之一。")))
+
+
+# Shown in this order in the notebook; the right one is marked True.
+FAST_MODE_OPTIONS = (
+    ("skips the figures", False),
+    ("shrinks workloads (fewer requests, shorter sweeps) but keeps every figure and check", True),
+    ("switches to a smaller model", False),
+    ("turns the self-checks off", False),
+)
+
+
+def fast_mode(answer) -> CheckResult:
+    """What does LLMLAB_FAST=1 do? One letter of FAST_MODE_OPTIONS."""
+    letters, right = _lettered(FAST_MODE_OPTIONS)
+    return check_choice("ch00.fast_mode", answer, right, options=letters,
+                        hints={letters[0]: tr("no: every figure is still drawn, headless runs included.",
+                                              "不对：每张图照样会画，没有界面的运行也一样。"),
+                               letters[2]: tr("no: the model is the same SmolLM2 in both modes.",
+                                              "不对：两种模式用的都是同一个 SmolLM2。"),
+                               letters[3]: tr("no: the tests run in fast mode precisely to run every check.",
+                                              "不对：测试用快速模式运行，恰恰是为了跑遍每一个自测。")})

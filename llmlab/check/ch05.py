@@ -10,7 +10,7 @@ from typing import Any
 from llmlab import costs, roofline
 from llmlab.check.core import CheckResult, ExerciseInfo, check_choice, check_number
 from llmlab.config import get_config
-from llmlab.i18n import tr
+from llmlab.i18n import Bilingual, tr
 
 # the steps of one generation step, in order (the seed's self-check question 1)
 STEPS = ["tokenize", "embed", "qkv_projection", "attention", "ffn", "lm_head", "sample"]
@@ -35,16 +35,41 @@ _NO_CACHE = {
 }
 
 
-def cache_writes(answer: Any) -> CheckResult:
-    """Which step(s) of STEPS write new entries into the KV cache? A name or a list of names."""
-    hints = {k: tr(*v) for k, v in _NO_CACHE.items()}
-    hints["qkv_projection"] = tr("the projections compute this token's k and v, but they only hand "
-                                 "them on: find the step that stores them and then reads them back "
-                                 "with all earlier ones (llmlab/model.py; vLLM does the same).",
-                                 "投影算出了这个 token 的 k 和 v，但只是把它们往下传：找出把它们存"
-                                 "起来、再连同之前所有的 k、v 一起读回来的那一步（见 llmlab/model.py；"
-                                 "vLLM 也是这样做的）。")
-    return check_choice("ch05.cache_writes", answer, {"attention"}, options=STEPS, hints=hints)
+# Exercise 5: why the attention step stores this step's k and v before it reads the cache.
+ORDER_OPTIONS_EN = {
+    "same_result": "nothing: the output is the same either way",
+    "token_misses_itself": "each new token would attend to every earlier token but not to itself: "
+                           "its own key and value would be missing from the softmax",
+    "cache_overflows": "the cache would run out of slots sooner",
+    "earlier_keys_overwritten": "the new k and v would overwrite earlier tokens' entries",
+}
+ORDER_OPTIONS_ZH = {
+    "same_result": "没有影响：两种顺序的输出完全一样",
+    "token_misses_itself": "每个新 token 会关注之前所有的 token，却关注不到它自己：softmax 里少了它自己的 key 和 value",
+    "cache_overflows": "cache 会更早用完槽位",
+    "earlier_keys_overwritten": "新的 k 和 v 会覆盖之前 token 的条目",
+}
+# shown in the language in use; the keys are what the student answers with
+ORDER_OPTIONS = Bilingual(ORDER_OPTIONS_EN, ORDER_OPTIONS_ZH)
+_ORDER_HINTS = {      # (English, Chinese)
+    "same_result": ("with the causal mask, position i attends to the keys of positions up to and "
+                    "*including* i: is this step's own key in the cache when the read happens?",
+                    "在因果掩码下，位置 i 关注的是直到 i（*包括* i 本身）的所有 key：读取发生的时候，这一步自己的 key 已经在 cache 里了吗？"),
+    "cache_overflows": ("the same entries are written either way; only the order of the write and the "
+                        "read changes.", "两种顺序写入的条目一样多；变的只是写和读的先后。"),
+    "earlier_keys_overwritten": ("each new token is written at its own slot (`slot_mapping`); the "
+                                 "order of write and read does not change where.",
+                                 "每个新 token 写在它自己的槽位上（`slot_mapping`）；写和读的先后不会改变写在哪里。"),
+}
+
+
+def write_before_read(answer: Any) -> CheckResult:
+    """The attention step stores this step's k and v in the cache, then attends over everything
+    cached. What would go wrong if it attended first and stored afterwards? One key of
+    ORDER_OPTIONS."""
+    return check_choice("ch05.write_before_read", answer, "token_misses_itself",
+                        options=list(ORDER_OPTIONS),
+                        hints={k: tr(*v) for k, v in _ORDER_HINTS.items()})
 
 
 def cache_reads(answer: Any) -> CheckResult:
@@ -134,22 +159,36 @@ def prefill_ridge_tokens(answer: Any) -> CheckResult:
                   "所以它的算术强度大约是 n FLOP/byte：找出它超过 H200 的峰值 FLOP/s ÷ 带宽的那个 n。"))
 
 
-def compute_bound_phase(answer: Any) -> CheckResult:
-    """On a GPU, which phase is usually compute-bound: "prefill" or "decode"?"""
-    return check_choice("ch05.compute_bound_phase", answer, "prefill", options=["prefill", "decode"],
-                        hints={"decode": tr("decode does little arithmetic per byte it reads; it waits "
-                                            "on memory. Look at the intensities computed above.",
-                                            "decode 每读一个字节只做很少的计算；它在等显存。看看上面"
-                                            "算出的算术强度。")})
+# Exercise 4: a short prompt's prefill, a case the chapter's "prefill is compute-bound" does not cover
+SHORT_PREFILL_MODEL, SHORT_PREFILL_GPU, SHORT_PREFILL_TOKENS = "llama-3-8b", "H100-SXM", 24
+
+
+def _short_prefill_bound() -> str:
+    step = roofline.prefill_step(get_config(SHORT_PREFILL_MODEL), SHORT_PREFILL_TOKENS)
+    return roofline.place(step, SHORT_PREFILL_GPU, "bf16").bound
+
+
+def short_prefill_bound(answer: Any) -> CheckResult:
+    """A chat turn of SHORT_PREFILL_TOKENS prompt tokens, Llama-3-8B in BF16 on an H100: is its
+    prefill "compute"-bound or "memory"-bound?"""
+    right = _short_prefill_bound()
+    wrong = "compute" if right == "memory" else "memory"
+    return check_choice("ch05.short_prefill_bound", answer, right, options=["compute", "memory"],
+                        hints={wrong: tr(
+                            "'prefill is compute-bound' holds for long prompts only: a prefill reads "
+                            "every weight once whatever its length; how many FLOP per byte do so few "
+                            "tokens do, against the H100's ridge?",
+                            "「prefill 是 compute-bound」只对长 prompt 成立：无论多长，一次 prefill 都要把"
+                            "每个权重读一遍；这么少的 token 每字节做多少 FLOP？和 H100 的拐点比一比。")})
 
 
 EXERCISES: dict[str, ExerciseInfo] = {
-    "cache_writes": ExerciseInfo("reasoning", ("the qkv projection (computes k, v but does not store "
-                                               "them)", "the FFN", "the embedding"), seed=1),
+    "write_before_read": ExerciseInfo("reasoning", ("order thought not to matter", "capacity blamed",
+                                                    "slots thought to move"), seed=1),
     "cache_reads": ExerciseInfo("recall", ("the qkv projection", "the FFN", "the lm_head"), seed=1),
     "decode_flops": ExerciseInfo("plug-in", ("parameters, not FLOPs", "2 per byte", "TFLOP vs FLOP")),
     "decode_intensity": ExerciseInfo("reasoning", ("batch 1", "BF16 bytes for FP8 weights",
                                                    "upside down", "bytes divided by the batch")),
     "prefill_ridge_tokens": ExerciseInfo("reasoning", ("the H100's ridge", "one token")),
-    "compute_bound_phase": ExerciseInfo("recall", ("decode",)),
+    "short_prefill_bound": ExerciseInfo("reasoning", ("every prefill taken for compute-bound",)),
 }

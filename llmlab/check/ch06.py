@@ -106,7 +106,8 @@ def bandwidth_for_speed(answer: Any) -> CheckResult:
 
 
 def hbm_vs_pcie(answer: Any) -> CheckResult:
-    """How many times faster is H100 SXM's HBM than its PCIe link (the presets' figures)?"""
+    """On an H100 (the preset's figures), reading 1 GB of weights over PCIe takes as long as reading
+    how many GB from HBM? (The ratio of the two bandwidths: the price of one offloaded GB.)"""
     h = PRESETS["H100-SXM"]
     pcie = h.interconnect["pcie"]
     expected = h.mem_bw / pcie
@@ -119,8 +120,9 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
                                    "（128 GB/s，两个方向相加）。")),
         (h.interconnect["nvlink"] / pcie, tr("that is NVLink over PCIe; the question compares HBM with PCIe.",
                                              "这是 NVLink 与 PCIe 之比；题目比较的是 HBM 和 PCIe。")),
-        (pcie / h.mem_bw, tr("upside down: the question asks how many times faster HBM is.",
-                             "除反了：题目问的是 HBM 快多少倍。")),
+        (pcie / h.mem_bw, tr("upside down: a GB over PCIe takes longer than a GB from HBM, so it "
+                             "is worth more than one GB of HBM reads.",
+                             "除反了：经 PCIe 读 1 GB 比从 HBM 读 1 GB 慢，所以它抵得上不止 1 GB 的 HBM 读取。")),
     ), default_hint=tr("compare the two bandwidths of the H100-SXM preset, its memory's and "
                        "its host link's, in the same unit.",
                        "比较 H100-SXM 预设里的两个带宽：显存的和连主机那条链路的，单位要一致。"),
@@ -207,7 +209,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
                                               "parameters vs bytes", "round 70e9", "compute instead of memory")),
     "bandwidth_for_speed": ExerciseInfo("reasoning", ("BF16 bytes", "4-bit bytes", "divides by the rate",
                                                       "one read per second")),
-    "hbm_vs_pcie": ExerciseInfo("plug-in", ("seed bandwidth", "one PCIe direction", "NVLink", "upside down")),
+    "hbm_vs_pcie": ExerciseInfo("reasoning", ("seed bandwidth", "one PCIe direction", "NVLink", "upside down")),
     "offload_floor_ms": ExerciseInfo("reasoning", ("no offload", "PCIe both directions", "offloaded part only",
                                                    "all weights over PCIe", "offloaded bytes counted twice")),
     "working_set_level": ExerciseInfo("reasoning", ("level too small", "level larger than needed")),

@@ -37,7 +37,7 @@ EXERCISES = {
                                                    "seconds or ms for µs")),
     "best_tp_long_context": ExerciseInfo("reasoning", ("short-context winner", "weights do not fit",
                                                        "communication only")),
-    "needs_nvlink": ExerciseInfo("recall", ("DP talks", "PP talks every layer")),
+    "split_two_servers": ExerciseInfo("reasoning", ("TP across the slow link", "PP inside a server")),
 }
 
 # What a second replica does at an arrival rate one replica serves comfortably (a fixed order
@@ -238,16 +238,40 @@ def best_tp_long_context(answer: Any) -> CheckResult:
                                         f"请回答 TP 并行度 {list(TP_DEGREES)} 中的一个。"))
 
 
-NVLINK_OPTIONS = ["DP", "TP", "PP"]
+# Exercise 6: where the seed's rule of thumb meets two machines.
+SPLIT_GPUS_PER_SERVER, SPLIT_SERVERS = 8, 2      # NVLink inside a server, Ethernet between the two
+SPLIT_KEYS = ("tp", "pp")
 
 
-def needs_nvlink(answer: Any) -> CheckResult:
-    """Which parallelism talks so often (every layer) that it needs NVLink inside one machine:
-    "DP", "TP" or "PP"?"""
-    return check_choice("ch09.needs_nvlink", answer, "TP", options=NVLINK_OPTIONS, hints={
-        "DP": tr("data-parallel replicas serve different requests and do not talk during inference.",
-                 "数据并行的各个副本服务不同的请求，推理时彼此不通信。"),
-        "PP": tr("a pipeline sends one activation per stage boundary, which is why it is the one "
-                 "that spans machines.",
-                 "流水线在每个级的边界只传一次激活值，所以跨机器时用的正是它。"),
-    })
+def split_two_servers(answer: Any) -> CheckResult:
+    """A model that needs all the GPUs of SPLIT_SERVERS servers of SPLIT_GPUS_PER_SERVER GPUs
+    each (NVLink inside a server, a slower network between them). Answer a dict {"tp": degree,
+    "pp": degree} with tp × pp = every GPU."""
+    ex = "ch09.split_two_servers"
+    missing = check_dict_keys(ex, answer, SPLIT_KEYS)
+    if missing is not None:
+        return missing
+    try:
+        tp, pp_ = int(answer["tp"]), int(answer["pp"])
+    except (TypeError, ValueError):
+        return report(not_yet(ex, tr("tp and pp must be whole numbers.", "tp 和 pp 必须是整数。")))
+    total = SPLIT_GPUS_PER_SERVER * SPLIT_SERVERS
+    if tp * pp_ != total:
+        return report(not_yet(ex, tr(f"tp × pp must use all {total} GPUs.",
+                                     f"tp × pp 必须用上全部 {total} 块 GPU。")))
+    if tp == SPLIT_GPUS_PER_SERVER:
+        return report(passed(ex, tr("right: tensor parallelism inside each server, over NVLink; one "
+                                    "pipeline boundary over the slow link.",
+                                    "对：张量并行放在每台服务器内部，走 NVLink；跨慢速链路的只有一个流水线边界。")))
+    if tp > SPLIT_GPUS_PER_SERVER:
+        hint = tr("a TP group that spans both servers sends its all-reduces, two per layer and every "
+                  "step, over the slow link between them.",
+                  "跨两台服务器的 TP 组，会把它的 all-reduce（每层两次、每一步都有）送过两台机器之间的慢速链路。")
+    else:
+        hint = staged(ex, tr("NVLink inside a server goes unused by the pipeline: each extra stage adds "
+                             "to the bubble, while a wider TP group would still talk over NVLink.",
+                             "流水线用不上服务器内部的 NVLink：每多一级都会加大气泡，而更宽的 TP 组仍然走 NVLink 通信。"),
+                      tr("Put the group that talks every layer where the links are fastest, and only "
+                         "the rare hand-offs across the slow link.",
+                         "把每层都要通信的那一组放在链路最快的地方，只让偶尔的交接跨过慢速链路。"))
+    return report(not_yet(ex, hint))

@@ -264,34 +264,32 @@ def largest_batch_under_slo(answer: Any) -> CheckResult:
     return report(not_yet(ex, staged(ex, hint, more)))
 
 
-# ----------------------------------------------------------------- cost per million tokens
+# ----------------------------------------------------------------- break-even throughput
 
 COST_PRICE_PER_HOUR = 3.1       # US$ per hour for the card (a made-up quote)
-COST_TOKENS_PER_S = 21500       # output tokens/s the deployment sustains
+COST_SELL_PER_MILLION = 0.25    # US$ charged per million output tokens (made up too)
 
 
-def cost_per_million(answer: Any) -> CheckResult:
-    """US$ per million output tokens for a card rented at COST_PRICE_PER_HOUR that sustains
-    COST_TOKENS_PER_S output tokens per second, busy all hour."""
-    per_hour = COST_TOKENS_PER_S * 3600
-    expected = COST_PRICE_PER_HOUR / per_hour * 1e6
-    return check_number("ch10.cost_per_million", answer, expected, rel=1e-2, mistakes=[
-        (COST_PRICE_PER_HOUR / COST_TOKENS_PER_S * 1e6, tr("the price is per hour and the throughput per "
-                                                           "second: bring them to the same unit of time.",
-                                                           "价格是按小时算的，吞吐是按秒算的：先统一时间单位。")),
-        (COST_PRICE_PER_HOUR / (COST_TOKENS_PER_S * 60) * 1e6, tr("an hour has more than 60 seconds.",
-                                                                  "一小时可不止 60 秒。")),
-        (per_hour / COST_PRICE_PER_HOUR / 1e6, tr("that is tokens per dollar (in millions); the "
-                                                  "question asks dollars per million tokens.",
-                                                  "这是每美元能买多少 token（以百万计）；题目问的是每百万 token 多少美元。")),
-        (per_hour / COST_PRICE_PER_HOUR, tr("that is tokens per dollar; the question asks dollars per "
-                                            "million tokens.",
-                                            "这是每美元能买多少 token；题目问的是每百万 token 多少美元。")),
-    ], default_hint=tr("count the tokens the card turns out in the hour you pay for, then share the "
-                       "hour's price among them.",
-                       "数一数你付钱的这一小时里卡产出多少 token，再把这一小时的价格分摊到它们头上。"),
-        formula=tr("US$ per million = price per hour / (tokens per second × seconds per hour) × 10⁶.",
-                   "每百万 token 的美元数 = 每小时价格 /（每秒 token 数 × 每小时秒数）× 10⁶。"))
+def break_even_tokens_per_s(answer: Any) -> CheckResult:
+    """The output tokens per second a card rented at COST_PRICE_PER_HOUR must sustain, busy all
+    hour, for a million tokens to cost exactly COST_SELL_PER_MILLION (the price it sells them at)."""
+    expected = COST_PRICE_PER_HOUR / COST_SELL_PER_MILLION * 1e6 / 3600
+    return check_number("ch10.break_even_tokens_per_s", answer, expected, rel=1e-2, mistakes=[
+        (expected * 3600, tr("that is tokens per hour; the question asks tokens per second.",
+                             "这是每小时的 token 数；题目问的是每秒。")),
+        (expected * 60, tr("an hour has more than 60 seconds.", "一小时可不止 60 秒。")),
+        (COST_SELL_PER_MILLION / COST_PRICE_PER_HOUR * 1e6 / 3600,
+         tr("upside down: a dearer card needs *more* tokens per second to pay for itself.",
+            "除反了：卡越贵，每秒需要的 token 越*多*才能回本。")),
+        (COST_PRICE_PER_HOUR / COST_SELL_PER_MILLION / 3600,
+         tr("the selling price is per *million* tokens: how many tokens does one dollar buy?",
+            "售价是按*百万* token 计的：一美元能卖出多少个 token？")),
+    ], default_hint=tr("the hour's price must be earned back by the tokens of that hour, sold at the "
+                       "selling price; solve the section's cost formula for the tokens per second.",
+                       "这一小时的价格，要靠这一小时产出的 token 按售价卖出去赚回来；把本节的成本公式反过来解出每秒 token 数。"),
+        formula=tr("tokens/s = price per hour / (selling price per token) / seconds per hour, with the "
+                   "price per token = selling price per million / 10⁶.",
+                   "每秒 token 数 = 每小时价格 / 每个 token 的售价 / 每小时秒数，其中每个 token 的售价 = 每百万 token 售价 / 10⁶。"))
 
 
 # ----------------------------------------------------------------- the seed's question 4
@@ -347,8 +345,8 @@ EXERCISES: dict[str, ExerciseInfo] = {
                                              "which burstiness is Poisson")),
     "largest_batch_under_slo": ExerciseInfo("reasoning", ("batch past the TPOT target",
                                                           "batch below the largest one that meets it")),
-    "cost_per_million": ExerciseInfo("plug-in", ("hours vs seconds", "minutes vs seconds",
-                                                 "tokens per dollar instead of dollars per token")),
+    "break_even_tokens_per_s": ExerciseInfo("reasoning", ("tokens per hour", "minutes vs seconds",
+                                                          "upside down", "per token instead of per million")),
     "seed_q4": ExerciseInfo("reasoning", ("throughput for chat", "GPU utilisation as a target",
                                           "TTFT for batch jobs"), seed=4),
 }

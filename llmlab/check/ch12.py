@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, check_dict_keys,
+from llmlab.check.core import (NOT_ANSWERED, CheckResult, ExerciseInfo, as_number, check_dict_keys,
+                               check_number, close, record_expected,
                                check_matching, not_yet, passed, report, staged)
 from llmlab.i18n import Bilingual, tr
 
@@ -30,20 +31,29 @@ EXERCISES: dict[str, ExerciseInfo] = {
                                            "a pipeline bubble in tensor parallelism")),
     "vllm_feature": ExerciseInfo("reasoning", ("a feature llmlab has too", "a file where vLLM does not do it",
                                                "a file not in the installed vLLM")),
+    "kv_gb_fresh_case": ExerciseInfo("plug-in", ("BF16 instead of FP8", "one layer only",
+                                                 "hidden size instead of KV heads", "K without V",
+                                                 "GiB vs GB"), seed=2),
+    "q3_fresh_case": ExerciseInfo("reasoning", ("weights read once per sequence", "KV cache left out",
+                                                "bound misjudged"), seed=3),
+    "q4_fresh_case": ExerciseInfo("reasoning", ("the larger batch past the TPOT target",
+                                                "the smaller batch for a throughput job"), seed=4),
+    "q5_fresh_case": ExerciseInfo("reasoning", ("paging for allocation on demand",
+                                                "copy-on-write for reference counting"), seed=5),
 }
 
 # The seed's five self-check questions and the checkers (module, function) that answer them.
 SEED_QUESTIONS_EN: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
     1: ("Draw the loop input -> tokens -> forward -> sample; mark where the KV cache is read and written.",
-        (("ch12", "generation_loop_steps"), ("ch05", "cache_writes"), ("ch05", "cache_reads"))),
+        (("ch12", "generation_loop_steps"), ("ch05", "write_before_read"), ("ch05", "cache_reads"))),
     2: ("Llama-3-70B (80 layers, BF16, GQA): KV bytes per token, and GB for a 4K-token request.",
-        (("ch04", "kv_bytes_per_token"), ("ch04", "kv_gb_for_request"))),
+        (("ch04", "kv_bytes_per_token"), ("ch04", "kv_gb_for_request"), ("ch12", "kv_gb_fresh_case"))),
     3: ("Why does batch 32 give nearly 32x the throughput at nearly the same latency?",
-        (("ch08", "seed_q3"),)),
+        (("ch08", "seed_q3"), ("ch12", "q3_fresh_case"))),
     4: ("Which of TTFT / TPOT / throughput matters most for chat, batch jobs, code completion?",
-        (("ch10", "seed_q4"),)),
+        (("ch10", "seed_q4"), ("ch12", "q4_fresh_case"))),
     5: ("Map an operating-system idea to a vLLM design.",
-        (("ch11", "seed_q5"),)),
+        (("ch11", "seed_q5"), ("ch12", "q5_fresh_case"))),
 }
 
 # The same questions in the seed's own words, for the notebook to print with
@@ -213,6 +223,192 @@ def generation_loop_steps(answer: Any) -> CheckResult:
                                 "memory-bound 的。")))
 
 
+# ---- questions 2-5 on cases the chapters did not compute ----------------------------------------
+# The review asks each of the seed's questions again about a fresh case that combines chapters, so
+# a reader who passed the chapter's own checker still has a step to take.
+
+Q2_MODEL, Q2_TOKENS, Q2_DTYPE_BYTES = "mistral-7b", 32768, 1      # an FP8 KV cache
+
+
+def kv_gb_fresh_case(answer: Any) -> CheckResult:
+    """The seed's question 2 for another model and dtype: Mistral-7B with an FP8 KV cache (1 byte
+    per number), one request of Q2_TOKENS tokens. How many GB (1e9 bytes) of KV cache?"""
+    from llmlab import costs
+    from llmlab.config import get_config
+
+    cfg = get_config(Q2_MODEL)
+    per_token = costs.kv_bytes_per_token(cfg, dtype_bytes=Q2_DTYPE_BYTES)
+    expected = per_token * Q2_TOKENS / 1e9
+    hidden_wrong = 2 * cfg.num_hidden_layers * cfg.hidden_size * Q2_DTYPE_BYTES * Q2_TOKENS / 1e9
+    return check_number("ch12.kv_gb_fresh_case", answer, expected, rel=0.02, mistakes=[
+        (expected * 2, tr("that is a BF16 cache (2 bytes per number); this one stores FP8, 1 byte.",
+                          "这是 BF16 的 cache（每个数 2 字节）；这里存的是 FP8，每个数 1 字节。")),
+        (expected / cfg.num_hidden_layers, tr("one layer only: every layer keeps its own K and V.",
+                                              "只算了一层：每一层都有自己的 K 和 V。")),
+        (hidden_wrong, tr("you used the hidden size: with grouped-query attention only the KV heads "
+                          "are cached (chapter 04).",
+                          "你用了 hidden size：在 GQA 下只有 KV 头会被缓存（第 04 章）。")),
+        (expected / 2, tr("K without V (or V without K): the cache holds both.",
+                          "只算了 K（或只算了 V）：cache 里两者都有。")),
+        (expected * 1e9 / 2**30, tr("that is GiB (2**30 bytes); the question asks GB (1e9 bytes).",
+                                    "这是 GiB（2**30 字节）；题目问的是 GB（1e9 字节）。")),
+    ], default_hint=tr("read the model's layers, KV heads and head size from its configuration "
+                       "(`llmlab.config.get_config`), then count bytes as chapter 04 did.",
+                       "从模型配置（`llmlab.config.get_config`）里读出层数、KV 头数和头的维度，再像第 04 章那样数字节。"),
+        formula=tr("GB = 2 × layers × KV heads × head size × bytes per number × tokens / 1e9.",
+                   "GB = 2 × 层数 × KV 头数 × 头的维度 × 每个数的字节数 × token 数 / 1e9。"))
+
+
+Q3_MODEL, Q3_GPU, Q3_CONTEXT, Q3_BATCH = "llama-3-8b", "H200", 4096, 64
+Q3_KEYS = ("throughput_ratio", "bound")
+
+
+def _q3_fresh() -> tuple[float, str, float]:
+    """(throughput ratio batch Q3_BATCH over batch 1, the bound at Q3_BATCH, the ratio without KV)."""
+    from llmlab import roofline
+    from llmlab.config import get_config
+
+    cfg = get_config(Q3_MODEL)
+    t1 = roofline.decode_step_floor(cfg, Q3_GPU, 1, Q3_CONTEXT, 2)
+    tb = roofline.decode_step_floor(cfg, Q3_GPU, Q3_BATCH, Q3_CONTEXT, 2)
+    bound = roofline.place(roofline.decode_step(cfg, Q3_BATCH, Q3_CONTEXT, 2), Q3_GPU, "bf16").bound
+    w1 = roofline.decode_step_floor(cfg, Q3_GPU, 1, 1, 2)
+    wb = roofline.decode_step_floor(cfg, Q3_GPU, Q3_BATCH, 1, 2)
+    return Q3_BATCH * t1 / tb, bound, Q3_BATCH * w1 / wb
+
+
+def q3_fresh_case(answer: Any) -> CheckResult:
+    """The seed's question 3 for another model, card and context: Llama-3-8B in BF16 on an H200,
+    every sequence with Q3_CONTEXT tokens of context. Answer a dict with
+      throughput_ratio : tokens/s at batch Q3_BATCH over tokens/s at batch 1 (decode step floors)
+      bound            : "memory" or "compute", what bounds the batch-Q3_BATCH step
+    """
+    ex = "ch12.q3_fresh_case"
+    ratio, bound, ratio_no_kv = _q3_fresh()
+    record_expected(ex, ratio)
+    missing = check_dict_keys(ex, answer, Q3_KEYS)
+    if missing is not None:
+        return missing
+    problems = []
+    x = as_number(answer["throughput_ratio"])
+    if x is None:
+        problems.append(tr("throughput_ratio must be a number.", "throughput_ratio 必须是一个数。"))
+    elif not close(x, ratio, 0.03):
+        if close(x, 1.0, 0.05):
+            problems.append(tr("throughput_ratio: the weights are read once per step for the whole "
+                               "batch, not once per sequence.",
+                               "throughput_ratio：权重是每步为整个 batch 读一次，不是每条序列读一次。"))
+        elif close(x, ratio_no_kv, 0.05) or x > ratio:
+            problems.append(staged(ex, tr(
+                "throughput_ratio: each of the batch's sequences reads its own KV cache every step; at "
+                "this context, how does that compare with the weights?",
+                "throughput_ratio：batch 里每条序列每一步都要读自己的 KV cache；在这个上下文长度下，它和权重比起来有多大？"),
+                tr("Step bytes = weights + batch × (KV bytes per token × context); ratio = batch × "
+                   "step(1) / step(batch).",
+                   "一步的字节数 = 权重 + batch ×（每个 token 的 KV 字节数 × 上下文长度）；比值 = batch × 步时间(1) / 步时间(batch)。")))
+        else:
+            problems.append(tr("throughput_ratio: compute both step floors as chapter 08 did, then "
+                               "compare tokens per second.",
+                               "throughput_ratio：像第 08 章那样算出两个步下限，再比较每秒 token 数。"))
+    if str(answer["bound"]).strip().lower() != bound:
+        problems.append(tr("bound: place the batch's FLOPs per byte against the H200's ridge point.",
+                           "bound：把这个 batch 每字节的 FLOPs 和 H200 的拐点比一比。"))
+    if problems:
+        return report(not_yet(ex, tr(" ", "").join(problems)))
+    return report(passed(ex, tr(f"correct: about {ratio:.0f}x, far from {Q3_BATCH}x: at long context "
+                                f"the KV caches, not the weights, dominate what a step reads.",
+                                f"正确：约 {ratio:.0f} 倍，远不到 {Q3_BATCH} 倍：上下文很长时，一步要读的主要是 KV cache，而不是权重。")))
+
+
+# Q4: two deployments of Llama-3-8B (BF16, one H100, 1024 tokens of context), two products.
+Q4_MODEL, Q4_GPU, Q4_CONTEXT = "llama-3-8b", "H100-SXM", 1024
+Q4_DEPLOYMENTS = {"A": 8, "B": 64}            # the most sequences a step runs
+Q4_TPOT_TARGET_S = 0.006                      # the voice assistant's: speech must never stall
+Q4_PRODUCTS_EN = {
+    "voice_assistant": "a voice assistant that reads its answer aloud as it is generated: every "
+                       "token must come within 6 ms, or the speech stalls",
+    "overnight_summaries": "summarising a million documents overnight: only the total tokens per "
+                           "hour count",
+}
+Q4_PRODUCTS_ZH = {
+    "voice_assistant": "一个边生成边朗读答案的语音助手：每个 token 都必须在 6 ms 内出来，否则语音就会卡顿",
+    "overnight_summaries": "一夜之间总结一百万篇文档：只看每小时产出的 token 总数",
+}
+Q4_PRODUCTS = Bilingual(Q4_PRODUCTS_EN, Q4_PRODUCTS_ZH)
+
+
+def q4_floors() -> dict[str, tuple[float, float]]:
+    """Deployment -> (TPOT floor in s, output tokens/s), from the roofline of the presets."""
+    from llmlab import roofline
+    from llmlab.config import get_config
+
+    cfg = get_config(Q4_MODEL)
+    out = {}
+    for name, batch in Q4_DEPLOYMENTS.items():
+        t = roofline.decode_step_floor(cfg, Q4_GPU, batch, Q4_CONTEXT, 2)
+        out[name] = (t, batch / t)
+    return out
+
+
+def q4_fresh_case(answer: Any) -> CheckResult:
+    """The seed's question 4 as two products on one model where TPOT and throughput pull apart:
+    answer a dict from each key of Q4_PRODUCTS to the deployment ("A" or "B", Q4_DEPLOYMENTS)
+    that serves it, judged by the decode-step floors (chapters 07, 08, 10)."""
+    floors = q4_floors()
+    meets = [n for n, (t, _) in floors.items() if t <= Q4_TPOT_TARGET_S]
+    fastest_meeting = max(meets, key=lambda n: floors[n][1])
+    most_throughput = max(floors, key=lambda n: floors[n][1])
+    right = {"voice_assistant": fastest_meeting.lower(), "overnight_summaries": most_throughput.lower()}
+    hints = {"voice_assistant": tr("the larger batch makes more tokens per second, but does each "
+                                   "step still finish within the 6 ms target? Compute its TPOT floor.",
+                                   "更大的 batch 每秒产出的 token 更多，但它的每一步还能在 6 ms 的目标内完成吗？算一算它的 TPOT 下限。"),
+             "overnight_summaries": tr("no one waits for a token here: which deployment turns out the "
+                                       "most tokens per second?",
+                                       "这里没有人在等某个 token：哪个部署每秒产出的 token 最多？")}
+    return check_matching("ch12.q4_fresh_case", answer, right, choices=("a", "b"),
+                          hints=hints,
+                          success=tr("right: the TPOT target caps the batch for the voice assistant; "
+                                     "the batch job takes the largest batch.",
+                                     "对：TPOT 目标限制了语音助手的 batch；批量任务用最大的 batch。"))
+
+
+# Q5: three more of vLLM's mechanisms, matched to the OS ideas of chapter 11's list.
+Q5_MECHANISMS = ("blocks_allocated_as_tokens_arrive", "slot_from_block_table_and_offset",
+                 "shared_block_freed_when_its_last_user_leaves")
+Q5_ACCEPTED = {
+    "blocks_allocated_as_tokens_arrive": frozenset({"demand_paging"}),
+    "slot_from_block_table_and_offset": frozenset({"paging", "demand_paging"}),
+    "shared_block_freed_when_its_last_user_leaves": frozenset({"shared_pages"}),
+}
+_Q5_HINTS = {
+    "blocks_allocated_as_tokens_arrive": ("a request gets a new block only when its tokens need one, "
+                                          "not its whole length up front: which OS idea gives a "
+                                          "process a page only when it first touches it?",
+                                          "请求只在 token 需要时才得到一个新块，而不是一开始就拿到整段长度：操作系统里哪种思想在进程第一次访问某页时才给它那一页？"),
+    "slot_from_block_table_and_offset": ("a logical position becomes a physical slot through a "
+                                         "per-request table and an offset: which OS structure "
+                                         "translates addresses that way?",
+                                         "逻辑位置通过每个请求的一张表加上偏移变成物理槽位：操作系统里哪种结构是这样翻译地址的？"),
+    "shared_block_freed_when_its_last_user_leaves": ("a block several requests map stays until a "
+                                                     "count of its users reaches zero: which OS "
+                                                     "mechanism frees a page mapped by several "
+                                                     "processes that way?",
+                                                     "多个请求映射的一个块，要等它的使用者计数降到零才释放：操作系统里哪种机制是这样释放被多个进程映射的页的？"),
+}
+
+
+def q5_fresh_case(answer: Any) -> CheckResult:
+    """The seed's question 5 on three mechanisms chapter 11's exercise did not list: answer a
+    dict from each of Q5_MECHANISMS to an OS idea of `ch11.Q5_CONCEPTS`."""
+    from llmlab.check.ch11 import Q5_CONCEPTS
+
+    return check_matching("ch12.q5_fresh_case", answer, dict(Q5_ACCEPTED), choices=Q5_CONCEPTS,
+                          hints={k: tr(*v) for k, v in _Q5_HINTS.items()},
+                          success=tr("right: allocation on demand, address translation and shared "
+                                     "pages, each older than LLMs.",
+                                     "对：按需分配、地址翻译和共享页，都比 LLM 古老。"))
+
+
 # ---- glossary terms -----------------------------------------------------------------------------
 GLOSSARY_QUIZ = ("prefill", "decode", "block table", "prefix caching", "tensor parallelism")
 # The Chinese names to choose from: more than the terms, in an order that is not theirs (graded
@@ -355,7 +551,7 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
     (1, "解释 LLM 自回归生成、KV cache 必要性、prefill vs decode 的根本差异",
      "explain autoregressive generation, why a KV cache is needed, and how prefill and decode differ",
      ("ch03.forwards", "ch03.tokens_processed_no_cache", "ch04.tokens_processed_with_cache",
-      "ch04.kv_bytes_per_token", "ch05.cache_writes", "ch05.compute_bound_phase",
+      "ch04.kv_bytes_per_token", "ch05.write_before_read", "ch05.short_prefill_bound",
       "ch12.generation_loop_steps")),
     (2, "用 roofline 模型说清 decode 阶段为什么是 memory-bound、batching 为什么能拉吞吐",
      "use the roofline to say why decode is memory-bound and why batching raises throughput",
@@ -364,7 +560,7 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
     (3, "区分 DP / TP / PP，并指出哪种通信强依赖 NVLink",
      "tell DP, TP and PP apart, and say which one's communication needs NVLink",
      ("ch09.parallel_style", "ch09.allreduces_per_forward", "ch09.bubble_fraction",
-      "ch09.needs_nvlink", "ch12.symptoms")),
+      "ch09.split_two_servers", "ch12.symptoms")),
     (4, "用 TTFT / TPOT / 吞吐三个指标解释推理服务“卡不卡”和“赚不赚”",
      "use TTFT, TPOT and throughput to say whether a service feels slow and whether it pays",
      ("ch10.tpot", "ch10.ttlt", "ch10.goodput", "ch10.seed_q4", "ch12.symptoms")),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -85,6 +86,34 @@ def wrong_tries(exercise: str) -> int:
     return _WRONG_TRIES.get(exercise, 0)
 
 
+SOLUTIONS_DIR = "solutions"
+_CHAPTER_EXERCISE = re.compile(r"ch(\d\d)\.\w+")
+# The wrong try from which a hint's last stage (where the worked solution is) is shown: the first
+# names the mistake, the second adds the way to the answer (`staged`), the third points to the
+# worked solution.
+SOLUTION_AFTER = 3
+
+
+def solutions_notebook(exercise: str) -> str:
+    """The path, relative to the chapter notebooks of an edition, of the notebook holding the
+    worked solution of `exercise`: "ch04.kv_bytes_per_token" -> "solutions/04-solutions.ipynb"
+    (named by the chapter's number only, so that no word of a chapter's title, which may be an
+    answer, is in a hint)."""
+    m = _CHAPTER_EXERCISE.fullmatch(exercise)
+    if m is None:
+        raise ValueError(f"exercise must look like 'chNN.name', got {exercise!r}")
+    return f"{SOLUTIONS_DIR}/{m[1]}-solutions.ipynb"
+
+
+def solution_pointer(exercise: str) -> str:
+    """The last stage of every hint: where the worked solution of `exercise` is."""
+    where, name = solutions_notebook(exercise), exercise
+    return tr(f"Last step, if you are still stuck: the worked solution is in {where} (beside this "
+              f"notebook), under {name}; read it, then close it and write the answer yourself.",
+              f"最后一步（如果你仍然卡住）：完整解答在 {where}（与本 notebook 同一文件夹）里的 {name} 下；"
+              f"读完后关上它，自己写出答案。")
+
+
 def staged(exercise: str, first: str, then: str) -> str:
     """A hint in two stages: `first` (names the mistake, no formula) on the first wrong try,
     `first` followed by `then` (the formula, never the answer) from the second wrong try on."""
@@ -129,11 +158,14 @@ def passed(exercise: str, message: str | None = None) -> CheckResult:
 
 def not_yet(exercise: str, hint: str) -> CheckResult:
     """A "not yet" with `hint`; `NOT_ANSWERED` is shown in the language in use and is not counted
-    as a wrong try."""
+    as a wrong try. From the `SOLUTION_AFTER`-th wrong try on, the hint ends with its last stage:
+    where the exercise's worked solution is (`solution_pointer`)."""
     if hint in (NOT_ANSWERED, NOT_ANSWERED_ZH):
         hint = tr(NOT_ANSWERED, NOT_ANSWERED_ZH)
     else:
         _WRONG_TRIES[exercise] = _WRONG_TRIES.get(exercise, 0) + 1
+        if _WRONG_TRIES[exercise] >= SOLUTION_AFTER and _CHAPTER_EXERCISE.fullmatch(exercise):
+            hint = tr(f"{hint} {solution_pointer(exercise)}", f"{hint}{solution_pointer(exercise)}")
     return CheckResult(exercise, False, hint)
 
 

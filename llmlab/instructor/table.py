@@ -100,14 +100,23 @@ def main(args: list[str]) -> int:
     notebooks = root / "notebooks"
     if args[:1] == ["--write"]:
         if len(args) != 2:
-            print("usage: python -m llmlab exercises [--write DOC]", file=sys.stderr)
+            print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)
             return 2
         doc = Path(args[1])
         doc.write_text(rewrite(doc, notebooks), encoding="utf-8")
         print(f"wrote the exercises table into {doc}")
         return 0
+    if args == ["--times"]:
+        from llmlab.instructor.reading_time import report
+
+        rows = report(notebooks)
+        print(f"{'chapter':<26} {'stated':>7} {'estimated':>10}   (minutes; llmlab/instructor/reading_time.py)")
+        for stem, stated, est in rows:
+            print(f"{stem:<26} {'-' if stated is None else stated:>7} {est:>10.0f}")
+        print(f"{'all chapters':<26} {sum(r[1] or 0 for r in rows):>7} {sum(r[2] for r in rows):>10.0f}")
+        return 0
     if args:
-        print("usage: python -m llmlab exercises [--write DOC]", file=sys.stderr)
+        print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)
         return 2
     print(markdown(notebooks))
     return 0
