@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "doctor":
-        from llmlab.doctor import main as doctor_main
+        from llmlab.tools.doctor import main as doctor_main
         return doctor_main(rest)
     if cmd == "model":
         return _model(rest)
@@ -54,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         from llmlab.openmp import main as openmp_main
         return openmp_main(rest)
     if cmd == "lang":
-        from llmlab.lang import main as lang_main
+        from llmlab.course.lang import main as lang_main
         return lang_main(rest)
     if cmd == "exercises":
-        from llmlab.instructor.table import main as table_main
+        from llmlab.course.instructor.table import main as table_main
         return table_main(rest)
     if cmd == "run":
-        from llmlab.notebook_runner import main as run_main
+        from llmlab.course.notebook_runner import main as run_main
         return run_main(rest)
     if cmd == "serve":
         from llmlab.serve.launch import main as serve_main
@@ -76,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return module.main(rest[1:])
     if cmd == "edition":
-        from llmlab.instructor.editions import main as edition_main
+        from llmlab.course.instructor.editions import main as edition_main
         return edition_main(rest)
     if cmd == "student":
-        from llmlab.instructor.student import student_main
+        from llmlab.course.instructor.student import student_main
         return student_main(rest)
     if cmd == "grade":
-        from llmlab.instructor.grading import grade_main
+        from llmlab.course.instructor.grading import grade_main
         return grade_main(rest)
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2

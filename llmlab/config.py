@@ -1,7 +1,7 @@
 """Model configurations: the `ModelConfig` dataclass and presets of real models.
 
 The presets live in `data/models.json` (each with the source of its numbers) so that a
-learner can read them and so that `llmlab.costs` can compute sizes for models we never load.
+learner can read them and so that `llmlab.analysis.costs` can compute sizes for models we never load.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     # Models whose attention or MLP is not plain GQA + dense SwiGLU (DeepSeek's MLA and
-    # mixture of experts) keep their extra fields here; `llmlab.costs` reads them.
+    # mixture of experts) keep their extra fields here; `llmlab.analysis.costs` reads them.
     extra: dict[str, Any] = field(default_factory=dict)
     source: str = ""
 

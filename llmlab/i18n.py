@@ -129,7 +129,7 @@ def use_cjk_font() -> str:
 
 
 # Texts that notebook code cells hand to the package (the `quantity=`, `if_high=`, ... of
-# `llmlab.check.predict.compare`): the code cells are the same in every language, so these
+# `llmlab.course.check.predict.compare`): the code cells are the same in every language, so these
 # texts are English in the notebook and are translated where they are shown, from the catalog
 # `i18n/<lang>/notebook-strings.json` at the repository root ({"strings": {"<English>": "<text>"}};
 # `python -m llmlab lang strings zh notebooks/` lists the ones it lacks). A text built by an

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import platform
+import unicodedata
 from pathlib import Path
 
 
@@ -28,3 +29,21 @@ def check_positive_int(name: str, value: object, allow_none: bool = False) -> No
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1{' or None' if allow_none else ''}, "
                          f"got {value!r}")
+
+
+# ---- text padded by screen columns (a Chinese character takes two) ----------------------
+
+def width(text: str) -> int:
+    """Columns `text` takes on screen: a Chinese character (East Asian wide or full-width) takes
+    two, so that tables with Chinese headers still line up (English text: its length)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def ljust(text: str, columns: int) -> str:
+    """`text` padded with spaces on the right to `columns` screen columns (see `width`)."""
+    return text + " " * (columns - width(text))
+
+
+def rjust(text: str, columns: int) -> str:
+    """`text` padded with spaces on the left to `columns` screen columns (see `width`)."""
+    return " " * (columns - width(text)) + text

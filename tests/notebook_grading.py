@@ -19,7 +19,7 @@ def grade_subprocess(path: Path, source: Path, keep: Path | None = None,
                      expected_log: Path | None = None) -> dict:
     """`python -m llmlab grade PATH --json --source SOURCE [--keep DIR]` in its own process
     (with `keep`, the executed copy is written to `keep / path.name`; with `expected_log`, every
-    checker appends the numbers it expects to that file: see `llmlab.instructor.leaks`).
+    checker appends the numbers it expects to that file: see `llmlab.course.instructor.leaks`).
 
     One at a time: two notebook kernels side by side on a 2-core machine starve each other (a
     student-version cell once hit the 180 s cell limit that way in CI-like runs). nbclient

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from llmlab.check import ch00
-from llmlab.check.core import CheckResult
-from llmlab.instructor.answers import (AnswerFormatError, build_function, decode, encode, record_calls)
+from llmlab.course.check import ch00
+from llmlab.course.check.core import CheckResult
+from llmlab.course.instructor.answers import (AnswerFormatError, build_function, decode, encode, record_calls)
 
 
 def _wire(value):

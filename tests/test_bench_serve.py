@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from llmlab import metrics
+from llmlab.analysis import metrics
 from llmlab.bench import serve as bench
 from llmlab.engine import LLMEngine
 from llmlab.model import tiny_model
@@ -212,7 +212,7 @@ def test_latency_vs_load_figure_plots_the_percentiles_in_ms():
     import matplotlib
 
     matplotlib.use("Agg")
-    from llmlab.widgets.metrics import plot_latency_vs_load
+    from llmlab.course.widgets.metrics import plot_latency_vs_load
 
     s = _summaries()
     fig = plot_latency_vs_load(s, ("ttft", "tpot"))
@@ -231,7 +231,7 @@ def test_throughput_latency_figure_has_a_line_per_system_and_statistic():
     import matplotlib
 
     matplotlib.use("Agg")
-    from llmlab.widgets.metrics import plot_throughput_latency
+    from llmlab.course.widgets.metrics import plot_throughput_latency
 
     s = _summaries()
     fig = plot_throughput_latency({"over HTTP": s, "in process": s}, "tpot", title="t")

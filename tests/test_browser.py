@@ -85,7 +85,7 @@ def _new_session_dying_with_parent() -> None:
 BROKEN_KV = """\
 # The KV calculator with its batch slider's callback removed: the slider still moves, the
 # result line no longer follows it. test_browser.py checks that its verification catches this.
-from llmlab.widgets import kv_calculator
+from llmlab.course.widgets import kv_calculator
 
 box = kv_calculator(model="llama-3-70b", context=4096, batch=1, dtype="bf16", gpu="H100-SXM")
 
@@ -111,7 +111,7 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     root = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    from llmlab import lang
+    from llmlab.course import lang
 
     lang.build("zh", ROOT / "notebooks" / KV_NOTEBOOK, root / "zh")   # the Chinese edition's chapter 04
     nb = new_notebook(cells=[new_code_cell(BROKEN_KV)])
@@ -300,7 +300,7 @@ def _move_and_expect(page, result_css: str, slider_label: str, fraction: float, 
 
 def _kv_text(readout: str, lang: str) -> str:
     from llmlab.i18n import language, set_language
-    from llmlab.widgets.kv import kv_summary, kv_text
+    from llmlab.course.widgets.kv import kv_summary, kv_text
 
     before = language()
     set_language(lang)
@@ -322,7 +322,7 @@ def _kv_expected_en(readout: str) -> str:
 
 
 def _roofline_expected(readout: str) -> str:
-    from llmlab.widgets.roofline import roofline_summary, roofline_text
+    from llmlab.course.widgets.roofline import roofline_summary, roofline_text
 
     return roofline_text(roofline_summary("H100-SXM", "llama-3-70b", "bf16", batch=int(readout), context=1024))
 
@@ -332,7 +332,7 @@ def _roofline_expected(readout: str) -> str:
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_kv_calculator_follows_its_batch_slider(lab, browser):
     """In the Chinese edition of chapter 04: the calculator speaks Chinese and follows its slider."""
-    from llmlab.widgets.kv import KV_TEXT_PATTERN_ZH
+    from llmlab.course.widgets.kv import KV_TEXT_PATTERN_ZH
 
     page = _open_and_run_all(browser, lab, "zh/" + KV_NOTEBOOK)
     try:
@@ -396,8 +396,8 @@ def test_roofline_task_found_with_the_slider_passes_its_check(lab, browser):
     """The roofline explorer follows its batch slider, and its task works end to end: find the
     smallest compute-bound batch with the slider, answer it in the exercise cell, and the checker
     says PASS (the batch below: NOT YET). (One page, one Run All of chapter 07, for both.)"""
-    from llmlab.check import ch07
-    from llmlab.widgets.roofline import MAX_BATCH, ROOFLINE_TEXT_PATTERN
+    from llmlab.course.check import ch07
+    from llmlab.course.widgets.roofline import MAX_BATCH, ROOFLINE_TEXT_PATTERN
 
     page = _open_and_run_all(browser, lab, ROOFLINE_NOTEBOOK)
     try:

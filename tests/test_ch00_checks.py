@@ -14,8 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from llmlab.check import ch00, core
-from llmlab.check.core import NOT_ANSWERED
+from llmlab.course.check import ch00, core
+from llmlab.course.check.core import NOT_ANSWERED
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKTICKED = re.compile(r"`([^`]+)`")
@@ -113,14 +113,14 @@ def test_chapter_00_grades_ideas_not_course_trivia():
     """The chapter asks about the series' question and how its numbers are obtained, not the
     chapter count, a module's name or a test switch (those checkers stay as the grader's fixtures)."""
     nb = nbformat.read(ROOT / "notebooks" / "00-setup-and-map.ipynb", as_version=4)
-    from llmlab.instructor import exercise_ids
+    from llmlab.course.instructor import exercise_ids
 
     assert exercise_ids(nb) == ["ch00.throughput_vs_wait", "ch00.number_kinds", "ch00.dominant_step",
                                 "ch00.symptom_to_chapter"]
 
 
 def test_throughput_vs_wait_says_why_a_change_helps_both_goals(monkeypatch):
-    from llmlab.check import core
+    from llmlab.course.check import core
 
     monkeypatch.setattr(core, "_WRONG_TRIES", {})
     letters, right = ch00._lettered(ch00.GOALS_OPTIONS)

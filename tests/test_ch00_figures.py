@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
-from llmlab.figures import ch00  # noqa: E402
+from llmlab.course.figures import ch00  # noqa: E402
 
 
 def test_chapter_map_draws_one_box_per_chapter():

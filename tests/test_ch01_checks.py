@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmlab.check import ch01, core
-from llmlab.check.core import NOT_ANSWERED
+from llmlab.course.check import ch01, core
+from llmlab.course.check.core import NOT_ANSWERED
 from test_ch00_checks import assert_no_literal_passes
 
 RIGHT_EFFECTS = {"embedding_table_bytes": "up", "bits_per_token_id": "up",

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from llmlab.figures import ch01  # noqa: E402
+from llmlab.course.figures import ch01  # noqa: E402
 
 
 def test_token_ratios_draws_each_measurement_and_the_rule():

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llmlab.check import ch02
-from llmlab.check.core import NOT_ANSWERED
+from llmlab.course.check import ch02
+from llmlab.course.check.core import NOT_ANSWERED
 
 
 def rms_norm(x, weight, eps):
@@ -109,7 +109,7 @@ def test_reasoning_exercises_want_every_right_option_and_say_why_a_wrong_one_is_
 
 def test_the_rope_options_that_pass_are_the_ones_with_equal_scores():
     """The reasoning answer agrees with the model's RoPE on a random q and k."""
-    from llmlab.figures.ch02 import rope_score_values
+    from llmlab.course.figures.ch02 import rope_score_values
 
     pairs = [(7, 3)] + [tuple(int(n) for n in o[2:-1].split(",")) for o in ch02.RELATIVE_OPTIONS]
     scores = rope_score_values(pairs)
@@ -174,8 +174,8 @@ def _record(source: str, **globals_) -> dict:
 
 @pytest.mark.slow
 def test_the_ban_holds_in_the_graders_sandbox():
-    from llmlab.instructor import Exercise
-    from llmlab.instructor.recheck import judge
+    from llmlab.course.instructor import Exercise
+    from llmlab.course.instructor.recheck import judge
 
     ok = textwrap.dedent("""\
         def my_attention(q, k, v):

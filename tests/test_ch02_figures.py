@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import numpy as np
 import torch
 
-import llmlab.figures.ch02 as fig02
+import llmlab.course.figures.ch02 as fig02
 from llmlab.config import get_config
 from llmlab.model import attention_probs, tiny_model
 

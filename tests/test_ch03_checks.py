@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from llmlab.check import ch03, core
-from llmlab.check.core import NOT_ANSWERED
+from llmlab.course.check import ch03, core
+from llmlab.course.check.core import NOT_ANSWERED
 from test_ch00_checks import assert_no_literal_passes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def test_top_p_records_the_ids_it_expects():
 
 
 def test_the_chapter_no_longer_calls_the_forward_count_the_seeds_question_1():
-    import llmlab.check.ch03 as module
+    import llmlab.course.check.ch03 as module
 
     nb = nbformat.read(ROOT / "notebooks" / "03-generation.ipynb", as_version=4)
     text = "\n".join(c.source for c in nb.cells) + (module.__doc__ or "")
@@ -54,7 +54,7 @@ def test_the_chapter_no_longer_calls_the_forward_count_the_seeds_question_1():
 
 @pytest.mark.model
 def test_samplable_tokens_counts_with_the_real_model(real_model):
-    from llmlab.widgets.sampling import next_token_distribution, prompt_logits
+    from llmlab.course.widgets.sampling import next_token_distribution, prompt_logits
 
     model, tok = real_model
     logits = prompt_logits(ch03.EXPLORER_PROMPT, model, tok)

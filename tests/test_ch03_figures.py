@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from llmlab.figures import ch03  # noqa: E402
+from llmlab.course.figures import ch03  # noqa: E402
 
 
 def test_naive_step_times_plots_the_values_in_ms():

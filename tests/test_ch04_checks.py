@@ -2,8 +2,8 @@
 generate_with_cache), the KV-calculator task and the utilisation question; EXERCISES complete."""
 import pytest
 
-from llmlab.check import ch04, ch05
-from llmlab.check.core import NOT_ANSWERED, ExerciseInfo
+from llmlab.course.check import ch04, ch05
+from llmlab.course.check.core import NOT_ANSWERED, ExerciseInfo
 from llmlab.generate import generate_with_cache
 from llmlab.sampling import SamplingParams
 
@@ -29,7 +29,7 @@ def test_generate_greedy_passes_the_reference_text_and_names_each_slip(real_mode
 
 
 def test_budget_checkers_name_the_mistake_before_the_formula():
-    from llmlab.check import core
+    from llmlab.course.check import core
 
     core._WRONG_TRIES.pop("ch04.max_requests_fp8", None)     # other tests may have tried it
     assert ch04.max_requests_fp8(51).passed

@@ -1,13 +1,13 @@
-"""Chapter 04's figures and timing harness (`llmlab.figures.ch04`)."""
+"""Chapter 04's figures and timing harness (`llmlab.course.figures.ch04`)."""
 import matplotlib
 
 matplotlib.use("Agg")
 
 import pytest
 
-from llmlab import costs, roofline
+from llmlab.analysis import costs, roofline
 from llmlab.config import get_config
-from llmlab.figures import ch04
+from llmlab.course.figures import ch04
 from llmlab.model import tiny_model
 
 

@@ -1,13 +1,13 @@
-"""Chapter 05's figures and timing harness (`llmlab.figures.ch05`)."""
+"""Chapter 05's figures and timing harness (`llmlab.course.figures.ch05`)."""
 import matplotlib
 
 matplotlib.use("Agg")
 
 import pytest
 
-from llmlab import roofline
+from llmlab.analysis import roofline
 from llmlab.config import get_config
-from llmlab.figures import ch05
+from llmlab.course.figures import ch05
 from llmlab.model import tiny_model
 
 

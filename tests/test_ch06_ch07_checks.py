@@ -10,11 +10,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from llmlab import costs, roofline
-from llmlab.check import ch06, ch07, core
+from llmlab.analysis import costs, roofline
+from llmlab.course.check import ch06, ch07, core
 from llmlab.config import get_config
-from llmlab.hardware import PRESETS
-from llmlab.instructor import exercise_ids
+from llmlab.analysis.hardware import PRESETS
+from llmlab.course.instructor import exercise_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ def _no_leak(result, value):
 
 
 def test_bandwidth_for_speed_is_the_widget_task():
-    from llmlab.widgets.memory import weight_read_text
+    from llmlab.course.widgets.memory import weight_read_text
 
     right = 100e9 * 1 * 25 / 1e12
     assert ch06.bandwidth_for_speed(right)
@@ -84,7 +84,7 @@ def test_compute_bound_batch_is_the_crossover_and_names_near_misses():
     assert not r and "power of two" in r.message
     _no_leak(r, right)
     # the explorer agrees: memory-bound one below, compute-bound at the answer
-    from llmlab.widgets.roofline import roofline_summary
+    from llmlab.course.widgets.roofline import roofline_summary
     assert roofline_summary("H100-SXM", "llama-3-70b", "bf16", right - 1, 1024).bound == "memory"
     assert roofline_summary("H100-SXM", "llama-3-70b", "bf16", right, 1024).bound == "compute"
 

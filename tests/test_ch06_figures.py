@@ -7,8 +7,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from llmlab.figures import ch06  # noqa: E402
-from llmlab.hardware import PRESETS  # noqa: E402
+from llmlab.course.figures import ch06  # noqa: E402
+from llmlab.analysis.hardware import PRESETS  # noqa: E402
 
 
 def test_chip_levels_add_up_every_sm():

@@ -7,9 +7,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from llmlab import roofline  # noqa: E402
+from llmlab.analysis import roofline  # noqa: E402
 from llmlab.config import get_config  # noqa: E402
-from llmlab.figures import ch07  # noqa: E402
+from llmlab.course.figures import ch07  # noqa: E402
 
 L70 = get_config("llama-3-70b")
 

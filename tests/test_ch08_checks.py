@@ -2,8 +2,8 @@
 formula only from the second wrong try), and the declared exercises match the module."""
 from __future__ import annotations
 
-from llmlab.check import ch08, core
-from llmlab.widgets.batching import batching_results
+from llmlab.course.check import ch08, core
+from llmlab.course.widgets.batching import batching_results
 
 
 def test_exercises_table_names_the_module_functions():

@@ -7,10 +7,10 @@ matplotlib.use("Agg")
 
 import pytest
 
-from llmlab import roofline, sim
+from llmlab.analysis import roofline, sim
 from llmlab.config import get_config
-from llmlab.figures import ch08
-from llmlab.hardware import get_hardware
+from llmlab.course.figures import ch08
+from llmlab.analysis.hardware import get_hardware
 
 CFG = get_config("smollm2-135m")
 HW = get_hardware("A100-80GB")          # stands in for "this machine": any Hardware with fp32

@@ -2,7 +2,7 @@
 hint (the formula only from the second wrong try), and the declared exercises match the module."""
 from __future__ import annotations
 
-from llmlab.check import ch09, core
+from llmlab.course.check import ch09, core
 from llmlab.parallel import cost
 
 STYLE = {"q_proj": "column", "k_proj": "column", "v_proj": "column", "o_proj": "row",

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 
 import pytest
 
-from llmlab.figures import ch09
+from llmlab.course.figures import ch09
 from llmlab.parallel import cost
 
 

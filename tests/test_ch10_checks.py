@@ -8,8 +8,8 @@ import inspect
 import numpy as np
 import pytest
 
-from llmlab import metrics, roofline
-from llmlab.check import ch10, core
+from llmlab.analysis import metrics, roofline
+from llmlab.course.check import ch10, core
 from llmlab.config import PRESETS
 
 RIGHT_BURSTINESS = {"short_gaps", "same_mean_gap", "ttft_tail", "less_spread"}

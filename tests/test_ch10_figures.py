@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from llmlab.figures import ch10 as fig10
-from llmlab.metrics import Timeline, summarize
+from llmlab.course.figures import ch10 as fig10
+from llmlab.analysis.metrics import Timeline, summarize
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from llmlab import costs, roofline
+from llmlab.analysis import costs, roofline
 from llmlab.config import PRESETS
-from llmlab.widgets import metrics as mw
+from llmlab.course.widgets import metrics as mw
 
 
 def test_serving_point_is_the_roofline_floor_and_its_price():

@@ -9,9 +9,9 @@ import re
 import nbformat
 import pytest
 
-from llmlab.check import ch11, core
-from llmlab.check.core import KINDS
-from llmlab.widgets import blocks
+from llmlab.course.check import ch11, core
+from llmlab.course.check.core import KINDS
+from llmlab.course.widgets import blocks
 
 NOTEBOOK = "notebooks/11-vllm-arrives.ipynb"
 

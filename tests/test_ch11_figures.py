@@ -9,10 +9,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from llmlab import sim
-from llmlab.check import ch11
-from llmlab.figures import ch11 as fig11
-from llmlab.widgets import blocks
+from llmlab.analysis import sim
+from llmlab.course.check import ch11
+from llmlab.course.figures import ch11 as fig11
+from llmlab.course.widgets import blocks
 
 
 def _small_waste():

@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from llmlab.check import ch12
-from llmlab.check.core import NOT_ANSWERED
+from llmlab.course.check import ch12
+from llmlab.course.check.core import NOT_ANSWERED
 
 RIGHT = {"prefill": [list(p) for p in ch12.LOOP_WITH_CACHE], "decode_starts_at": "embed"}
 
@@ -78,7 +78,7 @@ def test_the_loop_writes_and_reads_the_cache_where_the_model_does():
     (ch12.CAUSES, ch12._SYMPTOM_RIGHT),
 ])
 def test_matching_shows_more_choices_than_answers_in_an_order_not_the_answers(choices, right):
-    from llmlab.glossary import lookup
+    from llmlab.course.glossary import lookup
 
     if right is None:
         right = {t: lookup(t).zh for t in ch12.GLOSSARY_QUIZ}
@@ -109,5 +109,5 @@ def test_each_learning_goal_points_at_existing_exercises():
         assert seed_words and english and len(ids) >= 2, number
         for ex in ids:
             module, name = ex.split(".")
-            fn = getattr(importlib.import_module(f"llmlab.check.{module}"), name, None)
+            fn = getattr(importlib.import_module(f"llmlab.course.check.{module}"), name, None)
             assert callable(fn), f"goal {number}: {ex} is not a checker"

@@ -5,9 +5,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import llmlab.figures.ch12 as fig12
-from llmlab import glossary
-from llmlab.check import ch12
+import llmlab.course.figures.ch12 as fig12
+from llmlab.course import glossary
+from llmlab.course.check import ch12
 
 
 def test_terms_per_chapter_bars_are_the_glossary_counts():

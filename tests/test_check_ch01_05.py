@@ -12,8 +12,8 @@ import re
 import pytest
 import torch
 
-from llmlab.check import ch01, ch02, ch03, ch04, ch05
-from llmlab.check.core import FAIL_WORD, NOT_ANSWERED
+from llmlab.course.check import ch01, ch02, ch03, ch04, ch05
+from llmlab.course.check.core import FAIL_WORD, NOT_ANSWERED
 
 L70_PER_LAYER = 2 * 8 * 128 * 2                  # the seed: 4,096 B
 L70_PER_TOKEN = L70_PER_LAYER * 80               # 327,680 B
@@ -189,7 +189,7 @@ def test_tokens_per_han_checker_uses_the_real_tokenizer():
 
 
 def test_every_chapter_has_at_least_three_exercises():
-    from llmlab.check.core import CheckResult
+    from llmlab.course.check.core import CheckResult
 
     for module in (ch01, ch02, ch03, ch04, ch05):
         exercises = [name for name, obj in vars(module).items()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmlab import costs, roofline
-from llmlab.check import ch06, ch07, ch08
+from llmlab.analysis import costs, roofline
+from llmlab.course.check import ch06, ch07, ch08
 from llmlab.config import get_config
-from llmlab.hardware import cpu_caches
+from llmlab.analysis.hardware import cpu_caches
 
 L70 = get_config("llama-3-70b")
 

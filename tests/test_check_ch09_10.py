@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmlab.check import ch09, ch10
+from llmlab.course.check import ch09, ch10
 
 # the right answers, worked out by hand
 ALLREDUCES = 60                          # SmolLM2: 30 layers × 2 row-parallel projections

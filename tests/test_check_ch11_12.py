@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llmlab import sim
-from llmlab.check import ch11, ch12
-from llmlab.check import core
-from llmlab.check.core import FAIL_WORD, NOT_ANSWERED, PASS_WORD
+from llmlab.analysis import sim
+from llmlab.course.check import ch11, ch12
+from llmlab.course.check import core
+from llmlab.course.check.core import FAIL_WORD, NOT_ANSWERED, PASS_WORD
 
 
 def _fails_with(result, *words):
@@ -110,7 +110,7 @@ def test_generation_loop_order():
 
 
 def test_glossary_match_accepts_any_listed_chinese_name():
-    from llmlab.glossary import lookup
+    from llmlab.course.glossary import lookup
 
     right = {t: lookup(t).zh for t in ch12.GLOSSARY_QUIZ}
     assert ch12.glossary_match(right).passed
@@ -134,7 +134,7 @@ def test_seed_questions_point_at_real_checkers(capsys):
     for q, (text, checkers) in ch12.SEED_QUESTIONS.items():
         assert text and checkers
         for module, name in checkers:
-            fn = getattr(importlib.import_module(f"llmlab.check.{module}"), name)
+            fn = getattr(importlib.import_module(f"llmlab.course.check.{module}"), name)
             r = fn(None)
             assert not r.passed and "not answered" in r.message, (q, module, name)
     assert PASS_WORD not in capsys.readouterr().out
@@ -144,7 +144,7 @@ def test_vllm_feature_grades_by_content_and_names_each_mistake(monkeypatch, tmp_
     """Any feature vLLM has and llmlab lacks passes with a file where vLLM does it; a feature
     llmlab has too names where llmlab does it; a file elsewhere is named, the way there only
     on the second try; more choices than right answers, the two kinds mixed."""
-    from llmlab import vllm_bridge
+    from llmlab.tools import vllm_bridge
 
     monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))     # no vLLM here
     assert set(ch12.VLLM_FEATURE_CHOICES) == set(ch12.VLLM_ONLY) | set(ch12.BOTH_DO)
@@ -165,10 +165,10 @@ def test_vllm_feature_grades_by_content_and_names_each_mistake(monkeypatch, tmp_
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not __import__("llmlab.vllm_bridge").vllm_bridge.available(),
+@pytest.mark.skipif(not __import__("llmlab.tools.vllm_bridge").vllm_bridge.available(),
                     reason="vLLM's environment is not there: `make vllm` adds it")
 def test_every_place_named_for_a_vllm_feature_is_in_the_installed_vllm():
-    from llmlab import vllm_bridge
+    from llmlab.tools import vllm_bridge
 
     for feature, places in ch12.VLLM_ONLY.items():
         for place in places:
@@ -181,7 +181,7 @@ def test_every_place_named_for_a_vllm_feature_is_in_the_installed_vllm():
 def test_chapter_12_reruns_no_checker_of_another_chapter():
     import nbformat
 
-    from llmlab.instructor import exercise_ids
+    from llmlab.course.instructor import exercise_ids
 
     nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "12-glossary-and-review.ipynb",
                        as_version=4)
@@ -192,7 +192,7 @@ def test_chapter_12_reruns_no_checker_of_another_chapter():
 
 
 def test_kv_gb_fresh_case_names_the_mistakes():
-    from llmlab import costs
+    from llmlab.analysis import costs
     from llmlab.config import get_config
 
     cfg = get_config(ch12.Q2_MODEL)

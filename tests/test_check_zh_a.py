@@ -17,14 +17,14 @@ import matplotlib
 import pytest
 
 from llmlab import i18n
-from llmlab.check import core, predict
-from llmlab.figures.headers import width
-from llmlab.glossary import zh_synonym_uses
-from llmlab.instructor.leaks import number_forms
+from llmlab.course.check import core, predict
+from llmlab.utils import width
+from llmlab.course.glossary import zh_synonym_uses
+from llmlab.course.instructor.leaks import number_forms
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [f"ch0{i}" for i in range(6)]
-FILES = [ROOT / "llmlab" / "check" / f"{m}.py" for m in ["core", "predict", *CHAPTERS]]
+FILES = [ROOT / "llmlab" / "course" / "check" / f"{m}.py" for m in ["core", "predict", *CHAPTERS]]
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -55,7 +55,7 @@ def quiet(fn, *args, **kwargs):
 def single_answer_exercises():
     out = []
     for name in CHAPTERS:
-        module = importlib.import_module(f"llmlab.check.{name}")
+        module = importlib.import_module(f"llmlab.course.check.{name}")
         for fname in module.EXERCISES:
             fn = getattr(module, fname)
             params = [p for p in inspect.signature(fn).parameters.values()
@@ -110,7 +110,7 @@ def test_no_pair_is_resolved_at_import_time(path):
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_hint_dicts_hold_english_chinese_pairs(name):
-    module = importlib.import_module(f"llmlab.check.{name}")
+    module = importlib.import_module(f"llmlab.course.check.{name}")
     dicts = {k: v for k, v in vars(module).items()
              if re.search(r"HINT|WHY|NO_CACHE", k) and isinstance(v, dict)}
     for dname, d in dicts.items():
@@ -133,14 +133,14 @@ def test_chinese_uses_the_glossary_terms():
 # ---------------------------------------------------------------------------- core in Chinese
 
 def test_not_answered_is_chinese_and_not_a_wrong_try(zh):
-    result = quiet(importlib.import_module("llmlab.check.ch00").num_chapters, None)
+    result = quiet(importlib.import_module("llmlab.course.check.ch00").num_chapters, None)
     assert result.message == core.NOT_ANSWERED_ZH and not result.passed
     assert core.wrong_tries("ch00.num_chapters") == 0
     assert result.line() == f"[check ch00.num_chapters] 还不对：{core.NOT_ANSWERED_ZH}"
 
 
 def test_not_answered_stays_english_in_english(en):
-    result = quiet(importlib.import_module("llmlab.check.ch00").num_chapters, None)
+    result = quiet(importlib.import_module("llmlab.course.check.ch00").num_chapters, None)
     assert result.message == core.NOT_ANSWERED
     assert result.line() == f"[check ch00.num_chapters] NOT YET: {core.NOT_ANSWERED}"
 
@@ -211,7 +211,7 @@ def test_wrong_numbers_get_chinese_hints_without_the_answer(zh):
 
 
 def test_choice_matching_and_set_exercises_in_chinese(zh):
-    from llmlab.check import ch00, ch01, ch02, ch05
+    from llmlab.course.check import ch00, ch01, ch02, ch05
 
     assert CJK.search(quiet(ch00.fast_mode, "a").message)
     assert "请从" in quiet(ch00.fast_mode, "z").message
@@ -230,7 +230,7 @@ def test_choice_matching_and_set_exercises_in_chinese(zh):
 
 
 def test_function_exercises_in_chinese(zh):
-    from llmlab.check import ch01, ch02, ch03
+    from llmlab.course.check import ch01, ch02, ch03
 
     assert "这里要一个函数" in quiet(ch01.merge_function, 3).message
     assert "你的函数返回了 None" in quiet(ch01.merge_function, lambda ids, pair, new: None).message
@@ -241,7 +241,7 @@ def test_function_exercises_in_chinese(zh):
 
 
 def test_english_chapter_hints_unchanged(en):
-    from llmlab.check import ch00, ch01, ch05
+    from llmlab.course.check import ch00, ch01, ch05
 
     assert quiet(ch00.num_chapters, 12).message == "close: did you count chapter 00 itself?"
     assert quiet(ch01.id_bits, 15).message == ("rounded down: that many bits cannot count up to the "

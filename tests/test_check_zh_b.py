@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 
 from llmlab import i18n
-from llmlab.check import core
-from llmlab.glossary import SEED_QUOTE, has_cjk, zh_synonym_uses
-from llmlab.instructor.leaks import number_forms
+from llmlab.course.check import core
+from llmlab.course.glossary import SEED_QUOTE, has_cjk, zh_synonym_uses
+from llmlab.course.instructor.leaks import number_forms
 from source_chapter import WHERE, source_chapter_text
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = [f"ch{n:02d}" for n in range(6, 13)]
-FILES = ([f"llmlab/check/{m}.py" for m in MODULES]
-         + ["llmlab/instructor/grading.py", "llmlab/doctor.py", "llmlab/sampling.py", "llmlab/engine/llm.py",
-            "llmlab/engine/llm_engine.py", "llmlab/costs.py", "llmlab/roofline.py", "llmlab/hardware.py"])
+FILES = ([f"llmlab/course/check/{m}.py" for m in MODULES]
+         + ["llmlab/course/instructor/grading.py", "llmlab/tools/doctor.py", "llmlab/sampling.py", "llmlab/engine/llm.py",
+            "llmlab/engine/llm_engine.py", "llmlab/analysis/costs.py", "llmlab/analysis/roofline.py", "llmlab/analysis/hardware.py"])
 # the quiz's wrong choices are Chinese names the glossary lists on purpose
-QUIZ_DATA = {("llmlab/check/ch12.py", "GLOSSARY_CHOICES")}
+QUIZ_DATA = {("llmlab/course/check/ch12.py", "GLOSSARY_CHOICES")}
 WRONG_FACTORS = (1.37, 0.61, 2, 0.5, 8, 0.125, 1000, 1e-3, 4, 0.25, -1)
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # core.check_number's own fallbacks (core.py is translated on its own)
@@ -47,7 +47,7 @@ def quiet(fn, *args, **kwargs):
 def _single_number_exercises():
     out = []
     for m in MODULES:
-        module = importlib.import_module(f"llmlab.check.{m}")
+        module = importlib.import_module(f"llmlab.course.check.{m}")
         for name in module.EXERCISES:
             fn = getattr(module, name)
             ex = f"{m}.{name}"
@@ -85,7 +85,7 @@ def test_wrong_numbers_get_chinese_hints_that_never_show_the_number(zh):
 def _pair_tables():
     """Every module-level dict of (English, Chinese) pairs in the checkers (hint tables)."""
     for m in MODULES:
-        module = importlib.import_module(f"llmlab.check.{m}")
+        module = importlib.import_module(f"llmlab.course.check.{m}")
         for name, value in vars(module).items():
             if isinstance(value, dict) and value and all(isinstance(v, tuple) and len(v) == 2
                                                          and all(isinstance(t, str) for t in v)
@@ -103,7 +103,7 @@ def test_every_hint_table_pairs_english_with_chinese():
 
 
 def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
-    from llmlab.check import ch07, ch10, ch11, ch12
+    from llmlab.course.check import ch07, ch10, ch11, ch12
 
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
     assert not r and r.message == ch07.CROSSOVER_WHY_WRONG["ridge_moves"][1]
@@ -123,7 +123,7 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
 
 
 def test_dict_answers_name_each_wrong_key_in_chinese(zh):
-    from llmlab.check import ch08, ch11
+    from llmlab.course.check import ch08, ch11
 
     r = quiet(ch08.seed_q3, {"step_ms_batch1": 1, "step_ms_batch32": 2, "throughput_ratio": 32.0,
                              "bound": "sideways"})
@@ -133,7 +133,7 @@ def test_dict_answers_name_each_wrong_key_in_chinese(zh):
 
 
 def test_right_answers_pass_in_chinese_with_a_chinese_verdict(zh):
-    from llmlab.check import ch09, ch12
+    from llmlab.course.check import ch09, ch12
 
     right = {k: "row" if k in ("o_proj", "down_proj") else "column" for k in ch09.PROJECTIONS}
     r = quiet(ch09.parallel_style, right)
@@ -165,9 +165,9 @@ def test_chinese_text_uses_one_term_per_concept():
 
 
 def test_argument_errors_speak_chinese_and_keep_the_english(zh):
-    from llmlab import costs, roofline
+    from llmlab.analysis import costs, roofline
     from llmlab.engine import LLMEngine
-    from llmlab.hardware import get_hardware
+    from llmlab.analysis.hardware import get_hardware
     from llmlab.model import tiny_model
     from llmlab.sampling import SamplingParams
 
@@ -206,8 +206,8 @@ def test_llm_generate_refuses_mismatched_params_in_chinese(zh):
 
 
 def test_grade_report_text_speaks_chinese_and_its_json_stays(zh):
-    from llmlab.instructor import grading
-    from llmlab.instructor.grading import ExerciseResult, GradeReport
+    from llmlab.course.instructor import grading
+    from llmlab.course.instructor.grading import ExerciseResult, GradeReport
 
     rep = GradeReport("nb.ipynb", [ExerciseResult("ch00.a", True, "correct."),
                                    ExerciseResult("ch00.bb", False, "count again.")],
@@ -229,7 +229,7 @@ def test_grade_report_text_speaks_chinese_and_its_json_stays(zh):
 def test_missing_answer_message_in_chinese(zh):
     import nbformat
 
-    from llmlab.instructor import grading
+    from llmlab.course.instructor import grading
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("print(1)")]
@@ -240,7 +240,7 @@ def test_missing_answer_message_in_chinese(zh):
 
 
 def test_doctor_report_speaks_chinese_and_still_finds_a_missing_model(zh, monkeypatch, capsys):
-    from llmlab import doctor
+    from llmlab.tools import doctor
 
     info = doctor.report()
     assert "triton 模式" in info and "模型包" in info and "torch" in info
@@ -260,7 +260,7 @@ def test_doctor_report_speaks_chinese_and_still_finds_a_missing_model(zh, monkey
 
 
 def test_texts_the_notebooks_print_have_chinese_for_every_key():
-    from llmlab.check import ch10, ch11, ch12
+    from llmlab.course.check import ch10, ch11, ch12
 
     for english, chinese in ((ch10.BURSTINESS_STATEMENTS, ch10.BURSTINESS_STATEMENTS_ZH),
                              (ch11.RATIO_OPTIONS, ch11.RATIO_OPTIONS_ZH),

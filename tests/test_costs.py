@@ -1,9 +1,9 @@
-"""llmlab.costs: the seed's numbers reproduced, parameter counts of real configs, FLOPs/bytes laws."""
+"""llmlab.analysis.costs: the seed's numbers reproduced, parameter counts of real configs, FLOPs/bytes laws."""
 from __future__ import annotations
 
 import pytest
 
-from llmlab import costs
+from llmlab.analysis import costs
 from llmlab.config import PRESETS, get_config, tiny_config
 
 

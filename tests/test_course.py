@@ -12,8 +12,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from llmlab.check.core import KINDS, ExerciseInfo
-from llmlab.instructor.exercises import _checker_calls, exercise_ids
+from llmlab.course.check.core import KINDS, ExerciseInfo
+from llmlab.course.instructor.exercises import _checker_calls, exercise_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -120,7 +120,7 @@ PREDICTION_CHAPTERS = [p for p in NOTEBOOKS if 3 <= int(p.stem[:2]) <= 11]
 
 
 def _prediction_calls(source: str) -> list[ast.Call]:
-    """Calls of llmlab.check.predict's compare / compare_choice (as `predict.compare(...)` or the
+    """Calls of llmlab.course.check.predict's compare / compare_choice (as `predict.compare(...)` or the
     bare imported name; `sim.compare(...)` and other modules' compare are not predictions)."""
     try:
         tree = ast.parse(source)
@@ -156,7 +156,7 @@ def test_prediction_is_written_before_the_measurement(path):
             where = [j for j, c in enumerate(nb.cells[:i]) if c.cell_type == "code" and mark.search(c.source)]
             code_between = where and any(c.cell_type == "code" for c in nb.cells[where[-1] + 1:i])
             found.append((var, bool(code_between)))
-    assert found, f"{path.name}: no prediction compared with a measurement (llmlab.check.predict)"
+    assert found, f"{path.name}: no prediction compared with a measurement (llmlab.course.check.predict)"
     assert all(ok for _, ok in found), \
         f"{path.name}: a prediction must be written (`name = ...  # SOLUTION`) in a cell before the measurement: {found}"
 
@@ -186,7 +186,7 @@ def test_every_widget_sets_a_task_with_a_checker(path):
 
 def _info(exercise: str) -> ExerciseInfo | None:
     module, _, fn = exercise.partition(".")
-    mod = importlib.import_module(f"llmlab.check.{module}")
+    mod = importlib.import_module(f"llmlab.course.check.{module}")
     return getattr(mod, "EXERCISES", {}).get(fn)
 
 
@@ -203,8 +203,8 @@ def test_each_chapter_has_four_exercises_two_of_them_reasoning(path):
 def test_every_described_exercise_is_in_a_notebook():
     called = {ex for p in NOTEBOOKS for ex in exercise_ids(_nb(p))}
     stale = []
-    for module in sorted((ROOT / "llmlab" / "check").glob("ch[0-9][0-9].py")):
-        mod = importlib.import_module(f"llmlab.check.{module.stem}")
+    for module in sorted((ROOT / "llmlab" / "course" / "check").glob("ch[0-9][0-9].py")):
+        mod = importlib.import_module(f"llmlab.course.check.{module.stem}")
         for fn, info in getattr(mod, "EXERCISES", {}).items():
             assert isinstance(info, ExerciseInfo) and info.kind in KINDS
             assert callable(getattr(mod, fn, None)), f"{module.stem}.EXERCISES names no function {fn}"
@@ -214,7 +214,7 @@ def test_every_described_exercise_is_in_a_notebook():
 
 
 def test_instructors_table_is_current():
-    from llmlab.instructor.table import rewrite
+    from llmlab.course.instructor.table import rewrite
 
     doc = ROOT / "docs" / "instructors.md"
     assert doc.read_text(encoding="utf-8") == rewrite(doc, ROOT / "notebooks"), \
@@ -237,7 +237,7 @@ MACHINE_PROSE = re.compile(r"\b(2|two)[- ]core\b", re.I)
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_no_machine_written_into_prose(path):
-    """Facts about the reader's machine are measured (llmlab.hardware), not written as if every
+    """Facts about the reader's machine are measured (llmlab.analysis.hardware), not written as if every
     reader had the machine the course was written on."""
     hits = [i for i, c in enumerate(_nb(path).cells) if c.cell_type == "markdown" and MACHINE_PROSE.search(c.source)]
     assert not hits, f"{path.name}: markdown cells {hits} speak of a 2-core machine"
@@ -250,7 +250,7 @@ INFRA = re.compile(r"os\.environ|LLMLAB_FAST|HF_HUB_OFFLINE|TRITON_INTERPRET|\bC
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_cells_a_student_runs_hold_no_test_switch(path):
-    """Test switches live in the package (`llmlab.session.sized`) and the test harness, not in the
+    """Test switches live in the package (`llmlab.course.session.sized`) and the test harness, not in the
     cells a student runs; chapter 00 alone prints the whole environment report."""
     nb = _nb(path)
     hits = [(i, m[0]) for i, c in enumerate(nb.cells) if c.cell_type == "code"

@@ -15,9 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from llmlab.check import core
-from llmlab.instructor import editions, exercise_calls, student_notebook
-from llmlab.instructor.student import _LINE_MARK
+from llmlab.course.check import core
+from llmlab.course.instructor import editions, exercise_calls, student_notebook
+from llmlab.course.instructor.student import _LINE_MARK
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -146,7 +146,7 @@ def test_each_chapter_has_its_own_number():
 
 
 def test_the_worked_solution_is_named_only_at_the_last_stage(monkeypatch):
-    from llmlab.check import ch04
+    from llmlab.course.check import ch04
 
     monkeypatch.setattr(core, "_WRONG_TRIES", {})
     messages = [ch04.kv_bytes_per_token(12345).message for _ in range(core.SOLUTION_AFTER)]
@@ -176,7 +176,7 @@ def test_rebuild_keeps_a_chapter_the_student_edited_and_never_overwrites_a_kept_
 
 
 def test_html_folds_each_worked_solution_under_its_exercise(built):
-    from llmlab.offline_html import to_html
+    from llmlab.course.offline_html import to_html
 
     chapter = built["en"] / "04-kv-cache.ipynb"
     nb = nbformat.read(chapter, as_version=4)
@@ -196,7 +196,7 @@ def test_html_folds_each_worked_solution_under_its_exercise(built):
 
 def test_run_writes_the_executed_copy_without_solutions_and_the_html_with_them_folded(built, tmp_path):
     """What `make run` writes for a student chapter (here not executed: the writing step alone)."""
-    from llmlab.notebook_runner import write_outputs
+    from llmlab.course.notebook_runner import write_outputs
 
     chapter = built["zh"] / "05-prefill-decode.ipynb"
     nb = nbformat.read(chapter, as_version=4)

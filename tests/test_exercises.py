@@ -14,11 +14,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from llmlab.instructor import (MANIFEST_NAME, Exercise, exercise_calls, exercises, exercises_for, read_manifest,
+from llmlab.course.instructor import (MANIFEST_NAME, Exercise, exercise_calls, exercises, exercises_for, read_manifest,
                                write_manifest)
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECK_MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "check").glob("ch[0-9]*.py"))
+CHECK_MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "course" / "check").glob("ch[0-9]*.py"))
 
 
 def _nb(*sources: str):
@@ -28,8 +28,8 @@ def _nb(*sources: str):
 def test_exercise_calls_follow_every_import_style():
     nb = _nb("from llmlab import check\ncheck.ch00.num_chapters(1)",
              "from llmlab.check import ch04 as c4\nc4.kv_bytes_per_token(None)",
-             "import llmlab.check.ch07 as roof\nx = roof.ridge_point(2)",
-             "from llmlab.check.ch10 import tpot as my_tpot\nmy_tpot(0.1)",
+             "import llmlab.course.check.ch07 as roof\nx = roof.ridge_point(2)",
+             "from llmlab.course.check.ch10 import tpot as my_tpot\nmy_tpot(0.1)",
              "import llmlab\nllmlab.check.ch02.head_size(None)\nch03.forwards(None)",
              "%timeit 1\nch08.why_continuous('b')",
              "print(ch02.HIDDEN, check.ch00.CHAPTERS)\nch00.num_chapters(None)  # again: counted once",
@@ -41,7 +41,7 @@ def test_exercise_calls_follow_every_import_style():
 
 
 def test_exercises_record_the_shape_of_the_first_call():
-    nb = _nb("from llmlab.check import ch06\nch06.working_set_level(answer, size=2**20)",
+    nb = _nb("from llmlab.course.check import ch06\nch06.working_set_level(answer, size=2**20)",
              "ch06.working_set_level(other)",                    # a later call does not change it
              "ch06.hbm_vs_pcie(*pair, extra)\nch06.weight_read_ms()",
              "not python (\nch06.h200_floor_ms(answer)")
@@ -54,7 +54,7 @@ def test_every_checker_answers_none_with_its_own_id_and_a_hint():
     with a hint, for the placeholder None, and return the same verdict (the grader reads it)."""
     count = 0
     for name in CHECK_MODULES:
-        module = importlib.import_module(f"llmlab.check.{name}")
+        module = importlib.import_module(f"llmlab.course.check.{name}")
         for fname, fn in inspect.getmembers(module, inspect.isfunction):
             if fn.__module__ != module.__name__ or fname.startswith("_") \
                     or "CheckResult" not in str(inspect.signature(fn).return_annotation):
@@ -90,7 +90,7 @@ def test_manifest_round_trip_and_malformed_entries(tmp_path):
 
 
 def test_exercises_for_reads_a_notebook_a_manifest_or_a_folder(tmp_path):
-    nb = _nb("from llmlab.check import ch00\nch00.num_chapters(answer)", "ch00.fast_mode(answer)")
+    nb = _nb("from llmlab.course.check import ch00\nch00.num_chapters(answer)", "ch00.fast_mode(answer)")
     (tmp_path / "notebooks").mkdir()
     nbformat.write(nb, tmp_path / "notebooks" / "00-setup.ipynb")
     want = [Exercise("ch00.num_chapters"), Exercise("ch00.fast_mode")]

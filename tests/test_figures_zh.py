@@ -15,11 +15,12 @@ import pytest
 
 matplotlib.use("Agg")
 
-from llmlab import i18n, roofline  # noqa: E402
-from llmlab.check.ch12 import DECODE_STARTS_AT, LOOP_STEPS, LOOP_WITH_CACHE  # noqa: E402
+from llmlab import i18n  # noqa: E402
+from llmlab.analysis import roofline
+from llmlab.course.check.ch12 import DECODE_STARTS_AT, LOOP_STEPS, LOOP_WITH_CACHE  # noqa: E402
 from llmlab.config import get_config  # noqa: E402
-from llmlab.hardware import get_hardware  # noqa: E402
-from llmlab.metrics import Timeline, summarize  # noqa: E402
+from llmlab.analysis.hardware import get_hardware  # noqa: E402
+from llmlab.analysis.metrics import Timeline, summarize  # noqa: E402
 
 CJK = re.compile(r"[\u3400-\u9fff]")
 # words that stay in English inside Chinese text (the glossary's English terms, units, code names)
@@ -102,8 +103,8 @@ _TINY: dict = {}
 
 
 def _sampling_settings():
-    from llmlab.figures import ch03
-    from llmlab.widgets.sampling import prompt_logits
+    from llmlab.course.figures import ch03
+    from llmlab.course.widgets.sampling import prompt_logits
 
     model, bpe = _tiny()
     return ch03.sampling_settings(prompt_logits("the cat", model, bpe), bpe,
@@ -112,10 +113,10 @@ def _sampling_settings():
 
 def _chapter_figures():
     """(name, build) of at least one figure of every chapter module, and of the widgets' plots."""
-    from llmlab.figures import (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10,
+    from llmlab.course.figures import (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10,
                                 ch11, ch12)
-    from llmlab.widgets import blocks, kv, memory, metrics, parallel
-    from llmlab.widgets import roofline as roofline_widget
+    from llmlab.course.widgets import blocks, kv, memory, metrics, parallel
+    from llmlab.course.widgets import roofline as roofline_widget
 
     steps8 = [roofline.StepMeasurement("decode", b, 63, s, roofline.decode_step(get_config("smollm2-135m"), b, 64, 4))
               for b, s in {1: 0.010, 8: 0.020}.items()]
@@ -178,10 +179,10 @@ def _chapter_figures():
 
 
 def _module_figures():
-    """(name, build) of the plots that llmlab.roofline, llmlab.sim and llmlab.hardware draw
+    """(name, build) of the plots that llmlab.analysis.roofline, llmlab.analysis.sim and llmlab.analysis.hardware draw
     themselves (the chapters call them directly), on small inputs; the memory mountain on a tiny
     made-up measurement."""
-    from llmlab import hardware, sim
+    from llmlab.analysis import hardware, sim
 
     cfg = get_config("smollm2-135m")
     cpu = get_hardware("laptop-cpu").replace(name="test cpu, 2 threads", measured=True)
@@ -227,7 +228,7 @@ def test_figure_speaks_chinese_with_every_glyph_drawn(zh, name):
 
 
 def test_english_figures_are_unchanged_after_switching_back(zh):
-    from llmlab.figures import ch00, ch04
+    from llmlab.course.figures import ch00, ch04
 
     fig, _ = _drawn(ch00.chapter_map)
     assert CJK.search(fig.axes[0].get_title())
@@ -239,7 +240,7 @@ def test_english_figures_are_unchanged_after_switching_back(zh):
 
 
 def test_roofline_sim_and_hardware_plots_switch_back_to_their_english(zh):
-    from llmlab import hardware, sim
+    from llmlab.analysis import hardware, sim
 
     cfg70 = get_config("llama-3-70b")
     op = roofline.decode_attention(cfg70, 1, 1024)
@@ -263,14 +264,14 @@ def test_roofline_sim_and_hardware_plots_switch_back_to_their_english(zh):
 
 
 def _width(line: str) -> int:
-    from llmlab.figures.headers import width
+    from llmlab.utils import width
 
     return width(line)
 
 
 def test_printed_tables_have_chinese_headers_and_stay_aligned(zh):
-    from llmlab.figures import ch06, ch08
-    from llmlab.widgets import blocks
+    from llmlab.course.figures import ch06, ch08
+    from llmlab.course.widgets import blocks
 
     for text in (blocks.table_text([{"block": 1, "held by": "A,B", "ref_cnt": 2}, {"block": 12, "held by": "-",
                                                                                   "ref_cnt": 0}]),
@@ -285,8 +286,8 @@ def test_printed_tables_have_chinese_headers_and_stay_aligned(zh):
 
 
 def test_widgets_label_their_controls_and_readouts_in_chinese(zh):
-    from llmlab.widgets import batching, blocks, kv, memory, metrics, parallel, roofline as rw
-    from llmlab.widgets import sampling, tokens
+    from llmlab.course.widgets import batching, blocks, kv, memory, metrics, parallel, roofline as rw
+    from llmlab.course.widgets import sampling, tokens
 
     boxes = {"kv_calculator": kv.kv_calculator(), "roofline_explorer": rw.roofline_explorer(),
              "weight_read_explorer": memory.weight_read_explorer(),
@@ -314,7 +315,7 @@ def test_widgets_label_their_controls_and_readouts_in_chinese(zh):
 
 
 def test_readouts_keep_their_numbers_in_chinese(zh):
-    from llmlab.widgets import kv, memory
+    from llmlab.course.widgets import kv, memory
 
     s = kv.kv_summary()
     zh_line = kv.kv_text(s)
@@ -333,8 +334,8 @@ def _chinese_strings():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "llmlab"
-    files = sorted((root / "figures").glob("*.py")) + sorted((root / "widgets").glob("*.py"))
-    files += [root / name for name in ("roofline.py", "sim.py", "hardware.py")]
+    files = sorted((root / "course" / "figures").glob("*.py")) + sorted((root / "course" / "widgets").glob("*.py"))
+    files += [root / "analysis" / name for name in ("roofline.py", "sim.py", "hardware.py")]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and CJK.search(node.value):
@@ -342,7 +343,7 @@ def _chinese_strings():
 
 
 def test_chinese_labels_use_the_glossary_terms():
-    from llmlab.glossary import load_glossary, zh_synonym_uses
+    from llmlab.course.glossary import load_glossary, zh_synonym_uses
 
     entries = load_glossary()
     strings = list(_chinese_strings())

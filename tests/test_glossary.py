@@ -1,4 +1,4 @@
-"""llmlab.glossary and data/glossary.json: every term in both languages, A–Z, each chapter's
+"""llmlab.course.glossary and data/glossary.json: every term in both languages, A–Z, each chapter's
 terms introduced in its notebook, and every "term (中文)" in a notebook found in the glossary
 (asserted for chapters 11–12; other notebooks' misses are printed for the lead)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmlab import glossary as g
+from llmlab.course import glossary as g
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

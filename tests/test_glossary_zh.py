@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from llmlab import glossary as g
+from llmlab.course import glossary as g
 from llmlab import i18n
 
 _CJK = r"[\u3400-\u4dbf\u4e00-\u9fff]"

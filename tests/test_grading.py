@@ -23,16 +23,16 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from llmlab.check.core import NOT_ANSWERED
-from llmlab.instructor import (MANIFEST_NAME, NOT_RECORDED, ExerciseResult, GradeReport, exercise_ids, fill_solutions,
+from llmlab.course.check.core import NOT_ANSWERED
+from llmlab.course.instructor import (MANIFEST_NAME, NOT_RECORDED, ExerciseResult, GradeReport, exercise_ids, fill_solutions,
                                grade_main, read_answers, student_main, student_notebook)
-from llmlab.instructor import grading
+from llmlab.course.instructor import grading
 
 from notebook_grading import NOTEBOOKS, grade_subprocess
 
 SYNTHETIC = [
     new_markdown_cell("# A tiny chapter\nThree exercises built on chapter 00's checkers."),
-    new_code_cell("from llmlab import check\nfrom llmlab.check import ch00 as c0"),
+    new_code_cell("from llmlab import check\nfrom llmlab.course.check import ch00 as c0"),
     new_code_cell("answer = 13  # SOLUTION\ncheck.ch00.num_chapters(answer)"),
     new_code_cell(textwrap.dedent("""\
         def pick():
@@ -129,7 +129,7 @@ def test_a_function_answer_is_recorded_in_the_kernel_and_checked_in_the_sandbox(
     """The student's function uses a helper and module aliases from other cells; the grader
     carries them along and the checker passes it."""
     nb = new_notebook(cells=[
-        new_code_cell("import torch\nimport torch.nn.functional as F\nfrom llmlab.check import ch02"),
+        new_code_cell("import torch\nimport torch.nn.functional as F\nfrom llmlab.course.check import ch02"),
         new_code_cell("def causal(T):\n    return torch.ones(T, T, dtype=torch.bool).triu(1)"),
         new_code_cell(textwrap.dedent("""\
             def my_attention(q, k, v):
@@ -160,8 +160,8 @@ def test_a_replaced_checker_scores_nothing(tmp_path, tiny):
     student.cells.insert(2, new_code_cell(textwrap.dedent("""\
         check.ch00.num_chapters = lambda a: print("[check ch00.num_chapters] PASS: ok")
         c0.fast_mode = lambda a: print("[check ch00.fast_mode] PASS: ok")
-        import llmlab.check.ch00
-        llmlab.check.ch00.module_for_paged_attention = print""")))
+        import llmlab.course.check.ch00
+        llmlab.course.check.ch00.module_for_paged_attention = print""")))
     (rep,) = _grade_json([_write(tmp_path, "forged", student)], "--source", str(src))
     assert (rep["score"], rep["total"]) == (0, 3), rep
     for ex in rep["exercises"]:
@@ -211,10 +211,10 @@ def test_grader_counts_exercises_after_a_crash_and_interrupts_slow_cells(tmp_pat
     leaves the later exercises failed with a message that says why; outputs handed in with
     the notebook are never graded."""
     source = _write(tmp_path, "instructor", new_notebook(cells=[
-        new_code_cell("from llmlab.check import ch00\nch00.num_chapters(13)\nch00.fast_mode('b')\n"
+        new_code_cell("from llmlab.course.check import ch00\nch00.num_chapters(13)\nch00.fast_mode('b')\n"
                       "ch00.module_for_paged_attention('ops')")]))
     nb = new_notebook(cells=[
-        new_code_cell("from llmlab.check import ch00\nimport time"),
+        new_code_cell("from llmlab.course.check import ch00\nimport time"),
         new_code_cell("time.sleep(600)"),
         new_code_cell("ch00.num_chapters(13)"),
         new_code_cell("import os\nos._exit(1)"),
@@ -236,7 +236,7 @@ def test_grader_counts_exercises_after_a_crash_and_interrupts_slow_cells(tmp_pat
 def test_a_kernel_that_ignores_interrupts_ends_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(grading, "PROBE_TIMEOUT_S", 2)
     nb = new_notebook(cells=[
-        new_code_cell("from llmlab.check import ch00\nimport signal, time"),
+        new_code_cell("from llmlab.course.check import ch00\nimport signal, time"),
         new_code_cell("ch00.num_chapters(13)"),
         new_code_cell("signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel restores it for the next cell\n"
                       "while True:\n    time.sleep(0.05)"),
@@ -279,15 +279,15 @@ def test_read_answers_takes_nothing_from_a_link_or_a_pipe(tmp_path):
 
 
 def test_package_fingerprint_sees_an_edited_checker_but_not_compiled_caches(tmp_path, monkeypatch):
-    (tmp_path / "llmlab" / "check" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "llmlab" / "course" / "check" / "__pycache__").mkdir(parents=True)
     (tmp_path / "data").mkdir()
-    checker = tmp_path / "llmlab" / "check" / "ch00.py"
+    checker = tmp_path / "llmlab" / "course" / "check" / "ch00.py"
     checker.write_text("CHAPTERS = 13\n")
     (tmp_path / "data" / "models.json").write_text("{}")
     monkeypatch.setattr(grading, "package_root", lambda: tmp_path)
     monkeypatch.setattr("llmlab.config.DATA_DIR", tmp_path / "data")
     before = grading.package_fingerprint()
-    (tmp_path / "llmlab" / "check" / "__pycache__" / "ch00.cpython-311.pyc").write_bytes(b"compiled")
+    (tmp_path / "llmlab" / "course" / "check" / "__pycache__" / "ch00.cpython-311.pyc").write_bytes(b"compiled")
     assert grading.package_fingerprint() == before
     checker.write_text("CHAPTERS = 12\n")
     assert grading.package_fingerprint() != before
@@ -335,12 +335,12 @@ def test_round_trip_every_notebook(path, tmp_path):
     test_notebooks.py, in the one run that also checks its time and figures; its solutions put
     back into the student version give it exactly.) Chapter 12 goes round in the Chinese
     edition: the grader then hears its checkers in Chinese."""
-    from llmlab.instructor import editions
+    from llmlab.course.instructor import editions
 
     zh = path.stem in ZH_STUDENT
     nb = nbformat.read(path, as_version=4)
     if zh:
-        from llmlab import lang
+        from llmlab.course import lang
 
         [translated] = lang.build("zh", path, tmp_path / "zh")
         nb = nbformat.read(translated, as_version=4)

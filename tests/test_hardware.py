@@ -1,12 +1,12 @@
-"""llmlab.hardware: the presets' figures and sources, and measurements of this machine."""
+"""llmlab.analysis.hardware: the presets' figures and sources, and measurements of this machine."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from llmlab import hardware
-from llmlab.hardware import DATA_DIR, PRESETS, Hardware
+from llmlab.analysis import hardware
+from llmlab.analysis.hardware import DATA_DIR, PRESETS, Hardware
 
 GPUS = ["H100-SXM", "H100-SXM-seed", "H200", "A100-80GB", "L4", "RTX-4090"]
 FIGURES = ["mem_bw", "peak_flops", "mem_size", "l2_size", "smem_per_sm", "num_sms", "interconnect"]

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from llmlab.check import core
-from llmlab.instructor.leaks import number_forms
+from llmlab.course.check import core
+from llmlab.course.instructor.leaks import number_forms
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "check").glob("ch[0-9][0-9].py"))
+MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "course" / "check").glob("ch[0-9][0-9].py"))
 SNIPPET = re.compile(r"`([^`\n]+)`")
 CALL = re.compile(r"[A-Za-z_][\w.]*\([^()]*\)")          # a call written in prose: mod.f(...)
 
@@ -47,7 +47,7 @@ def strings_of(module_name: str) -> list[str]:
     checking helpers (`not_yet`, `staged`, `check_number`'s default_hint/formula/mistakes, ...),
     and the values it assigns to names that say they are hints (`*HINT*`, `*WHY*`, `*MISTAKE*`);
     f-strings contribute their constant parts."""
-    tree = ast.parse((ROOT / "llmlab" / "check" / f"{module_name}.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "llmlab" / "course" / "check" / f"{module_name}.py").read_text(encoding="utf-8"))
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -148,7 +148,7 @@ def giveaways(prefix: str, exercises, strings, ns) -> list[str]:
 
 @pytest.mark.parametrize("module_name", MODULES)
 def test_no_hint_passes_as_an_answer_or_as_code(module_name):
-    module = importlib.import_module(f"llmlab.check.{module_name}")
+    module = importlib.import_module(f"llmlab.course.check.{module_name}")
     exercises = one_answer_exercises(module)
     if not exercises:
         pytest.skip(f"{module_name} describes no single-answer exercise")
@@ -162,7 +162,7 @@ WRONG_FACTORS = (1.37, 0.61, 2, 0.5, 8, 0.125, 1000, 1e-3, 4, 0.25, -1)
 def test_hints_to_wrong_numbers_never_show_the_number():
     numeric = []
     for module_name in MODULES:
-        module = importlib.import_module(f"llmlab.check.{module_name}")
+        module = importlib.import_module(f"llmlab.course.check.{module_name}")
         for name, fn in one_answer_exercises(module):
             ex = f"{module_name}.{name}"
             quiet(fn, None)

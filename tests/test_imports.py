@@ -93,3 +93,98 @@ def test_layer_modules_exist(module):
     parts = module.split(".")[1:]
     assert (PACKAGE.joinpath(*parts).with_suffix(".py").is_file()
             or PACKAGE.joinpath(*parts, "__init__.py").is_file())
+
+
+# ---- the folders: engine <- analysis <- tools <- course <- the command line ---------------------
+
+# Each module's layer. The engine is everything not listed (llmlab/*.py and its engine folders).
+LAYERS = ("engine", "analysis", "tools", "course", "cli")
+FOLDERS = {"llmlab.analysis": "analysis", "llmlab.bench": "tools", "llmlab.tools": "tools",
+           "llmlab.course": "course", "llmlab.__main__": "cli"}
+# inside the course: checkers never import widgets or figures; figures never import widgets
+COURSE_FORBIDDEN = {"llmlab.course.check": ("llmlab.course.widgets", "llmlab.course.figures"),
+                    "llmlab.course.figures": ("llmlab.course.widgets",)}
+
+
+def layer_of(module: str) -> str | None:
+    if module != "llmlab" and not module.startswith("llmlab."):
+        return None
+    for prefix, layer in FOLDERS.items():
+        if _matches(module, prefix):
+            return layer
+    return "engine"
+
+
+def _resolve(name: str) -> str:
+    """An import of a module's earlier name (`llmlab.costs`) counts where the module lives."""
+    import llmlab
+
+    target = llmlab._MovedModules._target(name)
+    return target or name
+
+
+def layer_violations() -> list[str]:
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        mine = layer_of(module)
+        if module == "llmlab":          # the package's front door names every layer lazily
+            continue
+        for name in sorted(imports_of(path)):
+            name = _resolve(name)
+            theirs = layer_of(name)
+            if theirs is not None and LAYERS.index(theirs) > LAYERS.index(mine):
+                bad.append(f"{module} ({mine}) imports {name} ({theirs})")
+            for inside, forbidden in COURSE_FORBIDDEN.items():
+                if _matches(module, inside) and any(_matches(name, f) for f in forbidden):
+                    bad.append(f"{module} imports {name}")
+    return bad
+
+
+def folder_cycles() -> list[tuple[str, str]]:
+    """Pairs of folders (llmlab/<folder> or llmlab/<layer>/<folder>) importing each other."""
+    def folder(module: str) -> str:
+        parts = module.split(".")
+        depth = 3 if len(parts) > 2 and parts[1] in ("analysis", "course", "tools") else 2
+        return ".".join(parts[:depth])
+
+    edges = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        if module in ("llmlab", "llmlab.course", "llmlab.analysis", "llmlab.tools"):
+            continue
+        for name in imports_of(path):
+            name = _resolve(name)
+            if name.startswith("llmlab.") and folder(name) != folder(module):
+                edges.add((folder(module), folder(name)))
+    return sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
+
+
+def test_imports_between_layers_point_one_way():
+    """The engine never imports analysis or the course, analysis never the course or tools,
+    tools never the course; checkers compute through analysis, never widgets or figures."""
+    assert layer_violations() == []
+
+
+def test_no_two_folders_import_each_other():
+    assert folder_cycles() == []
+
+
+def test_the_layer_check_catches_a_planted_arrow(tmp_path):
+    pkg = tmp_path / "llmlab"
+    for folder in ("engine", "analysis", "course/check", "course/widgets"):
+        (pkg / folder).mkdir(parents=True)
+    (pkg / "engine" / "scheduler.py").write_text("from llmlab.analysis import costs\n")
+    (pkg / "analysis" / "sim.py").write_text("def f():\n    from llmlab.check import ch08\n")
+    (pkg / "course" / "check" / "ch08.py").write_text("from ..widgets.batching import f\n")
+    (pkg / "course" / "widgets" / "batching.py").write_text("from llmlab.course.check import ch08\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        found = layer_violations()
+        assert "llmlab.engine.scheduler (engine) imports llmlab.analysis.costs (analysis)" in found
+        assert "llmlab.analysis.sim (analysis) imports llmlab.course.check.ch08 (course)" in found
+        assert "llmlab.course.check.ch08 imports llmlab.course.widgets.batching" in found
+        assert folder_cycles() == [("llmlab.course.check", "llmlab.course.widgets")]
+    finally:
+        PACKAGE = saved

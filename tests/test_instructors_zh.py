@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmlab import i18n
-from llmlab.instructor.table import BEGIN, END, markdown, rewrite
+from llmlab.course.instructor.table import BEGIN, END, markdown, rewrite
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "instructors.zh.md"

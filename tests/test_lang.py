@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from llmlab import lang
+from llmlab.course import lang
 
 
 def _course(tmp_path):

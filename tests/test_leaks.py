@@ -6,7 +6,7 @@ import json
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from llmlab.instructor.leaks import find_leaks, number_forms, read_expected_log
+from llmlab.course.instructor.leaks import find_leaks, number_forms, read_expected_log
 
 
 def _nb(markdown_above: str, output_above: str, markdown_below: str = ""):
@@ -15,7 +15,7 @@ def _nb(markdown_above: str, output_above: str, markdown_below: str = ""):
     return new_notebook(cells=[
         new_markdown_cell(markdown_above),
         shown,
-        new_code_cell("from llmlab.check import ch04\nch04.kv_gb_for_request(None)"),
+        new_code_cell("from llmlab.course.check import ch04\nch04.kv_gb_for_request(None)"),
         new_markdown_cell(markdown_below),
     ])
 
@@ -49,7 +49,7 @@ def test_read_expected_log_skips_bad_lines(tmp_path):
 
 
 def test_checkers_write_what_they_expect_to_the_log(tmp_path, monkeypatch):
-    from llmlab.check import core
+    from llmlab.course.check import core
 
     log = tmp_path / "expected.jsonl"
     monkeypatch.setenv(core.EXPECTED_LOG_ENV, str(log))

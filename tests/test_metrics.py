@@ -1,4 +1,4 @@
-"""llmlab.metrics on hand-made timelines whose answers are worked out by hand below."""
+"""llmlab.analysis.metrics on hand-made timelines whose answers are worked out by hand below."""
 from __future__ import annotations
 
 import math
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmlab import metrics
+from llmlab.analysis import metrics
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
 from llmlab.request import RequestMetrics
-from llmlab.metrics import Timeline, arrival_times, summarize
+from llmlab.analysis.metrics import Timeline, arrival_times, summarize
 
 # A: arrives at 0, tokens at 1.0, 1.5, 2.0, 2.5 -> TTFT 1.0, E2EL 2.5, TPOT 1.5/3 = 0.5
 # B: arrives at 1.0, tokens at 1.2, 1.3       -> TTFT 0.2, E2EL 0.3, TPOT 0.1/1 = 0.1
@@ -174,7 +174,7 @@ def test_engine_driven_by_arrivals_reports_consistent_timings():
 
 
 def test_arrival_explorer_text_reports_the_drawn_gaps():
-    from llmlab.widgets.metrics import ARRIVALS_TEXT_PATTERN, arrivals_text
+    from llmlab.course.widgets.metrics import ARRIVALS_TEXT_PATTERN, arrivals_text
 
     m = ARRIVALS_TEXT_PATTERN.search(arrivals_text(rate=4.0, burstiness=0.25, num_requests=400))
     gaps = np.diff(arrival_times(400, 4.0, 0.25, seed=0))

@@ -12,9 +12,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from llmlab import i18n, lang
-from llmlab.check.predict import compare, compare_choice
-from llmlab.glossary import zh_synonym_uses
+from llmlab import i18n
+from llmlab.course import lang
+from llmlab.course.check.predict import compare, compare_choice
+from llmlab.course.glossary import zh_synonym_uses
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -74,7 +75,7 @@ def _course(tmp_path, code: str, catalog: dict[str, str]) -> Path:
     return nbs
 
 
-CELL = '''from llmlab.check import predict
+CELL = '''from llmlab.course.check import predict
 %time x = 1
 predict.compare(my_prediction, 2.0, quantity="step ratio", unit="x",
                 if_high="you pictured {word} the weights read " "once per token.",

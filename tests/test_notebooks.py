@@ -19,9 +19,9 @@ import pytest
 
 from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, grade_subprocess
 
-from llmlab.instructor import exercise_ids
-from llmlab.instructor.leaks import find_leaks, read_expected_log
-from llmlab.notebook_runner import write_outputs
+from llmlab.course.instructor import exercise_ids
+from llmlab.course.instructor.leaks import find_leaks, read_expected_log
+from llmlab.course.notebook_runner import write_outputs
 
 
 def test_notebooks_exist():
@@ -54,7 +54,7 @@ def test_notebook_runs_headless(path, lang):
     out = ROOT / "build" / "notebooks"
     english = nbformat.read(path, as_version=4)
     if lang == "zh":
-        from llmlab import lang as languages
+        from llmlab.course import lang as languages
 
         # built apart from build/zh/notebooks/, where `make lab LLMLAB_LANG=zh` keeps the student's copies
         [path] = languages.build("zh", path, ROOT / "build" / "test-zh" / "notebooks")
@@ -116,7 +116,7 @@ def test_make_run_executes_and_writes_html(tmp_path):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from llmlab.notebook_runner import execute_notebook
+    from llmlab.course.notebook_runner import execute_notebook
 
     good = tmp_path / "good.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell("x = 6 * 7\nprint(x)")]), good)

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from llmlab.offline_html import markdown_math_to_mathml, remote_loads, to_html
+from llmlab.course.offline_html import markdown_math_to_mathml, remote_loads, to_html
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -244,7 +244,7 @@ def test_measured_pipeline_schedule_obeys_causality_and_the_m1_bound():
 def test_explorer_text_and_bars_come_from_the_cost_model():
     import matplotlib
     matplotlib.use("Agg")
-    from llmlab.widgets.parallel import PARALLEL_TEXT_PATTERN, parallel_text, plot_parallel_cost
+    from llmlab.course.widgets.parallel import PARALLEL_TEXT_PATTERN, parallel_text, plot_parallel_cost
 
     m = PARALLEL_TEXT_PATTERN.search(parallel_text(tp=4, interconnect="pcie", batch=32, context=512))
     c = cost.decode_step_cost("llama-3-70b", tp=4, batch=32, interconnect="pcie", context=512)

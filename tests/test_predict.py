@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmlab.check.predict import NO_PREDICTION, compare, compare_choice
+from llmlab.course.check.predict import NO_PREDICTION, compare, compare_choice
 
 
 def test_order_of_magnitude(capsys):

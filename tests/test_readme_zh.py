@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmlab import glossary as g
+from llmlab.course import glossary as g
 
 ROOT = Path(__file__).resolve().parent.parent
 README_ZH = ROOT / "README.zh.md"

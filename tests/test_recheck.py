@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from llmlab.check import ch00, ch02, ch06
-from llmlab.check.core import NOT_ANSWERED
-from llmlab.instructor import Exercise
-from llmlab.instructor.recheck import Recheck, RecheckError, judge
+from llmlab.course.check import ch00, ch02, ch06
+from llmlab.course.check.core import NOT_ANSWERED
+from llmlab.course.instructor import Exercise
+from llmlab.course.instructor.recheck import Recheck, RecheckError, judge
 
 
 def _rec(*args, **kwargs) -> dict:
@@ -103,8 +103,8 @@ def test_the_process_judges_recorded_answers_and_names_missing_checkers(tmp_path
                                timeout_s=120, function_timeout_s=10)
     assert got["ch00.num_chapters"] == (True, "correct.")
     assert got["ch00.fast_mode"][0] is False and "figure" in got["ch00.fast_mode"][1]
-    assert got["ch00.gone"] == (False, "llmlab.check.ch00 has no checker gone")
-    assert got["ch99.x"][0] is False and "no checker module llmlab.check.ch99" in got["ch99.x"][1]
+    assert got["ch00.gone"] == (False, "llmlab.course.check.ch00 has no checker gone")
+    assert got["ch99.x"][0] is False and "no checker module llmlab.course.check.ch99" in got["ch99.x"][1]
     assert got["ch00.module_for_paged_attention"] == (True, "correct.")    # a module answer, by name
 
 

@@ -1,13 +1,13 @@
-"""llmlab.roofline: ridge points and decode floors from the presets (the seed's numbers), where
+"""llmlab.analysis.roofline: ridge points and decode floors from the presets (the seed's numbers), where
 LLM operations sit, and the real-shape measurement helpers on the tiny model."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from llmlab import costs, roofline
+from llmlab.analysis import costs, roofline
 from llmlab.config import get_config
-from llmlab.hardware import PRESETS
+from llmlab.analysis.hardware import PRESETS
 
 L70 = get_config("llama-3-70b")
 
@@ -156,8 +156,8 @@ def test_plot_measured_batches_draws_floor_and_measurement():
 def test_roofline_widget_line_is_parseable_and_follows_the_sliders():
     import matplotlib
     matplotlib.use("Agg")
-    from llmlab.widgets import roofline_explorer
-    from llmlab.widgets.roofline import ROOFLINE_TEXT_PATTERN, roofline_summary, roofline_text
+    from llmlab.course.widgets import roofline_explorer
+    from llmlab.course.widgets.roofline import ROOFLINE_TEXT_PATTERN, roofline_summary, roofline_text
 
     line = roofline_text(roofline_summary("H100-SXM", "llama-3-70b", "bf16", 1, 1))
     ms, bound = ROOFLINE_TEXT_PATTERN.search(line).groups()
@@ -179,8 +179,8 @@ def test_roofline_widget_line_is_parseable_and_follows_the_sliders():
 def test_weight_read_widget_line():
     import matplotlib
     matplotlib.use("Agg")
-    from llmlab.widgets import weight_read_explorer
-    from llmlab.widgets.memory import WEIGHT_READ_PATTERN, weight_read_text
+    from llmlab.course.widgets import weight_read_explorer
+    from llmlab.course.widgets.memory import WEIGHT_READ_PATTERN, weight_read_text
 
     assert float(WEIGHT_READ_PATTERN.search(weight_read_text(70, "bf16", 3.0)).group(1)) == pytest.approx(46.7)
     box = weight_read_explorer()

@@ -1,7 +1,7 @@
-"""llmlab.session: a chapter's first line, and the workload size a headless run shrinks."""
+"""llmlab.course.session: a chapter's first line, and the workload size a headless run shrinks."""
 from __future__ import annotations
 
-from llmlab import session
+from llmlab.course import session
 
 
 def test_sized_gives_the_full_workload_to_a_reader_and_the_quick_one_to_a_headless_run(monkeypatch):

@@ -1,4 +1,4 @@
-"""llmlab.sim: the batching simulator's invariants (property tests) and the KV waste simulator."""
+"""llmlab.analysis.sim: the batching simulator's invariants (property tests) and the KV waste simulator."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmlab import sim
-from llmlab.sim import SimRequest
+from llmlab.analysis import sim
+from llmlab.analysis.sim import SimRequest
 
 
 @st.composite
@@ -174,8 +174,8 @@ def test_result_from_outputs_rebuilds_steps_from_token_times():
 def test_batching_widget_line_matches_the_simulator():
     import matplotlib
     matplotlib.use("Agg")
-    from llmlab.widgets import batching_simulator
-    from llmlab.widgets.batching import BATCHING_TEXT_PATTERN
+    from llmlab.course.widgets import batching_simulator
+    from llmlab.course.widgets.batching import BATCHING_TEXT_PATTERN
 
     box = batching_simulator(num_requests=12, max_batch=4)
     ratio, cont, stat = map(float, BATCHING_TEXT_PATTERN.search(box.children[2].value).groups())

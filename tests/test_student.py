@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from llmlab.instructor import (MANIFEST_NAME, PLACEHOLDER, Exercise, bound_names, exercise_ids,
+from llmlab.course.instructor import (MANIFEST_NAME, PLACEHOLDER, Exercise, bound_names, exercise_ids,
                                fill_solutions, read_manifest, strip_source, student_main, student_notebook)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,10 +114,10 @@ def test_student_version_of_each_notebook(path):
     nb = nbformat.read(path, as_version=4)
     student, solutions = student_notebook(nb, where=path.name)
     ids = exercise_ids(nb)
-    assert ids, f"{path.name} calls no llmlab.check function"
+    assert ids, f"{path.name} calls no llmlab.course.check function"
     for ex in ids:                                      # every id names a real checker
         mod, fname = ex.split(".")
-        assert callable(getattr(importlib.import_module(f"llmlab.check.{mod}"), fname, None)), ex
+        assert callable(getattr(importlib.import_module(f"llmlab.course.check.{mod}"), fname, None)), ex
     assert "exercises" not in student.metadata["llmlab"]      # the grader reads them from the source only
     assert len(solutions) >= len(ids), f"{path.name}: {len(ids)} exercises but {len(solutions)} marked solutions"
     for i, (cell, orig) in enumerate(zip(student.cells, nb.cells)):
@@ -138,7 +138,7 @@ def test_student_version_of_each_notebook(path):
 
 TINY = [
     new_markdown_cell("# A tiny chapter"),
-    new_code_cell("from llmlab.check import ch00"),
+    new_code_cell("from llmlab.course.check import ch00"),
     new_code_cell("answer = 13  # SOLUTION\nch00.num_chapters(answer)"),
     new_code_cell("answer = 'b'  # SOLUTION\nch00.fast_mode(answer)"),
 ]

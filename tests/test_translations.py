@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STUDENT_FACING = sorted([*(ROOT / "llmlab" / "check").glob("*.py"),
-                         *(ROOT / "llmlab" / "widgets").glob("*.py"),
-                         *(ROOT / "llmlab" / "figures").glob("*.py"),
-                         *(ROOT / "llmlab" / name for name in ("roofline.py", "sim.py", "hardware.py"))])
+STUDENT_FACING = sorted([*(ROOT / "llmlab" / "course" / "check").glob("*.py"),
+                         *(ROOT / "llmlab" / "course" / "widgets").glob("*.py"),
+                         *(ROOT / "llmlab" / "course" / "figures").glob("*.py"),
+                         *(ROOT / "llmlab" / "analysis" / name for name in ("roofline.py", "sim.py", "hardware.py",
+                                                                  "kv_budget.py", "blocks.py", "distribution.py"))])
 
 # call name -> (positional indices, keyword names) whose text a student reads
 SINKS = {
@@ -36,7 +37,7 @@ CODE_WORDS = {"dtype"}
 
 def _same_in_chinese() -> re.Pattern:
     """The glossary's terms that Chinese text keeps in English (KV cache, prefill, decode, ...)."""
-    from llmlab.glossary import load_glossary
+    from llmlab.course.glossary import load_glossary
 
     kept = sorted({e.primary_zh for e in load_glossary() if e.primary_zh.isascii()}, key=len, reverse=True)
     return re.compile("|".join(re.escape(k) for k in kept), re.IGNORECASE)

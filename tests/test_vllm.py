@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from llmlab import vllm_bridge
+from llmlab.tools import vllm_bridge
 from llmlab.config import DATA_DIR
 
 needs_vllm = pytest.mark.skipif(not vllm_bridge.available(),
@@ -118,7 +118,7 @@ def test_every_counterpart_is_found_in_the_installed_vllm():
 
 
 def test_doctor_says_whether_vllm_is_there(monkeypatch, tmp_path):
-    from llmlab import doctor
+    from llmlab.tools import doctor
 
     monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))
     assert "make vllm" in doctor.report()["vLLM"]
@@ -219,7 +219,7 @@ def test_every_vllm_file_the_chapters_cite_is_in_the_installed_vllm():
 
 
 def test_the_side_by_side_tables_line_up_in_chinese():
-    from llmlab.figures.headers import width
+    from llmlab.utils import width
     from llmlab.i18n import language, set_language
 
     before = language()

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 from llmlab.request import Request
 from llmlab.kvcache import KVCacheManager
 from llmlab.sampling import SamplingParams
-from llmlab.widgets.blocks import (block_allocation_explorer, manager_walkthrough, plot_block_tables,
+from llmlab.course.widgets.blocks import (block_allocation_explorer, manager_walkthrough, plot_block_tables,
                                    record_engine, snapshot, snapshot_text, waste_from_snapshots)
 
 BS, PREFIX = 4, 8
@@ -149,7 +149,7 @@ def test_real_engine_recording_and_measured_waste():
 
 
 def test_pool_table_shows_holders_ref_counts_hashes_and_queue_places():
-    from llmlab.widgets.blocks import pool_table, table_text
+    from llmlab.course.widgets.blocks import pool_table, table_text
 
     mgr = KVCacheManager(6, 4)
     a = Request("A", list(range(10, 19)), SamplingParams(), arrival_time=0.0)   # 9 tokens: 2 full blocks
@@ -171,7 +171,7 @@ def test_pool_table_shows_holders_ref_counts_hashes_and_queue_places():
 
 
 def test_chunked_prefill_schedule_checks_its_arguments():
-    from llmlab.widgets.blocks import chunked_prefill_schedule
+    from llmlab.course.widgets.blocks import chunked_prefill_schedule
 
     with pytest.raises(ValueError, match="decodes"):
         chunked_prefill_schedule(100, 8, 8)

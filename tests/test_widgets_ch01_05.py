@@ -11,13 +11,13 @@ import math
 import pytest
 import torch
 
-from llmlab import costs
+from llmlab.analysis import costs
 from llmlab.config import get_config
 from llmlab.tokenizer import train_bpe
-from llmlab.widgets.kv import KV_TEXT_PATTERN, kv_calculator, kv_summary, kv_text, plot_kv_memory
-from llmlab.widgets.sampling import (next_token_distribution, plot_next_token_distribution,
+from llmlab.course.widgets.kv import KV_TEXT_PATTERN, kv_calculator, kv_summary, kv_text, plot_kv_memory
+from llmlab.course.widgets.sampling import (next_token_distribution, plot_next_token_distribution,
                                      prompt_logits, sampling_explorer)
-from llmlab.widgets.tokens import token_html, token_viewer
+from llmlab.course.widgets.tokens import token_html, token_viewer
 
 BPE = train_bpe("the cat sat on the mat. the hat. 猫坐在垫子上。猫。" * 3, 300)
 
@@ -46,7 +46,7 @@ def test_token_viewer_rerenders_when_the_text_changes():
 
 
 def test_compare_tokenizers_shows_one_row_per_tokenizer():
-    from llmlab.widgets.tokens import compare_tokenizers
+    from llmlab.course.widgets.tokens import compare_tokenizers
 
     small = train_bpe("the cat sat", 257)
     h = compare_tokenizers("the cat", {"big BPE": BPE, "tiny BPE": small})
@@ -56,7 +56,7 @@ def test_compare_tokenizers_shows_one_row_per_tokenizer():
 
 
 def test_widgets_package_finds_functions_by_name():
-    import llmlab.widgets as w
+    import llmlab.course.widgets as w
 
     assert w.kv_calculator is kv_calculator and w.token_html is token_html
 
@@ -186,7 +186,7 @@ def test_kv_calculator_slider_updates_the_gb_text():
 
 
 def test_kv_budget_is_utilisation_times_memory_minus_weights_and_activations():
-    from llmlab.widgets.kv import kv_budget_bytes
+    from llmlab.course.widgets.kv import kv_budget_bytes
 
     assert kv_budget_bytes("H100-SXM", 0.9, 16e9, 2e9) == pytest.approx(0.9 * 80e9 - 18e9)
     assert kv_budget_bytes("L4", 0.9, 30e9) == 0.0

@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from llmlab import lang
-from llmlab.glossary import SEED_QUOTE, load_glossary, zh_synonym_uses
+from llmlab.course import lang
+from llmlab.course.glossary import SEED_QUOTE, load_glossary, zh_synonym_uses
 from source_chapter import WHERE, source_chapter_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -171,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, "
                              f"got {getattr(args, name)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from llmlab import hardware
+    from llmlab.analysis import hardware
     from llmlab.bench.llamacpp import build_workload, load_model
-    from llmlab.doctor import cpu_name
+    from llmlab.tools.doctor import cpu_name
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -51,7 +51,7 @@ def _time_hf(hf, prompt_ids: list[int], steps: int) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     from transformers import LlamaForCausalLM
 
-    from llmlab.doctor import cpu_name
+    from llmlab.tools.doctor import cpu_name
     from llmlab.model import load_model
     from llmlab.model_cpu import cpu_model
     from llmlab.weights import model_dir

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the comparison; print the table; write the JSON. Returns 0."""
     args = _parse(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from llmlab.doctor import cpu_name
+    from llmlab.tools.doctor import cpu_name
 
     if args.threads:
         torch.set_num_threads(args.threads)

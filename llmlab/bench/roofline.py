@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from llmlab import hardware, roofline
+    from llmlab.analysis import hardware, roofline
     from llmlab.bench import default_attention_backend
     from llmlab.model import load_model
 

@@ -3,7 +3,7 @@
 It plays many users at once, as vLLM's `vllm bench serve` does: requests leave at arrival
 times drawn from a Poisson process (or gamma gaps, `--burstiness`) at `--request-rate`, at most
 `--max-concurrency` in flight, each streamed. For every request it stamps the time it was sent
-and the time each chunk with a non-empty `choices` came back; `llmlab.metrics` turns those into
+and the time each chunk with a non-empty `choices` came back; `llmlab.analysis.metrics` turns those into
 TTFT, TPOT, ITL, E2EL (mean, median, p90, p99), request and token throughput, and goodput under
 SLOs (`--goodput ttft:500 tpot:50`, milliseconds, vLLM's syntax). Output lengths come from the
 server's `usage` (requested with `stream_options.include_usage`), else one token per chunk.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from llmlab.bench import write_report
-from llmlab import metrics
-from llmlab.metrics import BenchmarkSummary, Timeline
+from llmlab.analysis import metrics
+from llmlab.analysis.metrics import BenchmarkSummary, Timeline
 
 # ---- one request: what the client records ----------------------------------------------------
 
@@ -67,7 +67,7 @@ class RequestRecord:
         return self.completion_tokens if self.completion_tokens is not None else len(self.chunk_times)
 
     def timeline(self, prompt_len: int = 0) -> Timeline:
-        """This request as `llmlab.metrics` sees it: sent → each chunk; tokens from usage."""
+        """This request as `llmlab.analysis.metrics` sees it: sent → each chunk; tokens from usage."""
         return Timeline(arrival_time=self.sent_at, token_times=tuple(self.chunk_times),
                         num_prompt_tokens=self.prompt_tokens or prompt_len,
                         num_tokens=max(self.output_tokens, len(self.chunk_times)))
@@ -116,7 +116,7 @@ def record_stream(sent_at: float, timed_lines: Iterable[tuple[float, str]],
 def summarize_records(records: list[RequestRecord], duration: float,
                       slo: dict[str, float] | None = None,
                       prompt_lens: list[int] | None = None) -> BenchmarkSummary:
-    """`llmlab.metrics.summarize` over the successful requests (vLLM leaves failed ones out)."""
+    """`llmlab.analysis.metrics.summarize` over the successful requests (vLLM leaves failed ones out)."""
     lens = prompt_lens or [0] * len(records)
     good = [r.timeline(n) for r, n in zip(records, lens) if r.success]
     if not good:

@@ -15,7 +15,7 @@ batch size:
                   runs it by default: the "cpu" fast path (C kernels, prepared weights;
                   `--attention`; "torch" without a C compiler)
 - vllm            (optional, `--systems ...,vllm`, after `make vllm`) vLLM itself, the CPU build,
-                  in its own environment and process (`llmlab.vllm_bridge`), eager mode, on the
+                  in its own environment and process (`llmlab.tools.vllm_bridge`), eager mode, on the
                   same weights in float32; its time is its own `generate` call's (not its start-up)
 - llmlab-torch    our engine on the readable model (`attention_backend="torch"`: nn.Linear on
                   aten's matmul, as transformers, and PyTorch attention): `llmlab-torch` / the
@@ -152,7 +152,7 @@ def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
 
 def run_vllm(_hf, work, batch_size: int) -> int:
     """vLLM on the workload (its own warm-up first); `run_vllm.seconds` is its generate call's time."""
-    from llmlab import vllm_bridge
+    from llmlab.tools import vllm_bridge
 
     max_len = max(len(ids) + n for ids, n in work)
     run = vllm_bridge.run([list(ids) for ids, _ in work], [n for _, n in work], max_num_seqs=batch_size,
@@ -202,7 +202,7 @@ def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
 def workload_flops(cfg, work) -> float:
     """FLOPs an engine must spend on `work`: every prompt token and every fed-back output
     token through the layers, logits only for sampled tokens, causal attention over the cache."""
-    from llmlab import costs
+    from llmlab.analysis import costs
 
     lm_head = 2 * cfg.vocab_size * cfg.hidden_size
     layers = 2 * costs.matmul_params_per_token(cfg) - lm_head
@@ -218,7 +218,7 @@ def workload_flops(cfg, work) -> float:
 
 def measure_peak(threads: int) -> float:
     """This machine's fp32 matmul peak now (FLOP/s, the fastest of aten and oneDNN)."""
-    from llmlab.hardware import measure_matmul_flops
+    from llmlab.analysis.hardware import measure_matmul_flops
 
     return measure_matmul_flops("cpu", "fp32", n=1024, repeats=3, threads=threads)
 
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                "hf-continuous": run_hf_continuous, "llmlab-static": llmlab_static,
                "llmlab": llmlab_cont, "llmlab-torch": llmlab_torch, "vllm": run_vllm}
     if "vllm" in systems:
-        from llmlab import vllm_bridge
+        from llmlab.tools import vllm_bridge
 
         if not vllm_bridge.available():
             print(f"vllm: skipped. {vllm_bridge.how_to_add()}")

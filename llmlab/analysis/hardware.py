@@ -1,0 +1,472 @@
+"""Hardware: datasheet presets from `data/hardware.json` and measurements of this machine.
+
+A `Hardware` holds the two numbers the roofline needs (memory bandwidth in bytes/s, peak
+FLOP/s per dtype) and the sizes of the memory hierarchy. `PRESETS` are the datasheet figures
+(plus "H100-SXM-seed", the seed text's round 1000 TFLOPS / 3 TB/s); `this_machine()` measures
+the computer the notebook runs on, CPU or GPU:
+
+- `measure_bandwidth()` streams a buffer several times larger than the last-level cache;
+- `measure_matmul_flops()` times a large square matmul (the faster of MKL and oneDNN on a CPU);
+- `memory_mountain()` reads working sets from a few KB to hundreds of MB, where each cache
+  level shows as a step down in bandwidth.
+
+Each takes a few seconds with `LLMLAB_FAST=1`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from llmlab.i18n import tr
+from llmlab.utils import cpu_name  # noqa: F401 (part of this module's API)
+
+from llmlab.config import DATA_DIR  # noqa: E402
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _fast() -> bool:
+    return os.environ.get("LLMLAB_FAST") == "1"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One device: bandwidth (bytes/s), dense peak FLOP/s per dtype, and its memory sizes (bytes)."""
+
+    name: str
+    mem_bw: float                       # bytes/s, main memory (HBM / GDDR / DRAM)
+    peak_flops: dict[str, float]        # dtype -> dense FLOP/s, e.g. {"bf16": 989.4e12}
+    mem_size: float                     # bytes of main memory
+    l2_size: float | None = None        # bytes (on a CPU: the L2 of all cores together)
+    smem_per_sm: float | None = None    # bytes of on-chip SRAM per SM (CPU: L1d per core)
+    num_sms: int | None = None          # SMs (CPU: cores)
+    interconnect: dict[str, float] = field(default_factory=dict)  # link -> bytes/s
+    sources: dict[str, str] = field(default_factory=dict)         # field -> where it comes from
+    kind: str = "gpu"                   # "gpu" or "cpu"
+    measured: bool = False              # True for `this_machine()`
+    hierarchy: list[dict] = field(default_factory=list)            # levels for chapter 06's chart
+    extra: dict[str, Any] = field(default_factory=dict)            # e.g. the copy bandwidth
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.mem_bw, (int, float)) and self.mem_bw > 0):
+            raise ValueError(f"Hardware.mem_bw must be a positive number of bytes/s, got {self.mem_bw!r}")
+        if not self.peak_flops:
+            raise ValueError("Hardware.peak_flops needs at least one dtype, e.g. {'fp32': 1e12}")
+        for dtype, value in self.peak_flops.items():
+            if dtype not in DTYPES:
+                raise ValueError(f"Hardware.peak_flops has unknown dtype {dtype!r}; allowed: {DTYPES}")
+            if not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"Hardware.peak_flops[{dtype!r}] must be a positive FLOP/s, got {value!r}")
+
+    def flops(self, dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s for `dtype`; a ValueError lists the dtypes this device has."""
+        if dtype not in self.peak_flops:
+            raise ValueError(f"dtype={dtype!r} has no peak on {self.name}; "
+                             f"available: {sorted(self.peak_flops)}")
+        return self.peak_flops[dtype]
+
+    def replace(self, **changes: Any) -> "Hardware":
+        return dataclasses.replace(self, **changes)
+
+
+def _load_presets() -> dict[str, Hardware]:
+    raw = json.loads((DATA_DIR / "hardware.json").read_text())
+    presets = {}
+    for key, entry in raw["presets"].items():
+        entry = dict(entry)
+        presets[key] = Hardware(name=key, **entry)
+    return presets
+
+
+PRESETS: dict[str, Hardware] = _load_presets()
+
+
+def get_hardware(name: str) -> Hardware:
+    """A preset by name, e.g. `get_hardware("H100-SXM")`."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(tr(f"unknown hardware preset {name!r}; known: {sorted(PRESETS)}",
+                            f"没有名为 {name!r} 的硬件预设；已有的预设：{sorted(PRESETS)}")) from None
+
+
+# ----------------------------------------------------------------------------- measuring
+
+def _resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r} but no CUDA device is available; use 'cpu'")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={str(device)!r} is not supported; use 'cpu' or 'cuda'")
+    return dev
+
+
+def _best_time(fn: Callable[[], Any], device: torch.device, repeats: int,
+               budget_s: float | None = None) -> float:
+    """Fastest of `repeats` timed calls (after one warm-up), in seconds.
+
+    The minimum filters out moments where the OS ran something else on our cores; it is the
+    number a roofline compares against (what the hardware can do, not what it did on average).
+    """
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    fn()
+    sync()
+    best = float("inf")
+    start = time.perf_counter()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - t0)
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+    return best
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache on this machine in bytes (from sysfs; 32 MiB when unknown)."""
+    best = 0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in base.glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in "KMG" else text
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return best or 32 * 1024**2
+
+
+def cpu_caches() -> list[dict]:
+    """This CPU's caches as [{"level", "type", "size" (bytes)}] from sysfs (empty where unknown)."""
+    out = []
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in "KMG" else text
+        if digits.isdigit():
+            out.append({"level": level, "type": kind, "size": int(digits) * mult})
+    return out
+
+
+def measure_bandwidth(device: str | None = "cpu", nbytes: int | None = None, kind: str = "read",
+                      repeats: int | None = None, threads: int | None = None) -> float:
+    """Streaming bandwidth of main memory in bytes/s, measured here.
+
+    kind="read": sum a buffer (bytes read / time) — what a decode step does with the weights.
+    kind="copy": copy one buffer into another, counting bytes read + bytes written.
+    `nbytes` defaults to 4-8× the last-level cache on a CPU (so the cache cannot help) and 1 GiB
+    on a GPU; the fastest of `repeats` runs is kept. With `threads=None` on a CPU both all
+    threads and one thread are tried and the faster is kept.
+    """
+    if kind not in ("read", "copy"):
+        raise ValueError(f"kind={kind!r}; allowed: 'read', 'copy'")
+    dev = _resolve_device(device)
+    if nbytes is None:
+        nbytes = (256 if _fast() else 1024) * 1024**2 if dev.type == "cuda" else \
+            max(64 * 1024**2, (4 if _fast() else 8) * last_level_cache_bytes())
+    if nbytes < 4096:
+        raise ValueError(f"nbytes={nbytes} is too small to measure a bandwidth; use at least 4096")
+    repeats = repeats or (5 if _fast() else 15)
+    n = nbytes // 4
+    src = torch.ones(n, device=dev)  # [n] float32
+    dst = torch.empty_like(src) if kind == "copy" else None
+    fn = (lambda: src.sum()) if kind == "read" else (lambda: dst.copy_(src))
+    moved = n * 4 if kind == "read" else 2 * n * 4
+    best = float("inf")
+    for count in _thread_counts(dev, threads):
+        with _threads(count):
+            best = min(best, _best_time(fn, dev, repeats))
+    return moved / best
+
+
+def _thread_counts(dev: torch.device, threads: int | None) -> list[int | None]:
+    """Thread counts to try: the given one; else all threads and, on a multi-core CPU, one thread.
+
+    On a busy machine (or a laptop with other work) one thread sometimes streams faster than all
+    of them fighting over cores; the roof is the best either achieves.
+    """
+    if threads is not None or dev.type != "cpu" or torch.get_num_threads() == 1:
+        return [threads]
+    return [None, 1]
+
+
+# "aten": torch's F.linear (MKL's sgemm on x86); "onednn": oneDNN's matmul (inside PyTorch);
+# "cpu": the engine's CPU fast path (`llmlab.model_cpu.CpuLinear`: our C GEMV for one row,
+# oneDNN on a packed weight for more)
+MATMUL_LIBRARIES = ("aten", "onednn", "cpu")
+
+
+def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
+    if library is not None:
+        if library not in MATMUL_LIBRARIES:
+            raise ValueError(f"library={library!r}; allowed: {list(MATMUL_LIBRARIES)} or None (best)")
+        return [library]
+    if dev.type != "cpu":
+        return ["aten"]
+    from llmlab.model_cpu import onednn_available
+    from llmlab.ops import backend_available
+
+    return ["aten"] + (["onednn"] if onednn_available() else []) + (
+        ["cpu"] if backend_available("cpu")[0] else [])
+
+
+def _linear_fn(library: str, w: torch.Tensor):
+    """x -> x @ wᵀ on `library` (weights prepared as that library wants them, once)."""
+    if library == "aten":
+        return lambda x: torch.nn.functional.linear(x, w)
+    from llmlab import model_cpu
+
+    if library == "onednn" or w.dtype != torch.float32:    # the fast path is float32 only
+        return lambda x: model_cpu.onednn_linear(x, w)
+    return model_cpu.CpuLinear(w)
+
+
+def _best_linear_time(x: torch.Tensor, w: torch.Tensor, dev: torch.device, libraries: list[str],
+                      threads: int | None, repeats: int) -> float:
+    """Fastest `x @ wᵀ` over the matmul libraries and thread counts to try (s)."""
+    best = float("inf")
+    for lib in libraries:
+        fn = _linear_fn(lib, w)
+        for count in _thread_counts(dev, threads):
+            with _threads(count), torch.inference_mode():
+                best = min(best, _best_time(lambda: fn(x), dev, repeats))
+    return best
+
+
+def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int | None = None,
+                         repeats: int | None = None, threads: int | None = None,
+                         library: str | None = None) -> float:
+    """Matmul throughput in FLOP/s (2·n³ per n×n @ n×n), the best of a few runs.
+
+    On a CPU only fp32 is meaningful for a peak (bf16 matmuls may be emulated); on a GPU
+    "bf16" and "fp16" use the tensor cores. `library` is "aten" (torch's default, MKL on x86),
+    "onednn", "cpu" (the engine's fast path), or None for the fastest on a CPU: the roof is the
+    best this machine reaches, whichever library gets there.
+    """
+    if dtype not in _TORCH_DTYPES:
+        raise ValueError(f"dtype={dtype!r}; allowed: {sorted(_TORCH_DTYPES)}")
+    dev = _resolve_device(device)
+    libraries = _matmul_libraries(dev, library)
+    if n is None:
+        n = (4096 if not _fast() else 2048) if dev.type == "cuda" else (1024 if _fast() else 2048)
+    if n < 16:
+        raise ValueError(f"n={n} is too small to measure a matmul peak; use at least 16")
+    repeats = repeats or (3 if _fast() else 8)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n]
+    w = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n] as a weight
+    return 2.0 * n**3 / _best_linear_time(a, w, dev, libraries, threads, repeats)
+
+
+def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: int = 576,
+                           repeats: int | None = None, threads: int | None = None,
+                           library: str | None = None) -> float:
+    """Bytes/s at which a batch-1 linear layer (one row times a weight) streams its float32 weight.
+
+    The default shape is SmolLM2's lm_head (113 MB, beyond any CPU cache). A decode step at
+    batch 1 is a chain of such GEMVs, so this — not `measure_bandwidth` — is the bandwidth the
+    matmul library actually reaches for decoding; the gap between the two is the library's, not
+    the memory's. `library` as in `measure_matmul_flops` (None: the faster one).
+    """
+    if rows < 1 or cols < 1:
+        raise ValueError(f"rows and cols must be >= 1, got rows={rows}, cols={cols}")
+    dev = _resolve_device(device)
+    libraries = _matmul_libraries(dev, library)
+    repeats = repeats or (5 if _fast() else 10)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    w = torch.randn(rows, cols, device=dev, generator=gen)   # [rows, cols] float32 weight
+    x = torch.randn(1, cols, device=dev, generator=gen)      # [1, cols]
+    return rows * cols * 4 / _best_linear_time(x, w, dev, libraries, threads, repeats)
+
+
+@dataclass(frozen=True)
+class MountainResult:
+    """Read bandwidth (bytes/s) against working-set size (bytes), measured on `device`."""
+
+    sizes: list[int]
+    bandwidths: list[float]
+    device: str
+    threads: int
+    caches: list[dict]          # this CPU's caches (sysfs), to mark the knees on the plot
+
+
+def memory_mountain(device: str | None = "cpu", sizes: list[int] | None = None,
+                    threads: int | None = 1, traffic_bytes: int | None = None) -> MountainResult:
+    """Read bandwidth for working sets from 16 KiB to well past the last-level cache.
+
+    Each size is read many times over in one operation (a stride-0 view repeats the same
+    buffer), so the time per read is not swamped by Python's per-call overhead even for a
+    buffer that fits in L1. One thread by default: the classic mountain of one core.
+    """
+    dev = _resolve_device(device)
+    if sizes is None:
+        top = 256 * 1024**2 if dev.type == "cpu" else 1024**3
+        sizes = []
+        s = 16 * 1024
+        step = 4 if _fast() else 2
+        while s <= top:
+            sizes.append(s)
+            s *= step
+    if any(s < 1024 for s in sizes):
+        raise ValueError(f"sizes must be at least 1024 bytes each, got {min(sizes)}")
+    traffic = traffic_bytes or ((32 if _fast() else 128) * 1024**2)
+    bws = []
+    with _threads(threads):
+        for size in sizes:
+            n = size // 4
+            buf = torch.ones(n, device=dev)  # [n] float32
+            reps = max(1, traffic // size)
+            view = buf.as_strided((reps, n), (0, 1))  # [reps, n], every row is the same memory
+            t = _best_time(lambda: view.sum(), dev, repeats=3 if _fast() else 5)
+            bws.append(reps * n * 4 / t)
+    used = threads if threads is not None else torch.get_num_threads()
+    return MountainResult(list(sizes), bws, str(dev), used, cpu_caches() if dev.type == "cpu" else [])
+
+
+class _threads:
+    """Temporarily set torch's intra-op thread count (None: leave it)."""
+
+    def __init__(self, n: int | None) -> None:
+        if n is not None and n < 1:
+            raise ValueError(f"threads={n} must be >= 1 or None")
+        self.n = n
+        self.old = torch.get_num_threads()
+
+    def __enter__(self) -> None:
+        if self.n is not None:
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.set_num_threads(self.old)
+
+
+def _mem_total() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+@functools.lru_cache(maxsize=4)
+def this_machine(device: str | None = "cpu") -> Hardware:
+    """A `Hardware` measured here (cached per process): name = CPU model + thread count, or the GPU name.
+
+    mem_bw is the streaming *read* bandwidth (what a decode step does to the weights); the copy
+    bandwidth is kept in `extra["copy_bw"]`. peak_flops["fp32"] is the measured matmul rate.
+    """
+    dev = _resolve_device(device)
+    read_bw = measure_bandwidth(str(dev), kind="read")
+    copy_bw = measure_bandwidth(str(dev), kind="copy")
+    peaks = {"fp32": measure_matmul_flops(str(dev), "fp32")}
+    how = "measured here by llmlab.analysis.hardware"
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        peaks["bf16"] = measure_matmul_flops(str(dev), "bf16")
+        peaks["fp16"] = measure_matmul_flops(str(dev), "fp16")
+        return Hardware(
+            name=f"{props.name} (measured)", mem_bw=read_bw, peak_flops=peaks,
+            mem_size=float(props.total_memory), l2_size=float(getattr(props, "L2_cache_size", 0)) or None,
+            smem_per_sm=float(getattr(props, "shared_memory_per_multiprocessor", 0)) or None,
+            num_sms=props.multi_processor_count, interconnect={},
+            sources={"mem_bw": f"{how}: sum over a 256 MiB-1 GiB buffer",
+                     "peak_flops": f"{how}: square matmuls", "mem_size": "torch.cuda.get_device_properties"},
+            kind="gpu", measured=True, extra={"copy_bw": copy_bw})
+    caches = cpu_caches()
+    threads = torch.get_num_threads()
+    ncores = os.cpu_count() or threads
+    l2 = next((c["size"] for c in caches if c["level"] == 2), None)
+    l1d = next((c["size"] for c in caches if c["level"] == 1 and c["type"] == "Data"), None)
+    return Hardware(
+        name=f"{cpu_name()}, {threads} threads", mem_bw=read_bw, peak_flops=peaks,
+        mem_size=_mem_total(), l2_size=float(l2 * ncores) if l2 else None,
+        smem_per_sm=float(l1d) if l1d else None, num_sms=ncores, interconnect={},
+        sources={"mem_bw": f"{how}: sum over a buffer 4-8x the last-level cache, fastest run",
+                 "peak_flops": f"{how}: fp32 square matmul, fastest run",
+                 "mem_size": "/proc/meminfo", "l2_size": "sysfs cache sizes x cores"},
+        kind="cpu", measured=True,
+        extra={"copy_bw": copy_bw, "threads": threads, "cpu": cpu_name(), "caches": caches,
+               "torch": torch.__version__})
+
+
+# ----------------------------------------------------------------------------- plots
+
+def plot_memory_mountain(result: MountainResult, ax: Any = None, title: str | None = None) -> Any:
+    """Bandwidth (GB/s) against working-set size (log scale), cache sizes marked."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    ax.semilogx([s / 1024 for s in result.sizes], [b / 1e9 for b in result.bandwidths], "o-",
+                label=tr(f"measured, {result.threads} thread(s)", f"实测，{result.threads} 个线程"))
+    for cache in result.caches:
+        if cache["type"] == "Instruction":
+            continue
+        ax.axvline(cache["size"] / 1024, color="grey", ls=":", lw=1)
+        ax.text(cache["size"] / 1024, ax.get_ylim()[1] * 0.95, f" L{cache['level']}",
+                va="top", fontsize=9, color="grey")
+    ax.set_xlabel(tr("working-set size (KiB, log scale)", "工作集大小（KiB，对数坐标）"))
+    ax.set_ylabel(tr("read bandwidth (GB/s)", "读带宽（GB/s）"))
+    machine = cpu_name() if result.device == "cpu" else result.device
+    ax.set_title(title or tr(f"Memory mountain of this machine ({machine})", f"本机的存储器山（{machine}）"))
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+def plot_hierarchy(hw: Hardware | str = "H100-SXM", ax: Any = None) -> Any:
+    """Size of each memory level (log scale) of a preset that lists its hierarchy, bandwidth annotated."""
+    import matplotlib.pyplot as plt
+
+    hw = get_hardware(hw) if isinstance(hw, str) else hw
+    levels = [lv for lv in hw.hierarchy if lv.get("size")]
+    if not levels:
+        raise ValueError(tr(f"hardware {hw.name!r} has no 'hierarchy' entry in data/hardware.json",
+                            f"硬件 {hw.name!r} 在 data/hardware.json 里没有 'hierarchy' 条目"))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    names = [tr(f"{lv['level']} (per {lv['per']})", f"{lv['level']}（每个 {lv['per']}）") for lv in levels]
+    sizes = [lv["size"] for lv in levels]
+    bars = ax.barh(names, sizes, color=["#15803d", "#15803d", "#b45309", "#b91c1c"][:len(levels)])
+    ax.set_xscale("log")
+    for bar, lv in zip(bars, levels):
+        label = human_bytes(lv["size"])
+        if lv.get("latency"):
+            label += f", ~{lv['latency'] * 1e9:.0f} ns"
+        if lv.get("bandwidth"):
+            label += f", {lv['bandwidth'] / 1e12:.2f} TB/s"
+        ax.text(bar.get_width() * 1.2, bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(min(sizes) / 3, max(sizes) * 1e3)
+    ax.set_xlabel(tr("capacity (bytes, log scale)", "容量（字节，对数坐标）"))
+    ax.set_title(tr(f"{hw.name}: smaller memories sit closer to the compute units (preset, datasheet)",
+                    f"{hw.name}：越小的存储离计算单元越近（预设，数据手册）"))
+    return ax
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.0f} {unit}"
+    return f"{n:.0f} B"

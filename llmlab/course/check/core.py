@@ -1,0 +1,327 @@
+"""What every self-check exercise shares: a verdict that is returned, and printed as one line.
+
+A checker compares a learner's answer with the package's own computation and returns a
+`CheckResult`; the grader reads that returned value (in a checker process of its own, see
+`llmlab.course.instructor.recheck`), never the printed text. In the notebook the learner sees a line:
+
+    [check ch04.kv_bytes_per_token] PASS: ...
+    [check ch04.kv_bytes_per_token] NOT YET: <hint that never reveals the answer>
+
+An answer of `None` (the student version's placeholder) is always "not yet", never a crash.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from llmlab.i18n import tr
+
+PASS_WORD = "PASS"
+FAIL_WORD = "NOT YET"
+PASS_WORD_ZH = "通过"
+FAIL_WORD_ZH = "还不对"
+LINE_PREFIX = "[check "
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    exercise: str      # e.g. "ch04.kv_bytes_per_token"
+    passed: bool
+    message: str
+
+    def line(self) -> str:
+        word = tr(PASS_WORD, PASS_WORD_ZH) if self.passed else tr(FAIL_WORD, FAIL_WORD_ZH)
+        return f"{LINE_PREFIX}{self.exercise}] {word}{tr(': ', '：')}{self.message}"
+
+    def __str__(self) -> str:
+        return self.line()
+
+    def __repr__(self) -> str:
+        return self.line()
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def _ipython_display_(self) -> None:
+        """`report()` already printed the line; showing the returned result again would repeat it."""
+
+
+# What an unanswered exercise says. Checkers pass the English text to `not_yet`, which shows it in
+# the language in use (and does not count it as a wrong try).
+NOT_ANSWERED = "not answered yet: replace None with your answer and run the cell again."
+NOT_ANSWERED_ZH = "还没有作答：把 None 换成你的答案，再运行这个单元格。"
+
+KINDS = ("recall", "plug-in", "reasoning")
+
+
+@dataclass(frozen=True)
+class ExerciseInfo:
+    """What the instructors' table says about one exercise (each chapter module's `EXERCISES`).
+
+    kind: "recall" (a fact stated in the chapter), "plug-in" (numbers into a formula the text
+    gives) or "reasoning" (a step the text does not spell out: a fresh case, a why, a design).
+    mistakes: the mistakes the checker recognises and names in its hint.
+    seed: the number of the seed chapter's self-check question it covers, if any.
+    """
+    kind: str
+    mistakes: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+
+
+# Wrong tries per exercise in this process: a hint comes in stages (the mistake first, the
+# formula only from the second wrong try on); see `staged`.
+_WRONG_TRIES: dict[str, int] = {}
+
+
+def wrong_tries(exercise: str) -> int:
+    """How many times `exercise` has answered "not yet" to a real answer in this process."""
+    return _WRONG_TRIES.get(exercise, 0)
+
+
+SOLUTIONS_DIR = "solutions"
+_CHAPTER_EXERCISE = re.compile(r"ch(\d\d)\.\w+")
+# The wrong try from which a hint's last stage (where the worked solution is) is shown: the first
+# names the mistake, the second adds the way to the answer (`staged`), the third points to the
+# worked solution.
+SOLUTION_AFTER = 3
+
+
+def solutions_notebook(exercise: str) -> str:
+    """The path, relative to the chapter notebooks of an edition, of the notebook holding the
+    worked solution of `exercise`: "ch04.kv_bytes_per_token" -> "solutions/04-solutions.ipynb"
+    (named by the chapter's number only, so that no word of a chapter's title, which may be an
+    answer, is in a hint)."""
+    m = _CHAPTER_EXERCISE.fullmatch(exercise)
+    if m is None:
+        raise ValueError(f"exercise must look like 'chNN.name', got {exercise!r}")
+    return f"{SOLUTIONS_DIR}/{m[1]}-solutions.ipynb"
+
+
+def solution_pointer(exercise: str) -> str:
+    """The last stage of every hint: where the worked solution of `exercise` is."""
+    where, name = solutions_notebook(exercise), exercise
+    return tr(f"Last step, if you are still stuck: the worked solution is in {where} (beside this "
+              f"notebook), under {name}; read it, then close it and write the answer yourself.",
+              f"最后一步（如果你仍然卡住）：完整解答在 {where}（与本 notebook 同一文件夹）里的 {name} 下；"
+              f"读完后关上它，自己写出答案。")
+
+
+def staged(exercise: str, first: str, then: str) -> str:
+    """A hint in two stages: `first` (names the mistake, no formula) on the first wrong try,
+    `first` followed by `then` (the formula, never the answer) from the second wrong try on."""
+    return first if wrong_tries(exercise) == 0 else tr(f"{first} {then}", f"{first}{then}")
+
+
+# The value a numeric exercise expects, appended as one JSON line to the file that the
+# environment variable names (the notebook tests read it to find answers printed above the
+# exercise that asks for them). Nothing is written when it is unset.
+EXPECTED_LOG_ENV = "LLMLAB_EXPECTED_LOG"
+_EXPECTED: dict[str, list[float]] = {}
+
+
+def record_expected(exercise: str, value: Any) -> None:
+    """Note that `exercise` expects the number `value` (check_number does it itself; a checker
+    that compares numbers any other way calls it for each number it expects)."""
+    x = as_number(value)
+    if x is None:
+        return
+    seen = _EXPECTED.setdefault(exercise, [])
+    if x in seen:
+        return
+    seen.append(x)
+    path = os.environ.get(EXPECTED_LOG_ENV)
+    if path:
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"exercise": exercise, "expected": x}) + "\n")
+        except OSError:
+            pass
+
+
+def expected_values(exercise: str) -> list[float]:
+    """The numbers `exercise` has expected so far in this process (see `record_expected`)."""
+    return list(_EXPECTED.get(exercise, ()))
+
+
+def passed(exercise: str, message: str | None = None) -> CheckResult:
+    """A pass; `message` defaults to "correct." in the language in use."""
+    return CheckResult(exercise, True, tr("correct.", "正确。") if message is None else message)
+
+
+def not_yet(exercise: str, hint: str) -> CheckResult:
+    """A "not yet" with `hint`; `NOT_ANSWERED` is shown in the language in use and is not counted
+    as a wrong try. From the `SOLUTION_AFTER`-th wrong try on, the hint ends with its last stage:
+    where the exercise's worked solution is (`solution_pointer`)."""
+    if hint in (NOT_ANSWERED, NOT_ANSWERED_ZH):
+        hint = tr(NOT_ANSWERED, NOT_ANSWERED_ZH)
+    else:
+        _WRONG_TRIES[exercise] = _WRONG_TRIES.get(exercise, 0) + 1
+        if _WRONG_TRIES[exercise] >= SOLUTION_AFTER and _CHAPTER_EXERCISE.fullmatch(exercise):
+            hint = tr(f"{hint} {solution_pointer(exercise)}", f"{hint}{solution_pointer(exercise)}")
+    return CheckResult(exercise, False, hint)
+
+
+def report(result: CheckResult) -> CheckResult:
+    """Print the result's line for the learner and hand the result back (the grader's verdict)."""
+    print(result.line())
+    return result
+
+
+def as_number(value: Any) -> float | None:
+    """A float from an int, float, numpy or 0-d torch value; None when it is not a number."""
+    try:
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, bool):
+            return None
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def close(a: float, b: float, rel: float = 0.01) -> bool:
+    return abs(a - b) <= rel * max(abs(b), 1e-300)
+
+
+def check_number(exercise: str, answer: Any, expected: float, *, rel: float = 0.01,
+                 mistakes: list[tuple[float, str]] = (),
+                 default_hint: str | None = None,
+                 formula: str | None = None,
+                 ) -> CheckResult:
+    """Compare a numeric answer with `expected` (relative tolerance `rel`).
+
+    `mistakes` lists (value a typical mistake produces, hint naming that mistake); a matching
+    wrong answer gets its hint. A wrong answer no mistake explains gets `default_hint`, and from
+    the second wrong try on also `formula` (the way to the answer, never the answer itself).
+    Hints never include `expected`. The default hint is in the language in use.
+    """
+    record_expected(exercise, expected)
+    if answer is None:
+        return report(not_yet(exercise, NOT_ANSWERED))
+    x = as_number(answer)
+    if x is None:
+        return report(not_yet(exercise, tr(f"expected a number, got {type(answer).__name__}.",
+                                           f"这里要一个数，你给的是 {type(answer).__name__}。")))
+    if close(x, expected, rel):
+        return report(passed(exercise))
+    for wrong, hint in mistakes:
+        if close(x, wrong, rel):
+            return report(not_yet(exercise, hint))
+    if close(x, expected * 8, rel) or close(x, expected / 8, rel):
+        return report(not_yet(exercise, tr("off by a factor of 8: bits vs bytes?",
+                                           "差了 8 倍：把 bit 和 byte 弄混了？")))
+    for factor, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (2**10, "Ki"), (2**20, "Mi"), (2**30, "Gi")):
+        if close(x * factor, expected, rel) or close(x, expected * factor, rel):
+            return report(not_yet(exercise, tr(
+                f"off by a unit prefix ({unit}); give the value in the unit the question asks for.",
+                f"差了一个单位前缀（{unit}）：请用题目要求的单位作答。")))
+    if default_hint is None:
+        default_hint = tr("not the value we expect; re-derive it step by step.",
+                          "不是我们期望的值；请一步一步重新推一遍。")
+    hint = staged(exercise, default_hint, formula) if formula else default_hint
+    return report(not_yet(exercise, hint))
+
+
+def check_choice(exercise: str, answer: Any, correct: set[str] | str, *, options: list[str],
+                 hints: dict[str, str] | None = None) -> CheckResult:
+    """A multiple-choice answer (case-insensitive letter or option text)."""
+    if answer is None:
+        return report(not_yet(exercise, NOT_ANSWERED))
+    correct = {correct} if isinstance(correct, str) else set(correct)
+    got = {str(a).strip().lower() for a in (answer if isinstance(answer, (list, tuple, set)) else [answer])}
+    unknown = got - {o.lower() for o in options}
+    if unknown:
+        return report(not_yet(exercise, tr(f"choose from {options}; got {sorted(unknown)}.",
+                                           f"请从 {options} 中选；你给的是 {sorted(unknown)}。")))
+    if got == {c.lower() for c in correct}:
+        return report(passed(exercise))
+    for g in sorted(got):
+        if hints and g in {k.lower() for k in hints} and g not in {c.lower() for c in correct}:
+            hint = next(v for k, v in hints.items() if k.lower() == g)
+            return report(not_yet(exercise, hint))
+    return report(not_yet(exercise, tr("not the right choice; reread the section above the exercise.",
+                                       "这个选项不对；请重读练习上面的那一节。")))
+
+
+def check_callable(exercise: str, fn: Any, cases: list[tuple[tuple, Any]],
+                   compare: Callable[[Any, Any], bool] | None = None,
+                   hint: str | None = None) -> CheckResult:
+    """Call the learner's function on `cases` [(args, expected)] and compare results; a wrong
+    result gets `hint` (by default a generic one, in the language in use)."""
+    if fn is None:
+        return report(not_yet(exercise, NOT_ANSWERED))
+    if not callable(fn):
+        return report(not_yet(exercise, tr(f"expected a function, got {type(fn).__name__}.",
+                                           f"这里要一个函数，你给的是 {type(fn).__name__}。")))
+    compare = compare or (lambda a, b: a == b)
+    for args, expected in cases:
+        try:
+            got = fn(*args)
+        except Exception as e:  # the learner's code: report, never crash the notebook
+            return report(not_yet(exercise, tr(f"your function raised {type(e).__name__}: {e}",
+                                               f"你的函数抛出了 {type(e).__name__}：{e}")))
+        if not compare(got, expected):
+            if hint is None:
+                hint = tr("your function returns a wrong value on at least one test case.",
+                          "你的函数至少在一个测试用例上返回了错误的值。")
+            return report(not_yet(exercise, hint))
+    return report(passed(exercise))
+
+
+def check_dict_keys(exercise: str, answer: Any, keys) -> CheckResult | None:
+    """The reported "not yet" for an unanswered or keyless dict answer, or None when `answer` is
+    a dict with every one of `keys` (the checker then marks the values)."""
+    if answer is None:
+        return report(not_yet(exercise, NOT_ANSWERED))
+    if not isinstance(answer, dict) or set(keys) - set(answer):
+        return report(not_yet(exercise, tr(f"answer a dict with the keys {list(keys)}.",
+                                           f"请用一个 dict 作答，键为 {list(keys)}。")))
+    return None
+
+
+def check_matching(exercise: str, answer: Any, right: dict[str, str | frozenset[str]], *,
+                   choices: tuple[str, ...], hints: dict[str, str], success: str | None = None,
+                   why_wrong: dict[str, str] | None = None) -> CheckResult:
+    """A dict answer pairing each key of `right` with one of `choices`.
+
+    `right[key]` is the one choice accepted, or a set of defensible ones. Every wrong pair gets
+    its own hint: why that choice is wrong (`why_wrong`, keyed by choice) where given, else the
+    key's hint (`hints`); choices are compared case-insensitively with spaces and dashes read as
+    underscores. `success` (the message of a pass) defaults to "correct." in the language in use.
+    """
+    missing = check_dict_keys(exercise, answer, right)
+    if missing is not None:
+        return missing
+    problems = []
+    for key, expected in right.items():
+        value = str(answer[key]).strip().lower().replace("-", "_").replace(" ", "_")
+        accepted = {expected} if isinstance(expected, str) else expected
+        if value not in choices:
+            problems.append(tr(f"{key}: choose one of {list(choices)}.",
+                               f"{key}：请从 {list(choices)} 中选一个。"))
+        elif value not in accepted:
+            why = (why_wrong or {}).get(value, hints[key])
+            problems.append(tr(f"{key}: {why}", f"{key}：{why}"))
+    if problems:
+        return report(not_yet(exercise, tr(" ", "").join(problems)))
+    return report(passed(exercise, success))
+
+
+def code_names(code: types.CodeType) -> set[str]:
+    """Every global, attribute and free-variable name a function's code (and the code nested in
+    it: comprehensions, inner functions) refers to."""
+    names = set(code.co_names) | set(code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= code_names(const)
+    return names

@@ -1,0 +1,140 @@
+"""Answers printed before the question: find an exercise whose expected number appears, in a
+form a student would read it, in a markdown cell or a cell output above the exercise.
+
+The expected numbers come from the checkers themselves (`llmlab.course.check.core.record_expected`,
+which `check_number` calls): run a notebook with the environment variable
+`LLMLAB_EXPECTED_LOG` naming a file, and every checker appends what it expects to that file.
+
+The forms scanned for a number x: x as written with and without thousands separators, and x
+rounded to 2, 3 and 4 significant figures (again with and without separators, and in
+scientific notation for large or small x). A number shown with one digit (2, 8, 0.5, 1.0)
+is not scanned: such numbers are everywhere in any text (a whole number of two digits or
+more is: "60 all-reduces"). A form counts only as a whole number
+in the text: "1.34" is not found in "11.345" or "1.342".
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from llmlab.course.instructor.exercises import exercise_calls
+
+
+@dataclass(frozen=True)
+class Leak:
+    exercise: str
+    expected: float
+    form: str          # the text found
+    cell: int          # index of the cell that shows it
+    where: str         # "markdown" or "output"
+    exercise_cell: int
+
+    def __str__(self) -> str:
+        return (f"{self.exercise} (cell {self.exercise_cell}) expects {self.expected:g}, and "
+                f"{self.form!r} is shown in the {self.where} of cell {self.cell} above it")
+
+
+def read_expected_log(path: str | Path) -> dict[str, list[float]]:
+    """exercise id -> the numbers it expected, from a `LLMLAB_EXPECTED_LOG` file."""
+    found: dict[str, list[float]] = {}
+    p = Path(path)
+    if not p.exists():
+        return found
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            ex, x = str(rec["exercise"]), float(rec["expected"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if x not in found.setdefault(ex, []):
+            found[ex].append(x)
+    return found
+
+
+def _digits(text: str) -> int:
+    """How many digits `text` shows once leading zeros and zeros after the last nonzero decimal
+    are dropped: "60" -> 2, "0.5" -> 1, "1.0" -> 1, "1.34e9" -> 3."""
+    mantissa = re.split(r"e|×|x", text.lower())[0].replace(",", "").replace("-", "").strip()
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return len(mantissa.replace(".", "").lstrip("0"))
+
+
+def number_forms(x: float) -> set[str]:
+    """The texts a student would read `x` as (see the module docstring); empty for a number of
+    one significant digit."""
+    if not math.isfinite(x) or x == 0:
+        return set()
+    forms: set[str] = set()
+    ax = abs(x)
+    if float(x).is_integer() and ax < 1e16:
+        forms |= {f"{int(x)}", f"{int(x):,}"}
+    for sig in (2, 3, 4):
+        r = float(f"{x:.{sig}g}")
+        if r.is_integer() and abs(r) < 1e16:
+            forms |= {f"{int(r)}", f"{int(r):,}"}
+        else:
+            decimals = max(0, sig - 1 - math.floor(math.log10(abs(r))))
+            forms |= {f"{r:.{decimals}f}", f"{r:,.{decimals}f}"}
+            # trailing zeros written or not ("1.50" and "1.5")
+            forms |= {f.rstrip("0").rstrip(".") for f in list(forms) if "." in f}
+        if ax >= 1e5 or ax < 1e-3:
+            m = f"{x:.{sig - 1}e}"            # 1.34e+09
+            mant, exp = m.split("e")
+            forms |= {m, f"{mant}e{int(exp)}", f"{mant}×10^{int(exp)}", f"{mant} × 10^{int(exp)}"}
+    return {f for f in forms if _digits(f) >= 2}
+
+
+def _pattern(form: str) -> re.Pattern:
+    return re.compile(r"(?<![\d.,])" + re.escape(form) + r"(?![\d]|[.,]\d)")
+
+
+def _output_text(cell: Any) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        for mime in ("text/plain", "text/markdown", "text/html", "text/latex"):
+            data = out.get("data", {}).get(mime)
+            if data:
+                parts.append(data if isinstance(data, str) else "".join(data))
+    return "\n".join(parts)
+
+
+def _strip_check_lines(text: str) -> str:
+    """Checker verdict lines ("[check chNN.x] ...") of earlier exercises are the student's own
+    answers coming back: not a leak of a later exercise (and they never contain an answer)."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("[check "))
+
+
+def find_leaks(nb: Any, expected: dict[str, Iterable[float]]) -> list[Leak]:
+    """Every place an exercise's expected number is shown above the exercise's first call."""
+    leaks: list[Leak] = []
+    for ex, index in exercise_calls(nb):
+        values = list(expected.get(ex, ()))
+        if not values:
+            continue
+        texts = []
+        for i, cell in enumerate(nb.cells[:index]):
+            if cell.cell_type == "markdown":
+                texts.append((i, "markdown", cell.source))
+            elif cell.cell_type == "code":
+                texts.append((i, "output", _strip_check_lines(_output_text(cell))))
+        for x in values:
+            for form in sorted(number_forms(x), key=len, reverse=True):
+                pat = _pattern(form)
+                for i, where, text in texts:
+                    if pat.search(text):
+                        leaks.append(Leak(ex, x, form, i, where, index))
+    # one report per (exercise, cell): the longest form found there
+    seen: set[tuple[str, int]] = set()
+    unique = []
+    for leak in leaks:
+        if (leak.exercise, leak.cell) not in seen:
+            seen.add((leak.exercise, leak.cell))
+            unique.append(leak)
+    return unique

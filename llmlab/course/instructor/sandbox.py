@@ -1,0 +1,48 @@
+"""A student's function, alone in its own interpreter: the only place outside the kernel where
+the grader runs the student's code.
+
+A checker that takes a function (write-your-own-attention) calls it a few times on inputs of its
+own and compares the results. The checker process (`recheck`) must not run the student's code
+itself, or that code could print or return any verdict it liked. So the checker gets a stand-in
+(`recheck.SandboxedFunction`): calling it sends the arguments here, to an interpreter that holds
+only the student's function, and reads back the result. The student's code here can compute
+whatever it likes, but all it can hand back is a return value for the checker to judge.
+
+Protocol (one JSON line each way, in the wire format of `answers`): `{"function": spec}` first,
+then per call `{"args", "kwargs"}` → `{"result"}` or `{"error": [type name, message]}`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from llmlab.course.instructor.answers import AnswerFormatError, build_function, decode, encode
+
+
+def serve(argv: list[str]) -> int:
+    """The sandbox side: define the function from the first line of stdin, then answer each
+    call. Whatever the function prints goes to stderr, never into the replies."""
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    first = json.loads(sys.stdin.readline() or "null")
+    try:
+        fn = build_function(first["function"])
+        failure = None
+    except Exception as e:  # the student's code: a broken definition is the answer to every call
+        fn, failure = None, e
+    for line in sys.stdin:
+        call = json.loads(line)
+        try:
+            if failure is not None:
+                raise failure
+            args, kwargs = decode(call["args"]), decode(call["kwargs"])
+            reply = {"result": encode(fn(*args, **kwargs))}
+        except AnswerFormatError as e:
+            reply = {"error": ["ValueError", f"the result cannot be handed back: {e}"]}
+        except Exception as e:  # the student's code: report, as the checker would in the notebook
+            reply = {"error": [type(e).__name__, str(e)]}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+    return 0

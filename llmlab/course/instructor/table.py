@@ -1,0 +1,122 @@
+"""The instructors' table of exercises, written from one source: each chapter's checker module
+declares `EXERCISES` (function name -> `ExerciseInfo`: kind, the mistakes its checker names, the
+seed question it covers), and the notebooks say which exercises each chapter calls.
+
+    python -m llmlab exercises                  # print the tables
+    python -m llmlab exercises --write docs/instructors.md   # replace them between the markers
+    LLMLAB_LANG=zh python -m llmlab exercises --write docs/instructors.zh.md   # the same, in Chinese
+
+In Chinese (`LLMLAB_LANG=zh`) the headers and the kind names are Chinese; the mistakes stay the
+checkers' own words. A test fails when `docs/instructors.md` or `docs/instructors.zh.md` is not
+what `--write` would make it.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmlab.course.check.core import KINDS, ExerciseInfo
+from llmlab.i18n import tr
+from llmlab.course.instructor.exercises import exercise_ids
+
+BEGIN = "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
+END = "<!-- end of exercises table -->"
+
+
+def kind_name(kind: str) -> str:
+    """The kind as the table writes it: English, or Chinese under `LLMLAB_LANG=zh`."""
+    zh = {"recall": "记忆", "plug-in": "代公式", "reasoning": "推理"}
+    return tr(kind, zh[kind]) if kind in zh else kind
+
+
+@dataclass(frozen=True)
+class Row:
+    notebook: str
+    exercise: str
+    info: ExerciseInfo | None       # None: the checker module does not describe it
+
+
+def info_of(exercise: str) -> ExerciseInfo | None:
+    module_name, _, fn = exercise.partition(".")
+    try:
+        module = importlib.import_module(f"llmlab.course.check.{module_name}")
+    except ModuleNotFoundError:
+        return None
+    return getattr(module, "EXERCISES", {}).get(fn)
+
+
+def rows(notebooks: Path) -> list[Row]:
+    import nbformat
+
+    out = []
+    for path in sorted(Path(notebooks).glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for ex in exercise_ids(nb):
+            out.append(Row(path.stem, ex, info_of(ex)))
+    return out
+
+
+def markdown(notebooks: Path) -> str:
+    table = rows(notebooks)
+    lines = [tr("| chapter | exercises | ", "| 章节 | 练习数 | ")
+             + " | ".join(kind_name(k) for k in KINDS)
+             + tr(" | mistakes named |", " | 能指出的错误数 |"),
+             "|---|---|---|---|---|---|"]
+    by_nb: dict[str, list[Row]] = {}
+    for r in table:
+        by_nb.setdefault(r.notebook, []).append(r)
+    for nb, rs in by_nb.items():
+        kinds = [r.info.kind if r.info else "?" for r in rs]
+        mistakes = sum(len(r.info.mistakes) for r in rs if r.info)
+        lines.append(f"| `{nb}` | {len(rs)} | " + " | ".join(str(kinds.count(k)) for k in KINDS)
+                     + f" | {mistakes} |")
+    lines += ["", tr("| chapter | exercise | kind | mistakes its checker names | seed question |",
+                     "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 |"),
+              "|---|---|---|---|---|"]
+    for r in table:
+        if r.info is None:
+            lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | {tr('(not described)', '（未描述）')} | |")
+            continue
+        mistakes = "; ".join(r.info.mistakes) if r.info.mistakes else "—"
+        seed = f"Q{r.info.seed}" if r.info.seed else ""
+        lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} |")
+    return "\n".join(lines)
+
+
+def rewrite(doc: Path, notebooks: Path) -> str:
+    """The text of `doc` with the part between BEGIN and END replaced by the current tables."""
+    text = Path(doc).read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{doc} has no exercises-table markers ({BEGIN!r} ... {END!r})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{markdown(notebooks)}\n{END}{tail}"
+
+
+def main(args: list[str]) -> int:
+    root = Path(__file__).resolve().parents[3]
+    notebooks = root / "notebooks"
+    if args[:1] == ["--write"]:
+        if len(args) != 2:
+            print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)
+            return 2
+        doc = Path(args[1])
+        doc.write_text(rewrite(doc, notebooks), encoding="utf-8")
+        print(f"wrote the exercises table into {doc}")
+        return 0
+    if args == ["--times"]:
+        from llmlab.course.instructor.reading_time import report
+
+        rows = report(notebooks)
+        print(f"{'chapter':<26} {'stated':>7} {'estimated':>10}   (minutes; llmlab/instructor/reading_time.py)")
+        for stem, stated, est in rows:
+            print(f"{stem:<26} {'-' if stated is None else stated:>7} {est:>10.0f}")
+        print(f"{'all chapters':<26} {sum(r[1] or 0 for r in rows):>7} {sum(r[2] for r in rows):>10.0f}")
+        return 0
+    if args:
+        print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)
+        return 2
+    print(markdown(notebooks))
+    return 0

@@ -1,0 +1,361 @@
+"""The course in a second language, from one source: the English notebooks stay the source, and
+each markdown cell's translation is kept beside them with the hash of the English text it
+translates. Building the Chinese notebooks copies every code cell unchanged and swaps each
+markdown cell for its translation; a cell whose English changed since it was translated is
+reported as stale, never silently shipped.
+
+    python -m llmlab lang check zh notebooks/           # which cells lack a translation, which are stale
+    python -m llmlab lang extract zh notebooks/         # add the untranslated cells to the store (empty)
+    python -m llmlab lang build zh notebooks/ build/zh/ # write the Chinese notebooks
+    python -m llmlab lang lint zh notebooks/            # non-primary terms in the translations
+    python -m llmlab lang strings zh notebooks/         # texts in code cells the catalog lacks
+
+The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next to `notebooks/`:
+
+    {"cells": {"<cell id>": {"en_sha": "<sha256 of the English source>", "en": "<the English>",
+                             "text": "<the translation>"}}}
+
+Cells are matched by their notebook cell id (which survives edits and moves); `en_sha` says which
+English text the translation was made from, and `en` keeps that text so a translator sees what
+changed.
+
+Code cells stay English, and so do the texts they hand to the package: the `quantity=`,
+`if_high=`, `if_low=` and `explain=` of `llmlab.course.check.predict.compare` / `compare_choice`. Their
+translations are kept in one catalog, `i18n/<lang>/notebook-strings.json`,
+{"strings": {"<English text>": "<translation>"}}, and shown by `llmlab.i18n.notebook_text`. An
+f-string is kept with its placeholders as written ("cache speed-up at T={lengths[-1]}"), and its
+translation uses the same ones. `lang strings` adds each text the catalog lacks (an English edit
+makes a new text) with an empty translation.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+LANGS = ("zh",)
+FIRST_CELL_TAG = "llmlab-language"
+
+
+def en_sha(source: str) -> str:
+    return hashlib.sha256(source.strip().encode("utf-8")).hexdigest()
+
+
+def store_dir(notebooks: Path, lang: str) -> Path:
+    return Path(notebooks).resolve().parent / "i18n" / lang
+
+
+def _check_lang(lang: str) -> str:
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
+    return lang
+
+
+def read_store(path: Path) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    cells = data.get("cells", {}) if isinstance(data, dict) else {}
+    return {str(k): v for k, v in cells.items() if isinstance(v, dict)}
+
+
+def write_store(path: Path, cells: dict[str, dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cells": cells}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Problem:
+    notebook: str
+    cell: int
+    cell_id: str
+    what: str          # "missing" (no translation) or "stale" (the English changed since)
+    english: str
+
+    def __str__(self) -> str:
+        first = self.english.strip().splitlines()[0][:70] if self.english.strip() else ""
+        why = "has no translation" if self.what == "missing" else "changed since it was translated"
+        return f"{self.notebook} cell {self.cell} (id {self.cell_id}) {why}: {first!r}"
+
+
+def problems(nb, stem: str, store: dict[str, dict]) -> list[Problem]:
+    """The markdown cells of `nb` with no translation in `store`, or a stale one."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown" or not cell.source.strip():
+            continue
+        entry = store.get(str(cell.get("id")))
+        if entry is None or not str(entry.get("text", "")).strip():
+            out.append(Problem(stem, i, str(cell.get("id")), "missing", cell.source))
+        elif entry.get("en_sha") != en_sha(cell.source):
+            out.append(Problem(stem, i, str(cell.get("id")), "stale", cell.source))
+    return out
+
+
+def translate(nb, stem: str, store: dict[str, dict], lang: str):
+    """A copy of notebook `stem` in `lang`: the same code cells, each markdown cell its
+    translation, and a first code cell that chooses the language for the checkers, widgets and
+    figures. Raises ValueError naming every missing or stale cell."""
+    bad = problems(nb, stem, store)
+    if bad:
+        raise ValueError("cannot build: " + "; ".join(map(str, bad)))
+    from nbformat.v4 import new_code_cell
+
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        if cell.cell_type == "markdown" and cell.source.strip():
+            cell.source = store[str(cell.get("id"))]["text"]
+    first = new_code_cell(f'import llmlab\nllmlab.set_language("{lang}")')
+    first.metadata["tags"] = [FIRST_CELL_TAG]
+    out.cells.insert(0, first)
+    out.metadata["llmlab"] = {**out.metadata.get("llmlab", {}), "lang": lang}
+    return out
+
+
+def _notebooks(src: Path) -> list[Path]:
+    src = Path(src)
+    return [src] if src.suffix == ".ipynb" else sorted(src.glob("*.ipynb"))
+
+
+def _read(path: Path):
+    import nbformat
+
+    return nbformat.read(path, as_version=4)
+
+
+def check(lang: str, src: Path) -> list[Problem]:
+    _check_lang(lang)
+    found = []
+    for path in _notebooks(src):
+        found += problems(_read(path), path.stem, read_store(store_dir(path.parent, lang) / f"{path.stem}.json"))
+    return found
+
+
+def extract(lang: str, src: Path) -> int:
+    """Add every markdown cell without a translation to the store (empty text, the English kept
+    beside it); stale entries keep their text and get the new English to compare. Returns how
+    many entries were added or updated."""
+    _check_lang(lang)
+    changed = 0
+    for path in _notebooks(src):
+        nb = _read(path)
+        file = store_dir(path.parent, lang) / f"{path.stem}.json"
+        store = read_store(file)
+        for p in problems(nb, path.stem, store):
+            entry = store.setdefault(p.cell_id, {"text": ""})
+            if p.what == "missing":
+                entry.update({"en": p.english, "en_sha": en_sha(p.english)})
+            else:
+                entry["en_new"] = p.english
+            changed += 1
+        write_store(file, store)
+    return changed
+
+
+def lint(lang: str, src: Path) -> list[str]:
+    """Each place a translation names a concept by a synonym the glossary says not to use
+    (see `llmlab.course.glossary.zh_synonym_uses`), as "notebook cell N: found -> primary (context)"."""
+    from llmlab.course.glossary import load_glossary, not_synonyms, zh_synonym_uses
+
+    _check_lang(lang)
+    entries, exceptions = load_glossary(), not_synonyms()      # read once, not once per cell
+    found = []
+    for path in _notebooks(src):
+        store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
+        index = {str(c.get("id")): i for i, c in enumerate(_read(path).cells)}
+        for cell_id, entry in store.items():
+            for use in zh_synonym_uses(str(entry.get("text", "")), entries, exceptions):
+                found.append(f"{path.stem} cell {index.get(cell_id, '?')}: {use.found!r} -> write "
+                             f"{use.primary!r} ({use.term}); in: {use.context!r}")
+    return found
+
+
+# The calls whose texts a student reads, and their keyword arguments that are text.
+TEXT_ARGS = {"compare": ("quantity", "if_high", "if_low"), "compare_choice": ("quantity", "explain")}
+
+
+def _predict_call(func: ast.AST) -> str | None:
+    """"compare" or "compare_choice" when `func` names llmlab's (`compare`, `predict.compare`,
+    `llmlab.course.check.predict.compare`), else None (`sim.compare` is another function)."""
+    if isinstance(func, ast.Name) and func.id in TEXT_ARGS:
+        return func.id
+    if isinstance(func, ast.Attribute) and func.attr in TEXT_ARGS:
+        owner = func.value
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+        return func.attr if name == "predict" else None
+    return None
+
+
+def _text(node: ast.AST) -> str | None:
+    """The text of a string literal; an f-string with its placeholders as written
+    (f"at T={lengths[-1]}" -> "at T={lengths[-1]}"); None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        out = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                out.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue):
+                conv = f"!{chr(v.conversion)}" if v.conversion > 0 else ""
+                spec = f":{_text(v.format_spec)}" if v.format_spec is not None else ""
+                out.append("{" + ast.unparse(v.value) + conv + spec + "}")
+        return "".join(out)
+    return None
+
+
+def code_strings(source: str) -> list[str]:
+    """The texts that the code `source` passes to `compare` / `compare_choice`, in order."""
+    plain = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                      for line in source.splitlines())          # IPython magics are not Python
+    found = []
+    for node in ast.walk(ast.parse(plain)):
+        name = _predict_call(node.func) if isinstance(node, ast.Call) else None
+        for kw in node.keywords if name else []:
+            text = _text(kw.value) if kw.arg in TEXT_ARGS[name] else None
+            if text and text.strip() and text not in found:
+                found.append(text)
+    return found
+
+
+def notebook_strings(src: Path) -> list[str]:
+    """The texts that the code cells of the notebook(s) `src` pass to `compare` /
+    `compare_choice`, each once, in the order of the course. Raises ValueError naming a code
+    cell that is not Python."""
+    found = []
+    for path in _notebooks(src):
+        for i, cell in enumerate(_read(path).cells):
+            if cell.cell_type != "code":
+                continue
+            try:
+                texts = code_strings(cell.source)
+            except SyntaxError as e:
+                raise ValueError(f"{path.stem} cell {i} is not Python: {e}") from None
+            found += [t for t in texts if t not in found]
+    return found
+
+
+def catalog_path(notebooks: Path, lang: str) -> Path:
+    return store_dir(notebooks, lang) / "notebook-strings.json"
+
+
+def read_catalog(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    strings = data.get("strings", {}) if isinstance(data, dict) else {}
+    return {str(k): str(v) for k, v in strings.items()}
+
+
+def write_catalog(path: Path, strings: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"strings": strings}, ensure_ascii=False, indent=1) + "\n",
+                    encoding="utf-8")
+
+
+def strings(lang: str, src: Path) -> list[str]:
+    """The texts in the code cells of `src` with no translation in the catalog; each one the
+    catalog lacks is added to it with an empty translation."""
+    _check_lang(lang)
+    src = Path(src)
+    file = catalog_path(src.parent if src.suffix == ".ipynb" else src, lang)
+    catalog = read_catalog(file)
+    texts = notebook_strings(src)
+    added = {t: "" for t in texts if t not in catalog}
+    if added:
+        write_catalog(file, {**catalog, **added})
+    return [t for t in texts if not catalog.get(t, "").strip()]
+
+
+def _edited(old, new) -> bool:
+    """True when the notebook `old` (already in the output folder) holds cells other than the
+    build `new` writes: a student may have worked in it, so it is kept, not overwritten."""
+    def sources(nb):
+        return [(c.cell_type, c.source) for c in nb.cells]
+    return sources(old) != sources(new)
+
+
+def _free_backup(target: Path) -> Path:
+    """`target` + ".bak", or ".bak2", ".bak3", ... where an earlier kept copy already sits."""
+    backup, n = target.with_name(target.name + ".bak"), 1
+    while backup.exists():
+        n += 1
+        backup = target.with_name(f"{target.name}.bak{n}")
+    return backup
+
+
+def write_keeping_edits(nb, target: Path) -> None:
+    """Write the built notebook `nb` to `target`. A notebook already there that holds other
+    cells (the student worked in it) is kept first, renamed to `target.bak` (or `.bak2`, ... so
+    that no kept copy is ever overwritten), and the rename is printed."""
+    import nbformat
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and _edited(nbformat.read(target, as_version=4), nb):
+        backup = _free_backup(target)
+        target.replace(backup)
+        print(f"{target} differs from the new build (your answers?): kept as {backup}")
+    nbformat.write(nb, target)
+
+
+def build(lang: str, src: Path, out: Path) -> list[Path]:
+    import nbformat
+
+    _check_lang(lang)
+    out = Path(out)
+    if out.resolve() in (Path(src).resolve(), Path(src).resolve().parent if Path(src).is_file() else None):
+        raise ValueError("out must not be the folder of the English notebooks")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in _notebooks(src):
+        nb = _read(path)
+        store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
+        zh = translate(nb, path.stem, store, lang)
+        target = out / path.name
+        write_keeping_edits(zh, target)
+        written.append(target)
+    return written
+
+
+USAGE = ("usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS"
+         " | lang build LANG NOTEBOOKS OUT")
+
+
+def _report(lines: list[str], what: str) -> int:
+    """Print each finding and their count; exit status 1 when there is any."""
+    for line in lines:
+        print(line)
+    print(f"{len(lines)} {what}")
+    return 1 if lines else 0
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 3 or args[0] not in ("check", "extract", "lint", "strings", "build"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    cmd, lang, src = args[0], args[1], Path(args[2])
+    try:
+        if cmd == "check":
+            return _report(list(map(str, check(lang, src))), "cells to translate")
+        if cmd == "lint":
+            return _report(lint(lang, src), "non-primary terms")
+        if cmd == "strings":
+            return _report([f"no translation: {text[:70]!r}" for text in strings(lang, src)],
+                           "notebook strings to translate")
+        if cmd == "extract":
+            print(f"{extract(lang, src)} entries added or marked for update")
+            return 0
+        if len(args) != 4:
+            print(USAGE, file=sys.stderr)
+            return 2
+        for path in build(lang, src, Path(args[3])):
+            print(f"wrote {path}")
+        return 0
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

@@ -1,0 +1,89 @@
+"""Execute notebooks headless: `python -m llmlab run NOTEBOOKS OUT` (what `make run` calls).
+
+Each notebook runs in a fresh kernel started in the notebook's own folder; the executed copy
+and an HTML rendering are written to OUT. A chapter of the student edition (with its
+`solutions/` folder beside it) gets each worked solution in the HTML right under its exercise,
+folded away (`llmlab.course.instructor.editions.fold_solutions`); the executed copy holds none. Used by
+the tests as well, with `LLMLAB_FAST=1`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
+                     cell_timeout: int = 600, kernel_name: str = "python3",
+                     env: dict[str, str] | None = None):
+    """Run every cell of `path`; returns (executed notebook, seconds). Raises on a cell error."""
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    old_env = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sockets = tempfile.TemporaryDirectory(prefix="llmlab-kernel-")
+    try:
+        # the kernel talks over local sockets (IPC) in a private folder, not over TCP: nothing
+        # listens on a port, and the kernel has no reason to warn about unencrypted traffic
+        km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(sockets.name) / "k"))
+        client = NotebookClient(nb, km=km, timeout=cell_timeout, kernel_name=kernel_name,
+                                resources={"metadata": {"path": str(path.parent.resolve())}})
+        t0 = time.perf_counter()
+        try:
+            client.execute()
+        finally:
+            seconds = time.perf_counter() - t0
+            if out_dir is not None:
+                from llmlab.course.instructor.editions import solutions_for
+
+                write_outputs(nb, path.stem, Path(out_dir), solutions=solutions_for(path))
+    finally:
+        sockets.cleanup()
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return nb, seconds
+
+
+def write_outputs(nb, stem: str, out_dir: Path, solutions=None) -> None:
+    """The executed notebook and its HTML into `out_dir`; with `solutions` (a solutions notebook
+    of the student edition) the HTML folds each worked solution under its exercise."""
+    import nbformat
+
+    from llmlab.i18n import speaking
+    from llmlab.course.instructor.editions import fold_solutions
+    from llmlab.course.offline_html import to_html
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out_dir / f"{stem}.ipynb")
+    if solutions is not None:
+        with speaking(nb.metadata.get("llmlab", {}).get("lang", "en")):
+            nb = fold_solutions(nb, solutions)
+    html = to_html(nb)
+    (out_dir / f"{stem}.html").write_text(html, encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m llmlab run NOTEBOOK_OR_FOLDER OUT_FOLDER")
+        return 2
+    src, out = Path(argv[0]), Path(argv[1])
+    paths = sorted(src.glob("*.ipynb")) if src.is_dir() else [src]
+    failed = 0
+    for p in paths:
+        try:
+            _, seconds = execute_notebook(p, out)
+            print(f"ok    {p.name:32s} {seconds:6.1f} s -> {out / (p.stem + '.html')}")
+        except Exception as e:  # report every notebook, then fail
+            failed += 1
+            print(f"FAIL  {p.name:32s} {type(e).__name__}: {str(e)[-2000:]}", file=sys.stderr)
+    return 1 if failed else 0

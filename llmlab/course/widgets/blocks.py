@@ -1,0 +1,220 @@
+"""Block-allocation visualiser (chapter 11): the block tables of live requests and the physical
+KV block pool they point into.
+
+`snapshot(manager, requests)` copies the state of a `KVCacheManager` (which request holds which
+blocks, reference counts, which blocks are in the prefix cache, how many tokens each stores);
+`plot_block_tables(snap)` draws it: one row per request with its logical blocks and the
+physical block each maps to, above a grid of every physical block coloured by owner, shared
+prefix blocks hatched with their reference count, free blocks that still hold a cached prefix
+in grey. `manager_walkthrough()` records a small scenario on a real manager (two requests
+sharing a prefix, one finishing, a third hitting the cache); `record_engine(engine)` records
+every step of a real engine run; `waste_from_snapshots` turns a recording into the same
+`sim.WasteResult` the simulator gives, measured. `block_allocation_explorer(snaps)` adds a
+step slider. `pool_table(manager)` prints the pool's blocks (holders, reference counts, hashes,
+place in the free queue); `chunked_prefill_schedule` steps a real `Scheduler` (no model) and
+records each step's prefill and decode tokens (`split_tokens`).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmlab.course.figures.headers import header, rjust, width
+from llmlab.i18n import tr
+from llmlab.kvcache.manager import KVCacheManager
+from llmlab.utils import cdiv
+from llmlab.course.widgets._show import show_figure
+from llmlab.analysis.blocks import BlockSnapshot, BlockView, chunked_prefill_schedule, manager_walkthrough, record_engine, snapshot, split_tokens, waste_from_snapshots  # noqa: F401
+
+# colourblind-friendly owner colours (the owners are named by their request ids)
+OWNER_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2",
+                 "#65a30d", "#dc2626", "#4b5563", "#b45309")
+FREE_COLOUR = "#ffffff"
+CACHED_FREE_COLOUR = "#d1d5db"
+
+
+def snapshot_text(snap: BlockSnapshot) -> str:
+    """One line: requests, blocks held and shared, tokens in slots, waste."""
+    cached_free = sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
+    label = tr(f"{snap.label}: ", f"{snap.label}：") if snap.label else ""
+    return tr(f"{label}{len(snap.tables)} live requests, "
+              f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
+              f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
+              f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
+              f"({snap.paged_waste:.0%} unfilled)",
+              f"{label}{len(snap.tables)} 个活跃请求，"
+              f"占用 {len(snap.held_blocks)}/{snap.num_blocks} 个块"
+              f"（{len(snap.shared_blocks)} 个共享），{cached_free} 个空闲但仍在缓存里；"
+              f"{snap.tokens_stored} 个 token 占 {snap.logical_slots} 个表槽位"
+              f"（{snap.paged_waste:.0%} 没填满）")
+
+
+def table_text(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table (one line per row, columns aligned) of dicts with the same keys; the
+    headers in the language in use (`llmlab.course.figures.headers`)."""
+    if not rows:
+        return tr("(no rows)", "（没有行）")
+    keys = list(rows[0])
+    cells = [[header(str(k)) for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
+    widths = [max(width(c[i]) for c in cells) for i in range(len(keys))]
+    lines = ["  ".join(rjust(c[i], widths[i]) for i in range(len(keys))) for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) -> str:
+    """The pool's blocks as a table: holders (request ids), ref_cnt, whether the block is in the
+    prefix cache (the first digits of its hash), its cached token ids, and its place in the free
+    queue (0 = handed out next; "-" while held). Without `block_ids`: every block some request
+    holds or that is cached, plus the free queue's head."""
+    if not isinstance(manager, KVCacheManager):
+        raise ValueError(tr(f"manager must be a KVCacheManager, got {type(manager).__name__}",
+                            f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}"))
+    pool = manager.block_pool
+    place = {b.block_id: i for i, b in enumerate(pool.free_block_queue)}
+    holders: dict[int, list[str]] = {}
+    for rid, table in manager.req_to_blocks.items():
+        for b in table:
+            holders.setdefault(b.block_id, []).append(rid)
+    if block_ids is None:
+        head = [b.block_id for b, _ in zip(pool.free_block_queue, range(1))]
+        block_ids = sorted({b.block_id for b in pool.blocks if b.ref_cnt or b.is_cached} | set(head))
+    rows = []
+    for bid in block_ids:
+        b = pool.blocks[bid]
+        rows.append({"block": bid, "held by": ",".join(holders.get(bid, [])) or "-",
+                     "ref_cnt": b.ref_cnt,
+                     "hash": f"{b.block_hash & 0xFFFF:04x}.." if b.block_hash is not None else "-",
+                     "cached tokens": "-" if b.token_ids is None else " ".join(map(str, b.token_ids)),
+                     "free-queue place": place.get(bid, "-")})
+    return table_text(rows)
+
+
+def _owner_colours(snap: BlockSnapshot) -> dict[str, str]:
+    return {rid: OWNER_COLOURS[i % len(OWNER_COLOURS)] for i, rid in enumerate(snap.tables)}
+
+
+def _cell(ax: Any, x: float, y: float, colour: str, fill: float | None, text: str,
+          shared: bool = False, cached_free: bool = False) -> None:
+    from matplotlib.patches import Rectangle
+
+    light = colour if colour in (FREE_COLOUR, CACHED_FREE_COLOUR) else colour + "40"
+    ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, facecolor=light,
+                           edgecolor="black" if shared else "#6b7280",
+                           linewidth=2.2 if shared else 0.8,
+                           linestyle=":" if cached_free else "-",
+                           hatch="//" if shared else None))
+    if fill:
+        # the axes run top-down, so y + 0.77 is the cell's bottom edge
+        ax.add_patch(Rectangle((x + 0.05, y + 0.77), 0.9 * fill, 0.18, facecolor=colour,
+                               edgecolor="none"))
+    ax.text(x + 0.5, y + 0.45, text, ha="center", va="center", fontsize=7,
+            bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none",
+                  "alpha": 0.8} if shared else None)
+
+
+def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = None) -> Any:
+    """Draw the block tables (top) and the physical block pool (bottom); returns the figure.
+
+    Colours are owners; a hatched, thick-edged block is shared (its reference count is printed
+    as ×n); a grey dotted block is free but still in the prefix cache (evictable); white is free.
+    The bar along a block's bottom shows how full it is.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if not isinstance(cols, int) or cols < 1:
+        raise ValueError(tr(f"cols must be an int >= 1, got {cols!r}", f"cols 必须是 >= 1 的整数，你给的是 {cols!r}"))
+    colours = _owner_colours(snap)
+    bs = snap.block_size
+    width = max([4] + [len(t) for t in snap.tables.values()])
+    n_req = max(1, len(snap.tables))
+    pool_rows = cdiv(snap.num_blocks, cols)
+    # square cells in both panels: the tables panel is only as wide as the longest table
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(min(0.5 * max(cols, width) + 4.5, 16), 0.5 * (n_req + pool_rows) + 2.6),
+        gridspec_kw={"height_ratios": [n_req + 0.6, pool_rows + 0.6]})
+    top.set_aspect("equal")
+    bottom.set_aspect("equal")
+
+    # block tables: logical block i of each request -> physical id
+    for row, (rid, table) in enumerate(snap.tables.items()):
+        stored = snap.num_stored[rid]
+        for i, bid in enumerate(table):
+            fill = max(0, min(bs, stored - i * bs)) / bs
+            view = snap.blocks[bid]
+            _cell(top, i, row, colours[rid], fill, f"#{bid}" + (f" x{view.ref_cnt}" if view.shared else ""),
+                  shared=view.shared)
+    top.set_xlim(0, width)
+    top.set_ylim(n_req, 0)
+    top.set_yticks([r + 0.5 for r in range(len(snap.tables))])
+    top.set_yticklabels([tr(f"{rid} ({snap.num_stored[rid]} tok", f"{rid}（{snap.num_stored[rid]} 个 token")
+                         + (tr(f", {snap.num_cached[rid]} cached)", f"，{snap.num_cached[rid]} 个来自缓存）")
+                            if snap.num_cached[rid] else tr(")", "）"))
+                         for rid in snap.tables], fontsize=8)
+    top.set_xticks([i + 0.5 for i in range(width)])
+    top.set_xticklabels([str(i) for i in range(width)], fontsize=7)
+    top.set_xlabel(tr(f"logical block (block size {bs} tokens); cell: physical block id",
+                      f"逻辑块（块大小 {bs} 个 token）；格子里：物理 KV 块的编号"))
+    top.set_title(tr("Block tables: logical block -> physical block", "块表：逻辑块 -> 物理 KV 块"), fontsize=10)
+    if not snap.tables:
+        top.text(width / 2, 0.5, tr("no live requests", "没有活跃的请求"), ha="center", va="center")
+
+    # the physical pool
+    for bid, view in enumerate(snap.blocks):
+        x, y = bid % cols, bid // cols
+        if view.owners:
+            colour = colours[view.owners[0]]
+        else:
+            colour = CACHED_FREE_COLOUR if view.cached else FREE_COLOUR
+        fill = None if view.filled is None or not view.owners else view.filled / bs
+        text = f"{bid}" + (f"\nx{view.ref_cnt}" if view.shared else "")
+        _cell(bottom, x, y, colour, fill, text, shared=view.shared,
+              cached_free=view.ref_cnt == 0 and view.cached)
+    bottom.set_xlim(0, cols)
+    bottom.set_ylim(pool_rows, 0)
+    bottom.set_xticks([])
+    bottom.set_yticks([])
+    bottom.set_xlabel(tr(f"physical KV blocks 0-{snap.num_blocks - 1} (id in the cell)",
+                         f"物理 KV 块 0-{snap.num_blocks - 1}（格子里是编号）"))
+    handles = [Patch(facecolor=colours[r] + "40", edgecolor=colours[r], label=r) for r in snap.tables]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch="//", linewidth=2,
+                      label=tr("shared (x ref count)", "共享（x 引用计数）")),
+                Patch(facecolor=CACHED_FREE_COLOUR, edgecolor="#6b7280", linestyle=":",
+                      label=tr("free, prefix still cached", "空闲，前缀仍在缓存里")),
+                Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label=tr("free", "空闲"))]
+    bottom.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    bottom.set_title(snapshot_text(snap), fontsize=8)
+    fig.suptitle(title or tr("Paged KV cache: block tables and the block pool", "分页的 KV cache：块表与块池"),
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+# ---- recordings ------------------------------------------------------------------------------
+
+
+# ---- the widget --------------------------------------------------------------------------------
+
+def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols: int = 16) -> Any:
+    """A slider over recorded snapshots (default: `manager_walkthrough()`), redrawing the block
+    tables and the pool at each position."""
+    import ipywidgets as w
+
+    snaps = list(snaps) if snaps is not None else manager_walkthrough()
+    if not snaps:
+        raise ValueError(tr("snaps must hold at least one BlockSnapshot", "snaps 里至少要有一个 BlockSnapshot"))
+    slider = w.IntSlider(value=0, min=0, max=len(snaps) - 1, description=tr("snapshot", "快照"),
+                         style={"description_width": "80px"})
+    result = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        snap = snaps[slider.value]
+        result.value = f'<pre class="llmlab-blocks-result">{snapshot_text(snap)}</pre>'
+        show_figure(out, plot_block_tables(snap, cols=cols))
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return w.VBox([slider, result, out])

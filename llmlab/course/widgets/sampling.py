@@ -1,0 +1,59 @@
+"""Sampling explorer: temperature / top-k / top-p → the real model's next-token distribution.
+
+`next_token_distribution(logits, ...)` does the arithmetic (with `llmlab.sampling`'s own
+`apply_top_k_top_p`, the function the engine samples with); `plot_next_token_distribution`
+draws the most likely tokens, greying out the ones the filters removed; `sampling_explorer`
+adds sliders.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llmlab.i18n import tr
+from llmlab.sampling import apply_top_k_top_p
+from llmlab.course.figures.ch03 import plot_label, plot_next_token_distribution  # noqa: F401
+from llmlab.analysis.distribution import NextTokenDistribution, next_token_distribution, prompt_logits  # noqa: F401
+
+
+def sampling_explorer(prompt: str = "The capital of France is", model: Any = None,
+                      tokenizer: Any = None, top_n: int = 20) -> Any:
+    """Sliders for temperature, top-k and top-p over the real model's next-token distribution."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    if model is None or tokenizer is None:
+        from llmlab.model import load_model
+        model, tokenizer = load_model("smollm2-135m")
+    state = {"logits": prompt_logits(prompt, model, tokenizer)}
+    text = w.Text(value=prompt, description=tr("prompt", "提示词"), layout=w.Layout(width="90%"),
+                  continuous_update=False)
+    temp = w.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.05, description=tr("temperature", "温度"))
+    k = w.IntSlider(value=-1, min=-1, max=100, description="top_k")
+    p = w.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top_p")
+    summary = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        top_k = k.value if k.value != 0 else 1
+        dist = next_token_distribution(state["logits"], temp.value, top_k, p.value)
+        summary.value = tr(f"tokens that can be sampled: {dist.num_kept}", f"可以被采样的 token：{dist.num_kept} 个")
+        with out:
+            out.clear_output(wait=True)
+            ax = plot_next_token_distribution(state["logits"], tokenizer, temp.value, top_k,
+                                              p.value, top_n)
+            display(ax.figure)
+            plt.close(ax.figure)
+
+    def new_prompt(change: dict) -> None:
+        state["logits"] = prompt_logits(change["new"], model, tokenizer)
+        redraw()
+
+    for s in (temp, k, p):
+        s.observe(redraw, names="value")
+    text.observe(new_prompt, names="value")
+    redraw()
+    return w.VBox([text, w.HBox([temp, k, p]), summary, out])
