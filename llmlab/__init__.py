@@ -84,9 +84,3 @@ def __getattr__(name: str):
 
 __all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "set_language", "language", "tr",
            "__version__"]
-
-# Figures label things in English; a machine without a CJK font would otherwise warn once per
-# missing glyph wherever a Chinese term slips into a label.
-import warnings as _warnings
-
-_warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")

@@ -5,7 +5,7 @@
   model [NAME]               convert and cache the model (once), report the load time
   run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
   serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
-  bench NAME [args]          benchmarks (kernels, throughput, roofline, serve, llamacpp, decode_profile)
+  bench NAME [args]          benchmarks (`bench --help` lists them)
   edition LANG NOTEBOOKS OUT the student edition (en or zh) into OUT: the chapters without
                              solutions, and solutions/ with each chapter's worked solutions
   student SRC DST            write the student version of the notebooks (solutions stripped)
@@ -66,15 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         from llmlab.serve.launch import main as serve_main
         return serve_main(rest)
     if cmd == "bench":
-        if not rest:
-            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput, roofline, serve, llamacpp or decode_profile")
+        from llmlab.bench import benchmarks
+
+        names = benchmarks()
+        if not rest or rest[0] in ("-h", "--help"):
+            width = max(map(len, names))
+            print("usage: python -m llmlab bench NAME [args]   (python -m llmlab bench NAME --help)\n")
+            print("\n".join(f"  {n.ljust(width)}  {line}" for n, line in names.items()))
+            return 0 if rest else 2
+        if rest[0] not in names:
+            print(f"unknown benchmark {rest[0]!r}; choose one of: {', '.join(names)}")
             return 2
-        try:
-            module = importlib.import_module(f"llmlab.bench.{rest[0]}")
-        except ModuleNotFoundError:
-            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline, serve, llamacpp or decode_profile")
-            return 2
-        return module.main(rest[1:])
+        return importlib.import_module(f"llmlab.bench.{rest[0]}").main(rest[1:])
     if cmd == "edition":
         from llmlab.course.instructor.editions import main as edition_main
         return edition_main(rest)

@@ -1,6 +1,25 @@
 """Side-by-side benchmarks: `python -m llmlab bench NAME` runs `llmlab.bench.NAME.main`."""
 
 
+def benchmarks() -> dict[str, str]:
+    """Every benchmark (a module here with a `main`) and the first line of its docstring, read
+    from the source without importing it (some import torch or vLLM's bridge)."""
+    import ast
+    from pathlib import Path
+
+    found = {}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
+            doc = (ast.get_docstring(tree) or "").strip().splitlines()
+            line = doc[0] if doc else ""
+            # "`python -m llmlab bench x`: what it does" -> "what it does"
+            found[path.stem] = line.split("`: ", 1)[-1].rstrip(".")
+    return found
+
+
 def default_attention_backend(model) -> str:
     """The backend the benchmarks give our engine: what `LLM(model)` picks by default (the
     fastest here: "cpu", the C fast path, where a C compiler builds it, else "torch")."""

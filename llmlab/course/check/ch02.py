@@ -60,59 +60,6 @@ EXERCISES: dict[str, ExerciseInfo] = {
 }
 
 
-# ---- the seed's numbers (kept for earlier callers) ---------------------------------------------
-
-def head_size(answer: Any) -> CheckResult:
-    """The size of one attention head for hidden size HIDDEN and HEADS heads."""
-    from llmlab.analysis.costs import head_size as _head_size
-
-    expected = _head_size(HIDDEN, HEADS)
-    return check_number("ch02.head_size", answer, expected, rel=1e-9, mistakes=[
-        (HIDDEN * HEADS, tr("you multiplied; the heads *split* the hidden vector between them.",
-                            "你做了乘法；各个头是把 hidden 向量*切分*开，各拿一段。")),
-        (HEADS / HIDDEN, tr("upside down: divide the hidden size by the number of heads.",
-                            "颠倒了：应该用 hidden size 除以头数。")),
-        (HIDDEN, tr("that is the whole hidden vector; each head gets only its slice of it.",
-                    "这是整个 hidden 向量；每个头只分到其中一段。")),
-    ], default_hint=tr("the hidden vector is cut into equal slices, one per head.",
-                       "hidden 向量被切成等长的几段，每个头一段。"))
-
-
-def causal_pairs(answer: Any) -> CheckResult:
-    """With a causal mask, how many (query i, key j) pairs get a non-zero weight for a
-    prompt of CAUSAL_T tokens?"""
-    T = CAUSAL_T
-    expected = int(torch.ones(T, T).tril().sum())
-    return check_number("ch02.causal_pairs", answer, expected, rel=1e-9, mistakes=[
-        (T * T, tr("that is the full matrix: the mask hides every key that comes after its query.",
-                   "这是整个矩阵：因果掩码会遮住每个 query 之后的所有 key。")),
-        (T * (T - 1) // 2, tr("you left out the diagonal: a token may attend to itself (j <= i).",
-                              "你漏掉了对角线：一个 token 可以关注它自己（j <= i）。")),
-        (T, tr("that counts only one key per query; query i sees every key j with j <= i.",
-               "这只给每个 query 数了一个 key；query i 能看到所有 j <= i 的 key j。")),
-    ], default_hint=tr("row i of the mask keeps keys 0..i; add up the kept entries of every row.",
-                       "掩码的第 i 行保留 key 0..i；把每一行保留下来的项加起来。"))
-
-
-def gqa_kv_head(answer: Any) -> CheckResult:
-    """With GQA_HEADS query heads sharing GQA_KV_HEADS KV heads, which KV head (0-based) does
-    query head GQA_QUERY_HEAD read?"""
-    group = GQA_HEADS // GQA_KV_HEADS
-    expected = GQA_QUERY_HEAD // group
-    mistakes = [(GQA_QUERY_HEAD % GQA_KV_HEADS, tr("that is round-robin (modulo); query heads are "
-                                                   "grouped in consecutive blocks, each block reading one KV head.",
-                                                   "这是轮流分配（取模）；query 头按连续的块分组，"
-                                                   "每块读一个 KV 头。")),
-                (GQA_QUERY_HEAD % group, tr("that is the position inside the group, not the group's number.",
-                                            "这是组内的位置，不是组的编号。"))]
-    mistakes = [(v, h) for v, h in mistakes if v != expected]
-    return check_number("ch02.gqa_kv_head", answer, expected, rel=1e-9, mistakes=mistakes,
-                        default_hint=tr("work out how many query heads share one KV head, then which "
-                                        "consecutive block this query head falls into.",
-                                        "先算出几个 query 头共用一个 KV 头，再看这个 query 头落在"
-                                        "哪个连续的块里。"))
-
-
 # ---- no fused attention ------------------------------------------------------------------------
 
 # Words that give a fused attention away in a function's source or in the names it uses.
