@@ -92,3 +92,11 @@ def test_going_further_sections_come_before_the_summary_and_say_so(path):
     for cell, on_path in zip(nb.cells, required):
         if not on_path and cell.cell_type == "markdown" and cell.source.lstrip().startswith("## "):
             assert rt.GOING_FURTHER.match(cell.source.lstrip()), path.stem
+
+
+def test_the_instructors_guide_states_the_total_the_headers_add_up_to():
+    stated = sum(rt.stated_minutes(_read(p)) for p in NOTEBOOKS)
+    en = re.sub(r"\s+", " ", (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8"))
+    zh = (ROOT / "docs" / "instructors.zh.md").read_text(encoding="utf-8")
+    assert f"add up to {stated} minutes" in en, f"docs/instructors.md does not say the headers add up to {stated}"
+    assert f"加起来是 {stated} 分钟" in zh, f"docs/instructors.zh.md does not say 加起来是 {stated} 分钟"
