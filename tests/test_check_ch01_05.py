@@ -24,7 +24,7 @@ DSV3 = (512 + 64) * 2 * 61                       # latent + RoPE key, BF16, 61 l
 
 # (checker, right answer, [(typical wrong answer, word the hint must contain), ...])
 NUMERIC = [
-    (ch01.utf8_bytes, 6 + 1 + 1 + 5 + 1 + 4, [(11, "characters"), (16, "3 bytes")]),
+    (ch01.utf8_bytes, 6 + 1 + 1 + 6 + 1 + 5 + 1 + 4, [(14, "characters"), (21, "3 bytes")]),
     (ch01.id_bits, 16, [(15, "round"), (2, "bytes")]),
     (ch01.embedding_bytes, 128256 * 4096 * 2, [(128256 * 4096, "parameters"),
                                                (128256 * 4096 * 4, "FP32"),

@@ -19,8 +19,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 IDS = [p.stem for p in NOTEBOOKS]
 MAX_LINES = 12                    # a code cell that carries an idea
-REQUIRED_MINUTES = 240            # the stated times of the required path, all chapters together
-TIME = re.compile(r"\*\*Time:\*\*\s*about\s+(\d+)\s+minutes")
 
 
 def _nb(path):
@@ -45,17 +43,7 @@ def test_code_cells_carry_one_idea(path):
     assert not long, f"{path.name}: code cells longer than {MAX_LINES} lines (cell, lines): {long}"
 
 
-def stated_minutes(nb) -> int | None:
-    first = next((c for c in nb.cells if c.cell_type == "markdown"), None)
-    m = TIME.search(first.source) if first is not None else None
-    return int(m[1]) if m else None
-
-
-def test_stated_times_add_up_to_the_required_path():
-    minutes = {p.stem: stated_minutes(_nb(p)) for p in NOTEBOOKS}
-    missing = [k for k, v in minutes.items() if v is None]
-    assert not missing, f"first markdown cell states no '**Time:** about N minutes': {missing}"
-    assert sum(minutes.values()) <= REQUIRED_MINUTES, minutes
+# The stated times and the five-hour required path: tests/test_reading_time.py.
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -23,10 +23,12 @@ def test_chinese_table_has_chinese_headers_and_kinds(monkeypatch):
     monkeypatch.setattr(i18n, "_chosen", "zh")
     table = DOC.read_text(encoding="utf-8").split(BEGIN, 1)[1].split(END, 1)[0]
     assert "| 章节 | 练习数 | 记忆 | 代公式 | 推理 | 能指出的错误数 |" in table
-    assert "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 |" in table
+    assert "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 | 所在部分 |" in table
     rows = [line for line in table.splitlines() if line.startswith("| `")]
-    kinds = {line.split(" | ")[2] for line in rows if line.count(" | ") == 4}
+    kinds = {line.split(" | ")[2] for line in rows if line.count(" | ") == 5}
     assert kinds and kinds <= {"记忆", "代公式", "推理"}, kinds
+    paths = {line.rstrip(" |").split(" | ")[-1] for line in rows if line.count(" | ") == 5}
+    assert paths == {"必修", "延伸学习"}, paths
 
 
 def test_english_table_does_not_change_with_the_language(monkeypatch):

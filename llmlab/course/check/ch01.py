@@ -12,7 +12,7 @@ from llmlab.course.check.core import (CheckResult, ExerciseInfo, NOT_ANSWERED, c
 from llmlab.i18n import tr
 
 # the strings and corpora the exercises ask about (the notebook prints them)
-UTF8_TEXT = "你好, world 👋"
+UTF8_TEXT = "你好, 世界 world 👋"    # 25 UTF-8 bytes
 MERGE_CORPUS = "banana bandana"
 VOCAB_SIZE = 49152                       # SmolLM2's vocabulary
 EMBED_PRESET = "llama-3-8b"

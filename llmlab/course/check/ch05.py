@@ -73,7 +73,8 @@ def write_before_read(answer: Any) -> CheckResult:
 
 
 def cache_reads(answer: Any) -> CheckResult:
-    """Which step(s) of STEPS read the KV cache? A name or a list of names."""
+    """A decode step at a long context (many tokens already cached) against one at a short context:
+    which step(s) of STEPS take longer? A name or a list of names."""
     hints = {k: tr(*v) for k, v in _NO_CACHE.items()}
     hints["qkv_projection"] = tr("the projections compute this token's own q, k, v from its hidden "
                                  "state; they need nothing from earlier tokens.",
@@ -185,7 +186,7 @@ def short_prefill_bound(answer: Any) -> CheckResult:
 EXERCISES: dict[str, ExerciseInfo] = {
     "write_before_read": ExerciseInfo("reasoning", ("order thought not to matter", "capacity blamed",
                                                     "slots thought to move"), seed=1),
-    "cache_reads": ExerciseInfo("recall", ("the qkv projection", "the FFN", "the lm_head"), seed=1),
+    "cache_reads": ExerciseInfo("reasoning", ("the qkv projection", "the FFN", "the lm_head"), seed=1),
     "decode_flops": ExerciseInfo("plug-in", ("parameters, not FLOPs", "2 per byte", "TFLOP vs FLOP")),
     "decode_intensity": ExerciseInfo("reasoning", ("batch 1", "BF16 bytes for FP8 weights",
                                                    "upside down", "bytes divided by the batch")),

@@ -37,7 +37,8 @@ EXERCISES = {
                                                    "seconds or ms for µs")),
     "best_tp_long_context": ExerciseInfo("reasoning", ("short-context winner", "weights do not fit",
                                                        "communication only")),
-    "split_two_servers": ExerciseInfo("reasoning", ("TP across the slow link", "PP inside a server")),
+    "split_two_servers": ExerciseInfo("reasoning", ("TP across the slow link", "heads split unevenly",
+                                                    "PP inside a server")),
 }
 
 # What a second replica does at an arrival rate one replica serves comfortably (a fixed order
@@ -238,15 +239,22 @@ def best_tp_long_context(answer: Any) -> CheckResult:
                                         f"请回答 TP 并行度 {list(TP_DEGREES)} 中的一个。"))
 
 
-# Exercise 6: where the seed's rule of thumb meets two machines.
+# Exercise 6: where the seed's rule of thumb ("TP = the GPUs of one machine") meets a model whose
+# heads do not split over that many ranks.
 SPLIT_GPUS_PER_SERVER, SPLIT_SERVERS = 8, 2      # NVLink inside a server, Ethernet between the two
+SPLIT_HEADS, SPLIT_KV_HEADS = 28, 4               # query heads and KV heads of the model
 SPLIT_KEYS = ("tp", "pp")
 
 
+def _heads_split_evenly(tp: int) -> bool:
+    """vLLM's rule: every rank gets the same number of query heads, and whole KV heads (or copies)."""
+    return SPLIT_HEADS % tp == 0 and (SPLIT_KV_HEADS % tp == 0 or tp % SPLIT_KV_HEADS == 0)
+
+
 def split_two_servers(answer: Any) -> CheckResult:
-    """A model that needs all the GPUs of SPLIT_SERVERS servers of SPLIT_GPUS_PER_SERVER GPUs
-    each (NVLink inside a server, a slower network between them). Answer a dict {"tp": degree,
-    "pp": degree} with tp × pp = every GPU."""
+    """A model with SPLIT_HEADS query heads and SPLIT_KV_HEADS KV heads, served with vLLM, needs all
+    the GPUs of SPLIT_SERVERS servers of SPLIT_GPUS_PER_SERVER GPUs each (NVLink inside a server, a
+    slower network between them). Answer a dict {"tp": degree, "pp": degree} with tp × pp = every GPU."""
     ex = "ch09.split_two_servers"
     missing = check_dict_keys(ex, answer, SPLIT_KEYS)
     if missing is not None:
@@ -256,22 +264,30 @@ def split_two_servers(answer: Any) -> CheckResult:
     except (TypeError, ValueError):
         return report(not_yet(ex, tr("tp and pp must be whole numbers.", "tp 和 pp 必须是整数。")))
     total = SPLIT_GPUS_PER_SERVER * SPLIT_SERVERS
-    if tp * pp_ != total:
+    if tp < 1 or tp * pp_ != total:
         return report(not_yet(ex, tr(f"tp × pp must use all {total} GPUs.",
                                      f"tp × pp 必须用上全部 {total} 块 GPU。")))
-    if tp == SPLIT_GPUS_PER_SERVER:
-        return report(passed(ex, tr("right: tensor parallelism inside each server, over NVLink; one "
-                                    "pipeline boundary over the slow link.",
-                                    "对：张量并行放在每台服务器内部，走 NVLink；跨慢速链路的只有一个流水线边界。")))
+    best = max(t for t in range(1, SPLIT_GPUS_PER_SERVER + 1) if total % t == 0 and _heads_split_evenly(t))
     if tp > SPLIT_GPUS_PER_SERVER:
         hint = tr("a TP group that spans both servers sends its all-reduces, two per layer and every "
                   "step, over the slow link between them.",
                   "跨两台服务器的 TP 组，会把它的 all-reduce（每层两次、每一步都有）送过两台机器之间的慢速链路。")
+    elif not _heads_split_evenly(tp):
+        hint = tr(f"vLLM refuses this TP degree: {tp} ranks cannot each hold the same whole number of "
+                  f"the model's {SPLIT_HEADS} query heads and {SPLIT_KV_HEADS} KV heads.",
+                  f"vLLM 不接受这个 TP 并行度：{tp} 个 rank 没法每个都分到同样多的整数个注意力头"
+                  f"（模型有 {SPLIT_HEADS} 个 query 头、{SPLIT_KV_HEADS} 个 KV 头）。")
+    elif tp == best:
+        return report(passed(ex, tr("right: the widest TP group whose heads split evenly, inside a server "
+                                    "over NVLink; the pipeline spans the rest, and only one of its "
+                                    "boundaries crosses the slow link.",
+                                    "对：在能把注意力头平均分开的 TP 组里选最宽的，放在一台服务器内部走 NVLink；"
+                                    "其余交给流水线，它只有一个边界跨过慢速链路。")))
     else:
         hint = staged(ex, tr("NVLink inside a server goes unused by the pipeline: each extra stage adds "
                              "to the bubble, while a wider TP group would still talk over NVLink.",
                              "流水线用不上服务器内部的 NVLink：每多一级都会加大气泡，而更宽的 TP 组仍然走 NVLink 通信。"),
-                      tr("Put the group that talks every layer where the links are fastest, and only "
-                         "the rare hand-offs across the slow link.",
-                         "把每层都要通信的那一组放在链路最快的地方，只让偶尔的交接跨过慢速链路。"))
+                      tr("Put the group that talks every layer where the links are fastest, as wide as "
+                         "the heads allow, and only the rare hand-offs across the slow link.",
+                         "把每层都要通信的那一组放在链路最快的地方，在注意力头允许的范围内尽量宽，只让偶尔的交接跨过慢速链路。"))
     return report(not_yet(ex, hint))

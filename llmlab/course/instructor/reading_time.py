@@ -94,3 +94,31 @@ def report(src: str | Path) -> list[tuple[str, int | None, float]]:
         nb = nbformat.read(path, as_version=4)
         rows.append((path.stem, stated_minutes(nb), estimate(nb).minutes))
     return rows
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(names a code cell binds, names it reads); IPython lines (`%`, `!`) are skipped."""
+    import ast
+
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    bound, read = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, (ast.Store, ast.Del)) else read).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bound, read
+
+
+def required_uses_of_optional(nb: Any) -> list[tuple[int, str]]:
+    """(cell index, name) for every required code cell that reads a name bound only inside a
+    "Going further" section: the required path must run with every such section left out."""
+    required = _required(nb)
+    cells = [(i, *_names(c.source)) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    on_path = set().union(*(b for i, b, _ in cells if required[i]))
+    only_optional = set().union(*(b for i, b, _ in cells if not required[i])) - on_path
+    return [(i, name) for i, _, read in cells if required[i] for name in sorted(read & only_optional)]

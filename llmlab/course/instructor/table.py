@@ -19,7 +19,7 @@ from pathlib import Path
 
 from llmlab.course.check.core import KINDS, ExerciseInfo
 from llmlab.i18n import tr
-from llmlab.course.instructor.exercises import exercise_ids
+from llmlab.course.instructor.exercises import exercise_calls
 
 BEGIN = "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
 END = "<!-- end of exercises table -->"
@@ -36,6 +36,7 @@ class Row:
     notebook: str
     exercise: str
     info: ExerciseInfo | None       # None: the checker module does not describe it
+    required: bool = True           # False: inside a "Going further" section
 
 
 def info_of(exercise: str) -> ExerciseInfo | None:
@@ -50,20 +51,28 @@ def info_of(exercise: str) -> ExerciseInfo | None:
 def rows(notebooks: Path) -> list[Row]:
     import nbformat
 
+    from llmlab.course.instructor.reading_time import _required
+
     out = []
     for path in sorted(Path(notebooks).glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        for ex in exercise_ids(nb):
-            out.append(Row(path.stem, ex, info_of(ex)))
+        required = _required(nb)
+        for ex, index in exercise_calls(nb):
+            out.append(Row(path.stem, ex, info_of(ex), required[index]))
     return out
+
+
+def path(row: Row) -> str:
+    """Where the exercise sits: on the required path, or in a Going further section."""
+    return tr("required", "必修") if row.required else tr("Going further", "延伸学习")
 
 
 def markdown(notebooks: Path) -> str:
     table = rows(notebooks)
     lines = [tr("| chapter | exercises | ", "| 章节 | 练习数 | ")
              + " | ".join(kind_name(k) for k in KINDS)
-             + tr(" | mistakes named |", " | 能指出的错误数 |"),
-             "|---|---|---|---|---|---|"]
+             + tr(" | mistakes named | in Going further |", " | 能指出的错误数 | 在“延伸学习”中 |"),
+             "|---|---|---|---|---|---|---|"]
     by_nb: dict[str, list[Row]] = {}
     for r in table:
         by_nb.setdefault(r.notebook, []).append(r)
@@ -71,17 +80,18 @@ def markdown(notebooks: Path) -> str:
         kinds = [r.info.kind if r.info else "?" for r in rs]
         mistakes = sum(len(r.info.mistakes) for r in rs if r.info)
         lines.append(f"| `{nb}` | {len(rs)} | " + " | ".join(str(kinds.count(k)) for k in KINDS)
-                     + f" | {mistakes} |")
-    lines += ["", tr("| chapter | exercise | kind | mistakes its checker names | seed question |",
-                     "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 |"),
-              "|---|---|---|---|---|"]
+                     + f" | {mistakes} | {sum(not r.required for r in rs)} |")
+    lines += ["", tr("| chapter | exercise | kind | mistakes its checker names | seed question | path |",
+                     "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 | 所在部分 |"),
+              "|---|---|---|---|---|---|"]
     for r in table:
         if r.info is None:
-            lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | {tr('(not described)', '（未描述）')} | |")
+            lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | {tr('(not described)', '（未描述）')} | | {path(r)} |")
             continue
         mistakes = "; ".join(r.info.mistakes) if r.info.mistakes else "—"
         seed = f"Q{r.info.seed}" if r.info.seed else ""
-        lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} |")
+        lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} "
+                     f"| {path(r)} |")
     return "\n".join(lines)
 
 
