@@ -30,7 +30,8 @@ def build_spec_decode(spec: SpeculativeConfig, model: LlamaModel, kv_cache_manag
         if not 1 <= draft_layers < total:
             raise ValueError(f"speculative_config['draft_num_layers'] must be in [1, {total - 1}] "
                              f"(the target has {total} layers), got {draft_layers}")
-    scheduler = SpecDecodeScheduler(kv_cache_manager, num_speculative_tokens=spec.num_speculative_tokens,
+    scheduler = SpecDecodeScheduler(kv_cache_manager,
+                                    num_speculative_tokens=spec.num_speculative_tokens,
                                     proposer=proposer, **scheduler_kwargs)
     runner = SpecDecodeModelRunner(*runner_args, default_generator=default_generator,
                                    draft_num_layers=draft_layers)
