@@ -150,30 +150,30 @@ class ModelRunner:
 
     def sample_tokens(self, logits: torch.Tensor, sample_requests: list) -> list[int]:
         """One token per row of `logits` [R, vocab], row r for `sample_requests[r]`: its logits
-        processors, banned tokens, logprobs and sampling parameters applied."""
-        with torch.inference_mode():
-            raw_logprobs = {}
-            for row, req in enumerate(sample_requests):
-                if req.needs_extra_sampling:         # logprobs, a penalty or a logit bias
-                    params = req.sampling_params
-                    if params.logprobs is not None:  # of the raw logits, as vLLM's default
-                        raw_logprobs[row] = logits[row].log_softmax(-1)
-                    if params.needs_logits_processing:
-                        apply_logits_processors(logits, row, params, req.prompt_token_ids,
-                                                req.output_token_ids)
-                banned = req.banned_token_ids()       # EOS / stop tokens before min_tokens
-                if banned:
-                    logits[row, list(banned)] = float("-inf")
-            params = [r.sampling_params for r in sample_requests]
-            default = self.default_generator
-            generators = [r.generator if r.generator is not None else default
-                          for r in sample_requests]
-            sampled = sample(logits, params, generators).tolist()
-            for row, lp in raw_logprobs.items():
-                req = sample_requests[row]
-                self.last_logprobs[req.request_id] = logprob_entries(
-                    lp.unsqueeze(0), [sampled[row]], req.sampling_params.logprobs)[0]
-            return sampled
+        processors, banned tokens, logprobs and sampling parameters applied. Call it under
+        `torch.inference_mode()`, as `execute_model` does (`logits` is changed in place)."""
+        raw_logprobs = {}
+        for row, req in enumerate(sample_requests):
+            if req.needs_extra_sampling:         # logprobs, a penalty or a logit bias
+                params = req.sampling_params
+                if params.logprobs is not None:  # of the raw logits, as vLLM's default
+                    raw_logprobs[row] = logits[row].log_softmax(-1)
+                if params.needs_logits_processing:
+                    apply_logits_processors(logits, row, params, req.prompt_token_ids,
+                                            req.output_token_ids)
+            banned = req.banned_token_ids()       # EOS / stop tokens before min_tokens
+            if banned:
+                logits[row, list(banned)] = float("-inf")
+        params = [r.sampling_params for r in sample_requests]
+        default = self.default_generator
+        generators = [r.generator if r.generator is not None else default
+                      for r in sample_requests]
+        sampled = sample(logits, params, generators).tolist()
+        for row, lp in raw_logprobs.items():
+            req = sample_requests[row]
+            self.last_logprobs[req.request_id] = logprob_entries(
+                lp.unsqueeze(0), [sampled[row]], req.sampling_params.logprobs)[0]
+        return sampled
 
     def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor) -> None:
         """Logprobs of the prompt tokens this step computes: the logits at position p score
