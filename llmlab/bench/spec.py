@@ -12,7 +12,7 @@ full. The benchmark measures where that crossing lies on the machine at hand.
 - free-form: the chat prompts of `data/prompts.json` (short questions, new text in the answer).
 
 Systems, each an `LLM` built once (start-up not timed): `plain`; `ngram` (prompt lookup,
-`--k` tokens, n-grams of 1 to 4); `draft_model` (the target's first `--draft-layers` layers as
+`--k` tokens, n-grams of `--prompt-lookup-min` to `--prompt-lookup-max`, 1 to 4 by default); `draft_model` (the target's first `--draft-layers` layers as
 the draft, greedy). Every request is greedy with EOS ignored, `--max-tokens` tokens, so every
 system produces the same tokens (a test checks that speculation keeps greedy output). At batch
 b, b requests run together; the systems alternate at each batch size, `--rounds` times, and the
@@ -51,10 +51,11 @@ def build_workloads(tokenizer, num: int) -> dict[str, list[list[int]]]:
     }
 
 
-def spec_configs(k: int, draft_layers: int) -> dict[str, dict | None]:
+def spec_configs(k: int, draft_layers: int, lookup_min: int = 1,
+                 lookup_max: int = 4) -> dict[str, dict | None]:
     return {"plain": None,
-            "ngram": {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1,
-                      "prompt_lookup_max": 4},
+            "ngram": {"method": "ngram", "num_speculative_tokens": k,
+                      "prompt_lookup_min": lookup_min, "prompt_lookup_max": lookup_max},
             "draft_model": {"method": "draft_model", "num_speculative_tokens": k,
                             "draft_num_layers": draft_layers}}
 
@@ -103,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=None,
                     help="output tokens per request (default 128; --fast 48)")
     ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens (default 4)")
+    ap.add_argument("--prompt-lookup-min", type=int, default=1,
+                    help="shortest n-gram the ngram method matches (default 1)")
+    ap.add_argument("--prompt-lookup-max", type=int, default=4,
+                    help="longest n-gram the ngram method matches (default 4)")
     ap.add_argument("--draft-layers", type=int, default=8,
                     help="layers of the early-exit draft model (default 8 of 30)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset "
@@ -136,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     work = build_workloads(tokenizer, max(batches))
     longest = max(len(p) for prompts in work.values() for p in prompts)
     max_len = longest + max_tokens + args.k + 1
-    configs = spec_configs(args.k, args.draft_layers)
+    configs = spec_configs(args.k, args.draft_layers, args.prompt_lookup_min,
+                           args.prompt_lookup_max)
     llms = {name: LLM(model, tokenizer, attention_backend=attention, max_model_len=max_len,
                       max_num_seqs=max(batches),
                       num_kv_blocks=max(batches) * cdiv(max_len, 16) + 16,
