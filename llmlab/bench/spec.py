@@ -12,8 +12,8 @@ full. The benchmark measures where that crossing lies on the machine at hand.
 - free-form: the chat prompts of `data/prompts.json` (short questions, new text in the answer).
 
 Systems, each an `LLM` built once (start-up not timed): `plain`; `ngram` (prompt lookup,
-`--k` tokens, n-grams of `--prompt-lookup-min` to `--prompt-lookup-max`, 1 to 4 by default); `draft_model` (the target's first `--draft-layers` layers as
-the draft, greedy). Every request is greedy with EOS ignored, `--max-tokens` tokens, so every
+`--k` tokens, n-grams of `--prompt-lookup-min` to `--prompt-lookup-max` tokens, 1 to 4 by
+default); `draft_model` (the target's first `--draft-layers` layers as the draft, greedy). Every request is greedy with EOS ignored, `--max-tokens` tokens, so every
 system produces the same tokens (a test checks that speculation keeps greedy output). At batch
 b, b requests run together; the systems alternate at each batch size, `--rounds` times, and the
 best round counts. Prints a table and writes JSON (default `build/bench-spec.json`).
