@@ -459,3 +459,18 @@ def test_the_serve_command_takes_speculative_config():
         m = parse_prometheus(httpx.get(srv.url + "/metrics", timeout=10).text)
         assert m['vllm:spec_decode_num_drafts_total{model_name="tiny"}'] > 0
         assert m['vllm:spec_decode_num_accepted_tokens_total{model_name="tiny"}'] > 0
+
+
+def test_the_plain_engine_runs_the_plain_path(model):
+    """Speculation is chosen once, at construction: without a config the engine's scheduler and
+    runner are the plain classes (their hot loops carry no speculative branches)."""
+    from llmlab.engine import ModelRunner, Scheduler
+    from llmlab.spec_decode.model_runner import SpecDecodeModelRunner
+    from llmlab.spec_decode.scheduler import SpecDecodeScheduler
+
+    plain = LLM(model).llm_engine
+    assert type(plain.scheduler) is Scheduler and type(plain.model_runner) is ModelRunner
+    assert "spec_decode_num_drafts" not in plain.stats()
+    spec = LLM(model, speculative_config=NGRAM).llm_engine
+    assert isinstance(spec.scheduler, SpecDecodeScheduler)
+    assert isinstance(spec.model_runner, SpecDecodeModelRunner)
