@@ -474,3 +474,28 @@ def test_the_plain_engine_runs_the_plain_path(model):
     spec = LLM(model, speculative_config=NGRAM).llm_engine
     assert isinstance(spec.scheduler, SpecDecodeScheduler)
     assert isinstance(spec.model_runner, SpecDecodeModelRunner)
+
+
+@pytest.mark.parametrize("spec", [NGRAM, DRAFT], ids=["ngram", "draft_model"])
+def test_sampled_requests_under_preemption_finish_with_the_pool_whole(model, spec):
+    """Mixed temperatures, top-k/top-p, seeds, a pool small enough to preempt: every request
+    gets exactly its max_tokens and every block comes back."""
+    rng = random.Random(7)
+    engine = LLMEngine(model, block_size=4, num_kv_blocks=30, max_model_len=80, max_num_seqs=10,
+                       max_num_batched_tokens=32, speculative_config=spec)
+    want = {}
+    for i, prompt in enumerate(_repetitive_prompts(30, seed=11)):
+        params = SamplingParams(temperature=rng.choice([0.0, 0.5, 1.0]), top_k=rng.choice([-1, 5]),
+                                top_p=rng.choice([1.0, 0.8]), seed=rng.choice([None, i]),
+                                max_tokens=rng.randint(1, 25), ignore_eos=True)
+        engine.add_request(f"r{i}", prompt, params)
+        want[f"r{i}"] = min(params.max_tokens, 80 - len(prompt))
+    got = {rid: 0 for rid in want}
+    while engine.has_unfinished_requests():
+        for d in engine.step():
+            got[d.request_id] += len(d.outputs[0].token_ids)
+    assert got == want
+    kv = engine.kv_cache_manager
+    assert kv.num_free_blocks == kv.num_blocks and all(b.ref_cnt == 0 for b in kv.block_pool.blocks)
+    stats = engine.stats()
+    assert stats["preemptions"] > 0 and stats["spec_decode_num_accepted_tokens"] > 0
