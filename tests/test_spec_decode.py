@@ -84,13 +84,15 @@ def test_rejection_sampling_keeps_the_target_distribution(deterministic_draft):
             drafts, q_rows, last = [], [], seq[-1]
             for _ in range(k):
                 q = q_table[last]
-                d = int(q.argmax()) if deterministic_draft else int(torch.multinomial(q, 1, generator=g))
+                d = (int(q.argmax()) if deterministic_draft
+                     else int(torch.multinomial(q, 1, generator=g)))
                 drafts.append(d)
                 q_rows.append(q)
                 last = d
             context = [seq[-1]] + drafts
             p = p_table[torch.tensor(context)]                                    # [k + 1, V]
-            seq += rejection_sample(p, drafts, None if deterministic_draft else torch.stack(q_rows), g)
+            q = None if deterministic_draft else torch.stack(q_rows)                 # [k, V]
+            seq += rejection_sample(p, drafts, q, g)
         a, b, c = seq[1:1 + length]
         counts[(a * vocab + b) * vocab + c] += 1
     exact = torch.tensor([float(p_table[start, a] * p_table[a, b] * p_table[b, c])
@@ -157,7 +159,8 @@ def _repetitive_prompts(n, seed, vocab=512):
     prompts = []
     for _ in range(n):
         phrase = [rng.randrange(3, vocab) for _ in range(rng.randint(2, 8))]
-        body = phrase * rng.randint(1, 5) + [rng.randrange(3, vocab) for _ in range(rng.randint(0, 6))]
+        tail = [rng.randrange(3, vocab) for _ in range(rng.randint(0, 6))]
+        body = phrase * rng.randint(1, 5) + tail
         prompts.append(body[:rng.randint(1, 60)])
     return prompts
 
@@ -212,7 +215,8 @@ def test_fuzz_random_requests_aborts_and_a_tiny_pool(model, spec):
     shared = [rng.randrange(3, 512) for _ in range(12)] * 3
     arrivals: dict[int, list] = {}
     for i in range(60):
-        prompt = (shared[:rng.randint(0, 36)] + _repetitive_prompts(1, seed=i)[0])[:rng.randint(1, 50)]
+        prompt = shared[:rng.randint(0, 36)] + _repetitive_prompts(1, seed=i)[0]
+        prompt = prompt[:rng.randint(1, 50)]
         params = SamplingParams(temperature=0.0, max_tokens=rng.randint(1, 30), ignore_eos=True)
         arrivals.setdefault(rng.randint(0, 40), []).append((f"r{i}", prompt, params))
     aborted, tokens, finished = set(), {}, set()
@@ -353,7 +357,8 @@ def test_real_model_greedy_speculative_equals_plain(real_model):
     model, tokenizer = real_model
     prompts = ["Repeat this list exactly: apple, banana, cherry, date, elderberry, fig. "
                "Again: apple, banana, cherry,",
-               "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):"]
+               "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+               "def mul(a, b):"]
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
     kw = dict(max_model_len=256, num_kv_blocks=64)
     plain = LLM(model, tokenizer, **kw).generate(prompts, params, use_tqdm=False)
@@ -453,7 +458,8 @@ def test_the_serve_command_takes_speculative_config():
                                 "--speculative-config", '{"method": "ngram", '
                                 '"num_speculative_tokens": 3}'], start_timeout=120) as srv:
         r = httpx.post(srv.url + "/v1/completions", timeout=30,
-                       json={"model": "tiny", "prompt": [20, 21, 22, 23] * 3, "max_tokens": 8, "temperature": 0,
+                       json={"model": "tiny", "prompt": [20, 21, 22, 23] * 3, "max_tokens": 8,
+                             "temperature": 0,
                              "ignore_eos": True, "return_token_ids": True})
         assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 8
         m = parse_prometheus(httpx.get(srv.url + "/metrics", timeout=10).text)
