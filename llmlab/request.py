@@ -43,6 +43,11 @@ class RequestMetrics:
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     finished_time: float | None = None
+    # speculative decoding (zero without it): verify steps that had drafts, draft tokens
+    # proposed, drafts accepted; acceptance rate = accepted / draft tokens
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 @dataclass
@@ -115,6 +120,12 @@ class Request:
     def append_output_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
         self._all_token_ids.append(token_id)
+
+    def remove_last_output_tokens(self, num: int) -> None:
+        """Drop the last `num` output tokens (a stop string ended the text before them)."""
+        if num > 0:
+            del self.output_token_ids[-num:]
+            del self._all_token_ids[-num:]
 
     def banned_token_ids(self) -> frozenset[int]:
         """Tokens the next sample may not be: while fewer than `min_tokens` outputs exist, EOS

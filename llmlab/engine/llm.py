@@ -19,7 +19,9 @@ class LLM:
     there: block_size, num_kv_blocks, max_model_len, max_num_seqs, max_num_batched_tokens,
     enable_chunked_prefill, enable_prefix_caching, attention_backend (None: the fastest here,
     what the benchmarks measure; "torch" for the readable model), seed, scheduling,
-    kv_cache_memory_bytes.
+    kv_cache_memory_bytes, speculative_config (vLLM's dict: {"method": "ngram",
+    "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}, or
+    {"method": "draft_model", "num_speculative_tokens": 3, "draft_num_layers": 8}).
     """
 
     def __init__(self, model: str | LlamaModel = "smollm2-135m", tokenizer: Any = None,

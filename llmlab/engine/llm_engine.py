@@ -29,6 +29,7 @@ from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
 from llmlab.sampling import SamplingParams, make_generator
+from llmlab.engine.spec_decode.config import SpeculativeConfig
 from llmlab.utils import cdiv, check_positive_int
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -50,7 +51,10 @@ class EngineConfig:
     fast path, for a float32 model on a CPU with a C compiler; "triton" on a GPU; else
     "torch"); by name: "torch" (the readable model, plain PyTorch), "triton", "cuda", "cpu".
     seed: the RNG of unseeded sampled requests. scheduling: "continuous" or "static" (chapter
-    08's baseline).
+    08's baseline). speculative_config: None (no speculation) or vLLM's dict, e.g.
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+    "prompt_lookup_max": 4} or {"method": "draft_model", "num_speculative_tokens": 3,
+    "draft_num_layers": 8} (see `llmlab.engine.spec_decode.SpeculativeConfig`).
     """
 
     block_size: int = 16
@@ -64,6 +68,7 @@ class EngineConfig:
     seed: int = 0
     scheduling: str = "continuous"
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
+    speculative_config: dict | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens",
@@ -82,6 +87,7 @@ class EngineConfig:
                              f"got {self.scheduling!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+        SpeculativeConfig.from_value(self.speculative_config)     # raises naming the key
 
 
 def resolve_attention_backend(name: str | None, model: LlamaModel) -> str:
@@ -160,14 +166,27 @@ class LLMEngine:
 
         self.kv_cache_manager = KVCacheManager(self.num_kv_blocks, bs,
                                                enable_caching=config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.kv_cache_manager, max_num_seqs=config.max_num_seqs,
-                                   max_num_batched_tokens=config.max_num_batched_tokens,
-                                   max_model_len=self.max_model_len,
-                                   enable_chunked_prefill=config.enable_chunked_prefill,
-                                   scheduling=config.scheduling)
-        self.model_runner = ModelRunner(model, self.kv_cache_manager, self.num_kv_blocks, bs,
-                                        config.attention_backend,
-                                        default_generator=make_generator(config.seed))
+        scheduler_kwargs = dict(max_num_seqs=config.max_num_seqs,
+                                max_num_batched_tokens=config.max_num_batched_tokens,
+                                max_model_len=self.max_model_len,
+                                enable_chunked_prefill=config.enable_chunked_prefill,
+                                scheduling=config.scheduling)
+        runner_args = (model, self.kv_cache_manager, self.num_kv_blocks, bs,
+                       config.attention_backend)
+        # speculation is a second scheduler, runner and step, chosen here, once
+        self.speculative_config = spec = SpeculativeConfig.from_value(config.speculative_config)
+        if spec is None:
+            self.scheduler = Scheduler(self.kv_cache_manager, **scheduler_kwargs)
+            self.model_runner = ModelRunner(*runner_args,
+                                            default_generator=make_generator(config.seed))
+        else:
+            from llmlab.engine.spec_decode.engine import spec_step
+            from llmlab.engine.spec_decode.setup import build_spec_decode
+
+            self._spec_step = spec_step
+            self.scheduler, self.model_runner = build_spec_decode(
+                spec, model, self.kv_cache_manager, scheduler_kwargs, runner_args,
+                make_generator(config.seed))
         self.requests: dict[str, Request] = {}     # every unfinished request by id
         # True: every request's text is built token by token and each step's delta output
         # carries its new text (a server streaming text sets it); False: only requests with
@@ -286,7 +305,10 @@ class LLMEngine:
     # ---- the loop -------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled step; return a delta RequestOutput per request that got a token."""
+        """Run one scheduled step; return a delta RequestOutput per request that got a token
+        (with a speculative config: the tokens it got, one or more)."""
+        if self.speculative_config is not None:
+            return self._spec_step(self)
         t0 = time.perf_counter()
         sched_out = self.scheduler.schedule()
         t1 = time.perf_counter()
@@ -390,6 +412,7 @@ class LLMEngine:
             "schedule_seconds": sch.schedule_seconds,
             "forward_seconds": self.forward_seconds,
             "schedule_seconds_per_step_per_request": per_req,
+            **(self.scheduler.spec_stats_dict() if self.speculative_config is not None else {}),
         }
 
 

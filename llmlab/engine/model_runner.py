@@ -67,7 +67,6 @@ class ModelRunner:
 
     def prepare_inputs(self, out: SchedulerOutput) -> ModelInput:
         """Build input ids, positions and attention metadata for one step."""
-        bs = self.block_size
         requests = out.requests
         starts_list = out.num_computed_tokens
         q_lens_list = out.num_new_tokens
@@ -85,7 +84,17 @@ class ModelRunner:
             if start + n == len(all_ids):
                 sample_idx.append(end - 1)
                 sample_requests.append(req)
-        num_seqs = len(requests)
+        return self.build_model_input(token_ids, block_ids, starts_list, q_lens_list,
+                                      sample_idx, sample_requests)
+
+    def build_model_input(self, token_ids: list[int], block_ids: list[list[int]],
+                          starts_list: list[int], q_lens_list: list[int], sample_idx: list[int],
+                          sample_requests: list) -> ModelInput:
+        """The step's tensors from its flat token list: sequence s brings `q_lens_list[s]`
+        tokens from position `starts_list[s]` on, its blocks `block_ids[s]`; the rows
+        `sample_idx` (flat indices) are the ones whose logits are computed."""
+        bs = self.block_size
+        num_seqs = len(starts_list)
         max_blocks = max(map(len, block_ids))
         table = [ids + [0] * (max_blocks - len(ids)) for ids in block_ids]
 
@@ -138,32 +147,38 @@ class ModelRunner:
             if not inp.sample_requests:
                 return []
             logits = self.model.compute_logits(hidden[inp.sample_rows])           # [R, vocab]
-            raw_logprobs = {}
-            for row, req in enumerate(inp.sample_requests):
-                if req.needs_extra_sampling:         # logprobs, a penalty or a logit bias
-                    params = req.sampling_params
-                    if params.logprobs is not None:  # of the raw logits, as vLLM's default
-                        raw_logprobs[row] = logits[row].log_softmax(-1)
-                    if params.needs_logits_processing:
-                        apply_logits_processors(logits, row, params, req.prompt_token_ids,
-                                                req.output_token_ids)
-                banned = req.banned_token_ids()       # EOS / stop tokens before min_tokens
-                if banned:
-                    logits[row, list(banned)] = float("-inf")
-            if any(r.has_grammar for r in inp.sample_requests):
-                rows = [i for i, r in enumerate(inp.sample_requests) if r.grammar is not None]
-                self.structured_output_manager.apply(
-                    logits, rows, [inp.sample_requests[i].grammar for i in rows])
-            params = [r.sampling_params for r in inp.sample_requests]
-            default = self.default_generator
-            generators = [r.generator if r.generator is not None else default
-                          for r in inp.sample_requests]
-            sampled = sample(logits, params, generators).tolist()
-            for row, lp in raw_logprobs.items():
-                req = inp.sample_requests[row]
-                self.last_logprobs[req.request_id] = logprob_entries(
-                    lp.unsqueeze(0), [sampled[row]], req.sampling_params.logprobs)[0]
-            return sampled
+            return self.sample_tokens(logits, inp.sample_requests)
+
+    def sample_tokens(self, logits: torch.Tensor, sample_requests: list) -> list[int]:
+        """One token per row of `logits` [R, vocab], row r for `sample_requests[r]`: its logits
+        processors, banned tokens, logprobs and sampling parameters applied. Call it under
+        `torch.inference_mode()`, as `execute_model` does (`logits` is changed in place)."""
+        raw_logprobs = {}
+        for row, req in enumerate(sample_requests):
+            if req.needs_extra_sampling:         # logprobs, a penalty or a logit bias
+                params = req.sampling_params
+                if params.logprobs is not None:  # of the raw logits, as vLLM's default
+                    raw_logprobs[row] = logits[row].log_softmax(-1)
+                if params.needs_logits_processing:
+                    apply_logits_processors(logits, row, params, req.prompt_token_ids,
+                                            req.output_token_ids)
+            banned = req.banned_token_ids()       # EOS / stop tokens before min_tokens
+            if banned:
+                logits[row, list(banned)] = float("-inf")
+        if any(r.has_grammar for r in sample_requests):         # structured output's bitmask
+            rows = [i for i, r in enumerate(sample_requests) if r.grammar is not None]
+            self.structured_output_manager.apply(logits, rows,
+                                                 [sample_requests[i].grammar for i in rows])
+        params = [r.sampling_params for r in sample_requests]
+        default = self.default_generator
+        generators = [r.generator if r.generator is not None else default
+                      for r in sample_requests]
+        sampled = sample(logits, params, generators).tolist()
+        for row, lp in raw_logprobs.items():
+            req = sample_requests[row]
+            self.last_logprobs[req.request_id] = logprob_entries(
+                lp.unsqueeze(0), [sampled[row]], req.sampling_params.logprobs)[0]
+        return sampled
 
     def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor) -> None:
         """Logprobs of the prompt tokens this step computes: the logits at position p score

@@ -46,6 +46,9 @@ class SchedulerOutput:
     num_computed_tokens: list[int] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)   # preempted while scheduling this step
     num_prefill_chunks: int = 0        # requests whose prompt is not finished after this step
+    # speculative decoding only: request id -> its draft tokens, verified in this step after
+    # its last token (num_new_tokens counts them)
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule `num_new_tokens` of `request` from its cache length on."""

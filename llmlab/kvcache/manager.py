@@ -210,6 +210,19 @@ class KVCacheManager:
         self.num_cached_block.pop(request_id, None)
         self.req_to_block_hashes.pop(request_id, None)
 
+    def free_blocks_beyond(self, request: Request, num_tokens: int) -> int:
+        """Release the blocks of the request's table past those that hold its first
+        `num_tokens` tokens (speculative decoding: slots of rejected draft tokens). Returns how
+        many were released. They hold no known tokens, so none of them is in the prefix cache."""
+        table = self.req_to_blocks.get(request.request_id)
+        keep = cdiv(num_tokens, self.block_size)
+        if not table or len(table) <= keep:
+            return 0
+        tail = table[keep:]
+        del table[keep:]
+        self.block_pool.free_blocks(reversed(tail))
+        return len(tail)
+
     def reset_prefix_cache(self) -> bool:
         """Forget all cached blocks; refused (False) while any request holds blocks."""
         return self.block_pool.reset_prefix_cache()

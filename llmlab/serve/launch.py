@@ -46,6 +46,24 @@ def build_engine(model: str = "smollm2-135m", **engine_kwargs: Any):
     return LLMEngine(*load(model), **engine_kwargs)
 
 
+def speculative_config_arg(text: str) -> dict:
+    """`--speculative-config`: a JSON object of `SpeculativeConfig`'s keys, checked here so a
+    mistake is a usage error that names the key."""
+    import json
+
+    from llmlab.engine.spec_decode.config import SpeculativeConfig
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    try:
+        SpeculativeConfig.from_value(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The `LLMEngine` keyword arguments of parsed `serve` options."""
     return dict(block_size=args.block_size, num_kv_blocks=args.num_kv_blocks,
@@ -53,7 +71,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 max_num_batched_tokens=args.max_num_batched_tokens,
                 enable_prefix_caching=args.enable_prefix_caching,
                 enable_chunked_prefill=args.enable_chunked_prefill,
-                attention_backend=args.attention_backend, seed=args.seed)
+                attention_backend=args.attention_backend, seed=args.seed,
+                speculative_config=args.speculative_config)
 
 
 def guarded_protocol(timeout_header: float, max_connections: int) -> type:
@@ -201,6 +220,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--attention-backend", default=None,
                     help="torch | triton | cuda | cpu (default: the fastest available)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--speculative-config", type=speculative_config_arg, default=None,
+                    help='speculative decoding as JSON, vLLM\'s keys, e.g. \'{"method": "ngram", '
+                         '"num_speculative_tokens": 3, "prompt_lookup_max": 4}\' or '
+                         '\'{"method": "draft_model", "num_speculative_tokens": 3, '
+                         '"draft_num_layers": 8}\' (default: none)')
     ap.add_argument("--max-waiting", type=int, default=256,
                     help="requests admitted but not yet scheduled before new ones get 503")
     ap.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None,

@@ -131,6 +131,18 @@ class ServerMetrics:
         metric("llmlab:requests_rejected_queue_full_total", "counter",
                "Requests answered 503 because the waiting queue was full.",
                self.rejected_queue_full)
+        if "spec_decode_num_drafts" in stats:          # an engine that speculates
+            metric("vllm:spec_decode_num_drafts_total", "counter",
+                   "Number of spec decoding drafts.", stats["spec_decode_num_drafts"])
+            metric("vllm:spec_decode_num_draft_tokens_total", "counter",
+                   "Number of draft tokens.", stats["spec_decode_num_draft_tokens"])
+            metric("vllm:spec_decode_num_accepted_tokens_total", "counter",
+                   "Number of accepted tokens.", stats["spec_decode_num_accepted_tokens"])
+            name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+            lines += [f"# HELP {name} Accepted tokens per draft position.",
+                      f"# TYPE {name} counter"]
+            lines += [f'{name}{{{lb},position="{i}"}} {n}' for i, n in
+                      enumerate(stats["spec_decode_num_accepted_tokens_per_pos"])]
         name = "vllm:request_success_total"
         lines += [f"# HELP {name} Count of finished requests by finish reason.",
                   f"# TYPE {name} counter"]

@@ -1,0 +1,206 @@
+"""`python -m llmlab bench spec`: tokens/s with and without speculative decoding, against batch
+size, on a repetitive and a free-form workload, with the acceptance rate.
+
+Speculation trades compute for memory traffic: a verify step over k + 1 tokens reads the
+weights once, like a one-token step, so where a step is bound by reading the weights (batch 1
+on a CPU) every accepted draft token is nearly free; as the batch grows the step becomes bound
+by compute, the k + 1 positions cost k + 1 times the FLOPs, and rejected drafts are paid for in
+full. The benchmark measures where that crossing lies on the machine at hand.
+
+- repetitive: the model is asked to copy a paragraph of `data/text/inference_en.txt` (what
+  editing code or quoting a document looks like to prompt lookup);
+- free-form: the chat prompts of `data/prompts.json` (short questions, new text in the answer).
+
+Systems, each an `LLM` built once (start-up not timed): `plain`; `ngram` (prompt lookup,
+`--k` tokens, n-grams of `--prompt-lookup-min` to `--prompt-lookup-max` tokens, 1 to 4 by
+default); `draft_model` (the target's first `--draft-layers` layers as the draft, greedy). Every request is greedy with EOS ignored, `--max-tokens` tokens, so every
+system produces the same tokens (a test checks that speculation keeps greedy output). At batch
+b, b requests run together; the systems alternate at each batch size, `--rounds` times, and the
+best round counts. Prints a table and writes JSON (default `build/bench-spec.json`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from llmlab.bench import default_attention_backend, write_report
+from llmlab.config import DATA_DIR
+from llmlab.utils import cdiv
+
+WORKLOADS = ("repetitive", "free-form")
+SYSTEMS = ("plain", "ngram", "draft_model")
+
+
+def build_workloads(tokenizer, num: int) -> dict[str, list[list[int]]]:
+    """`num` prompts (token ids, chat template applied) for each workload."""
+    paragraphs = [p.strip() for p in (DATA_DIR / "text" / "inference_en.txt").read_text()
+                  .split("\n\n") if len(p.split()) > 40]
+    questions = [p["text"] for p in json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]]
+
+    def chat(text: str) -> list[int]:
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                 add_generation_prompt=True, tokenize=False)
+        return tokenizer.encode(rendered)
+
+    return {
+        "repetitive": [chat(f"Request {i}. Copy the following paragraph exactly, word for word:"
+                            f"\n\n{paragraphs[i % len(paragraphs)]}") for i in range(num)],
+        "free-form": [chat(questions[i % len(questions)]) for i in range(num)],
+    }
+
+
+def spec_configs(k: int, draft_layers: int, lookup_min: int = 1,
+                 lookup_max: int = 4) -> dict[str, dict | None]:
+    return {"plain": None,
+            "ngram": {"method": "ngram", "num_speculative_tokens": k,
+                      "prompt_lookup_min": lookup_min, "prompt_lookup_max": lookup_max},
+            "draft_model": {"method": "draft_model", "num_speculative_tokens": k,
+                            "draft_num_layers": draft_layers}}
+
+
+def run_once(llm, prompts: list[list[int]], max_tokens: int) -> dict:
+    """Generate for `prompts` together; tokens, seconds and the speculation counters' change."""
+    from llmlab import SamplingParams
+
+    engine = llm.llm_engine
+    before = engine.stats()
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
+    after = engine.stats()
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    row = {"output_tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds}
+    if "spec_decode_num_drafts" in after:
+        drafts = after["spec_decode_num_drafts"] - before["spec_decode_num_drafts"]
+        proposed = after["spec_decode_num_draft_tokens"] - before["spec_decode_num_draft_tokens"]
+        accepted = (after["spec_decode_num_accepted_tokens"]
+                    - before["spec_decode_num_accepted_tokens"])
+        row.update(drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted,
+                   acceptance_rate=accepted / proposed if proposed else 0.0,
+                   mean_acceptance_length=1 + accepted / drafts if drafts else 1.0,
+                   steps=after["steps"] - before["steps"])
+    return row
+
+
+def stops_paying(rows: dict, workload: str, system: str, batches: list[int]) -> int | None:
+    """The smallest batch at which `system` is slower than plain on `workload` (None: never)."""
+    for b in batches:
+        r = rows[workload][str(b)]
+        if r[system]["tok_per_s"] < r["plain"]["tok_per_s"]:
+            return b
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    fast = os.environ.get("LLMLAB_FAST") == "1"
+    ap = argparse.ArgumentParser(prog="python -m llmlab bench spec", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
+    ap.add_argument("--batches", default=None, help="comma-separated (default 1,8,32,64; "
+                                                     "--fast 1,8)")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="output tokens per request (default 128; --fast 48)")
+    ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens (default 4)")
+    ap.add_argument("--prompt-lookup-min", type=int, default=1,
+                    help="shortest n-gram the ngram method matches (default 1)")
+    ap.add_argument("--prompt-lookup-max", type=int, default=4,
+                    help="longest n-gram the ngram method matches (default 4)")
+    ap.add_argument("--draft-layers", type=int, default=8,
+                    help="layers of the early-exit draft model (default 8 of 30)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset "
+                    "(plain is always run: it is the baseline)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="alternating rounds per batch size, the best counts (default 2; "
+                         "--fast 1)")
+    ap.add_argument("--json", default="build/bench-spec.json", help="output path")
+    ap.add_argument("--fast", action="store_true", help="small workload (LLMLAB_FAST=1 too)")
+    args = ap.parse_args(argv)
+    fast = fast or args.fast
+    batches = [int(b) for b in (args.batches or ("1,8" if fast else "1,8,32,64")).split(",")]
+    max_tokens = args.max_tokens or (48 if fast else 128)
+    rounds = args.rounds or (1 if fast else 2)
+    systems = ["plain"] + [s for s in args.systems.split(",") if s in SYSTEMS and s != "plain"]
+    workloads = [w for w in args.workloads.split(",") if w in WORKLOADS]
+    bad = [s for s in args.systems.split(",") if s not in SYSTEMS]
+    bad += [w for w in args.workloads.split(",") if w not in WORKLOADS]
+    if bad:
+        ap.error(f"unknown system or workload {bad}; systems: {SYSTEMS}, workloads: {WORKLOADS}")
+
+    import torch
+
+    from llmlab import LLM
+    from llmlab.bench.throughput import machine_info
+    from llmlab.model import load_model
+
+    model, tokenizer = load_model(args.model)
+    attention = default_attention_backend(model)
+    work = build_workloads(tokenizer, max(batches))
+    longest = max(len(p) for prompts in work.values() for p in prompts)
+    max_len = longest + max_tokens + args.k + 1
+    configs = spec_configs(args.k, args.draft_layers, args.prompt_lookup_min,
+                           args.prompt_lookup_max)
+    llms = {name: LLM(model, tokenizer, attention_backend=attention, max_model_len=max_len,
+                      max_num_seqs=max(batches),
+                      num_kv_blocks=max(batches) * cdiv(max_len, 16) + 16,
+                      speculative_config=configs[name]) for name in systems}
+    print(f"bench spec: {args.model}, attention {attention}, {torch.get_num_threads()} threads, "
+          f"greedy, {max_tokens} tokens per request, k={args.k}, draft model "
+          f"{args.draft_layers} layers; {machine_info()['cpu']}", flush=True)
+    for name, llm in llms.items():                                  # warm-up, not timed
+        run_once(llm, [work["free-form"][0][:16]], 4)
+    rows: dict[str, dict[str, dict]] = {}
+    for workload in workloads:
+        rows[workload] = {}
+        for b in batches:
+            prompts = work[workload][:b]
+            best: dict[str, dict] = {}
+            for r in range(rounds):
+                order = systems if r % 2 == 0 else systems[::-1]      # alternate the order
+                for name in order:
+                    row = run_once(llms[name], prompts, max_tokens)
+                    if name not in best or row["tok_per_s"] > best[name]["tok_per_s"]:
+                        best[name] = row
+            rows[workload][str(b)] = best
+            line = f"  {workload:<11} batch {b:>3}: " + ", ".join(
+                f"{n} {best[n]['tok_per_s']:.1f} tok/s" for n in systems)
+            print(line, flush=True)
+    report = {"rows": rows, "machine": machine_info(),
+              "settings": {"model": args.model, "attention_backend": attention,
+                           "batches": batches, "max_tokens": max_tokens, "rounds": rounds,
+                           "greedy": True, "ignore_eos": True,
+                           "speculative_configs": {n: configs[n] for n in systems}},
+              "stops_paying_at_batch": {w: {s: stops_paying(rows, w, s, batches)
+                                            for s in systems if s != "plain"}
+                                        for w in workloads}}
+    print_table(report)
+    write_report(report, args.json)
+    return 0
+
+
+def print_table(report: dict) -> None:
+    rows, s = report["rows"], report["settings"]
+    systems = [n for n in s["speculative_configs"] if n != "plain"]
+    print(f"\nspeculative decoding, greedy, {s['max_tokens']} tokens per request, "
+          f"{report['machine']['cpu']}, {report['machine']['threads']} threads")
+    head = f"{'workload':<12}{'batch':>6}{'plain tok/s':>13}" + "".join(
+        f"{n + ' tok/s':>19}{'speed-up':>10}{'accept':>8}{'len':>6}" for n in systems)
+    print(head)
+    print("-" * len(head))
+    for workload, by_batch in rows.items():
+        for b, r in by_batch.items():
+            line = f"{workload:<12}{b:>6}{r['plain']['tok_per_s']:>13.1f}"
+            for n in systems:
+                x = r[n]
+                line += (f"{x['tok_per_s']:>19.1f}{x['tok_per_s'] / r['plain']['tok_per_s']:>9.2f}x"
+                         f"{100 * x['acceptance_rate']:>7.0f}%{x['mean_acceptance_length']:>6.2f}")
+            print(line)
+    print("accept: accepted / proposed draft tokens; len: tokens per verify step with a draft "
+          "(1 + accepted / drafts)")
+    for workload, per in report["stops_paying_at_batch"].items():
+        print(f"{workload}: speculation stops paying at batch " + ", ".join(
+            f"{n} {b if b is not None else 'never (up to the largest batch)'}"
+            for n, b in per.items()))
