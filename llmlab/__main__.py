@@ -1,21 +1,22 @@
 """Command line: `python -m llmlab COMMAND ...`.
 
-  doctor                     environment report
-  openmp [--probe]           how OpenMP threads wait here; --probe measures and saves the choice
-  model [NAME]               convert and cache the model (once), report the load time
-  run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
-  serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
-  bench NAME [args]          benchmarks (`bench --help` lists them)
-  edition LANG NOTEBOOKS OUT the student edition (en or zh) into OUT: the chapters without
-                             solutions, and solutions/ with each chapter's worked solutions
-  student SRC DST            write the student version of the notebooks (solutions stripped)
-  grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
-                             (SRC: the instructor's notebook, or the manifest `student` wrote)
-  lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
-                             the notebooks in another language (zh) from one English source
-  exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
-                             question), printed or written into DOC between its markers
+doctor                     environment report
+openmp [--probe]           how OpenMP threads wait here; --probe measures and saves the choice
+model [NAME]               convert and cache the model (once), report the load time
+run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
+serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
+bench NAME [args]          benchmarks (`bench --help` lists them)
+edition LANG NOTEBOOKS OUT the student edition (en or zh) into OUT: the chapters without
+                           solutions, and solutions/ with each chapter's worked solutions
+student SRC DST            write the student version of the notebooks (solutions stripped)
+grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
+                           (SRC: the instructor's notebook, or the manifest `student` wrote)
+lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
+                           the notebooks in another language (zh) from one English source
+exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
+                           question), printed or written into DOC between its markers
 """
+
 from __future__ import annotations
 
 import importlib
@@ -47,23 +48,29 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "doctor":
         from llmlab.tools.doctor import main as doctor_main
+
         return doctor_main(rest)
     if cmd == "model":
         return _model(rest)
     if cmd == "openmp":
         from llmlab.openmp import main as openmp_main
+
         return openmp_main(rest)
     if cmd == "lang":
         from llmlab.course.lang import main as lang_main
+
         return lang_main(rest)
     if cmd == "exercises":
         from llmlab.course.instructor.table import main as table_main
+
         return table_main(rest)
     if cmd == "run":
         from llmlab.course.notebook_runner import main as run_main
+
         return run_main(rest)
     if cmd == "serve":
         from llmlab.serve.launch import main as serve_main
+
         return serve_main(rest)
     if cmd == "bench":
         from llmlab.bench import benchmarks
@@ -71,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         names = benchmarks()
         if not rest or rest[0] in ("-h", "--help"):
             width = max(map(len, names))
-            print("usage: python -m llmlab bench NAME [args]   (python -m llmlab bench NAME --help)\n")
+            print(
+                "usage: python -m llmlab bench NAME [args]   (python -m llmlab bench NAME --help)\n"
+            )
             print("\n".join(f"  {n.ljust(width)}  {line}" for n, line in names.items()))
             return 0 if rest else 2
         if rest[0] not in names:
@@ -80,12 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(f"llmlab.bench.{rest[0]}").main(rest[1:])
     if cmd == "edition":
         from llmlab.course.instructor.editions import main as edition_main
+
         return edition_main(rest)
     if cmd == "student":
         from llmlab.course.instructor.student import student_main
+
         return student_main(rest)
     if cmd == "grade":
         from llmlab.course.instructor.grading import grade_main
+
         return grade_main(rest)
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2

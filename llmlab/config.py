@@ -3,6 +3,7 @@
 The presets live in `data/models.json` (each with the source of its numbers) so that a
 learner can read them and so that `llmlab.analysis.costs` can compute sizes for models we never load.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,19 +41,28 @@ class ModelConfig:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention")
+                f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
+            )
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
-                raise ValueError(f"hidden_size ({self.hidden_size}) is not divisible by "
-                                 f"num_attention_heads ({self.num_attention_heads}); give head_dim")
+                raise ValueError(
+                    f"hidden_size ({self.hidden_size}) is not divisible by "
+                    f"num_attention_heads ({self.num_attention_heads}); give head_dim"
+                )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 
     @property
@@ -74,26 +84,47 @@ class ModelConfig:
             rope_scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
         known = {f.name for f in dataclasses.fields(cls)}
         extra = {k: v for k, v in d.items() if k in _EXTRA_KEYS}
-        kwargs = {k: d[k] for k in known if k in d and k not in ("name", "extra", "source",
-                                                                  "rope_theta", "rope_scaling")}
+        kwargs = {
+            k: d[k]
+            for k in known
+            if k in d and k not in ("name", "extra", "source", "rope_theta", "rope_scaling")
+        }
         if d.get("model_type") == "qwen2":
             kwargs["attention_bias"] = True
-        return cls(name=name or d.get("_name_or_path", "") or d.get("model_type", "model"),
-                   rope_theta=float(rope_theta), rope_scaling=rope_scaling, extra=extra, **kwargs)
+        return cls(
+            name=name or d.get("_name_or_path", "") or d.get("model_type", "model"),
+            rope_theta=float(rope_theta),
+            rope_scaling=rope_scaling,
+            extra=extra,
+            **kwargs,
+        )
 
     def to_hf_dict(self) -> dict:
         """A `LlamaConfig`-compatible dict (what `transformers` needs to build the same model)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if f.name not in ("name", "extra", "source")}
+        d = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("name", "extra", "source")
+        }
         d["model_type"] = "llama"
         d["architectures"] = ["LlamaForCausalLM"]
         d["hidden_act"] = "silu"
         return d
 
 
-_EXTRA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-               "v_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
-               "moe_intermediate_size", "first_k_dense_replace", "attention_type")
+_EXTRA_KEYS = (
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "n_routed_experts",
+    "n_shared_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "first_k_dense_replace",
+    "attention_type",
+)
 
 
 def _load_presets() -> dict[str, ModelConfig]:
@@ -119,9 +150,21 @@ def get_config(name: str) -> ModelConfig:
 
 def tiny_config(**overrides: Any) -> ModelConfig:
     """A small random-weight model of SmolLM2's architecture (GQA 4 query / 2 KV heads) for fast tests."""
-    base = dict(name="tiny-llama", vocab_size=512, hidden_size=64, intermediate_size=128,
-                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0,
-                tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    base = dict(
+        name="tiny-llama",
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     base.update(overrides)
     return ModelConfig(**base)

@@ -8,6 +8,7 @@ titles and axis labels are drawn instead of empty boxes. The font is Noto Sans C
 the set-up installs from the package registry inside the Python package `mplfonts`; nothing is
 fetched at run time.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,7 @@ _chosen: str | None = None
 
 
 def language() -> str:
-    """"en" or "zh": what `set_language` chose, else `LLMLAB_LANG`, else "en"."""
+    """ "en" or "zh": what `set_language` chose, else `LLMLAB_LANG`, else "en"."""
     if _chosen is not None:
         return _chosen
     env = os.environ.get(LANG_ENV, "en").strip().lower() or "en"
@@ -55,7 +56,9 @@ class Bilingual(Mapping):
     def __init__(self, en: dict, zh: dict) -> None:
         missing = set(en) ^ set(zh)
         if missing:
-            raise ValueError(f"zh must have exactly the keys of en; differing keys: {sorted(map(str, missing))}")
+            raise ValueError(
+                f"zh must have exactly the keys of en; differing keys: {sorted(map(str, missing))}"
+            )
         self.en, self.zh = dict(en), dict(zh)
 
     def __getitem__(self, key):
@@ -117,14 +120,16 @@ def use_cjk_font() -> str:
 
     path = cjk_font_path()
     if path is None:
-        raise RuntimeError(f"the CJK font {CJK_FONT_FILE} is not installed: run `make setup` "
-                           f"(or `pip install mplfonts`)")
+        raise RuntimeError(
+            f"the CJK font {CJK_FONT_FILE} is not installed: run `make setup` "
+            f"(or `pip install mplfonts`)"
+        )
     font_manager.fontManager.addfont(str(path))
     name = font_manager.FontProperties(fname=str(path)).get_name()
     fonts = [name] + [f for f in matplotlib.rcParams["font.sans-serif"] if f != name]
     matplotlib.rcParams["font.sans-serif"] = fonts
     matplotlib.rcParams["font.family"] = ["sans-serif"]
-    matplotlib.rcParams["axes.unicode_minus"] = False     # the font's minus sign is the ASCII one
+    matplotlib.rcParams["axes.unicode_minus"] = False  # the font's minus sign is the ASCII one
     return name
 
 

@@ -19,6 +19,7 @@ decides instead; without a saved probe the threads sleep (the safe default: spin
 a busy laptop were many times slower). `make lab`/`make bench` run the probe once
 (`python -m llmlab openmp --probe`); `python -m llmlab doctor` prints what was chosen and why.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-SPINCOUNT = 10000        # spins before sleeping, when spinning is chosen (GNU OpenMP's unit)
-MARGIN = 0.05            # spinning must win every round by more than this fraction
+SPINCOUNT = 10000  # spins before sleeping, when spinning is chosen (GNU OpenMP's unit)
+MARGIN = 0.05  # spinning must win every round by more than this fraction
 ROUNDS = 2
 
 # the loop each interpreter times: per iteration a layer-like burst of small parallel
@@ -89,8 +90,14 @@ def _env_for(choice: str) -> dict[str, str]:
 
 
 def _time_once(choice: str, timeout: float = 120.0) -> float:
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=_env_for(choice), timeout=timeout,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        env=_env_for(choice),
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.split()[-1])
 
 
@@ -101,13 +108,17 @@ def probe(rounds: int = ROUNDS, save: bool = True) -> dict:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     times: dict[str, list[float]] = {"sleep": [], "spin": []}
     for r in range(rounds):
-        for choice in (("sleep", "spin") if r % 2 == 0 else ("spin", "sleep")):
+        for choice in ("sleep", "spin") if r % 2 == 0 else ("spin", "sleep"):
             times[choice].append(_time_once(choice))
     wins = all(spin < (1 - MARGIN) * sleep for spin, sleep in zip(times["spin"], times["sleep"]))
-    result = {"machine": machine_key(), "choice": "spin" if wins else "sleep",
-              "spincount": SPINCOUNT, "margin": MARGIN,
-              "ms_per_burst": {k: [round(t * 1e3, 4) for t in v] for k, v in times.items()},
-              "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    result = {
+        "machine": machine_key(),
+        "choice": "spin" if wins else "sleep",
+        "spincount": SPINCOUNT,
+        "margin": MARGIN,
+        "ms_per_burst": {k: [round(t * 1e3, 4) for t in v] for k, v in times.items()},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     if save:
         path = _path()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +132,7 @@ def serving(argv: list[str] | None = None) -> bool:
     argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
     for i in range(len(argv) - 2):
         if argv[i] == "-m" and argv[i + 1] == "llmlab":
-            rest = argv[i + 2:]
+            rest = argv[i + 2 :]
             return rest[:1] == ["serve"] or rest[:2] == ["bench", "serve"]
     return False
 
@@ -150,7 +161,7 @@ def apply(argv: list[str] | None = None) -> str:
     return "probe" if choice is not None else "default"
 
 
-SOURCE = "not applied"           # set by `import llmlab`
+SOURCE = "not applied"  # set by `import llmlab`
 
 
 def describe() -> str:
@@ -160,43 +171,63 @@ def describe() -> str:
 
     spin = os.environ.get("GOMP_SPINCOUNT")
     policy = os.environ.get("OMP_WAIT_POLICY")
-    setting = (tr(f"GOMP_SPINCOUNT={spin} (spin, then sleep)", f"GOMP_SPINCOUNT={spin}（先空转，再休眠）")
-               if spin else f"OMP_WAIT_POLICY={policy or 'default'}")
+    setting = (
+        tr(f"GOMP_SPINCOUNT={spin} (spin, then sleep)", f"GOMP_SPINCOUNT={spin}（先空转，再休眠）")
+        if spin
+        else f"OMP_WAIT_POLICY={policy or 'default'}"
+    )
     if SOURCE == "probe":
         p = saved() or {}
         ms = p.get("ms_per_burst", {})
-        why = tr(f"chosen by the probe of {p.get('date', '?')}: sleeping {ms.get('sleep')} ms, "
-                 f"spinning {ms.get('spin')} ms per burst",
-                 f"由 {p.get('date', '?')} 的探测选定：休眠 {ms.get('sleep')} ms，"
-                 f"空转 {ms.get('spin')} ms（每轮）")
+        why = tr(
+            f"chosen by the probe of {p.get('date', '?')}: sleeping {ms.get('sleep')} ms, "
+            f"spinning {ms.get('spin')} ms per burst",
+            f"由 {p.get('date', '?')} 的探测选定：休眠 {ms.get('sleep')} ms，"
+            f"空转 {ms.get('spin')} ms（每轮）",
+        )
     elif SOURCE == "environment":
         why = tr("set in the environment", "由环境变量设定")
     elif SOURCE == "serving":
-        why = tr("serving: step threads share the cores with the event loop and clients",
-                 "服务模式：step 线程与事件循环和客户端共用 CPU 核")
+        why = tr(
+            "serving: step threads share the cores with the event loop and clients",
+            "服务模式：step 线程与事件循环和客户端共用 CPU 核",
+        )
     else:
-        why = tr("no probe saved for this machine (`python -m llmlab openmp --probe`)",
-                 "本机还没有探测结果（`python -m llmlab openmp --probe`）")
+        why = tr(
+            "no probe saved for this machine (`python -m llmlab openmp --probe`)",
+            "本机还没有探测结果（`python -m llmlab openmp --probe`）",
+        )
     return setting + tr("; ", "；") + why
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m llmlab openmp", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--probe", action="store_true",
-                    help="measure sleeping against spinning now and save the choice")
-    ap.add_argument("--if-missing", action="store_true",
-                    help="with --probe: only when no probe is saved for this machine")
+    ap = argparse.ArgumentParser(
+        prog="python -m llmlab openmp",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--probe",
+        action="store_true",
+        help="measure sleeping against spinning now and save the choice",
+    )
+    ap.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="with --probe: only when no probe is saved for this machine",
+    )
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     args = ap.parse_args(argv)
     if args.probe and not (args.if_missing and saved() is not None):
         r = probe(args.rounds)
-        print(f"OpenMP probe on {r['machine']}: ms per burst sleeping "
-              f"{r['ms_per_burst']['sleep']}, spinning {r['ms_per_burst']['spin']} -> "
-              f"threads {'spin ' + str(SPINCOUNT) + ' times, then sleep' if r['choice'] == 'spin' else 'sleep'}"
-              f" (saved to {_path()}; applies from the next `import llmlab`)")
+        print(
+            f"OpenMP probe on {r['machine']}: ms per burst sleeping "
+            f"{r['ms_per_burst']['sleep']}, spinning {r['ms_per_burst']['spin']} -> "
+            f"threads {'spin ' + str(SPINCOUNT) + ' times, then sleep' if r['choice'] == 'spin' else 'sleep'}"
+            f" (saved to {_path()}; applies from the next `import llmlab`)"
+        )
     else:
         print(f"OpenMP threads: {describe()}")
     return 0

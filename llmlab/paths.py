@@ -1,4 +1,5 @@
 """Where llmlab keeps what it makes on this machine: the converted model, compiled kernels."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """One generation request as the scheduler and the KV cache manager both see it (vLLM keeps it
 above both too: `vllm/v1/request.py`)."""
+
 from __future__ import annotations
 
 import enum
@@ -15,9 +16,9 @@ from llmlab.sampling import Logprob, SamplingParams
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
-    PREEMPTED = "preempted"                    # back in the waiting queue, K/V freed
-    FINISHED_STOPPED = "finished_stopped"      # hit EOS or a stop token
-    FINISHED_LENGTH = "finished_length"        # hit max_tokens or max_model_len
+    PREEMPTED = "preempted"  # back in the waiting queue, K/V freed
+    FINISHED_STOPPED = "finished_stopped"  # hit EOS or a stop token
+    FINISHED_LENGTH = "finished_length"  # hit max_tokens or max_model_len
     FINISHED_ABORTED = "finished_aborted"
 
     @property
@@ -30,14 +31,17 @@ class RequestStatus(enum.Enum):
         return _FINISH_REASONS.get(self)
 
 
-_FINISH_REASONS = {RequestStatus.FINISHED_STOPPED: "stop",
-                   RequestStatus.FINISHED_LENGTH: "length",
-                   RequestStatus.FINISHED_ABORTED: "abort"}
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
 
 
 @dataclass
 class RequestMetrics:
     """Timestamps from `time.perf_counter()`; `token_times` has one entry per output token."""
+
     arrival_time: float
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
@@ -58,27 +62,28 @@ class Request:
     scheduler advances it. Add output tokens with `append_output_token` only: it keeps
     `all_token_ids` (one list, prompt then outputs) in step without copying.
     """
+
     request_id: str
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     arrival_time: float
     prompt: str | None = None
     output_token_ids: list[int] = field(default_factory=list)
-    num_computed_tokens: int = 0       # tokens whose K/V are already in the cache
-    num_cached_tokens: int | None = None   # prefix-cache hit at first scheduling (None: not yet)
+    num_computed_tokens: int = 0  # tokens whose K/V are already in the cache
+    num_cached_tokens: int | None = None  # prefix-cache hit at first scheduling (None: not yet)
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
-    generator: torch.Generator | None = None   # per-request RNG of a seeded request
+    generator: torch.Generator | None = None  # per-request RNG of a seeded request
     eos_token_ids: frozenset[int] = frozenset()
     max_model_len: int | None = None
     # text as it grows, and stop strings on it (None: text is decoded once at the end)
     detokenizer: IncrementalDetokenizer | None = None
-    stop_reason: str | int | None = None       # the stop string or stop token that ended it
+    stop_reason: str | int | None = None  # the stop string or stop token that ended it
     # one entry per output token (with SamplingParams.logprobs) and per prompt token (with
     # prompt_logprobs; the first prompt token has none): {token id: Logprob}, sampled first
     logprobs: list[dict[int, Logprob]] | None = None
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
-    grammar: Any = None        # the structured-output matcher (its state after the outputs)
+    grammar: Any = None  # the structured-output matcher (its state after the outputs)
 
     metrics: RequestMetrics = field(init=False)
 
@@ -88,8 +93,7 @@ class Request:
         self._stop_ids = frozenset(self.sampling_params.stop_token_ids or ())
         params = self.sampling_params
         # the runner's per-row check in the hot loop: one attribute
-        self.needs_extra_sampling = (params.logprobs is not None
-                                     or params.needs_logits_processing)
+        self.needs_extra_sampling = params.logprobs is not None or params.needs_logits_processing
         self.has_grammar = params.structured_outputs is not None
         if self.sampling_params.logprobs is not None and self.logprobs is None:
             self.logprobs = []

@@ -6,6 +6,7 @@ once. Before it, `apply_logits_processors()` adds a request's `logit_bias` and i
 frequency and repetition penalties, only to the rows that ask for them (vLLM's
 `v1/sample/ops/penalties.py` and its logit-bias processor).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,8 @@ import torch
 
 from llmlab.i18n import tr
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-MAX_LOGPROBS = 20          # vLLM's default max_logprobs
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 MAX_STOP_STRINGS = 16
 
 
@@ -35,9 +36,9 @@ class SamplingParams:
 
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1            # -1: all tokens
+    top_k: int = -1  # -1: all tokens
     max_tokens: int = 16
-    min_tokens: int = 0        # EOS and stop tokens cannot be sampled before this many outputs
+    min_tokens: int = 0  # EOS and stop tokens cannot be sampled before this many outputs
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     seed: int | None = None
@@ -50,8 +51,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    logit_bias: dict[int, float] | None = None      # token id -> added to its logit
-    logprobs: int | None = None         # per output token: its log-probability and the top k
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit
+    logprobs: int | None = None  # per output token: its log-probability and the top k
     prompt_logprobs: int | None = None  # the same for every prompt token but the first
     # a grammar the output must follow (llmlab.structured_output.StructuredOutputsParams)
     structured_outputs: Any = None
@@ -64,58 +65,107 @@ class SamplingParams:
     def validate(self) -> None:
         def bad(field: str, expected: str, expected_zh: str) -> ValueError:
             got = getattr(self, field)
-            return ValueError(tr(f"SamplingParams.{field} must be {expected}, got {got!r}",
-                                 f"SamplingParams.{field} 必须是{expected_zh}，你给的是 {got!r}"))
+            return ValueError(
+                tr(
+                    f"SamplingParams.{field} must be {expected}, got {got!r}",
+                    f"SamplingParams.{field} 必须是{expected_zh}，你给的是 {got!r}",
+                )
+            )
 
         if not _finite(self.temperature) or not self.temperature >= 0:
-            raise bad("temperature", "a number >= 0 (0 means greedy)", " >= 0 的数（0 表示贪心解码）")
+            raise bad(
+                "temperature", "a number >= 0 (0 means greedy)", " >= 0 的数（0 表示贪心解码）"
+            )
         if not _finite(self.top_p) or not 0 < self.top_p <= 1:
             raise bad("top_p", "in (0, 1]", " (0, 1] 之间的数")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k == 0 or self.top_k < -1:
+        if (
+            not isinstance(self.top_k, int)
+            or isinstance(self.top_k, bool)
+            or self.top_k == 0
+            or self.top_k < -1
+        ):
             raise bad("top_k", "-1 (disabled) or an int >= 1", " -1（关闭）或 >= 1 的整数")
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
+        if (
+            not isinstance(self.max_tokens, int)
+            or isinstance(self.max_tokens, bool)
+            or self.max_tokens < 1
+        ):
             raise bad("max_tokens", "an int >= 1", " >= 1 的整数")
         if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
-            raise bad("min_tokens", f"an int in [0, max_tokens={self.max_tokens}]",
-                      f" [0, max_tokens={self.max_tokens}] 之间的整数")
+            raise bad(
+                "min_tokens",
+                f"an int in [0, max_tokens={self.max_tokens}]",
+                f" [0, max_tokens={self.max_tokens}] 之间的整数",
+            )
         if self.stop_token_ids is not None and not all(
-                isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
-            raise bad("stop_token_ids", "a list of non-negative token ids", "由非负 token id 组成的列表")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
-                                      or not INT64_MIN <= self.seed <= INT64_MAX):
+            isinstance(t, int) and t >= 0 for t in self.stop_token_ids
+        ):
+            raise bad(
+                "stop_token_ids", "a list of non-negative token ids", "由非负 token id 组成的列表"
+            )
+        if self.seed is not None and (
+            not isinstance(self.seed, int)
+            or isinstance(self.seed, bool)
+            or not INT64_MIN <= self.seed <= INT64_MAX
+        ):
             raise bad("seed", "None or a 64-bit int", "None 或 64 位整数")
         if self.top_k > INT64_MAX:
             raise bad("top_k", "-1 (disabled) or an int >= 1", " -1（关闭）或 >= 1 的整数")
         if self.stop is not None and not (
-                isinstance(self.stop, list) and len(self.stop) <= MAX_STOP_STRINGS
-                and all(isinstance(x, str) and x for x in self.stop)):
-            raise bad("stop", f"None, a non-empty str or a list of at most {MAX_STOP_STRINGS} "
-                      "non-empty str", f"None、非空 str，或至多 {MAX_STOP_STRINGS} 个非空 str 的列表")
+            isinstance(self.stop, list)
+            and len(self.stop) <= MAX_STOP_STRINGS
+            and all(isinstance(x, str) and x for x in self.stop)
+        ):
+            raise bad(
+                "stop",
+                f"None, a non-empty str or a list of at most {MAX_STOP_STRINGS} non-empty str",
+                f"None、非空 str，或至多 {MAX_STOP_STRINGS} 个非空 str 的列表",
+            )
         for name, lo, hi in (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0)):
             v = getattr(self, name)
             if not _finite(v) or not lo <= v <= hi:
                 raise bad(name, f"a number in [{lo}, {hi}]", f" [{lo}, {hi}] 之间的数")
         if not _finite(self.repetition_penalty) or not 0 < self.repetition_penalty <= 2:
-            raise bad("repetition_penalty", "a number in (0, 2] (1 means off)",
-                      " (0, 2] 之间的数（1 表示关闭）")
+            raise bad(
+                "repetition_penalty",
+                "a number in (0, 2] (1 means off)",
+                " (0, 2] 之间的数（1 表示关闭）",
+            )
         if self.logit_bias is not None and not (
-                isinstance(self.logit_bias, dict) and all(
-                    isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                    and _finite(b) and -100 <= b <= 100 for t, b in self.logit_bias.items())):
-            raise bad("logit_bias", "a dict {token id >= 0: bias in [-100, 100]}",
-                      "字典 {token id >= 0: [-100, 100] 之间的偏置}")
+            isinstance(self.logit_bias, dict)
+            and all(
+                isinstance(t, int)
+                and not isinstance(t, bool)
+                and t >= 0
+                and _finite(b)
+                and -100 <= b <= 100
+                for t, b in self.logit_bias.items()
+            )
+        ):
+            raise bad(
+                "logit_bias",
+                "a dict {token id >= 0: bias in [-100, 100]}",
+                "字典 {token id >= 0: [-100, 100] 之间的偏置}",
+            )
         if self.structured_outputs is not None:
             from llmlab.structured_output import StructuredOutputsParams
 
             if not isinstance(self.structured_outputs, StructuredOutputsParams):
-                raise bad("structured_outputs", "None or a StructuredOutputsParams",
-                          "None 或 StructuredOutputsParams")
+                raise bad(
+                    "structured_outputs",
+                    "None or a StructuredOutputsParams",
+                    "None 或 StructuredOutputsParams",
+                )
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool)
-                                  or not 0 <= v <= MAX_LOGPROBS):
-                raise bad(name, f"None or an int in [0, {MAX_LOGPROBS}]",
-                          f"None 或 [0, {MAX_LOGPROBS}] 之间的整数")
+            if v is not None and (
+                not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_LOGPROBS
+            ):
+                raise bad(
+                    name,
+                    f"None or an int in [0, {MAX_LOGPROBS}]",
+                    f"None 或 [0, {MAX_LOGPROBS}] 之间的整数",
+                )
 
     @property
     def greedy(self) -> bool:
@@ -124,24 +174,32 @@ class SamplingParams:
     @property
     def needs_logits_processing(self) -> bool:
         """Whether a penalty or a logit bias changes this request's logits before sampling."""
-        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias
-                    or self.repetition_penalty != 1.0)
+        return bool(
+            self.presence_penalty
+            or self.frequency_penalty
+            or self.logit_bias
+            or self.repetition_penalty != 1.0
+        )
 
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def apply_logits_processors(logits: torch.Tensor, row: int, params: SamplingParams,
-                            prompt_ids: list[int], output_ids: list[int]) -> None:
+def apply_logits_processors(
+    logits: torch.Tensor,
+    row: int,
+    params: SamplingParams,
+    prompt_ids: list[int],
+    output_ids: list[int],
+) -> None:
     """In place, on `logits[row]` [V]: the logit bias, then the repetition, frequency and
     presence penalties (vLLM's order and definitions)."""
-    x = logits[row]                                                             # [V]
+    x = logits[row]  # [V]
     vocab = x.shape[0]
     if params.logit_bias:
         ids = torch.tensor([t for t in params.logit_bias if t < vocab], dtype=torch.long)
-        bias = torch.tensor([b for t, b in params.logit_bias.items() if t < vocab],
-                            dtype=x.dtype)
+        bias = torch.tensor([b for t, b in params.logit_bias.items() if t < vocab], dtype=x.dtype)
         x.index_add_(0, ids, bias)
     if params.repetition_penalty != 1.0:
         seen = torch.zeros(vocab, dtype=torch.bool)
@@ -149,22 +207,25 @@ def apply_logits_processors(logits: torch.Tensor, row: int, params: SamplingPara
         p = params.repetition_penalty
         x[seen] = torch.where(x[seen] > 0, x[seen] / p, x[seen] * p)
     if (params.frequency_penalty or params.presence_penalty) and output_ids:
-        counts = torch.bincount(torch.tensor(output_ids, dtype=torch.long),
-                                minlength=vocab)[:vocab].to(x.dtype)              # [V]
+        counts = torch.bincount(torch.tensor(output_ids, dtype=torch.long), minlength=vocab)[
+            :vocab
+        ].to(x.dtype)  # [V]
         x -= params.frequency_penalty * counts
         x -= params.presence_penalty * (counts > 0).to(x.dtype)
 
 
-def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
     """Mask (to -inf) every token outside each row's top-k and outside its top-p nucleus.
 
     logits [B, V]; top_k [B] int (V means off); top_p [B] float (1.0 means off).
     The nucleus is the smallest set of most likely tokens whose probability sums to >= top_p.
     """
-    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)          # [B, V]
+    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)  # [B, V]
     vocab = logits.shape[-1]
     ranks = torch.arange(vocab, device=logits.device).expand_as(sorted_logits)  # [B, V]
-    remove = ranks >= top_k.unsqueeze(1)                                         # outside top-k
+    remove = ranks >= top_k.unsqueeze(1)  # outside top-k
     probs = sorted_logits.masked_fill(remove, float("-inf")).softmax(dim=-1)
     # probability mass strictly before each token; a token is kept while that mass < top_p,
     # so the token that crosses top_p is kept and the nucleus is the smallest such set
@@ -172,31 +233,39 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     # top_p = 1 means off: compare only where it is < 1, since float rounding can make the
     # running sum reach 1.0 before the last token
     remove |= (mass_before >= top_p.unsqueeze(1)) & (top_p.unsqueeze(1) < 1)
-    remove[:, 0] = False                                                         # always keep the best
+    remove[:, 0] = False  # always keep the best
     sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     return torch.empty_like(logits).scatter_(1, sorted_idx, sorted_logits)
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams],
-           generators: list[torch.Generator | None] | None = None) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None] | None = None,
+) -> torch.Tensor:
     """Pick one token per row of `logits` [B, V] with that row's `SamplingParams` → [B] int64.
 
     A row whose params have a `seed` must come with its own `torch.Generator` (the engine keeps
     one per request) so that the same seed gives the same tokens whatever else is in the batch.
     """
     if logits.dim() != 2 or logits.shape[0] != len(params):
-        raise ValueError(tr(f"logits must be [len(params)={len(params)}, vocab], got {tuple(logits.shape)}",
-                            f"logits 的形状必须是 [len(params)={len(params)}, vocab]，你给的是 {tuple(logits.shape)}"))
+        raise ValueError(
+            tr(
+                f"logits must be [len(params)={len(params)}, vocab], got {tuple(logits.shape)}",
+                f"logits 的形状必须是 [len(params)={len(params)}, vocab]，你给的是 {tuple(logits.shape)}",
+            )
+        )
     logits = logits.float()
-    out = logits.argmax(dim=-1)                                                  # greedy default
+    out = logits.argmax(dim=-1)  # greedy default
     rows = [i for i, p in enumerate(params) if not p.greedy]
     if not rows:
         return out
     vocab = logits.shape[-1]
-    sub = logits[rows]                                                           # [R, V]
+    sub = logits[rows]  # [R, V]
     temp = torch.tensor([params[i].temperature for i in rows], dtype=torch.float32)
-    top_k = torch.tensor([min(params[i].top_k, vocab) if params[i].top_k > 0 else vocab
-                          for i in rows])                                 # k > V: all of them
+    top_k = torch.tensor(
+        [min(params[i].top_k, vocab) if params[i].top_k > 0 else vocab for i in rows]
+    )  # k > V: all of them
     top_p = torch.tensor([float(params[i].top_p) for i in rows])
     sub = apply_top_k_top_p(sub / temp.unsqueeze(1), top_k, top_p)
     probs = sub.softmax(dim=-1)

@@ -17,6 +17,7 @@ JSON is generated compact (no free whitespace between tokens): a small model giv
 of "any whitespace" can spend its whole budget on newlines. vLLM's default allows whitespace;
 its `disable_any_whitespace` option is this choice.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,28 +48,38 @@ class StructuredOutputsParams:
     def __post_init__(self) -> None:
         given = [f for f in SPEC_FIELDS if getattr(self, f) not in (None, False)]
         if len(given) != 1:
-            raise ValueError(f"StructuredOutputsParams: set exactly one of {SPEC_FIELDS}, got "
-                             f"{given or 'none'}")
+            raise ValueError(
+                f"StructuredOutputsParams: set exactly one of {SPEC_FIELDS}, got {given or 'none'}"
+            )
         if self.choice is not None and not (
-                isinstance(self.choice, list) and self.choice
-                and all(isinstance(c, str) and c for c in self.choice)):
-            raise ValueError("StructuredOutputsParams.choice must be a non-empty list of "
-                             f"non-empty str, got {self.choice!r}")
+            isinstance(self.choice, list)
+            and self.choice
+            and all(isinstance(c, str) and c for c in self.choice)
+        ):
+            raise ValueError(
+                "StructuredOutputsParams.choice must be a non-empty list of "
+                f"non-empty str, got {self.choice!r}"
+            )
         for name in ("regex", "grammar"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"StructuredOutputsParams.{name} must be a non-empty str, got "
-                                 f"{value!r}")
+                raise ValueError(
+                    f"StructuredOutputsParams.{name} must be a non-empty str, got {value!r}"
+                )
         if self.json is not None:
             schema = self.json
             if isinstance(schema, str):
                 try:
                     schema = json.loads(schema)
                 except ValueError as e:
-                    raise ValueError(f"StructuredOutputsParams.json is not valid JSON: {e}") from None
+                    raise ValueError(
+                        f"StructuredOutputsParams.json is not valid JSON: {e}"
+                    ) from None
             if not isinstance(schema, dict):
-                raise ValueError("StructuredOutputsParams.json must be a JSON schema (an object),"
-                                 f" got {type(schema).__name__}")
+                raise ValueError(
+                    "StructuredOutputsParams.json must be a JSON schema (an object),"
+                    f" got {type(schema).__name__}"
+                )
             self.json = schema
 
     @property
@@ -102,10 +113,11 @@ class StructuredOutputManager:
         self.xgr = xgr
         self.vocab_size = vocab_size
         self.info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=sorted(eos_token_ids) or None)
+            tokenizer, vocab_size=vocab_size, stop_token_ids=sorted(eos_token_ids) or None
+        )
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=1)
         self._compiled: dict[str, Any] = {}
-        self.bitmask_seconds = 0.0          # time spent filling bitmasks (the chapter's cost)
+        self.bitmask_seconds = 0.0  # time spent filling bitmasks (the chapter's cost)
 
     def compile(self, spec: StructuredOutputsParams) -> Any:
         """The compiled grammar of `spec` (cached). Raises ValueError naming the field for a
@@ -126,11 +138,12 @@ class StructuredOutputManager:
                 compiled = c.compile_regex(_choice_regex(spec.choice))
             else:
                 compiled = c.compile_grammar(spec.grammar)
-        except Exception as e:      # xgrammar raises RuntimeError / its own errors
+        except Exception as e:  # xgrammar raises RuntimeError / its own errors
             # its messages start with "[time] source.cc:line: ": keep what follows
             why = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip().splitlines()[0])
-            raise ValueError(f"StructuredOutputsParams.{spec.kind}: cannot compile it: "
-                             f"{why[:300]}") from None
+            raise ValueError(
+                f"StructuredOutputsParams.{spec.kind}: cannot compile it: {why[:300]}"
+            ) from None
         self._compiled[key] = compiled
         return compiled
 
@@ -146,7 +159,7 @@ class StructuredOutputManager:
         import time
 
         t0 = time.perf_counter()
-        bitmask = self.allocate_bitmask(len(rows))                       # [R, ceil(V / 32)]
+        bitmask = self.allocate_bitmask(len(rows))  # [R, ceil(V / 32)]
         for i, m in enumerate(matchers):
             m.fill_next_token_bitmask(bitmask, i)
         self.bitmask_seconds += time.perf_counter() - t0

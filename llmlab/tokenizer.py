@@ -14,6 +14,7 @@ Byte-level BPE (byte pair encoding, 字节对编码) in four steps:
 
 The real SmolLM2 tokenizer is the same algorithm trained on far more text (49,152 ids).
 """
+
 from __future__ import annotations
 
 import re
@@ -23,9 +24,22 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Sequence
 
-__all__ = ["BPETokenizer", "train_bpe", "pretokenize", "real_tokenizer", "token_pieces",
-           "id_bytes", "encode_ids", "count_tokens", "count_words", "count_han", "tokens_per_word", "tokens_per_char",
-           "merge_steps", "format_piece"]
+__all__ = [
+    "BPETokenizer",
+    "train_bpe",
+    "pretokenize",
+    "real_tokenizer",
+    "token_pieces",
+    "id_bytes",
+    "encode_ids",
+    "count_tokens",
+    "count_words",
+    "count_han",
+    "tokens_per_word",
+    "tokens_per_char",
+    "merge_steps",
+    "format_piece",
+]
 
 # A word (letters of any script, with an optional leading space), up to 3 digits, a run of
 # other symbols, trailing whitespace, other whitespace; the final [\s\S] catches anything left
@@ -102,7 +116,9 @@ class BPETokenizer:
         try:
             return b"".join(self.vocab[int(i)] for i in ids)
         except KeyError as e:
-            raise ValueError(f"token id {e.args[0]} is outside the vocabulary [0, {self.vocab_size})") from None
+            raise ValueError(
+                f"token id {e.args[0]} is outside the vocabulary [0, {self.vocab_size})"
+            ) from None
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes one id stands for."""
@@ -112,8 +128,13 @@ class BPETokenizer:
         """The first `n` merges as (left piece, right piece, merged piece), readable strings."""
         rows = []
         for i, (a, b) in enumerate(self.merges[:n]):
-            rows.append((format_piece(self.vocab[a]), format_piece(self.vocab[b]),
-                         format_piece(self.vocab[256 + i])))
+            rows.append(
+                (
+                    format_piece(self.vocab[a]),
+                    format_piece(self.vocab[b]),
+                    format_piece(self.vocab[256 + i]),
+                )
+            )
         return rows
 
 
@@ -127,7 +148,9 @@ def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
     if not isinstance(text, str):
         raise ValueError(f"text must be a str, got {type(text).__name__}")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 256:
-        raise ValueError(f"vocab_size must be an int >= 256 (the 256 byte values), got {vocab_size!r}")
+        raise ValueError(
+            f"vocab_size must be an int >= 256 (the 256 byte values), got {vocab_size!r}"
+        )
     # each distinct chunk once, with how often it occurs: merges are counted per occurrence
     chunk_counts = Counter(pretokenize(text))
     words = [list(c.encode("utf-8")) for c in chunk_counts]
@@ -192,7 +215,7 @@ def format_piece(piece: bytes) -> str:
             shown.append(f"<{ord(ch):02x}>")
         else:
             shown.append(ch)
-    return "".join(shown[:-1])                                  # drop the sentinel's <00>
+    return "".join(shown[:-1])  # drop the sentinel's <00>
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,8 +238,11 @@ def real_tokenizer() -> Any:
 
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's map from the printable characters byte-level tokenizers use back to bytes."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, n = {}, 0
     for b in range(256):
         if b in keep:
@@ -272,8 +298,12 @@ def count_words(text: str) -> int:
 
 def _is_han(ch: str) -> bool:
     cp = ord(ch)
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0xF900 <= cp <= 0xFAFF)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0xF900 <= cp <= 0xFAFF
+    )
 
 
 def count_han(text: str) -> int:

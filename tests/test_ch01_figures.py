@@ -1,4 +1,5 @@
 """Chapter 01's figures draw the values they are given."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -12,8 +13,10 @@ from llmlab.course.figures import ch01  # noqa: E402
 
 
 def test_token_ratios_draws_each_measurement_and_the_rule():
-    measured = {"A": {"tokens per English word": 1.2, "tokens per Chinese character": 1.8},
-                "B": {"tokens per English word": 2.9, "tokens per Chinese character": 1.7}}
+    measured = {
+        "A": {"tokens per English word": 1.2, "tokens per Chinese character": 1.8},
+        "B": {"tokens per English word": 2.9, "tokens per Chinese character": 1.7},
+    }
     fig = ch01.token_ratios(measured)
     ax = fig.axes[0]
     heights = [round(p.get_height(), 6) for p in ax.patches]
@@ -27,6 +30,8 @@ def test_vocab_sizes_draws_vocab_and_embedding_bytes():
     fig = ch01.vocab_sizes(["m1", "m2"], [1000, 128256], [10, 4096])
     a1, a2 = fig.axes
     assert [p.get_width() for p in a1.patches] == pytest.approx([1.0, 128.256])
-    assert [p.get_width() for p in a2.patches] == pytest.approx([1000 * 10 * 2 / 1e9, 128256 * 4096 * 2 / 1e9])
+    assert [p.get_width() for p in a2.patches] == pytest.approx(
+        [1000 * 10 * 2 / 1e9, 128256 * 4096 * 2 / 1e9]
+    )
     assert "GB" in a2.get_xlabel()
     plt.close(fig)

@@ -2,6 +2,7 @@
 llmlab.model's own code, the usual slips are named, a fused attention is refused (by its source
 and at run time, in this process and in the grader's sandbox), and the whole layer is compared
 with SmolLM2's real layer 0."""
+
 from __future__ import annotations
 
 import textwrap
@@ -20,7 +21,7 @@ def rms_norm(x, weight, eps):
 
 def attention(q, k, v):
     T, d = q.shape
-    s = (q @ k.T / d ** 0.5).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    s = (q @ k.T / d**0.5).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     return s.softmax(-1) @ v
 
 
@@ -35,7 +36,7 @@ def rope(x, positions, theta):
     inv_freq = theta ** (-torch.arange(0, d, 2).float() / d)
     ang = positions.float()[:, None] * inv_freq[None, :]
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
@@ -58,10 +59,21 @@ def test_every_exercise_is_a_checker_and_none_is_not_answered():
 
 def test_rms_norm_passes_and_names_layernorm_and_eps():
     assert ch02.rms_norm(rms_norm).passed
-    _fails(ch02.rms_norm(lambda x, w, eps: w * (x - x.mean(-1, keepdim=True))
-                         * torch.rsqrt(x.var(-1, keepdim=True, unbiased=False) + eps)), "LayerNorm")
+    _fails(
+        ch02.rms_norm(
+            lambda x, w, eps: (
+                w
+                * (x - x.mean(-1, keepdim=True))
+                * torch.rsqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
+            )
+        ),
+        "LayerNorm",
+    )
     _fails(ch02.rms_norm(lambda x, w, eps: w * x / x.pow(2).mean(-1, keepdim=True).sqrt()), "eps")
-    _fails(ch02.rms_norm(lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)), "weight")
+    _fails(
+        ch02.rms_norm(lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)),
+        "weight",
+    )
 
 
 def test_gqa_attention_passes_and_names_round_robin():
@@ -80,9 +92,13 @@ def test_rope_passes_and_names_the_layout_the_positions_and_the_direction():
 
     def neighbours(x, positions, theta):
         d = x.shape[-1]
-        ang = (positions.float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d))[:, None, :]
+        ang = (positions.float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d))[
+            :, None, :
+        ]
         x1, x2 = x[..., 0::2], x[..., 1::2]
-        return torch.stack((x1 * ang.cos() - x2 * ang.sin(), x2 * ang.cos() + x1 * ang.sin()), -1).flatten(-2)
+        return torch.stack(
+            (x1 * ang.cos() - x2 * ang.sin(), x2 * ang.cos() + x1 * ang.sin()), -1
+        ).flatten(-2)
 
     _fails(ch02.rope(neighbours), "neighbours")
     _fails(ch02.rope(lambda x, p, t: rope(x, torch.arange(x.shape[0]), t)), "positions 0..T-1")
@@ -100,8 +116,12 @@ def test_reasoning_exercises_want_every_right_option_and_say_why_a_wrong_one_is_
     assert len(ch02.GQA_OPTIONS) > len(ch02._GQA_RIGHT)
     assert ch02.gqa_consequences(["k_and_v_proj_weights_x3", "kv_cache_per_token_x3"]).passed
     _fails(ch02.gqa_consequences(["kv_cache_per_token_x3"]), "something else")
-    _fails(ch02.gqa_consequences(["kv_cache_per_token_x3", "k_and_v_proj_weights_x3", "score_matrices_x3"]),
-           "per *query* head")
+    _fails(
+        ch02.gqa_consequences(
+            ["kv_cache_per_token_x3", "k_and_v_proj_weights_x3", "score_matrices_x3"]
+        ),
+        "per *query* head",
+    )
     assert ch02.rope_relative(["s(8, 4)", "s(107,103)"]).passed
     _fails(ch02.rope_relative(["s(8, 4)", "s(107, 103)", "s(14, 6)"]), "not ratios")
     _fails(ch02.rope_relative("s(99, 1)"), "choose from")
@@ -119,6 +139,7 @@ def test_the_rope_options_that_pass_are_the_ones_with_equal_scores():
 
 # ---- a fused attention is refused --------------------------------------------------------------
 
+
 def fused(q, k, v):
     return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
 
@@ -132,6 +153,7 @@ def hidden(q, k, v):
 
 def through_llmlab(q, k, v):
     from llmlab.ops.torch_backend import attend
+
     return attend(q[:, None], k[:, None], v[:, None], q.shape[1] ** -0.5, 0)[:, 0]
 
 
@@ -142,7 +164,7 @@ def test_a_fused_attention_is_refused_by_source_and_at_run_time(checker):
     _fails(checker(through_llmlab), "fused attention", "llmlab")
     _fails(checker(original), "fused attention")
     _fails(checker(hidden), "switched off")
-    assert F.scaled_dot_product_attention is original           # put back after the check
+    assert F.scaled_dot_product_attention is original  # put back after the check
     assert torch._C._nn.scaled_dot_product_attention is original
 
 
@@ -151,7 +173,9 @@ def test_the_ban_holds_only_inside_and_covers_llmlabs_entry_points():
 
     with ch02.fused_attention_banned():
         with pytest.raises(ch02.FusedAttentionError):
-            F.scaled_dot_product_attention(torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))
+            F.scaled_dot_product_attention(
+                torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), torch.zeros(1, 1, 2)
+            )
         with pytest.raises(ch02.FusedAttentionError):
             ops.paged_attention_decode()
     q = torch.randn(1, 3, 4)
@@ -159,7 +183,7 @@ def test_the_ban_holds_only_inside_and_covers_llmlabs_entry_points():
 
 
 def test_the_fallback_hint_names_no_fused_call():
-    for _ in range(2):                                   # the first hint, then the one with the formula
+    for _ in range(2):  # the first hint, then the one with the formula
         r = ch02.attention(lambda q, k, v: v * 2)
         assert not r.passed
         low = r.message.lower()
@@ -168,8 +192,10 @@ def test_the_fallback_hint_names_no_fused_call():
 
 def _record(source: str, **globals_) -> dict:
     g = {"torch": {"__module__": "torch"}, **globals_}
-    return {"args": [{"__function__": {"name": "my_attention", "source": source, "globals": g}}],
-            "kwargs": {}}
+    return {
+        "args": [{"__function__": {"name": "my_attention", "source": source, "globals": g}}],
+        "kwargs": {},
+    }
 
 
 @pytest.mark.slow
@@ -189,16 +215,33 @@ def test_the_ban_holds_in_the_graders_sandbox():
             f = getattr(F, "scaled_" + "dot_product_attention")
             return f(q[None], k[None], v[None], is_causal=True)[0]
         """)
-    v = judge(Exercise("ch02.attention"), ch02.attention,
-              _record(sneaky, F={"__module__": "torch.nn.functional"}), 60)
+    v = judge(
+        Exercise("ch02.attention"),
+        ch02.attention,
+        _record(sneaky, F={"__module__": "torch.nn.functional"}),
+        60,
+    )
     assert not v["passed"] and "switched off" in v["message"], v
     imported = "def my_attention(q, k, v):\n    return sdpa(q[None], k[None], v[None], is_causal=True)[0]\n"
-    v = judge(Exercise("ch02.attention"), ch02.attention, _record(imported, sdpa={"__function__": {
-        "module": "torch._C._nn", "qualname": "scaled_dot_product_attention"}}), 60)
+    v = judge(
+        Exercise("ch02.attention"),
+        ch02.attention,
+        _record(
+            imported,
+            sdpa={
+                "__function__": {
+                    "module": "torch._C._nn",
+                    "qualname": "scaled_dot_product_attention",
+                }
+            },
+        ),
+        60,
+    )
     assert not v["passed"] and "scaled_dot_product" in v["message"], v
 
 
 # ---- the whole layer ---------------------------------------------------------------------------
+
 
 @pytest.mark.model
 def test_layer0_output_is_the_real_layer_and_slips_are_named(real_model):

@@ -1,4 +1,5 @@
 """Chapter 02's figures draw what they are given, and the printed comparison with layer 0."""
+
 from __future__ import annotations
 
 import matplotlib

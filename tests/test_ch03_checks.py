@@ -1,16 +1,17 @@
 """Chapter 03's self-checks beyond the shared table in test_check_ch01_05: hints in stages, no
 string of the module passes as an answer, the sampling-explorer task, and no mention of the
 seed's self-check question 1 (drawing the loop with its KV-cache reads and writes is chapter 12's)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import nbformat
 import pytest
+from test_ch00_checks import assert_no_literal_passes
 
 from llmlab.course.check import ch03, core
 from llmlab.course.check.core import NOT_ANSWERED
-from test_ch00_checks import assert_no_literal_passes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,17 +22,26 @@ def test_no_literal_of_the_module_passes():
 
 
 def test_every_called_exercise_is_described():
-    assert set(ch03.EXERCISES) == {"forwards", "tokens_processed_no_cache", "top_p_kept",
-                                   "top_p_function", "temperature_prob", "samplable_tokens"}
+    assert set(ch03.EXERCISES) == {
+        "forwards",
+        "tokens_processed_no_cache",
+        "top_p_kept",
+        "top_p_function",
+        "temperature_prob",
+        "samplable_tokens",
+    }
     assert [i.kind for i in ch03.EXERCISES.values()].count("reasoning") >= 2
     assert all(info.seed is None for info in ch03.EXERCISES.values())
 
 
-@pytest.mark.parametrize("checker, formula_word", [
-    (ch03.forwards, "sampled token"),
-    (ch03.tokens_processed_no_cache, "add them up"),
-    (ch03.temperature_prob, "Softmax"),
-])
+@pytest.mark.parametrize(
+    "checker, formula_word",
+    [
+        (ch03.forwards, "sampled token"),
+        (ch03.tokens_processed_no_cache, "add them up"),
+        (ch03.temperature_prob, "Softmax"),
+    ],
+)
 def test_the_formula_comes_only_from_the_second_wrong_try(checker, formula_word):
     ex = f"ch03.{checker.__name__}"
     core._WRONG_TRIES.pop(ex, None)
@@ -58,8 +68,10 @@ def test_samplable_tokens_counts_with_the_real_model(real_model):
 
     model, tok = real_model
     logits = prompt_logits(ch03.EXPLORER_PROMPT, model, tok)
-    want = {t: next_token_distribution(logits, t, -1, ch03.EXPLORER_TOP_P).num_kept
-            for t in ch03.EXPLORER_TEMPERATURES}
+    want = {
+        t: next_token_distribution(logits, t, -1, ch03.EXPLORER_TOP_P).num_kept
+        for t in ch03.EXPLORER_TEMPERATURES
+    }
     hot, cold = ch03.EXPLORER_TEMPERATURES
     assert want[cold] < want[hot]
     assert ch03.samplable_tokens(want).passed
@@ -72,7 +84,9 @@ def test_samplable_tokens_counts_with_the_real_model(real_model):
     assert "applied before" in ch03.samplable_tokens({hot: want[hot], cold: want[hot]}).message
     assert not ch03.samplable_tokens({hot: want[hot]}).passed
     assert ch03.samplable_tokens(None).message == NOT_ANSWERED
-    assert sorted(core.expected_values("ch03.samplable_tokens")) == sorted(map(float, want.values()))
+    assert sorted(core.expected_values("ch03.samplable_tokens")) == sorted(
+        map(float, want.values())
+    )
 
 
 def _keep(probs, top_p):
@@ -95,7 +109,9 @@ def test_top_p_function_passes_a_right_nucleus_and_names_the_slips():
     import torch
 
     assert ch03.top_p_function(_keep).passed
-    assert ch03.top_p_function(lambda p, t: torch.tensor(sorted(_keep(p, t)))).passed   # a tensor of ids
+    assert ch03.top_p_function(
+        lambda p, t: torch.tensor(sorted(_keep(p, t)))
+    ).passed  # a tensor of ids
     core._WRONG_TRIES.pop("ch03.top_p_function", None)
     first = ch03.top_p_function(_stop_early).message
     assert "one short" in first and "Sort" not in first

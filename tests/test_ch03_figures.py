@@ -1,5 +1,6 @@
 """Chapter 03's figures draw the values they are given; the timing harness times a forward; the
 GPU floors come from the presets."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -51,8 +52,13 @@ def test_sampling_settings_draws_one_panel_per_setting():
 
     tok = train_bpe("the cat sat on the mat " * 20, 270)
     logits = torch.linspace(-2, 2, tok.vocab_size)
-    fig = ch03.sampling_settings(logits, tok, [dict(temperature=1.0), dict(temperature=1.0, top_k=3),
-                                               dict(temperature=0.5)], "the cat", top_n=5)
+    fig = ch03.sampling_settings(
+        logits,
+        tok,
+        [dict(temperature=1.0), dict(temperature=1.0, top_k=3), dict(temperature=0.5)],
+        "the cat",
+        top_n=5,
+    )
     panels = [ax for ax in fig.axes if ax.axison]
     assert len(panels) == 3
     assert "3 token(s)" in panels[1].get_title()

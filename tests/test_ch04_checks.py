@@ -1,5 +1,6 @@
 """Chapter 04's newer checkers: the learner's cached generation loop (graded by its text against
 generate_with_cache), the KV-calculator task and the utilisation question; EXERCISES complete."""
+
 import pytest
 
 from llmlab.course.check import ch04, ch05
@@ -10,8 +11,9 @@ from llmlab.sampling import SamplingParams
 
 def _greedy_text(model, tok, n=ch04.GEN_NEW_TOKENS):
     ids = tok.encode(ch04.GEN_PROMPT, add_special_tokens=False)
-    out = generate_with_cache(model, ids, max_new_tokens=n,
-                              params=SamplingParams(temperature=0.0, ignore_eos=True)).token_ids
+    out = generate_with_cache(
+        model, ids, max_new_tokens=n, params=SamplingParams(temperature=0.0, ignore_eos=True)
+    ).token_ids
     return tok.decode(out)
 
 
@@ -24,14 +26,17 @@ def test_generate_greedy_passes_the_reference_text_and_names_each_slip(real_mode
     assert "str" in ch04.generate_greedy([1, 2]).message
     assert "without the prompt" in ch04.generate_greedy(ch04.GEN_PROMPT + right).message
     # one token fewer: the first token is right, the rest is not the whole answer
-    assert "later ones differ" in ch04.generate_greedy(_greedy_text(model, tok, ch04.GEN_NEW_TOKENS - 1)).message
+    assert (
+        "later ones differ"
+        in ch04.generate_greedy(_greedy_text(model, tok, ch04.GEN_NEW_TOKENS - 1)).message
+    )
     assert "first token already differs" in ch04.generate_greedy("zzz" + right).message
 
 
 def test_budget_checkers_name_the_mistake_before_the_formula():
     from llmlab.course.check import core
 
-    core._WRONG_TRIES.pop("ch04.max_requests_fp8", None)     # other tests may have tried it
+    core._WRONG_TRIES.pop("ch04.max_requests_fp8", None)  # other tests may have tried it
     assert ch04.max_requests_fp8(51).passed
     first = ch04.max_requests_fp8(7)
     assert not first.passed and "utilisation ×" not in first.message
@@ -43,9 +48,14 @@ def test_budget_checkers_name_the_mistake_before_the_formula():
 
 def test_exercises_tables_cover_every_checker():
     for mod in (ch04, ch05):
-        names = {n for n, o in vars(mod).items() if callable(o) and not n.startswith("_")
-                 and getattr(o, "__module__", "") == mod.__name__
-                 and o.__annotations__.get("return") == "CheckResult"}
+        names = {
+            n
+            for n, o in vars(mod).items()
+            if callable(o)
+            and not n.startswith("_")
+            and getattr(o, "__module__", "") == mod.__name__
+            and o.__annotations__.get("return") == "CheckResult"
+        }
         assert names == set(mod.EXERCISES), mod.__name__
         assert all(isinstance(v, ExerciseInfo) for v in mod.EXERCISES.values())
         assert sum(v.kind == "reasoning" for v in mod.EXERCISES.values()) >= 2

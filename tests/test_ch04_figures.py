@@ -1,4 +1,5 @@
 """Chapter 04's figures and timing harness (`llmlab.course.figures.ch04`)."""
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,11 +13,19 @@ from llmlab.model import tiny_model
 
 
 def test_step_time_plot_draws_the_values_passed_in_ms():
-    fig = ch04.plot_step_times([32, 64], [0.01, 0.02], [0.005, 0.006], [32, 64, 128],
-                               [1e-3, 2e-3, 3e-3], [1e-3, 1e-3, 1e-3])
+    fig = ch04.plot_step_times(
+        [32, 64],
+        [0.01, 0.02],
+        [0.005, 0.006],
+        [32, 64, 128],
+        [1e-3, 2e-3, 3e-3],
+        [1e-3, 1e-3, 1e-3],
+    )
     left, right = fig.axes
     no, yes = left.get_lines()
-    assert list(no.get_ydata()) == pytest.approx([10, 20]) and list(yes.get_ydata()) == pytest.approx([5, 6])
+    assert list(no.get_ydata()) == pytest.approx([10, 20]) and list(
+        yes.get_ydata()
+    ) == pytest.approx([5, 6])
     assert list(right.get_lines()[0].get_xdata()) == [32, 64, 128]
     assert "measured" in left.get_ylabel() and "floor" in right.get_ylabel()
 

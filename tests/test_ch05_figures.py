@@ -1,4 +1,5 @@
 """Chapter 05's figures and timing harness (`llmlab.course.figures.ch05`)."""
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,11 +13,12 @@ from llmlab.model import tiny_model
 
 
 def test_prefill_decode_plot_draws_per_token_times_in_ms():
-    fig = ch05.plot_prefill_decode([10, 100], [0.01, 0.05], [32, 64], [0.02, 0.021],
-                                   [1e-3, 2e-3], [5e-3, 5e-3])
+    fig = ch05.plot_prefill_decode(
+        [10, 100], [0.01, 0.05], [32, 64], [0.02, 0.021], [1e-3, 2e-3], [5e-3, 5e-3]
+    )
     left, right = fig.axes
     pre, dec = left.get_lines()
-    assert list(pre.get_ydata()) == pytest.approx([1.0, 0.5])        # 10 ms / 10, 50 ms / 100
+    assert list(pre.get_ydata()) == pytest.approx([1.0, 0.5])  # 10 ms / 10, 50 ms / 100
     assert list(dec.get_ydata()) == pytest.approx([20, 21])
     assert list(right.get_lines()[1].get_ydata()) == pytest.approx([5, 5])
 
@@ -25,7 +27,9 @@ def test_gpu_floors_prefill_per_token_falls_decode_stays():
     pre, dec = ch05.gpu_floors("llama-3-8b", [16, 4096], [16, 4096], "H100-SXM")
     assert pre[1] / 4096 < pre[0] / 16 / 10
     assert dec[1] == pytest.approx(dec[0], rel=0.1)
-    assert dec[0] == pytest.approx(roofline.decode_step_floor(get_config("llama-3-8b"), "H100-SXM", 1, 16, 2))
+    assert dec[0] == pytest.approx(
+        roofline.decode_step_floor(get_config("llama-3-8b"), "H100-SXM", 1, 16, 2)
+    )
 
 
 def test_intensities_cross_the_ridge_for_prefill_only():
@@ -47,6 +51,7 @@ def test_timing_harness_and_flops_plot():
 
 def test_timeline_draws_one_bar_per_request():
     from types import SimpleNamespace as NS
+
     m = NS(arrival_time=0.0, first_token_time=0.1, token_times=[0.1, 0.15, 0.2])
     outs = [NS(metrics=m, prompt_token_ids=[1] * 8), NS(metrics=m, prompt_token_ids=[1] * 2)]
     fig = ch05.plot_timeline(outs)

@@ -1,6 +1,7 @@
 """The checkers chapters 06 and 07 gained: right answers pass, the mistakes they name are
 recognised, hints come in stages (no formula on the first wrong try), no message holds the
 expected value, and EXERCISES describes exactly the exercises the notebooks call."""
+
 from __future__ import annotations
 
 import ast
@@ -11,9 +12,9 @@ import nbformat
 import pytest
 
 from llmlab.analysis import costs, roofline
-from llmlab.course.check import ch06, ch07, core
-from llmlab.config import get_config
 from llmlab.analysis.hardware import PRESETS
+from llmlab.config import get_config
+from llmlab.course.check import ch06, ch07, core
 from llmlab.course.instructor import exercise_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,12 @@ def _fresh_tries(monkeypatch):
 
 
 def _no_leak(result, value):
-    for text in (f"{value:.1f}", f"{value:.2f}", f"{value:.3g}", f"{round(value)}" if abs(value) >= 10 else "\x00"):
+    for text in (
+        f"{value:.1f}",
+        f"{value:.2f}",
+        f"{value:.3g}",
+        f"{round(value)}" if abs(value) >= 10 else "\x00",
+    ):
         assert text not in result.message, (text, result.message)
 
 
@@ -63,8 +69,12 @@ def test_hints_come_in_stages():
     assert not first and not second
     assert "Ratio =" not in first.message and "Ratio =" in second.message
     assert "mem_bw" not in first.message and "interconnect" not in first.message
-    for check, wrong in ((ch06.weight_read_ms, 1.0), (ch06.h200_floor_ms, 1.0), (ch07.ridge_point, 7.0),
-                         (ch07.compute_bound_batch, 500)):
+    for check, wrong in (
+        (ch06.weight_read_ms, 1.0),
+        (ch06.h200_floor_ms, 1.0),
+        (ch07.ridge_point, 7.0),
+        (ch07.compute_bound_batch, 500),
+    ):
         a, b = check(wrong), check(wrong)
         assert len(b.message) > len(a.message), (check, a.message, b.message)
 
@@ -78,13 +88,16 @@ def test_compute_bound_batch_is_the_crossover_and_names_near_misses():
     assert not r and "still memory-bound" in r.message
     r = ch07.compute_bound_batch(right + 3)
     assert not r and "smaller one" in r.message
-    r = ch07.compute_bound_batch(roofline.crossover_batch(get_config("llama-3-70b"), "H100-SXM", context=1))
+    r = ch07.compute_bound_batch(
+        roofline.crossover_batch(get_config("llama-3-70b"), "H100-SXM", context=1)
+    )
     assert not r and "context 1" in r.message
     r = ch07.compute_bound_batch(1024)
     assert not r and "power of two" in r.message
     _no_leak(r, right)
     # the explorer agrees: memory-bound one below, compute-bound at the answer
     from llmlab.course.widgets.roofline import roofline_summary
+
     assert roofline_summary("H100-SXM", "llama-3-70b", "bf16", right - 1, 1024).bound == "memory"
     assert roofline_summary("H100-SXM", "llama-3-70b", "bf16", right, 1024).bound == "compute"
 
@@ -93,9 +106,11 @@ def test_why_crossover_grows_says_why_each_wrong_option_is_wrong():
     assert ch07.why_crossover_grows("kv_bytes_per_sequence")
     for key in ch07.CROSSOVER_OPTIONS:
         if key != "kv_bytes_per_sequence":
-            core._WRONG_TRIES.pop("ch07.why_crossover_grows", None)   # each option's hint, before the last stage
+            core._WRONG_TRIES.pop(
+                "ch07.why_crossover_grows", None
+            )  # each option's hint, before the last stage
             r = ch07.why_crossover_grows(key)
-            assert not r and r.message == ch07.CROSSOVER_WHY_WRONG[key][0]      # (English, Chinese)
+            assert not r and r.message == ch07.CROSSOVER_WHY_WRONG[key][0]  # (English, Chinese)
 
 
 def test_decode_bound_hint_holds_no_ridge_value():
@@ -113,7 +128,9 @@ def test_working_set_level_names_the_reference_machine(monkeypatch):
 
 def _string_literals(module) -> list[str]:
     tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
-    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return [
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
 
 
 @pytest.mark.parametrize("module", [ch06, ch07], ids=["ch06", "ch07"])
@@ -125,14 +142,14 @@ def test_no_string_or_backticked_snippet_of_the_module_passes(module, capsys):
             candidates = [literal]
             for snippet in re.findall(r"`([^`]+)`", literal):
                 try:
-                    candidates.append(eval(snippet, dict(namespace)))    # noqa: S307 - our own strings
+                    candidates.append(eval(snippet, dict(namespace)))  # noqa: S307 - our own strings
                 except Exception:
                     pass
             for c in candidates:
                 if name == "why_crossover_grows" and c == "kv_bytes_per_sequence":
-                    continue           # the key itself is the answer's name, not a hint
+                    continue  # the key itself is the answer's name, not a hint
                 if name == "decode_bound" and c in ("memory", "compute"):
-                    continue           # the options of a two-way choice
+                    continue  # the options of a two-way choice
                 if name == "working_set_level" and c in ch06.LEVELS:
                     continue
                 assert not check(c).passed, (name, literal, c)

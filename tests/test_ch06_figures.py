@@ -1,5 +1,6 @@
 """Chapter 06's figures draw the numbers they are given: the chip-wide bars are the presets'
 per-SM shared memory times the SM count, the L2 and the HBM; the tables print every cell."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -7,16 +8,16 @@ import pytest
 
 matplotlib.use("Agg")
 
-from llmlab.course.figures import ch06  # noqa: E402
 from llmlab.analysis.hardware import PRESETS  # noqa: E402
+from llmlab.course.figures import ch06  # noqa: E402
 
 
 def test_chip_levels_add_up_every_sm():
     h = PRESETS["H100-SXM"]
     assert ch06.chip_levels("H100-SXM") == [h.smem_per_sm * h.num_sms, h.l2_size, h.mem_size]
     sram, _, hbm = ch06.chip_levels("H100-SXM")
-    assert 1e3 < hbm / sram < 1e4            # chip-wide: about three orders of magnitude
-    assert hbm / h.smem_per_sm > 1e5          # one SM against the chip: five
+    assert 1e3 < hbm / sram < 1e4  # chip-wide: about three orders of magnitude
+    assert hbm / h.smem_per_sm > 1e5  # one SM against the chip: five
 
 
 def test_chip_memory_bars_are_the_levels():
@@ -29,7 +30,9 @@ def test_chip_memory_bars_are_the_levels():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == list(ch06.CHIP_LEVELS)
     heights = [p.get_height() for p in ax.patches]
     for i, _level in enumerate(ch06.CHIP_LEVELS):
-        assert heights[i * len(names):(i + 1) * len(names)] == [ch06.chip_levels(n)[i] for n in names]
+        assert heights[i * len(names) : (i + 1) * len(names)] == [
+            ch06.chip_levels(n)[i] for n in names
+        ]
     assert ax.get_yscale() == "log" and "bytes" in ax.get_ylabel()
     plt.close(fig)
     with pytest.raises(ValueError, match="unknown presets"):

@@ -1,5 +1,6 @@
 """Chapter 07's throughput figure draws the measured tokens/s on the left and the roofline's
 bound for the GPU preset on the right; the harness times decode steps then prefills."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -23,13 +24,16 @@ def test_throughput_vs_batch_draws_measured_and_preset_lines():
     import matplotlib.pyplot as plt
 
     measured = [_step("decode", 1, 0.02), _step("decode", 4, 0.04), _step("prefill", 1, 0.5)]
-    fig = ch07.throughput_vs_batch(measured, "test machine", L70, gpu="H100-SXM", gpu_context=1024,
-                                   gpu_batches=(1, 8, 64))
+    fig = ch07.throughput_vs_batch(
+        measured, "test machine", L70, gpu="H100-SXM", gpu_context=1024, gpu_batches=(1, 8, 64)
+    )
     left, right = fig.axes
     xs, ys = left.get_lines()[0].get_data()
     assert list(xs) == [1, 4] and list(ys) == pytest.approx([50.0, 100.0])
     sweep = roofline.decode_batch_sweep(L70, "H100-SXM", [1, 8, 64], context=1024)
-    assert list(right.get_lines()[0].get_ydata()) == pytest.approx([r["tokens_per_s"] for r in sweep])
+    assert list(right.get_lines()[0].get_ydata()) == pytest.approx(
+        [r["tokens_per_s"] for r in sweep]
+    )
     assert "H100-SXM" in right.get_title() and "test machine" in left.get_title()
     assert all(ax.get_ylabel() == "tokens/s" for ax in (left, right))
     plt.close(fig)
@@ -39,10 +43,18 @@ def test_throughput_vs_batch_draws_measured_and_preset_lines():
 
 def test_measure_steps_times_decodes_then_prefills(monkeypatch):
     calls = []
-    monkeypatch.setattr(roofline, "measure_decode_step",
-                        lambda model, b, ctx, repeats, budget_s: calls.append(("d", b, ctx)) or _step("decode", b, 1.0))
-    monkeypatch.setattr(roofline, "measure_prefill",
-                        lambda model, n, repeats, budget_s: calls.append(("p", n)) or _step("prefill", 1, 1.0))
+    monkeypatch.setattr(
+        roofline,
+        "measure_decode_step",
+        lambda model, b, ctx, repeats, budget_s: (
+            calls.append(("d", b, ctx)) or _step("decode", b, 1.0)
+        ),
+    )
+    monkeypatch.setattr(
+        roofline,
+        "measure_prefill",
+        lambda model, n, repeats, budget_s: calls.append(("p", n)) or _step("prefill", 1, 1.0),
+    )
     out = ch07.measure_steps(object(), [1, 8], 64, prompts=[32], fast=True)
     assert calls == [("d", 1, 64), ("d", 8, 64), ("p", 32)]
     assert [m.kind for m in out] == ["decode", "decode", "prefill"]

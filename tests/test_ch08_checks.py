@@ -1,5 +1,6 @@
 """Chapter 08's new exercises: right answers pass, each wrong one gets its own hint (the
 formula only from the second wrong try), and the declared exercises match the module."""
+
 from __future__ import annotations
 
 from llmlab.course.check import ch08, core
@@ -7,8 +8,13 @@ from llmlab.course.widgets.batching import batching_results
 
 
 def test_exercises_table_names_the_module_functions():
-    assert set(ch08.EXERCISES) == {"seed_q3", "why_cpu_falls_short", "continuous_mean_latency",
-                                   "saturating_max_batch", "why_continuous"}
+    assert set(ch08.EXERCISES) == {
+        "seed_q3",
+        "why_cpu_falls_short",
+        "continuous_mean_latency",
+        "saturating_max_batch",
+        "why_continuous",
+    }
     assert all(callable(getattr(ch08, name)) for name in ch08.EXERCISES)
     assert ch08.EXERCISES["seed_q3"].seed == 3
     assert sum(i.kind == "reasoning" for i in ch08.EXERCISES.values()) >= 2
@@ -17,8 +23,11 @@ def test_exercises_table_names_the_module_functions():
 def test_seed_q3_declares_its_numbers_and_stages_its_formula():
     ch08.seed_q3(None)
     exp = ch08._q3_expected()
-    assert core.expected_values("ch08.seed_q3") == [exp["step_ms_batch1"], exp["step_ms_batch32"],
-                                                    exp["throughput_ratio"]]
+    assert core.expected_values("ch08.seed_q3") == [
+        exp["step_ms_batch1"],
+        exp["step_ms_batch32"],
+        exp["throughput_ratio"],
+    ]
     wrong = dict(exp, step_ms_batch32=exp["step_ms_batch32"] * 1.5)
     core._WRONG_TRIES.pop("ch08.seed_q3", None)
     first, second = ch08.seed_q3(wrong), ch08.seed_q3(wrong)
@@ -30,7 +39,7 @@ def test_why_cpu_falls_short_accepts_both_defensible_answers():
     assert ch08.why_cpu_falls_short("c") and ch08.why_cpu_falls_short(" E ")
     for letter in set(ch08.CPU_OPTIONS) - ch08.CPU_RIGHT:
         r = ch08.why_cpu_falls_short(letter)
-        assert not r and r.message.startswith(ch08.CPU_WHY_WRONG[letter][0])      # (English, Chinese)
+        assert not r and r.message.startswith(ch08.CPU_WHY_WRONG[letter][0])  # (English, Chinese)
     assert "one letter" in ch08.why_cpu_falls_short("z").message
     assert "not answered" in ch08.why_cpu_falls_short(None).message
 
@@ -43,10 +52,12 @@ def test_saturating_max_batch_is_where_continuous_throughput_stops_growing():
     assert curve[answer - 1] < best
     # beyond it the schedule is the same: no cap binds
     a = batching_results(arrival_rate=ch08.WIDGET_ARRIVAL_RATE, max_batch=answer)["continuous"]
-    b = batching_results(arrival_rate=ch08.WIDGET_ARRIVAL_RATE, max_batch=ch08.WIDGET_MAX_BATCH)["continuous"]
+    b = batching_results(arrival_rate=ch08.WIDGET_ARRIVAL_RATE, max_batch=ch08.WIDGET_MAX_BATCH)[
+        "continuous"
+    ]
     assert a.step_batch == b.step_batch
     assert ch08.saturating_max_batch(answer)
     assert "every request" in ch08.saturating_max_batch(24).message
-    core._WRONG_TRIES.pop("ch08.saturating_max_batch", None)      # a fresh student
+    core._WRONG_TRIES.pop("ch08.saturating_max_batch", None)  # a fresh student
     first, second = ch08.saturating_max_batch(answer + 3), ch08.saturating_max_batch(answer + 3)
     assert "Once the cap" not in first.message and "Once the cap" in second.message

@@ -1,4 +1,5 @@
 """Chapter 09's figures draw exactly the values they are given (and the ring model's)."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -12,12 +13,20 @@ from llmlab.parallel import cost
 
 
 def test_dp_replicas_draws_one_line_per_replica_count():
-    rows = [{"arrivals/s": r, "replicas": n, "tokens/s": 100.0 * r * n, "mean latency s": 1.0 / n + r / 100}
-            for r in (20, 10) for n in (1, 2)]
+    rows = [
+        {
+            "arrivals/s": r,
+            "replicas": n,
+            "tokens/s": 100.0 * r * n,
+            "mean latency s": 1.0 / n + r / 100,
+        }
+        for r in (20, 10)
+        for n in (1, 2)
+    ]
     fig = ch09.dp_replicas(rows)
     tput, lat = fig.axes[:2]
     one, two = tput.get_lines()
-    assert list(one.get_xdata()) == [10, 20]                       # sorted by arrival rate
+    assert list(one.get_xdata()) == [10, 20]  # sorted by arrival rate
     assert list(one.get_ydata()) == [1000.0, 2000.0] and list(two.get_ydata()) == [2000.0, 4000.0]
     assert list(lat.get_lines()[1].get_ydata()) == pytest.approx([0.6, 0.7])
     assert [t.get_text() for t in tput.get_legend().get_texts()] == ["1 replica", "2 replicas"]

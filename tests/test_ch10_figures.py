@@ -1,5 +1,6 @@
 """Chapter 10's figures draw what they are given: the TTLT prediction's points, goodput against
 the rate, and TPOT against the batch relative to batch 1."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -9,16 +10,20 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from llmlab.course.figures import ch10 as fig10
 from llmlab.analysis.metrics import Timeline, summarize
+from llmlab.course.figures import ch10 as fig10
 
 
 @pytest.fixture
 def results():
-    a = summarize([Timeline(0.0, (0.2, 0.3, 0.4)), Timeline(0.1, (0.5, 0.7)), Timeline(0.2, (0.6,))],
-                  slo={"ttft": 0.25, "tpot": 0.15})
-    b = summarize([Timeline(0.0, (0.3, 0.5, 0.7, 0.9)), Timeline(0.05, (0.8, 0.9))],
-                  slo={"ttft": 0.25, "tpot": 0.15})
+    a = summarize(
+        [Timeline(0.0, (0.2, 0.3, 0.4)), Timeline(0.1, (0.5, 0.7)), Timeline(0.2, (0.6,))],
+        slo={"ttft": 0.25, "tpot": 0.15},
+    )
+    b = summarize(
+        [Timeline(0.0, (0.3, 0.5, 0.7, 0.9)), Timeline(0.05, (0.8, 0.9))],
+        slo={"ttft": 0.25, "tpot": 0.15},
+    )
     return {2.0: a, 8.0: b}
 
 
@@ -28,10 +33,11 @@ def test_ttlt_prediction_plots_measured_against_predicted(results):
     fig = fig10.ttlt_prediction(results)
     lines = fig.axes[0].get_lines()
     s = results[2.0]
-    ts = [t for t in s.timelines if t.tpot is not None]          # the one-token request is left out
+    ts = [t for t in s.timelines if t.tpot is not None]  # the one-token request is left out
     np.testing.assert_allclose(lines[0].get_xdata(), [t.e2el for t in ts])
-    np.testing.assert_allclose(lines[0].get_ydata(),
-                               [t.ttft + (t.num_output_tokens - 1) * s.tpot.mean for t in ts])
+    np.testing.assert_allclose(
+        lines[0].get_ydata(), [t.ttft + (t.num_output_tokens - 1) * s.tpot.mean for t in ts]
+    )
     assert lines[-1].get_label() == "prediction = measurement"
     assert "measured" in fig.axes[0].get_title()
     plt.close(fig)

@@ -1,5 +1,6 @@
 """Chapter 10's serving explorer: its numbers come from the roofline presets, its line parses,
 its plot marks the chosen batch and the TPOT target, and the widget builds."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -20,13 +21,16 @@ def test_serving_point_is_the_roofline_floor_and_its_price():
     assert p["tpot"] == pytest.approx(step)
     assert p["tokens_per_s"] == pytest.approx(32 / step)
     assert p["usd_per_million"] == pytest.approx(3.6 / (32 / step * 3600) * 1e6)
-    need = costs.weight_bytes(PRESETS["llama-3-8b"], 2) + 32 * costs.kv_bytes(PRESETS["llama-3-8b"], 1024, 2)
+    need = costs.weight_bytes(PRESETS["llama-3-8b"], 2) + 32 * costs.kv_bytes(
+        PRESETS["llama-3-8b"], 1024, 2
+    )
     assert p["bytes_needed"] == pytest.approx(need) and p["fits"]
 
 
 def test_serving_text_parses_and_says_when_memory_is_short():
-    text = mw.serving_text("llama-3-8b", "H100-SXM", batch=16, context=1024, price_per_hour=2.5,
-                           tpot_target_ms=20)
+    text = mw.serving_text(
+        "llama-3-8b", "H100-SXM", batch=16, context=1024, price_per_hour=2.5, tpot_target_ms=20
+    )
     m = mw.SERVING_TEXT_PATTERN.search(text)
     assert m and m[1] == "16" and m[4] == "meets"
     assert "NOT fit" not in text

@@ -2,6 +2,7 @@
 the 24x question pass their right answers (computed on the real manager and scheduler), name
 typical mistakes, stage their hints, never print the answer, and every exercise the notebook
 calls is listed in EXERCISES."""
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,7 @@ def test_first_evicted_matches_the_free_queue_of_a_real_manager():
     queue, used, prefix = ch11._evict_run()
     expected = ch11._evict_expected()
     # never-used blocks first; the prefix's blocks last, in reverse order of position
-    assert [bid for bid, _ in queue[-len(prefix):]] == sorted(prefix, reverse=True)
+    assert [bid for bid, _ in queue[-len(prefix) :]] == sorted(prefix, reverse=True)
     assert queue[expected["safe"]][0] in prefix
     assert dict(queue)[expected["first"]] is True
     assert ch11.first_evicted(dict(expected)).passed
@@ -51,7 +52,9 @@ def test_first_evicted_gives_the_mechanism_only_from_the_second_wrong_try():
 
 
 def test_chunked_prefill_steps():
-    rows = blocks.chunked_prefill_schedule(ch11.CHUNK_PROMPT_LEN, ch11.CHUNK_BUDGET, ch11.CHUNK_DECODES)
+    rows = blocks.chunked_prefill_schedule(
+        ch11.CHUNK_PROMPT_LEN, ch11.CHUNK_BUDGET, ch11.CHUNK_DECODES
+    )
     assert sum(r["prefill"] for r in rows) == ch11.CHUNK_PROMPT_LEN
     assert all(r["decode"] == ch11.CHUNK_DECODES for r in rows)
     assert all(r["prefill"] + r["decode"] <= ch11.CHUNK_BUDGET for r in rows)
@@ -78,11 +81,13 @@ def test_ratio_reason_needs_both_reasons_and_explains_wrong_ones():
     _fails_with(ch11.ratio_reason(one), "not the only one")
     _fails_with(ch11.ratio_reason(right | {"c"}), "more")
     # the correct letters do not sit together at the head of the options
-    assert sorted(ch11.RATIO_OPTIONS)[:len(right)] != sorted(right)
+    assert sorted(ch11.RATIO_OPTIONS)[: len(right)] != sorted(right)
 
 
-@pytest.mark.parametrize("fn", [ch11.first_evicted, ch11.chunked_prefill_steps,
-                                ch11.explorer_cached_free, ch11.ratio_reason])
+@pytest.mark.parametrize(
+    "fn",
+    [ch11.first_evicted, ch11.chunked_prefill_steps, ch11.explorer_cached_free, ch11.ratio_reason],
+)
 def test_none_is_not_yet(fn):
     r = fn(None)
     assert not r.passed and "not answered" in r.message
@@ -90,8 +95,12 @@ def test_none_is_not_yet(fn):
 
 def test_every_exercise_the_notebook_calls_is_listed():
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    called = {m for c in nb.cells if c.cell_type == "code"
-              for m in re.findall(r"ch11\.(\w+)\(answer", c.source)}
+    called = {
+        m
+        for c in nb.cells
+        if c.cell_type == "code"
+        for m in re.findall(r"ch11\.(\w+)\(answer", c.source)
+    }
     assert called == set(ch11.EXERCISES)
     assert sum(info.kind == "reasoning" for info in ch11.EXERCISES.values()) >= 2
     assert all(info.kind in KINDS for info in ch11.EXERCISES.values())

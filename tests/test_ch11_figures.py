@@ -1,5 +1,6 @@
 """Chapter 11's figures draw what they are given: the waste curves, the per-step token split
 under the budget line, and one bar per benchmarked system."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -10,13 +11,14 @@ import matplotlib.pyplot as plt
 import pytest
 
 from llmlab.analysis import sim
-from llmlab.course.check import ch11
 from llmlab.course.figures import ch11 as fig11
 from llmlab.course.widgets import blocks
 
 
 def _small_waste():
-    trace = sim.make_trace(num_requests=12, mean_output=20, prompt_len=(5, 30), seed=3, max_tokens=40)
+    trace = sim.make_trace(
+        num_requests=12, mean_output=20, prompt_len=(5, 30), seed=3, max_tokens=40
+    )
     return trace, sim.kv_memory_waste(trace, 256, 16, 8)
 
 
@@ -55,8 +57,8 @@ def test_token_split_stacks_prefill_under_decode_below_the_budget_line():
     bars = ax.patches
     n = len(rows)
     assert [b.get_height() for b in bars[:n]] == [r["prefill"] for r in rows]
-    assert [b.get_height() for b in bars[n:2 * n]] == [r["decode"] for r in rows]
-    assert [b.get_y() for b in bars[n:2 * n]] == [r["prefill"] for r in rows]
+    assert [b.get_height() for b in bars[n : 2 * n]] == [r["decode"] for r in rows]
+    assert [b.get_y() for b in bars[n : 2 * n]] == [r["prefill"] for r in rows]
     assert ax.get_lines()[0].get_ydata()[0] == 64
     assert all(r["prefill"] + r["decode"] <= 64 for r in rows)
     plt.close(fig)
@@ -70,8 +72,11 @@ def test_chunked_schedule_gives_the_prompt_what_the_decodes_leave():
 
 
 def test_throughput_bars_one_bar_per_system():
-    report = {"systems": {"hf-sequential": {"tok_per_s": 8.0}, "llmlab": {"tok_per_s": 25.0}},
-              "settings": {"num_requests": 12}, "machine": {"threads": 4}}
+    report = {
+        "systems": {"hf-sequential": {"tok_per_s": 8.0}, "llmlab": {"tok_per_s": 25.0}},
+        "settings": {"num_requests": 12},
+        "machine": {"threads": 4},
+    }
     fig = fig11.throughput_bars(report)
     widths = [p.get_width() for p in fig.axes[0].patches]
     assert widths == [8.0, 25.0]

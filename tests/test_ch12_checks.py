@@ -1,6 +1,7 @@
 """Chapter 12's checkers: the generation loop with its KV-cache marks (consistent with where
 llmlab/model.py writes and reads the cache), matching exercises with more choices than answers in
 an order that is not the answers', the symptoms exercise, and the learning goals' exercise ids."""
+
 from __future__ import annotations
 
 import importlib
@@ -38,21 +39,32 @@ def test_every_exercise_is_a_checker_and_none_is_not_answered():
 
 def test_the_loop_passes_and_the_hint_names_the_first_wrong_step():
     assert ch12.generation_loop_steps(RIGHT).passed
-    assert ch12.generation_loop_steps({"prefill": [tuple(p) for p in ch12.LOOP_WITH_CACHE],
-                                       "decode_starts_at": "Embed"}).passed
-    _fails(ch12.generation_loop_steps(_with(2, ("qkv_projection", "write"))), "step 3", "hand them on")
+    assert ch12.generation_loop_steps(
+        {"prefill": [tuple(p) for p in ch12.LOOP_WITH_CACHE], "decode_starts_at": "Embed"}
+    ).passed
+    _fails(
+        ch12.generation_loop_steps(_with(2, ("qkv_projection", "write"))), "step 3", "hand them on"
+    )
     _fails(ch12.generation_loop_steps(_with(3, ("attention", "read"))), "step 4", "also writes")
     _fails(ch12.generation_loop_steps(_with(3, ("attention", "write"))), "step 4", "also reads")
     _fails(ch12.generation_loop_steps(_with(5, ("lm_head", "read"))), "step 6", "never touches")
     swapped = [list(p) for p in ch12.LOOP_WITH_CACHE]
     swapped[3], swapped[4] = swapped[4], swapped[3]
-    _fails(ch12.generation_loop_steps({"prefill": swapped, "decode_starts_at": "embed"}), "step 4", "'ffn'")
+    _fails(
+        ch12.generation_loop_steps({"prefill": swapped, "decode_starts_at": "embed"}),
+        "step 4",
+        "'ffn'",
+    )
     with_recompute = [list(p) for p in ch12.LOOP_WITH_CACHE]
     with_recompute.insert(3, ["recompute_past_kv", "write"])
-    _fails(ch12.generation_loop_steps({"prefill": with_recompute, "decode_starts_at": "embed"}),
-           "nothing of the past is recomputed")
+    _fails(
+        ch12.generation_loop_steps({"prefill": with_recompute, "decode_starts_at": "embed"}),
+        "nothing of the past is recomputed",
+    )
     _fails(ch12.generation_loop_steps(dict(RIGHT, decode_starts_at="tokenize")), "already an id")
-    _fails(ch12.generation_loop_steps(dict(RIGHT, prefill=RIGHT["prefill"][:5])), "stops after step 5")
+    _fails(
+        ch12.generation_loop_steps(dict(RIGHT, prefill=RIGHT["prefill"][:5])), "stops after step 5"
+    )
 
 
 def test_the_loop_writes_and_reads_the_cache_where_the_model_does():
@@ -67,16 +79,21 @@ def test_the_loop_writes_and_reads_the_cache_where_the_model_does():
     assert "ops" not in inspect.getsource(model.Attention.qkv)
     body = inspect.getsource(ops.attention)
     write = body.index("reshape_and_cache(")
-    assert all(write < body.index(read) for read in ("grouped_attention(", "paged_attention_decode(",
-                                                     "paged_attention_prefill("))
+    assert all(
+        write < body.index(read)
+        for read in ("grouped_attention(", "paged_attention_decode(", "paged_attention_prefill(")
+    )
     assert ch12.LOOP_STEPS == tuple(s for s, _ in ch12.LOOP_WITH_CACHE)
 
 
-@pytest.mark.parametrize("choices, right", [
-    (ch12.GLOSSARY_CHOICES, None),
-    (ch12.FIXES, ch12._FIX_RIGHT),
-    (ch12.CAUSES, ch12._SYMPTOM_RIGHT),
-])
+@pytest.mark.parametrize(
+    "choices, right",
+    [
+        (ch12.GLOSSARY_CHOICES, None),
+        (ch12.FIXES, ch12._FIX_RIGHT),
+        (ch12.CAUSES, ch12._SYMPTOM_RIGHT),
+    ],
+)
 def test_matching_shows_more_choices_than_answers_in_an_order_not_the_answers(choices, right):
     from llmlab.course.glossary import lookup
 
@@ -85,22 +102,34 @@ def test_matching_shows_more_choices_than_answers_in_an_order_not_the_answers(ch
     assert len(choices) > len(right)
     firsts = [sorted(v)[0] if isinstance(v, frozenset) else v for v in right.values()]
     assert all(f in choices for f in firsts)
-    assert list(choices[:len(firsts)]) != firsts
+    assert list(choices[: len(firsts)]) != firsts
 
 
 def test_vllm_fixes_accepts_either_parallelism_and_says_why_a_distractor_is_wrong():
-    right = {"kv_fragmentation": "paged_attention", "idle_slots_after_finish": "continuous_batching",
-             "long_prompt_stalls_decodes": "chunked_prefill", "repeated_system_prompt": "prefix_caching",
-             "model_too_big_for_one_gpu": "pipeline_parallelism"}
+    right = {
+        "kv_fragmentation": "paged_attention",
+        "idle_slots_after_finish": "continuous_batching",
+        "long_prompt_stalls_decodes": "chunked_prefill",
+        "repeated_system_prompt": "prefix_caching",
+        "model_too_big_for_one_gpu": "pipeline_parallelism",
+    }
     assert ch12.vllm_fixes(right).passed
-    _fails(ch12.vllm_fixes(dict(right, kv_fragmentation="kv_cache_quantization")),
-           "kv_fragmentation:", "max-length reservation")
+    _fails(
+        ch12.vllm_fixes(dict(right, kv_fragmentation="kv_cache_quantization")),
+        "kv_fragmentation:",
+        "max-length reservation",
+    )
 
 
 def test_symptoms_pass_and_a_distractor_says_why():
     assert ch12.symptoms(dict(ch12._SYMPTOM_RIGHT)).passed
-    _fails(ch12.symptoms(dict(ch12._SYMPTOM_RIGHT, ttft_grows_with_prompt_length="tokenizer_too_slow")),
-           "ttft_grows_with_prompt_length:", "millisecond")
+    _fails(
+        ch12.symptoms(
+            dict(ch12._SYMPTOM_RIGHT, ttft_grows_with_prompt_length="tokenizer_too_slow")
+        ),
+        "ttft_grows_with_prompt_length:",
+        "millisecond",
+    )
 
 
 def test_each_learning_goal_points_at_existing_exercises():

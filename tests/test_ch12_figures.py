@@ -1,4 +1,5 @@
 """Chapter 12's figures and table draw and print what they are given."""
+
 from __future__ import annotations
 
 import matplotlib

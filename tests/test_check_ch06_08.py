@@ -1,13 +1,14 @@
 """Self-checks of chapters 06-08: right answers pass, typical mistakes get a hint that names the
 mistake, None is "not yet", and no message reveals the expected value."""
+
 from __future__ import annotations
 
 import pytest
 
 from llmlab.analysis import costs, roofline
-from llmlab.course.check import ch06, ch07, ch08
-from llmlab.config import get_config
 from llmlab.analysis.hardware import cpu_caches
+from llmlab.config import get_config
+from llmlab.course.check import ch06, ch07, ch08
 
 L70 = get_config("llama-3-70b")
 
@@ -19,9 +20,19 @@ def _no_leak(result, *values):
 
 
 def test_none_is_not_yet_everywhere(capsys):
-    checks = [ch06.weight_read_ms, ch06.h200_floor_ms, ch06.hbm_vs_pcie, ch06.working_set_level,
-              ch07.ridge_point, ch07.decode_gemv_intensity, ch07.attention_intensity, ch07.decode_bound,
-              ch08.seed_q3, ch08.continuous_mean_latency, ch08.why_continuous]
+    checks = [
+        ch06.weight_read_ms,
+        ch06.h200_floor_ms,
+        ch06.hbm_vs_pcie,
+        ch06.working_set_level,
+        ch07.ridge_point,
+        ch07.decode_gemv_intensity,
+        ch07.attention_intensity,
+        ch07.decode_bound,
+        ch08.seed_q3,
+        ch08.continuous_mean_latency,
+        ch08.why_continuous,
+    ]
     for check in checks:
         r = check(None)
         assert not r.passed and "not answered" in r.message
@@ -59,9 +70,13 @@ def test_hbm_vs_pcie():
     _no_leak(r, 26.17)
 
 
-@pytest.mark.skipif(not cpu_caches(), reason="this OS does not report CPU cache sizes (checked: any answer passes)")
+@pytest.mark.skipif(
+    not cpu_caches(), reason="this OS does not report CPU cache sizes (checked: any answer passes)"
+)
 def test_working_set_level_follows_this_machines_caches():
-    caches = sorted((c for c in cpu_caches() if c["type"] != "Instruction"), key=lambda c: c["size"])
+    caches = sorted(
+        (c for c in cpu_caches() if c["type"] != "Instruction"), key=lambda c: c["size"]
+    )
     tiny = caches[0]["size"] // 2
     huge = caches[-1]["size"] * 4
     assert ch06.working_set_level(f"L{caches[0]['level']}", size=tiny)
@@ -77,7 +92,7 @@ def test_working_set_level_without_reported_caches_asks_about_the_reference_cpu(
     question is then about the reference laptop core, which the notebook names."""
     monkeypatch.setattr(ch06, "cpu_caches", lambda: [])
     assert ch06._exercise_caches() == ch06.REFERENCE_CACHES
-    assert ch06.working_set_level("L3")                      # 4 MiB: past 1.25 MiB L2, inside 12 MiB L3
+    assert ch06.working_set_level("L3")  # 4 MiB: past 1.25 MiB L2, inside 12 MiB L3
     for wrong in ("L1", "L2", "DRAM"):
         assert not ch06.working_set_level(wrong)
 
@@ -119,12 +134,19 @@ def test_decode_bound():
 def _q3_right():
     t1 = roofline.decode_step_floor(L70, "H100-SXM-seed", 1, 1024, 2) * 1e3
     t32 = roofline.decode_step_floor(L70, "H100-SXM-seed", 32, 1024, 2) * 1e3
-    return {"step_ms_batch1": t1, "step_ms_batch32": t32, "throughput_ratio": 32 * t1 / t32, "bound": "memory"}
+    return {
+        "step_ms_batch1": t1,
+        "step_ms_batch32": t32,
+        "throughput_ratio": 32 * t1 / t32,
+        "bound": "memory",
+    }
 
 
 def test_seed_q3_accepts_the_right_quantities():
     right = _q3_right()
-    assert 46 < right["step_ms_batch1"] < 48 and 49 < right["step_ms_batch32"] < 52   # the seed's 47 and 50-60
+    assert (
+        46 < right["step_ms_batch1"] < 48 and 49 < right["step_ms_batch32"] < 52
+    )  # the seed's 47 and 50-60
     assert ch08.seed_q3(right)
     rounded = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in right.items()}
     assert ch08.seed_q3(rounded)
@@ -132,7 +154,9 @@ def test_seed_q3_accepts_the_right_quantities():
 
 def test_seed_q3_names_each_mistake():
     right = _q3_right()
-    r = ch08.seed_q3(dict(right, step_ms_batch32=32 * right["step_ms_batch1"], throughput_ratio=1.0))
+    r = ch08.seed_q3(
+        dict(right, step_ms_batch32=32 * right["step_ms_batch1"], throughput_ratio=1.0)
+    )
     assert not r and "once per step" in r.message and "tokens per second" in r.message
     r = ch08.seed_q3(dict(right, step_ms_batch32=right["step_ms_batch1"], throughput_ratio=32.0))
     assert not r and "KV cache" in r.message and "equal step times" in r.message

@@ -1,5 +1,6 @@
 """Checkers of chapters 09 and 10: right answers pass, typical mistakes get a hint naming the
 mistake, None is "not yet", and no message gives the answer away."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,17 +8,24 @@ import pytest
 from llmlab.course.check import ch09, ch10
 
 # the right answers, worked out by hand
-ALLREDUCES = 60                          # SmolLM2: 30 layers × 2 row-parallel projections
-BUBBLE = 3 / 11                          # p = 4, m = 8: (p − 1)/(m + p − 1)
+ALLREDUCES = 60  # SmolLM2: 30 layers × 2 row-parallel projections
+BUBBLE = 3 / 11  # p = 4, m = 8: (p − 1)/(m + p − 1)
 # Llama-3-70B, batch 64, BF16: 64 · 8192 · 2 = 1,048,576 bytes; PCIe 64 GB/s one way, α = 5 µs
 # TP = 8: 14 · 5 µs + 14/8 · 1,048,576 / 64e9 s = 70 µs + 28.672 µs
 RING_US = 70 + 14 / 8 * 1_048_576 / 64e9 * 1e6
-TPOT = (1.9 - 0.8) / 4                   # tokens at 0.8 … 1.9 s, 5 tokens
-MEAN_TPOT = (0.05 + 0.1) / 2             # the one-token request has no TPOT
+TPOT = (1.9 - 0.8) / 4  # tokens at 0.8 … 1.9 s, 5 tokens
+MEAN_TPOT = (0.05 + 0.1) / 2  # the one-token request has no TPOT
 TTLT = 0.2 + 100 * 0.05
-GOODPUT = 3 / 3.0                        # requests 0, 3 (one token), 4 meet both targets
-STYLE = {"q_proj": "column", "k_proj": "column", "v_proj": "column", "o_proj": "row",
-         "gate_proj": "column", "up_proj": "column", "down_proj": "row"}
+GOODPUT = 3 / 3.0  # requests 0, 3 (one token), 4 meet both targets
+STYLE = {
+    "q_proj": "column",
+    "k_proj": "column",
+    "v_proj": "column",
+    "o_proj": "row",
+    "gate_proj": "column",
+    "up_proj": "column",
+    "down_proj": "row",
+}
 Q4 = {"chat": "ttft", "batch_jobs": "throughput", "code_completion": "e2el"}
 
 CASES = [
@@ -34,13 +42,14 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("checker,right", CASES, ids=[c[0].__module__[-4:] + "." + c[0].__name__
-                                                      for c in CASES])
+@pytest.mark.parametrize(
+    "checker,right", CASES, ids=[c[0].__module__[-4:] + "." + c[0].__name__ for c in CASES]
+)
 def test_right_answer_passes_and_none_is_not_yet(checker, right, capsys):
     assert checker(right).passed
     res = checker(None)
     assert not res.passed and "not answered" in res.message
-    assert "[check ch" in capsys.readouterr().out             # the grader's line is printed
+    assert "[check ch" in capsys.readouterr().out  # the grader's line is printed
 
 
 WRONG = [
@@ -62,7 +71,7 @@ WRONG = [
     (ch10.tpot, TPOT * 1e3, "milliseconds"),
     (ch10.mean_tpot, (0.05 + 0.1) / 3, "as TPOT 0"),
     (ch10.mean_tpot, float("nan"), "NaN"),
-    (ch10.mean_tpot, 0.35 / 5, "mean ITL"),     # gaps 0.05 ×3 and 0.1 ×2, pooled
+    (ch10.mean_tpot, 0.35 / 5, "mean ITL"),  # gaps 0.05 ×3 and 0.1 ×2, pooled
     (ch10.ttlt, 0.2 + 101 * 0.05, "n − 1"),
     (ch10.ttlt, 100 * 0.05, "TTFT"),
     (ch10.goodput, 6 / 3.0, "throughput of all requests"),
@@ -73,7 +82,9 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("checker,wrong,hint", WRONG, ids=[f"{c.__name__}-{h}" for c, _, h in WRONG])
+@pytest.mark.parametrize(
+    "checker,wrong,hint", WRONG, ids=[f"{c.__name__}-{h}" for c, _, h in WRONG]
+)
 def test_typical_mistake_gets_a_hint_naming_it(checker, wrong, hint):
     res = checker(wrong)
     assert not res.passed
@@ -97,7 +108,7 @@ def test_seed_q4_hints_per_product_without_the_answer():
         assert key in res.message
     assert not any(f'"{m}"' in res.message for m in ("ttft", "throughput", "e2el"))
     assert "choose one of" in ch10.seed_q4(dict(Q4, chat="vibes")).message
-    assert ch10.seed_q4({**Q4, "chat": "TPOT", "code_completion": "TTFT"}).passed   # also defensible
+    assert ch10.seed_q4({**Q4, "chat": "TPOT", "code_completion": "TTFT"}).passed  # also defensible
 
 
 def _spellings(x: float) -> set[str]:
@@ -111,5 +122,5 @@ def test_no_message_reveals_the_answer(checker, right):
     for a in answers:
         msg = checker(a).message
         for s in _spellings(right):
-            if len(s.replace("0", "").replace(".", "")) >= 2:      # skip trivially short strings
+            if len(s.replace("0", "").replace(".", "")) >= 2:  # skip trivially short strings
                 assert s not in msg, (a, msg)

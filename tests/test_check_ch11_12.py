@@ -1,6 +1,7 @@
 """Checkers of chapters 11 and 12: right answers pass, typical mistakes get their hint, None
 is "not yet", hints never give the answer away; chapter 12's map of the seed's five questions
 points at checkers that exist; and chapter 11's waste trace has the vLLM paper's shape."""
+
 from __future__ import annotations
 
 import importlib
@@ -9,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmlab.analysis import sim
-from llmlab.course.check import ch11, ch12
-from llmlab.course.check import core
+from llmlab.course.check import ch11, ch12, core
 from llmlab.course.check.core import FAIL_WORD, NOT_ANSWERED, PASS_WORD
 
 
@@ -21,6 +21,7 @@ def _fails_with(result, *words):
 
 
 # ---- chapter 11 ---------------------------------------------------------------------------
+
 
 def test_slot_for_position():
     table, bs, pos = ch11.SLOT_BLOCK_TABLE, ch11.SLOT_BLOCK_SIZE, ch11.SLOT_POSITION
@@ -51,20 +52,26 @@ def test_max_wasted_slots():
 
 
 def test_seed_q5_matching():
-    right = {"block_table": "paging", "prefix_sharing": "shared_pages",
-             "block_eviction": "lru_replacement", "request_scheduling": "process_scheduling",
-             "preemption": "swapping"}
+    right = {
+        "block_table": "paging",
+        "prefix_sharing": "shared_pages",
+        "block_eviction": "lru_replacement",
+        "request_scheduling": "process_scheduling",
+        "preemption": "swapping",
+    }
     assert ch11.seed_q5(right).passed
     assert ch11.seed_q5({k: v.replace("_", " ").upper() for k, v in right.items()}).passed
-    assert ch11.seed_q5(dict(right, block_table="demand_paging")).passed     # also defensible
+    assert ch11.seed_q5(dict(right, block_table="demand_paging")).passed  # also defensible
     # vLLM V1 preempts by recomputing, as the chapter says: the matches for that are accepted too
     for concept in ("process_scheduling", "demand_paging"):
         assert ch11.seed_q5(dict(right, preemption=concept)).passed, concept
     _fails_with(ch11.seed_q5(dict(right, preemption="paging")), "recomputes")
-    assert len(ch11.Q5_CONCEPTS) > len(ch11.Q5_DESIGNS)                       # not a bijection
-    assert list(ch11.Q5_CONCEPTS) != [next(iter(sorted(ch11.Q5_ACCEPTED[d]))) for d in ch11.Q5_DESIGNS]
+    assert len(ch11.Q5_CONCEPTS) > len(ch11.Q5_DESIGNS)  # not a bijection
+    assert list(ch11.Q5_CONCEPTS) != [
+        next(iter(sorted(ch11.Q5_ACCEPTED[d]))) for d in ch11.Q5_DESIGNS
+    ]
     r = ch11.seed_q5(dict(right, prefix_sharing="copy_on_write"))
-    assert not r.passed and "never written" in r.message        # why the tempting one is wrong
+    assert not r.passed and "never written" in r.message  # why the tempting one is wrong
     swapped = dict(right, block_table="shared_pages", prefix_sharing="paging")
     r = ch11.seed_q5(swapped)
     _fails_with(r, "block_table:", "prefix_sharing:")
@@ -74,13 +81,22 @@ def test_seed_q5_matching():
     _fails_with(ch11.seed_q5(["paging"]), "dict")
 
 
-@pytest.mark.parametrize("fn", [ch11.slot_for_position, ch11.cached_tokens, ch11.max_wasted_slots,
-                                ch11.seed_q5, ch12.generation_loop_order, ch12.glossary_match,
-                                ch12.vllm_fixes])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        ch11.slot_for_position,
+        ch11.cached_tokens,
+        ch11.max_wasted_slots,
+        ch11.seed_q5,
+        ch12.generation_loop_order,
+        ch12.glossary_match,
+        ch12.vllm_fixes,
+    ],
+)
 def test_none_is_not_yet_and_junk_never_crashes(fn, capsys):
     r = fn(None)
     assert not r.passed and "not answered" in r.message
-    assert f"] {FAIL_WORD}:" in capsys.readouterr().out     # the grader's line is printed
+    assert f"] {FAIL_WORD}:" in capsys.readouterr().out  # the grader's line is printed
     for junk in ("x", 3.5, [], {"a": 1}, object()):
         assert not fn(junk).passed
 
@@ -89,21 +105,35 @@ def test_waste_trace_has_the_paper_shape():
     """Issue 7's acceptance on chapter 11's own trace: contiguous max-length reservation wastes
     >= 50 %, paging < 5 %."""
     trace = sim.make_trace(**ch11.WASTE_TRACE)
-    w = sim.kv_memory_waste(trace, ch11.WASTE_MAX_MODEL_LEN, ch11.WASTE_BLOCK_SIZE, ch11.WASTE_MAX_BATCH)
+    w = sim.kv_memory_waste(
+        trace, ch11.WASTE_MAX_MODEL_LEN, ch11.WASTE_BLOCK_SIZE, ch11.WASTE_MAX_BATCH
+    )
     assert w.contiguous_waste >= 0.5
     assert w.paged_waste < 0.05
     # paging never wastes more than one partial block per live request
-    assert max(p - u for u, p in zip(w.used, w.paged)) < ch11.WASTE_BLOCK_SIZE * ch11.WASTE_MAX_BATCH
+    assert (
+        max(p - u for u, p in zip(w.used, w.paged)) < ch11.WASTE_BLOCK_SIZE * ch11.WASTE_MAX_BATCH
+    )
 
 
 # ---- chapter 12 ---------------------------------------------------------------------------
 
+
 def test_generation_loop_order():
-    right = ["tokenize", "embed", "qkv_projection", "attention", "ffn", "lm_head", "sample", "append"]
+    right = [
+        "tokenize",
+        "embed",
+        "qkv_projection",
+        "attention",
+        "ffn",
+        "lm_head",
+        "sample",
+        "append",
+    ]
     assert sorted(right) == sorted(ch12.LOOP_SHUFFLED)
     assert ch12.generation_loop_order(right).passed
     wrong = right[:]
-    wrong[3], wrong[4] = wrong[4], wrong[3]                  # ffn before attention
+    wrong[3], wrong[4] = wrong[4], wrong[3]  # ffn before attention
     _fails_with(ch12.generation_loop_order(wrong), "'ffn'", "'attention'")
     _fails_with(ch12.generation_loop_order(right[:-1]), "missing ['append']")
     assert ch12.generation_loop_order(list(reversed(right))).passed is False
@@ -114,15 +144,25 @@ def test_glossary_match_accepts_any_listed_chinese_name():
 
     right = {t: lookup(t).zh for t in ch12.GLOSSARY_QUIZ}
     assert ch12.glossary_match(right).passed
-    assert ch12.glossary_match(dict(right, prefill="填充")).passed     # the seed's word
+    assert ch12.glossary_match(dict(right, prefill="填充")).passed  # the seed's word
     r = ch12.glossary_match(dict(right, prefill=lookup("decode").zh))
     _fails_with(r, "prefill:", "'decode'")
     _fails_with(ch12.glossary_match(dict(right, decode="不存在")), "not a Chinese name")
 
 
 def test_vllm_fixes():
-    right = dict(zip(ch12.PROBLEMS, ["paged_attention", "continuous_batching", "chunked_prefill",
-                                     "prefix_caching", "tensor_parallelism"]))
+    right = dict(
+        zip(
+            ch12.PROBLEMS,
+            [
+                "paged_attention",
+                "continuous_batching",
+                "chunked_prefill",
+                "prefix_caching",
+                "tensor_parallelism",
+            ],
+        )
+    )
     assert ch12.vllm_fixes(right).passed
     r = ch12.vllm_fixes(dict(right, kv_fragmentation="prefix_caching"))
     _fails_with(r, "kv_fragmentation:")
@@ -146,45 +186,58 @@ def test_vllm_feature_grades_by_content_and_names_each_mistake(monkeypatch, tmp_
     on the second try; more choices than right answers, the two kinds mixed."""
     from llmlab.tools import vllm_bridge
 
-    monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))     # no vLLM here
+    monkeypatch.setenv(vllm_bridge.PYTHON_ENV, str(tmp_path / "no-python"))  # no vLLM here
     assert set(ch12.VLLM_FEATURE_CHOICES) == set(ch12.VLLM_ONLY) | set(ch12.BOTH_DO)
     kinds = [f in ch12.VLLM_ONLY for f in ch12.VLLM_FEATURE_CHOICES]
     assert kinds != sorted(kinds) and kinds != sorted(kinds, reverse=True)
     for feature, places in ch12.VLLM_ONLY.items():
         file = places[0] + ("__init__.py" if places[0].endswith("/") else "")
-        assert ch12.vllm_feature({"feature": feature, "file": "/site-packages/" + file}).passed, feature
+        assert ch12.vllm_feature({"feature": feature, "file": "/site-packages/" + file}).passed, (
+            feature
+        )
     for feature, ours in ch12.BOTH_DO.items():
         result = ch12.vllm_feature({"feature": feature, "file": "vllm/v1/core/block_pool.py"})
         assert not result.passed and ours in result.message
     core._WRONG_TRIES.pop("ch12.vllm_feature", None)
     first = ch12.vllm_feature({"feature": "lora_adapters", "file": "vllm/v1/core/block_pool.py"})
     second = ch12.vllm_feature({"feature": "lora_adapters", "file": "vllm/v1/core/block_pool.py"})
-    assert "not where" in first.message and "imports" not in first.message and "imports" in second.message
+    assert (
+        "not where" in first.message
+        and "imports" not in first.message
+        and "imports" in second.message
+    )
     assert "choose one" in ch12.vllm_feature({"feature": "telepathy", "file": "vllm/x.py"}).message
     assert ch12.vllm_feature(None).message == NOT_ANSWERED
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not __import__("llmlab.tools.vllm_bridge").vllm_bridge.available(),
-                    reason="vLLM's environment is not there: `make vllm` adds it")
+@pytest.mark.skipif(
+    not __import__("llmlab.tools.vllm_bridge").vllm_bridge.available(),
+    reason="vLLM's environment is not there: `make vllm` adds it",
+)
 def test_every_place_named_for_a_vllm_feature_is_in_the_installed_vllm():
     from llmlab.tools import vllm_bridge
 
     for feature, places in ch12.VLLM_ONLY.items():
         for place in places:
             assert vllm_bridge.installed_path(place) is not None, (feature, place)
-    assert not ch12.vllm_feature({"feature": "lora_adapters", "file": "vllm/lora/not_a_file.py"}).passed
+    assert not ch12.vllm_feature(
+        {"feature": "lora_adapters", "file": "vllm/lora/not_a_file.py"}
+    ).passed
 
 
 # ---- chapter 12 asks the seed's questions 2-5 about fresh cases, never re-running a chapter's checker
+
 
 def test_chapter_12_reruns_no_checker_of_another_chapter():
     import nbformat
 
     from llmlab.course.instructor import exercise_ids
 
-    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "12-glossary-and-review.ipynb",
-                       as_version=4)
+    nb = nbformat.read(
+        Path(__file__).resolve().parent.parent / "notebooks" / "12-glossary-and-review.ipynb",
+        as_version=4,
+    )
     ids = exercise_ids(nb)
     assert all(ex.startswith("ch12.") for ex in ids), ids
     for q in (2, 3, 4, 5):
@@ -205,7 +258,9 @@ def test_kv_gb_fresh_case_names_the_mistakes():
 
 def test_q3_fresh_case_is_far_from_the_seeds_promise_and_names_the_kv_cache():
     ratio, bound, ratio_no_kv = ch12._q3_fresh()
-    assert ratio < ch12.Q3_BATCH / 2 < ratio_no_kv, "long contexts must break the near-batch-fold gain"
+    assert ratio < ch12.Q3_BATCH / 2 < ratio_no_kv, (
+        "long contexts must break the near-batch-fold gain"
+    )
     assert ch12.q3_fresh_case({"throughput_ratio": ratio, "bound": bound}).passed
     _fails_with(ch12.q3_fresh_case({"throughput_ratio": ratio_no_kv, "bound": bound}), "KV cache")
     _fails_with(ch12.q3_fresh_case({"throughput_ratio": 1.0, "bound": bound}), "once per step")
@@ -216,7 +271,7 @@ def test_q3_fresh_case_is_far_from_the_seeds_promise_and_names_the_kv_cache():
 def test_q4_fresh_case_pulls_tpot_and_throughput_apart():
     floors = ch12.q4_floors()
     (ta, sa), (tb, sb) = floors["A"], floors["B"]
-    assert ta <= ch12.Q4_TPOT_TARGET_S < tb and sb > sa, floors      # the premise of the question
+    assert ta <= ch12.Q4_TPOT_TARGET_S < tb and sb > sa, floors  # the premise of the question
     assert ch12.q4_fresh_case({"voice_assistant": "A", "overnight_summaries": "b"}).passed
     r = ch12.q4_fresh_case({"voice_assistant": "B", "overnight_summaries": "B"})
     _fails_with(r, "voice_assistant:", "TPOT")

@@ -3,6 +3,7 @@
 still never shows the expected number, the formula still waits for the second wrong try, and
 English stays what it was. The pairs themselves: both halves of an f-string pair use the same
 placeholders, no pair is resolved at import time, and the Chinese uses the glossary's terms."""
+
 from __future__ import annotations
 
 import ast
@@ -18,9 +19,9 @@ import pytest
 
 from llmlab import i18n
 from llmlab.course.check import core, predict
-from llmlab.utils import width
 from llmlab.course.glossary import zh_synonym_uses
 from llmlab.course.instructor.leaks import number_forms
+from llmlab.utils import width
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [f"ch0{i}" for i in range(6)]
@@ -58,8 +59,11 @@ def single_answer_exercises():
         module = importlib.import_module(f"llmlab.course.check.{name}")
         for fname in module.EXERCISES:
             fn = getattr(module, fname)
-            params = [p for p in inspect.signature(fn).parameters.values()
-                      if p.default is inspect.Parameter.empty]
+            params = [
+                p
+                for p in inspect.signature(fn).parameters.values()
+                if p.default is inspect.Parameter.empty
+            ]
             if len(params) == 1:
                 out.append((f"{name}.{fname}", fn))
     return out
@@ -67,10 +71,12 @@ def single_answer_exercises():
 
 # ---------------------------------------------------------------------------- the pairs in the code
 
+
 def _tr_calls(path: Path, tree: ast.AST | None = None) -> list[ast.Call]:
     tree = tree or ast.parse(path.read_text(encoding="utf-8"))
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-            and getattr(n.func, "id", None) == "tr"]
+    return [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "tr"
+    ]
 
 
 def _placeholders(node: ast.AST) -> list[str]:
@@ -82,16 +88,22 @@ def test_every_pair_has_the_same_placeholders_and_chinese_on_the_right(path):
     calls = _tr_calls(path)
     assert calls, f"{path.name} has no tr pair"
     for call in calls:
-        if len(call.args) != 2:            # tr(*PAIR): the pair is checked where it is written
+        if len(call.args) != 2:  # tr(*PAIR): the pair is checked where it is written
             continue
         en_arg, zh_arg = call.args
         assert _placeholders(en_arg) == _placeholders(zh_arg), ast.unparse(call)[:200]
-        en_text = "".join(c.value for c in ast.walk(en_arg) if isinstance(c, ast.Constant)
-                          and isinstance(c.value, str))
-        zh_text = "".join(c.value for c in ast.walk(zh_arg) if isinstance(c, ast.Constant)
-                          and isinstance(c.value, str))
+        en_text = "".join(
+            c.value
+            for c in ast.walk(en_arg)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str)
+        )
+        zh_text = "".join(
+            c.value
+            for c in ast.walk(zh_arg)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str)
+        )
         assert not CJK.search(en_text), ast.unparse(call)[:200]
-        if len(en_text.strip()) > 3:      # separators (" ", ": ") need no Chinese characters
+        if len(en_text.strip()) > 3:  # separators (" ", ": ") need no Chinese characters
             assert CJK.search(zh_text), ast.unparse(call)[:200]
 
 
@@ -111,8 +123,11 @@ def test_no_pair_is_resolved_at_import_time(path):
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_hint_dicts_hold_english_chinese_pairs(name):
     module = importlib.import_module(f"llmlab.course.check.{name}")
-    dicts = {k: v for k, v in vars(module).items()
-             if re.search(r"HINT|WHY|NO_CACHE", k) and isinstance(v, dict)}
+    dicts = {
+        k: v
+        for k, v in vars(module).items()
+        if re.search(r"HINT|WHY|NO_CACHE", k) and isinstance(v, dict)
+    }
     for dname, d in dicts.items():
         for key, pair in d.items():
             assert isinstance(pair, tuple) and len(pair) == 2, (dname, key)
@@ -124,13 +139,18 @@ def test_chinese_uses_the_glossary_terms():
     for path in FILES:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CJK.search(node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and CJK.search(node.value)
+            ):
                 found += [f"{path.name}:{node.lineno}: {u}" for u in zh_synonym_uses(node.value)]
                 assert "内核" not in node.value and "对数几率" not in node.value, node.value
     assert not found, "\n".join(found)
 
 
 # ---------------------------------------------------------------------------- core in Chinese
+
 
 def test_not_answered_is_chinese_and_not_a_wrong_try(zh):
     result = quiet(importlib.import_module("llmlab.course.check.ch00").num_chapters, None)
@@ -153,15 +173,33 @@ def test_core_messages_in_chinese(zh):
     assert quiet(core.check_number, "t.n", 10, 10).message == "正确。"
     assert "请从" in quiet(core.check_choice, "t.c", "z", "a", options=["a", "b"]).message
     assert CJK.search(quiet(core.check_choice, "t.c", "b", "a", options=["a", "b"]).message)
-    assert "抛出了 ZeroDivisionError" in quiet(core.check_callable, "t.f", lambda a: 1 / 0, [((1,), 1)]).message
+    assert (
+        "抛出了 ZeroDivisionError"
+        in quiet(core.check_callable, "t.f", lambda a: 1 / 0, [((1,), 1)]).message
+    )
     assert CJK.search(quiet(core.check_callable, "t.f", lambda a: 2, [((1,), 1)]).message)
     assert "这里要一个函数" in quiet(core.check_callable, "t.f", 3, [((1,), 1)]).message
     assert "dict" in quiet(core.check_dict_keys, "t.d", 3, ["a"]).message
-    wrong = quiet(core.check_matching, "t.m", {"a": "x", "b": "q"}, {"a": "x", "b": "x"},
-                  choices=("x", "y"), hints={"a": "甲。", "b": "乙。"})
+    wrong = quiet(
+        core.check_matching,
+        "t.m",
+        {"a": "x", "b": "q"},
+        {"a": "x", "b": "x"},
+        choices=("x", "y"),
+        hints={"a": "甲。", "b": "乙。"},
+    )
     assert wrong.message == "b：请从 ['x', 'y'] 中选一个。"
-    assert quiet(core.check_matching, "t.m", {"a": "x", "b": "x"}, {"a": "x", "b": "x"},
-                 choices=("x", "y"), hints={"a": "甲。", "b": "乙。"}).message == "正确。"
+    assert (
+        quiet(
+            core.check_matching,
+            "t.m",
+            {"a": "x", "b": "x"},
+            {"a": "x", "b": "x"},
+            choices=("x", "y"),
+            hints={"a": "甲。", "b": "乙。"},
+        ).message
+        == "正确。"
+    )
 
 
 def test_staged_hint_in_chinese_waits_for_the_second_try(zh):
@@ -172,13 +210,26 @@ def test_staged_hint_in_chinese_waits_for_the_second_try(zh):
 
 def test_english_core_messages_unchanged(en):
     assert quiet(core.check_number, "t.n", 80, 10).message == "off by a factor of 8: bits vs bytes?"
-    assert quiet(core.check_number, "t.n", 7, 10).message == \
-        "not the value we expect; re-derive it step by step."
+    assert (
+        quiet(core.check_number, "t.n", 7, 10).message
+        == "not the value we expect; re-derive it step by step."
+    )
     assert quiet(core.check_number, "t.n", 10, 10).message == "correct."
-    assert quiet(core.check_callable, "t.f", lambda a: 2, [((1,), 1)]).message == \
-        "your function returns a wrong value on at least one test case."
-    assert quiet(core.check_matching, "t.m", {"a": "y"}, {"a": "x"}, choices=("x", "y"),
-                 hints={"a": "think again."}).message == "a: think again."
+    assert (
+        quiet(core.check_callable, "t.f", lambda a: 2, [((1,), 1)]).message
+        == "your function returns a wrong value on at least one test case."
+    )
+    assert (
+        quiet(
+            core.check_matching,
+            "t.m",
+            {"a": "y"},
+            {"a": "x"},
+            choices=("x", "y"),
+            hints={"a": "think again."},
+        ).message
+        == "a: think again."
+    )
 
 
 # ---------------------------------------------------------------------------- chapters in Chinese
@@ -196,13 +247,15 @@ def test_wrong_numbers_get_chinese_hints_without_the_answer(zh):
         x, forms = expected[0], number_forms(expected[0])
         checked += 1
         for factor in WRONG_FACTORS:
-            for _ in range(2):                       # the second try shows the formula stage
+            for _ in range(2):  # the second try shows the formula stage
                 result = quiet(fn, x * factor)
                 assert not result.passed, (ex, x * factor)
                 if not CJK.search(result.message):
                     english.append(f"{ex} <- {x * factor:g}: {result.message}")
                 for form in forms:
-                    if re.search(r"(?<![\d.,])" + re.escape(form) + r"(?![\d]|[.,]\d)", result.message):
+                    if re.search(
+                        r"(?<![\d.,])" + re.escape(form) + r"(?![\d]|[.,]\d)", result.message
+                    ):
                         shown.append(f"{ex} <- {x * factor:g} shows {form!r}: {result.message}")
                 assert "还不对：" in result.line()
     assert checked >= 15, checked
@@ -216,7 +269,10 @@ def test_choice_matching_and_set_exercises_in_chinese(zh):
     assert CJK.search(quiet(ch00.fast_mode, "a").message)
     assert "请从" in quiet(ch00.fast_mode, "z").message
     wrong = quiet(ch00.symptom_to_chapter, {k: "12" for k in ch00.SYMPTOMS})
-    assert "first_word_late：" in wrong.message and ch00._SYMPTOM_HINTS["first_word_late"][1] in wrong.message
+    assert (
+        "first_word_late：" in wrong.message
+        and ch00._SYMPTOM_HINTS["first_word_late"][1] in wrong.message
+    )
     right = {k: sorted(v)[0] for k, v in ch00._SYMPTOM_CHAPTERS.items()}
     assert quiet(ch00.symptom_to_chapter, right).message == "正确：这些症状各有一章来解释。"
     flipped = {k: "unchanged" for k in ch01._EFFECTS_RIGHT}
@@ -244,35 +300,51 @@ def test_english_chapter_hints_unchanged(en):
     from llmlab.course.check import ch00, ch01, ch05
 
     assert quiet(ch00.num_chapters, 12).message == "close: did you count chapter 00 itself?"
-    assert quiet(ch01.id_bits, 15).message == ("rounded down: that many bits cannot count up to the "
-                                               "vocabulary size; round up.")
-    assert quiet(ch05.cache_reads, "ffn").message == ("the FFN (MLP) transforms each token on its own "
-                                                      "and never looks at other tokens.")
-    assert quiet(ch00.symptom_to_chapter, {k: sorted(v)[0] for k, v in ch00._SYMPTOM_CHAPTERS.items()}
-                 ).message == "correct: each of these symptoms has its own chapter."
+    assert quiet(ch01.id_bits, 15).message == (
+        "rounded down: that many bits cannot count up to the vocabulary size; round up."
+    )
+    assert quiet(ch05.cache_reads, "ffn").message == (
+        "the FFN (MLP) transforms each token on its own and never looks at other tokens."
+    )
+    assert (
+        quiet(
+            ch00.symptom_to_chapter, {k: sorted(v)[0] for k, v in ch00._SYMPTOM_CHAPTERS.items()}
+        ).message
+        == "correct: each of these symptoms has its own chapter."
+    )
 
 
 # ---------------------------------------------------------------------------- predictions in Chinese
 
+
 def test_predictions_in_chinese(zh, capsys):
     high = predict.compare(40.0, 3.1, quantity="step", unit="ms", if_high="额外说明。")
-    assert high.verdict == "too high" and high.message == "高了大约 1.1 个数量级。额外说明。"   # no space after a full stop in Chinese
+    assert (
+        high.verdict == "too high" and high.message == "高了大约 1.1 个数量级。额外说明。"
+    )  # no space after a full stop in Chinese
     out = capsys.readouterr().out
     assert "你的预测" in out and "你的测量" in out and "预测 / 测量" in out
     rows = [ln for ln in out.splitlines() if ln.startswith("  ") and ("ms" in ln or "x" in ln)]
-    columns = {width(ln[:ln.rindex("  ")]) for ln in rows if "  " in ln.strip()}
-    assert len(columns) == 1, out                     # the values line up under CJK labels too
-    assert predict.compare(2.5, 3.0, quantity="r", baseline=1.0).message == "相差不到 3 倍：数量级和方向都对。"
+    columns = {width(ln[: ln.rindex("  ")]) for ln in rows if "  " in ln.strip()}
+    assert len(columns) == 1, out  # the values line up under CJK labels too
+    assert (
+        predict.compare(2.5, 3.0, quantity="r", baseline=1.0).message
+        == "相差不到 3 倍：数量级和方向都对。"
+    )
     assert "上升" in predict.compare(0.9, 3.0, quantity="r", baseline=1.0).message
     assert predict.compare(None, 3.0, quantity="q").message == predict.NO_PREDICTION_ZH
     assert "预测必须是一个数" in predict.compare("fast", 3.0, quantity="q").message
-    choice = predict.compare_choice("compute", "memory", quantity="b", options=("memory", "compute"))
+    choice = predict.compare_choice(
+        "compute", "memory", quantity="b", options=("memory", "compute")
+    )
     assert choice.verdict == "not as observed" and "测量结果是 'memory'" in choice.message
 
 
 def test_predictions_stay_english(en, capsys):
     assert predict.compare(None, 3.0, quantity="q").message == predict.NO_PREDICTION
-    assert predict.compare(2.5, 3.0, quantity="r", baseline=1.0).message == \
-        "within a factor 3: right order of magnitude and direction."
+    assert (
+        predict.compare(2.5, 3.0, quantity="r", baseline=1.0).message
+        == "within a factor 3: right order of magnitude and direction."
+    )
     out = capsys.readouterr().out
     assert "  you predicted             2.5" in out

@@ -2,6 +2,7 @@
 argument errors a student meets: with `set_language("zh")` the hints are Chinese and still never
 show the expected number, hint tables hold an (English, Chinese) pair for every key, Chinese
 text uses the glossary's one term per concept, and English stays what it was."""
+
 from __future__ import annotations
 
 import ast
@@ -12,18 +13,25 @@ import re
 from pathlib import Path
 
 import pytest
+from source_chapter import WHERE, source_chapter_text
 
 from llmlab import i18n
 from llmlab.course.check import core
 from llmlab.course.glossary import SEED_QUOTE, has_cjk, zh_synonym_uses
 from llmlab.course.instructor.leaks import number_forms
-from source_chapter import WHERE, source_chapter_text
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = [f"ch{n:02d}" for n in range(6, 13)]
-FILES = ([f"llmlab/course/check/{m}.py" for m in MODULES]
-         + ["llmlab/course/instructor/grading.py", "llmlab/tools/doctor.py", "llmlab/sampling.py", "llmlab/engine/llm.py",
-            "llmlab/engine/llm_engine.py", "llmlab/analysis/costs.py", "llmlab/analysis/roofline.py", "llmlab/analysis/hardware.py"])
+FILES = [f"llmlab/course/check/{m}.py" for m in MODULES] + [
+    "llmlab/course/instructor/grading.py",
+    "llmlab/tools/doctor.py",
+    "llmlab/sampling.py",
+    "llmlab/engine/llm.py",
+    "llmlab/engine/llm_engine.py",
+    "llmlab/analysis/costs.py",
+    "llmlab/analysis/roofline.py",
+    "llmlab/analysis/hardware.py",
+]
 # the quiz's wrong choices are Chinese names the glossary lists on purpose
 QUIZ_DATA = {("llmlab/course/check/ch12.py", "GLOSSARY_CHOICES")}
 WRONG_FACTORS = (1.37, 0.61, 2, 0.5, 8, 0.125, 1000, 1e-3, 4, 0.25, -1)
@@ -53,7 +61,7 @@ def _single_number_exercises():
             ex = f"{m}.{name}"
             try:
                 quiet(fn, None)
-            except TypeError:          # an exercise of more than one argument
+            except TypeError:  # an exercise of more than one argument
                 continue
             expected = core.expected_values(ex)
             if len(expected) == 1 and expected[0] != 0:
@@ -68,7 +76,7 @@ def test_wrong_numbers_get_chinese_hints_that_never_show_the_number(zh):
     for ex, fn, x in numeric:
         forms = number_forms(x)
         for factor in WRONG_FACTORS:
-            for _ in range(2):                       # the second try adds the formula
+            for _ in range(2):  # the second try adds the formula
                 r = quiet(fn, x * factor)
                 assert not r.passed, f"{ex} passed {x * factor}"
                 if not CJK.search(r.message) and not r.message.startswith(CORE_FALLBACKS):
@@ -87,16 +95,29 @@ def _pair_tables():
     for m in MODULES:
         module = importlib.import_module(f"llmlab.course.check.{m}")
         for name, value in vars(module).items():
-            if isinstance(value, dict) and value and all(isinstance(v, tuple) and len(v) == 2
-                                                         and all(isinstance(t, str) for t in v)
-                                                         for v in value.values()):
+            if (
+                isinstance(value, dict)
+                and value
+                and all(
+                    isinstance(v, tuple) and len(v) == 2 and all(isinstance(t, str) for t in v)
+                    for v in value.values()
+                )
+            ):
                 yield f"{m}.{name}", value
 
 
 def test_every_hint_table_pairs_english_with_chinese():
     tables = dict(_pair_tables())
-    assert {"ch07.CROSSOVER_WHY_WRONG", "ch08.CPU_WHY_WRONG", "ch09.DP_HINTS", "ch10.Q4_HINTS",
-            "ch10.BURSTINESS_MISSED", "ch11._Q5_HINTS", "ch12._MARK_HINTS", "ch12._SYMPTOM_WHY"} <= set(tables)
+    assert {
+        "ch07.CROSSOVER_WHY_WRONG",
+        "ch08.CPU_WHY_WRONG",
+        "ch09.DP_HINTS",
+        "ch10.Q4_HINTS",
+        "ch10.BURSTINESS_MISSED",
+        "ch11._Q5_HINTS",
+        "ch12._MARK_HINTS",
+        "ch12._SYMPTOM_WHY",
+    } <= set(tables)
     for name, table in tables.items():
         for key, (en, zh) in table.items():
             assert not CJK.search(en) and CJK.search(zh), f"{name}[{key!r}]"
@@ -107,15 +128,21 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
 
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
     assert not r and r.message == ch07.CROSSOVER_WHY_WRONG["ridge_moves"][1]
-    r = quiet(ch10.seed_q4, {"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"})
+    r = quiet(
+        ch10.seed_q4, {"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"}
+    )
     assert not r and "利用率" in r.message
     r = quiet(ch11.ratio_reason, "b")
     assert not r and CJK.search(r.message)
     r = quiet(ch12.symptoms, dict(zip(ch12.SYMPTOMS, ["tokenizer_too_slow"] * 4)))
     assert not r and "分词" in r.message
-    r = quiet(ch12.generation_loop_steps, {"prefill": [("tokenize", "none"), ("embed", "none"),
-                                                       ("qkv_projection", "write")],
-                                           "decode_starts_at": "embed"})
+    r = quiet(
+        ch12.generation_loop_steps,
+        {
+            "prefill": [("tokenize", "none"), ("embed", "none"), ("qkv_projection", "write")],
+            "decode_starts_at": "embed",
+        },
+    )
     assert not r and r.message.startswith("第 3 步") and "Attention.forward" in r.message
     i18n.set_language("en")
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
@@ -125,9 +152,15 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
 def test_dict_answers_name_each_wrong_key_in_chinese(zh):
     from llmlab.course.check import ch08, ch11
 
-    r = quiet(ch08.seed_q3, {"step_ms_batch1": 1, "step_ms_batch32": 2, "throughput_ratio": 32.0,
-                             "bound": "sideways"})
-    assert not r and "step_ms_batch1：" in r.message and 'bound 必须是 "memory" 或 "compute"' in r.message
+    r = quiet(
+        ch08.seed_q3,
+        {"step_ms_batch1": 1, "step_ms_batch32": 2, "throughput_ratio": 32.0, "bound": "sideways"},
+    )
+    assert (
+        not r
+        and "step_ms_batch1：" in r.message
+        and 'bound 必须是 "memory" 或 "compute"' in r.message
+    )
     r = quiet(ch11.first_evicted, {"first": "x", "safe": 1})
     assert not r and "两个值都必须是数" in r.message
 
@@ -138,8 +171,10 @@ def test_right_answers_pass_in_chinese_with_a_chinese_verdict(zh):
     right = {k: "row" if k in ("o_proj", "down_proj") else "column" for k in ch09.PROJECTIONS}
     r = quiet(ch09.parallel_style, right)
     assert r and CJK.search(r.message)
-    r = quiet(ch12.generation_loop_steps, {"prefill": list(ch12.LOOP_WITH_CACHE),
-                                           "decode_starts_at": ch12.DECODE_STARTS_AT})
+    r = quiet(
+        ch12.generation_loop_steps,
+        {"prefill": list(ch12.LOOP_WITH_CACHE), "decode_starts_at": ch12.DECODE_STARTS_AT},
+    )
     assert r and "memory-bound" in r.message and CJK.search(r.message)
 
 
@@ -148,47 +183,65 @@ def _chinese_strings():
         tree = ast.parse((ROOT / f).read_text(encoding="utf-8"))
         skip = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and (f, t.id) in QUIZ_DATA
-                                                    for t in node.targets):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and (f, t.id) in QUIZ_DATA for t in node.targets
+            ):
                 skip |= {id(n) for n in ast.walk(node.value)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and has_cjk(node.value) \
-                    and id(node) not in skip:
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and has_cjk(node.value)
+                and id(node) not in skip
+            ):
                 yield f, node.lineno, node.value
 
 
 def test_chinese_text_uses_one_term_per_concept():
-    found = [f"{f}:{line}: {u.found!r} (write {u.primary!r})"
-             for f, line, text in _chinese_strings() for u in zh_synonym_uses(text)]
+    found = [
+        f"{f}:{line}: {u.found!r} (write {u.primary!r})"
+        for f, line, text in _chinese_strings()
+        for u in zh_synonym_uses(text)
+    ]
     assert not found, "\n".join(found)
     assert not [t for _, _, t in _chinese_strings() if "内核" in t or "对数几率" in t]
 
 
 def test_argument_errors_speak_chinese_and_keep_the_english(zh):
     from llmlab.analysis import costs, roofline
-    from llmlab.engine import LLMEngine
     from llmlab.analysis.hardware import get_hardware
+    from llmlab.engine import LLMEngine
     from llmlab.model import tiny_model
     from llmlab.sampling import SamplingParams
 
-    cases = [(lambda: SamplingParams(temperature=-1), "temperature", "贪心解码"),
-             (lambda: SamplingParams(top_k=0), "top_k", "关闭"),
-             (lambda: costs.dtype_bytes_of("fp9"), "dtype", "字节数"),
-             (lambda: costs.head_size(4096, 0), "num_heads", "整数"),
-             (lambda: costs.head_size(10, 3), "num_heads", "整除"),
-             (lambda: roofline.dtype_for_bytes(3), "dtype_bytes", "之一"),
-             (lambda: roofline.attainable("H100-SXM", -1.0), "intensity", "必须"),
-             (lambda: get_hardware("H900"), "H900", "硬件预设")]
+    cases = [
+        (lambda: SamplingParams(temperature=-1), "temperature", "贪心解码"),
+        (lambda: SamplingParams(top_k=0), "top_k", "关闭"),
+        (lambda: costs.dtype_bytes_of("fp9"), "dtype", "字节数"),
+        (lambda: costs.head_size(4096, 0), "num_heads", "整数"),
+        (lambda: costs.head_size(10, 3), "num_heads", "整除"),
+        (lambda: roofline.dtype_for_bytes(3), "dtype_bytes", "之一"),
+        (lambda: roofline.attainable("H100-SXM", -1.0), "intensity", "必须"),
+        (lambda: get_hardware("H900"), "H900", "硬件预设"),
+    ]
     engine = LLMEngine(tiny_model(seed=1), max_model_len=64)
-    cases += [(lambda: engine.add_request("", [1, 2], SamplingParams()), "request_id", "非空"),
-              (lambda: engine.add_request("a", [], SamplingParams()), "prompt", "不能为空"),
-              (lambda: engine.add_request("b", list(range(65)), SamplingParams()), "max_model_len", "超过了")]
+    cases += [
+        (lambda: engine.add_request("", [1, 2], SamplingParams()), "request_id", "非空"),
+        (lambda: engine.add_request("a", [], SamplingParams()), "prompt", "不能为空"),
+        (
+            lambda: engine.add_request("b", list(range(65)), SamplingParams()),
+            "max_model_len",
+            "超过了",
+        ),
+    ]
     for make, name, word in cases:
         with pytest.raises(ValueError, match=re.escape(name)) as err:
             make()
         assert word in str(err.value) and CJK.search(str(err.value)), str(err.value)
     i18n.set_language("en")
-    with pytest.raises(ValueError, match=r"^SamplingParams\.temperature must be a number >= 0 \(0 means greedy\)"):
+    with pytest.raises(
+        ValueError, match=r"^SamplingParams\.temperature must be a number >= 0 \(0 means greedy\)"
+    ):
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError, match=r"^unknown hardware preset 'H900'; known: "):
         get_hardware("H900")
@@ -209,19 +262,38 @@ def test_grade_report_text_speaks_chinese_and_its_json_stays(zh):
     from llmlab.course.instructor import grading
     from llmlab.course.instructor.grading import ExerciseResult, GradeReport
 
-    rep = GradeReport("nb.ipynb", [ExerciseResult("ch00.a", True, "correct."),
-                                   ExerciseResult("ch00.bb", False, "count again.")],
-                      [{"cell": "3 (1/0)", "index": 3, "ename": "ZeroDivisionError", "evalue": "division by zero"}])
+    rep = GradeReport(
+        "nb.ipynb",
+        [
+            ExerciseResult("ch00.a", True, "correct."),
+            ExerciseResult("ch00.bb", False, "count again."),
+        ],
+        [
+            {
+                "cell": "3 (1/0)",
+                "index": 3,
+                "ename": "ZeroDivisionError",
+                "evalue": "division by zero",
+            }
+        ],
+    )
     lines = rep.text().splitlines()
-    assert lines[1].split()[:2] == ["通过", "ch00.a"] and lines[2].split()[:2] == ["还不对", "ch00.bb"]
+    assert lines[1].split()[:2] == ["通过", "ch00.a"] and lines[2].split()[:2] == [
+        "还不对",
+        "ch00.bb",
+    ]
     assert "单元格 3 (1/0) 出错" in lines[3] and "得分：1 / 2" in lines[4]
     zh_dict = rep.to_dict()
     i18n.set_language("en")
     assert rep.to_dict() == zh_dict and "score: 1 of 2" in rep.text()
     i18n.set_language("zh")
     # a run that stopped is still recognised from its Chinese message
-    stopped = {"cell": "4", "index": 4, "ename": "CellTimeoutError",
-               "evalue": f"单元格运行超过了 5 s，中断后 kernel 也没有停下；{grading.DID_NOT_RUN[1]}"}
+    stopped = {
+        "cell": "4",
+        "index": 4,
+        "ename": "CellTimeoutError",
+        "evalue": f"单元格运行超过了 5 s，中断后 kernel 也没有停下；{grading.DID_NOT_RUN[1]}",
+    }
     assert grading._ended_run(stopped)
     assert grading.grading_env()[i18n.LANG_ENV] == "zh"
 
@@ -262,9 +334,11 @@ def test_doctor_report_speaks_chinese_and_still_finds_a_missing_model(zh, monkey
 def test_texts_the_notebooks_print_have_chinese_for_every_key():
     from llmlab.course.check import ch10, ch11, ch12
 
-    for english, chinese in ((ch10.BURSTINESS_STATEMENTS, ch10.BURSTINESS_STATEMENTS_ZH),
-                             (ch11.RATIO_OPTIONS, ch11.RATIO_OPTIONS_ZH),
-                             (ch12.SEED_QUESTIONS, ch12.SEED_QUESTIONS_ZH)):
+    for english, chinese in (
+        (ch10.BURSTINESS_STATEMENTS, ch10.BURSTINESS_STATEMENTS_ZH),
+        (ch11.RATIO_OPTIONS, ch11.RATIO_OPTIONS_ZH),
+        (ch12.SEED_QUESTIONS, ch12.SEED_QUESTIONS_ZH),
+    ):
         assert list(chinese) == list(english) and all(CJK.search(t) for t in chinese.values())
 
 

@@ -1,4 +1,5 @@
 """llmlab.analysis.costs: the seed's numbers reproduced, parameter counts of real configs, FLOPs/bytes laws."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,14 +25,14 @@ def test_llama3_70b_kv_numbers_of_the_seed():
     assert request / 2**30 == 1.25
     wrong = costs.kv_bytes_per_token_from_hidden(cfg, 2) * 4096
     assert round(wrong / 1e9, 1) == 10.7
-    assert wrong / request == 8                      # 64 query heads / 8 KV heads
+    assert wrong / request == 8  # 64 query heads / 8 KV heads
 
 
 def test_llama3_8b_kv_per_token_and_gqa_quarter():
     cfg = get_config("llama-3-8b")
     assert costs.kv_bytes_per_token(cfg, 2) == 131_072
     v = costs.kv_variants(cfg, 2)
-    assert v["GQA"] * 4 == v["MHA"]                  # 8 KV heads for 32 query heads: 1/4
+    assert v["GQA"] * 4 == v["MHA"]  # 8 KV heads for 32 query heads: 1/4
     assert v["MQA"] * 32 == v["MHA"]
 
 
@@ -84,7 +85,7 @@ def test_kv_variants_of_gqa_model_order():
 def test_decode_flops_are_about_twice_the_parameters_at_short_context():
     cfg = get_config("llama-3-70b")
     f = costs.flops_per_token(cfg, 1, "decode")
-    assert 0.97 < f / (2 * costs.param_count(cfg)) < 1.0     # the embedding lookup is free
+    assert 0.97 < f / (2 * costs.param_count(cfg)) < 1.0  # the embedding lookup is free
 
 
 def test_attention_flops_grow_linearly_with_context():
@@ -100,7 +101,9 @@ def test_prefill_flops_are_the_sum_of_per_position_decode_flops():
     n = 17
     by_position = sum(costs.flops_per_token(cfg, i, "decode") for i in range(1, n + 1))
     assert costs.prefill_flops(cfg, n) == pytest.approx(by_position)
-    assert costs.prefill_flops(cfg, n) == pytest.approx(n * costs.flops_per_token(cfg, n, "prefill"))
+    assert costs.prefill_flops(cfg, n) == pytest.approx(
+        n * costs.flops_per_token(cfg, n, "prefill")
+    )
 
 
 def test_matmul_flops_count_every_linear_of_a_real_forward():
@@ -128,18 +131,23 @@ def test_every_preset_has_positive_costs():
     for name, cfg in PRESETS.items():
         assert costs.param_count(cfg) > 0, name
         assert costs.kv_bytes_per_token(cfg) > 0, name
-        assert costs.flops_per_token(cfg, 128, "prefill") < costs.flops_per_token(cfg, 128, "decode")
+        assert costs.flops_per_token(cfg, 128, "prefill") < costs.flops_per_token(
+            cfg, 128, "decode"
+        )
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda c: costs.flops_per_token(c, 10, "train"), "phase"),
-    (lambda c: costs.flops_per_token(c, 0), "context"),
-    (lambda c: costs.kv_bytes(c, -1), "num_tokens"),
-    (lambda c: costs.kv_bytes_per_token(c, 0), "dtype_bytes"),
-    (lambda c: costs.decode_bytes_per_step(c, 0, 10), "batch"),
-    (lambda c: costs.prefill_flops(c, 0), "prompt_len"),
-    (lambda c: costs.dtype_bytes_of("fp7"), "dtype"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda c: costs.flops_per_token(c, 10, "train"), "phase"),
+        (lambda c: costs.flops_per_token(c, 0), "context"),
+        (lambda c: costs.kv_bytes(c, -1), "num_tokens"),
+        (lambda c: costs.kv_bytes_per_token(c, 0), "dtype_bytes"),
+        (lambda c: costs.decode_bytes_per_step(c, 0, 10), "batch"),
+        (lambda c: costs.prefill_flops(c, 0), "prompt_len"),
+        (lambda c: costs.dtype_bytes_of("fp7"), "dtype"),
+    ],
+)
 def test_bad_arguments_raise_value_errors_naming_them(call, match):
     with pytest.raises(ValueError, match=match):
         call(tiny_config())

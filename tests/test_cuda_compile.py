@@ -46,9 +46,23 @@ def test_kernels_directory_has_the_expected_sources():
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH, $CUDA_HOME or /usr/local/cuda")
 @pytest.mark.parametrize("source", CU_FILES, ids=[p.name for p in CU_FILES])
 def test_cuda_source_compiles_for_sm80_and_sm90(source, tmp_path):
-    cmd = [NVCC, "-c", str(source), "-o", str(tmp_path / (source.stem + ".o")), "-I", str(KERNELS),
-           *ARCH_FLAGS, "-O3", "-Werror", "all-warnings", "-Xcompiler", "-Wall"]
+    cmd = [
+        NVCC,
+        "-c",
+        str(source),
+        "-o",
+        str(tmp_path / (source.stem + ".o")),
+        "-I",
+        str(KERNELS),
+        *ARCH_FLAGS,
+        "-O3",
+        "-Werror",
+        "all-warnings",
+        "-Xcompiler",
+        "-Wall",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, (
-        f"nvcc failed on {source.name} (exit {result.returncode}):\n{result.stderr[-4000:]}")
+        f"nvcc failed on {source.name} (exit {result.returncode}):\n{result.stderr[-4000:]}"
+    )
     assert (tmp_path / (source.stem + ".o")).stat().st_size > 0

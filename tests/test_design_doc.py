@@ -1,5 +1,6 @@
 """docs/design.md's module map is true: it names every module of the package, each in its
 layer's table, and nothing that is not in the tree."""
+
 from __future__ import annotations
 
 import re
@@ -12,7 +13,7 @@ LAYER_FOLDERS = ("analysis", "course", "tools")
 
 def documented() -> set[str]:
     text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
-    section = text[text.index("## The package, in three layers"):text.index("## The model")]
+    section = text[text.index("## The package, in three layers") : text.index("## The model")]
     return set(re.findall(r"^\| `(llmlab(?:\.\w+)+)` \|", section, re.M))
 
 
@@ -22,7 +23,11 @@ def in_tree() -> set[str]:
     found = set()
     for p in PACKAGE.iterdir():
         name = p.stem if p.suffix == ".py" else p.name
-        if name.startswith("_") or name in LAYER_FOLDERS or (p.is_dir() and not (p / "__init__.py").exists()):
+        if (
+            name.startswith("_")
+            or name in LAYER_FOLDERS
+            or (p.is_dir() and not (p / "__init__.py").exists())
+        ):
             continue
         found.add(f"llmlab.{name}")
     for folder in LAYER_FOLDERS:
@@ -37,4 +42,6 @@ def in_tree() -> set[str]:
 def test_the_module_map_names_every_module_and_only_those():
     doc, tree = documented(), in_tree()
     assert tree - doc == set(), f"modules missing from docs/design.md: {sorted(tree - doc)}"
-    assert doc - tree == set(), f"docs/design.md names modules that are not there: {sorted(doc - tree)}"
+    assert doc - tree == set(), (
+        f"docs/design.md names modules that are not there: {sorted(doc - tree)}"
+    )

@@ -1,6 +1,7 @@
 """Incremental detokenization and stop strings on the text: a stop string found however the
 tokens split it, cut from the output (or kept with include_stop_str_in_output), and a stream
 that never hands out text a later match removes."""
+
 from __future__ import annotations
 
 import random
@@ -26,7 +27,9 @@ def run(pieces: list[str], stop: list[str], include: bool = False):
     deltas, used = [], 0
     for i in range(len(pieces)):
         used += 1
-        finished = det.update([i], finished=i == len(pieces) - 1) is not None or i == len(pieces) - 1
+        finished = (
+            det.update([i], finished=i == len(pieces) - 1) is not None or i == len(pieces) - 1
+        )
         deltas.append(det.next_delta(finished))
         if finished:
             break
@@ -57,7 +60,7 @@ def test_no_stop_string_gives_all_the_text():
 def test_a_stop_string_is_ignored_while_stop_checks_are_off():
     det = IncrementalDetokenizer(CharTokenizer(["x", "STOP", "y", "STOP"]), ["STOP"])
     assert det.update([0], check_stop=False) is None
-    assert det.update([1], check_stop=False) is None          # before min_tokens: not a stop
+    assert det.update([1], check_stop=False) is None  # before min_tokens: not a stop
     assert det.update([2]) is None and det.update([3]) == "STOP"
     assert det.output_text == "xSTOPy"
 
@@ -75,7 +78,7 @@ def test_streamed_text_never_includes_text_a_later_match_removes(seed):
     streamed = ""
     for d in deltas:
         streamed += d
-        assert final.startswith(streamed)          # every prefix a client saw stays true
+        assert final.startswith(streamed)  # every prefix a client saw stays true
     assert streamed == final
 
 

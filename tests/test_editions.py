@@ -3,6 +3,7 @@ no answer, no verdict anywhere in it), whose checkers point, as their last hint,
 notebook that exists and holds the exercise's worked solution; `make lab EDITION=instructor`
 opens the solved notebooks. The editions are built here, never executed (the grader's round trip
 of both editions is in test_grading.py and test_notebooks.py)."""
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,10 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 def built(tmp_path_factory):
     """lang -> the folder holding that language's student edition."""
     out = tmp_path_factory.mktemp("editions")
-    return {lang: (editions.build(lang, ROOT / "notebooks", out / lang), out / lang)[1]
-            for lang in ("en", "zh")}
+    return {
+        lang: (editions.build(lang, ROOT / "notebooks", out / lang), out / lang)[1]
+        for lang in ("en", "zh")
+    }
 
 
 def _fresh_clone(tmp_path: Path) -> Path:
@@ -43,8 +46,9 @@ def _fresh_clone(tmp_path: Path) -> Path:
 
 
 def _dry_run(clone: Path, *args: str) -> list[str]:
-    proc = subprocess.run(["make", "-n", "lab", *args], cwd=clone, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        ["make", "-n", "lab", *args], cwd=clone, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
@@ -64,10 +68,17 @@ def test_make_lab_edition_instructor_opens_the_solved_notebooks(tmp_path):
     clone = _fresh_clone(tmp_path)
     [lab] = [ln for ln in _dry_run(clone, "EDITION=instructor") if "jupyter lab" in ln]
     assert "--notebook-dir=notebooks" in lab
-    [lab] = [ln for ln in _dry_run(clone, "EDITION=instructor", "LLMLAB_LANG=zh") if "jupyter lab" in ln]
+    [lab] = [
+        ln for ln in _dry_run(clone, "EDITION=instructor", "LLMLAB_LANG=zh") if "jupyter lab" in ln
+    ]
     assert "--notebook-dir=build/zh/notebooks" in lab
-    proc = subprocess.run(["make", "-n", "lab", "EDITION=teacher"], cwd=clone, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        ["make", "-n", "lab", "EDITION=teacher"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "EDITION must be student or instructor" in proc.stderr
 
 
@@ -100,23 +111,30 @@ def test_student_edition_holds_no_solution_answer_or_verdict(built, path, lang):
     instructor = nbformat.read(path, as_version=4)
     target = built[lang] / path.name
     student = nbformat.read(target, as_version=4)
-    everything = target.read_text(encoding="utf-8")              # cells, outputs, metadata
+    everything = target.read_text(encoding="utf-8")  # cells, outputs, metadata
     assert not re.search(r"#\s*(BEGIN |END )?SOLUTION", everything), "a solution marker is left"
     assert "[check " not in everything, "a checker's verdict is in the student edition"
     for word in (core.PASS_WORD + ":", core.PASS_WORD_ZH + "：", core.FAIL_WORD + ":"):
         assert word not in "\n".join(c.source for c in student.cells if c.cell_type == "code")
-    assert all(not c.get("outputs") and c.get("execution_count") is None
-               for c in student.cells if c.cell_type == "code"), "outputs are cleared"
+    assert all(
+        not c.get("outputs") and c.get("execution_count") is None
+        for c in student.cells
+        if c.cell_type == "code"
+    ), "outputs are cleared"
     assert "exercises" not in student.metadata.get("llmlab", {})
     _, solutions = student_notebook(instructor)
     assert solutions, f"{path.name} has exercises without a marked solution"
     code = "\n".join(c.source for c in student.cells)
     for s in solutions:
         for expr in _answer_expressions(s.solution):
-            assert expr not in everything, f"{path.name}: the answer {expr!r} is in the student edition"
+            assert expr not in everything, (
+                f"{path.name}: the answer {expr!r} is in the student edition"
+            )
         if "BEGIN SOLUTION" in s.solution:
             for line in _body_lines(s.solution):
-                assert line not in code, f"{path.name}: the solution line {line!r} is in the student edition"
+                assert line not in code, (
+                    f"{path.name}: the solution line {line!r} is in the student edition"
+                )
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -130,13 +148,20 @@ def test_every_exercise_reaches_its_worked_solution_from_the_last_hint(built, pa
         where = built[lang] / core.solutions_notebook(ex)
         assert where.is_file(), f"{ex}: the last hint names {where}, which is not there"
         sols = nbformat.read(where, as_version=4)
-        cells = [c for c in sols.cells if c.cell_type == "code"
-                 and ex in c.metadata.get("llmlab", {}).get("exercises", [])]
+        cells = [
+            c
+            for c in sols.cells
+            if c.cell_type == "code" and ex in c.metadata.get("llmlab", {}).get("exercises", [])
+        ]
         assert cells, f"{ex}: {where.name} holds no worked solution for it"
         assert any(re.search(r"#\s*(SOLUTION|BEGIN SOLUTION)", c.source) for c in cells)
-    own = nbformat.read(built[lang] / "solutions" / editions.solutions_name(path.stem), as_version=4)
+    own = nbformat.read(
+        built[lang] / "solutions" / editions.solutions_name(path.stem), as_version=4
+    )
     held = "\n".join(c.source for c in own.cells)
-    assert all(s.solution in held for s in solutions), "every marked solution is in the chapter's solutions"
+    assert all(s.solution in held for s in solutions), (
+        "every marked solution is in the chapter's solutions"
+    )
 
 
 def test_each_chapter_has_its_own_number():
@@ -153,7 +178,7 @@ def test_the_worked_solution_is_named_only_at_the_last_stage(monkeypatch):
     pointer = "solutions/04-solutions.ipynb"
     assert all(pointer not in m for m in messages[:-1]), "the solution shows before the last stage"
     assert pointer in messages[-1] and "Last step" in messages[-1]
-    assert ch04.kv_bytes_per_token(None).message == core.NOT_ANSWERED       # no try, no pointer
+    assert ch04.kv_bytes_per_token(None).message == core.NOT_ANSWERED  # no try, no pointer
 
 
 def test_rebuild_keeps_a_chapter_the_student_edited_and_never_overwrites_a_kept_copy(tmp_path):
@@ -191,10 +216,14 @@ def test_html_folds_each_worked_solution_under_its_exercise(built):
     assert html.count("<details>") == len(solved_ids)
     first_question = html.index("Exercise 1")
     assert first_question < html.index("<details>"), "the question comes before its solution"
-    assert json.dumps(nb) == json.dumps(nbformat.read(chapter, as_version=4)), "the chapter itself is unchanged"
+    assert json.dumps(nb) == json.dumps(nbformat.read(chapter, as_version=4)), (
+        "the chapter itself is unchanged"
+    )
 
 
-def test_run_writes_the_executed_copy_without_solutions_and_the_html_with_them_folded(built, tmp_path):
+def test_run_writes_the_executed_copy_without_solutions_and_the_html_with_them_folded(
+    built, tmp_path
+):
     """What `make run` writes for a student chapter (here not executed: the writing step alone)."""
     from llmlab.course.notebook_runner import write_outputs
 
@@ -203,6 +232,8 @@ def test_run_writes_the_executed_copy_without_solutions_and_the_html_with_them_f
     write_outputs(nb, chapter.stem, tmp_path, solutions=editions.solutions_for(chapter))
     html = (tmp_path / f"{chapter.stem}.html").read_text(encoding="utf-8")
     copy = (tmp_path / f"{chapter.stem}.ipynb").read_text(encoding="utf-8")
-    assert html.count("<details>") >= 5 and "完整解答" in html          # the fold speaks the edition's language
+    assert (
+        html.count("<details>") >= 5 and "完整解答" in html
+    )  # the fold speaks the edition's language
     assert "<details>" not in copy and not re.search(r"#\s*SOLUTION", copy)
     assert editions.solutions_for(tmp_path / "elsewhere.ipynb") is None

@@ -13,6 +13,7 @@ Divergence rule: batched float32 can differ from one-at-a-time float32 in the la
 divergence is accepted only where the reference's top two logits at that step are within
 1e-4 (a genuine near-tie); each such case is reported with a warning. Anything else fails.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from greedy_match import assert_greedy_match
+
 from llmlab import LLM, SamplingParams
 
 if not torch.cuda.is_available():
@@ -41,13 +42,15 @@ QUESTIONS = [
 
 
 def _chat_ids(tokenizer, text: str) -> list[int]:
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                             add_generation_prompt=True, tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer.encode(rendered)
 
 
-def assert_same_or_near_tie(hf_model, prompts: list[list[int]], ours: list[list[int]],
-                            refs: list[list[int]], label: str) -> int:
+def assert_same_or_near_tie(
+    hf_model, prompts: list[list[int]], ours: list[list[int]], refs: list[list[int]], label: str
+) -> int:
     """Fail on any divergence that is not a near-tie of the reference (tests/greedy_match.py
     computes the reference's logits at the divergence); return the number of exact matches."""
     exact = 0
@@ -68,8 +71,9 @@ def prompt_ids(real_model) -> list[list[int]]:
     chosen = ["s0", "s8", "s11", "m0", "m2", "m6", "m7", "m10", "l0", "l2", "l3", "l4"]
     texts = [by_id[c] for c in chosen]
     passage = by_id["l1"].split("\n\n", 1)[1]
-    texts += [f"Read this text and answer the question.\n\n{passage}\n\nQuestion: {q}"
-              for q in QUESTIONS]
+    texts += [
+        f"Read this text and answer the question.\n\n{passage}\n\nQuestion: {q}" for q in QUESTIONS
+    ]
     return [_chat_ids(tokenizer, t) for t in texts]
 
 
@@ -80,17 +84,23 @@ def hf_outputs(hf_model, prompt_ids) -> list[list[int]]:
     with torch.inference_mode():
         for ids in prompt_ids:
             x = torch.tensor([ids])
-            y = hf_model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=MAX_NEW,
-                                  do_sample=False, pad_token_id=2)
-            outs.append(y[0, len(ids):].tolist())
+            y = hf_model.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=MAX_NEW,
+                do_sample=False,
+                pad_token_id=2,
+            )
+            outs.append(y[0, len(ids) :].tolist())
     return outs
 
 
 def _run(real_model, prompt_ids, **kwargs):
     model, tokenizer = real_model
     llm = LLM(model, tokenizer=tokenizer, max_model_len=1024, **kwargs)
-    outs = llm.generate(prompt_ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW),
-                        use_tqdm=False)
+    outs = llm.generate(
+        prompt_ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW), use_tqdm=False
+    )
     return llm, outs
 
 
@@ -125,10 +135,13 @@ def test_greedy_matches_hf_under_preemption(real_model, hf_model, prompt_ids, hf
     # 64 blocks of 16 hold ~1000 tokens, far less than 16 prompts plus outputs (~2500)
     llm, outs = _run(real_model, prompt_ids, num_kv_blocks=64, max_num_seqs=16)
     assert llm.llm_engine.stats()["preemptions"] > 0
-    assert sum(o.metrics is not None and len(o.metrics.token_times) == len(o.outputs[0].token_ids)
-               for o in outs) == len(outs)
-    assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
-                            hf_outputs, "preemption")
+    assert sum(
+        o.metrics is not None and len(o.metrics.token_times) == len(o.outputs[0].token_ids)
+        for o in outs
+    ) == len(outs)
+    assert_same_or_near_tie(
+        hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs], hf_outputs, "preemption"
+    )
     assert llm.llm_engine.kv_cache_manager.num_free_blocks == 64
 
 
@@ -136,37 +149,58 @@ def test_greedy_matches_hf_with_chunked_prefill(real_model, hf_model, prompt_ids
     """The readable model (attention_backend="torch") with prompts chunked over steps."""
     llm, outs = _run(real_model, prompt_ids, max_num_batched_tokens=48, attention_backend="torch")
     assert llm.llm_engine.stats()["chunked_prefill_steps"] > 0
-    assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
-                            hf_outputs, "chunked")
+    assert_same_or_near_tie(
+        hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs], hf_outputs, "chunked"
+    )
 
 
-def test_greedy_matches_hf_without_caching_or_chunking(real_model, hf_model, prompt_ids,
-                                                        hf_outputs):
-    llm, outs = _run(real_model, prompt_ids, enable_prefix_caching=False,
-                     enable_chunked_prefill=False, max_num_batched_tokens=1024,
-                     scheduling="static", max_num_seqs=6, attention_backend="torch")
+def test_greedy_matches_hf_without_caching_or_chunking(
+    real_model, hf_model, prompt_ids, hf_outputs
+):
+    llm, outs = _run(
+        real_model,
+        prompt_ids,
+        enable_prefix_caching=False,
+        enable_chunked_prefill=False,
+        max_num_batched_tokens=1024,
+        scheduling="static",
+        max_num_seqs=6,
+        attention_backend="torch",
+    )
     assert all(o.num_cached_tokens == 0 for o in outs)
     assert llm.llm_engine.stats()["chunked_prefill_steps"] == 0
-    assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
-                            hf_outputs, "static, no caching, no chunking")
+    assert_same_or_near_tie(
+        hf_model,
+        prompt_ids,
+        [o.outputs[0].token_ids for o in outs],
+        hf_outputs,
+        "static, no caching, no chunking",
+    )
 
 
-def test_greedy_matches_hf_on_the_cpu_backend_with_chunks_and_prefix_hits(real_model, hf_model,
-                                                                           prompt_ids, hf_outputs):
+def test_greedy_matches_hf_on_the_cpu_backend_with_chunks_and_prefix_hits(
+    real_model, hf_model, prompt_ids, hf_outputs
+):
     """The C fast path (attention_backend="cpu", the default here): chunked prompts, prefix-cache
     hits, preemption."""
-    llm, outs = _run(real_model, prompt_ids, attention_backend="cpu", max_num_batched_tokens=96,
-                     num_kv_blocks=96, max_num_seqs=12)
+    llm, outs = _run(
+        real_model,
+        prompt_ids,
+        attention_backend="cpu",
+        max_num_batched_tokens=96,
+        num_kv_blocks=96,
+        max_num_seqs=12,
+    )
     st = llm.llm_engine.stats()
     assert st["chunked_prefill_steps"] > 0 and st["prefix_cache_hits"] > 0
     assert st["preemptions"] > 0
-    assert_same_or_near_tie(hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs],
-                            hf_outputs, "cpu backend")
+    assert_same_or_near_tie(
+        hf_model, prompt_ids, [o.outputs[0].token_ids for o in outs], hf_outputs, "cpu backend"
+    )
     assert llm.llm_engine.kv_cache_manager.num_free_blocks == 96
 
 
-SHORT_ANSWERS = ["Say only the word 'hello'.", "What is the capital of France? One word.",
-                 "Hi!"]
+SHORT_ANSWERS = ["Say only the word 'hello'.", "What is the capital of France? One word.", "Hi!"]
 
 
 def test_min_tokens_masks_eos_like_hf_min_new_tokens(real_model, hf_model):
@@ -178,20 +212,31 @@ def test_min_tokens_masks_eos_like_hf_min_new_tokens(real_model, hf_model):
     eos = sorted(llm.llm_engine.eos_token_ids)
     prompts = [_chat_ids(tokenizer, t) for t in SHORT_ANSWERS]
     min_new, max_new = 12, 16
-    free = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_new),
-                        use_tqdm=False)
-    assert all(len(o.outputs[0].token_ids) < min_new for o in free), \
+    free = llm.generate(
+        prompts, SamplingParams(temperature=0.0, max_tokens=max_new), use_tqdm=False
+    )
+    assert all(len(o.outputs[0].token_ids) < min_new for o in free), (
         "the test needs prompts the model ends early"
-    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_new,
-                                                min_tokens=min_new), use_tqdm=False)
+    )
+    outs = llm.generate(
+        prompts,
+        SamplingParams(temperature=0.0, max_tokens=max_new, min_tokens=min_new),
+        use_tqdm=False,
+    )
     refs = []
     with torch.inference_mode():
         for ids in prompts:
             x = torch.tensor([ids])
-            y = hf_model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new,
-                                  min_new_tokens=min_new, do_sample=False, pad_token_id=2,
-                                  eos_token_id=eos)
-            refs.append(y[0, len(ids):].tolist())
+            y = hf_model.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=max_new,
+                min_new_tokens=min_new,
+                do_sample=False,
+                pad_token_id=2,
+                eos_token_id=eos,
+            )
+            refs.append(y[0, len(ids) :].tolist())
     ours = [o.outputs[0].token_ids for o in outs]
     for got in ours:
         assert len(got) >= min_new and not set(got[:min_new]) & set(eos)
@@ -207,14 +252,17 @@ def test_llm_by_name_with_text_prompt_matches_hf(hf_model):
     assert out.prompt == prompt and out.prompt_token_ids == ids
     with torch.inference_mode():
         x = torch.tensor([ids])
-        ref = hf_model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=12,
-                                do_sample=False, pad_token_id=2)[0, len(ids):].tolist()
+        ref = hf_model.generate(
+            x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False, pad_token_id=2
+        )[0, len(ids) :].tolist()
     assert_same_or_near_tie(hf_model, [ids], [out.outputs[0].token_ids], [ref], "by name")
-    assert out.outputs[0].text == tokenizer.decode(out.outputs[0].token_ids,
-                                                   skip_special_tokens=True)
+    assert out.outputs[0].text == tokenizer.decode(
+        out.outputs[0].token_ids, skip_special_tokens=True
+    )
 
 
 # ---- triton backend on the tiny model -----------------------------------------------------
+
 
 @pytest.mark.triton
 def test_triton_backend_matches_torch_backend_and_hf_tiny():
@@ -225,32 +273,45 @@ def test_triton_backend_matches_torch_backend_and_hf_tiny():
     model = tiny_model(seed=3)
     cfg = transformers.LlamaConfig(**model.config.to_hf_dict())
     hf = transformers.LlamaForCausalLM(cfg).eval()
-    state = {(k if k.startswith("lm_head") else f"model.{k}"): v
-             for k, v in model.state_dict().items()}
+    state = {
+        (k if k.startswith("lm_head") else f"model.{k}"): v for k, v in model.state_dict().items()
+    }
     missing, unexpected = hf.load_state_dict(state, strict=False)
     assert not unexpected and all("lm_head" in k for k in missing)
     hf.tie_weights()
-    hf.generation_config.eos_token_id = None      # like ignore_eos: never stop early
+    hf.generation_config.eos_token_id = None  # like ignore_eos: never stop early
 
     g = torch.Generator().manual_seed(5)
-    lens = [5, 19, 33, 12]          # crosses block boundaries of 8
+    lens = [5, 19, 33, 12]  # crosses block boundaries of 8
     prompts = [torch.randint(3, 512, (n,), generator=g).tolist() for n in lens]
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     results = {}
     for backend in ("torch", "triton"):
-        llm = LLM(model, block_size=8, max_model_len=64, max_num_batched_tokens=32,
-                  attention_backend=backend)
-        results[backend] = [o.outputs[0].token_ids for o in
-                            llm.generate(prompts, params, use_tqdm=False)]
+        llm = LLM(
+            model,
+            block_size=8,
+            max_model_len=64,
+            max_num_batched_tokens=32,
+            attention_backend=backend,
+        )
+        results[backend] = [
+            o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)
+        ]
         assert llm.llm_engine.stats()["chunked_prefill_steps"] > 0
     refs = []
     with torch.inference_mode():
         for p in prompts:
             x = torch.tensor([p])
-            y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=6,
-                            do_sample=False, pad_token_id=0)
-            refs.append(y[0, len(p):].tolist())
+            y = hf.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=6,
+                do_sample=False,
+                pad_token_id=0,
+            )
+            refs.append(y[0, len(p) :].tolist())
     assert_same_or_near_tie(hf, prompts, results["torch"], refs, "tiny torch")
     assert_same_or_near_tie(hf, prompts, results["triton"], refs, "tiny triton")
     assert results["triton"] == results["torch"] or pytest.fail(
-        f"triton {results['triton']} != torch {results['torch']}")
+        f"triton {results['triton']} != torch {results['torch']}"
+    )

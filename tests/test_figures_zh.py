@@ -3,6 +3,7 @@ Chinese titles and labels, drawn without a "Glyph ... missing" warning (the CJK 
 no title, axis label or legend entry is left in English; the widgets' labels, readouts and the
 printed tables' headers are Chinese too, the tables still lined up. After `set_language("en")`
 the same calls give the English text again."""
+
 from __future__ import annotations
 
 import io
@@ -17,20 +18,57 @@ matplotlib.use("Agg")
 
 from llmlab import i18n  # noqa: E402
 from llmlab.analysis import roofline
-from llmlab.course.check.ch12 import DECODE_STARTS_AT, LOOP_STEPS, LOOP_WITH_CACHE  # noqa: E402
-from llmlab.config import get_config  # noqa: E402
 from llmlab.analysis.hardware import get_hardware  # noqa: E402
 from llmlab.analysis.metrics import Timeline, summarize  # noqa: E402
+from llmlab.config import get_config  # noqa: E402
+from llmlab.course.check.ch12 import DECODE_STARTS_AT, LOOP_STEPS, LOOP_WITH_CACHE  # noqa: E402
 
 CJK = re.compile(r"[\u3400-\u9fff]")
 # words that stay in English inside Chinese text (the glossary's English terms, units, code names)
 # and so may make up a label that has no Chinese character
-KEPT = {"token", "tokens", "prefill", "decode", "batch", "batching", "cache", "roofline", "bound", "goodput",
-        "gloo", "ring", "max_model_len", "max_num_batched_tokens", "nvlink", "pcie", "req", "tok",
-        "mha", "gqa", "mqa", "mla", "ttft", "tpot", "itl", "e2el", "ttlt", "slo", "flop", "gib",
-        "kib", "dtype", "head_dim", "top_k", "top_p", "gpu", "vocab_size", "hidden_size",
-        "static", "continuous"}     # "static batching", "continuous batching": the glossary keeps them
-KEPT |= set(LOOP_STEPS)          # chapter 12's loop: its steps are the names the exercise asks for
+KEPT = {
+    "token",
+    "tokens",
+    "prefill",
+    "decode",
+    "batch",
+    "batching",
+    "cache",
+    "roofline",
+    "bound",
+    "goodput",
+    "gloo",
+    "ring",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "nvlink",
+    "pcie",
+    "req",
+    "tok",
+    "mha",
+    "gqa",
+    "mqa",
+    "mla",
+    "ttft",
+    "tpot",
+    "itl",
+    "e2el",
+    "ttlt",
+    "slo",
+    "flop",
+    "gib",
+    "kib",
+    "dtype",
+    "head_dim",
+    "top_k",
+    "top_p",
+    "gpu",
+    "vocab_size",
+    "hidden_size",
+    "static",
+    "continuous",
+}  # "static batching", "continuous batching": the glossary keeps them
+KEPT |= set(LOOP_STEPS)  # chapter 12's loop: its steps are the names the exercise asks for
 
 
 @pytest.fixture
@@ -50,7 +88,7 @@ def _drawn(build):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fig = build()
-        fig = getattr(fig, "figure", fig)            # some plot functions return the Axes
+        fig = getattr(fig, "figure", fig)  # some plot functions return the Axes
         fig.savefig(io.BytesIO(), format="png")
     plt.close(fig)
     return fig, [str(w.message) for w in caught if "Glyph" in str(w.message)]
@@ -72,19 +110,28 @@ def _english_left(texts: list[str]) -> list[str]:
     """The texts with no Chinese character that hold an English word outside KEPT (words in
     capitals, such as HBM or BPE, are names and count as kept)."""
     words = (re.findall(r"(?<![\w.-])[A-Za-z_]{3,}(?![\w.-])", t) for t in texts)
-    return [t for t, ws in zip(texts, words) if not CJK.search(t)
-            and any(w.lower() not in KEPT and not w.isupper() for w in ws)]
+    return [
+        t
+        for t, ws in zip(texts, words)
+        if not CJK.search(t) and any(w.lower() not in KEPT and not w.isupper() for w in ws)
+    ]
 
 
 def _step(kind, batch, seconds):
-    return roofline.StepMeasurement(kind, batch, 16, seconds, roofline.Operation("x", flops=1e9, bytes=1e8))
+    return roofline.StepMeasurement(
+        kind, batch, 16, seconds, roofline.Operation("x", flops=1e9, bytes=1e8)
+    )
 
 
 def _summaries():
-    a = summarize([Timeline(0.0, (0.2, 0.3, 0.4)), Timeline(0.1, (0.5, 0.7)), Timeline(0.2, (0.6,))],
-                  slo={"ttft": 0.25, "tpot": 0.15})
-    b = summarize([Timeline(0.0, (0.3, 0.5, 0.7, 0.9)), Timeline(0.05, (0.8, 0.9))],
-                  slo={"ttft": 0.25, "tpot": 0.15})
+    a = summarize(
+        [Timeline(0.0, (0.2, 0.3, 0.4)), Timeline(0.1, (0.5, 0.7)), Timeline(0.2, (0.6,))],
+        slo={"ttft": 0.25, "tpot": 0.15},
+    )
+    b = summarize(
+        [Timeline(0.0, (0.3, 0.5, 0.7, 0.9)), Timeline(0.05, (0.8, 0.9))],
+        slo={"ttft": 0.25, "tpot": 0.15},
+    )
     return {2.0: a, 8.0: b}
 
 
@@ -107,73 +154,176 @@ def _sampling_settings():
     from llmlab.course.widgets.sampling import prompt_logits
 
     model, bpe = _tiny()
-    return ch03.sampling_settings(prompt_logits("the cat", model, bpe), bpe,
-                                  [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 5}], "the cat")
+    return ch03.sampling_settings(
+        prompt_logits("the cat", model, bpe),
+        bpe,
+        [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 5}],
+        "the cat",
+    )
 
 
 def _chapter_figures():
     """(name, build) of at least one figure of every chapter module, and of the widgets' plots."""
-    from llmlab.course.figures import (ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10,
-                                ch11, ch12)
+    from llmlab.course.figures import (
+        ch00,
+        ch01,
+        ch02,
+        ch03,
+        ch04,
+        ch05,
+        ch06,
+        ch07,
+        ch08,
+        ch09,
+        ch10,
+        ch11,
+        ch12,
+    )
     from llmlab.course.widgets import blocks, kv, memory, metrics, parallel
     from llmlab.course.widgets import roofline as roofline_widget
 
-    steps8 = [roofline.StepMeasurement("decode", b, 63, s, roofline.decode_step(get_config("smollm2-135m"), b, 64, 4))
-              for b, s in {1: 0.010, 8: 0.020}.items()]
-    dp_rows = [{"arrivals/s": r, "replicas": n, "tokens/s": 100.0 * r, "mean latency s": 1.0 + r / n}
-               for r in (1, 2) for n in (1, 2)]
-    timelines = [SimpleNamespace(stage=s, intervals=[(0.0 + s, 0.5 + s), (0.6 + s, 1.0 + s)]) for s in (0, 1)]
+    steps8 = [
+        roofline.StepMeasurement(
+            "decode", b, 63, s, roofline.decode_step(get_config("smollm2-135m"), b, 64, 4)
+        )
+        for b, s in {1: 0.010, 8: 0.020}.items()
+    ]
+    dp_rows = [
+        {"arrivals/s": r, "replicas": n, "tokens/s": 100.0 * r, "mean latency s": 1.0 + r / n}
+        for r in (1, 2)
+        for n in (1, 2)
+    ]
+    timelines = [
+        SimpleNamespace(stage=s, intervals=[(0.0 + s, 0.5 + s), (0.6 + s, 1.0 + s)]) for s in (0, 1)
+    ]
     return [
         ("ch00.chapter_map", ch00.chapter_map),
-        ("ch01.token_ratios", lambda: ch01.token_ratios({"BPE": {"tokens per English word": 1.2,
-                                                                 "tokens per Chinese character": 1.5}})),
+        (
+            "ch01.token_ratios",
+            lambda: ch01.token_ratios(
+                {"BPE": {"tokens per English word": 1.2, "tokens per Chinese character": 1.5}}
+            ),
+        ),
         ("ch01.vocab_sizes", lambda: ch01.vocab_sizes(["a", "b"], [32000, 128000], [2048, 4096])),
         ("ch02.gqa_grouping", ch02.gqa_grouping),
-        ("ch02.attention_heatmaps", lambda: ch02.attention_heatmaps(_tiny()[0], [5, 6, 7], ["a", "b", "c"])),
+        (
+            "ch02.attention_heatmaps",
+            lambda: ch02.attention_heatmaps(_tiny()[0], [5, 6, 7], ["a", "b", "c"]),
+        ),
         ("ch02.rope_scores", lambda: ch02.rope_scores({(5, 3): 1.0, (12, 10): 1.0, (3, 5): -0.5})),
-        ("ch03.naive_step_times", lambda: ch03.naive_step_times([8, 16], [0.01, 0.02], [8], [0.011],
-                                                                gpu_seconds=[0.001, 0.001])),
+        (
+            "ch03.naive_step_times",
+            lambda: ch03.naive_step_times(
+                [8, 16], [0.01, 0.02], [8], [0.011], gpu_seconds=[0.001, 0.001]
+            ),
+        ),
         ("ch03.sampling_settings", _sampling_settings),
-        ("ch04.plot_step_times", lambda: ch04.plot_step_times([8, 16], [0.01, 0.02], [0.005, 0.005],
-                                                              [8, 16], [0.001, 0.002], [0.001, 0.001])),
+        (
+            "ch04.plot_step_times",
+            lambda: ch04.plot_step_times(
+                [8, 16], [0.01, 0.02], [0.005, 0.005], [8, 16], [0.001, 0.002], [0.001, 0.001]
+            ),
+        ),
         ("ch04.plot_seed_example", lambda: ch04.plot_seed_example(1.34e9, 5.4e9)),
         ("ch04.plot_kv_layouts", lambda: ch04.plot_kv_layouts(["llama-3-8b"])),
-        ("ch05.plot_prefill_decode", lambda: ch05.plot_prefill_decode([8, 16], [0.02, 0.03], [8, 16], [0.01, 0.01],
-                                                                      [0.001, 0.001], [0.002, 0.002])),
-        ("ch05.plot_intensity", lambda: ch05.plot_intensity([1, 64], [1.0, 60.0], [1.0, 50.0], 295.0)),
+        (
+            "ch05.plot_prefill_decode",
+            lambda: ch05.plot_prefill_decode(
+                [8, 16], [0.02, 0.03], [8, 16], [0.01, 0.01], [0.001, 0.001], [0.002, 0.002]
+            ),
+        ),
+        (
+            "ch05.plot_intensity",
+            lambda: ch05.plot_intensity([1, 64], [1.0, 60.0], [1.0, 50.0], 295.0),
+        ),
         ("ch06.chip_memory", ch06.chip_memory),
-        ("ch07.throughput_vs_batch", lambda: ch07.throughput_vs_batch(
-            [_step("decode", 1, 0.02), _step("decode", 4, 0.04)], "CPU", get_config("llama-3-70b"),
-            gpu_batches=(1, 8))),
-        ("ch08.batch_scaling", lambda: ch08.batch_scaling(steps8, get_hardware("A100-80GB"),
-                                                          get_config("smollm2-135m"))),
+        (
+            "ch07.throughput_vs_batch",
+            lambda: ch07.throughput_vs_batch(
+                [_step("decode", 1, 0.02), _step("decode", 4, 0.04)],
+                "CPU",
+                get_config("llama-3-70b"),
+                gpu_batches=(1, 8),
+            ),
+        ),
+        (
+            "ch08.batch_scaling",
+            lambda: ch08.batch_scaling(
+                steps8, get_hardware("A100-80GB"), get_config("smollm2-135m")
+            ),
+        ),
         ("ch09.dp_replicas", lambda: ch09.dp_replicas(dp_rows)),
         ("ch09.allreduce_cpu_vs_gpu", lambda: ch09.allreduce_cpu_vs_gpu(1e-3, 8e3)),
         ("ch10.ttlt_prediction", lambda: ch10.ttlt_prediction(_summaries())),
         ("ch10.goodput_vs_rate", lambda: ch10.goodput_vs_rate(_summaries(), {"ttft": 0.25})),
-        ("ch10.tpot_vs_batch", lambda: ch10.tpot_vs_batch({1: 0.01, 4: 0.02}, {"H100": {1: 0.01, 4: 0.0101}})),
-        ("ch11.token_split", lambda: ch11.token_split([{"prefill": 60, "decode": 4}, {"prefill": 20, "decode": 5}], 64)),
-        ("ch11.throughput_bars", lambda: ch11.throughput_bars({"systems": {"llmlab": {"tok_per_s": 50.0},
-                                                                           "hf-sequential": {"tok_per_s": 10.0}},
-                                                               "settings": {"num_requests": 8},
-                                                               "machine": {"threads": 2}})),
+        (
+            "ch10.tpot_vs_batch",
+            lambda: ch10.tpot_vs_batch({1: 0.01, 4: 0.02}, {"H100": {1: 0.01, 4: 0.0101}}),
+        ),
+        (
+            "ch11.token_split",
+            lambda: ch11.token_split(
+                [{"prefill": 60, "decode": 4}, {"prefill": 20, "decode": 5}], 64
+            ),
+        ),
+        (
+            "ch11.throughput_bars",
+            lambda: ch11.throughput_bars(
+                {
+                    "systems": {
+                        "llmlab": {"tok_per_s": 50.0},
+                        "hf-sequential": {"tok_per_s": 10.0},
+                    },
+                    "settings": {"num_requests": 8},
+                    "machine": {"threads": 2},
+                }
+            ),
+        ),
         ("ch12.terms_per_chapter", ch12.terms_per_chapter),
         ("ch12.generation_loop", lambda: ch12.generation_loop(LOOP_WITH_CACHE, DECODE_STARTS_AT)),
         ("widgets.kv.plot_kv_memory", lambda: kv.plot_kv_memory(weight_bytes=140e9)),
         ("widgets.memory.plot_weight_read", lambda: memory.plot_weight_read(70, "bf16", 3.0)),
         ("widgets.roofline.plot_roofline_explorer", roofline_widget.plot_roofline_explorer),
-        ("widgets.parallel.plot_parallel_cost", lambda: parallel.plot_parallel_cost(model="llama-3-70b", tp=4)),
-        ("widgets.parallel.plot_pipeline_timeline", lambda: parallel.plot_pipeline_timeline(timelines)),
-        ("widgets.parallel.plot_bubble", lambda: parallel.plot_bubble({1: {"theory": 0.5, "measured": 0.55},
-                                                                      4: {"theory": 0.2, "measured": 0.3}})),
-        ("widgets.metrics.plot_latency_cdfs", lambda: metrics.plot_latency_cdfs({"2/s": _summaries()[2.0]})),
-        ("widgets.metrics.plot_percentiles_vs_rate", lambda: metrics.plot_percentiles_vs_rate(_summaries())),
-        ("widgets.metrics.plot_request_timelines", lambda: metrics.plot_request_timelines(_summaries()[8.0])),
+        (
+            "widgets.parallel.plot_parallel_cost",
+            lambda: parallel.plot_parallel_cost(model="llama-3-70b", tp=4),
+        ),
+        (
+            "widgets.parallel.plot_pipeline_timeline",
+            lambda: parallel.plot_pipeline_timeline(timelines),
+        ),
+        (
+            "widgets.parallel.plot_bubble",
+            lambda: parallel.plot_bubble(
+                {1: {"theory": 0.5, "measured": 0.55}, 4: {"theory": 0.2, "measured": 0.3}}
+            ),
+        ),
+        (
+            "widgets.metrics.plot_latency_cdfs",
+            lambda: metrics.plot_latency_cdfs({"2/s": _summaries()[2.0]}),
+        ),
+        (
+            "widgets.metrics.plot_percentiles_vs_rate",
+            lambda: metrics.plot_percentiles_vs_rate(_summaries()),
+        ),
+        (
+            "widgets.metrics.plot_request_timelines",
+            lambda: metrics.plot_request_timelines(_summaries()[8.0]),
+        ),
         ("widgets.metrics.plot_arrivals", lambda: metrics.plot_arrivals(2.0, 2.0, 50)),
-        ("widgets.metrics.plot_latency_vs_load", lambda: metrics.plot_latency_vs_load(_summaries())),
-        ("widgets.metrics.plot_throughput_latency", lambda: metrics.plot_throughput_latency({"HTTP": _summaries()})),
+        (
+            "widgets.metrics.plot_latency_vs_load",
+            lambda: metrics.plot_latency_vs_load(_summaries()),
+        ),
+        (
+            "widgets.metrics.plot_throughput_latency",
+            lambda: metrics.plot_throughput_latency({"HTTP": _summaries()}),
+        ),
         ("widgets.metrics.plot_serving", lambda: metrics.plot_serving(batch=64, max_batch=4096)),
-        ("widgets.blocks.plot_block_tables", lambda: blocks.plot_block_tables(blocks.manager_walkthrough()[2])),
+        (
+            "widgets.blocks.plot_block_tables",
+            lambda: blocks.plot_block_tables(blocks.manager_walkthrough()[2]),
+        ),
         *_module_figures(),
     ]
 
@@ -186,23 +336,44 @@ def _module_figures():
 
     cfg = get_config("smollm2-135m")
     cpu = get_hardware("laptop-cpu").replace(name="test cpu, 2 threads", measured=True)
-    steps = [roofline.StepMeasurement("decode", b, 64, 0.02 * b ** 0.5, roofline.decode_step(cfg, b, 65, 4))
-             for b in (1, 4)] + [roofline.StepMeasurement("prefill", 1, 32, 0.05, roofline.prefill_step(cfg, 32))]
+    steps = [
+        roofline.StepMeasurement(
+            "decode", b, 64, 0.02 * b**0.5, roofline.decode_step(cfg, b, 65, 4)
+        )
+        for b in (1, 4)
+    ] + [roofline.StepMeasurement("prefill", 1, 32, 0.05, roofline.prefill_step(cfg, 32))]
     cfg70 = get_config("llama-3-70b")
     trace = sim.make_trace(6, 1.0, 4, seed=0)
-    mountain = hardware.MountainResult([16384, 1 << 20], [1e11, 5e10], "cpu", 1,
-                                       [{"level": 1, "type": "Data", "size": 49152}])
+    mountain = hardware.MountainResult(
+        [16384, 1 << 20], [1e11, 5e10], "cpu", 1, [{"level": 1, "type": "Data", "size": 49152}]
+    )
     return [
-        ("roofline.plot_roofline", lambda: roofline.plot_roofline(
-            ["H100-SXM", cpu], ops=[roofline.decode_gemv(cfg70, 1), roofline.decode_attention(cfg70, 1, 1024),
-                                    roofline.decode_step(cfg70, 8, 1024), roofline.prefill_gemm(cfg70, 512),
-                                    roofline.prefill_step(cfg70, 512)])),
+        (
+            "roofline.plot_roofline",
+            lambda: roofline.plot_roofline(
+                ["H100-SXM", cpu],
+                ops=[
+                    roofline.decode_gemv(cfg70, 1),
+                    roofline.decode_attention(cfg70, 1, 1024),
+                    roofline.decode_step(cfg70, 8, 1024),
+                    roofline.prefill_gemm(cfg70, 512),
+                    roofline.prefill_step(cfg70, 512),
+                ],
+            ),
+        ),
         ("roofline.plot_measured_roofline", lambda: roofline.plot_measured_roofline(cpu, steps)),
-        ("roofline.plot_batch_sweep", lambda: roofline.plot_batch_sweep(cfg70, "H100-SXM", (1, 64, 512))[0]),
+        (
+            "roofline.plot_batch_sweep",
+            lambda: roofline.plot_batch_sweep(cfg70, "H100-SXM", (1, 64, 512))[0],
+        ),
         ("roofline.plot_measured_batches", lambda: roofline.plot_measured_batches(cpu, steps)[0]),
         ("sim.plot_compare", lambda: sim.plot_compare(sim.compare(trace, max_batch=2))),
-        ("sim.plot_compare_seconds", lambda: sim.plot_compare(sim.compare(trace, max_batch=2), time_unit="s",
-                                                              time_scale=0.01)),
+        (
+            "sim.plot_compare_seconds",
+            lambda: sim.plot_compare(
+                sim.compare(trace, max_batch=2), time_unit="s", time_scale=0.01
+            ),
+        ),
         ("sim.plot_gantt", lambda: sim.plot_gantt(sim.simulate(trace, "static", 2))),
         ("sim.plot_kv_waste", lambda: sim.plot_kv_waste(sim.kv_memory_waste(trace, 64, 16, 4))),
         ("hardware.plot_memory_mountain", lambda: hardware.plot_memory_mountain(mountain)),
@@ -221,7 +392,9 @@ def test_figure_speaks_chinese_with_every_glyph_drawn(zh, name):
     fig, glyphs = _drawn(build)
     assert glyphs == [], f"{name}: {glyphs[:3]}"
     titles = [t.get_text() for t in (fig._suptitle, fig._supxlabel) if t is not None]
-    titles += [text for ax in fig.axes for text in (ax.get_title(), ax.get_xlabel(), ax.get_ylabel())]
+    titles += [
+        text for ax in fig.axes for text in (ax.get_title(), ax.get_xlabel(), ax.get_ylabel())
+    ]
     assert any(CJK.search(t) for t in titles), f"{name}: no Chinese in {titles}"
     left = _english_left(_labels(fig))
     assert left == [], f"{name}: still English: {left}"
@@ -246,18 +419,30 @@ def test_roofline_sim_and_hardware_plots_switch_back_to_their_english(zh):
     op = roofline.decode_attention(cfg70, 1, 1024)
     assert op.name == "decode 注意力，batch 1，上下文 1024"
     assert CJK.search(roofline.place(op, "H100-SXM").summary())
-    fig, _ = _drawn(lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2)))
+    fig, _ = _drawn(
+        lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2))
+    )
     assert fig.axes[0].get_title().startswith("模拟：static batching，batch 上限 2，")
     i18n.set_language("en")
     op = roofline.decode_attention(cfg70, 1, 1024)
     assert op.name == "decode attention, batch 1, context 1024"
-    assert roofline.place(op, "H100-SXM").summary().startswith("decode attention, batch 1, context 1024: intensity ")
+    assert (
+        roofline.place(op, "H100-SXM")
+        .summary()
+        .startswith("decode attention, batch 1, context 1024: intensity ")
+    )
     ax = roofline.plot_roofline(["H100-SXM"], ops=[op])
-    assert (ax.get_xlabel(), ax.get_title()) == ("arithmetic intensity (FLOP / byte, log scale)",
-                                                 "Roofline, dense bf16 peaks")
+    assert (ax.get_xlabel(), ax.get_title()) == (
+        "arithmetic intensity (FLOP / byte, log scale)",
+        "Roofline, dense bf16 peaks",
+    )
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["H100-SXM (bf16, datasheet)"]
-    fig, _ = _drawn(lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2)))
-    assert fig.axes[0].get_title().startswith("simulated: static batching, max batch 2 - throughput ")
+    fig, _ = _drawn(
+        lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2))
+    )
+    assert (
+        fig.axes[0].get_title().startswith("simulated: static batching, max batch 2 - throughput ")
+    )
     assert fig.axes[-1].get_xlabel() == "time (steps)"
     assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["static", "continuous"]
     assert hardware.plot_hierarchy("H100-SXM").get_xlabel() == "capacity (bytes, log scale)"
@@ -273,31 +458,51 @@ def test_printed_tables_have_chinese_headers_and_stay_aligned(zh):
     from llmlab.course.figures import ch06, ch08
     from llmlab.course.widgets import blocks
 
-    for text in (blocks.table_text([{"block": 1, "held by": "A,B", "ref_cnt": 2}, {"block": 12, "held by": "-",
-                                                                                  "ref_cnt": 0}]),
-                 ch08.text_table([{"policy": "static", "steps": 40, "mean batch": 3.5}]),
-                 ch06.table_text({"H100-SXM": {"bandwidth TB/s": 3.35, "SMs": 132}}, "preset")):
+    for text in (
+        blocks.table_text(
+            [
+                {"block": 1, "held by": "A,B", "ref_cnt": 2},
+                {"block": 12, "held by": "-", "ref_cnt": 0},
+            ]
+        ),
+        ch08.text_table([{"policy": "static", "steps": 40, "mean batch": 3.5}]),
+        ch06.table_text({"H100-SXM": {"bandwidth TB/s": 3.35, "SMs": 132}}, "preset"),
+    ):
         lines = text.splitlines()
         assert CJK.search(lines[0]), lines[0]
-        assert len({_width(line) for line in lines}) == 1, text        # every line as wide on screen
-    assert "持有者" in blocks.table_text([{"held by": "A"}]) and "策略" in ch08.text_table([{"policy": "x"}])
+        assert len({_width(line) for line in lines}) == 1, text  # every line as wide on screen
+    assert "持有者" in blocks.table_text([{"held by": "A"}]) and "策略" in ch08.text_table(
+        [{"policy": "x"}]
+    )
     i18n.set_language("en")
     assert blocks.table_text([{"block": 1, "held by": "A"}]).splitlines()[0] == "block  held by"
 
 
 def test_widgets_label_their_controls_and_readouts_in_chinese(zh):
-    from llmlab.course.widgets import batching, blocks, kv, memory, metrics, parallel, roofline as rw
-    from llmlab.course.widgets import sampling, tokens
+    from llmlab.course.widgets import (
+        batching,
+        blocks,
+        kv,
+        memory,
+        metrics,
+        parallel,
+        sampling,
+        tokens,
+    )
+    from llmlab.course.widgets import roofline as rw
 
-    boxes = {"kv_calculator": kv.kv_calculator(), "roofline_explorer": rw.roofline_explorer(),
-             "weight_read_explorer": memory.weight_read_explorer(),
-             "parallelism_explorer": parallel.parallelism_explorer(),
-             "batching_simulator": batching.batching_simulator(num_requests=8),
-             "arrival_explorer": metrics.arrival_explorer(num_requests=40),
-             "serving_explorer": metrics.serving_explorer(),
-             "block_allocation_explorer": blocks.block_allocation_explorer(),
-             "token_viewer": tokens.token_viewer("the cat", _tiny()[1]),
-             "sampling_explorer": sampling.sampling_explorer("the cat", *_tiny())}
+    boxes = {
+        "kv_calculator": kv.kv_calculator(),
+        "roofline_explorer": rw.roofline_explorer(),
+        "weight_read_explorer": memory.weight_read_explorer(),
+        "parallelism_explorer": parallel.parallelism_explorer(),
+        "batching_simulator": batching.batching_simulator(num_requests=8),
+        "arrival_explorer": metrics.arrival_explorer(num_requests=40),
+        "serving_explorer": metrics.serving_explorer(),
+        "block_allocation_explorer": blocks.block_allocation_explorer(),
+        "token_viewer": tokens.token_viewer("the cat", _tiny()[1]),
+        "sampling_explorer": sampling.sampling_explorer("the cat", *_tiny()),
+    }
     for name, box in boxes.items():
         controls, readouts = [], []
         todo = [box]
@@ -334,11 +539,17 @@ def _chinese_strings():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "llmlab"
-    files = sorted((root / "course" / "figures").glob("*.py")) + sorted((root / "course" / "widgets").glob("*.py"))
+    files = sorted((root / "course" / "figures").glob("*.py")) + sorted(
+        (root / "course" / "widgets").glob("*.py")
+    )
     files += [root / "analysis" / name for name in ("roofline.py", "sim.py", "hardware.py")]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CJK.search(node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and CJK.search(node.value)
+            ):
                 yield path.name, node.value
 
 
@@ -348,7 +559,10 @@ def test_chinese_labels_use_the_glossary_terms():
     entries = load_glossary()
     strings = list(_chinese_strings())
     assert len(strings) > 200
-    found = [(name, use.found, use.primary, text) for name, text in strings
-             for use in zh_synonym_uses(text, entries)]
+    found = [
+        (name, use.found, use.primary, text)
+        for name, text in strings
+        for use in zh_synonym_uses(text, entries)
+    ]
     assert found == []
     assert not [(name, text) for name, text in strings if "内核" in text or "对数几率" in text]

@@ -1,9 +1,10 @@
 """The chapter 03/04 generation loops: same tokens as transformers' generate."""
+
 from __future__ import annotations
 
 import pytest
-
 from greedy_match import assert_greedy_match, hf_greedy
+
 from llmlab import generate
 from llmlab.model import tiny_model
 from llmlab.sampling import SamplingParams
@@ -23,8 +24,12 @@ PROMPTS = [
 def test_both_loops_agree_on_the_tiny_model():
     model = tiny_model(seed=1)
     prompt = [3, 17, 99, 250, 4]
-    a = generate.generate_no_cache(model, prompt, 20, SamplingParams(temperature=0, ignore_eos=True))
-    b = generate.generate_with_cache(model, prompt, 20, SamplingParams(temperature=0, ignore_eos=True))
+    a = generate.generate_no_cache(
+        model, prompt, 20, SamplingParams(temperature=0, ignore_eos=True)
+    )
+    b = generate.generate_with_cache(
+        model, prompt, 20, SamplingParams(temperature=0, ignore_eos=True)
+    )
     assert a.token_ids == b.token_ids and len(a.token_ids) == 20
     # the naive loop processes the whole sequence each step; the cached one a single token
     assert a.tokens_processed == sum(len(prompt) + i for i in range(20))
@@ -37,7 +42,9 @@ def test_seeded_sampling_is_reproducible_in_both_loops():
     p = SamplingParams(temperature=1.0, top_p=0.9, seed=123, ignore_eos=True)
     a = generate.generate_with_cache(model, [5, 6, 7], 15, p)
     b = generate.generate_no_cache(model, [5, 6, 7], 15, p)
-    c = generate.generate_with_cache(model, [5, 6, 7], 15, SamplingParams(temperature=1.0, seed=124, ignore_eos=True))
+    c = generate.generate_with_cache(
+        model, [5, 6, 7], 15, SamplingParams(temperature=1.0, seed=124, ignore_eos=True)
+    )
     assert a.token_ids == b.token_ids
     assert a.token_ids != c.token_ids
 
@@ -80,11 +87,11 @@ def test_min_tokens_bans_stop_tokens_as_the_engine_does(loop):
 
     model = tiny_model(seed=3)
     prompt = [5, 9, 17, 33]
-    first = generate_with_cache(model, prompt, 1).token_ids[0]        # greedy's first token
+    first = generate_with_cache(model, prompt, 1).token_ids[0]  # greedy's first token
     params = SamplingParams(temperature=0.0, min_tokens=4, stop_token_ids=[first], max_tokens=12)
     run = generate_no_cache if loop == "no_cache" else generate_with_cache
     got = run(model, prompt, 12, params).token_ids
     want = LLM(model, max_model_len=64).generate([prompt], params, use_tqdm=False)[0].outputs[0]
     assert got == want.token_ids
     assert first not in got[:4] and len(got) >= 4
-    assert got[-1] == first or len(got) == 12                          # stopped by it, or length
+    assert got[-1] == first or len(got) == 12  # stopped by it, or length

@@ -1,6 +1,7 @@
 """llmlab.course.glossary and data/glossary.json: every term in both languages, A–Z, each chapter's
 terms introduced in its notebook, and every "term (中文)" in a notebook found in the glossary
 (asserted for chapters 11–12; other notebooks' misses are printed for the lead)."""
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,7 @@ def test_no_chinese_name_belongs_to_two_terms(entries):
 def test_lookup_finds_any_name_and_rejects_unknown(entries):
     assert g.lookup("TPOT", entries).term == "time per output token"
     assert g.lookup("预填充", entries).term == "prefill"
-    assert g.lookup("填充", entries).term == "prefill"          # the seed's own word
+    assert g.lookup("填充", entries).term == "prefill"  # the seed's own word
     assert g.lookup("kv CACHE", entries).term == "KV cache"
     with pytest.raises(ValueError, match="not in the glossary"):
         g.lookup("flux capacitor", entries)
@@ -66,7 +67,9 @@ def test_bad_documents_are_rejected_with_the_field_named():
 
 def test_markdown_table_has_a_row_per_term_under_its_letter(entries):
     md = g.glossary_markdown(entries)
-    rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| term")]
+    rows = [
+        line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| term")
+    ]
     assert len(rows) == len(entries)
     letters = [line.strip("*") for line in md.splitlines() if line.startswith("**")]
     assert letters == sorted(set(e.letter for e in entries))
@@ -80,8 +83,10 @@ def test_terms_per_chapter_counts_every_entry(entries):
 
 
 def test_scanner_finds_the_forms_notebooks_use():
-    text = ("*prefill* (预填充) then **decode** (解码); GQA (grouped-query attention, 分组查询注意力)\n"
-            "throughput (吞吐, tokens/s) and full width KV cache（KV 缓存）; not (this) or (x, y).")
+    text = (
+        "*prefill* (预填充) then **decode** (解码); GQA (grouped-query attention, 分组查询注意力)\n"
+        "throughput (吞吐, tokens/s) and full width KV cache（KV 缓存）; not (this) or (x, y)."
+    )
     uses = g.find_term_uses(text, "nb", 3)
     assert [u.zh for u in uses] == ["预填充", "解码", "分组查询注意力", "吞吐", "KV 缓存"]
     assert uses[0].english.endswith("prefill") and uses[1].english.endswith("decode")
@@ -89,8 +94,12 @@ def test_scanner_finds_the_forms_notebooks_use():
 
 
 def test_unknown_uses_are_reported(tmp_path, entries):
-    nb = {"cells": [{"cell_type": "markdown", "source": ["A block table (块表) and a foo (未知术语)."]},
-                    {"cell_type": "code", "source": "x = 1  # 未知 (未知)"}]}
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["A block table (块表) and a foo (未知术语)."]},
+            {"cell_type": "code", "source": "x = 1  # 未知 (未知)"},
+        ]
+    }
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     missing = g.unknown_term_uses([path], entries)
@@ -112,7 +121,9 @@ def test_chapter_11_introduces_every_term_it_owns(entries):
     uses = g.notebook_term_uses(ROOT / "notebooks" / "11-vllm-arrives.ipynb")
     introduced = {g.find_zh(u.zh, entries).term for u in uses if g.find_zh(u.zh, entries)}
     owned = {e.term for e in entries if e.chapter == 11}
-    assert owned <= introduced, f"chapter 11 terms never introduced there: {sorted(owned - introduced)}"
+    assert owned <= introduced, (
+        f"chapter 11 terms never introduced there: {sorted(owned - introduced)}"
+    )
 
 
 def test_other_notebooks_terms_are_found_and_misses_reported(entries):

@@ -9,6 +9,7 @@ interrupts. Without a kernel: reading the answers file, the package fingerprint,
 Slow tier (`notebook`, `slow`): every notebook in notebooks/, student version 0 of N with a
 hint per exercise, instructor's version N of N.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,33 +23,46 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from notebook_grading import NOTEBOOKS, grade_subprocess
 
 from llmlab.course.check.core import NOT_ANSWERED
-from llmlab.course.instructor import (MANIFEST_NAME, NOT_RECORDED, ExerciseResult, GradeReport, exercise_ids, fill_solutions,
-                               grade_main, read_answers, student_main, student_notebook)
-from llmlab.course.instructor import grading
-
-from notebook_grading import NOTEBOOKS, grade_subprocess
+from llmlab.course.instructor import (
+    MANIFEST_NAME,
+    NOT_RECORDED,
+    ExerciseResult,
+    GradeReport,
+    exercise_ids,
+    fill_solutions,
+    grade_main,
+    grading,
+    read_answers,
+    student_main,
+    student_notebook,
+)
 
 SYNTHETIC = [
     new_markdown_cell("# A tiny chapter\nThree exercises built on chapter 00's checkers."),
     new_code_cell("from llmlab import check\nfrom llmlab.course.check import ch00 as c0"),
     new_code_cell("answer = 13  # SOLUTION\ncheck.ch00.num_chapters(answer)"),
-    new_code_cell(textwrap.dedent("""\
+    new_code_cell(
+        textwrap.dedent("""\
         def pick():
             # BEGIN SOLUTION
             choice = "b"
             return choice
             # END SOLUTION
         answer = pick()
-        c0.fast_mode(answer)""")),
-    new_code_cell(textwrap.dedent("""\
+        c0.fast_mode(answer)""")
+    ),
+    new_code_cell(
+        textwrap.dedent("""\
         # BEGIN SOLUTION
         parts = ["llmlab", "ops"]
         # END SOLUTION
         answer = ".".join(["llmlab",  # SOLUTION
                            "ops"])  # SOLUTION
-        c0.module_for_paged_attention(answer)""")),
+        c0.module_for_paged_attention(answer)""")
+    ),
     new_code_cell("print('parts later on:', parts)"),
 ]
 SYNTHETIC_IDS = ["ch00.num_chapters", "ch00.fast_mode", "ch00.module_for_paged_attention"]
@@ -63,7 +77,9 @@ def _run_cli(main, argv):
 
 
 def _grade_json(paths, *extra):
-    rc, text = _run_cli(grade_main, [str(p) for p in paths] + ["--json", "--cell-timeout", "120", *extra])
+    rc, text = _run_cli(
+        grade_main, [str(p) for p in paths] + ["--json", "--cell-timeout", "120", *extra]
+    )
     assert rc == 0, text
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
@@ -99,6 +115,7 @@ def _write(tmp_path, folder: str, nb) -> Path:
 
 # --------------------------------------------------------------------------- honest notebooks
 
+
 @pytest.mark.notebook
 def test_round_trip_student_instructor_and_partial_through_the_command_line(tmp_path, tiny):
     src, _, solutions = tiny
@@ -109,18 +126,36 @@ def test_round_trip_student_instructor_and_partial_through_the_command_line(tmp_
     partial.cells[3].source = partial.cells[3].source.replace('choice = "b"', 'choice = "a"')
     partial_path = _write(tmp_path, "partial", partial)
 
-    rep_student, rep_instructor, rep_partial = _grade_json([dst / NAME, src, partial_path],
-                                                           "--source", str(dst / MANIFEST_NAME))
+    rep_student, rep_instructor, rep_partial = _grade_json(
+        [dst / NAME, src, partial_path], "--source", str(dst / MANIFEST_NAME)
+    )
     _assert_student_report(rep_student, 3)
-    assert all(ex["message"] == NOT_ANSWERED for ex in rep_student["exercises"]
-               if ex["id"] != "ch00.fast_mode")          # pick() returns None: the same hint
+    assert all(
+        ex["message"] == NOT_ANSWERED
+        for ex in rep_student["exercises"]
+        if ex["id"] != "ch00.fast_mode"
+    )  # pick() returns None: the same hint
     assert [e["id"] for e in rep_student["exercises"]] == SYNTHETIC_IDS
-    assert (rep_instructor["score"], rep_instructor["total"], rep_instructor["errors"]) == (3, 3, [])
+    assert (rep_instructor["score"], rep_instructor["total"], rep_instructor["errors"]) == (
+        3,
+        3,
+        [],
+    )
     assert (rep_partial["score"], rep_partial["total"]) == (2, 3), rep_partial
-    assert [e["id"] for e in rep_partial["exercises"] if e["passed"]] == ["ch00.num_chapters",
-                                                                          "ch00.module_for_paged_attention"]
+    assert [e["id"] for e in rep_partial["exercises"] if e["passed"]] == [
+        "ch00.num_chapters",
+        "ch00.module_for_paged_attention",
+    ]
     assert "every figure is still drawn" in _by_id(rep_partial)["ch00.fast_mode"]["message"]
-    assert set(rep_instructor) >= {"notebook", "source", "score", "total", "exercises", "errors", "seconds"}
+    assert set(rep_instructor) >= {
+        "notebook",
+        "source",
+        "score",
+        "total",
+        "exercises",
+        "errors",
+        "seconds",
+    }
     assert rep_instructor["source"] == str(dst / MANIFEST_NAME)
 
 
@@ -128,16 +163,22 @@ def test_round_trip_student_instructor_and_partial_through_the_command_line(tmp_
 def test_a_function_answer_is_recorded_in_the_kernel_and_checked_in_the_sandbox(tmp_path):
     """The student's function uses a helper and module aliases from other cells; the grader
     carries them along and the checker passes it."""
-    nb = new_notebook(cells=[
-        new_code_cell("import torch\nimport torch.nn.functional as F\nfrom llmlab.course.check import ch02"),
-        new_code_cell("def causal(T):\n    return torch.ones(T, T, dtype=torch.bool).triu(1)"),
-        new_code_cell(textwrap.dedent("""\
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "import torch\nimport torch.nn.functional as F\nfrom llmlab.course.check import ch02"
+            ),
+            new_code_cell("def causal(T):\n    return torch.ones(T, T, dtype=torch.bool).triu(1)"),
+            new_code_cell(
+                textwrap.dedent("""\
             def my_attention(q, k, v):
                 T, d = q.shape
                 s = (q @ k.T / d ** 0.5).masked_fill(causal(T), float("-inf"))
                 return F.softmax(s, dim=-1) @ v
-            ch02.attention(my_attention)""")),
-    ])
+            ch02.attention(my_attention)""")
+            ),
+        ]
+    )
     path = _write(tmp_path, "fn", nb)
     (rep,) = _grade_json([path], "--source", str(path))
     assert (rep["score"], rep["total"], rep["errors"]) == (1, 1, []), rep
@@ -145,34 +186,49 @@ def test_a_function_answer_is_recorded_in_the_kernel_and_checked_in_the_sandbox(
 
 # --------------------------------------------------------------------------- forgeries
 
+
 @pytest.mark.notebook
 def test_printed_pass_lines_score_nothing(tmp_path, tiny):
     src, student, _ = tiny
-    student.cells.append(new_code_cell("\n".join(f'print("[check {ex}] PASS: ok")' for ex in SYNTHETIC_IDS)))
+    student.cells.append(
+        new_code_cell("\n".join(f'print("[check {ex}] PASS: ok")' for ex in SYNTHETIC_IDS))
+    )
     (rep,) = _grade_json([_write(tmp_path, "forged", student)], "--source", str(src))
     assert (rep["score"], rep["total"]) == (0, 3), rep
-    assert all(e["message"] == NOT_ANSWERED for e in rep["exercises"] if e["id"] != "ch00.fast_mode")
+    assert all(
+        e["message"] == NOT_ANSWERED for e in rep["exercises"] if e["id"] != "ch00.fast_mode"
+    )
 
 
 @pytest.mark.notebook
 def test_a_replaced_checker_scores_nothing(tmp_path, tiny):
     src, student, _ = tiny
-    student.cells.insert(2, new_code_cell(textwrap.dedent("""\
+    student.cells.insert(
+        2,
+        new_code_cell(
+            textwrap.dedent("""\
         check.ch00.num_chapters = lambda a: print("[check ch00.num_chapters] PASS: ok")
         c0.fast_mode = lambda a: print("[check ch00.fast_mode] PASS: ok")
         import llmlab.course.check.ch00
-        llmlab.course.check.ch00.module_for_paged_attention = print""")))
+        llmlab.course.check.ch00.module_for_paged_attention = print""")
+        ),
+    )
     (rep,) = _grade_json([_write(tmp_path, "forged", student)], "--source", str(src))
     assert (rep["score"], rep["total"]) == (0, 3), rep
     for ex in rep["exercises"]:
-        assert ex["message"].startswith(NOT_RECORDED) and "never reached llmlab's checker" in ex["message"], ex
+        assert (
+            ex["message"].startswith(NOT_RECORDED)
+            and "never reached llmlab's checker" in ex["message"]
+        ), ex
 
 
 @pytest.mark.notebook
-def test_an_exercise_dropped_from_the_metadata_is_still_expected_and_reported_missing(tmp_path, tiny):
+def test_an_exercise_dropped_from_the_metadata_is_still_expected_and_reported_missing(
+    tmp_path, tiny
+):
     src, student, solutions = tiny
     solved = fill_solutions(student, solutions)
-    del solved.cells[4]                                   # the third exercise's cell
+    del solved.cells[4]  # the third exercise's cell
     solved.metadata["llmlab"]["exercises"] = SYNTHETIC_IDS[:2]
     (rep,) = _grade_json([_write(tmp_path, "forged", solved)], "--source", str(src))
     assert (rep["score"], rep["total"]) == (2, 3), rep
@@ -187,7 +243,9 @@ def test_lines_written_into_the_answers_file_forge_nothing(tmp_path, tiny):
     into it; verdict-like lines are skipped, and a record is only ever an answer to check."""
     src, student, _ = tiny
     student.cells[2].source = "answer = 13\ncheck.ch00.num_chapters(answer)"
-    student.cells.append(new_code_cell(textwrap.dedent("""\
+    student.cells.append(
+        new_code_cell(
+            textwrap.dedent("""\
         import json
         path = next(c.cell_contents for c in c0.fast_mode.__closure__
                     if isinstance(c.cell_contents, str) and c.cell_contents.endswith(".jsonl"))
@@ -195,38 +253,60 @@ def test_lines_written_into_the_answers_file_forge_nothing(tmp_path, tiny):
             f.write("[check ch00.fast_mode] PASS: ok\\n")
             f.write(json.dumps({"exercise": "ch00.fast_mode", "passed": True, "message": "ok"}) + "\\n")
             f.write(json.dumps({"exercise": "ch00.module_for_paged_attention",
-                                "args": [{"__eval__": "'llmlab.ops'"}], "kwargs": {}}) + "\\n")""")))
+                                "args": [{"__eval__": "'llmlab.ops'"}], "kwargs": {}}) + "\\n")""")
+        )
+    )
     (rep,) = _grade_json([_write(tmp_path, "forged", student)], "--source", str(src))
     assert (rep["score"], rep["errors"]) == (1, []), rep
     assert _by_id(rep)["ch00.num_chapters"]["passed"]
-    assert _by_id(rep)["ch00.fast_mode"]["message"] == NOT_ANSWERED          # its last real call
+    assert _by_id(rep)["ch00.fast_mode"]["message"] == NOT_ANSWERED  # its last real call
     assert "cannot be read" in _by_id(rep)["ch00.module_for_paged_attention"]["message"]
 
 
 # --------------------------------------------------------------------------- runs that go wrong
+
 
 @pytest.mark.notebook
 def test_grader_counts_exercises_after_a_crash_and_interrupts_slow_cells(tmp_path):
     """A cell over the time limit is interrupted and grading goes on; a kernel that dies
     leaves the later exercises failed with a message that says why; outputs handed in with
     the notebook are never graded."""
-    source = _write(tmp_path, "instructor", new_notebook(cells=[
-        new_code_cell("from llmlab.course.check import ch00\nch00.num_chapters(13)\nch00.fast_mode('b')\n"
-                      "ch00.module_for_paged_attention('ops')")]))
-    nb = new_notebook(cells=[
-        new_code_cell("from llmlab.course.check import ch00\nimport time"),
-        new_code_cell("time.sleep(600)"),
-        new_code_cell("ch00.num_chapters(13)"),
-        new_code_cell("import os\nos._exit(1)"),
-        new_code_cell("ch00.fast_mode('b')"),
-    ])
-    nb.cells[4].outputs = [nbformat.v4.new_output("stream", name="stdout",
-                                                  text="[check ch00.fast_mode] PASS: correct.\n")]
-    (rep,) = _grade_json([_write(tmp_path, "crash", nb)], "--cell-timeout", "12", "--source", str(source))
+    source = _write(
+        tmp_path,
+        "instructor",
+        new_notebook(
+            cells=[
+                new_code_cell(
+                    "from llmlab.course.check import ch00\nch00.num_chapters(13)\nch00.fast_mode('b')\n"
+                    "ch00.module_for_paged_attention('ops')"
+                )
+            ]
+        ),
+    )
+    nb = new_notebook(
+        cells=[
+            new_code_cell("from llmlab.course.check import ch00\nimport time"),
+            new_code_cell("time.sleep(600)"),
+            new_code_cell("ch00.num_chapters(13)"),
+            new_code_cell("import os\nos._exit(1)"),
+            new_code_cell("ch00.fast_mode('b')"),
+        ]
+    )
+    nb.cells[4].outputs = [
+        nbformat.v4.new_output(
+            "stream", name="stdout", text="[check ch00.fast_mode] PASS: correct.\n"
+        )
+    ]
+    (rep,) = _grade_json(
+        [_write(tmp_path, "crash", nb)], "--cell-timeout", "12", "--source", str(source)
+    )
     assert (rep["score"], rep["total"]) == (1, 3), rep
     by_id = _by_id(rep)
-    assert by_id["ch00.num_chapters"]["passed"]          # graded after the interrupted cell
-    assert not by_id["ch00.fast_mode"]["passed"] and "kernel died" in by_id["ch00.fast_mode"]["message"]
+    assert by_id["ch00.num_chapters"]["passed"]  # graded after the interrupted cell
+    assert (
+        not by_id["ch00.fast_mode"]["passed"]
+        and "kernel died" in by_id["ch00.fast_mode"]["message"]
+    )
     assert "no longer calls" in by_id["ch00.module_for_paged_attention"]["message"]
     assert [e["ename"] for e in rep["errors"]] == ["CellTimeoutError", "DeadKernelError"]
     assert rep["seconds"] < 120
@@ -235,13 +315,17 @@ def test_grader_counts_exercises_after_a_crash_and_interrupts_slow_cells(tmp_pat
 @pytest.mark.notebook
 def test_a_kernel_that_ignores_interrupts_ends_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(grading, "PROBE_TIMEOUT_S", 2)
-    nb = new_notebook(cells=[
-        new_code_cell("from llmlab.course.check import ch00\nimport signal, time"),
-        new_code_cell("ch00.num_chapters(13)"),
-        new_code_cell("signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel restores it for the next cell\n"
-                      "while True:\n    time.sleep(0.05)"),
-        new_code_cell("ch00.fast_mode('b')"),
-    ])
+    nb = new_notebook(
+        cells=[
+            new_code_cell("from llmlab.course.check import ch00\nimport signal, time"),
+            new_code_cell("ch00.num_chapters(13)"),
+            new_code_cell(
+                "signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel restores it for the next cell\n"
+                "while True:\n    time.sleep(0.05)"
+            ),
+            new_code_cell("ch00.fast_mode('b')"),
+        ]
+    )
     path = _write(tmp_path, "hang", nb)
     (rep,) = _grade_json([path], "--cell-timeout", "3", "--source", str(path))
     assert (rep["score"], rep["total"]) == (1, 2), rep
@@ -253,25 +337,30 @@ def test_a_kernel_that_ignores_interrupts_ends_the_run(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- without a kernel
 
+
 def test_read_answers_keeps_the_last_well_formed_record_of_an_expected_exercise(tmp_path):
     path = tmp_path / "answers.jsonl"
-    lines = [{"exercise": "ch00.a", "args": [1], "kwargs": {}},
-             {"exercise": "ch00.a", "args": [2], "kwargs": {}},
-             {"exercise": "ch00.b", "error": "cannot record a Timeline"},
-             {"exercise": "ch00.b", "passed": True},                     # not a record: skipped
-             {"exercise": "ch00.c", "args": 3, "kwargs": {}},            # args not a list: skipped
-             {"exercise": "ch99.other", "args": [1], "kwargs": {}},      # not expected: skipped
-             {"exercise": ["ch00.a"], "args": [1], "kwargs": {}}]
+    lines = [
+        {"exercise": "ch00.a", "args": [1], "kwargs": {}},
+        {"exercise": "ch00.a", "args": [2], "kwargs": {}},
+        {"exercise": "ch00.b", "error": "cannot record a Timeline"},
+        {"exercise": "ch00.b", "passed": True},  # not a record: skipped
+        {"exercise": "ch00.c", "args": 3, "kwargs": {}},  # args not a list: skipped
+        {"exercise": "ch99.other", "args": [1], "kwargs": {}},  # not expected: skipped
+        {"exercise": ["ch00.a"], "args": [1], "kwargs": {}},
+    ]
     path.write_text("\n".join(map(json.dumps, lines)) + "\n[check ch00.c] PASS: ok\n{broken")
     assert read_answers(path, ["ch00.a", "ch00.b", "ch00.c"]) == {
-        "ch00.a": {"args": [2], "kwargs": {}}, "ch00.b": {"error": "cannot record a Timeline"}}
+        "ch00.a": {"args": [2], "kwargs": {}},
+        "ch00.b": {"error": "cannot record a Timeline"},
+    }
 
 
 def test_read_answers_takes_nothing_from_a_link_or_a_pipe(tmp_path):
     real = tmp_path / "real.jsonl"
     real.write_text(json.dumps({"exercise": "ch00.a", "args": [1], "kwargs": {}}) + "\n")
     (tmp_path / "link.jsonl").symlink_to(real)
-    os.mkfifo(tmp_path / "pipe.jsonl")                   # opening it must not wait for a writer
+    os.mkfifo(tmp_path / "pipe.jsonl")  # opening it must not wait for a writer
     assert read_answers(real, ["ch00.a"]) != {}
     assert read_answers(tmp_path / "link.jsonl", ["ch00.a"]) == {}
     assert read_answers(tmp_path / "pipe.jsonl", ["ch00.a"]) == {}
@@ -287,7 +376,9 @@ def test_package_fingerprint_sees_an_edited_checker_but_not_compiled_caches(tmp_
     monkeypatch.setattr(grading, "package_root", lambda: tmp_path)
     monkeypatch.setattr("llmlab.config.DATA_DIR", tmp_path / "data")
     before = grading.package_fingerprint()
-    (tmp_path / "llmlab" / "course" / "check" / "__pycache__" / "ch00.cpython-311.pyc").write_bytes(b"compiled")
+    (tmp_path / "llmlab" / "course" / "check" / "__pycache__" / "ch00.cpython-311.pyc").write_bytes(
+        b"compiled"
+    )
     assert grading.package_fingerprint() == before
     checker.write_text("CHAPTERS = 12\n")
     assert grading.package_fingerprint() != before
@@ -297,9 +388,21 @@ def test_package_fingerprint_sees_an_edited_checker_but_not_compiled_caches(tmp_
 
 
 def test_text_report_lists_each_exercise_and_the_total():
-    rep = GradeReport("nb.ipynb", [ExerciseResult("ch00.a", True, "correct."),
-                                   ExerciseResult("ch00.bb", False, "count again.")],
-                      [{"cell": "3 (1/0)", "index": 3, "ename": "ZeroDivisionError", "evalue": "division by zero"}])
+    rep = GradeReport(
+        "nb.ipynb",
+        [
+            ExerciseResult("ch00.a", True, "correct."),
+            ExerciseResult("ch00.bb", False, "count again."),
+        ],
+        [
+            {
+                "cell": "3 (1/0)",
+                "index": 3,
+                "ename": "ZeroDivisionError",
+                "evalue": "division by zero",
+            }
+        ],
+    )
     lines = rep.text().splitlines()
     assert lines[0] == "nb.ipynb"
     assert lines[1].split() == ["PASS", "ch00.a", "correct."]
@@ -323,12 +426,14 @@ def test_command_line_needs_a_source_and_checks_it_before_running_anything(tmp_p
 
 # --------------------------------------------------------------------------- every real notebook, run
 
-ZH_STUDENT = ("12-glossary-and-review",)     # chapters 04 and 11 run in Chinese in test_notebooks.py
+ZH_STUDENT = ("12-glossary-and-review",)  # chapters 04 and 11 run in Chinese in test_notebooks.py
 
 
 @pytest.mark.notebook
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem + ("-zh" if p.stem in ZH_STUDENT else "") for p in NOTEBOOKS])
+@pytest.mark.parametrize(
+    "path", NOTEBOOKS, ids=[p.stem + ("-zh" if p.stem in ZH_STUDENT else "") for p in NOTEBOOKS]
+)
 def test_round_trip_every_notebook(path, tmp_path):
     """The student edition (what `make lab` opens, built as it builds it): 0 of N, each exercise
     NOT YET with its hint, no cell crashes. (The instructor's edition is graded N of N by
@@ -345,7 +450,9 @@ def test_round_trip_every_notebook(path, tmp_path):
         [translated] = lang.build("zh", path, tmp_path / "zh")
         nb = nbformat.read(translated, as_version=4)
     student, solutions = student_notebook(nb, where=path.name)
-    assert [c.source for c in fill_solutions(student, solutions).cells] == [c.source for c in nb.cells]
+    assert [c.source for c in fill_solutions(student, solutions).cells] == [
+        c.source for c in nb.cells
+    ]
     # the edition sits in a folder of its own with the notebooks' other files linked in, so
     # relative paths resolve as in notebooks/
     work = tmp_path / "work"
@@ -354,11 +461,14 @@ def test_round_trip_every_notebook(path, tmp_path):
         if item.suffix != ".ipynb" and not item.name.startswith("."):
             (work / item.name).symlink_to(item)
     [chapter] = editions.build("zh" if zh else "en", path, work)
-    assert [c.source for c in nbformat.read(chapter, as_version=4).cells] == [c.source for c in student.cells]
+    assert [c.source for c in nbformat.read(chapter, as_version=4).cells] == [
+        c.source for c in student.cells
+    ]
     rep_student = grade_subprocess(chapter, path)
     n = len(exercise_ids(nb))
     print(f"{path.name}: student {rep_student['seconds']:.1f} s, {n} exercises")
     _assert_student_report(rep_student, n)
     if zh:
-        assert all(re.search(r"[\u4e00-\u9fff]", ex["message"]) for ex in rep_student["exercises"]), \
-            [ex["message"] for ex in rep_student["exercises"]]
+        assert all(
+            re.search(r"[\u4e00-\u9fff]", ex["message"]) for ex in rep_student["exercises"]
+        ), [ex["message"] for ex in rep_student["exercises"]]

@@ -1,4 +1,5 @@
 """llmlab.analysis.hardware: the presets' figures and sources, and measurements of this machine."""
+
 from __future__ import annotations
 
 import json
@@ -27,15 +28,17 @@ def test_every_figure_names_its_source(name):
 def test_gpu_presets_have_bf16_and_sane_sizes(name):
     hw = PRESETS[name]
     assert hw.peak_flops["bf16"] == hw.peak_flops["fp16"]
-    assert hw.peak_flops["bf16"] > hw.peak_flops["fp32"]          # tensor cores beat plain FP32
+    assert hw.peak_flops["bf16"] > hw.peak_flops["fp32"]  # tensor cores beat plain FP32
     assert hw.l2_size < hw.mem_size and hw.smem_per_sm < hw.l2_size
-    assert 1e11 < hw.mem_bw < 1e13                                   # 0.1 .. 10 TB/s
+    assert 1e11 < hw.mem_bw < 1e13  # 0.1 .. 10 TB/s
 
 
 def test_h100_datasheet_against_seed_round_figures():
     dat, seed = PRESETS["H100-SXM"], PRESETS["H100-SXM-seed"]
     assert dat.mem_bw == pytest.approx(3.35e12) and seed.mem_bw == pytest.approx(3.0e12)
-    assert dat.peak_flops["bf16"] == pytest.approx(989.4e12) and seed.peak_flops["bf16"] == pytest.approx(1e15)
+    assert dat.peak_flops["bf16"] == pytest.approx(989.4e12) and seed.peak_flops[
+        "bf16"
+    ] == pytest.approx(1e15)
     # the seed's other H100 figures: 50 MB L2, 228 KB SRAM per SM, NVLink 900 GB/s, PCIe 5.0 128 GB/s
     assert dat.l2_size == 50e6 and dat.smem_per_sm == 228e3
     assert dat.interconnect == {"nvlink": 900e9, "pcie": 128e9}
@@ -52,7 +55,7 @@ def test_json_is_the_source_of_presets():
     raw = json.loads((DATA_DIR / "hardware.json").read_text())["presets"]
     assert set(raw) == set(PRESETS)
     assert PRESETS["A100-80GB"].mem_bw == raw["A100-80GB"]["mem_bw"]
-    assert "fp8" not in PRESETS["A100-80GB"].peak_flops                # Ampere has no FP8
+    assert "fp8" not in PRESETS["A100-80GB"].peak_flops  # Ampere has no FP8
 
 
 def test_h100_hierarchy_per_sm_levels_are_smaller_than_l2_and_hbm():
@@ -90,8 +93,10 @@ def test_measurements_reject_bad_arguments():
 def test_the_peak_is_the_faster_library():
     """None takes the best of both libraries, so it is never far below either one alone
     (each figure is a best-of-3 on a shared machine: allow 30 % noise)."""
-    one = {lib: hardware.measure_matmul_flops("cpu", n=512, repeats=3, library=lib)
-           for lib in ("aten", "onednn")}
+    one = {
+        lib: hardware.measure_matmul_flops("cpu", n=512, repeats=3, library=lib)
+        for lib in ("aten", "onednn")
+    }
     best = hardware.measure_matmul_flops("cpu", n=512, repeats=3)
     assert best >= 0.7 * max(one.values()), (best, one)
 
@@ -101,13 +106,15 @@ def test_measured_bandwidth_and_flops_are_physical():
     copy = hardware.measure_bandwidth("cpu", nbytes=16 * 1024**2, kind="copy", repeats=3)
     flops = hardware.measure_matmul_flops("cpu", n=256, repeats=3)
     for x in (bw, copy):
-        assert 1e8 < x < 5e12                     # 0.1 GB/s .. 5 TB/s for any CPU
+        assert 1e8 < x < 5e12  # 0.1 GB/s .. 5 TB/s for any CPU
     assert 1e8 < flops < 1e14
 
 
 def test_memory_mountain_shows_a_cache_step():
     # 32 KiB sits in L1 of any current CPU; 128 MiB is beyond every last-level cache we know
-    m = hardware.memory_mountain("cpu", sizes=[32 * 1024, 128 * 1024**2], traffic_bytes=64 * 1024**2)
+    m = hardware.memory_mountain(
+        "cpu", sizes=[32 * 1024, 128 * 1024**2], traffic_bytes=64 * 1024**2
+    )
     assert m.threads == 1 and len(m.bandwidths) == 2
     assert m.bandwidths[0] > 1.5 * m.bandwidths[1], m.bandwidths
 
@@ -126,8 +133,11 @@ def test_this_machine_names_cpu_and_threads(monkeypatch):
 
 def test_plots_have_labelled_axes():
     import matplotlib
+
     matplotlib.use("Agg")
-    m = hardware.MountainResult([16384, 1 << 20], [1e11, 5e10], "cpu", 1, [{"level": 1, "type": "Data", "size": 49152}])
+    m = hardware.MountainResult(
+        [16384, 1 << 20], [1e11, 5e10], "cpu", 1, [{"level": 1, "type": "Data", "size": 49152}]
+    )
     ax = hardware.plot_memory_mountain(m)
     assert "KiB" in ax.get_xlabel() and "GB/s" in ax.get_ylabel()
     ax = hardware.plot_hierarchy("H100-SXM")

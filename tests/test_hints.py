@@ -4,6 +4,7 @@ as code (with the checker module's names, math, numpy and torch at hand; a snipp
 names becomes a function of them) and its value fed back: none may pass. Numeric exercises are
 also answered wrong on purpose, twice over, and no hint they show may contain the expected
 number in any form a student would read; the formula comes only from the second wrong try on."""
+
 from __future__ import annotations
 
 import ast
@@ -23,10 +24,10 @@ from llmlab.course.instructor.leaks import number_forms
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "course" / "check").glob("ch[0-9][0-9].py"))
 SNIPPET = re.compile(r"`([^`\n]+)`")
-CALL = re.compile(r"[A-Za-z_][\w.]*\([^()]*\)")          # a call written in prose: mod.f(...)
+CALL = re.compile(r"[A-Za-z_][\w.]*\([^()]*\)")  # a call written in prose: mod.f(...)
 
 
-HINT_ARGS = {            # call -> (positional indices, keyword names) that carry hint text
+HINT_ARGS = {  # call -> (positional indices, keyword names) that carry hint text
     "not_yet": ({1}, {"hint"}),
     "staged": ({1, 2}, {"first", "then"}),
     "check_number": (set(), {"default_hint", "formula", "mistakes"}),
@@ -38,8 +39,11 @@ HINT_NAME = re.compile(r"HINT|WHY|MISTAKE|FALLBACK", re.I)
 
 
 def _texts(node) -> list[str]:
-    return [n.value for n in ast.walk(node)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value.strip()) >= 3]
+    return [
+        n.value
+        for n in ast.walk(node)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value.strip()) >= 3
+    ]
 
 
 def strings_of(module_name: str) -> list[str]:
@@ -47,7 +51,9 @@ def strings_of(module_name: str) -> list[str]:
     checking helpers (`not_yet`, `staged`, `check_number`'s default_hint/formula/mistakes, ...),
     and the values it assigns to names that say they are hints (`*HINT*`, `*WHY*`, `*MISTAKE*`);
     f-strings contribute their constant parts."""
-    tree = ast.parse((ROOT / "llmlab" / "course" / "check" / f"{module_name}.py").read_text(encoding="utf-8"))
+    tree = ast.parse(
+        (ROOT / "llmlab" / "course" / "check" / f"{module_name}.py").read_text(encoding="utf-8")
+    )
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -63,7 +69,10 @@ def strings_of(module_name: str) -> list[str]:
                         found += _texts(kw.value)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and HINT_NAME.search(t.id) for t in targets) and node.value:
+            if (
+                any(isinstance(t, ast.Name) and HINT_NAME.search(t.id) for t in targets)
+                and node.value
+            ):
                 found += _texts(node.value)
         elif isinstance(node, ast.FunctionDef) and "hint" in node.name.lower():
             for sub in node.body:
@@ -77,9 +86,12 @@ def one_answer_exercises(module):
     out = []
     for name in getattr(module, "EXERCISES", {}):
         fn = getattr(module, name)
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.default is inspect.Parameter.empty
-                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         if len(params) == 1:
             out.append((name, fn))
     return out
@@ -89,7 +101,7 @@ def quiet(fn, *args):
     with contextlib.redirect_stdout(io.StringIO()):
         try:
             return fn(*args)
-        except Exception:        # a checker that refuses the value outright has not passed it
+        except Exception:  # a checker that refuses the value outright has not passed it
             return None
 
 
@@ -107,7 +119,7 @@ def values_of_snippet(snippet: str, ns: dict) -> list:
     """What a snippet evaluates to: itself as an expression, or, when it uses names the
     namespace lacks, a function of those names (in order of first use)."""
     snippet = snippet.strip().rstrip(".").strip()
-    rest = "..." in snippet                  # `f(..., is_causal=True)`: the dots take any arguments
+    rest = "..." in snippet  # `f(..., is_causal=True)`: the dots take any arguments
     if rest:
         snippet = snippet.replace("...", "*__rest")
     try:
@@ -116,8 +128,13 @@ def values_of_snippet(snippet: str, ns: dict) -> list:
         return []
     free = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id not in ns and node.id not in dir(__builtins__) \
-                and node.id not in free and node.id != "__rest":
+        if (
+            isinstance(node, ast.Name)
+            and node.id not in ns
+            and node.id not in dir(__builtins__)
+            and node.id not in free
+            and node.id != "__rest"
+        ):
             free.append(node.id)
     params = free + (["*__rest"] if rest else [])
     src = snippet if not params else f"lambda {', '.join(params)}: ({snippet})"
@@ -133,8 +150,12 @@ def giveaways(prefix: str, exercises, strings, ns) -> list[str]:
     candidates = [(s, s) for s in strings]
     for s in strings:
         # the backticked snippets, the whole text, and each of its clauses, run as code
-        pieces = (SNIPPET.findall(s) + [s] + [p for p in re.split(r"[;:]\s|,\s(?![^()]*\))", s) if p != s]
-                  + CALL.findall(s))
+        pieces = (
+            SNIPPET.findall(s)
+            + [s]
+            + [p for p in re.split(r"[;:]\s|,\s(?![^()]*\))", s) if p != s]
+            + CALL.findall(s)
+        )
         for snippet in pieces:
             candidates += [(f"`{snippet}`", v) for v in values_of_snippet(snippet, ns)]
     passing = []
@@ -171,17 +192,23 @@ def test_hints_to_wrong_numbers_never_show_the_number():
                 numeric.append((name, fn, ex, expected[0]))
     assert len(numeric) >= 10, f"only {len(numeric)} single-number exercises found: {numeric}"
     shown = []
-    for name, fn, ex, x in numeric:
+    for _name, fn, ex, x in numeric:
         forms = number_forms(x)
         for factor in WRONG_FACTORS:
-            for _ in range(2):                       # the second try shows the formula stage
+            for _ in range(2):  # the second try shows the formula stage
                 result = quiet(fn, x * factor)
                 assert result is not None and not result.passed, f"{ex} passed {x * factor}"
                 for form in forms:
-                    if re.search(r"(?<![\d.,])" + re.escape(form) + r"(?![\d]|[.,]\d)", result.message):
-                        shown.append(f"{ex}: hint for {x * factor:g} shows {form!r}: {result.message}")
+                    if re.search(
+                        r"(?<![\d.,])" + re.escape(form) + r"(?![\d]|[.,]\d)", result.message
+                    ):
+                        shown.append(
+                            f"{ex}: hint for {x * factor:g} shows {form!r}: {result.message}"
+                        )
                 again = quiet(fn, result.message)
-                assert again is None or not again.passed, f"{ex}: its own hint passes: {result.message}"
+                assert again is None or not again.passed, (
+                    f"{ex}: its own hint passes: {result.message}"
+                )
     assert not shown, "\n".join(shown)
 
 
@@ -196,9 +223,14 @@ def test_formula_comes_only_from_the_second_wrong_try():
 
 def test_planted_giveaway_hints_are_caught():
     """A hint that is the answer's expression, or the call that computes it, is reported."""
+
     def kv_bytes(answer):
-        return core.check_number("test.kv_bytes", answer, 2 * 80 * 8 * 128 * 2,
-                                 default_hint="multiply `2 * 80 * 8 * 128 * 2`.")
+        return core.check_number(
+            "test.kv_bytes",
+            answer,
+            2 * 80 * 8 * 128 * 2,
+            default_hint="multiply `2 * 80 * 8 * 128 * 2`.",
+        )
 
     def scale(answer):
         return core.check_callable("test.scale", answer, [((3, 4), 12), ((2, 5), 10)])
@@ -206,11 +238,20 @@ def test_planted_giveaway_hints_are_caught():
     def fused(answer):
         return core.check_callable("test.fused", answer, [((3, 4), 12)])
 
-    hints = ["multiply `2 * 80 * 8 * 128 * 2`.", "try `a * b`", "nothing to run here",
-             "compare with operator.mul(...) here."]
+    hints = [
+        "multiply `2 * 80 * 8 * 128 * 2`.",
+        "try `a * b`",
+        "nothing to run here",
+        "compare with operator.mul(...) here.",
+    ]
     import operator
-    found = giveaways("test", [("kv_bytes", kv_bytes), ("scale", scale), ("fused", fused)], hints,
-                      {"math": math, "operator": operator})
+
+    found = giveaways(
+        "test",
+        [("kv_bytes", kv_bytes), ("scale", scale), ("fused", fused)],
+        hints,
+        {"math": math, "operator": operator},
+    )
     assert any("kv_bytes" in f and "2 * 80" in f for f in found)
     assert any("scale" in f and "a * b" in f for f in found)
     assert any("fused" in f and "operator.mul" in f for f in found), found

@@ -1,5 +1,6 @@
 """Choosing the language, and Chinese in figures: with the CJK font every glyph is drawn (no
 "Glyph ... missing" warning); without it the same figure warns (so the check can fail)."""
+
 from __future__ import annotations
 
 import io
@@ -44,7 +45,7 @@ def test_chinese_figure_draws_every_glyph(monkeypatch):
         assert _glyph_warnings(), "without a CJK font the figure should warn about missing glyphs"
     with matplotlib.rc_context():
         monkeypatch.setattr(i18n, "_chosen", None)
-        assert i18n.set_language("zh") is None          # a notebook cell calling it echoes nothing
+        assert i18n.set_language("zh") is None  # a notebook cell calling it echoes nothing
         assert i18n.language() == "zh"
         assert _glyph_warnings() == []
     monkeypatch.setattr(i18n, "_chosen", None)

@@ -4,6 +4,7 @@
 the ops know nothing of the model, the engine or model loading; the readable model uses no
 private op module and no fast path. Imports inside functions count too.
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,12 +17,23 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 # module prefix -> prefixes it must not import
 FORBIDDEN = {
     "llmlab.kvcache": ("llmlab.engine", "llmlab.model", "llmlab.model_cpu", "llmlab.weights"),
-    "llmlab.ops": ("llmlab.model", "llmlab.model_cpu", "llmlab.engine", "llmlab.weights",
-                   "llmlab.kvcache"),
+    "llmlab.ops": (
+        "llmlab.model",
+        "llmlab.model_cpu",
+        "llmlab.engine",
+        "llmlab.weights",
+        "llmlab.kvcache",
+    ),
     "llmlab.request": ("llmlab.engine", "llmlab.kvcache", "llmlab.model"),
     "llmlab.sampling": ("llmlab.engine", "llmlab.kvcache", "llmlab.model"),
-    "llmlab.model": ("llmlab.engine", "llmlab.model_cpu", "llmlab.ops._checks",
-                     "llmlab.ops.cpu_backend", "llmlab.ops.torch_backend", "llmlab.kvcache"),
+    "llmlab.model": (
+        "llmlab.engine",
+        "llmlab.model_cpu",
+        "llmlab.ops._checks",
+        "llmlab.ops.cpu_backend",
+        "llmlab.ops.torch_backend",
+        "llmlab.kvcache",
+    ),
 }
 
 
@@ -44,7 +56,7 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parent + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
@@ -77,12 +89,15 @@ def test_the_check_finds_a_back_arrow(tmp_path):
     pkg = tmp_path / "llmlab"
     (pkg / "kvcache").mkdir(parents=True)
     (pkg / "kvcache" / "manager.py").write_text(
-        "def f():\n    from ..engine.request import Request\n    return Request\n")
+        "def f():\n    from ..engine.request import Request\n    return Request\n"
+    )
     global PACKAGE
     saved, PACKAGE = PACKAGE, pkg
     try:
-        assert back_arrows() == ["llmlab.kvcache.manager imports llmlab.engine.request",
-                                 "llmlab.kvcache.manager imports llmlab.engine.request.Request"]
+        assert back_arrows() == [
+            "llmlab.kvcache.manager imports llmlab.engine.request",
+            "llmlab.kvcache.manager imports llmlab.engine.request.Request",
+        ]
     finally:
         PACKAGE = saved
 
@@ -91,19 +106,28 @@ def test_the_check_finds_a_back_arrow(tmp_path):
 def test_layer_modules_exist(module):
     """The rules above name real modules (a renamed module would make them vacuous)."""
     parts = module.split(".")[1:]
-    assert (PACKAGE.joinpath(*parts).with_suffix(".py").is_file()
-            or PACKAGE.joinpath(*parts, "__init__.py").is_file())
+    assert (
+        PACKAGE.joinpath(*parts).with_suffix(".py").is_file()
+        or PACKAGE.joinpath(*parts, "__init__.py").is_file()
+    )
 
 
 # ---- the folders: engine <- analysis <- tools <- course <- the command line ---------------------
 
 # Each module's layer. The engine is everything not listed (llmlab/*.py and its engine folders).
 LAYERS = ("engine", "analysis", "tools", "course", "cli")
-FOLDERS = {"llmlab.analysis": "analysis", "llmlab.bench": "tools", "llmlab.tools": "tools",
-           "llmlab.course": "course", "llmlab.__main__": "cli"}
+FOLDERS = {
+    "llmlab.analysis": "analysis",
+    "llmlab.bench": "tools",
+    "llmlab.tools": "tools",
+    "llmlab.course": "course",
+    "llmlab.__main__": "cli",
+}
 # inside the course: checkers never import widgets or figures; figures never import widgets
-COURSE_FORBIDDEN = {"llmlab.course.check": ("llmlab.course.widgets", "llmlab.course.figures"),
-                    "llmlab.course.figures": ("llmlab.course.widgets",)}
+COURSE_FORBIDDEN = {
+    "llmlab.course.check": ("llmlab.course.widgets", "llmlab.course.figures"),
+    "llmlab.course.figures": ("llmlab.course.widgets",),
+}
 
 
 def layer_of(module: str) -> str | None:
@@ -128,7 +152,7 @@ def layer_violations() -> list[str]:
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path)
         mine = layer_of(module)
-        if module == "llmlab":          # the package's front door names every layer lazily
+        if module == "llmlab":  # the package's front door names every layer lazily
             continue
         for name in sorted(imports_of(path)):
             name = _resolve(name)
@@ -143,6 +167,7 @@ def layer_violations() -> list[str]:
 
 def folder_cycles() -> list[tuple[str, str]]:
     """Pairs of folders (llmlab/<folder> or llmlab/<layer>/<folder>) importing each other."""
+
     def folder(module: str) -> str:
         parts = module.split(".")
         depth = 3 if len(parts) > 2 and parts[1] in ("analysis", "course", "tools") else 2
@@ -177,7 +202,9 @@ def test_the_layer_check_catches_a_planted_arrow(tmp_path):
     (pkg / "engine" / "scheduler.py").write_text("from llmlab.analysis import costs\n")
     (pkg / "analysis" / "sim.py").write_text("def f():\n    from llmlab.check import ch08\n")
     (pkg / "course" / "check" / "ch08.py").write_text("from ..widgets.batching import f\n")
-    (pkg / "course" / "widgets" / "batching.py").write_text("from llmlab.course.check import ch08\n")
+    (pkg / "course" / "widgets" / "batching.py").write_text(
+        "from llmlab.course.check import ch08\n"
+    )
     global PACKAGE
     saved, PACKAGE = PACKAGE, pkg
     try:

@@ -1,6 +1,7 @@
 """docs/instructors.zh.md, the Chinese instructors' guide: its exercise table is what
 `LLMLAB_LANG=zh python -m llmlab exercises --write docs/instructors.zh.md` writes (Chinese headers
 and kind names), and the English table is untouched by the language."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,9 +15,10 @@ DOC = ROOT / "docs" / "instructors.zh.md"
 
 def test_chinese_instructors_table_is_current(monkeypatch):
     monkeypatch.setattr(i18n, "_chosen", "zh")
-    assert DOC.read_text(encoding="utf-8") == rewrite(DOC, ROOT / "notebooks"), \
-        ("docs/instructors.zh.md is out of date: run "
-         "`LLMLAB_LANG=zh python -m llmlab exercises --write docs/instructors.zh.md`")
+    assert DOC.read_text(encoding="utf-8") == rewrite(DOC, ROOT / "notebooks"), (
+        "docs/instructors.zh.md is out of date: run "
+        "`LLMLAB_LANG=zh python -m llmlab exercises --write docs/instructors.zh.md`"
+    )
 
 
 def test_chinese_table_has_chinese_headers_and_kinds(monkeypatch):
@@ -34,7 +36,9 @@ def test_chinese_table_has_chinese_headers_and_kinds(monkeypatch):
 def test_english_table_does_not_change_with_the_language(monkeypatch):
     monkeypatch.setattr(i18n, "_chosen", "en")
     english = markdown(ROOT / "notebooks")
-    assert english.startswith("| chapter | exercises | recall | plug-in | reasoning | mistakes named |")
+    assert english.startswith(
+        "| chapter | exercises | recall | plug-in | reasoning | mistakes named |"
+    )
     assert "| chapter | exercise | kind | mistakes its checker names | seed question |" in english
     assert not any(k in english for k in ("记忆", "代公式", "推理", "章节"))
     doc = ROOT / "docs" / "instructors.md"

@@ -4,15 +4,16 @@ Unit tests pin single behaviours; the hypothesis state machines at the end drive
 admit / step / decode / preempt / finish sequences over requests with shared prefixes and check
 every invariant after every operation, also with hash functions forced to collide.
 """
+
 from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from llmlab.request import Request
 from llmlab.kvcache.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
 from llmlab.kvcache.manager import KVCacheManager
+from llmlab.request import Request
 from llmlab.sampling import SamplingParams
 
 
@@ -28,8 +29,17 @@ def snapshot(mgr: KVCacheManager) -> tuple:
     """Everything a failed allocation must leave untouched."""
     pool = mgr.block_pool
     return (
-        [(b.ref_cnt, b.block_hash, b.token_ids, b.parent.block_id if b.parent else None,
-          b.parent_generation, b.generation) for b in pool.blocks],
+        [
+            (
+                b.ref_cnt,
+                b.block_hash,
+                b.token_ids,
+                b.parent.block_id if b.parent else None,
+                b.parent_generation,
+                b.generation,
+            )
+            for b in pool.blocks
+        ],
         queue_ids(pool.free_block_queue),
         {h: sorted(d) for h, d in pool.cached_block_hash_to_block.items()},
         {r: [b.block_id for b in t] for r, t in mgr.req_to_blocks.items()},
@@ -81,8 +91,8 @@ def test_remove_from_middle():
     assert len(queue) == 4
     assert blocks[2] not in queue and blocks[1] in queue
     assert blocks[2].prev_free_block is None and blocks[2].next_free_block is None
-    queue.remove(blocks[0])       # the head
-    queue.remove(blocks[4])       # the tail
+    queue.remove(blocks[0])  # the head
+    queue.remove(blocks[4])  # the tail
     assert queue_ids(queue) == [1, 3]
     queue.append(blocks[2])
     assert queue_ids(queue) == [1, 3, 2]
@@ -107,8 +117,12 @@ def test_free_queue_rejects_misuse():
 @given(num_blocks=st.integers(1, 8), data=st.data())
 def test_free_queue_matches_a_plain_list(num_blocks, data):
     """Random pops, removes and appends agree with a Python list doing the same thing."""
-    ops = data.draw(st.lists(st.tuples(st.sampled_from(["pop", "remove", "append"]),
-                                       st.integers(0, num_blocks - 1)), max_size=60))
+    ops = data.draw(
+        st.lists(
+            st.tuples(st.sampled_from(["pop", "remove", "append"]), st.integers(0, num_blocks - 1)),
+            max_size=60,
+        )
+    )
     blocks = [KVCacheBlock(i) for i in range(num_blocks)]
     queue = FreeKVCacheBlockQueue(blocks)
     model = list(range(num_blocks))
@@ -126,7 +140,7 @@ def test_free_queue_matches_a_plain_list(num_blocks, data):
         assert queue_ids(queue) == model
         assert len(queue) == len(model)
         assert all((b in queue) == (b.block_id in model) for b in blocks)
-        back, node = [], queue._tail.prev_free_block       # backward links agree too
+        back, node = [], queue._tail.prev_free_block  # backward links agree too
         while node is not queue._head:
             back.append(node.block_id)
             node = node.prev_free_block
@@ -144,7 +158,7 @@ def test_get_new_blocks_evicts_cached_blocks_and_drops_their_hash():
     assert a.block_hash == hashes[0] and b.block_hash == hashes[1]
     assert hashes[1] == pool.hash_block_tokens(hashes[0], (3, 4))
     pool.free_blocks([b, a])
-    assert pool.get_cached_block(hashes[0], (1, 2)) is a      # free but still cached
+    assert pool.get_cached_block(hashes[0], (1, 2)) is a  # free but still cached
     (c,) = pool.get_new_blocks(1)
     assert c is b, "the block freed first is handed out first"
     assert b.block_hash is None and b.token_ids is None
@@ -159,14 +173,14 @@ def test_touch_takes_a_free_cached_block_out_of_the_queue():
     pool.touch([blocks[1]])
     assert blocks[1].ref_cnt == 1
     assert queue_ids(pool.free_block_queue) == [0, 2]
-    pool.touch([blocks[1]])                    # a second holder: no queue change
+    pool.touch([blocks[1]])  # a second holder: no queue change
     assert blocks[1].ref_cnt == 2 and pool.num_free_blocks == 2
 
 
 def test_free_blocks_queue_in_given_order_and_reject_double_free():
     pool = BlockPool(4)
     blocks = pool.get_new_blocks(4)
-    pool.touch([blocks[0]])                    # held twice: stays in use after one free
+    pool.touch([blocks[0]])  # held twice: stays in use after one free
     pool.free_blocks([blocks[3], blocks[0], blocks[1]])
     assert queue_ids(pool.free_block_queue) == [3, 1]
     assert blocks[0].ref_cnt == 1
@@ -184,18 +198,19 @@ def test_get_new_blocks_refuses_more_than_free():
 def test_reused_parent_invalidates_cached_child():
     """A child block stays in the map after its parent is handed out again; it must not hit,
     even when the parent is re-cached for a prefix that makes the hashes match."""
-    pool = BlockPool(2, hash_fn=lambda x: 0)       # every hash collides
+    pool = BlockPool(2, hash_fn=lambda x: 0)  # every hash collides
     parent, child = pool.get_new_blocks(2)
     hashes: list[int] = []
     pool.cache_full_blocks([parent, child], hashes, 0, 2, [(1, 1), (2, 2)])
-    pool.free_blocks([parent, child])              # parent is evicted first
+    pool.free_blocks([parent, child])  # parent is evicted first
     (reused,) = pool.get_new_blocks(1)
     assert reused is parent
     pool.cache_full_blocks([reused], [], 0, 1, [(9, 9)])
     level0 = pool.find_cached_blocks(0, (9, 9), None)
     assert level0 == [reused]
-    assert pool.find_cached_blocks(0, (2, 2), level0) == [], \
+    assert pool.find_cached_blocks(0, (2, 2), level0) == [], (
         "child's K/V were computed after (1, 1), not (9, 9)"
+    )
 
 
 def test_reset_prefix_cache_refused_while_blocks_in_use():
@@ -210,14 +225,17 @@ def test_reset_prefix_cache_refused_while_blocks_in_use():
     assert all(b.block_hash is None for b in pool.blocks)
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(num_blocks=0), "num_blocks"),
-    (dict(num_blocks=2.0), "num_blocks"),
-    (dict(num_blocks=4, block_size=0), "block_size"),
-    (dict(num_blocks=4, block_size=True), "block_size"),
-    (dict(num_blocks=4, enable_caching="yes"), "enable_caching"),
-    (dict(num_blocks=4, hash_fn=3), "hash_fn"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(num_blocks=0), "num_blocks"),
+        (dict(num_blocks=2.0), "num_blocks"),
+        (dict(num_blocks=4, block_size=0), "block_size"),
+        (dict(num_blocks=4, block_size=True), "block_size"),
+        (dict(num_blocks=4, enable_caching="yes"), "enable_caching"),
+        (dict(num_blocks=4, hash_fn=3), "hash_fn"),
+    ],
+)
 def test_constructor_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         KVCacheManager(**kwargs)
@@ -228,9 +246,9 @@ def test_constructor_rejects_bad_arguments(kwargs, name):
 
 def test_prefix_hit_is_block_aligned():
     mgr = KVCacheManager(num_blocks=10, block_size=4)
-    a = make_request("a", list(range(10)))            # blocks [0-3] [4-7] [8, 9]
+    a = make_request("a", list(range(10)))  # blocks [0-3] [4-7] [8, 9]
     admit(mgr, a)
-    b = make_request("b", list(range(7)) + [99, 100, 101, 102])   # shares 7 tokens with a
+    b = make_request("b", list(range(7)) + [99, 100, 101, 102])  # shares 7 tokens with a
     blocks, num_cached = mgr.get_computed_blocks(b)
     assert num_cached == 4, "only the first full block matches; 3 more shared tokens do not count"
     assert [blk.block_id for blk in blocks] == mgr.get_block_ids("a")[:1]
@@ -255,7 +273,7 @@ def test_get_computed_blocks_does_not_change_ref_counts():
     before = snapshot(mgr)
     blocks, num_cached = mgr.get_computed_blocks(make_request("b", [1, 2, 3, 4, 5]))
     assert num_cached == 4
-    assert snapshot(mgr)[:5] == before[:5]      # only the memo of b's hashes may be new
+    assert snapshot(mgr)[:5] == before[:5]  # only the memo of b's hashes may be new
     assert all(blk.ref_cnt == 0 for blk in blocks)
 
 
@@ -268,8 +286,7 @@ def test_allocate_with_hits_takes_references_and_leaves_the_free_queue():
     computed, num_cached, new_blocks = admit(mgr, b)
     assert num_cached == 4 and len(new_blocks) == 1
     assert mgr.get_block_ids("b")[:2] == [blk.block_id for blk in computed]
-    assert all(blk.ref_cnt == 1 and blk not in mgr.block_pool.free_block_queue
-               for blk in computed)
+    assert all(blk.ref_cnt == 1 and blk not in mgr.block_pool.free_block_queue for blk in computed)
     assert mgr.num_free_blocks == 6 - 3
     assert b.num_computed_tokens == 6
 
@@ -292,10 +309,10 @@ def test_free_puts_tail_blocks_first_in_eviction_order():
 def test_failed_allocation_changes_nothing():
     mgr = KVCacheManager(num_blocks=4, block_size=2)
     a = make_request("a", [1, 2, 3, 4, 5])
-    admit(mgr, a)                                   # 3 blocks
-    mgr.free(a)                                     # all free, 2 full blocks cached
-    admit(mgr, make_request("x", [7, 7]))           # takes the one never-used block
-    b = make_request("b", [1, 2, 3, 4, 5, 6, 7])    # hits 2 cached blocks, needs 2 more
+    admit(mgr, a)  # 3 blocks
+    mgr.free(a)  # all free, 2 full blocks cached
+    admit(mgr, make_request("x", [7, 7]))  # takes the one never-used block
+    b = make_request("b", [1, 2, 3, 4, 5, 6, 7])  # hits 2 cached blocks, needs 2 more
     computed, num_cached = mgr.get_computed_blocks(b)
     assert num_cached == 4
     before = snapshot(mgr)
@@ -323,7 +340,7 @@ def test_allocate_slots_rejects_hits_for_a_request_that_holds_blocks():
     admit(mgr, make_request("a", [1, 2, 3]))
     b = make_request("b", [1, 2, 3, 4])
     computed, _ = mgr.get_computed_blocks(b)
-    b.num_computed_tokens = 2           # wrong order: set after allocate_slots
+    b.num_computed_tokens = 2  # wrong order: set after allocate_slots
     with pytest.raises(ValueError, match="num_computed_tokens"):
         mgr.allocate_slots(b, 2, computed)
     with pytest.raises(ValueError, match="num_new_tokens"):
@@ -333,17 +350,17 @@ def test_allocate_slots_rejects_hits_for_a_request_that_holds_blocks():
 def test_hash_collision_never_gives_wrong_hit():
     """With every hash equal, lookups must still match whole prefixes exactly."""
     mgr = KVCacheManager(num_blocks=12, block_size=2, hash_fn=lambda x: 0)
-    a = make_request("a", [1, 1, 5, 5, 0])       # blocks X=(1,1) T=(5,5)
-    b = make_request("b", [2, 2, 5, 5, 0])       # blocks Y=(2,2) T=(5,5): same T, other prefix
+    a = make_request("a", [1, 1, 5, 5, 0])  # blocks X=(1,1) T=(5,5)
+    b = make_request("b", [2, 2, 5, 5, 0])  # blocks Y=(2,2) T=(5,5): same T, other prefix
     admit(mgr, a)
     admit(mgr, b)
     c = make_request("c", [2, 2, 5, 5, 1])
     blocks, num_cached = mgr.get_computed_blocks(c)
     assert num_cached == 4
     assert [blk.block_id for blk in blocks] == mgr.get_block_ids("b")[:2]
-    d = make_request("d", [3, 3, 5, 5, 1])       # no cached block starts with (3, 3)
+    d = make_request("d", [3, 3, 5, 5, 1])  # no cached block starts with (3, 3)
     assert mgr.get_computed_blocks(d) == ([], 0)
-    e = make_request("e", [5, 5, 1])             # T as a first block was never cached
+    e = make_request("e", [5, 5, 1])  # T as a first block was never cached
     assert mgr.get_computed_blocks(e) == ([], 0)
 
 
@@ -363,11 +380,11 @@ def test_decode_allocates_a_new_block_only_at_a_block_boundary():
 def test_chunked_prefill_caches_only_computed_full_blocks():
     mgr = KVCacheManager(num_blocks=8, block_size=4)
     req = make_request("r", list(range(11)))
-    admit(mgr, req, num_new_tokens=6)                  # chunk 1: tokens 0..5
+    admit(mgr, req, num_new_tokens=6)  # chunk 1: tokens 0..5
     blocks = [mgr.block_pool.blocks[i] for i in mgr.get_block_ids("r")]
     assert len(blocks) == 2
     assert blocks[0].block_hash is not None and blocks[1].block_hash is None
-    assert mgr.allocate_slots(req, 5) is not None      # chunk 2: tokens 6..10
+    assert mgr.allocate_slots(req, 5) is not None  # chunk 2: tokens 6..10
     req.num_computed_tokens += 5
     blocks = [mgr.block_pool.blocks[i] for i in mgr.get_block_ids("r")]
     assert [blk.block_hash is not None for blk in blocks] == [True, True, False]
@@ -376,7 +393,7 @@ def test_chunked_prefill_caches_only_computed_full_blocks():
 def test_slots_beyond_known_tokens_are_allocated_but_not_cached():
     mgr = KVCacheManager(num_blocks=8, block_size=4)
     req = make_request("r", [1, 2])
-    assert len(mgr.allocate_slots(req, 8)) == 2       # room for 6 tokens not yet sampled
+    assert len(mgr.allocate_slots(req, 8)) == 2  # room for 6 tokens not yet sampled
     assert all(mgr.block_pool.blocks[i].block_hash is None for i in mgr.get_block_ids("r"))
 
 
@@ -387,7 +404,7 @@ def test_resumed_request_hits_its_own_blocks_after_preemption():
     for t in (4, 5, 6):
         decode_one(mgr, req, t)
     table = mgr.get_block_ids("r")
-    mgr.free(req)                                   # preempted
+    mgr.free(req)  # preempted
     req.num_computed_tokens = 0
     computed, num_cached, _ = admit(mgr, req)
     assert num_cached == 4, "6 tokens: 3 full blocks, the last token recomputed"
@@ -424,11 +441,22 @@ def test_caching_disabled_never_hits():
 
 # ---- property tests: random scheduler-like sequences ---------------------------------------
 
-TOKENS = st.integers(0, 2)     # a tiny vocabulary: equal blocks at different places are common
+TOKENS = st.integers(0, 2)  # a tiny vocabulary: equal blocks at different places are common
 
 # The operations a random sequence is made of; repeats weight the common ones.
-OPS = ["add", "schedule", "step", "schedule", "step", "step", "add", "preempt", "finish",
-       "reset", "free_all"]
+OPS = [
+    "add",
+    "schedule",
+    "step",
+    "schedule",
+    "step",
+    "step",
+    "add",
+    "preempt",
+    "finish",
+    "reset",
+    "free_all",
+]
 
 HASH_FNS = {
     "builtin": None,
@@ -445,14 +473,16 @@ class SchedulerSim:
     prefix-cache hit can be checked against the tokens the block really holds.
     """
 
-    MAX_LIVE = 6     # requests waiting or running at once
+    MAX_LIVE = 6  # requests waiting or running at once
 
     def __init__(self, data, hash_fn) -> None:
         self.data = data
         num_blocks = data.draw(st.integers(3, 16), label="num_blocks")
         block_size = data.draw(st.sampled_from([1, 2, 3, 4]), label="block_size")
-        self.prefixes = data.draw(st.lists(st.lists(TOKENS, min_size=1, max_size=12),
-                                           min_size=1, max_size=3), label="prefixes")
+        self.prefixes = data.draw(
+            st.lists(st.lists(TOKENS, min_size=1, max_size=12), min_size=1, max_size=3),
+            label="prefixes",
+        )
         self.mgr = KVCacheManager(num_blocks, block_size, hash_fn=hash_fn)
         self.requests: dict[str, Request] = {}
         self.waiting: list[str] = []
@@ -485,13 +515,14 @@ class SchedulerSim:
         held = len(self.tables.get(rid, ())) + len(computed)
         covered = req.num_computed_tokens + len(computed) * mgr.block_size + num_new
         needed = max(0, -(-covered // mgr.block_size) - held)
-        free_hits = sum(1 for b in computed if b.ref_cnt == 0)   # hits sitting in the queue
+        free_hits = sum(1 for b in computed if b.ref_cnt == 0)  # hits sitting in the queue
         free_before = mgr.num_free_blocks
         before = snapshot(mgr)
         new_blocks = mgr.allocate_slots(req, num_new, computed)
         if new_blocks is None:
-            assert needed > free_before - free_hits, \
+            assert needed > free_before - free_hits, (
                 f"refused {needed} blocks with {free_before - free_hits} free"
+            )
             assert snapshot(mgr) == before, "a failed allocation changed state"
         else:
             assert len(new_blocks) == needed
@@ -522,10 +553,11 @@ class SchedulerSim:
         assert num_cached == len(computed) * bs <= req.num_tokens - 1
         tokens = req.all_token_ids
         for i, blk in enumerate(computed):
-            assert blk.token_ids == tuple(tokens[i * bs:(i + 1) * bs])
+            assert blk.token_ids == tuple(tokens[i * bs : (i + 1) * bs])
             writer, index = self.written_by[blk.block_id]
-            assert index == i and writer.all_token_ids[:(i + 1) * bs] == tokens[:(i + 1) * bs], \
+            assert index == i and writer.all_token_ids[: (i + 1) * bs] == tokens[: (i + 1) * bs], (
                 f"block {blk.block_id} holds another prefix: a wrong hit"
+            )
         assert len({blk.block_id for blk in computed}) == len(computed)
         self.num_hits += bool(computed)
         num_new = min(self.draw(st.integers(1, 12)), req.num_tokens - num_cached)
@@ -544,8 +576,9 @@ class SchedulerSim:
         for rid in list(self.running):
             req = self.requests[rid]
             if req.num_computed_tokens < req.num_tokens:
-                num_new = min(self.draw(st.integers(1, 12)),
-                              req.num_tokens - req.num_computed_tokens)
+                num_new = min(
+                    self.draw(st.integers(1, 12)), req.num_tokens - req.num_computed_tokens
+                )
             else:
                 req.append_output_token(self.draw(TOKENS))
                 num_new = 1

@@ -1,6 +1,7 @@
 """One source, two languages: a markdown cell with no translation, or whose English changed
 since it was translated, is named; the built notebook keeps every code cell and swaps the
 markdown for its translation."""
+
 from __future__ import annotations
 
 import nbformat
@@ -13,8 +14,14 @@ from llmlab.course import lang
 def _course(tmp_path):
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    nb = new_notebook(cells=[new_markdown_cell("# 04 · The KV cache"), new_code_cell("x = 1\nprint(x)"),
-                             new_markdown_cell("Decode reads the whole cache."), new_code_cell("")])
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# 04 · The KV cache"),
+            new_code_cell("x = 1\nprint(x)"),
+            new_markdown_cell("Decode reads the whole cache."),
+            new_code_cell(""),
+        ]
+    )
     nbformat.write(nb, nbs / "04-kv.ipynb")
     return nbs, nb
 
@@ -55,10 +62,13 @@ def test_build_keeps_code_and_translates_markdown(tmp_path):
     [out] = lang.build("zh", nbs, tmp_path / "build" / "zh")
     zh = nbformat.read(out, as_version=4)
     assert zh.cells[0].source == 'import llmlab\nllmlab.set_language("zh")'
-    assert [c.source for c in zh.cells[1:] if c.cell_type == "code"] == \
-        [c.source for c in nb.cells if c.cell_type == "code"]
-    assert [c.source for c in zh.cells if c.cell_type == "markdown"] == \
-        ["中文：# 04 · The KV cache", "中文：Decode reads the whole cache."]
+    assert [c.source for c in zh.cells[1:] if c.cell_type == "code"] == [
+        c.source for c in nb.cells if c.cell_type == "code"
+    ]
+    assert [c.source for c in zh.cells if c.cell_type == "markdown"] == [
+        "中文：# 04 · The KV cache",
+        "中文：Decode reads the whole cache.",
+    ]
     with pytest.raises(ValueError, match="lang must be one of"):
         lang.check("fr", nbs)
     with pytest.raises(ValueError, match="must not be the folder"):
@@ -70,7 +80,7 @@ def test_rebuild_keeps_a_copy_the_student_edited(tmp_path):
     _translate_all(tmp_path, nbs)
     out = tmp_path / "build" / "zh"
     [built] = lang.build("zh", nbs, out)
-    lang.build("zh", nbs, out)                      # unchanged: nothing to keep
+    lang.build("zh", nbs, out)  # unchanged: nothing to keep
     assert not (out / "04-kv.ipynb.bak").exists()
     mine = nbformat.read(built, as_version=4)
     mine.cells[2].source = "answer = 42  # the student's work"

@@ -1,5 +1,6 @@
 """The leak finder: an exercise's expected number shown above the exercise is found in the forms
 a student reads it; below the exercise, inside other numbers, or as one digit it is not."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,14 @@ from llmlab.course.instructor.leaks import find_leaks, number_forms, read_expect
 def _nb(markdown_above: str, output_above: str, markdown_below: str = ""):
     shown = new_code_cell("print(x)")
     shown.outputs = [new_output("stream", name="stdout", text=output_above)]
-    return new_notebook(cells=[
-        new_markdown_cell(markdown_above),
-        shown,
-        new_code_cell("from llmlab.course.check import ch04\nch04.kv_gb_for_request(None)"),
-        new_markdown_cell(markdown_below),
-    ])
+    return new_notebook(
+        cells=[
+            new_markdown_cell(markdown_above),
+            shown,
+            new_code_cell("from llmlab.course.check import ch04\nch04.kv_gb_for_request(None)"),
+            new_markdown_cell(markdown_below),
+        ]
+    )
 
 
 def test_forms_a_student_reads():
@@ -36,14 +39,20 @@ def test_a_planted_leak_is_found_in_markdown_and_output():
 
 def test_no_leak_below_the_exercise_inside_other_numbers_or_in_verdicts():
     expected = {"ch04.kv_gb_for_request": [1.34217728]}
-    nb = _nb("11.345 and 1.3427 and 21.34", "[check ch03.x] NOT YET: 1.34\n", "1.34 GB, revealed after")
+    nb = _nb(
+        "11.345 and 1.3427 and 21.34", "[check ch03.x] NOT YET: 1.34\n", "1.34 GB, revealed after"
+    )
     assert find_leaks(nb, expected) == []
 
 
 def test_read_expected_log_skips_bad_lines(tmp_path):
     log = tmp_path / "log.jsonl"
-    log.write_text(json.dumps({"exercise": "a.b", "expected": 60}) + "\nnot json\n"
-                   + json.dumps({"exercise": "a.b", "expected": 60}) + "\n")
+    log.write_text(
+        json.dumps({"exercise": "a.b", "expected": 60})
+        + "\nnot json\n"
+        + json.dumps({"exercise": "a.b", "expected": 60})
+        + "\n"
+    )
     assert read_expected_log(log) == {"a.b": [60.0]}
     assert read_expected_log(tmp_path / "missing") == {}
 

@@ -1,4 +1,5 @@
 """llmlab.analysis.metrics on hand-made timelines whose answers are worked out by hand below."""
+
 from __future__ import annotations
 
 import math
@@ -9,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmlab.analysis import metrics
+from llmlab.analysis.metrics import Timeline, arrival_times, summarize
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
 from llmlab.request import RequestMetrics
-from llmlab.analysis.metrics import Timeline, arrival_times, summarize
 
 # A: arrives at 0, tokens at 1.0, 1.5, 2.0, 2.5 -> TTFT 1.0, E2EL 2.5, TPOT 1.5/3 = 0.5
 # B: arrives at 1.0, tokens at 1.2, 1.3       -> TTFT 0.2, E2EL 0.3, TPOT 0.1/1 = 0.1
@@ -32,7 +33,7 @@ def test_single_token_request_has_no_tpot_and_is_left_out_of_the_mean():
     assert C.tpot is None and C.itls == []
     s = summarize([A, B, C])
     assert s.tpot.count == 2
-    assert s.tpot.mean == pytest.approx((0.5 + 0.1) / 2)     # not (0.5 + 0.1 + 0) / 3
+    assert s.tpot.mean == pytest.approx((0.5 + 0.1) / 2)  # not (0.5 + 0.1 + 0) / 3
     assert not math.isnan(s.tpot.mean)
     only_single = summarize([C])
     assert only_single.tpot.count == 0 and only_single.tpot.mean is None
@@ -58,7 +59,7 @@ def test_itl_is_pooled_over_tokens_not_averaged_per_request():
 
 def test_throughput_over_default_and_given_duration():
     s = summarize([A, B, C])
-    assert s.duration == pytest.approx(2.5)                  # first arrival 0 -> last token 2.5
+    assert s.duration == pytest.approx(2.5)  # first arrival 0 -> last token 2.5
     assert s.request_throughput == pytest.approx(3 / 2.5)
     assert s.total_output_tokens == 7
     assert s.output_throughput == pytest.approx(7 / 2.5)
@@ -68,11 +69,11 @@ def test_throughput_over_default_and_given_duration():
 
 
 def test_goodput_counts_requests_meeting_every_slo():
-    s = summarize([A, B, C], slo={"ttft": 0.5})            # B (0.2), C (0.4) pass; A (1.0) fails
+    s = summarize([A, B, C], slo={"ttft": 0.5})  # B (0.2), C (0.4) pass; A (1.0) fails
     assert s.num_good == 2 and s.goodput == pytest.approx(2 / 2.5)
-    s = summarize([A, B, C], slo={"tpot": 0.2})            # A (0.5) fails; C has no TPOT: passes
+    s = summarize([A, B, C], slo={"tpot": 0.2})  # A (0.5) fails; C has no TPOT: passes
     assert s.num_good == 2
-    s = summarize([A, B, C], slo={"ttft": 0.3, "e2el": 0.35})   # only B
+    s = summarize([A, B, C], slo={"ttft": 0.3, "e2el": 0.35})  # only B
     assert s.num_good == 1
     assert summarize([A, B, C]).goodput is None
 
@@ -92,10 +93,16 @@ def test_ttlt_identity_holds_for_any_timeline(arrival, gaps):
 
 
 def test_engine_outputs_are_read_through_their_metrics():
-    m = RequestMetrics(arrival_time=5.0, first_scheduled_time=5.1, first_token_time=5.5,
-                       token_times=[5.5, 5.7, 5.9], finished_time=5.9)
-    out = RequestOutput("r0", None, [1, 2, 3], [CompletionOutput(0, "", [7, 8, 9], "length")],
-                        True, metrics=m)
+    m = RequestMetrics(
+        arrival_time=5.0,
+        first_scheduled_time=5.1,
+        first_token_time=5.5,
+        token_times=[5.5, 5.7, 5.9],
+        finished_time=5.9,
+    )
+    out = RequestOutput(
+        "r0", None, [1, 2, 3], [CompletionOutput(0, "", [7, 8, 9], "length")], True, metrics=m
+    )
     t = metrics.timeline_of(out)
     assert t.num_prompt_tokens == 3 and t.num_output_tokens == 3
     assert t.ttft == pytest.approx(0.5) and t.tpot == pytest.approx(0.2)
@@ -132,14 +139,14 @@ def _gap_stats(burstiness: float) -> tuple[float, float]:
 def test_poisson_arrivals_have_mean_gap_one_over_rate_and_unit_cv():
     mean, cv = _gap_stats(1.0)
     assert mean == pytest.approx(0.25, rel=0.03)
-    assert cv == pytest.approx(1.0, rel=0.05)            # exponential gaps: std = mean
+    assert cv == pytest.approx(1.0, rel=0.05)  # exponential gaps: std = mean
 
 
 @pytest.mark.parametrize("burstiness", [0.25, 4.0])
 def test_gamma_burstiness_keeps_the_rate_and_sets_the_spread(burstiness):
     mean, cv = _gap_stats(burstiness)
     assert mean == pytest.approx(0.25, rel=0.05)
-    assert cv == pytest.approx(1 / math.sqrt(burstiness), rel=0.06)   # gamma: CV = 1/√shape
+    assert cv == pytest.approx(1 / math.sqrt(burstiness), rel=0.06)  # gamma: CV = 1/√shape
 
 
 def test_arrivals_are_seeded_start_at_zero_and_infinite_rate_is_all_at_once():
@@ -162,8 +169,11 @@ def test_engine_driven_by_arrivals_reports_consistent_timings():
     prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [20, 21]]
     arrivals = [0.0, 0.01, 0.02, 0.05]
     outs, duration = metrics.run_with_arrivals(
-        llm.llm_engine, prompts, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
-        arrivals)
+        llm.llm_engine,
+        prompts,
+        SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+        arrivals,
+    )
     assert [o.request_id for o in outs] == [f"req-{i}" for i in range(4)]
     ts = [metrics.timeline_of(o) for o in outs]
     start = ts[0].arrival_time

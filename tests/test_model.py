@@ -1,4 +1,5 @@
 """Our Llama forward against transformers' LlamaForCausalLM, and the flat-batch seam."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,8 +22,10 @@ PROMPTS = [
 def hf_twin(model: LlamaModel) -> LlamaForCausalLM:
     """A transformers model with the same config and weights as our model."""
     hf = LlamaForCausalLM(LlamaConfig(**model.config.to_hf_dict())).eval()
-    state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v
-             for k, v in model.state_dict().items()}
+    state = {
+        ("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v
+        for k, v in model.state_dict().items()
+    }
     hf.load_state_dict(state, strict=False)
     return hf
 
@@ -30,7 +33,9 @@ def hf_twin(model: LlamaModel) -> LlamaForCausalLM:
 def test_tiny_model_matches_transformers():
     model = tiny_model(seed=3)
     hf = hf_twin(model)
-    ids = torch.randint(0, model.config.vocab_size, (37,), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(
+        0, model.config.vocab_size, (37,), generator=torch.Generator().manual_seed(1)
+    )
     ours = model.logits_for(ids)
     with torch.no_grad():
         ref = hf(ids[None]).logits[0]
@@ -47,7 +52,7 @@ def test_flat_batch_equals_one_sequence_at_a_time():
     cache.advance(n)
     logits = model.compute_logits(hidden)
     assert torch.allclose(logits[: len(a)], model.logits_for(a), atol=1e-5)
-    assert torch.allclose(logits[len(a):], model.logits_for(b), atol=1e-5)
+    assert torch.allclose(logits[len(a) :], model.logits_for(b), atol=1e-5)
     # one decode token each, mixed into one flat batch of 2
     step = [1, 1]
     hidden = model(torch.tensor([7, 8]), cache.positions(step), cache.context(step))
@@ -163,10 +168,15 @@ def test_metadata_refuses_caches_unlike_the_first_layers():
     md = cache.context([4], backend="cpu")
     k, v = md.kv_caches[1]
     bad = list(md.kv_caches)
-    bad[1] = (k, v[:, :8].clone())                            # a shorter block in layer 1
-    fields = dict(cu_seqlens_q=md.cu_seqlens_q, seq_lens=md.seq_lens,
-                  slot_mapping=md.slot_mapping, block_tables=md.block_tables,
-                  max_query_len=md.max_query_len, backend="cpu")
+    bad[1] = (k, v[:, :8].clone())  # a shorter block in layer 1
+    fields = dict(
+        cu_seqlens_q=md.cu_seqlens_q,
+        seq_lens=md.seq_lens,
+        slot_mapping=md.slot_mapping,
+        block_tables=md.block_tables,
+        max_query_len=md.max_query_len,
+        backend="cpu",
+    )
     with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
         AttentionMetadata(kv_caches=bad, **fields)
     short = AttentionMetadata(kv_caches=list(md.kv_caches)[:-1], **fields)

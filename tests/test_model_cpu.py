@@ -3,6 +3,7 @@ weights prepared once. It must give what the readable model gives (float roundin
 paged caches whose unused slots hold NaN, for every head size and GQA group the C attention
 takes; its fused one-token layer must give exactly what its kernel-by-kernel path gives; and
 its prepared weights must cost no second dense copy."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,18 +15,31 @@ from llmlab.model_cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes
 from llmlab.ops import cpu_backend
 from llmlab.ops.metadata import AttentionMetadata
 
-pytestmark = pytest.mark.skipif(not cpu_backend.available()[0],
-                                reason=f"no C compiler: {cpu_backend.available()[1]}")
+pytestmark = pytest.mark.skipif(
+    not cpu_backend.available()[0], reason=f"no C compiler: {cpu_backend.available()[1]}"
+)
 
 # (heads, kv_heads, head_dim, attention_bias): GQA 2:1, MHA, 4:1, one KV head, 16:1 (the C
 # attention's largest group), Qwen2-style bias; every head size the C attention has a variant for
-SHAPES = [(4, 2, 16, False), (4, 4, 32, False), (8, 2, 64, False), (2, 1, 128, False),
-          (2, 2, 256, False), (16, 1, 16, False), (6, 2, 16, True)]
+SHAPES = [
+    (4, 2, 16, False),
+    (4, 4, 32, False),
+    (8, 2, 64, False),
+    (2, 1, 128, False),
+    (2, 2, 256, False),
+    (16, 1, 16, False),
+    (6, 2, 16, True),
+]
 
 
 def _model(heads, kv_heads, head_dim, bias, seed):
-    return tiny_model(seed=seed, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                      head_dim=head_dim, attention_bias=bias)
+    return tiny_model(
+        seed=seed,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        attention_bias=bias,
+    )
 
 
 class PagedRun:
@@ -47,17 +61,21 @@ class PagedRun:
     def metadata(self, new: int, **override) -> AttentionMetadata:
         pos = torch.arange(self.length, self.length + new)
         blocks = self.table[0, pos // self.block_size].long()
-        fields = dict(cu_seqlens_q=torch.tensor([0, new], dtype=torch.int32),
-                      seq_lens=torch.tensor([self.length + new], dtype=torch.int32),
-                      slot_mapping=blocks * self.block_size + pos % self.block_size,
-                      block_tables=self.table.clone(), kv_caches=self.kv, max_query_len=new,
-                      backend=self.backend)
+        fields = dict(
+            cu_seqlens_q=torch.tensor([0, new], dtype=torch.int32),
+            seq_lens=torch.tensor([self.length + new], dtype=torch.int32),
+            slot_mapping=blocks * self.block_size + pos % self.block_size,
+            block_tables=self.table.clone(),
+            kv_caches=self.kv,
+            max_query_len=new,
+            backend=self.backend,
+        )
         return AttentionMetadata(**{**fields, **override})
 
     def step(self, new: int) -> torch.Tensor:
         md = self.metadata(new)
         pos = torch.arange(self.length, self.length + new)
-        hidden = self.model(self.ids[self.length:self.length + new], pos, md)
+        hidden = self.model(self.ids[self.length : self.length + new], pos, md)
         self.length += new
         return self.model.compute_logits(hidden[-1:])
 
@@ -78,19 +96,20 @@ def _count_fused_layers(monkeypatch) -> list:
 
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
 @pytest.mark.parametrize("block_size", [8, 16])
-def test_fused_layer_equals_the_layer_by_kernel_path(heads, kv_heads, head_dim, bias,
-                                                     block_size, monkeypatch):
+def test_fused_layer_equals_the_layer_by_kernel_path(
+    heads, kv_heads, head_dim, bias, block_size, monkeypatch
+):
     """Same logits and the same cache contents (NaN where nothing was written) as the fast
     layer's kernel-by-kernel path, whose kernels the fused layer runs in the same order; and the
     fused path is the one that ran: one C call per layer per decode step."""
     model = cpu_model(_model(heads, kv_heads, head_dim, bias, seed=heads + head_dim))
     calls = _count_fused_layers(monkeypatch)
-    prompt, steps = 2 * block_size - 3, block_size + 5          # decode crosses block boundaries
+    prompt, steps = 2 * block_size - 3, block_size + 5  # decode crosses block boundaries
     fused, kv_fused = _decode(model, block_size, prompt, steps, seed=1, backend="cpu")
     assert len(calls) == steps * model.config.num_hidden_layers
     calls.clear()
     for layer in model.layers:
-        layer.plan = None                                        # kernel by kernel
+        layer.plan = None  # kernel by kernel
     plain, kv_plain = _decode(model, block_size, prompt, steps, seed=1, backend="cpu")
     assert not calls
     assert torch.isfinite(fused).all()
@@ -98,7 +117,7 @@ def test_fused_layer_equals_the_layer_by_kernel_path(heads, kv_heads, head_dim, 
     for (kf, vf), (kp, vp) in zip(kv_fused, kv_plain):
         torch.testing.assert_close(kf, kp, atol=1e-6, rtol=1e-6, equal_nan=True)
         torch.testing.assert_close(vf, vp, atol=1e-6, rtol=1e-6, equal_nan=True)
-    written = prompt + steps                                     # the rest still NaN
+    written = prompt + steps  # the rest still NaN
     assert int(torch.isnan(kv_fused[0][0]).any(dim=(2, 3)).sum()) == 8 * block_size - written
 
 
@@ -144,16 +163,21 @@ def test_prepared_weights_share_one_dense_copy():
     params = weight_bytes(model)
     fast = cpu_model(model)
     layer, attn = fast.layers[0], model.layers[0].self_attn
-    assert attn.k_proj.weight.untyped_storage().data_ptr() == \
-        layer.qkv.weight.untyped_storage().data_ptr()
-    assert model.layers[0].mlp.up_proj.weight.untyped_storage().data_ptr() == \
-        layer.gate_up.weight.untyped_storage().data_ptr()
+    assert (
+        attn.k_proj.weight.untyped_storage().data_ptr()
+        == layer.qkv.weight.untyped_storage().data_ptr()
+    )
+    assert (
+        model.layers[0].mlp.up_proj.weight.untyped_storage().data_ptr()
+        == layer.gate_up.weight.untyped_storage().data_ptr()
+    )
     packed = sum(m.extra_bytes() for m in fast.modules() if isinstance(m, CpuLinear))
     assert weight_bytes(fast) == params + packed
     # and the readable model still computes what it did
     ids = [5, 6, 7, 8]
-    torch.testing.assert_close(model.logits_for(ids), fast.logits_for(ids, backend="cpu"),
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        model.logits_for(ids), fast.logits_for(ids, backend="cpu"), atol=1e-4, rtol=1e-4
+    )
 
 
 def test_a_second_engine_reuses_the_stacked_weights():
@@ -165,8 +189,12 @@ def test_a_second_engine_reuses_the_stacked_weights():
         for x, y in ((a.qkv, b.qkv), (a.gate_up, b.gate_up)):
             assert x.weight.untyped_storage().data_ptr() == y.weight.untyped_storage().data_ptr()
             assert x.weight.shape == y.weight.shape
-    torch.testing.assert_close(second.logits_for([1, 2, 3], backend="cpu"),
-                               model.logits_for([1, 2, 3]), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        second.logits_for([1, 2, 3], backend="cpu"),
+        model.logits_for([1, 2, 3]),
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
 
 def test_prepare_again_after_changing_weights():
@@ -182,17 +210,25 @@ def test_prepare_again_after_changing_weights():
     torch.testing.assert_close(after, model.logits_for([3, 4, 5]), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("slot_mapping", torch.tensor([10_000]), "slot_mapping"),
-    ("block_tables", torch.tensor([[0, 99, 2, 3, 4, 5, 6, 7]], dtype=torch.int32), "block_tables"),
-    ("seq_lens", torch.tensor([65], dtype=torch.int32), "seq_lens"),
-    ("max_query_len", 2, "max_query_len"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("slot_mapping", torch.tensor([10_000]), "slot_mapping"),
+        (
+            "block_tables",
+            torch.tensor([[0, 99, 2, 3, 4, 5, 6, 7]], dtype=torch.int32),
+            "block_tables",
+        ),
+        ("seq_lens", torch.tensor([65], dtype=torch.int32), "seq_lens"),
+        ("max_query_len", 2, "max_query_len"),
+    ],
+)
 def test_bad_metadata_is_refused_when_built(field, value, match):
     """No C kernel sees unchecked metadata: the step's metadata is checked when it is built, so a
     bad slot, block id or length is a ValueError naming it before any layer runs."""
-    run = PagedRun(cpu_model(_model(4, 2, 16, False, seed=5)), 8, num_blocks=8, seed=6,
-                   backend="cpu")
+    run = PagedRun(
+        cpu_model(_model(4, 2, 16, False, seed=5)), 8, num_blocks=8, seed=6, backend="cpu"
+    )
     run.step(9)
     with pytest.raises(ValueError, match=match):
         run.metadata(1, **{field: value})
@@ -200,11 +236,17 @@ def test_bad_metadata_is_refused_when_built(field, value, match):
 
 def test_a_cache_of_the_wrong_shape_is_refused_by_the_fast_layer():
     model = cpu_model(_model(4, 2, 16, False, seed=5))
-    other = _model(4, 2, 32, False, seed=5)           # head_dim 32: same model, wrong caches
+    other = _model(4, 2, 32, False, seed=5)  # head_dim 32: same model, wrong caches
     kv = other.allocate_kv_caches(2, 8)
-    md = AttentionMetadata(torch.tensor([0, 1], dtype=torch.int32),
-                           torch.tensor([1], dtype=torch.int32), torch.tensor([0]),
-                           torch.tensor([[0]], dtype=torch.int32), kv, 1, "cpu")
+    md = AttentionMetadata(
+        torch.tensor([0, 1], dtype=torch.int32),
+        torch.tensor([1], dtype=torch.int32),
+        torch.tensor([0]),
+        torch.tensor([[0]], dtype=torch.int32),
+        kv,
+        1,
+        "cpu",
+    )
     with pytest.raises(ValueError, match="kv_caches"):
         model(torch.tensor([3]), torch.tensor([0]), md)
 
@@ -216,8 +258,11 @@ def test_decode_layer_rejects_bad_arguments():
     plan = layer.plan
     assert plan is not None
     k, v = model.allocate_kv_caches(2, 8)[0]
-    meta = (torch.tensor([0]), torch.tensor([[0, 1]], dtype=torch.int32),
-            torch.tensor([1], dtype=torch.int32))
+    meta = (
+        torch.tensor([0]),
+        torch.tensor([[0, 1]], dtype=torch.int32),
+        torch.tensor([1], dtype=torch.int32),
+    )
     cos, sin = torch.ones(1, 8), torch.zeros(1, 8)
     with pytest.raises(ValueError, match="x must be contiguous float32"):
         cpu_backend.decode_layer(plan, torch.zeros(2, 64), cos, sin, k, v, *meta)
@@ -228,11 +273,21 @@ def test_decode_layer_rejects_bad_arguments():
     attn, mlp = model.layers[0].self_attn, model.layers[0].mlp
     with pytest.raises(ValueError, match="w_o"):
         cpu_backend.DecodeLayerPlan(
-            layer.ln1.weight, layer.ln2.weight, 1e-5,
-            torch.zeros(64 + 2 * 32, 64), None, attn.o_proj.weight.t().contiguous()[:, :32],
-            torch.zeros(256, 64), mlp.down_proj.weight, 4, 2, 16, 0.25)
-    assert not cpu_backend.decode_layer_applies(4, 2, 80, 64, 128)      # no 80-wide kernel
-    assert not cpu_backend.decode_layer_applies(4, 3, 16, 64, 128)      # heads % kv_heads
+            layer.ln1.weight,
+            layer.ln2.weight,
+            1e-5,
+            torch.zeros(64 + 2 * 32, 64),
+            None,
+            attn.o_proj.weight.t().contiguous()[:, :32],
+            torch.zeros(256, 64),
+            mlp.down_proj.weight,
+            4,
+            2,
+            16,
+            0.25,
+        )
+    assert not cpu_backend.decode_layer_applies(4, 2, 80, 64, 128)  # no 80-wide kernel
+    assert not cpu_backend.decode_layer_applies(4, 3, 16, 64, 128)  # heads % kv_heads
 
 
 def test_a_layer_the_fused_call_cannot_take_runs_kernel_by_kernel(monkeypatch):
@@ -246,7 +301,7 @@ def test_a_layer_the_fused_call_cannot_take_runs_kernel_by_kernel(monkeypatch):
     assert fast.layers[0].plan is not None and fast.layers[1].plan is None
     calls = _count_fused_layers(monkeypatch)
     got, _ = _decode(fast, 8, 5, 3, seed=5, backend="cpu")
-    assert len(calls) == 3                                   # layer 0 only, one per step
+    assert len(calls) == 3  # layer 0 only, one per step
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 

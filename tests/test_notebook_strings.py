@@ -3,6 +3,7 @@
 the same in both editions, and are shown in Chinese from the catalog i18n/zh/notebook-strings.json:
 every one the notebooks use has a translation, an edited English text is reported as missing,
 and `compare` shows the translation under `set_language("zh")` and the English under "en"."""
+
 from __future__ import annotations
 
 import re
@@ -47,7 +48,7 @@ def test_the_tool_and_the_package_read_the_same_catalog():
 def test_every_notebook_string_has_its_chinese(collected, catalog):
     # one prediction cell or more in each of chapters 03-11, each with a quantity and two hints
     assert len(collected) >= 27, collected
-    assert "cache speed-up at T={lengths[-1]}" in collected     # an f-string, with its placeholder
+    assert "cache speed-up at T={lengths[-1]}" in collected  # an f-string, with its placeholder
     bad = []
     for en in collected:
         zh = catalog.get(en, "")
@@ -68,8 +69,13 @@ def test_the_real_notebooks_lack_nothing(capsys):
 def _course(tmp_path, code: str, catalog: dict[str, str]) -> Path:
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    nb = new_notebook(cells=[new_markdown_cell("# Predict"), new_code_cell("my_prediction = 3"),
-                             new_code_cell(code)])
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# Predict"),
+            new_code_cell("my_prediction = 3"),
+            new_code_cell(code),
+        ]
+    )
     nbformat.write(nb, nbs / "03-x.ipynb")
     lang.write_catalog(lang.catalog_path(nbs, "zh"), catalog)
     return nbs
@@ -89,8 +95,13 @@ predict.compare_choice("memory", "memory", quantity="bound", options=("memory", 
 
 def test_collects_the_texts_of_prediction_calls_only():
     assert lang.code_strings(CELL) == [
-        "step ratio", "you pictured {word} the weights read once per token.",
-        "speed-up at T={lengths[-1]:d}", "{0} free", "bound", "the weights dominate."]
+        "step ratio",
+        "you pictured {word} the weights read once per token.",
+        "speed-up at T={lengths[-1]:d}",
+        "{0} free",
+        "bound",
+        "the weights dominate.",
+    ]
 
 
 def test_an_edited_english_text_is_reported_missing(tmp_path, capsys):
@@ -102,7 +113,7 @@ def test_an_edited_english_text_is_reported_missing(tmp_path, capsys):
     assert lang.main(["strings", "zh", str(nbs)]) == 0
     assert "0 notebook strings to translate" in capsys.readouterr().out
 
-    nb = nbformat.read(nbs / "03-x.ipynb", as_version=4)        # the English hint is edited
+    nb = nbformat.read(nbs / "03-x.ipynb", as_version=4)  # the English hint is edited
     nb.cells[2].source = nb.cells[2].source.replace("once per token", "once per step")
     nbformat.write(nb, nbs / "03-x.ipynb")
     assert lang.main(["strings", "zh", str(nbs)]) == 1
@@ -110,14 +121,16 @@ def test_an_edited_english_text_is_reported_missing(tmp_path, capsys):
     assert "you pictured the weights read once per step" in out and "1 notebook strings" in out
     new = "you pictured the weights read once per step."
     stored = lang.read_catalog(lang.catalog_path(nbs, "zh"))
-    assert stored[new] == "" and stored[old] == "中文"        # added empty; the old one kept
-    assert lang.strings("zh", nbs) == [new]                   # still missing until translated
+    assert stored[new] == "" and stored[old] == "中文"  # added empty; the old one kept
+    assert lang.strings("zh", nbs) == [new]  # still missing until translated
 
 
 def test_compare_shows_the_catalog_chinese_under_zh_and_english_under_en(catalog, capsys):
     quantity = "decode token / prompt token at 256"
-    hint = ("a decode step reads every weight for one token; prefill shares that read among all "
-            "its tokens.")
+    hint = (
+        "a decode step reads every weight for one token; prefill shares that read among all "
+        "its tokens."
+    )
     assert catalog[quantity] and catalog[hint]
 
     i18n.set_language("zh")
@@ -127,12 +140,13 @@ def test_compare_shows_the_catalog_chinese_under_zh_and_english_under_en(catalog
     assert low.message.endswith(catalog[hint]) and low.quantity == quantity
     compare(None, 50.0, quantity=quantity)
     assert f"[predict {catalog[quantity]}]" in capsys.readouterr().out
-    compare(30.0, 50.0, quantity="cache speed-up at T=384", unit="x")   # an f-string's text
+    compare(30.0, 50.0, quantity="cache speed-up at T=384", unit="x")  # an f-string's text
     assert "[predict T=384 时 cache 带来的加速]" in capsys.readouterr().out
     compare(30.0, 50.0, quantity="a text no notebook has")
     assert "[predict a text no notebook has]" in capsys.readouterr().out
-    choice = compare_choice("compute", "memory", quantity=quantity, options=("memory", "compute"),
-                            explain=hint)
+    choice = compare_choice(
+        "compute", "memory", quantity=quantity, options=("memory", "compute"), explain=hint
+    )
     assert choice.message.endswith(catalog[hint]) and catalog[quantity] in capsys.readouterr().out
 
     i18n.set_language("en")
@@ -144,8 +158,10 @@ def test_compare_shows_the_catalog_chinese_under_zh_and_english_under_en(catalog
 
 def test_english_never_reads_the_catalog(monkeypatch, capsys):
     monkeypatch.setattr(i18n, "_catalogs", {})
+
     def unreadable(lang):
         raise AssertionError("the English path read the catalog")
+
     monkeypatch.setattr(i18n, "notebook_strings_path", unreadable)
     i18n.set_language("en")
     assert i18n.notebook_text("one all-reduce on this machine") == "one all-reduce on this machine"
@@ -158,7 +174,9 @@ def test_the_catalog_is_read_once(monkeypatch):
     monkeypatch.setattr(i18n, "_catalogs", {})
     reads = []
     real = i18n.notebook_strings_path
-    monkeypatch.setattr(i18n, "notebook_strings_path", lambda lang: reads.append(lang) or real(lang))
+    monkeypatch.setattr(
+        i18n, "notebook_strings_path", lambda lang: reads.append(lang) or real(lang)
+    )
     i18n.set_language("zh")
     first = i18n.notebook_text("one all-reduce on this machine")
     assert CJK.search(first) and i18n.notebook_text("one all-reduce on this machine") == first

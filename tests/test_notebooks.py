@@ -12,11 +12,10 @@ loses nothing of the English: the code cells are the same, every `tr(en, zh)` ev
 texts whichever language is shown, the English markdown is scanned for leaks against the same
 run's outputs, and the student version's round trip (test_grading.py) runs them in English.
 """
+
 from __future__ import annotations
 
-
 import pytest
-
 from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, grade_subprocess
 
 from llmlab.course.instructor import exercise_ids
@@ -45,7 +44,9 @@ RUNS = [(p, "zh" if p.stem in ZH_CHAPTERS else "en") for p in NOTEBOOKS]
 
 @pytest.mark.notebook
 @pytest.mark.slow
-@pytest.mark.parametrize("path,lang", RUNS, ids=[p.stem + ("" if lg == "en" else "-zh") for p, lg in RUNS])
+@pytest.mark.parametrize(
+    "path,lang", RUNS, ids=[p.stem + ("" if lg == "en" else "-zh") for p, lg in RUNS]
+)
 def test_notebook_runs_headless(path, lang):
     """The instructor's notebook, graded: no error, full marks (what a student who solves every
     exercise hands in), within the time budget, every figure shown for default values."""
@@ -70,20 +71,34 @@ def test_notebook_runs_headless(path, lang):
     kernel_s = sum(_cell_seconds(c) for c in nb.cells if c.cell_type == "code")
     print(f"{path.name}: {kernel_s:.1f} s in the kernel, {report['seconds']:.1f} s graded")
     assert kernel_s > 0, "the executed copy carries no cell timings"
-    assert kernel_s < BUDGET_S, f"{path.name} took {kernel_s:.0f} s; the budget is {BUDGET_S} s with LLMLAB_FAST=1"
+    assert kernel_s < BUDGET_S, (
+        f"{path.name} took {kernel_s:.0f} s; the budget is {BUDGET_S} s with LLMLAB_FAST=1"
+    )
     assert report["errors"] == [], f"{path.name} fails: {report['errors']}"
     n = len(exercise_ids(nb))
     assert (report["score"], report["total"]) == (n, n), report
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors
-    figures = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                  if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {}))
+    figures = sum(
+        1
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})
+    )
     if path.stem != "00-setup-and-map":
         assert figures >= 1, f"{path.name} shows no figure for its default values"
     # No exercise can be answered by copying a number shown above it (the same run's outputs).
     leaks = find_leaks(nb, read_expected_log(log))
-    assert not leaks, f"{path.name}: answers shown before their questions:\n" + "\n".join(map(str, leaks))
+    assert not leaks, f"{path.name}: answers shown before their questions:\n" + "\n".join(
+        map(str, leaks)
+    )
     if lang == "zh":
         # the English markdown, over the same outputs (the Chinese notebook has one cell more: the
         # first, which chooses the language)
@@ -92,12 +107,21 @@ def test_notebook_runs_headless(path, lang):
             if en_cell.cell_type == "markdown":
                 zh_cell.source = en_cell.source
         leaks = find_leaks(nb, read_expected_log(log))
-        assert not leaks, f"{path.name} (English text): answers shown before their questions:\n" + \
-            "\n".join(map(str, leaks))
-        lines = [line for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                 for line in str(o.get("text", "")).splitlines() if line.startswith("[check ")]
-        assert len(lines) >= n and all("] 通过" in line for line in lines), \
+        assert not leaks, (
+            f"{path.name} (English text): answers shown before their questions:\n"
+            + "\n".join(map(str, leaks))
+        )
+        lines = [
+            line
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.get("outputs", [])
+            for line in str(o.get("text", "")).splitlines()
+            if line.startswith("[check ")
+        ]
+        assert len(lines) >= n and all("] 通过" in line for line in lines), (
             f"{path.name}: checkers did not all answer 通过 in Chinese: {lines}"
+        )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -105,7 +129,11 @@ def test_notebook_is_committed_without_outputs(path):
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count)
+    ]
     assert not dirty, f"{path.name}: cells {dirty} carry outputs; clear them before committing"
 
 
@@ -122,7 +150,9 @@ def test_make_run_executes_and_writes_html(tmp_path):
     nbformat.write(new_notebook(cells=[new_code_cell("x = 6 * 7\nprint(x)")]), good)
     nb, _ = execute_notebook(good, tmp_path / "out", cell_timeout=60)
     assert nb.cells[0].outputs[0]["text"].strip() == "42"
-    assert (tmp_path / "out" / "good.ipynb").is_file() and (tmp_path / "out" / "good.html").is_file()
+    assert (tmp_path / "out" / "good.ipynb").is_file() and (
+        tmp_path / "out" / "good.html"
+    ).is_file()
     bad = tmp_path / "bad.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell("raise KeyError('nope')")]), bad)
     with pytest.raises(Exception, match="KeyError"):

@@ -1,5 +1,6 @@
 """`make run`'s HTML reads offline: math is MathML (no raw LaTeX left, no MathJax loaded) and no
 script, style or image comes from another host."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,14 +15,25 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_math_becomes_mathml_outside_code_only():
-    out = markdown_math_to_mathml("inline $\\sqrt{d}$ and\n$$\\frac{a}{b}$$\nbut `$HOME` and $5 or $10")
-    assert out.count("<math") == 2 and 'display="block"' in out and "<msqrt>" in out and "<mfrac>" in out
+    out = markdown_math_to_mathml(
+        "inline $\\sqrt{d}$ and\n$$\\frac{a}{b}$$\nbut `$HOME` and $5 or $10"
+    )
+    assert (
+        out.count("<math") == 2
+        and 'display="block"' in out
+        and "<msqrt>" in out
+        and "<mfrac>" in out
+    )
     assert "`$HOME`" in out and "$5 or $10" in out
 
 
 def test_a_page_with_math_loads_nothing_from_elsewhere():
-    nb = new_notebook(cells=[new_markdown_cell("$$\\mathrm{Attention}(Q,K,V)=\\mathrm{softmax}(QK^T/\\sqrt{d})V$$"),
-                             new_code_cell("1 + 1")])
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("$$\\mathrm{Attention}(Q,K,V)=\\mathrm{softmax}(QK^T/\\sqrt{d})V$$"),
+            new_code_cell("1 + 1"),
+        ]
+    )
     html = to_html(nb)
     assert "<math" in html and "$$" not in html and "\\mathrm" not in html
     assert remote_loads(html) == []

@@ -1,5 +1,6 @@
 """Predict, then measure: a prediction is judged on order of magnitude and, against a baseline,
 on direction; a missing one is asked for, never graded."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,9 +35,15 @@ def test_missing_or_bad_prediction_and_bad_measurement():
 
 def test_choice():
     opts = ("memory", "compute")
-    assert compare_choice("Memory", "memory", quantity="bound", options=opts).verdict == "as observed"
-    miss = compare_choice("compute", "memory", quantity="bound", options=opts, explain="weights dominate.")
+    assert (
+        compare_choice("Memory", "memory", quantity="bound", options=opts).verdict == "as observed"
+    )
+    miss = compare_choice(
+        "compute", "memory", quantity="bound", options=opts, explain="weights dominate."
+    )
     assert miss.verdict == "not as observed" and miss.message.endswith("weights dominate.")
-    assert compare_choice("disk", "memory", quantity="bound", options=opts).verdict == "no prediction"
+    assert (
+        compare_choice("disk", "memory", quantity="bound", options=opts).verdict == "no prediction"
+    )
     with pytest.raises(ValueError, match="observed must be one of"):
         compare_choice("memory", "disk", quantity="bound", options=opts)

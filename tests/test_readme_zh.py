@@ -1,6 +1,7 @@
 """README.zh.md and docs/instructors.zh.md: the Chinese README gives the same commands as the
 English one, lists all thirteen chapters, links both ways, names no host of a package registry or
 mirror; both Chinese documents use the primary Chinese terms only."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,14 @@ DOCS_ZH = (README_ZH, ROOT / "docs" / "instructors.zh.md")
 
 def test_readme_zh_gives_the_commands_and_every_chapter():
     text = README_ZH.read_text(encoding="utf-8")
-    for command in ("make lab", "make test", "make lab LLMLAB_LANG=zh", "make run LLMLAB_LANG=zh",
-                    "PIP_INDEX_URL=", "pip config set global.index-url"):
+    for command in (
+        "make lab",
+        "make test",
+        "make lab LLMLAB_LANG=zh",
+        "make run LLMLAB_LANG=zh",
+        "PIP_INDEX_URL=",
+        "pip config set global.index-url",
+    ):
         assert command in text, command
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert f"| {nb.stem[:2]} | `{nb.stem}` |" in text, f"no row for {nb.stem}"

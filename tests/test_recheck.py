@@ -1,6 +1,7 @@
 """The grader's own checker process: verdicts from the checkers' return values on recorded
 answers, cut to the instructor's call; function answers run in a sandbox that can hand back
 only return values, within a time limit."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,11 @@ def test_judge_reads_the_verdict_the_checker_returns(capsys):
     assert right == {"passed": True, "message": "correct."}
     v = judge(Exercise("ch00.num_chapters"), ch00.num_chapters, _rec(12), 5)
     assert not v["passed"] and "chapter 00" in v["message"]
-    assert judge(Exercise("ch00.num_chapters"), ch00.num_chapters, _rec(None), 5)["message"] == NOT_ANSWERED
-    assert capsys.readouterr().out == ""                   # the checkers' printed lines go nowhere
+    assert (
+        judge(Exercise("ch00.num_chapters"), ch00.num_chapters, _rec(None), 5)["message"]
+        == NOT_ANSWERED
+    )
+    assert capsys.readouterr().out == ""  # the checkers' printed lines go nowhere
 
 
 def test_judge_cuts_the_call_to_the_instructors_shape():
@@ -36,14 +40,19 @@ def test_judge_cuts_the_call_to_the_instructors_shape():
     extra = judge(Exercise("ch00.num_chapters"), ch00.num_chapters, _rec(13, "extra"), 5)
     assert extra["passed"]
     none = judge(Exercise("ch00.num_chapters"), ch00.num_chapters, _rec(), 5)
-    assert not none["passed"] and "0 positional argument(s); this exercise passes 1" in none["message"]
+    assert (
+        not none["passed"] and "0 positional argument(s); this exercise passes 1" in none["message"]
+    )
 
 
-@pytest.mark.parametrize("record, fragment", [
-    ({"error": "cannot record a Timeline"}, "could not be recorded: cannot record a Timeline"),
-    ({"args": "13", "kwargs": {}}, "not in the grader's format"),
-    ({"args": [{"__eval__": "13"}], "kwargs": {}}, "cannot be read"),
-])
+@pytest.mark.parametrize(
+    "record, fragment",
+    [
+        ({"error": "cannot record a Timeline"}, "could not be recorded: cannot record a Timeline"),
+        ({"args": "13", "kwargs": {}}, "not in the grader's format"),
+        ({"args": [{"__eval__": "13"}], "kwargs": {}}, "cannot be read"),
+    ],
+)
 def test_judge_says_why_an_answer_is_not_graded(record, fragment):
     v = judge(Exercise("ch00.num_chapters"), ch00.num_chapters, record, 5)
     assert not v["passed"] and fragment in v["message"]
@@ -60,13 +69,23 @@ ATTENTION = textwrap.dedent("""\
 
 
 def _function(source: str, name: str = "my_attention") -> dict:
-    return _rec({"__function__": {"name": name, "source": source, "globals": {"torch": {"__module__": "torch"}}}})
+    return _rec(
+        {
+            "__function__": {
+                "name": name,
+                "source": source,
+                "globals": {"torch": {"__module__": "torch"}},
+            }
+        }
+    )
 
 
 def test_a_function_answer_is_checked_on_the_checkers_inputs():
     v = judge(Exercise("ch02.attention"), ch02.attention, _function(ATTENTION), 60)
     assert v == {"passed": True, "message": "matches PyTorch's scaled_dot_product_attention."}
-    no_mask = ATTENTION.replace('.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))', "")
+    no_mask = ATTENTION.replace(
+        '.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))', ""
+    )
     v = judge(Exercise("ch02.attention"), ch02.attention, _function(no_mask), 60)
     assert not v["passed"] and "causal mask is missing" in v["message"]
 
@@ -93,19 +112,35 @@ def test_a_function_that_hangs_is_stopped_at_the_time_limit():
 
 # --------------------------------------------------------------------------- the process
 
+
 def test_the_process_judges_recorded_answers_and_names_missing_checkers(tmp_path):
-    exercises = [Exercise("ch00.num_chapters"), Exercise("ch00.fast_mode"), Exercise("ch00.gone"),
-                 Exercise("ch99.x"), Exercise("ch00.module_for_paged_attention")]
+    exercises = [
+        Exercise("ch00.num_chapters"),
+        Exercise("ch00.fast_mode"),
+        Exercise("ch00.gone"),
+        Exercise("ch99.x"),
+        Exercise("ch00.module_for_paged_attention"),
+    ]
     with Recheck(exercises, env=dict(os.environ), cwd=tmp_path) as recheck:
-        got = recheck.verdicts({"ch00.num_chapters": _rec(13), "ch00.fast_mode": _rec("a"),
-                                "ch00.gone": _rec(1), "ch99.x": _rec(1),
-                                "ch00.module_for_paged_attention": _rec({"__module__": "llmlab.ops"})},
-                               timeout_s=120, function_timeout_s=10)
+        got = recheck.verdicts(
+            {
+                "ch00.num_chapters": _rec(13),
+                "ch00.fast_mode": _rec("a"),
+                "ch00.gone": _rec(1),
+                "ch99.x": _rec(1),
+                "ch00.module_for_paged_attention": _rec({"__module__": "llmlab.ops"}),
+            },
+            timeout_s=120,
+            function_timeout_s=10,
+        )
     assert got["ch00.num_chapters"] == (True, "correct.")
     assert got["ch00.fast_mode"][0] is False and "figure" in got["ch00.fast_mode"][1]
     assert got["ch00.gone"] == (False, "llmlab.course.check.ch00 has no checker gone")
-    assert got["ch99.x"][0] is False and "no checker module llmlab.course.check.ch99" in got["ch99.x"][1]
-    assert got["ch00.module_for_paged_attention"] == (True, "correct.")    # a module answer, by name
+    assert (
+        got["ch99.x"][0] is False
+        and "no checker module llmlab.course.check.ch99" in got["ch99.x"][1]
+    )
+    assert got["ch00.module_for_paged_attention"] == (True, "correct.")  # a module answer, by name
 
 
 def test_a_process_that_was_killed_gives_no_verdicts(tmp_path):

@@ -1,19 +1,21 @@
 """llmlab.analysis.roofline: ridge points and decode floors from the presets (the seed's numbers), where
 LLM operations sit, and the real-shape measurement helpers on the tiny model."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from llmlab.analysis import costs, roofline
-from llmlab.config import get_config
 from llmlab.analysis.hardware import PRESETS
+from llmlab.config import get_config
 
 L70 = get_config("llama-3-70b")
 
 
-@pytest.mark.parametrize("hw, expected", [("H100-SXM", 295), ("H100-SXM-seed", 330), ("H200", 206),
-                                          ("A100-80GB", 153)])
+@pytest.mark.parametrize(
+    "hw, expected", [("H100-SXM", 295), ("H100-SXM-seed", 330), ("H200", 206), ("A100-80GB", 153)]
+)
 def test_ridge_points_bf16(hw, expected):
     assert roofline.ridge_point(hw, "bf16") == pytest.approx(expected, rel=0.02)
 
@@ -35,7 +37,11 @@ def test_attainable_is_min_of_two_roofs():
     assert roofline.attainable(hw, r * 10) == pytest.approx(hw.peak_flops["bf16"])
     assert roofline.attainable(hw, r) == pytest.approx(hw.peak_flops["bf16"])
     arr = roofline.attainable(hw, np.array([1.0, 1e4]))
-    assert arr.shape == (2,) and arr[0] == pytest.approx(hw.mem_bw) and arr[1] == pytest.approx(989.4e12)
+    assert (
+        arr.shape == (2,)
+        and arr[0] == pytest.approx(hw.mem_bw)
+        and arr[1] == pytest.approx(989.4e12)
+    )
     with pytest.raises(ValueError, match="intensity"):
         roofline.attainable(hw, -1.0)
 
@@ -56,7 +62,7 @@ def test_prefill_gemm_intensity_grows_with_prompt():
 
 @pytest.mark.parametrize("batch, context", [(1, 128), (16, 4096)])
 def test_gqa_decode_attention_intensity_is_group_size(batch, context):
-    group = L70.num_attention_heads // L70.num_key_value_heads              # 8
+    group = L70.num_attention_heads // L70.num_key_value_heads  # 8
     op = roofline.decode_attention(L70, batch, context, dtype_bytes=2)
     assert op.intensity == pytest.approx(2 * group / 2)
     mha = L70.replace(num_key_value_heads=L70.num_attention_heads)
@@ -67,7 +73,7 @@ def test_batch32_gives_about_32x_throughput_while_memory_bound():
     rows = roofline.decode_batch_sweep(L70, "H100-SXM-seed", [1, 32], context=1024)
     assert all(r["bound"] == "memory" for r in rows)
     ratio = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
-    assert 28 < ratio < 32                              # KV reads make batch 32 a little slower
+    assert 28 < ratio < 32  # KV reads make batch 32 a little slower
     assert rows[1]["step_time"] / rows[0]["step_time"] < 1.1
 
 
@@ -97,8 +103,9 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="dtype_bytes"):
         roofline.decode_step_floor(L70, "H100-SXM", dtype_bytes=3)
     with pytest.raises(ValueError, match="fp8"):
-        roofline.decode_step_floor(L70, "A100-80GB", dtype_bytes=1)     # no FP8 on Ampere
+        roofline.decode_step_floor(L70, "A100-80GB", dtype_bytes=1)  # no FP8 on Ampere
     from llmlab.model import tiny_model
+
     with pytest.raises(ValueError, match="kind"):
         roofline.step_fn(tiny_model(seed=0), "train", 4)
 
@@ -110,7 +117,7 @@ def test_measure_decode_step_on_tiny_model():
     s = roofline.measure_decode_step(m, batch=4, context=16, repeats=2)
     assert s.kind == "decode" and s.seconds > 0
     assert s.op.flops == costs.decode_flops(m.config, 4, 17)
-    assert s.op.bytes == costs.decode_bytes_per_step(m.config, 4, 17, 4)   # float32 model
+    assert s.op.bytes == costs.decode_bytes_per_step(m.config, 4, 17, 4)  # float32 model
     hw = PRESETS["laptop-cpu"]
     v = s.vs_floor(hw, "fp32")
     assert v["x_floor"] == pytest.approx(s.seconds / max(v["memory_floor"], v["compute_floor"]))
@@ -128,12 +135,15 @@ def test_measure_prefill_on_tiny_model():
 
 def test_plots_label_measured_and_datasheet():
     import matplotlib
+
     matplotlib.use("Agg")
     ax = roofline.plot_roofline(["H100-SXM", "A100-80GB"], ops=[roofline.decode_gemv(L70, 1)])
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("datasheet" in t for t in labels) and "FLOP / byte" in ax.get_xlabel()
     hw = PRESETS["laptop-cpu"].replace(name="test cpu, 2 threads", measured=True)
-    s = roofline.StepMeasurement("decode", 1, 8, 0.01, roofline.decode_step(get_config("smollm2-135m"), 1, 9, 4))
+    s = roofline.StepMeasurement(
+        "decode", 1, 8, 0.01, roofline.decode_step(get_config("smollm2-135m"), 1, 9, 4)
+    )
     ax = roofline.plot_measured_roofline(hw, [s])
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("measured on test cpu, 2 threads" in t for t in labels)
@@ -141,23 +151,33 @@ def test_plots_label_measured_and_datasheet():
 
 def test_plot_measured_batches_draws_floor_and_measurement():
     import matplotlib
+
     matplotlib.use("Agg")
     cfg = get_config("smollm2-135m")
     hw = PRESETS["laptop-cpu"].replace(name="cpu, 2 threads", measured=True)
-    ms = [roofline.StepMeasurement("decode", b, 64, 0.02 * b ** 0.5, roofline.decode_step(cfg, b, 65, 4))
-          for b in (1, 4, 16)]
+    ms = [
+        roofline.StepMeasurement(
+            "decode", b, 64, 0.02 * b**0.5, roofline.decode_step(cfg, b, 65, 4)
+        )
+        for b in (1, 4, 16)
+    ]
     axes = roofline.plot_measured_batches(hw, ms)
     ys = axes[1].get_lines()[0].get_ydata()
-    assert list(ys) == pytest.approx([b / (0.02 * b ** 0.5) for b in (1, 4, 16)])
+    assert list(ys) == pytest.approx([b / (0.02 * b**0.5) for b in (1, 4, 16)])
     with pytest.raises(ValueError, match="decode"):
         roofline.plot_measured_batches(hw, [])
 
 
 def test_roofline_widget_line_is_parseable_and_follows_the_sliders():
     import matplotlib
+
     matplotlib.use("Agg")
     from llmlab.course.widgets import roofline_explorer
-    from llmlab.course.widgets.roofline import ROOFLINE_TEXT_PATTERN, roofline_summary, roofline_text
+    from llmlab.course.widgets.roofline import (
+        ROOFLINE_TEXT_PATTERN,
+        roofline_summary,
+        roofline_text,
+    )
 
     line = roofline_text(roofline_summary("H100-SXM", "llama-3-70b", "bf16", 1, 1))
     ms, bound = ROOFLINE_TEXT_PATTERN.search(line).groups()
@@ -166,26 +186,35 @@ def test_roofline_widget_line_is_parseable_and_follows_the_sliders():
     result = box.children[2]
     hw_dropdown, batch_slider = box.children[0].children[0], box.children[1].children[0]
     hw_dropdown.value = "H200"
-    assert float(ROOFLINE_TEXT_PATTERN.search(result.value).group(1)) == pytest.approx(29.4, abs=0.1)
-    assert (batch_slider.min, batch_slider.max, batch_slider.step) == (1, 1024, 1)   # one by one
+    assert float(ROOFLINE_TEXT_PATTERN.search(result.value).group(1)) == pytest.approx(
+        29.4, abs=0.1
+    )
+    assert (batch_slider.min, batch_slider.max, batch_slider.step) == (1, 1024, 1)  # one by one
     batch_slider.value = 1024
     ms, bound = ROOFLINE_TEXT_PATTERN.search(result.value).groups()
     assert bound == "compute"
-    assert float(ms) == pytest.approx(roofline.decode_step_floor(L70, "H200", 1024, 1, 2) * 1e3, abs=0.1)
-    hw_dropdown.value = "laptop-cpu"                    # no bf16 peak: says so instead of failing
+    assert float(ms) == pytest.approx(
+        roofline.decode_step_floor(L70, "H200", 1024, 1, 2) * 1e3, abs=0.1
+    )
+    hw_dropdown.value = "laptop-cpu"  # no bf16 peak: says so instead of failing
     assert "no bf16 peak" in result.value
 
 
 def test_weight_read_widget_line():
     import matplotlib
+
     matplotlib.use("Agg")
     from llmlab.course.widgets import weight_read_explorer
     from llmlab.course.widgets.memory import WEIGHT_READ_PATTERN, weight_read_text
 
-    assert float(WEIGHT_READ_PATTERN.search(weight_read_text(70, "bf16", 3.0)).group(1)) == pytest.approx(46.7)
+    assert float(
+        WEIGHT_READ_PATTERN.search(weight_read_text(70, "bf16", 3.0)).group(1)
+    ) == pytest.approx(46.7)
     box = weight_read_explorer()
-    box.children[0].children[2].value = 4.8            # bandwidth slider, TB/s
-    assert float(WEIGHT_READ_PATTERN.search(box.children[1].value).group(1)) == pytest.approx(70e9 * 2 / 4.8e12 * 1e3, abs=0.05)
+    box.children[0].children[2].value = 4.8  # bandwidth slider, TB/s
+    assert float(WEIGHT_READ_PATTERN.search(box.children[1].value).group(1)) == pytest.approx(
+        70e9 * 2 / 4.8e12 * 1e3, abs=0.05
+    )
 
 
 def test_paired_ratios_use_the_roof_of_their_own_round():
@@ -194,19 +223,20 @@ def test_paired_ratios_use_the_roof_of_their_own_round():
     roof doubles and halves); the median is the verdict, bad arguments are named."""
     now = [0.0]
     roofs = iter([40e9, 80e9, 40e9, 80e9, 80e9, 40e9])
-    work = 1e9                                                     # bytes per step
+    work = 1e9  # bytes per step
     current = {}
 
     def probe():
         current["roof"] = next(roofs)
         return current["roof"]
 
-    def step():                                  # takes 1.25x its floor at the current roof
+    def step():  # takes 1.25x its floor at the current roof
         if "roof" in current:
             now[0] += 1.25 * work / current["roof"]
 
-    paired = roofline.measure_paired(step, probe, work, rounds=6, budget_s=100.0,
-                                     clock=lambda: now[0])
+    paired = roofline.measure_paired(
+        step, probe, work, rounds=6, budget_s=100.0, clock=lambda: now[0]
+    )
     assert paired.roofs == [40e9, 80e9, 40e9, 80e9, 80e9, 40e9]
     assert paired.ratios == pytest.approx([1.25] * 6)
     assert paired.median == pytest.approx(1.25)
@@ -224,6 +254,7 @@ def test_paired_rounds_stop_at_the_budget():
     def step():
         now[0] += 1.0
 
-    paired = roofline.measure_paired(step, lambda: 1.0, 1.0, rounds=50, budget_s=3.5,
-                                     clock=lambda: now[0])
-    assert len(paired.ratios) == 4                 # 1 s per round, stop once past 3.5 s
+    paired = roofline.measure_paired(
+        step, lambda: 1.0, 1.0, rounds=50, budget_s=3.5, clock=lambda: now[0]
+    )
+    assert len(paired.ratios) == 4  # 1 s per round, stop once past 3.5 s

@@ -1,4 +1,5 @@
 """Sampling: greedy, temperature, top-k, top-p; seeds; validation."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmlab.sampling import SamplingParams, apply_top_k_top_p, make_generator, sample, apply_logits_processors
+from llmlab.sampling import (
+    SamplingParams,
+    apply_logits_processors,
+    apply_top_k_top_p,
+    make_generator,
+    sample,
+)
 
 
 def random_logits(seed: int, vocab: int = 50) -> torch.Tensor:
@@ -37,7 +44,7 @@ def test_top_p_never_samples_outside_the_smallest_nucleus(seed, p):
     probs = logits[0].softmax(-1)
     order = probs.argsort(descending=True)
     cum = probs[order].cumsum(0)
-    size = int((cum < p).sum()) + 1                       # smallest prefix with mass >= p
+    size = int((cum < p).sum()) + 1  # smallest prefix with mass >= p
     nucleus = set(order[:size].tolist())
     masked = apply_top_k_top_p(logits, torch.tensor([50]), torch.tensor([p]))
     assert set(torch.isfinite(masked[0]).nonzero().flatten().tolist()) == nucleus
@@ -68,13 +75,30 @@ def test_temperature_sharpens_the_distribution():
     assert len(set(hot)) > 5
 
 
-@pytest.mark.parametrize("field,value", [
-    ("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5), ("top_k", 0), ("top_k", -2),
-    ("max_tokens", 0), ("min_tokens", -1), ("seed", 2 ** 64), ("seed", -(2 ** 63) - 1),
-    ("stop_token_ids", [-1]), ("top_k", 2 ** 63), ("temperature", float("nan")),
-    ("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0.0),
-    ("logit_bias", {5: 101.0}), ("logprobs", 21), ("prompt_logprobs", -1), ("stop", [""]),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", -0.1),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_k", 0),
+        ("top_k", -2),
+        ("max_tokens", 0),
+        ("min_tokens", -1),
+        ("seed", 2**64),
+        ("seed", -(2**63) - 1),
+        ("stop_token_ids", [-1]),
+        ("top_k", 2**63),
+        ("temperature", float("nan")),
+        ("presence_penalty", 2.5),
+        ("frequency_penalty", -3),
+        ("repetition_penalty", 0.0),
+        ("logit_bias", {5: 101.0}),
+        ("logprobs", 21),
+        ("prompt_logprobs", -1),
+        ("stop", [""]),
+    ],
+)
 def test_bad_parameters_raise_value_error_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
@@ -90,9 +114,9 @@ def test_top_p_one_keeps_every_token_even_with_rounding():
 def test_top_k_beyond_the_vocabulary_means_all_tokens():
     logits = torch.randn(1, 50)
     g = torch.Generator().manual_seed(0)
-    params = [SamplingParams(temperature=1.0, top_k=2 ** 62, seed=0)]
+    params = [SamplingParams(temperature=1.0, top_k=2**62, seed=0)]
     tokens = {int(sample(logits, params, [g])[0]) for _ in range(300)}
-    assert len(tokens) > 20                          # no overflow, no truncation
+    assert len(tokens) > 20  # no overflow, no truncation
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -101,16 +125,20 @@ def test_logits_processors_match_their_definitions(seed):
     vocab = 40
     logits = torch.randn(2, vocab)
     prompt, output = [1, 2, 3, 3], [3, 5, 5, 7, 5]
-    params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=1.5,
-                            logit_bias={7: 2.0, 9: -3.0})
+    params = SamplingParams(
+        presence_penalty=0.5,
+        frequency_penalty=0.25,
+        repetition_penalty=1.5,
+        logit_bias={7: 2.0, 9: -3.0},
+    )
     got = logits.clone()
     apply_logits_processors(got, 1, params, prompt, output)
     want = logits[1].clone()
     want[7] += 2.0
     want[9] -= 3.0
-    for t in set(prompt + output):                  # repetition: prompt and output tokens
+    for t in set(prompt + output):  # repetition: prompt and output tokens
         want[t] = want[t] / 1.5 if want[t] > 0 else want[t] * 1.5
-    for t in set(output):                           # frequency (per count) and presence
+    for t in set(output):  # frequency (per count) and presence
         want[t] -= 0.25 * output.count(t) + 0.5
     assert torch.allclose(got[1], want, atol=1e-6)
-    assert torch.equal(got[0], logits[0])           # other rows untouched
+    assert torch.equal(got[0], logits[0])  # other rows untouched

@@ -1,4 +1,5 @@
 """llmlab.course.session: a chapter's first line, and the workload size a headless run shrinks."""
+
 from __future__ import annotations
 
 from llmlab.course import session

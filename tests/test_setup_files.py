@@ -1,9 +1,11 @@
 """The set-up files agree with each other: pyproject, environment.yml, Makefile, README, CI."""
+
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,11 +31,13 @@ def _conda_pip() -> dict[str, str]:
 def test_environment_yml_mirrors_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    wanted = project["dependencies"] + [d for name, extra in extras.items()
-                                        if name not in OPT_IN_EXTRAS for d in extra]
+    wanted = project["dependencies"] + [
+        d for name, extra in extras.items() if name not in OPT_IN_EXTRAS for d in extra
+    ]
     assert _names(wanted) == _conda_pip(), (
         "environment.yml's pip list must equal pyproject's dependencies + extras (opt-in extras "
-        f"{sorted(OPT_IN_EXTRAS)} excepted)")
+        f"{sorted(OPT_IN_EXTRAS)} excepted)"
+    )
 
 
 def test_opt_in_extras_stay_out_of_every_set_up_path():
@@ -45,7 +49,8 @@ def test_opt_in_extras_stay_out_of_every_set_up_path():
         assert not set(packages) & set(_conda_pip()), f"environment.yml installs the {name} extra"
         assert name not in setup_install, f"make lab/test's set-up installs the {name} extra"
         assert re.search(rf'^{name}:.*\n\t.*(?i:pip).*\[{name}\]', makefile, re.M), (
-            f"Makefile lacks a `{name}` target that installs the extra")
+            f"Makefile lacks a `{name}` target that installs the extra"
+        )
 
 
 def test_version_pins_are_lower_bounds_the_gpu_stack_meets():

@@ -1,4 +1,5 @@
 """llmlab.analysis.sim: the batching simulator's invariants (property tests) and the KV waste simulator."""
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,9 @@ from llmlab.analysis.sim import SimRequest
 @st.composite
 def traces(draw, integer=True):
     n = draw(st.integers(1, 25))
-    arrivals = draw(st.lists(st.integers(0, 40) if integer else st.floats(0, 40), min_size=n, max_size=n))
+    arrivals = draw(
+        st.lists(st.integers(0, 40) if integer else st.floats(0, 40), min_size=n, max_size=n)
+    )
     outs = draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
     return [SimRequest(i, a, o) for i, (a, o) in enumerate(zip(arrivals, outs))]
 
@@ -27,7 +30,7 @@ def test_every_request_finishes_and_tokens_are_conserved(trace, max_batch, polic
     for tl in r.requests:
         assert tl.generated == by_id[tl.request_id].output_len
         assert tl.arrival <= tl.start < tl.first_token <= tl.finish
-        assert tl.finish - tl.start >= tl.output_len          # one token per step at most
+        assert tl.finish - tl.start >= tl.output_len  # one token per step at most
     assert sum(r.step_batch) == sum(q.output_len for q in trace) == r.total_tokens
     assert max(r.step_batch) <= max_batch
     # each step's members are running: started before it, not finished before it
@@ -44,7 +47,7 @@ def test_continuous_never_later_than_static(trace, max_batch):
     cont = sim.simulate(trace, "continuous", max_batch)
     s_fin = {t.request_id: t.finish for t in stat.requests}
     for t in cont.requests:
-        assert t.finish <= s_fin[t.request_id]                # per request, not just on average
+        assert t.finish <= s_fin[t.request_id]  # per request, not just on average
     assert cont.mean_latency <= stat.mean_latency
     assert cont.throughput >= stat.throughput
 
@@ -55,7 +58,7 @@ def test_static_batches_run_to_completion(trace, max_batch):
     r = sim.simulate(trace, "static", max_batch)
     starts = {t.request_id: t.start_step for t in r.requests}
     for members in r.step_members:
-        assert len({starts[m] for m in members}) == 1        # nobody joins a running batch
+        assert len({starts[m] for m in members}) == 1  # nobody joins a running batch
 
 
 @settings(max_examples=100, deadline=None)
@@ -63,7 +66,7 @@ def test_static_batches_run_to_completion(trace, max_batch):
 def test_continuous_is_work_conserving(trace, max_batch):
     r = sim.simulate(trace, "continuous", max_batch)
     for t0, b in zip(r.step_start, r.step_batch):
-        if b < max_batch:   # a free slot: nobody who had arrived may be waiting
+        if b < max_batch:  # a free slot: nobody who had arrived may be waiting
             assert not any(tl.arrival <= t0 < tl.start for tl in r.requests)
 
 
@@ -94,7 +97,7 @@ def test_make_trace_is_seeded_and_in_range():
     assert a == sim.make_trace(50, 2.0, 20, 0.5, seed=3)
     assert all(10 <= r.output_len <= 30 for r in a)
     assert all(x.arrival <= y.arrival for x, y in zip(a, a[1:]))
-    assert 50 / 2.0 / 3 < a[-1].arrival < 50 / 2.0 * 3       # Poisson at rate 2: about 25
+    assert 50 / 2.0 / 3 < a[-1].arrival < 50 / 2.0 * 3  # Poisson at rate 2: about 25
 
 
 def test_bad_arguments_name_themselves():
@@ -141,6 +144,7 @@ def test_kv_waste_rejects_requests_longer_than_max_len():
 
 def test_plots_have_titles_and_labels():
     import matplotlib
+
     matplotlib.use("Agg")
     res = sim.compare(sim.make_trace(8, 1.0, 5, seed=0), max_batch=2)
     fig = sim.plot_compare(res)
@@ -152,15 +156,23 @@ def test_plots_have_titles_and_labels():
 
 def _fake_output(rid, arrival, scheduled, token_times):
     from types import SimpleNamespace
-    m = SimpleNamespace(arrival_time=arrival, first_scheduled_time=scheduled, first_token_time=token_times[0],
-                        token_times=list(token_times), finished_time=token_times[-1])
+
+    m = SimpleNamespace(
+        arrival_time=arrival,
+        first_scheduled_time=scheduled,
+        first_token_time=token_times[0],
+        token_times=list(token_times),
+        finished_time=token_times[-1],
+    )
     return SimpleNamespace(request_id=rid, metrics=m)
 
 
 def test_result_from_outputs_rebuilds_steps_from_token_times():
     # two requests share steps ending at 101, 102; the second then runs alone at 103
-    outs = [_fake_output("a", 100.0, 100.0, [101.0, 102.0]),
-            _fake_output("b", 100.0, 100.0, [101.0, 102.0, 103.0])]
+    outs = [
+        _fake_output("a", 100.0, 100.0, [101.0, 102.0]),
+        _fake_output("b", 100.0, 100.0, [101.0, 102.0, 103.0]),
+    ]
     r = sim.result_from_outputs(outs, "continuous", 2)
     assert r.step_batch == [2, 2, 1]
     assert r.step_end == [1.0, 2.0, 3.0] and r.step_start == [0.0, 1.0, 2.0]
@@ -173,6 +185,7 @@ def test_result_from_outputs_rebuilds_steps_from_token_times():
 
 def test_batching_widget_line_matches_the_simulator():
     import matplotlib
+
     matplotlib.use("Agg")
     from llmlab.course.widgets import batching_simulator
     from llmlab.course.widgets.batching import BATCHING_TEXT_PATTERN
@@ -182,6 +195,6 @@ def test_batching_widget_line_matches_the_simulator():
     r = sim.compare(sim.make_trace(12, 0.5, 24, 0.8, seed=0), 4)
     assert ratio == pytest.approx(r["continuous"].throughput / r["static"].throughput, abs=0.01)
     assert cont == pytest.approx(r["continuous"].mean_latency, abs=0.05)
-    box.children[1].children[0].value = 1                  # max batch 1: both policies are the same
+    box.children[1].children[0].value = 1  # max batch 1: both policies are the same
     ratio, cont, stat = map(float, BATCHING_TEXT_PATTERN.search(box.children[2].value).groups())
     assert ratio == 1.0 and cont == stat

@@ -2,6 +2,7 @@
 many seeds and prompts; constrained requests leave free ones in the same batch untouched; the
 mask forbids EOS until the grammar is complete and allows it then; choice, regex and EBNF;
 refusals name the field."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,19 @@ import pytest
 import torch
 
 from llmlab import LLM, SamplingParams
-from llmlab.structured_output import StructuredOutputManager, StructuredOutputsParams as SO
+from llmlab.structured_output import StructuredOutputManager
+from llmlab.structured_output import StructuredOutputsParams as SO
 
-SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 12},
-    "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3}},
-    "required": ["name", "age", "pets"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3},
+    },
+    "required": ["name", "age", "pets"],
+    "additionalProperties": False,
+}
 PROMPTS = ["Give me a person as JSON:", "Describe a cat.", "北京是", "def f(x):"]
 
 pytestmark = pytest.mark.model
@@ -30,8 +37,10 @@ def llm(real_model):
 
 
 def test_every_output_under_a_schema_parses_and_validates(llm):
-    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=96, structured_outputs=SO(json=SCHEMA))
-              for s in range(24)]
+    params = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=96, structured_outputs=SO(json=SCHEMA))
+        for s in range(24)
+    ]
     outs = llm.generate([PROMPTS[i % 4] for i in range(24)], params, use_tqdm=False)
     for out in outs:
         text = out.outputs[0].text
@@ -40,8 +49,11 @@ def test_every_output_under_a_schema_parses_and_validates(llm):
 
 
 def test_without_the_mask_the_small_model_rarely_writes_valid_json(llm):
-    outs = llm.generate([p + " Answer in JSON with name, age and pets:" for p in PROMPTS],
-                        SamplingParams(temperature=1.0, seed=0, max_tokens=96), use_tqdm=False)
+    outs = llm.generate(
+        [p + " Answer in JSON with name, age and pets:" for p in PROMPTS],
+        SamplingParams(temperature=1.0, seed=0, max_tokens=96),
+        use_tqdm=False,
+    )
 
     def valid(text):
         try:
@@ -56,32 +68,59 @@ def test_without_the_mask_the_small_model_rarely_writes_valid_json(llm):
 def test_free_requests_keep_their_tokens_beside_constrained_ones(llm):
     free = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
     alone = llm.generate(PROMPTS, free, use_tqdm=False)
-    mixed = llm.generate(PROMPTS + PROMPTS, [free] * 4 + [
-        SamplingParams(temperature=1.0, seed=i, max_tokens=40, structured_outputs=SO(json=SCHEMA))
-        for i in range(4)], use_tqdm=False)
+    mixed = llm.generate(
+        PROMPTS + PROMPTS,
+        [free] * 4
+        + [
+            SamplingParams(
+                temperature=1.0, seed=i, max_tokens=40, structured_outputs=SO(json=SCHEMA)
+            )
+            for i in range(4)
+        ],
+        use_tqdm=False,
+    )
     assert [o.outputs[0].token_ids for o in mixed[:4]] == [o.outputs[0].token_ids for o in alone]
 
 
 def test_choice_regex_and_grammar(llm):
-    outs = llm.generate(["Is the sky blue?"] * 3, [
-        SamplingParams(temperature=1.0, seed=1, max_tokens=10, structured_outputs=SO(choice=["yes", "no"])),
-        SamplingParams(temperature=1.0, seed=2, max_tokens=20,
-                       structured_outputs=SO(regex=r"[0-9]{3}-[0-9]{4}")),
-        SamplingParams(temperature=1.0, seed=3, max_tokens=20, structured_outputs=SO(
-            grammar='root ::= "(" digit+ ")"\ndigit ::= [0-9]'))], use_tqdm=False)
+    outs = llm.generate(
+        ["Is the sky blue?"] * 3,
+        [
+            SamplingParams(
+                temperature=1.0, seed=1, max_tokens=10, structured_outputs=SO(choice=["yes", "no"])
+            ),
+            SamplingParams(
+                temperature=1.0,
+                seed=2,
+                max_tokens=20,
+                structured_outputs=SO(regex=r"[0-9]{3}-[0-9]{4}"),
+            ),
+            SamplingParams(
+                temperature=1.0,
+                seed=3,
+                max_tokens=20,
+                structured_outputs=SO(grammar='root ::= "(" digit+ ")"\ndigit ::= [0-9]'),
+            ),
+        ],
+        use_tqdm=False,
+    )
     import re
 
     assert outs[0].outputs[0].text in ("yes", "no")
     assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", outs[1].outputs[0].text)
-    assert re.fullmatch(r"\([0-9]+\)", outs[2].outputs[0].text) or outs[2].outputs[0].finish_reason == "length"
+    assert (
+        re.fullmatch(r"\([0-9]+\)", outs[2].outputs[0].text)
+        or outs[2].outputs[0].finish_reason == "length"
+    )
 
 
 def test_the_mask_forbids_eos_until_the_grammar_is_complete(real_model):
     _, tokenizer = real_model
     eos = tokenizer.eos_token_id
     mgr = StructuredOutputManager(tokenizer, 49152, frozenset([eos]))
-    m = mgr.matcher(SO(json={"type": "object", "properties": {"a": {"type": "integer"}},
-                             "required": ["a"]}))
+    m = mgr.matcher(
+        SO(json={"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    )
     text = '{"a": 42}'
     ids = tokenizer.encode(text)
     for i, t in enumerate(ids):
@@ -92,12 +131,17 @@ def test_the_mask_forbids_eos_until_the_grammar_is_complete(real_model):
         assert m.accept_token(t)
     logits = torch.zeros(1, 49152)
     mgr.apply(logits, [0], [m])
-    assert logits[0, eos] == 0 and int((logits[0] == 0).sum()) == 1    # only EOS now
+    assert logits[0, eos] == 0 and int((logits[0] == 0).sum()) == 1  # only EOS now
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    (dict(json={"type": "strin"}), "json"), (dict(regex="(unclosed"), "regex"),
-    (dict(grammar="root ::= undefined_rule"), "grammar")])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(json={"type": "strin"}), "json"),
+        (dict(regex="(unclosed"), "regex"),
+        (dict(grammar="root ::= undefined_rule"), "grammar"),
+    ],
+)
 def test_a_grammar_that_cannot_compile_is_refused_naming_its_field(llm, kwargs, field):
     engine = llm.llm_engine
     with pytest.raises(ValueError, match=f"structured_outputs|{field}"):
@@ -105,8 +149,10 @@ def test_a_grammar_that_cannot_compile_is_refused_naming_its_field(llm, kwargs, 
     assert "bad" not in engine.requests and not engine.has_unfinished_requests()
 
 
-@pytest.mark.parametrize("kwargs", [{}, dict(regex="a", choice=["b"]), dict(choice=[]),
-                                    dict(json="not json"), dict(json=[1])])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, dict(regex="a", choice=["b"]), dict(choice=[]), dict(json="not json"), dict(json=[1])],
+)
 def test_bad_params_name_the_field(kwargs):
     with pytest.raises(ValueError, match="StructuredOutputsParams"):
         SO(**kwargs)

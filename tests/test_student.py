@@ -3,6 +3,7 @@
 The marking rules on sources, the student version of every notebook in notebooks/ (built, not
 run: the grader's tests run them), and the `student` command with the manifest it writes.
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,14 +17,25 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from llmlab.course.instructor import (MANIFEST_NAME, PLACEHOLDER, Exercise, bound_names, exercise_ids,
-                               fill_solutions, read_manifest, strip_source, student_main, student_notebook)
+from llmlab.course.instructor import (
+    MANIFEST_NAME,
+    PLACEHOLDER,
+    Exercise,
+    bound_names,
+    exercise_ids,
+    fill_solutions,
+    read_manifest,
+    strip_source,
+    student_main,
+    student_notebook,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 # --------------------------------------------------------------------------- marking rules
+
 
 def test_marked_line_becomes_none_placeholder():
     src = "x = 1\nanswer = 6 * 7  # SOLUTION\ncheck(answer)"
@@ -51,9 +63,15 @@ def test_block_becomes_placeholder_and_every_top_level_name():
     out, pairs = strip_source(src)
     lines = out.split("\n")
     assert lines[0] == "import torch" and lines[1] == PLACEHOLDER and lines[-1] == "check(answer)"
-    assert lines[2:-1] == [f"{n} = None" for n in ("helper", "a", "b", "rest", "i", "total", "fh", "answer")]
-    assert "inner" not in out               # names inside the function body are not top level
-    assert len(pairs) == 1 and pairs[0][0].startswith("# BEGIN SOLUTION") and pairs[0][0].endswith("# END SOLUTION")
+    assert lines[2:-1] == [
+        f"{n} = None" for n in ("helper", "a", "b", "rest", "i", "total", "fh", "answer")
+    ]
+    assert "inner" not in out  # names inside the function body are not top level
+    assert (
+        len(pairs) == 1
+        and pairs[0][0].startswith("# BEGIN SOLUTION")
+        and pairs[0][0].endswith("# END SOLUTION")
+    )
 
 
 def test_indented_block_keeps_indentation_and_stays_valid_python():
@@ -71,7 +89,7 @@ def test_indented_block_keeps_indentation_and_stays_valid_python():
         answer = pick()""")
     out, pairs = strip_source(src)
     assert f"    {PLACEHOLDER}\n    choice = None\n" in out
-    assert f"    {PLACEHOLDER}\n    pass\n" in out      # an emptied suite still needs a statement
+    assert f"    {PLACEHOLDER}\n    pass\n" in out  # an emptied suite still needs a statement
     ast.parse(out)
     assert len(pairs) == 2
 
@@ -90,12 +108,15 @@ def test_begin_and_end_markers_are_not_line_markers():
     assert out == f"{PLACEHOLDER}\nx = None" and len(pairs) == 1
 
 
-@pytest.mark.parametrize("src, fragment", [
-    ("# BEGIN SOLUTION\nx = 1", "no matching '# END SOLUTION'"),
-    ("x = 1\n# END SOLUTION", "without a '# BEGIN SOLUTION'"),
-    ("# BEGIN SOLUTION\n# BEGIN SOLUTION\nx = 1\n# END SOLUTION", "inside another"),
-    ("x = (1 +  # SOLUTION", "do not parse"),
-])
+@pytest.mark.parametrize(
+    "src, fragment",
+    [
+        ("# BEGIN SOLUTION\nx = 1", "no matching '# END SOLUTION'"),
+        ("x = 1\n# END SOLUTION", "without a '# BEGIN SOLUTION'"),
+        ("# BEGIN SOLUTION\n# BEGIN SOLUTION\nx = 1\n# END SOLUTION", "inside another"),
+        ("x = (1 +  # SOLUTION", "do not parse"),
+    ],
+)
 def test_bad_markers_raise_valueerror_naming_the_cell(src, fragment):
     with pytest.raises(ValueError, match="demo.ipynb, cell 4") as e:
         strip_source(src, "demo.ipynb, cell 4")
@@ -109,29 +130,36 @@ def test_bound_names_includes_imports_and_walrus_but_not_attributes():
 
 # --------------------------------------------------------------------------- the real notebooks, built not run
 
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_student_version_of_each_notebook(path):
     nb = nbformat.read(path, as_version=4)
     student, solutions = student_notebook(nb, where=path.name)
     ids = exercise_ids(nb)
     assert ids, f"{path.name} calls no llmlab.course.check function"
-    for ex in ids:                                      # every id names a real checker
+    for ex in ids:  # every id names a real checker
         mod, fname = ex.split(".")
-        assert callable(getattr(importlib.import_module(f"llmlab.course.check.{mod}"), fname, None)), ex
-    assert "exercises" not in student.metadata["llmlab"]      # the grader reads them from the source only
-    assert len(solutions) >= len(ids), f"{path.name}: {len(ids)} exercises but {len(solutions)} marked solutions"
+        assert callable(
+            getattr(importlib.import_module(f"llmlab.course.check.{mod}"), fname, None)
+        ), ex
+    assert (
+        "exercises" not in student.metadata["llmlab"]
+    )  # the grader reads them from the source only
+    assert len(solutions) >= len(ids), (
+        f"{path.name}: {len(ids)} exercises but {len(solutions)} marked solutions"
+    )
     for i, (cell, orig) in enumerate(zip(student.cells, nb.cells)):
         if cell.cell_type != "code":
             assert cell.source == orig.source
             continue
         assert "SOLUTION" not in cell.source, f"{path.name} cell {i} still holds a solution marker"
         assert cell.outputs == [] and cell.execution_count is None
-        with contextlib.suppress(SyntaxError):      # cells with magics are not plain Python
+        with contextlib.suppress(SyntaxError):  # cells with magics are not plain Python
             ast.parse(orig.source)
             ast.parse(cell.source)
     filled = fill_solutions(student, solutions)
     assert [c.source for c in filled.cells] == [c.source for c in nb.cells]
-    assert exercise_ids(student) == ids                  # the checker calls stay in the student version
+    assert exercise_ids(student) == ids  # the checker calls stay in the student version
 
 
 # --------------------------------------------------------------------------- the command
@@ -163,14 +191,19 @@ def test_student_command_writes_versions_and_a_manifest_that_keeps_other_entries
     rc, text = _run_cli(student_main, [str(src), str(dst)])
     assert rc == 0 and "01-tiny.ipynb: 2 exercises, 2 solutions removed" in text, text
     assert MANIFEST_NAME in text
-    both = {"01-tiny.ipynb": [Exercise("ch00.num_chapters"), Exercise("ch00.fast_mode")],
-            "02-tinier.ipynb": [Exercise("ch00.num_chapters")]}
+    both = {
+        "01-tiny.ipynb": [Exercise("ch00.num_chapters"), Exercise("ch00.fast_mode")],
+        "02-tinier.ipynb": [Exercise("ch00.num_chapters")],
+    }
     assert read_manifest(dst / MANIFEST_NAME) == both
     # one chapter rebuilt alone: its entry is replaced, the other one kept
     nbformat.write(new_notebook(cells=TINY[:2] + TINY[3:]), src / "02-tinier.ipynb")
     rc, _ = _run_cli(student_main, [str(src / "02-tinier.ipynb"), str(dst)])
     assert rc == 0
-    assert read_manifest(dst / MANIFEST_NAME) == {**both, "02-tinier.ipynb": [Exercise("ch00.fast_mode")]}
+    assert read_manifest(dst / MANIFEST_NAME) == {
+        **both,
+        "02-tinier.ipynb": [Exercise("ch00.fast_mode")],
+    }
     student = nbformat.read(dst / "01-tiny.ipynb", as_version=4)
     assert student.metadata["llmlab"] == {"version": "student", "source": "01-tiny.ipynb"}
 
@@ -179,7 +212,7 @@ def test_student_command_rejects_bad_input(tmp_path):
     nb_path = tmp_path / "a.ipynb"
     nbformat.write(new_notebook(cells=TINY), nb_path)
     before = nb_path.read_text()
-    rc, _ = _run_cli(student_main, [str(tmp_path), str(tmp_path)])    # would overwrite the solutions
+    rc, _ = _run_cli(student_main, [str(tmp_path), str(tmp_path)])  # would overwrite the solutions
     assert rc == 1 and nb_path.read_text() == before
     assert not (tmp_path / MANIFEST_NAME).exists()
     rc, _ = _run_cli(student_main, [str(tmp_path / "missing"), str(tmp_path / "out")])

@@ -1,16 +1,27 @@
 """llmlab.tokenizer: byte-level BPE trained from scratch, and helpers over the real tokenizer."""
+
 from __future__ import annotations
 
 from collections import Counter
 from functools import lru_cache
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmlab.config import DATA_DIR
-from llmlab.tokenizer import (BPETokenizer, count_han, count_words, format_piece, merge_steps,
-                              pretokenize, token_pieces, tokens_per_char, tokens_per_word,
-                              train_bpe)
+from llmlab.tokenizer import (
+    BPETokenizer,
+    count_han,
+    count_words,
+    format_piece,
+    merge_steps,
+    pretokenize,
+    token_pieces,
+    tokens_per_char,
+    tokens_per_word,
+    train_bpe,
+)
 
 EN = (DATA_DIR / "text" / "inference_en.txt").read_text(encoding="utf-8")
 ZH = (DATA_DIR / "text" / "inference_zh.txt").read_text(encoding="utf-8")
@@ -69,7 +80,7 @@ def test_merges_compress_and_vocab_grows_by_one_per_merge():
 def test_training_is_deterministic_and_stops_when_nothing_repeats():
     assert train_bpe("abcabc xyz", 300).merges == train_bpe("abcabc xyz", 300).merges
     small = train_bpe("abcd", 300)
-    assert small.merges == []                        # no pair occurs twice
+    assert small.merges == []  # no pair occurs twice
     assert small.encode("abcd") == list(b"abcd")
 
 

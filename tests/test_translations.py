@@ -1,6 +1,7 @@
 """Everything a student reads from the package comes in both languages: every text that reaches a
 checker's verdict, a printed line, a widget label or a figure's title, axis or legend is a
 `tr(en, zh)` pair (see llmlab.i18n), read from the source. A planted English-only hint is caught."""
+
 from __future__ import annotations
 
 import ast
@@ -10,28 +11,48 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STUDENT_FACING = sorted([*(ROOT / "llmlab" / "course" / "check").glob("*.py"),
-                         *(ROOT / "llmlab" / "course" / "widgets").glob("*.py"),
-                         *(ROOT / "llmlab" / "course" / "figures").glob("*.py"),
-                         *(ROOT / "llmlab" / "analysis" / name for name in ("roofline.py", "sim.py", "hardware.py",
-                                                                  "kv_budget.py", "blocks.py", "distribution.py"))])
+STUDENT_FACING = sorted(
+    [
+        *(ROOT / "llmlab" / "course" / "check").glob("*.py"),
+        *(ROOT / "llmlab" / "course" / "widgets").glob("*.py"),
+        *(ROOT / "llmlab" / "course" / "figures").glob("*.py"),
+        *(
+            ROOT / "llmlab" / "analysis" / name
+            for name in (
+                "roofline.py",
+                "sim.py",
+                "hardware.py",
+                "kv_budget.py",
+                "blocks.py",
+                "distribution.py",
+            )
+        ),
+    ]
+)
 
 # call name -> (positional indices, keyword names) whose text a student reads
 SINKS = {
-    "not_yet": ({1}, {"hint"}), "passed": ({1}, {"message"}), "staged": ({1, 2}, {"first", "then"}),
+    "not_yet": ({1}, {"hint"}),
+    "passed": ({1}, {"message"}),
+    "staged": ({1, 2}, {"first", "then"}),
     "check_number": (set(), {"default_hint", "formula", "mistakes"}),
-    "check_choice": (set(), {"hints"}), "check_callable": (set(), {"hint"}),
+    "check_choice": (set(), {"hints"}),
+    "check_callable": (set(), {"hint"}),
     "check_matching": (set(), {"hints", "why_wrong", "success"}),
     "print": ({0, 1, 2, 3}, set()),
-    "set_title": ({0}, set()), "set_xlabel": ({0}, set()), "set_ylabel": ({0}, set()),
-    "suptitle": ({0}, set()), "annotate": ({0}, set()), "text": ({2}, set()),
+    "set_title": ({0}, set()),
+    "set_xlabel": ({0}, set()),
+    "set_ylabel": ({0}, set()),
+    "suptitle": ({0}, set()),
+    "annotate": ({0}, set()),
+    "text": ({2}, set()),
 }
 SINK_KEYWORDS = {"label", "description", "title", "xlabel", "ylabel"}
-LOWER_WORD = re.compile(r"\b[a-z]{3,}\b")          # prose has a lowercase word of 3+ letters
-IDENTIFIER = re.compile(r"^[\w.\-/%()]*$")            # "H100-SXM", "tokens/s", "GB": not prose
+LOWER_WORD = re.compile(r"\b[a-z]{3,}\b")  # prose has a lowercase word of 3+ letters
+IDENTIFIER = re.compile(r"^[\w.\-/%()]*$")  # "H100-SXM", "tokens/s", "GB": not prose
 
 
-TAG = re.compile(r"^\s*\[\w+[^\]]*\]\s*$")               # "[predict {}]": a line's tag, as "[check ..."
+TAG = re.compile(r"^\s*\[\w+[^\]]*\]\s*$")  # "[predict {}]": a line's tag, as "[check ..."
 CODE_WORDS = {"dtype"}
 
 
@@ -39,7 +60,9 @@ def _same_in_chinese() -> re.Pattern:
     """The glossary's terms that Chinese text keeps in English (KV cache, prefill, decode, ...)."""
     from llmlab.course.glossary import load_glossary
 
-    kept = sorted({e.primary_zh for e in load_glossary() if e.primary_zh.isascii()}, key=len, reverse=True)
+    kept = sorted(
+        {e.primary_zh for e in load_glossary() if e.primary_zh.isascii()}, key=len, reverse=True
+    )
     return re.compile("|".join(re.escape(k) for k in kept), re.IGNORECASE)
 
 
@@ -64,7 +87,10 @@ def _literal_text(node: ast.AST) -> str:
 
 def _untranslated(node: ast.AST) -> list[ast.AST]:
     """String literals under `node` that are not inside a tr(...) call (dict keys are ids)."""
-    if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "tr":
+    if (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "tr"
+    ):
         return []
     if isinstance(node, (ast.Constant, ast.JoinedStr)):
         return [node] if is_prose(_literal_text(node)) else []
@@ -95,8 +121,9 @@ def untranslated_texts(source: str) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("path", STUDENT_FACING, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_text_a_student_reads_has_its_chinese(path):
     bad = untranslated_texts(path.read_text(encoding="utf-8"))
-    assert not bad, f"{path.relative_to(ROOT)}: English only, write tr(en, zh):\n" + \
-        "\n".join(f"  line {n}: {t[:90]!r}" for n, t in bad)
+    assert not bad, f"{path.relative_to(ROOT)}: English only, write tr(en, zh):\n" + "\n".join(
+        f"  line {n}: {t[:90]!r}" for n, t in bad
+    )
 
 
 def test_a_planted_english_only_text_is_caught():

@@ -2,6 +2,7 @@
 walk-through tells its story (sharing, freeing, a cache hit), a real engine run records
 consistent snapshots and a measured waste, the figure marks shared blocks, and the widget
 redraws when its slider moves."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -12,11 +13,18 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.patches import Rectangle
 
-from llmlab.request import Request
+from llmlab.course.widgets.blocks import (
+    block_allocation_explorer,
+    manager_walkthrough,
+    plot_block_tables,
+    record_engine,
+    snapshot,
+    snapshot_text,
+    waste_from_snapshots,
+)
 from llmlab.kvcache import KVCacheManager
+from llmlab.request import Request
 from llmlab.sampling import SamplingParams
-from llmlab.course.widgets.blocks import (block_allocation_explorer, manager_walkthrough, plot_block_tables,
-                                   record_engine, snapshot, snapshot_text, waste_from_snapshots)
 
 BS, PREFIX = 4, 8
 
@@ -71,7 +79,9 @@ def test_snapshot_is_a_copy_not_a_view():
     mgr.free(req)
     assert snap.tables == {"r": (0, 1)} and snap.num_stored == {"r": 6}
     assert [b.filled for b in snap.blocks[:2]] == [4, 2]
-    assert "2/8 blocks held" in snapshot_text(snap) and "6 tokens in 8 table slots" in snapshot_text(snap)
+    assert "2/8 blocks held" in snapshot_text(
+        snap
+    ) and "6 tokens in 8 table slots" in snapshot_text(snap)
     assert snapshot(mgr).tables == {}
 
 
@@ -119,20 +129,23 @@ def test_real_engine_recording_and_measured_waste():
 
     llm = LLM(tiny_model(seed=0), block_size=4, num_kv_blocks=64, max_model_len=128, max_num_seqs=4)
     engine = llm.llm_engine
-    prefix = list(range(10, 22))                                  # 12 tokens = 3 full blocks
+    prefix = list(range(10, 22))  # 12 tokens = 3 full blocks
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     engine.add_request("a", prefix + [40, 41], params)
-    engine.step()                                                 # a's prefix is now cached
+    engine.step()  # a's prefix is now cached
     engine.add_request("b", prefix + [50], params)
     engine.add_request("c", list(range(60, 75)), params)
     tokens: dict[str, list[int]] = {}
     snaps = record_engine(engine, tokens=tokens)
     assert not engine.has_unfinished_requests()
     assert sorted(tokens) == ["a", "b", "c"]
-    assert [len(tokens[r]) for r in "bc"] == [6, 6] and len(tokens["a"]) == 5   # a's first came earlier
+    assert [len(tokens[r]) for r in "bc"] == [6, 6] and len(
+        tokens["a"]
+    ) == 5  # a's first came earlier
     # the recorded tokens are the engine's own greedy output for the same prompts
     again = LLM(tiny_model(seed=0), block_size=4, num_kv_blocks=64, max_model_len=128).generate(
-        [prefix + [50], list(range(60, 75))], params, use_tqdm=False)
+        [prefix + [50], list(range(60, 75))], params, use_tqdm=False
+    )
     assert [o.outputs[0].token_ids for o in again] == [tokens["b"], tokens["c"]]
     assert len(snaps) >= 6
     for s in snaps:
@@ -152,19 +165,24 @@ def test_pool_table_shows_holders_ref_counts_hashes_and_queue_places():
     from llmlab.course.widgets.blocks import pool_table, table_text
 
     mgr = KVCacheManager(6, 4)
-    a = Request("A", list(range(10, 19)), SamplingParams(), arrival_time=0.0)   # 9 tokens: 2 full blocks
+    a = Request(
+        "A", list(range(10, 19)), SamplingParams(), arrival_time=0.0
+    )  # 9 tokens: 2 full blocks
     mgr.allocate_slots(a, a.num_tokens)
     a.num_computed_tokens = a.num_tokens
     lines = pool_table(mgr).splitlines()
     assert lines[0].split()[:3] == ["block", "held", "by"]
     rows = {int(line.split()[0]): line for line in lines[2:]}
-    assert set(rows) == {0, 1, 2, 3}                 # A's three blocks and the free queue's head
-    assert "10 11 12 13" in rows[0] and ".." in rows[0]          # cached: its tokens and hash
-    assert rows[2].split()[1:5] == ["A", "1", "-", "-"]           # partial block: no hash
-    assert rows[3].split()[-1] == "0"                             # next to be handed out
+    assert set(rows) == {0, 1, 2, 3}  # A's three blocks and the free queue's head
+    assert "10 11 12 13" in rows[0] and ".." in rows[0]  # cached: its tokens and hash
+    assert rows[2].split()[1:5] == ["A", "1", "-", "-"]  # partial block: no hash
+    assert rows[3].split()[-1] == "0"  # next to be handed out
     mgr.free(a)
-    after = {int(line.split()[0]): line.split()[-1] for line in pool_table(mgr, range(6)).splitlines()[2:]}
-    assert after[2] == "3" and after[1] == "4" and after[0] == "5"   # freed last block first
+    after = {
+        int(line.split()[0]): line.split()[-1]
+        for line in pool_table(mgr, range(6)).splitlines()[2:]
+    }
+    assert after[2] == "3" and after[1] == "4" and after[0] == "5"  # freed last block first
     assert table_text([]) == "(no rows)"
     with pytest.raises(ValueError, match="manager"):
         pool_table("not a manager")

@@ -1,5 +1,6 @@
 """Widgets of chapters 01–05: token viewer, sampling explorer, KV calculator; each also a plain
 function. The widget callbacks are driven by setting slider values, as a browser would."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -13,16 +14,27 @@ import torch
 
 from llmlab.analysis import costs
 from llmlab.config import get_config
-from llmlab.tokenizer import train_bpe
-from llmlab.course.widgets.kv import KV_TEXT_PATTERN, kv_calculator, kv_summary, kv_text, plot_kv_memory
-from llmlab.course.widgets.sampling import (next_token_distribution, plot_next_token_distribution,
-                                     prompt_logits, sampling_explorer)
+from llmlab.course.widgets.kv import (
+    KV_TEXT_PATTERN,
+    kv_calculator,
+    kv_summary,
+    kv_text,
+    plot_kv_memory,
+)
+from llmlab.course.widgets.sampling import (
+    next_token_distribution,
+    plot_next_token_distribution,
+    prompt_logits,
+    sampling_explorer,
+)
 from llmlab.course.widgets.tokens import token_html, token_viewer
+from llmlab.tokenizer import train_bpe
 
 BPE = train_bpe("the cat sat on the mat. the hat. 猫坐在垫子上。猫。" * 3, 300)
 
 
 # --- token viewer ------------------------------------------------------------------------------
+
 
 def test_token_html_has_one_box_per_token_with_its_id():
     text = "the cat 猫 👋"
@@ -32,8 +44,8 @@ def test_token_html_has_one_box_per_token_with_its_id():
     for i in ids:
         assert f">{i}</span>" in html
     assert f"{len(ids)} tokens" in html
-    assert "猫" in html                                # a learned merge: the whole character
-    assert "&lt;8b&gt;" in html                        # the emoji's last byte alone, shown as hex
+    assert "猫" in html  # a learned merge: the whole character
+    assert "&lt;8b&gt;" in html  # the emoji's last byte alone, shown as hex
 
 
 def test_token_viewer_rerenders_when_the_text_changes():
@@ -68,7 +80,7 @@ def test_token_html_of_the_real_tokenizer_splits_chinese_into_bytes():
     tok = real_tokenizer()
     html = token_html("今天天气真好", tok)
     n = len(tok.encode("今天天气真好", add_special_tokens=False))
-    assert html.count("display:inline-block") == n and n > 6     # more tokens than characters
+    assert html.count("display:inline-block") == n and n > 6  # more tokens than characters
 
 
 # --- sampling explorer -------------------------------------------------------------------------
@@ -96,7 +108,7 @@ def test_top_p_keeps_the_smallest_nucleus_reaching_p():
     kept_mass = probs[d.kept].sum().item()
     assert kept_mass >= p
     smallest_kept = probs[d.kept].min().item()
-    assert kept_mass - smallest_kept < p                 # dropping any kept token falls below p
+    assert kept_mass - smallest_kept < p  # dropping any kept token falls below p
 
 
 def test_higher_temperature_flattens_the_distribution():
@@ -107,8 +119,10 @@ def test_higher_temperature_flattens_the_distribution():
     assert entropy(0.5) < entropy(1.0) < entropy(2.0)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"temperature": -1}, "temperature"),
-                                           ({"top_k": 0}, "top_k"), ({"top_p": 0}, "top_p")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"temperature": -1}, "temperature"), ({"top_k": 0}, "top_k"), ({"top_p": 0}, "top_p")],
+)
 def test_bad_sampling_arguments_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         next_token_distribution(LOGITS, **kwargs)
@@ -117,7 +131,7 @@ def test_bad_sampling_arguments_are_rejected(kwargs, match):
 def test_sampling_plot_and_explorer_on_a_tiny_model():
     from llmlab.model import tiny_model
 
-    model = tiny_model(seed=0, vocab_size=BPE.vocab_size)   # one logit per BPE id
+    model = tiny_model(seed=0, vocab_size=BPE.vocab_size)  # one logit per BPE id
     logits = prompt_logits("the cat", model, BPE)
     assert torch.allclose(logits, model.logits_for(BPE.encode("the cat"))[-1])
     ax = plot_next_token_distribution(logits, BPE, temperature=1.0, top_k=7)
@@ -134,13 +148,21 @@ def test_sampling_plot_and_explorer_on_a_tiny_model():
 
 # --- KV calculator -----------------------------------------------------------------------------
 
+
 def test_kv_summary_reproduces_the_seed_example_on_an_h100():
-    s = kv_summary(num_layers=80, num_kv_heads=8, head_dim=128, dtype="bf16", context=4096,
-                   batch=1, gpu="H100-SXM")
+    s = kv_summary(
+        num_layers=80,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype="bf16",
+        context=4096,
+        batch=1,
+        gpu="H100-SXM",
+    )
     assert s.bytes_per_token == 327_680
     assert s.kv_bytes == 1_342_177_280
     assert s.gpu_bytes == 80e9
-    assert round(100 * s.share_of_gpu, 1) == 1.7            # the seed: "1.6 %" of an 80 GB H100
+    assert round(100 * s.share_of_gpu, 1) == 1.7  # the seed: "1.6 %" of an 80 GB H100
     assert s.max_requests == math.floor(0.9 * 80e9 / 1_342_177_280)
 
 
@@ -155,11 +177,18 @@ def test_weights_that_do_not_fit_leave_room_for_no_request():
     w = costs.weight_bytes(get_config("llama-3-70b"), 2)
     s = kv_summary(weight_bytes=w, gpu="H100-SXM")
     assert s.max_requests == 0 and "0 requests fit" in kv_text(s)
-    assert kv_summary(weight_bytes=w, gpu="H200").max_requests == 0     # 141 GB > 0.9 × 141 GB
+    assert kv_summary(weight_bytes=w, gpu="H200").max_requests == 0  # 141 GB > 0.9 × 141 GB
 
 
-@pytest.mark.parametrize("kwargs, match", [({"context": 0}, "context"), ({"num_kv_heads": 1.5}, "num_kv_heads"),
-                                           ({"gpu": "TPU"}, "TPU"), ({"dtype": "fp7"}, "dtype")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"context": 0}, "context"),
+        ({"num_kv_heads": 1.5}, "num_kv_heads"),
+        ({"gpu": "TPU"}, "TPU"),
+        ({"dtype": "fp7"}, "dtype"),
+    ],
+)
 def test_kv_summary_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         kv_summary(**kwargs)
@@ -167,8 +196,17 @@ def test_kv_summary_rejects_bad_input(kwargs, match):
 
 def test_kv_calculator_slider_updates_the_gb_text():
     box = kv_calculator()
-    (preset, gpu, dtype), (layers, kv_heads, head_dim), (ctx, batch, weights), (util, acts), result, _ = \
-        [c.children if hasattr(c, "children") and c.__class__.__name__ == "HBox" else c for c in box.children]
+    (
+        (preset, gpu, dtype),
+        (layers, kv_heads, head_dim),
+        (ctx, batch, weights),
+        (util, acts),
+        result,
+        _,
+    ) = [
+        c.children if hasattr(c, "children") and c.__class__.__name__ == "HBox" else c
+        for c in box.children
+    ]
 
     def shown_gb():
         return float(KV_TEXT_PATTERN.search(result.value).group(1))
@@ -180,7 +218,9 @@ def test_kv_calculator_slider_updates_the_gb_text():
     assert shown_gb() == pytest.approx(4 * costs.kv_bytes(cfg, 16384, 2) / 1e9, rel=1e-3)
     preset.value = "llama-3-8b"
     assert (layers.value, kv_heads.value, head_dim.value) == (32, 8, 128)
-    assert shown_gb() == pytest.approx(4 * costs.kv_bytes(get_config("llama-3-8b"), 16384, 2) / 1e9, rel=1e-3)
+    assert shown_gb() == pytest.approx(
+        4 * costs.kv_bytes(get_config("llama-3-8b"), 16384, 2) / 1e9, rel=1e-3
+    )
     gpu.value = "L4"
     assert "of L4 (24 GB)" in result.value
 
@@ -192,10 +232,16 @@ def test_kv_budget_is_utilisation_times_memory_minus_weights_and_activations():
     assert kv_budget_bytes("L4", 0.9, 30e9) == 0.0
     cfg = get_config("llama-3-8b")
     args = (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
-    kw = dict(context=8192, gpu="H100-SXM", weight_bytes=costs.weight_bytes(cfg, 2), activation_bytes=1e9)
+    kw = dict(
+        context=8192, gpu="H100-SXM", weight_bytes=costs.weight_bytes(cfg, 2), activation_bytes=1e9
+    )
     bf16, fp8 = kv_summary(*args, "bf16", **kw), kv_summary(*args, "fp8", **kw)
-    assert bf16.usable_bytes == fp8.usable_bytes == pytest.approx(72e9 - costs.weight_bytes(cfg, 2) - 1e9)
-    assert fp8.max_requests in (2 * bf16.max_requests, 2 * bf16.max_requests + 1)   # fp8 doubles it
+    assert (
+        bf16.usable_bytes
+        == fp8.usable_bytes
+        == pytest.approx(72e9 - costs.weight_bytes(cfg, 2) - 1e9)
+    )
+    assert fp8.max_requests in (2 * bf16.max_requests, 2 * bf16.max_requests + 1)  # fp8 doubles it
     assert f"KV budget {fp8.usable_bytes / 1e9:.4g} GB" in kv_text(fp8)
     with pytest.raises(ValueError, match="activation_bytes"):
         kv_summary(activation_bytes=-1)
@@ -208,9 +254,21 @@ def test_kv_calculator_utilisation_and_activations_move_the_count():
     count = lambda: int(result.value.rsplit(":", 1)[1].split("<")[0])
     before = count()
     acts.value = 1.0
-    assert count() == kv_summary(32, 8, 128, "fp8", 16384, 1, "H100-SXM",
-                                 weight_bytes=costs.weight_bytes(get_config("llama-3-8b"), 2),
-                                 activation_bytes=1e9).max_requests <= before
+    assert (
+        count()
+        == kv_summary(
+            32,
+            8,
+            128,
+            "fp8",
+            16384,
+            1,
+            "H100-SXM",
+            weight_bytes=costs.weight_bytes(get_config("llama-3-8b"), 2),
+            activation_bytes=1e9,
+        ).max_requests
+        <= before
+    )
     with_acts = count()
     util.value = 0.95
     assert count() > with_acts

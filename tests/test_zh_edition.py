@@ -2,6 +2,7 @@
 every markdown cell translated from the English as it is now, the same code cells in the same
 order, the same fixed parts (time, In vLLM box, summary), one term per concept, and every quote
 of the source chapter exact."""
+
 from __future__ import annotations
 
 import re
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from source_chapter import WHERE, source_chapter_text
 
 from llmlab.course import lang
 from llmlab.course.glossary import SEED_QUOTE, load_glossary, zh_synonym_uses
-from source_chapter import WHERE, source_chapter_text
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -44,11 +45,13 @@ def test_same_code_cells_in_the_same_order(path):
     first = zh.cells[0]
     assert first.cell_type == "code" and lang.FIRST_CELL_TAG in first.metadata.get("tags", [])
     assert 'set_language("zh")' in first.source
-    assert [(c.cell_type, c.source if c.cell_type == "code" else None) for c in zh.cells[1:]] == \
-           [(c.cell_type, c.source if c.cell_type == "code" else None) for c in en.cells]
+    assert [(c.cell_type, c.source if c.cell_type == "code" else None) for c in zh.cells[1:]] == [
+        (c.cell_type, c.source if c.cell_type == "code" else None) for c in en.cells
+    ]
     translated = [c.source for c in zh.cells[1:] if c.cell_type == "markdown" and c.source.strip()]
-    assert all(re.search(r"[\u4e00-\u9fff]", t) for t in translated), \
+    assert all(re.search(r"[\u4e00-\u9fff]", t) for t in translated), (
         f"{path.stem}: a markdown cell of the Chinese edition has no Chinese"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -58,9 +61,12 @@ def test_fixed_parts_say_the_same_in_chinese(path):
     en = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
     zh = [c.source for c in _built(path).cells if c.cell_type == "markdown"]
     minutes = re.search(r"\*\*Time:\*\*\s*about\s+(\d+)\s+minutes", en[0]).group(1)
-    assert re.search(rf"\*\*时间：\*\*\s*约\s*{minutes}\s*分钟", zh[0]), \
+    assert re.search(rf"\*\*时间：\*\*\s*约\s*{minutes}\s*分钟", zh[0]), (
         f"{path.stem}: first cell does not state '**时间：** 约 {minutes} 分钟'"
-    assert zh[-1].lstrip().startswith("## 小结"), f"{path.stem}: last markdown cell is not '## 小结'"
+    )
+    assert zh[-1].lstrip().startswith("## 小结"), (
+        f"{path.stem}: last markdown cell is not '## 小结'"
+    )
     for e, z in zip(en, zh):
         if e.lstrip().startswith("### In vLLM"):
             assert z.lstrip().startswith("### 在 vLLM 里"), f"{path.stem}: In vLLM box heading"
@@ -76,7 +82,9 @@ def test_one_term_per_concept():
 
 def test_the_lint_catches_a_synonym_and_spares_a_gloss():
     entries = load_glossary()
-    assert [u.primary for u in zh_synonym_uses("decode 阶段是内存受限的。", entries)] == ["memory-bound"]
+    assert [u.primary for u in zh_synonym_uses("decode 阶段是内存受限的。", entries)] == [
+        "memory-bound"
+    ]
     assert zh_synonym_uses("decode 阶段是 memory-bound（访存受限）的。", entries) == []
     assert [u.term for u in zh_synonym_uses("这个 kernel（内核）很快。", entries)] == ["kernel"]
     assert zh_synonym_uses("进程由操作系统内核调度。", entries) == []

@@ -2,6 +2,7 @@
 cached prefixes), a scripted walk through allocation, sharing and eviction, a recorded engine
 run, chunked prefill's schedule, the waste a run leaves. Chapter 11's widgets draw these; its
 checkers grade with them."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -10,7 +11,6 @@ from typing import Any
 
 from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
-from llmlab.utils import cdiv
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,9 @@ class BlockView:
 
     block_id: int
     ref_cnt: int
-    owners: tuple[str, ...]          # request ids whose block table holds this block
-    filled: int | None               # tokens stored in it (None when unknown)
-    cached: bool                     # findable in the prefix cache (has a hash)
+    owners: tuple[str, ...]  # request ids whose block table holds this block
+    filled: int | None  # tokens stored in it (None when unknown)
+    cached: bool  # findable in the prefix cache (has a hash)
 
     @property
     def shared(self) -> bool:
@@ -34,12 +34,12 @@ class BlockSnapshot:
 
     num_blocks: int
     block_size: int
-    tables: dict[str, tuple[int, ...]]          # request id -> physical block ids, logical order
-    num_stored: dict[str, int]                  # request id -> tokens whose K/V are stored
-    num_cached: dict[str, int]                  # request id -> prefix-cache hit (tokens)
-    blocks: tuple[BlockView, ...]               # indexed by block id
+    tables: dict[str, tuple[int, ...]]  # request id -> physical block ids, logical order
+    num_stored: dict[str, int]  # request id -> tokens whose K/V are stored
+    num_cached: dict[str, int]  # request id -> prefix-cache hit (tokens)
+    blocks: tuple[BlockView, ...]  # indexed by block id
     label: str = ""
-    free_queue: tuple[int, ...] = field(default=())   # free block ids, next to be handed out first
+    free_queue: tuple[int, ...] = field(default=())  # free block ids, next to be handed out first
 
     @property
     def held_blocks(self) -> list[int]:
@@ -72,8 +72,9 @@ class BlockSnapshot:
         return 1 - self.tokens_stored / self.logical_slots if self.logical_slots else 0.0
 
 
-def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
-             label: str = "") -> BlockSnapshot:
+def snapshot(
+    manager: KVCacheManager, requests: Iterable[Any] | None = None, label: str = ""
+) -> BlockSnapshot:
     """Copy the manager's block tables and pool state.
 
     requests: the live `Request` objects (their `num_computed_tokens` says how many tokens each
@@ -81,18 +82,26 @@ def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
     table slot counts as stored.
     """
     if not isinstance(manager, KVCacheManager):
-        raise ValueError(tr(f"manager must be a KVCacheManager, got {type(manager).__name__}",
-                            f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}"))
+        raise ValueError(
+            tr(
+                f"manager must be a KVCacheManager, got {type(manager).__name__}",
+                f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}",
+            )
+        )
     bs = manager.block_size
     reqs = {r.request_id: r for r in (requests or ())}
-    tables = {rid: tuple(b.block_id for b in blocks)
-              for rid, blocks in manager.req_to_blocks.items() if blocks}
+    tables = {
+        rid: tuple(b.block_id for b in blocks)
+        for rid, blocks in manager.req_to_blocks.items()
+        if blocks
+    }
     num_stored: dict[str, int] = {}
     num_cached: dict[str, int] = {}
     for rid, table in tables.items():
         r = reqs.get(rid)
-        num_stored[rid] = (min(r.num_computed_tokens, len(table) * bs) if r is not None
-                           else len(table) * bs)
+        num_stored[rid] = (
+            min(r.num_computed_tokens, len(table) * bs) if r is not None else len(table) * bs
+        )
         num_cached[rid] = (getattr(r, "num_cached_tokens", None) or 0) if r is not None else 0
     owners: dict[int, list[str]] = {}
     filled: dict[int, int] = {}
@@ -102,14 +111,23 @@ def snapshot(manager: KVCacheManager, requests: Iterable[Any] | None = None,
             n = max(0, min(bs, num_stored[rid] - i * bs))
             filled[bid] = max(filled.get(bid, 0), n)
     known = requests is not None
-    views = tuple(BlockView(b.block_id, b.ref_cnt, tuple(owners.get(b.block_id, ())),
-                            filled.get(b.block_id, 0) if known else None, b.block_hash is not None)
-                  for b in manager.block_pool.blocks)
+    views = tuple(
+        BlockView(
+            b.block_id,
+            b.ref_cnt,
+            tuple(owners.get(b.block_id, ())),
+            filled.get(b.block_id, 0) if known else None,
+            b.block_hash is not None,
+        )
+        for b in manager.block_pool.blocks
+    )
     free = tuple(b.block_id for b in manager.block_pool.free_block_queue)
     return BlockSnapshot(manager.num_blocks, bs, tables, num_stored, num_cached, views, label, free)
 
 
-def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: int = 8) -> list[BlockSnapshot]:
+def manager_walkthrough(
+    block_size: int = 4, num_blocks: int = 24, prefix_len: int = 8
+) -> list[BlockSnapshot]:
     """A small story on a real `KVCacheManager`, one snapshot per stage.
 
     A arrives (a shared prefix of `prefix_len` tokens plus its own); B arrives with the same
@@ -121,11 +139,19 @@ def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: i
     from llmlab.sampling import SamplingParams
 
     if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(tr(f"block_size must be an int >= 1, got {block_size!r}",
-                            f"block_size 必须是 >= 1 的整数，你给的是 {block_size!r}"))
+        raise ValueError(
+            tr(
+                f"block_size must be an int >= 1, got {block_size!r}",
+                f"block_size 必须是 >= 1 的整数，你给的是 {block_size!r}",
+            )
+        )
     if not isinstance(prefix_len, int) or prefix_len < block_size:
-        raise ValueError(tr(f"prefix_len must be an int >= block_size={block_size}, got {prefix_len!r}",
-                            f"prefix_len 必须是 >= block_size={block_size} 的整数，你给的是 {prefix_len!r}"))
+        raise ValueError(
+            tr(
+                f"prefix_len must be an int >= block_size={block_size}, got {prefix_len!r}",
+                f"prefix_len 必须是 >= block_size={block_size} 的整数，你给的是 {prefix_len!r}",
+            )
+        )
     mgr = KVCacheManager(num_blocks, block_size, enable_caching=True)
     prefix = list(range(100, 100 + prefix_len))
     params = SamplingParams(max_tokens=64)
@@ -136,8 +162,12 @@ def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: i
         req = Request(rid, prefix + own, params, arrival_time=0.0)
         hits, num_cached = mgr.get_computed_blocks(req)
         if mgr.allocate_slots(req, req.num_tokens - num_cached, hits) is None:
-            raise ValueError(tr(f"num_blocks={num_blocks} is too small for this walk-through",
-                                f"num_blocks={num_blocks} 太小，这个演示放不下"))
+            raise ValueError(
+                tr(
+                    f"num_blocks={num_blocks} is too small for this walk-through",
+                    f"num_blocks={num_blocks} 太小，这个演示放不下",
+                )
+            )
         req.num_cached_tokens = num_cached
         req.num_computed_tokens = req.num_tokens
         live[rid] = req
@@ -147,34 +177,52 @@ def manager_walkthrough(block_size: int = 4, num_blocks: int = 24, prefix_len: i
             for req in live.values():
                 req.append_output_token(500 + s)
                 if mgr.allocate_slots(req, 1) is None:
-                    raise ValueError(tr(f"num_blocks={num_blocks} is too small for this walk-through",
-                                        f"num_blocks={num_blocks} 太小，这个演示放不下"))
+                    raise ValueError(
+                        tr(
+                            f"num_blocks={num_blocks} is too small for this walk-through",
+                            f"num_blocks={num_blocks} 太小，这个演示放不下",
+                        )
+                    )
                 req.num_computed_tokens += 1
 
     admit("A", [1, 2, 3])
     snaps.append(snapshot(mgr, live.values(), tr("1. A arrives", "1. A 到达")))
     admit("B", [7, 8, 9, 10, 11])
-    snaps.append(snapshot(mgr, live.values(), tr("2. B shares A's prefix blocks", "2. B 共享 A 的前缀块")))
+    snaps.append(
+        snapshot(mgr, live.values(), tr("2. B shares A's prefix blocks", "2. B 共享 A 的前缀块"))
+    )
     decode(block_size)
-    snaps.append(snapshot(mgr, live.values(), tr(f"3. both decode {block_size} tokens",
-                                                 f"3. 两者各 decode {block_size} 个 token")))
+    snaps.append(
+        snapshot(
+            mgr,
+            live.values(),
+            tr(f"3. both decode {block_size} tokens", f"3. 两者各 decode {block_size} 个 token"),
+        )
+    )
     mgr.free(live.pop("A"))
     snaps.append(snapshot(mgr, live.values(), tr("4. A finishes", "4. A 结束")))
     admit("C", [42])
-    snaps.append(snapshot(mgr, live.values(), tr("5. C hits the prefix cache", "5. C 命中前缀缓存")))
+    snaps.append(
+        snapshot(mgr, live.values(), tr("5. C hits the prefix cache", "5. C 命中前缀缓存"))
+    )
     return snaps
 
 
-def record_engine(engine: Any, max_steps: int | None = None,
-                  tokens: dict[str, list[int]] | None = None) -> list[BlockSnapshot]:
+def record_engine(
+    engine: Any, max_steps: int | None = None, tokens: dict[str, list[int]] | None = None
+) -> list[BlockSnapshot]:
     """Step a real `LLMEngine` until it has no unfinished requests (or `max_steps` steps),
     snapshotting its KV cache manager after every step.
 
     tokens: if given, each step's new output tokens are appended to `tokens[request_id]`.
     """
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
-        raise ValueError(tr(f"max_steps must be None or an int >= 1, got {max_steps!r}",
-                            f"max_steps 必须是 None 或 >= 1 的整数，你给的是 {max_steps!r}"))
+        raise ValueError(
+            tr(
+                f"max_steps must be None or an int >= 1, got {max_steps!r}",
+                f"max_steps 必须是 None 或 >= 1 的整数，你给的是 {max_steps!r}",
+            )
+        )
     snaps = []
     step = 0
     while engine.has_unfinished_requests() and (max_steps is None or step < max_steps):
@@ -182,8 +230,13 @@ def record_engine(engine: Any, max_steps: int | None = None,
             if tokens is not None:
                 tokens.setdefault(out.request_id, []).extend(out.outputs[0].token_ids)
         step += 1
-        snaps.append(snapshot(engine.kv_cache_manager, engine.scheduler.running,
-                              tr(f"step {step}", f"第 {step} 步")))
+        snaps.append(
+            snapshot(
+                engine.kv_cache_manager,
+                engine.scheduler.running,
+                tr(f"step {step}", f"第 {step} 步"),
+            )
+        )
     return snaps
 
 
@@ -197,16 +250,25 @@ def chunked_prefill_schedule(prompt_len: int, budget: int, decodes: int) -> list
 
     for name, value in (("prompt_len", prompt_len), ("budget", budget)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(tr(f"{name} must be an int >= 1, got {value!r}",
-                                f"{name} 必须是 >= 1 的整数，你给的是 {value!r}"))
+            raise ValueError(
+                tr(
+                    f"{name} must be an int >= 1, got {value!r}",
+                    f"{name} 必须是 >= 1 的整数，你给的是 {value!r}",
+                )
+            )
     if not isinstance(decodes, int) or not 0 <= decodes < budget:
-        raise ValueError(tr(f"decodes must be an int in [0, budget={budget}), got {decodes!r}",
-                            f"decodes 必须是 [0, budget={budget}) 之间的整数，你给的是 {decodes!r}"))
+        raise ValueError(
+            tr(
+                f"decodes must be an int in [0, budget={budget}), got {decodes!r}",
+                f"decodes 必须是 [0, budget={budget}) 之间的整数，你给的是 {decodes!r}",
+            )
+        )
     kv = KVCacheManager(num_blocks=(prompt_len + 64 * (decodes + 1)) // 16 + 8, block_size=16)
-    sched = Scheduler(kv, max_num_seqs=decodes + 1, max_num_batched_tokens=budget,
-                      max_model_len=prompt_len + 64)
+    sched = Scheduler(
+        kv, max_num_seqs=decodes + 1, max_num_batched_tokens=budget, max_model_len=prompt_len + 64
+    )
     params = SamplingParams(max_tokens=48, ignore_eos=True)
-    for i in range(decodes):                       # short prompts, prefilled in one step
+    for i in range(decodes):  # short prompts, prefilled in one step
         sched.add_request(Request(f"decode{i}", [11 + i] * 8, params, arrival_time=0.0))
     out = sched.schedule()
     sched.update_from_output(out, [1] * decodes, now=0.0)
@@ -216,16 +278,21 @@ def chunked_prefill_schedule(prompt_len: int, budget: int, decodes: int) -> list
     while long.num_output_tokens == 0:
         out = sched.schedule()
         rows.append(split_tokens(out))
-        done = sum(1 for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens)
-                   if c + n >= r.num_tokens)
+        done = sum(
+            1
+            for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens)
+            if c + n >= r.num_tokens
+        )
         sched.update_from_output(out, [1] * done, now=0.0)
     return rows
 
 
 def split_tokens(out: Any) -> dict[str, int]:
     """A SchedulerOutput's tokens split into prefill (prompt) tokens and decode tokens."""
-    prefill = sum(min(n, max(0, r.num_prompt_tokens - c))
-                  for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens))
+    prefill = sum(
+        min(n, max(0, r.num_prompt_tokens - c))
+        for r, n, c in zip(out.requests, out.num_new_tokens, out.num_computed_tokens)
+    )
     return {"prefill": prefill, "decode": out.total_num_scheduled_tokens - prefill}
 
 
@@ -236,13 +303,23 @@ def waste_from_snapshots(snaps: Sequence[BlockSnapshot], max_model_len: int) -> 
     from llmlab.analysis.sim import WasteResult
 
     if not isinstance(max_model_len, int) or max_model_len < 1:
-        raise ValueError(tr(f"max_model_len must be an int >= 1, got {max_model_len!r}",
-                            f"max_model_len 必须是 >= 1 的整数，你给的是 {max_model_len!r}"))
+        raise ValueError(
+            tr(
+                f"max_model_len must be an int >= 1, got {max_model_len!r}",
+                f"max_model_len 必须是 >= 1 的整数，你给的是 {max_model_len!r}",
+            )
+        )
     live = [s for s in snaps if s.tables]
     if not live:
-        raise ValueError(tr("snaps holds no snapshot with a live request", "snaps 里没有一个快照有活跃的请求"))
+        raise ValueError(
+            tr("snaps holds no snapshot with a live request", "snaps 里没有一个快照有活跃的请求")
+        )
     bs = live[0].block_size
-    return WasteResult(bs, max_model_len, "max_len",
-                       used=[s.tokens_stored for s in live],
-                       contiguous=[len(s.tables) * max_model_len for s in live],
-                       paged=[s.logical_slots for s in live])
+    return WasteResult(
+        bs,
+        max_model_len,
+        "max_len",
+        used=[s.tokens_stored for s in live],
+        contiguous=[len(s.tables) * max_model_len for s in live],
+        paged=[s.logical_slots for s in live],
+    )

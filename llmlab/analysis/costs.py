@@ -14,17 +14,31 @@ Conventions
   attention (MLA) and a mixture of experts (MoE); the functions below read the extra fields
   (kv_lora_rank, qk_rope_head_dim, ...) for them.
 """
+
 from __future__ import annotations
 
 from llmlab.config import ModelConfig
 from llmlab.i18n import tr
 
 __all__ = [
-    "is_mla", "head_size", "param_count", "active_param_count", "matmul_params_per_token",
-    "attention_flops_per_token", "flops_per_token", "prefill_flops", "decode_flops",
-    "weight_bytes", "decode_bytes_per_step", "kv_bytes_per_token_per_layer",
-    "kv_bytes_per_token", "kv_bytes_per_token_from_hidden", "kv_bytes",
-    "kv_variants", "DTYPE_BYTES", "dtype_bytes_of",
+    "is_mla",
+    "head_size",
+    "param_count",
+    "active_param_count",
+    "matmul_params_per_token",
+    "attention_flops_per_token",
+    "flops_per_token",
+    "prefill_flops",
+    "decode_flops",
+    "weight_bytes",
+    "decode_bytes_per_step",
+    "kv_bytes_per_token_per_layer",
+    "kv_bytes_per_token",
+    "kv_bytes_per_token_from_hidden",
+    "kv_bytes",
+    "kv_variants",
+    "DTYPE_BYTES",
+    "dtype_bytes_of",
 ]
 
 # bytes per element of the dtypes the course talks about
@@ -36,24 +50,41 @@ def dtype_bytes_of(dtype: str | int | float) -> float:
     if isinstance(dtype, str):
         key = dtype.lower().replace("float", "fp").replace("bfloat", "bf")
         if key not in DTYPE_BYTES:
-            raise ValueError(tr(f"dtype must be one of {sorted(DTYPE_BYTES)} or a number of bytes, got {dtype!r}",
-                                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，或一个字节数；你给的是 {dtype!r}"))
+            raise ValueError(
+                tr(
+                    f"dtype must be one of {sorted(DTYPE_BYTES)} or a number of bytes, got {dtype!r}",
+                    f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，或一个字节数；你给的是 {dtype!r}",
+                )
+            )
         return DTYPE_BYTES[key]
     return _positive("dtype_bytes", dtype)
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(tr(f"{name} must be a number {bound}, got {value!r}",
-                            f"{name} 必须是 {bound} 的数，你给的是 {value!r}"))
+        raise ValueError(
+            tr(
+                f"{name} must be a number {bound}, got {value!r}",
+                f"{name} 必须是 {bound} 的数，你给的是 {value!r}",
+            )
+        )
     return value
 
 
 def _positive_int(name: str, value: int, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(tr(f"{name} must be an int >= {minimum}, got {value!r}",
-                            f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}"))
+        raise ValueError(
+            tr(
+                f"{name} must be an int >= {minimum}, got {value!r}",
+                f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}",
+            )
+        )
     return value
 
 
@@ -67,8 +98,12 @@ def head_size(hidden_size: int, num_heads: int) -> int:
     _positive_int("hidden_size", hidden_size)
     _positive_int("num_heads", num_heads)
     if hidden_size % num_heads:
-        raise ValueError(tr(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})",
-                            f"hidden_size（{hidden_size}）必须能被 num_heads（{num_heads}）整除"))
+        raise ValueError(
+            tr(
+                f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})",
+                f"hidden_size（{hidden_size}）必须能被 num_heads（{num_heads}）整除",
+            )
+        )
     return hidden_size // num_heads
 
 
@@ -92,18 +127,18 @@ def _attention_params(cfg: ModelConfig) -> int:
         n += h * (e["kv_lora_rank"] + e["qk_rope_head_dim"]) + e["kv_lora_rank"]
         # latent -> per-head keys (nope part) and values
         n += e["kv_lora_rank"] * heads * (e["qk_nope_head_dim"] + e["v_head_dim"])
-        n += heads * e["v_head_dim"] * h                                   # o_proj
+        n += heads * e["v_head_dim"] * h  # o_proj
         return n
     q = heads * cfg.head_dim
     kv = cfg.num_key_value_heads * cfg.head_dim
-    n = h * q + 2 * h * kv + q * h                                         # q, k, v, o
+    n = h * q + 2 * h * kv + q * h  # q, k, v, o
     if cfg.attention_bias:
-        n += q + 2 * kv                                                    # Qwen2: bias on q, k, v
+        n += q + 2 * kv  # Qwen2: bias on q, k, v
     return n
 
 
 def _dense_mlp_params(cfg: ModelConfig, intermediate: int) -> int:
-    return 3 * cfg.hidden_size * intermediate                              # gate, up, down (SwiGLU)
+    return 3 * cfg.hidden_size * intermediate  # gate, up, down (SwiGLU)
 
 
 def _is_moe_layer(cfg: ModelConfig, layer: int) -> bool:
@@ -123,12 +158,12 @@ def _mlp_params(cfg: ModelConfig, layer: int, active_only: bool) -> int:
 
 def _count(cfg: ModelConfig, active_only: bool) -> int:
     h = cfg.hidden_size
-    n = cfg.vocab_size * h                                                 # token embedding
+    n = cfg.vocab_size * h  # token embedding
     if not cfg.tie_word_embeddings:
-        n += cfg.vocab_size * h                                            # lm_head
+        n += cfg.vocab_size * h  # lm_head
     for layer in range(cfg.num_hidden_layers):
         n += _attention_params(cfg) + _mlp_params(cfg, layer, active_only) + 2 * h  # 2 RMSNorms
-    return n + h                                                           # final norm
+    return n + h  # final norm
 
 
 def param_count(cfg: ModelConfig) -> int:
@@ -148,10 +183,10 @@ def matmul_params_per_token(cfg: ModelConfig) -> int:
     again as lm_head, which *is* a matmul. Norm weights are negligible and left out.
     """
     h = cfg.hidden_size
-    n = active_param_count(cfg) - cfg.vocab_size * h                       # drop the lookup table
+    n = active_param_count(cfg) - cfg.vocab_size * h  # drop the lookup table
     if cfg.tie_word_embeddings:
-        n += cfg.vocab_size * h                                            # lm_head reuses it
-    return n - (2 * cfg.num_hidden_layers + 1) * h                         # norms are not matmuls
+        n += cfg.vocab_size * h  # lm_head reuses it
+    return n - (2 * cfg.num_hidden_layers + 1) * h  # norms are not matmuls
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,8 +223,12 @@ def flops_per_token(cfg: ModelConfig, context: int, phase: str = "decode") -> fl
         return float(matmul + per_key * context)
     if phase == "prefill":
         return float(matmul + per_key * (context + 1) / 2)
-    raise ValueError(tr(f"phase must be 'prefill' or 'decode', got {phase!r}",
-                        f"phase 必须是 'prefill' 或 'decode'，你给的是 {phase!r}"))
+    raise ValueError(
+        tr(
+            f"phase must be 'prefill' or 'decode', got {phase!r}",
+            f"phase 必须是 'prefill' 或 'decode'，你给的是 {phase!r}",
+        )
+    )
 
 
 def prefill_flops(cfg: ModelConfig, prompt_len: int) -> float:
@@ -216,7 +255,9 @@ def weight_bytes(cfg: ModelConfig, dtype_bytes: float = 2) -> float:
     return param_count(cfg) * _positive("dtype_bytes", dtype_bytes)
 
 
-def decode_bytes_per_step(cfg: ModelConfig, batch: int, context: int, dtype_bytes: float = 2) -> float:
+def decode_bytes_per_step(
+    cfg: ModelConfig, batch: int, context: int, dtype_bytes: float = 2
+) -> float:
     """Bytes one decode step moves from memory: all weights once (shared by the whole batch)
     plus, for every sequence, its KV cache of `context` tokens.
 
@@ -274,8 +315,11 @@ def kv_variants(cfg: ModelConfig, dtype_bytes: float = 2) -> dict[str, float]:
     if is_mla(cfg):
         e = cfg.extra
         per_head = (e["qk_nope_head_dim"] + e["qk_rope_head_dim"] + e["v_head_dim"]) * dtype_bytes
-        return {"MHA": layers * heads * per_head, "MQA": layers * per_head,
-                "MLA": kv_bytes_per_token(cfg, dtype_bytes)}
+        return {
+            "MHA": layers * heads * per_head,
+            "MQA": layers * per_head,
+            "MLA": kv_bytes_per_token(cfg, dtype_bytes),
+        }
     per_head = 2 * cfg.head_dim * dtype_bytes
     out = {"MHA": layers * heads * per_head}
     if 1 < cfg.num_key_value_heads < heads:

@@ -1,6 +1,7 @@
 """The next-token distribution the sampler draws from, for given logits and temperature /
 top-k / top-p (with `llmlab.sampling`'s own `apply_top_k_top_p`): what chapter 03's explorer
 shows and its checker grades."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,33 +15,50 @@ from llmlab.sampling import apply_top_k_top_p
 
 @dataclass
 class NextTokenDistribution:
-    probs_raw: torch.Tensor      # [V] softmax(logits), temperature 1, no filtering
-    probs: torch.Tensor          # [V] what the sampler draws from: temperature, top-k, top-p applied
-    kept: torch.Tensor           # [V] bool, tokens that can still be sampled
+    probs_raw: torch.Tensor  # [V] softmax(logits), temperature 1, no filtering
+    probs: torch.Tensor  # [V] what the sampler draws from: temperature, top-k, top-p applied
+    kept: torch.Tensor  # [V] bool, tokens that can still be sampled
 
     @property
     def num_kept(self) -> int:
         return int(self.kept.sum())
 
 
-def next_token_distribution(logits: torch.Tensor, temperature: float = 1.0, top_k: int = -1,
-                            top_p: float = 1.0) -> NextTokenDistribution:
+def next_token_distribution(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0
+) -> NextTokenDistribution:
     """The distribution the sampler draws the next token from, for logits [V].
 
     temperature 0 (greedy) keeps only the most likely token. top_k -1 and top_p 1.0 are off.
     """
     if logits.dim() != 1:
-        raise ValueError(tr(f"logits must be [vocab], got shape {tuple(logits.shape)}",
-                            f"logits 的形状必须是 [vocab]，你给的是 {tuple(logits.shape)}"))
+        raise ValueError(
+            tr(
+                f"logits must be [vocab], got shape {tuple(logits.shape)}",
+                f"logits 的形状必须是 [vocab]，你给的是 {tuple(logits.shape)}",
+            )
+        )
     if not temperature >= 0:
-        raise ValueError(tr(f"temperature must be >= 0, got {temperature!r}",
-                            f"temperature 必须 >= 0，你给的是 {temperature!r}"))
+        raise ValueError(
+            tr(
+                f"temperature must be >= 0, got {temperature!r}",
+                f"temperature 必须 >= 0，你给的是 {temperature!r}",
+            )
+        )
     if not (top_k == -1 or top_k >= 1):
-        raise ValueError(tr(f"top_k must be -1 (off) or >= 1, got {top_k!r}",
-                            f"top_k 必须是 -1（关闭）或 >= 1，你给的是 {top_k!r}"))
+        raise ValueError(
+            tr(
+                f"top_k must be -1 (off) or >= 1, got {top_k!r}",
+                f"top_k 必须是 -1（关闭）或 >= 1，你给的是 {top_k!r}",
+            )
+        )
     if not 0 < top_p <= 1:
-        raise ValueError(tr(f"top_p must be in (0, 1], got {top_p!r}",
-                            f"top_p 必须在 (0, 1] 之间，你给的是 {top_p!r}"))
+        raise ValueError(
+            tr(
+                f"top_p must be in (0, 1], got {top_p!r}",
+                f"top_p 必须在 (0, 1] 之间，你给的是 {top_p!r}",
+            )
+        )
     logits = logits.float()
     vocab = logits.shape[0]
     raw = logits.softmax(-1)
@@ -61,10 +79,13 @@ def prompt_logits(prompt: str, model: Any = None, tokenizer: Any = None) -> torc
     """Logits [V] of the next token after `prompt` (the real model unless given one)."""
     if model is None or tokenizer is None:
         from llmlab.model import load_model
+
         model, tokenizer = load_model("smollm2-135m")
     from llmlab.tokenizer import encode_ids
 
     ids = encode_ids(tokenizer, prompt)
     if not ids:
-        raise ValueError(tr("prompt must contain at least one token", "prompt 里至少要有一个 token"))
+        raise ValueError(
+            tr("prompt must contain at least one token", "prompt 里至少要有一个 token")
+        )
     return model.logits_for(ids)[-1]

@@ -12,6 +12,7 @@ the computer the notebook runs on, CPU or GPU:
 
 Each takes a few seconds with `LLMLAB_FAST=1`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,10 +26,10 @@ from typing import Any, Callable
 
 import torch
 
+from llmlab.config import DATA_DIR  # noqa: E402
 from llmlab.i18n import tr
 from llmlab.utils import cpu_name  # noqa: F401 (part of this module's API)
 
-from llmlab.config import DATA_DIR  # noqa: E402
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -42,35 +43,42 @@ class Hardware:
     """One device: bandwidth (bytes/s), dense peak FLOP/s per dtype, and its memory sizes (bytes)."""
 
     name: str
-    mem_bw: float                       # bytes/s, main memory (HBM / GDDR / DRAM)
-    peak_flops: dict[str, float]        # dtype -> dense FLOP/s, e.g. {"bf16": 989.4e12}
-    mem_size: float                     # bytes of main memory
-    l2_size: float | None = None        # bytes (on a CPU: the L2 of all cores together)
-    smem_per_sm: float | None = None    # bytes of on-chip SRAM per SM (CPU: L1d per core)
-    num_sms: int | None = None          # SMs (CPU: cores)
+    mem_bw: float  # bytes/s, main memory (HBM / GDDR / DRAM)
+    peak_flops: dict[str, float]  # dtype -> dense FLOP/s, e.g. {"bf16": 989.4e12}
+    mem_size: float  # bytes of main memory
+    l2_size: float | None = None  # bytes (on a CPU: the L2 of all cores together)
+    smem_per_sm: float | None = None  # bytes of on-chip SRAM per SM (CPU: L1d per core)
+    num_sms: int | None = None  # SMs (CPU: cores)
     interconnect: dict[str, float] = field(default_factory=dict)  # link -> bytes/s
-    sources: dict[str, str] = field(default_factory=dict)         # field -> where it comes from
-    kind: str = "gpu"                   # "gpu" or "cpu"
-    measured: bool = False              # True for `this_machine()`
-    hierarchy: list[dict] = field(default_factory=list)            # levels for chapter 06's chart
-    extra: dict[str, Any] = field(default_factory=dict)            # e.g. the copy bandwidth
+    sources: dict[str, str] = field(default_factory=dict)  # field -> where it comes from
+    kind: str = "gpu"  # "gpu" or "cpu"
+    measured: bool = False  # True for `this_machine()`
+    hierarchy: list[dict] = field(default_factory=list)  # levels for chapter 06's chart
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the copy bandwidth
 
     def __post_init__(self) -> None:
         if not (isinstance(self.mem_bw, (int, float)) and self.mem_bw > 0):
-            raise ValueError(f"Hardware.mem_bw must be a positive number of bytes/s, got {self.mem_bw!r}")
+            raise ValueError(
+                f"Hardware.mem_bw must be a positive number of bytes/s, got {self.mem_bw!r}"
+            )
         if not self.peak_flops:
             raise ValueError("Hardware.peak_flops needs at least one dtype, e.g. {'fp32': 1e12}")
         for dtype, value in self.peak_flops.items():
             if dtype not in DTYPES:
-                raise ValueError(f"Hardware.peak_flops has unknown dtype {dtype!r}; allowed: {DTYPES}")
+                raise ValueError(
+                    f"Hardware.peak_flops has unknown dtype {dtype!r}; allowed: {DTYPES}"
+                )
             if not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"Hardware.peak_flops[{dtype!r}] must be a positive FLOP/s, got {value!r}")
+                raise ValueError(
+                    f"Hardware.peak_flops[{dtype!r}] must be a positive FLOP/s, got {value!r}"
+                )
 
     def flops(self, dtype: str = "bf16") -> float:
         """Dense peak FLOP/s for `dtype`; a ValueError lists the dtypes this device has."""
         if dtype not in self.peak_flops:
-            raise ValueError(f"dtype={dtype!r} has no peak on {self.name}; "
-                             f"available: {sorted(self.peak_flops)}")
+            raise ValueError(
+                f"dtype={dtype!r} has no peak on {self.name}; available: {sorted(self.peak_flops)}"
+            )
         return self.peak_flops[dtype]
 
     def replace(self, **changes: Any) -> "Hardware":
@@ -94,11 +102,16 @@ def get_hardware(name: str) -> Hardware:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(tr(f"unknown hardware preset {name!r}; known: {sorted(PRESETS)}",
-                            f"没有名为 {name!r} 的硬件预设；已有的预设：{sorted(PRESETS)}")) from None
+        raise ValueError(
+            tr(
+                f"unknown hardware preset {name!r}; known: {sorted(PRESETS)}",
+                f"没有名为 {name!r} 的硬件预设；已有的预设：{sorted(PRESETS)}",
+            )
+        ) from None
 
 
 # ----------------------------------------------------------------------------- measuring
+
 
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None:
@@ -111,8 +124,9 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
-def _best_time(fn: Callable[[], Any], device: torch.device, repeats: int,
-               budget_s: float | None = None) -> float:
+def _best_time(
+    fn: Callable[[], Any], device: torch.device, repeats: int, budget_s: float | None = None
+) -> float:
     """Fastest of `repeats` timed calls (after one warm-up), in seconds.
 
     The minimum filters out moments where the OS ran something else on our cores; it is the
@@ -167,8 +181,13 @@ def cpu_caches() -> list[dict]:
     return out
 
 
-def measure_bandwidth(device: str | None = "cpu", nbytes: int | None = None, kind: str = "read",
-                      repeats: int | None = None, threads: int | None = None) -> float:
+def measure_bandwidth(
+    device: str | None = "cpu",
+    nbytes: int | None = None,
+    kind: str = "read",
+    repeats: int | None = None,
+    threads: int | None = None,
+) -> float:
     """Streaming bandwidth of main memory in bytes/s, measured here.
 
     kind="read": sum a buffer (bytes read / time) — what a decode step does with the weights.
@@ -181,8 +200,11 @@ def measure_bandwidth(device: str | None = "cpu", nbytes: int | None = None, kin
         raise ValueError(f"kind={kind!r}; allowed: 'read', 'copy'")
     dev = _resolve_device(device)
     if nbytes is None:
-        nbytes = (256 if _fast() else 1024) * 1024**2 if dev.type == "cuda" else \
-            max(64 * 1024**2, (4 if _fast() else 8) * last_level_cache_bytes())
+        nbytes = (
+            (256 if _fast() else 1024) * 1024**2
+            if dev.type == "cuda"
+            else max(64 * 1024**2, (4 if _fast() else 8) * last_level_cache_bytes())
+        )
     if nbytes < 4096:
         raise ValueError(f"nbytes={nbytes} is too small to measure a bandwidth; use at least 4096")
     repeats = repeats or (5 if _fast() else 15)
@@ -218,15 +240,20 @@ MATMUL_LIBRARIES = ("aten", "onednn", "cpu")
 def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
     if library is not None:
         if library not in MATMUL_LIBRARIES:
-            raise ValueError(f"library={library!r}; allowed: {list(MATMUL_LIBRARIES)} or None (best)")
+            raise ValueError(
+                f"library={library!r}; allowed: {list(MATMUL_LIBRARIES)} or None (best)"
+            )
         return [library]
     if dev.type != "cpu":
         return ["aten"]
     from llmlab.model_cpu import onednn_available
     from llmlab.ops import backend_available
 
-    return ["aten"] + (["onednn"] if onednn_available() else []) + (
-        ["cpu"] if backend_available("cpu")[0] else [])
+    return (
+        ["aten"]
+        + (["onednn"] if onednn_available() else [])
+        + (["cpu"] if backend_available("cpu")[0] else [])
+    )
 
 
 def _linear_fn(library: str, w: torch.Tensor):
@@ -235,13 +262,19 @@ def _linear_fn(library: str, w: torch.Tensor):
         return lambda x: torch.nn.functional.linear(x, w)
     from llmlab import model_cpu
 
-    if library == "onednn" or w.dtype != torch.float32:    # the fast path is float32 only
+    if library == "onednn" or w.dtype != torch.float32:  # the fast path is float32 only
         return lambda x: model_cpu.onednn_linear(x, w)
     return model_cpu.CpuLinear(w)
 
 
-def _best_linear_time(x: torch.Tensor, w: torch.Tensor, dev: torch.device, libraries: list[str],
-                      threads: int | None, repeats: int) -> float:
+def _best_linear_time(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    dev: torch.device,
+    libraries: list[str],
+    threads: int | None,
+    repeats: int,
+) -> float:
     """Fastest `x @ wᵀ` over the matmul libraries and thread counts to try (s)."""
     best = float("inf")
     for lib in libraries:
@@ -252,9 +285,14 @@ def _best_linear_time(x: torch.Tensor, w: torch.Tensor, dev: torch.device, libra
     return best
 
 
-def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int | None = None,
-                         repeats: int | None = None, threads: int | None = None,
-                         library: str | None = None) -> float:
+def measure_matmul_flops(
+    device: str | None = "cpu",
+    dtype: str = "fp32",
+    n: int | None = None,
+    repeats: int | None = None,
+    threads: int | None = None,
+    library: str | None = None,
+) -> float:
     """Matmul throughput in FLOP/s (2·n³ per n×n @ n×n), the best of a few runs.
 
     On a CPU only fp32 is meaningful for a peak (bf16 matmuls may be emulated); on a GPU
@@ -277,9 +315,14 @@ def measure_matmul_flops(device: str | None = "cpu", dtype: str = "fp32", n: int
     return 2.0 * n**3 / _best_linear_time(a, w, dev, libraries, threads, repeats)
 
 
-def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: int = 576,
-                           repeats: int | None = None, threads: int | None = None,
-                           library: str | None = None) -> float:
+def measure_gemv_bandwidth(
+    device: str | None = "cpu",
+    rows: int = 49152,
+    cols: int = 576,
+    repeats: int | None = None,
+    threads: int | None = None,
+    library: str | None = None,
+) -> float:
     """Bytes/s at which a batch-1 linear layer (one row times a weight) streams its float32 weight.
 
     The default shape is SmolLM2's lm_head (113 MB, beyond any CPU cache). A decode step at
@@ -293,8 +336,8 @@ def measure_gemv_bandwidth(device: str | None = "cpu", rows: int = 49152, cols: 
     libraries = _matmul_libraries(dev, library)
     repeats = repeats or (5 if _fast() else 10)
     gen = torch.Generator(device=dev).manual_seed(0)
-    w = torch.randn(rows, cols, device=dev, generator=gen)   # [rows, cols] float32 weight
-    x = torch.randn(1, cols, device=dev, generator=gen)      # [1, cols]
+    w = torch.randn(rows, cols, device=dev, generator=gen)  # [rows, cols] float32 weight
+    x = torch.randn(1, cols, device=dev, generator=gen)  # [1, cols]
     return rows * cols * 4 / _best_linear_time(x, w, dev, libraries, threads, repeats)
 
 
@@ -306,11 +349,15 @@ class MountainResult:
     bandwidths: list[float]
     device: str
     threads: int
-    caches: list[dict]          # this CPU's caches (sysfs), to mark the knees on the plot
+    caches: list[dict]  # this CPU's caches (sysfs), to mark the knees on the plot
 
 
-def memory_mountain(device: str | None = "cpu", sizes: list[int] | None = None,
-                    threads: int | None = 1, traffic_bytes: int | None = None) -> MountainResult:
+def memory_mountain(
+    device: str | None = "cpu",
+    sizes: list[int] | None = None,
+    threads: int | None = 1,
+    traffic_bytes: int | None = None,
+) -> MountainResult:
     """Read bandwidth for working sets from 16 KiB to well past the last-level cache.
 
     Each size is read many times over in one operation (a stride-0 view repeats the same
@@ -339,7 +386,9 @@ def memory_mountain(device: str | None = "cpu", sizes: list[int] | None = None,
             t = _best_time(lambda: view.sum(), dev, repeats=3 if _fast() else 5)
             bws.append(reps * n * 4 / t)
     used = threads if threads is not None else torch.get_num_threads()
-    return MountainResult(list(sizes), bws, str(dev), used, cpu_caches() if dev.type == "cpu" else [])
+    return MountainResult(
+        list(sizes), bws, str(dev), used, cpu_caches() if dev.type == "cpu" else []
+    )
 
 
 class _threads:
@@ -386,31 +435,57 @@ def this_machine(device: str | None = "cpu") -> Hardware:
         peaks["bf16"] = measure_matmul_flops(str(dev), "bf16")
         peaks["fp16"] = measure_matmul_flops(str(dev), "fp16")
         return Hardware(
-            name=f"{props.name} (measured)", mem_bw=read_bw, peak_flops=peaks,
-            mem_size=float(props.total_memory), l2_size=float(getattr(props, "L2_cache_size", 0)) or None,
+            name=f"{props.name} (measured)",
+            mem_bw=read_bw,
+            peak_flops=peaks,
+            mem_size=float(props.total_memory),
+            l2_size=float(getattr(props, "L2_cache_size", 0)) or None,
             smem_per_sm=float(getattr(props, "shared_memory_per_multiprocessor", 0)) or None,
-            num_sms=props.multi_processor_count, interconnect={},
-            sources={"mem_bw": f"{how}: sum over a 256 MiB-1 GiB buffer",
-                     "peak_flops": f"{how}: square matmuls", "mem_size": "torch.cuda.get_device_properties"},
-            kind="gpu", measured=True, extra={"copy_bw": copy_bw})
+            num_sms=props.multi_processor_count,
+            interconnect={},
+            sources={
+                "mem_bw": f"{how}: sum over a 256 MiB-1 GiB buffer",
+                "peak_flops": f"{how}: square matmuls",
+                "mem_size": "torch.cuda.get_device_properties",
+            },
+            kind="gpu",
+            measured=True,
+            extra={"copy_bw": copy_bw},
+        )
     caches = cpu_caches()
     threads = torch.get_num_threads()
     ncores = os.cpu_count() or threads
     l2 = next((c["size"] for c in caches if c["level"] == 2), None)
     l1d = next((c["size"] for c in caches if c["level"] == 1 and c["type"] == "Data"), None)
     return Hardware(
-        name=f"{cpu_name()}, {threads} threads", mem_bw=read_bw, peak_flops=peaks,
-        mem_size=_mem_total(), l2_size=float(l2 * ncores) if l2 else None,
-        smem_per_sm=float(l1d) if l1d else None, num_sms=ncores, interconnect={},
-        sources={"mem_bw": f"{how}: sum over a buffer 4-8x the last-level cache, fastest run",
-                 "peak_flops": f"{how}: fp32 square matmul, fastest run",
-                 "mem_size": "/proc/meminfo", "l2_size": "sysfs cache sizes x cores"},
-        kind="cpu", measured=True,
-        extra={"copy_bw": copy_bw, "threads": threads, "cpu": cpu_name(), "caches": caches,
-               "torch": torch.__version__})
+        name=f"{cpu_name()}, {threads} threads",
+        mem_bw=read_bw,
+        peak_flops=peaks,
+        mem_size=_mem_total(),
+        l2_size=float(l2 * ncores) if l2 else None,
+        smem_per_sm=float(l1d) if l1d else None,
+        num_sms=ncores,
+        interconnect={},
+        sources={
+            "mem_bw": f"{how}: sum over a buffer 4-8x the last-level cache, fastest run",
+            "peak_flops": f"{how}: fp32 square matmul, fastest run",
+            "mem_size": "/proc/meminfo",
+            "l2_size": "sysfs cache sizes x cores",
+        },
+        kind="cpu",
+        measured=True,
+        extra={
+            "copy_bw": copy_bw,
+            "threads": threads,
+            "cpu": cpu_name(),
+            "caches": caches,
+            "torch": torch.__version__,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- plots
+
 
 def plot_memory_mountain(result: MountainResult, ax: Any = None, title: str | None = None) -> Any:
     """Bandwidth (GB/s) against working-set size (log scale), cache sizes marked."""
@@ -418,18 +493,30 @@ def plot_memory_mountain(result: MountainResult, ax: Any = None, title: str | No
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
-    ax.semilogx([s / 1024 for s in result.sizes], [b / 1e9 for b in result.bandwidths], "o-",
-                label=tr(f"measured, {result.threads} thread(s)", f"实测，{result.threads} 个线程"))
+    ax.semilogx(
+        [s / 1024 for s in result.sizes],
+        [b / 1e9 for b in result.bandwidths],
+        "o-",
+        label=tr(f"measured, {result.threads} thread(s)", f"实测，{result.threads} 个线程"),
+    )
     for cache in result.caches:
         if cache["type"] == "Instruction":
             continue
         ax.axvline(cache["size"] / 1024, color="grey", ls=":", lw=1)
-        ax.text(cache["size"] / 1024, ax.get_ylim()[1] * 0.95, f" L{cache['level']}",
-                va="top", fontsize=9, color="grey")
+        ax.text(
+            cache["size"] / 1024,
+            ax.get_ylim()[1] * 0.95,
+            f" L{cache['level']}",
+            va="top",
+            fontsize=9,
+            color="grey",
+        )
     ax.set_xlabel(tr("working-set size (KiB, log scale)", "工作集大小（KiB，对数坐标）"))
     ax.set_ylabel(tr("read bandwidth (GB/s)", "读带宽（GB/s）"))
     machine = cpu_name() if result.device == "cpu" else result.device
-    ax.set_title(title or tr(f"Memory mountain of this machine ({machine})", f"本机的存储器山（{machine}）"))
+    ax.set_title(
+        title or tr(f"Memory mountain of this machine ({machine})", f"本机的存储器山（{machine}）")
+    )
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     return ax
@@ -442,13 +529,20 @@ def plot_hierarchy(hw: Hardware | str = "H100-SXM", ax: Any = None) -> Any:
     hw = get_hardware(hw) if isinstance(hw, str) else hw
     levels = [lv for lv in hw.hierarchy if lv.get("size")]
     if not levels:
-        raise ValueError(tr(f"hardware {hw.name!r} has no 'hierarchy' entry in data/hardware.json",
-                            f"硬件 {hw.name!r} 在 data/hardware.json 里没有 'hierarchy' 条目"))
+        raise ValueError(
+            tr(
+                f"hardware {hw.name!r} has no 'hierarchy' entry in data/hardware.json",
+                f"硬件 {hw.name!r} 在 data/hardware.json 里没有 'hierarchy' 条目",
+            )
+        )
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
-    names = [tr(f"{lv['level']} (per {lv['per']})", f"{lv['level']}（每个 {lv['per']}）") for lv in levels]
+    names = [
+        tr(f"{lv['level']} (per {lv['per']})", f"{lv['level']}（每个 {lv['per']}）")
+        for lv in levels
+    ]
     sizes = [lv["size"] for lv in levels]
-    bars = ax.barh(names, sizes, color=["#15803d", "#15803d", "#b45309", "#b91c1c"][:len(levels)])
+    bars = ax.barh(names, sizes, color=["#15803d", "#15803d", "#b45309", "#b91c1c"][: len(levels)])
     ax.set_xscale("log")
     for bar, lv in zip(bars, levels):
         label = human_bytes(lv["size"])
@@ -456,12 +550,22 @@ def plot_hierarchy(hw: Hardware | str = "H100-SXM", ax: Any = None) -> Any:
             label += f", ~{lv['latency'] * 1e9:.0f} ns"
         if lv.get("bandwidth"):
             label += f", {lv['bandwidth'] / 1e12:.2f} TB/s"
-        ax.text(bar.get_width() * 1.2, bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=9)
+        ax.text(
+            bar.get_width() * 1.2,
+            bar.get_y() + bar.get_height() / 2,
+            label,
+            va="center",
+            fontsize=9,
+        )
     ax.invert_yaxis()
     ax.set_xlim(min(sizes) / 3, max(sizes) * 1e3)
     ax.set_xlabel(tr("capacity (bytes, log scale)", "容量（字节，对数坐标）"))
-    ax.set_title(tr(f"{hw.name}: smaller memories sit closer to the compute units (preset, datasheet)",
-                    f"{hw.name}：越小的存储离计算单元越近（预设，数据手册）"))
+    ax.set_title(
+        tr(
+            f"{hw.name}: smaller memories sit closer to the compute units (preset, datasheet)",
+            f"{hw.name}：越小的存储离计算单元越近（预设，数据手册）",
+        )
+    )
     return ax
 
 

@@ -16,6 +16,7 @@ Definitions (the same as vLLM's benchmark client, `benchmarks/benchmark_serving.
 or `Timeline`s written by hand) and returns mean / median / p90 / p99 of each metric.
 Units: seconds; only `BenchmarkSummary.table()` prints milliseconds.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,24 +43,30 @@ class Timeline:
     num_prompt_tokens: int = 0
     first_scheduled_time: float | None = None
     finished_time: float | None = None
-    num_tokens: int | None = None       # output tokens, when a time may stand for several
+    num_tokens: int | None = None  # output tokens, when a time may stand for several
 
     def __post_init__(self) -> None:
         times = tuple(float(t) for t in self.token_times)
         object.__setattr__(self, "token_times", times)
         if not times:
-            raise ValueError("Timeline.token_times must hold at least one time (a request "
-                             "that produced no token has no TTFT)")
+            raise ValueError(
+                "Timeline.token_times must hold at least one time (a request "
+                "that produced no token has no TTFT)"
+            )
         if times[0] < self.arrival_time:
-            raise ValueError(f"Timeline: first token at {times[0]} is before arrival at "
-                             f"{self.arrival_time}")
+            raise ValueError(
+                f"Timeline: first token at {times[0]} is before arrival at {self.arrival_time}"
+            )
         if any(b < a for a, b in zip(times, times[1:])):
             raise ValueError(f"Timeline.token_times must be non-decreasing, got {list(times)}")
-        if self.num_tokens is not None and (not isinstance(self.num_tokens, int)
-                                            or self.num_tokens < len(times)):
-            raise ValueError(f"Timeline.num_tokens must be an int >= len(token_times)="
-                             f"{len(times)} (each time stands for at least one token), "
-                             f"got {self.num_tokens!r}")
+        if self.num_tokens is not None and (
+            not isinstance(self.num_tokens, int) or self.num_tokens < len(times)
+        ):
+            raise ValueError(
+                f"Timeline.num_tokens must be an int >= len(token_times)="
+                f"{len(times)} (each time stands for at least one token), "
+                f"got {self.num_tokens!r}"
+            )
 
     @property
     def num_output_tokens(self) -> int:
@@ -99,16 +106,21 @@ def timeline_of(item: Any) -> Timeline:
         return item
     metrics = getattr(item, "metrics", item)
     if not hasattr(metrics, "arrival_time") or not hasattr(metrics, "token_times"):
-        raise ValueError(f"expected a RequestOutput, Request, RequestMetrics or Timeline, got "
-                         f"{type(item).__name__} (no .metrics.arrival_time / .token_times)")
+        raise ValueError(
+            f"expected a RequestOutput, Request, RequestMetrics or Timeline, got "
+            f"{type(item).__name__} (no .metrics.arrival_time / .token_times)"
+        )
     times = list(metrics.token_times or [])
     if not times and getattr(metrics, "first_token_time", None) is not None:
         times = [metrics.first_token_time]
     prompt = getattr(item, "prompt_token_ids", None)
-    return Timeline(arrival_time=float(metrics.arrival_time), token_times=tuple(times),
-                    num_prompt_tokens=len(prompt) if prompt is not None else 0,
-                    first_scheduled_time=getattr(metrics, "first_scheduled_time", None),
-                    finished_time=getattr(metrics, "finished_time", None))
+    return Timeline(
+        arrival_time=float(metrics.arrival_time),
+        token_times=tuple(times),
+        num_prompt_tokens=len(prompt) if prompt is not None else 0,
+        first_scheduled_time=getattr(metrics, "first_scheduled_time", None),
+        finished_time=getattr(metrics, "finished_time", None),
+    )
 
 
 @dataclass(frozen=True)
@@ -149,19 +161,26 @@ class BenchmarkSummary:
     e2el: Stats
     slo: dict[str, float] | None = None
     num_good: int | None = None
-    goodput: float | None = None       # good requests per second (None without an SLO)
+    goodput: float | None = None  # good requests per second (None without an SLO)
     timelines: tuple[Timeline, ...] = field(default=(), repr=False)
 
     def table(self) -> str:
         """A printable table (milliseconds), one row per latency metric."""
-        lines = [f"requests {self.num_requests}, duration {self.duration:.2f} s, "
-                 f"{self.request_throughput:.2f} req/s, {self.output_throughput:.1f} output tok/s"
-                 + (f", goodput {self.goodput:.2f} req/s ({self.num_good} met the SLO)"
-                    if self.goodput is not None else ""),
-                 f"{'metric':<6}{'n':>6}{'mean':>10}{'median':>10}{'p90':>10}{'p99':>10}  (ms)"]
+        lines = [
+            f"requests {self.num_requests}, duration {self.duration:.2f} s, "
+            f"{self.request_throughput:.2f} req/s, {self.output_throughput:.1f} output tok/s"
+            + (
+                f", goodput {self.goodput:.2f} req/s ({self.num_good} met the SLO)"
+                if self.goodput is not None
+                else ""
+            ),
+            f"{'metric':<6}{'n':>6}{'mean':>10}{'median':>10}{'p90':>10}{'p99':>10}  (ms)",
+        ]
         for name in ("ttft", "tpot", "itl", "e2el"):
             s: Stats = getattr(self, name)
-            cells = ["—" if x is None else f"{x * 1e3:.1f}" for x in (s.mean, s.median, s.p90, s.p99)]
+            cells = [
+                "—" if x is None else f"{x * 1e3:.1f}" for x in (s.mean, s.median, s.p90, s.p99)
+            ]
             lines.append(f"{name.upper():<6}{s.count:>6}" + "".join(f"{c:>10}" for c in cells))
         return "\n".join(lines)
 
@@ -173,8 +192,9 @@ def _check_slo(slo: dict[str, float] | None) -> dict[str, float] | None:
     if slo is None:
         return None
     if not isinstance(slo, dict) or not slo:
-        raise ValueError(f"slo must be a non-empty dict with keys from {SLO_KEYS} (seconds), "
-                         f"got {slo!r}")
+        raise ValueError(
+            f"slo must be a non-empty dict with keys from {SLO_KEYS} (seconds), got {slo!r}"
+        )
     for k, v in slo.items():
         if k not in SLO_KEYS:
             raise ValueError(f"slo key {k!r} is not one of {SLO_KEYS}")
@@ -189,8 +209,9 @@ def meets_slo(t: Timeline, slo: dict[str, float]) -> bool:
     return all(values[k] is None or values[k] <= limit for k, limit in slo.items())
 
 
-def summarize(outputs: Sequence[Any], duration: float | None = None,
-              slo: dict[str, float] | None = None) -> BenchmarkSummary:
+def summarize(
+    outputs: Sequence[Any], duration: float | None = None, slo: dict[str, float] | None = None
+) -> BenchmarkSummary:
     """TTFT / TPOT / ITL / E2EL statistics, throughput and goodput of finished requests.
 
     `duration`: the benchmark's wall time in seconds; default first arrival → last token.
@@ -201,25 +222,31 @@ def summarize(outputs: Sequence[Any], duration: float | None = None,
         raise ValueError("outputs must hold at least one finished request, got none")
     slo = _check_slo(slo)
     if duration is None:
-        duration = (max(t.token_times[-1] for t in timelines)
-                    - min(t.arrival_time for t in timelines))
+        duration = max(t.token_times[-1] for t in timelines) - min(
+            t.arrival_time for t in timelines
+        )
     if not isinstance(duration, (int, float)) or not duration > 0 or math.isinf(duration):
         raise ValueError(f"duration must be a positive number of seconds, got {duration!r}")
     n_in = sum(t.num_prompt_tokens for t in timelines)
     n_out = sum(t.num_output_tokens for t in timelines)
     num_good = sum(meets_slo(t, slo) for t in timelines) if slo else None
     return BenchmarkSummary(
-        num_requests=len(timelines), duration=float(duration),
-        total_input_tokens=n_in, total_output_tokens=n_out,
-        request_throughput=len(timelines) / duration, output_throughput=n_out / duration,
+        num_requests=len(timelines),
+        duration=float(duration),
+        total_input_tokens=n_in,
+        total_output_tokens=n_out,
+        request_throughput=len(timelines) / duration,
+        output_throughput=n_out / duration,
         total_token_throughput=(n_in + n_out) / duration,
         ttft=Stats.of(t.ttft for t in timelines),
-        tpot=Stats.of(t.tpot for t in timelines),            # one-token requests drop out here
+        tpot=Stats.of(t.tpot for t in timelines),  # one-token requests drop out here
         itl=Stats.of(g for t in timelines for g in t.itls),  # pooled over every request
         e2el=Stats.of(t.e2el for t in timelines),
-        slo=slo, num_good=num_good,
+        slo=slo,
+        num_good=num_good,
         goodput=None if slo is None else num_good / duration,
-        timelines=tuple(timelines))
+        timelines=tuple(timelines),
+    )
 
 
 def cdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -230,8 +257,10 @@ def cdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
 
 # --- arrival processes ---------------------------------------------------------------------
 
-def arrival_times(num_requests: int, rate: float, burstiness: float = 1.0,
-                  seed: int = 0) -> np.ndarray:
+
+def arrival_times(
+    num_requests: int, rate: float, burstiness: float = 1.0, seed: int = 0
+) -> np.ndarray:
     """Arrival offsets (seconds from the start) of `num_requests` requests at `rate` req/s.
 
     Gaps are gamma-distributed with shape = `burstiness` and mean 1/rate (scale =
@@ -259,8 +288,15 @@ def poisson_arrivals(num_requests: int, rate: float, seed: int = 0) -> np.ndarra
 
 # --- driving the engine with arrivals --------------------------------------------------------
 
-def run_with_arrivals(engine: Any, prompts: Sequence[Any], params: Any,
-                      arrivals: Sequence[float], *, max_seconds: float = 600.0) -> tuple[list, float]:
+
+def run_with_arrivals(
+    engine: Any,
+    prompts: Sequence[Any],
+    params: Any,
+    arrivals: Sequence[float],
+    *,
+    max_seconds: float = 600.0,
+) -> tuple[list, float]:
     """Feed `prompts` to an `LLMEngine` at `arrivals` (offsets, s) in real time; step until done.
 
     Each request is added when the wall clock passes its arrival offset, with
@@ -270,7 +306,9 @@ def run_with_arrivals(engine: Any, prompts: Sequence[Any], params: Any,
     import time
 
     if len(prompts) != len(arrivals):
-        raise ValueError(f"arrivals must have one entry per prompt ({len(prompts)}), got {len(arrivals)}")
+        raise ValueError(
+            f"arrivals must have one entry per prompt ({len(prompts)}), got {len(arrivals)}"
+        )
     order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
     params_list = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
     finished: dict[str, Any] = {}
@@ -282,8 +320,9 @@ def run_with_arrivals(engine: Any, prompts: Sequence[Any], params: Any,
             raise RuntimeError(f"benchmark did not finish within max_seconds={max_seconds}")
         while nxt < len(order) and arrivals[order[nxt]] <= now - start:
             i = order[nxt]
-            engine.add_request(f"req-{i}", prompts[i], params_list[i],
-                               arrival_time=start + float(arrivals[i]))
+            engine.add_request(
+                f"req-{i}", prompts[i], params_list[i], arrival_time=start + float(arrivals[i])
+            )
             nxt += 1
         if engine.has_unfinished_requests():
             for out in engine.step():

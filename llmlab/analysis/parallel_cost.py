@@ -19,13 +19,14 @@ order, not measurements (nccl-tests on a real machine gives both). Real librarie
 one-shot or tree all-reduces for small messages, whose latency grows more slowly than 2(t−1)α,
 and overlap some communication with compute; this model does neither, on purpose.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from llmlab.analysis import costs
-from llmlab.config import ModelConfig, get_config
 from llmlab.analysis.hardware import Hardware, get_hardware
+from llmlab.config import ModelConfig, get_config
 from llmlab.utils import check_positive_int
 
 
@@ -34,8 +35,8 @@ class Interconnect:
     """A GPU-to-GPU link as an all-reduce sees it."""
 
     name: str
-    bandwidth: float   # bytes/s, one direction, per GPU
-    latency: float     # seconds per ring step (α)
+    bandwidth: float  # bytes/s, one direction, per GPU
+    latency: float  # seconds per ring step (α)
     source: str
 
 
@@ -55,13 +56,17 @@ def get_interconnect(name: str = "nvlink", hardware: str | Hardware = "H100-SXM"
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     key = str(name).lower()
     if key not in hw.interconnect:
-        raise ValueError(f"interconnect must be one of {sorted(hw.interconnect)} for "
-                         f"{hw.name}, got {name!r}")
+        raise ValueError(
+            f"interconnect must be one of {sorted(hw.interconnect)} for {hw.name}, got {name!r}"
+        )
     alpha = LINK_LATENCY.get(key, 5e-6)
-    return Interconnect(f"{LINK_NAMES.get(key, name)} ({hw.name})",
-                        bandwidth=hw.interconnect[key] / 2, latency=alpha,
-                        source=f"{hw.sources.get('interconnect', hw.name)}; halved for one "
-                               f"direction; alpha = {alpha * 1e6:g} us per ring step, assumed")
+    return Interconnect(
+        f"{LINK_NAMES.get(key, name)} ({hw.name})",
+        bandwidth=hw.interconnect[key] / 2,
+        latency=alpha,
+        source=f"{hw.sources.get('interconnect', hw.name)}; halved for one "
+        f"direction; alpha = {alpha * 1e6:g} us per ring step, assumed",
+    )
 
 
 def ring_all_reduce_time(nbytes: float, world_size: int, link: Interconnect) -> float:
@@ -95,8 +100,8 @@ class StepCost:
     compute: float
     tp_comm: float
     pp_comm: float
-    all_reduces: int            # per step, on each GPU
-    all_reduce_bytes: float     # one all-reduce's message
+    all_reduces: int  # per step, on each GPU
+    all_reduce_bytes: float  # one all-reduce's message
     weight_bytes_per_gpu: float
 
     @property
@@ -118,10 +123,17 @@ class StepCost:
         return self.batch / self.total
 
 
-def decode_step_cost(cfg: ModelConfig | str = "llama-3-70b", tp: int = 8, pp: int = 1,
-                     batch: int = 1, interconnect: str | Interconnect = "nvlink",
-                     hardware: str | Hardware = "H100-SXM", dtype: str = "bf16",
-                     dtype_bytes: int = 2, context: int = 1) -> StepCost:
+def decode_step_cost(
+    cfg: ModelConfig | str = "llama-3-70b",
+    tp: int = 8,
+    pp: int = 1,
+    batch: int = 1,
+    interconnect: str | Interconnect = "nvlink",
+    hardware: str | Hardware = "H100-SXM",
+    dtype: str = "bf16",
+    dtype_bytes: int = 2,
+    context: int = 1,
+) -> StepCost:
     """Compute vs communication of one decode step (`batch` sequences, one new token each).
 
     `context`: tokens each sequence attends to; their KV cache is read once per step and split
@@ -133,22 +145,44 @@ def decode_step_cost(cfg: ModelConfig | str = "llama-3-70b", tp: int = 8, pp: in
     if pp > cfg.num_hidden_layers:
         raise ValueError(f"pp must be in [1, {cfg.num_hidden_layers}] (layers), got {pp}")
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
-    link = interconnect if isinstance(interconnect, Interconnect) else get_interconnect(interconnect, hw)
+    link = (
+        interconnect
+        if isinstance(interconnect, Interconnect)
+        else get_interconnect(interconnect, hw)
+    )
     flops = costs.decode_flops(cfg, batch, context)
     nbytes = costs.decode_bytes_per_step(cfg, batch, context, dtype_bytes)
     # the stages run in turn for one token, each on 1/pp of the layers: together 1/tp of the model
     compute = max(flops / (tp * hw.flops(dtype)), nbytes / (tp * hw.mem_bw))
-    message = batch * cfg.hidden_size * dtype_bytes                       # [batch, hidden]
+    message = batch * cfg.hidden_size * dtype_bytes  # [batch, hidden]
     all_reduces = 2 * cfg.num_hidden_layers if tp > 1 else 0
     tp_comm = all_reduces * ring_all_reduce_time(message, tp, link)
     pp_comm = (pp - 1) * p2p_time(message, link)
-    return StepCost(cfg.name, tp, pp, batch, link.name, compute, tp_comm, pp_comm, all_reduces,
-                    float(message), costs.weight_bytes(cfg, dtype_bytes) / (tp * pp))
+    return StepCost(
+        cfg.name,
+        tp,
+        pp,
+        batch,
+        link.name,
+        compute,
+        tp_comm,
+        pp_comm,
+        all_reduces,
+        float(message),
+        costs.weight_bytes(cfg, dtype_bytes) / (tp * pp),
+    )
 
 
-def tp_sweep(cfg: ModelConfig | str = "llama-3-70b", tps: tuple[int, ...] = (2, 4, 8),
-             interconnects: tuple[str, ...] = ("nvlink", "pcie"), batch: int = 1,
-             **kwargs) -> list[StepCost]:
+def tp_sweep(
+    cfg: ModelConfig | str = "llama-3-70b",
+    tps: tuple[int, ...] = (2, 4, 8),
+    interconnects: tuple[str, ...] = ("nvlink", "pcie"),
+    batch: int = 1,
+    **kwargs,
+) -> list[StepCost]:
     """`decode_step_cost` for every (interconnect, TP degree) pair."""
-    return [decode_step_cost(cfg, tp=t, batch=batch, interconnect=ic, **kwargs)
-            for ic in interconnects for t in tps]
+    return [
+        decode_step_cost(cfg, tp=t, batch=batch, interconnect=ic, **kwargs)
+        for ic in interconnects
+        for t in tps
+    ]

@@ -21,6 +21,7 @@ LLM operations placed on the roof (costs from `llmlab.analysis.costs`):
 The module also measures the real model's step times (`measure_decode_step`,
 `measure_prefill`) so they can be drawn against the measured roof of this machine.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from llmlab.analysis import costs
-from llmlab.config import ModelConfig
 from llmlab.analysis.hardware import PRESETS, Hardware, get_hardware
+from llmlab.config import ModelConfig
 from llmlab.i18n import tr
 
 DTYPE_FOR_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
@@ -44,25 +45,38 @@ def _hw(hw: Hardware | str) -> Hardware:
 
 def _check_positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(tr(f"{name} must be a number > 0, got {value!r}",
-                            f"{name} 必须是 > 0 的数，你给的是 {value!r}"))
+        raise ValueError(
+            tr(
+                f"{name} must be a number > 0, got {value!r}",
+                f"{name} 必须是 > 0 的数，你给的是 {value!r}",
+            )
+        )
 
 
 def _check_int(name: str, value: int, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(tr(f"{name} must be an int >= {minimum}, got {value!r}",
-                            f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}"))
+        raise ValueError(
+            tr(
+                f"{name} must be an int >= {minimum}, got {value!r}",
+                f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}",
+            )
+        )
 
 
 def dtype_for_bytes(dtype_bytes: float) -> str:
     """The dtype whose peak applies to data of `dtype_bytes` bytes: 4 → fp32, 2 → bf16, 1 → fp8."""
     if dtype_bytes not in DTYPE_FOR_BYTES:
-        raise ValueError(tr(f"dtype_bytes must be one of {sorted(DTYPE_FOR_BYTES)}, got {dtype_bytes!r}",
-                            f"dtype_bytes 必须是 {sorted(DTYPE_FOR_BYTES)} 之一，你给的是 {dtype_bytes!r}"))
+        raise ValueError(
+            tr(
+                f"dtype_bytes must be one of {sorted(DTYPE_FOR_BYTES)}, got {dtype_bytes!r}",
+                f"dtype_bytes 必须是 {sorted(DTYPE_FOR_BYTES)} 之一，你给的是 {dtype_bytes!r}",
+            )
+        )
     return DTYPE_FOR_BYTES[dtype_bytes]
 
 
 # ----------------------------------------------------------------------------- the roof
+
 
 def ridge_point(hw: Hardware | str, dtype: str = "bf16") -> float:
     """Arithmetic intensity (FLOP/byte) where the bandwidth roof meets the compute roof."""
@@ -80,11 +94,17 @@ def attainable(hw: Hardware | str, intensity: Any, dtype: str = "bf16") -> Any:
     if isinstance(intensity, (list, tuple)) or hasattr(intensity, "shape"):
         arr = np.asarray(intensity, dtype=float)
         if (arr < 0).any():
-            raise ValueError(tr("intensity must be >= 0 FLOP/byte", "intensity 必须 >= 0 FLOP/byte"))
+            raise ValueError(
+                tr("intensity must be >= 0 FLOP/byte", "intensity 必须 >= 0 FLOP/byte")
+            )
         return np.minimum(peak, arr * hw.mem_bw)
     if isinstance(intensity, bool) or not isinstance(intensity, (int, float)) or intensity < 0:
-        raise ValueError(tr(f"intensity must be a number >= 0 FLOP/byte, got {intensity!r}",
-                            f"intensity 必须是 >= 0 的数（FLOP/byte），你给的是 {intensity!r}"))
+        raise ValueError(
+            tr(
+                f"intensity must be a number >= 0 FLOP/byte, got {intensity!r}",
+                f"intensity 必须是 >= 0 的数（FLOP/byte），你给的是 {intensity!r}",
+            )
+        )
     return min(peak, intensity * hw.mem_bw)
 
 
@@ -110,9 +130,9 @@ class Placement:
     op: Operation
     hardware: str
     dtype: str
-    memory_time: float      # seconds: bytes / mem_bw
-    compute_time: float     # seconds: flops / peak
-    ridge: float            # FLOP/byte
+    memory_time: float  # seconds: bytes / mem_bw
+    compute_time: float  # seconds: flops / peak
+    ridge: float  # FLOP/byte
 
     @property
     def time_floor(self) -> float:
@@ -121,7 +141,7 @@ class Placement:
 
     @property
     def bound(self) -> str:
-        """"memory" or "compute": which roof the operation sits under."""
+        """ "memory" or "compute": which roof the operation sits under."""
         return "memory" if self.memory_time >= self.compute_time else "compute"
 
     @property
@@ -129,20 +149,29 @@ class Placement:
         return self.op.flops / self.time_floor
 
     def summary(self) -> str:
-        return tr(f"{self.op.name}: intensity {self.op.intensity:.1f} FLOP/B "
-                  f"(ridge {self.ridge:.0f}) -> {self.bound}-bound, floor {self.time_floor * 1e3:.3g} ms",
-                  f"{self.op.name}：算术强度 {self.op.intensity:.1f} FLOP/B"
-                  f"（拐点 {self.ridge:.0f}）-> {self.bound}-bound，下限 {self.time_floor * 1e3:.3g} ms")
+        return tr(
+            f"{self.op.name}: intensity {self.op.intensity:.1f} FLOP/B "
+            f"(ridge {self.ridge:.0f}) -> {self.bound}-bound, floor {self.time_floor * 1e3:.3g} ms",
+            f"{self.op.name}：算术强度 {self.op.intensity:.1f} FLOP/B"
+            f"（拐点 {self.ridge:.0f}）-> {self.bound}-bound，下限 {self.time_floor * 1e3:.3g} ms",
+        )
 
 
 def place(op: Operation, hw: Hardware | str, dtype: str = "bf16") -> Placement:
     """Put `op` on `hw`'s roof for `dtype`'s peak."""
     hw = _hw(hw)
-    return Placement(op=op, hardware=hw.name, dtype=dtype, memory_time=op.bytes / hw.mem_bw,
-                     compute_time=op.flops / hw.flops(dtype), ridge=ridge_point(hw, dtype))
+    return Placement(
+        op=op,
+        hardware=hw.name,
+        dtype=dtype,
+        memory_time=op.bytes / hw.mem_bw,
+        compute_time=op.flops / hw.flops(dtype),
+        ridge=ridge_point(hw, dtype),
+    )
 
 
 # ----------------------------------------------------------------------------- LLM operations
+
 
 def _matmul_weight_bytes(cfg: ModelConfig, dtype_bytes: float) -> float:
     return costs.matmul_params_per_token(cfg) * dtype_bytes
@@ -155,12 +184,18 @@ def decode_gemv(cfg: ModelConfig, batch: int, dtype_bytes: float = 2) -> Operati
     activations of every linear layer (small until the batch is in the hundreds).
     """
     _check_int("batch", batch)
-    return _linear_layers(cfg, batch, dtype_bytes, tr(f"decode GEMV, batch {batch}", f"decode GEMV，batch {batch}"),
-                          {"batch": batch})
+    return _linear_layers(
+        cfg,
+        batch,
+        dtype_bytes,
+        tr(f"decode GEMV, batch {batch}", f"decode GEMV，batch {batch}"),
+        {"batch": batch},
+    )
 
 
-def _linear_layers(cfg: ModelConfig, tokens: int, dtype_bytes: float, name: str,
-                   details: dict) -> Operation:
+def _linear_layers(
+    cfg: ModelConfig, tokens: int, dtype_bytes: float, name: str, details: dict
+) -> Operation:
     """Every linear layer over `tokens` tokens: weights read once, activations per token."""
     _check_positive("dtype_bytes", dtype_bytes)
     w = costs.matmul_params_per_token(cfg)
@@ -173,19 +208,25 @@ def _activation_elems_per_token(cfg: ModelConfig) -> int:
     h, i = cfg.hidden_size, cfg.intermediate_size
     q = cfg.num_attention_heads * cfg.head_dim
     kv = cfg.num_key_value_heads * cfg.head_dim
-    per_layer = (h + q + 2 * kv) + (q + h) + (h + 2 * i) + (i + h)   # qkv, o, gate+up, down
-    return cfg.num_hidden_layers * per_layer + h + cfg.vocab_size     # + lm_head
+    per_layer = (h + q + 2 * kv) + (q + h) + (h + 2 * i) + (i + h)  # qkv, o, gate+up, down
+    return cfg.num_hidden_layers * per_layer + h + cfg.vocab_size  # + lm_head
 
 
 def prefill_gemm(cfg: ModelConfig, prompt_len: int, dtype_bytes: float = 2) -> Operation:
     """The linear layers of one prefill over `prompt_len` tokens (a GEMM)."""
     _check_int("prompt_len", prompt_len)
-    return _linear_layers(cfg, prompt_len, dtype_bytes,
-                          tr(f"prefill GEMM, {prompt_len} tokens", f"prefill GEMM，{prompt_len} 个 token"),
-                          {"prompt_len": prompt_len})
+    return _linear_layers(
+        cfg,
+        prompt_len,
+        dtype_bytes,
+        tr(f"prefill GEMM, {prompt_len} tokens", f"prefill GEMM，{prompt_len} 个 token"),
+        {"prompt_len": prompt_len},
+    )
 
 
-def decode_attention(cfg: ModelConfig, batch: int, context: int, dtype_bytes: float = 2) -> Operation:
+def decode_attention(
+    cfg: ModelConfig, batch: int, context: int, dtype_bytes: float = 2
+) -> Operation:
     """Attention of one decode step: each of `batch` queries reads its own `context`-token KV cache.
 
     With GQA, num_heads / num_kv_heads query heads share each K/V head, so each cached byte is
@@ -195,24 +236,39 @@ def decode_attention(cfg: ModelConfig, batch: int, context: int, dtype_bytes: fl
     _check_int("context", context)
     flops = batch * costs.attention_flops_per_token(cfg, context)
     nbytes = batch * costs.kv_bytes(cfg, context, dtype_bytes)
-    return Operation(tr(f"decode attention, batch {batch}, context {context}",
-                        f"decode 注意力，batch {batch}，上下文 {context}"), flops=float(flops),
-                     bytes=float(nbytes), details={"batch": batch, "context": context})
+    return Operation(
+        tr(
+            f"decode attention, batch {batch}, context {context}",
+            f"decode 注意力，batch {batch}，上下文 {context}",
+        ),
+        flops=float(flops),
+        bytes=float(nbytes),
+        details={"batch": batch, "context": context},
+    )
 
 
 def decode_step(cfg: ModelConfig, batch: int, context: int, dtype_bytes: float = 2) -> Operation:
     """A whole decode step: all weights once + every sequence's KV cache; all matmuls + attention."""
     _check_int("batch", batch)
     _check_int("context", context)
-    return Operation(tr(f"decode step, batch {batch}, context {context}",
-                        f"decode 一步，batch {batch}，上下文 {context}"),
-                     flops=costs.decode_flops(cfg, batch, context),
-                     bytes=costs.decode_bytes_per_step(cfg, batch, context, dtype_bytes),
-                     details={"batch": batch, "context": context})
+    return Operation(
+        tr(
+            f"decode step, batch {batch}, context {context}",
+            f"decode 一步，batch {batch}，上下文 {context}",
+        ),
+        flops=costs.decode_flops(cfg, batch, context),
+        bytes=costs.decode_bytes_per_step(cfg, batch, context, dtype_bytes),
+        details={"batch": batch, "context": context},
+    )
 
 
-def prefill_step(cfg: ModelConfig, prompt_len: int, batch: int = 1, dtype_bytes: float = 2,
-                 last_token_logits: bool = True) -> Operation:
+def prefill_step(
+    cfg: ModelConfig,
+    prompt_len: int,
+    batch: int = 1,
+    dtype_bytes: float = 2,
+    last_token_logits: bool = True,
+) -> Operation:
     """A prefill forward of `batch` prompts of `prompt_len` tokens: weights read once, KV written.
 
     With `last_token_logits` (what an engine does) the lm_head runs for the last token only.
@@ -222,14 +278,25 @@ def prefill_step(cfg: ModelConfig, prompt_len: int, batch: int = 1, dtype_bytes:
     flops = batch * costs.prefill_flops(cfg, prompt_len)
     if last_token_logits:
         flops -= batch * (prompt_len - 1) * 2.0 * cfg.vocab_size * cfg.hidden_size
-    nbytes = costs.weight_bytes(cfg, dtype_bytes) + batch * costs.kv_bytes(cfg, prompt_len, dtype_bytes)
-    return Operation(tr(f"prefill, {batch} x {prompt_len} tokens", f"prefill，{batch} x {prompt_len} 个 token"),
-                     flops=float(flops), bytes=float(nbytes),
-                     details={"batch": batch, "prompt_len": prompt_len})
+    nbytes = costs.weight_bytes(cfg, dtype_bytes) + batch * costs.kv_bytes(
+        cfg, prompt_len, dtype_bytes
+    )
+    return Operation(
+        tr(f"prefill, {batch} x {prompt_len} tokens", f"prefill，{batch} x {prompt_len} 个 token"),
+        flops=float(flops),
+        bytes=float(nbytes),
+        details={"batch": batch, "prompt_len": prompt_len},
+    )
 
 
-def decode_step_floor(cfg: ModelConfig, hw: Hardware | str, batch: int = 1, context: int = 1,
-                      dtype_bytes: float = 2, dtype: str | None = None) -> float:
+def decode_step_floor(
+    cfg: ModelConfig,
+    hw: Hardware | str,
+    batch: int = 1,
+    context: int = 1,
+    dtype_bytes: float = 2,
+    dtype: str | None = None,
+) -> float:
     """Least time (seconds) of one decode step: max(bytes / bandwidth, FLOPs / peak).
 
     Llama-3-70B in bf16 at batch 1: ≈ 42 ms on H100 SXM (3.35 TB/s), ≈ 47 ms at the seed's 3 TB/s.
@@ -239,15 +306,28 @@ def decode_step_floor(cfg: ModelConfig, hw: Hardware | str, batch: int = 1, cont
     return place(op, hw, dtype or dtype_for_bytes(dtype_bytes)).time_floor
 
 
-def decode_batch_sweep(cfg: ModelConfig, hw: Hardware | str, batches: Iterable[int], context: int = 1,
-                       dtype_bytes: float = 2, dtype: str | None = None) -> list[dict]:
+def decode_batch_sweep(
+    cfg: ModelConfig,
+    hw: Hardware | str,
+    batches: Iterable[int],
+    context: int = 1,
+    dtype_bytes: float = 2,
+    dtype: str | None = None,
+) -> list[dict]:
     """For each batch: step-time floor, tokens/s, and the bound — the seed's "batch 32 ≈ 32× throughput"."""
     dtype = dtype or dtype_for_bytes(dtype_bytes)
     rows = []
     for b in batches:
         p = place(decode_step(cfg, b, context, dtype_bytes), hw, dtype)
-        rows.append({"batch": b, "step_time": p.time_floor, "tokens_per_s": b / p.time_floor,
-                     "bound": p.bound, "intensity": p.op.intensity})
+        rows.append(
+            {
+                "batch": b,
+                "step_time": p.time_floor,
+                "tokens_per_s": b / p.time_floor,
+                "bound": p.bound,
+                "intensity": p.op.intensity,
+            }
+        )
     return rows
 
 
@@ -259,8 +339,14 @@ def weight_read_time(num_params: float, dtype_bytes: float, mem_bw: float) -> fl
     return num_params * dtype_bytes / mem_bw
 
 
-def crossover_batch(cfg: ModelConfig, hw: Hardware | str, context: int = 1, dtype_bytes: float = 2,
-                    dtype: str | None = None, max_batch: int = 1 << 16) -> int | None:
+def crossover_batch(
+    cfg: ModelConfig,
+    hw: Hardware | str,
+    context: int = 1,
+    dtype_bytes: float = 2,
+    dtype: str | None = None,
+    max_batch: int = 1 << 16,
+) -> int | None:
     """Smallest batch at which a decode step becomes compute-bound (None if not up to `max_batch`)."""
     dtype = dtype or dtype_for_bytes(dtype_bytes)
     lo, hi = 1, max_batch
@@ -277,15 +363,16 @@ def crossover_batch(cfg: ModelConfig, hw: Hardware | str, context: int = 1, dtyp
 
 # ----------------------------------------------------------------------------- measuring the real model
 
+
 @dataclass(frozen=True)
 class StepMeasurement:
     """One measured forward of the real model and its roofline floor on a device."""
 
-    kind: str              # "decode" or "prefill"
+    kind: str  # "decode" or "prefill"
     batch: int
-    tokens: int            # context per sequence (decode) or prompt length (prefill)
-    seconds: float         # fastest measured time
-    op: Operation          # FLOPs and bytes of that forward
+    tokens: int  # context per sequence (decode) or prompt length (prefill)
+    seconds: float  # fastest measured time
+    op: Operation  # FLOPs and bytes of that forward
 
     @property
     def achieved_flops(self) -> float:
@@ -294,11 +381,15 @@ class StepMeasurement:
     def vs_floor(self, hw: Hardware, dtype: str = "fp32") -> dict:
         """Measured time over the memory floor, over the compute floor, and over the roofline floor."""
         p = place(self.op, hw, dtype)
-        return {"memory_floor": p.memory_time, "compute_floor": p.compute_time,
-                "floor": p.time_floor, "bound": p.bound,
-                "x_memory_floor": self.seconds / p.memory_time,
-                "x_compute_floor": self.seconds / p.compute_time,
-                "x_floor": self.seconds / p.time_floor}
+        return {
+            "memory_floor": p.memory_time,
+            "compute_floor": p.compute_time,
+            "floor": p.time_floor,
+            "bound": p.bound,
+            "x_memory_floor": self.seconds / p.memory_time,
+            "x_compute_floor": self.seconds / p.compute_time,
+            "x_floor": self.seconds / p.time_floor,
+        }
 
 
 def _time_best(fn, repeats: int, budget_s: float) -> float:
@@ -328,9 +419,14 @@ class PairedRatios:
         return float(np.median(self.ratios))
 
 
-def measure_paired(fn: Callable[[], Any], probe: Callable[[], float], work: float,
-                   rounds: int = 20, budget_s: float = 10.0,
-                   clock: Callable[[], float] = time.perf_counter) -> PairedRatios:
+def measure_paired(
+    fn: Callable[[], Any],
+    probe: Callable[[], float],
+    work: float,
+    rounds: int = 20,
+    budget_s: float = 10.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> PairedRatios:
     """Time `fn` against a roof measured next to it: each round runs `probe()` (a roof: bytes/s or
     FLOP/s) and then one timed `fn()`, whose floor at that roof is `work / roof`.
 
@@ -342,7 +438,7 @@ def measure_paired(fn: Callable[[], Any], probe: Callable[[], float], work: floa
     """
     _check_int("rounds", rounds)
     _check_positive("work", work)
-    fn()                                                  # warm-up
+    fn()  # warm-up
     roofs, seconds, ratios = [], [], []
     start = clock()
     for _ in range(rounds):
@@ -358,8 +454,9 @@ def measure_paired(fn: Callable[[], Any], probe: Callable[[], float], work: floa
     return PairedRatios(roofs, seconds, ratios)
 
 
-def step_fn(model: Any, kind: str, n: int, context: int = 128,
-            backend: str = "torch") -> Callable[[], None]:
+def step_fn(
+    model: Any, kind: str, n: int, context: int = 128, backend: str = "torch"
+) -> Callable[[], None]:
     """One step of `model` as a closure, for timing or profiling.
 
     kind "decode": `n` sequences of `context` cached tokens bring one token each (forward +
@@ -379,24 +476,30 @@ def step_fn(model: Any, kind: str, n: int, context: int = 128,
 
     cfg = model.config
     if kind == "decode":
-        cache = ContiguousKVCache(cfg, batch_size=n, max_len=context + 1, dtype=model.dtype,
-                                  device=model.device)
+        cache = ContiguousKVCache(
+            cfg, batch_size=n, max_len=context + 1, dtype=model.dtype, device=model.device
+        )
         cache.lengths = [context] * n
         new = [1] * n
     elif kind == "prefill":
-        cache = ContiguousKVCache(cfg, batch_size=1, max_len=n, dtype=model.dtype,
-                                  device=model.device)
+        cache = ContiguousKVCache(
+            cfg, batch_size=1, max_len=n, dtype=model.dtype, device=model.device
+        )
         new = [n]
     else:
-        raise ValueError(tr(f"kind must be 'decode' or 'prefill', got {kind!r}",
-                            f"kind 必须是 'decode' 或 'prefill'，你给的是 {kind!r}"))
+        raise ValueError(
+            tr(
+                f"kind must be 'decode' or 'prefill', got {kind!r}",
+                f"kind 必须是 'decode' 或 'prefill'，你给的是 {kind!r}",
+            )
+        )
     metadata = cache.context(new, backend=backend)
-    positions = cache.positions(new).to(model.device)                       # [n]
+    positions = cache.positions(new).to(model.device)  # [n]
     gen = torch.Generator().manual_seed(n)
     input_ids = torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(model.device)  # [n]
 
     def step() -> None:
-        hidden = model(input_ids, positions, metadata)                       # [n, hidden]
+        hidden = model(input_ids, positions, metadata)  # [n, hidden]
         model.compute_logits(hidden if kind == "decode" else hidden[-1:])
         if model.device.type == "cuda":
             torch.cuda.synchronize()
@@ -404,8 +507,14 @@ def step_fn(model: Any, kind: str, n: int, context: int = 128,
     return step
 
 
-def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int = 5,
-                        budget_s: float = 5.0, backend: str = "torch") -> StepMeasurement:
+def measure_decode_step(
+    model: Any,
+    batch: int,
+    context: int = 128,
+    repeats: int = 5,
+    budget_s: float = 5.0,
+    backend: str = "torch",
+) -> StepMeasurement:
     """Time one decode step of `model` (forward + logits) for `batch` sequences of `context`
     cached tokens (see `step_fn`). Fastest of `repeats`."""
     import torch
@@ -414,33 +523,48 @@ def measure_decode_step(model: Any, batch: int, context: int = 128, repeats: int
     _check_int("context", context, minimum=0)
     seconds = _time_best(step_fn(model, "decode", batch, context, backend), repeats, budget_s)
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
-    return StepMeasurement("decode", batch, context, seconds,
-                           decode_step(model.config, batch, context + 1, dtype_bytes))
+    return StepMeasurement(
+        "decode",
+        batch,
+        context,
+        seconds,
+        decode_step(model.config, batch, context + 1, dtype_bytes),
+    )
 
 
-def measure_prefill(model: Any, prompt_len: int, repeats: int = 3, budget_s: float = 5.0,
-                    backend: str = "torch") -> StepMeasurement:
+def measure_prefill(
+    model: Any, prompt_len: int, repeats: int = 3, budget_s: float = 5.0, backend: str = "torch"
+) -> StepMeasurement:
     """Time one prefill forward of one prompt of `prompt_len` tokens (logits for the last token only)."""
     import torch
 
     _check_int("prompt_len", prompt_len)
     seconds = _time_best(step_fn(model, "prefill", prompt_len, 0, backend), repeats, budget_s)
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
-    return StepMeasurement("prefill", 1, prompt_len, seconds,
-                           prefill_step(model.config, prompt_len, 1, dtype_bytes))
+    return StepMeasurement(
+        "prefill", 1, prompt_len, seconds, prefill_step(model.config, prompt_len, 1, dtype_bytes)
+    )
 
 
 # ----------------------------------------------------------------------------- plots
 
-def plot_roofline(hardware: Sequence[Hardware | str] | Hardware | str = ("H100-SXM", "A100-80GB", "L4"),
-                  dtype: str = "bf16", ops: Sequence[Operation] = (), ax: Any = None,
-                  intensity_range: tuple[float, float] = (0.1, 10_000), title: str | None = None) -> Any:
+
+def plot_roofline(
+    hardware: Sequence[Hardware | str] | Hardware | str = ("H100-SXM", "A100-80GB", "L4"),
+    dtype: str = "bf16",
+    ops: Sequence[Operation] = (),
+    ax: Any = None,
+    intensity_range: tuple[float, float] = (0.1, 10_000),
+    title: str | None = None,
+) -> Any:
     """Log-log roofline of each device (FLOP/s against FLOP/byte), ridge points marked, `ops` placed on the first."""
     import matplotlib.pyplot as plt
 
     hws = [_hw(h) for h in ([hardware] if isinstance(hardware, (str, Hardware)) else hardware)]
     if not hws:
-        raise ValueError(tr("hardware must name at least one device", "hardware 至少要指定一个设备"))
+        raise ValueError(
+            tr("hardware must name at least one device", "hardware 至少要指定一个设备")
+        )
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5))
     x = np.logspace(math.log10(intensity_range[0]), math.log10(intensity_range[1]), 300)
@@ -448,19 +572,29 @@ def plot_roofline(hardware: Sequence[Hardware | str] | Hardware | str = ("H100-S
         dt = dtype if dtype in hw.peak_flops else "fp32"
         src = tr("measured", "实测") if hw.measured else tr("datasheet", "数据手册")
         label = tr(f"{hw.name} ({dt}, {src})", f"{hw.name}（{dt}，{src}）")
-        line, = ax.loglog(x, attainable(hw, x, dt) / 1e12, label=label)
+        (line,) = ax.loglog(x, attainable(hw, x, dt) / 1e12, label=label)
         r = ridge_point(hw, dt)
         ax.plot([r], [hw.flops(dt) / 1e12], "o", color=line.get_color())
-        ax.annotate(tr(f"ridge {r:.0f}", f"拐点 {r:.0f}"), (r, hw.flops(dt) / 1e12), textcoords="offset points",
-                    xytext=(5, -14), fontsize=8, color=line.get_color())
+        ax.annotate(
+            tr(f"ridge {r:.0f}", f"拐点 {r:.0f}"),
+            (r, hw.flops(dt) / 1e12),
+            textcoords="offset points",
+            xytext=(5, -14),
+            fontsize=8,
+            color=line.get_color(),
+        )
     if ops:
         hw = hws[0]
         dt = dtype if dtype in hw.peak_flops else "fp32"
         for op in ops:
             y = attainable(hw, op.intensity, dt) / 1e12
             ax.plot([op.intensity], [y], "s", ms=7)
-            ax.annotate(op.name, (op.intensity, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    ax.set_xlabel(tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）"))
+            ax.annotate(
+                op.name, (op.intensity, y), textcoords="offset points", xytext=(6, 4), fontsize=8
+            )
+    ax.set_xlabel(
+        tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）")
+    )
     ax.set_ylabel(tr("attainable TFLOP/s (log scale)", "可达到的 TFLOP/s（对数坐标）"))
     ax.set_title(title or tr(f"Roofline, dense {dtype} peaks", f"roofline 模型，稠密 {dtype} 峰值"))
     ax.grid(True, which="both", alpha=0.3)
@@ -468,8 +602,13 @@ def plot_roofline(hardware: Sequence[Hardware | str] | Hardware | str = ("H100-S
     return ax
 
 
-def plot_measured_roofline(hw: Hardware, measurements: Sequence[StepMeasurement], dtype: str = "fp32",
-                           ax: Any = None, title: str | None = None) -> Any:
+def plot_measured_roofline(
+    hw: Hardware,
+    measurements: Sequence[StepMeasurement],
+    dtype: str = "fp32",
+    ax: Any = None,
+    title: str | None = None,
+) -> Any:
     """The measured machine's roof with the real model's measured steps as points (achieved FLOP/s)."""
     import matplotlib.pyplot as plt
 
@@ -479,33 +618,61 @@ def plot_measured_roofline(hw: Hardware, measurements: Sequence[StepMeasurement]
     hi = max([m.op.intensity for m in measurements] + [ridge_point(hw, dtype)]) * 4
     x = np.logspace(math.log10(lo), math.log10(hi), 300)
     src = tr("measured", "实测") if hw.measured else tr("datasheet", "数据手册")
-    ax.loglog(x, attainable(hw, x, dtype) / 1e9, "k-",
-              label=tr(f"roof of {hw.name} ({src})", f"{hw.name} 的屋顶（{src}）"))
+    ax.loglog(
+        x,
+        attainable(hw, x, dtype) / 1e9,
+        "k-",
+        label=tr(f"roof of {hw.name} ({src})", f"{hw.name} 的屋顶（{src}）"),
+    )
     r = ridge_point(hw, dtype)
     ax.axvline(r, color="grey", ls=":", lw=1)
-    ax.annotate(tr(f"ridge {r:.1f} FLOP/B", f"拐点 {r:.1f} FLOP/B"), (r, hw.flops(dtype) / 1e9), textcoords="offset points",
-                xytext=(5, -14), fontsize=8)
+    ax.annotate(
+        tr(f"ridge {r:.1f} FLOP/B", f"拐点 {r:.1f} FLOP/B"),
+        (r, hw.flops(dtype) / 1e9),
+        textcoords="offset points",
+        xytext=(5, -14),
+        fontsize=8,
+    )
     for kind, marker in (("decode", "o"), ("prefill", "^")):
         pts = [m for m in measurements if m.kind == kind]
         if not pts:
             continue
         xs = [m.op.intensity for m in pts]
         ys = [m.achieved_flops / 1e9 for m in pts]
-        ax.plot(xs, ys, marker, ls="--", label=tr(f"{kind}, measured on {hw.name}", f"{kind}，在 {hw.name} 上实测"))
+        ax.plot(
+            xs,
+            ys,
+            marker,
+            ls="--",
+            label=tr(f"{kind}, measured on {hw.name}", f"{kind}，在 {hw.name} 上实测"),
+        )
         for m, xv, yv in zip(pts, xs, ys):
             tag = f"B={m.batch}" if kind == "decode" else f"n={m.tokens}"
             ax.annotate(tag, (xv, yv), textcoords="offset points", xytext=(4, -12), fontsize=8)
-    ax.set_xlabel(tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）"))
+    ax.set_xlabel(
+        tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）")
+    )
     ax.set_ylabel(tr("achieved GFLOP/s (log scale)", "实际达到的 GFLOP/s（对数坐标）"))
-    ax.set_title(title or tr("The real model's steps against this machine's measured roof",
-                             "真实模型的每一步，对照本机实测的屋顶"))
+    ax.set_title(
+        title
+        or tr(
+            "The real model's steps against this machine's measured roof",
+            "真实模型的每一步，对照本机实测的屋顶",
+        )
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
 
 
-def plot_batch_sweep(cfg: ModelConfig, hw: Hardware | str, batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-                     context: int = 1, dtype_bytes: float = 2, axes: Any = None) -> Any:
+def plot_batch_sweep(
+    cfg: ModelConfig,
+    hw: Hardware | str,
+    batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    context: int = 1,
+    dtype_bytes: float = 2,
+    axes: Any = None,
+) -> Any:
     """Step-time floor and tokens/s against batch size: flat time, linear throughput, until the ridge."""
     import matplotlib.pyplot as plt
 
@@ -518,45 +685,83 @@ def plot_batch_sweep(cfg: ModelConfig, hw: Hardware | str, batches: Sequence[int
     axes[0].semilogx(bs, [r["step_time"] * 1e3 for r in rows], "o-", label=floor)
     axes[0].set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
     axes[0].set_ylabel(tr("decode step time floor (ms)", "decode 一步的时间下限（ms）"))
-    axes[0].set_title(tr("Step time barely moves while memory-bound", "memory-bound 时，每步时间几乎不变"))
+    axes[0].set_title(
+        tr("Step time barely moves while memory-bound", "memory-bound 时，每步时间几乎不变")
+    )
     axes[1].loglog(bs, [r["tokens_per_s"] for r in rows], "o-", label=floor)
     axes[1].set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
     axes[1].set_ylabel(tr("tokens / s (log scale)", "tokens / s（对数坐标）"))
-    axes[1].set_title(tr("Throughput grows with batch until compute-bound",
-                         "吞吐随 batch 增长，直到 compute-bound"))
+    axes[1].set_title(
+        tr(
+            "Throughput grows with batch until compute-bound",
+            "吞吐随 batch 增长，直到 compute-bound",
+        )
+    )
     cross = crossover_batch(cfg, hw, context, dtype_bytes)
     for ax in axes:
         if cross is not None and cross <= max(bs):
-            ax.axvline(cross, color="grey", ls=":", lw=1, label=tr(f"compute-bound from batch {cross}",
-                                                                 f"batch ≥ {cross} 时 compute-bound"))
+            ax.axvline(
+                cross,
+                color="grey",
+                ls=":",
+                lw=1,
+                label=tr(f"compute-bound from batch {cross}", f"batch ≥ {cross} 时 compute-bound"),
+            )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     return axes
 
 
-def plot_measured_batches(hw: Hardware, measurements: Sequence[StepMeasurement], dtype: str = "fp32",
-                          axes: Any = None, title: str | None = None) -> Any:
+def plot_measured_batches(
+    hw: Hardware,
+    measurements: Sequence[StepMeasurement],
+    dtype: str = "fp32",
+    axes: Any = None,
+    title: str | None = None,
+) -> Any:
     """Measured decode step time (= per-token latency) and tokens/s against batch, with the roofline floor."""
     import matplotlib.pyplot as plt
 
     dec = sorted((m for m in measurements if m.kind == "decode"), key=lambda m: m.batch)
     if not dec:
-        raise ValueError(tr("measurements must contain decode steps (kind='decode')",
-                            "measurements 里必须有 decode 步（kind='decode'）"))
+        raise ValueError(
+            tr(
+                "measurements must contain decode steps (kind='decode')",
+                "measurements 里必须有 decode 步（kind='decode'）",
+            )
+        )
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(11, 4))
     bs = [m.batch for m in dec]
     floors = [place(m.op, hw, dtype).time_floor for m in dec]
     measured = tr(f"measured on {hw.name}", f"在 {hw.name} 上实测")
     axes[0].semilogx(bs, [m.seconds * 1e3 for m in dec], "o-", label=measured)
-    axes[0].semilogx(bs, [f * 1e3 for f in floors], "k--",
-                     label=tr("roofline floor (measured roof)", "roofline 下限（实测的屋顶）"))
-    axes[0].set_ylabel(tr("decode step time = per-token latency (ms)", "decode 一步的时间 = 每个 token 的延迟（ms）"))
+    axes[0].semilogx(
+        bs,
+        [f * 1e3 for f in floors],
+        "k--",
+        label=tr("roofline floor (measured roof)", "roofline 下限（实测的屋顶）"),
+    )
+    axes[0].set_ylabel(
+        tr(
+            "decode step time = per-token latency (ms)",
+            "decode 一步的时间 = 每个 token 的延迟（ms）",
+        )
+    )
     axes[1].loglog(bs, [m.batch / m.seconds for m in dec], "o-", label=measured)
-    axes[1].loglog(bs, [m.batch / f for m, f in zip(dec, floors)], "k--",
-                   label=tr("roofline ceiling", "roofline 上限"))
-    axes[1].loglog(bs, [dec[0].batch / dec[0].seconds * b / dec[0].batch for b in bs], ":", color="grey",
-                   label=tr("linear in batch (free batching)", "与 batch 成正比（batching 不花代价）"))
+    axes[1].loglog(
+        bs,
+        [m.batch / f for m, f in zip(dec, floors)],
+        "k--",
+        label=tr("roofline ceiling", "roofline 上限"),
+    )
+    axes[1].loglog(
+        bs,
+        [dec[0].batch / dec[0].seconds * b / dec[0].batch for b in bs],
+        ":",
+        color="grey",
+        label=tr("linear in batch (free batching)", "与 batch 成正比（batching 不花代价）"),
+    )
     axes[1].set_ylabel(tr("tokens / s (log scale)", "tokens / s（对数坐标）"))
     for ax in axes:
         ax.set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
@@ -567,8 +772,28 @@ def plot_measured_batches(hw: Hardware, measurements: Sequence[StepMeasurement],
     return axes
 
 
-__all__ = ["PRESETS", "Operation", "Placement", "StepMeasurement", "attainable", "ridge_point", "place",
-           "decode_gemv", "prefill_gemm", "decode_attention", "decode_step", "prefill_step",
-           "decode_step_floor", "decode_batch_sweep", "weight_read_time", "crossover_batch",
-           "measure_decode_step", "measure_prefill", "plot_roofline", "plot_measured_roofline",
-           "plot_batch_sweep", "plot_measured_batches", "dtype_for_bytes"]
+__all__ = [
+    "PRESETS",
+    "Operation",
+    "Placement",
+    "StepMeasurement",
+    "attainable",
+    "ridge_point",
+    "place",
+    "decode_gemv",
+    "prefill_gemm",
+    "decode_attention",
+    "decode_step",
+    "prefill_step",
+    "decode_step_floor",
+    "decode_batch_sweep",
+    "weight_read_time",
+    "crossover_batch",
+    "measure_decode_step",
+    "measure_prefill",
+    "plot_roofline",
+    "plot_measured_roofline",
+    "plot_batch_sweep",
+    "plot_measured_batches",
+    "dtype_for_bytes",
+]

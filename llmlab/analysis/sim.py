@@ -18,6 +18,7 @@ reservation holds against what paged allocation in blocks of `block_size` holds,
 of each actually stores tokens (the vLLM paper's Figure 2 shape: most of a contiguous
 reservation is waste, paging wastes at most one partial block per request).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,9 +37,9 @@ class SimRequest:
     """A request of the simulation: when it arrives and how many tokens it will generate."""
 
     request_id: int
-    arrival: float          # time it arrives (seconds, or steps when step_time is 1)
-    output_len: int         # tokens it generates (= steps it runs)
-    prompt_len: int = 16    # tokens of its prompt (used by the KV memory simulator)
+    arrival: float  # time it arrives (seconds, or steps when step_time is 1)
+    output_len: int  # tokens it generates (= steps it runs)
+    prompt_len: int = 16  # tokens of its prompt (used by the KV memory simulator)
     max_tokens: int | None = None  # the cap it asked for (≥ output_len); None: output_len
 
     def __post_init__(self) -> None:
@@ -49,7 +50,9 @@ class SimRequest:
         if not (isinstance(self.arrival, (int, float)) and self.arrival >= 0):
             raise ValueError(f"arrival must be a time >= 0, got {self.arrival!r}")
         if self.max_tokens is not None and self.max_tokens < self.output_len:
-            raise ValueError(f"max_tokens ({self.max_tokens}) must be >= output_len ({self.output_len})")
+            raise ValueError(
+                f"max_tokens ({self.max_tokens}) must be >= output_len ({self.output_len})"
+            )
 
 
 @dataclass
@@ -59,9 +62,9 @@ class RequestTimeline:
     request_id: int
     arrival: float
     output_len: int
-    start: float = math.nan          # beginning of its first step
-    first_token: float = math.nan    # end of its first step
-    finish: float = math.nan         # end of its last step
+    start: float = math.nan  # beginning of its first step
+    first_token: float = math.nan  # end of its first step
+    finish: float = math.nan  # end of its last step
     start_step: int = -1
     finish_step: int = -1
     generated: int = 0
@@ -90,7 +93,7 @@ class SimResult:
     requests: list[RequestTimeline]
     step_start: list[float] = field(default_factory=list)
     step_end: list[float] = field(default_factory=list)
-    step_batch: list[int] = field(default_factory=list)       # requests producing a token that step
+    step_batch: list[int] = field(default_factory=list)  # requests producing a token that step
     step_members: list[tuple[int, ...]] = field(default_factory=list)  # their ids
 
     @property
@@ -125,10 +128,17 @@ class SimResult:
         return sum(self.step_batch) / max(1, len(self.step_batch))
 
     def summary(self) -> dict:
-        return {"policy": self.policy, "max_batch": self.max_batch, "steps": self.num_steps,
-                "tokens": self.total_tokens, "makespan": self.makespan, "throughput": self.throughput,
-                "mean_latency": self.mean_latency, "mean_ttft": self.mean_ttft,
-                "mean_batch": self.mean_batch}
+        return {
+            "policy": self.policy,
+            "max_batch": self.max_batch,
+            "steps": self.num_steps,
+            "tokens": self.total_tokens,
+            "makespan": self.makespan,
+            "throughput": self.throughput,
+            "mean_latency": self.mean_latency,
+            "mean_ttft": self.mean_ttft,
+            "mean_batch": self.mean_batch,
+        }
 
 
 def _step_time_fn(step_time: Callable[[int], float] | float | None) -> Callable[[int], float]:
@@ -139,11 +149,17 @@ def _step_time_fn(step_time: Callable[[int], float] | float | None) -> Callable[
     if isinstance(step_time, (int, float)) and step_time > 0:
         value = float(step_time)
         return lambda b: value
-    raise ValueError(f"step_time must be a positive number or a function of the batch size, got {step_time!r}")
+    raise ValueError(
+        f"step_time must be a positive number or a function of the batch size, got {step_time!r}"
+    )
 
 
-def simulate(requests: Sequence[SimRequest], policy: str = "continuous", max_batch: int = 8,
-             step_time: Callable[[int], float] | float | None = None) -> SimResult:
+def simulate(
+    requests: Sequence[SimRequest],
+    policy: str = "continuous",
+    max_batch: int = 8,
+    step_time: Callable[[int], float] | float | None = None,
+) -> SimResult:
     """Run `requests` through an engine with the given batching `policy`; see the module doc.
 
     `step_time(b)` is the duration of a step that runs b requests (default: 1.0 for every step).
@@ -160,9 +176,11 @@ def simulate(requests: Sequence[SimRequest], policy: str = "continuous", max_bat
     duration = _step_time_fn(step_time)
 
     order = sorted(requests, key=lambda r: (r.arrival, r.request_id))
-    timelines = {r.request_id: RequestTimeline(r.request_id, float(r.arrival), r.output_len) for r in order}
+    timelines = {
+        r.request_id: RequestTimeline(r.request_id, float(r.arrival), r.output_len) for r in order
+    }
     result = SimResult(policy, max_batch, [timelines[r.request_id] for r in order])
-    pending = deque(order)            # not yet arrived
+    pending = deque(order)  # not yet arrived
     queue: deque[SimRequest] = deque()  # arrived, waiting for a slot
     running: list[SimRequest] = []
     t = 0.0
@@ -178,7 +196,7 @@ def simulate(requests: Sequence[SimRequest], policy: str = "continuous", max_bat
                 tl.start, tl.start_step = t, step
                 running.append(req)
         if not running:
-            t = max(t, pending[0].arrival)   # idle until the next arrival
+            t = max(t, pending[0].arrival)  # idle until the next arrival
             continue
         dt = duration(len(running))
         if not dt > 0:
@@ -204,9 +222,16 @@ def simulate(requests: Sequence[SimRequest], policy: str = "continuous", max_bat
     return result
 
 
-def make_trace(num_requests: int = 32, arrival_rate: float = 1.0, mean_output: int = 32,
-               output_spread: float = 0.5, prompt_len: int | tuple[int, int] = 16, seed: int = 0,
-               integer_arrivals: bool = False, max_tokens: int | None = None) -> list[SimRequest]:
+def make_trace(
+    num_requests: int = 32,
+    arrival_rate: float = 1.0,
+    mean_output: int = 32,
+    output_spread: float = 0.5,
+    prompt_len: int | tuple[int, int] = 16,
+    seed: int = 0,
+    integer_arrivals: bool = False,
+    max_tokens: int | None = None,
+) -> list[SimRequest]:
     """A random trace: Poisson arrivals at `arrival_rate` per unit time, output lengths uniform in
     mean_output × [1 − spread, 1 + spread].
 
@@ -238,20 +263,28 @@ def make_trace(num_requests: int = 32, arrival_rate: float = 1.0, mean_output: i
     return out
 
 
-def compare(requests: Sequence[SimRequest], max_batch: int = 8,
-            step_time: Callable[[int], float] | float | None = None) -> dict[str, SimResult]:
+def compare(
+    requests: Sequence[SimRequest],
+    max_batch: int = 8,
+    step_time: Callable[[int], float] | float | None = None,
+) -> dict[str, SimResult]:
     """Static and continuous batching on the same requests."""
     return {p: simulate(requests, p, max_batch, step_time) for p in POLICIES}
 
 
-def memory_bound_step_time(weight_time: float = 1.0, per_token_time: float = 0.01) -> Callable[[int], float]:
+def memory_bound_step_time(
+    weight_time: float = 1.0, per_token_time: float = 0.01
+) -> Callable[[int], float]:
     """A step time in the shape of the roofline: a fixed weight read plus a little per sequence."""
     if weight_time <= 0 or per_token_time < 0:
-        raise ValueError(f"weight_time must be > 0 and per_token_time >= 0, got {weight_time!r}, {per_token_time!r}")
+        raise ValueError(
+            f"weight_time must be > 0 and per_token_time >= 0, got {weight_time!r}, {per_token_time!r}"
+        )
     return lambda b: weight_time + per_token_time * b
 
 
 # ----------------------------------------------------------------------------- KV memory waste
+
 
 @dataclass
 class WasteResult:
@@ -260,9 +293,9 @@ class WasteResult:
     block_size: int
     max_model_len: int
     contiguous_policy: str
-    used: list[int]                  # per step: tokens actually stored
-    contiguous: list[int]            # per step: token slots a contiguous allocator reserves
-    paged: list[int]                 # per step: token slots held in blocks
+    used: list[int]  # per step: tokens actually stored
+    contiguous: list[int]  # per step: token slots a contiguous allocator reserves
+    paged: list[int]  # per step: token slots held in blocks
 
     @property
     def contiguous_waste(self) -> float:
@@ -275,8 +308,13 @@ class WasteResult:
         return 1 - sum(self.used) / sum(self.paged)
 
 
-def kv_memory_waste(requests: Sequence[SimRequest], max_model_len: int = 2048, block_size: int = 16,
-                    max_batch: int = 16, contiguous_policy: str = "max_len") -> WasteResult:
+def kv_memory_waste(
+    requests: Sequence[SimRequest],
+    max_model_len: int = 2048,
+    block_size: int = 16,
+    max_batch: int = 16,
+    contiguous_policy: str = "max_len",
+) -> WasteResult:
     """KV memory waste of contiguous vs paged allocation on the continuous-batching schedule of `requests`.
 
     A running request that has produced k tokens stores prompt_len + k tokens.
@@ -284,14 +322,18 @@ def kv_memory_waste(requests: Sequence[SimRequest], max_model_len: int = 2048, b
     ("max_tokens", its own cap) for its whole life. Paged: ceil(stored / block_size) blocks.
     """
     if contiguous_policy not in ("max_len", "max_tokens"):
-        raise ValueError(f"contiguous_policy must be 'max_len' or 'max_tokens', got {contiguous_policy!r}")
+        raise ValueError(
+            f"contiguous_policy must be 'max_len' or 'max_tokens', got {contiguous_policy!r}"
+        )
     if not (isinstance(block_size, int) and block_size >= 1):
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
     by_id = {r.request_id: r for r in requests}
     for r in requests:
         if r.prompt_len + (r.max_tokens or r.output_len) > max_model_len:
-            raise ValueError(f"request {r.request_id} needs {r.prompt_len + (r.max_tokens or r.output_len)} "
-                             f"tokens, more than max_model_len={max_model_len}")
+            raise ValueError(
+                f"request {r.request_id} needs {r.prompt_len + (r.max_tokens or r.output_len)} "
+                f"tokens, more than max_model_len={max_model_len}"
+            )
     sched = simulate(requests, "continuous", max_batch)
     timelines = {tl.request_id: tl for tl in sched.requests}
     used, contiguous, paged = [], [], []
@@ -299,10 +341,14 @@ def kv_memory_waste(requests: Sequence[SimRequest], max_model_len: int = 2048, b
         u = c = p = 0
         for rid in members:
             req = by_id[rid]
-            k = step - timelines[rid].start_step + 1          # tokens produced once this step ends
+            k = step - timelines[rid].start_step + 1  # tokens produced once this step ends
             stored = req.prompt_len + k
             u += stored
-            c += max_model_len if contiguous_policy == "max_len" else req.prompt_len + (req.max_tokens or req.output_len)
+            c += (
+                max_model_len
+                if contiguous_policy == "max_len"
+                else req.prompt_len + (req.max_tokens or req.output_len)
+            )
             p += math.ceil(stored / block_size) * block_size
         used.append(u)
         contiguous.append(c)
@@ -312,13 +358,19 @@ def kv_memory_waste(requests: Sequence[SimRequest], max_model_len: int = 2048, b
 
 # ----------------------------------------------------------------------------- plots
 
+
 def _unit_zh(time_unit: str) -> str:
     """The time unit as a Chinese label shows it: "steps" is 步, units such as "s" or "ms" stay."""
     return {"steps": "步", "step": "步"}.get(time_unit, time_unit)
 
 
-def plot_gantt(result: SimResult, ax: Any = None, title: str | None = None, time_unit: str = "steps",
-               time_scale: float = 1.0) -> Any:
+def plot_gantt(
+    result: SimResult,
+    ax: Any = None,
+    title: str | None = None,
+    time_unit: str = "steps",
+    time_scale: float = 1.0,
+) -> Any:
     """One row per request: waiting (light) from arrival to start, running (dark) to finish.
 
     `time_scale` multiplies times for the axis (e.g. 1e3 with time_unit="ms" for seconds).
@@ -338,19 +390,34 @@ def plot_gantt(result: SimResult, ax: Any = None, title: str | None = None, time
     ax.set_xlabel(tr(f"time ({time_unit})", f"时间（{_unit_zh(time_unit)}）"))
     ax.set_ylabel(tr("request", "请求"))
     from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(color="#d1d5db", label=tr("waiting", "等待")),
-                       Patch(color=colour, label=tr("running", "运行"))],
-              fontsize=8, loc="lower right")
+
+    ax.legend(
+        handles=[
+            Patch(color="#d1d5db", label=tr("waiting", "等待")),
+            Patch(color=colour, label=tr("running", "运行")),
+        ],
+        fontsize=8,
+        loc="lower right",
+    )
     latency = result.mean_latency * time_scale
-    ax.set_title(title or tr(f"{result.policy} batching, max batch {result.max_batch}: "
-                             f"mean latency {latency:.1f} {time_unit}",
-                             f"{result.policy} batching，batch 上限 {result.max_batch}："
-                             f"平均延迟 {latency:.1f} {_unit_zh(time_unit)}"))
+    ax.set_title(
+        title
+        or tr(
+            f"{result.policy} batching, max batch {result.max_batch}: "
+            f"mean latency {latency:.1f} {time_unit}",
+            f"{result.policy} batching，batch 上限 {result.max_batch}："
+            f"平均延迟 {latency:.1f} {_unit_zh(time_unit)}",
+        )
+    )
     return ax
 
 
-def plot_compare(results: dict[str, SimResult], time_unit: str = "steps", time_scale: float = 1.0,
-                 source: str | None = None) -> Any:
+def plot_compare(
+    results: dict[str, SimResult],
+    time_unit: str = "steps",
+    time_scale: float = 1.0,
+    source: str | None = None,
+) -> Any:
     """Both Gantt charts one above the other on a shared time axis, plus batch occupancy per step.
 
     `source` opens each title (default "simulated", in the language in use)."""
@@ -360,25 +427,45 @@ def plot_compare(results: dict[str, SimResult], time_unit: str = "steps", time_s
     unit_zh = _unit_zh(time_unit)
 
     n = len(results[next(iter(results))].requests)
-    fig, axes = plt.subplots(len(results) + 1, 1, figsize=(10, 2 * (0.2 * n + 1) + 2.5), sharex=True,
-                             gridspec_kw={"height_ratios": [1] * len(results) + [0.6]})
+    fig, axes = plt.subplots(
+        len(results) + 1,
+        1,
+        figsize=(10, 2 * (0.2 * n + 1) + 2.5),
+        sharex=True,
+        gridspec_kw={"height_ratios": [1] * len(results) + [0.6]},
+    )
     for ax, (name, res) in zip(axes, results.items()):
-        plot_gantt(res, ax, time_unit=time_unit, time_scale=time_scale,
-                   title=tr(f"{source}: {name} batching, max batch {res.max_batch} - throughput "
-                            f"{res.throughput / time_scale:.3g} tok/{time_unit}, mean latency "
-                            f"{res.mean_latency * time_scale:.3g} {time_unit}",
-                            f"{source}：{name} batching，batch 上限 {res.max_batch}，吞吐 "
-                            f"{res.throughput / time_scale:.3g} tok/{unit_zh}，平均延迟 "
-                            f"{res.mean_latency * time_scale:.3g} {unit_zh}"))
+        plot_gantt(
+            res,
+            ax,
+            time_unit=time_unit,
+            time_scale=time_scale,
+            title=tr(
+                f"{source}: {name} batching, max batch {res.max_batch} - throughput "
+                f"{res.throughput / time_scale:.3g} tok/{time_unit}, mean latency "
+                f"{res.mean_latency * time_scale:.3g} {time_unit}",
+                f"{source}：{name} batching，batch 上限 {res.max_batch}，吞吐 "
+                f"{res.throughput / time_scale:.3g} tok/{unit_zh}，平均延迟 "
+                f"{res.mean_latency * time_scale:.3g} {unit_zh}",
+            ),
+        )
     ax = axes[-1]
     for name, res in results.items():
-        ax.step([t * time_scale for t in res.step_start], res.step_batch, where="post",
-                label=tr(name, f"{name} batching"))
+        ax.step(
+            [t * time_scale for t in res.step_start],
+            res.step_batch,
+            where="post",
+            label=tr(name, f"{name} batching"),
+        )
     ax.set_ylabel(tr("batch size", "batch 大小"))
     ax.set_xlabel(tr(f"time ({time_unit})", f"时间（{unit_zh}）"))
     ax.legend(fontsize=8)
-    ax.set_title(tr("requests per step (slots left empty by static batching are lost work)",
-                    "每步的请求数（static batching 下空着的槽位是白白浪费的算力）"))
+    ax.set_title(
+        tr(
+            "requests per step (slots left empty by static batching are lost work)",
+            "每步的请求数（static batching 下空着的槽位是白白浪费的算力）",
+        )
+    )
     fig.tight_layout()
     return fig
 
@@ -390,18 +477,38 @@ def plot_kv_waste(result: WasteResult, ax: Any = None) -> Any:
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4))
     steps = range(len(result.used))
-    ax.plot(steps, result.contiguous, label=tr(f"contiguous ({result.contiguous_policy}) reserved: "
-                                                f"{result.contiguous_waste:.0%} wasted",
-                                                f"连续预留（{result.contiguous_policy}）："
-                                                f"浪费 {result.contiguous_waste:.0%}"))
-    ax.plot(steps, result.paged, label=tr(f"paged, block {result.block_size}: {result.paged_waste:.1%} wasted",
-                                          f"分页，块大小 {result.block_size}：浪费 {result.paged_waste:.1%}"))
-    ax.fill_between(steps, result.used, color="#15803d", alpha=0.3,
-                    label=tr("tokens actually stored", "实际存下的 token"))
+    ax.plot(
+        steps,
+        result.contiguous,
+        label=tr(
+            f"contiguous ({result.contiguous_policy}) reserved: "
+            f"{result.contiguous_waste:.0%} wasted",
+            f"连续预留（{result.contiguous_policy}）：浪费 {result.contiguous_waste:.0%}",
+        ),
+    )
+    ax.plot(
+        steps,
+        result.paged,
+        label=tr(
+            f"paged, block {result.block_size}: {result.paged_waste:.1%} wasted",
+            f"分页，块大小 {result.block_size}：浪费 {result.paged_waste:.1%}",
+        ),
+    )
+    ax.fill_between(
+        steps,
+        result.used,
+        color="#15803d",
+        alpha=0.3,
+        label=tr("tokens actually stored", "实际存下的 token"),
+    )
     ax.set_xlabel(tr("engine step", "引擎步"))
     ax.set_ylabel(tr("KV slots (tokens)", "KV 槽位（token 数）"))
-    ax.set_title(tr("KV cache memory: reserved vs used (simulated on one trace)",
-                    "KV cache 显存：预留的与实际用到的（在一条 trace 上模拟）"))
+    ax.set_title(
+        tr(
+            "KV cache memory: reserved vs used (simulated on one trace)",
+            "KV cache 显存：预留的与实际用到的（在一条 trace 上模拟）",
+        )
+    )
     ax.legend(fontsize=8)
     return ax
 
@@ -423,7 +530,9 @@ def result_from_outputs(outputs: Sequence[Any], policy: str, max_batch: int) -> 
         if not m.token_times:
             raise ValueError(f"request {o.request_id!r} has no token times; was it finished?")
         tl = RequestTimeline(o.request_id, m.arrival_time - t0, len(m.token_times))
-        tl.start = (m.first_scheduled_time if m.first_scheduled_time is not None else m.token_times[0]) - t0
+        tl.start = (
+            m.first_scheduled_time if m.first_scheduled_time is not None else m.token_times[0]
+        ) - t0
         tl.first_token = m.token_times[0] - t0
         tl.finish = (m.finished_time if m.finished_time is not None else m.token_times[-1]) - t0
         tl.generated = len(m.token_times)
@@ -446,9 +555,14 @@ def result_from_outputs(outputs: Sequence[Any], policy: str, max_batch: int) -> 
     return result
 
 
-def batching_results(arrival_rate: float = 0.5, output_spread: float = 0.8, max_batch: int = 8,
-                     num_requests: int = 24, mean_output: int = 24,
-                     seed: int = 0) -> dict[str, SimResult]:
+def batching_results(
+    arrival_rate: float = 0.5,
+    output_spread: float = 0.8,
+    max_batch: int = 8,
+    num_requests: int = 24,
+    mean_output: int = 24,
+    seed: int = 0,
+) -> dict[str, SimResult]:
     """Both policies on the widget's random trace (what chapter 08's sliders show; its checker
     computes its task from the same function)."""
     trace = make_trace(num_requests, arrival_rate, mean_output, output_spread, seed=seed)

@@ -68,9 +68,17 @@ def copy_bandwidth(device: torch.device, nbytes: int) -> float:
     return 2 * nbytes / seconds
 
 
-def make_decode_inputs(batch: int, context: int, num_heads: int, num_kv_heads: int,
-                       head_dim: int, block_size: int, dtype: torch.dtype,
-                       device: torch.device, seed: int = 0) -> dict:
+def make_decode_inputs(
+    batch: int,
+    context: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    seed: int = 0,
+) -> dict:
     """Random decode inputs; each sequence's blocks are a random choice of physical blocks."""
     gen = torch.Generator().manual_seed(seed)
     blocks_per_seq = cdiv(context, block_size)
@@ -79,16 +87,19 @@ def make_decode_inputs(batch: int, context: int, num_heads: int, num_kv_heads: i
     key_cache = torch.randn(shape, generator=gen).to(dtype=dtype, device=device)
     value_cache = torch.randn(shape, generator=gen).to(dtype=dtype, device=device)
     tables = torch.randperm(num_blocks, generator=gen).view(batch, blocks_per_seq)
-    return dict(query=torch.randn(batch, num_heads, head_dim, generator=gen).to(dtype=dtype,
-                                                                               device=device),
-                key_cache=key_cache, value_cache=value_cache,
-                block_tables=tables.to(torch.int32).to(device),
-                seq_lens=torch.full((batch,), context, dtype=torch.int32, device=device),
-                scale=head_dim ** -0.5)
+    return dict(
+        query=torch.randn(batch, num_heads, head_dim, generator=gen).to(dtype=dtype, device=device),
+        key_cache=key_cache,
+        value_cache=value_cache,
+        block_tables=tables.to(torch.int32).to(device),
+        seq_lens=torch.full((batch,), context, dtype=torch.int32, device=device),
+        scale=head_dim**-0.5,
+    )
 
 
-def decode_bytes(batch: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                 elem: int) -> int:
+def decode_bytes(
+    batch: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, elem: int
+) -> int:
     """Bytes a decode step must move: K and V for every position, query in, output out."""
     kv = 2 * batch * context * num_kv_heads * head_dim * elem
     return kv + 2 * batch * num_heads * head_dim * elem
@@ -96,12 +107,17 @@ def decode_bytes(batch: int, context: int, num_heads: int, num_kv_heads: int, he
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep, print a table, write the JSON; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m llmlab bench kernels",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m llmlab bench kernels", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--fast", action="store_true", help="fewer, smaller shapes")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                        help="default: bf16 on a GPU, fp32 on a CPU")
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default=None,
+        help="default: bf16 on a GPU, fp32 on a CPU",
+    )
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--out", default="build/bench-kernels.json")
     args = parser.parse_args(argv)
@@ -130,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         cases = shapes
         if backend == "triton" and not gpu:
-            notes.append("triton: runs through the interpreter on CPU (not a performance "
-                         "path); timed on one tiny case only")
+            notes.append(
+                "triton: runs through the interpreter on CPU (not a performance "
+                "path); timed on one tiny case only"
+            )
             cases = [(2, 64)]
         if backend == "cuda" and not gpu:
             continue
@@ -139,48 +157,81 @@ def main(argv: list[str] | None = None) -> int:
             notes.append("cpu: skipped, its C kernels take CPU tensors only")
             continue
         for batch, context in cases:
-            inputs = make_decode_inputs(batch, context, num_heads, num_kv_heads, head_dim,
-                                        args.block_size, dtype, device)
+            inputs = make_decode_inputs(
+                batch, context, num_heads, num_kv_heads, head_dim, args.block_size, dtype, device
+            )
             reps = 1 if backend == "triton" and not gpu else repeats
             out = ops.paged_attention_decode(**inputs, backend=backend)
             ref = ops.paged_attention_decode(**inputs, backend="torch")
             max_err = float((out.float() - ref.float()).abs().max())
-            samples = time_samples(lambda: ops.paged_attention_decode(**inputs, backend=backend),
-                                   device, reps, warmup=0 if reps == 1 else 2)
+            samples = time_samples(
+                lambda: ops.paged_attention_decode(**inputs, backend=backend),
+                device,
+                reps,
+                warmup=0 if reps == 1 else 2,
+            )
             seconds = statistics.median(samples)
             nbytes = decode_bytes(batch, context, num_heads, num_kv_heads, head_dim, elem)
-            rows.append(dict(backend=backend + ("-interpreter" if backend == "triton"
-                                                and not gpu else ""),
-                             batch=batch, context=context, seconds=seconds,
-                             best_seconds=min(samples), bytes=nbytes,
-                             bandwidth=nbytes / seconds, fraction_of_copy=nbytes / seconds
-                             / copy_bw, max_abs_diff_vs_torch=max_err))
+            rows.append(
+                dict(
+                    backend=backend + ("-interpreter" if backend == "triton" and not gpu else ""),
+                    batch=batch,
+                    context=context,
+                    seconds=seconds,
+                    best_seconds=min(samples),
+                    bytes=nbytes,
+                    bandwidth=nbytes / seconds,
+                    fraction_of_copy=nbytes / seconds / copy_bw,
+                    max_abs_diff_vs_torch=max_err,
+                )
+            )
 
     name = torch.cuda.get_device_name(device) if gpu else platform.processor() or "cpu"
-    print(f"paged decode attention, {dtype} on {name}; heads {num_heads}/{num_kv_heads}, "
-          f"head_dim {head_dim}, block {args.block_size}")
-    print(f"measured copy bandwidth (read + write): {copy_bw / 1e9:.1f} GB/s; GB/s and 'of copy' "
-          "use the median time")
-    header = (f"{'backend':<20} {'batch':>5} {'context':>7} {'median ms':>9} {'best ms':>9} "
-              f"{'GB/s':>8} "
-              f"{'of copy':>8} {'|diff|':>9}")
+    print(
+        f"paged decode attention, {dtype} on {name}; heads {num_heads}/{num_kv_heads}, "
+        f"head_dim {head_dim}, block {args.block_size}"
+    )
+    print(
+        f"measured copy bandwidth (read + write): {copy_bw / 1e9:.1f} GB/s; GB/s and 'of copy' "
+        "use the median time"
+    )
+    header = (
+        f"{'backend':<20} {'batch':>5} {'context':>7} {'median ms':>9} {'best ms':>9} "
+        f"{'GB/s':>8} "
+        f"{'of copy':>8} {'|diff|':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['backend']:<20} {r['batch']:>5} {r['context']:>7} {r['seconds'] * 1e3:>9.3f} "
-              f"{r['best_seconds'] * 1e3:>9.3f} "
-              f"{r['bandwidth'] / 1e9:>8.1f} {r['fraction_of_copy']:>8.0%} "
-              f"{r['max_abs_diff_vs_torch']:>9.2e}")
+        print(
+            f"{r['backend']:<20} {r['batch']:>5} {r['context']:>7} {r['seconds'] * 1e3:>9.3f} "
+            f"{r['best_seconds'] * 1e3:>9.3f} "
+            f"{r['bandwidth'] / 1e9:>8.1f} {r['fraction_of_copy']:>8.0%} "
+            f"{r['max_abs_diff_vs_torch']:>9.2e}"
+        )
     for note in notes:
         print("note:", note)
 
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(dict(
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        device=name, dtype=str(dtype).replace("torch.", ""), num_heads=num_heads,
-        num_kv_heads=num_kv_heads, head_dim=head_dim, block_size=args.block_size,
-        torch=torch.__version__, copy_bandwidth=copy_bw, rows=rows, notes=notes), indent=2))
+    out_path.write_text(
+        json.dumps(
+            dict(
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                device=name,
+                dtype=str(dtype).replace("torch.", ""),
+                num_heads=num_heads,
+                num_kv_heads=num_kv_heads,
+                head_dim=head_dim,
+                block_size=args.block_size,
+                torch=torch.__version__,
+                copy_bandwidth=copy_bw,
+                rows=rows,
+                notes=notes,
+            ),
+            indent=2,
+        )
+    )
     print(f"wrote {out_path}")
     return 0
 

@@ -14,6 +14,7 @@ top operators) so the report says what the time goes to.
 
 Writes build/bench-roofline.json (or --json PATH).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,30 +24,50 @@ import time
 
 from llmlab.bench import write_report
 
-TARGET_DECODE_B1 = 1.5       # × memory floor
-TARGET_BEST_BATCH = 2.0      # × compute floor
+TARGET_DECODE_B1 = 1.5  # × memory floor
+TARGET_BEST_BATCH = 2.0  # × compute floor
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m llmlab bench roofline", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m llmlab bench roofline", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--fast", action="store_true", help="fewer repeats and shapes (CI)")
     p.add_argument("--json", default="build/bench-roofline.json", help="where to write the results")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--context", type=int, default=128, help="cached tokens per sequence for decode")
     p.add_argument("--batches", default="1,8,32,128", help="decode batch sizes, comma-separated")
-    p.add_argument("--prompts", default=None, help="prefill prompt lengths (default 64,256,1024; fast 64,256)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--profile", action="store_true", help="profile batch 1 and the best batch even if on target")
-    p.add_argument("--attention", default=None, choices=("cpu", "torch"),
-                   help="attention backend (default: cpu where its C kernels build, else torch)")
+    p.add_argument(
+        "--prompts", default=None, help="prefill prompt lengths (default 64,256,1024; fast 64,256)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's choice)"
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile batch 1 and the best batch even if on target",
+    )
+    p.add_argument(
+        "--attention",
+        default=None,
+        choices=("cpu", "torch"),
+        help="attention backend (default: cpu where its C kernels build, else torch)",
+    )
     return p.parse_args(argv)
 
 
 def _target(paired, unpaired: float, target: float) -> dict:
     """A target's verdict on the median paired ratio, with the unpaired one beside it."""
-    return {"value": paired.median, "target": target, "met": paired.median <= target,
-            "unpaired": unpaired, "paired": paired.ratios, "paired_roofs": paired.roofs,
-            "paired_seconds": paired.seconds}
+    return {
+        "value": paired.median,
+        "target": target,
+        "met": paired.median <= target,
+        "unpaired": unpaired,
+        "paired": paired.ratios,
+        "paired_roofs": paired.roofs,
+        "paired_seconds": paired.seconds,
+    }
 
 
 def _profile(fn, rows: int = 8) -> list[dict]:
@@ -58,8 +79,15 @@ def _profile(fn, rows: int = 8) -> list[dict]:
         fn()
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events) or 1.0
-    return [{"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3,
-             "share": e.self_cpu_time_total / total} for e in events[:rows]]
+    return [
+        {
+            "op": e.key,
+            "calls": e.count,
+            "self_ms": e.self_cpu_time_total / 1e3,
+            "share": e.self_cpu_time_total / total,
+        }
+        for e in events[:rows]
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,11 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.bench import default_attention_backend
     from llmlab.model import load_model
 
-
     if args.threads:
         torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",") if b]
-    prompts = [int(p) for p in (args.prompts or ("64,256" if args.fast else "64,256,1024")).split(",") if p]
+    prompts = [
+        int(p) for p in (args.prompts or ("64,256" if args.fast else "64,256,1024")).split(",") if p
+    ]
     repeats = 3 if args.fast else 7
 
     t0 = time.perf_counter()
@@ -88,28 +117,35 @@ def main(argv: list[str] | None = None) -> int:
     gemv_bw = hardware.measure_gemv_bandwidth("cpu")
     threads = torch.get_num_threads()
     name = f"{hardware.cpu_name()}, {threads} threads"
-    print(f"  {name}: read {read_before / 1e9:.1f} GB/s, copy {copy_bw / 1e9:.1f} GB/s, "
-          f"fp32 matmul {peak_before / 1e9:.1f} GFLOP/s", flush=True)
-    print(f"  batch-1 linear (GEMV) streams its weight at {gemv_bw / 1e9:.1f} GB/s "
-          f"({gemv_bw / read_before:.0%} of the read bandwidth)", flush=True)
+    print(
+        f"  {name}: read {read_before / 1e9:.1f} GB/s, copy {copy_bw / 1e9:.1f} GB/s, "
+        f"fp32 matmul {peak_before / 1e9:.1f} GFLOP/s",
+        flush=True,
+    )
+    print(
+        f"  batch-1 linear (GEMV) streams its weight at {gemv_bw / 1e9:.1f} GB/s "
+        f"({gemv_bw / read_before:.0%} of the read bandwidth)",
+        flush=True,
+    )
 
     model, _ = load_model(args.model)
     attention = args.attention or default_attention_backend(model)
-    print(f"{args.model}, attention backend {attention!r} (what LLM() runs by default)",
-          flush=True)
+    print(f"{args.model}, attention backend {attention!r} (what LLM() runs by default)", flush=True)
     if attention == "cpu":
         from llmlab.model_cpu import cpu_model
 
-        model = cpu_model(model)          # the engine's fast path, weights prepared once
+        model = cpu_model(model)  # the engine's fast path, weights prepared once
     measurements = []
     for b in batches:
-        m = roofline.measure_decode_step(model, b, args.context, repeats=repeats, budget_s=20.0,
-                                         backend=attention)
+        m = roofline.measure_decode_step(
+            model, b, args.context, repeats=repeats, budget_s=20.0, backend=attention
+        )
         measurements.append(m)
         print(f"  decode batch {b}: {m.seconds * 1e3:.1f} ms", flush=True)
     for n in prompts:
-        m = roofline.measure_prefill(model, n, repeats=max(2, repeats // 2), budget_s=20.0,
-                                     backend=attention)
+        m = roofline.measure_prefill(
+            model, n, repeats=max(2, repeats // 2), budget_s=20.0, backend=attention
+        )
         measurements.append(m)
         print(f"  prefill {n} tokens: {m.seconds * 1e3:.1f} ms", flush=True)
 
@@ -119,31 +155,61 @@ def main(argv: list[str] | None = None) -> int:
     read_after = hardware.measure_bandwidth("cpu", kind="read")
     peak_after = hardware.measure_matmul_flops("cpu", "fp32")
     read_bw, peak = max(read_before, read_after), max(peak_before, peak_after)
-    print(f"  measured again after the steps: read {read_after / 1e9:.1f} GB/s, fp32 matmul "
-          f"{peak_after / 1e9:.1f} GFLOP/s; the roof takes the larger of each", flush=True)
-    hw = hardware.Hardware(name=name, mem_bw=read_bw, peak_flops={"fp32": peak}, mem_size=1.0,
-                           kind="cpu", measured=True, extra={"copy_bw": copy_bw})
+    print(
+        f"  measured again after the steps: read {read_after / 1e9:.1f} GB/s, fp32 matmul "
+        f"{peak_after / 1e9:.1f} GFLOP/s; the roof takes the larger of each",
+        flush=True,
+    )
+    hw = hardware.Hardware(
+        name=name,
+        mem_bw=read_bw,
+        peak_flops={"fp32": peak},
+        mem_size=1.0,
+        kind="cpu",
+        measured=True,
+        extra={"copy_bw": copy_bw},
+    )
 
     rows = []
     for m in measurements:
         v = m.vs_floor(hw, "fp32")
-        rows.append({"kind": m.kind, "batch": m.batch, "tokens": m.tokens, "seconds": m.seconds,
-                     "flops": m.op.flops, "bytes": m.op.bytes, "intensity": m.op.intensity,
-                     "achieved_flops": m.achieved_flops, "achieved_bw": m.op.bytes / m.seconds, **v})
+        rows.append(
+            {
+                "kind": m.kind,
+                "batch": m.batch,
+                "tokens": m.tokens,
+                "seconds": m.seconds,
+                "flops": m.op.flops,
+                "bytes": m.op.bytes,
+                "intensity": m.op.intensity,
+                "achieved_flops": m.achieved_flops,
+                "achieved_bw": m.op.bytes / m.seconds,
+                **v,
+            }
+        )
 
-    header = (f"{'shape':<22}{'measured ms':>12}{'mem floor':>11}{'cmp floor':>11}{'bound':>9}"
-              f"{'x floor':>9}{'x mem':>8}{'x cmp':>8}{'GB/s':>8}{'GFLOP/s':>9}")
-    print(f"\nroofline of {name} (measured): bandwidth {read_bw / 1e9:.1f} GB/s, peak "
-          f"{peak / 1e9:.1f} GFLOP/s fp32, ridge {peak / read_bw:.2f} FLOP/B")
+    header = (
+        f"{'shape':<22}{'measured ms':>12}{'mem floor':>11}{'cmp floor':>11}{'bound':>9}"
+        f"{'x floor':>9}{'x mem':>8}{'x cmp':>8}{'GB/s':>8}{'GFLOP/s':>9}"
+    )
+    print(
+        f"\nroofline of {name} (measured): bandwidth {read_bw / 1e9:.1f} GB/s, peak "
+        f"{peak / 1e9:.1f} GFLOP/s fp32, ridge {peak / read_bw:.2f} FLOP/B"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        shape = (f"decode B={r['batch']} ctx={r['tokens']}" if r["kind"] == "decode"
-                 else f"prefill n={r['tokens']}")
-        print(f"{shape:<22}{r['seconds'] * 1e3:>12.1f}{r['memory_floor'] * 1e3:>11.1f}"
-              f"{r['compute_floor'] * 1e3:>11.1f}{r['bound']:>9}{r['x_floor']:>9.2f}"
-              f"{r['x_memory_floor']:>8.2f}{r['x_compute_floor']:>8.2f}"
-              f"{r['achieved_bw'] / 1e9:>8.1f}{r['achieved_flops'] / 1e9:>9.1f}")
+        shape = (
+            f"decode B={r['batch']} ctx={r['tokens']}"
+            if r["kind"] == "decode"
+            else f"prefill n={r['tokens']}"
+        )
+        print(
+            f"{shape:<22}{r['seconds'] * 1e3:>12.1f}{r['memory_floor'] * 1e3:>11.1f}"
+            f"{r['compute_floor'] * 1e3:>11.1f}{r['bound']:>9}{r['x_floor']:>9.2f}"
+            f"{r['x_memory_floor']:>8.2f}{r['x_compute_floor']:>8.2f}"
+            f"{r['achieved_bw'] / 1e9:>8.1f}{r['achieved_flops'] / 1e9:>9.1f}"
+        )
 
     decode = [r for r in rows if r["kind"] == "decode"]
     b1 = next((r for r in decode if r["batch"] == 1), None)
@@ -156,29 +222,42 @@ def main(argv: list[str] | None = None) -> int:
     if b1:
         paired = roofline.measure_paired(
             roofline.step_fn(model, "decode", 1, args.context, attention),
-            lambda: hardware.measure_bandwidth("cpu", kind="read", repeats=2), b1["bytes"],
-            rounds=10 if args.fast else 30, budget_s=15.0)
-        targets["decode_b1_x_memory_floor"] = _target(paired, b1["x_memory_floor"],
-                                                      TARGET_DECODE_B1)
+            lambda: hardware.measure_bandwidth("cpu", kind="read", repeats=2),
+            b1["bytes"],
+            rounds=10 if args.fast else 30,
+            budget_s=15.0,
+        )
+        targets["decode_b1_x_memory_floor"] = _target(
+            paired, b1["x_memory_floor"], TARGET_DECODE_B1
+        )
     if best:
         paired = roofline.measure_paired(
             roofline.step_fn(model, "decode", best["batch"], args.context, attention),
-            lambda: hardware.measure_matmul_flops("cpu", "fp32", repeats=2), best["flops"],
-            rounds=4 if args.fast else 10, budget_s=20.0)
-        targets["best_batch_x_compute_floor"] = {"batch": best["batch"], **_target(
-            paired, best["x_compute_floor"], TARGET_BEST_BATCH)}
+            lambda: hardware.measure_matmul_flops("cpu", "fp32", repeats=2),
+            best["flops"],
+            rounds=4 if args.fast else 10,
+            budget_s=20.0,
+        )
+        targets["best_batch_x_compute_floor"] = {
+            "batch": best["batch"],
+            **_target(paired, best["x_compute_floor"], TARGET_BEST_BATCH),
+        }
     print()
     for key, t in targets.items():
         extra = f" (batch {t['batch']})" if "batch" in t else ""
-        print(f"{key}{extra}: {t['value']:.2f} median of {len(t['paired'])} paired rounds "
-              f"({min(t['paired']):.2f}-{max(t['paired']):.2f}; best step over best roof of the "
-              f"run {t['unpaired']:.2f}), target <= {t['target']}: "
-              f"{'MET' if t['met'] else 'MISSED'}")
+        print(
+            f"{key}{extra}: {t['value']:.2f} median of {len(t['paired'])} paired rounds "
+            f"({min(t['paired']):.2f}-{max(t['paired']):.2f}; best step over best roof of the "
+            f"run {t['unpaired']:.2f}), target <= {t['target']}: "
+            f"{'MET' if t['met'] else 'MISSED'}"
+        )
     if b1:
         gemv_floor = b1["bytes"] / gemv_bw
         b1["gemv_floor"] = gemv_floor
-        print(f"decode batch 1 against the GEMV's own bandwidth ({gemv_bw / 1e9:.1f} GB/s): floor "
-              f"{gemv_floor * 1e3:.1f} ms, measured {b1['seconds'] * 1e3:.1f} ms = {b1['seconds'] / gemv_floor:.2f}x")
+        print(
+            f"decode batch 1 against the GEMV's own bandwidth ({gemv_bw / 1e9:.1f} GB/s): floor "
+            f"{gemv_floor * 1e3:.1f} ms, measured {b1['seconds'] * 1e3:.1f} ms = {b1['seconds'] / gemv_floor:.2f}x"
+        )
 
     profiles = {}
     to_profile = []
@@ -191,20 +270,37 @@ def main(argv: list[str] | None = None) -> int:
         profiles[f"{kind}_b{n}"] = top
         print(f"\nprofile of {kind} batch {n} (self CPU time, top operators):")
         for e in top:
-            print(f"  {e['op']:<32}{e['calls']:>6} calls {e['self_ms']:>9.2f} ms {e['share']:>6.1%}")
+            print(
+                f"  {e['op']:<32}{e['calls']:>6} calls {e['self_ms']:>9.2f} ms {e['share']:>6.1%}"
+            )
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    out = {"machine": {"name": name, "cpu": hardware.cpu_name(), "threads": threads,
-                       "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-                       "load_average": load, "read_bw": read_bw, "copy_bw": copy_bw, "fp32_matmul_flops": peak,
-                       "read_bw_before_after": [read_before, read_after],
-                       "fp32_matmul_flops_before_after": [peak_before, peak_after],
-                       "gemv_bw": gemv_bw},
-           "attention_backend": attention,
-           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-           "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-           "model": args.model, "context": args.context, "rows": rows, "targets": targets, "profiles": profiles,
-           "seconds": time.perf_counter() - t0}
+    out = {
+        "machine": {
+            "name": name,
+            "cpu": hardware.cpu_name(),
+            "threads": threads,
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "load_average": load,
+            "read_bw": read_bw,
+            "copy_bw": copy_bw,
+            "fp32_matmul_flops": peak,
+            "read_bw_before_after": [read_before, read_after],
+            "fp32_matmul_flops_before_after": [peak_before, peak_after],
+            "gemv_bw": gemv_bw,
+        },
+        "attention_backend": attention,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+        "model": args.model,
+        "context": args.context,
+        "rows": rows,
+        "targets": targets,
+        "profiles": profiles,
+        "seconds": time.perf_counter() - t0,
+    }
     print(f"\n{out['seconds']:.0f} s in all")
     write_report(out, args.json)
     return 0

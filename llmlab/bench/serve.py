@@ -15,6 +15,7 @@ HTTP cost per token: median ITL over HTTP minus median ITL in process.
 
 Results go to JSON (default `build/bench-serve.json`) with the machine, the settings and the date.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from llmlab.bench import write_report
 from llmlab.analysis import metrics
 from llmlab.analysis.metrics import BenchmarkSummary, Timeline
+from llmlab.bench import write_report
 
 # ---- one request: what the client records ----------------------------------------------------
 
@@ -41,7 +42,7 @@ class BenchRequest:
 
     prompt: str | list[int]
     max_tokens: int
-    prompt_len: int = 0              # when known (token-id prompts); else from usage
+    prompt_len: int = 0  # when known (token-id prompts); else from usage
 
 
 @dataclass
@@ -52,9 +53,9 @@ class RequestRecord:
     chunk_times: list[float] = field(default_factory=list)
     text: str = ""
     prompt_tokens: int | None = None
-    completion_tokens: int | None = None      # from usage
+    completion_tokens: int | None = None  # from usage
     finish_reason: str | None = None
-    done: bool = False                        # saw `data: [DONE]`
+    done: bool = False  # saw `data: [DONE]`
     error: str | None = None
     status: int | None = None
 
@@ -64,13 +65,18 @@ class RequestRecord:
 
     @property
     def output_tokens(self) -> int:
-        return self.completion_tokens if self.completion_tokens is not None else len(self.chunk_times)
+        return (
+            self.completion_tokens if self.completion_tokens is not None else len(self.chunk_times)
+        )
 
     def timeline(self, prompt_len: int = 0) -> Timeline:
         """This request as `llmlab.analysis.metrics` sees it: sent → each chunk; tokens from usage."""
-        return Timeline(arrival_time=self.sent_at, token_times=tuple(self.chunk_times),
-                        num_prompt_tokens=self.prompt_tokens or prompt_len,
-                        num_tokens=max(self.output_tokens, len(self.chunk_times)))
+        return Timeline(
+            arrival_time=self.sent_at,
+            token_times=tuple(self.chunk_times),
+            num_prompt_tokens=self.prompt_tokens or prompt_len,
+            num_tokens=max(self.output_tokens, len(self.chunk_times)),
+        )
 
 
 def record_line(record: RequestRecord, t: float, line: str, chat: bool) -> None:
@@ -104,8 +110,9 @@ def record_line(record: RequestRecord, t: float, line: str, chat: bool) -> None:
         record.completion_tokens = usage.get("completion_tokens")
 
 
-def record_stream(sent_at: float, timed_lines: Iterable[tuple[float, str]],
-                  chat: bool = False) -> RequestRecord:
+def record_stream(
+    sent_at: float, timed_lines: Iterable[tuple[float, str]], chat: bool = False
+) -> RequestRecord:
     """A `RequestRecord` from a recorded stream: (arrival time, line) pairs."""
     record = RequestRecord(sent_at=sent_at)
     for t, line in timed_lines:
@@ -113,9 +120,12 @@ def record_stream(sent_at: float, timed_lines: Iterable[tuple[float, str]],
     return record
 
 
-def summarize_records(records: list[RequestRecord], duration: float,
-                      slo: dict[str, float] | None = None,
-                      prompt_lens: list[int] | None = None) -> BenchmarkSummary:
+def summarize_records(
+    records: list[RequestRecord],
+    duration: float,
+    slo: dict[str, float] | None = None,
+    prompt_lens: list[int] | None = None,
+) -> BenchmarkSummary:
     """`llmlab.analysis.metrics.summarize` over the successful requests (vLLM leaves failed ones out)."""
     lens = prompt_lens or [0] * len(records)
     good = [r.timeline(n) for r, n in zip(records, lens) if r.success]
@@ -127,11 +137,17 @@ def summarize_records(records: list[RequestRecord], duration: float,
 
 # ---- sending ----------------------------------------------------------------------------------
 
+
 def request_payload(req: BenchRequest, model: str, chat: bool, ignore_eos: bool) -> dict[str, Any]:
     """The JSON body vLLM's client sends: greedy, streamed, usage in the last chunk."""
-    body: dict[str, Any] = {"model": model, "max_tokens": req.max_tokens, "temperature": 0.0,
-                            "stream": True, "stream_options": {"include_usage": True},
-                            "ignore_eos": ignore_eos}
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": req.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": ignore_eos,
+    }
     if chat:
         if not isinstance(req.prompt, str):
             raise ValueError("the chat endpoint takes text prompts, not token ids")
@@ -168,16 +184,16 @@ def dechunk(timed_pieces: Iterable[tuple[float, bytes]]) -> list[tuple[float, by
                 if eol < 0:
                     break
                 remaining = int(buffer[:eol].split(b";")[0], 16)
-                buffer = buffer[eol + 2:]
+                buffer = buffer[eol + 2 :]
                 state = "data" if remaining else "end"
             elif state == "data":
                 take = buffer[:remaining]
                 payload += take
-                buffer, remaining = buffer[len(take):], remaining - len(take)
+                buffer, remaining = buffer[len(take) :], remaining - len(take)
                 if remaining:
                     break
                 state = "crlf"
-            else:                                   # the CRLF that closes a chunk's data
+            else:  # the CRLF that closes a chunk's data
                 if len(buffer) < 2:
                     break
                 buffer, state = buffer[2:], "size"
@@ -201,13 +217,17 @@ async def stream_post(url: str, body: dict[str, Any]) -> tuple[int, list[tuple[f
         raise ValueError(f"url: expected http(s)://host[:port]/path, got {url!r}")
     port = u.port or (443 if u.scheme == "https" else 80)
     data = json.dumps(body).encode()
-    reader, writer = await asyncio.open_connection(u.hostname, port,
-                                                   ssl=True if u.scheme == "https" else None)
+    reader, writer = await asyncio.open_connection(
+        u.hostname, port, ssl=True if u.scheme == "https" else None
+    )
     try:
         path = (u.path or "/") + (f"?{u.query}" if u.query else "")
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{port}\r\n"
-                     "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-                     f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{port}\r\n"
+            "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+            + data
+        )
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
@@ -229,7 +249,7 @@ async def send_one(url: str, body: dict[str, Any], chat: bool, timeout: float) -
     record = RequestRecord(sent_at=time.perf_counter())
     try:
         record.status, pieces = await asyncio.wait_for(stream_post(url, body), timeout)
-    except Exception as e:                 # noqa: BLE001 (a failed request is data, not a crash)
+    except Exception as e:  # noqa: BLE001 (a failed request is data, not a crash)
         record.error = f"{type(e).__name__}: {e}"
         return record
     if record.status != 200:
@@ -241,12 +261,21 @@ async def send_one(url: str, body: dict[str, Any], chat: bool, timeout: float) -
     return record
 
 
-async def run_requests(base_url: str, requests: list[BenchRequest], model: str, *,
-                       endpoint: str = "/v1/completions", request_rate: float = math.inf,
-                       burstiness: float = 1.0, max_concurrency: int | None = None,
-                       ignore_eos: bool = True, seed: int = 0, timeout: float = 300.0,
-                       max_seconds: float = 900.0, progress: bool = True
-                       ) -> tuple[list[RequestRecord], float]:
+async def run_requests(
+    base_url: str,
+    requests: list[BenchRequest],
+    model: str,
+    *,
+    endpoint: str = "/v1/completions",
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    ignore_eos: bool = True,
+    seed: int = 0,
+    timeout: float = 300.0,
+    max_seconds: float = 900.0,
+    progress: bool = True,
+) -> tuple[list[RequestRecord], float]:
     """Send `requests` at their arrival times; (records in request order, duration in s).
 
     Arrivals: `metrics.arrival_times(n, request_rate, burstiness, seed)`. A request waits for
@@ -262,15 +291,17 @@ async def run_requests(base_url: str, requests: list[BenchRequest], model: str, 
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(requests), desc=f"rate {request_rate:g} req/s", unit="req",
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=len(requests), desc=f"rate {request_rate:g} req/s", unit="req", dynamic_ncols=True
+        )
     start = time.perf_counter()
 
     async def one(i: int) -> RequestRecord:
         await asyncio.sleep(max(0.0, start + float(offsets[i]) - time.perf_counter()))
         async with slots:
-            rec = await send_one(url, request_payload(requests[i], model, chat, ignore_eos),
-                                 chat, timeout)
+            rec = await send_one(
+                url, request_payload(requests[i], model, chat, ignore_eos), chat, timeout
+            )
         if bar is not None:
             bar.update(1)
         return rec
@@ -288,13 +319,19 @@ async def run_requests(base_url: str, requests: list[BenchRequest], model: str, 
         if t in done and not t.cancelled() and t.exception() is None:
             records.append(t.result())
         else:
-            records.append(RequestRecord(sent_at=start, error=f"not finished within "
-                                         f"max_seconds={max_seconds}"))
+            records.append(
+                RequestRecord(sent_at=start, error=f"not finished within max_seconds={max_seconds}")
+            )
     return records, duration
 
 
-def benchmark(base_url: str, requests: list[BenchRequest], model: str,
-              slo: dict[str, float] | None = None, **kwargs: Any) -> tuple[BenchmarkSummary, list[RequestRecord]]:
+def benchmark(
+    base_url: str,
+    requests: list[BenchRequest],
+    model: str,
+    slo: dict[str, float] | None = None,
+    **kwargs: Any,
+) -> tuple[BenchmarkSummary, list[RequestRecord]]:
     """Run `run_requests` to the end (from sync code, e.g. a notebook) and summarize it."""
     records, duration = _run_async(run_requests(base_url, requests, model, **kwargs))
     return summarize_records(records, duration, slo, [r.prompt_len for r in requests]), records
@@ -312,12 +349,26 @@ def _run_async(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-def warm_up(base_url: str, model: str, prompt: str | list[int], endpoint: str = "/v1/completions",
-            timeout: float = 300.0) -> None:
+def warm_up(
+    base_url: str,
+    model: str,
+    prompt: str | list[int],
+    endpoint: str = "/v1/completions",
+    timeout: float = 300.0,
+) -> None:
     """One two-token request before measuring (as vLLM's client does): a server's first steps
     pay one-time costs that are not serving."""
-    rec, = _run_async(run_requests(base_url, [BenchRequest(prompt, 2)], model, endpoint=endpoint,
-                                   timeout=timeout, max_seconds=timeout, progress=False))[0]
+    (rec,) = _run_async(
+        run_requests(
+            base_url,
+            [BenchRequest(prompt, 2)],
+            model,
+            endpoint=endpoint,
+            timeout=timeout,
+            max_seconds=timeout,
+            progress=False,
+        )
+    )[0]
     if not rec.success:
         raise RuntimeError(f"the warm-up request failed: {rec.error}")
 
@@ -329,8 +380,11 @@ def scrape_metrics(base_url: str) -> dict[str, float]:
     from llmlab.serve.prometheus import parse_prometheus
 
     text = httpx.get(base_url.rstrip("/") + "/metrics", timeout=10).text
-    return {k.split("{")[0]: v for k, v in parse_prometheus(text).items()
-            if "_bucket{" not in k and "finished_reason" not in k}
+    return {
+        k.split("{")[0]: v
+        for k, v in parse_prometheus(text).items()
+        if "_bucket{" not in k and "finished_reason" not in k
+    }
 
 
 def fetch_json(base_url: str, path: str, timeout: float = 10.0) -> Any:
@@ -343,22 +397,39 @@ def fetch_json(base_url: str, path: str, timeout: float = 10.0) -> Any:
 
 # ---- the workload ----------------------------------------------------------------------------
 
-def build_requests(num_prompts: int, output_len: int, min_output_len: int | None = None,
-                   dataset: str = "prompts", random_input_len: int = 64,
-                   seed: int = 0) -> list[BenchRequest]:
+
+def build_requests(
+    num_prompts: int,
+    output_len: int,
+    min_output_len: int | None = None,
+    dataset: str = "prompts",
+    random_input_len: int = 64,
+    seed: int = 0,
+) -> list[BenchRequest]:
     """`prompts`: the course's chat prompts (data/prompts.json, cycled), text; `random`:
     random token ids in [10, 500) of `random_input_len` tokens (any model's vocabulary has
     them). Output lengths: `output_len`, or uniform in [min_output_len, output_len]."""
-    if num_prompts < 1 or output_len < 1 or (min_output_len is not None
-                                             and not 1 <= min_output_len <= output_len):
-        raise ValueError(f"need num_prompts >= 1 and 1 <= min_output_len <= output_len, got "
-                         f"{num_prompts}, {min_output_len}, {output_len}")
+    if (
+        num_prompts < 1
+        or output_len < 1
+        or (min_output_len is not None and not 1 <= min_output_len <= output_len)
+    ):
+        raise ValueError(
+            f"need num_prompts >= 1 and 1 <= min_output_len <= output_len, got "
+            f"{num_prompts}, {min_output_len}, {output_len}"
+        )
     rng = random.Random(seed)
-    lens = [output_len if min_output_len is None else rng.randint(min_output_len, output_len)
-            for _ in range(num_prompts)]
+    lens = [
+        output_len if min_output_len is None else rng.randint(min_output_len, output_len)
+        for _ in range(num_prompts)
+    ]
     if dataset == "random":
-        return [BenchRequest([rng.randrange(10, 500) for _ in range(random_input_len)], n,
-                             random_input_len) for n in lens]
+        return [
+            BenchRequest(
+                [rng.randrange(10, 500) for _ in range(random_input_len)], n, random_input_len
+            )
+            for n in lens
+        ]
     if dataset != "prompts":
         raise ValueError(f"dataset must be 'prompts' or 'random', got {dataset!r}")
     from llmlab.config import DATA_DIR
@@ -376,8 +447,9 @@ def parse_goodput(items: list[str] | None) -> dict[str, float] | None:
     for item in items:
         key, sep, value = item.partition(":")
         if not sep or key not in metrics.SLO_KEYS:
-            raise ValueError(f"--goodput takes KEY:MILLISECONDS with KEY in {metrics.SLO_KEYS}, "
-                             f"got {item!r}")
+            raise ValueError(
+                f"--goodput takes KEY:MILLISECONDS with KEY in {metrics.SLO_KEYS}, got {item!r}"
+            )
         try:
             slo[key] = float(value) / 1e3
         except ValueError:
@@ -388,17 +460,27 @@ def parse_goodput(items: list[str] | None) -> dict[str, float] | None:
 def summary_dict(s: BenchmarkSummary, records: list[RequestRecord]) -> dict[str, Any]:
     """vLLM's result keys (`mean_ttft_ms`, `p99_itl_ms`, ...) plus p90 and the raw lists."""
     out: dict[str, Any] = {
-        "completed": s.num_requests, "failed": sum(not r.success for r in records),
+        "completed": s.num_requests,
+        "failed": sum(not r.success for r in records),
         "errors": sorted({r.error for r in records if r.error})[:10],
-        "duration": s.duration, "total_input_tokens": s.total_input_tokens,
+        "duration": s.duration,
+        "total_input_tokens": s.total_input_tokens,
         "total_output_tokens": s.total_output_tokens,
-        "request_throughput": s.request_throughput, "output_throughput": s.output_throughput,
+        "request_throughput": s.request_throughput,
+        "output_throughput": s.output_throughput,
         "total_token_throughput": s.total_token_throughput,
-        "request_goodput": s.goodput, "slo_seconds": s.slo}
+        "request_goodput": s.goodput,
+        "slo_seconds": s.slo,
+    }
     for name in ("ttft", "tpot", "itl", "e2el"):
         st = getattr(s, name)
-        for key, value in (("mean", st.mean), ("median", st.median), ("std", st.std),
-                           ("p90", st.p90), ("p99", st.p99)):
+        for key, value in (
+            ("mean", st.mean),
+            ("median", st.median),
+            ("std", st.std),
+            ("p90", st.p90),
+            ("p99", st.p99),
+        ):
             out[f"{key}_{name}_ms"] = None if value is None else value * 1e3
     ok = [r for r in records if r.success]
     out["output_lens"] = [r.output_tokens for r in ok]
@@ -407,6 +489,7 @@ def summary_dict(s: BenchmarkSummary, records: list[RequestRecord]) -> dict[str,
 
 
 # ---- against offline llmlab -------------------------------------------------------------------
+
 
 def offline_llm(serve_args: list[str]) -> Any:
     """An `LLM` with the engine settings `python -m llmlab serve SERVE_ARGS` uses."""
@@ -423,19 +506,23 @@ def engine_prompt_ids(tokenizer: Any, req: BenchRequest, chat: bool) -> list[int
     if isinstance(req.prompt, list):
         return list(req.prompt)
     if chat:
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": req.prompt}],
-                                                 add_generation_prompt=True, tokenize=False)
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": req.prompt}], add_generation_prompt=True, tokenize=False
+        )
         return list(tokenizer.encode(rendered))
     return list(tokenizer.encode(req.prompt))
 
 
-def run_offline(llm: Any, prompts: list[list[int]], requests: list[BenchRequest],
-                ignore_eos: bool) -> dict[str, float]:
+def run_offline(
+    llm: Any, prompts: list[list[int]], requests: list[BenchRequest], ignore_eos: bool
+) -> dict[str, float]:
     """`LLM.generate` on the same requests at once: output tokens, seconds, tok/s."""
     from llmlab import SamplingParams
 
-    params = [SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=ignore_eos)
-              for r in requests]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=ignore_eos)
+        for r in requests
+    ]
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - t0
@@ -443,14 +530,23 @@ def run_offline(llm: Any, prompts: list[list[int]], requests: list[BenchRequest]
     return {"output_tokens": tokens, "seconds": seconds, "output_throughput": tokens / seconds}
 
 
-def run_in_process(llm: Any, prompts: list[list[int]], requests: list[BenchRequest],
-                   rate: float, burstiness: float, seed: int, ignore_eos: bool,
-                   slo: dict[str, float] | None) -> BenchmarkSummary:
+def run_in_process(
+    llm: Any,
+    prompts: list[list[int]],
+    requests: list[BenchRequest],
+    rate: float,
+    burstiness: float,
+    seed: int,
+    ignore_eos: bool,
+    slo: dict[str, float] | None,
+) -> BenchmarkSummary:
     """The engine driven at the same arrivals as the HTTP run (`metrics.run_with_arrivals`)."""
     from llmlab import SamplingParams
 
-    params = [SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=ignore_eos)
-              for r in requests]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=ignore_eos)
+        for r in requests
+    ]
     arrivals = metrics.arrival_times(len(requests), rate, burstiness, seed)
     outs, duration = metrics.run_with_arrivals(llm.llm_engine, prompts, params, arrivals)
     return metrics.summarize(outs, duration=duration, slo=slo)
@@ -465,62 +561,106 @@ def http_cost_per_token(http: BenchmarkSummary, in_process: BenchmarkSummary) ->
 
 # ---- the command ------------------------------------------------------------------------------
 
+
 def machine_and_date() -> dict[str, Any]:
     from llmlab.bench.throughput import machine_info
 
-    return {"machine": machine_info(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "machine": machine_info(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def _rates(text: str) -> list[float]:
     try:
         rates = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--request-rate: numbers or inf, comma-separated; "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--request-rate: numbers or inf, comma-separated; got {text!r}"
+        ) from None
     if not rates or any(not r > 0 for r in rates):
         raise argparse.ArgumentTypeError(f"--request-rate values must be > 0, got {text!r}")
     return rates
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m llmlab bench serve", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m llmlab bench serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--base-url", default=None, help="server (default http://127.0.0.1:8000)")
-    ap.add_argument("--endpoint", default="/v1/completions",
-                    help="/v1/completions or /v1/chat/completions")
+    ap.add_argument(
+        "--endpoint", default="/v1/completions", help="/v1/completions or /v1/chat/completions"
+    )
     ap.add_argument("--model", default=None, help="model name (default: the server's first)")
-    ap.add_argument("--launch", nargs="?", const="", default=None, metavar="SERVE_ARGS",
-                    help="start `python -m llmlab serve SERVE_ARGS` for the run, e.g. "
-                         "--launch='--max-model-len 1024'")
+    ap.add_argument(
+        "--launch",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="SERVE_ARGS",
+        help="start `python -m llmlab serve SERVE_ARGS` for the run, e.g. "
+        "--launch='--max-model-len 1024'",
+    )
     ap.add_argument("--dataset", default="prompts", choices=("prompts", "random"))
     ap.add_argument("--random-input-len", type=int, default=64)
     ap.add_argument("--num-prompts", type=int, default=None, help="requests (default 64; --fast 8)")
-    ap.add_argument("--output-len", type=int, default=None, help="output tokens (default 64; --fast 8)")
-    ap.add_argument("--min-output-len", type=int, default=None,
-                    help="draw output lengths uniformly from [this, --output-len]")
-    ap.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
-                    help="let requests stop at EOS (default: exactly --output-len tokens)")
-    ap.add_argument("--request-rate", type=_rates, default=[math.inf],
-                    help="requests/s, comma-separated for several runs; inf: all at once")
+    ap.add_argument(
+        "--output-len", type=int, default=None, help="output tokens (default 64; --fast 8)"
+    )
+    ap.add_argument(
+        "--min-output-len",
+        type=int,
+        default=None,
+        help="draw output lengths uniformly from [this, --output-len]",
+    )
+    ap.add_argument(
+        "--no-ignore-eos",
+        dest="ignore_eos",
+        action="store_false",
+        help="let requests stop at EOS (default: exactly --output-len tokens)",
+    )
+    ap.add_argument(
+        "--request-rate",
+        type=_rates,
+        default=[math.inf],
+        help="requests/s, comma-separated for several runs; inf: all at once",
+    )
     ap.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
     ap.add_argument("--max-concurrency", type=int, default=None)
-    ap.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
-                    help="SLOs in ms, e.g. ttft:500 tpot:50 (keys ttft, tpot, e2el)")
-    ap.add_argument("--compare-offline", action="store_true",
-                    help="also run the requests in this process (llmlab servers), with the "
-                         "engine settings of --launch (else serve's defaults): offline "
-                         "LLM.generate throughput at rate inf, and the engine at the same "
-                         "arrivals for finite rates (the HTTP cost per token)")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="with --compare-offline at rate inf: alternate offline and HTTP this "
-                         "many times, report the best of each")
+    ap.add_argument(
+        "--goodput",
+        nargs="+",
+        default=None,
+        metavar="KEY:MS",
+        help="SLOs in ms, e.g. ttft:500 tpot:50 (keys ttft, tpot, e2el)",
+    )
+    ap.add_argument(
+        "--compare-offline",
+        action="store_true",
+        help="also run the requests in this process (llmlab servers), with the "
+        "engine settings of --launch (else serve's defaults): offline "
+        "LLM.generate throughput at rate inf, and the engine at the same "
+        "arrivals for finite rates (the HTTP cost per token)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --compare-offline at rate inf: alternate offline and HTTP this "
+        "many times, report the best of each",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--client-nice", type=int, default=None,
-                    help="lower this client's CPU priority by N once the server runs (default: "
-                         "10 with --launch, where client and server share this machine's cores "
-                         "and the client would otherwise take CPU a remote client would not; 0 "
-                         "with --base-url)")
+    ap.add_argument(
+        "--client-nice",
+        type=int,
+        default=None,
+        help="lower this client's CPU priority by N once the server runs (default: "
+        "10 with --launch, where client and server share this machine's cores "
+        "and the client would otherwise take CPU a remote client would not; 0 "
+        "with --base-url)",
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="seconds per run, at most")
     ap.add_argument("--disable-tqdm", action="store_true")
@@ -534,8 +674,9 @@ def main(argv: list[str] | None = None) -> int:
     slo = parse_goodput(args.goodput)
     num = args.num_prompts or (8 if args.fast else 64)
     out_len = args.output_len or (8 if args.fast else 64)
-    requests = build_requests(num, out_len, args.min_output_len, args.dataset,
-                              args.random_input_len, args.seed)
+    requests = build_requests(
+        num, out_len, args.min_output_len, args.dataset, args.random_input_len, args.seed
+    )
     chat = "chat" in args.endpoint
     if args.client_nice is not None and not 0 <= args.client_nice <= 19:
         raise ValueError(f"--client-nice must be in [0, 19], got {args.client_nice}")
@@ -551,12 +692,14 @@ def main(argv: list[str] | None = None) -> int:
         base_url = args.base_url or "http://127.0.0.1:8000"
     nice = args.client_nice if args.client_nice is not None else (10 if server else 0)
     if nice and hasattr(os, "nice"):
-        os.nice(nice)         # after the server started: it keeps its priority
+        os.nice(nice)  # after the server started: it keeps its priority
         print(f"client priority lowered by {nice} (the server's is unchanged)", flush=True)
     from llmlab import openmp
 
-    print(f"OpenMP: {openmp.describe()} (this client's offline runs and a launched server alike)",
-          flush=True)
+    print(
+        f"OpenMP: {openmp.describe()} (this client's offline runs and a launched server alike)",
+        flush=True,
+    )
     report: dict[str, Any] = {}
     try:
         model = args.model or fetch_json(base_url, "/v1/models")["data"][0]["id"]
@@ -576,51 +719,86 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(rounds):
                 if llm is not None and math.isinf(rate):
                     off = run_offline(llm, prompts, requests, args.ignore_eos)
-                    if best_offline is None or off["output_throughput"] > best_offline["output_throughput"]:
+                    if (
+                        best_offline is None
+                        or off["output_throughput"] > best_offline["output_throughput"]
+                    ):
                         best_offline = off
-                records, duration = _run_async(run_requests(
-                    base_url, requests, model, endpoint=args.endpoint, request_rate=rate,
-                    burstiness=args.burstiness, max_concurrency=args.max_concurrency,
-                    ignore_eos=args.ignore_eos, seed=args.seed, timeout=args.timeout,
-                    max_seconds=args.max_seconds, progress=not args.disable_tqdm))
-                summary = summarize_records(records, duration, slo,
-                                            [r.prompt_len for r in requests])
+                records, duration = _run_async(
+                    run_requests(
+                        base_url,
+                        requests,
+                        model,
+                        endpoint=args.endpoint,
+                        request_rate=rate,
+                        burstiness=args.burstiness,
+                        max_concurrency=args.max_concurrency,
+                        ignore_eos=args.ignore_eos,
+                        seed=args.seed,
+                        timeout=args.timeout,
+                        max_seconds=args.max_seconds,
+                        progress=not args.disable_tqdm,
+                    )
+                )
+                summary = summarize_records(
+                    records, duration, slo, [r.prompt_len for r in requests]
+                )
                 if rounds > 1:
-                    print(f"round {k + 1}: offline {off['output_throughput']:.1f} tok/s, "
-                          f"HTTP {summary.output_throughput:.1f} tok/s", flush=True)
+                    print(
+                        f"round {k + 1}: offline {off['output_throughput']:.1f} tok/s, "
+                        f"HTTP {summary.output_throughput:.1f} tok/s",
+                        flush=True,
+                    )
                 if best_http is None or summary.output_throughput > best_http[0].output_throughput:
                     best_http = (summary, records)
             summary, records = best_http
-            run: dict[str, Any] = {"request_rate": _rate(rate), "http": summary_dict(summary, records)}
+            run: dict[str, Any] = {
+                "request_rate": _rate(rate),
+                "http": summary_dict(summary, records),
+            }
             print(f"\n--- {base_url}{args.endpoint}, rate {rate:g} req/s ---\n{summary.table()}")
             if best_offline is not None:
                 ratio = summary.output_throughput / best_offline["output_throughput"]
                 run["offline"] = dict(best_offline, http_over_offline=ratio)
-                print(f"offline LLM.generate: {best_offline['output_throughput']:.1f} tok/s; "
-                      f"HTTP / offline = {ratio:.3f} (best of {rounds})")
+                print(
+                    f"offline LLM.generate: {best_offline['output_throughput']:.1f} tok/s; "
+                    f"HTTP / offline = {ratio:.3f} (best of {rounds})"
+                )
             if llm is not None and not math.isinf(rate):
-                inproc = run_in_process(llm, prompts, requests, rate, args.burstiness,
-                                        args.seed, args.ignore_eos, slo)
+                inproc = run_in_process(
+                    llm, prompts, requests, rate, args.burstiness, args.seed, args.ignore_eos, slo
+                )
                 cost = http_cost_per_token(summary, inproc)
                 run["in_process"] = summary_dict(inproc, [])
                 run["http_cost_per_token_p50_ms"] = None if cost is None else cost * 1e3
-                print(f"in process at the same arrivals:\n{inproc.table()}\nHTTP cost per "
-                      f"token (median ITL, HTTP − in process): "
-                      f"{'—' if cost is None else f'{cost * 1e3:.2f} ms'}")
+                print(
+                    f"in process at the same arrivals:\n{inproc.table()}\nHTTP cost per "
+                    f"token (median ITL, HTTP − in process): "
+                    f"{'—' if cost is None else f'{cost * 1e3:.2f} ms'}"
+                )
             runs.append(run)
-        report = {**machine_and_date(),
-                  "settings": {"base_url": base_url, "endpoint": args.endpoint, "model": model,
-                               "dataset": args.dataset, "num_prompts": num,
-                               "output_len": out_len, "min_output_len": args.min_output_len,
-                               "ignore_eos": args.ignore_eos,
-                               "request_rates": [_rate(r) for r in args.request_rate],
-                               "burstiness": args.burstiness,
-                               "max_concurrency": args.max_concurrency, "seed": args.seed,
-                               "goodput_slo_ms": None if slo is None else
-                               {k: v * 1e3 for k, v in slo.items()},
-                               "launched_server_args": serve_args, "rounds": args.rounds,
-                               "openmp": openmp.describe()},
-                  "runs": runs}
+        report = {
+            **machine_and_date(),
+            "settings": {
+                "base_url": base_url,
+                "endpoint": args.endpoint,
+                "model": model,
+                "dataset": args.dataset,
+                "num_prompts": num,
+                "output_len": out_len,
+                "min_output_len": args.min_output_len,
+                "ignore_eos": args.ignore_eos,
+                "request_rates": [_rate(r) for r in args.request_rate],
+                "burstiness": args.burstiness,
+                "max_concurrency": args.max_concurrency,
+                "seed": args.seed,
+                "goodput_slo_ms": None if slo is None else {k: v * 1e3 for k, v in slo.items()},
+                "launched_server_args": serve_args,
+                "rounds": args.rounds,
+                "openmp": openmp.describe(),
+            },
+            "runs": runs,
+        }
     finally:
         if server is not None:
             server.stop()

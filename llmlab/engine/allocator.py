@@ -9,6 +9,7 @@ thresholds (what inference servers get from jemalloc or tcmalloc) keeps the memo
 The setting is process-wide and harmless to other code; a process's resident memory stays at
 its peak instead of shrinking. Only on Linux with glibc; elsewhere it does nothing.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -17,8 +18,8 @@ import sys
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 32 << 20     # blocks below 32 MiB (glibc's maximum) come from the heap
-TRIM_THRESHOLD = 1 << 30      # give memory back to the OS only past 1 GiB free at the top
+MMAP_THRESHOLD = 32 << 20  # blocks below 32 MiB (glibc's maximum) come from the heap
+TRIM_THRESHOLD = 1 << 30  # give memory back to the OS only past 1 GiB free at the top
 
 _done: bool | None = None
 
@@ -35,5 +36,6 @@ def keep_freed_memory() -> bool:
             except (OSError, AttributeError):
                 return False
             _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-                mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+                mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+            )
     return _done

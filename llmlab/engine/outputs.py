@@ -1,4 +1,5 @@
 """What the engine hands back: vLLM's `RequestOutput` and `CompletionOutput`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None = None      # None while the request is still running
+    finish_reason: str | None = None  # None while the request is still running
     stop_reason: str | int | None = None
     logprobs: list[dict[int, Logprob]] | None = None
 
@@ -38,6 +39,6 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool
-    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
-    prompt_logprobs: list[dict[int, Logprob] | None] | None = None   # with prompt_logprobs
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # with prompt_logprobs
     metrics: RequestMetrics | None = field(default=None, repr=False)

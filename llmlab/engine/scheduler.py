@@ -24,14 +24,15 @@ has finished.
 Per-step state is the `SchedulerOutput` dataclass, passed explicitly to the model runner and
 back; nothing is global.
 """
+
 from __future__ import annotations
 
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from llmlab.request import Request, RequestStatus
 from llmlab.kvcache.manager import KVCacheManager
+from llmlab.request import Request, RequestStatus
 
 SCHEDULING_POLICIES = ("continuous", "static")
 
@@ -44,8 +45,8 @@ class SchedulerOutput:
     requests: list[Request] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)   # preempted while scheduling this step
-    num_prefill_chunks: int = 0        # requests whose prompt is not finished after this step
+    preempted: list[Request] = field(default_factory=list)  # preempted while scheduling this step
+    num_prefill_chunks: int = 0  # requests whose prompt is not finished after this step
     # speculative decoding only: request id -> its draft tokens, verified in this step after
     # its last token (num_new_tokens counts them)
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
@@ -77,10 +78,10 @@ class SchedulerStats:
 
     num_steps: int = 0
     num_preemptions: int = 0
-    num_chunked_prefill_steps: int = 0   # steps that left some prompt partly computed
-    num_scheduled_requests: int = 0      # sum over steps of requests scheduled
+    num_chunked_prefill_steps: int = 0  # steps that left some prompt partly computed
+    num_scheduled_requests: int = 0  # sum over steps of requests scheduled
     num_scheduled_tokens: int = 0
-    schedule_seconds: float = 0.0        # time inside schedule() and update_from_output()
+    schedule_seconds: float = 0.0  # time inside schedule() and update_from_output()
 
 
 class Scheduler:
@@ -92,9 +93,16 @@ class Scheduler:
     off, a prompt is scheduled whole or waits.
     """
 
-    def __init__(self, kv_cache_manager: KVCacheManager, *, max_num_seqs: int,
-                 max_num_batched_tokens: int, max_model_len: int,
-                 enable_chunked_prefill: bool = True, scheduling: str = "continuous") -> None:
+    def __init__(
+        self,
+        kv_cache_manager: KVCacheManager,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        enable_chunked_prefill: bool = True,
+        scheduling: str = "continuous",
+    ) -> None:
         if scheduling not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling must be one of {SCHEDULING_POLICIES}, got {scheduling!r}")
         self.kv_cache_manager = kv_cache_manager
@@ -106,7 +114,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.stats = SchedulerStats()
-        self._static_batch: set[str] = set()    # static batching: the current batch's ids
+        self._static_batch: set[str] = set()  # static batching: the current batch's ids
 
     # ---- queue ----------------------------------------------------------------------------
 
@@ -148,12 +156,12 @@ class Scheduler:
         while i < len(running) and budget > 0:
             req = running[i]
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            if num_new <= 0:          # nothing to compute (cannot happen between steps)
+            if num_new <= 0:  # nothing to compute (cannot happen between steps)
                 i += 1
                 continue
             scheduled = True
             while kv.allocate_slots(req, num_new) is None:
-                victim = running.pop()          # the newest running request
+                victim = running.pop()  # the newest running request
                 self._preempt(victim, out)
                 if victim is req:
                     scheduled = False
@@ -174,7 +182,7 @@ class Scheduler:
                     break
                 if req.prompt_logprobs is None:
                     computed_blocks, num_cached = kv.get_computed_blocks(req)
-                else:                   # every prompt token's logits are needed: no cache hit
+                else:  # every prompt token's logits are needed: no cache hit
                     computed_blocks, num_cached = [], 0
                 num_new = req.num_tokens - num_cached
                 if num_new > budget:
@@ -214,8 +222,9 @@ class Scheduler:
             return True
         batch = self._static_batch
         if not self.running and not any(r.request_id in batch for r in self.waiting):
-            self._static_batch = batch = {r.request_id for _, r in
-                                          zip(range(self.max_num_seqs), self.waiting)}
+            self._static_batch = batch = {
+                r.request_id for _, r in zip(range(self.max_num_seqs), self.waiting)
+            }
         return request.request_id in batch
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
@@ -228,8 +237,9 @@ class Scheduler:
         out.preempted.append(request)
         self.stats.num_preemptions += 1
 
-    def update_from_output(self, out: SchedulerOutput, sampled_token_ids: list[int],
-                           now: float) -> tuple[list[Request], list[Request]]:
+    def update_from_output(
+        self, out: SchedulerOutput, sampled_token_ids: list[int], now: float
+    ) -> tuple[list[Request], list[Request]]:
         """Advance each scheduled request by its tokens; append the sampled tokens.
 
         `sampled_token_ids` has one token per request of `out` that was caught up after the
@@ -244,7 +254,7 @@ class Scheduler:
         for req, n in zip(out.requests, out.num_new_tokens):
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.num_tokens:
-                continue                       # a partial prefill chunk: no token yet
+                continue  # a partial prefill chunk: no token yet
             req.append_output_token(sampled_token_ids[k])
             k += 1
             metrics = req.metrics

@@ -16,10 +16,12 @@ the block it was chained from (its parent) is itself a confirmed hit for the pre
 has not been handed out again since. So even a hash function that always collides can cost
 speed, never correctness.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+
 from llmlab.utils import check_positive_int
 
 BlockHash = int
@@ -35,15 +37,15 @@ class KVCacheBlock:
     """
 
     block_id: int
-    ref_cnt: int = 0                              # number of block tables holding this block
-    block_hash: BlockHash | None = None           # set while the block is in the prefix cache
-    token_ids: tuple[int, ...] | None = None      # this block's own tokens, set with the hash
+    ref_cnt: int = 0  # number of block tables holding this block
+    block_hash: BlockHash | None = None  # set while the block is in the prefix cache
+    token_ids: tuple[int, ...] | None = None  # this block's own tokens, set with the hash
     # The block this one was chained from when it was cached (None for a sequence's first
     # block) and that parent's `generation` at the time. If the parent has been handed out
     # again since, this block's content no longer follows from any findable prefix.
     parent: KVCacheBlock | None = field(default=None, repr=False)
     parent_generation: int = -1
-    generation: int = 0                           # times this block has been handed out
+    generation: int = 0  # times this block has been handed out
     # Links of the doubly linked free queue; both None while the block is not in it.
     prev_free_block: KVCacheBlock | None = field(default=None, repr=False)
     next_free_block: KVCacheBlock | None = field(default=None, repr=False)
@@ -64,8 +66,8 @@ class FreeKVCacheBlockQueue:
     """
 
     def __init__(self, blocks: list[KVCacheBlock]) -> None:
-        self._head = KVCacheBlock(-1)    # sentinel before the first free block
-        self._tail = KVCacheBlock(-1)    # sentinel after the last free block
+        self._head = KVCacheBlock(-1)  # sentinel before the first free block
+        self._tail = KVCacheBlock(-1)  # sentinel after the last free block
         self._head.next_free_block = self._tail
         self._tail.prev_free_block = self._head
         self.num_free_blocks = 0
@@ -145,8 +147,12 @@ class BlockPool:
     collision only costs a token comparison, because every hit is verified.
     """
 
-    def __init__(self, num_blocks: int, enable_caching: bool = True,
-                 hash_fn: Callable[[object], int] | None = None) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        enable_caching: bool = True,
+        hash_fn: Callable[[object], int] | None = None,
+    ) -> None:
         check_positive_int("num_blocks", num_blocks)
         if not isinstance(enable_caching, bool):
             raise ValueError(f"enable_caching must be True or False, got {enable_caching!r}")
@@ -179,13 +185,18 @@ class BlockPool:
 
     # ---- hashing and lookup ---------------------------------------------------------------
 
-    def hash_block_tokens(self, parent_block_hash: BlockHash | None,
-                          token_ids: tuple[int, ...]) -> BlockHash:
+    def hash_block_tokens(
+        self, parent_block_hash: BlockHash | None, token_ids: tuple[int, ...]
+    ) -> BlockHash:
         """The chained hash of one full block given its parent's hash (None for the first)."""
         return self.hash_fn((parent_block_hash, token_ids))
 
-    def find_cached_blocks(self, block_hash: BlockHash, token_ids: tuple[int, ...],
-                           parents: Collection[KVCacheBlock] | None) -> list[KVCacheBlock]:
+    def find_cached_blocks(
+        self,
+        block_hash: BlockHash,
+        token_ids: tuple[int, ...],
+        parents: Collection[KVCacheBlock] | None,
+    ) -> list[KVCacheBlock]:
         """Every cached block that certainly holds the same prefix as the caller's block.
 
         `parents`: the confirmed matches for the previous block of the same sequence, or None
@@ -204,14 +215,21 @@ class BlockPool:
             if parents is None:
                 if parent is not None:
                     continue
-            elif (parent is None or parent.generation != block.parent_generation
-                  or parent not in parents):
+            elif (
+                parent is None
+                or parent.generation != block.parent_generation
+                or parent not in parents
+            ):
                 continue
             matches.append(block)
         return matches
 
-    def get_cached_block(self, block_hash: BlockHash, token_ids: tuple[int, ...],
-                         parents: Collection[KVCacheBlock] | None = None) -> KVCacheBlock | None:
+    def get_cached_block(
+        self,
+        block_hash: BlockHash,
+        token_ids: tuple[int, ...],
+        parents: Collection[KVCacheBlock] | None = None,
+    ) -> KVCacheBlock | None:
         """One verified cached block for this prefix, or None (see `find_cached_blocks`)."""
         matches = self.find_cached_blocks(block_hash, token_ids, parents)
         return matches[0] if matches else None
@@ -224,14 +242,16 @@ class BlockPool:
         The least recently freed blocks go first. Raises ValueError when there are not enough.
         """
         if not 0 <= num_blocks <= self.free_block_queue.num_free_blocks:
-            raise ValueError(f"num_blocks must be in [0, num_free_blocks="
-                             f"{self.free_block_queue.num_free_blocks}], got {num_blocks}")
+            raise ValueError(
+                f"num_blocks must be in [0, num_free_blocks="
+                f"{self.free_block_queue.num_free_blocks}], got {num_blocks}"
+            )
         blocks = self.free_block_queue.popleft_n(num_blocks)
         for block in blocks:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue is in use"
             if block.block_hash is not None:
                 self._evict_cached_block(block)
-            block.generation += 1       # its content is about to be overwritten
+            block.generation += 1  # its content is about to be overwritten
             block.ref_cnt = 1
         return blocks
 
@@ -247,17 +267,23 @@ class BlockPool:
         the given order (so the first given will be the first evicted)."""
         for block in ordered_blocks:
             if block.ref_cnt <= 0:
-                raise ValueError(f"block {block.block_id} freed with ref_cnt={block.ref_cnt} "
-                                 "(double free?)")
+                raise ValueError(
+                    f"block {block.block_id} freed with ref_cnt={block.ref_cnt} (double free?)"
+                )
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 self.free_block_queue.append(block)
 
     # ---- caching --------------------------------------------------------------------------
 
-    def cache_full_blocks(self, blocks: list[KVCacheBlock], block_hashes: list[BlockHash],
-                          num_cached_blocks: int, num_full_blocks: int,
-                          new_block_token_ids: list[tuple[int, ...]]) -> None:
+    def cache_full_blocks(
+        self,
+        blocks: list[KVCacheBlock],
+        block_hashes: list[BlockHash],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        new_block_token_ids: list[tuple[int, ...]],
+    ) -> None:
         """Put a sequence's newly full blocks `blocks[num_cached_blocks:num_full_blocks]` in the
         prefix cache.
 
@@ -269,14 +295,20 @@ class BlockPool:
         if not self.enable_caching:
             return
         if not 0 <= num_cached_blocks <= num_full_blocks <= len(blocks):
-            raise ValueError(f"need 0 <= num_cached_blocks={num_cached_blocks} <= "
-                             f"num_full_blocks={num_full_blocks} <= len(blocks)={len(blocks)}")
+            raise ValueError(
+                f"need 0 <= num_cached_blocks={num_cached_blocks} <= "
+                f"num_full_blocks={num_full_blocks} <= len(blocks)={len(blocks)}"
+            )
         if len(block_hashes) < num_cached_blocks:
-            raise ValueError(f"block_hashes has {len(block_hashes)} entries, fewer than "
-                             f"num_cached_blocks={num_cached_blocks}")
+            raise ValueError(
+                f"block_hashes has {len(block_hashes)} entries, fewer than "
+                f"num_cached_blocks={num_cached_blocks}"
+            )
         if len(new_block_token_ids) != num_full_blocks - num_cached_blocks:
-            raise ValueError(f"new_block_token_ids has {len(new_block_token_ids)} blocks, "
-                             f"expected {num_full_blocks - num_cached_blocks}")
+            raise ValueError(
+                f"new_block_token_ids has {len(new_block_token_ids)} blocks, "
+                f"expected {num_full_blocks - num_cached_blocks}"
+            )
         for i, token_ids in enumerate(new_block_token_ids):
             j = num_cached_blocks + i
             if j == len(block_hashes):

@@ -14,6 +14,7 @@ The scheduler uses it like this:
 
     mgr.free(req)                     # finished, aborted or preempted
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmlab.kvcache.block_pool import BlockHash, BlockPool, KVCacheBlock
-from llmlab.utils import check_positive_int, cdiv
+from llmlab.utils import cdiv, check_positive_int
 
 if TYPE_CHECKING:
     from llmlab.request import Request
@@ -31,9 +32,9 @@ if TYPE_CHECKING:
 class PrefixCacheStats:
     """Prefix-cache lookups since the manager was made, counted in tokens."""
 
-    requests: int = 0     # calls of get_computed_blocks with caching on
-    queries: int = 0      # tokens looked up (each request's num_tokens)
-    hits: int = 0         # tokens found in the cache
+    requests: int = 0  # calls of get_computed_blocks with caching on
+    queries: int = 0  # tokens looked up (each request's num_tokens)
+    hits: int = 0  # tokens found in the cache
 
     @property
     def hit_rate(self) -> float:
@@ -49,8 +50,13 @@ class KVCacheManager:
     tests pass a colliding one.
     """
 
-    def __init__(self, num_blocks: int, block_size: int = 16, enable_caching: bool = True,
-                 hash_fn: Callable[[object], int] | None = None) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        enable_caching: bool = True,
+        hash_fn: Callable[[object], int] | None = None,
+    ) -> None:
         check_positive_int("block_size", block_size)
         self.block_pool = BlockPool(num_blocks, enable_caching=enable_caching, hash_fn=hash_fn)
         self.num_blocks = num_blocks
@@ -121,9 +127,12 @@ class KVCacheManager:
 
     # ---- allocation -----------------------------------------------------------------------
 
-    def allocate_slots(self, request: Request, num_new_tokens: int,
-                       new_computed_blocks: list[KVCacheBlock] | None = None,
-                       ) -> list[KVCacheBlock] | None:
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        new_computed_blocks: list[KVCacheBlock] | None = None,
+    ) -> list[KVCacheBlock] | None:
         """Grow the request's block table so it covers its computed tokens, the prefix-cache
         hit `new_computed_blocks` and `num_new_tokens` more tokens.
 
@@ -143,7 +152,7 @@ class KVCacheManager:
             # no hashing, no copies of the token list.
             num_total = request.num_computed_tokens + num_new_tokens
             if table is not None and num_total <= len(table) * block_size:
-                new_blocks = []                  # decode inside the last block: the usual case
+                new_blocks = []  # decode inside the last block: the usual case
             else:
                 num_new_blocks = cdiv(num_total, block_size) - (len(table) if table else 0)
                 if num_new_blocks > pool.free_block_queue.num_free_blocks:
@@ -154,8 +163,9 @@ class KVCacheManager:
                 else:
                     table.extend(new_blocks)
             # A block can only have become full if num_total reaches past the cached blocks.
-            if (self.enable_caching
-                    and num_total // block_size > self.num_cached_block.get(request_id, 0)):
+            if self.enable_caching and num_total // block_size > self.num_cached_block.get(
+                request_id, 0
+            ):
                 num_full = min(num_total, request.num_tokens) // block_size
                 if num_full > self.num_cached_block.get(request_id, 0):
                     self._cache_full_blocks(request, table, num_full)
@@ -167,7 +177,8 @@ class KVCacheManager:
                 "new_computed_blocks is only for a request that holds no blocks and has "
                 f"num_computed_tokens == 0 (got num_computed_tokens="
                 f"{request.num_computed_tokens}, {len(table or ())} blocks held); set "
-                "num_computed_tokens to the hit length after allocate_slots succeeds")
+                "num_computed_tokens to the hit length after allocate_slots succeeds"
+            )
         num_hit_blocks = len(new_computed_blocks)
         num_total = num_hit_blocks * block_size + num_new_tokens
         num_new_blocks = max(0, cdiv(num_total, block_size) - num_hit_blocks)
@@ -182,14 +193,15 @@ class KVCacheManager:
         table.extend(new_blocks)
         self.req_to_blocks[request_id] = table
         if self.enable_caching:
-            self.num_cached_block[request_id] = num_hit_blocks   # hit blocks are cached
+            self.num_cached_block[request_id] = num_hit_blocks  # hit blocks are cached
             num_full = min(num_total, request.num_tokens) // block_size
             if num_full > num_hit_blocks:
                 self._cache_full_blocks(request, table, num_full)
         return new_blocks
 
-    def _cache_full_blocks(self, request: Request, table: list[KVCacheBlock],
-                           num_full: int) -> None:
+    def _cache_full_blocks(
+        self, request: Request, table: list[KVCacheBlock], num_full: int
+    ) -> None:
         request_id = request.request_id
         start = self.num_cached_block.get(request_id, 0)
         bs = self.block_size
@@ -236,5 +248,5 @@ def _token_slice(request: Request, start: int, end: int) -> tuple[int, ...]:
         return tuple(prompt[start:end])
     output = request.output_token_ids
     if start >= num_prompt:
-        return tuple(output[start - num_prompt:end - num_prompt])
-    return tuple(prompt[start:]) + tuple(output[:end - num_prompt])
+        return tuple(output[start - num_prompt : end - num_prompt])
+    return tuple(prompt[start:]) + tuple(output[: end - num_prompt])

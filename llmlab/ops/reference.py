@@ -10,8 +10,13 @@ from __future__ import annotations
 import torch
 
 
-def reference_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                                value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+def reference_reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
     """Write token t's key/value into slot `slot_mapping[t]`, skipping slot -1."""
     block_size = key_cache.shape[1]
     for t, slot in enumerate(slot_mapping.tolist()):
@@ -29,18 +34,24 @@ def _read_context(cache: torch.Tensor, block_table: list[int], seq_len: int) -> 
     return torch.stack(rows).double() if rows else cache.new_zeros((0, *cache.shape[2:])).double()
 
 
-def _attend_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                scale: float) -> torch.Tensor:
+def _attend_one(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
+) -> torch.Tensor:
     """q: [head_dim]; keys, values: [n, head_dim] -> [head_dim], plain softmax in float64."""
     scores = (keys @ q.double()) * scale  # [n]
     weights = torch.exp(scores - scores.max())  # [n]; subtracting the max changes nothing
     return (weights / weights.sum()) @ values  # [head_dim]
 
 
-def reference_paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
-                                      value_cache: torch.Tensor, block_tables: torch.Tensor,
-                                      cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                                      scale: float) -> torch.Tensor:
+def reference_paged_attention_prefill(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """Causal varlen attention: query i of sequence s sits at position seq_len - q_len + i.
 
     Returns float64 on the CPU, [num_tokens, num_heads, head_dim], so a comparison measures the
@@ -60,17 +71,23 @@ def reference_paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tens
             pos = seq_len - q_len + i
             for h in range(num_heads):
                 kv_h = h // group
-                out[cu[s] + i, h] = _attend_one(query[cu[s] + i, h].cpu(),
-                                                keys[: pos + 1, kv_h], values[: pos + 1, kv_h],
-                                                scale)
+                out[cu[s] + i, h] = _attend_one(
+                    query[cu[s] + i, h].cpu(), keys[: pos + 1, kv_h], values[: pos + 1, kv_h], scale
+                )
     return out
 
 
-def reference_paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
-                                     value_cache: torch.Tensor, block_tables: torch.Tensor,
-                                     seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+def reference_paged_attention_decode(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """Decode = prefill with one query token per sequence, at the last position."""
     num_seqs = query.shape[0]
     cu = torch.arange(num_seqs + 1, dtype=torch.int32)
-    return reference_paged_attention_prefill(query, key_cache, value_cache, block_tables, cu,
-                                             seq_lens, scale)
+    return reference_paged_attention_prefill(
+        query, key_cache, value_cache, block_tables, cu, seq_lens, scale
+    )

@@ -10,6 +10,7 @@ while the others wait for it inside a collective forever, or one rank simply nev
 The launcher turns both into a `RuntimeError` that names the rank, within `timeout` seconds,
 and kills the remaining processes, so a test or a notebook never hangs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ def free_port() -> int:
 
 
 def default_backend() -> str:
-    """"nccl" when there is a CUDA GPU per rank to be had, else "gloo" (CPU)."""
+    """ "nccl" when there is a CUDA GPU per rank to be had, else "gloo" (CPU)."""
     return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
 
 
@@ -48,17 +49,29 @@ def rank_device(rank: int, backend: str) -> torch.device:
     return torch.device("cpu")
 
 
-def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
-            fn: Callable[..., Any], args: tuple, results: Any) -> None:
+def _worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    timeout: float,
+    fn: Callable[..., Any],
+    args: tuple,
+    results: Any,
+) -> None:
     """Body of one spawned rank: join the group, run `fn`, report ("ok"|"error", rank, payload)."""
     torch.set_num_threads(1)  # one core per rank: ranks must not fight over the same cores
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank_device(rank, backend))
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world_size,
-                                # outlive the launcher's own deadline, which names the ranks
-                                timeout=timedelta(seconds=timeout + 60))
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world_size,
+            # outlive the launcher's own deadline, which names the ranks
+            timeout=timedelta(seconds=timeout + 60),
+        )
         out = fn(rank, world_size, *args)
         # plain pickle copies tensors by value (a torch.multiprocessing queue would hand over
         # shared-memory handles that die with this process)
@@ -71,8 +84,14 @@ def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
                 dist.destroy_process_group()
 
 
-def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *,
-           timeout: float = 120.0, backend: str = "gloo") -> list[Any]:
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple = (),
+    *,
+    timeout: float = 120.0,
+    backend: str = "gloo",
+) -> list[Any]:
     """Run `fn(rank, world_size, *args)` in `world_size` fresh processes; return results by rank.
 
     Raises RuntimeError naming the rank when a rank raises, dies, or does not finish within
@@ -85,8 +104,10 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *,
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     if backend == "nccl" and torch.cuda.device_count() < world_size:
-        raise ValueError(f"backend 'nccl' needs one GPU per rank: world_size={world_size}, "
-                         f"GPUs={torch.cuda.device_count()}; use backend='gloo'")
+        raise ValueError(
+            f"backend 'nccl' needs one GPU per rank: world_size={world_size}, "
+            f"GPUs={torch.cuda.device_count()}; use backend='gloo'"
+        )
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
@@ -96,8 +117,12 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *,
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
         for rank in range(world_size):
-            p = ctx.Process(target=_worker, name=f"llmlab-rank{rank}", daemon=True,
-                            args=(rank, world_size, port, backend, timeout, fn, args, results))
+            p = ctx.Process(
+                target=_worker,
+                name=f"llmlab-rank{rank}",
+                daemon=True,
+                args=(rank, world_size, port, backend, timeout, fn, args, results),
+            )
             p.start()
             procs.append(p)
     finally:
@@ -123,21 +148,26 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *,
                 time.sleep(0.5)
                 dead = _silently_dead(procs, done, results, exclude=rank)
                 if dead is not None:
-                    raise RuntimeError(f"rank {dead} of {world_size} died with exit code "
-                                       f"{procs[dead].exitcode} without reporting a result "
-                                       f"(then rank {rank} failed: {payload.splitlines()[0]})")
+                    raise RuntimeError(
+                        f"rank {dead} of {world_size} died with exit code "
+                        f"{procs[dead].exitcode} without reporting a result "
+                        f"(then rank {rank} failed: {payload.splitlines()[0]})"
+                    )
                 raise RuntimeError(f"rank {rank} of {world_size} failed: {payload}")
             dead = _silently_dead(procs, done, results)
             if dead is not None:
                 time.sleep(0.5)  # a message in flight may still arrive
                 if results.empty():
-                    raise RuntimeError(f"rank {dead} of {world_size} died with exit code "
-                                       f"{procs[dead].exitcode} without reporting a result")
+                    raise RuntimeError(
+                        f"rank {dead} of {world_size} died with exit code "
+                        f"{procs[dead].exitcode} without reporting a result"
+                    )
             if time.monotonic() > deadline:
                 missing = [r for r in range(world_size) if r not in done]
                 raise RuntimeError(
                     f"timed out after {timeout:g} s: rank(s) {missing} of {world_size} did "
-                    f"not finish (hung, or waiting in a collective for a rank that hung)")
+                    f"not finish (hung, or waiting in a collective for a rank that hung)"
+                )
         ok = True
     finally:
         for p in procs:
@@ -159,6 +189,7 @@ def _silently_dead(procs, done: dict, results, exclude: int | None = None) -> in
 
 
 # --- small module-level targets, used by the tests and the notebook to show the launcher -----
+
 
 def all_reduce_sum_of_ranks(rank: int, world_size: int) -> float:
     """Every rank contributes rank + 1; everyone gets the sum (world_size·(world_size+1)/2)."""

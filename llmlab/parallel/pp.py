@@ -14,6 +14,7 @@ be measured and set against the formula.
 Each stage reuses the model's own `DecoderLayer`s, RoPE and KV cache; only the layer range
 differs.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,10 @@ from llmlab.parallel.source import ModelSource
 def pp_plan(num_layers: int, num_stages: int) -> list[range]:
     """Contiguous layer ranges, one per stage, sizes differing by at most one."""
     if not isinstance(num_stages, int) or not 1 <= num_stages <= num_layers:
-        raise ValueError(f"num_stages must be an int in [1, {num_layers}] (the number of "
-                         f"layers), got {num_stages!r}")
+        raise ValueError(
+            f"num_stages must be an int in [1, {num_layers}] (the number of "
+            f"layers), got {num_stages!r}"
+        )
     return split_evenly(num_layers, num_stages)
 
 
@@ -44,7 +47,7 @@ class PipelineStage(nn.Module):
     def __init__(self, model: LlamaModel, layers: range, num_stages: int, stage: int):
         super().__init__()
         cfg = model.config
-        self.config = cfg.replace(num_hidden_layers=len(layers))   # what this stage's KV cache holds
+        self.config = cfg.replace(num_hidden_layers=len(layers))  # what this stage's KV cache holds
         self.layer_ids = layers
         self.is_first, self.is_last = stage == 0, stage == num_stages - 1
         self.layers = nn.ModuleList(model.layers[i] for i in layers)
@@ -57,29 +60,32 @@ class PipelineStage(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.layers[0].input_layernorm.weight.dtype
 
-    rope_cos_sin = LlamaModel.rope_cos_sin   # the model's own RoPE tables
+    rope_cos_sin = LlamaModel.rope_cos_sin  # the model's own RoPE tables
 
     @torch.inference_mode()
-    def forward(self, x: torch.Tensor, positions: torch.Tensor,
-                metadata: AttentionMetadata) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
+    ) -> torch.Tensor:
         """First stage: token ids [T]; later stages: hidden [T, hidden]. Returns [T, hidden]."""
-        cos, sin = self.rope_cos_sin(positions)                        # [T, d/2] each
+        cos, sin = self.rope_cos_sin(positions)  # [T, d/2] each
         if self.is_first:
-            x = self.embed_tokens(x)                                   # [T, hidden]
+            x = self.embed_tokens(x)  # [T, hidden]
         for local_index, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, metadata, local_index)              # this stage's cache index
+            x = layer(x, cos, sin, metadata, local_index)  # this stage's cache index
         return self.norm(x) if self.is_last else x
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()                            # [N, vocab]
+        return self.lm_head(hidden).float()  # [N, vocab]
 
 
 def split_microbatches(num_seqs: int, num_microbatches: int) -> list[range]:
     """Sequences 0..num_seqs-1 in `num_microbatches` contiguous groups (sizes differ by ≤ 1)."""
     if not isinstance(num_microbatches, int) or not 1 <= num_microbatches <= num_seqs:
-        raise ValueError(f"num_microbatches must be an int in [1, {num_seqs}] (the number of "
-                         f"sequences), got {num_microbatches!r}")
+        raise ValueError(
+            f"num_microbatches must be an int in [1, {num_seqs}] (the number of "
+            f"sequences), got {num_microbatches!r}"
+        )
     return pp_plan(num_seqs, num_microbatches)
 
 
@@ -94,8 +100,9 @@ class StageTimeline:
 def theoretical_bubble(num_stages: int, num_microbatches: int) -> float:
     """Idle fraction of each stage with equal stage times and free communication: (p−1)/(m+p−1)."""
     if num_stages < 1 or num_microbatches < 1:
-        raise ValueError(f"num_stages and num_microbatches must be >= 1, got "
-                         f"{num_stages} and {num_microbatches}")
+        raise ValueError(
+            f"num_stages and num_microbatches must be >= 1, got {num_stages} and {num_microbatches}"
+        )
     return (num_stages - 1) / (num_microbatches + num_stages - 1)
 
 
@@ -107,9 +114,15 @@ def measured_bubble(timelines: list[StageTimeline]) -> list[float]:
     return [1.0 - sum(e - s for s, e in t.intervals) / span for t in timelines]
 
 
-def _pipeline_pass(stage: PipelineStage, rank: int, world_size: int, inputs: list,
-                   num_new: list[list[int]], caches: list[ContiguousKVCache],
-                   device: torch.device) -> tuple[list, list[tuple[float, float]]]:
+def _pipeline_pass(
+    stage: PipelineStage,
+    rank: int,
+    world_size: int,
+    inputs: list,
+    num_new: list[list[int]],
+    caches: list[ContiguousKVCache],
+    device: torch.device,
+) -> tuple[list, list[tuple[float, float]]]:
     """Push every micro-batch through this stage once. Returns (outputs, compute intervals).
 
     `inputs[i]` is micro-batch i's token ids [T_i] on the first stage (ignored elsewhere).
@@ -120,12 +133,12 @@ def _pipeline_pass(stage: PipelineStage, rank: int, world_size: int, inputs: lis
     for i, cache in enumerate(caches):
         n = num_new[i]
         if stage.is_first:
-            x = inputs[i]                                               # [T_i] token ids
+            x = inputs[i]  # [T_i] token ids
         else:
             x = torch.empty(sum(n), hidden_size, dtype=stage.dtype, device=device)
-            dist.recv(x, src=rank - 1)                                  # waiting here is bubble
+            dist.recv(x, src=rank - 1)  # waiting here is bubble
         t0 = time.perf_counter()
-        h = stage(x, cache.positions(n).to(device), cache.context(n))   # [T_i, hidden]
+        h = stage(x, cache.positions(n).to(device), cache.context(n))  # [T_i, hidden]
         intervals.append((t0, time.perf_counter()))
         cache.advance(n)
         if stage.is_last:
@@ -139,8 +152,15 @@ def _pipeline_pass(stage: PipelineStage, rank: int, world_size: int, inputs: lis
     return outputs, intervals
 
 
-def pp_worker(rank: int, world_size: int, source: ModelSource, prompts: list[list[int]],
-              num_microbatches: int, max_new_tokens: int, backend: str = "gloo") -> dict:
+def pp_worker(
+    rank: int,
+    world_size: int,
+    source: ModelSource,
+    prompts: list[list[int]],
+    num_microbatches: int,
+    max_new_tokens: int,
+    backend: str = "gloo",
+) -> dict:
     """One stage of a PP run: prefill every prompt, then greedy-decode, micro-batch by micro-batch."""
     device = rank_device(rank, backend)
     full = source.build()
@@ -149,26 +169,32 @@ def pp_worker(rank: int, world_size: int, source: ModelSource, prompts: list[lis
     del full
     groups = split_microbatches(len(prompts), num_microbatches)
     max_len = max(len(p) for p in prompts) + max_new_tokens
-    caches = [ContiguousKVCache(stage.config, batch_size=len(g), max_len=max_len, device=device)
-              for g in groups]
+    caches = [
+        ContiguousKVCache(stage.config, batch_size=len(g), max_len=max_len, device=device)
+        for g in groups
+    ]
     num_new = [[len(prompts[s]) for s in g] for g in groups]
-    inputs = [torch.tensor([t for s in g for t in prompts[s]], dtype=torch.long, device=device)
-              for g in groups]
+    inputs = [
+        torch.tensor([t for s in g for t in prompts[s]], dtype=torch.long, device=device)
+        for g in groups
+    ]
     tokens: list[list[int]] = [[] for _ in prompts]
     timelines, prefill_logits = [], None
     dist.barrier()
     for step in range(max_new_tokens):
-        outputs, intervals = _pipeline_pass(stage, rank, world_size, inputs, num_new, caches, device)
+        outputs, intervals = _pipeline_pass(
+            stage, rank, world_size, inputs, num_new, caches, device
+        )
         timelines.append(intervals)
         next_ids = torch.empty(len(prompts), dtype=torch.long, device=device)  # [num_seqs]
         if stage.is_last:
-            logits = [stage.compute_logits(h) for h in outputs]                  # [T_i, vocab] each
+            logits = [stage.compute_logits(h) for h in outputs]  # [T_i, vocab] each
             if step == 0:
                 prefill_logits = []
                 for n, lg in zip(num_new, logits):
-                    prefill_logits += list(lg.cpu().split(n))                    # [len(prompt), vocab]
+                    prefill_logits += list(lg.cpu().split(n))  # [len(prompt), vocab]
             last = [lg[torch.cumsum(torch.tensor(n), 0) - 1] for n, lg in zip(num_new, logits)]
-            next_ids = torch.cat(last).argmax(dim=-1)                            # [num_seqs]
+            next_ids = torch.cat(last).argmax(dim=-1)  # [num_seqs]
         if world_size > 1:
             # the sampled tokens go back to the first stage, which embeds them next pass
             if stage.is_last:
@@ -177,11 +203,15 @@ def pp_worker(rank: int, world_size: int, source: ModelSource, prompts: list[lis
                 dist.recv(next_ids, src=world_size - 1)
         for s, t in enumerate(next_ids.tolist()):
             tokens[s].append(t)
-        inputs = [next_ids[g.start:g.stop] for g in groups]
+        inputs = [next_ids[g.start : g.stop] for g in groups]
         num_new = [[1] * len(g) for g in groups]
-    return {"rank": rank, "layers": layers, "timelines": timelines,
-            "tokens": tokens if (stage.is_first or stage.is_last) else None,
-            "logits": prefill_logits}
+    return {
+        "rank": rank,
+        "layers": layers,
+        "timelines": timelines,
+        "tokens": tokens if (stage.is_first or stage.is_last) else None,
+        "logits": prefill_logits,
+    }
 
 
 @dataclass
@@ -190,10 +220,10 @@ class PPResult:
 
     num_stages: int
     num_microbatches: int
-    logits: list[torch.Tensor]                 # per prompt, [len(prompt), vocab] (prefill pass)
-    token_ids: list[list[int]]                 # greedy continuation per prompt
+    logits: list[torch.Tensor]  # per prompt, [len(prompt), vocab] (prefill pass)
+    token_ids: list[list[int]]  # greedy continuation per prompt
     stage_layers: list[range]
-    timelines: list[list[StageTimeline]]       # [pass][stage]
+    timelines: list[list[StageTimeline]]  # [pass][stage]
     extra: dict = field(default_factory=dict)
 
     @property
@@ -206,30 +236,55 @@ class PPResult:
         return theoretical_bubble(self.num_stages, self.num_microbatches)
 
 
-def run_pipeline_parallel(source: ModelSource, prompts: list[list[int]], num_stages: int = 2,
-                          num_microbatches: int = 2, max_new_tokens: int = 4, *,
-                          timeout: float = 180.0, backend: str = "gloo") -> PPResult:
+def run_pipeline_parallel(
+    source: ModelSource,
+    prompts: list[list[int]],
+    num_stages: int = 2,
+    num_microbatches: int = 2,
+    max_new_tokens: int = 4,
+    *,
+    timeout: float = 180.0,
+    backend: str = "gloo",
+) -> PPResult:
     """Run the model as a `num_stages`-stage pipeline over real processes; greedy-decode."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    split_microbatches(len(prompts), num_microbatches)   # validate before starting processes
-    outs = launch(pp_worker, num_stages,
-                  (source, [list(p) for p in prompts], num_microbatches, max_new_tokens, backend),
-                  timeout=timeout, backend=backend)
+    split_microbatches(len(prompts), num_microbatches)  # validate before starting processes
+    outs = launch(
+        pp_worker,
+        num_stages,
+        (source, [list(p) for p in prompts], num_microbatches, max_new_tokens, backend),
+        timeout=timeout,
+        backend=backend,
+    )
     first, last = outs[0], outs[-1]
     if first["tokens"] != last["tokens"]:
         raise RuntimeError("the first and last stage disagree on the sampled tokens")
-    timelines = [[StageTimeline(o["rank"], o["timelines"][p]) for o in outs]
-                 for p in range(max_new_tokens)]
-    return PPResult(num_stages, num_microbatches, last["logits"], last["tokens"],
-                    [o["layers"] for o in outs], timelines)
+    timelines = [
+        [StageTimeline(o["rank"], o["timelines"][p]) for o in outs] for p in range(max_new_tokens)
+    ]
+    return PPResult(
+        num_stages,
+        num_microbatches,
+        last["logits"],
+        last["tokens"],
+        [o["layers"] for o in outs],
+        timelines,
+    )
 
 
-def pp_bubble_worker(rank: int, world_size: int, source: ModelSource, batch_size: int,
-                     seq_len: int, microbatch_counts: list[int], repeats: int,
-                     backend: str = "gloo") -> dict:
+def pp_bubble_worker(
+    rank: int,
+    world_size: int,
+    source: ModelSource,
+    batch_size: int,
+    seq_len: int,
+    microbatch_counts: list[int],
+    repeats: int,
+    backend: str = "gloo",
+) -> dict:
     """Prefill-only passes of a random batch for each micro-batch count m (timelines only)."""
     device = rank_device(rank, backend)
     full = source.build()
@@ -238,15 +293,17 @@ def pp_bubble_worker(rank: int, world_size: int, source: ModelSource, batch_size
     vocab = full.config.vocab_size
     del full
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (batch_size, seq_len), generator=g)   # [B, T]
+    ids = torch.randint(0, vocab, (batch_size, seq_len), generator=g)  # [B, T]
     out: dict[int, list[list[tuple[float, float]]]] = {}
     for m in microbatch_counts:
         groups = split_microbatches(batch_size, m)
         runs = []
-        for r in range(repeats + 1):                  # the first run warms up and is dropped
-            caches = [ContiguousKVCache(stage.config, batch_size=len(gr), max_len=seq_len,
-                                        device=device) for gr in groups]
-            inputs = [ids[gr.start:gr.stop].reshape(-1).to(device) for gr in groups]
+        for r in range(repeats + 1):  # the first run warms up and is dropped
+            caches = [
+                ContiguousKVCache(stage.config, batch_size=len(gr), max_len=seq_len, device=device)
+                for gr in groups
+            ]
+            inputs = [ids[gr.start : gr.stop].reshape(-1).to(device) for gr in groups]
             num_new = [[seq_len] * len(gr) for gr in groups]
             dist.barrier()
             _, intervals = _pipeline_pass(stage, rank, world_size, inputs, num_new, caches, device)
@@ -256,10 +313,17 @@ def pp_bubble_worker(rank: int, world_size: int, source: ModelSource, batch_size
     return {"rank": rank, "runs": out}
 
 
-def measure_bubble(source: ModelSource, num_stages: int = 2, batch_size: int = 8,
-                   seq_len: int = 32, microbatch_counts: tuple[int, ...] = (1, 2, 4, 8),
-                   repeats: int = 3, *, timeout: float = 180.0,
-                   backend: str = "gloo") -> dict[int, dict[str, float]]:
+def measure_bubble(
+    source: ModelSource,
+    num_stages: int = 2,
+    batch_size: int = 8,
+    seq_len: int = 32,
+    microbatch_counts: tuple[int, ...] = (1, 2, 4, 8),
+    repeats: int = 3,
+    *,
+    timeout: float = 180.0,
+    backend: str = "gloo",
+) -> dict[int, dict[str, float]]:
     """Measured vs theoretical bubble for each micro-batch count (median over `repeats` passes).
 
     Returns {m: {"measured": mean idle fraction over stages, "theory": (p−1)/(m+p−1),
@@ -268,9 +332,13 @@ def measure_bubble(source: ModelSource, num_stages: int = 2, batch_size: int = 8
     """
     for m in microbatch_counts:
         split_microbatches(batch_size, m)
-    outs = launch(pp_bubble_worker, num_stages,
-                  (source, batch_size, seq_len, list(microbatch_counts), repeats, backend),
-                  timeout=timeout, backend=backend)
+    outs = launch(
+        pp_bubble_worker,
+        num_stages,
+        (source, batch_size, seq_len, list(microbatch_counts), repeats, backend),
+        timeout=timeout,
+        backend=backend,
+    )
     result = {}
     for m in microbatch_counts:
         per_run = []
@@ -281,7 +349,11 @@ def measure_bubble(source: ModelSource, num_stages: int = 2, batch_size: int = 8
             per_run.append((measured_bubble(tl), span, tl))
         per_run.sort(key=lambda x: sum(x[0]))
         stages, span, tl = per_run[len(per_run) // 2]
-        result[m] = {"measured": sum(stages) / len(stages), "stages": stages,
-                     "theory": theoretical_bubble(num_stages, m), "pass_seconds": span,
-                     "timelines": tl}
+        result[m] = {
+            "measured": sum(stages) / len(stages),
+            "stages": stages,
+            "theory": theoretical_bubble(num_stages, m),
+            "pass_seconds": span,
+            "timelines": tl,
+        }
     return result

@@ -1,4 +1,5 @@
 """Which model a spawned rank builds: each process loads its own copy, then keeps its part."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ class ModelSource:
         if self.name == "tiny":
             return tiny_model(seed=self.seed, **self.overrides)
         if self.overrides:
-            raise ValueError(f"overrides apply only to name='tiny', got {self.overrides!r} "
-                             f"for {self.name!r}")
+            raise ValueError(
+                f"overrides apply only to name='tiny', got {self.overrides!r} for {self.name!r}"
+            )
         return load_weights_only(self.name)
 
 
@@ -58,7 +60,9 @@ def load_weights_only(name: str) -> LlamaModel:
         model.lm_head.weight = model.embed_tokens.weight
         missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
-        raise ValueError(f"weights of {name!r} do not fit the Llama layout: missing "
-                         f"{missing[:5]}, unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"weights of {name!r} do not fit the Llama layout: missing "
+            f"{missing[:5]}, unexpected {unexpected[:5]}"
+        )
     model.inv_freq = rope_inv_freq(cfg)
     return model.eval()

@@ -24,6 +24,7 @@ Each rank's slice is itself a `LlamaModel` (with fewer heads and a narrower MLP)
 forward, RoPE, attention ops and KV cache are the very code the single-process model runs;
 only o_proj and down_proj are swapped for `RowParallelLinear`.
 """
+
 from __future__ import annotations
 
 import time
@@ -48,7 +49,7 @@ class TPShard:
     world_size: int
     q_heads: range
     kv_heads: range
-    ffn: range         # columns of the MLP's intermediate dimension
+    ffn: range  # columns of the MLP's intermediate dimension
 
 
 def tp_plan(cfg: ModelConfig, world_size: int) -> list[TPShard]:
@@ -57,11 +58,16 @@ def tp_plan(cfg: ModelConfig, world_size: int) -> list[TPShard]:
         raise ValueError(
             f"world_size (TP degree) must be an int in [1, {cfg.num_key_value_heads}] "
             f"(num_key_value_heads of {cfg.name!r}: every rank needs a whole KV head), "
-            f"got {world_size!r}")
+            f"got {world_size!r}"
+        )
     group = cfg.num_queries_per_kv
     shards = []
-    for r, (kv, ffn) in enumerate(zip(split_evenly(cfg.num_key_value_heads, world_size),
-                                      split_evenly(cfg.intermediate_size, world_size))):
+    for r, (kv, ffn) in enumerate(
+        zip(
+            split_evenly(cfg.num_key_value_heads, world_size),
+            split_evenly(cfg.intermediate_size, world_size),
+        )
+    ):
         q = range(kv.start * group, kv.stop * group)
         shards.append(TPShard(r, world_size, q, kv, ffn))
     return shards
@@ -89,13 +95,13 @@ class RowParallelLinear(nn.Linear):
     """y = all_reduce(x_shard @ W_shardᵀ): this rank's input columns give a partial sum of y."""
 
     def __init__(self, weight_shard: torch.Tensor, all_reduce):
-        out_features, in_features = weight_shard.shape              # [out, in / world_size]
+        out_features, in_features = weight_shard.shape  # [out, in / world_size]
         super().__init__(in_features, out_features, bias=False, device="meta")
         self.weight = nn.Parameter(weight_shard, requires_grad=False)
         self.all_reduce = all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.all_reduce(super().forward(x))                  # [T, out]: partial, then full sum
+        return self.all_reduce(super().forward(x))  # [T, out]: partial, then full sum
 
 
 def shard_model(model: LlamaModel, shard: TPShard, all_reduce) -> LlamaModel:
@@ -106,10 +112,13 @@ def shard_model(model: LlamaModel, shard: TPShard, all_reduce) -> LlamaModel:
     """
     cfg = model.config
     d = cfg.head_dim
-    local_cfg = cfg.replace(name=f"{cfg.name}-tp{shard.rank}of{shard.world_size}",
-                            num_attention_heads=len(shard.q_heads),
-                            num_key_value_heads=len(shard.kv_heads),
-                            intermediate_size=len(shard.ffn), head_dim=d)
+    local_cfg = cfg.replace(
+        name=f"{cfg.name}-tp{shard.rank}of{shard.world_size}",
+        num_attention_heads=len(shard.q_heads),
+        num_key_value_heads=len(shard.kv_heads),
+        intermediate_size=len(shard.ffn),
+        head_dim=d,
+    )
     q_rows = slice(shard.q_heads.start * d, shard.q_heads.stop * d)
     kv_rows = slice(shard.kv_heads.start * d, shard.kv_heads.stop * d)
     ffn = slice(shard.ffn.start, shard.ffn.stop)
@@ -129,9 +138,10 @@ def shard_model(model: LlamaModel, shard: TPShard, all_reduce) -> LlamaModel:
         state[p + "mlp.gate_proj.weight"] = layer.mlp.gate_proj.weight[ffn].clone()
         state[p + "mlp.up_proj.weight"] = layer.mlp.up_proj.weight[ffn].clone()
         # row-parallel: the matching input columns, summed over ranks afterwards
-        row_parallel.append((a.o_proj.weight[:, q_rows].clone(),
-                             layer.mlp.down_proj.weight[:, ffn].clone()))
-    with torch.device("meta"):                 # no random init: every tensor is assigned below
+        row_parallel.append(
+            (a.o_proj.weight[:, q_rows].clone(), layer.mlp.down_proj.weight[:, ffn].clone())
+        )
+    with torch.device("meta"):  # no random init: every tensor is assigned below
         local = LlamaModel(local_cfg)
     local.load_state_dict(state, strict=False, assign=True)
     for mine, (o_w, down_w) in zip(local.layers, row_parallel):
@@ -140,8 +150,9 @@ def shard_model(model: LlamaModel, shard: TPShard, all_reduce) -> LlamaModel:
     if cfg.tie_word_embeddings:
         local.lm_head.weight = local.embed_tokens.weight
     local.inv_freq = model.inv_freq.clone()
-    leftover = [n for n, t in list(local.named_parameters()) + list(local.named_buffers())
-                if t.is_meta]
+    leftover = [
+        n for n, t in list(local.named_parameters()) + list(local.named_buffers()) if t.is_meta
+    ]
     if leftover:
         raise ValueError(f"shard_model left tensors unset: {leftover[:5]}")
     return local.eval()
@@ -157,20 +168,26 @@ class TPResult:
     """What a tensor-parallel run produced (rank 0's view; every rank agrees on the tokens)."""
 
     world_size: int
-    logits: torch.Tensor                 # [prompt_len, vocab] float32, the prefill's logits
-    token_ids: list[int]                 # greedy continuation
-    all_reduces_per_forward: list[int]   # per forward pass, counted on rank 0
-    all_reduce_bytes: int                # bytes rank 0 put into all-reduces, whole run
-    all_reduce_seconds: float            # time rank 0 spent inside all-reduces
-    forward_seconds: list[float]         # wall time of each forward on rank 0
+    logits: torch.Tensor  # [prompt_len, vocab] float32, the prefill's logits
+    token_ids: list[int]  # greedy continuation
+    all_reduces_per_forward: list[int]  # per forward pass, counted on rank 0
+    all_reduce_bytes: int  # bytes rank 0 put into all-reduces, whole run
+    all_reduce_seconds: float  # time rank 0 spent inside all-reduces
+    forward_seconds: list[float]  # wall time of each forward on rank 0
     shards: list[TPShard]
     params_per_rank: list[int]
     kv_cache_bytes_per_rank: list[int]
     extra: dict = field(default_factory=dict)
 
 
-def tp_worker(rank: int, world_size: int, source: ModelSource, prompt_ids: list[int],
-              max_new_tokens: int, backend: str = "gloo") -> dict:
+def tp_worker(
+    rank: int,
+    world_size: int,
+    source: ModelSource,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    backend: str = "gloo",
+) -> dict:
     """One rank of a TP run: build the model, keep this rank's shard, prefill + greedy decode."""
     device = rank_device(rank, backend)
     full = source.build()
@@ -179,15 +196,16 @@ def tp_worker(rank: int, world_size: int, source: ModelSource, prompt_ids: list[
     model = shard_model(full, shard, counter).to(device)
     del full
     T = len(prompt_ids)
-    cache = ContiguousKVCache(model.config, batch_size=1, max_len=T + max_new_tokens,
-                              device=device)
+    cache = ContiguousKVCache(model.config, batch_size=1, max_len=T + max_new_tokens, device=device)
     ids = torch.tensor(prompt_ids, dtype=torch.long, device=device)  # [T]
     calls, times, tokens, prefill_logits = [], [], [], None
     for step in range(max_new_tokens):
         num_new = [ids.shape[0]]
         before, t0 = counter.calls, time.perf_counter()
-        hidden = model(ids, cache.positions(num_new).to(device), cache.context(num_new))  # [n, hidden]
-        logits = model.compute_logits(hidden)                                             # [n, vocab]
+        hidden = model(
+            ids, cache.positions(num_new).to(device), cache.context(num_new)
+        )  # [n, hidden]
+        logits = model.compute_logits(hidden)  # [n, vocab]
         times.append(time.perf_counter() - t0)
         calls.append(counter.calls - before)
         cache.advance(num_new)
@@ -196,32 +214,60 @@ def tp_worker(rank: int, world_size: int, source: ModelSource, prompt_ids: list[
         next_id = int(logits[-1].argmax())
         tokens.append(next_id)
         ids = torch.tensor([next_id], dtype=torch.long, device=device)
-    return {"rank": rank, "tokens": tokens, "calls": calls, "bytes": counter.bytes,
-            "ar_seconds": counter.seconds, "times": times, "shard": shard,
-            "params": num_parameters(model), "kv_bytes": cache.nbytes,
-            "logits": prefill_logits if rank == 0 else None}
+    return {
+        "rank": rank,
+        "tokens": tokens,
+        "calls": calls,
+        "bytes": counter.bytes,
+        "ar_seconds": counter.seconds,
+        "times": times,
+        "shard": shard,
+        "params": num_parameters(model),
+        "kv_bytes": cache.nbytes,
+        "logits": prefill_logits if rank == 0 else None,
+    }
 
 
-def run_tensor_parallel(source: ModelSource, prompt_ids: list[int], world_size: int = 2,
-                        max_new_tokens: int = 4, *, timeout: float = 180.0,
-                        backend: str = "gloo") -> TPResult:
+def run_tensor_parallel(
+    source: ModelSource,
+    prompt_ids: list[int],
+    world_size: int = 2,
+    max_new_tokens: int = 4,
+    *,
+    timeout: float = 180.0,
+    backend: str = "gloo",
+) -> TPResult:
     """Run the model with TP over `world_size` real processes; greedy-decode `max_new_tokens`."""
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token, got an empty list")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    outs = launch(tp_worker, world_size, (source, list(prompt_ids), max_new_tokens, backend),
-                  timeout=timeout, backend=backend)
+    outs = launch(
+        tp_worker,
+        world_size,
+        (source, list(prompt_ids), max_new_tokens, backend),
+        timeout=timeout,
+        backend=backend,
+    )
     for o in outs[1:]:
         if o["tokens"] != outs[0]["tokens"]:
-            raise RuntimeError(f"ranks disagree on the greedy tokens: rank 0 {outs[0]['tokens']}, "
-                               f"rank {o['rank']} {o['tokens']}")
+            raise RuntimeError(
+                f"ranks disagree on the greedy tokens: rank 0 {outs[0]['tokens']}, "
+                f"rank {o['rank']} {o['tokens']}"
+            )
     r0 = outs[0]
-    return TPResult(world_size=world_size, logits=r0["logits"], token_ids=r0["tokens"],
-                    all_reduces_per_forward=r0["calls"], all_reduce_bytes=r0["bytes"],
-                    all_reduce_seconds=r0["ar_seconds"], forward_seconds=r0["times"],
-                    shards=[o["shard"] for o in outs], params_per_rank=[o["params"] for o in outs],
-                    kv_cache_bytes_per_rank=[o["kv_bytes"] for o in outs])
+    return TPResult(
+        world_size=world_size,
+        logits=r0["logits"],
+        token_ids=r0["tokens"],
+        all_reduces_per_forward=r0["calls"],
+        all_reduce_bytes=r0["bytes"],
+        all_reduce_seconds=r0["ar_seconds"],
+        forward_seconds=r0["times"],
+        shards=[o["shard"] for o in outs],
+        params_per_rank=[o["params"] for o in outs],
+        kv_cache_bytes_per_rank=[o["kv_bytes"] for o in outs],
+    )
 
 
 def greedy_reference(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int) -> list[int]:

@@ -9,6 +9,7 @@
 
 The benchmark client that measures such a server is `llmlab.bench.serve`.
 """
+
 from llmlab.serve.launch import ServerProcess, ServerThread, build_engine
 
 __all__ = ["ServerProcess", "ServerThread", "build_engine", "build_app", "AsyncLLM"]
@@ -17,8 +18,10 @@ __all__ = ["ServerProcess", "ServerThread", "build_engine", "build_app", "AsyncL
 def __getattr__(name: str):
     if name == "build_app":
         from llmlab.serve.api_server import build_app
+
         return build_app
     if name == "AsyncLLM":
         from llmlab.serve.async_engine import AsyncLLM
+
         return AsyncLLM
     raise AttributeError(f"module 'llmlab.serve' has no attribute {name!r}")

@@ -23,6 +23,7 @@ stalls the other streams. Every error, 404 and 405 included, is a JSON body in O
 `{"error": {"message", "type", "param", "code"}}`; a full waiting queue is a 503. None of them
 disturbs anything already admitted.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,14 +43,26 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from llmlab.engine import LLMEngine
 from llmlab.engine.outputs import RequestOutput
 from llmlab.sampling import INT64_MAX, Logprob, SamplingParams
-from llmlab.serve.async_engine import (AsyncLLM, EngineDeadError, QueueFullError, RequestStream,
-                                       StepFailedError)
-from llmlab.serve.protocol import (ChatCompletionRequest, CompletionRequest, OpenAIError,
-                                   check_token_ids, parse_body, prompts_of,
-                                   structured_outputs_of, to_sampling_params)
+from llmlab.serve.async_engine import (
+    AsyncLLM,
+    EngineDeadError,
+    QueueFullError,
+    RequestStream,
+    StepFailedError,
+)
+from llmlab.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    OpenAIError,
+    check_token_ids,
+    parse_body,
+    prompts_of,
+    structured_outputs_of,
+    to_sampling_params,
+)
 
-DEFAULT_COMPLETION_MAX_TOKENS = 16           # OpenAI's default for /v1/completions
-TOKENIZE_INLINE_CHARS = 4096                 # longer texts are tokenized on a worker thread
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+TOKENIZE_INLINE_CHARS = 4096  # longer texts are tokenized on a worker thread
 logger = logging.getLogger("llmlab.serve")
 
 
@@ -101,8 +114,12 @@ class OpenAIServing:
         if model is None:
             return self.names[0]
         if model not in self.names:
-            raise OpenAIError(404, f"model {model!r} does not exist; this server serves "
-                              f"{self.names}", "model", "NotFoundError")
+            raise OpenAIError(
+                404,
+                f"model {model!r} does not exist; this server serves {self.names}",
+                "model",
+                "NotFoundError",
+            )
         return model
 
     async def _encode(self, text: str) -> list[int]:
@@ -115,11 +132,15 @@ class OpenAIServing:
     async def _prompt_ids(self, body: CompletionRequest | ChatCompletionRequest) -> list[list[int]]:
         if isinstance(body, ChatCompletionRequest):
             if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-                raise OpenAIError(400, "messages: this model has no chat template; use "
-                                  "/v1/completions", "messages")
+                raise OpenAIError(
+                    400,
+                    "messages: this model has no chat template; use /v1/completions",
+                    "messages",
+                )
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
             render = lambda: self.tokenizer.apply_chat_template(  # noqa: E731
-                messages, add_generation_prompt=True, tokenize=False)
+                messages, add_generation_prompt=True, tokenize=False
+            )
             if sum(len(m["content"]) for m in messages) <= TOKENIZE_INLINE_CHARS:
                 rendered = render()
             else:
@@ -131,8 +152,9 @@ class OpenAIServing:
             param = "prompt" if len(batch) == 1 else f"prompt[{i}]"
             if isinstance(prompt, str):
                 if self.tokenizer is None:
-                    raise OpenAIError(400, f"{param}: this model has no tokenizer; send token "
-                                      "ids", param)
+                    raise OpenAIError(
+                        400, f"{param}: this model has no tokenizer; send token ids", param
+                    )
                 ids = await self._encode(prompt)
             else:
                 ids = prompt
@@ -147,31 +169,50 @@ class OpenAIServing:
         model = self._check_model(body.model)
         chat = isinstance(body, ChatCompletionRequest)
         if body.n > self.engine.config.max_num_seqs:
-            raise OpenAIError(400, f"n must be in [1, max_num_seqs={self.engine.config.max_num_seqs}]"
-                              f" (the choices of a request run in one batch), got {body.n}", "n")
+            raise OpenAIError(
+                400,
+                f"n must be in [1, max_num_seqs={self.engine.config.max_num_seqs}]"
+                f" (the choices of a request run in one batch), got {body.n}",
+                "n",
+            )
         if (body.stop or body_echo(body)) and self.tokenizer is None:
-            raise OpenAIError(400, "stop strings and echo need a tokenizer; this model has "
-                              "none (use stop_token_ids)", "stop")
+            raise OpenAIError(
+                400,
+                "stop strings and echo need a tokenizer; this model has none (use stop_token_ids)",
+                "stop",
+            )
         spec = structured_outputs_of(body)
         if spec is not None:
             if self.tokenizer is None:
-                raise OpenAIError(400, "structured output needs a tokenizer; this model has none",
-                                  "response_format")
-            try:        # compiled once per grammar, off the event loop; bad ones refused here
+                raise OpenAIError(
+                    400,
+                    "structured output needs a tokenizer; this model has none",
+                    "response_format",
+                )
+            try:  # compiled once per grammar, off the event loop; bad ones refused here
                 await asyncio.to_thread(self.engine.structured_outputs().compile, spec)
             except ValueError as e:
-                field = ("response_format" if body.response_format is not None
-                         else "structured_outputs")
+                field = (
+                    "response_format" if body.response_format is not None else "structured_outputs"
+                )
                 raise OpenAIError(400, f"{field}: {e}", field) from None
         prompts = await self._prompt_ids(body)
         default = None if chat else DEFAULT_COMPLETION_MAX_TOKENS
-        params = [to_sampling_params(body, len(ids), self.engine.max_model_len,
-                                     self.engine.vocab_size, default, spec) for ids in prompts]
+        params = [
+            to_sampling_params(
+                body, len(ids), self.engine.max_model_len, self.engine.vocab_size, default, spec
+            )
+            for ids in prompts
+        ]
         total = len(prompts) * body.n
         if self.llm.num_waiting + total > self.llm.max_waiting:
             self.llm.metrics.rejected_queue_full += 1
-            raise OpenAIError(503, f"the waiting queue is full ({self.llm.max_waiting} "
-                              "requests); try again later", None, "ServiceUnavailableError")
+            raise OpenAIError(
+                503,
+                f"the waiting queue is full ({self.llm.max_waiting} requests); try again later",
+                None,
+                "ServiceUnavailableError",
+            )
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         choices: list[Choice] = []
         try:
@@ -181,7 +222,7 @@ class OpenAIServing:
                     rid = request_id if total == 1 else f"{request_id}-{len(choices)}"
                     choices.append(Choice(len(choices), p, self.llm.add_request(rid, ids, child)))
         except (QueueFullError, EngineDeadError, ValueError) as e:
-            for c in choices:                  # all or nothing
+            for c in choices:  # all or nothing
                 self.llm.abort(c.stream.request_id)
             if isinstance(e, QueueFullError):
                 raise OpenAIError(503, str(e), None, "ServiceUnavailableError") from None
@@ -200,9 +241,9 @@ class OpenAIServing:
     def _token_text(self, token_id: int) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode([token_id])
 
-    def _completion_logprobs(self, token_ids: list[int],
-                             entries: list[dict[int, Logprob] | None],
-                             offset: int) -> dict[str, Any]:
+    def _completion_logprobs(
+        self, token_ids: list[int], entries: list[dict[int, Logprob] | None], offset: int
+    ) -> dict[str, Any]:
         """OpenAI's legacy completions logprobs: tokens, token_logprobs, top_logprobs and
         text_offset (characters from the start of the choice's text, `offset` first)."""
         tokens, token_lps, tops, offsets = [], [], [], []
@@ -211,18 +252,24 @@ class OpenAIServing:
             tokens.append(text)
             offsets.append(offset)
             offset += len(text)
-            if entry is None:                  # the prompt's first token has no logprob
+            if entry is None:  # the prompt's first token has no logprob
                 token_lps.append(None)
                 tops.append(None)
                 continue
             token_lps.append(entry[tok].logprob)
             tops.append({self._token_text(t): lp.logprob for t, lp in entry.items()})
-        return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops,
-                "text_offset": offsets}
+        return {
+            "tokens": tokens,
+            "token_logprobs": token_lps,
+            "top_logprobs": tops,
+            "text_offset": offsets,
+        }
 
-    def _chat_logprobs(self, token_ids: list[int], entries: list[dict[int, Logprob]],
-                       k: int) -> dict[str, Any]:
+    def _chat_logprobs(
+        self, token_ids: list[int], entries: list[dict[int, Logprob]], k: int
+    ) -> dict[str, Any]:
         """OpenAI's chat logprobs: per token its text, logprob, UTF-8 bytes and the top k."""
+
         def item(t: int, lp: float) -> dict[str, Any]:
             text = self._token_text(t)
             return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
@@ -230,15 +277,28 @@ class OpenAIServing:
         content = []
         for tok, entry in zip(token_ids, entries):
             top = sorted((lp.rank, t, lp.logprob) for t, lp in entry.items() if lp.rank <= k)
-            content.append(dict(item(tok, entry[tok].logprob),
-                                top_logprobs=[item(t, lp) for _, t, lp in top[:k]]))
+            content.append(
+                dict(
+                    item(tok, entry[tok].logprob),
+                    top_logprobs=[item(t, lp) for _, t, lp in top[:k]],
+                )
+            )
         return {"content": content}
 
-    def _choice(self, gen: Generation, index: int, text: str, token_ids: list[int] | None,
-                finish_reason: str | None, stop_reason: Any, logprobs: Any,
-                delta: bool, first: bool = True) -> dict[str, Any]:
+    def _choice(
+        self,
+        gen: Generation,
+        index: int,
+        text: str,
+        token_ids: list[int] | None,
+        finish_reason: str | None,
+        stop_reason: Any,
+        logprobs: Any,
+        delta: bool,
+        first: bool = True,
+    ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": index}
-        if gen.chat and delta:       # the role comes once, with the first token (as OpenAI's)
+        if gen.chat and delta:  # the role comes once, with the first token (as OpenAI's)
             choice["delta"] = {"role": "assistant", "content": text} if first else {"content": text}
         elif gen.chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -251,28 +311,41 @@ class OpenAIServing:
             choice["token_ids"] = token_ids
         return choice
 
-    def _logprobs_of(self, gen: Generation, body: Any, token_ids: list[int],
-                     entries: list | None, prompt_ids: list[int] | None,
-                     prompt_entries: list | None, offset: int) -> Any:
+    def _logprobs_of(
+        self,
+        gen: Generation,
+        body: Any,
+        token_ids: list[int],
+        entries: list | None,
+        prompt_ids: list[int] | None,
+        prompt_entries: list | None,
+        offset: int,
+    ) -> Any:
         if entries is None and prompt_entries is None:
             return None
         if gen.chat:
             return self._chat_logprobs(token_ids, entries or [], body.top_logprobs or 0)
         ids = list(prompt_ids or []) + token_ids
-        return self._completion_logprobs(ids, list(prompt_entries or []) + list(entries or []),
-                                         offset)
+        return self._completion_logprobs(
+            ids, list(prompt_entries or []) + list(entries or []), offset
+        )
 
     def _echo_text(self, gen: Generation, body: Any, prompt_index: int) -> str:
         """The prompt as `echo` returns it: the text sent, or token ids decoded."""
         if gen.chat or not body.echo:
             return ""
         prompt = prompts_of(body)[prompt_index]
-        return prompt if isinstance(prompt, str) else self.tokenizer.decode(gen.prompts[prompt_index])
+        return (
+            prompt if isinstance(prompt, str) else self.tokenizer.decode(gen.prompts[prompt_index])
+        )
 
     @staticmethod
     def _usage(prompt: int, completion: int) -> dict[str, int]:
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
 
     async def full_response(self, body: Any, gen: Generation) -> dict[str, Any]:
         """Wait for every token of every choice; the whole answer with `usage`."""
@@ -296,15 +369,33 @@ class OpenAIServing:
             i = c.index
             echo = self._echo_text(gen, body, c.prompt_index)
             logprobs = self._logprobs_of(
-                gen, body, token_ids[i], entries[i],
+                gen,
+                body,
+                token_ids[i],
+                entries[i],
                 gen.prompts[c.prompt_index] if body_echo(body) else None,
-                prompt_entries[i] if body_echo(body) else None, 0)
-            choices.append(self._choice(gen, i, echo + texts[i],
-                                        token_ids[i] if body.return_token_ids else None,
-                                        *finish[i], logprobs, delta=False))
-        out = {"id": gen.request_id, "object": "chat.completion" if gen.chat else "text_completion",
-               "created": int(time.time()), "model": gen.model, "choices": choices,
-               "usage": self._usage(sum(map(len, gen.prompts)), sum(map(len, token_ids)))}
+                prompt_entries[i] if body_echo(body) else None,
+                0,
+            )
+            choices.append(
+                self._choice(
+                    gen,
+                    i,
+                    echo + texts[i],
+                    token_ids[i] if body.return_token_ids else None,
+                    *finish[i],
+                    logprobs,
+                    delta=False,
+                )
+            )
+        out = {
+            "id": gen.request_id,
+            "object": "chat.completion" if gen.chat else "text_completion",
+            "created": int(time.time()),
+            "model": gen.model,
+            "choices": choices,
+            "usage": self._usage(sum(map(len, gen.prompts)), sum(map(len, token_ids))),
+        }
         if body.return_token_ids:
             out["prompt_token_ids"] = gen.prompts[0] if len(gen.prompts) == 1 else gen.prompts
         return out
@@ -312,9 +403,12 @@ class OpenAIServing:
     async def sse_events(self, body: Any, gen: Generation) -> AsyncIterator[str]:
         """Server-sent events; a client that goes away cancels this, which aborts the request."""
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        head = {"id": gen.request_id,
-                "object": "chat.completion.chunk" if gen.chat else "text_completion",
-                "created": int(time.time()), "model": gen.model}
+        head = {
+            "id": gen.request_id,
+            "object": "chat.completion.chunk" if gen.chat else "text_completion",
+            "created": int(time.time()),
+            "model": gen.model,
+        }
         n = len(gen.choices)
         counts = [0] * n
         offsets = [0] * n
@@ -327,13 +421,31 @@ class OpenAIServing:
                 text = out.text
                 echo = self._echo_text(gen, body, c.prompt_index) if first else ""
                 logprobs = self._logprobs_of(
-                    gen, body, out.token_ids, out.logprobs,
+                    gen,
+                    body,
+                    out.token_ids,
+                    out.logprobs,
                     gen.prompts[c.prompt_index] if first and body_echo(body) else None,
-                    delta.prompt_logprobs if first and body_echo(body) else None, offsets[i])
+                    delta.prompt_logprobs if first and body_echo(body) else None,
+                    offsets[i],
+                )
                 offsets[i] += len(echo) + len(text)
-                chunk = dict(head, choices=[self._choice(
-                    gen, i, echo + text, out.token_ids if body.return_token_ids else None,
-                    out.finish_reason, out.stop_reason, logprobs, delta=True, first=first)])
+                chunk = dict(
+                    head,
+                    choices=[
+                        self._choice(
+                            gen,
+                            i,
+                            echo + text,
+                            out.token_ids if body.return_token_ids else None,
+                            out.finish_reason,
+                            out.stop_reason,
+                            logprobs,
+                            delta=True,
+                            first=first,
+                        )
+                    ],
+                )
                 if include_usage:
                     chunk["usage"] = None
                 if first and body.return_token_ids:
@@ -344,15 +456,20 @@ class OpenAIServing:
                 yield f"data: {_json(dict(head, choices=[], usage=usage))}\n\n"
         except (EngineDeadError, StepFailedError) as e:
             yield f"data: {_json(OpenAIError(500, str(e), None, 'InternalServerError').body())}\n\n"
-        except ValueError as e:              # the engine refused it when it joined
+        except ValueError as e:  # the engine refused it when it joined
             yield f"data: {_json(OpenAIError(400, str(e), 'prompt').body())}\n\n"
         finally:
             self.abort(gen)
         yield "data: [DONE]\n\n"
 
     def model_card(self, name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": self.created, "owned_by": "llmlab",
-                "max_model_len": self.engine.max_model_len}
+        return {
+            "id": name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "llmlab",
+            "max_model_len": self.engine.max_model_len,
+        }
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [self.model_card(name) for name in self.names]}
@@ -385,7 +502,7 @@ async def _merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Requ
         try:
             async for delta in stream:
                 queue.put_nowait((i, delta, None))
-        except Exception as e:               # noqa: BLE001 (handed to the reader)
+        except Exception as e:  # noqa: BLE001 (handed to the reader)
             queue.put_nowait((i, None, e))
             return
         queue.put_nowait((i, None, None))
@@ -411,7 +528,7 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-BODY_TIMEOUT_S = 30.0        # a body that takes longer to arrive is refused (408)
+BODY_TIMEOUT_S = 30.0  # a body that takes longer to arrive is refused (408)
 
 
 async def read_body(request: Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
@@ -420,21 +537,30 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float = BODY_TI
     try:
         return await asyncio.wait_for(_read_body(request, max_bytes), timeout_s)
     except asyncio.TimeoutError:
-        raise OpenAIError(408, f"the request body did not arrive within {timeout_s:.0f} s",
-                          "body") from None
+        raise OpenAIError(
+            408, f"the request body did not arrive within {timeout_s:.0f} s", "body"
+        ) from None
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise OpenAIError(413, f"the request body has {int(declared)} bytes, more than this "
-                          f"server's limit of {max_bytes} (--max-body-bytes)", "body")
+        raise OpenAIError(
+            413,
+            f"the request body has {int(declared)} bytes, more than this "
+            f"server's limit of {max_bytes} (--max-body-bytes)",
+            "body",
+        )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
-            raise OpenAIError(413, f"the request body is larger than this server's limit of "
-                              f"{max_bytes} bytes (--max-body-bytes)", "body")
+            raise OpenAIError(
+                413,
+                f"the request body is larger than this server's limit of "
+                f"{max_bytes} bytes (--max-body-bytes)",
+                "body",
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -444,14 +570,20 @@ def check_content_type(request: Request) -> None:
     refused before its body is read."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/json":
-        raise OpenAIError(415, f"Content-Type must be application/json, got {kind or 'none'!r}",
-                          "Content-Type")
+        raise OpenAIError(
+            415, f"Content-Type must be application/json, got {kind or 'none'!r}", "Content-Type"
+        )
 
 
-def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
-              max_waiting: int = 256, api_key: str | None = None,
-              max_body_bytes: int | None = None, enable_docs: bool = True,
-              on_fatal: Callable[[BaseException], None] | None = None) -> Any:
+def build_app(
+    engine: LLMEngine,
+    served_model_names: list[str] | str = "llmlab",
+    max_waiting: int = 256,
+    api_key: str | None = None,
+    max_body_bytes: int | None = None,
+    enable_docs: bool = True,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> Any:
     """The FastAPI application serving `engine` under the given model name(s).
 
     api_key: when set, every `/v1/*` request needs `Authorization: Bearer <api_key>` (401
@@ -459,7 +591,9 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
     engine's max_model_len). enable_docs: FastAPI's /docs, /redoc and /openapi.json.
     on_fatal: called when the engine cannot continue (the `serve` command exits then).
     """
-    names = [served_model_names] if isinstance(served_model_names, str) else list(served_model_names)
+    names = (
+        [served_model_names] if isinstance(served_model_names, str) else list(served_model_names)
+    )
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError(f"served_model_names must be one or more non-empty names, got {names!r}")
     if api_key is not None and (not isinstance(api_key, str) or not api_key):
@@ -468,8 +602,7 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
         max_body_bytes = default_max_body_bytes(engine.max_model_len)
     if not isinstance(max_body_bytes, int) or max_body_bytes < 1024:
         raise ValueError(f"max_body_bytes must be an int >= 1024, got {max_body_bytes!r}")
-    async_llm = AsyncLLM(engine, max_waiting=max_waiting, model_name=names[0],
-                         on_fatal=on_fatal)
+    async_llm = AsyncLLM(engine, max_waiting=max_waiting, model_name=names[0], on_fatal=on_fatal)
     serving = OpenAIServing(async_llm, names)
 
     @asynccontextmanager
@@ -496,14 +629,21 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
             message = f"{request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return JSONResponse(OpenAIError(exc.status_code, message).body(),
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            OpenAIError(exc.status_code, message).body(),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(Exception)
     async def server_error(_request, exc: Exception):
         logger.error("unexpected error while answering a request", exc_info=exc)
-        return JSONResponse(OpenAIError(500, f"internal server error: {type(exc).__name__}",
-                                        None, "InternalServerError").body(), status_code=500)
+        return JSONResponse(
+            OpenAIError(
+                500, f"internal server error: {type(exc).__name__}", None, "InternalServerError"
+            ).body(),
+            status_code=500,
+        )
 
     if api_key is not None:
         expected = f"Bearer {api_key}".encode()
@@ -513,9 +653,15 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
             if request.url.path.startswith("/v1/") or request.url.path == "/v1":
                 given = request.headers.get("authorization", "").encode()
                 if not hmac.compare_digest(given, expected):
-                    return JSONResponse(OpenAIError(
-                        401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                        None, "AuthenticationError").body(), status_code=401)
+                    return JSONResponse(
+                        OpenAIError(
+                            401,
+                            "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                            None,
+                            "AuthenticationError",
+                        ).body(),
+                        status_code=401,
+                    )
             return await call_next(request)
 
     async def generate(request: Request, model_cls) -> Any:
@@ -523,9 +669,11 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
         body = parse_body(await read_body(request, max_body_bytes), model_cls)
         gen = await serving.admit(body)
         if body.stream:
-            return StreamingResponse(serving.sse_events(body, gen),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                serving.sse_events(body, gen),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         # no stream to cancel: watch the connection ourselves, abort when the client leaves
         answer = asyncio.ensure_future(serving.full_response(body, gen))
         gone = asyncio.ensure_future(_until_disconnected(request))
@@ -541,7 +689,7 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
             return JSONResponse(answer.result())
         except (EngineDeadError, StepFailedError) as e:
             raise OpenAIError(500, str(e), None, "InternalServerError") from None
-        except ValueError as e:              # the engine refused it when it joined
+        except ValueError as e:  # the engine refused it when it joined
             raise OpenAIError(400, str(e), "prompt") from None
         finally:
             serving.abort(gen)
@@ -561,8 +709,12 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str):
         if model_id not in serving.names:
-            raise OpenAIError(404, f"model {model_id!r} does not exist; this server serves "
-                              f"{serving.names}", "model", "NotFoundError")
+            raise OpenAIError(
+                404,
+                f"model {model_id!r} does not exist; this server serves {serving.names}",
+                "model",
+                "NotFoundError",
+            )
         return serving.model_card(model_id)
 
     @app.get("/health")
@@ -573,7 +725,9 @@ def build_app(engine: LLMEngine, served_model_names: list[str] | str = "llmlab",
 
     @app.get("/metrics")
     async def metrics():
-        return PlainTextResponse(async_llm.metrics.render(async_llm.stats, async_llm.num_pending),
-                                 media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            async_llm.metrics.render(async_llm.stats, async_llm.num_pending),
+            media_type="text/plain; version=0.0.4",
+        )
 
     return app

@@ -30,6 +30,7 @@ keeps yielding to the event loop until `settle_quiet_s` passes with no new reque
 `settle_max_s`). A lone request pays the quiet spell once (1 ms by default); a running batch
 never waits.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -93,30 +94,39 @@ class AsyncLLM:
     Call `start()` inside the running event loop, `await stop()` at the end.
     """
 
-    def __init__(self, engine: LLMEngine, max_waiting: int = 256,
-                 model_name: str = "llmlab", settle_quiet_s: float = 0.001,
-                 settle_max_s: float = 0.05, max_consecutive_failures: int = 3,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        engine: LLMEngine,
+        max_waiting: int = 256,
+        model_name: str = "llmlab",
+        settle_quiet_s: float = 0.001,
+        settle_max_s: float = 0.05,
+        max_consecutive_failures: int = 3,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
         if not isinstance(engine, LLMEngine):
             raise ValueError(f"engine must be an LLMEngine, got {type(engine).__name__}")
         if not isinstance(max_waiting, int) or max_waiting < 1:
             raise ValueError(f"max_waiting must be an int >= 1, got {max_waiting!r}")
         if not 0 <= settle_quiet_s <= settle_max_s <= 1:
-            raise ValueError("need 0 <= settle_quiet_s <= settle_max_s <= 1 (seconds), got "
-                             f"settle_quiet_s={settle_quiet_s!r}, settle_max_s={settle_max_s!r}")
+            raise ValueError(
+                "need 0 <= settle_quiet_s <= settle_max_s <= 1 (seconds), got "
+                f"settle_quiet_s={settle_quiet_s!r}, settle_max_s={settle_max_s!r}"
+            )
         if not isinstance(max_consecutive_failures, int) or max_consecutive_failures < 1:
-            raise ValueError(f"max_consecutive_failures must be an int >= 1, got "
-                             f"{max_consecutive_failures!r}")
+            raise ValueError(
+                f"max_consecutive_failures must be an int >= 1, got {max_consecutive_failures!r}"
+            )
         self.engine = engine
-        engine.detokenize_incrementally = True     # each delta carries its new text
+        engine.detokenize_incrementally = True  # each delta carries its new text
         self.max_waiting = max_waiting
         self.max_consecutive_failures = max_consecutive_failures
         self.on_fatal = on_fatal
         self.consecutive_failures = 0
-        self.failed_steps = 0                  # steps that raised and were contained
+        self.failed_steps = 0  # steps that raised and were contained
         self.settle_quiet_s = settle_quiet_s
         self.settle_max_s = settle_max_s
-        self.num_admitted = 0                  # requests ever admitted (the settle loop counts)
+        self.num_admitted = 0  # requests ever admitted (the settle loop counts)
         self.metrics = ServerMetrics(model_name)
         self.streams: dict[str, RequestStream] = {}
         self._pending: list[tuple[str, list[int], SamplingParams, float | None]] = []
@@ -126,7 +136,7 @@ class AsyncLLM:
         self._task: asyncio.Task | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.dead: BaseException | None = None
-        self.stats = engine.stats()            # a snapshot taken between steps
+        self.stats = engine.stats()  # a snapshot taken between steps
 
     # ---- life cycle -----------------------------------------------------------------------
 
@@ -170,8 +180,9 @@ class AsyncLLM:
         """
         return self.stats["waiting"] + len(self._pending)
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int],
-                    params: SamplingParams) -> RequestStream:
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> RequestStream:
         """Admit a request; its tokens arrive on the returned stream.
 
         Raises QueueFullError when `max_waiting` requests are waiting, EngineDeadError after a
@@ -183,10 +194,11 @@ class AsyncLLM:
             raise ValueError(f"request_id {request_id!r} is already in use")
         if self.num_waiting >= self.max_waiting:
             self.metrics.rejected_queue_full += 1
-            raise QueueFullError(f"the waiting queue is full ({self.max_waiting} requests); "
-                                 "try again later")
+            raise QueueFullError(
+                f"the waiting queue is full ({self.max_waiting} requests); try again later"
+            )
         stream = RequestStream(request_id, len(prompt_token_ids))
-        if self._stepping:                   # joins the batch right after the step in flight
+        if self._stepping:  # joins the batch right after the step in flight
             self._pending.append((request_id, prompt_token_ids, params, None))
         else:
             self.engine.add_request(request_id, prompt_token_ids, params)
@@ -221,7 +233,7 @@ class AsyncLLM:
             stream = self.streams.get(request_id)
             try:
                 self.engine.add_request(request_id, ids, params, arrival_time=arrival)
-            except ValueError as e:          # checked at the door already; kept for safety
+            except ValueError as e:  # checked at the door already; kept for safety
                 if stream is not None:
                     self.streams.pop(request_id, None)
                     stream.finished = True
@@ -234,11 +246,12 @@ class AsyncLLM:
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
         for out in outputs:
             stream = self.streams.get(out.request_id)
-            if stream is None:                 # aborted while the step ran
+            if stream is None:  # aborted while the step ran
                 continue
             n = len(out.outputs[0].token_ids)
-            self.metrics.on_tokens(n, stream.num_output_tokens == 0, stream.num_prompt_tokens,
-                                   out.metrics)
+            self.metrics.on_tokens(
+                n, stream.num_output_tokens == 0, stream.num_prompt_tokens, out.metrics
+            )
             stream.num_output_tokens += n
             stream.queue.put_nowait(out)
             if out.finished:
@@ -253,7 +266,7 @@ class AsyncLLM:
         start = last = loop.time()
         seen = self.num_admitted
         while True:
-            await asyncio.sleep(0)           # one turn of the loop: sockets read, handlers run
+            await asyncio.sleep(0)  # one turn of the loop: sockets read, handlers run
             now = loop.time()
             if self.num_admitted != seen:
                 seen, last = self.num_admitted, now
@@ -276,7 +289,7 @@ class AsyncLLM:
             except asyncio.CancelledError:
                 self._stepping = False
                 raise
-            except Exception as e:          # noqa: BLE001 (contained below, or fatal)
+            except Exception as e:  # noqa: BLE001 (contained below, or fatal)
                 self._stepping = False
                 if not self._contain(e):
                     return
@@ -292,18 +305,28 @@ class AsyncLLM:
         self.consecutive_failures += 1
         sched_out = self.engine.last_scheduler_output
         if sched_out is None or self.consecutive_failures >= self.max_consecutive_failures:
-            why = ("the scheduler raised" if sched_out is None else
-                   f"{self.consecutive_failures} steps in a row raised")
-            logger.critical("engine step failed and the engine cannot continue (%s):\n%s", why,
-                            "".join(traceback.format_exception(error)))
+            why = (
+                "the scheduler raised"
+                if sched_out is None
+                else f"{self.consecutive_failures} steps in a row raised"
+            )
+            logger.critical(
+                "engine step failed and the engine cannot continue (%s):\n%s",
+                why,
+                "".join(traceback.format_exception(error)),
+            )
             self._fail_all(error)
             return False
         ids = [r.request_id for r in sched_out.requests]
-        logger.error("engine step failed; aborting the %d request(s) of that step (%s) and "
-                     "serving on:\n%s", len(ids), ", ".join(ids[:8]),
-                     "".join(traceback.format_exception(error)))
-        failure = StepFailedError(f"the engine step that ran this request failed: {error!r}; "
-                                  "the request was aborted")
+        logger.error(
+            "engine step failed; aborting the %d request(s) of that step (%s) and serving on:\n%s",
+            len(ids),
+            ", ".join(ids[:8]),
+            "".join(traceback.format_exception(error)),
+        )
+        failure = StepFailedError(
+            f"the engine step that ran this request failed: {error!r}; the request was aborted"
+        )
         for request_id in ids:
             self.engine.abort_request(request_id)
             stream = self.streams.pop(request_id, None)

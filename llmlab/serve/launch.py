@@ -7,6 +7,7 @@
   inspectable); the same `.url` / `.stop()`.
 Both listen on 127.0.0.1 and, with port 0, on a free port the OS picks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,11 @@ import time
 from typing import Any
 
 LISTENING = re.compile(r"llmlab serve: listening on (http://\S+)")
-API_KEY_ENV = "LLMLAB_API_KEY"         # as vLLM's VLLM_API_KEY: the key without a command line
-DEFAULT_LIMIT_CONCURRENCY = 512        # connections + requests in flight before uvicorn says 503
-DEFAULT_MAX_CONNECTIONS = 1024         # open connections before new ones are closed at once
-DEFAULT_TIMEOUT_KEEP_ALIVE = 5.0       # seconds an idle keep-alive connection stays open
-DEFAULT_TIMEOUT_HEADER = 10.0          # seconds a request's headers may take to arrive
+API_KEY_ENV = "LLMLAB_API_KEY"  # as vLLM's VLLM_API_KEY: the key without a command line
+DEFAULT_LIMIT_CONCURRENCY = 512  # connections + requests in flight before uvicorn says 503
+DEFAULT_MAX_CONNECTIONS = 1024  # open connections before new ones are closed at once
+DEFAULT_TIMEOUT_KEEP_ALIVE = 5.0  # seconds an idle keep-alive connection stays open
+DEFAULT_TIMEOUT_HEADER = 10.0  # seconds a request's headers may take to arrive
 
 
 def load(model: str = "smollm2-135m") -> tuple[Any, Any]:
@@ -66,13 +67,18 @@ def speculative_config_arg(text: str) -> dict:
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The `LLMEngine` keyword arguments of parsed `serve` options."""
-    return dict(block_size=args.block_size, num_kv_blocks=args.num_kv_blocks,
-                max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                enable_prefix_caching=args.enable_prefix_caching,
-                enable_chunked_prefill=args.enable_chunked_prefill,
-                attention_backend=args.attention_backend, seed=args.seed,
-                speculative_config=args.speculative_config)
+    return dict(
+        block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=args.enable_prefix_caching,
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        attention_backend=args.attention_backend,
+        seed=args.seed,
+        speculative_config=args.speculative_config,
+    )
 
 
 def guarded_protocol(timeout_header: float, max_connections: int) -> type:
@@ -103,19 +109,22 @@ def guarded_protocol(timeout_header: float, max_connections: int) -> type:
         def _header_timed_out(self) -> None:
             self._header_timer = None
             if self.cycle is self._armed_cycle and not self.transport.is_closing():
-                self.transport.close()           # no request began in time
+                self.transport.close()  # no request began in time
 
         def handle_events(self) -> None:
             super().handle_events()
             if self._header_timer is not None and self.cycle is not self._armed_cycle:
-                self._header_timer.cancel()      # a request's headers are in
+                self._header_timer.cancel()  # a request's headers are in
                 self._header_timer = None
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing() and self.cycle is not None and (
-                    self._header_timer is None):
-                self._arm_header_timer()         # the next request's headers, in time too
+            if (
+                not self.transport.is_closing()
+                and self.cycle is not None
+                and (self._header_timer is None)
+            ):
+                self._arm_header_timer()  # the next request's headers, in time too
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._header_timer is not None:
@@ -138,7 +147,7 @@ class RateLimitFilter:
     def filter(self, record: Any) -> bool:
         key = str(record.msg)[:80]
         now = time.monotonic()
-        window = self.windows.setdefault(key, [now, 0, 0])     # start, passed, dropped
+        window = self.windows.setdefault(key, [now, 0, 0])  # start, passed, dropped
         if now - window[0] > self.period:
             if window[2]:
                 record.msg = f"{record.msg} (and {window[2]} more like it left out)"
@@ -161,27 +170,42 @@ def quiet_storms() -> None:
             logger.addFilter(RateLimitFilter())
 
 
-def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning",
-                   limit_concurrency: int | None = DEFAULT_LIMIT_CONCURRENCY,
-                   max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                   timeout_keep_alive: float = DEFAULT_TIMEOUT_KEEP_ALIVE,
-                   timeout_header: float = DEFAULT_TIMEOUT_HEADER) -> Any:
+def uvicorn_config(
+    app: Any,
+    host: str,
+    port: int,
+    log_level: str = "warning",
+    limit_concurrency: int | None = DEFAULT_LIMIT_CONCURRENCY,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    timeout_keep_alive: float = DEFAULT_TIMEOUT_KEEP_ALIVE,
+    timeout_header: float = DEFAULT_TIMEOUT_HEADER,
+) -> Any:
     """uvicorn's settings for the server: its caps and timeouts, the guarded protocol."""
     import uvicorn
 
-    for name, value in (("max_connections", max_connections),
-                        ("limit_concurrency", limit_concurrency or 1)):
+    for name, value in (
+        ("max_connections", max_connections),
+        ("limit_concurrency", limit_concurrency or 1),
+    ):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    for name, value in (("timeout_keep_alive", timeout_keep_alive),
-                        ("timeout_header", timeout_header)):
+    for name, value in (
+        ("timeout_keep_alive", timeout_keep_alive),
+        ("timeout_header", timeout_header),
+    ):
         if not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
     quiet_storms()
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                          http=guarded_protocol(timeout_header, max_connections),
-                          limit_concurrency=limit_concurrency,
-                          timeout_keep_alive=timeout_keep_alive)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        http=guarded_protocol(timeout_header, max_connections),
+        limit_concurrency=limit_concurrency,
+        timeout_keep_alive=timeout_keep_alive,
+    )
 
 
 def raise_file_limit() -> int:
@@ -202,14 +226,23 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m llmlab serve",
         description="An OpenAI-compatible server over llmlab's engine: /v1/completions, "
-                    "/v1/chat/completions, /v1/models, /health, /metrics.")
-    ap.add_argument("model", nargs="?", default="smollm2-135m",
-                    help="model name or Hugging Face directory; 'tiny' for the random tiny "
-                         "model (token-id prompts only)")
+        "/v1/chat/completions, /v1/models, /health, /metrics.",
+    )
+    ap.add_argument(
+        "model",
+        nargs="?",
+        default="smollm2-135m",
+        help="model name or Hugging Face directory; 'tiny' for the random tiny "
+        "model (token-id prompts only)",
+    )
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on")
     ap.add_argument("--port", type=int, default=8000, help="port (0: a free one, printed)")
-    ap.add_argument("--served-model-name", nargs="+", default=None,
-                    help="name(s) clients use in 'model' (default: the model argument)")
+    ap.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        help="name(s) clients use in 'model' (default: the model argument)",
+    )
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -217,31 +250,65 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-kv-blocks", type=int, default=None)
     ap.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--attention-backend", default=None,
-                    help="torch | triton | cuda | cpu (default: the fastest available)")
+    ap.add_argument(
+        "--attention-backend",
+        default=None,
+        help="torch | triton | cuda | cpu (default: the fastest available)",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--speculative-config", type=speculative_config_arg, default=None,
-                    help='speculative decoding as JSON, vLLM\'s keys, e.g. \'{"method": "ngram", '
-                         '"num_speculative_tokens": 3, "prompt_lookup_max": 4}\' or '
-                         '\'{"method": "draft_model", "num_speculative_tokens": 3, '
-                         '"draft_num_layers": 8}\' (default: none)')
-    ap.add_argument("--max-waiting", type=int, default=256,
-                    help="requests admitted but not yet scheduled before new ones get 503")
-    ap.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None,
-                    help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV})")
-    ap.add_argument("--max-body-bytes", type=int, default=None,
-                    help="largest request body (default: 1 MiB + 96 bytes per token of "
-                         "max_model_len)")
-    ap.add_argument("--disable-fastapi-docs", action="store_true",
-                    help="no /docs, /redoc or /openapi.json")
-    ap.add_argument("--limit-concurrency", type=int, default=DEFAULT_LIMIT_CONCURRENCY,
-                    help="connections and requests in flight before new requests get 503")
-    ap.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                    help="open connections before new ones are closed at once")
-    ap.add_argument("--timeout-keep-alive", type=float, default=DEFAULT_TIMEOUT_KEEP_ALIVE,
-                    help="seconds an idle keep-alive connection stays open")
-    ap.add_argument("--timeout-header", type=float, default=DEFAULT_TIMEOUT_HEADER,
-                    help="seconds a request's headers may take to arrive")
+    ap.add_argument(
+        "--speculative-config",
+        type=speculative_config_arg,
+        default=None,
+        help='speculative decoding as JSON, vLLM\'s keys, e.g. \'{"method": "ngram", '
+        '"num_speculative_tokens": 3, "prompt_lookup_max": 4}\' or '
+        '\'{"method": "draft_model", "num_speculative_tokens": 3, '
+        '"draft_num_layers": 8}\' (default: none)',
+    )
+    ap.add_argument(
+        "--max-waiting",
+        type=int,
+        default=256,
+        help="requests admitted but not yet scheduled before new ones get 503",
+    )
+    ap.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV) or None,
+        help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV})",
+    )
+    ap.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="largest request body (default: 1 MiB + 96 bytes per token of max_model_len)",
+    )
+    ap.add_argument(
+        "--disable-fastapi-docs", action="store_true", help="no /docs, /redoc or /openapi.json"
+    )
+    ap.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=DEFAULT_LIMIT_CONCURRENCY,
+        help="connections and requests in flight before new requests get 503",
+    )
+    ap.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="open connections before new ones are closed at once",
+    )
+    ap.add_argument(
+        "--timeout-keep-alive",
+        type=float,
+        default=DEFAULT_TIMEOUT_KEEP_ALIVE,
+        help="seconds an idle keep-alive connection stays open",
+    )
+    ap.add_argument(
+        "--timeout-header",
+        type=float,
+        default=DEFAULT_TIMEOUT_HEADER,
+        help="seconds a request's headers may take to arrive",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
     ap.add_argument("--log-level", default="warning")
     return ap
@@ -254,9 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import uvicorn
 
-    from llmlab.serve.api_server import build_app
-
     from llmlab.engine import LLMEngine
+    from llmlab.serve.api_server import build_app
 
     args = parser().parse_args(argv)
     if args.threads:
@@ -273,13 +339,27 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.should_exit = True
 
-    app = build_app(engine, args.served_model_name or [args.model], max_waiting=args.max_waiting,
-                    api_key=args.api_key, max_body_bytes=args.max_body_bytes,
-                    enable_docs=not args.disable_fastapi_docs, on_fatal=on_fatal)
-    server = uvicorn.Server(uvicorn_config(
-        app, args.host, args.port, args.log_level, limit_concurrency=args.limit_concurrency,
-        max_connections=args.max_connections, timeout_keep_alive=args.timeout_keep_alive,
-        timeout_header=args.timeout_header))
+    app = build_app(
+        engine,
+        args.served_model_name or [args.model],
+        max_waiting=args.max_waiting,
+        api_key=args.api_key,
+        max_body_bytes=args.max_body_bytes,
+        enable_docs=not args.disable_fastapi_docs,
+        on_fatal=on_fatal,
+    )
+    server = uvicorn.Server(
+        uvicorn_config(
+            app,
+            args.host,
+            args.port,
+            args.log_level,
+            limit_concurrency=args.limit_concurrency,
+            max_connections=args.max_connections,
+            timeout_keep_alive=args.timeout_keep_alive,
+            timeout_header=args.timeout_header,
+        )
+    )
 
     async def run() -> None:
         task = asyncio.ensure_future(server.serve())
@@ -287,24 +367,37 @@ def main(argv: list[str] | None = None) -> int:
             await asyncio.sleep(0.02)
         if server.started:
             host, port = server.servers[0].sockets[0].getsockname()[:2]
-            print(f"llmlab serve: listening on http://{host}:{port} (model {args.model}, "
-                  f"max_model_len {engine.max_model_len}, {engine.num_kv_blocks} KV blocks, "
-                  f"attention {engine.config.attention_backend}"
-                  f"{', API key required' if args.api_key else ''})", flush=True)
+            print(
+                f"llmlab serve: listening on http://{host}:{port} (model {args.model}, "
+                f"max_model_len {engine.max_model_len}, {engine.num_kv_blocks} KV blocks, "
+                f"attention {engine.config.attention_backend}"
+                f"{', API key required' if args.api_key else ''})",
+                flush=True,
+            )
         await task
 
     asyncio.run(run())
     if exit_code[0]:
-        print("llmlab serve: the engine failed and cannot continue; exiting with status 1 "
-              "(see the log above)", file=sys.stderr, flush=True)
+        print(
+            "llmlab serve: the engine failed and cannot continue; exiting with status 1 "
+            "(see the log above)",
+            file=sys.stderr,
+            flush=True,
+        )
     return exit_code[0]
 
 
 class ServerThread:
     """uvicorn serving `app` on a daemon thread of this process (port 0: a free one)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0,
-                 start_timeout: float = 60.0, **limits: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        start_timeout: float = 60.0,
+        **limits: Any,
+    ) -> None:
         import uvicorn
 
         self.app = app
@@ -347,20 +440,38 @@ class ServerProcess:
     `start_timeout` seconds. `log()` gives its last lines.
     """
 
-    def __init__(self, model: str | None = "smollm2-135m", args: list[str] | None = None,
-                 start_timeout: float = 180.0, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | None = "smollm2-135m",
+        args: list[str] | None = None,
+        start_timeout: float = 180.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         # model None: `args` names it (or the default model is served)
-        cmd = [sys.executable, "-m", "llmlab", "serve", *([model] if model else []),
-               "--port", "0", *(args or [])]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env={**os.environ, **(env or {})},
-                                     preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-        atexit.register(self.stop)          # a notebook kernel that exits takes it along
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmlab",
+            "serve",
+            *([model] if model else []),
+            "--port",
+            "0",
+            *(args or []),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        atexit.register(self.stop)  # a notebook kernel that exits takes it along
         self.lines: collections.deque[str] = collections.deque(maxlen=200)
         self.url: str | None = None
         found = threading.Event()
 
-        def drain() -> None:              # keep reading so the child never blocks on a pipe
+        def drain() -> None:  # keep reading so the child never blocks on a pipe
             for line in self.proc.stdout:
                 self.lines.append(line.rstrip())
                 m = LISTENING.search(line)
@@ -373,8 +484,11 @@ class ServerProcess:
         self._reader.start()
         if not found.wait(start_timeout) or self.url is None:
             code = self.stop()
-            why = (f"exited with code {code}" if self.proc.returncode is not None and found.is_set()
-                   else f"did not start listening within {start_timeout:.0f} s")
+            why = (
+                f"exited with code {code}"
+                if self.proc.returncode is not None and found.is_set()
+                else f"did not start listening within {start_timeout:.0f} s"
+            )
             raise RuntimeError(f"`{' '.join(cmd)}` {why}; its output:\n{self.log()}")
 
     def log(self) -> str:

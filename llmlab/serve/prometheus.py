@@ -9,6 +9,7 @@ async engine loop as tokens come out and requests finish. Latencies here are the
 Written by hand rather than with `prometheus_client`: the format is a few lines of text, and a
 registry object per server keeps two servers in one process (tests) apart.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -16,10 +17,51 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # vLLM's buckets (seconds) for request latencies and for the gaps between tokens
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                   5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
+LATENCY_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 FINISHED_REASONS = ("stop", "length", "abort")
 
 
@@ -33,7 +75,7 @@ class Histogram:
     count: int = 0
 
     def __post_init__(self) -> None:
-        self.counts = [0] * (len(self.buckets) + 1)       # the last one is +Inf
+        self.counts = [0] * (len(self.buckets) + 1)  # the last one is +Inf
 
     def observe(self, value: float) -> None:
         self.counts[bisect.bisect_left(self.buckets, value)] += 1
@@ -54,12 +96,18 @@ class ServerMetrics:
 
     HISTOGRAMS = {
         "vllm:time_to_first_token_seconds": ("Time to first token in seconds.", LATENCY_BUCKETS),
-        "vllm:inter_token_latency_seconds": ("Time between consecutive output tokens in seconds.",
-                                             ITL_BUCKETS),
-        "vllm:e2e_request_latency_seconds": ("End to end request latency in seconds.",
-                                             LATENCY_BUCKETS),
-        "vllm:request_queue_time_seconds": ("Time from arrival to first scheduling in seconds.",
-                                            LATENCY_BUCKETS),
+        "vllm:inter_token_latency_seconds": (
+            "Time between consecutive output tokens in seconds.",
+            ITL_BUCKETS,
+        ),
+        "vllm:e2e_request_latency_seconds": (
+            "End to end request latency in seconds.",
+            LATENCY_BUCKETS,
+        ),
+        "vllm:request_queue_time_seconds": (
+            "Time from arrival to first scheduling in seconds.",
+            LATENCY_BUCKETS,
+        ),
     }
 
     def __init__(self, model_name: str) -> None:
@@ -72,8 +120,9 @@ class ServerMetrics:
 
     # ---- fed by the engine loop -----------------------------------------------------------
 
-    def on_tokens(self, num_new: int, first: bool, num_prompt_tokens: int,
-                  metrics: Any = None) -> None:
+    def on_tokens(
+        self, num_new: int, first: bool, num_prompt_tokens: int, metrics: Any = None
+    ) -> None:
         """New tokens of a request; on its first, TTFT is recorded (as vLLM does: a request
         aborted later still counts)."""
         self.generation_tokens += num_new
@@ -81,7 +130,8 @@ class ServerMetrics:
             self.prompt_tokens += num_prompt_tokens
             if metrics is not None and metrics.first_token_time is not None:
                 self.hist["vllm:time_to_first_token_seconds"].observe(
-                    metrics.first_token_time - metrics.arrival_time)
+                    metrics.first_token_time - metrics.arrival_time
+                )
 
     def on_finished(self, reason: str, metrics: Any) -> None:
         """A request ended ("stop" | "length" | "abort"); `metrics`: its RequestMetrics."""
@@ -95,7 +145,8 @@ class ServerMetrics:
         self.hist["vllm:e2e_request_latency_seconds"].observe(times[-1] - metrics.arrival_time)
         if metrics.first_scheduled_time is not None:
             self.hist["vllm:request_queue_time_seconds"].observe(
-                metrics.first_scheduled_time - metrics.arrival_time)
+                metrics.first_scheduled_time - metrics.arrival_time
+            )
 
     # ---- the text format ------------------------------------------------------------------
 
@@ -105,47 +156,106 @@ class ServerMetrics:
         lines: list[str] = []
 
         def metric(name: str, kind: str, help_: str, value: float) -> None:
-            lines.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}",
-                          f"{name}{{{lb}}} {value}"])
+            lines.extend(
+                [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{{{lb}}} {value}"]
+            )
 
-        metric("vllm:num_requests_running", "gauge",
-               "Number of requests in model execution batches.", stats["running"])
-        metric("vllm:num_requests_waiting", "gauge",
-               "Number of requests waiting to be processed.", stats["waiting"] + queued)
-        metric("vllm:kv_cache_usage_perc", "gauge",
-               "KV-cache usage. 1 means 100 percent usage.", stats["kv_usage"])
-        metric("llmlab:kv_cache_free_blocks", "gauge", "Free KV-cache blocks.",
-               stats["free_blocks"])
-        metric("llmlab:kv_cache_num_blocks", "gauge", "KV-cache blocks in the pool.",
-               stats["num_kv_blocks"])
-        metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
-               stats["preemptions"])
-        metric("vllm:prefix_cache_queries_total", "counter",
-               "Prefix cache queries, in tokens.", stats["prefix_cache_queries"])
-        metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.",
-               stats["prefix_cache_hits"])
-        metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-               self.prompt_tokens)
-        metric("vllm:generation_tokens_total", "counter",
-               "Number of generation tokens processed.", self.generation_tokens)
-        metric("llmlab:requests_rejected_queue_full_total", "counter",
-               "Requests answered 503 because the waiting queue was full.",
-               self.rejected_queue_full)
-        if "spec_decode_num_drafts" in stats:          # an engine that speculates
-            metric("vllm:spec_decode_num_drafts_total", "counter",
-                   "Number of spec decoding drafts.", stats["spec_decode_num_drafts"])
-            metric("vllm:spec_decode_num_draft_tokens_total", "counter",
-                   "Number of draft tokens.", stats["spec_decode_num_draft_tokens"])
-            metric("vllm:spec_decode_num_accepted_tokens_total", "counter",
-                   "Number of accepted tokens.", stats["spec_decode_num_accepted_tokens"])
+        metric(
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests in model execution batches.",
+            stats["running"],
+        )
+        metric(
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Number of requests waiting to be processed.",
+            stats["waiting"] + queued,
+        )
+        metric(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            stats["kv_usage"],
+        )
+        metric(
+            "llmlab:kv_cache_free_blocks", "gauge", "Free KV-cache blocks.", stats["free_blocks"]
+        )
+        metric(
+            "llmlab:kv_cache_num_blocks",
+            "gauge",
+            "KV-cache blocks in the pool.",
+            stats["num_kv_blocks"],
+        )
+        metric(
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemptions.",
+            stats["preemptions"],
+        )
+        metric(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in tokens.",
+            stats["prefix_cache_queries"],
+        )
+        metric(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in tokens.",
+            stats["prefix_cache_hits"],
+        )
+        metric(
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            self.prompt_tokens,
+        )
+        metric(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            self.generation_tokens,
+        )
+        metric(
+            "llmlab:requests_rejected_queue_full_total",
+            "counter",
+            "Requests answered 503 because the waiting queue was full.",
+            self.rejected_queue_full,
+        )
+        if "spec_decode_num_drafts" in stats:  # an engine that speculates
+            metric(
+                "vllm:spec_decode_num_drafts_total",
+                "counter",
+                "Number of spec decoding drafts.",
+                stats["spec_decode_num_drafts"],
+            )
+            metric(
+                "vllm:spec_decode_num_draft_tokens_total",
+                "counter",
+                "Number of draft tokens.",
+                stats["spec_decode_num_draft_tokens"],
+            )
+            metric(
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "counter",
+                "Number of accepted tokens.",
+                stats["spec_decode_num_accepted_tokens"],
+            )
             name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-            lines += [f"# HELP {name} Accepted tokens per draft position.",
-                      f"# TYPE {name} counter"]
-            lines += [f'{name}{{{lb},position="{i}"}} {n}' for i, n in
-                      enumerate(stats["spec_decode_num_accepted_tokens_per_pos"])]
+            lines += [
+                f"# HELP {name} Accepted tokens per draft position.",
+                f"# TYPE {name} counter",
+            ]
+            lines += [
+                f'{name}{{{lb},position="{i}"}} {n}'
+                for i, n in enumerate(stats["spec_decode_num_accepted_tokens_per_pos"])
+            ]
         name = "vllm:request_success_total"
-        lines += [f"# HELP {name} Count of finished requests by finish reason.",
-                  f"# TYPE {name} counter"]
+        lines += [
+            f"# HELP {name} Count of finished requests by finish reason.",
+            f"# TYPE {name} counter",
+        ]
         lines += [f'{name}{{{lb},finished_reason="{r}"}} {n}' for r, n in self.finished.items()]
         for name, (help_, _) in self.HISTOGRAMS.items():
             lines += [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]

@@ -15,6 +15,7 @@ and lone surrogates are 400s); `to_sampling_params(body, ...)` turns it into the
 `SamplingParams`. Errors are `OpenAIError`s, which the server sends as `{"error": {"message",
 "type", "param", "code"}}` with their HTTP status.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,21 +29,32 @@ from llmlab.structured_output import SPEC_FIELDS, StructuredOutputsParams
 
 # an int or a float, finite; never a str or a bool
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-MAX_JSON_DEPTH = 32          # nesting deeper than any request body needs
+MAX_JSON_DEPTH = 32  # nesting deeper than any request body needs
 
 
 class OpenAIError(Exception):
     """An error the client caused (4xx) or the server cannot take more (5xx)."""
 
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 type_: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        type_: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.type = status, message, param, type_
 
     def body(self) -> dict[str, Any]:
         """OpenAI's error shape, `code` the HTTP status (as vLLM sends it)."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.status}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
 
 
 class StreamOptions(BaseModel):
@@ -55,18 +67,18 @@ class _SamplingFields(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str | None = None                       # None: the server's (first) model
+    model: str | None = None  # None: the server's (first) model
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     temperature: Number = Field(default=1.0, ge=0)
     top_p: Number = Field(default=1.0, gt=0, le=1)
-    top_k: StrictInt | None = Field(default=None, ge=-1)    # -1 or 0: all tokens
+    top_k: StrictInt | None = Field(default=None, ge=-1)  # -1 or 0: all tokens
     min_tokens: StrictInt = Field(default=0, ge=0)
     ignore_eos: StrictBool = False
     stop_token_ids: list[Annotated[int, Field(strict=True, ge=0)]] | None = None
     seed: StrictInt | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    return_token_ids: StrictBool = False           # vLLM's extension: token ids in each choice
+    return_token_ids: StrictBool = False  # vLLM's extension: token ids in each choice
     n: StrictInt = Field(default=1, ge=1)
     best_of: StrictInt | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
@@ -74,8 +86,8 @@ class _SamplingFields(BaseModel):
     presence_penalty: Number = Field(default=0.0, ge=-2, le=2)
     frequency_penalty: Number = Field(default=0.0, ge=-2, le=2)
     repetition_penalty: Number = Field(default=1.0, gt=0, le=2)
-    logit_bias: dict[str, Number] | None = None    # token id (as JSON keys are) -> [-100, 100]
-    user: str | None = None                        # accepted: it changes nothing here
+    logit_bias: dict[str, Number] | None = None  # token id (as JSON keys are) -> [-100, 100]
+    user: str | None = None  # accepted: it changes nothing here
     # structured output: OpenAI's response_format, or vLLM's structured_outputs
     response_format: Any = None
     structured_outputs: Any = None
@@ -87,26 +99,36 @@ class _SamplingFields(BaseModel):
 
     def refuse_unsupported(self) -> None:
         if self.best_of is not None and self.best_of != self.n:
-            raise OpenAIError(400, f"best_of={self.best_of} is not supported by this server "
-                              "(only best_of equal to n)", "best_of")
+            raise OpenAIError(
+                400,
+                f"best_of={self.best_of} is not supported by this server (only best_of equal to n)",
+                "best_of",
+            )
         if self.stream_options is not None and not self.stream:
-            raise OpenAIError(400, "stream_options can only be given with stream=true",
-                              "stream_options")
+            raise OpenAIError(
+                400, "stream_options can only be given with stream=true", "stream_options"
+            )
         if isinstance(self.stop, list):
             if len(self.stop) > MAX_STOP_STRINGS:
-                raise OpenAIError(400, f"stop: at most {MAX_STOP_STRINGS} stop strings, got "
-                                  f"{len(self.stop)}", "stop")
+                raise OpenAIError(
+                    400,
+                    f"stop: at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}",
+                    "stop",
+                )
         if self.stop is not None and any(s == "" for s in _as_list(self.stop)):
             raise OpenAIError(400, "stop: a stop string must not be empty", "stop")
         if self.tools:
-            raise OpenAIError(400, "tools (function calling) are not supported by this server",
-                              "tools")
+            raise OpenAIError(
+                400, "tools (function calling) are not supported by this server", "tools"
+            )
         if self.tool_choice not in (None, "none"):
-            raise OpenAIError(400, "tool_choice is not supported by this server (only "
-                              "\"none\")", "tool_choice")
+            raise OpenAIError(
+                400, "tool_choice is not supported by this server (only \"none\")", "tool_choice"
+            )
         if self.functions or self.function_call not in (None, "none"):
-            raise OpenAIError(400, "functions (function calling) are not supported by this "
-                              "server", "functions")
+            raise OpenAIError(
+                400, "functions (function calling) are not supported by this server", "functions"
+            )
 
 
 def structured_outputs_of(body: _SamplingFields) -> StructuredOutputsParams | None:
@@ -115,8 +137,9 @@ def structured_outputs_of(body: _SamplingFields) -> StructuredOutputsParams | No
     ({"json" | "regex" | "choice" | "grammar" | "json_object": ...}). Refusals name the field."""
     rf, so = body.response_format, body.structured_outputs
     if rf is not None and so is not None:
-        raise OpenAIError(400, "give response_format or structured_outputs, not both",
-                          "structured_outputs")
+        raise OpenAIError(
+            400, "give response_format or structured_outputs, not both", "structured_outputs"
+        )
     if rf is not None:
         kind = rf.get("type") if isinstance(rf, dict) else None
         if kind == "text":
@@ -127,23 +150,35 @@ def structured_outputs_of(body: _SamplingFields) -> StructuredOutputsParams | No
             spec = rf.get("json_schema")
             schema = spec.get("schema") if isinstance(spec, dict) else None
             if not isinstance(schema, dict):
-                raise OpenAIError(400, "response_format.json_schema.schema must be a JSON schema"
-                                  " (an object)", "response_format.json_schema.schema")
+                raise OpenAIError(
+                    400,
+                    "response_format.json_schema.schema must be a JSON schema (an object)",
+                    "response_format.json_schema.schema",
+                )
             return StructuredOutputsParams(json=schema)
-        raise OpenAIError(400, "response_format.type must be \"text\", \"json_object\" or "
-                          f"\"json_schema\", got {_short(kind if kind is not None else rf)}",
-                          "response_format.type")
+        raise OpenAIError(
+            400,
+            "response_format.type must be \"text\", \"json_object\" or "
+            f"\"json_schema\", got {_short(kind if kind is not None else rf)}",
+            "response_format.type",
+        )
     if so is None:
         return None
     if not isinstance(so, dict):
-        raise OpenAIError(400, "structured_outputs must be an object with one of "
-                          f"{list(SPEC_FIELDS)}", "structured_outputs")
+        raise OpenAIError(
+            400,
+            f"structured_outputs must be an object with one of {list(SPEC_FIELDS)}",
+            "structured_outputs",
+        )
     fields = {k: v for k, v in so.items() if k in SPEC_FIELDS}
     try:
         return StructuredOutputsParams(**fields)
     except (TypeError, ValueError) as e:
-        raise OpenAIError(400, f"structured_outputs: {str(e).replace('StructuredOutputsParams', '').lstrip('.: ')}",
-                          "structured_outputs") from None
+        raise OpenAIError(
+            400,
+            f"structured_outputs: {str(e).replace('StructuredOutputsParams', '').lstrip('.: ')}",
+            "structured_outputs",
+        ) from None
 
 
 def _as_list(stop: str | list[str] | None) -> list[str]:
@@ -154,8 +189,8 @@ class CompletionRequest(_SamplingFields):
     """`POST /v1/completions`. prompt: a str, a list of token ids, or a list of one of these."""
 
     prompt: Any = None
-    echo: StrictBool = False                       # the prompt before the completion
-    logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)   # top-k per token
+    echo: StrictBool = False  # the prompt before the completion
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)  # top-k per token
     suffix: str | None = None
 
     def refuse_unsupported(self) -> None:
@@ -185,7 +220,7 @@ class ChatCompletionRequest(_SamplingFields):
     """`POST /v1/chat/completions`."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)   # OpenAI's newer name
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)  # OpenAI's newer name
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
 
@@ -207,7 +242,7 @@ def _param_of(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif out and _TYPE_TAG.match(str(part)):
-            continue                                   # ('prompt', 'str'): a union branch
+            continue  # ('prompt', 'str'): a union branch
         else:
             out += ("." if out else "") + str(part)
     return out
@@ -225,15 +260,21 @@ def _check_json(data: Any) -> None:
         value, path, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
             field = re.split(r"[.\[]", path)[0] or "body"
-            raise OpenAIError(400, f"{field}: the request body is nested more than "
-                              f"{MAX_JSON_DEPTH} levels deep", field)
+            raise OpenAIError(
+                400,
+                f"{field}: the request body is nested more than {MAX_JSON_DEPTH} levels deep",
+                field,
+            )
         if isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise OpenAIError(400, f"{path or 'body'}: the string holds a lone UTF-16 "
-                                  "surrogate (such as \\ud800), which is not text",
-                                  path or "body") from None
+                raise OpenAIError(
+                    400,
+                    f"{path or 'body'}: the string holds a lone UTF-16 "
+                    "surrogate (such as \\ud800), which is not text",
+                    path or "body",
+                ) from None
         elif isinstance(value, dict):
             for key, item in value.items():
                 stack.append((key, path or "body", depth + 1))
@@ -247,13 +288,15 @@ def parse_body(raw: bytes, model_cls: type[BaseModel]) -> Any:
     try:
         data = json.loads(raw, parse_constant=_no_constant)
     except RecursionError:
-        raise OpenAIError(400, "the request body is not valid JSON: nested too deeply",
-                          "body") from None
-    except (ValueError, UnicodeDecodeError) as e:   # JSONDecodeError, NaN, a 5,000-digit int
+        raise OpenAIError(
+            400, "the request body is not valid JSON: nested too deeply", "body"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, NaN, a 5,000-digit int
         raise OpenAIError(400, f"the request body is not valid JSON: {e}"[:500], "body") from None
     if not isinstance(data, dict):
-        raise OpenAIError(400, f"the request body must be a JSON object, got "
-                          f"{type(data).__name__}", "body")
+        raise OpenAIError(
+            400, f"the request body must be a JSON object, got {type(data).__name__}", "body"
+        )
     _check_json(data)
     try:
         body = model_cls.model_validate(data)
@@ -269,8 +312,11 @@ def parse_body(raw: bytes, model_cls: type[BaseModel]) -> Any:
 
 def _short(value: Any) -> str:
     """repr of a refused value, cut short (a 4,000-digit int would fill the message)."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else (
-        f"an int of {len(str(abs(value)))} digits")
+    text = (
+        repr(value)
+        if not isinstance(value, int) or abs(value) < 10**30
+        else (f"an int of {len(str(abs(value)))} digits")
+    )
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -279,16 +325,21 @@ def prompts_of(body: CompletionRequest) -> list[str | list[int]]:
     p = body.prompt
     if p is None:
         raise OpenAIError(400, "prompt is required", "prompt")
-    if isinstance(p, str) or (isinstance(p, list) and p and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in p)):
+    if isinstance(p, str) or (
+        isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+    ):
         batch, params = [p], ["prompt"]
     elif isinstance(p, list) and p and all(isinstance(t, (str, list)) for t in p):
         batch, params = list(p), [f"prompt[{i}]" for i in range(len(p))]
     elif isinstance(p, list) and not p:
         raise OpenAIError(400, "prompt must not be empty", "prompt")
     else:
-        raise OpenAIError(400, f"prompt must be a string, a list of token ids, or a list of "
-                          f"these, got {type(p).__name__}", "prompt")
+        raise OpenAIError(
+            400,
+            f"prompt must be a string, a list of token ids, or a list of "
+            f"these, got {type(p).__name__}",
+            "prompt",
+        )
     for item, param in zip(batch, params):
         if isinstance(item, str):
             if not item:
@@ -303,13 +354,19 @@ def prompts_of(body: CompletionRequest) -> list[str | list[int]]:
 def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
-        raise OpenAIError(400, f"{param}: token ids must be in [0, {vocab_size}), got "
-                          f"{bad[:5]}", param)
+        raise OpenAIError(
+            400, f"{param}: token ids must be in [0, {vocab_size}), got {bad[:5]}", param
+        )
 
 
-def to_sampling_params(body: _SamplingFields, num_prompt_tokens: int, max_model_len: int,
-                       vocab_size: int, default_max_tokens: int | None,
-                       structured_outputs: StructuredOutputsParams | None = None) -> SamplingParams:
+def to_sampling_params(
+    body: _SamplingFields,
+    num_prompt_tokens: int,
+    max_model_len: int,
+    vocab_size: int,
+    default_max_tokens: int | None,
+    structured_outputs: StructuredOutputsParams | None = None,
+) -> SamplingParams:
     """The engine's parameters for a checked body.
 
     max_tokens defaults to `default_max_tokens` (OpenAI's 16 for completions) or, when that is
@@ -322,30 +379,48 @@ def to_sampling_params(body: _SamplingFields, num_prompt_tokens: int, max_model_
     room = max_model_len - num_prompt_tokens
     if room < 1:
         which = "messages" if isinstance(body, ChatCompletionRequest) else "prompt"
-        raise OpenAIError(400, f"{which}: the prompt has {num_prompt_tokens} tokens; this "
-                          f"model's context is max_model_len={max_model_len} tokens, prompt "
-                          "and output together", which)
+        raise OpenAIError(
+            400,
+            f"{which}: the prompt has {num_prompt_tokens} tokens; this "
+            f"model's context is max_model_len={max_model_len} tokens, prompt "
+            "and output together",
+            which,
+        )
     if max_tokens is None:
         max_tokens = room if default_max_tokens is None else min(default_max_tokens, room)
     elif max_tokens > room:
-        raise OpenAIError(400, f"{param}={max_tokens} is too large: the prompt has "
-                          f"{num_prompt_tokens} tokens and max_model_len is {max_model_len}, "
-                          f"so at most {room} can be generated", param)
+        raise OpenAIError(
+            400,
+            f"{param}={max_tokens} is too large: the prompt has "
+            f"{num_prompt_tokens} tokens and max_model_len is {max_model_len}, "
+            f"so at most {room} can be generated",
+            param,
+        )
     if body.stop_token_ids:
         check_token_ids(body.stop_token_ids, vocab_size, "stop_token_ids")
     if body.top_k is not None and body.top_k > vocab_size:
-        raise OpenAIError(400, f"top_k must be -1 (all tokens) or in [1, {vocab_size}] (the "
-                          f"vocabulary), got {_short(body.top_k)}", "top_k")
+        raise OpenAIError(
+            400,
+            f"top_k must be -1 (all tokens) or in [1, {vocab_size}] (the "
+            f"vocabulary), got {_short(body.top_k)}",
+            "top_k",
+        )
     logit_bias = None
     if body.logit_bias:
         logit_bias = {}
         for key, bias in body.logit_bias.items():
             if not re.fullmatch(r"\d{1,9}", key) or int(key) >= vocab_size:
-                raise OpenAIError(400, f"logit_bias: keys must be token ids in [0, {vocab_size}),"
-                                  f" got {_short(key)}", "logit_bias")
+                raise OpenAIError(
+                    400,
+                    f"logit_bias: keys must be token ids in [0, {vocab_size}), got {_short(key)}",
+                    "logit_bias",
+                )
             if not -100 <= bias <= 100:
-                raise OpenAIError(400, f"logit_bias: biases must be in [-100, 100], got "
-                                  f"{bias!r} for token {key}", "logit_bias")
+                raise OpenAIError(
+                    400,
+                    f"logit_bias: biases must be in [-100, 100], got {bias!r} for token {key}",
+                    "logit_bias",
+                )
             logit_bias[int(key)] = float(bias)
     if isinstance(body, ChatCompletionRequest):
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
@@ -355,18 +430,26 @@ def to_sampling_params(body: _SamplingFields, num_prompt_tokens: int, max_model_
         prompt_logprobs = logprobs if body.echo else None
     try:
         return SamplingParams(
-            temperature=float(body.temperature), top_p=float(body.top_p),
-            top_k=-1 if body.top_k in (None, 0) else body.top_k, max_tokens=max_tokens,
-            min_tokens=body.min_tokens, ignore_eos=body.ignore_eos,
-            stop_token_ids=list(body.stop_token_ids or []) or None, seed=body.seed,
+            temperature=float(body.temperature),
+            top_p=float(body.top_p),
+            top_k=-1 if body.top_k in (None, 0) else body.top_k,
+            max_tokens=max_tokens,
+            min_tokens=body.min_tokens,
+            ignore_eos=body.ignore_eos,
+            stop_token_ids=list(body.stop_token_ids or []) or None,
+            seed=body.seed,
             stop=_as_list(body.stop) or None,
             include_stop_str_in_output=body.include_stop_str_in_output,
             presence_penalty=float(body.presence_penalty),
             frequency_penalty=float(body.frequency_penalty),
-            repetition_penalty=float(body.repetition_penalty), logit_bias=logit_bias,
-            logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-            structured_outputs=structured_outputs)
-    except ValueError as e:                      # e.g. min_tokens > max_tokens
+            repetition_penalty=float(body.repetition_penalty),
+            logit_bias=logit_bias,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
+            structured_outputs=structured_outputs,
+        )
+    except ValueError as e:  # e.g. min_tokens > max_tokens
         m = re.search(r"SamplingParams\.(\w+)", str(e))
-        raise OpenAIError(400, str(e).replace("SamplingParams.", ""),
-                          m.group(1) if m else None) from None
+        raise OpenAIError(
+            400, str(e).replace("SamplingParams.", ""), m.group(1) if m else None
+        ) from None

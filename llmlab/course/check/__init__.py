@@ -1,4 +1,5 @@
 """Self-check exercises, one module per chapter: `from llmlab import check; check.ch04.kv_bytes(...)`."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,58 +1,97 @@
 """Self-checks of chapter 06 (memory hierarchy): reading 70B weights once, the per-token floor
 on H200, the bandwidth a design needs (the weight-read widget's task), HBM against PCIe, weights
 offloaded to CPU memory, and where a working set lives on this machine's caches."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from llmlab.analysis import costs
+from llmlab.analysis.hardware import PRESETS, cpu_caches
+from llmlab.config import get_config
 from llmlab.course.check.ch01 import combine_mistakes
 from llmlab.course.check.core import CheckResult, ExerciseInfo, check_choice, check_number
-from llmlab.config import get_config
-from llmlab.analysis.hardware import PRESETS, cpu_caches
 from llmlab.i18n import tr
 
-SEED_PARAMS = 70e9          # the seed: "70B FP16 = 140 GB"
-SEED_BW = 3e12              # the seed: "~3 TB/s"
-WORKING_SET = 4 * 1024**2   # bytes, for working_set_level
+SEED_PARAMS = 70e9  # the seed: "70B FP16 = 140 GB"
+SEED_BW = 3e12  # the seed: "~3 TB/s"
+WORKING_SET = 4 * 1024**2  # bytes, for working_set_level
 LEVELS = ["L1", "L2", "L3", "DRAM"]
 # Where this machine does not report its caches (macOS, Windows): a reference laptop core's, so
 # the question still has one right answer (the notebook prints which caches it grades against).
-REFERENCE_CACHES = [{"level": 1, "type": "Data", "size": 48 * 1024},
-                    {"level": 2, "type": "Unified", "size": 1280 * 1024},
-                    {"level": 3, "type": "Unified", "size": 12 * 1024**2}]
+REFERENCE_CACHES = [
+    {"level": 1, "type": "Data", "size": 48 * 1024},
+    {"level": 2, "type": "Unified", "size": 1280 * 1024},
+    {"level": 3, "type": "Unified", "size": 12 * 1024**2},
+]
 REFERENCE_NAME = "reference laptop core (48 KiB L1d, 1.25 MiB L2, 12 MiB shared L3)"
 REFERENCE_NAME_ZH = "参考笔记本的一个核（48 KiB L1d、1.25 MiB L2、12 MiB 共享 L3）"
 
 # bandwidth_for_speed: the weight-read widget's task
-SPEED_PARAMS = 100e9        # parameters
-SPEED_DTYPE_BYTES = 1       # FP8
-SPEED_TOKENS_PER_S = 25     # one user, batch 1
+SPEED_PARAMS = 100e9  # parameters
+SPEED_DTYPE_BYTES = 1  # FP8
+SPEED_TOKENS_PER_S = 25  # one user, batch 1
 
 # offload_floor_ms: vLLM's --cpu-offload-gb on one H100
 OFFLOAD_MODEL = "llama-3-8b"
-OFFLOAD_BYTES = 10e9        # --cpu-offload-gb 10
+OFFLOAD_BYTES = 10e9  # --cpu-offload-gb 10
 
 
 def weight_read_ms(answer: Any) -> CheckResult:
     """Milliseconds to read 70e9 BF16 weights once at 3 TB/s (the seed's per-token floor)."""
     expected = SEED_PARAMS * 2 / SEED_BW * 1e3
-    return check_number("ch06.weight_read_ms", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (SEED_PARAMS / SEED_BW * 1e3, tr("that counts parameters, not bytes: each BF16 weight is 2 bytes.",
-                                         "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。")),
-        (SEED_PARAMS * 4 / SEED_BW * 1e3, tr("that uses 4 bytes per weight (FP32); the weights here are BF16.",
-                                             "这里每个权重按 4 字节（FP32）算了；题中的权重是 BF16。")),
-        (SEED_PARAMS * 2 / 3.35e12 * 1e3, tr("that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s.",
-                                             "这用的是规格表的 3.35 TB/s；本题用原章节的 3 TB/s。")),
-        (SEED_BW / (SEED_PARAMS * 2) * 1e3, tr("upside down: a time is an amount divided by a rate.",
-                                               "除反了：时间是总量除以速率。")),
-        (SEED_PARAMS * 2 / SEED_BW, tr("that is in seconds: give it in the unit the question asks for, milliseconds.",
-                                       "这是以秒为单位的；请按题目要求的单位（毫秒）作答。")),
-    ), default_hint=tr("a decode step at batch 1 has to move every weight from memory once; "
-                       "how long does moving that many bytes take?",
-                       "batch 为 1 时，一个 decode 步要把每个权重从显存里搬一遍；搬这么多字节要多久？"),
-        formula=tr("Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.",
-                   "时间 =（权重个数 × 每个权重的字节数）/ 以字节每秒计的带宽，再 × 1000 换成 ms。"))
+    return check_number(
+        "ch06.weight_read_ms",
+        answer,
+        expected,
+        rel=0.02,
+        mistakes=combine_mistakes(
+            (
+                SEED_PARAMS / SEED_BW * 1e3,
+                tr(
+                    "that counts parameters, not bytes: each BF16 weight is 2 bytes.",
+                    "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。",
+                ),
+            ),
+            (
+                SEED_PARAMS * 4 / SEED_BW * 1e3,
+                tr(
+                    "that uses 4 bytes per weight (FP32); the weights here are BF16.",
+                    "这里每个权重按 4 字节（FP32）算了；题中的权重是 BF16。",
+                ),
+            ),
+            (
+                SEED_PARAMS * 2 / 3.35e12 * 1e3,
+                tr(
+                    "that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s.",
+                    "这用的是规格表的 3.35 TB/s；本题用原章节的 3 TB/s。",
+                ),
+            ),
+            (
+                SEED_BW / (SEED_PARAMS * 2) * 1e3,
+                tr(
+                    "upside down: a time is an amount divided by a rate.",
+                    "除反了：时间是总量除以速率。",
+                ),
+            ),
+            (
+                SEED_PARAMS * 2 / SEED_BW,
+                tr(
+                    "that is in seconds: give it in the unit the question asks for, milliseconds.",
+                    "这是以秒为单位的；请按题目要求的单位（毫秒）作答。",
+                ),
+            ),
+        ),
+        default_hint=tr(
+            "a decode step at batch 1 has to move every weight from memory once; "
+            "how long does moving that many bytes take?",
+            "batch 为 1 时，一个 decode 步要把每个权重从显存里搬一遍；搬这么多字节要多久？",
+        ),
+        formula=tr(
+            "Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.",
+            "时间 =（权重个数 × 每个权重的字节数）/ 以字节每秒计的带宽，再 × 1000 换成 ms。",
+        ),
+    )
 
 
 def h200_floor_ms(answer: Any) -> CheckResult:
@@ -61,48 +100,116 @@ def h200_floor_ms(answer: Any) -> CheckResult:
     params = costs.param_count(cfg)
     h200, h100 = PRESETS["H200"], PRESETS["H100-SXM"]
     expected = params * 2 / h200.mem_bw * 1e3
-    return check_number("ch06.h200_floor_ms", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (params * 2 / h100.mem_bw * 1e3, tr("that is H100 SXM's bandwidth; use the H200 preset's.",
-                                            "这是 H100 SXM 的带宽；请用 H200 预设的带宽。")),
-        (params * 2 / 3e12 * 1e3, tr("that is the seed's 3 TB/s H100; use the H200 preset's bandwidth.",
-                                     "这是原章节里 3 TB/s 的 H100；请用 H200 预设的带宽。")),
-        (params * 4 / h200.mem_bw * 1e3, tr("that uses 4 bytes per weight (FP32); the weights are BF16.",
-                                            "这里每个权重按 4 字节（FP32）算了；权重是 BF16。")),
-        (params / h200.mem_bw * 1e3, tr("that counts parameters, not bytes: each BF16 weight is 2 bytes.",
-                                        "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。")),
-        (SEED_PARAMS * 2 / h200.mem_bw * 1e3,
-         tr("that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count.",
-            "这用的是取整的 70e9；题目要的是 Llama-3-70B 的精确参数量。")),
-        (2 * params / h200.peak_flops["bf16"] * 1e3,
-         tr("that divides FLOPs by the compute peak: at batch 1 the weights' bytes over the bandwidth take far longer.",
-            "这是用 FLOPs 除以算力峰值：batch 为 1 时，权重字节数除以带宽所花的时间要长得多。")),
-    ), default_hint=tr("at batch 1 the floor is set by memory, not by compute; check which "
-                       "device's figure and which parameter count you used.",
-                       "batch 为 1 时，下限由显存决定，而不是算力；检查你用的是哪块卡的数据、哪个参数量。"),
-        formula=tr("Floor = exact parameter count × 2 bytes / the H200 preset's mem_bw, in milliseconds.",
-                   "下限 = 精确参数量 × 2 字节 / H200 预设的 mem_bw，单位毫秒。"))
+    return check_number(
+        "ch06.h200_floor_ms",
+        answer,
+        expected,
+        rel=0.02,
+        mistakes=combine_mistakes(
+            (
+                params * 2 / h100.mem_bw * 1e3,
+                tr(
+                    "that is H100 SXM's bandwidth; use the H200 preset's.",
+                    "这是 H100 SXM 的带宽；请用 H200 预设的带宽。",
+                ),
+            ),
+            (
+                params * 2 / 3e12 * 1e3,
+                tr(
+                    "that is the seed's 3 TB/s H100; use the H200 preset's bandwidth.",
+                    "这是原章节里 3 TB/s 的 H100；请用 H200 预设的带宽。",
+                ),
+            ),
+            (
+                params * 4 / h200.mem_bw * 1e3,
+                tr(
+                    "that uses 4 bytes per weight (FP32); the weights are BF16.",
+                    "这里每个权重按 4 字节（FP32）算了；权重是 BF16。",
+                ),
+            ),
+            (
+                params / h200.mem_bw * 1e3,
+                tr(
+                    "that counts parameters, not bytes: each BF16 weight is 2 bytes.",
+                    "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。",
+                ),
+            ),
+            (
+                SEED_PARAMS * 2 / h200.mem_bw * 1e3,
+                tr(
+                    "that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count.",
+                    "这用的是取整的 70e9；题目要的是 Llama-3-70B 的精确参数量。",
+                ),
+            ),
+            (
+                2 * params / h200.peak_flops["bf16"] * 1e3,
+                tr(
+                    "that divides FLOPs by the compute peak: at batch 1 the weights' bytes over the bandwidth take far longer.",
+                    "这是用 FLOPs 除以算力峰值：batch 为 1 时，权重字节数除以带宽所花的时间要长得多。",
+                ),
+            ),
+        ),
+        default_hint=tr(
+            "at batch 1 the floor is set by memory, not by compute; check which "
+            "device's figure and which parameter count you used.",
+            "batch 为 1 时，下限由显存决定，而不是算力；检查你用的是哪块卡的数据、哪个参数量。",
+        ),
+        formula=tr(
+            "Floor = exact parameter count × 2 bytes / the H200 preset's mem_bw, in milliseconds.",
+            "下限 = 精确参数量 × 2 字节 / H200 预设的 mem_bw，单位毫秒。",
+        ),
+    )
 
 
 def bandwidth_for_speed(answer: Any) -> CheckResult:
     """The memory bandwidth (TB/s) at which a 100B-parameter model in FP8 decodes 25 tokens/s for
     one user (batch 1): found with the weight-read widget's sliders, or by reasoning backwards."""
     expected = SPEED_PARAMS * SPEED_DTYPE_BYTES * SPEED_TOKENS_PER_S / 1e12
-    return check_number("ch06.bandwidth_for_speed", answer, expected, rel=0.03, mistakes=combine_mistakes(
-        (expected * 2, tr("that is for BF16 weights (2 bytes); the model is in FP8, 1 byte per weight.",
-                          "这是 BF16 权重（2 字节）的结果；模型是 FP8，每个权重 1 字节。")),
-        (expected / 2, tr("that is for 4-bit weights; the model is in FP8, 1 byte per weight.",
-                          "这是 4-bit 权重的结果；模型是 FP8，每个权重 1 字节。")),
-        (SPEED_PARAMS * SPEED_DTYPE_BYTES / SPEED_TOKENS_PER_S / 1e12,
-         tr("that divides by the token rate: a faster rate needs more bandwidth, not less.",
-            "这里除以了 token 速率：速率越快，需要的带宽越多，而不是越少。")),
-        (SPEED_PARAMS * SPEED_DTYPE_BYTES / 1e12,
-         tr("that reads the weights once per second; every token needs its own full read.",
-            "这相当于每秒只读一遍权重；其实每个 token 都要完整读一遍。")),
-    ), default_hint=tr("each token needs one full read of the weights, and the widget shows "
-                       "the tokens/s bound; move the bandwidth until it reaches the target.",
-                       "每个 token 都要把权重完整读一遍，控件会显示 tokens/s 的上限；拖动带宽，直到它达到目标。"),
-        formula=tr("Bandwidth = bytes of the weights × tokens per second (one read per token), in TB/s.",
-                   "带宽 = 权重的字节数 × 每秒 token 数（每个 token 读一遍），单位 TB/s。"))
+    return check_number(
+        "ch06.bandwidth_for_speed",
+        answer,
+        expected,
+        rel=0.03,
+        mistakes=combine_mistakes(
+            (
+                expected * 2,
+                tr(
+                    "that is for BF16 weights (2 bytes); the model is in FP8, 1 byte per weight.",
+                    "这是 BF16 权重（2 字节）的结果；模型是 FP8，每个权重 1 字节。",
+                ),
+            ),
+            (
+                expected / 2,
+                tr(
+                    "that is for 4-bit weights; the model is in FP8, 1 byte per weight.",
+                    "这是 4-bit 权重的结果；模型是 FP8，每个权重 1 字节。",
+                ),
+            ),
+            (
+                SPEED_PARAMS * SPEED_DTYPE_BYTES / SPEED_TOKENS_PER_S / 1e12,
+                tr(
+                    "that divides by the token rate: a faster rate needs more bandwidth, not less.",
+                    "这里除以了 token 速率：速率越快，需要的带宽越多，而不是越少。",
+                ),
+            ),
+            (
+                SPEED_PARAMS * SPEED_DTYPE_BYTES / 1e12,
+                tr(
+                    "that reads the weights once per second; every token needs its own full read.",
+                    "这相当于每秒只读一遍权重；其实每个 token 都要完整读一遍。",
+                ),
+            ),
+        ),
+        default_hint=tr(
+            "each token needs one full read of the weights, and the widget shows "
+            "the tokens/s bound; move the bandwidth until it reaches the target.",
+            "每个 token 都要把权重完整读一遍，控件会显示 tokens/s 的上限；拖动带宽，直到它达到目标。",
+        ),
+        formula=tr(
+            "Bandwidth = bytes of the weights × tokens per second (one read per token), in TB/s.",
+            "带宽 = 权重的字节数 × 每秒 token 数（每个 token 读一遍），单位 TB/s。",
+        ),
+    )
 
 
 def hbm_vs_pcie(answer: Any) -> CheckResult:
@@ -111,23 +218,54 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
     h = PRESETS["H100-SXM"]
     pcie = h.interconnect["pcie"]
     expected = h.mem_bw / pcie
-    return check_number("ch06.hbm_vs_pcie", answer, expected, rel=0.02, mistakes=combine_mistakes(
-        (3e12 / pcie, tr("that is the seed's round 3 TB/s; use the preset's memory bandwidth.",
-                         "这是原章节取整的 3 TB/s；请用预设里的显存带宽。")),
-        (h.mem_bw / (pcie / 2), tr("that uses one direction of PCIe (64 GB/s); this question compares the "
-                                   "figures the preset lists (128 GB/s, both directions added).",
-                                   "这用的是 PCIe 单向的 64 GB/s；本题比较的是预设里列出的数字"
-                                   "（128 GB/s，两个方向相加）。")),
-        (h.interconnect["nvlink"] / pcie, tr("that is NVLink over PCIe; the question compares HBM with PCIe.",
-                                             "这是 NVLink 与 PCIe 之比；题目比较的是 HBM 和 PCIe。")),
-        (pcie / h.mem_bw, tr("upside down: a GB over PCIe takes longer than a GB from HBM, so it "
-                             "is worth more than one GB of HBM reads.",
-                             "除反了：经 PCIe 读 1 GB 比从 HBM 读 1 GB 慢，所以它抵得上不止 1 GB 的 HBM 读取。")),
-    ), default_hint=tr("compare the two bandwidths of the H100-SXM preset, its memory's and "
-                       "its host link's, in the same unit.",
-                       "比较 H100-SXM 预设里的两个带宽：显存的和连主机那条链路的，单位要一致。"),
-        formula=tr("Ratio = HBM bandwidth / PCIe bandwidth, both in bytes/s as the preset lists them.",
-                   "倍数 = HBM 带宽 / PCIe 带宽，两者都用预设里列出的 bytes/s。"))
+    return check_number(
+        "ch06.hbm_vs_pcie",
+        answer,
+        expected,
+        rel=0.02,
+        mistakes=combine_mistakes(
+            (
+                3e12 / pcie,
+                tr(
+                    "that is the seed's round 3 TB/s; use the preset's memory bandwidth.",
+                    "这是原章节取整的 3 TB/s；请用预设里的显存带宽。",
+                ),
+            ),
+            (
+                h.mem_bw / (pcie / 2),
+                tr(
+                    "that uses one direction of PCIe (64 GB/s); this question compares the "
+                    "figures the preset lists (128 GB/s, both directions added).",
+                    "这用的是 PCIe 单向的 64 GB/s；本题比较的是预设里列出的数字"
+                    "（128 GB/s，两个方向相加）。",
+                ),
+            ),
+            (
+                h.interconnect["nvlink"] / pcie,
+                tr(
+                    "that is NVLink over PCIe; the question compares HBM with PCIe.",
+                    "这是 NVLink 与 PCIe 之比；题目比较的是 HBM 和 PCIe。",
+                ),
+            ),
+            (
+                pcie / h.mem_bw,
+                tr(
+                    "upside down: a GB over PCIe takes longer than a GB from HBM, so it "
+                    "is worth more than one GB of HBM reads.",
+                    "除反了：经 PCIe 读 1 GB 比从 HBM 读 1 GB 慢，所以它抵得上不止 1 GB 的 HBM 读取。",
+                ),
+            ),
+        ),
+        default_hint=tr(
+            "compare the two bandwidths of the H100-SXM preset, its memory's and "
+            "its host link's, in the same unit.",
+            "比较 H100-SXM 预设里的两个带宽：显存的和连主机那条链路的，单位要一致。",
+        ),
+        formula=tr(
+            "Ratio = HBM bandwidth / PCIe bandwidth, both in bytes/s as the preset lists them.",
+            "倍数 = HBM 带宽 / PCIe 带宽，两者都用预设里列出的 bytes/s。",
+        ),
+    )
 
 
 def _offload_parts() -> tuple[float, float, float, float]:
@@ -144,24 +282,58 @@ def offload_floor_ms(answer: Any) -> CheckResult:
     `--cpu-offload-gb 10`): the per-token floor in ms at batch 1, when the offloaded weights cross
     PCIe host→device at one direction's bandwidth (half the preset's total) in every step."""
     weights, hbm, pcie, expected = _offload_parts()
-    return check_number("ch06.offload_floor_ms", answer, expected, rel=0.004, mistakes=combine_mistakes(
-        (weights / hbm * 1e3, tr("that is the floor without offloading: the 10 GB in CPU memory cross PCIe in every step.",
-                                 "这是不卸载时的下限：放在 CPU 内存里的 10 GB 每一步都要经过 PCIe。")),
-        (((weights - OFFLOAD_BYTES) / hbm + OFFLOAD_BYTES / (2 * pcie)) * 1e3,
-         tr("that uses the preset's PCIe total (both directions added); the weights travel one way, host to device.",
-            "这用的是预设里 PCIe 的总带宽（两个方向相加）；权重只走一个方向，从主机到设备。")),
-        (OFFLOAD_BYTES / pcie * 1e3, tr("that counts only the offloaded part; the weights left in HBM are read too.",
-                                        "这只算了卸载出去的部分；留在 HBM 里的权重也要读。")),
-        (weights / pcie * 1e3, tr("that sends all the weights over PCIe; only the offloaded 10 GB live in CPU memory.",
-                                  "这是让全部权重都走 PCIe；只有卸载出去的 10 GB 放在 CPU 内存里。")),
-        ((weights / hbm + OFFLOAD_BYTES / pcie) * 1e3,
-         tr("the offloaded 10 GB are not in HBM as well: subtract them from what HBM serves.",
-            "卸载出去的 10 GB 并不同时留在 HBM 里：要从 HBM 负责的那部分里减掉。")),
-    ), default_hint=tr("the step reads two parts of the weights from two memories at two "
-                       "different speeds; find each part's time.",
-                       "这一步从两种存储里、以两种速度读两部分权重；分别算出每部分的时间。"),
-        formula=tr("Floor = (weight bytes − 10 GB) / HBM bandwidth + 10 GB / (PCIe total / 2), in ms.",
-                   "下限 =（权重字节数 − 10 GB）/ HBM 带宽 + 10 GB /（PCIe 总带宽 / 2），单位 ms。"))
+    return check_number(
+        "ch06.offload_floor_ms",
+        answer,
+        expected,
+        rel=0.004,
+        mistakes=combine_mistakes(
+            (
+                weights / hbm * 1e3,
+                tr(
+                    "that is the floor without offloading: the 10 GB in CPU memory cross PCIe in every step.",
+                    "这是不卸载时的下限：放在 CPU 内存里的 10 GB 每一步都要经过 PCIe。",
+                ),
+            ),
+            (
+                ((weights - OFFLOAD_BYTES) / hbm + OFFLOAD_BYTES / (2 * pcie)) * 1e3,
+                tr(
+                    "that uses the preset's PCIe total (both directions added); the weights travel one way, host to device.",
+                    "这用的是预设里 PCIe 的总带宽（两个方向相加）；权重只走一个方向，从主机到设备。",
+                ),
+            ),
+            (
+                OFFLOAD_BYTES / pcie * 1e3,
+                tr(
+                    "that counts only the offloaded part; the weights left in HBM are read too.",
+                    "这只算了卸载出去的部分；留在 HBM 里的权重也要读。",
+                ),
+            ),
+            (
+                weights / pcie * 1e3,
+                tr(
+                    "that sends all the weights over PCIe; only the offloaded 10 GB live in CPU memory.",
+                    "这是让全部权重都走 PCIe；只有卸载出去的 10 GB 放在 CPU 内存里。",
+                ),
+            ),
+            (
+                (weights / hbm + OFFLOAD_BYTES / pcie) * 1e3,
+                tr(
+                    "the offloaded 10 GB are not in HBM as well: subtract them from what HBM serves.",
+                    "卸载出去的 10 GB 并不同时留在 HBM 里：要从 HBM 负责的那部分里减掉。",
+                ),
+            ),
+        ),
+        default_hint=tr(
+            "the step reads two parts of the weights from two memories at two "
+            "different speeds; find each part's time.",
+            "这一步从两种存储里、以两种速度读两部分权重；分别算出每部分的时间。",
+        ),
+        formula=tr(
+            "Floor = (weight bytes − 10 GB) / HBM bandwidth + 10 GB / (PCIe total / 2), in ms.",
+            "下限 =（权重字节数 − 10 GB）/ HBM 带宽 + 10 GB /（PCIe 总带宽 / 2），单位 ms。",
+        ),
+    )
 
 
 def exercise_caches() -> list[dict]:
@@ -170,13 +342,16 @@ def exercise_caches() -> list[dict]:
     return cpu_caches() or REFERENCE_CACHES
 
 
-_exercise_caches = exercise_caches      # the name tests outside the repository may use
+_exercise_caches = exercise_caches  # the name tests outside the repository may use
 
 
 def graded_machine() -> str:
     """Whose caches `working_set_level` grades against, in words."""
     if cpu_caches():
-        return tr("this machine (its caches as the OS reports them)", "本机（缓存大小以操作系统报告的为准）")
+        return tr(
+            "this machine (its caches as the OS reports them)",
+            "本机（缓存大小以操作系统报告的为准）",
+        )
     return tr(REFERENCE_NAME, REFERENCE_NAME_ZH)
 
 
@@ -192,25 +367,62 @@ def working_set_level(answer: Any, size: int = WORKING_SET) -> CheckResult:
     of this machine's caches, or of REFERENCE_CACHES where this machine reports none?"""
     caches = exercise_caches()
     expected = _level_of(size, caches)
-    hints = {lv: (tr("too small: the working set does not fit in that cache; compare its size with "
-                     "the cache sizes printed above.",
-                     "太小了：工作集放不进这一级缓存；把它的大小和上面打印的各级缓存大小比一比。")
-                  if LEVELS.index(lv) < LEVELS.index(expected) else
-                  tr("a smaller, faster level already holds it; look at the cache sizes printed above.",
-                     "更小、更快的一级已经放得下它了；看看上面打印的各级缓存大小。"))
-             for lv in LEVELS if lv != expected}
+    hints = {
+        lv: (
+            tr(
+                "too small: the working set does not fit in that cache; compare its size with "
+                "the cache sizes printed above.",
+                "太小了：工作集放不进这一级缓存；把它的大小和上面打印的各级缓存大小比一比。",
+            )
+            if LEVELS.index(lv) < LEVELS.index(expected)
+            else tr(
+                "a smaller, faster level already holds it; look at the cache sizes printed above.",
+                "更小、更快的一级已经放得下它了；看看上面打印的各级缓存大小。",
+            )
+        )
+        for lv in LEVELS
+        if lv != expected
+    }
     return check_choice("ch06.working_set_level", answer, expected, options=LEVELS, hints=hints)
 
 
 EXERCISES: dict[str, ExerciseInfo] = {
-    "weight_read_ms": ExerciseInfo("plug-in", ("parameters vs bytes", "FP32 bytes", "datasheet vs seed bandwidth",
-                                               "upside down", "seconds vs ms")),
-    "h200_floor_ms": ExerciseInfo("plug-in", ("H100 bandwidth", "seed bandwidth", "FP32 bytes",
-                                              "parameters vs bytes", "round 70e9", "compute instead of memory")),
-    "bandwidth_for_speed": ExerciseInfo("reasoning", ("BF16 bytes", "4-bit bytes", "divides by the rate",
-                                                      "one read per second")),
-    "hbm_vs_pcie": ExerciseInfo("reasoning", ("seed bandwidth", "one PCIe direction", "NVLink", "upside down")),
-    "offload_floor_ms": ExerciseInfo("reasoning", ("no offload", "PCIe both directions", "offloaded part only",
-                                                   "all weights over PCIe", "offloaded bytes counted twice")),
+    "weight_read_ms": ExerciseInfo(
+        "plug-in",
+        (
+            "parameters vs bytes",
+            "FP32 bytes",
+            "datasheet vs seed bandwidth",
+            "upside down",
+            "seconds vs ms",
+        ),
+    ),
+    "h200_floor_ms": ExerciseInfo(
+        "plug-in",
+        (
+            "H100 bandwidth",
+            "seed bandwidth",
+            "FP32 bytes",
+            "parameters vs bytes",
+            "round 70e9",
+            "compute instead of memory",
+        ),
+    ),
+    "bandwidth_for_speed": ExerciseInfo(
+        "reasoning", ("BF16 bytes", "4-bit bytes", "divides by the rate", "one read per second")
+    ),
+    "hbm_vs_pcie": ExerciseInfo(
+        "reasoning", ("seed bandwidth", "one PCIe direction", "NVLink", "upside down")
+    ),
+    "offload_floor_ms": ExerciseInfo(
+        "reasoning",
+        (
+            "no offload",
+            "PCIe both directions",
+            "offloaded part only",
+            "all weights over PCIe",
+            "offloaded bytes counted twice",
+        ),
+    ),
     "working_set_level": ExerciseInfo("reasoning", ("level too small", "level larger than needed")),
 }

@@ -2,18 +2,31 @@
 32× the throughput at nearly the same step time), why a CPU falls short of it, continuous
 against static batching on a small trace, the max batch beyond which the batching simulator's
 traffic gains nothing (the widget's task), and why continuous batching wins."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from llmlab.analysis import costs, roofline, sim
-from llmlab.course.check.core import (CheckResult, ExerciseInfo, NOT_ANSWERED, as_number, check_choice,
-                               check_dict_keys, check_number, close, not_yet, passed,
-                               record_expected, report, staged)
 from llmlab.config import get_config
+from llmlab.course.check.core import (
+    NOT_ANSWERED,
+    CheckResult,
+    ExerciseInfo,
+    as_number,
+    check_choice,
+    check_dict_keys,
+    check_number,
+    close,
+    not_yet,
+    passed,
+    record_expected,
+    report,
+    staged,
+)
 from llmlab.i18n import tr
 
-Q3_MODEL, Q3_HW, Q3_CONTEXT = "llama-3-70b", "H100-SXM-seed", 1024   # seed's 1000 TFLOPS, 3 TB/s
+Q3_MODEL, Q3_HW, Q3_CONTEXT = "llama-3-70b", "H100-SXM-seed", 1024  # seed's 1000 TFLOPS, 3 TB/s
 Q3_KEYS = ("step_ms_batch1", "step_ms_batch32", "throughput_ratio", "bound")
 
 # the small trace of continuous_mean_latency: all arrive at step 0, max batch 2
@@ -26,16 +39,34 @@ WIDGET_ARRIVAL_RATE = 1.0
 WIDGET_MAX_BATCH = 32
 
 EXERCISES = {
-    "seed_q3": ExerciseInfo("plug-in", ("weights read once per sequence", "KV cache left out",
-                                        "seconds for milliseconds", "3.35 TB/s for the seed's 3",
-                                        "throughput as step-time ratio", "bound misjudged"), seed=3),
-    "why_cpu_falls_short": ExerciseInfo("reasoning", ("weights re-read per sequence",
-                                                      "memory capacity", "Python overhead",
-                                                      "floors and measurements incomparable")),
-    "continuous_mean_latency": ExerciseInfo("reasoning", ("static schedule", "mean output length",
-                                                          "makespan instead of mean")),
-    "saturating_max_batch": ExerciseInfo("reasoning", ("number of requests", "slider maximum",
-                                                       "default max batch", "static batching's curve")),
+    "seed_q3": ExerciseInfo(
+        "plug-in",
+        (
+            "weights read once per sequence",
+            "KV cache left out",
+            "seconds for milliseconds",
+            "3.35 TB/s for the seed's 3",
+            "throughput as step-time ratio",
+            "bound misjudged",
+        ),
+        seed=3,
+    ),
+    "why_cpu_falls_short": ExerciseInfo(
+        "reasoning",
+        (
+            "weights re-read per sequence",
+            "memory capacity",
+            "Python overhead",
+            "floors and measurements incomparable",
+        ),
+    ),
+    "continuous_mean_latency": ExerciseInfo(
+        "reasoning", ("static schedule", "mean output length", "makespan instead of mean")
+    ),
+    "saturating_max_batch": ExerciseInfo(
+        "reasoning",
+        ("number of requests", "slider maximum", "default max batch", "static batching's curve"),
+    ),
     "why_continuous": ExerciseInfo("recall", ("faster steps", "skipped prefill", "fewer tokens")),
 }
 
@@ -45,8 +76,12 @@ def _q3_expected() -> dict:
     t1 = roofline.decode_step_floor(cfg, Q3_HW, 1, Q3_CONTEXT, 2)
     t32 = roofline.decode_step_floor(cfg, Q3_HW, 32, Q3_CONTEXT, 2)
     p = roofline.place(roofline.decode_step(cfg, 32, Q3_CONTEXT, 2), Q3_HW, "bf16")
-    return {"step_ms_batch1": t1 * 1e3, "step_ms_batch32": t32 * 1e3,
-            "throughput_ratio": 32 * t1 / t32, "bound": p.bound}
+    return {
+        "step_ms_batch1": t1 * 1e3,
+        "step_ms_batch32": t32 * 1e3,
+        "throughput_ratio": 32 * t1 / t32,
+        "bound": p.bound,
+    }
 
 
 def seed_q3(answer: Any) -> CheckResult:
@@ -76,64 +111,141 @@ def seed_q3(answer: Any) -> CheckResult:
             continue
         if key == "step_ms_batch1":
             if close(x, exp[key] * 1e-3, 0.03):
-                problems.append(tr("step_ms_batch1 looks like seconds; give milliseconds.",
-                                   "step_ms_batch1 看起来是秒；请给毫秒。"))
+                problems.append(
+                    tr(
+                        "step_ms_batch1 looks like seconds; give milliseconds.",
+                        "step_ms_batch1 看起来是秒；请给毫秒。",
+                    )
+                )
             elif close(x, exp[key] * 3 / 3.35, 0.03):
-                problems.append(tr("step_ms_batch1 uses 3.35 TB/s; this question uses the seed's 3 TB/s preset.",
-                                   "step_ms_batch1 用了 3.35 TB/s；本题用原章节 3 TB/s 的预设。"))
+                problems.append(
+                    tr(
+                        "step_ms_batch1 uses 3.35 TB/s; this question uses the seed's 3 TB/s preset.",
+                        "step_ms_batch1 用了 3.35 TB/s；本题用原章节 3 TB/s 的预设。",
+                    )
+                )
             else:
-                problems.append(tr("step_ms_batch1: count what one batch-1 step must read from memory.",
-                                   "step_ms_batch1：数一数 batch 为 1 的一步要从显存读哪些东西。"))
-                formulas.append(tr("batch 1 reads every weight once (2 bytes each) plus one sequence's "
-                                   "KV cache; divide by the bandwidth.",
-                                   "batch 为 1 时读一遍所有权重（每个 2 字节），再加一条序列的 KV cache；除以带宽。"))
+                problems.append(
+                    tr(
+                        "step_ms_batch1: count what one batch-1 step must read from memory.",
+                        "step_ms_batch1：数一数 batch 为 1 的一步要从显存读哪些东西。",
+                    )
+                )
+                formulas.append(
+                    tr(
+                        "batch 1 reads every weight once (2 bytes each) plus one sequence's "
+                        "KV cache; divide by the bandwidth.",
+                        "batch 为 1 时读一遍所有权重（每个 2 字节），再加一条序列的 KV cache；除以带宽。",
+                    )
+                )
         elif key == "step_ms_batch32":
             if close(x, 32 * exp["step_ms_batch1"], 0.05):
-                problems.append(tr("step_ms_batch32: the weights are read once per step for the whole batch, "
-                                   "not once per sequence.",
-                                   "step_ms_batch32：权重每步为整个 batch 读一遍，而不是每条序列读一遍。"))
+                problems.append(
+                    tr(
+                        "step_ms_batch32: the weights are read once per step for the whole batch, "
+                        "not once per sequence.",
+                        "step_ms_batch32：权重每步为整个 batch 读一遍，而不是每条序列读一遍。",
+                    )
+                )
             elif close(x, weights_ms, 0.01) or close(x, exp["step_ms_batch1"], 0.01):
-                problems.append(tr("step_ms_batch32: each of the 32 sequences also reads its own KV cache "
-                                   f"of {Q3_CONTEXT} tokens every step.",
-                                   f"step_ms_batch32：32 条序列每一步还要各自读自己那份 {Q3_CONTEXT} 个 token 的 KV cache。"))
+                problems.append(
+                    tr(
+                        "step_ms_batch32: each of the 32 sequences also reads its own KV cache "
+                        f"of {Q3_CONTEXT} tokens every step.",
+                        f"step_ms_batch32：32 条序列每一步还要各自读自己那份 {Q3_CONTEXT} 个 token 的 KV cache。",
+                    )
+                )
             elif close(x, exp[key] * 1e-3, 0.03):
-                problems.append(tr("step_ms_batch32 looks like seconds; give milliseconds.",
-                                   "step_ms_batch32 看起来是秒；请给毫秒。"))
+                problems.append(
+                    tr(
+                        "step_ms_batch32 looks like seconds; give milliseconds.",
+                        "step_ms_batch32 看起来是秒；请给毫秒。",
+                    )
+                )
             else:
-                problems.append(tr("step_ms_batch32: list what the batch-32 step reads and computes.",
-                                   "step_ms_batch32：列出 batch 为 32 的一步要读什么、算什么。"))
-                formulas.append(tr("bytes = weights once + 32 KV caches; FLOPs = 32 × the batch-1 FLOPs; "
-                                   "the floor is the larger of bytes/bandwidth and FLOPs/peak.",
-                                   "字节 = 权重一遍 + 32 份 KV cache；FLOPs = 32 × batch 为 1 时的 FLOPs；"
-                                   "下限取两者中较大的：字节数除以带宽，FLOPs 除以峰值。"))
+                problems.append(
+                    tr(
+                        "step_ms_batch32: list what the batch-32 step reads and computes.",
+                        "step_ms_batch32：列出 batch 为 32 的一步要读什么、算什么。",
+                    )
+                )
+                formulas.append(
+                    tr(
+                        "bytes = weights once + 32 KV caches; FLOPs = 32 × the batch-1 FLOPs; "
+                        "the floor is the larger of bytes/bandwidth and FLOPs/peak.",
+                        "字节 = 权重一遍 + 32 份 KV cache；FLOPs = 32 × batch 为 1 时的 FLOPs；"
+                        "下限取两者中较大的：字节数除以带宽，FLOPs 除以峰值。",
+                    )
+                )
         else:
-            if close(x, 1.0, 0.05) or close(x, exp["step_ms_batch32"] / exp["step_ms_batch1"], 0.01):
-                problems.append(tr("throughput_ratio: throughput is tokens per second; batch 32 makes 32 "
-                                   "tokens per step, batch 1 makes one.",
-                                   "throughput_ratio：吞吐是每秒的 token 数；batch 为 32 时每步产出 32 个 token，"
-                                   "batch 为 1 时只产出一个。"))
+            if close(x, 1.0, 0.05) or close(
+                x, exp["step_ms_batch32"] / exp["step_ms_batch1"], 0.01
+            ):
+                problems.append(
+                    tr(
+                        "throughput_ratio: throughput is tokens per second; batch 32 makes 32 "
+                        "tokens per step, batch 1 makes one.",
+                        "throughput_ratio：吞吐是每秒的 token 数；batch 为 32 时每步产出 32 个 token，"
+                        "batch 为 1 时只产出一个。",
+                    )
+                )
             elif close(x, 32.0, 0.005):
-                problems.append(tr("throughput_ratio: exactly 32 assumes equal step times; use your two step times.",
-                                   "throughput_ratio：正好 32 等于假设两个单步时间相同；请用你算出的两个单步时间。"))
+                problems.append(
+                    tr(
+                        "throughput_ratio: exactly 32 assumes equal step times; use your two step times.",
+                        "throughput_ratio：正好 32 等于假设两个单步时间相同；请用你算出的两个单步时间。",
+                    )
+                )
             else:
-                problems.append(tr("throughput_ratio: compare tokens per second, not step times.",
-                                   "throughput_ratio：比较的是每秒 token 数，不是单步时间。"))
-                formulas.append(tr("ratio = (32 / step time at 32) / (1 / step time at 1).",
-                                   "比值 =（32 / batch 32 的单步时间）/（1 / batch 1 的单步时间）。"))
+                problems.append(
+                    tr(
+                        "throughput_ratio: compare tokens per second, not step times.",
+                        "throughput_ratio：比较的是每秒 token 数，不是单步时间。",
+                    )
+                )
+                formulas.append(
+                    tr(
+                        "ratio = (32 / step time at 32) / (1 / step time at 1).",
+                        "比值 =（32 / batch 32 的单步时间）/（1 / batch 1 的单步时间）。",
+                    )
+                )
     bound = str(answer["bound"]).strip().lower()
     if bound not in ("memory", "compute"):
-        problems.append(tr('bound must be "memory" or "compute".', 'bound 必须是 "memory" 或 "compute"。'))
+        problems.append(
+            tr('bound must be "memory" or "compute".', 'bound 必须是 "memory" 或 "compute"。')
+        )
     elif bound != exp["bound"]:
-        problems.append(tr("bound: compare the batch-32 step's FLOP per byte with the ridge point.",
-                           "bound：把 batch 为 32 的这一步的 FLOP 每字节和拐点比一比。"))
-        formulas.append(tr("ridge = peak FLOP/s / bandwidth; intensity = step FLOPs / step bytes.",
-                           "拐点 = 峰值 FLOP/s / 带宽；算术强度 = 这一步的 FLOPs / 这一步的字节数。"))
+        problems.append(
+            tr(
+                "bound: compare the batch-32 step's FLOP per byte with the ridge point.",
+                "bound：把 batch 为 32 的这一步的 FLOP 每字节和拐点比一比。",
+            )
+        )
+        formulas.append(
+            tr(
+                "ridge = peak FLOP/s / bandwidth; intensity = step FLOPs / step bytes.",
+                "拐点 = 峰值 FLOP/s / 带宽；算术强度 = 这一步的 FLOPs / 这一步的字节数。",
+            )
+        )
     if problems:
-        return report(not_yet(ex, staged(ex, " ".join(problems), " ".join(formulas))
-                              if formulas else " ".join(problems)))
-    return report(passed(ex, tr("right: the weights are read once per step whatever the batch, so the "
-                                "step barely slows down while 32 sequences share it.",
-                                "对：不管 batch 多大，权重每步只读一遍，所以 32 条序列共用这一步时，它几乎没有变慢。")))
+        return report(
+            not_yet(
+                ex,
+                staged(ex, " ".join(problems), " ".join(formulas))
+                if formulas
+                else " ".join(problems),
+            )
+        )
+    return report(
+        passed(
+            ex,
+            tr(
+                "right: the weights are read once per step whatever the batch, so the "
+                "step barely slows down while 32 sequences share it.",
+                "对：不管 batch 多大，权重每步只读一遍，所以 32 条序列共用这一步时，它几乎没有变慢。",
+            ),
+        )
+    )
 
 
 # A fixed order that does not line up with the answer (shown in this order in the notebook).
@@ -141,25 +253,36 @@ CPU_OPTIONS = {
     "a": "this CPU reads the weights once per sequence, an H100 once per step",
     "b": "32 sequences' KV caches do not fit in this machine's memory",
     "c": "at batch 32 the step does more FLOP per byte than this CPU's ridge point, so every "
-         "extra sequence's arithmetic costs time",
+    "extra sequence's arithmetic costs time",
     "d": "Python's overhead grows with every sequence in the batch",
     "e": "the matrix library reaches only part of the CPU's peak on such thin matrices "
-         "(32 rows × hundreds of columns), so even the arithmetic runs slower than its roof",
+    "(32 rows × hundreds of columns), so even the arithmetic runs slower than its roof",
     "f": "the H100 figure is a floor and the CPU figure a measurement, so they cannot be compared",
 }
-CPU_RIGHT = {"c", "e"}    # both are true of a laptop CPU; c is the roofline reason, e the efficiency one
-CPU_WHY_WRONG = {      # (English, Chinese)
-    "a": ("both run the same batched matmul: one pass over each weight matrix serves the whole batch.",
-          "两者跑的是同样的批量 matmul：把每个权重矩阵过一遍，就服务了整个 batch。"),
-    "b": ("SmolLM2's KV cache for 32 sequences of a few dozen tokens is a few MB; compare with the "
-          "machine's memory.",
-          "32 条几十个 token 的序列，SmolLM2 的 KV cache 只有几 MB；和本机内存比一比。"),
-    "d": ("the Python work of a step (scheduling, building tensors) is paid once per step, not per "
-          "sequence; the table's step times grow far more than that.",
-          "一步里的 Python 开销（调度、构造张量）每步付一次，而不是每条序列付一次；表里单步时间的增长远不止这些。"),
-    "f": ("a floor is what the hardware allows; comparing the measured step with this machine's own "
-          "floor (the table) is exactly how the gap is explained.",
-          "下限是硬件允许的极限；把实测的单步时间和本机自己的下限（表里）比较，正是解释这段差距的办法。"),
+CPU_RIGHT = {
+    "c",
+    "e",
+}  # both are true of a laptop CPU; c is the roofline reason, e the efficiency one
+CPU_WHY_WRONG = {  # (English, Chinese)
+    "a": (
+        "both run the same batched matmul: one pass over each weight matrix serves the whole batch.",
+        "两者跑的是同样的批量 matmul：把每个权重矩阵过一遍，就服务了整个 batch。",
+    ),
+    "b": (
+        "SmolLM2's KV cache for 32 sequences of a few dozen tokens is a few MB; compare with the "
+        "machine's memory.",
+        "32 条几十个 token 的序列，SmolLM2 的 KV cache 只有几 MB；和本机内存比一比。",
+    ),
+    "d": (
+        "the Python work of a step (scheduling, building tensors) is paid once per step, not per "
+        "sequence; the table's step times grow far more than that.",
+        "一步里的 Python 开销（调度、构造张量）每步付一次，而不是每条序列付一次；表里单步时间的增长远不止这些。",
+    ),
+    "f": (
+        "a floor is what the hardware allows; comparing the measured step with this machine's own "
+        "floor (the table) is exactly how the gap is explained.",
+        "下限是硬件允许的极限；把实测的单步时间和本机自己的下限（表里）比较，正是解释这段差距的办法。",
+    ),
 }
 
 
@@ -171,19 +294,43 @@ def why_cpu_falls_short(answer: Any) -> CheckResult:
         return report(not_yet(ex, NOT_ANSWERED))
     got = str(answer).strip().lower()
     if got not in CPU_OPTIONS:
-        return report(not_yet(ex, tr(f"answer one letter of {sorted(CPU_OPTIONS)}.",
-                                     f"请回答 {sorted(CPU_OPTIONS)} 中的一个字母。")))
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"answer one letter of {sorted(CPU_OPTIONS)}.",
+                    f"请回答 {sorted(CPU_OPTIONS)} 中的一个字母。",
+                ),
+            )
+        )
     if got in CPU_RIGHT:
         other = (CPU_RIGHT - {got}).pop()
-        return report(passed(ex, tr(f"right; option {other} is true as well: the roofline says the "
-                                    "step is compute-bound here, and the library does not even reach "
-                                    "the compute roof.",
-                                    f"对；选项 {other} 也成立：roofline 模型说这一步在这里是 compute-bound 的，"
-                                    "而矩阵库连算力屋顶都够不着。")))
-    return report(not_yet(ex, staged(ex, tr(*CPU_WHY_WRONG[got]),
-                                     tr("Look at the table: the FLOP per byte at batch 32 against "
-                                        "the ridge, and the measured step against its floor.",
-                                        "看表：batch 为 32 时的 FLOP 每字节和拐点相比如何，实测单步时间和它的下限相比如何。"))))
+        return report(
+            passed(
+                ex,
+                tr(
+                    f"right; option {other} is true as well: the roofline says the "
+                    "step is compute-bound here, and the library does not even reach "
+                    "the compute roof.",
+                    f"对；选项 {other} 也成立：roofline 模型说这一步在这里是 compute-bound 的，"
+                    "而矩阵库连算力屋顶都够不着。",
+                ),
+            )
+        )
+    return report(
+        not_yet(
+            ex,
+            staged(
+                ex,
+                tr(*CPU_WHY_WRONG[got]),
+                tr(
+                    "Look at the table: the FLOP per byte at batch 32 against "
+                    "the ridge, and the measured step against its floor.",
+                    "看表：batch 为 32 时的 FLOP 每字节和拐点相比如何，实测单步时间和它的下限相比如何。",
+                ),
+            ),
+        )
+    )
 
 
 def _trace() -> list[sim.SimRequest]:
@@ -197,19 +344,45 @@ def continuous_mean_latency(answer: Any) -> CheckResult:
     cont = sim.simulate(trace, "continuous", TRACE_MAX_BATCH)
     stat = sim.simulate(trace, "static", TRACE_MAX_BATCH)
     sum_len = sum(TRACE_OUTPUTS)
-    return check_number("ch08.continuous_mean_latency", answer, cont.mean_latency, rel=1e-6, mistakes=[
-        (stat.mean_latency, tr("that is static batching: a new request may join as soon as any slot frees.",
-                               "这是 static batching 的结果：其实只要有空位，新请求就可以加进来。")),
-        (sum_len / len(TRACE_OUTPUTS), tr("that is the mean output length; latency also counts the steps a request waits.",
-                                          "这是平均输出长度；延迟还要算上请求等待的步数。")),
-        (cont.makespan, tr("that is when the last request finishes; average the finish times of all four.",
-                           "这是最后一个请求完成的时刻；要对四个请求的完成时刻取平均。")),
-    ], default_hint=tr("draw the schedule step by step: which requests hold the two slots, and when "
-                       "does each one finish?",
-                       "一步一步画出调度：哪些请求占着那两个位置？每个请求在哪一步完成？"),
-        formula=tr("Two run at once, and a waiting request takes a slot in the step after one "
-                   "finishes; latency = finish step − arrival (0); average the four.",
-                   "同时跑两个；有请求完成后，等待的请求在下一步占上空位；延迟 = 完成步 − 到达步（0）；四个取平均。"))
+    return check_number(
+        "ch08.continuous_mean_latency",
+        answer,
+        cont.mean_latency,
+        rel=1e-6,
+        mistakes=[
+            (
+                stat.mean_latency,
+                tr(
+                    "that is static batching: a new request may join as soon as any slot frees.",
+                    "这是 static batching 的结果：其实只要有空位，新请求就可以加进来。",
+                ),
+            ),
+            (
+                sum_len / len(TRACE_OUTPUTS),
+                tr(
+                    "that is the mean output length; latency also counts the steps a request waits.",
+                    "这是平均输出长度；延迟还要算上请求等待的步数。",
+                ),
+            ),
+            (
+                cont.makespan,
+                tr(
+                    "that is when the last request finishes; average the finish times of all four.",
+                    "这是最后一个请求完成的时刻；要对四个请求的完成时刻取平均。",
+                ),
+            ),
+        ],
+        default_hint=tr(
+            "draw the schedule step by step: which requests hold the two slots, and when "
+            "does each one finish?",
+            "一步一步画出调度：哪些请求占着那两个位置？每个请求在哪一步完成？",
+        ),
+        formula=tr(
+            "Two run at once, and a waiting request takes a slot in the step after one "
+            "finishes; latency = finish step − arrival (0); average the four.",
+            "同时跑两个；有请求完成后，等待的请求在下一步占上空位；延迟 = 完成步 − 到达步（0）；四个取平均。",
+        ),
+    )
 
 
 def saturation_curve(arrival_rate: float = WIDGET_ARRIVAL_RATE) -> dict[int, float]:
@@ -217,8 +390,12 @@ def saturation_curve(arrival_rate: float = WIDGET_ARRIVAL_RATE) -> dict[int, flo
     every max batch of the widget's slider, on the widget's trace at `arrival_rate`."""
     from llmlab.analysis.sim import batching_results
 
-    return {b: round(batching_results(arrival_rate=arrival_rate, max_batch=b)["continuous"].throughput, 2)
-            for b in range(1, WIDGET_MAX_BATCH + 1)}
+    return {
+        b: round(
+            batching_results(arrival_rate=arrival_rate, max_batch=b)["continuous"].throughput, 2
+        )
+        for b in range(1, WIDGET_MAX_BATCH + 1)
+    }
 
 
 def _saturating_batch() -> int:
@@ -235,21 +412,47 @@ def saturating_max_batch(answer: Any) -> CheckResult:
 
     expected = _saturating_batch()
     n = len(batching_results(arrival_rate=WIDGET_ARRIVAL_RATE)["continuous"].requests)
-    return check_number("ch08.saturating_max_batch", answer, expected, rel=1e-9, mistakes=[
-        (n, tr("that is every request at once; they arrive over time and the first ones finish "
-               "before the last ones come, so they never all run together.",
-               "这是让所有请求同时跑；但请求是陆续到达的，前面的在后面的到来之前就完成了，所以它们从不会全部一起跑。")),
-        (WIDGET_MAX_BATCH, tr("that is the slider's end; the throughput stopped growing well before it.",
-                              "这是滑块的最右端；吞吐早在这之前就不再增长了。")),
-        (8, tr("that is the default max batch; set arrivals/step first, then raise the max batch.",
-               "这是默认的 max batch；先设好 arrivals/step，再调大 max batch。")),
-    ], default_hint=tr("set arrivals/step first, then raise the max batch one notch at a time and "
-                       "watch the continuous line's tok/step: the answer is where it stops changing.",
-                       "先设好 arrivals/step，再把 max batch 一格一格调大，盯住 continuous 那一行的 tok/step："
-                       "它不再变化的地方就是答案。"),
-        formula=tr("Once the cap is at least the number of requests that are ever running at the "
-                   "same time, it never binds: the schedule, and so the throughput, stays the same.",
-                   "一旦上限不小于任何时刻同时在跑的请求数，它就不再起作用：调度不变，吞吐也就不变。"))
+    return check_number(
+        "ch08.saturating_max_batch",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=[
+            (
+                n,
+                tr(
+                    "that is every request at once; they arrive over time and the first ones finish "
+                    "before the last ones come, so they never all run together.",
+                    "这是让所有请求同时跑；但请求是陆续到达的，前面的在后面的到来之前就完成了，所以它们从不会全部一起跑。",
+                ),
+            ),
+            (
+                WIDGET_MAX_BATCH,
+                tr(
+                    "that is the slider's end; the throughput stopped growing well before it.",
+                    "这是滑块的最右端；吞吐早在这之前就不再增长了。",
+                ),
+            ),
+            (
+                8,
+                tr(
+                    "that is the default max batch; set arrivals/step first, then raise the max batch.",
+                    "这是默认的 max batch；先设好 arrivals/step，再调大 max batch。",
+                ),
+            ),
+        ],
+        default_hint=tr(
+            "set arrivals/step first, then raise the max batch one notch at a time and "
+            "watch the continuous line's tok/step: the answer is where it stops changing.",
+            "先设好 arrivals/step，再把 max batch 一格一格调大，盯住 continuous 那一行的 tok/step："
+            "它不再变化的地方就是答案。",
+        ),
+        formula=tr(
+            "Once the cap is at least the number of requests that are ever running at the "
+            "same time, it never binds: the schedule, and so the throughput, stays the same.",
+            "一旦上限不小于任何时刻同时在跑的请求数，它就不再起作用：调度不变，吞吐也就不变。",
+        ),
+    )
 
 
 WHY_OPTIONS = ["a", "b", "c", "d"]
@@ -263,11 +466,23 @@ WHY_TEXT = {
 
 def why_continuous(answer: Any) -> CheckResult:
     """Why does continuous batching finish the same requests sooner than static batching? (a-d, see WHY_TEXT)"""
-    return check_choice("ch08.why_continuous", answer, "b", options=WHY_OPTIONS, hints={
-        "a": tr("a step with the same batch costs the same under both policies; look at how full the batches are.",
-                "两种策略下，batch 相同的一步花的时间一样；看看 batch 填得有多满。"),
-        "c": tr("every request is still prefilled once under both policies.",
-                "两种策略下，每个请求都照样做一次 prefill。"),
-        "d": tr("both policies generate exactly the requested tokens (the simulator conserves them).",
-                "两种策略生成的 token 数都正好是请求要的数（模拟器保证这一点）。"),
-    })
+    return check_choice(
+        "ch08.why_continuous",
+        answer,
+        "b",
+        options=WHY_OPTIONS,
+        hints={
+            "a": tr(
+                "a step with the same batch costs the same under both policies; look at how full the batches are.",
+                "两种策略下，batch 相同的一步花的时间一样；看看 batch 填得有多满。",
+            ),
+            "c": tr(
+                "every request is still prefilled once under both policies.",
+                "两种策略下，每个请求都照样做一次 prefill。",
+            ),
+            "d": tr(
+                "both policies generate exactly the requested tokens (the simulator conserves them).",
+                "两种策略生成的 token 数都正好是请求要的数（模拟器保证这一点）。",
+            ),
+        },
+    )

@@ -7,20 +7,38 @@ memory-waste figure, shared with its test.
 
 Every expected value is computed by running the package (a real `KVCacheManager`, a real
 `Scheduler`), never written down by hand."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from llmlab.course.check.core import (CheckResult, ExerciseInfo, check_choice, check_dict_keys,
-                               check_matching, check_number, not_yet, passed, record_expected,
-                               report, staged)
+from llmlab.course.check.core import (
+    CheckResult,
+    ExerciseInfo,
+    check_choice,
+    check_dict_keys,
+    check_matching,
+    check_number,
+    not_yet,
+    passed,
+    record_expected,
+    report,
+    staged,
+)
 from llmlab.i18n import Bilingual, tr
 from llmlab.utils import cdiv
 
 # ---- the memory-waste trace of the chapter (llmlab.analysis.sim.make_trace arguments) -----------------
-WASTE_TRACE = dict(num_requests=120, arrival_rate=1.0, mean_output=200, output_spread=0.9,
-                   prompt_len=(20, 400), seed=11, max_tokens=400)
-WASTE_MAX_MODEL_LEN = 2048       # what a max-length contiguous allocator reserves per request
+WASTE_TRACE = dict(
+    num_requests=120,
+    arrival_rate=1.0,
+    mean_output=200,
+    output_spread=0.9,
+    prompt_len=(20, 400),
+    seed=11,
+    max_tokens=400,
+)
+WASTE_MAX_MODEL_LEN = 2048  # what a max-length contiguous allocator reserves per request
 WASTE_BLOCK_SIZE = 16
 WASTE_MAX_BATCH = 32
 
@@ -31,8 +49,8 @@ SLOT_POSITION = 37
 
 # ---- exercise 2: a prefix-cache hit -------------------------------------------------------
 HIT_BLOCK_SIZE = 16
-HIT_SYSTEM_LEN = 40          # tokens of the system prompt both requests share
-HIT_OWN_LEN = 25             # tokens of the second request's own question after it
+HIT_SYSTEM_LEN = 40  # tokens of the system prompt both requests share
+HIT_OWN_LEN = 25  # tokens of the second request's own question after it
 
 # ---- exercise 3: the most a block table wastes --------------------------------------------
 WASTE_Q_BLOCK_SIZE = 16
@@ -45,34 +63,69 @@ def slot_for_position(answer: Any) -> CheckResult:
     table, bs, pos = SLOT_BLOCK_TABLE, SLOT_BLOCK_SIZE, SLOT_POSITION
     expected = table[pos // bs] * bs + pos % bs
     mistakes = [
-        (pos, tr("that is the token's logical position; the block table maps its logical block to a "
-                 "physical one elsewhere in the pool.",
-                 "这是 token 的逻辑位置；块表会把它所在的逻辑块映射到池子里别处的一个 KV 块。")),
-        (table[pos // bs] + pos % bs, tr("the block id counts blocks, not slots: multiply it by the "
-                                         "block size before adding the offset.",
-                                         "块号数的是块，不是槽位：先乘以块大小，再加偏移。")),
-        (table[pos // bs] * bs + pos, tr("the offset inside a block is the position modulo the block size.",
-                                         "块内偏移是位置对块大小取模。")),
+        (
+            pos,
+            tr(
+                "that is the token's logical position; the block table maps its logical block to a "
+                "physical one elsewhere in the pool.",
+                "这是 token 的逻辑位置；块表会把它所在的逻辑块映射到池子里别处的一个 KV 块。",
+            ),
+        ),
+        (
+            table[pos // bs] + pos % bs,
+            tr(
+                "the block id counts blocks, not slots: multiply it by the "
+                "block size before adding the offset.",
+                "块号数的是块，不是槽位：先乘以块大小，再加偏移。",
+            ),
+        ),
+        (
+            table[pos // bs] * bs + pos,
+            tr(
+                "the offset inside a block is the position modulo the block size.",
+                "块内偏移是位置对块大小取模。",
+            ),
+        ),
     ]
     if pos // bs + 1 < len(table):
-        mistakes.append((table[pos // bs + 1] * bs + pos % bs,
-                         tr("logical block indices start at 0: which block does position // block_size give?",
-                            "逻辑块的编号从 0 开始：position // block_size 给出的是哪一块？")))
+        mistakes.append(
+            (
+                table[pos // bs + 1] * bs + pos % bs,
+                tr(
+                    "logical block indices start at 0: which block does position // block_size give?",
+                    "逻辑块的编号从 0 开始：position // block_size 给出的是哪一块？",
+                ),
+            )
+        )
     if pos // bs >= 1:
-        mistakes.append((table[pos // bs - 1] * bs + pos % bs,
-                         tr("position // block_size is the logical block; recount it.",
-                            "position // block_size 就是逻辑块；再数一遍。")))
-    return check_number("ch11.slot_for_position", answer, expected, rel=1e-9, mistakes=mistakes,
-                        default_hint=tr("logical block = position // block_size, offset = position % "
-                                        "block_size; look the logical block up in the table.",
-                                        "逻辑块 = position // block_size，偏移 = position % block_size；"
-                                        "再到块表里查这个逻辑块。"))
+        mistakes.append(
+            (
+                table[pos // bs - 1] * bs + pos % bs,
+                tr(
+                    "position // block_size is the logical block; recount it.",
+                    "position // block_size 就是逻辑块；再数一遍。",
+                ),
+            )
+        )
+    return check_number(
+        "ch11.slot_for_position",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=mistakes,
+        default_hint=tr(
+            "logical block = position // block_size, offset = position % "
+            "block_size; look the logical block up in the table.",
+            "逻辑块 = position // block_size，偏移 = position % block_size；"
+            "再到块表里查这个逻辑块。",
+        ),
+    )
 
 
 def _hit_expected() -> int:
     """Run the case on a real KVCacheManager: the first request computes, the second asks."""
-    from llmlab.request import Request
     from llmlab.kvcache import KVCacheManager
+    from llmlab.request import Request
     from llmlab.sampling import SamplingParams
 
     mgr = KVCacheManager(num_blocks=32, block_size=HIT_BLOCK_SIZE, enable_caching=True)
@@ -80,8 +133,9 @@ def _hit_expected() -> int:
     first = Request("first", system + [1, 2, 3], SamplingParams(), arrival_time=0.0)
     mgr.allocate_slots(first, first.num_tokens)
     first.num_computed_tokens = first.num_tokens
-    second = Request("second", system + list(range(2000, 2000 + HIT_OWN_LEN)), SamplingParams(),
-                     arrival_time=0.0)
+    second = Request(
+        "second", system + list(range(2000, 2000 + HIT_OWN_LEN)), SamplingParams(), arrival_time=0.0
+    )
     _, num_cached = mgr.get_computed_blocks(second)
     return num_cached
 
@@ -93,39 +147,94 @@ def cached_tokens(answer: Any) -> CheckResult:
     (its `num_cached_tokens`)?"""
     expected = _hit_expected()
     bs = HIT_BLOCK_SIZE
-    return check_number("ch11.cached_tokens", answer, expected, rel=1e-9, mistakes=[
-        (HIT_SYSTEM_LEN, tr("only whole blocks are cached and looked up: a block that mixes shared "
-                            "and own tokens has a different hash for each request.",
-                            "只有整块才会被缓存和查找：一个块里既有共享的 token 又有自己的 token，"
-                            "它的块哈希在两个请求里就不一样。")),
-        (cdiv(HIT_SYSTEM_LEN, bs) * bs, tr("round down, not up: the partly shared block differs.",
-                                           "要向下取整，不是向上：只共享了一部分的那个块是不同的。")),
-        (HIT_SYSTEM_LEN + HIT_OWN_LEN, tr("only the shared prefix can match a cached block.",
-                                          "只有共享的前缀才能命中缓存的块。")),
-        (HIT_SYSTEM_LEN // bs, tr("count tokens, not blocks.", "数的是 token，不是块。")),
-    ], default_hint=tr("how many whole blocks of the second prompt are identical to the first's?",
-                       "第二个 prompt 有多少个整块和第一个的完全相同？"))
+    return check_number(
+        "ch11.cached_tokens",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=[
+            (
+                HIT_SYSTEM_LEN,
+                tr(
+                    "only whole blocks are cached and looked up: a block that mixes shared "
+                    "and own tokens has a different hash for each request.",
+                    "只有整块才会被缓存和查找：一个块里既有共享的 token 又有自己的 token，"
+                    "它的块哈希在两个请求里就不一样。",
+                ),
+            ),
+            (
+                cdiv(HIT_SYSTEM_LEN, bs) * bs,
+                tr(
+                    "round down, not up: the partly shared block differs.",
+                    "要向下取整，不是向上：只共享了一部分的那个块是不同的。",
+                ),
+            ),
+            (
+                HIT_SYSTEM_LEN + HIT_OWN_LEN,
+                tr(
+                    "only the shared prefix can match a cached block.",
+                    "只有共享的前缀才能命中缓存的块。",
+                ),
+            ),
+            (HIT_SYSTEM_LEN // bs, tr("count tokens, not blocks.", "数的是 token，不是块。")),
+        ],
+        default_hint=tr(
+            "how many whole blocks of the second prompt are identical to the first's?",
+            "第二个 prompt 有多少个整块和第一个的完全相同？",
+        ),
+    )
 
 
 def max_wasted_slots(answer: Any) -> CheckResult:
     """With WASTE_Q_BLOCK_SIZE tokens per block, at most how many slots of one request's block
     table can hold no token?"""
     bs = WASTE_Q_BLOCK_SIZE
-    return check_number("ch11.max_wasted_slots", answer, bs - 1, rel=1e-9, mistakes=[
-        (bs, tr("a block is taken only when a token needs it, so the last block holds at least one.",
-                "只有当某个 token 需要时才会占用一个块，所以最后一块里至少有一个 token。")),
-        (0.0, tr("the last block is usually only partly filled.", "最后一块通常只填了一部分。")),
-        (bs / 2, tr("that is the average over random lengths; the question asks for the most.",
-                    "这是长度随机时的平均值；题目问的是最多。")),
-    ], default_hint=tr("only the last block of a table can be partly empty.",
-                       "一张块表里只有最后一块可能没填满。"))
+    return check_number(
+        "ch11.max_wasted_slots",
+        answer,
+        bs - 1,
+        rel=1e-9,
+        mistakes=[
+            (
+                bs,
+                tr(
+                    "a block is taken only when a token needs it, so the last block holds at least one.",
+                    "只有当某个 token 需要时才会占用一个块，所以最后一块里至少有一个 token。",
+                ),
+            ),
+            (
+                0.0,
+                tr("the last block is usually only partly filled.", "最后一块通常只填了一部分。"),
+            ),
+            (
+                bs / 2,
+                tr(
+                    "that is the average over random lengths; the question asks for the most.",
+                    "这是长度随机时的平均值；题目问的是最多。",
+                ),
+            ),
+        ],
+        default_hint=tr(
+            "only the last block of a table can be partly empty.",
+            "一张块表里只有最后一块可能没填满。",
+        ),
+    )
 
 
 # ---- the seed's question 5 ------------------------------------------------------------------
 Q5_DESIGNS = ("block_table", "prefix_sharing", "block_eviction", "request_scheduling", "preemption")
 # more concepts than designs, in no particular order: some are there to be ruled out
-Q5_CONCEPTS = ("swapping", "segmentation", "shared_pages", "process_scheduling", "copy_on_write",
-               "paging", "fifo_replacement", "lru_replacement", "demand_paging")
+Q5_CONCEPTS = (
+    "swapping",
+    "segmentation",
+    "shared_pages",
+    "process_scheduling",
+    "copy_on_write",
+    "paging",
+    "fifo_replacement",
+    "lru_replacement",
+    "demand_paging",
+)
 # the defensible mappings (several for some designs); docs/instructors.md lists them
 Q5_ACCEPTED = {
     "block_table": frozenset({"paging", "demand_paging"}),
@@ -136,41 +245,57 @@ Q5_ACCEPTED = {
     # (preemptive scheduling; the cache re-made on demand); older vLLM could also swap it out
     "preemption": frozenset({"swapping", "process_scheduling", "demand_paging"}),
 }
-_Q5_WHY_WRONG = {      # (English, Chinese)
-    "copy_on_write": ("copy-on-write copies a shared page when someone writes to it; in vLLM V1 a "
-                      "shared block is full, found by its hash and never written, so nothing is "
-                      "ever copied (older vLLM copied blocks for parallel sampling and beam search).",
-                      "写时复制是在有人写共享页时把它复制一份；在 vLLM V1 里，共享的块都是满的，"
-                      "靠块哈希找到，从不被写，所以什么也不会被复制（旧版 vLLM 在并行采样和 beam search 时会复制块）。"),
-    "segmentation": ("a segment is one variable-size contiguous region: that is the contiguous "
-                     "per-request reservation PagedAttention replaced.",
-                     "一个段是一块大小可变的连续区域：这正是 PagedAttention 取代掉的那种按请求预留连续空间的做法。"),
-    "fifo_replacement": ("FIFO evicts what was loaded first; vLLM evicts the free cached block that "
-                         "was freed longest ago, i.e. used least recently.",
-                         "FIFO 驱逐最早装入的；vLLM 驱逐的是释放得最早的那个空闲缓存块，也就是最久没被用过的。"),
+_Q5_WHY_WRONG = {  # (English, Chinese)
+    "copy_on_write": (
+        "copy-on-write copies a shared page when someone writes to it; in vLLM V1 a "
+        "shared block is full, found by its hash and never written, so nothing is "
+        "ever copied (older vLLM copied blocks for parallel sampling and beam search).",
+        "写时复制是在有人写共享页时把它复制一份；在 vLLM V1 里，共享的块都是满的，"
+        "靠块哈希找到，从不被写，所以什么也不会被复制（旧版 vLLM 在并行采样和 beam search 时会复制块）。",
+    ),
+    "segmentation": (
+        "a segment is one variable-size contiguous region: that is the contiguous "
+        "per-request reservation PagedAttention replaced.",
+        "一个段是一块大小可变的连续区域：这正是 PagedAttention 取代掉的那种按请求预留连续空间的做法。",
+    ),
+    "fifo_replacement": (
+        "FIFO evicts what was loaded first; vLLM evicts the free cached block that "
+        "was freed longest ago, i.e. used least recently.",
+        "FIFO 驱逐最早装入的；vLLM 驱逐的是释放得最早的那个空闲缓存块，也就是最久没被用过的。",
+    ),
 }
 _Q5_HINTS = {
-    "block_table": ("a per-request map from logical blocks to physical blocks anywhere in memory: "
-                    "which OS structure maps a process's addresses that way?",
-                    "每个请求一张映射，把逻辑块映射到显存中任意位置的 KV 块：操作系统里哪种结构是这样映射进程地址的？"),
-    "prefix_sharing": ("several requests' tables point at one read-only physical block, counted "
-                       "by a reference count: which OS mechanism lets processes map the same "
-                       "pages (a shared library, the page cache)?",
-                       "几个请求的块表指向同一个只读的 KV 块，用引用计数记着：操作系统里哪种机制让多个进程"
-                       "映射同一批页（共享库、页缓存）？"),
-    "block_eviction": ("a free block that still holds a cached prefix is reused when memory runs "
-                       "out, the one unused for longest first: which replacement policy is that?",
-                       "显存不够时，仍存着缓存前缀的空闲块会被重新使用，最久没用的先用：这是哪种替换策略？"),
-    "request_scheduling": ("every step the engine picks which ready requests run next on the "
-                           "accelerator: which OS job picks the next process for a core?",
-                           "每一步引擎都要挑出哪些就绪的请求接下来在加速器上跑：操作系统里哪项工作是给一个核挑下一个进程？"),
-    "preemption": ("a running request is stopped and loses its memory to others, then resumes "
-                   "later (vLLM V1 recomputes its KV when it runs again; older vLLM could also copy "
-                   "it out to CPU memory): which OS mechanism stops a process for others, or takes "
-                   "its pages away and brings them back?",
-                   "一个运行中的请求被停下，把显存让给别人，之后再恢复（vLLM V1 在它再次运行时重新计算它的 KV；"
-                   "旧版 vLLM 也可以把它复制到 CPU 内存里）：操作系统里哪种机制让一个进程给别人让路，"
-                   "或者把它的页拿走、之后再拿回来？"),
+    "block_table": (
+        "a per-request map from logical blocks to physical blocks anywhere in memory: "
+        "which OS structure maps a process's addresses that way?",
+        "每个请求一张映射，把逻辑块映射到显存中任意位置的 KV 块：操作系统里哪种结构是这样映射进程地址的？",
+    ),
+    "prefix_sharing": (
+        "several requests' tables point at one read-only physical block, counted "
+        "by a reference count: which OS mechanism lets processes map the same "
+        "pages (a shared library, the page cache)?",
+        "几个请求的块表指向同一个只读的 KV 块，用引用计数记着：操作系统里哪种机制让多个进程"
+        "映射同一批页（共享库、页缓存）？",
+    ),
+    "block_eviction": (
+        "a free block that still holds a cached prefix is reused when memory runs "
+        "out, the one unused for longest first: which replacement policy is that?",
+        "显存不够时，仍存着缓存前缀的空闲块会被重新使用，最久没用的先用：这是哪种替换策略？",
+    ),
+    "request_scheduling": (
+        "every step the engine picks which ready requests run next on the "
+        "accelerator: which OS job picks the next process for a core?",
+        "每一步引擎都要挑出哪些就绪的请求接下来在加速器上跑：操作系统里哪项工作是给一个核挑下一个进程？",
+    ),
+    "preemption": (
+        "a running request is stopped and loses its memory to others, then resumes "
+        "later (vLLM V1 recomputes its KV when it runs again; older vLLM could also copy "
+        "it out to CPU memory): which OS mechanism stops a process for others, or takes "
+        "its pages away and brings them back?",
+        "一个运行中的请求被停下，把显存让给别人，之后再恢复（vLLM V1 在它再次运行时重新计算它的 KV；"
+        "旧版 vLLM 也可以把它复制到 CPU 内存里）：操作系统里哪种机制让一个进程给别人让路，"
+        "或者把它的页拿走、之后再拿回来？",
+    ),
 }
 
 
@@ -178,20 +303,27 @@ def seed_q5(answer: Any) -> CheckResult:
     """The seed's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design) to the
     operating-system concept it borrows, one of Q5_CONCEPTS (more concepts than designs; some
     designs have more than one defensible answer, `Q5_ACCEPTED`)."""
-    return check_matching("ch11.seed_q5", answer, Q5_ACCEPTED, choices=Q5_CONCEPTS,
-                          hints={key: tr(*pair) for key, pair in _Q5_HINTS.items()},
-                          why_wrong={key: tr(*pair) for key, pair in _Q5_WHY_WRONG.items()},
-                          success=tr("right: much of vLLM is an operating system's memory manager "
-                                     "and scheduler applied to KV blocks and requests.",
-                                     "对：vLLM 的很大一部分，就是把操作系统的内存管理器和调度器用在了 KV 块和请求上。"))
+    return check_matching(
+        "ch11.seed_q5",
+        answer,
+        Q5_ACCEPTED,
+        choices=Q5_CONCEPTS,
+        hints={key: tr(*pair) for key, pair in _Q5_HINTS.items()},
+        why_wrong={key: tr(*pair) for key, pair in _Q5_WHY_WRONG.items()},
+        success=tr(
+            "right: much of vLLM is an operating system's memory manager "
+            "and scheduler applied to KV blocks and requests.",
+            "对：vLLM 的很大一部分，就是把操作系统的内存管理器和调度器用在了 KV 块和请求上。",
+        ),
+    )
 
 
 # ---- eviction: which cached block does the free queue hand out first? ---------------------
 EVICT_BLOCK_SIZE = 4
 EVICT_NUM_BLOCKS = 20
-EVICT_PREFIX = tuple(range(100, 108))        # 8 tokens both requests share
-EVICT_A_OWN = tuple(range(200, 206))         # A's own 6 tokens after the prefix
-EVICT_B_OWN = tuple(range(300, 305))         # B's own 5 tokens after the prefix
+EVICT_PREFIX = tuple(range(100, 108))  # 8 tokens both requests share
+EVICT_A_OWN = tuple(range(200, 206))  # A's own 6 tokens after the prefix
+EVICT_B_OWN = tuple(range(300, 305))  # B's own 5 tokens after the prefix
 
 
 def _evict_run() -> tuple[list[tuple[int, bool]], set[int], set[int]]:
@@ -203,15 +335,17 @@ def _evict_run() -> tuple[list[tuple[int, bool]], set[int], set[int]]:
     from llmlab.sampling import SamplingParams
 
     mgr = KVCacheManager(EVICT_NUM_BLOCKS, EVICT_BLOCK_SIZE, enable_caching=True)
-    reqs = [Request(rid, list(EVICT_PREFIX + own), SamplingParams(), arrival_time=0.0)
-            for rid, own in (("A", EVICT_A_OWN), ("B", EVICT_B_OWN))]
+    reqs = [
+        Request(rid, list(EVICT_PREFIX + own), SamplingParams(), arrival_time=0.0)
+        for rid, own in (("A", EVICT_A_OWN), ("B", EVICT_B_OWN))
+    ]
     used: set[int] = set()
     for req in reqs:
         hits, num_cached = mgr.get_computed_blocks(req)
         mgr.allocate_slots(req, req.num_tokens - num_cached, hits)
         req.num_computed_tokens = req.num_tokens
         used.update(mgr.get_block_ids(req.request_id))
-    prefix_ids = set(mgr.get_block_ids("A")[:len(EVICT_PREFIX) // EVICT_BLOCK_SIZE])
+    prefix_ids = set(mgr.get_block_ids("A")[: len(EVICT_PREFIX) // EVICT_BLOCK_SIZE])
     for req in reqs:
         mgr.free(req)
     queue = [(b.block_id, b.is_cached) for b in mgr.block_pool.free_block_queue]
@@ -242,58 +376,102 @@ def first_evicted(answer: Any) -> CheckResult:
 
     first, safe = as_number(answer["first"]), as_number(answer["safe"])
     if first is None or safe is None:
-        return report(not_yet(ex, tr("both values must be numbers (a block id and a count).",
-                                     "两个值都必须是数（一个块号和一个数目）。")))
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    "both values must be numbers (a block id and a count).",
+                    "两个值都必须是数（一个块号和一个数目）。",
+                ),
+            )
+        )
     if first == expected["first"] and safe == expected["safe"]:
-        return report(passed(ex, tr("right: the never-used blocks go first, then each finished "
-                                    "table from its tail, so a shared prefix is evicted last.",
-                                    "对：从没用过的块最先被分出去，然后是每张已完成的块表从尾部开始，"
-                                    "所以共享的前缀最后才被驱逐。")))
+        return report(
+            passed(
+                ex,
+                tr(
+                    "right: the never-used blocks go first, then each finished "
+                    "table from its tail, so a shared prefix is evicted last.",
+                    "对：从没用过的块最先被分出去，然后是每张已完成的块表从尾部开始，"
+                    "所以共享的前缀最后才被驱逐。",
+                ),
+            )
+        )
     queue, used, _ = _evict_run()
     never_used = {bid for bid, _ in queue} - used
     cached = dict(queue)
     problems = []
     if first != expected["first"]:
         if first == min(used):
-            problems.append(tr("first: that block was allocated first, but the queue orders blocks "
-                               "by when they were freed, not when they were allocated.",
-                               "first：那个块是最先分配的，但队列按块被释放的先后排序，而不是按分配的先后。"))
+            problems.append(
+                tr(
+                    "first: that block was allocated first, but the queue orders blocks "
+                    "by when they were freed, not when they were allocated.",
+                    "first：那个块是最先分配的，但队列按块被释放的先后排序，而不是按分配的先后。",
+                )
+            )
         elif first in never_used:
-            problems.append(tr("first: that block is handed out early, but it was never used, so it "
-                               "holds no cached prefix: nothing is evicted when it goes.",
-                               "first：那个块确实很早就被分出去，但它从没被用过，里面没有缓存的前缀："
-                               "把它分出去时并没有驱逐任何东西。"))
+            problems.append(
+                tr(
+                    "first: that block is handed out early, but it was never used, so it "
+                    "holds no cached prefix: nothing is evicted when it goes.",
+                    "first：那个块确实很早就被分出去，但它从没被用过，里面没有缓存的前缀："
+                    "把它分出去时并没有驱逐任何东西。",
+                )
+            )
         elif first in used and not cached.get(int(first), True):
-            problems.append(tr("first: that block was only partly filled; only full blocks get a "
-                               "hash, so it holds no cached prefix.",
-                               "first：那个块只填了一部分；只有满的块才有块哈希，所以它里面没有缓存的前缀。"))
+            problems.append(
+                tr(
+                    "first: that block was only partly filled; only full blocks get a "
+                    "hash, so it holds no cached prefix.",
+                    "first：那个块只填了一部分；只有满的块才有块哈希，所以它里面没有缓存的前缀。",
+                )
+            )
         else:
-            problems.append(tr("first: not the first cached block the queue reaches.",
-                               "first：这不是队列遇到的第一个缓存块。"))
+            problems.append(
+                tr(
+                    "first: not the first cached block the queue reaches.",
+                    "first：这不是队列遇到的第一个缓存块。",
+                )
+            )
     if safe != expected["safe"]:
         if safe == len(never_used):
-            problems.append(tr("safe: you counted the never-used blocks only; A's and B's own "
-                               "blocks were freed before the prefix blocks and go before them too.",
-                               "safe：你只数了从没用过的块；A 和 B 自己的块比前缀块释放得早，也排在它们前面。"))
+            problems.append(
+                tr(
+                    "safe: you counted the never-used blocks only; A's and B's own "
+                    "blocks were freed before the prefix blocks and go before them too.",
+                    "safe：你只数了从没用过的块；A 和 B 自己的块比前缀块释放得早，也排在它们前面。",
+                )
+            )
         elif safe in (EVICT_NUM_BLOCKS, EVICT_NUM_BLOCKS - 1):
-            problems.append(tr("safe: the prefix's blocks are not the last ones in the queue: "
-                               "which of them was freed first?",
-                               "safe：前缀的块并不在队列的最后：它们当中哪个最先被释放？"))
+            problems.append(
+                tr(
+                    "safe: the prefix's blocks are not the last ones in the queue: "
+                    "which of them was freed first?",
+                    "safe：前缀的块并不在队列的最后：它们当中哪个最先被释放？",
+                )
+            )
         else:
-            problems.append(tr("safe: recount the queue up to the first prefix block in it.",
-                               "safe：从队头数到第一个前缀块，再数一遍。"))
-    then = tr("free() releases a table last block first; a block joins the queue's tail only "
-              "when its reference count reaches 0; the pool hands out from the head; only full "
-              "blocks carry a hash.",
-              "free() 从块表的最后一块开始释放；一个块只有在引用计数降到 0 时才加入队尾；"
-              "块池从队头分出块；只有满的块才带块哈希。")
+            problems.append(
+                tr(
+                    "safe: recount the queue up to the first prefix block in it.",
+                    "safe：从队头数到第一个前缀块，再数一遍。",
+                )
+            )
+    then = tr(
+        "free() releases a table last block first; a block joins the queue's tail only "
+        "when its reference count reaches 0; the pool hands out from the head; only full "
+        "blocks carry a hash.",
+        "free() 从块表的最后一块开始释放；一个块只有在引用计数降到 0 时才加入队尾；"
+        "块池从队头分出块；只有满的块才带块哈希。",
+    )
     return report(not_yet(ex, staged(ex, " ".join(problems), then)))
 
 
 # ---- chunked prefill: steps for a long prompt beside running decodes -------------------------
 CHUNK_PROMPT_LEN = 1020
-CHUNK_BUDGET = 256           # max_num_batched_tokens
-CHUNK_DECODES = 3            # requests already decoding when the long prompt arrives
+CHUNK_BUDGET = 256  # max_num_batched_tokens
+CHUNK_DECODES = 3  # requests already decoding when the long prompt arrives
 
 
 def chunked_prefill_steps(answer: Any) -> CheckResult:
@@ -305,24 +483,50 @@ def chunked_prefill_steps(answer: Any) -> CheckResult:
     expected = len(chunked_prefill_schedule(CHUNK_PROMPT_LEN, CHUNK_BUDGET, CHUNK_DECODES))
     per_step = CHUNK_BUDGET - CHUNK_DECODES
     naive = -(-CHUNK_PROMPT_LEN // CHUNK_BUDGET)
-    return check_number("ch11.chunked_prefill_steps", answer, expected, rel=1e-9, mistakes=[
-        (naive, tr("you gave the prompt the whole budget; the running decodes are scheduled first "
-                   "and take their tokens out of every step's budget.",
-                   "你把整份预算都给了这个 prompt；正在跑的 decode 会先被调度，每一步都要从预算里拿走它们的 token。")),
-        (CHUNK_PROMPT_LEN // per_step, tr("a partial last chunk is still a step: round up.",
-                                          "最后不满的一块也要占一步：向上取整。")),
-        (1, tr("with chunked prefill a prompt longer than the budget is split over steps.",
-               "开了 chunked prefill，比预算长的 prompt 会被拆到好几步里。")),
-    ], default_hint=tr("count the prompt tokens each step leaves room for, then the steps.",
-                       "先数每一步还能给 prompt 留多少 token，再数步数。"),
-        formula=tr("running requests are served first (one token per decode), the waiting prompt "
-                   "gets what is left of max_num_batched_tokens; steps = ceil(prompt / that).",
-                   "先服务正在跑的请求（每个 decode 一个 token），等待中的 prompt 拿 max_num_batched_tokens "
-                   "剩下的部分；步数 = ceil(prompt / 剩下的部分)。"))
+    return check_number(
+        "ch11.chunked_prefill_steps",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=[
+            (
+                naive,
+                tr(
+                    "you gave the prompt the whole budget; the running decodes are scheduled first "
+                    "and take their tokens out of every step's budget.",
+                    "你把整份预算都给了这个 prompt；正在跑的 decode 会先被调度，每一步都要从预算里拿走它们的 token。",
+                ),
+            ),
+            (
+                CHUNK_PROMPT_LEN // per_step,
+                tr(
+                    "a partial last chunk is still a step: round up.",
+                    "最后不满的一块也要占一步：向上取整。",
+                ),
+            ),
+            (
+                1,
+                tr(
+                    "with chunked prefill a prompt longer than the budget is split over steps.",
+                    "开了 chunked prefill，比预算长的 prompt 会被拆到好几步里。",
+                ),
+            ),
+        ],
+        default_hint=tr(
+            "count the prompt tokens each step leaves room for, then the steps.",
+            "先数每一步还能给 prompt 留多少 token，再数步数。",
+        ),
+        formula=tr(
+            "running requests are served first (one token per decode), the waiting prompt "
+            "gets what is left of max_num_batched_tokens; steps = ceil(prompt / that).",
+            "先服务正在跑的请求（每个 decode 一个 token），等待中的 prompt 拿 max_num_batched_tokens "
+            "剩下的部分；步数 = ceil(prompt / 剩下的部分)。",
+        ),
+    )
 
 
 # ---- the block-allocation explorer's task ------------------------------------------------
-EXPLORER_STAGE = 4           # 1-based stage label in manager_walkthrough(): "A finishes"
+EXPLORER_STAGE = 4  # 1-based stage label in manager_walkthrough(): "A finishes"
 
 
 def _explorer_expected() -> int:
@@ -337,54 +541,84 @@ def explorer_cached_free(answer: Any) -> CheckResult:
     prefix_len=8)), at stage EXPLORER_STAGE: how many blocks are free and still findable in the
     prefix cache?"""
     expected = _explorer_expected()
-    return check_number("ch11.explorer_cached_free", answer, expected, rel=1e-9, mistakes=[
-        (0, tr("a finished request's full blocks keep their hash when they go back to the free "
-               "queue: look for grey, dotted blocks.",
-               "已完成请求的满块回到空闲块队列时会保留块哈希：找找灰色带点的块。")),
-        (expected + 2, tr("A's prefix blocks are still held by B (reference count 1): they are not free.",
-                          "A 的前缀块还被 B 占着（引用计数为 1）：它们不是空闲的。")),
-        (expected + 1, tr("A's last block was only partly filled: it carries no hash.",
-                          "A 的最后一块只填了一部分：它没有块哈希。")),
-    ], default_hint=tr("move the slider to that stage and count the grey, dotted blocks.",
-                       "把滑块拖到那个阶段，数一数灰色带点的块。"))
+    return check_number(
+        "ch11.explorer_cached_free",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=[
+            (
+                0,
+                tr(
+                    "a finished request's full blocks keep their hash when they go back to the free "
+                    "queue: look for grey, dotted blocks.",
+                    "已完成请求的满块回到空闲块队列时会保留块哈希：找找灰色带点的块。",
+                ),
+            ),
+            (
+                expected + 2,
+                tr(
+                    "A's prefix blocks are still held by B (reference count 1): they are not free.",
+                    "A 的前缀块还被 B 占着（引用计数为 1）：它们不是空闲的。",
+                ),
+            ),
+            (
+                expected + 1,
+                tr(
+                    "A's last block was only partly filled: it carries no hash.",
+                    "A 的最后一块只填了一部分：它没有块哈希。",
+                ),
+            ),
+        ],
+        default_hint=tr(
+            "move the slider to that stage and count the grey, dotted blocks.",
+            "把滑块拖到那个阶段，数一数灰色带点的块。",
+        ),
+    )
 
 
 # ---- why our ratio is not the seed's 24x ---------------------------------------------------
 RATIO_OPTIONS_EN = {
     "a": "With fewer requests, llmlab's scheduler and block manager take most of each step's time.",
     "b": "hf-sequential's tokens per second do not depend on how many requests wait, llmlab's do: "
-         "with 12 requests at most 12 sequences share a step (fewer as they finish), so each read "
-         "of the weights is spread over fewer tokens than with 64.",
+    "with 12 requests at most 12 sequences share a step (fewer as they finish), so each read "
+    "of the weights is spread over fewer tokens than with 64.",
     "c": "A CPU is memory-bound at small batches, so batching 12 requests helps less than "
-         "batching 64.",
+    "batching 64.",
     "d": "Prefix caching finds fewer shared prefixes among 12 requests than among 64.",
     "e": "The fast workload's outputs are short (8 to 32 tokens, against 32 to 128), so the "
-         "prompts' prefill, where one request alone already fills a matrix of many rows and "
-         "batching gains little, is a larger share of the work.",
+    "prompts' prefill, where one request alone already fills a matrix of many rows and "
+    "batching gains little, is a larger share of the work.",
 }
 # the options in Chinese, for the notebook to print with tr(text, RATIO_OPTIONS_ZH[letter])
 RATIO_OPTIONS_ZH = {
     "a": "请求少的时候，llmlab 的调度器和块管理器占去了每一步的大部分时间。",
     "b": "hf-sequential 每秒的 token 数与有多少请求在等无关，llmlab 的却有关：12 个请求时，一步里最多只有 "
-         "12 条序列（完成一条少一条），所以每读一遍权重分摊到的 token 比 64 个请求时少。",
+    "12 条序列（完成一条少一条），所以每读一遍权重分摊到的 token 比 64 个请求时少。",
     "c": "CPU 在小 batch 时是 memory-bound 的，所以把 12 个请求放进一个 batch 的帮助不如 64 个。",
     "d": "12 个请求之间能找到的共享前缀比 64 个请求之间少，前缀缓存命中得少。",
     "e": "快速负载的输出很短（8 到 32 个 token，完整负载是 32 到 128），所以 prompt 的 prefill 占的工作更多；"
-         "而 prefill 时一个请求本身就已是一个很多行的矩阵，batching 带来的收益很小。",
+    "而 prefill 时一个请求本身就已是一个很多行的矩阵，batching 带来的收益很小。",
 }
 # shown in the language in use; the keys are what the student answers with
 RATIO_OPTIONS = Bilingual(RATIO_OPTIONS_EN, RATIO_OPTIONS_ZH)
 RATIO_CORRECT = frozenset({"b", "e"})
-_RATIO_HINTS = {      # (English, Chinese)
-    "a": ("the benchmark prints the scheduler's cost per step per request: microseconds, "
-          "against a forward pass of tens of milliseconds.",
-          "benchmark 打印了调度器每步、每个请求的开销：微秒级，而一次前向计算要几十毫秒。"),
-    "c": ("more memory-bound would mean batching helps *more*: a memory-bound step serves a "
-          "bigger batch in about the same time.",
-          "越是 memory-bound，batching 的帮助反而*越大*：memory-bound 的一步能在差不多的时间里服务更大的 batch。"),
-    "d": ("prefix caching is on in both runs and the benchmark's prompts share little: it changes "
-          "nothing between 12 and 64 requests.",
-          "两次运行都开着前缀缓存，而 benchmark 的 prompt 几乎没有共同部分：12 个和 64 个请求在这一点上没有区别。"),
+_RATIO_HINTS = {  # (English, Chinese)
+    "a": (
+        "the benchmark prints the scheduler's cost per step per request: microseconds, "
+        "against a forward pass of tens of milliseconds.",
+        "benchmark 打印了调度器每步、每个请求的开销：微秒级，而一次前向计算要几十毫秒。",
+    ),
+    "c": (
+        "more memory-bound would mean batching helps *more*: a memory-bound step serves a "
+        "bigger batch in about the same time.",
+        "越是 memory-bound，batching 的帮助反而*越大*：memory-bound 的一步能在差不多的时间里服务更大的 batch。",
+    ),
+    "d": (
+        "prefix caching is on in both runs and the benchmark's prompts share little: it changes "
+        "nothing between 12 and 64 requests.",
+        "两次运行都开着前缀缓存，而 benchmark 的 prompt 几乎没有共同部分：12 个和 64 个请求在这一点上没有区别。",
+    ),
 }
 
 
@@ -393,38 +627,95 @@ def ratio_reason(answer: Any) -> CheckResult:
     throughput ratio than the full 64-request benchmark on the same CPU? Answer the letters of
     every reason that holds (RATIO_OPTIONS), e.g. {"x", "y"}."""
     ex = "ch11.ratio_reason"
-    if isinstance(answer, (list, tuple, set, frozenset)) and len(answer) == 1 \
-            and {str(a).strip().lower() for a in answer} <= RATIO_CORRECT:
-        return report(not_yet(ex, tr("that reason holds, but it is not the only one.",
-                                     "这个原因成立，但不是唯一的一个。")))
+    if (
+        isinstance(answer, (list, tuple, set, frozenset))
+        and len(answer) == 1
+        and {str(a).strip().lower() for a in answer} <= RATIO_CORRECT
+    ):
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    "that reason holds, but it is not the only one.",
+                    "这个原因成立，但不是唯一的一个。",
+                ),
+            )
+        )
     if isinstance(answer, str) and answer.strip().lower() in RATIO_CORRECT:
-        return report(not_yet(ex, tr("that reason holds, but it is not the only one: answer a set "
-                                     "of letters.",
-                                     "这个原因成立，但不是唯一的一个：请回答一个字母集合。")))
-    return check_choice(ex, answer, set(RATIO_CORRECT), options=sorted(RATIO_OPTIONS),
-                        hints={key: tr(*pair) for key, pair in _RATIO_HINTS.items()})
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    "that reason holds, but it is not the only one: answer a set of letters.",
+                    "这个原因成立，但不是唯一的一个：请回答一个字母集合。",
+                ),
+            )
+        )
+    return check_choice(
+        ex,
+        answer,
+        set(RATIO_CORRECT),
+        options=sorted(RATIO_OPTIONS),
+        hints={key: tr(*pair) for key, pair in _RATIO_HINTS.items()},
+    )
 
 
 EXERCISES: dict[str, ExerciseInfo] = {
     "slot_for_position": ExerciseInfo(
-        "plug-in", mistakes=("logical position as the slot", "block id not scaled by the block size",
-                             "position instead of offset", "off-by-one logical block")),
+        "plug-in",
+        mistakes=(
+            "logical position as the slot",
+            "block id not scaled by the block size",
+            "position instead of offset",
+            "off-by-one logical block",
+        ),
+    ),
     "cached_tokens": ExerciseInfo(
-        "plug-in", mistakes=("partial block counted as a hit", "rounded up", "blocks instead of tokens")),
+        "plug-in",
+        mistakes=("partial block counted as a hit", "rounded up", "blocks instead of tokens"),
+    ),
     "first_evicted": ExerciseInfo(
-        "reasoning", mistakes=("oldest allocation evicted first", "never-used block taken for a cached one",
-                               "partial block taken for a cached one", "only the never-used blocks counted",
-                               "the prefix taken as the queue's last block")),
+        "reasoning",
+        mistakes=(
+            "oldest allocation evicted first",
+            "never-used block taken for a cached one",
+            "partial block taken for a cached one",
+            "only the never-used blocks counted",
+            "the prefix taken as the queue's last block",
+        ),
+    ),
     "chunked_prefill_steps": ExerciseInfo(
-        "reasoning", mistakes=("decodes' tokens not taken from the budget", "rounded down",
-                               "whole prompt in one step")),
+        "reasoning",
+        mistakes=(
+            "decodes' tokens not taken from the budget",
+            "rounded down",
+            "whole prompt in one step",
+        ),
+    ),
     "explorer_cached_free": ExerciseInfo(
-        "plug-in", mistakes=("freed blocks thought uncached", "blocks still held counted as free",
-                             "partial block counted as cached")),
+        "plug-in",
+        mistakes=(
+            "freed blocks thought uncached",
+            "blocks still held counted as free",
+            "partial block counted as cached",
+        ),
+    ),
     "ratio_reason": ExerciseInfo(
-        "reasoning", mistakes=("scheduler overhead blamed", "memory-bound thought to hurt batching",
-                               "prefix caching blamed", "only one of two reasons")),
+        "reasoning",
+        mistakes=(
+            "scheduler overhead blamed",
+            "memory-bound thought to hurt batching",
+            "prefix caching blamed",
+            "only one of two reasons",
+        ),
+    ),
     "seed_q5": ExerciseInfo(
-        "reasoning", mistakes=("copy-on-write for prefix sharing", "segmentation for block tables",
-                               "FIFO for LRU eviction"), seed=5),
+        "reasoning",
+        mistakes=(
+            "copy-on-write for prefix sharing",
+            "segmentation for block tables",
+            "FIFO for LRU eviction",
+        ),
+        seed=5,
+    ),
 }

@@ -9,6 +9,7 @@ A checker compares a learner's answer with the package's own computation and ret
 
 An answer of `None` (the student version's placeholder) is always "not yet", never a crash.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ LINE_PREFIX = "[check "
 
 @dataclass(frozen=True)
 class CheckResult:
-    exercise: str      # e.g. "ch04.kv_bytes_per_token"
+    exercise: str  # e.g. "ch04.kv_bytes_per_token"
     passed: bool
     message: str
 
@@ -68,6 +69,7 @@ class ExerciseInfo:
     mistakes: the mistakes the checker recognises and names in its hint.
     seed: the number of the seed chapter's self-check question it covers, if any.
     """
+
     kind: str
     mistakes: tuple[str, ...] = ()
     seed: int | None = None
@@ -109,10 +111,12 @@ def solutions_notebook(exercise: str) -> str:
 def solution_pointer(exercise: str) -> str:
     """The last stage of every hint: where the worked solution of `exercise` is."""
     where, name = solutions_notebook(exercise), exercise
-    return tr(f"Last step, if you are still stuck: the worked solution is in {where} (beside this "
-              f"notebook), under {name}; read it, then close it and write the answer yourself.",
-              f"最后一步（如果你仍然卡住）：完整解答在 {where}（与本 notebook 同一文件夹）里的 {name} 下；"
-              f"读完后关上它，自己写出答案。")
+    return tr(
+        f"Last step, if you are still stuck: the worked solution is in {where} (beside this "
+        f"notebook), under {name}; read it, then close it and write the answer yourself.",
+        f"最后一步（如果你仍然卡住）：完整解答在 {where}（与本 notebook 同一文件夹）里的 {name} 下；"
+        f"读完后关上它，自己写出答案。",
+    )
 
 
 def staged(exercise: str, first: str, then: str) -> str:
@@ -193,11 +197,16 @@ def close(a: float, b: float, rel: float = 0.01) -> bool:
     return abs(a - b) <= rel * max(abs(b), 1e-300)
 
 
-def check_number(exercise: str, answer: Any, expected: float, *, rel: float = 0.01,
-                 mistakes: list[tuple[float, str]] = (),
-                 default_hint: str | None = None,
-                 formula: str | None = None,
-                 ) -> CheckResult:
+def check_number(
+    exercise: str,
+    answer: Any,
+    expected: float,
+    *,
+    rel: float = 0.01,
+    mistakes: list[tuple[float, str]] = (),
+    default_hint: str | None = None,
+    formula: str | None = None,
+) -> CheckResult:
     """Compare a numeric answer with `expected` (relative tolerance `rel`).
 
     `mistakes` lists (value a typical mistake produces, hint naming that mistake); a matching
@@ -210,70 +219,139 @@ def check_number(exercise: str, answer: Any, expected: float, *, rel: float = 0.
         return report(not_yet(exercise, NOT_ANSWERED))
     x = as_number(answer)
     if x is None:
-        return report(not_yet(exercise, tr(f"expected a number, got {type(answer).__name__}.",
-                                           f"这里要一个数，你给的是 {type(answer).__name__}。")))
+        return report(
+            not_yet(
+                exercise,
+                tr(
+                    f"expected a number, got {type(answer).__name__}.",
+                    f"这里要一个数，你给的是 {type(answer).__name__}。",
+                ),
+            )
+        )
     if close(x, expected, rel):
         return report(passed(exercise))
     for wrong, hint in mistakes:
         if close(x, wrong, rel):
             return report(not_yet(exercise, hint))
     if close(x, expected * 8, rel) or close(x, expected / 8, rel):
-        return report(not_yet(exercise, tr("off by a factor of 8: bits vs bytes?",
-                                           "差了 8 倍：把 bit 和 byte 弄混了？")))
-    for factor, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (2**10, "Ki"), (2**20, "Mi"), (2**30, "Gi")):
+        return report(
+            not_yet(
+                exercise,
+                tr("off by a factor of 8: bits vs bytes?", "差了 8 倍：把 bit 和 byte 弄混了？"),
+            )
+        )
+    for factor, unit in (
+        (1e3, "k"),
+        (1e6, "M"),
+        (1e9, "G"),
+        (2**10, "Ki"),
+        (2**20, "Mi"),
+        (2**30, "Gi"),
+    ):
         if close(x * factor, expected, rel) or close(x, expected * factor, rel):
-            return report(not_yet(exercise, tr(
-                f"off by a unit prefix ({unit}); give the value in the unit the question asks for.",
-                f"差了一个单位前缀（{unit}）：请用题目要求的单位作答。")))
+            return report(
+                not_yet(
+                    exercise,
+                    tr(
+                        f"off by a unit prefix ({unit}); give the value in the unit the question asks for.",
+                        f"差了一个单位前缀（{unit}）：请用题目要求的单位作答。",
+                    ),
+                )
+            )
     if default_hint is None:
-        default_hint = tr("not the value we expect; re-derive it step by step.",
-                          "不是我们期望的值；请一步一步重新推一遍。")
+        default_hint = tr(
+            "not the value we expect; re-derive it step by step.",
+            "不是我们期望的值；请一步一步重新推一遍。",
+        )
     hint = staged(exercise, default_hint, formula) if formula else default_hint
     return report(not_yet(exercise, hint))
 
 
-def check_choice(exercise: str, answer: Any, correct: set[str] | str, *, options: list[str],
-                 hints: dict[str, str] | None = None) -> CheckResult:
+def check_choice(
+    exercise: str,
+    answer: Any,
+    correct: set[str] | str,
+    *,
+    options: list[str],
+    hints: dict[str, str] | None = None,
+) -> CheckResult:
     """A multiple-choice answer (case-insensitive letter or option text)."""
     if answer is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     correct = {correct} if isinstance(correct, str) else set(correct)
-    got = {str(a).strip().lower() for a in (answer if isinstance(answer, (list, tuple, set)) else [answer])}
+    got = {
+        str(a).strip().lower()
+        for a in (answer if isinstance(answer, (list, tuple, set)) else [answer])
+    }
     unknown = got - {o.lower() for o in options}
     if unknown:
-        return report(not_yet(exercise, tr(f"choose from {options}; got {sorted(unknown)}.",
-                                           f"请从 {options} 中选；你给的是 {sorted(unknown)}。")))
+        return report(
+            not_yet(
+                exercise,
+                tr(
+                    f"choose from {options}; got {sorted(unknown)}.",
+                    f"请从 {options} 中选；你给的是 {sorted(unknown)}。",
+                ),
+            )
+        )
     if got == {c.lower() for c in correct}:
         return report(passed(exercise))
     for g in sorted(got):
         if hints and g in {k.lower() for k in hints} and g not in {c.lower() for c in correct}:
             hint = next(v for k, v in hints.items() if k.lower() == g)
             return report(not_yet(exercise, hint))
-    return report(not_yet(exercise, tr("not the right choice; reread the section above the exercise.",
-                                       "这个选项不对；请重读练习上面的那一节。")))
+    return report(
+        not_yet(
+            exercise,
+            tr(
+                "not the right choice; reread the section above the exercise.",
+                "这个选项不对；请重读练习上面的那一节。",
+            ),
+        )
+    )
 
 
-def check_callable(exercise: str, fn: Any, cases: list[tuple[tuple, Any]],
-                   compare: Callable[[Any, Any], bool] | None = None,
-                   hint: str | None = None) -> CheckResult:
+def check_callable(
+    exercise: str,
+    fn: Any,
+    cases: list[tuple[tuple, Any]],
+    compare: Callable[[Any, Any], bool] | None = None,
+    hint: str | None = None,
+) -> CheckResult:
     """Call the learner's function on `cases` [(args, expected)] and compare results; a wrong
     result gets `hint` (by default a generic one, in the language in use)."""
     if fn is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     if not callable(fn):
-        return report(not_yet(exercise, tr(f"expected a function, got {type(fn).__name__}.",
-                                           f"这里要一个函数，你给的是 {type(fn).__name__}。")))
+        return report(
+            not_yet(
+                exercise,
+                tr(
+                    f"expected a function, got {type(fn).__name__}.",
+                    f"这里要一个函数，你给的是 {type(fn).__name__}。",
+                ),
+            )
+        )
     compare = compare or (lambda a, b: a == b)
     for args, expected in cases:
         try:
             got = fn(*args)
         except Exception as e:  # the learner's code: report, never crash the notebook
-            return report(not_yet(exercise, tr(f"your function raised {type(e).__name__}: {e}",
-                                               f"你的函数抛出了 {type(e).__name__}：{e}")))
+            return report(
+                not_yet(
+                    exercise,
+                    tr(
+                        f"your function raised {type(e).__name__}: {e}",
+                        f"你的函数抛出了 {type(e).__name__}：{e}",
+                    ),
+                )
+            )
         if not compare(got, expected):
             if hint is None:
-                hint = tr("your function returns a wrong value on at least one test case.",
-                          "你的函数至少在一个测试用例上返回了错误的值。")
+                hint = tr(
+                    "your function returns a wrong value on at least one test case.",
+                    "你的函数至少在一个测试用例上返回了错误的值。",
+                )
             return report(not_yet(exercise, hint))
     return report(passed(exercise))
 
@@ -284,14 +362,28 @@ def check_dict_keys(exercise: str, answer: Any, keys) -> CheckResult | None:
     if answer is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     if not isinstance(answer, dict) or set(keys) - set(answer):
-        return report(not_yet(exercise, tr(f"answer a dict with the keys {list(keys)}.",
-                                           f"请用一个 dict 作答，键为 {list(keys)}。")))
+        return report(
+            not_yet(
+                exercise,
+                tr(
+                    f"answer a dict with the keys {list(keys)}.",
+                    f"请用一个 dict 作答，键为 {list(keys)}。",
+                ),
+            )
+        )
     return None
 
 
-def check_matching(exercise: str, answer: Any, right: dict[str, str | frozenset[str]], *,
-                   choices: tuple[str, ...], hints: dict[str, str], success: str | None = None,
-                   why_wrong: dict[str, str] | None = None) -> CheckResult:
+def check_matching(
+    exercise: str,
+    answer: Any,
+    right: dict[str, str | frozenset[str]],
+    *,
+    choices: tuple[str, ...],
+    hints: dict[str, str],
+    success: str | None = None,
+    why_wrong: dict[str, str] | None = None,
+) -> CheckResult:
     """A dict answer pairing each key of `right` with one of `choices`.
 
     `right[key]` is the one choice accepted, or a set of defensible ones. Every wrong pair gets
@@ -307,8 +399,12 @@ def check_matching(exercise: str, answer: Any, right: dict[str, str | frozenset[
         value = str(answer[key]).strip().lower().replace("-", "_").replace(" ", "_")
         accepted = {expected} if isinstance(expected, str) else expected
         if value not in choices:
-            problems.append(tr(f"{key}: choose one of {list(choices)}.",
-                               f"{key}：请从 {list(choices)} 中选一个。"))
+            problems.append(
+                tr(
+                    f"{key}: choose one of {list(choices)}.",
+                    f"{key}：请从 {list(choices)} 中选一个。",
+                )
+            )
         elif value not in accepted:
             why = (why_wrong or {}).get(value, hints[key])
             problems.append(tr(f"{key}: {why}", f"{key}：{why}"))

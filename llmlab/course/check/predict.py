@@ -11,6 +11,7 @@ the measurement corrects is the point of the exercise.
     compare(my_guess, measured_ms, quantity="decode step at batch 8", unit="ms",
             if_high="...what over-predicting means...", if_low="...")
 """
+
 from __future__ import annotations
 
 import math
@@ -18,15 +19,19 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llmlab.course.check.core import as_number
-from llmlab.utils import ljust, width
 from llmlab.i18n import notebook_text, tr
+from llmlab.utils import ljust, width
 
 # The message of a missing prediction (shown in the language in use, see `_no_prediction`).
-NO_PREDICTION = ("no prediction recorded: write your guess in the prediction cell above, then "
-                 "run the measurement and this cell again (a guess made after seeing the number "
-                 "teaches nothing).")
-NO_PREDICTION_ZH = ("还没有记下预测：先在上面的预测单元格里写下你的猜测，再运行测量和这个单元格"
-                    "（看到数字之后才做的猜测，什么也学不到）。")
+NO_PREDICTION = (
+    "no prediction recorded: write your guess in the prediction cell above, then "
+    "run the measurement and this cell again (a guess made after seeing the number "
+    "teaches nothing)."
+)
+NO_PREDICTION_ZH = (
+    "还没有记下预测：先在上面的预测单元格里写下你的猜测，再运行测量和这个单元格"
+    "（看到数字之后才做的猜测，什么也学不到）。"
+)
 
 
 def _no_prediction() -> str:
@@ -38,6 +43,7 @@ class Comparison:
     """The outcome of one prediction: `verdict` is "close", "too high", "too low",
     "wrong direction", "as observed", "not as observed" or "no prediction" (codes, the same in
     every language); `message` is in the language in use."""
+
     quantity: str
     prediction: Any
     measured: Any
@@ -61,9 +67,17 @@ def _fmt(x: float, unit: str) -> str:
     return f"{text} {unit}".strip()
 
 
-def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
-            baseline: float | None = None, tolerance: float = 3.0,
-            if_high: str = "", if_low: str = "") -> Comparison:
+def compare(
+    prediction: Any,
+    measured: Any,
+    *,
+    quantity: str,
+    unit: str = "",
+    baseline: float | None = None,
+    tolerance: float = 3.0,
+    if_high: str = "",
+    if_low: str = "",
+) -> Comparison:
     """Set a numeric `prediction` beside the `measured` value and print what the gap means.
 
     With `baseline` (the value before the change the question is about), a prediction that
@@ -76,23 +90,38 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
     use (`llmlab.i18n.notebook_text`). The returned `Comparison` keeps `quantity` as given.
     """
     if tolerance <= 1:
-        raise ValueError(tr(f"tolerance must be > 1 (a factor), got {tolerance}",
-                            f"tolerance 必须 > 1（是一个倍数），你给的是 {tolerance}"))
+        raise ValueError(
+            tr(
+                f"tolerance must be > 1 (a factor), got {tolerance}",
+                f"tolerance 必须 > 1（是一个倍数），你给的是 {tolerance}",
+            )
+        )
     m = as_number(measured)
     if m is None:
-        raise ValueError(tr(f"measured must be a number, got {type(measured).__name__}",
-                            f"measured 必须是一个数，你给的是 {type(measured).__name__}"))
+        raise ValueError(
+            tr(
+                f"measured must be a number, got {type(measured).__name__}",
+                f"measured 必须是一个数，你给的是 {type(measured).__name__}",
+            )
+        )
     shown = notebook_text(quantity)
     if_high, if_low = notebook_text(if_high), notebook_text(if_low)
     p = as_number(prediction)
     if prediction is None or p is None:
-        msg = _no_prediction() if prediction is None else \
-            tr(f"the prediction must be a number, got {type(prediction).__name__}.",
-               f"预测必须是一个数，你给的是 {type(prediction).__name__}。")
+        msg = (
+            _no_prediction()
+            if prediction is None
+            else tr(
+                f"the prediction must be a number, got {type(prediction).__name__}.",
+                f"预测必须是一个数，你给的是 {type(prediction).__name__}。",
+            )
+        )
         print(f"[predict {shown}] {msg}")
         return Comparison(quantity, prediction, m, "no prediction", msg)
-    rows = [(tr("you predicted", "你的预测"), _fmt(p, unit)),
-            (tr("you measured", "你的测量"), _fmt(m, unit))]
+    rows = [
+        (tr("you predicted", "你的预测"), _fmt(p, unit)),
+        (tr("you measured", "你的测量"), _fmt(m, unit)),
+    ]
     if p != 0 and m != 0 and (p > 0) == (m > 0):
         ratio = p / m
         rows.append((tr("prediction / measurement", "预测 / 测量"), f"{ratio:.2g}x"))
@@ -102,34 +131,55 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
         rows.append((tr("baseline", "基线"), _fmt(baseline, unit)))
     if baseline is not None and (p - baseline) * (m - baseline) < 0:
         up = tr("up", "上升") if m > baseline else tr("down", "下降")
-        verdict, msg = "wrong direction", tr(f"the measurement went {up} from the baseline and your "
-                                             f"prediction the other way: the mechanism works the "
-                                             f"opposite way to the one you pictured.",
-                                             f"测量值相对基线{up}了，你的预测却走向另一边：这个机制"
-                                             f"的作用方向和你设想的正好相反。")
+        verdict, msg = (
+            "wrong direction",
+            tr(
+                f"the measurement went {up} from the baseline and your "
+                f"prediction the other way: the mechanism works the "
+                f"opposite way to the one you pictured.",
+                f"测量值相对基线{up}了，你的预测却走向另一边：这个机制"
+                f"的作用方向和你设想的正好相反。",
+            ),
+        )
         extra = if_high if p > m else if_low
     elif ratio is not None and 1 / tolerance <= ratio <= tolerance:
-        verdict, msg, extra = "close", tr(f"within a factor {tolerance:g}: right order of magnitude"
-                                          + (" and direction." if baseline is not None else "."),
-                                          f"相差不到 {tolerance:g} 倍：数量级"
-                                          + ("和方向都对。" if baseline is not None else "对了。")), ""
+        verdict, msg, extra = (
+            "close",
+            tr(
+                f"within a factor {tolerance:g}: right order of magnitude"
+                + (" and direction." if baseline is not None else "."),
+                f"相差不到 {tolerance:g} 倍：数量级"
+                + ("和方向都对。" if baseline is not None else "对了。"),
+            ),
+            "",
+        )
     elif p > m:
         decades = math.log10(p / m) if ratio else float("nan")
         verdict = "too high"
-        msg = (tr(f"about {decades:.1f} orders of magnitude too high.",
-                  f"高了大约 {decades:.1f} 个数量级。") if ratio and decades >= 1
-               else tr(f"too high by more than a factor {tolerance:g}.",
-                       f"高了不止 {tolerance:g} 倍。"))
+        msg = (
+            tr(
+                f"about {decades:.1f} orders of magnitude too high.",
+                f"高了大约 {decades:.1f} 个数量级。",
+            )
+            if ratio and decades >= 1
+            else tr(
+                f"too high by more than a factor {tolerance:g}.", f"高了不止 {tolerance:g} 倍。"
+            )
+        )
         extra = if_high
     else:
         decades = math.log10(m / p) if ratio else float("nan")
         verdict = "too low"
-        msg = (tr(f"about {decades:.1f} orders of magnitude too low.",
-                  f"低了大约 {decades:.1f} 个数量级。") if ratio and decades >= 1
-               else tr(f"too low by more than a factor {tolerance:g}.",
-                       f"低了不止 {tolerance:g} 倍。"))
+        msg = (
+            tr(
+                f"about {decades:.1f} orders of magnitude too low.",
+                f"低了大约 {decades:.1f} 个数量级。",
+            )
+            if ratio and decades >= 1
+            else tr(f"too low by more than a factor {tolerance:g}.", f"低了不止 {tolerance:g} 倍。")
+        )
         extra = if_low
-    message = msg + (tr(" ", "") + extra if extra else "")     # no space after a Chinese "。"
+    message = msg + (tr(" ", "") + extra if extra else "")  # no space after a Chinese "。"
     columns = max(width(k) for k, _ in rows)
     print(f"[predict {shown}]")
     for k, v in rows:
@@ -138,16 +188,21 @@ def compare(prediction: Any, measured: Any, *, quantity: str, unit: str = "",
     return Comparison(quantity, p, m, verdict, message)
 
 
-def compare_choice(prediction: Any, observed: str, *, quantity: str, options: Sequence[str],
-                   explain: str = "") -> Comparison:
+def compare_choice(
+    prediction: Any, observed: str, *, quantity: str, options: Sequence[str], explain: str = ""
+) -> Comparison:
     """Set a predicted choice (one of `options`) beside the `observed` one and print `explain`
     (why the measurement came out as it did) whether or not the prediction was right.
 
     `quantity` and `explain` are shown in the language in use (`llmlab.i18n.notebook_text`);
     `options` and `observed` are answers the student types, the same in every language."""
     if observed not in options:
-        raise ValueError(tr(f"observed must be one of {list(options)}, got {observed!r}",
-                            f"observed 必须是 {list(options)} 中的一个，你给的是 {observed!r}"))
+        raise ValueError(
+            tr(
+                f"observed must be one of {list(options)}, got {observed!r}",
+                f"observed 必须是 {list(options)} 中的一个，你给的是 {observed!r}",
+            )
+        )
     shown, explain = notebook_text(quantity), notebook_text(explain)
     if prediction is None:
         msg = _no_prediction()
@@ -155,17 +210,21 @@ def compare_choice(prediction: Any, observed: str, *, quantity: str, options: Se
         return Comparison(quantity, None, observed, "no prediction", msg)
     got = str(prediction).strip().lower()
     if got not in {o.lower() for o in options}:
-        msg = tr(f"the prediction must be one of {list(options)}, got {prediction!r}.",
-                 f"预测必须是 {list(options)} 中的一个，你给的是 {prediction!r}。")
+        msg = tr(
+            f"the prediction must be one of {list(options)}, got {prediction!r}.",
+            f"预测必须是 {list(options)} 中的一个，你给的是 {prediction!r}。",
+        )
         print(f"[predict {shown}] {msg}")
         return Comparison(quantity, prediction, observed, "no prediction", msg)
     right = got == observed.lower()
     verdict = "as observed" if right else "not as observed"
-    msg = tr(f"you predicted {prediction!r}; the measurement says {observed!r}. "
-             + ("" if right else "Find the step in your reasoning that the measurement contradicts. ")
-             + explain,
-             f"你预测的是 {prediction!r}；测量结果是 {observed!r}。"
-             + ("" if right else "找出你推理中被测量结果否定的那一步。")
-             + explain).strip()
+    msg = tr(
+        f"you predicted {prediction!r}; the measurement says {observed!r}. "
+        + ("" if right else "Find the step in your reasoning that the measurement contradicts. ")
+        + explain,
+        f"你预测的是 {prediction!r}；测量结果是 {observed!r}。"
+        + ("" if right else "找出你推理中被测量结果否定的那一步。")
+        + explain,
+    ).strip()
     print(f"[predict {shown}] {msg}")
     return Comparison(quantity, prediction, observed, verdict, msg)

@@ -1,4 +1,5 @@
 """Figures of chapter 00 (setup and map)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,21 +9,39 @@ from llmlab.i18n import tr
 # (number, title, part) of every chapter after this one; the parts follow the colours of the
 # seed's flowchart: the model itself, performance on the hardware, the serving system.
 CHAPTERS: tuple[tuple[str, str, str], ...] = (
-    ("01", "Tokens", "model"), ("02", "Attention", "model"),
-    ("03", "Generation", "model"), ("04", "KV cache", "model"),
-    ("05", "Prefill vs decode", "model"), ("06", "Memory hierarchy", "hardware"),
-    ("07", "Roofline", "hardware"), ("08", "Batching", "hardware"),
-    ("09", "Parallelism", "serving"), ("10", "Metrics", "serving"),
-    ("11", "vLLM arrives\n(PagedAttention)", "serving"), ("12", "Glossary & review", "serving"),
+    ("01", "Tokens", "model"),
+    ("02", "Attention", "model"),
+    ("03", "Generation", "model"),
+    ("04", "KV cache", "model"),
+    ("05", "Prefill vs decode", "model"),
+    ("06", "Memory hierarchy", "hardware"),
+    ("07", "Roofline", "hardware"),
+    ("08", "Batching", "hardware"),
+    ("09", "Parallelism", "serving"),
+    ("10", "Metrics", "serving"),
+    ("11", "vLLM arrives\n(PagedAttention)", "serving"),
+    ("12", "Glossary & review", "serving"),
 )
 # the chapter titles in Chinese, looked up by the English title when the map is drawn
-TITLES_ZH = {"Tokens": "token", "Attention": "注意力", "Generation": "生成", "KV cache": "KV cache",
-             "Prefill vs decode": "prefill 与 decode", "Memory hierarchy": "存储层次",
-             "Roofline": "roofline 模型", "Batching": "batching", "Parallelism": "并行",
-             "Metrics": "指标", "vLLM arrives\n(PagedAttention)": "vLLM 登场\n（PagedAttention）",
-             "Glossary & review": "术语表与复习"}
-COLOURS = {"model": ("#eff5ff", "#2563eb"), "hardware": ("#fef3c7", "#b45309"),
-           "serving": ("#dcfce7", "#15803d")}
+TITLES_ZH = {
+    "Tokens": "token",
+    "Attention": "注意力",
+    "Generation": "生成",
+    "KV cache": "KV cache",
+    "Prefill vs decode": "prefill 与 decode",
+    "Memory hierarchy": "存储层次",
+    "Roofline": "roofline 模型",
+    "Batching": "batching",
+    "Parallelism": "并行",
+    "Metrics": "指标",
+    "vLLM arrives\n(PagedAttention)": "vLLM 登场\n（PagedAttention）",
+    "Glossary & review": "术语表与复习",
+}
+COLOURS = {
+    "model": ("#eff5ff", "#2563eb"),
+    "hardware": ("#fef3c7", "#b45309"),
+    "serving": ("#dcfce7", "#15803d"),
+}
 
 
 def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: int = 6) -> Any:
@@ -36,24 +55,57 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
         row, col = divmod(i, per_row)
         x, y = col * 2.0, -row * 1.6
         fill, edge = COLOURS[part]
-        ax.add_patch(FancyBboxPatch((x, y), 1.6, 1.0, boxstyle="round,pad=0.05", fc=fill, ec=edge,
-                                    lw=2, gid=f"chapter-{num}"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x, y),
+                1.6,
+                1.0,
+                boxstyle="round,pad=0.05",
+                fc=fill,
+                ec=edge,
+                lw=2,
+                gid=f"chapter-{num}",
+            )
+        )
         shown = tr(title, TITLES_ZH.get(title, title))
         ax.text(x + 0.8, y + 0.5, f"{num}\n{shown}", ha="center", va="center", fontsize=8)
         last = i == len(chapters) - 1
         if col < per_row - 1 and not last:
-            ax.annotate("", xy=(x + 2.0, y + 0.5), xytext=(x + 1.65, y + 0.5),
-                        arrowprops=dict(arrowstyle="->"))
-        elif not last:   # wrap to the first box of the next row
-            ax.annotate("", xy=(0.8, y - 0.55), xytext=(x + 0.8, y - 0.05),
-                        arrowprops=dict(arrowstyle="->", connectionstyle="arc3,rad=-0.1"))
-    ax.legend(handles=[Patch(fc=f, ec=e, label=label) for label, (f, e) in
-                       ((tr("the model", "模型本身"), COLOURS["model"]),
-                        (tr("performance on the hardware", "硬件上的性能"), COLOURS["hardware"]),
-                        (tr("the serving system", "推理服务系统"), COLOURS["serving"]))],
-              loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
+            ax.annotate(
+                "",
+                xy=(x + 2.0, y + 0.5),
+                xytext=(x + 1.65, y + 0.5),
+                arrowprops=dict(arrowstyle="->"),
+            )
+        elif not last:  # wrap to the first box of the next row
+            ax.annotate(
+                "",
+                xy=(0.8, y - 0.55),
+                xytext=(x + 0.8, y - 0.05),
+                arrowprops=dict(arrowstyle="->", connectionstyle="arc3,rad=-0.1"),
+            )
+    ax.legend(
+        handles=[
+            Patch(fc=f, ec=e, label=label)
+            for label, (f, e) in (
+                (tr("the model", "模型本身"), COLOURS["model"]),
+                (tr("performance on the hardware", "硬件上的性能"), COLOURS["hardware"]),
+                (tr("the serving system", "推理服务系统"), COLOURS["serving"]),
+            )
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
     ax.set_xlim(-0.2, per_row * 2.0)
     ax.set_ylim(-1.6 * (rows - 1) - 0.4, 1.2)
     ax.axis("off")
-    ax.set_title(tr("The chapter map: from a token to PagedAttention", "章节地图：从 token 到 PagedAttention"))
+    ax.set_title(
+        tr(
+            "The chapter map: from a token to PagedAttention",
+            "章节地图：从 token 到 PagedAttention",
+        )
+    )
     return fig

@@ -1,6 +1,7 @@
 """Figures of chapter 02 (one decoder layer): which KV head each query head reads, attention
 heat-maps of a real prompt, and RoPE scores against the two tokens' positions; and the printed
 comparison of one of the student's pieces with the real layer 0 (`against_layer0`)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -27,16 +28,26 @@ def gqa_grouping(names: Sequence[str] = ("smollm2-135m", "llama-3-8b")):
         ax.imshow(grid.numpy(), cmap="Blues", aspect="auto", vmin=0, vmax=1)
         ax.set_xlabel(tr("query head", "Q 头"))
         ax.set_ylabel(tr("KV head", "KV 头"))
-        ax.set_title(tr(f"{name} (preset): {c.num_attention_heads} query heads, "
-                        f"{c.num_key_value_heads} KV heads",
-                        f"{name}（预设）：{c.num_attention_heads} 个 Q 头，"
-                        f"{c.num_key_value_heads} 个 KV 头"), fontsize=10)
+        ax.set_title(
+            tr(
+                f"{name} (preset): {c.num_attention_heads} query heads, "
+                f"{c.num_key_value_heads} KV heads",
+                f"{name}（预设）：{c.num_attention_heads} 个 Q 头，"
+                f"{c.num_key_value_heads} 个 KV 头",
+            ),
+            fontsize=10,
+        )
     fig.tight_layout()
     return fig
 
 
-def attention_heatmaps(model, token_ids: Sequence[int], labels: Sequence[str],
-                       layers: Sequence[int] = (0,), heads: Sequence[int] = (0,)):
+def attention_heatmaps(
+    model,
+    token_ids: Sequence[int],
+    labels: Sequence[str],
+    layers: Sequence[int] = (0,),
+    heads: Sequence[int] = (0,),
+):
     """A grid of softmax attention weights (`llmlab.model.attention_probs`), one row per layer
     and one column per head; rows of each map are the tokens that look, columns the tokens they
     look at."""
@@ -45,26 +56,34 @@ def attention_heatmaps(model, token_ids: Sequence[int], labels: Sequence[str],
     from llmlab.model import attention_probs
 
     T = len(token_ids)
-    fig, axes = plt.subplots(len(layers), len(heads), figsize=(3.4 * len(heads), 3.2 * len(layers)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(layers), len(heads), figsize=(3.4 * len(heads), 3.2 * len(layers)), squeeze=False
+    )
     for r, layer in enumerate(layers):
-        probs = attention_probs(model, list(token_ids), layer=layer)      # [heads, T, T]
+        probs = attention_probs(model, list(token_ids), layer=layer)  # [heads, T, T]
         for c, head in enumerate(heads):
             ax = axes[r, c]
             ax.imshow(probs[head].numpy(), cmap="magma", vmin=0, vmax=1)
-            ax.set_title(tr(f"layer {layer}, head {head}", f"第 {layer} 层，第 {head} 个头"), fontsize=9)
+            ax.set_title(
+                tr(f"layer {layer}, head {head}", f"第 {layer} 层，第 {head} 个头"), fontsize=9
+            )
             ax.set_xticks(range(T), labels, rotation=90, fontsize=7)
             ax.set_yticks(range(T), labels, fontsize=7)
-    fig.suptitle(tr("Attention weights of SmolLM2 on a real prompt (rows attend to columns)",
-                    "SmolLM2 在一段真实提示词上的注意力权重（每行去关注各列）"))
+    fig.suptitle(
+        tr(
+            "Attention weights of SmolLM2 on a real prompt (rows attend to columns)",
+            "SmolLM2 在一段真实提示词上的注意力权重（每行去关注各列）",
+        )
+    )
     fig.supxlabel(tr("key token (looked at)", "K 一侧的 token（被关注）"))
     fig.supylabel(tr("query token (looking)", "Q 一侧的 token（去关注）"))
     fig.tight_layout()
     return fig
 
 
-def rope_score_values(pairs: Sequence[tuple[int, int]], head_dim: int = 64,
-                      theta: float = 100000.0, seed: int = 0) -> dict[tuple[int, int], float]:
+def rope_score_values(
+    pairs: Sequence[tuple[int, int]], head_dim: int = 64, theta: float = 100000.0, seed: int = 0
+) -> dict[tuple[int, int], float]:
     """s(m, n) = rope(q, m) · rope(k, n) for one random q and k of `head_dim`, rotated with the
     model's own RoPE (`llmlab.model.apply_rope`), for each (m, n) of `pairs`."""
     from dataclasses import replace
@@ -74,10 +93,12 @@ def rope_score_values(pairs: Sequence[tuple[int, int]], head_dim: int = 64,
 
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(1, 1, head_dim, generator=g), torch.randn(1, 1, head_dim, generator=g)
-    inv_freq = rope_inv_freq(replace(get_config("smollm2-135m"), head_dim=head_dim, rope_theta=theta))
+    inv_freq = rope_inv_freq(
+        replace(get_config("smollm2-135m"), head_dim=head_dim, rope_theta=theta)
+    )
 
     def rotated(x: torch.Tensor, position: int) -> torch.Tensor:
-        angle = torch.tensor([float(position)])[:, None] * inv_freq[None, :]      # [1, d/2]
+        angle = torch.tensor([float(position)])[:, None] * inv_freq[None, :]  # [1, d/2]
         return apply_rope(x, angle.cos(), angle.sin())
 
     return {(m, n): float((rotated(q, m) * rotated(k, n)).sum()) for m, n in pairs}
@@ -93,8 +114,12 @@ def rope_scores(values: dict[tuple[int, int], float]):
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_ylabel(tr("score q·k after RoPE", "RoPE 之后的得分 q·k"))
     ax.set_xlabel(tr("(query position m, key position n)", "（q 的位置 m，k 的位置 n）"))
-    ax.set_title(tr("RoPE: one random q and k placed at different positions",
-                    "RoPE：同一对随机的 q、k 放在不同的位置上"))
+    ax.set_title(
+        tr(
+            "RoPE: one random q and k placed at different positions",
+            "RoPE：同一对随机的 q、k 放在不同的位置上",
+        )
+    )
     fig.tight_layout()
     return fig
 
@@ -110,17 +135,29 @@ def against_layer0(label: str, fn: Any, args: tuple, reference: torch.Tensor) ->
         with torch.no_grad():
             got = torch.as_tensor(fn(*args)).float()
     except Exception as e:  # the learner's code
-        print(tr(f"{label}: your function raised {type(e).__name__}: {e}",
-                 f"{label}：你的函数抛出了 {type(e).__name__}：{e}"))
+        print(
+            tr(
+                f"{label}: your function raised {type(e).__name__}: {e}",
+                f"{label}：你的函数抛出了 {type(e).__name__}：{e}",
+            )
+        )
         return None
     want = reference.detach().float()
     if got.shape != want.shape:
-        print(tr(f"{label}: shape {list(got.shape)}, layer 0 gives {list(want.shape)}",
-                 f"{label}：形状是 {list(got.shape)}，第 0 层给出的是 {list(want.shape)}"))
+        print(
+            tr(
+                f"{label}: shape {list(got.shape)}, layer 0 gives {list(want.shape)}",
+                f"{label}：形状是 {list(got.shape)}，第 0 层给出的是 {list(want.shape)}",
+            )
+        )
         return None
     diff = (got - want).abs().max().item()
     same = diff <= 1e-4 + 1e-4 * want.abs().max().item()
     verdict = tr("the same", "一致") if same else tr("DIFFERENT", "不一致")
-    print(tr(f"{label}: largest |yours − layer 0| = {diff:.1e}  ({verdict})",
-             f"{label}：|你的 − 第 0 层| 的最大值 = {diff:.1e}（{verdict}）"))
+    print(
+        tr(
+            f"{label}: largest |yours − layer 0| = {diff:.1e}  ({verdict})",
+            f"{label}：|你的 − 第 0 层| 的最大值 = {diff:.1e}（{verdict}）",
+        )
+    )
     return diff

@@ -1,5 +1,6 @@
 """Chapter 05 (prefill vs decode): the timing harness of a prefill and of a decode step, the same
 steps' floors on a GPU from the presets, and the chapter's figures."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -16,10 +17,12 @@ from llmlab.kvcache import ContiguousKVCache
 def prefill_seconds(model: Any, ids: Sequence[int], n: int, repeats: int = 2) -> float:
     """One prefill: a fresh cache, one forward over the first n tokens, the last one's logits
     (measured, seconds)."""
+
     def run() -> None:
         c = ContiguousKVCache(model.config, batch_size=1, max_len=n)
         h = model(torch.tensor(list(ids[:n])), c.positions([n]), c.context([n]))
         model.compute_logits(h[-1:])
+
     return best_of(run, repeats)
 
 
@@ -28,22 +31,36 @@ def decode_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2) -> 
     return cached_step_seconds(model, ids, T, repeats)
 
 
-def gpu_floors(cfg: ModelConfig | str, prompt_lens: Sequence[int], contexts: Sequence[int],
-               gpu: str = "H100-SXM", dtype_bytes: float = 2) -> tuple[list[float], list[float]]:
+def gpu_floors(
+    cfg: ModelConfig | str,
+    prompt_lens: Sequence[int],
+    contexts: Sequence[int],
+    gpu: str = "H100-SXM",
+    dtype_bytes: float = 2,
+) -> tuple[list[float], list[float]]:
     """Roofline floors on `gpu` (presets, not measured): prefill of each prompt length (seconds,
     last-token logits as an engine does) and one batch-1 decode step at each context."""
     cfg = get_config(cfg) if isinstance(cfg, str) else cfg
     dtype = roofline.dtype_for_bytes(dtype_bytes)
-    prefill = [roofline.place(roofline.prefill_step(cfg, n, dtype_bytes=dtype_bytes), gpu, dtype).time_floor
-               for n in prompt_lens]
+    prefill = [
+        roofline.place(
+            roofline.prefill_step(cfg, n, dtype_bytes=dtype_bytes), gpu, dtype
+        ).time_floor
+        for n in prompt_lens
+    ]
     decode = [roofline.decode_step_floor(cfg, gpu, 1, T, dtype_bytes) for T in contexts]
     return prefill, decode
 
 
-def plot_prefill_decode(prompt_lens: Sequence[int], t_prefill: Sequence[float],
-                        contexts: Sequence[int], t_decode: Sequence[float],
-                        gpu_prefill: Sequence[float], gpu_decode: Sequence[float],
-                        gpu_label: str | None = None) -> Any:
+def plot_prefill_decode(
+    prompt_lens: Sequence[int],
+    t_prefill: Sequence[float],
+    contexts: Sequence[int],
+    t_decode: Sequence[float],
+    gpu_prefill: Sequence[float],
+    gpu_decode: Sequence[float],
+    gpu_label: str | None = None,
+) -> Any:
     """Time per token of prefill (prefill time / n) and of decode (one step = one token), on this
     machine (left, measured) and on a GPU (right, roofline floors; `gpu_label` by default
     "Llama-3-8B on H100-SXM, BF16"). Seconds in, ms drawn."""
@@ -53,24 +70,47 @@ def plot_prefill_decode(prompt_lens: Sequence[int], t_prefill: Sequence[float],
         gpu_label = tr("Llama-3-8B on H100-SXM, BF16", "Llama-3-8B 在 H100-SXM 上，BF16")
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, pre, dec in ((axes[0], t_prefill, t_decode), (axes[1], gpu_prefill, gpu_decode)):
-        ax.plot(prompt_lens, [1e3 * s / n for s, n in zip(pre, prompt_lens)], "o-", color="#2563eb",
-                label=tr("prefill: time / prompt tokens", "prefill：时间 / 提示词的 token 数"))
-        ax.plot(contexts, [1e3 * s for s in dec], "s-", color="#f59e0b",
-                label=tr("decode: one step", "decode：一步"))
-        ax.set_xlabel(tr("prompt length n / context T (tokens)", "提示词长度 n / 上下文长度 T（token 数）"))
+        ax.plot(
+            prompt_lens,
+            [1e3 * s / n for s, n in zip(pre, prompt_lens)],
+            "o-",
+            color="#2563eb",
+            label=tr("prefill: time / prompt tokens", "prefill：时间 / 提示词的 token 数"),
+        )
+        ax.plot(
+            contexts,
+            [1e3 * s for s in dec],
+            "s-",
+            color="#f59e0b",
+            label=tr("decode: one step", "decode：一步"),
+        )
+        ax.set_xlabel(
+            tr("prompt length n / context T (tokens)", "提示词长度 n / 上下文长度 T（token 数）")
+        )
         ax.set_yscale("log")
         ax.legend(fontsize=8)
     axes[0].set_ylabel(tr("ms per token (measured)", "每个 token 的 ms（实测）"))
-    axes[0].set_title(tr("SmolLM2-135M on this machine (measured)", "SmolLM2-135M 在本机上（实测）"))
+    axes[0].set_title(
+        tr("SmolLM2-135M on this machine (measured)", "SmolLM2-135M 在本机上（实测）")
+    )
     axes[1].set_ylabel(tr("ms per token (roofline floor)", "每个 token 的 ms（roofline 下限）"))
     axes[1].set_title(tr(f"{gpu_label} (presets, not measured)", f"{gpu_label}（预设，不是实测）"))
-    fig.suptitle(tr("Per token, prefill is cheap and decode is dear", "按每个 token 算，prefill 便宜，decode 昂贵"))
+    fig.suptitle(
+        tr(
+            "Per token, prefill is cheap and decode is dear",
+            "按每个 token 算，prefill 便宜，decode 昂贵",
+        )
+    )
     fig.tight_layout()
     return fig
 
 
-def plot_achieved_flops(prompt_lens: Sequence[int], prefill_gflops: Sequence[float],
-                        contexts: Sequence[int], decode_gflops: Sequence[float]) -> Any:
+def plot_achieved_flops(
+    prompt_lens: Sequence[int],
+    prefill_gflops: Sequence[float],
+    contexts: Sequence[int],
+    decode_gflops: Sequence[float],
+) -> Any:
     """Achieved GFLOP/s of prefill and decode on this machine (measured speeds, counted FLOPs)."""
     import matplotlib.pyplot as plt
 
@@ -79,28 +119,44 @@ def plot_achieved_flops(prompt_lens: Sequence[int], prefill_gflops: Sequence[flo
     ax.plot(contexts, decode_gflops, "s-", label="decode")
     ax.set_xlabel(tr("prompt length / context (tokens)", "提示词长度 / 上下文长度（token 数）"))
     ax.set_ylabel(tr("achieved GFLOP/s (measured)", "实际达到的 GFLOP/s（实测）"))
-    ax.set_title(tr("Same model, same machine: prefill keeps the arithmetic units busy, decode does not",
-                    "同一个模型、同一台机器：prefill 让运算单元忙起来，decode 做不到"))
+    ax.set_title(
+        tr(
+            "Same model, same machine: prefill keeps the arithmetic units busy, decode does not",
+            "同一个模型、同一台机器：prefill 让运算单元忙起来，decode 做不到",
+        )
+    )
     ax.legend()
     fig.tight_layout()
     return fig
 
 
-def intensities(cfg: ModelConfig | str, tokens: Sequence[int], context: int = 1024,
-                dtype_bytes: float = 2) -> tuple[list[float], list[float]]:
+def intensities(
+    cfg: ModelConfig | str, tokens: Sequence[int], context: int = 1024, dtype_bytes: float = 2
+) -> tuple[list[float], list[float]]:
     """Arithmetic intensity (FLOP/byte) of a prefill of n tokens, and of a decode step of a batch
     of n requests at `context`, for each n in `tokens` (`llmlab.analysis.costs`)."""
     cfg = get_config(cfg) if isinstance(cfg, str) else cfg
-    pre = [costs.prefill_flops(cfg, n) / (costs.weight_bytes(cfg, dtype_bytes) + costs.kv_bytes(cfg, n, dtype_bytes))
-           for n in tokens]
-    dec = [costs.decode_flops(cfg, b, context) / costs.decode_bytes_per_step(cfg, b, context, dtype_bytes)
-           for b in tokens]
+    pre = [
+        costs.prefill_flops(cfg, n)
+        / (costs.weight_bytes(cfg, dtype_bytes) + costs.kv_bytes(cfg, n, dtype_bytes))
+        for n in tokens
+    ]
+    dec = [
+        costs.decode_flops(cfg, b, context)
+        / costs.decode_bytes_per_step(cfg, b, context, dtype_bytes)
+        for b in tokens
+    ]
     return pre, dec
 
 
-def plot_intensity(tokens: Sequence[int], prefill_ai: Sequence[float], decode_ai: Sequence[float],
-                   ridge: float, title: str = "Llama-3-70B, BF16 (llmlab.analysis.costs)",
-                   ridge_label: str | None = None) -> Any:
+def plot_intensity(
+    tokens: Sequence[int],
+    prefill_ai: Sequence[float],
+    decode_ai: Sequence[float],
+    ridge: float,
+    title: str = "Llama-3-70B, BF16 (llmlab.analysis.costs)",
+    ridge_label: str | None = None,
+) -> Any:
     """Arithmetic intensity vs tokens per step, log-log, with a GPU's ridge point as a line
     (`ridge_label`, default: "H100 ridge point (preset)")."""
     import matplotlib.pyplot as plt
@@ -108,9 +164,21 @@ def plot_intensity(tokens: Sequence[int], prefill_ai: Sequence[float], decode_ai
     if ridge_label is None:
         ridge_label = tr("H100 ridge point (preset)", "H100 的拐点（预设）")
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ax.loglog(tokens, prefill_ai, "o-", label=tr("prefill of n prompt tokens", "对 n 个提示词 token 做 prefill"))
-    ax.loglog(tokens, decode_ai, "s-", label=tr("decode step, batch of n requests at context 1024",
-                                                "一步 decode，batch 为 n 个请求，上下文 1024"))
+    ax.loglog(
+        tokens,
+        prefill_ai,
+        "o-",
+        label=tr("prefill of n prompt tokens", "对 n 个提示词 token 做 prefill"),
+    )
+    ax.loglog(
+        tokens,
+        decode_ai,
+        "s-",
+        label=tr(
+            "decode step, batch of n requests at context 1024",
+            "一步 decode，batch 为 n 个请求，上下文 1024",
+        ),
+    )
     ax.axhline(ridge, color="#b91c1c", ls="--", label=f"{ridge_label} ≈ {ridge:.0f} FLOP/B")
     ax.set_xlabel(tr("tokens per step n", "每步的 token 数 n"))
     ax.set_ylabel(tr("arithmetic intensity (FLOP/byte)", "算术强度（FLOP/byte）"))
@@ -129,15 +197,40 @@ def plot_timeline(outputs: Sequence[Any]) -> Any:
     for row, out in enumerate(outputs):
         m = out.metrics
         ms = [1e3 * (x - m.arrival_time) for x in m.token_times]
-        ax.barh(row, 1e3 * (m.first_token_time - m.arrival_time), color="#2563eb",
-                label=tr("prefill → first token (TTFT)", "prefill → 第一个 token（TTFT）") if row == 0 else None)
-        ax.plot(ms, [row] * len(ms), "|", color="#f59e0b", ms=18, mew=2,
-                label=tr("decode: one token each", "decode：每步一个 token") if row == 0 else None)
-    ax.set_yticks(range(len(outputs)), [tr(f"{len(o.prompt_token_ids)}-token prompt",
-                                           f"{len(o.prompt_token_ids)} 个 token 的提示词") for o in outputs])
+        ax.barh(
+            row,
+            1e3 * (m.first_token_time - m.arrival_time),
+            color="#2563eb",
+            label=tr("prefill → first token (TTFT)", "prefill → 第一个 token（TTFT）")
+            if row == 0
+            else None,
+        )
+        ax.plot(
+            ms,
+            [row] * len(ms),
+            "|",
+            color="#f59e0b",
+            ms=18,
+            mew=2,
+            label=tr("decode: one token each", "decode：每步一个 token") if row == 0 else None,
+        )
+    ax.set_yticks(
+        range(len(outputs)),
+        [
+            tr(
+                f"{len(o.prompt_token_ids)}-token prompt",
+                f"{len(o.prompt_token_ids)} 个 token 的提示词",
+            )
+            for o in outputs
+        ],
+    )
     ax.set_xlabel(tr("time since arrival (ms, measured)", "从到达起的时间（ms，实测）"))
-    ax.set_title(tr("One request at a time through the llmlab engine: TTFT, then decode steps",
-                    "llmlab 引擎一次处理一个请求：先是 TTFT，然后是一步步 decode"))
+    ax.set_title(
+        tr(
+            "One request at a time through the llmlab engine: TTFT, then decode steps",
+            "llmlab 引擎一次处理一个请求：先是 TTFT，然后是一步步 decode",
+        )
+    )
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
     fig.tight_layout()
     return fig

@@ -1,14 +1,15 @@
 """Chapter 06's figures: the memory of a whole GPU chip, level by level."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from llmlab.course.figures.headers import header, ljust, rjust, width
 from llmlab.analysis.hardware import PRESETS, get_hardware
+from llmlab.course.figures.headers import header, ljust, rjust, width
 from llmlab.i18n import tr
 
 CHIP_LEVELS = ("shared memory / L1, all SMs", "L2 cache", "HBM")
-CHIP_LEVELS_ZH = ("共享内存 / L1，所有 SM 合计", "L2 缓存", "HBM")     # the legend in Chinese
+CHIP_LEVELS_ZH = ("共享内存 / L1，所有 SM 合计", "L2 缓存", "HBM")  # the legend in Chinese
 
 
 def chip_levels(name: str) -> list[float]:
@@ -25,8 +26,12 @@ def chip_memory(names: Sequence[str] = ("H100-SXM", "H200", "A100-80GB")) -> Any
 
     unknown = [n for n in names if n not in PRESETS]
     if unknown:
-        raise ValueError(tr(f"unknown presets {unknown}; choose from {list(PRESETS)}",
-                            f"没有这些预设：{unknown}；请从 {list(PRESETS)} 中选"))
+        raise ValueError(
+            tr(
+                f"unknown presets {unknown}; choose from {list(PRESETS)}",
+                f"没有这些预设：{unknown}；请从 {list(PRESETS)} 中选",
+            )
+        )
     fig, ax = plt.subplots(figsize=(8, 3.8))
     x = np.arange(len(names))
     width = 0.8 / len(CHIP_LEVELS)
@@ -36,8 +41,12 @@ def chip_memory(names: Sequence[str] = ("H100-SXM", "H200", "A100-80GB")) -> Any
     ax.set_yscale("log")
     ax.set_xticks(x, list(names))
     ax.set_ylabel(tr("bytes on the whole chip (log scale)", "整颗芯片上的字节数（对数坐标）"))
-    ax.set_title(tr("One chip's memory, level by level (presets: datasheet figures)",
-                    "一颗芯片的各级存储（预设：数据手册上的数字）"))
+    ax.set_title(
+        tr(
+            "One chip's memory, level by level (presets: datasheet figures)",
+            "一颗芯片的各级存储（预设：数据手册上的数字）",
+        )
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -51,11 +60,17 @@ def table_text(rows: dict[str, dict[str, Any]], corner: str = "") -> str:
         raise ValueError(tr("rows is empty", "rows 是空的"))
     columns = list(next(iter(rows.values())))
     cells = [[header(corner), *(header(str(c)) for c in columns)]]
-    cells += [[str(name), *("-" if r.get(c) is None else str(r[c]) for c in columns)]
-              for name, r in rows.items()]
+    cells += [
+        [str(name), *("-" if r.get(c) is None else str(r[c]) for c in columns)]
+        for name, r in rows.items()
+    ]
     widths = [max(width(line[i]) for line in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(ljust(v, w) if i == 0 else rjust(v, w) for i, (v, w) in enumerate(zip(line, widths)))
-             for line in cells]
+    lines = [
+        "  ".join(
+            ljust(v, w) if i == 0 else rjust(v, w) for i, (v, w) in enumerate(zip(line, widths))
+        )
+        for line in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -6,13 +6,14 @@ growing with the batch) is never taken for a GPU one. `cpu_vs_gpu_table` is the 
 in numbers, and `sim_vs_engine` the chapter's simulator-against-engine table; both return rows
 (dicts) that `text_table` prints as plain text, its headers in the language in use.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from llmlab.analysis import roofline
-from llmlab.course.figures.headers import header, ljust, rjust, width
 from llmlab.analysis.hardware import Hardware
+from llmlab.course.figures.headers import header, ljust, rjust, width
 from llmlab.i18n import tr
 
 GPU = "H100-SXM"
@@ -37,18 +38,26 @@ def text_table(rows: Sequence[dict], transpose: bool = False) -> str:
     if transpose:
         grid = [list(col) for col in zip(*grid)]
     widths = [max(width(row[i]) for row in grid) for i in range(len(grid[0]))]
-    lines = ["  ".join(ljust(c, w) if i == 0 else rjust(c, w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in grid]
+    lines = [
+        "  ".join(
+            ljust(c, w) if i == 0 else rjust(c, w) for i, (c, w) in enumerate(zip(row, widths))
+        )
+        for row in grid
+    ]
     return "\n".join(lines)
 
 
 def _gpu_floor(cfg: Any, gpu: str | Hardware, batch: int, context: int, dtype_bytes: int = 2):
-    return roofline.place(roofline.decode_step(cfg, batch, context, dtype_bytes), gpu,
-                          roofline.dtype_for_bytes(dtype_bytes))
+    return roofline.place(
+        roofline.decode_step(cfg, batch, context, dtype_bytes),
+        gpu,
+        roofline.dtype_for_bytes(dtype_bytes),
+    )
 
 
-def batch_scaling(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cfg: Any,
-                  gpu: str = GPU) -> Any:
+def batch_scaling(
+    steps: Sequence[roofline.StepMeasurement], hw: Hardware, cfg: Any, gpu: str = GPU
+) -> Any:
     """Two panels against the batch: step time / step time at batch 1, and tokens/s / tokens/s at
     batch 1, for the measured `steps` (on `hw`) and for the roofline floor of the same model
     (`cfg`, bf16, same context) on the preset `gpu`. The dotted line is free batching (ratio = batch)."""
@@ -56,8 +65,12 @@ def batch_scaling(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cfg: 
 
     steps = sorted(steps, key=lambda m: m.batch)
     if not steps or steps[0].batch != 1:
-        raise ValueError(tr("steps must include a batch-1 measurement (the baseline)",
-                            "steps 里必须有 batch 1 的测量（作为基准）"))
+        raise ValueError(
+            tr(
+                "steps must include a batch-1 measurement (the baseline)",
+                "steps 里必须有 batch 1 的测量（作为基准）",
+            )
+        )
     bs = [m.batch for m in steps]
     context = steps[0].tokens + 1
     gpu_t = [_gpu_floor(cfg, gpu, b, context).time_floor for b in bs]
@@ -69,10 +82,18 @@ def batch_scaling(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cfg: 
     a0.plot(bs, cpu_rel, "o-", label=measured)
     a0.plot(bs, gpu_rel, "s--", label=floor)
     a0.set_ylabel(tr("step time / step time at batch 1", "每步时间 / batch 1 时的每步时间"))
-    a0.set_title(tr("Per-token latency: how much slower each step gets", "每个 token 的延迟：每一步慢了多少"))
+    a0.set_title(
+        tr("Per-token latency: how much slower each step gets", "每个 token 的延迟：每一步慢了多少")
+    )
     a1.plot(bs, [b / r for b, r in zip(bs, cpu_rel)], "o-", label=measured)
     a1.plot(bs, [b / r for b, r in zip(bs, gpu_rel)], "s--", label=floor)
-    a1.plot(bs, bs, ":", color="grey", label=tr("free batching (= batch)", "不花代价的 batching（= batch）"))
+    a1.plot(
+        bs,
+        bs,
+        ":",
+        color="grey",
+        label=tr("free batching (= batch)", "不花代价的 batching（= batch）"),
+    )
     a1.set_ylabel(tr("tokens/s / tokens/s at batch 1", "tokens/s / batch 1 时的 tokens/s"))
     a1.set_title(tr("Throughput gained by batching", "batching 带来的吞吐提升"))
     for ax in (a0, a1):
@@ -81,22 +102,37 @@ def batch_scaling(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cfg: 
         ax.set_xlabel(tr("batch size (sequences)", "batch 大小（序列数）"))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(tr(f"{cfg.name} decode, context {context}: this machine measured vs {gpu} floor",
-                    f"{cfg.name} decode，上下文 {context}：本机实测与 {gpu} 下限的对比"), fontsize=10)
+    fig.suptitle(
+        tr(
+            f"{cfg.name} decode, context {context}: this machine measured vs {gpu} floor",
+            f"{cfg.name} decode，上下文 {context}：本机实测与 {gpu} 下限的对比",
+        ),
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
 
-def cpu_vs_gpu_table(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cfg: Any,
-                     batch: int = 32, gpu: str = GPU, dtype: str = "fp32"):
+def cpu_vs_gpu_table(
+    steps: Sequence[roofline.StepMeasurement],
+    hw: Hardware,
+    cfg: Any,
+    batch: int = 32,
+    gpu: str = GPU,
+    dtype: str = "fp32",
+):
     """One row (dict) per device: step ms at batch 1 and at `batch`, the throughput ratio, the
     step's FLOP per byte at `batch` and the device's ridge point. Which of the two bounds the step
     is left to the reader (chapter 08's exercise 2 asks it). The keys (the printed headers) and
     the device names are in the language in use."""
     by_batch = {m.batch: m for m in steps}
     if 1 not in by_batch or batch not in by_batch:
-        raise ValueError(tr(f"steps must include batch 1 and batch {batch}, got {sorted(by_batch)}",
-                            f"steps 里必须有 batch 1 和 batch {batch}，你给的是 {sorted(by_batch)}"))
+        raise ValueError(
+            tr(
+                f"steps must include batch 1 and batch {batch}, got {sorted(by_batch)}",
+                f"steps 里必须有 batch 1 和 batch {batch}，你给的是 {sorted(by_batch)}",
+            )
+        )
     m1, mb = by_batch[1], by_batch[batch]
     here = roofline.place(mb.op, hw, dtype)
     context = m1.tokens + 1
@@ -106,12 +142,22 @@ def cpu_vs_gpu_table(steps: Sequence[roofline.StepMeasurement], hw: Hardware, cf
     ratio, ridge = tr("throughput ratio", "吞吐之比"), tr("ridge FLOP/B", "拐点 FLOP/B")
     flop_b = tr(f"FLOP/B at {batch}", f"batch {batch} 时的 FLOP/B")
     rows = [
-        {device: tr(f"{hw.name} (measured, {dtype})", f"{hw.name}（实测，{dtype}）"), step1: m1.seconds * 1e3,
-         step_b: mb.seconds * 1e3, ratio: batch * m1.seconds / mb.seconds,
-         flop_b: here.op.intensity, ridge: roofline.ridge_point(hw, dtype)},
-        {device: tr(f"{gpu} (roofline floor, bf16)", f"{gpu}（roofline 下限，bf16）"), step1: g1.time_floor * 1e3,
-         step_b: gb.time_floor * 1e3, ratio: batch * g1.time_floor / gb.time_floor,
-         flop_b: gb.op.intensity, ridge: roofline.ridge_point(gpu, "bf16")},
+        {
+            device: tr(f"{hw.name} (measured, {dtype})", f"{hw.name}（实测，{dtype}）"),
+            step1: m1.seconds * 1e3,
+            step_b: mb.seconds * 1e3,
+            ratio: batch * m1.seconds / mb.seconds,
+            flop_b: here.op.intensity,
+            ridge: roofline.ridge_point(hw, dtype),
+        },
+        {
+            device: tr(f"{gpu} (roofline floor, bf16)", f"{gpu}（roofline 下限，bf16）"),
+            step1: g1.time_floor * 1e3,
+            step_b: gb.time_floor * 1e3,
+            ratio: batch * g1.time_floor / gb.time_floor,
+            flop_b: gb.op.intensity,
+            ridge: roofline.ridge_point(gpu, "bf16"),
+        },
     ]
     return rows
 
@@ -121,9 +167,18 @@ def sim_vs_engine(simulated: dict, real: dict) -> list[dict]:
     against engine."""
     rows = []
     for policy in real:
-        for source, res in ((tr("simulator", "模拟器"), simulated[policy]),
-                            (tr("real engine", "真实引擎"), real[policy])):
-            rows.append({"policy": policy, "source": source, "steps": res.num_steps,
-                         "tokens/s": res.throughput, "mean batch": res.mean_batch,
-                         "mean latency s": res.mean_latency})
+        for source, res in (
+            (tr("simulator", "模拟器"), simulated[policy]),
+            (tr("real engine", "真实引擎"), real[policy]),
+        ):
+            rows.append(
+                {
+                    "policy": policy,
+                    "source": source,
+                    "steps": res.num_steps,
+                    "tokens/s": res.throughput,
+                    "mean batch": res.mean_batch,
+                    "mean latency s": res.mean_latency,
+                }
+            )
     return rows

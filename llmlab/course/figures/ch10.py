@@ -1,5 +1,6 @@
 """Chapter 10's figures (serving metrics): the TTLT prediction against the measurement, goodput
 against the offered rate, and TPOT against the batch on this machine beside a GPU preset."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -31,16 +32,24 @@ def ttlt_prediction(results: Mapping[float, metrics.BenchmarkSummary]) -> Any:
     return fig
 
 
-def goodput_vs_rate(results: Mapping[float, metrics.BenchmarkSummary], slo: Mapping[str, float]) -> Any:
+def goodput_vs_rate(
+    results: Mapping[float, metrics.BenchmarkSummary], slo: Mapping[str, float]
+) -> Any:
     """Throughput and goodput (requests/s) against the offered request rate, with the offered rate
     itself as a reference line; the SLO (seconds) is named in the title, in ms."""
     import matplotlib.pyplot as plt
 
     rates = sorted(results)
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(rates, [results[r].request_throughput for r in rates], "o-", label=tr("throughput", "吞吐"))
-    ax.plot(rates, [results[r].goodput for r in rates], "s--",
-            label=tr("goodput (met the SLO)", "goodput（满足 SLO 的）"))
+    ax.plot(
+        rates, [results[r].request_throughput for r in rates], "o-", label=tr("throughput", "吞吐")
+    )
+    ax.plot(
+        rates,
+        [results[r].goodput for r in rates],
+        "s--",
+        label=tr("goodput (met the SLO)", "goodput（满足 SLO 的）"),
+    )
     ax.plot(rates, rates, ":", color="grey", label=tr("offered rate", "发来的请求速率"))
     ax.set_xlabel(tr("offered request rate (req/s)", "发来的请求速率（req/s）"))
     ax.set_ylabel(tr("completed requests per second", "每秒完成的请求数"))
@@ -52,8 +61,11 @@ def goodput_vs_rate(results: Mapping[float, metrics.BenchmarkSummary], slo: Mapp
     return fig
 
 
-def tpot_vs_batch(measured: Mapping[int, float], presets: Mapping[str, Mapping[int, float]],
-                  machine: str | None = None) -> Any:
+def tpot_vs_batch(
+    measured: Mapping[int, float],
+    presets: Mapping[str, Mapping[int, float]],
+    machine: str | None = None,
+) -> Any:
     """TPOT relative to batch 1 against the batch (log x): the measured series (`measured`,
     batch → TPOT in s, on `machine`, default "this machine") and one computed series per entry of
     `presets` (label → batch → TPOT in s), so a CPU that slows with the batch and a GPU that barely does sit on one scale."""
@@ -74,8 +86,12 @@ def tpot_vs_batch(measured: Mapping[int, float], presets: Mapping[str, Mapping[i
     ax.set_xticks(ticks, [str(b) for b in ticks])
     ax.set_xlabel(tr("batch (requests decoded together)", "batch（一起 decode 的请求数）"))
     ax.set_ylabel(tr("TPOT ÷ TPOT at the smallest batch", "TPOT ÷ 最小 batch 时的 TPOT"))
-    ax.set_title(tr("does a token get slower when more users share the step?",
-                    "更多用户共用一步时，每个 token 会变慢吗？"))
+    ax.set_title(
+        tr(
+            "does a token get slower when more users share the step?",
+            "更多用户共用一步时，每个 token 会变慢吗？",
+        )
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

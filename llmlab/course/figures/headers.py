@@ -7,6 +7,7 @@ header of this table when the language is Chinese. A header not listed here is p
 (numbers, units, code names). Padding by screen columns (a Chinese character takes two) is
 `llmlab.utils.width`, `ljust` and `rjust`, imported here for the table helpers.
 """
+
 from __future__ import annotations
 
 from llmlab.i18n import tr

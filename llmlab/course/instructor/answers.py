@@ -23,6 +23,7 @@ read as anything but data:
 Decoding never imports or runs anything unless the caller says how (`module=`, `function=`):
 the checker process turns a function into a stand-in that runs it in a separate interpreter.
 """
+
 from __future__ import annotations
 
 import ast
@@ -39,12 +40,30 @@ from typing import Any, Callable, Iterable
 
 from llmlab.course.check.core import code_names
 
-MAX_DEPTH = 32                     # nesting of lists, dicts, functions' globals
-MAX_RECORD_CHARS = 8 * 2**20       # one recorded call
-MAX_GLOBAL_CHARS = 2**20           # one global a recorded function uses; larger ones are left out
-TENSOR_DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
-                 "uint8", "bool"}
-_TAGS = {"__tuple__", "__set__", "__dict__", "__tensor__", "__ndarray__", "__module__", "__function__"}
+MAX_DEPTH = 32  # nesting of lists, dicts, functions' globals
+MAX_RECORD_CHARS = 8 * 2**20  # one recorded call
+MAX_GLOBAL_CHARS = 2**20  # one global a recorded function uses; larger ones are left out
+TENSOR_DTYPES = {
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+}
+_TAGS = {
+    "__tuple__",
+    "__set__",
+    "__dict__",
+    "__tensor__",
+    "__ndarray__",
+    "__module__",
+    "__function__",
+}
 
 
 class AnswerFormatError(ValueError):
@@ -52,6 +71,7 @@ class AnswerFormatError(ValueError):
 
 
 # --------------------------------------------------------------------------- encoding (in the kernel)
+
 
 def _is_torch_tensor(value: Any) -> bool:
     torch = sys.modules.get("torch")
@@ -65,7 +85,9 @@ def _is_numpy(value: Any, kind: str) -> bool:
 
 def _array(tag: str, dtype: str, shape: list[int], data: list) -> dict:
     if dtype not in TENSOR_DTYPES:
-        raise AnswerFormatError(f"cannot record an array of dtype {dtype}; use one of {sorted(TENSOR_DTYPES)}")
+        raise AnswerFormatError(
+            f"cannot record an array of dtype {dtype}; use one of {sorted(TENSOR_DTYPES)}"
+        )
     return {tag: {"dtype": dtype, "shape": shape, "data": data}}
 
 
@@ -87,7 +109,9 @@ def encode(value: Any, _depth: int = 0) -> Any:
         data = (t.float() if dtype == "bfloat16" else t).reshape(-1).tolist()
         return _array("__tensor__", dtype, list(t.shape), data)
     if _is_numpy(value, "ndarray"):
-        return _array("__ndarray__", str(value.dtype), list(value.shape), value.reshape(-1).tolist())
+        return _array(
+            "__ndarray__", str(value.dtype), list(value.shape), value.reshape(-1).tolist()
+        )
     if isinstance(value, list):
         return [encode(x, d) for x in value]
     if isinstance(value, tuple):
@@ -100,11 +124,17 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"__module__": value.__name__}
     if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
         return {"__function__": _function_spec(value, d, set())}
-    if callable(value) and isinstance(getattr(value, "__module__", None), str) \
-            and isinstance(getattr(value, "__qualname__", None), str) and value.__module__ != "__main__":
+    if (
+        callable(value)
+        and isinstance(getattr(value, "__module__", None), str)
+        and isinstance(getattr(value, "__qualname__", None), str)
+        and value.__module__ != "__main__"
+    ):
         return {"__function__": {"module": value.__module__, "qualname": value.__qualname__}}
-    raise AnswerFormatError(f"cannot record a {type(value).__name__}; answer with a number, str, "
-                            f"list, tuple, set, dict, tensor or function")
+    raise AnswerFormatError(
+        f"cannot record a {type(value).__name__}; answer with a number, str, "
+        f"list, tuple, set, dict, tensor or function"
+    )
 
 
 def _lambda_source(source: str) -> str:
@@ -115,8 +145,10 @@ def _lambda_source(source: str) -> str:
         tree = None
     lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)] if tree else []
     if len(lambdas) != 1:
-        raise AnswerFormatError("the grader cannot tell your lambda from the code around it; "
-                                "define the function with def")
+        raise AnswerFormatError(
+            "the grader cannot tell your lambda from the code around it; "
+            "define the function with def"
+        )
     return ast.get_source_segment(source, lambdas[0])
 
 
@@ -126,8 +158,10 @@ def _function_spec(fn: types.FunctionType, depth: int, seen: set[int]) -> dict:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as e:
-        raise AnswerFormatError(f"the source of your function {fn.__name__} cannot be read ({e}); "
-                                f"define it with def in a cell") from None
+        raise AnswerFormatError(
+            f"the source of your function {fn.__name__} cannot be read ({e}); "
+            f"define it with def in a cell"
+        ) from None
     if fn.__name__ == "<lambda>":
         source = _lambda_source(source)
     scope = dict(fn.__globals__)
@@ -135,7 +169,7 @@ def _function_spec(fn: types.FunctionType, depth: int, seen: set[int]) -> dict:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
                 scope[name] = cell.cell_contents
-            except ValueError:       # a cell not filled yet
+            except ValueError:  # a cell not filled yet
                 pass
     used: dict[str, Any] = {}
     for name in sorted(code_names(fn.__code__)):
@@ -150,13 +184,14 @@ def _function_spec(fn: types.FunctionType, depth: int, seen: set[int]) -> dict:
             else:
                 used[name] = encode(value, depth + 1)
         except AnswerFormatError:
-            continue                 # left out: a call that needs it raises NameError, and says so
+            continue  # left out: a call that needs it raises NameError, and says so
         if len(json.dumps(used[name])) > MAX_GLOBAL_CHARS:
             del used[name]
     return {"name": fn.__name__, "source": source, "globals": used}
 
 
 # --------------------------------------------------------------------------- decoding (outside the kernel)
+
 
 def _stand_in_module(name: str) -> types.ModuleType:
     return types.ModuleType(name)
@@ -172,17 +207,26 @@ def _array_parts(body: Any, tag: str) -> tuple[str, list[int], list]:
     dtype, shape, data = body["dtype"], body["shape"], body["data"]
     if dtype not in TENSOR_DTYPES:
         raise AnswerFormatError(f"{tag}: dtype {dtype!r} is not one of {sorted(TENSOR_DTYPES)}")
-    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                              for n in shape):
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
         raise AnswerFormatError(f"{tag}: shape must be a list of sizes, got {shape!r}")
-    if not isinstance(data, list) or len(data) != math.prod(shape) \
-            or not all(isinstance(x, (int, float, bool)) for x in data):
+    if (
+        not isinstance(data, list)
+        or len(data) != math.prod(shape)
+        or not all(isinstance(x, (int, float, bool)) for x in data)
+    ):
         raise AnswerFormatError(f"{tag}: data must hold prod(shape) numbers")
     return dtype, shape, data
 
 
-def decode(obj: Any, *, module: Callable[[str], Any] = _stand_in_module,
-           function: Callable[[dict], Any] = _refuse_function, _depth: int = 0) -> Any:
+def decode(
+    obj: Any,
+    *,
+    module: Callable[[str], Any] = _stand_in_module,
+    function: Callable[[dict], Any] = _refuse_function,
+    _depth: int = 0,
+) -> Any:
     """The answer a wire form carries. Modules become what `module(name)` returns (an empty
     stand-in by default); functions what `function(spec)` returns (refused by default).
     AnswerFormatError for anything not in the format."""
@@ -195,7 +239,7 @@ def decode(obj: Any, *, module: Callable[[str], Any] = _stand_in_module,
         return [again(x) for x in obj]
     if not isinstance(obj, dict) or len(obj) != 1 or next(iter(obj)) not in _TAGS:
         raise AnswerFormatError(f"not an answer record: {str(obj)[:80]}")
-    (tag, body), = obj.items()
+    ((tag, body),) = obj.items()
     try:
         if tag == "__tuple__":
             return tuple(again(x) for x in _list(body, tag))
@@ -206,7 +250,7 @@ def decode(obj: Any, *, module: Callable[[str], Any] = _stand_in_module,
             if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
                 raise AnswerFormatError("__dict__ needs [key, value] pairs")
             return {again(k): again(v) for k, v in pairs}
-    except TypeError as e:       # an unhashable key or set member
+    except TypeError as e:  # an unhashable key or set member
         raise AnswerFormatError(f"{tag}: {e}") from None
     if tag == "__tensor__":
         import torch
@@ -233,13 +277,20 @@ def _list(body: Any, tag: str) -> list:
 
 def _function_body(body: Any) -> dict:
     """A function spec checked for shape (its globals stay encoded)."""
-    if isinstance(body, dict) and set(body) == {"module", "qualname"} \
-            and all(isinstance(body[k], str) for k in body):
+    if (
+        isinstance(body, dict)
+        and set(body) == {"module", "qualname"}
+        and all(isinstance(body[k], str) for k in body)
+    ):
         return body
-    if isinstance(body, dict) and set(body) == {"name", "source", "globals"} \
-            and isinstance(body["name"], str) and isinstance(body["source"], str) \
-            and isinstance(body["globals"], dict) and all(isinstance(k, str) and k.isidentifier()
-                                                          for k in body["globals"]):
+    if (
+        isinstance(body, dict)
+        and set(body) == {"name", "source", "globals"}
+        and isinstance(body["name"], str)
+        and isinstance(body["source"], str)
+        and isinstance(body["globals"], dict)
+        and all(isinstance(k, str) and k.isidentifier() for k in body["globals"])
+    ):
         return body
     raise AnswerFormatError("__function__ needs {name, source, globals} or {module, qualname}")
 
@@ -256,8 +307,9 @@ def build_function(spec: dict, namespace: dict | None = None) -> Callable:
         return target
     ns = {"__name__": "__main__", "__builtins__": builtins} if namespace is None else namespace
     for name, value in spec["globals"].items():
-        ns[name] = decode(value, module=importlib.import_module,
-                          function=lambda s: build_function(s, ns))
+        ns[name] = decode(
+            value, module=importlib.import_module, function=lambda s: build_function(s, ns)
+        )
     if spec["name"] == "<lambda>":
         return eval(compile(spec["source"], "<your lambda>", "eval"), ns)
     exec(compile(spec["source"], f"<your function {spec['name']}>", "exec"), ns)
@@ -265,6 +317,7 @@ def build_function(spec: dict, namespace: dict | None = None) -> Callable:
 
 
 # --------------------------------------------------------------------------- recording (in the kernel)
+
 
 def record_calls(path: str, exercise_ids: Iterable[str]) -> list[str]:
     """Wrap the checker of each exercise in this interpreter so that every call first appends
@@ -288,11 +341,16 @@ def _recording(exercise: str, checker: Callable, path: str) -> Callable:
     @functools.wraps(checker)
     def recorded(*args: Any, **kwargs: Any) -> Any:
         try:
-            record = {"exercise": exercise, "args": [encode(a) for a in args],
-                      "kwargs": {k: encode(v) for k, v in kwargs.items()}}
+            record = {
+                "exercise": exercise,
+                "args": [encode(a) for a in args],
+                "kwargs": {k: encode(v) for k, v in kwargs.items()},
+            }
             line = json.dumps(record)
             if len(line) > MAX_RECORD_CHARS:
-                raise AnswerFormatError(f"the answer takes more than {MAX_RECORD_CHARS} characters to record")
+                raise AnswerFormatError(
+                    f"the answer takes more than {MAX_RECORD_CHARS} characters to record"
+                )
         except (AnswerFormatError, RecursionError, TypeError, ValueError) as e:
             line = json.dumps({"exercise": exercise, "error": str(e)})
         with open(path, "a", encoding="utf-8") as f:

@@ -16,6 +16,7 @@ Each cell of a solutions notebook that holds a solution records the id of the ex
 solves (`metadata["llmlab"]["solution_for"]`); `fold_solutions` uses it to put each worked
 solution under its exercise, folded away, in the HTML that `make run` writes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,9 +27,9 @@ from typing import Any
 
 from llmlab.course.check.core import SOLUTIONS_DIR
 from llmlab.course.check.core import solutions_notebook as solutions_path
-from llmlab.i18n import speaking, tr
 from llmlab.course.instructor.exercises import exercise_calls
 from llmlab.course.instructor.student import METADATA_KEY, student_notebook
+from llmlab.i18n import speaking, tr
 
 EDITION_LANGS = ("en", "zh")
 
@@ -57,16 +58,19 @@ def solutions_notebook(nb: Any, stem: str) -> Any:
     _, solutions = student_notebook(nb, where=stem)
     solved = sorted({s.cell_index for s in solutions})
     by_cell = _cell_exercises(nb)
-    title = new_markdown_cell(tr(
-        f"# {stem}: worked solutions\n\n"
-        f"Open this only after trying: each exercise's checker points here as its last hint. Each "
-        f"section is an exercise cell of `{stem}.ipynb` with its solution written in; the code uses "
-        f"the names the chapter defines above the exercise, so run it in the chapter notebook (copy "
-        f"the lines you need into the exercise cell), not here.",
-        f"# {stem}：完整解答\n\n"
-        f"请先自己尝试，再打开这里：每道练习的检查器把这里作为最后一条提示。每一节是 `{stem}.ipynb` "
-        f"里的一个练习单元格，已经填好解答；代码用到该章在练习之前定义的名字，所以请在那一章的 notebook "
-        f"里运行（把需要的几行抄进练习单元格），不要在这里运行。"))
+    title = new_markdown_cell(
+        tr(
+            f"# {stem}: worked solutions\n\n"
+            f"Open this only after trying: each exercise's checker points here as its last hint. Each "
+            f"section is an exercise cell of `{stem}.ipynb` with its solution written in; the code uses "
+            f"the names the chapter defines above the exercise, so run it in the chapter notebook (copy "
+            f"the lines you need into the exercise cell), not here.",
+            f"# {stem}：完整解答\n\n"
+            f"请先自己尝试，再打开这里：每道练习的检查器把这里作为最后一条提示。每一节是 `{stem}.ipynb` "
+            f"里的一个练习单元格，已经填好解答；代码用到该章在练习之前定义的名字，所以请在那一章的 notebook "
+            f"里运行（把需要的几行抄进练习单元格），不要在这里运行。",
+        )
+    )
     title.id = "title"
     cells = [title]
     for index in solved:
@@ -74,11 +78,17 @@ def solutions_notebook(nb: Any, stem: str) -> Any:
         ids = by_cell.get(index, [])
         names = ", ".join(f"`{ex}`" for ex in ids)
         heading = new_markdown_cell(
-            tr(f"## {names}\n\nThe cell of `{stem}.ipynb` that calls it, with its solution written in.",
-               f"## {names}\n\n`{stem}.ipynb` 里调用它的那个单元格，已经填好解答。") if ids else
-            tr(f"## A prediction or a step of `{stem}.ipynb`\n\nAs the instructor wrote it (the chapter "
-               f"shows the same cell with `# YOUR CODE HERE`).",
-               f"## `{stem}.ipynb` 里的一个预测或步骤\n\n教师版的写法（该章里同一个单元格显示为 `# YOUR CODE HERE`）。"))
+            tr(
+                f"## {names}\n\nThe cell of `{stem}.ipynb` that calls it, with its solution written in.",
+                f"## {names}\n\n`{stem}.ipynb` 里调用它的那个单元格，已经填好解答。",
+            )
+            if ids
+            else tr(
+                f"## A prediction or a step of `{stem}.ipynb`\n\nAs the instructor wrote it (the chapter "
+                f"shows the same cell with `# YOUR CODE HERE`).",
+                f"## `{stem}.ipynb` 里的一个预测或步骤\n\n教师版的写法（该章里同一个单元格显示为 `# YOUR CODE HERE`）。",
+            )
+        )
         heading.id = f"h-{cell.get('id', index)}"[:64]
         code = new_code_cell(cell.source)
         code.id = f"s-{cell.get('id', index)}"[:64]
@@ -106,7 +116,7 @@ def _student_edition(nb: Any, stem: str, lang: str, store: dict | None) -> tuple
     student, _ = student_notebook(nb, where=f"{stem}.ipynb")
     student.metadata[METADATA_KEY]["source"] = f"{stem}.ipynb"
     student.metadata[METADATA_KEY]["solutions"] = f"{SOLUTIONS_DIR}/{solutions_name(stem)}"
-    with speaking(lang):             # the solutions notebook's own texts in the edition's language
+    with speaking(lang):  # the solutions notebook's own texts in the edition's language
         solutions = solutions_notebook(nb, stem)
     return student, solutions
 
@@ -130,8 +140,11 @@ def build(lang: str, src: str | Path, out: str | Path) -> list[Path]:
     written = []
     for path in paths:
         nb = nbformat.read(path, as_version=4)
-        store = (languages.read_store(languages.store_dir(path.parent, lang) / f"{path.stem}.json")
-                 if lang != "en" else None)
+        store = (
+            languages.read_store(languages.store_dir(path.parent, lang) / f"{path.stem}.json")
+            if lang != "en"
+            else None
+        )
         student, solutions = _student_edition(nb, path.stem, lang, store)
         target = out / path.name
         languages.write_keeping_edits(student, target)
@@ -141,6 +154,7 @@ def build(lang: str, src: str | Path, out: str | Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- the HTML's folds
+
 
 def fold_solutions(nb: Any, solutions: Any) -> Any:
     """A copy of the (executed) student chapter `nb` with each worked solution of `solutions`
@@ -154,8 +168,10 @@ def fold_solutions(nb: Any, solutions: Any) -> Any:
     for cell in solutions.cells:
         target = cell.get("metadata", {}).get(METADATA_KEY, {}).get("solution_for")
         if cell.cell_type == "code" and target:
-            folds[target] = (f"<details>\n<summary>{html.escape(summary)}</summary>\n\n"
-                             f"```python\n{cell.source}\n```\n\n</details>")
+            folds[target] = (
+                f"<details>\n<summary>{html.escape(summary)}</summary>\n\n"
+                f"```python\n{cell.source}\n```\n\n</details>"
+            )
     cells = []
     for cell in out.cells:
         cells.append(cell)
@@ -176,7 +192,7 @@ def solutions_for(chapter: str | Path) -> Any | None:
 
     chapter = Path(chapter)
     if not chapter.stem[:2].isdigit():
-        return None                      # not a numbered chapter
+        return None  # not a numbered chapter
     path = chapter.parent / SOLUTIONS_DIR / solutions_name(chapter.stem)
     return nbformat.read(path, as_version=4) if path.is_file() else None
 
@@ -188,8 +204,10 @@ USAGE = "usage: python -m llmlab edition LANG NOTEBOOKS OUT   (LANG: en or zh)"
 
 def main(args: list[str]) -> int:
     if len(args) != 3 or args[0] in ("-h", "--help"):
-        print(__doc__ if args[:1] in (["-h"], ["--help"]) else USAGE,
-              file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
+        print(
+            __doc__ if args[:1] in (["-h"], ["--help"]) else USAGE,
+            file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr,
+        )
         return 0 if args[:1] in (["-h"], ["--help"]) else 2
     try:
         for path in build(args[0], Path(args[1]), Path(args[2])):

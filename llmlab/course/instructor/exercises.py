@@ -9,6 +9,7 @@ notebook itself, or the manifest `python -m llmlab student` writes next to the s
 Each exercise also records the shape of the instructor's call (how many positional arguments,
 which keywords), so that the grader passes a checker exactly the arguments the exercise passes.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,9 +27,10 @@ MANIFEST_NAME = "llmlab-exercises.json"
 @dataclass(frozen=True)
 class Exercise:
     """One exercise as the instructor's source calls its checker."""
-    id: str                          # "ch04.kv_bytes_per_token"
-    positional: int = 1              # positional arguments the call passes, the answer first
-    keywords: tuple[str, ...] = ()   # keyword arguments it passes
+
+    id: str  # "ch04.kv_bytes_per_token"
+    positional: int = 1  # positional arguments the call passes, the answer first
+    keywords: tuple[str, ...] = ()  # keyword arguments it passes
 
     @property
     def module(self) -> str:
@@ -44,21 +46,28 @@ class Exercise:
     @classmethod
     def from_dict(cls, d: Any, where: str = "exercise") -> "Exercise":
         """The exercise a manifest entry describes; ValueError naming `where` when it is malformed."""
-        if not isinstance(d, dict) or not isinstance(d.get("id"), str) or not EXERCISE_ID.fullmatch(d["id"]):
+        if (
+            not isinstance(d, dict)
+            or not isinstance(d.get("id"), str)
+            or not EXERCISE_ID.fullmatch(d["id"])
+        ):
             raise ValueError(f"{where}: expected {{\"id\": \"chNN.name\", ...}}, got {d!r}")
         positional, keywords = d.get("positional", 1), d.get("keywords", [])
         if not isinstance(positional, int) or isinstance(positional, bool) or positional < 0:
             raise ValueError(f"{where}: 'positional' must be an int >= 0, got {positional!r}")
-        if not isinstance(keywords, list) or not all(isinstance(k, str) and k.isidentifier() for k in keywords):
+        if not isinstance(keywords, list) or not all(
+            isinstance(k, str) and k.isidentifier() for k in keywords
+        ):
             raise ValueError(f"{where}: 'keywords' must be a list of names, got {keywords!r}")
         return cls(d["id"], positional, tuple(keywords))
 
 
-CHECK_PACKAGES = ("llmlab.check", "llmlab.course.check")     # its earlier name, and where it lives
+CHECK_PACKAGES = ("llmlab.check", "llmlab.course.check")  # its earlier name, and where it lives
 
 
-def _check_aliases(tree: ast.AST, modules: dict[str, str], functions: dict[str, str],
-                   packages: set[str]) -> None:
+def _check_aliases(
+    tree: ast.AST, modules: dict[str, str], functions: dict[str, str], packages: set[str]
+) -> None:
     """Record how this cell imports the checkers (`from llmlab import check`,
     `from llmlab.check import ch04 as c4`, `from llmlab.course.check.ch04 import kv_bytes`, ...)."""
     for node in ast.walk(tree):
@@ -73,7 +82,7 @@ def _check_aliases(tree: ast.AST, modules: dict[str, str], functions: dict[str, 
                         modules[a.asname or a.name] = a.name
             else:
                 for pkg in CHECK_PACKAGES:
-                    mod = node.module[len(pkg) + 1:] if node.module.startswith(pkg + ".") else ""
+                    mod = node.module[len(pkg) + 1 :] if node.module.startswith(pkg + ".") else ""
                     if _CHECK_MODULE.fullmatch(mod):
                         for a in node.names:
                             if not a.name.startswith("_") and a.name != "*":
@@ -133,8 +142,10 @@ def _checker_calls(nb: Any) -> Iterator[tuple[str, int, ast.Call | None]]:
                 yield f"{m[1]}.{m[2]}", index, None
             continue
         _check_aliases(tree, modules, functions, packages)
-        calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)),
-                       key=lambda n: (n.lineno, n.col_offset))
+        calls = sorted(
+            (n for n in ast.walk(tree) if isinstance(n, ast.Call)),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
         for call in calls:
             f = call.func
             if isinstance(f, ast.Attribute) and not f.attr.startswith("_"):
@@ -168,12 +179,16 @@ def exercises(nb: Any) -> list[Exercise]:
         if call is None:
             found[ex] = Exercise(ex)
         else:
-            found[ex] = Exercise(ex, sum(not isinstance(a, ast.Starred) for a in call.args),
-                                 tuple(k.arg for k in call.keywords if k.arg is not None))
+            found[ex] = Exercise(
+                ex,
+                sum(not isinstance(a, ast.Starred) for a in call.args),
+                tuple(k.arg for k in call.keywords if k.arg is not None),
+            )
     return list(found.values())
 
 
 # --------------------------------------------------------------------------- the manifest
+
 
 def read_manifest(path: str | Path) -> dict[str, list[Exercise]]:
     """Notebook file name → its exercises, from a manifest; ValueError naming `path` when the
@@ -185,7 +200,9 @@ def read_manifest(path: str | Path) -> dict[str, list[Exercise]]:
         raise ValueError(f"manifest {str(path)!r} cannot be read as JSON: {e}") from None
     notebooks = data.get("notebooks") if isinstance(data, dict) else None
     if not isinstance(notebooks, dict):
-        raise ValueError(f"manifest {str(path)!r}: expected {{\"notebooks\": {{NAME: [exercise, ...]}}}}")
+        raise ValueError(
+            f"manifest {str(path)!r}: expected {{\"notebooks\": {{NAME: [exercise, ...]}}}}"
+        )
     out: dict[str, list[Exercise]] = {}
     for name, entries in notebooks.items():
         if not isinstance(entries, list):
@@ -199,10 +216,12 @@ def write_manifest(folder: str | Path, notebooks: dict[str, list[Exercise]]) -> 
     path = Path(folder) / MANIFEST_NAME
     merged = read_manifest(path) if path.exists() else {}
     merged.update(notebooks)
-    blocks = []                      # one line per exercise, so that a diff of two builds reads
+    blocks = []  # one line per exercise, so that a diff of two builds reads
     for name, exs in sorted(merged.items()):
         lines = ",\n".join(f"   {json.dumps(e.to_dict())}" for e in exs)
-        blocks.append(f"  {json.dumps(name)}: [\n{lines}\n  ]" if exs else f"  {json.dumps(name)}: []")
+        blocks.append(
+            f"  {json.dumps(name)}: [\n{lines}\n  ]" if exs else f"  {json.dumps(name)}: []"
+        )
     path.write_text('{"notebooks": {\n' + ",\n".join(blocks) + "\n}}\n", encoding="utf-8")
     return path
 
@@ -220,14 +239,20 @@ def exercises_for(notebook_name: str, source: str | Path) -> list[Exercise]:
         elif (source / notebook_name).is_file():
             source = source / notebook_name
         else:
-            raise ValueError(f"source folder {str(source)!r} holds neither {MANIFEST_NAME} nor {notebook_name}")
+            raise ValueError(
+                f"source folder {str(source)!r} holds neither {MANIFEST_NAME} nor {notebook_name}"
+            )
     if not source.is_file():
-        raise ValueError(f"source {str(source)!r} does not exist; give the instructor's notebook, "
-                         f"a folder of them, or the {MANIFEST_NAME} that `student` wrote")
+        raise ValueError(
+            f"source {str(source)!r} does not exist; give the instructor's notebook, "
+            f"a folder of them, or the {MANIFEST_NAME} that `student` wrote"
+        )
     if source.suffix == ".json":
         manifest = read_manifest(source)
         if notebook_name not in manifest:
-            raise ValueError(f"manifest {str(source)!r} has no entry for {notebook_name!r} "
-                             f"(it lists {sorted(manifest)})")
+            raise ValueError(
+                f"manifest {str(source)!r} has no entry for {notebook_name!r} "
+                f"(it lists {sorted(manifest)})"
+            )
         return manifest[notebook_name]
     return exercises(nbformat.read(source, as_version=4))

@@ -20,6 +20,7 @@
 The grader process itself never imports or runs the notebook's code; only the kernel, and for
 function answers the sandbox, do. What remains trusted is written in docs/instructors.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from llmlab.i18n import LANG_ENV, language, tr
 from llmlab.course.instructor.exercises import Exercise, exercise_calls, exercises_for
 from llmlab.course.instructor.recheck import Recheck, RecheckError, package_root
 from llmlab.course.instructor.student import _notebook_paths
+from llmlab.i18n import LANG_ENV, language, tr
 
 DEFAULT_CELL_TIMEOUT_S = 300
-FUNCTION_TIMEOUT_S = 60          # a function answer: start-up and every call of its checker together
-RECHECK_TIMEOUT_S = 600          # the checker process, all exercises of one notebook
-PROBE_TIMEOUT_S = 10             # after a cell timed out: how long the kernel has to answer again
-MAX_ANSWERS_BYTES = 64 * 2**20   # the recorded answers of one run
+FUNCTION_TIMEOUT_S = 60  # a function answer: start-up and every call of its checker together
+RECHECK_TIMEOUT_S = 600  # the checker process, all exercises of one notebook
+PROBE_TIMEOUT_S = 10  # after a cell timed out: how long the kernel has to answer again
+MAX_ANSWERS_BYTES = 64 * 2**20  # the recorded answers of one run
 GRADING_ENV = {"LLMLAB_FAST": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 # unless the caller's environment says otherwise: OpenMP threads sleep instead of spinning
 # (spinning slowed the model many times over when several kernels share a few cores)
@@ -67,9 +68,9 @@ class ExerciseResult:
 class GradeReport:
     notebook: str
     exercises: list[ExerciseResult]
-    errors: list[dict] = field(default_factory=list)   # {"cell", "index", "ename", "evalue"}
+    errors: list[dict] = field(default_factory=list)  # {"cell", "index", "ename", "evalue"}
     seconds: float = 0.0
-    source: str = ""                                    # where the expected exercises came from
+    source: str = ""  # where the expected exercises came from
 
     @property
     def score(self) -> int:
@@ -80,9 +81,15 @@ class GradeReport:
         return len(self.exercises)
 
     def to_dict(self) -> dict:
-        return {"notebook": self.notebook, "source": self.source, "score": self.score, "total": self.total,
-                "exercises": [asdict(e) for e in self.exercises], "errors": self.errors,
-                "seconds": round(self.seconds, 2)}
+        return {
+            "notebook": self.notebook,
+            "source": self.source,
+            "score": self.score,
+            "total": self.total,
+            "exercises": [asdict(e) for e in self.exercises],
+            "errors": self.errors,
+            "seconds": round(self.seconds, 2),
+        }
 
     def text(self) -> str:
         lines = [f"{self.notebook}"]
@@ -91,26 +98,37 @@ class GradeReport:
             word = tr("PASS   ", "通过  ") if e.passed else tr("NOT YET", "还不对")
             lines.append(f"  {word}  {e.id:<{width}}  {e.message}")
         for err in self.errors:
-            lines.append(tr(f"  error in cell {err['cell']}: {err['ename']}: {err['evalue']}",
-                            f"  单元格 {err['cell']} 出错：{err['ename']}: {err['evalue']}"))
-        lines.append(tr(f"  score: {self.score} of {self.total}  ({self.seconds:.0f} s)",
-                        f"  得分：{self.score} / {self.total}（{self.seconds:.0f} s）"))
+            lines.append(
+                tr(
+                    f"  error in cell {err['cell']}: {err['ename']}: {err['evalue']}",
+                    f"  单元格 {err['cell']} 出错：{err['ename']}: {err['evalue']}",
+                )
+            )
+        lines.append(
+            tr(
+                f"  score: {self.score} of {self.total}  ({self.seconds:.0f} s)",
+                f"  得分：{self.score} / {self.total}（{self.seconds:.0f} s）",
+            )
+        )
         return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- the environment
+
 
 def grading_env() -> dict[str, str]:
     """The environment of the kernel and of the checker process: the caller's, with
     GRADING_ENV on top, and the llmlab the grader runs first on PYTHONPATH when it is not an
     installed copy (a source checkout), so that the kernel records with the same code."""
     env = {**GRADING_ENV_DEFAULTS, **os.environ, **GRADING_ENV}
-    if language() != "en":        # chosen with set_language: the kernel and the checkers speak it too
+    if language() != "en":  # chosen with set_language: the kernel and the checkers speak it too
         env[LANG_ENV] = language()
     root = str(package_root())
     installed = set(site.getsitepackages()) | {site.getusersitepackages()}
     if root not in installed:
-        env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONPATH"] = os.pathsep.join(
+            [root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        )
     return env
 
 
@@ -133,6 +151,7 @@ def package_fingerprint() -> str:
 
 # --------------------------------------------------------------------------- answers
 
+
 def read_answers(path: str | Path, exercise_ids: Iterable[str]) -> dict[str, dict]:
     """Exercise id → the last well-formed record (`{"args", "kwargs"}` or `{"error"}`) of a
     call of its checker, from the file the kernel wrote. Lines that are not a record of an
@@ -153,12 +172,19 @@ def read_answers(path: str | Path, exercise_ids: Iterable[str]) -> dict[str, dic
             rec = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("exercise"), str) or rec["exercise"] not in wanted:
+        if (
+            not isinstance(rec, dict)
+            or not isinstance(rec.get("exercise"), str)
+            or rec["exercise"] not in wanted
+        ):
             continue
         if set(rec) == {"exercise", "error"} and isinstance(rec["error"], str):
             found[rec["exercise"]] = {"error": rec["error"][:500]}
-        elif set(rec) == {"exercise", "args", "kwargs"} and isinstance(rec["args"], list) \
-                and isinstance(rec["kwargs"], dict):
+        elif (
+            set(rec) == {"exercise", "args", "kwargs"}
+            and isinstance(rec["args"], list)
+            and isinstance(rec["kwargs"], dict)
+        ):
             found[rec["exercise"]] = {"args": rec["args"], "kwargs": rec["kwargs"]}
     return found
 
@@ -166,12 +192,15 @@ def read_answers(path: str | Path, exercise_ids: Iterable[str]) -> dict[str, dic
 def recording_setup(answers_path: str | Path, exercises: list[Exercise]) -> str:
     """The grader's set-up cell: wrap the expected checkers to record every call."""
     ids = [e.id for e in exercises]
-    return ("from llmlab.course.instructor.answers import record_calls as _llmlab_record_calls\n"
-            f"_llmlab_record_calls({str(answers_path)!r}, {ids!r})\n"
-            "del _llmlab_record_calls")
+    return (
+        "from llmlab.course.instructor.answers import record_calls as _llmlab_record_calls\n"
+        f"_llmlab_record_calls({str(answers_path)!r}, {ids!r})\n"
+        "del _llmlab_record_calls"
+    )
 
 
 # --------------------------------------------------------------------------- running the notebook
+
 
 def _error(nb: Any, index: int | None, ename: str, evalue: str) -> dict:
     if index is None:
@@ -204,8 +233,14 @@ def _run_extra_cell(client: Any, nb: Any, source: str, timeout: float) -> tuple[
     return cell, time.perf_counter() - t0
 
 
-def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: dict[str, str] | None = None,
-                        setup: str | None = None) -> tuple[list[dict], float]:
+def execute_for_grading(
+    nb: Any,
+    cwd: str | Path,
+    cell_timeout: float,
+    *,
+    env: dict[str, str] | None = None,
+    setup: str | None = None,
+) -> tuple[list[dict], float]:
     """Run `nb` in place in a fresh python3 kernel started in `cwd` (environment `env`, by
     default `grading_env()`), after the cell `setup` when given (its outputs are not kept).
     Errors and timeouts are recorded per cell and never stop the run; a kernel that dies, or
@@ -214,19 +249,33 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
     from nbclient.exceptions import DeadKernelError
 
     if cell_timeout <= 0:
-        raise ValueError(tr(f"cell_timeout must be > 0 seconds, got {cell_timeout!r}",
-                            f"cell_timeout 必须 > 0 秒，你给的是 {cell_timeout!r}"))
+        raise ValueError(
+            tr(
+                f"cell_timeout must be > 0 seconds, got {cell_timeout!r}",
+                f"cell_timeout 必须 > 0 秒，你给的是 {cell_timeout!r}",
+            )
+        )
     env = grading_env() if env is None else env
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
-                            interrupt_on_timeout=True, record_timing=True,
-                            # killed with its process group at the end: nothing it started outlives the run
-                            shutdown_kernel="immediate",
-                            error_on_timeout={"ename": "CellTimeoutError",
-                                              "evalue": tr(f"the cell ran longer than {cell_timeout:g} s",
-                                                           f"单元格运行超过了 {cell_timeout:g} s"),
-                                              "traceback": []},
-                            resources={"metadata": {"path": str(cwd)}})
-    for cell in nb.cells:     # outputs handed in are never kept: only what this run prints
+    client = NotebookClient(
+        nb,
+        timeout=cell_timeout,
+        kernel_name="python3",
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        record_timing=True,
+        # killed with its process group at the end: nothing it started outlives the run
+        shutdown_kernel="immediate",
+        error_on_timeout={
+            "ename": "CellTimeoutError",
+            "evalue": tr(
+                f"the cell ran longer than {cell_timeout:g} s",
+                f"单元格运行超过了 {cell_timeout:g} s",
+            ),
+            "traceback": [],
+        },
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    for cell in nb.cells:  # outputs handed in are never kept: only what this run prints
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
@@ -239,9 +288,17 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
                 errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
                 if errs:
                     why = f"{errs[0].get('ename')}: {str(errs[0].get('evalue', ''))[:300]}"
-                    errors.append(_error(nb, None, "GraderSetupError",
-                                         tr(f"the grader could not set up answer recording in the kernel: {why}",
-                                            f"评分器没能在 kernel 里设置好答案记录：{why}")))
+                    errors.append(
+                        _error(
+                            nb,
+                            None,
+                            "GraderSetupError",
+                            tr(
+                                f"the grader could not set up answer recording in the kernel: {why}",
+                                f"评分器没能在 kernel 里设置好答案记录：{why}",
+                            ),
+                        )
+                    )
             for index, cell in enumerate(list(nb.cells)):
                 if cell.cell_type != "code" or not cell.source.strip():
                     continue
@@ -249,41 +306,76 @@ def execute_for_grading(nb: Any, cwd: str | Path, cell_timeout: float, *, env: d
                 try:
                     client.execute_cell(cell, index)
                 except DeadKernelError as e:
-                    errors.append(_error(nb, index, "DeadKernelError",
-                                         tr(f"the kernel died ({e}); {DID_NOT_RUN[0]}",
-                                            f"kernel 崩溃了（{e}）；{DID_NOT_RUN[1]}")))
+                    errors.append(
+                        _error(
+                            nb,
+                            index,
+                            "DeadKernelError",
+                            tr(
+                                f"the kernel died ({e}); {DID_NOT_RUN[0]}",
+                                f"kernel 崩溃了（{e}）；{DID_NOT_RUN[1]}",
+                            ),
+                        )
+                    )
                     break
                 except Exception as e:  # nbclient's own failures: record them and go on
                     text = str(e).strip()
-                    errors.append(_error(nb, index, type(e).__name__, text.splitlines()[-1] if text else ""))
+                    errors.append(
+                        _error(nb, index, type(e).__name__, text.splitlines()[-1] if text else "")
+                    )
                     continue
                 elapsed = time.perf_counter() - c0
                 errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
                 if elapsed >= cell_timeout:
                     if _run_extra_cell(client, nb, "pass", PROBE_TIMEOUT_S)[1] >= PROBE_TIMEOUT_S:
-                        errors.append(_error(nb, index, "CellTimeoutError",
-                                             tr(f"the cell ran longer than {cell_timeout:g} s and the kernel did "
-                                                f"not stop when interrupted; {DID_NOT_RUN[0]}",
-                                                f"单元格运行超过了 {cell_timeout:g} s，中断后 kernel 也没有停下；"
-                                                f"{DID_NOT_RUN[1]}")))
+                        errors.append(
+                            _error(
+                                nb,
+                                index,
+                                "CellTimeoutError",
+                                tr(
+                                    f"the cell ran longer than {cell_timeout:g} s and the kernel did "
+                                    f"not stop when interrupted; {DID_NOT_RUN[0]}",
+                                    f"单元格运行超过了 {cell_timeout:g} s，中断后 kernel 也没有停下；"
+                                    f"{DID_NOT_RUN[1]}",
+                                ),
+                            )
+                        )
                         break
-                    errors.append(_error(nb, index, "CellTimeoutError",
-                                         tr(f"the cell ran longer than {cell_timeout:g} s and was interrupted",
-                                            f"单元格运行超过了 {cell_timeout:g} s，已被中断")))
+                    errors.append(
+                        _error(
+                            nb,
+                            index,
+                            "CellTimeoutError",
+                            tr(
+                                f"the cell ran longer than {cell_timeout:g} s and was interrupted",
+                                f"单元格运行超过了 {cell_timeout:g} s，已被中断",
+                            ),
+                        )
+                    )
                 elif errs:
-                    errors.append(_error(nb, index, errs[0].get("ename", "Error"),
-                                         str(errs[0].get("evalue", ""))[:300]))
+                    errors.append(
+                        _error(
+                            nb,
+                            index,
+                            errs[0].get("ename", "Error"),
+                            str(errs[0].get("evalue", ""))[:300],
+                        )
+                    )
     except DeadKernelError as e:
         errors.append(_error(nb, None, "DeadKernelError", str(e)))
-    except RuntimeError as e:   # the kernel did not start
+    except RuntimeError as e:  # the kernel did not start
         errors.append(_error(nb, None, type(e).__name__, str(e)[:300]))
     return errors, time.perf_counter() - t0
 
 
 # --------------------------------------------------------------------------- grading
 
+
 def _ended_run(error: dict) -> bool:
-    return error["ename"] == "DeadKernelError" or any(text in error["evalue"] for text in DID_NOT_RUN)
+    return error["ename"] == "DeadKernelError" or any(
+        text in error["evalue"] for text in DID_NOT_RUN
+    )
 
 
 def _missing_message(nb: Any, exercise: str, errors: list[dict]) -> str:
@@ -292,25 +384,44 @@ def _missing_message(nb: Any, exercise: str, errors: list[dict]) -> str:
     not_recorded = tr(NOT_RECORDED, NOT_RECORDED_ZH)
     cell_index = dict(exercise_calls(nb)).get(exercise)
     if cell_index is None:
-        return tr(f"{not_recorded}: the notebook no longer calls llmlab.check.{exercise} "
-                  f"(was the exercise's cell deleted, or its checker call changed?)",
-                  f"{not_recorded}：notebook 里已经没有对 llmlab.check.{exercise} 的调用了"
-                  f"（这道练习的单元格被删了，还是检查函数的调用被改了？）")
+        return tr(
+            f"{not_recorded}: the notebook no longer calls llmlab.check.{exercise} "
+            f"(was the exercise's cell deleted, or its checker call changed?)",
+            f"{not_recorded}：notebook 里已经没有对 llmlab.check.{exercise} 的调用了"
+            f"（这道练习的单元格被删了，还是检查函数的调用被改了？）",
+        )
     cause = next((e for e in errors if e["index"] == cell_index), None)
-    if cause is None:            # the recording was never set up, or the run ended before this cell
-        cause = next((e for e in errors if e["ename"] == "GraderSetupError"
-                      or (_ended_run(e) and (e["index"] is None or e["index"] < cell_index))), None)
+    if cause is None:  # the recording was never set up, or the run ended before this cell
+        cause = next(
+            (
+                e
+                for e in errors
+                if e["ename"] == "GraderSetupError"
+                or (_ended_run(e) and (e["index"] is None or e["index"] < cell_index))
+            ),
+            None,
+        )
     if cause is None:
-        return tr(f"{not_recorded}: the checker call in cell {cell_index} never reached llmlab's checker "
-                  f"(was the checker replaced, or the call skipped?)",
-                  f"{not_recorded}：单元格 {cell_index} 里的检查调用没有到达 llmlab 的检查函数"
-                  f"（检查函数被替换了，还是这次调用被跳过了？）")
-    return tr(f"{not_recorded}: the checker never ran (cell {cause['cell']}: {cause['ename']}: {cause['evalue']})",
-              f"{not_recorded}：检查函数根本没有运行（单元格 {cause['cell']}：{cause['ename']}: {cause['evalue']}）")
+        return tr(
+            f"{not_recorded}: the checker call in cell {cell_index} never reached llmlab's checker "
+            f"(was the checker replaced, or the call skipped?)",
+            f"{not_recorded}：单元格 {cell_index} 里的检查调用没有到达 llmlab 的检查函数"
+            f"（检查函数被替换了，还是这次调用被跳过了？）",
+        )
+    return tr(
+        f"{not_recorded}: the checker never ran (cell {cause['cell']}: {cause['ename']}: {cause['evalue']})",
+        f"{not_recorded}：检查函数根本没有运行（单元格 {cause['cell']}：{cause['ename']}: {cause['evalue']}）",
+    )
 
 
-def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: float = DEFAULT_CELL_TIMEOUT_S,
-                   keep: str | Path | None = None, source: str = "") -> GradeReport:
+def grade_notebook(
+    path: str | Path,
+    expected: list[Exercise],
+    *,
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT_S,
+    keep: str | Path | None = None,
+    source: str = "",
+) -> GradeReport:
     """Execute the notebook at `path` headless and grade it on the exercises `expected` (read
     from the instructor's side with `exercises_for`, before any student's code runs).
     keep: write the executed copy there; source: where `expected` came from, for the report."""
@@ -318,13 +429,20 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(tr(f"path {str(path)!r} is not a notebook file", f"路径 {str(path)!r} 不是 notebook 文件"))
+        raise ValueError(
+            tr(
+                f"path {str(path)!r} is not a notebook file",
+                f"路径 {str(path)!r} 不是 notebook 文件",
+            )
+        )
     t0 = time.perf_counter()
     nb = nbformat.read(path, as_version=4)
     env = grading_env()
-    written_in = nb.metadata.get("llmlab", {}).get("lang")      # "zh": a notebook of the Chinese edition
+    written_in = nb.metadata.get("llmlab", {}).get(
+        "lang"
+    )  # "zh": a notebook of the Chinese edition
     if written_in in ("en", "zh") and LANG_ENV not in env:
-        env[LANG_ENV] = written_in                              # its checkers answer in its language
+        env[LANG_ENV] = written_in  # its checkers answer in its language
     before = package_fingerprint()
     verdicts: dict[str, tuple[bool, str]] = {}
     with tempfile.TemporaryDirectory(prefix="llmlab-grade-", ignore_cleanup_errors=True) as tmp:
@@ -332,34 +450,63 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
         answers_path.touch(mode=0o600)
         (Path(tmp) / "checker").mkdir()
         with Recheck(expected, env=env, cwd=Path(tmp) / "checker") as recheck:
-            errors, _ = execute_for_grading(nb, path.parent.resolve(), cell_timeout, env=env,
-                                            setup=recording_setup(answers_path, expected))
+            errors, _ = execute_for_grading(
+                nb,
+                path.parent.resolve(),
+                cell_timeout,
+                env=env,
+                setup=recording_setup(answers_path, expected),
+            )
             answers = read_answers(answers_path, [e.id for e in expected])
             try:
-                verdicts = recheck.verdicts(answers, timeout_s=RECHECK_TIMEOUT_S,
-                                            function_timeout_s=FUNCTION_TIMEOUT_S)
+                verdicts = recheck.verdicts(
+                    answers, timeout_s=RECHECK_TIMEOUT_S, function_timeout_s=FUNCTION_TIMEOUT_S
+                )
             except RecheckError as e:
                 errors.append(_error(nb, None, "RecheckError", str(e)))
     tampered = package_fingerprint() != before
     if tampered:
-        errors.append(_error(nb, None, "PackageChanged",
-                             tr("the llmlab package or its data changed on disk while the notebook ran; "
-                                "nothing is graded",
-                                "notebook 运行期间，磁盘上的 llmlab 包或它的数据被改动了；一律不评分")))
+        errors.append(
+            _error(
+                nb,
+                None,
+                "PackageChanged",
+                tr(
+                    "the llmlab package or its data changed on disk while the notebook ran; "
+                    "nothing is graded",
+                    "notebook 运行期间，磁盘上的 llmlab 包或它的数据被改动了；一律不评分",
+                ),
+            )
+        )
     if keep is not None:
         Path(keep).parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, keep)
     results = []
     for ex in expected:
         if tampered:
-            results.append(ExerciseResult(ex.id, False, tr("not graded: the llmlab package changed on disk "
-                                                           "during the run",
-                                                           "未评分：运行期间磁盘上的 llmlab 包被改动了")))
+            results.append(
+                ExerciseResult(
+                    ex.id,
+                    False,
+                    tr(
+                        "not graded: the llmlab package changed on disk during the run",
+                        "未评分：运行期间磁盘上的 llmlab 包被改动了",
+                    ),
+                )
+            )
         elif ex.id in verdicts:
             results.append(ExerciseResult(ex.id, *verdicts[ex.id]))
         elif ex.id in answers:
-            results.append(ExerciseResult(ex.id, False, tr("not graded: the checker process failed (see the errors)",
-                                                           "未评分：检查进程失败了（见错误列表）")))
+            results.append(
+                ExerciseResult(
+                    ex.id,
+                    False,
+                    tr(
+                        "not graded: the checker process failed (see the errors)",
+                        "未评分：检查进程失败了（见错误列表）",
+                    ),
+                )
+            )
         else:
             results.append(ExerciseResult(ex.id, False, _missing_message(nb, ex.id, errors)))
     return GradeReport(str(path), results, errors, time.perf_counter() - t0, source)
@@ -367,31 +514,64 @@ def grade_notebook(path: str | Path, expected: list[Exercise], *, cell_timeout: 
 
 # --------------------------------------------------------------------------- command line
 
+
 def grade_main(argv: list[str]) -> int:
     """`python -m llmlab grade PATH... --source SRC [--json] [--cell-timeout S] [--keep DIR]`."""
-    parser = argparse.ArgumentParser(prog="python -m llmlab grade",
-                                     description=tr("Execute notebooks headless and grade their exercises "
-                                                    "with the grader's own checkers.",
-                                                    "在无界面模式下运行 notebook，并用评分器自己的检查函数给其中的练习评分。"))
-    parser.add_argument("paths", nargs="+", help=tr("student notebooks, or folders of them",
-                                                    "学生的 notebook，或存放它们的文件夹"))
-    parser.add_argument("--source", required=True, metavar="SRC",
-                        help=tr("where the expected exercises come from: the instructor's notebook, a folder "
-                                "of them (matched by file name), or the manifest `student` wrote",
-                                "应有哪些练习的来源：教师版 notebook、存放它们的文件夹（按文件名对应），"
-                                "或 `student` 写出的清单"))
-    parser.add_argument("--json", action="store_true",
-                        help=tr("print one JSON object per notebook (one per line) instead of text",
-                                "每个 notebook 打印一个 JSON 对象（一行一个），不打印文本"))
-    parser.add_argument("--cell-timeout", type=float, default=DEFAULT_CELL_TIMEOUT_S, metavar="S",
-                        help=tr(f"seconds a cell may run before it is interrupted (default {DEFAULT_CELL_TIMEOUT_S})",
-                                f"一个单元格最多运行多少秒，超时就中断（默认 {DEFAULT_CELL_TIMEOUT_S}）"))
-    parser.add_argument("--keep", metavar="DIR", help=tr("write the executed notebooks into DIR",
-                                                         "把运行过的 notebook 写进 DIR"))
+    parser = argparse.ArgumentParser(
+        prog="python -m llmlab grade",
+        description=tr(
+            "Execute notebooks headless and grade their exercises with the grader's own checkers.",
+            "在无界面模式下运行 notebook，并用评分器自己的检查函数给其中的练习评分。",
+        ),
+    )
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        help=tr("student notebooks, or folders of them", "学生的 notebook，或存放它们的文件夹"),
+    )
+    parser.add_argument(
+        "--source",
+        required=True,
+        metavar="SRC",
+        help=tr(
+            "where the expected exercises come from: the instructor's notebook, a folder "
+            "of them (matched by file name), or the manifest `student` wrote",
+            "应有哪些练习的来源：教师版 notebook、存放它们的文件夹（按文件名对应），"
+            "或 `student` 写出的清单",
+        ),
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=tr(
+            "print one JSON object per notebook (one per line) instead of text",
+            "每个 notebook 打印一个 JSON 对象（一行一个），不打印文本",
+        ),
+    )
+    parser.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=DEFAULT_CELL_TIMEOUT_S,
+        metavar="S",
+        help=tr(
+            f"seconds a cell may run before it is interrupted (default {DEFAULT_CELL_TIMEOUT_S})",
+            f"一个单元格最多运行多少秒，超时就中断（默认 {DEFAULT_CELL_TIMEOUT_S}）",
+        ),
+    )
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help=tr("write the executed notebooks into DIR", "把运行过的 notebook 写进 DIR"),
+    )
     args = parser.parse_args(argv)
     if args.cell_timeout <= 0:
-        print(tr(f"error: --cell-timeout must be > 0 seconds, got {args.cell_timeout}",
-                 f"错误：--cell-timeout 必须 > 0 秒，你给的是 {args.cell_timeout}"), file=sys.stderr)
+        print(
+            tr(
+                f"error: --cell-timeout must be > 0 seconds, got {args.cell_timeout}",
+                f"错误：--cell-timeout 必须 > 0 秒，你给的是 {args.cell_timeout}",
+            ),
+            file=sys.stderr,
+        )
         return 2
     paths: list[Path] = []
     for p in map(Path, args.paths):
@@ -400,16 +580,20 @@ def grade_main(argv: list[str]) -> int:
             return 2
         paths.extend(_notebook_paths(p))
     if not paths:
-        print(tr("error: no .ipynb file to grade", "错误：没有可评分的 .ipynb 文件"), file=sys.stderr)
+        print(
+            tr("error: no .ipynb file to grade", "错误：没有可评分的 .ipynb 文件"), file=sys.stderr
+        )
         return 2
-    try:       # all read before any notebook runs: one submission cannot edit the next one's list
+    try:  # all read before any notebook runs: one submission cannot edit the next one's list
         expected = [exercises_for(p.name, args.source) for p in paths]
     except ValueError as e:
         print(tr(f"error: --source: {e}", f"错误：--source：{e}"), file=sys.stderr)
         return 2
     for p, exs in zip(paths, expected):
         keep = Path(args.keep) / p.name if args.keep else None
-        report = grade_notebook(p, exs, cell_timeout=args.cell_timeout, keep=keep, source=args.source)
+        report = grade_notebook(
+            p, exs, cell_timeout=args.cell_timeout, keep=keep, source=args.source
+        )
         if args.json:
             print(json.dumps(report.to_dict(), ensure_ascii=False))
         else:

@@ -12,6 +12,7 @@ is not scanned: such numbers are everywhere in any text (a whole number of two d
 more is: "60 all-reduces"). A form counts only as a whole number
 in the text: "1.34" is not found in "11.345" or "1.342".
 """
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,16 @@ from llmlab.course.instructor.exercises import exercise_calls
 class Leak:
     exercise: str
     expected: float
-    form: str          # the text found
-    cell: int          # index of the cell that shows it
-    where: str         # "markdown" or "output"
+    form: str  # the text found
+    cell: int  # index of the cell that shows it
+    where: str  # "markdown" or "output"
     exercise_cell: int
 
     def __str__(self) -> str:
-        return (f"{self.exercise} (cell {self.exercise_cell}) expects {self.expected:g}, and "
-                f"{self.form!r} is shown in the {self.where} of cell {self.cell} above it")
+        return (
+            f"{self.exercise} (cell {self.exercise_cell}) expects {self.expected:g}, and "
+            f"{self.form!r} is shown in the {self.where} of cell {self.cell} above it"
+        )
 
 
 def read_expected_log(path: str | Path) -> dict[str, list[float]]:
@@ -83,7 +86,7 @@ def number_forms(x: float) -> set[str]:
             # trailing zeros written or not ("1.50" and "1.5")
             forms |= {f.rstrip("0").rstrip(".") for f in list(forms) if "." in f}
         if ax >= 1e5 or ax < 1e-3:
-            m = f"{x:.{sig - 1}e}"            # 1.34e+09
+            m = f"{x:.{sig - 1}e}"  # 1.34e+09
             mant, exp = m.split("e")
             forms |= {m, f"{mant}e{int(exp)}", f"{mant}×10^{int(exp)}", f"{mant} × 10^{int(exp)}"}
     return {f for f in forms if _digits(f) >= 2}

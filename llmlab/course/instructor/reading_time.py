@@ -10,6 +10,7 @@ left out, with every code cell and exercise inside them: that is where what does
 required path goes. `python -m llmlab exercises --times` prints the estimate of every chapter
 beside the time its first cell states.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,12 +33,15 @@ _WORD = re.compile(r"[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
 class Estimate:
     words: int
     code_cells: int
-    exercises: dict[str, int]          # kind -> count
+    exercises: dict[str, int]  # kind -> count
 
     @property
     def minutes(self) -> float:
-        return (self.words / WORDS_PER_MINUTE + self.code_cells * CODE_CELL_MINUTES
-                + sum(EXERCISE_MINUTES[k] * n for k, n in self.exercises.items()))
+        return (
+            self.words / WORDS_PER_MINUTE
+            + self.code_cells * CODE_CELL_MINUTES
+            + sum(EXERCISE_MINUTES[k] * n for k, n in self.exercises.items())
+        )
 
 
 def _required(nb: Any) -> list[bool]:
@@ -60,15 +64,20 @@ def exercise_kind(exercise: str, cell_source: str) -> str:
     if "BEGIN SOLUTION" in cell_source and re.search(r"^\s*def \w+\(", cell_source, re.M):
         return "coding"
     module, name = exercise.split(".", 1)
-    info = getattr(importlib.import_module(f"llmlab.course.check.{module}"), "EXERCISES", {}).get(name)
+    info = getattr(importlib.import_module(f"llmlab.course.check.{module}"), "EXERCISES", {}).get(
+        name
+    )
     return info.kind if info is not None else "reasoning"
 
 
 def estimate(nb: Any) -> Estimate:
     """The estimate of one notebook (see the module docstring)."""
     required = _required(nb)
-    words = sum(len(_WORD.findall(c.source)) for c, r in zip(nb.cells, required)
-                if r and c.cell_type == "markdown")
+    words = sum(
+        len(_WORD.findall(c.source))
+        for c, r in zip(nb.cells, required)
+        if r and c.cell_type == "markdown"
+    )
     code_cells = sum(1 for c, r in zip(nb.cells, required) if r and c.cell_type == "code")
     kinds: dict[str, int] = {}
     for ex, index in exercise_calls(nb):
@@ -100,7 +109,9 @@ def _names(source: str) -> tuple[set[str], set[str]]:
     """(names a code cell binds, names it reads); IPython lines (`%`, `!`) are skipped."""
     import ast
 
-    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    code = "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
     bound, read = set(), set()
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Name):
@@ -121,4 +132,6 @@ def required_uses_of_optional(nb: Any) -> list[tuple[int, str]]:
     cells = [(i, *_names(c.source)) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     on_path = set().union(*(b for i, b, _ in cells if required[i]))
     only_optional = set().union(*(b for i, b, _ in cells if not required[i])) - on_path
-    return [(i, name) for i, _, read in cells if required[i] for name in sorted(read & only_optional)]
+    return [
+        (i, name) for i, _, read in cells if required[i] for name in sorted(read & only_optional)
+    ]

@@ -12,6 +12,7 @@ JSON object, tagged with the nonce the grader sent, to its stdout.
 No student code runs in this process: a function answer becomes a `SandboxedFunction`, which
 runs the function in a separate interpreter (`sandbox`) within a time limit.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,10 @@ def python_command(entry: str, *argv: str) -> list[str]:
     """A command that runs `entry` (`module:function`, called with argv) in a fresh interpreter
     that imports llmlab from `package_root()` and not from its working folder."""
     module, function = entry.split(":")
-    boot = (f"import sys; sys.path[0] = {str(package_root())!r}; "
-            f"from {module} import {function}; sys.exit({function}(sys.argv[1:]))")
+    boot = (
+        f"import sys; sys.path[0] = {str(package_root())!r}; "
+        f"from {module} import {function}; sys.exit({function}(sys.argv[1:]))"
+    )
     return [sys.executable, "-c", boot, *argv]
 
 
@@ -66,7 +69,7 @@ class SandboxedFunction:
     (start-up included). Past it the interpreter is killed and every call raises TimeoutError.
     """
 
-    grader_stand_in = True        # checkers look for this, not for the class (they never import it)
+    grader_stand_in = True  # checkers look for this, not for the class (they never import it)
 
     def __init__(self, spec: dict, *, timeout_s: float, env: dict[str, str] | None = None):
         self.spec = spec
@@ -82,12 +85,19 @@ class SandboxedFunction:
         return f"<your function {self.__name__}, run in a separate process>"
 
     def _start(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="llmlab-sandbox-", ignore_cleanup_errors=True)
+        self._tmp = tempfile.TemporaryDirectory(
+            prefix="llmlab-sandbox-", ignore_cleanup_errors=True
+        )
         self._deadline = time.monotonic() + self.timeout_s
-        self._proc = subprocess.Popen(python_command("llmlab.course.instructor.sandbox:serve"),
-                                      cwd=self._tmp.name, env=self.env, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            python_command("llmlab.course.instructor.sandbox:serve"),
+            cwd=self._tmp.name,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self._send({"function": self.spec})
 
     def _send(self, message: dict) -> None:
@@ -103,11 +113,11 @@ class SandboxedFunction:
                 if left <= 0 or not sel.select(left):
                     raise TimeoutError(f"your function ran longer than {self.timeout_s:g} s in all")
                 try:
-                    data = data[os.write(fd, data):]
+                    data = data[os.write(fd, data) :]
                 except BlockingIOError:
                     continue
                 except OSError:
-                    return           # the process is gone: the read that follows says so
+                    return  # the process is gone: the read that follows says so
 
     def _read_reply(self) -> dict:
         assert self._proc is not None and self._proc.stdout is not None
@@ -120,8 +130,9 @@ class SandboxedFunction:
                     raise TimeoutError(f"your function ran longer than {self.timeout_s:g} s in all")
                 chunk = os.read(self._proc.stdout.fileno(), 1 << 16)
                 if not chunk:
-                    raise RuntimeError("your function's process ended without returning "
-                                       "(did it call exit?)")
+                    raise RuntimeError(
+                        "your function's process ended without returning (did it call exit?)"
+                    )
                 buf += chunk
                 if len(buf) > MAX_REPLY_BYTES:
                     raise ValueError(f"your function returned more than {MAX_REPLY_BYTES} bytes")
@@ -167,6 +178,7 @@ class SandboxedFunction:
 
 # --------------------------------------------------------------------------- the grader's side
 
+
 class RecheckError(RuntimeError):
     """The checker process failed, or its reply is not the one it was asked for."""
 
@@ -181,10 +193,15 @@ class Recheck:
     def __init__(self, exercises: list[Exercise], *, env: dict[str, str], cwd: str | Path):
         self.exercises = list(exercises)
         spec = json.dumps([e.to_dict() for e in self.exercises])
-        self._proc = subprocess.Popen(python_command("llmlab.course.instructor.recheck:main", spec),
-                                      cwd=str(cwd), env=env, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            python_command("llmlab.course.instructor.recheck:main", spec),
+            cwd=str(cwd),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
 
     def __enter__(self) -> "Recheck":
         return self
@@ -192,27 +209,35 @@ class Recheck:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def verdicts(self, answers: dict[str, dict], *, timeout_s: float,
-                 function_timeout_s: float) -> dict[str, tuple[bool, str]]:
+    def verdicts(
+        self, answers: dict[str, dict], *, timeout_s: float, function_timeout_s: float
+    ) -> dict[str, tuple[bool, str]]:
         """Exercise id → (passed, message) for each recorded answer (`{"args", "kwargs"}` or
         `{"error"}`, as `answers.record_calls` wrote it). Raises RecheckError when the process
         fails, runs past `timeout_s`, or answers with anything but its verdicts."""
         nonce = secrets.token_hex(16)
-        request = json.dumps({"nonce": nonce, "answers": answers, "function_timeout": function_timeout_s})
+        request = json.dumps(
+            {"nonce": nonce, "answers": answers, "function_timeout": function_timeout_s}
+        )
         try:
             out, err = self._proc.communicate(request.encode(), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.close()
-            raise RecheckError(f"the checker process did not finish within {timeout_s:g} s") from None
+            raise RecheckError(
+                f"the checker process did not finish within {timeout_s:g} s"
+            ) from None
         if self._proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-3:]
-            raise RecheckError(f"the checker process exited with code {self._proc.returncode}: "
-                               + " | ".join(tail))
+            raise RecheckError(
+                f"the checker process exited with code {self._proc.returncode}: " + " | ".join(tail)
+            )
         try:
             reply = json.loads(out)
             if reply["nonce"] != nonce or set(reply["verdicts"]) != set(answers):
                 raise ValueError("a reply to another request")
-            return {ex: (v["passed"] is True, str(v["message"])) for ex, v in reply["verdicts"].items()}
+            return {
+                ex: (v["passed"] is True, str(v["message"])) for ex, v in reply["verdicts"].items()
+            }
         except (ValueError, KeyError, TypeError) as e:
             raise RecheckError(f"the checker process's reply cannot be used ({e})") from None
 
@@ -229,10 +254,12 @@ class Recheck:
 
 # --------------------------------------------------------------------------- the process's side
 
+
 def judge(exercise: Exercise, checker: Any, record: Any, function_timeout_s: float) -> dict:
     """{"passed", "message"}: the checker's verdict on one recorded call, with the call cut to
     the instructor's shape (extra arguments are dropped, so that a student cannot pass the
     checker context of their own)."""
+
     def no(message: str) -> dict:
         return {"passed": False, "message": message}
 
@@ -246,8 +273,10 @@ def judge(exercise: Exercise, checker: Any, record: Any, function_timeout_s: flo
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         return no("the recorded answer is not in the grader's format")
     if len(args) < exercise.positional:
-        return no(f"the checker was called with {len(args)} positional argument(s); this exercise "
-                  f"passes {exercise.positional}")
+        return no(
+            f"the checker was called with {len(args)} positional argument(s); this exercise "
+            f"passes {exercise.positional}"
+        )
     stand_ins: list[SandboxedFunction] = []
 
     def function(spec: dict) -> SandboxedFunction:
@@ -255,8 +284,10 @@ def judge(exercise: Exercise, checker: Any, record: Any, function_timeout_s: flo
         return stand_ins[-1]
 
     try:
-        call_args = [decode(a, function=function) for a in args[:exercise.positional]]
-        call_kwargs = {k: decode(kwargs[k], function=function) for k in exercise.keywords if k in kwargs}
+        call_args = [decode(a, function=function) for a in args[: exercise.positional]]
+        call_kwargs = {
+            k: decode(kwargs[k], function=function) for k in exercise.keywords if k in kwargs
+        }
         with contextlib.redirect_stdout(io.StringIO()):
             result = checker(*call_args, **call_kwargs)
     except AnswerFormatError as e:
@@ -281,7 +312,9 @@ def _load_checkers(exercises: list[Exercise]) -> dict[str, Any]:
             checkers[ex.id] = f"there is no checker module llmlab.course.check.{ex.module} ({e})"
             continue
         fn = getattr(module, ex.function, None)
-        checkers[ex.id] = fn if callable(fn) else f"llmlab.course.check.{ex.module} has no checker {ex.function}"
+        checkers[ex.id] = (
+            fn if callable(fn) else f"llmlab.course.check.{ex.module} has no checker {ex.function}"
+        )
     return checkers
 
 
@@ -289,13 +322,16 @@ def main(argv: list[str]) -> int:
     """The process: argv[0] holds the exercises (JSON); one request on stdin, one reply on stdout."""
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
-    sys.stdout = sys.stderr              # the checkers' own lines, and anything else, go to stderr
+    sys.stdout = sys.stderr  # the checkers' own lines, and anything else, go to stderr
     exercises = [Exercise.from_dict(d) for d in json.loads(argv[0])]
     checkers = _load_checkers(exercises)
     request = json.loads(sys.stdin.read())
     answers, timeout = request["answers"], float(request["function_timeout"])
-    verdicts = {ex.id: judge(ex, checkers[ex.id], answers[ex.id], timeout)
-                for ex in exercises if ex.id in answers}
+    verdicts = {
+        ex.id: judge(ex, checkers[ex.id], answers[ex.id], timeout)
+        for ex in exercises
+        if ex.id in answers
+    }
     replies.write(json.dumps({"nonce": request["nonce"], "verdicts": verdicts}))
     replies.close()
     return 0

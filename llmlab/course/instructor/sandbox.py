@@ -11,6 +11,7 @@ whatever it likes, but all it can hand back is a return value for the checker to
 Protocol (one JSON line each way, in the wire format of `answers`): `{"function": spec}` first,
 then per call `{"args", "kwargs"}` → `{"result"}` or `{"error": [type name, message]}`.
 """
+
 from __future__ import annotations
 
 import json

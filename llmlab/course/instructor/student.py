@@ -20,6 +20,7 @@ Outputs are cleared. Next to the student versions it writes the manifest
 them, for `python -m llmlab grade --source`. The grader never reads the exercises from a
 handed-in notebook.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from llmlab.course.instructor.exercises import MANIFEST_NAME, Exercise, _strip_magics, exercises, write_manifest
+from llmlab.course.instructor.exercises import (
+    MANIFEST_NAME,
+    Exercise,
+    _strip_magics,
+    exercises,
+    write_manifest,
+)
 
 PLACEHOLDER = "# YOUR CODE HERE"
 METADATA_KEY = "llmlab"
@@ -44,12 +51,14 @@ _END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
 
 # --------------------------------------------------------------------------- marking
 
+
 @dataclass(frozen=True)
 class Solution:
     """One marked solution of a notebook and what the student version shows instead."""
-    cell_index: int        # index in nb.cells
-    solution: str          # the instructor's lines, markers included
-    placeholder: str       # the lines that replace them in the student version
+
+    cell_index: int  # index in nb.cells
+    solution: str  # the instructor's lines, markers included
+    placeholder: str  # the lines that replace them in the student version
 
 
 def bound_names(code: str) -> list[str]:
@@ -143,11 +152,13 @@ def _block_placeholder(body: list[str], indent: str, where: str) -> list[str]:
     try:
         names = bound_names(code) if code.strip() else []
     except SyntaxError as e:
-        raise ValueError(f"{where}: the solution block does not parse on its own ({e.msg}, line {e.lineno}); "
-                         f"mark whole statements") from None
+        raise ValueError(
+            f"{where}: the solution block does not parse on its own ({e.msg}, line {e.lineno}); "
+            f"mark whole statements"
+        ) from None
     out = [indent + PLACEHOLDER] + [f"{indent}{n} = None" for n in names]
     if indent and not names:
-        out.append(indent + "pass")      # an indented suite needs a statement
+        out.append(indent + "pass")  # an indented suite needs a statement
     return out
 
 
@@ -157,8 +168,10 @@ def _line_placeholder(lines: list[str], where: str) -> list[str]:
     try:
         names = bound_names(code)
     except SyntaxError as e:
-        raise ValueError(f"{where}: the lines marked '# SOLUTION' do not parse on their own "
-                         f"({e.msg}); mark every line of the statement") from None
+        raise ValueError(
+            f"{where}: the lines marked '# SOLUTION' do not parse on their own "
+            f"({e.msg}); mark every line of the statement"
+        ) from None
     if not names:
         return [indent + PLACEHOLDER] + ([indent + "pass"] if indent else [])
     return [f"{indent}{n} = None  {PLACEHOLDER}" for n in names]
@@ -176,27 +189,39 @@ def strip_source(source: str, where: str = "cell") -> tuple[str, list[tuple[str,
     while i < len(lines):
         line = lines[i]
         if _END.match(line):
-            raise ValueError(f"{where}, line {i + 1}: '# END SOLUTION' without a '# BEGIN SOLUTION' before it")
+            raise ValueError(
+                f"{where}, line {i + 1}: '# END SOLUTION' without a '# BEGIN SOLUTION' before it"
+            )
         if _BEGIN.match(line):
             j = i + 1
             while j < len(lines) and not _END.match(lines[j]):
                 if _BEGIN.match(lines[j]):
-                    raise ValueError(f"{where}, line {j + 1}: '# BEGIN SOLUTION' inside another solution block")
+                    raise ValueError(
+                        f"{where}, line {j + 1}: '# BEGIN SOLUTION' inside another solution block"
+                    )
                 j += 1
             if j == len(lines):
-                raise ValueError(f"{where}, line {i + 1}: '# BEGIN SOLUTION' has no matching '# END SOLUTION'")
-            repl = _block_placeholder(lines[i + 1:j], _indent_of(line), f"{where}, line {i + 1}")
-            pairs.append(("\n".join(lines[i:j + 1]), "\n".join(repl)))
+                raise ValueError(
+                    f"{where}, line {i + 1}: '# BEGIN SOLUTION' has no matching '# END SOLUTION'"
+                )
+            repl = _block_placeholder(lines[i + 1 : j], _indent_of(line), f"{where}, line {i + 1}")
+            pairs.append(("\n".join(lines[i : j + 1]), "\n".join(repl)))
             out.extend(repl)
             i = j + 1
             continue
         if _LINE_MARK.search(line):
             j = i + 1
-            while j < len(lines) and _LINE_MARK.search(lines[j]) and not _BEGIN.match(lines[j]) \
-                    and not _END.match(lines[j]):
+            while (
+                j < len(lines)
+                and _LINE_MARK.search(lines[j])
+                and not _BEGIN.match(lines[j])
+                and not _END.match(lines[j])
+            ):
                 j += 1
             # a statement marked on its first line only: take its continuation lines along
-            while not _parses("\n".join(_LINE_MARK.sub("", ln) for ln in lines[i:j])) and j < len(lines):
+            while not _parses("\n".join(_LINE_MARK.sub("", ln) for ln in lines[i:j])) and j < len(
+                lines
+            ):
                 j += 1
             repl = _line_placeholder(lines[i:j], f"{where}, line {i + 1}")
             pairs.append(("\n".join(lines[i:j]), "\n".join(repl)))
@@ -222,8 +247,10 @@ def student_notebook(nb: Any, where: str = "notebook") -> tuple[Any, list[Soluti
         if pairs:
             before_ok = _parses(_strip_magics(cell.source))
             if before_ok and not _parses(_strip_magics(new_source)):
-                raise ValueError(f"{label}: the student version of this cell would not parse; "
-                                 f"check the solution markers")
+                raise ValueError(
+                    f"{label}: the student version of this cell would not parse; "
+                    f"check the solution markers"
+                )
         cell.source = new_source
         cell.outputs = []
         cell.execution_count = None
@@ -231,7 +258,7 @@ def student_notebook(nb: Any, where: str = "notebook") -> tuple[Any, list[Soluti
             cell.metadata.pop(key, None)
         solutions.extend(Solution(index, s, p) for s, p in pairs)
     meta = dict(student.metadata.get(METADATA_KEY, {}))
-    meta.pop("exercises", None)      # the grader takes them from the instructor's source
+    meta.pop("exercises", None)  # the grader takes them from the instructor's source
     meta["version"] = "student"
     student.metadata[METADATA_KEY] = meta
     return student, solutions
@@ -244,7 +271,9 @@ def fill_solutions(student_nb: Any, solutions: list[Solution]) -> Any:
     for s in solutions:
         cell = filled.cells[s.cell_index]
         if s.placeholder not in cell.source:
-            raise ValueError(f"cell {s.cell_index} no longer holds the placeholder {s.placeholder!r}")
+            raise ValueError(
+                f"cell {s.cell_index} no longer holds the placeholder {s.placeholder!r}"
+            )
         cell.source = cell.source.replace(s.placeholder, s.solution, 1)
     return filled
 
@@ -263,15 +292,19 @@ def write_student_versions(src: str | Path, dst: str | Path) -> list[tuple[Path,
 
     src, dst = Path(src), Path(dst)
     if not src.exists():
-        raise ValueError(f"SRC {str(src)!r} does not exist; give a notebook or a folder of notebooks")
+        raise ValueError(
+            f"SRC {str(src)!r} does not exist; give a notebook or a folder of notebooks"
+        )
     paths = _notebook_paths(src)
     if not paths:
         raise ValueError(f"SRC {str(src)!r} holds no .ipynb file")
     if dst.exists() and not dst.is_dir():
         raise ValueError(f"DST {str(dst)!r} is a file; give a folder")
     if any(p.parent.resolve() == dst.resolve() for p in paths):
-        raise ValueError(f"DST {str(dst)!r} is the folder of the instructor's notebooks; "
-                         f"writing there would overwrite the solutions")
+        raise ValueError(
+            f"DST {str(dst)!r} is the folder of the instructor's notebooks; "
+            f"writing there would overwrite the solutions"
+        )
     dst.mkdir(parents=True, exist_ok=True)
     written = []
     manifest: dict[str, list[Exercise]] = {}
@@ -289,12 +322,17 @@ def write_student_versions(src: str | Path, dst: str | Path) -> list[tuple[Path,
 
 # --------------------------------------------------------------------------- command line
 
+
 def student_main(argv: list[str]) -> int:
     """`python -m llmlab student SRC DST`: write the student versions."""
-    parser = argparse.ArgumentParser(prog="python -m llmlab student",
-                                     description="Write the student version of notebooks: solutions "
-                                                 "replaced by '# YOUR CODE HERE', outputs cleared.")
-    parser.add_argument("src", help="a notebook, or a folder of notebooks (the instructor's version)")
+    parser = argparse.ArgumentParser(
+        prog="python -m llmlab student",
+        description="Write the student version of notebooks: solutions "
+        "replaced by '# YOUR CODE HERE', outputs cleared.",
+    )
+    parser.add_argument(
+        "src", help="a notebook, or a folder of notebooks (the instructor's version)"
+    )
     parser.add_argument("dst", help="the folder to write the student versions into")
     args = parser.parse_args(argv)
     try:
@@ -305,7 +343,8 @@ def student_main(argv: list[str]) -> int:
     for out, n_ex, n_sol in written:
         warn = "  (warning: exercises but no marked solution)" if n_ex and not n_sol else ""
         print(f"wrote {out}: {n_ex} exercises, {n_sol} solutions removed{warn}")
-    print(f"wrote {Path(args.dst) / MANIFEST_NAME}: the exercises to grade against "
-          f"(python -m llmlab grade NOTEBOOK --source {Path(args.dst) / MANIFEST_NAME})")
+    print(
+        f"wrote {Path(args.dst) / MANIFEST_NAME}: the exercises to grade against "
+        f"(python -m llmlab grade NOTEBOOK --source {Path(args.dst) / MANIFEST_NAME})"
+    )
     return 0
-

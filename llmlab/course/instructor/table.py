@@ -10,6 +10,7 @@ In Chinese (`LLMLAB_LANG=zh`) the headers and the kind names are Chinese; the mi
 checkers' own words. A test fails when `docs/instructors.md` or `docs/instructors.zh.md` is not
 what `--write` would make it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmlab.course.check.core import KINDS, ExerciseInfo
-from llmlab.i18n import tr
 from llmlab.course.instructor.exercises import exercise_calls
+from llmlab.i18n import tr
 
-BEGIN = "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
+BEGIN = (
+    "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
+)
 END = "<!-- end of exercises table -->"
 
 
@@ -35,8 +38,8 @@ def kind_name(kind: str) -> str:
 class Row:
     notebook: str
     exercise: str
-    info: ExerciseInfo | None       # None: the checker module does not describe it
-    required: bool = True           # False: inside a "Going further" section
+    info: ExerciseInfo | None  # None: the checker module does not describe it
+    required: bool = True  # False: inside a "Going further" section
 
 
 def info_of(exercise: str) -> ExerciseInfo | None:
@@ -69,29 +72,43 @@ def path(row: Row) -> str:
 
 def markdown(notebooks: Path) -> str:
     table = rows(notebooks)
-    lines = [tr("| chapter | exercises | ", "| 章节 | 练习数 | ")
-             + " | ".join(kind_name(k) for k in KINDS)
-             + tr(" | mistakes named | in Going further |", " | 能指出的错误数 | 在“延伸学习”中 |"),
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        tr("| chapter | exercises | ", "| 章节 | 练习数 | ")
+        + " | ".join(kind_name(k) for k in KINDS)
+        + tr(" | mistakes named | in Going further |", " | 能指出的错误数 | 在“延伸学习”中 |"),
+        "|---|---|---|---|---|---|---|",
+    ]
     by_nb: dict[str, list[Row]] = {}
     for r in table:
         by_nb.setdefault(r.notebook, []).append(r)
     for nb, rs in by_nb.items():
         kinds = [r.info.kind if r.info else "?" for r in rs]
         mistakes = sum(len(r.info.mistakes) for r in rs if r.info)
-        lines.append(f"| `{nb}` | {len(rs)} | " + " | ".join(str(kinds.count(k)) for k in KINDS)
-                     + f" | {mistakes} | {sum(not r.required for r in rs)} |")
-    lines += ["", tr("| chapter | exercise | kind | mistakes its checker names | seed question | path |",
-                     "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 | 所在部分 |"),
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| `{nb}` | {len(rs)} | "
+            + " | ".join(str(kinds.count(k)) for k in KINDS)
+            + f" | {mistakes} | {sum(not r.required for r in rs)} |"
+        )
+    lines += [
+        "",
+        tr(
+            "| chapter | exercise | kind | mistakes its checker names | seed question | path |",
+            "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 | 所在部分 |",
+        ),
+        "|---|---|---|---|---|---|",
+    ]
     for r in table:
         if r.info is None:
-            lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | {tr('(not described)', '（未描述）')} | | {path(r)} |")
+            lines.append(
+                f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | {tr('(not described)', '（未描述）')} | | {path(r)} |"
+            )
             continue
         mistakes = "; ".join(r.info.mistakes) if r.info.mistakes else "—"
         seed = f"Q{r.info.seed}" if r.info.seed else ""
-        lines.append(f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} "
-                     f"| {path(r)} |")
+        lines.append(
+            f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} "
+            f"| {path(r)} |"
+        )
     return "\n".join(lines)
 
 
@@ -120,10 +137,14 @@ def main(args: list[str]) -> int:
         from llmlab.course.instructor.reading_time import report
 
         rows = report(notebooks)
-        print(f"{'chapter':<26} {'stated':>7} {'estimated':>10}   (minutes; llmlab/instructor/reading_time.py)")
+        print(
+            f"{'chapter':<26} {'stated':>7} {'estimated':>10}   (minutes; llmlab/instructor/reading_time.py)"
+        )
         for stem, stated, est in rows:
             print(f"{stem:<26} {'-' if stated is None else stated:>7} {est:>10.0f}")
-        print(f"{'all chapters':<26} {sum(r[1] or 0 for r in rows):>7} {sum(r[2] for r in rows):>10.0f}")
+        print(
+            f"{'all chapters':<26} {sum(r[1] or 0 for r in rows):>7} {sum(r[2] for r in rows):>10.0f}"
+        )
         return 0
     if args:
         print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)

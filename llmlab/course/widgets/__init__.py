@@ -4,6 +4,7 @@ The widgets live in topic submodules (`llmlab/widgets/kv.py`, ...). `llmlab.cour
 finds NAME in whichever submodule defines it, so a notebook writes
 `from llmlab.course.widgets import kv_calculator`.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """What every widget's redraw shares: swap the figure an Output widget shows."""
+
 from __future__ import annotations
 
 

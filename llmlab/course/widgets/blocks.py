@@ -14,22 +14,41 @@ step slider. `pool_table(manager)` prints the pool's blocks (holders, reference 
 place in the free queue); `chunked_prefill_schedule` steps a real `Scheduler` (no model) and
 records each step's prefill and decode tokens (`split_tokens`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from llmlab.analysis.blocks import (  # noqa: F401
+    BlockSnapshot,
+    BlockView,
+    chunked_prefill_schedule,
+    manager_walkthrough,
+    record_engine,
+    snapshot,
+    split_tokens,
+    waste_from_snapshots,
+)
 from llmlab.course.figures.headers import header, rjust, width
+from llmlab.course.widgets._show import show_figure
 from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.utils import cdiv
-from llmlab.course.widgets._show import show_figure
-from llmlab.analysis.blocks import BlockSnapshot, BlockView, chunked_prefill_schedule, manager_walkthrough, record_engine, snapshot, split_tokens, waste_from_snapshots  # noqa: F401
 
 # colourblind-friendly owner colours (the owners are named by their request ids)
-OWNER_COLOURS = ("#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2",
-                 "#65a30d", "#dc2626", "#4b5563", "#b45309")
+OWNER_COLOURS = (
+    "#2563eb",
+    "#d97706",
+    "#059669",
+    "#db2777",
+    "#7c3aed",
+    "#0891b2",
+    "#65a30d",
+    "#dc2626",
+    "#4b5563",
+    "#b45309",
+)
 FREE_COLOUR = "#ffffff"
 CACHED_FREE_COLOUR = "#d1d5db"
 
@@ -38,16 +57,18 @@ def snapshot_text(snap: BlockSnapshot) -> str:
     """One line: requests, blocks held and shared, tokens in slots, waste."""
     cached_free = sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
     label = tr(f"{snap.label}: ", f"{snap.label}：") if snap.label else ""
-    return tr(f"{label}{len(snap.tables)} live requests, "
-              f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
-              f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
-              f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
-              f"({snap.paged_waste:.0%} unfilled)",
-              f"{label}{len(snap.tables)} 个活跃请求，"
-              f"占用 {len(snap.held_blocks)}/{snap.num_blocks} 个块"
-              f"（{len(snap.shared_blocks)} 个共享），{cached_free} 个空闲但仍在缓存里；"
-              f"{snap.tokens_stored} 个 token 占 {snap.logical_slots} 个表槽位"
-              f"（{snap.paged_waste:.0%} 没填满）")
+    return tr(
+        f"{label}{len(snap.tables)} live requests, "
+        f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
+        f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
+        f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
+        f"({snap.paged_waste:.0%} unfilled)",
+        f"{label}{len(snap.tables)} 个活跃请求，"
+        f"占用 {len(snap.held_blocks)}/{snap.num_blocks} 个块"
+        f"（{len(snap.shared_blocks)} 个共享），{cached_free} 个空闲但仍在缓存里；"
+        f"{snap.tokens_stored} 个 token 占 {snap.logical_slots} 个表槽位"
+        f"（{snap.paged_waste:.0%} 没填满）",
+    )
 
 
 def table_text(rows: Sequence[dict[str, Any]]) -> str:
@@ -69,8 +90,12 @@ def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) 
     queue (0 = handed out next; "-" while held). Without `block_ids`: every block some request
     holds or that is cached, plus the free queue's head."""
     if not isinstance(manager, KVCacheManager):
-        raise ValueError(tr(f"manager must be a KVCacheManager, got {type(manager).__name__}",
-                            f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}"))
+        raise ValueError(
+            tr(
+                f"manager must be a KVCacheManager, got {type(manager).__name__}",
+                f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}",
+            )
+        )
     pool = manager.block_pool
     place = {b.block_id: i for i, b in enumerate(pool.free_block_queue)}
     holders: dict[int, list[str]] = {}
@@ -79,15 +104,22 @@ def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) 
             holders.setdefault(b.block_id, []).append(rid)
     if block_ids is None:
         head = [b.block_id for b, _ in zip(pool.free_block_queue, range(1))]
-        block_ids = sorted({b.block_id for b in pool.blocks if b.ref_cnt or b.is_cached} | set(head))
+        block_ids = sorted(
+            {b.block_id for b in pool.blocks if b.ref_cnt or b.is_cached} | set(head)
+        )
     rows = []
     for bid in block_ids:
         b = pool.blocks[bid]
-        rows.append({"block": bid, "held by": ",".join(holders.get(bid, [])) or "-",
-                     "ref_cnt": b.ref_cnt,
-                     "hash": f"{b.block_hash & 0xFFFF:04x}.." if b.block_hash is not None else "-",
-                     "cached tokens": "-" if b.token_ids is None else " ".join(map(str, b.token_ids)),
-                     "free-queue place": place.get(bid, "-")})
+        rows.append(
+            {
+                "block": bid,
+                "held by": ",".join(holders.get(bid, [])) or "-",
+                "ref_cnt": b.ref_cnt,
+                "hash": f"{b.block_hash & 0xFFFF:04x}.." if b.block_hash is not None else "-",
+                "cached tokens": "-" if b.token_ids is None else " ".join(map(str, b.token_ids)),
+                "free-queue place": place.get(bid, "-"),
+            }
+        )
     return table_text(rows)
 
 
@@ -95,23 +127,47 @@ def _owner_colours(snap: BlockSnapshot) -> dict[str, str]:
     return {rid: OWNER_COLOURS[i % len(OWNER_COLOURS)] for i, rid in enumerate(snap.tables)}
 
 
-def _cell(ax: Any, x: float, y: float, colour: str, fill: float | None, text: str,
-          shared: bool = False, cached_free: bool = False) -> None:
+def _cell(
+    ax: Any,
+    x: float,
+    y: float,
+    colour: str,
+    fill: float | None,
+    text: str,
+    shared: bool = False,
+    cached_free: bool = False,
+) -> None:
     from matplotlib.patches import Rectangle
 
     light = colour if colour in (FREE_COLOUR, CACHED_FREE_COLOUR) else colour + "40"
-    ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, facecolor=light,
-                           edgecolor="black" if shared else "#6b7280",
-                           linewidth=2.2 if shared else 0.8,
-                           linestyle=":" if cached_free else "-",
-                           hatch="//" if shared else None))
+    ax.add_patch(
+        Rectangle(
+            (x + 0.05, y + 0.05),
+            0.9,
+            0.9,
+            facecolor=light,
+            edgecolor="black" if shared else "#6b7280",
+            linewidth=2.2 if shared else 0.8,
+            linestyle=":" if cached_free else "-",
+            hatch="//" if shared else None,
+        )
+    )
     if fill:
         # the axes run top-down, so y + 0.77 is the cell's bottom edge
-        ax.add_patch(Rectangle((x + 0.05, y + 0.77), 0.9 * fill, 0.18, facecolor=colour,
-                               edgecolor="none"))
-    ax.text(x + 0.5, y + 0.45, text, ha="center", va="center", fontsize=7,
-            bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none",
-                  "alpha": 0.8} if shared else None)
+        ax.add_patch(
+            Rectangle((x + 0.05, y + 0.77), 0.9 * fill, 0.18, facecolor=colour, edgecolor="none")
+        )
+    ax.text(
+        x + 0.5,
+        y + 0.45,
+        text,
+        ha="center",
+        va="center",
+        fontsize=7,
+        bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
+        if shared
+        else None,
+    )
 
 
 def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = None) -> Any:
@@ -125,7 +181,12 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     from matplotlib.patches import Patch
 
     if not isinstance(cols, int) or cols < 1:
-        raise ValueError(tr(f"cols must be an int >= 1, got {cols!r}", f"cols 必须是 >= 1 的整数，你给的是 {cols!r}"))
+        raise ValueError(
+            tr(
+                f"cols must be an int >= 1, got {cols!r}",
+                f"cols 必须是 >= 1 的整数，你给的是 {cols!r}",
+            )
+        )
     colours = _owner_colours(snap)
     bs = snap.block_size
     width = max([4] + [len(t) for t in snap.tables.values()])
@@ -133,8 +194,11 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     pool_rows = cdiv(snap.num_blocks, cols)
     # square cells in both panels: the tables panel is only as wide as the longest table
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(min(0.5 * max(cols, width) + 4.5, 16), 0.5 * (n_req + pool_rows) + 2.6),
-        gridspec_kw={"height_ratios": [n_req + 0.6, pool_rows + 0.6]})
+        2,
+        1,
+        figsize=(min(0.5 * max(cols, width) + 4.5, 16), 0.5 * (n_req + pool_rows) + 2.6),
+        gridspec_kw={"height_ratios": [n_req + 0.6, pool_rows + 0.6]},
+    )
     top.set_aspect("equal")
     bottom.set_aspect("equal")
 
@@ -144,20 +208,42 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
         for i, bid in enumerate(table):
             fill = max(0, min(bs, stored - i * bs)) / bs
             view = snap.blocks[bid]
-            _cell(top, i, row, colours[rid], fill, f"#{bid}" + (f" x{view.ref_cnt}" if view.shared else ""),
-                  shared=view.shared)
+            _cell(
+                top,
+                i,
+                row,
+                colours[rid],
+                fill,
+                f"#{bid}" + (f" x{view.ref_cnt}" if view.shared else ""),
+                shared=view.shared,
+            )
     top.set_xlim(0, width)
     top.set_ylim(n_req, 0)
     top.set_yticks([r + 0.5 for r in range(len(snap.tables))])
-    top.set_yticklabels([tr(f"{rid} ({snap.num_stored[rid]} tok", f"{rid}（{snap.num_stored[rid]} 个 token")
-                         + (tr(f", {snap.num_cached[rid]} cached)", f"，{snap.num_cached[rid]} 个来自缓存）")
-                            if snap.num_cached[rid] else tr(")", "）"))
-                         for rid in snap.tables], fontsize=8)
+    top.set_yticklabels(
+        [
+            tr(f"{rid} ({snap.num_stored[rid]} tok", f"{rid}（{snap.num_stored[rid]} 个 token")
+            + (
+                tr(f", {snap.num_cached[rid]} cached)", f"，{snap.num_cached[rid]} 个来自缓存）")
+                if snap.num_cached[rid]
+                else tr(")", "）")
+            )
+            for rid in snap.tables
+        ],
+        fontsize=8,
+    )
     top.set_xticks([i + 0.5 for i in range(width)])
     top.set_xticklabels([str(i) for i in range(width)], fontsize=7)
-    top.set_xlabel(tr(f"logical block (block size {bs} tokens); cell: physical block id",
-                      f"逻辑块（块大小 {bs} 个 token）；格子里：物理 KV 块的编号"))
-    top.set_title(tr("Block tables: logical block -> physical block", "块表：逻辑块 -> 物理 KV 块"), fontsize=10)
+    top.set_xlabel(
+        tr(
+            f"logical block (block size {bs} tokens); cell: physical block id",
+            f"逻辑块（块大小 {bs} 个 token）；格子里：物理 KV 块的编号",
+        )
+    )
+    top.set_title(
+        tr("Block tables: logical block -> physical block", "块表：逻辑块 -> 物理 KV 块"),
+        fontsize=10,
+    )
     if not snap.tables:
         top.text(width / 2, 0.5, tr("no live requests", "没有活跃的请求"), ha="center", va="center")
 
@@ -170,24 +256,52 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
             colour = CACHED_FREE_COLOUR if view.cached else FREE_COLOUR
         fill = None if view.filled is None or not view.owners else view.filled / bs
         text = f"{bid}" + (f"\nx{view.ref_cnt}" if view.shared else "")
-        _cell(bottom, x, y, colour, fill, text, shared=view.shared,
-              cached_free=view.ref_cnt == 0 and view.cached)
+        _cell(
+            bottom,
+            x,
+            y,
+            colour,
+            fill,
+            text,
+            shared=view.shared,
+            cached_free=view.ref_cnt == 0 and view.cached,
+        )
     bottom.set_xlim(0, cols)
     bottom.set_ylim(pool_rows, 0)
     bottom.set_xticks([])
     bottom.set_yticks([])
-    bottom.set_xlabel(tr(f"physical KV blocks 0-{snap.num_blocks - 1} (id in the cell)",
-                         f"物理 KV 块 0-{snap.num_blocks - 1}（格子里是编号）"))
-    handles = [Patch(facecolor=colours[r] + "40", edgecolor=colours[r], label=r) for r in snap.tables]
-    handles += [Patch(facecolor="white", edgecolor="black", hatch="//", linewidth=2,
-                      label=tr("shared (x ref count)", "共享（x 引用计数）")),
-                Patch(facecolor=CACHED_FREE_COLOUR, edgecolor="#6b7280", linestyle=":",
-                      label=tr("free, prefix still cached", "空闲，前缀仍在缓存里")),
-                Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label=tr("free", "空闲"))]
+    bottom.set_xlabel(
+        tr(
+            f"physical KV blocks 0-{snap.num_blocks - 1} (id in the cell)",
+            f"物理 KV 块 0-{snap.num_blocks - 1}（格子里是编号）",
+        )
+    )
+    handles = [
+        Patch(facecolor=colours[r] + "40", edgecolor=colours[r], label=r) for r in snap.tables
+    ]
+    handles += [
+        Patch(
+            facecolor="white",
+            edgecolor="black",
+            hatch="//",
+            linewidth=2,
+            label=tr("shared (x ref count)", "共享（x 引用计数）"),
+        ),
+        Patch(
+            facecolor=CACHED_FREE_COLOUR,
+            edgecolor="#6b7280",
+            linestyle=":",
+            label=tr("free, prefix still cached", "空闲，前缀仍在缓存里"),
+        ),
+        Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label=tr("free", "空闲")),
+    ]
     bottom.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     bottom.set_title(snapshot_text(snap), fontsize=8)
-    fig.suptitle(title or tr("Paged KV cache: block tables and the block pool", "分页的 KV cache：块表与块池"),
-                 fontsize=11)
+    fig.suptitle(
+        title
+        or tr("Paged KV cache: block tables and the block pool", "分页的 KV cache：块表与块池"),
+        fontsize=11,
+    )
     fig.tight_layout()
     return fig
 
@@ -197,6 +311,7 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
 
 # ---- the widget --------------------------------------------------------------------------------
 
+
 def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols: int = 16) -> Any:
     """A slider over recorded snapshots (default: `manager_walkthrough()`), redrawing the block
     tables and the pool at each position."""
@@ -204,9 +319,16 @@ def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols
 
     snaps = list(snaps) if snaps is not None else manager_walkthrough()
     if not snaps:
-        raise ValueError(tr("snaps must hold at least one BlockSnapshot", "snaps 里至少要有一个 BlockSnapshot"))
-    slider = w.IntSlider(value=0, min=0, max=len(snaps) - 1, description=tr("snapshot", "快照"),
-                         style={"description_width": "80px"})
+        raise ValueError(
+            tr("snaps must hold at least one BlockSnapshot", "snaps 里至少要有一个 BlockSnapshot")
+        )
+    slider = w.IntSlider(
+        value=0,
+        min=0,
+        max=len(snaps) - 1,
+        description=tr("snapshot", "快照"),
+        style={"description_width": "80px"},
+    )
     result = w.HTML()
     out = w.Output()
 

@@ -4,79 +4,121 @@
 parse the English text with `WEIGHT_READ_PATTERN`; the Chinese one holds the same numbers),
 `plot_weight_read(...)` and the slider box `weight_read_explorer()`.
 """
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
 from llmlab.analysis.hardware import PRESETS
-from llmlab.i18n import tr
 from llmlab.analysis.roofline import weight_read_time
 from llmlab.course.widgets._show import show_figure
+from llmlab.i18n import tr
 
 WEIGHT_READ_PATTERN = re.compile(r"Per-token floor: ([0-9.]+) ms")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
 
 
-def weight_read_text(params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float = 3.0) -> str:
+def weight_read_text(
+    params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float = 3.0
+) -> str:
     """'Per-token floor: 46.7 ms' plus the bytes and the tokens/s bound at batch 1."""
     if dtype not in DTYPE_BYTES:
-        raise ValueError(tr(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
-                            f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}"))
+        raise ValueError(
+            tr(
+                f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
+                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}",
+            )
+        )
     nbytes = params_billion * 1e9 * DTYPE_BYTES[dtype]
     t = weight_read_time(params_billion * 1e9, DTYPE_BYTES[dtype], bandwidth_tb_s * 1e12)
-    return tr(f"Per-token floor: {t * 1e3:.1f} ms\n"
-              f"{params_billion:g}B parameters × {DTYPE_BYTES[dtype]:g} B ({dtype}) = {nbytes / 1e9:.1f} GB "
-              f"read at {bandwidth_tb_s:g} TB/s; at most {1 / t:,.1f} tokens/s for one sequence",
-              f"每个 token 的下限：{t * 1e3:.1f} ms\n"
-              f"{params_billion:g}B 参数 × {DTYPE_BYTES[dtype]:g} B（{dtype}）= {nbytes / 1e9:.1f} GB，"
-              f"以 {bandwidth_tb_s:g} TB/s 读取；一个序列最多 {1 / t:,.1f} tokens/s")
+    return tr(
+        f"Per-token floor: {t * 1e3:.1f} ms\n"
+        f"{params_billion:g}B parameters × {DTYPE_BYTES[dtype]:g} B ({dtype}) = {nbytes / 1e9:.1f} GB "
+        f"read at {bandwidth_tb_s:g} TB/s; at most {1 / t:,.1f} tokens/s for one sequence",
+        f"每个 token 的下限：{t * 1e3:.1f} ms\n"
+        f"{params_billion:g}B 参数 × {DTYPE_BYTES[dtype]:g} B（{dtype}）= {nbytes / 1e9:.1f} GB，"
+        f"以 {bandwidth_tb_s:g} TB/s 读取；一个序列最多 {1 / t:,.1f} tokens/s",
+    )
 
 
-def plot_weight_read(params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float | None = None) -> Any:
+def plot_weight_read(
+    params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float | None = None
+) -> Any:
     """Per-token floor of a model on every hardware preset (and at `bandwidth_tb_s` if given)."""
     import matplotlib.pyplot as plt
 
     names = list(PRESETS)
     bws = [PRESETS[n].mem_bw for n in names]
     if bandwidth_tb_s is not None:
-        names.append(tr(f"your choice ({bandwidth_tb_s:g} TB/s)", f"你选的（{bandwidth_tb_s:g} TB/s）"))
+        names.append(
+            tr(f"your choice ({bandwidth_tb_s:g} TB/s)", f"你选的（{bandwidth_tb_s:g} TB/s）")
+        )
         bws.append(bandwidth_tb_s * 1e12)
     times = [weight_read_time(params_billion * 1e9, DTYPE_BYTES[dtype], bw) * 1e3 for bw in bws]
     fig, ax = plt.subplots(figsize=(8, 3.8))
     bars = ax.barh(names, times, color="#2563eb")
     for bar, t, bw in zip(bars, times, bws):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {t:,.1f} ms ({bw / 1e12:.2f} TB/s)",
-                va="center", fontsize=8)
+        ax.text(
+            bar.get_width(),
+            bar.get_y() + bar.get_height() / 2,
+            f" {t:,.1f} ms ({bw / 1e12:.2f} TB/s)",
+            va="center",
+            fontsize=8,
+        )
     ax.set_xscale("log")
-    ax.set_xlabel(tr("time to read the weights once = per-token floor at batch 1 (ms, log scale)",
-                     "把权重读一遍的时间 = batch 1 时每个 token 的下限（ms，对数坐标）"))
-    ax.set_title(tr(f"{params_billion:g}B parameters in {dtype}: one full weight read per decode step "
-                    "(presets: datasheet bandwidth)",
-                    f"{params_billion:g}B 参数，{dtype}：每步 decode 都要把权重完整读一遍"
-                    "（预设：数据手册上的带宽）"))
+    ax.set_xlabel(
+        tr(
+            "time to read the weights once = per-token floor at batch 1 (ms, log scale)",
+            "把权重读一遍的时间 = batch 1 时每个 token 的下限（ms，对数坐标）",
+        )
+    )
+    ax.set_title(
+        tr(
+            f"{params_billion:g}B parameters in {dtype}: one full weight read per decode step "
+            "(presets: datasheet bandwidth)",
+            f"{params_billion:g}B 参数，{dtype}：每步 decode 都要把权重完整读一遍"
+            "（预设：数据手册上的带宽）",
+        )
+    )
     ax.invert_yaxis()
     fig.tight_layout()
     return fig
 
 
-def weight_read_explorer(params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float = 3.0) -> Any:
+def weight_read_explorer(
+    params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float = 3.0
+) -> Any:
     """Sliders: model size, dtype, bandwidth → per-token floor."""
     import ipywidgets as w
 
     style = {"description_width": "120px"}
-    p_w = w.FloatLogSlider(value=params_billion, base=10, min=-1, max=3, step=0.01,
-                           description=tr("params (B)", "参数量（B）"), style=style)
+    p_w = w.FloatLogSlider(
+        value=params_billion,
+        base=10,
+        min=-1,
+        max=3,
+        step=0.01,
+        description=tr("params (B)", "参数量（B）"),
+        style=style,
+    )
     d_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
-    bw_w = w.FloatSlider(value=bandwidth_tb_s, min=0.05, max=8.0, step=0.05,
-                         description=tr("bandwidth TB/s", "带宽 TB/s"),
-                         style=style)
+    bw_w = w.FloatSlider(
+        value=bandwidth_tb_s,
+        min=0.05,
+        max=8.0,
+        step=0.05,
+        description=tr("bandwidth TB/s", "带宽 TB/s"),
+        style=style,
+    )
     result = w.HTML()
     out = w.Output()
 
     def redraw(*_: Any) -> None:
-        result.value = (f'<pre class="llmlab-weight-read-result">'
-                        f'{weight_read_text(p_w.value, d_w.value, bw_w.value)}</pre>')
+        result.value = (
+            f'<pre class="llmlab-weight-read-result">'
+            f'{weight_read_text(p_w.value, d_w.value, bw_w.value)}</pre>'
+        )
         show_figure(out, plot_weight_read(p_w.value, d_w.value, bw_w.value))
 
     for c in (p_w, d_w, bw_w):

@@ -6,6 +6,7 @@ of which the first is "Decode step floor: <x> ms (<memory|compute>-bound)" (pars
 `ROOFLINE_TEXT_PATTERN`, which reads the English line; the Chinese one holds the same numbers);
 `plot_roofline_explorer(...)` draws it; `roofline_explorer()` adds sliders.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,16 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmlab.analysis import roofline
-from llmlab.config import get_config
 from llmlab.analysis.hardware import PRESETS, get_hardware
-from llmlab.i18n import tr
+from llmlab.config import get_config
 from llmlab.course.widgets._show import show_figure
+from llmlab.i18n import tr
 
 # "Decode step floor: 42.1 ms (memory-bound)" → groups: milliseconds, bound
 ROOFLINE_TEXT_PATTERN = re.compile(r"Decode step floor: ([0-9.]+) ms \((memory|compute)-bound\)")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]   # the sweep the plots mark
-MAX_BATCH = 1024        # the batch slider moves one sequence at a time from 1 to here
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # the sweep the plots mark
+MAX_BATCH = 1024  # the batch slider moves one sequence at a time from 1 to here
 
 
 @dataclass(frozen=True)
@@ -32,64 +33,106 @@ class RooflineSummary:
     dtype: str
     batch: int
     context: int
-    intensity: float          # FLOP/byte of the whole decode step
-    ridge: float              # FLOP/byte
-    step_floor: float         # seconds
-    bound: str                # "memory" | "compute"
-    tokens_per_s: float       # batch / step_floor
-    memory_time: float        # seconds
-    compute_time: float       # seconds
+    intensity: float  # FLOP/byte of the whole decode step
+    ridge: float  # FLOP/byte
+    step_floor: float  # seconds
+    bound: str  # "memory" | "compute"
+    tokens_per_s: float  # batch / step_floor
+    memory_time: float  # seconds
+    compute_time: float  # seconds
 
 
-def roofline_summary(hardware: str = "H100-SXM", model: str = "llama-3-70b", dtype: str = "bf16",
-                     batch: int = 1, context: int = 1024) -> RooflineSummary:
+def roofline_summary(
+    hardware: str = "H100-SXM",
+    model: str = "llama-3-70b",
+    dtype: str = "bf16",
+    batch: int = 1,
+    context: int = 1024,
+) -> RooflineSummary:
     """One decode step of `model` (weights and KV cache in `dtype`) on `hardware`'s roof."""
     if dtype not in DTYPE_BYTES:
-        raise ValueError(tr(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
-                            f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}"))
+        raise ValueError(
+            tr(
+                f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
+                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}",
+            )
+        )
     hw = get_hardware(hardware)
     cfg = get_config(model)
     p = roofline.place(roofline.decode_step(cfg, batch, context, DTYPE_BYTES[dtype]), hw, dtype)
-    return RooflineSummary(hw.name, model, dtype, batch, context, p.op.intensity, p.ridge, p.time_floor,
-                           p.bound, batch / p.time_floor, p.memory_time, p.compute_time)
+    return RooflineSummary(
+        hw.name,
+        model,
+        dtype,
+        batch,
+        context,
+        p.op.intensity,
+        p.ridge,
+        p.time_floor,
+        p.bound,
+        batch / p.time_floor,
+        p.memory_time,
+        p.compute_time,
+    )
 
 
 def roofline_text(s: RooflineSummary) -> str:
     """Result lines; the first is stable and parseable (ROOFLINE_TEXT_PATTERN)."""
-    return tr(f"Decode step floor: {s.step_floor * 1e3:.1f} ms ({s.bound}-bound)\n"
-              f"{s.model} on {s.hardware}, {s.dtype}, batch {s.batch}, context {s.context}\n"
-              f"intensity {s.intensity:.1f} FLOP/B vs ridge {s.ridge:.0f} FLOP/B; "
-              f"memory {s.memory_time * 1e3:.1f} ms, compute {s.compute_time * 1e3:.1f} ms; "
-              f"{s.tokens_per_s:,.0f} tokens/s",
-              f"decode 一步的下限：{s.step_floor * 1e3:.1f} ms（{s.bound}-bound）\n"
-              f"{s.model} 在 {s.hardware} 上，{s.dtype}，batch {s.batch}，上下文 {s.context}\n"
-              f"算术强度 {s.intensity:.1f} FLOP/B，拐点 {s.ridge:.0f} FLOP/B；"
-              f"读内存 {s.memory_time * 1e3:.1f} ms，计算 {s.compute_time * 1e3:.1f} ms；"
-              f"{s.tokens_per_s:,.0f} tokens/s")
+    return tr(
+        f"Decode step floor: {s.step_floor * 1e3:.1f} ms ({s.bound}-bound)\n"
+        f"{s.model} on {s.hardware}, {s.dtype}, batch {s.batch}, context {s.context}\n"
+        f"intensity {s.intensity:.1f} FLOP/B vs ridge {s.ridge:.0f} FLOP/B; "
+        f"memory {s.memory_time * 1e3:.1f} ms, compute {s.compute_time * 1e3:.1f} ms; "
+        f"{s.tokens_per_s:,.0f} tokens/s",
+        f"decode 一步的下限：{s.step_floor * 1e3:.1f} ms（{s.bound}-bound）\n"
+        f"{s.model} 在 {s.hardware} 上，{s.dtype}，batch {s.batch}，上下文 {s.context}\n"
+        f"算术强度 {s.intensity:.1f} FLOP/B，拐点 {s.ridge:.0f} FLOP/B；"
+        f"读内存 {s.memory_time * 1e3:.1f} ms，计算 {s.compute_time * 1e3:.1f} ms；"
+        f"{s.tokens_per_s:,.0f} tokens/s",
+    )
 
 
-def plot_roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dtype: str = "bf16",
-                           batch: int = 1, context: int = 1024) -> Any:
+def plot_roofline_explorer(
+    hardware: str = "H100-SXM",
+    model: str = "llama-3-70b",
+    dtype: str = "bf16",
+    batch: int = 1,
+    context: int = 1024,
+) -> Any:
     """The device's roof with the decode step (and its GEMV and attention parts) placed on it."""
     import matplotlib.pyplot as plt
 
     s = roofline_summary(hardware, model, dtype, batch, context)
     cfg = get_config(model)
     nbytes = DTYPE_BYTES[dtype]
-    ops = [roofline.decode_step(cfg, batch, context, nbytes),
-           roofline.decode_gemv(cfg, batch, nbytes),
-           roofline.decode_attention(cfg, batch, context, nbytes)]
+    ops = [
+        roofline.decode_step(cfg, batch, context, nbytes),
+        roofline.decode_gemv(cfg, batch, nbytes),
+        roofline.decode_attention(cfg, batch, context, nbytes),
+    ]
     fig, ax = plt.subplots(figsize=(8, 5))
-    roofline.plot_roofline([hardware], dtype=dtype, ops=ops, ax=ax,
-                           title=tr(f"{model}, batch {batch}, context {context}: "
-                                    f"{s.step_floor * 1e3:.1f} ms/step floor, {s.bound}-bound",
-                                    f"{model}，batch {batch}，上下文 {context}："
-                                    f"每步下限 {s.step_floor * 1e3:.1f} ms，{s.bound}-bound"))
+    roofline.plot_roofline(
+        [hardware],
+        dtype=dtype,
+        ops=ops,
+        ax=ax,
+        title=tr(
+            f"{model}, batch {batch}, context {context}: "
+            f"{s.step_floor * 1e3:.1f} ms/step floor, {s.bound}-bound",
+            f"{model}，batch {batch}，上下文 {context}："
+            f"每步下限 {s.step_floor * 1e3:.1f} ms，{s.bound}-bound",
+        ),
+    )
     return fig
 
 
-def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dtype: str = "bf16",
-                      batch: int = 1, context: int = 1024) -> Any:
+def roofline_explorer(
+    hardware: str = "H100-SXM",
+    model: str = "llama-3-70b",
+    dtype: str = "bf16",
+    batch: int = 1,
+    context: int = 1024,
+) -> Any:
     """Sliders for the roofline explorer; the result line updates on every change."""
     import ipywidgets as w
 
@@ -97,15 +140,35 @@ def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dt
     from llmlab.config import PRESETS as MODELS
 
     style = {"description_width": "90px"}
-    hw_w = w.Dropdown(options=list(PRESETS), value=hardware, description=tr("hardware", "硬件"), style=style)
-    model_w = w.Dropdown(options=[k for k, c in MODELS.items() if not costs.is_mla(c)], value=model,
-                         description=tr("model", "模型"), style=style)
+    hw_w = w.Dropdown(
+        options=list(PRESETS), value=hardware, description=tr("hardware", "硬件"), style=style
+    )
+    model_w = w.Dropdown(
+        options=[k for k, c in MODELS.items() if not costs.is_mla(c)],
+        value=model,
+        description=tr("model", "模型"),
+        style=style,
+    )
     dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
     # one by one, so the batch where the bound changes can be found exactly; redrawn on release
-    batch_w = w.IntSlider(value=batch, min=1, max=MAX_BATCH, step=1, description="batch", style=style,
-                          continuous_update=False)
-    ctx_w = w.IntSlider(value=context, min=1, max=32768, step=1, description=tr("context", "上下文"), style=style,
-                        continuous_update=False)
+    batch_w = w.IntSlider(
+        value=batch,
+        min=1,
+        max=MAX_BATCH,
+        step=1,
+        description="batch",
+        style=style,
+        continuous_update=False,
+    )
+    ctx_w = w.IntSlider(
+        value=context,
+        min=1,
+        max=32768,
+        step=1,
+        description=tr("context", "上下文"),
+        style=style,
+        continuous_update=False,
+    )
     result = w.HTML()
     out = w.Output()
 
@@ -114,13 +177,25 @@ def roofline_explorer(hardware: str = "H100-SXM", model: str = "llama-3-70b", dt
         hw = get_hardware(hw_w.value)
         if dt not in hw.peak_flops:
             peaks = ", ".join(sorted(hw.peak_flops))
-            result.value = ('<pre class="llmlab-roofline-result">'
-                            + tr(f"{hw.name} has no {dt} peak; available: {peaks}",
-                                 f"{hw.name} 没有 {dt} 的峰值；可选的有：{peaks}") + '</pre>')
+            result.value = (
+                '<pre class="llmlab-roofline-result">'
+                + tr(
+                    f"{hw.name} has no {dt} peak; available: {peaks}",
+                    f"{hw.name} 没有 {dt} 的峰值；可选的有：{peaks}",
+                )
+                + '</pre>'
+            )
             return
-        args = dict(hardware=hw_w.value, model=model_w.value, dtype=dt, batch=batch_w.value,
-                    context=ctx_w.value)
-        result.value = f'<pre class="llmlab-roofline-result">{roofline_text(roofline_summary(**args))}</pre>'
+        args = dict(
+            hardware=hw_w.value,
+            model=model_w.value,
+            dtype=dt,
+            batch=batch_w.value,
+            context=ctx_w.value,
+        )
+        result.value = (
+            f'<pre class="llmlab-roofline-result">{roofline_text(roofline_summary(**args))}</pre>'
+        )
         show_figure(out, plot_roofline_explorer(**args))
 
     for c in (hw_w, model_w, dtype_w, batch_w, ctx_w):

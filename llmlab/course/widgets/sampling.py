@@ -5,21 +5,26 @@
 draws the most likely tokens, greying out the ones the filters removed; `sampling_explorer`
 adds sliders.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from llmlab.i18n import tr
-from llmlab.sampling import apply_top_k_top_p
+from llmlab.analysis.distribution import (  # noqa: F401
+    NextTokenDistribution,
+    next_token_distribution,
+    prompt_logits,
+)
 from llmlab.course.figures.ch03 import plot_label, plot_next_token_distribution  # noqa: F401
-from llmlab.analysis.distribution import NextTokenDistribution, next_token_distribution, prompt_logits  # noqa: F401
+from llmlab.i18n import tr
 
 
-def sampling_explorer(prompt: str = "The capital of France is", model: Any = None,
-                      tokenizer: Any = None, top_n: int = 20) -> Any:
+def sampling_explorer(
+    prompt: str = "The capital of France is",
+    model: Any = None,
+    tokenizer: Any = None,
+    top_n: int = 20,
+) -> Any:
     """Sliders for temperature, top-k and top-p over the real model's next-token distribution."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
@@ -27,11 +32,18 @@ def sampling_explorer(prompt: str = "The capital of France is", model: Any = Non
 
     if model is None or tokenizer is None:
         from llmlab.model import load_model
+
         model, tokenizer = load_model("smollm2-135m")
     state = {"logits": prompt_logits(prompt, model, tokenizer)}
-    text = w.Text(value=prompt, description=tr("prompt", "提示词"), layout=w.Layout(width="90%"),
-                  continuous_update=False)
-    temp = w.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.05, description=tr("temperature", "温度"))
+    text = w.Text(
+        value=prompt,
+        description=tr("prompt", "提示词"),
+        layout=w.Layout(width="90%"),
+        continuous_update=False,
+    )
+    temp = w.FloatSlider(
+        value=1.0, min=0.0, max=2.0, step=0.05, description=tr("temperature", "温度")
+    )
     k = w.IntSlider(value=-1, min=-1, max=100, description="top_k")
     p = w.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top_p")
     summary = w.HTML()
@@ -40,11 +52,15 @@ def sampling_explorer(prompt: str = "The capital of France is", model: Any = Non
     def redraw(*_: Any) -> None:
         top_k = k.value if k.value != 0 else 1
         dist = next_token_distribution(state["logits"], temp.value, top_k, p.value)
-        summary.value = tr(f"tokens that can be sampled: {dist.num_kept}", f"可以被采样的 token：{dist.num_kept} 个")
+        summary.value = tr(
+            f"tokens that can be sampled: {dist.num_kept}",
+            f"可以被采样的 token：{dist.num_kept} 个",
+        )
         with out:
             out.clear_output(wait=True)
-            ax = plot_next_token_distribution(state["logits"], tokenizer, temp.value, top_k,
-                                              p.value, top_n)
+            ax = plot_next_token_distribution(
+                state["logits"], tokenizer, temp.value, top_k, p.value, top_n
+            )
             display(ax.figure)
             plt.close(ax.figure)
 

@@ -4,6 +4,7 @@
 it; `token_viewer()` wraps it in a text box that re-renders as you type; `compare_tokenizers`
 shows the same text cut by several tokenizers, e.g. our small BPE next to SmolLM2's.
 """
+
 from __future__ import annotations
 
 from html import escape
@@ -25,6 +26,7 @@ def token_html(text: str, tokenizer: Any = None, show_ids: bool = True) -> str:
     """
     if tokenizer is None:
         from llmlab.tokenizer import real_tokenizer
+
         tokenizer = real_tokenizer()
     pieces = token_pieces(tokenizer, text)
     boxes = []
@@ -32,13 +34,17 @@ def token_html(text: str, tokenizer: Any = None, show_ids: bool = True) -> str:
         colour = PALETTE[k % len(PALETTE)]
         label = escape(format_piece(piece))
         ident = f'<br><span style="font-size:70%;color:#555">{tid}</span>' if show_ids else ""
-        boxes.append(f'<span style="display:inline-block;background:{colour};margin:1px;'
-                     f'padding:1px 3px;border-radius:3px;font-family:monospace;text-align:center">'
-                     f'{label}{ident}</span>')
+        boxes.append(
+            f'<span style="display:inline-block;background:{colour};margin:1px;'
+            f'padding:1px 3px;border-radius:3px;font-family:monospace;text-align:center">'
+            f'{label}{ident}</span>'
+        )
     n_chars = len(text)
     n_bytes = len(text.encode("utf-8"))
-    counts = tr(f"{len(pieces)} tokens, {n_chars} characters, {n_bytes} UTF-8 bytes",
-                f"{len(pieces)} 个 token，{n_chars} 个字符，{n_bytes} 个 UTF-8 字节")
+    counts = tr(
+        f"{len(pieces)} tokens, {n_chars} characters, {n_bytes} UTF-8 bytes",
+        f"{len(pieces)} 个 token，{n_chars} 个字符，{n_bytes} 个 UTF-8 字节",
+    )
     head = f'<div style="font-size:85%;color:#333">{counts}</div>'
     return f'<div class="llmlab-tokens">{head}{"".join(boxes)}</div>'
 
@@ -56,8 +62,10 @@ def compare_tokenizers(text: str, tokenizers: dict[str, Any]) -> Any:
     """Show the same text cut by each tokenizer (name → tokenizer), one row per tokenizer."""
     from IPython.display import HTML, display
 
-    rows = [f'<div style="margin:6px 0"><b>{escape(name)}</b>{token_html(text, tok)}</div>'
-            for name, tok in tokenizers.items()]
+    rows = [
+        f'<div style="margin:6px 0"><b>{escape(name)}</b>{token_html(text, tok)}</div>'
+        for name, tok in tokenizers.items()
+    ]
     h = HTML("".join(rows))
     display(h)
     return h
@@ -69,8 +77,11 @@ def token_viewer(text: str = "Hello, world! 今天天气真好 👋", tokenizer:
 
     if tokenizer is None:
         from llmlab.tokenizer import real_tokenizer
+
         tokenizer = real_tokenizer()
-    box = w.Textarea(value=text, description=tr("text", "文本"), layout=w.Layout(width="95%", height="70px"))
+    box = w.Textarea(
+        value=text, description=tr("text", "文本"), layout=w.Layout(width="95%", height="70px")
+    )
     out = w.HTML(value=token_html(text, tokenizer))
 
     def update(change: dict) -> None:

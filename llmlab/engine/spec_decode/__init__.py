@@ -13,6 +13,7 @@ vLLM keeps this in `vllm/v1/spec_decode/` (the proposers) and `vllm/v1/sample/re
 - `scheduler.SpecDecodeScheduler`, `model_runner.SpecDecodeModelRunner`, `engine.spec_step`:
   the second path an engine with a speculative config runs, chosen once when it is built.
 """
+
 from llmlab.engine.spec_decode.config import SpeculativeConfig
 from llmlab.engine.spec_decode.metrics import SpecDecodingStats
 from llmlab.engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample

@@ -11,6 +11,7 @@ Honest about what it buys: a truncated SmolLM2 predicts the full model's next to
 often than a trained draft would (`bench spec` prints its acceptance rate), and each draft token
 costs n/L of the layers plus a whole LM head.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,15 +26,24 @@ class EarlyExitProposer:
     def __init__(self, model: LlamaModel, num_layers: int) -> None:
         total = model.config.num_hidden_layers
         if not 1 <= num_layers < total:
-            raise ValueError(f"speculative_config['draft_num_layers'] must be in "
-                             f"[1, {total - 1}] (the target has {total} layers), got {num_layers}")
+            raise ValueError(
+                f"speculative_config['draft_num_layers'] must be in "
+                f"[1, {total - 1}] (the target has {total} layers), got {num_layers}"
+            )
         self.model = model
         self.num_layers = num_layers
 
     @torch.inference_mode()
-    def propose(self, last_token_ids: list[int], starts: list[int], num_drafts: list[int],
-                block_ids: list[list[int]], kv_caches: list, block_size: int,
-                backend: str) -> list[list[int]]:
+    def propose(
+        self,
+        last_token_ids: list[int],
+        starts: list[int],
+        num_drafts: list[int],
+        block_ids: list[list[int]],
+        kv_caches: list,
+        block_size: int,
+        backend: str,
+    ) -> list[list[int]]:
         """Draft `num_drafts[i]` tokens after sequence i, whose last token `last_token_ids[i]`
         sits at position `starts[i]` (the context before it is cached), its blocks
         `block_ids[i]` covering positions up to starts[i] + num_drafts[i]. One batched forward
@@ -42,27 +52,34 @@ class EarlyExitProposer:
         device = model.device
         drafts: list[list[int]] = [[] for _ in num_drafts]
         max_blocks = max(map(len, block_ids))
-        table = torch.tensor([ids + [0] * (max_blocks - len(ids)) for ids in block_ids],
-                             dtype=torch.int32)                              # [S, max_blocks]
+        table = torch.tensor(
+            [ids + [0] * (max_blocks - len(ids)) for ids in block_ids], dtype=torch.int32
+        )  # [S, max_blocks]
         tokens = list(last_token_ids)
         for j in range(max(num_drafts)):
             rows = [i for i, k in enumerate(num_drafts) if k > j]
             idx = torch.tensor(rows, dtype=torch.long)
-            positions = torch.tensor([starts[i] + j for i in rows], dtype=torch.long)   # [R]
-            tables = table[idx]                                              # [R, max_blocks]
-            slots = (tables[torch.arange(len(rows)), positions // block_size].long()
-                     * block_size + positions % block_size)                 # [R]
+            positions = torch.tensor([starts[i] + j for i in rows], dtype=torch.long)  # [R]
+            tables = table[idx]  # [R, max_blocks]
+            slots = (
+                tables[torch.arange(len(rows)), positions // block_size].long() * block_size
+                + positions % block_size
+            )  # [R]
             md = AttentionMetadata(
                 cu_seqlens_q=torch.arange(len(rows) + 1, dtype=torch.int32).to(device),
                 seq_lens=(positions + 1).to(torch.int32).to(device),
-                slot_mapping=slots.to(device), block_tables=tables.to(device),
-                kv_caches=kv_caches, max_query_len=1, backend=backend)
+                slot_mapping=slots.to(device),
+                block_tables=tables.to(device),
+                kv_caches=kv_caches,
+                max_query_len=1,
+                backend=backend,
+            )
             ids = torch.tensor([tokens[i] for i in rows], dtype=torch.long, device=device)
-            cos, sin = model.rope_cos_sin(positions.to(device))             # [R, d/2] each
-            x = model.embed_tokens(ids)                                      # [R, hidden]
+            cos, sin = model.rope_cos_sin(positions.to(device))  # [R, d/2] each
+            x = model.embed_tokens(ids)  # [R, hidden]
             for layer in range(self.num_layers):
-                x = model.layers[layer](x, cos, sin, md, layer)             # [R, hidden]
-            logits = model.compute_logits(model.norm(x))                     # [R, vocab]
+                x = model.layers[layer](x, cos, sin, md, layer)  # [R, hidden]
+            logits = model.compute_logits(model.norm(x))  # [R, vocab]
             for i, t in zip(rows, logits.argmax(dim=-1).tolist()):
                 drafts[i].append(t)
                 tokens[i] = t

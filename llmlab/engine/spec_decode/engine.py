@@ -6,6 +6,7 @@ that a request may receive several tokens in one step, so its delta output carri
 and a stop string met among them ends the text there and drops the tokens after it (as if they
 had been generated one step at a time).
 """
+
 from __future__ import annotations
 
 import time
@@ -35,42 +36,55 @@ def spec_step(engine: LLMEngine) -> list[RequestOutput]:
     logprobs = engine.model_runner.last_logprobs
     outputs = []
     for req, n in zip(got_token, scheduler.last_num_new_tokens):
-        if logprobs and req.logprobs is not None:       # only undrafted requests: n == 1
+        if logprobs and req.logprobs is not None:  # only undrafted requests: n == 1
             req.logprobs.append(logprobs[req.request_id])
         new_ids = req.output_token_ids[-n:]
         text = ""
         det = req.detokenizer
         if det is not None:
             min_tokens = req.sampling_params.min_tokens
-            first = req.num_output_tokens - n           # outputs before this step's
+            first = req.num_output_tokens - n  # outputs before this step's
             for j, token in enumerate(new_ids):
                 last = j == n - 1
-                check = first + j + 1 > min_tokens      # stop strings count after min_tokens
-                if (det.update([token], req.is_finished and last, check)
-                        and not (req.is_finished and last)):
-                    drop = n - 1 - j                    # tokens after the stop string
+                check = first + j + 1 > min_tokens  # stop strings count after min_tokens
+                if det.update([token], req.is_finished and last, check) and not (
+                    req.is_finished and last
+                ):
+                    drop = n - 1 - j  # tokens after the stop string
                     if drop:
                         req.remove_last_output_tokens(drop)
                         del req.metrics.token_times[-drop:]
-                        new_ids = new_ids[:j + 1]
+                        new_ids = new_ids[: j + 1]
                     if not req.is_finished:
                         scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
                         finished.append(req)
-                    else:                               # it had stopped later anyway
+                    else:  # it had stopped later anyway
                         req.status = RequestStatus.FINISHED_STOPPED
                     req.stop_reason = det.stop_string
                     req.metrics.finished_time = now
                     break
             text = det.next_delta(req.is_finished)
-        outputs.append(RequestOutput(
-            request_id=req.request_id, prompt=req.prompt,
-            prompt_token_ids=req.prompt_token_ids,
-            outputs=[CompletionOutput(0, text, new_ids, req.status.finish_reason,
-                                      req.stop_reason,
-                                      None if req.logprobs is None else req.logprobs[-1:])],
-            finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
-            metrics=req.metrics,
-            prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == n else None))
+        outputs.append(
+            RequestOutput(
+                request_id=req.request_id,
+                prompt=req.prompt,
+                prompt_token_ids=req.prompt_token_ids,
+                outputs=[
+                    CompletionOutput(
+                        0,
+                        text,
+                        new_ids,
+                        req.status.finish_reason,
+                        req.stop_reason,
+                        None if req.logprobs is None else req.logprobs[-1:],
+                    )
+                ],
+                finished=req.status.is_finished,
+                num_cached_tokens=req.num_cached_tokens or 0,
+                metrics=req.metrics,
+                prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == n else None,
+            )
+        )
     for req in finished:
         engine.requests.pop(req.request_id, None)
     return outputs

@@ -4,6 +4,7 @@ acceptance rate = accepted draft tokens / proposed draft tokens; mean acceptance
 1 + accepted / drafts (the tokens one verify step yields per request, the bonus or correction
 token included).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -7,6 +7,7 @@ computed and the rejection sampler decides how many drafts stand. Requests witho
 plain `ModelRunner`, in the same forward. vLLM: `GPUModelRunner` with its `drafter` and
 `rejection_sampler` (`vllm/v1/worker/gpu_model_runner.py`).
 """
+
 from __future__ import annotations
 
 import time
@@ -16,7 +17,11 @@ import torch
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.scheduler import SchedulerOutput
 from llmlab.engine.spec_decode.draft_model import EarlyExitProposer
-from llmlab.engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample, target_probs
+from llmlab.engine.spec_decode.rejection_sampler import (
+    greedy_verify,
+    rejection_sample,
+    target_probs,
+)
 
 
 class SpecDecodeModelRunner(ModelRunner):
@@ -26,25 +31,33 @@ class SpecDecodeModelRunner(ModelRunner):
 
     def __init__(self, *args, draft_num_layers: int | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.drafter = (None if draft_num_layers is None
-                        else EarlyExitProposer(self.model, draft_num_layers))
+        self.drafter = (
+            None if draft_num_layers is None else EarlyExitProposer(self.model, draft_num_layers)
+        )
         self.draft_seconds = 0.0
 
     def propose_drafts(self, out: SchedulerOutput) -> None:
         """Fill the scheduler's placeholder drafts with the draft model's tokens, in place."""
         specs = out.scheduled_spec_decode_tokens
-        rows = [(req, start) for req, start in zip(out.requests, out.num_computed_tokens)
-                if req.request_id in specs]
+        rows = [
+            (req, start)
+            for req, start in zip(out.requests, out.num_computed_tokens)
+            if req.request_id in specs
+        ]
         get_block_ids = self.kv_cache_manager.get_block_ids
         drafts = self.drafter.propose(
-            [req.all_token_ids[-1] for req, _ in rows], [start for _, start in rows],
+            [req.all_token_ids[-1] for req, _ in rows],
+            [start for _, start in rows],
             [len(specs[req.request_id]) for req, _ in rows],
             [get_block_ids(req.request_id) for req, _ in rows],
-            self.kv_caches, self.block_size, self.attention_backend)
+            self.kv_caches,
+            self.block_size,
+            self.attention_backend,
+        )
         for (req, _), d in zip(rows, drafts):
             specs[req.request_id][:] = d
 
-    def execute_model(self, out: SchedulerOutput) -> list[list[int]]:       # type: ignore[override]
+    def execute_model(self, out: SchedulerOutput) -> list[list[int]]:  # type: ignore[override]
         self.last_logprobs = {}
         if out.is_empty:
             return []
@@ -64,30 +77,41 @@ class SpecDecodeModelRunner(ModelRunner):
         for req, start, n in zip(out.requests, out.num_computed_tokens, out.num_new_tokens):
             all_ids = req.all_token_ids
             drafts = specs.get(req.request_id)
-            token_ids.extend(all_ids[start:start + n])
+            token_ids.extend(all_ids[start : start + n])
             if drafts:
-                token_ids.extend(drafts)              # after the last token: k + 1 in all
+                token_ids.extend(drafts)  # after the last token: k + 1 in all
             block_ids.append(get_block_ids(req.request_id))
             end += n
             k = len(drafts) if drafts else 0
-            if start + n - k == len(all_ids):         # caught up: its k + 1 last rows sample
+            if start + n - k == len(all_ids):  # caught up: its k + 1 last rows sample
                 sample_idx.extend(range(end - 1 - k, end))
                 sample_requests.append(req)
                 num_drafts.append(k)
-        inp = self.build_model_input(token_ids, block_ids, out.num_computed_tokens,
-                                     out.num_new_tokens, sample_idx, sample_requests)
+        inp = self.build_model_input(
+            token_ids,
+            block_ids,
+            out.num_computed_tokens,
+            out.num_new_tokens,
+            sample_idx,
+            sample_requests,
+        )
         self.prepare_seconds += time.perf_counter() - t0
         with torch.inference_mode():
-            hidden = self.model(inp.input_ids, inp.positions, inp.metadata)      # [T, hidden]
+            hidden = self.model(inp.input_ids, inp.positions, inp.metadata)  # [T, hidden]
             if any(r.prompt_logprobs is not None for r in out.requests):
                 self._prompt_logprobs(out, hidden)
             if not sample_requests:
                 return []
-            logits = self.model.compute_logits(hidden[inp.sample_rows])   # [sum(k + 1), vocab]
+            logits = self.model.compute_logits(hidden[inp.sample_rows])  # [sum(k + 1), vocab]
             return self.verify(logits, sample_requests, num_drafts, specs)
 
-    def verify(self, logits: torch.Tensor, requests: list, num_drafts: list[int],
-               specs: dict[str, list[int]]) -> list[list[int]]:
+    def verify(
+        self,
+        logits: torch.Tensor,
+        requests: list,
+        num_drafts: list[int],
+        specs: dict[str, list[int]],
+    ) -> list[list[int]]:
         """Per request, the tokens its step emits. `logits` holds num_drafts[i] + 1 rows for
         request i, in order."""
         result: list[list[int] | None] = [None] * len(requests)
@@ -95,29 +119,31 @@ class SpecDecodeModelRunner(ModelRunner):
         for k in num_drafts:
             offsets.append(offsets[-1] + k + 1)
         plain = [i for i, k in enumerate(num_drafts) if k == 0]
-        if plain:                      # no drafts: the plain sampler, logprobs and all
+        if plain:  # no drafts: the plain sampler, logprobs and all
             rows = torch.tensor([offsets[i] for i in plain], dtype=torch.long)
             for i, t in zip(plain, self.sample_tokens(logits[rows], [requests[i] for i in plain])):
                 result[i] = [t]
         greedy = [i for i, k in enumerate(num_drafts) if k and requests[i].sampling_params.greedy]
         if greedy:
-            argmax = logits.argmax(dim=-1).tolist()                       # [sum(k + 1)]
+            argmax = logits.argmax(dim=-1).tolist()  # [sum(k + 1)]
             for i in greedy:
-                result[i] = greedy_verify(argmax[offsets[i]:offsets[i + 1]],
-                                          specs[requests[i].request_id])
-        sampled = [i for i, k in enumerate(num_drafts)
-                   if k and not requests[i].sampling_params.greedy]
+                result[i] = greedy_verify(
+                    argmax[offsets[i] : offsets[i + 1]], specs[requests[i].request_id]
+                )
+        sampled = [
+            i for i, k in enumerate(num_drafts) if k and not requests[i].sampling_params.greedy
+        ]
         if sampled:
             rows = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in sampled])
-            params = [requests[i].sampling_params for i in sampled
-                      for _ in range(num_drafts[i] + 1)]
-            probs = target_probs(logits[rows], params)                  # [rows, vocab]
+            params = [
+                requests[i].sampling_params for i in sampled for _ in range(num_drafts[i] + 1)
+            ]
+            probs = target_probs(logits[rows], params)  # [rows, vocab]
             at = 0
             for i in sampled:
                 req = requests[i]
                 k1 = num_drafts[i] + 1
                 g = req.generator if req.generator is not None else self.default_generator
-                result[i] = rejection_sample(probs[at:at + k1], specs[req.request_id],
-                                             None, g)
+                result[i] = rejection_sample(probs[at : at + k1], specs[req.request_id], None, g)
                 at += k1
         return result

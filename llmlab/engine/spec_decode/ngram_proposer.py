@@ -1,6 +1,7 @@
 """Prompt lookup (vLLM: `vllm/v1/spec_decode/ngram_proposer.py`): propose the tokens that followed
 an earlier occurrence of the context's last n tokens. No model runs; it pays off where text
 repeats itself (editing code, a summary that quotes its document, structured output)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,12 +21,12 @@ class NgramProposer:
         num = len(token_ids)
         if k <= 0 or num <= self.min_n:
             return []
-        tokens = np.asarray(token_ids, dtype=np.int64)                        # [num]
+        tokens = np.asarray(token_ids, dtype=np.int64)  # [num]
         for n in range(min(self.max_n, num - 1), self.min_n - 1, -1):
             # windows starting at 0 .. num - n - 1: every n-gram but the suffix itself
-            windows = sliding_window_view(tokens[:-1], n)                     # [num - n, n]
-            hits = np.flatnonzero((windows == tokens[num - n:]).all(axis=1))
+            windows = sliding_window_view(tokens[:-1], n)  # [num - n, n]
+            hits = np.flatnonzero((windows == tokens[num - n :]).all(axis=1))
             if hits.size:
-                start = int(hits[0]) + n                 # the earliest occurrence's follower
-                return token_ids[start:start + k]
+                start = int(hits[0]) + n  # the earliest occurrence's follower
+                return token_ids[start : start + k]
         return []

@@ -17,6 +17,7 @@ after d_j). Then:
 
 Either way a step emits between 1 and k + 1 tokens: never fewer than plain decoding.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,20 +32,25 @@ def greedy_verify(target_token_ids: list[int], draft_token_ids: list[int]) -> li
     draft_token_ids: the k proposed tokens.
     """
     if len(target_token_ids) != len(draft_token_ids) + 1:
-        raise ValueError(f"target_token_ids must have len(draft_token_ids) + 1 = "
-                         f"{len(draft_token_ids) + 1} entries, got {len(target_token_ids)}")
+        raise ValueError(
+            f"target_token_ids must have len(draft_token_ids) + 1 = "
+            f"{len(draft_token_ids) + 1} entries, got {len(target_token_ids)}"
+        )
     out = []
     for draft, target in zip(draft_token_ids, target_token_ids):
         out.append(target)
         if draft != target:
-            return out                                   # the correction ends the step
-    out.append(target_token_ids[-1])                     # all accepted: the bonus token
+            return out  # the correction ends the step
+    out.append(target_token_ids[-1])  # all accepted: the bonus token
     return out
 
 
-def rejection_sample(target_probs: torch.Tensor, draft_token_ids: list[int],
-                     draft_probs: torch.Tensor | None = None,
-                     generator: torch.Generator | None = None) -> list[int]:
+def rejection_sample(
+    target_probs: torch.Tensor,
+    draft_token_ids: list[int],
+    draft_probs: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> list[int]:
     """The tokens a sampled verify step emits (accepted drafts, then one more), each
     distributed exactly as the target's `target_probs`.
 
@@ -55,27 +61,31 @@ def rejection_sample(target_probs: torch.Tensor, draft_token_ids: list[int],
     """
     k = len(draft_token_ids)
     if target_probs.dim() != 2 or target_probs.shape[0] != k + 1:
-        raise ValueError(f"target_probs must be [len(draft_token_ids) + 1 = {k + 1}, vocab], "
-                         f"got {tuple(target_probs.shape)}")
+        raise ValueError(
+            f"target_probs must be [len(draft_token_ids) + 1 = {k + 1}, vocab], "
+            f"got {tuple(target_probs.shape)}"
+        )
     if draft_probs is not None and tuple(draft_probs.shape) != (k, target_probs.shape[1]):
-        raise ValueError(f"draft_probs must be None or [{k}, {target_probs.shape[1]}], "
-                         f"got {tuple(draft_probs.shape)}")
-    uniform = torch.rand(k, generator=generator, dtype=torch.float64).tolist()    # [k]
+        raise ValueError(
+            f"draft_probs must be None or [{k}, {target_probs.shape[1]}], "
+            f"got {tuple(draft_probs.shape)}"
+        )
+    uniform = torch.rand(k, generator=generator, dtype=torch.float64).tolist()  # [k]
     p_of = target_probs[torch.arange(k), torch.tensor(draft_token_ids, dtype=torch.long)]
-    p_of = p_of.tolist()                                                          # [k]
+    p_of = p_of.tolist()  # [k]
     out: list[int] = []
     for j, token in enumerate(draft_token_ids):
         q = 1.0 if draft_probs is None else float(draft_probs[j, token])
-        if uniform[j] * q < p_of[j]:                     # u < p/q, without dividing by q
+        if uniform[j] * q < p_of[j]:  # u < p/q, without dividing by q
             out.append(token)
             continue
-        p = target_probs[j].double()                                              # [V]
+        p = target_probs[j].double()  # [V]
         if draft_probs is None:
             residual = p.clone()
             residual[token] = 0.0
         else:
             residual = (p - draft_probs[j].double()).clamp_min_(0.0)
-        if not residual.sum() > 0:                       # p == q up to rounding: p itself
+        if not residual.sum() > 0:  # p == q up to rounding: p itself
             residual = p
         out.append(int(torch.multinomial(residual, 1, generator=generator)))
         return out

@@ -10,14 +10,15 @@ blocks that only rejected drafts occupied, so a request holds exactly the blocks
 computed tokens between steps, as without speculation (vLLM's scheduler does the same
 bookkeeping with `num_tokens_with_spec` in `vllm/v1/core/sched/scheduler.py`).
 """
+
 from __future__ import annotations
 
 import time
 
 from llmlab.engine.scheduler import Scheduler, SchedulerOutput
-from llmlab.request import Request
 from llmlab.engine.spec_decode.metrics import SpecDecodingStats
 from llmlab.engine.spec_decode.ngram_proposer import NgramProposer
+from llmlab.request import Request
 
 
 class SpecDecodeScheduler(Scheduler):
@@ -25,8 +26,9 @@ class SpecDecodeScheduler(Scheduler):
     (drafts chosen here, from the token history), or None for a draft model (the scheduler
     reserves k slots; the model runner's draft model fills `scheduled_spec_decode_tokens`)."""
 
-    def __init__(self, *args, num_speculative_tokens: int, proposer: NgramProposer | None,
-                 **kwargs) -> None:
+    def __init__(
+        self, *args, num_speculative_tokens: int, proposer: NgramProposer | None, **kwargs
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.num_speculative_tokens = num_speculative_tokens
         self.proposer = proposer
@@ -41,9 +43,11 @@ class SpecDecodeScheduler(Scheduler):
         params = req.sampling_params
         if req.needs_extra_sampling or req.num_output_tokens < params.min_tokens:
             return 0
-        return min(self.num_speculative_tokens,
-                   params.max_tokens - req.num_output_tokens - 1,
-                   self.max_model_len - req.num_tokens - 1)
+        return min(
+            self.num_speculative_tokens,
+            params.max_tokens - req.num_output_tokens - 1,
+            self.max_model_len - req.num_tokens - 1,
+        )
 
     def schedule(self) -> SchedulerOutput:
         out = super().schedule()
@@ -63,7 +67,7 @@ class SpecDecodeScheduler(Scheduler):
             if self.proposer is not None:
                 drafts = self.proposer.propose(req.all_token_ids, k)
             else:
-                drafts = [0] * k        # placeholders: the runner's draft model proposes
+                drafts = [0] * k  # placeholders: the runner's draft model proposes
             if not drafts or kv.allocate_slots(req, 1 + len(drafts)) is None:
                 continue
             specs[req.request_id] = drafts
@@ -73,8 +77,9 @@ class SpecDecodeScheduler(Scheduler):
         self.stats.schedule_seconds += time.perf_counter() - t0
         return out
 
-    def update_from_output(self, out: SchedulerOutput, sampled_token_ids: list[list[int]],
-                           now: float) -> tuple[list[Request], list[Request]]:
+    def update_from_output(
+        self, out: SchedulerOutput, sampled_token_ids: list[list[int]], now: float
+    ) -> tuple[list[Request], list[Request]]:
         """Advance each request by its accepted tokens and append them (stopping at a stop
         condition among them); `sampled_token_ids` has, per request of `out` that was caught up,
         the tokens its verify step emitted (accepted drafts, then one target token)."""
@@ -88,7 +93,7 @@ class SpecDecodeScheduler(Scheduler):
         for req, n in zip(out.requests, out.num_new_tokens):
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.num_tokens:
-                continue                       # a partial prefill chunk: no token yet
+                continue  # a partial prefill chunk: no token yet
             tokens = sampled_token_ids[j]
             j += 1
             drafts = specs.get(req.request_id)
@@ -132,9 +137,11 @@ class SpecDecodeScheduler(Scheduler):
         """The speculation counters `LLMEngine.stats()` reports (vLLM's names, without the
         "vllm:" prefix and "_total" suffix of `/metrics`)."""
         s = self.spec_stats
-        return {"spec_decode_num_drafts": s.num_drafts,
-                "spec_decode_num_draft_tokens": s.num_draft_tokens,
-                "spec_decode_num_accepted_tokens": s.num_accepted_tokens,
-                "spec_decode_num_accepted_tokens_per_pos": list(s.num_accepted_tokens_per_pos),
-                "spec_decode_acceptance_rate": s.acceptance_rate,
-                "spec_decode_mean_acceptance_length": s.mean_acceptance_length}
+        return {
+            "spec_decode_num_drafts": s.num_drafts,
+            "spec_decode_num_draft_tokens": s.num_draft_tokens,
+            "spec_decode_num_accepted_tokens": s.num_accepted_tokens,
+            "spec_decode_num_accepted_tokens_per_pos": list(s.num_accepted_tokens_per_pos),
+            "spec_decode_acceptance_rate": s.acceptance_rate,
+            "spec_decode_mean_acceptance_length": s.mean_acceptance_length,
+        }
