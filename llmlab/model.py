@@ -159,7 +159,8 @@ class LlamaModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
+        """The activations' dtype (that of the norms, which quantization leaves alone)."""
+        return self.norm.weight.dtype
 
     def rope_cos_sin(self, positions: torch.Tensor):
         angles = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)   # [T, d/2]

@@ -741,6 +741,8 @@ def _header_signatures() -> dict[str, tuple[str, tuple[str, ...]]]:
         kinds = []
         for arg in args.split(","):
             arg = " ".join(arg.split())
+            if arg == "void":                   # f(void): no arguments
+                continue
             if "*" in arg:
                 kinds.append("ptr")
             elif arg.startswith("int64_t"):

@@ -19,7 +19,8 @@ class LLM:
     there: block_size, num_kv_blocks, max_model_len, max_num_seqs, max_num_batched_tokens,
     enable_chunked_prefill, enable_prefix_caching, attention_backend (None: the fastest here,
     what the benchmarks measure; "torch" for the readable model), seed, scheduling,
-    kv_cache_memory_bytes.
+    kv_cache_memory_bytes, dtype ("auto", "float32", "bfloat16"), quantization (None, "int8"),
+    kv_cache_dtype ("auto", "fp8").
     """
 
     def __init__(self, model: str | LlamaModel = "smollm2-135m", tokenizer: Any = None,

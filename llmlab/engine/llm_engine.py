@@ -11,8 +11,10 @@
 """
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +34,10 @@ from llmlab.sampling import SamplingParams, make_generator
 from llmlab.utils import cdiv, check_positive_int
 
 DEFAULT_MAX_MODEL_LEN = 4096
+# the accepted values of EngineConfig's dtype settings and their torch dtypes (None: the model's)
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
+QUANTIZATIONS = (None, "int8")
+KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn}
 DEFAULT_KV_CACHE_BYTES = 1 << 30     # 1 GiB: the pool's size cap when num_kv_blocks is None
 STEP_OVERHEAD_HISTORY = 10_000       # steps whose scheduling overhead `step_overheads` keeps
 
@@ -47,10 +53,14 @@ class EngineConfig:
     requests running at once. max_num_batched_tokens: most tokens per step.
     enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
     blocks of shared prefixes. attention_backend: None picks the fastest one here ("cpu", the C
-    fast path, for a float32 model on a CPU with a C compiler; "triton" on a GPU; else
+    fast path, for a float32 or bfloat16 model on a CPU with a C compiler; "triton" on a GPU; else
     "torch"); by name: "torch" (the readable model, plain PyTorch), "triton", "cuda", "cpu".
     seed: the RNG of unseeded sampled requests. scheduling: "continuous" or "static" (chapter
-    08's baseline).
+    08's baseline). dtype: the weights' and activations' dtype, "auto" (the model's own),
+    "float32" or "bfloat16" (vLLM's `--dtype`; the C fast path keeps activations in float32
+    and reads bf16 weights). quantization: None or "int8" (weight-only, a float32 scale per
+    output channel; vLLM's `--quantization`). kv_cache_dtype: "auto" (the model's dtype) or
+    "fp8" (e4m3 with a per-layer k/v scale calibrated at start-up; vLLM's `--kv-cache-dtype`).
     """
 
     block_size: int = 16
@@ -64,6 +74,9 @@ class EngineConfig:
     seed: int = 0
     scheduling: str = "continuous"
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens",
@@ -82,6 +95,44 @@ class EngineConfig:
                              f"got {self.scheduling!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+        for name, allowed in (("dtype", DTYPES), ("quantization", QUANTIZATIONS),
+                              ("kv_cache_dtype", KV_CACHE_DTYPES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {tuple(allowed)}, "
+                                 f"got {getattr(self, name)!r}")
+        if self.kv_cache_dtype != "auto" and self.attention_backend not in (None,
+                                                                              *ops.FP8_BACKENDS):
+            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} runs on the attention "
+                             f"backends {ops.FP8_BACKENDS} (or None), got attention_backend="
+                             f"{self.attention_backend!r}")
+
+    @property
+    def torch_kv_cache_dtype(self) -> torch.dtype | None:
+        """The cache's torch dtype, or None for the model's own."""
+        return KV_CACHE_DTYPES[self.kv_cache_dtype]
+
+
+def prepare_model(model: LlamaModel, config: EngineConfig) -> LlamaModel:
+    """`model` in the config's dtype and quantization: `model` itself when nothing changes,
+    else a converted copy (the caller's model is left as it was)."""
+    dtype = DTYPES[config.dtype]
+    if dtype is not None and dtype != model.dtype:
+        model = copy.deepcopy(model).to(dtype)
+    if config.quantization == "int8":
+        from llmlab.quantization import quantize_model_int8
+
+        model = quantize_model_int8(model)
+    return model
+
+
+def calibration_token_ids(model: LlamaModel, tokenizer: Any, max_tokens: int = 256) -> list[int]:
+    """The tokens an fp8 cache's scales are measured on: the start of data/text/inference_en.txt
+    (with a tokenizer), else a fixed pseudo-random sequence."""
+    if tokenizer is not None:
+        text = (Path(__file__).resolve().parents[2] / "data" / "text" / "inference_en.txt")
+        return list(tokenizer.encode(text.read_text()))[:max_tokens]
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, model.config.vocab_size, (max_tokens,), generator=g).tolist()
 
 
 def resolve_attention_backend(name: str | None, model: LlamaModel) -> str:
@@ -103,10 +154,11 @@ def resolve_attention_backend(name: str | None, model: LlamaModel) -> str:
     return name
 
 
-def kv_bytes_per_block(model: LlamaModel, block_size: int) -> int:
-    """Bytes of one block of K and V over all layers."""
+def kv_bytes_per_block(model: LlamaModel, block_size: int,
+                       kv_dtype: torch.dtype | None = None) -> int:
+    """Bytes of one block of K and V over all layers (in `kv_dtype`, default the model's)."""
     cfg = model.config
-    elem = torch.empty((), dtype=model.dtype).element_size()
+    elem = torch.empty((), dtype=kv_dtype or model.dtype).element_size()
     return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * elem
 
 
@@ -123,6 +175,7 @@ class LLMEngine:
             raise ValueError(f"model must be an llmlab.model.LlamaModel, "
                              f"got {type(model).__name__}")
         config = EngineConfig(**kwargs)
+        model = prepare_model(model, config)
         self.config = config = replace(
             config, attention_backend=resolve_attention_backend(config.attention_backend, model))
         keep_freed_memory()          # steps reuse memory instead of page-faulting it in again
@@ -147,7 +200,8 @@ class LLMEngine:
         if config.num_kv_blocks is None:
             # enough for max_num_seqs requests of max_model_len, capped by the memory budget
             wanted = config.max_num_seqs * blocks_per_seq
-            affordable = config.kv_cache_memory_bytes // kv_bytes_per_block(model, bs)
+            affordable = config.kv_cache_memory_bytes // kv_bytes_per_block(
+                model, bs, config.torch_kv_cache_dtype)
             self.num_kv_blocks = max(min(wanted, affordable), blocks_per_seq)
         else:
             self.num_kv_blocks = config.num_kv_blocks
@@ -165,9 +219,16 @@ class LLMEngine:
                                    max_model_len=self.max_model_len,
                                    enable_chunked_prefill=config.enable_chunked_prefill,
                                    scheduling=config.scheduling)
+        kv_scales = None
+        if config.torch_kv_cache_dtype is not None and config.kv_cache_dtype == "fp8":
+            from llmlab.quantization import kv_scales as measure_kv_scales
+
+            kv_scales = measure_kv_scales(model, calibration_token_ids(model, tokenizer))
         self.model_runner = ModelRunner(model, self.kv_cache_manager, self.num_kv_blocks, bs,
                                         config.attention_backend,
-                                        default_generator=make_generator(config.seed))
+                                        default_generator=make_generator(config.seed),
+                                        kv_cache_dtype=config.torch_kv_cache_dtype,
+                                        kv_scales=kv_scales)
         self.requests: dict[str, Request] = {}     # every unfinished request by id
         # True: every request's text is built token by token and each step's delta output
         # carries its new text (a server streaming text sets it); False: only requests with

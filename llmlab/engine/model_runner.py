@@ -41,7 +41,9 @@ class ModelRunner:
 
     def __init__(self, model: LlamaModel, kv_cache_manager: KVCacheManager, num_blocks: int,
                  block_size: int, attention_backend: str,
-                 default_generator: torch.Generator | None) -> None:
+                 default_generator: torch.Generator | None,
+                 kv_cache_dtype: torch.dtype | None = None,
+                 kv_scales: list[tuple[float, float]] | None = None) -> None:
         if attention_backend == "cpu":
             from llmlab.model_cpu import cpu_model
 
@@ -52,7 +54,9 @@ class ModelRunner:
         self.attention_backend = attention_backend
         self.device = model.device
         # not zeroed: no backend reads a slot before a token was written to it
-        self.kv_caches = model.allocate_kv_caches(num_blocks, block_size, zeroed=False)
+        self.kv_caches = model.allocate_kv_caches(num_blocks, block_size, dtype=kv_cache_dtype,
+                                                  zeroed=False)
+        self.kv_scales = kv_scales       # per layer (k_scale, v_scale) of an fp8 cache
         # unseeded requests draw from this one (seeded by the engine's `seed`)
         self.default_generator = default_generator
         self.prepare_seconds = 0.0       # time spent building flat batches (engine overhead)
@@ -112,7 +116,7 @@ class ModelRunner:
             cu_seqlens_q=cu_seqlens_q.to(device), seq_lens=seq_lens.to(device),
             slot_mapping=slot_mapping.to(device), block_tables=block_tables.to(device),
             kv_caches=self.kv_caches, max_query_len=max(q_lens_list),
-            backend=self.attention_backend)
+            backend=self.attention_backend, kv_scales=self.kv_scales)
         return ModelInput(input_ids=input_ids.to(device), positions=positions.to(device),
                           metadata=metadata,
                           sample_rows=torch.tensor(sample_idx, dtype=torch.long, device=device),

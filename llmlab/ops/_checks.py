@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# a cache may also hold fp8 e4m3 (values / a per-layer scale); q, k, v are then any float dtype
+CACHE_DTYPES = FLOAT_DTYPES + (torch.float8_e4m3fn,)
 BACKENDS = ("torch", "triton", "cuda", "cpu")
 
 
@@ -52,8 +54,8 @@ def _check_same_device(names_and_tensors: list[tuple[str, torch.Tensor]]) -> Non
 def check_cache(key_cache: torch.Tensor, value_cache: torch.Tensor) -> tuple[int, int, int, int]:
     """Check the NHD cache pair; return (num_blocks, block_size, num_kv_heads, head_dim)."""
     layout = "[num_blocks, block_size, num_kv_heads, head_dim]"
-    _check_tensor("key_cache", key_cache, 4, FLOAT_DTYPES, layout)
-    _check_tensor("value_cache", value_cache, 4, FLOAT_DTYPES, layout)
+    _check_tensor("key_cache", key_cache, 4, CACHE_DTYPES, layout)
+    _check_tensor("value_cache", value_cache, 4, CACHE_DTYPES, layout)
     if value_cache.shape != key_cache.shape:
         _fail("value_cache", f"shape {tuple(value_cache.shape)}",
               f"the shape of key_cache {tuple(key_cache.shape)}")
@@ -82,8 +84,7 @@ def check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) ->
         _fail("slot_mapping", f"shape {tuple(slot_mapping.shape)}",
               f"[num_tokens={key.shape[0]}] (one slot per token of key)")
     for name, t in (("key", key), ("value", value)):
-        if t.dtype != key_cache.dtype:
-            _fail(f"{name}.dtype", t.dtype, f"the cache dtype ({key_cache.dtype})")
+        _check_new_dtype(name, t, key_cache)
     _check_same_device([("key_cache", key_cache), ("value_cache", value_cache), ("key", key),
                         ("value", value), ("slot_mapping", slot_mapping)])
     _check_slot_values(slot_mapping, num_blocks * block_size)
@@ -108,8 +109,7 @@ def _check_attention_common(query, key_cache, value_cache, block_tables, seq_len
     if num_heads < 1 or num_heads % num_kv_heads != 0:
         _fail("query", f"num_heads={num_heads}",
               f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)")
-    if query.dtype != key_cache.dtype:
-        _fail("query.dtype", query.dtype, f"the cache dtype ({key_cache.dtype})")
+    _check_new_dtype("query", query, key_cache)
     num_seqs = _check_metadata_tensors(block_tables, seq_lens)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         _fail("scale", scale, "a positive float (usually head_dim ** -0.5)")
@@ -229,13 +229,36 @@ def check_metadata(cu_seqlens_q, seq_lens, slot_mapping, block_tables, kv_caches
     _check_table_values(block_tables, seq_lens, num_blocks, block_size)
 
 
+def check_kv_scales(kv_scales, kv_caches) -> None:
+    """An fp8 cache needs one positive (k_scale, v_scale) per layer; a float cache none."""
+    fp8 = kv_caches[0][0].dtype == torch.float8_e4m3fn
+    if kv_scales is None:
+        if fp8:
+            _fail("kv_scales", None, "one (k_scale, v_scale) per layer for an fp8 cache")
+        return
+    if (not isinstance(kv_scales, (list, tuple)) or len(kv_scales) != len(kv_caches)
+            or not all(isinstance(p, (list, tuple)) and len(p) == 2
+                       and all(isinstance(x, float) and x > 0 for x in p) for p in kv_scales)):
+        _fail("kv_scales", repr(kv_scales)[:80],
+              f"{len(kv_caches)} pairs (k_scale, v_scale) of positive floats, one per layer")
+
+
+def _check_new_dtype(name: str, t: torch.Tensor, key_cache: torch.Tensor) -> None:
+    """New q, k, v have the cache's dtype; a fp8 cache takes them in any float dtype."""
+    if key_cache.dtype in FLOAT_DTYPES and t.dtype != key_cache.dtype:
+        _fail(f"{name}.dtype", t.dtype, f"the cache dtype ({key_cache.dtype})")
+
+
 def check_layer_qkv(query, key, value, key_cache, num_tokens: int) -> None:
     """One layer's new q, k, v against its (already checked) cache: shapes, dtypes, devices."""
     _, _, num_kv_heads, head_dim = key_cache.shape
+    dtypes = (key_cache.dtype,) if key_cache.dtype in FLOAT_DTYPES else (query.dtype,)
+    if dtypes[0] not in FLOAT_DTYPES:
+        _fail("query.dtype", query.dtype, f"one of {FLOAT_DTYPES}")
     for name, t, layout in (("query", query, "[num_tokens, num_heads, head_dim]"),
                             ("key", key, "[num_tokens, num_kv_heads, head_dim]"),
                             ("value", value, "[num_tokens, num_kv_heads, head_dim]")):
-        _check_tensor(name, t, 3, (key_cache.dtype,), layout)
+        _check_tensor(name, t, 3, dtypes, layout)
         if t.device != key_cache.device:
             _fail(f"{name}.device", t.device, f"the cache's device ({key_cache.device})")
         if t.shape[0] != num_tokens or t.shape[2] != head_dim:

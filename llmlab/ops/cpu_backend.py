@@ -20,8 +20,11 @@ repository; later processes reuse the library. It is loaded with ctypes and call
 pointers. OpenMP runs in the runtime PyTorch already loaded (the same `libgomp.so.1`), so
 `torch.set_num_threads` governs it too.
 
-The C kernels take float32, `head_dim` 16, 32, 64, 128 or 256 and up to 16 query heads per KV head;
-other dtypes and shapes run the torch backend's code on the same (CPU) tensors. Without a C
+The C attention takes float32 queries over a float32 or fp8 (e4m3, with per-layer scales) cache,
+`head_dim` 16, 32, 64, 128 or 256 and up to 16 query heads per KV head; other dtypes and shapes
+run the torch backend's code on the same (CPU) tensors. The matmuls of `kernels/cpu_quant.c`
+(`qgemm`) take bf16 weights, or int8 weights with per-row scales, and choose their instruction
+set at run time (`isa`, `set_isa_cap`). Without a C
 compiler `available()` says why and the ops raise a RuntimeError; `llmlab.ops.available_backends()`
 lists "cpu" only where it can run.
 """
@@ -42,12 +45,13 @@ import torch
 
 from llmlab.ops import torch_backend
 from llmlab.paths import cache_dir
+from llmlab.quantization import quantize_fp8
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # one library: attention and cache writes, a decoder layer's elementwise steps, the fused
 # one-token layer and the one-row GEMV (`llmlab.model_cpu`, the engine's CPU fast path)
 SOURCES = (KERNELS_DIR / "cpu_attention.c", KERNELS_DIR / "cpu_layer.c",
-           KERNELS_DIR / "cpu_gemv.c")
+           KERNELS_DIR / "cpu_gemv.c", KERNELS_DIR / "cpu_quant.c")
 HEADERS = (KERNELS_DIR / "cpu_vec.h", KERNELS_DIR / "cpu_kernels.h")   # included by every source
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
 # tried in order when a compiler refuses a flag (Apple's clang has no -fopenmp: the kernels then
@@ -67,18 +71,30 @@ _CTYPES = {"void": None, "int": ctypes.c_int, "i64": ctypes.c_int64, "f32": ctyp
            "ptr": ctypes.c_void_p}
 SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "llmlab_paged_attention": ("int", ("ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "ptr",
-                                       "ptr", "i64", "i64", "i64", "i64", "i64", "f32", "ptr")),
+                                       "ptr", "i64", "i64", "i64", "i64", "i64", "f32", "i64",
+                                       "f32", "f32", "ptr")),
     "llmlab_reshape_and_cache": ("void", ("ptr", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64",
-                                          "i64")),
+                                          "i64", "i64")),
     "llmlab_rms_norm": ("void", ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64",
                                  "f32")),
     "llmlab_silu_mul": ("void", ("ptr", "i64", "ptr", "i64", "ptr", "i64", "i64")),
     "llmlab_rope": ("void", ("ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64")),
     "llmlab_gemv": ("void", ("ptr", "ptr", "ptr", "ptr", "i64", "i64")),
     "llmlab_decode_layer": ("int", ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "ptr", "ptr", "ptr",
-                                    "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr",
-                                    "i64", "i64", "i64", "i64", "i64", "i64", "f32")),
+                                    "ptr", "ptr", "i64", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr",
+                                    "ptr", "ptr", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64",
+                                    "i64", "i64", "f32")),
+    "llmlab_qgemm": ("void", ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64",
+                              "i64")),
+    "llmlab_isa": ("int", ()),
+    "llmlab_set_isa_cap": ("void", ("i64",)),
 }
+
+# weight types of `kernels/cpu_quant.c` (LLMLAB_W_*), by torch dtype
+WEIGHT_TYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
+# instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
+ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2}
+FP8 = torch.float8_e4m3fn
 
 _lib: ctypes.CDLL | None = None
 _error: str | None = None
@@ -180,31 +196,39 @@ def _kernel_for(query: torch.Tensor, key_cache: torch.Tensor) -> ctypes.CDLL | N
             raise RuntimeError(f"backend='cpu' runs on CPU tensors; {name} is on {t.device}. "
                                "Use backend='torch', 'triton' or 'cuda'.")
     group = query.shape[1] // key_cache.shape[2]
-    if (query.dtype != torch.float32 or key_cache.dtype != torch.float32
+    if (query.dtype != torch.float32 or key_cache.dtype not in (torch.float32, FP8)
             or query.shape[2] not in HEAD_DIMS or group > MAX_GROUP):
         return None
     return load_library()
 
 
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                      value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`."""
+                      value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                      k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`
+    (an fp8 cache: key / k_scale, value / v_scale, rounded by PyTorch, copied by C)."""
     lib = _kernel_for(key, key_cache)
     if lib is None:
-        torch_backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+        torch_backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping,
+                                        k_scale, v_scale)
         return
+    if key_cache.dtype == FP8:
+        key, value = quantize_fp8(key, k_scale), quantize_fp8(value, v_scale)
     row = key.shape[1] * key.shape[2]
     with _traced("llmlab_cpu::reshape_and_cache"):
-        lib.llmlab_reshape_and_cache(key.data_ptr(), value.data_ptr(), row, row,
-                                     key_cache.data_ptr(), value_cache.data_ptr(),
-                                     slot_mapping.data_ptr(), key.shape[0], row)
+        lib.llmlab_reshape_and_cache(key.data_ptr(), value.data_ptr(), key.stride(0),
+                                     value.stride(0), key_cache.data_ptr(),
+                                     value_cache.data_ptr(), slot_mapping.data_ptr(),
+                                     key.shape[0], row, key_cache.element_size())
 
 
-def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale):
+def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale,
+               k_scale=1.0, v_scale=1.0):
     lib = _kernel_for(query, key_cache)
     if lib is None:
         return torch_backend.paged_attention_prefill(query, key_cache, value_cache, block_tables,
-                                                     cu_seqlens_q, seq_lens, scale)
+                                                     cu_seqlens_q, seq_lens, scale, k_scale,
+                                                     v_scale)
     num_tokens, num_heads, head_dim = query.shape
     out = torch.empty_like(query)
     with _traced("llmlab_cpu::paged_attention"):
@@ -214,7 +238,7 @@ def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_le
             block_tables.data_ptr(), block_tables.shape[1],
             cu_seqlens_q.data_ptr(), seq_lens.data_ptr(),
             seq_lens.shape[0], num_heads, key_cache.shape[2], head_dim, key_cache.shape[1],
-            scale, out.data_ptr())
+            scale, int(key_cache.dtype == FP8), k_scale, v_scale, out.data_ptr())
     if rc != 0:
         raise RuntimeError("cpu_attention.c refused the shapes (head_dim or GQA group too large)")
     return out
@@ -222,18 +246,22 @@ def _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_le
 
 def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+                           seq_lens: torch.Tensor, scale: float, k_scale: float = 1.0,
+                           v_scale: float = 1.0) -> torch.Tensor:
     """Decode: one query per sequence, [num_seqs, num_heads, head_dim]."""
     cu = torch.arange(query.shape[0] + 1, dtype=torch.int32)    # one new token per sequence
-    return _attention(query, key_cache, value_cache, block_tables, cu, seq_lens, scale)
+    return _attention(query, key_cache, value_cache, block_tables, cu, seq_lens, scale,
+                      k_scale, v_scale)
 
 
 def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
                             value_cache: torch.Tensor, block_tables: torch.Tensor,
                             cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float) -> torch.Tensor:
+                            scale: float, k_scale: float = 1.0,
+                            v_scale: float = 1.0) -> torch.Tensor:
     """Causal varlen prefill over cached context plus the new tokens."""
-    return _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale)
+    return _attention(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale,
+                      k_scale, v_scale)
 
 
 # ---- a decoder layer's elementwise steps (kernels/cpu_layer.c) ------------------------------
@@ -313,8 +341,15 @@ class DecodeLayerPlan:
 
     def __init__(self, ln1: torch.Tensor, ln2: torch.Tensor, eps: float, w_qkv: torch.Tensor,
                  b_qkv: torch.Tensor | None, w_o: torch.Tensor, w_gate_up: torch.Tensor,
-                 w_down: torch.Tensor, heads: int, kv_heads: int, head_dim: int, scale: float):
+                 w_down: torch.Tensor, heads: int, kv_heads: int, head_dim: int, scale: float,
+                 weight_scales: tuple[torch.Tensor, ...] | None = None):
+        """The four matrices in float32, bfloat16, or int8 with `weight_scales` (float32 scales
+        per output row of w_qkv, w_o, w_gate_up, w_down)."""
         hidden, inter = ln1.numel(), w_down.shape[-1]
+        wdtype = w_qkv.dtype
+        if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
+            raise ValueError(f"decode layer: weights are {wdtype}, expected one of "
+                             f"{tuple(WEIGHT_TYPES)} (int8 with weight_scales, others without)")
         qw, kw = heads * head_dim, kv_heads * head_dim
         expected = {"ln1": (ln1, (hidden,)), "ln2": (ln2, (hidden,)),
                     "w_qkv": (w_qkv, (qw + 2 * kw, hidden)), "w_o": (w_o, (hidden, qw)),
@@ -322,22 +357,30 @@ class DecodeLayerPlan:
                     "w_down": (w_down, (hidden, inter))}
         if b_qkv is not None:
             expected["b_qkv"] = (b_qkv, (qw + 2 * kw,))
+        if weight_scales is not None:
+            for name, t in zip(("s_qkv", "s_o", "s_gate_up", "s_down"), weight_scales):
+                expected[name] = (t, (expected["w" + name[1:]][1][0],))
+        matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")
         for name, (t, shape) in expected.items():
-            if (tuple(t.shape) != shape or t.dtype != torch.float32 or t.device.type != "cpu"
+            want = wdtype if name in matrices else torch.float32
+            if (tuple(t.shape) != shape or t.dtype != want or t.device.type != "cpu"
                     or not t.is_contiguous()):
                 raise ValueError(f"decode layer: {name} is {tuple(t.shape)} {t.dtype} on "
-                                 f"{t.device}, expected contiguous float32 {shape} on the CPU")
+                                 f"{t.device}, expected contiguous {want} {shape} on the CPU")
         if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
             raise ValueError(f"decode layer: hidden {hidden} and intermediate {inter} must be "
                              f"multiples of 16, head_dim {head_dim} one of {HEAD_DIMS}, heads "
                              f"{heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x)")
-        self.tensors = (ln1, ln2, w_qkv, b_qkv, w_o, w_gate_up, w_down)
+        self.tensors = (ln1, ln2, w_qkv, b_qkv, w_o, w_gate_up, w_down, weight_scales)
         self.hidden, self.heads, self.kv_heads, self.head_dim, self.inter = \
             hidden, heads, kv_heads, head_dim, inter
         self.scratch_size = hidden + 3 * qw + 2 * kw + 3 * inter
+        scale_ptrs = ((None,) * 4 if weight_scales is None
+                      else tuple(t.data_ptr() for t in weight_scales))
         self.weights = (ln1.data_ptr(), ln2.data_ptr(), eps, w_qkv.data_ptr(),
                         None if b_qkv is None else b_qkv.data_ptr(), w_o.data_ptr(),
-                        w_gate_up.data_ptr(), w_down.data_ptr())
+                        w_gate_up.data_ptr(), w_down.data_ptr(), WEIGHT_TYPES[wdtype],
+                        *scale_ptrs)
         self.dims = (hidden, heads, kv_heads, head_dim, inter, scale)
 
 
@@ -381,3 +424,49 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                         None if bias is None else bias.data_ptr(), out.data_ptr(),
                         weight.shape[0], weight.shape[1])
     return out
+
+
+def qgemm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None = None,
+          bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`x [T, K] @ weight[N, K]ᵀ (· scales [N]) (+ bias [N])` -> float32 [T, N], with `weight`
+    in bfloat16 or int8 (then `scales`, per output row) widened inside the kernel
+    (`kernels/cpu_quant.c`); one row runs the GEMV, more the tiled GEMM. x float32 with
+    contiguous rows, K % 16 == 0 (the caller, `llmlab.model_cpu.CpuLinear`, checks)."""
+    lib = load_library()
+    T, K = x.shape
+    out = torch.empty(T, weight.shape[0], dtype=torch.float32)
+    with _traced("llmlab_cpu::qgemm"):
+        lib.llmlab_qgemm(x.data_ptr(), x.stride(0), weight.data_ptr(), WEIGHT_TYPES[weight.dtype],
+                         None if scales is None else scales.data_ptr(),
+                         None if bias is None else bias.data_ptr(), out.data_ptr(), T,
+                         weight.shape[0], K)
+    return out
+
+
+def isa() -> list[str]:
+    """The instruction sets the C kernels use on this CPU (checked at run time through cpuid,
+    under the cap of `set_isa_cap`): names of `ISA_FLAGS`."""
+    have = load_library().llmlab_isa()
+    return [name for name, bit in ISA_FLAGS.items() if have & bit]
+
+
+def set_isa_cap(names: list[str] | None) -> None:
+    """Let the C kernels use at most `names` (of `ISA_FLAGS`), whatever this CPU has; None lifts
+    the cap. How a test runs the fallback kernels on a CPU that has the fast instructions."""
+    if names is not None:
+        unknown = [n for n in names if n not in ISA_FLAGS]
+        if unknown:
+            raise ValueError(f"names: got {unknown}, expected names from {list(ISA_FLAGS)}")
+    cap = -1 if names is None else sum(ISA_FLAGS[n] for n in names)
+    load_library().llmlab_set_isa_cap(cap)
+
+
+def matmul_kernel(weight_dtype: torch.dtype) -> str:
+    """Which kernel multiplies by a weight of this dtype here (for `doctor` and the benches)."""
+    if weight_dtype == torch.bfloat16:
+        return ("bf16: AVX-512 BF16 (vdpbf16ps)" if "avx512_bf16" in isa()
+                else "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)")
+    if weight_dtype == torch.int8:
+        return ("int8: AVX-512 widening (vpmovsxbd), per-channel scale" if "avx512" in isa()
+                else "int8: widened to float32 in the kernel (portable), per-channel scale")
+    return "float32: GEMV (batch 1), oneDNN (batches)"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from llmlab.quantization import FP8_DTYPE, dequantize_fp8, quantize_fp8
 from llmlab.utils import cdiv
 
 if TYPE_CHECKING:
@@ -32,8 +33,14 @@ if TYPE_CHECKING:
 
 
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                      value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`."""
+                      value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                      k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`.
+    An fp8 cache stores key / k_scale and value / v_scale (vLLM's fp8 KV write)."""
+    if key_cache.dtype == FP8_DTYPE:       # PyTorch copies fp8 rows as bytes
+        key = quantize_fp8(key, k_scale).view(torch.uint8)
+        value = quantize_fp8(value, v_scale).view(torch.uint8)
+        key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
     _, _, num_kv_heads, head_dim = key_cache.shape
     flat_k = key_cache.view(-1, num_kv_heads, head_dim)  # [num_slots, num_kv_heads, head_dim]
     flat_v = value_cache.view(-1, num_kv_heads, head_dim)
@@ -56,15 +63,18 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-           first_pos: int) -> torch.Tensor:
+           first_pos: int, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     """softmax(q kᵀ · scale + causal mask) v for one sequence, in float32.
 
     q [n, num_heads, d]: queries at positions first_pos .. first_pos + n - 1;
-    k, v [L, num_kv_heads, d]: positions 0 .. L - 1. Returns [n, num_heads, d] in q's dtype.
+    k, v [L, num_kv_heads, d]: positions 0 .. L - 1 (fp8: k · k_scale, v · v_scale).
+    Returns [n, num_heads, d] in q's dtype.
     """
     group = q.shape[1] // k.shape[1]
-    k = k.float().repeat_interleave(group, dim=1)                # [L, num_heads, d] (GQA)
-    v = v.float().repeat_interleave(group, dim=1)
+    k = dequantize_fp8(k, k_scale) if k.dtype == FP8_DTYPE else k.float()
+    v = dequantize_fp8(v, v_scale) if v.dtype == FP8_DTYPE else v.float()
+    k = k.repeat_interleave(group, dim=1)                         # [L, num_heads, d] (GQA)
+    v = v.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale   # [num_heads, n, L]
     q_pos = first_pos + torch.arange(q.shape[0], device=q.device)[:, None]   # [n, 1]
     k_pos = torch.arange(k.shape[0], device=q.device)[None, :]               # [1, L]
@@ -76,7 +86,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
 def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
                             value_cache: torch.Tensor, block_tables: torch.Tensor,
                             cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float) -> torch.Tensor:
+                            scale: float, k_scale: float = 1.0,
+                            v_scale: float = 1.0) -> torch.Tensor:
     """Varlen causal attention, one sequence at a time: query [num_tokens, num_heads, d] ->
     [num_tokens, num_heads, d]. Sequence s's queries are rows cu_seqlens_q[s]:cu_seqlens_q[s+1]
     and sit at the last positions of its seq_lens[s] tokens."""
@@ -86,17 +97,19 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
         q = query[cu[s]:cu[s + 1]]                                # [n, num_heads, d]
         k = gather_kv(key_cache, block_tables[s], seq_len)        # [seq_len, kvh, d]
         v = gather_kv(value_cache, block_tables[s], seq_len)
-        out[cu[s]:cu[s + 1]] = attend(q, k, v, scale, first_pos=seq_len - q.shape[0])
+        out[cu[s]:cu[s + 1]] = attend(q, k, v, scale, first_pos=seq_len - q.shape[0],
+                                      k_scale=k_scale, v_scale=v_scale)
     return out
 
 
 def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+                           seq_lens: torch.Tensor, scale: float, k_scale: float = 1.0,
+                           v_scale: float = 1.0) -> torch.Tensor:
     """Decode: one query per sequence, at its last position. query [num_seqs, num_heads, d]."""
     cu = torch.arange(query.shape[0] + 1, dtype=torch.int32)
     return paged_attention_prefill(query, key_cache, value_cache, block_tables, cu, seq_lens,
-                                   scale)
+                                   scale, k_scale, v_scale)
 
 
 # ---- an optimisation of the above: sequences grouped by length -------------------------------
@@ -241,13 +254,14 @@ def _gather(cache: torch.Tensor, g: _Group, out: torch.Tensor) -> torch.Tensor:
     out = out[:n_blocks * block_size * num_kv_heads * head_dim].view(
         n_blocks, block_size, num_kv_heads, head_dim)
     torch.index_select(cache, 0, g.blocks, out=out)
-    if g.invalid.numel():
-        out.view(-1, num_kv_heads * head_dim).index_fill_(0, g.invalid, 0)
+    if g.invalid.numel():             # (fp8 through its bytes: 0x00 is +0.0)
+        rows = out.view(-1, num_kv_heads * head_dim)
+        (rows.view(torch.uint8) if rows.dtype == FP8_DTYPE else rows).index_fill_(0, g.invalid, 0)
     return out.view(g.n, g.num_blk * block_size, num_kv_heads, head_dim)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-            scale: float) -> torch.Tensor:
+            scale: float, kv_scales: tuple[float, float] = (1.0, 1.0)) -> torch.Tensor:
     """Masked GQA attention on a padded batch.
 
     q: [n, q_len, num_heads, head_dim]; k, v: [n, kv_len, num_kv_heads, head_dim];
@@ -261,6 +275,8 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     out_dtype = q.dtype
     qf = q.float().view(n, q_len, num_kv_heads, group, head_dim)
     qf = qf.permute(0, 2, 3, 1, 4).reshape(n, num_kv_heads, group * q_len, head_dim)
+    if k.dtype == FP8_DTYPE:          # the fp8 cache read back: stored · scale
+        k, v = dequantize_fp8(k, kv_scales[0]), dequantize_fp8(v, kv_scales[1])
     kf = k.float().permute(0, 2, 1, 3)  # [n, num_kv_heads, kv_len, head_dim]
     vf = v.float().permute(0, 2, 1, 3)
     m = None
@@ -275,14 +291,15 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
 
 def _decode_groups(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                    groups: list[_Group], scale: float, out: torch.Tensor,
-                   buffers: tuple[torch.Tensor, torch.Tensor]) -> None:
+                   buffers: tuple[torch.Tensor, torch.Tensor],
+                   kv_scales: tuple[float, float] = (1.0, 1.0)) -> None:
     """query [m, heads, d] of one-token sequences -> out [m, heads, d], group by group."""
     for g in groups:
         k = _gather(key_cache, g, buffers[0])
         v = _gather(value_cache, g, buffers[1])
         q = query if len(groups) == 1 else query.index_select(0, g.query_rows)
         mask = g.valid[:, None, :] if g.invalid.numel() else None      # all valid: no mask
-        o = _attend(q[:, None], k, v, mask, scale)[:, 0]                # [n, heads, d]
+        o = _attend(q[:, None], k, v, mask, scale, kv_scales)[:, 0]     # [n, heads, d]
         if len(groups) == 1:
             out.copy_(o)
         else:
@@ -290,7 +307,7 @@ def _decode_groups(query: torch.Tensor, key_cache: torch.Tensor, value_cache: to
 
 
 def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, scale,
-                    out, buffers) -> None:
+                    out, buffers, kv_scales=(1.0, 1.0)) -> None:
     """Attend the group's sequences (q_len > 1) as one padded batch; write their rows of `out`."""
     device = query.device
     max_q = int(q_lens.max())
@@ -305,7 +322,7 @@ def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, sc
     # Padded query rows (i >= q_len) have q_pos >= seq_len, so they still see key 0 and never
     # produce an all-masked row; they are dropped below.
     mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & g.valid[:, None, :]
-    o = _attend(q, k, v, mask, scale)  # [n, max_q, num_heads, head_dim]
+    o = _attend(q, k, v, mask, scale, kv_scales)  # [n, max_q, num_heads, head_dim]
     out[tok[q_valid]] = o[q_valid]
 
 
@@ -327,7 +344,8 @@ def _step_plan(md: AttentionMetadata, key_cache: torch.Tensor):
 
 
 def grouped_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      md: AttentionMetadata, scale: float) -> torch.Tensor:
+                      md: AttentionMetadata, scale: float,
+                      kv_scales: tuple[float, float] = (1.0, 1.0)) -> torch.Tensor:
     """`paged_attention_prefill`'s result for the step `md` describes, with sequences of similar
     length attended together. query [num_tokens, num_heads, d] -> [num_tokens, num_heads, d].
 
@@ -341,13 +359,16 @@ def grouped_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
     plan, buffers = _step_plan(md, key_cache)
     if plan.decode:
         if plan.decode_rows is None:          # a decode-only step: every row is one sequence
-            _decode_groups(query, key_cache, value_cache, plan.decode, scale, out, buffers)
+            _decode_groups(query, key_cache, value_cache, plan.decode, scale, out, buffers,
+                           kv_scales)
         else:
             rows = plan.decode_rows
             q1 = query.index_select(0, rows)
             o1 = torch.empty_like(q1)
-            _decode_groups(q1, key_cache, value_cache, plan.decode, scale, o1, buffers)
+            _decode_groups(q1, key_cache, value_cache, plan.decode, scale, o1, buffers,
+                           kv_scales)
             out.index_copy_(0, rows, o1)
     for g, starts, q_lens in plan.prefill:
-        _prefill_padded(query, key_cache, value_cache, g, starts, q_lens, scale, out, buffers)
+        _prefill_padded(query, key_cache, value_cache, g, starts, q_lens, scale, out, buffers,
+                        kv_scales)
     return out
