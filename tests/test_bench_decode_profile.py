@@ -40,3 +40,17 @@ def test_main_writes_the_table_and_json(tmp_path, capsys):
     assert "lm_head" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--gen-len must be >= 3"):
         decode_profile.main(["--model", "tiny", "--gen-len", "2"])
+
+
+@pytest.mark.parametrize("settings, bytes_per_weight", [({"dtype": "bfloat16"}, 2),
+                                                        ({"quantization": "int8"}, 1)])
+def test_the_floor_follows_the_bytes_of_the_weights_in_use(settings, bytes_per_weight):
+    model, tokenizer = load_model("tiny")
+    prompt = build_workload(tokenizer, 1, 32)[0]
+    f32 = decode_profile.profile_decode(model, prompt, 4)
+    low = decode_profile.profile_decode(model, prompt, 4, **settings)
+    cfg = model.config
+    assert low["lm_head_weight_bytes"] == cfg.vocab_size * cfg.hidden_size * bytes_per_weight
+    # the layers' matrices shrink by that factor (norms and int8 scales stay float32)
+    assert low["layer_weight_bytes"] < f32["layer_weight_bytes"] * (bytes_per_weight / 4) * 1.1
+    assert str(bytes_per_weight == 2 and "bfloat16" or "int8") in low["precision"]

@@ -78,9 +78,9 @@ def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, restore_thre
     seen: dict[str, list] = {"llmlab": [], "llama.cpp": []}
     real_run_llmlab = llamacpp.run_llmlab
 
-    def recording_llmlab(model, prompts, gen_len):
+    def recording_llmlab(model, prompts, gen_len, **engine_kwargs):
         seen["llmlab"].append([list(p) for p in prompts])
-        return real_run_llmlab(model, prompts, gen_len)
+        return real_run_llmlab(model, prompts, gen_len, **engine_kwargs)
 
     class FakeLlamaCpp:
         def __init__(self, gguf, threads, kv_type="f32"):
@@ -100,7 +100,7 @@ def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, restore_thre
 
     monkeypatch.setattr(llamacpp, "run_llmlab", recording_llmlab)
     monkeypatch.setattr(llamacpp, "llama_cpp_skip_reason", lambda name: None)
-    monkeypatch.setattr(llamacpp, "f32_gguf", lambda name, threads: tmp_path / "fake.gguf")
+    monkeypatch.setattr(llamacpp, "gguf_of", lambda name, kind, threads: tmp_path / "fake.gguf")
     monkeypatch.setattr(llamacpp, "LlamaCpp", FakeLlamaCpp)
     path = tmp_path / "bench.json"
     assert llamacpp.main(TINY + ["--batches", "2,4", "--json", str(path)]) == 0

@@ -80,12 +80,13 @@ def _timed(timer: StepTimer, targets: list[tuple[object, str, str]]):
                 delattr(obj, name)
 
 
-def profile_decode(model, prompt: list[int], gen_len: int) -> dict:
-    """Median ms per decode step of each part (see the module docstring) on one request."""
+def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> dict:
+    """Median ms per decode step of each part (see the module docstring) on one request;
+    `engine_kwargs`: dtype, quantization, kv_cache_dtype (EngineConfig's)."""
     from llmlab import LLM, SamplingParams
     from llmlab.engine import model_runner as runner_module
 
-    llm = LLM(model, max_num_seqs=1, max_model_len=len(prompt) + gen_len)
+    llm = LLM(model, max_num_seqs=1, max_model_len=len(prompt) + gen_len, **engine_kwargs)
     engine = llm.llm_engine
     runner, scheduler = engine.model_runner, engine.scheduler
     fast = runner.model
@@ -112,17 +113,54 @@ def profile_decode(model, prompt: list[int], gen_len: int) -> dict:
     return {"ms_per_step": ms, "decode_steps": len(decode),
             "steps": [{p: 1e3 * s.get(p, 0.0) for p in (*PARTS, "total")} for s in decode],
             "attention_backend": engine.config.attention_backend,
+            "precision": precision_label(engine),
             "layer_weight_bytes": sum(_weight_bytes(layer) for layer in fast.layers),
             "lm_head_weight_bytes": fast.lm_head.weight.numel() * fast.lm_head.weight.element_size(),
             "num_layers": len(fast.layers)}
 
 
+def add_precision_args(ap: argparse.ArgumentParser) -> None:
+    """--dtype, --quantization, --kv-cache-dtype: EngineConfig's settings, for any bench."""
+    from llmlab.engine.llm_engine import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
+
+    ap.add_argument("--dtype", default="auto", choices=list(DTYPES),
+                    help="weights' and activations' dtype (EngineConfig.dtype)")
+    ap.add_argument("--quantization", default=None, choices=[q for q in QUANTIZATIONS if q],
+                    help="weight-only quantization (EngineConfig.quantization)")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES),
+                    help="KV cache dtype (EngineConfig.kv_cache_dtype)")
+
+
+def precision_kwargs(args) -> dict:
+    return {"dtype": args.dtype, "quantization": args.quantization,
+            "kv_cache_dtype": args.kv_cache_dtype}
+
+
+def precision_label(engine) -> str:
+    """What an engine computes in, for the benches' headers: weights, their matmul kernel
+    on the C path, activations, KV cache."""
+    model = engine.model_runner.model
+    weights = getattr(model, "weight_dtype", None) or model.lm_head.weight.dtype
+    cache = engine.model_runner.kv_caches[0][0].dtype
+    name = lambda d: str(d).replace("torch.", "")   # noqa: E731
+    label = f"weights {name(weights)}, KV cache {name(cache)}"
+    if engine.config.attention_backend == "cpu":
+        from llmlab.ops import cpu_backend
+
+        label += f" (matmul {cpu_backend.matmul_kernel(weights)}; activations float32)"
+    else:
+        label += f", activations {name(model.dtype)}"
+    return label
+
+
 def _weight_bytes(layer) -> int:
     """Bytes of the dense weights a layer's batch-1 step streams (each distinct storage once)."""
     seen, total = set(), 0
-    for t in [p for p in layer.parameters()] + [m.weight for m in layer.modules()
-                                                 if hasattr(m, "weight") and isinstance(
-                                                     m.weight, torch.Tensor)]:
+    for t in [p for p in layer.parameters()] + [
+            t for m in layer.modules() for t in (getattr(m, "weight", None),
+                                                 getattr(m, "scale", None),
+                                                 getattr(m, "weight_scale", None))
+            if isinstance(t, torch.Tensor)]:
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
         if key not in seen:
             seen.add(key)
@@ -165,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch (and OpenMP) threads (default: torch's thread count)")
     ap.add_argument("--json", default="build/bench-decode-profile.json")
+    add_precision_args(ap)
     args = ap.parse_args(argv)
     for name, low in (("prompt_len", 16), ("gen_len", 3), ("rounds", 1), ("threads", 1)):
         if getattr(args, name) is not None and getattr(args, name) < low:
@@ -180,9 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model(args.model)
     prompt = build_workload(tokenizer, 1, args.prompt_len)[0]
     threads = torch.get_num_threads()
-    profile_decode(model, prompt[:16], 3)                      # warm-up: compile, page in
+    kwargs = precision_kwargs(args)
+    profile_decode(model, prompt[:16], 3, **kwargs)            # warm-up: compile, page in
     read_bw = hardware.measure_bandwidth("cpu", kind="read")
-    rounds = [profile_decode(model, prompt, args.gen_len) for _ in range(args.rounds)]
+    rounds = [profile_decode(model, prompt, args.gen_len, **kwargs) for _ in range(args.rounds)]
     best = min(rounds, key=lambda r: r["ms_per_step"]["total"])
     read_bw = max(read_bw, hardware.measure_bandwidth("cpu", kind="read"))
     wake = omp_wake_us(threads)
@@ -206,7 +246,8 @@ def print_table(report: dict) -> None:
     m, p, floors, omp = report["machine"], report["profile"], report["floors_ms"], report["omp"]
     ms = p["ms_per_step"]
     print(f"\nbatch-1 decode step, {report['settings']['model']}, attention_backend="
-          f"{p['attention_backend']!r}, {m['cpu']}, {m['threads']} threads, median of "
+          f"{p['attention_backend']!r}, {p.get('precision', 'float32')}, {m['cpu']}, "
+          f"{m['threads']} threads, median of "
           f"{p['decode_steps']} steps (fastest of {len(report['rounds_total_ms'])} rounds: "
           + ", ".join(f"{t:.1f}" for t in report["rounds_total_ms"]) + " ms); read bandwidth "
           f"{m['read_bandwidth'] / 1e9:.1f} GB/s")

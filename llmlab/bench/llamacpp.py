@@ -7,7 +7,10 @@ it, skips that system and still measures llmlab.
 
 Both systems run the same weights at the same precision: llama.cpp an F32 GGUF made once from
 the shipped Q4_1 file by llama.cpp's own quantize function (`llamacpp_engine.f32_gguf`), llmlab
-the same Q4_1 file dequantised to float32. The workload is llama-batched-bench's: every
+the same Q4_1 file dequantised to float32. `--precision bfloat16` gives llmlab
+`dtype="bfloat16"` and llama.cpp a BF16 GGUF; `--precision int8` llmlab `quantization="int8"`
+(a scale per output channel) and llama.cpp Q8_0 (a scale per 32 weights), both made by
+llama.cpp's quantize from that F32 file (`llamacpp_engine.gguf_of`). The workload is llama-batched-bench's: every
 sequence `--prompt-len` prompt tokens (128) and `--gen-len` generated tokens (128), greedy, EOS
 ignored, the same token ids given to both.
 
@@ -43,12 +46,15 @@ import time
 import torch
 
 from llmlab.bench import write_report
-from llmlab.bench.llamacpp_engine import (KV_TYPES, GreedyRun, LlamaCpp, f32_gguf,
+from llmlab.bench.llamacpp_engine import (KV_TYPES, GreedyRun, LlamaCpp, gguf_of,
                                           import_llama_cpp, install_command)
 from llmlab.config import DATA_DIR
 from llmlab.utils import cdiv
 
 SYSTEMS = ("llmlab", "llama.cpp")
+# --precision: llmlab's engine settings and llama.cpp's GGUF type at the same precision
+PRECISIONS = {"float32": ({}, "F32"), "bfloat16": ({"dtype": "bfloat16"}, "BF16"),
+              "int8": ({"quantization": "int8"}, "Q8_0")}
 DEFAULT_BATCHES = "1,8,32,64"
 
 
@@ -92,16 +98,18 @@ def build_workload(tokenizer, num_seqs: int, prompt_len: int, seed: int = 0) -> 
 
 # ---- llmlab ----------------------------------------------------------------------------------
 
-def run_llmlab(model, prompts: list[list[int]], gen_len: int) -> GreedyRun:
-    """`prompts` through a fresh `LLM(model)` (default backend), greedy, EOS ignored, one step
-    at a time: prefill ends with the step that gives the last sequence its first token."""
+def run_llmlab(model, prompts: list[list[int]], gen_len: int, **engine_kwargs) -> GreedyRun:
+    """`prompts` through a fresh `LLM(model)` (default backend; `engine_kwargs`: dtype,
+    quantization), greedy, EOS ignored, one step at a time: prefill ends with the step that
+    gives the last sequence its first token."""
+    from llmlab.bench.decode_profile import precision_label
     from llmlab import LLM, SamplingParams
 
     num_seqs, prompt_len = len(prompts), max(map(len, prompts))
     max_len = prompt_len + gen_len
     llm = LLM(model, max_num_seqs=num_seqs, max_model_len=max_len,
               max_num_batched_tokens=max(2048, num_seqs * prompt_len),
-              num_kv_blocks=num_seqs * cdiv(max_len, 16))
+              num_kv_blocks=num_seqs * cdiv(max_len, 16), **engine_kwargs)
     engine = llm.llm_engine
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     requests = [engine.add_request(str(i), ids, params) for i, ids in enumerate(prompts)]
@@ -117,7 +125,8 @@ def run_llmlab(model, prompts: list[list[int]], gen_len: int) -> GreedyRun:
             if len(started) == num_seqs:
                 t_first, made_in_prefill = time.perf_counter(), made
     t_end = time.perf_counter()
-    config = {"attention_backend": engine.config.attention_backend, "dtype": str(model.dtype),
+    config = {"attention_backend": engine.config.attention_backend,
+              "dtype": precision_label(engine),
               "threads": torch.get_num_threads(), "block_size": engine.config.block_size,
               "max_num_batched_tokens": engine.config.max_num_batched_tokens,
               "kv_cache_dtype": str(model.dtype)}
@@ -179,6 +188,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="llama.cpp's KV cache element (llmlab's is float32)")
     ap.add_argument("--model", default="smollm2-135m",
                     help="model name; 'tiny' for the random tiny model (llmlab only)")
+    ap.add_argument("--precision", default="float32", choices=list(PRECISIONS),
+                    help="both systems at one precision: float32 (llama.cpp F32), bfloat16 "
+                         "(llmlab dtype='bfloat16', llama.cpp BF16), int8 (llmlab "
+                         "quantization='int8', per-channel scales; llama.cpp Q8_0, a scale "
+                         "per 32 weights)")
     ap.add_argument("--json", default="build/bench-llamacpp.json", help="output path")
     args = ap.parse_args(argv)
     try:
@@ -215,9 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"llama.cpp: skipped, {skipped}", flush=True)
     else:
-        print("llama.cpp: F32 GGUF (made once from the shipped Q4_1 file) ...", flush=True)
-        llama = LlamaCpp(f32_gguf(args.model, threads), threads, args.kv_type)
-    systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len)}
+        kind = PRECISIONS[args.precision][1]
+        print(f"llama.cpp: {kind} GGUF (made once by llama.cpp's quantize) ...", flush=True)
+        llama = LlamaCpp(gguf_of(args.model, kind, threads), threads, args.kv_type)
+    settings = PRECISIONS[args.precision][0]
+    systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len, **settings)}
     if llama is not None:
         systems["llama.cpp"] = lambda prompts: llama.run(prompts, args.gen_len)
 
@@ -245,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                           "load_average_1min": loads,
                           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                           "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")},
-              "settings": {"model": args.model, "prompt_len": args.prompt_len,
+              "settings": {"model": args.model, "precision": args.precision,
+                           "gguf": PRECISIONS[args.precision][1], "prompt_len": args.prompt_len,
                            "gen_len": args.gen_len, "rounds": args.rounds, "greedy": True,
                            "ignore_eos": True, "batches": args.batches},
               "skipped": {"llama.cpp": skipped.splitlines()[0]} if skipped else {},
@@ -285,11 +302,12 @@ def print_table(report: dict) -> None:
           f"alternating rounds; load average {min(m['load_average_1min']):.2f}-"
           f"{max(m['load_average_1min']):.2f}")
     c = cfg["llmlab"]
-    print(f"llmlab:    attention_backend={c['attention_backend']!r}, {c['dtype']} weights and "
-          f"KV cache, {c['threads']} threads")
+    print(f"llmlab:    attention_backend={c['attention_backend']!r}, {c['dtype']}, "
+          f"{c['threads']} threads")
     if "llama.cpp" in cfg:
         c = cfg["llama.cpp"]
-        print(f"llama.cpp: F32 GGUF, {c['kv_cache_dtype']} KV cache, {c['threads']} threads, "
+        print(f"llama.cpp: {s.get('gguf', 'F32')} GGUF, {c['kv_cache_dtype']} KV cache, "
+              f"{c['threads']} threads, "
               f"llama-cpp-python {c['llama_cpp_python']}")
     both = "llama.cpp" in cfg
     head = f"{'batch':>5} {'llmlab decode':>14}"

@@ -82,32 +82,48 @@ def _quiet(llama_cpp):
     return callback
 
 
+# llama.cpp's file types for the precisions the bench compares (llama_ftype names)
+GGUF_TYPES = {"F32": "LLAMA_FTYPE_ALL_F32", "BF16": "LLAMA_FTYPE_MOSTLY_BF16",
+              "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+
+
 def f32_gguf(name: str = "smollm2-135m", threads: int | None = None) -> Path:
     """An all-F32 GGUF of the built-in model `name`, made once from its shipped (Q4_1) GGUF by
     llama.cpp's quantize with requantising allowed, cached in `cache_dir()/gguf`."""
+    return gguf_of(name, "F32", threads)
+
+
+def gguf_of(name: str = "smollm2-135m", kind: str = "F32", threads: int | None = None) -> Path:
+    """A GGUF of the built-in model `name` in `kind` (F32, BF16 or Q8_0: int8 in blocks of 32
+    weights with an fp16 scale each), made once by llama.cpp's own quantize and cached in
+    `cache_dir()/gguf`: F32 from the shipped Q4_1 file, the others from that F32 file (the same
+    float32 weights llmlab dequantises)."""
     from llmlab.paths import cache_dir
     from llmlab.weights import gguf_path
 
+    if kind not in GGUF_TYPES:
+        raise ValueError(f"kind must be one of {list(GGUF_TYPES)}, got {kind!r}")
     llama_cpp = import_llama_cpp()
     if llama_cpp is None:
         raise RuntimeError(f"llama-cpp-python is not installed; add it with:\n    "
                            f"{install_command()}")
     _quiet(llama_cpp)
-    src = gguf_path(name)
-    target = cache_dir() / "gguf" / src.name.replace(".Q4_1.", ".F32.")
+    shipped = gguf_path(name)
+    src = shipped if kind == "F32" else gguf_of(name, "F32", threads)
+    target = cache_dir() / "gguf" / shipped.name.replace(".Q4_1.", f".{kind}.")
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
-    params.allow_requantize = True           # the source is quantised: dequantise it
+    params.ftype = getattr(llama_cpp, GGUF_TYPES[kind])
+    params.allow_requantize = True           # the Q4_1 source is quantised: dequantise it
     params.nthread = threads or torch.get_num_threads()
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(),
                                         ctypes.byref(params))
     if rc != 0:
         tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"llama_model_quantize({src} -> F32) failed with {rc}")
+        raise RuntimeError(f"llama_model_quantize({src} -> {kind}) failed with {rc}")
     tmp.rename(target)
     return target
 
