@@ -152,7 +152,7 @@ def kv_scales(model, token_ids: list[int]) -> list[tuple[float, float]]:
     the largest |k| (|v|) the layer produced, times KV_SCALE_HEADROOM, maps to 448.
     (vLLM reads scales from a checkpoint, or with `calculate_kv_scales` measures them on the
     first batch the same way.)"""
-    from llmlab.model import single_sequence_metadata
+    from llmlab.ops.metadata import single_sequence_metadata
 
     ids = torch.as_tensor(token_ids, dtype=torch.long, device=model.device)
     T = ids.shape[0]

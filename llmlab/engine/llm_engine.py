@@ -178,6 +178,10 @@ class LLMEngine:
         model = prepare_model(model, config)
         self.config = config = replace(
             config, attention_backend=resolve_attention_backend(config.attention_backend, model))
+        if config.kv_cache_dtype != "auto" and config.attention_backend not in ops.FP8_BACKENDS:
+            raise ValueError(f"kv_cache_dtype {config.kv_cache_dtype!r} runs on the attention "
+                             f"backends {ops.FP8_BACKENDS}; here the fastest is "
+                             f"{config.attention_backend!r}: pass attention_backend='torch'")
         keep_freed_memory()          # steps reuse memory instead of page-faulting it in again
         self.model = model
         self.tokenizer = tokenizer
