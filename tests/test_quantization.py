@@ -103,7 +103,7 @@ def test_bad_precision_settings_name_the_argument_and_the_allowed_values():
         with pytest.raises(ValueError, match=rf"{name} must be one of .*got"):
             EngineConfig(**kwargs)
     with pytest.raises(ValueError, match="kv_cache_dtype 'fp8' runs on the attention backends"):
-        EngineConfig(kv_cache_dtype="fp8", attention_backend="triton")
+        EngineConfig(kv_cache_dtype="fp8", attention_backend="cuda")
 
 
 def test_engine_settings_leave_the_callers_model_alone():
@@ -194,7 +194,13 @@ def test_fp8_round_trip_keeps_three_mantissa_bits_and_saturates():
     assert torch.equal(huge, torch.tensor([FP8_MAX, -FP8_MAX]))   # saturated, not NaN
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+def _fp8_backends() -> list[str]:
+    from llmlab import ops
+
+    return [b for b in ops.FP8_BACKENDS if ops.backend_available(b)[0] and b != "cuda"]
+
+
+@pytest.mark.parametrize("backend", _fp8_backends())
 def test_fp8_cache_write_and_read_back(backend):
     """reshape_and_cache stores value / scale in e4m3 at the slots; attention over that cache
     equals float attention over the dequantized values, NaN in unused slots notwithstanding."""
@@ -214,12 +220,16 @@ def test_fp8_cache_write_and_read_back(backend):
     sl = torch.tensor([7], dtype=torch.int32)
     out = ops.paged_attention_decode(q, kc, vc, bt, sl, d ** -0.5, backend=backend,
                                      k_scale=0.01, v_scale=0.02)
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    out_prefill = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, d ** -0.5, backend=backend,
+                                              k_scale=0.01, v_scale=0.02)
     kf = torch.zeros(blocks, bs, kvh, d)
     vf = torch.zeros(blocks, bs, kvh, d)
     kf.view(-1, kvh, d)[slots] = dequantize_fp8(quantize_fp8(k, 0.01), 0.01)
     vf.view(-1, kvh, d)[slots] = dequantize_fp8(quantize_fp8(v, 0.02), 0.02)
     want = ops.paged_attention_decode(q, kf, vf, bt, sl, d ** -0.5, backend="torch")
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out_prefill, want, rtol=1e-5, atol=1e-5)
 
 
 def test_fp8_cache_needs_its_scales():

@@ -46,7 +46,7 @@ from llmlab.ops import _checks, torch_backend
 from llmlab.ops._checks import BACKENDS
 from llmlab.ops.metadata import AttentionMetadata, single_sequence_metadata
 
-FP8_BACKENDS = ("torch", "cpu")   # the backends that read an fp8 (e4m3) KV cache
+FP8_BACKENDS = ("torch", "cpu", "triton")   # the backends that read an fp8 (e4m3) KV cache
 
 __all__ = [
     "BACKENDS",
@@ -99,18 +99,18 @@ def _backend(backend: str) -> ModuleType:
     raise ValueError(f"backend: got {backend!r}, expected one of {', '.join(map(repr, BACKENDS))}")
 
 
-def _scale_args(backend: str, key_cache: torch.Tensor, k_scale: float, v_scale: float) -> tuple:
+def _scale_args(backend: str, key_cache: torch.Tensor, k_scale: float, v_scale: float) -> dict:
     """The (k_scale, v_scale) a backend gets: only for an fp8 cache, which "torch" and "cpu"
     read; a float cache takes none."""
     if key_cache.dtype != torch.float8_e4m3fn:
-        return ()
+        return {}
     if backend not in FP8_BACKENDS:
         raise ValueError(f"backend: got {backend!r} for an fp8 KV cache, expected one of "
                          f"{FP8_BACKENDS} (the backends that read an fp8 cache)")
     for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"{name}: got {v!r}, expected a positive float")
-    return (float(k_scale), float(v_scale))
+    return {"k_scale": float(k_scale), "v_scale": float(v_scale)}
 
 
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -126,7 +126,7 @@ def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
     impl = _backend(backend)
     _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
     impl.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping,
-                           *_scale_args(backend, key_cache, k_scale, v_scale))
+                           **_scale_args(backend, key_cache, k_scale, v_scale))
 
 
 def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
@@ -144,7 +144,7 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
     _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
     return impl.paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens,
                                        float(scale),
-                                       *_scale_args(backend, key_cache, k_scale, v_scale))
+                                       **_scale_args(backend, key_cache, k_scale, v_scale))
 
 
 def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
@@ -165,7 +165,7 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
                           scale)
     return impl.paged_attention_prefill(query, key_cache, value_cache, block_tables,
                                         cu_seqlens_q, seq_lens, float(scale),
-                                        *_scale_args(backend, key_cache, k_scale, v_scale))
+                                        **_scale_args(backend, key_cache, k_scale, v_scale))
 
 
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -181,13 +181,13 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     _checks.check_layer_qkv(query, key, value, key_cache, metadata.num_tokens)
     impl = _backend(metadata.backend)
     scales = _scale_args(metadata.backend, key_cache, *metadata.scales(layer))
-    impl.reshape_and_cache(key, value, key_cache, value_cache, metadata.slot_mapping, *scales)
+    impl.reshape_and_cache(key, value, key_cache, value_cache, metadata.slot_mapping, **scales)
     if metadata.backend == "torch":
         # the readable path's engine speed-up: sequences of similar length attended together
         return torch_backend.grouped_attention(query, key_cache, value_cache, metadata, scale,
-                                               *([scales] if scales else []))
+                                               tuple(scales.values()) or (1.0, 1.0))
     if metadata.is_decode_only:
         return impl.paged_attention_decode(query, key_cache, value_cache, metadata.block_tables,
-                                           metadata.seq_lens, scale, *scales)
+                                           metadata.seq_lens, scale, **scales)
     return impl.paged_attention_prefill(query, key_cache, value_cache, metadata.block_tables,
-                                        metadata.cu_seqlens_q, metadata.seq_lens, scale, *scales)
+                                        metadata.cu_seqlens_q, metadata.seq_lens, scale, **scales)
