@@ -100,11 +100,6 @@ class EngineConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {tuple(allowed)}, "
                                  f"got {getattr(self, name)!r}")
-        if self.kv_cache_dtype != "auto" and self.attention_backend not in (None,
-                                                                              *ops.FP8_BACKENDS):
-            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} runs on the attention "
-                             f"backends {ops.FP8_BACKENDS} (or None), got attention_backend="
-                             f"{self.attention_backend!r}")
 
     @property
     def torch_kv_cache_dtype(self) -> torch.dtype | None:
@@ -178,10 +173,6 @@ class LLMEngine:
         model = prepare_model(model, config)
         self.config = config = replace(
             config, attention_backend=resolve_attention_backend(config.attention_backend, model))
-        if config.kv_cache_dtype != "auto" and config.attention_backend not in ops.FP8_BACKENDS:
-            raise ValueError(f"kv_cache_dtype {config.kv_cache_dtype!r} runs on the attention "
-                             f"backends {ops.FP8_BACKENDS}; here the fastest is "
-                             f"{config.attention_backend!r}: pass attention_backend='torch'")
         keep_freed_memory()          # steps reuse memory instead of page-faulting it in again
         self.model = model
         self.tokenizer = tokenizer

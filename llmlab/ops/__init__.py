@@ -46,7 +46,8 @@ from llmlab.ops import _checks, torch_backend
 from llmlab.ops._checks import BACKENDS
 from llmlab.ops.metadata import AttentionMetadata, single_sequence_metadata
 
-FP8_BACKENDS = ("torch", "cpu", "triton")   # the backends that read an fp8 (e4m3) KV cache
+# the backends that read an fp8 (e4m3) KV cache (every one: "cuda" needs a GPU to test it)
+FP8_BACKENDS = ("torch", "cpu", "triton", "cuda")
 
 __all__ = [
     "BACKENDS",

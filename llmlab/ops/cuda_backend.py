@@ -66,18 +66,23 @@ def _check_cuda(tensors: dict[str, torch.Tensor]) -> None:
 
 
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                      value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """CUDA `reshape_and_cache` (kernels/cache_kernels.cu); slot -1 is skipped."""
+                      value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                      k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """CUDA `reshape_and_cache` (kernels/cache_kernels.cu); slot -1 is skipped. An fp8 cache
+    stores key / k_scale and value / v_scale, rounded to e4m3 in the kernel."""
     _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
     _check_cuda({"key": key, "value": value, "key_cache": key_cache,
                  "value_cache": value_cache, "slot_mapping": slot_mapping})
-    load_extension().reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+    load_extension().reshape_and_cache(key, value, key_cache, value_cache, slot_mapping,
+                                       float(k_scale), float(v_scale))
 
 
 def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """CUDA paged decode attention (kernels/paged_attention.cu): fp32/fp16/bf16, GQA."""
+                           seq_lens: torch.Tensor, scale: float, k_scale: float = 1.0,
+                           v_scale: float = 1.0) -> torch.Tensor:
+    """CUDA paged decode attention (kernels/paged_attention.cu): fp32/fp16/bf16 queries over
+    a cache of the same dtype or of fp8 e4m3 (with its k/v scales), GQA."""
     _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
     _check_cuda({"query": query, "key_cache": key_cache, "value_cache": value_cache,
                  "block_tables": block_tables, "seq_lens": seq_lens})
@@ -85,13 +90,15 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
         raise ValueError(f"query: head_dim={query.shape[2]}, expected <= 256 for the CUDA "
                          "decode kernel")
     return load_extension().paged_attention_decode(query, key_cache, value_cache, block_tables,
-                                                   seq_lens, float(scale))
+                                                   seq_lens, float(scale), float(k_scale),
+                                                   float(v_scale))
 
 
 def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
                             value_cache: torch.Tensor, block_tables: torch.Tensor,
                             cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float) -> torch.Tensor:
+                            scale: float, k_scale: float = 1.0,
+                            v_scale: float = 1.0) -> torch.Tensor:
     """Prefill on the "cuda" backend: the torch implementation on the CUDA tensors (there is
     no hand-written CUDA prefill kernel; see kernels/README.md)."""
     _checks.check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens,
@@ -100,4 +107,5 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
                  "block_tables": block_tables, "cu_seqlens_q": cu_seqlens_q,
                  "seq_lens": seq_lens})
     return torch_backend.paged_attention_prefill(query, key_cache, value_cache, block_tables,
-                                                 cu_seqlens_q, seq_lens, scale)
+                                                 cu_seqlens_q, seq_lens, scale, k_scale,
+                                                 v_scale)
