@@ -144,6 +144,28 @@ static inline __attribute__((always_inline)) void attend_unit(
     }
 }
 
+#define ATTEND(HD, FP8) attend_unit(HD, FP8, query, q_stride_token, q_stride_head, key_cache, \
+    value_cache, block_table, block_size, num_kv_heads, group, kv_head, q_start, tile_len, \
+    first_pos, scale, k_scale, v_scale, out, out_stride_token)
+
+/* The fp8-cache variants, in a function of their own so that the float32 ones below keep
+ * their code as it was (same inlining, same size). */
+static __attribute__((noinline)) int attention_unit_fp8(
+        int64_t head_dim, const float *query, int64_t q_stride_token, int64_t q_stride_head,
+        const void *key_cache, const void *value_cache, const int32_t *block_table,
+        int64_t block_size, int64_t num_kv_heads, int64_t group, int64_t kv_head,
+        int64_t q_start, int64_t tile_len, int64_t first_pos, float scale, float k_scale,
+        float v_scale, float *out, int64_t out_stride_token) {
+    switch (head_dim) {
+        case 16: ATTEND(16, 1); return 0;
+        case 32: ATTEND(32, 1); return 0;
+        case 64: ATTEND(64, 1); return 0;
+        case 128: ATTEND(128, 1); return 0;
+        case 256: ATTEND(256, 1); return 0;
+        default: return -1;
+    }
+}
+
 /* One work unit (see the top of this file) for any supported head_dim: attend_unit unrolled
  * for that size. Also what cpu_layer.c's fused decode layer calls, one KV head per call.
  * Returns -1 for a head_dim without a variant, 0 when done. */
@@ -154,21 +176,21 @@ int llmlab_attention_unit(int64_t head_dim, const float *query, int64_t q_stride
                           int64_t kv_head, int64_t q_start, int64_t tile_len, int64_t first_pos,
                           float scale, int64_t kv_fp8, float k_scale, float v_scale, float *out,
                           int64_t out_stride_token) {
-#define ATTEND(HD, FP8) attend_unit(HD, FP8, query, q_stride_token, q_stride_head, key_cache, \
-    value_cache, block_table, block_size, num_kv_heads, group, kv_head, q_start, tile_len, \
-    first_pos, scale, k_scale, v_scale, out, out_stride_token)
-#define BOTH(HD) if (kv_fp8) ATTEND(HD, 1); else ATTEND(HD, 0); return 0
+    if (kv_fp8)
+        return attention_unit_fp8(head_dim, query, q_stride_token, q_stride_head, key_cache,
+                                  value_cache, block_table, block_size, num_kv_heads, group,
+                                  kv_head, q_start, tile_len, first_pos, scale, k_scale, v_scale,
+                                  out, out_stride_token);
     switch (head_dim) {
-        case 16: BOTH(16);
-        case 32: BOTH(32);
-        case 64: BOTH(64);
-        case 128: BOTH(128);
-        case 256: BOTH(256);
+        case 16: ATTEND(16, 0); return 0;
+        case 32: ATTEND(32, 0); return 0;
+        case 64: ATTEND(64, 0); return 0;
+        case 128: ATTEND(128, 0); return 0;
+        case 256: ATTEND(256, 0); return 0;
         default: return -1;
     }
-#undef BOTH
-#undef ATTEND
 }
+#undef ATTEND
 
 /* out[T, num_heads, head_dim] (contiguous) = paged causal attention of query[T, num_heads,
  * head_dim] (token stride q_stride_token, head stride q_stride_head, head_dim contiguous).
