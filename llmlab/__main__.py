@@ -5,7 +5,7 @@
   model [NAME]               convert and cache the model (once), report the load time
   run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
   serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
-  bench NAME [args]          benchmarks (kernels, throughput, roofline, serve, llamacpp, decode_profile, quality)
+  bench NAME [args]          benchmarks (kernels, throughput, roofline, serve, llamacpp, decode_profile)
   student SRC DST            write the student version of the notebooks (solutions stripped)
   grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
                              (SRC: the instructor's notebook, or the manifest `student` wrote)
@@ -65,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         return serve_main(rest)
     if cmd == "bench":
         if not rest:
-            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput, roofline, serve, llamacpp, decode_profile or quality")
+            print("usage: python -m llmlab bench NAME [args]; NAME is kernels, throughput, roofline, serve, llamacpp or decode_profile")
             return 2
         try:
             module = importlib.import_module(f"llmlab.bench.{rest[0]}")
         except ModuleNotFoundError:
-            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline, serve, llamacpp, decode_profile or quality")
+            print(f"unknown benchmark {rest[0]!r}; choose kernels, throughput, roofline, serve, llamacpp or decode_profile")
             return 2
         return module.main(rest[1:])
     if cmd == "student":
