@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from llmlab.bench import write_report
     from llmlab.bench.llamacpp import load_model
-    from llmlab.doctor import cpu_name
+    from llmlab.utils import cpu_name
 
     model, tokenizer = load_model(args.model)
     report = measure(model, tokenizer, {n: PRECISIONS[n] for n in names}, args.attention,
