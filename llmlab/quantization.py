@@ -15,8 +15,8 @@ speed. Three ways to spend fewer, as vLLM offers them:
 - `kv_cache_dtype="fp8"` (vLLM's `--kv-cache-dtype fp8`): keys and values stored as fp8 e4m3
   (1 byte: 4 exponent bits, 3 mantissa bits, largest value 448) with one float32 scale per
   layer for K and one for V (vLLM's per-tensor `k_scale`, `v_scale`): stored = value / scale,
-  read back as stored * scale, in float32, inside attention. `kv_scales` calibrates them from
-  a short text.
+  read back as stored * scale, in float32, inside attention. The format is the attention
+  backends' (`llmlab.ops.fp8`); `kv_scales` here calibrates the scales from a short text.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import copy
 import torch
 from torch import nn
 
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0                 # the largest finite e4m3 value
+from llmlab.ops.fp8 import FP8_DTYPE, FP8_MAX, dequantize_fp8, quantize_fp8  # noqa: F401
+
 INT8_MAX = 127                  # symmetric: -127 .. 127 (no -128, so the range is symmetric)
 KV_SCALE_HEADROOM = 2.0         # calibrated amax x this maps to FP8_MAX: room for larger values
 
@@ -130,21 +130,6 @@ def quantize_model_int8(model):
 
 
 # ---- fp8 KV cache --------------------------------------------------------------------------
-
-def quantize_fp8(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """x / scale as fp8 e4m3, clamped to +-448 (a value beyond the range saturates instead of
-    becoming NaN)."""
-    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-
-
-def dequantize_fp8(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """fp8 values back to float32: stored * scale."""
-    return x.float() * scale
-
-
-def is_fp8(t: torch.Tensor) -> bool:
-    return t.dtype == FP8_DTYPE
-
 
 @torch.inference_mode()
 def kv_scales(model, token_ids: list[int]) -> list[tuple[float, float]]:

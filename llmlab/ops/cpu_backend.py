@@ -45,7 +45,7 @@ import torch
 
 from llmlab.ops import torch_backend
 from llmlab.paths import cache_dir
-from llmlab.quantization import quantize_fp8
+from llmlab.ops.fp8 import quantize_fp8
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # one library: attention and cache writes, a decoder layer's elementwise steps, the fused

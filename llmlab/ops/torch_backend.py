@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from llmlab.quantization import FP8_DTYPE, dequantize_fp8, quantize_fp8
+from llmlab.ops.fp8 import FP8_DTYPE, dequantize_fp8, quantize_fp8
 from llmlab.utils import cdiv
 
 if TYPE_CHECKING:

@@ -103,7 +103,7 @@ def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
         return
     row = key_cache.shape[2] * key_cache.shape[3]  # num_kv_heads * head_dim
     if _fp8(key_cache):
-        from llmlab.quantization import quantize_fp8
+        from llmlab.ops.fp8 import quantize_fp8
 
         key = quantize_fp8(key, k_scale).view(torch.uint8)
         value = quantize_fp8(value, v_scale).view(torch.uint8)
