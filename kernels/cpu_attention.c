@@ -2,7 +2,8 @@
  *
  * C99 with GCC/Clang vector extensions and OpenMP, no torch header: `llmlab/ops/cpu_backend.py`
  * compiles this file with the system C compiler on first use (about a second) and calls it
- * through ctypes with raw pointers. Layouts are those of kernels/README.md (NHD cache, float32).
+ * through ctypes with raw pointers. Layouts are those of kernels/README.md (NHD cache of float32, or of fp8 e4m3
+ * with a scale per layer).
  *
  * One function serves decode, prefill, chunked prefill and prefix-cache hits: sequence s brings
  * q_len = cu_seqlens_q[s+1] - cu_seqlens_q[s] new tokens (1 for decode); new token i sits at
@@ -33,13 +34,37 @@
 #define Q_TILE 16     /* new tokens per work unit (prefill); decode has 1 */
 #define MAX_GROUP 16  /* query heads per KV head */
 
-/* One work unit with head_dim HD (a constant after inlining: the loops over HD unroll). */
+typedef uint8_t vu8 __attribute__((vector_size(VW)));
+typedef uint32_t vu32 __attribute__((vector_size(VW * 4)));
+
+/* 16 fp8 e4m3 values (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
+ * and the cache never holds NaN: values are clamped to +-448 before they are stored) widened
+ * to float32 with integer operations only: the sign goes to bit 31, exponent and mantissa to
+ * bits 20-26 (a float32 with exponent bias 127, subnormals included), then one multiply by
+ * 2^(127-7) moves the bias from 127 to 7. */
+static inline vf fp8_load(const uint8_t *p) {
+    vu8 b;
+    memcpy(&b, p, sizeof b);
+    const vu32 u = __builtin_convertvector(b, vu32);
+    return (vf)(((u & 0x80) << 24) | ((u & 0x7f) << 20)) * 0x1p120f;
+}
+
+/* K or V row elements c .. c+15 of a cache row, float32 or fp8 (FP8 a constant) */
+static inline __attribute__((always_inline)) vf kv_load(const int FP8, const char *row, int c) {
+    return FP8 ? fp8_load((const uint8_t *)row + c) : vload((const float *)row + c);
+}
+
+/* One work unit with head_dim HD (a constant after inlining: the loops over HD unroll). The
+ * cache holds float32, or with FP8 e4m3 bytes that stand for value / scale: k_scale is folded
+ * into the pre-scaled query, v_scale into the final division. */
 static inline __attribute__((always_inline)) void attend_unit(
-        const int HD, const float *query, int64_t q_stride_token, int64_t q_stride_head,
-        const float *key_cache, const float *value_cache, const int32_t *block_table,
-        int64_t block_size, int64_t num_kv_heads, int64_t group, int64_t kv_head,
-        int64_t q_start, int64_t tile_len, int64_t first_pos, float scale, float *out,
-        int64_t out_stride_token) {
+        const int HD, const int FP8, const float *query, int64_t q_stride_token,
+        int64_t q_stride_head, const void *key_cache, const void *value_cache,
+        const int32_t *block_table, int64_t block_size, int64_t num_kv_heads, int64_t group,
+        int64_t kv_head, int64_t q_start, int64_t tile_len, int64_t first_pos, float scale,
+        float k_scale, float v_scale, float *out, int64_t out_stride_token) {
+    const int64_t es = FP8 ? 1 : 4;                  /* bytes per cache element */
+    if (FP8) scale *= k_scale;
     const int nv = HD / VW;                          /* vectors per row */
     const int64_t rows = tile_len * group;           /* row r: token r / group, head r % group */
     vf q[rows][nv], acc[rows][nv];                   /* a few KB on this thread's stack */
@@ -62,21 +87,21 @@ static inline __attribute__((always_inline)) void attend_unit(
     const int64_t num_keys = first_pos + tile_len;   /* the tile's last token sees keys < this */
     for (int64_t k0 = 0; k0 < num_keys; k0 += K_CHUNK) {
         const int nk = num_keys - k0 < K_CHUNK ? (int)(num_keys - k0) : K_CHUNK;
-        const float *krow[K_CHUNK], *vrow[K_CHUNK];
+        const char *krow[K_CHUNK], *vrow[K_CHUNK];
         for (int j = 0; j < nk; j++) {
             const int64_t pos = k0 + j;
             const int64_t slot = (int64_t)block_table[pos / block_size] * block_size
                                  + pos % block_size;
-            krow[j] = key_cache + slot * row_elems + kv_head * HD;
-            vrow[j] = value_cache + slot * row_elems + kv_head * HD;
+            krow[j] = (const char *)key_cache + (slot * row_elems + kv_head * HD) * es;
+            vrow[j] = (const char *)value_cache + (slot * row_elems + kv_head * HD) * es;
         }
         /* ask for the next chunk's K/V rows now: they arrive while this chunk computes */
         for (int64_t pos = k0 + K_CHUNK; pos < k0 + 2 * K_CHUNK && pos < num_keys; pos++) {
             const int64_t slot = (int64_t)block_table[pos / block_size] * block_size
                                  + pos % block_size;
-            const float *kn = key_cache + slot * row_elems + kv_head * HD;
-            const float *vn = value_cache + slot * row_elems + kv_head * HD;
-            for (int c = 0; c < HD; c += VW) {
+            const char *kn = (const char *)key_cache + (slot * row_elems + kv_head * HD) * es;
+            const char *vn = (const char *)value_cache + (slot * row_elems + kv_head * HD) * es;
+            for (int64_t c = 0; c < HD * es; c += 64) {
                 __builtin_prefetch(kn + c);
                 __builtin_prefetch(vn + c);
             }
@@ -89,8 +114,8 @@ static inline __attribute__((always_inline)) void attend_unit(
             for (int64_t r = r0; r < r0 + group; r++) {
                 vf s = vsplat(-INFINITY);
                 for (int j = 0; j < visible; j++) {
-                    vf k = vload(krow[j]) * q[r][0];
-                    for (int c = 1; c < nv; c++) k += vload(krow[j] + c * VW) * q[r][c];
+                    vf k = kv_load(FP8, krow[j], 0) * q[r][0];
+                    for (int c = 1; c < nv; c++) k += kv_load(FP8, krow[j], c * VW) * q[r][c];
                     s[j] = hsum(k);
                 }
                 float chunk_max = s[0];
@@ -106,7 +131,7 @@ static inline __attribute__((always_inline)) void attend_unit(
                     for (int c = 0; c < nv; c++) acc[r][c] *= correction;
                 for (int j = 0; j < visible; j++) {
                     const float pj = p[j];
-                    for (int c = 0; c < nv; c++) acc[r][c] += vload(vrow[j] + c * VW) * pj;
+                    for (int c = 0; c < nv; c++) acc[r][c] += kv_load(FP8, vrow[j], c * VW) * pj;
                 }
             }
         }
@@ -114,8 +139,30 @@ static inline __attribute__((always_inline)) void attend_unit(
     for (int64_t r = 0; r < rows; r++) {
         float *dst = out + (q_start + r / group) * out_stride_token
                      + (kv_head * group + r % group) * HD;
-        const float inv = 1.0f / l[r];
+        const float inv = (FP8 ? v_scale : 1.0f) / l[r];
         for (int c = 0; c < nv; c++) vstore(dst + c * VW, acc[r][c] * inv);
+    }
+}
+
+#define ATTEND(HD, FP8) attend_unit(HD, FP8, query, q_stride_token, q_stride_head, key_cache, \
+    value_cache, block_table, block_size, num_kv_heads, group, kv_head, q_start, tile_len, \
+    first_pos, scale, k_scale, v_scale, out, out_stride_token)
+
+/* The fp8-cache variants, in a function of their own so that the float32 ones below keep
+ * their code as it was (same inlining, same size). */
+static __attribute__((noinline)) int attention_unit_fp8(
+        int64_t head_dim, const float *query, int64_t q_stride_token, int64_t q_stride_head,
+        const void *key_cache, const void *value_cache, const int32_t *block_table,
+        int64_t block_size, int64_t num_kv_heads, int64_t group, int64_t kv_head,
+        int64_t q_start, int64_t tile_len, int64_t first_pos, float scale, float k_scale,
+        float v_scale, float *out, int64_t out_stride_token) {
+    switch (head_dim) {
+        case 16: ATTEND(16, 1); return 0;
+        case 32: ATTEND(32, 1); return 0;
+        case 64: ATTEND(64, 1); return 0;
+        case 128: ATTEND(128, 1); return 0;
+        case 256: ATTEND(256, 1); return 0;
+        default: return -1;
     }
 }
 
@@ -123,35 +170,39 @@ static inline __attribute__((always_inline)) void attend_unit(
  * for that size. Also what cpu_layer.c's fused decode layer calls, one KV head per call.
  * Returns -1 for a head_dim without a variant, 0 when done. */
 int llmlab_attention_unit(int64_t head_dim, const float *query, int64_t q_stride_token,
-                          int64_t q_stride_head, const float *key_cache,
-                          const float *value_cache, const int32_t *block_table,
+                          int64_t q_stride_head, const void *key_cache,
+                          const void *value_cache, const int32_t *block_table,
                           int64_t block_size, int64_t num_kv_heads, int64_t group,
                           int64_t kv_head, int64_t q_start, int64_t tile_len, int64_t first_pos,
-                          float scale, float *out, int64_t out_stride_token) {
-#define ATTEND(HD) attend_unit(HD, query, q_stride_token, q_stride_head, key_cache, value_cache, \
-    block_table, block_size, num_kv_heads, group, kv_head, q_start, tile_len, first_pos, scale, \
-    out, out_stride_token)
+                          float scale, int64_t kv_fp8, float k_scale, float v_scale, float *out,
+                          int64_t out_stride_token) {
+    if (kv_fp8)
+        return attention_unit_fp8(head_dim, query, q_stride_token, q_stride_head, key_cache,
+                                  value_cache, block_table, block_size, num_kv_heads, group,
+                                  kv_head, q_start, tile_len, first_pos, scale, k_scale, v_scale,
+                                  out, out_stride_token);
     switch (head_dim) {
-        case 16: ATTEND(16); return 0;
-        case 32: ATTEND(32); return 0;
-        case 64: ATTEND(64); return 0;
-        case 128: ATTEND(128); return 0;
-        case 256: ATTEND(256); return 0;
+        case 16: ATTEND(16, 0); return 0;
+        case 32: ATTEND(32, 0); return 0;
+        case 64: ATTEND(64, 0); return 0;
+        case 128: ATTEND(128, 0); return 0;
+        case 256: ATTEND(256, 0); return 0;
         default: return -1;
     }
-#undef ATTEND
 }
+#undef ATTEND
 
 /* out[T, num_heads, head_dim] (contiguous) = paged causal attention of query[T, num_heads,
  * head_dim] (token stride q_stride_token, head stride q_stride_head, head_dim contiguous).
  * head_dim must be 16, 32, 64, 128 or 256 and num_heads / num_kv_heads at most MAX_GROUP:
  * returns -1 otherwise (the caller checks first), 0 when done. */
 int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q_stride_head,
-                           const float *key_cache, const float *value_cache,
+                           const void *key_cache, const void *value_cache,
                            const int32_t *block_tables, int64_t block_table_stride,
                            const int32_t *cu_seqlens_q, const int32_t *seq_lens,
                            int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                           int64_t head_dim, int64_t block_size, float scale, float *out) {
+                           int64_t head_dim, int64_t block_size, float scale, int64_t kv_fp8,
+                           float k_scale, float v_scale, float *out) {
     const int64_t group = num_heads / num_kv_heads;
     if (group > MAX_GROUP || !(head_dim == 16 || head_dim == 32 || head_dim == 64
                                || head_dim == 128 || head_dim == 256))
@@ -182,23 +233,28 @@ int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q
             llmlab_attention_unit(head_dim, query, q_stride_token, q_stride_head, key_cache,
                                   value_cache, block_tables + s * block_table_stride, block_size,
                                   num_kv_heads, group, kv_head, cu_seqlens_q[s] + tile_start,
-                                  tile_len, first_pos, scale, out, num_heads * head_dim);
+                                  tile_len, first_pos, scale, kv_fp8, k_scale, v_scale, out,
+                                  num_heads * head_dim);
         }
     }
     return 0;
 }
 
-/* Write key/value rows (token strides given, each row num_kv_heads * head_dim contiguous) into
- * their cache slots; slot -1 is skipped. */
-void llmlab_reshape_and_cache(const float *key, const float *value, int64_t key_stride_token,
-                              int64_t value_stride_token, float *key_cache, float *value_cache,
-                              const int64_t *slot_mapping, int64_t num_tokens, int64_t row_elems) {
+/* Write key/value rows (token strides in elements, each row num_kv_heads * head_dim contiguous
+ * elements of elem_bytes: 4 for float32, 1 for fp8 rows already quantized) into their cache
+ * slots; slot -1 is skipped. */
+void llmlab_reshape_and_cache(const void *key, const void *value, int64_t key_stride_token,
+                              int64_t value_stride_token, void *key_cache, void *value_cache,
+                              const int64_t *slot_mapping, int64_t num_tokens, int64_t row_elems,
+                              int64_t elem_bytes) {
+    const int64_t row = row_elems * elem_bytes;
 #pragma omp parallel for schedule(static) if (num_tokens > 64)
     for (int64_t t = 0; t < num_tokens; t++) {
         const int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
-        memcpy(key_cache + slot * row_elems, key + t * key_stride_token, sizeof(float) * row_elems);
-        memcpy(value_cache + slot * row_elems, value + t * value_stride_token,
-               sizeof(float) * row_elems);
+        memcpy((char *)key_cache + slot * row, (const char *)key + t * key_stride_token * elem_bytes,
+               row);
+        memcpy((char *)value_cache + slot * row,
+               (const char *)value + t * value_stride_token * elem_bytes, row);
     }
 }

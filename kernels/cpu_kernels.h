@@ -9,17 +9,28 @@
 
 #include <stdint.h>
 
+/* weight types of the matmuls (cpu_quant.c) */
+#define LLMLAB_W_F32 0
+#define LLMLAB_W_BF16 1
+#define LLMLAB_W_INT8 2   /* int8 with one float32 scale per output row */
+
+/* instruction sets chosen at run time (llmlab_isa) */
+#define LLMLAB_ISA_AVX512 1
+#define LLMLAB_ISA_AVX512_BF16 2
+
 /* called from Python */
 int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q_stride_head,
-                           const float *key_cache, const float *value_cache,
+                           const void *key_cache, const void *value_cache,
                            const int32_t *block_tables, int64_t block_table_stride,
                            const int32_t *cu_seqlens_q, const int32_t *seq_lens,
                            int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                           int64_t head_dim, int64_t block_size, float scale, float *out);
+                           int64_t head_dim, int64_t block_size, float scale, int64_t kv_fp8,
+                           float k_scale, float v_scale, float *out);
 
-void llmlab_reshape_and_cache(const float *key, const float *value, int64_t key_stride_token,
-                              int64_t value_stride_token, float *key_cache, float *value_cache,
-                              const int64_t *slot_mapping, int64_t num_tokens, int64_t row_elems);
+void llmlab_reshape_and_cache(const void *key, const void *value, int64_t key_stride_token,
+                              int64_t value_stride_token, void *key_cache, void *value_cache,
+                              const int64_t *slot_mapping, int64_t num_tokens, int64_t row_elems,
+                              int64_t elem_bytes);
 
 void llmlab_rms_norm(const float *x, int64_t x_stride, const float *residual, int64_t res_stride,
                      const float *weight, float *sum_out, float *out, int64_t T, int64_t D,
@@ -35,24 +46,39 @@ void llmlab_gemv(const float *x, const float *W, const float *bias, float *y, in
                  int64_t K);
 
 int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const float *ln1,
-                        const float *ln2, float eps, const float *w_qkv, const float *b_qkv,
-                        const float *w_o, const float *w_gate_up, const float *w_down,
+                        const float *ln2, float eps, const void *w_qkv, const float *b_qkv,
+                        const void *w_o, const void *w_gate_up, const void *w_down,
+                        int64_t wtype, const float *s_qkv, const float *s_o,
+                        const float *s_gate_up, const float *s_down,
                         const float *cos, const float *sin, float *key_cache,
                         float *value_cache, const int64_t *slot, const int32_t *block_table,
                         const int32_t *seq_len, int64_t block_size, int64_t hidden,
                         int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                         float scale);
 
+int llmlab_isa(void);
+
+void llmlab_set_isa_cap(int64_t cap);
+
+void llmlab_qgemm(const float *x, int64_t x_stride, const void *W, int64_t wtype,
+                  const float *scales, const float *bias, float *y, int64_t T, int64_t N,
+                  int64_t K);
+
 /* called from another kernel file */
+
+void llmlab_qgemv_rows(const float *x, const void *W, int64_t wtype, const float *scales,
+                       const float *bias, const float *add, float *y, int64_t N, int64_t K);
+
 
 void llmlab_gemv_rows(const float *x, const float *W, const float *bias, const float *add,
                       float *y, int64_t N, int64_t K);
 
 int llmlab_attention_unit(int64_t head_dim, const float *query, int64_t q_stride_token,
-                          int64_t q_stride_head, const float *key_cache,
-                          const float *value_cache, const int32_t *block_table,
+                          int64_t q_stride_head, const void *key_cache,
+                          const void *value_cache, const int32_t *block_table,
                           int64_t block_size, int64_t num_kv_heads, int64_t group,
                           int64_t kv_head, int64_t q_start, int64_t tile_len, int64_t first_pos,
-                          float scale, float *out, int64_t out_stride_token);
+                          float scale, int64_t kv_fp8, float k_scale, float v_scale, float *out,
+                          int64_t out_stride_token);
 
 #endif

@@ -125,11 +125,14 @@ void llmlab_rope(const float *x, int64_t x_stride, const float *cos, const float
  * hidden + 3 * heads * head_dim + 2 * kv_heads * head_dim + 3 * inter floats. W_qkv is q, k, v
  * stacked [heads*hd + 2*kv_heads*hd, hidden], W_gate_up [2*inter, hidden]; cos, sin [hd/2];
  * *slot (-1: do not cache), block_table and *seq_len (incl. this token) as for
- * llmlab_paged_attention. hidden, inter % 16 == 0; head_dim one of the attention kernel's
- * sizes (the caller checks). Returns -1 if the attention kernel refused head_dim, else 0. */
+ * llmlab_paged_attention. The four matrices are of type `wtype` (LLMLAB_W_F32, _BF16, or _INT8
+ * with the s_* scales per output row; cpu_quant.c); the cache is float32. hidden, inter % 16
+ * == 0; head_dim one of the attention kernel's sizes (the caller checks). Returns -1 if the attention kernel refused head_dim, else 0. */
 int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const float *ln1,
-                        const float *ln2, float eps, const float *w_qkv, const float *b_qkv,
-                        const float *w_o, const float *w_gate_up, const float *w_down,
+                        const float *ln2, float eps, const void *w_qkv, const float *b_qkv,
+                        const void *w_o, const void *w_gate_up, const void *w_down,
+                        int64_t wtype, const float *s_qkv, const float *s_o,
+                        const float *s_gate_up, const float *s_down,
                         const float *cos, const float *sin, float *key_cache,
                         float *value_cache, const int64_t *slot, const int32_t *block_table,
                         const int32_t *seq_len, int64_t block_size, int64_t hidden,
@@ -143,7 +146,7 @@ int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const floa
     {
 #pragma omp single
         norm_row(x, NULL, ln1, NULL, h, hidden, eps);
-        llmlab_gemv_rows(h, w_qkv, b_qkv, NULL, qkv, qw + 2 * kw, hidden);
+        llmlab_qgemv_rows(h, w_qkv, wtype, s_qkv, b_qkv, NULL, qkv, qw + 2 * kw, hidden);
 #pragma omp single
         {
             rope_row(qkv, cos, sin, q, heads, head_dim);
@@ -156,18 +159,19 @@ int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const floa
         for (int64_t g = 0; g < kv_heads; g++)
             if (llmlab_attention_unit(head_dim, q, qw, head_dim, key_cache, value_cache,
                                       block_table, block_size, kv_heads, group, g, 0, 1,
-                                      *seq_len - 1, scale, att, qw) != 0) {
+                                      *seq_len - 1, scale, 0, 1.0f, 1.0f, att, qw) != 0) {
 #pragma omp atomic write
                 rc = -1;
             }
-        llmlab_gemv_rows(att, w_o, NULL, x, x_out, hidden, qw);          /* x' = x + W_o a */
+        llmlab_qgemv_rows(att, w_o, wtype, s_o, NULL, x, x_out, hidden, qw);   /* x' = x + W_o a */
 #pragma omp single
         norm_row(x_out, NULL, ln2, NULL, h, hidden, eps);
-        llmlab_gemv_rows(h, w_gate_up, NULL, NULL, gu, 2 * inter, hidden);
+        llmlab_qgemv_rows(h, w_gate_up, wtype, s_gate_up, NULL, NULL, gu, 2 * inter, hidden);
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < inter; i += VW)
             silu_mul_row(gu + i, gu + inter + i, act + i, VW);
-        llmlab_gemv_rows(act, w_down, NULL, x_out, x_out, hidden, inter); /* x_out = x' + W_down … */
+        llmlab_qgemv_rows(act, w_down, wtype, s_down, NULL, x_out, x_out, hidden, inter);
+                                                                 /* x_out = x' + W_down … */
     }
     return rc;
 }

@@ -36,6 +36,23 @@ cudaError_t llmlab_paged_attention_decode(void* out, const void* query, const vo
                                           int max_blocks_per_seq, float scale, int dtype,
                                           cudaStream_t stream);
 
+// fp8 e4m3 KV cache (one byte per value, stored = value / scale with one scale for K and one
+// for V per layer): `dtype` is that of key/value (write) or query/out (decode).
+cudaError_t llmlab_reshape_and_cache_fp8(const void* key, const void* value, void* key_cache,
+                                         void* value_cache, const int64_t* slot_mapping,
+                                         int num_tokens, int num_kv_heads, int head_dim,
+                                         int dtype, float k_scale, float v_scale,
+                                         cudaStream_t stream);
+
+cudaError_t llmlab_paged_attention_decode_fp8(void* out, const void* query,
+                                              const void* key_cache, const void* value_cache,
+                                              const int32_t* block_tables,
+                                              const int32_t* seq_lens, int num_seqs,
+                                              int num_heads, int num_kv_heads, int head_dim,
+                                              int block_size, int max_blocks_per_seq,
+                                              float scale, int dtype, float k_scale,
+                                              float v_scale, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

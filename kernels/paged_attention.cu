@@ -24,13 +24,17 @@ namespace {
 constexpr int kWarpSize = 32;
 constexpr int kNumWarps = 4;
 
-template <typename T, int VEC>
+// T: query/out element; C: cache element (T itself, or fp8 e4m3 holding value / scale:
+// k_scale is folded into the pre-scaled query, v_scale into the final division).
+template <typename T, typename C, int VEC>
 __global__ void __launch_bounds__(kNumWarps* kWarpSize)
     paged_decode_kernel(T* __restrict__ out, const T* __restrict__ query,
-                        const T* __restrict__ key_cache, const T* __restrict__ value_cache,
+                        const C* __restrict__ key_cache, const C* __restrict__ value_cache,
                         const int32_t* __restrict__ block_tables,
                         const int32_t* __restrict__ seq_lens, int num_heads, int num_kv_heads,
-                        int head_dim, int block_size, int max_blocks_per_seq, float scale) {
+                        int head_dim, int block_size, int max_blocks_per_seq, float scale,
+                        float k_scale, float v_scale) {
+  scale *= k_scale;
   const int head = blockIdx.x;
   const int64_t seq = blockIdx.y;
   const int kv_head = head / (num_heads / num_kv_heads);
@@ -103,23 +107,23 @@ __global__ void __launch_bounds__(kNumWarps* kWarpSize)
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float num = 0.0f;
     for (int w = 0; w < kNumWarps; ++w) num += weight[w] * s_acc[w][d];
-    out_row[d] = llmlab::from_float<T>(num / denom);
+    out_row[d] = llmlab::from_float<T>(num * v_scale / denom);
   }
 }
 
-template <typename T>
+template <typename T, typename C = T>
 cudaError_t launch_decode(void* out, const void* query, const void* key_cache,
                           const void* value_cache, const int32_t* block_tables,
                           const int32_t* seq_lens, int num_seqs, int num_heads, int num_kv_heads,
                           int head_dim, int block_size, int max_blocks_per_seq, float scale,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, float k_scale = 1.0f, float v_scale = 1.0f) {
   const dim3 grid(num_heads, num_seqs);
   const dim3 block(kNumWarps * kWarpSize);
 #define LLMLAB_LAUNCH_DECODE(VEC)                                                          \
-  paged_decode_kernel<T, VEC><<<grid, block, 0, stream>>>(                                 \
-      static_cast<T*>(out), static_cast<const T*>(query), static_cast<const T*>(key_cache), \
-      static_cast<const T*>(value_cache), block_tables, seq_lens, num_heads, num_kv_heads,  \
-      head_dim, block_size, max_blocks_per_seq, scale)
+  paged_decode_kernel<T, C, VEC><<<grid, block, 0, stream>>>(                              \
+      static_cast<T*>(out), static_cast<const T*>(query), static_cast<const C*>(key_cache), \
+      static_cast<const C*>(value_cache), block_tables, seq_lens, num_heads, num_kv_heads,  \
+      head_dim, block_size, max_blocks_per_seq, scale, k_scale, v_scale)
   if (head_dim <= 32) {
     LLMLAB_LAUNCH_DECODE(1);
   } else if (head_dim <= 64) {
@@ -157,6 +161,35 @@ extern "C" cudaError_t llmlab_paged_attention_decode(
       return launch_decode<__nv_bfloat16>(out, query, key_cache, value_cache, block_tables,
                                           seq_lens, num_seqs, num_heads, num_kv_heads, head_dim,
                                           block_size, max_blocks_per_seq, scale, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+extern "C" cudaError_t llmlab_paged_attention_decode_fp8(
+    void* out, const void* query, const void* key_cache, const void* value_cache,
+    const int32_t* block_tables, const int32_t* seq_lens, int num_seqs, int num_heads,
+    int num_kv_heads, int head_dim, int block_size, int max_blocks_per_seq, float scale,
+    int dtype, float k_scale, float v_scale, cudaStream_t stream) {
+  if (num_seqs == 0) return cudaSuccess;
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return cudaErrorInvalidValue;
+  if (!(k_scale > 0.0f) || !(v_scale > 0.0f)) return cudaErrorInvalidValue;
+  switch (dtype) {
+    case LLMLAB_FLOAT32:
+      return launch_decode<float, __nv_fp8_e4m3>(
+          out, query, key_cache, value_cache, block_tables, seq_lens, num_seqs, num_heads,
+          num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale, stream, k_scale,
+          v_scale);
+    case LLMLAB_FLOAT16:
+      return launch_decode<__half, __nv_fp8_e4m3>(
+          out, query, key_cache, value_cache, block_tables, seq_lens, num_seqs, num_heads,
+          num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale, stream, k_scale,
+          v_scale);
+    case LLMLAB_BFLOAT16:
+      return launch_decode<__nv_bfloat16, __nv_fp8_e4m3>(
+          out, query, key_cache, value_cache, block_tables, seq_lens, num_seqs, num_heads,
+          num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale, stream, k_scale,
+          v_scale);
     default:
       return cudaErrorInvalidValue;
   }

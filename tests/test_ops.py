@@ -50,9 +50,16 @@ def _generator(*key: object) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
 
 
-def make_paged_cache(seq_lens: list[int], block_size: int, num_kv_heads: int, head_dim: int,
-                     dtype: torch.dtype, gen: torch.Generator, device: str = "cpu",
-                     spare_blocks: int = 3):
+def make_paged_cache(
+    seq_lens: list[int],
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    gen: torch.Generator,
+    device: str = "cpu",
+    spare_blocks: int = 3,
+):
     """A NaN-filled cache holding random K/V for `seq_lens`, blocks physically shuffled.
 
     Returns key_cache, value_cache, block_tables (unused entries -1), seq_lens tensor.
@@ -83,8 +90,13 @@ def decode_lens(block_size: int) -> list[int]:
 def prefill_layout(block_size: int) -> tuple[list[int], list[int]]:
     """(context, new tokens) per sequence: fresh prompts, a block-aligned prefix hit, a chunk
     starting mid-block, a single new token after a long context."""
-    pairs = [(0, 1), (0, block_size + 3), (block_size, 5), (5, 2 * block_size), (
-        2 * block_size + 1, 1)]
+    pairs = [
+        (0, 1),
+        (0, block_size + 3),
+        (block_size, 5),
+        (5, 2 * block_size),
+        (2 * block_size + 1, 1),
+    ]
     return [c + q for c, q in pairs], [q for _, q in pairs]
 
 
@@ -95,9 +107,15 @@ def grouped(query, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q=
     if cu_seqlens_q is None:
         cu_seqlens_q = torch.arange(n + 1, dtype=torch.int32)
     q_lens = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).tolist()
-    md = ops.AttentionMetadata(cu_seqlens_q, seq_lens, torch.full((n,), -1, dtype=torch.int64),
-                               block_tables, [(key_cache, value_cache)], max(q_lens, default=0),
-                               "torch")
+    md = ops.AttentionMetadata(
+        cu_seqlens_q,
+        seq_lens,
+        torch.full((n,), -1, dtype=torch.int64),
+        block_tables,
+        [(key_cache, value_cache)],
+        max(q_lens, default=0),
+        "torch",
+    )
     scale = query.shape[-1] ** -0.5
     out = torch_backend.grouped_attention(query, key_cache, value_cache, md, scale)
     return out, md.backend_state["plan"][0]
@@ -108,33 +126,48 @@ def assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, wha
     assert out.dtype == dtype, f"{what}: output dtype {out.dtype}, expected the query's {dtype}"
     assert not torch.isnan(out).any(), f"{what}: NaN in the output (an unused slot leaked in)"
     atol, rtol = TOL[dtype]
-    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        out.double(), ref, atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}"
+    )
 
 
-def run_decode_case(backend: str, block_size: int, head_dim: int, heads: tuple[int, int],
-                    dtype: torch.dtype, device: str) -> None:
+def run_decode_case(
+    backend: str,
+    block_size: int,
+    head_dim: int,
+    heads: tuple[int, int],
+    dtype: torch.dtype,
+    device: str,
+) -> None:
     num_heads, num_kv_heads = heads
     gen = _generator("decode", backend, block_size, head_dim, heads, dtype)
     lens = decode_lens(block_size)
     kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, dtype, gen, device)
     q = torch.randn(len(lens), num_heads, head_dim, generator=gen).to(dtype)
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     out = ops.paged_attention_decode(q.to(device), kc, vc, bt, sl, scale, backend=backend)
     ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), scale)
     assert_matches(out, ref, dtype, f"decode[{backend}] B={block_size} d={head_dim} {heads}")
 
 
-def run_prefill_case(backend: str, block_size: int, head_dim: int, heads: tuple[int, int],
-                     dtype: torch.dtype, device: str) -> None:
+def run_prefill_case(
+    backend: str,
+    block_size: int,
+    head_dim: int,
+    heads: tuple[int, int],
+    dtype: torch.dtype,
+    device: str,
+) -> None:
     num_heads, num_kv_heads = heads
     gen = _generator("prefill", backend, block_size, head_dim, heads, dtype)
     lens, q_lens = prefill_layout(block_size)
     kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, dtype, gen, device)
     cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
     q = torch.randn(int(cu[-1]), num_heads, head_dim, generator=gen).to(dtype)
-    scale = head_dim ** -0.5
-    out = ops.paged_attention_prefill(q.to(device), kc, vc, bt, cu.to(device), sl, scale,
-                                      backend=backend)
+    scale = head_dim**-0.5
+    out = ops.paged_attention_prefill(
+        q.to(device), kc, vc, bt, cu.to(device), sl, scale, backend=backend
+    )
     ref = reference_paged_attention_prefill(q, kc.cpu(), vc.cpu(), bt.cpu(), cu, sl.cpu(), scale)
     assert_matches(out, ref, dtype, f"prefill[{backend}] B={block_size} d={head_dim} {heads}")
 
@@ -151,20 +184,28 @@ def run_reshape_and_cache_case(backend: str, dtype: torch.dtype, device: str) ->
     shape = (num_blocks, block_size, kv_heads, head_dim)
     kc = torch.full(shape, float("nan"), dtype=dtype, device=device)
     vc = torch.full(shape, float("nan"), dtype=dtype, device=device)
-    ops.reshape_and_cache(key.to(device), value.to(device), kc, vc, slots.to(device),
-                          backend=backend)
+    ops.reshape_and_cache(
+        key.to(device), value.to(device), kc, vc, slots.to(device), backend=backend
+    )
     ref_k = torch.full(shape, float("nan"), dtype=dtype)
     ref_v = torch.full(shape, float("nan"), dtype=dtype)
     reference_reshape_and_cache(key, value, ref_k, ref_v, slots)
     for got, want, name in ((kc, ref_k, "key_cache"), (vc, ref_v, "value_cache")):
-        torch.testing.assert_close(got.cpu(), want, atol=0, rtol=0, equal_nan=True,
-                                   msg=lambda m, name=name: f"{name}[{backend}]: {m}")
+        torch.testing.assert_close(
+            got.cpu(),
+            want,
+            atol=0,
+            rtol=0,
+            equal_nan=True,
+            msg=lambda m, name=name: f"{name}[{backend}]: {m}",
+        )
         written = ~torch.isnan(got.cpu()).all(dim=(2, 3)).flatten()  # [num_slots]
         assert int(written.sum()) == num_tokens - 3, f"{name}: slot -1 tokens were written"
         assert not (got.cpu() == 1234.0).any(), f"{name}: a slot -1 token's row was written"
 
 
 # ---------------------------------------------------------------- torch: the full grid, CPU
+
 
 @pytest.mark.parametrize("block_size,head_dim,heads", FULL_GRID)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -212,10 +253,14 @@ def test_torch_prefill_long_prompt_next_to_decode_tokens(monkeypatch):
     cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
     q = torch.randn(int(cu[-1]), 9, 64, generator=gen)
     out, _ = grouped(q, kc, vc, bt, sl, cu)
-    ref = reference_paged_attention_prefill(q, kc, vc, bt, cu, sl, 64 ** -0.5)
+    ref = reference_paged_attention_prefill(q, kc, vc, bt, cu, sl, 64**-0.5)
     assert_matches(out, ref, torch.float32, "mixed prefill")
-    assert prefill_calls == [90], f"expected one padded call for the long prompt, got {prefill_calls}"
-    assert decode_calls == [4], f"expected the 4 one-token rows in one decode call, got {decode_calls}"
+    assert prefill_calls == [90], (
+        f"expected one padded call for the long prompt, got {prefill_calls}"
+    )
+    assert decode_calls == [4], (
+        f"expected the 4 one-token rows in one decode call, got {decode_calls}"
+    )
 
 
 def _long_and_short_lens(gen: torch.Generator) -> list[int]:
@@ -234,14 +279,16 @@ def test_torch_decode_splits_uneven_lengths_into_groups_and_matches_reference(dt
     assert len(plan.decode) >= 2, "long and short sequences should not share one padded batch"
     served = sorted(i for g in plan.decode for i in g.query_rows.tolist())
     assert served == list(range(len(lens))), "every sequence must be in exactly one group"
-    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, 64 ** -0.5)
+    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, 64**-0.5)
     assert_matches(out, ref, dtype, "decode, grouped by length")
 
 
-@pytest.mark.parametrize("block_size,head_dim,heads", [(8, 64, (9, 3)), (16, 128, (8, 2)),
-                                                        (32, 64, (4, 4))])
-def test_torch_one_group_per_block_count_matches_reference(monkeypatch, block_size, head_dim,
-                                                           heads):
+@pytest.mark.parametrize(
+    "block_size,head_dim,heads", [(8, 64, (9, 3)), (16, 128, (8, 2)), (32, 64, (4, 4))]
+)
+def test_torch_one_group_per_block_count_matches_reference(
+    monkeypatch, block_size, head_dim, heads
+):
     """With groups free of cost every distinct block count gets its own group: the most
     scattered plan must give the same attention as the single padded batch."""
     monkeypatch.setattr(torch_backend, "GROUP_COST_SLOTS", 0)
@@ -251,7 +298,7 @@ def test_torch_one_group_per_block_count_matches_reference(monkeypatch, block_si
     q = torch.randn(len(lens), heads[0], head_dim, generator=gen)
     out, plan = grouped(q, kc, vc, bt, sl)
     assert len(plan.decode) == len({-(-n // block_size) for n in lens})
-    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, head_dim ** -0.5)
+    ref = reference_paged_attention_decode(q, kc, vc, bt, sl, head_dim**-0.5)
     assert_matches(out, ref, torch.float32, "decode, one group per block count")
     run_prefill_case("torch", block_size, head_dim, heads, torch.float32, "cpu")
 
@@ -263,7 +310,7 @@ def test_torch_plan_is_recomputed_when_the_lengths_change_in_place():
     kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 64, torch.float32, gen)
     q = torch.randn(3, 8, 64, generator=gen)
     ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
-    sl -= 1                              # the same tensor, now one token shorter each
+    sl -= 1  # the same tensor, now one token shorter each
     out = ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
     ref = reference_paged_attention_decode(q, kc, vc, bt, sl, 0.125)
     assert_matches(out, ref, torch.float32, "decode after an in-place length change")
@@ -277,12 +324,12 @@ def test_checks_see_in_place_changes_of_the_same_metadata_tensors():
     k = torch.randn(2, 2, 64, generator=gen)
     slots = torch.tensor([4, 16 * int(bt[1, 1]) + 13])
     ops.reshape_and_cache(k, k, kc, vc, slots)
-    slots[0] = kc.shape[0] * 16                        # in place: now out of range
+    slots[0] = kc.shape[0] * 16  # in place: now out of range
     with pytest.raises(ValueError, match="slot_mapping"):
         ops.reshape_and_cache(k, k, kc, vc, slots)
     q = torch.randn(2, 8, 64, generator=gen)
     ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
-    bt[1, 0] = kc.shape[0] + 7                         # a used block id past the cache
+    bt[1, 0] = kc.shape[0] + 7  # a used block id past the cache
     with pytest.raises(ValueError, match="block_tables"):
         ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
 
@@ -290,14 +337,17 @@ def test_checks_see_in_place_changes_of_the_same_metadata_tensors():
 def test_split_by_length_is_a_partition_no_costlier_than_one_batch():
     gen = _generator("split")
     for _ in range(50):
-        lens = torch.randint(1, 700, (int(torch.randint(1, 60, (1,), generator=gen)),),
-                             generator=gen).tolist()
+        lens = torch.randint(
+            1, 700, (int(torch.randint(1, 60, (1,), generator=gen)),), generator=gen
+        ).tolist()
         groups = torch_backend._split_by_length(lens, 16)
         assert sorted(i for g in groups for i in g) == list(range(len(lens)))
 
         def cost(gs):
-            return sum(len(g) * 16 * max(-(-lens[i] // 16) for i in g)
-                       + torch_backend.GROUP_COST_SLOTS for g in gs)
+            return sum(
+                len(g) * 16 * max(-(-lens[i] // 16) for i in g) + torch_backend.GROUP_COST_SLOTS
+                for g in gs
+            )
 
         assert cost(groups) <= cost([list(range(len(lens)))])
 
@@ -339,8 +389,10 @@ def test_cpu_random_mixed_batches_match_reference(trial):
     after cached context, decodes, all in one call, over a shuffled NaN-filled cache."""
     gen = _generator("cpu-mixed", trial)
     num_seqs = int(torch.randint(1, 24, (1,), generator=gen))
-    q_lens = [int(torch.randint(1, 80, (1,), generator=gen)) if torch.rand(1, generator=gen) < 0.4
-              else 1 for _ in range(num_seqs)]
+    q_lens = [
+        int(torch.randint(1, 80, (1,), generator=gen)) if torch.rand(1, generator=gen) < 0.4 else 1
+        for _ in range(num_seqs)
+    ]
     lens = [q + int(torch.randint(0, 300, (1,), generator=gen)) for q in q_lens]
     kc, vc, bt, sl = make_paged_cache(lens, 16, 3, 64, torch.float32, gen)
     cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
@@ -369,7 +421,7 @@ def test_cpu_backend_is_listed_and_its_library_is_built_once(monkeypatch, tmp_pa
     assert len(built) == 1 and lib._name == str(built[0])
     stamp = built[0].stat().st_mtime_ns
     monkeypatch.setattr(cpu_backend, "_lib", None)
-    cpu_backend.load_library()                                # a later process: reused
+    cpu_backend.load_library()  # a later process: reused
     assert built[0].stat().st_mtime_ns == stamp
     assert not list(tmp_path.glob("cpu_kernels/*/*.so.tmp*")), "no partial build left behind"
 
@@ -403,12 +455,13 @@ def test_cpu_backend_falls_back_to_flags_the_compiler_takes(monkeypatch, tmp_pat
 
     monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
     monkeypatch.setattr(cpu_backend, "_lib", None)
-    monkeypatch.setattr(cpu_backend, "FALLBACK_FLAGS",
-                        (("-fno-such-flag-llmlab",), cpu_backend.FALLBACK_FLAGS[1]))
+    monkeypatch.setattr(
+        cpu_backend, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",), cpu_backend.FALLBACK_FLAGS[1])
+    )
     cpu_backend.load_library()
     assert len(list((tmp_path / "cpu_kernels").glob("*/*.so"))) == 1
-    run_decode_case("cpu", 16, 64, (9, 3), torch.float32, "cpu")     # built without OpenMP
-    _fused_decode_matches_torch(monkeypatch)      # its `omp for`/`single` now run on one thread
+    run_decode_case("cpu", 16, 64, (9, 3), torch.float32, "cpu")  # built without OpenMP
+    _fused_decode_matches_torch(monkeypatch)  # its `omp for`/`single` now run on one thread
     monkeypatch.setattr(cpu_backend, "_lib", None)
     monkeypatch.setattr(cpu_backend, "_error", None)
     monkeypatch.setattr(cpu_backend, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",),))
@@ -446,34 +499,40 @@ def test_cpu_layer_kernels_match_the_model_code(rows):
         norm.weight.copy_(torch.randn(576, generator=gen))
     w = norm.weight.detach()
     wide = torch.randn(rows, 700, generator=gen) * 3
-    x, residual = wide[:, :576], torch.randn(rows, 576, generator=gen)   # x: strided rows
+    x, residual = wide[:, :576], torch.randn(rows, 576, generator=gen)  # x: strided rows
     tol = dict(atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ck.rms_norm(x, w, 1e-5), norm(x), **tol)
     normed, total = ck.rms_norm(x, w, 1e-5, residual=residual)
     torch.testing.assert_close(total, x + residual, atol=0, rtol=0)
     torch.testing.assert_close(normed, norm(x + residual), **tol)
-    gate_up = torch.randn(rows, 2 * 1536, generator=gen) * 6     # silu's tails on both sides
+    gate_up = torch.randn(rows, 2 * 1536, generator=gen) * 6  # silu's tails on both sides
     gate, up = gate_up.split(1536, dim=-1)
     torch.testing.assert_close(ck.silu_mul(gate, up), F.silu(gate) * up, **tol)
     for heads, d in ((9, 64), (3, 64), (4, 16)):
         qkv = torch.randn(rows, heads * d + 40, generator=gen)
-        q = qkv[:, :heads * d]
+        q = qkv[:, : heads * d]
         angles = torch.rand(rows, d // 2, generator=gen) * 100
         cos, sin = angles.cos(), angles.sin()
-        torch.testing.assert_close(ck.rope(q, heads, cos, sin),
-                                   apply_rope(q.reshape(rows, heads, d), cos, sin), **tol)
+        torch.testing.assert_close(
+            ck.rope(q, heads, cos, sin), apply_rope(q.reshape(rows, heads, d), cos, sin), **tol
+        )
     with pytest.raises(ValueError, match="rms_norm"):
-        ck.rms_norm(torch.randn(2, 24), torch.ones(24), 1e-5)       # 24 is not a multiple of 16
-    with pytest.raises(ValueError, match="rms_norm"):               # fewer residual rows than x
+        ck.rms_norm(torch.randn(2, 24), torch.ones(24), 1e-5)  # 24 is not a multiple of 16
+    with pytest.raises(ValueError, match="rms_norm"):  # fewer residual rows than x
         ck.rms_norm(torch.randn(4, 32), torch.ones(32), 1e-5, residual=torch.randn(2, 32))
-    with pytest.raises(ValueError, match="rms_norm"):               # a weight of the wrong size
+    with pytest.raises(ValueError, match="rms_norm"):  # a weight of the wrong size
         ck.rms_norm(torch.randn(4, 32), torch.ones(16), 1e-5)
-    with pytest.raises(ValueError, match="rope"):                   # float64 tables
-        ck.rope(torch.randn(2, 64), 4, torch.ones(2, 8, dtype=torch.float64),
-                torch.zeros(2, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="rope"):  # float64 tables
+        ck.rope(
+            torch.randn(2, 64),
+            4,
+            torch.ones(2, 8, dtype=torch.float64),
+            torch.zeros(2, 8, dtype=torch.float64),
+        )
 
 
 # ---------------------------------------------------------------- triton
+
 
 @pytest.mark.triton
 @pytest.mark.parametrize("block_size,head_dim,heads", TRITON_GRID)
@@ -508,8 +567,9 @@ def test_triton_split_k_decode_merges_partitions():
     lens = [1, 31, 33, 64, 100]
     kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 64, torch.float32, gen, TRITON_DEVICE)
     q = torch.randn(len(lens), 8, 64, generator=gen)
-    out = triton_backend.paged_attention_decode(q.to(TRITON_DEVICE), kc, vc, bt, sl, 0.125,
-                                                partition_size=32)
+    out = triton_backend.paged_attention_decode(
+        q.to(TRITON_DEVICE), kc, vc, bt, sl, 0.125, partition_size=32
+    )
     assert triton_backend.num_partitions_for(bt.shape[1] * 16, 32) == 4
     ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 0.125)
     assert_matches(out, ref, torch.float32, "split-K decode")
@@ -531,8 +591,9 @@ def test_triton_rejects_bad_partition_size():
 def test_triton_interpreter_is_switched_on_without_gpu():
     from llmlab.ops import triton_backend
 
-    triton_backend.reshape_and_cache(*[torch.zeros(1, 1, 16)] * 2, *[torch.zeros(1, 8, 1, 16)] * 2,
-                                     torch.tensor([0]))
+    triton_backend.reshape_and_cache(
+        *[torch.zeros(1, 1, 16)] * 2, *[torch.zeros(1, 8, 1, 16)] * 2, torch.tensor([0])
+    )
     assert os.environ.get("TRITON_INTERPRET") == "1"
     assert triton_backend.interpreting()
 
@@ -545,8 +606,9 @@ GPU_BACKENDS = ["torch", "triton", "cuda"]
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
-                         ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
 def test_gpu_decode_matches_reference(backend, dtype):
     if backend == "triton" and not TRITON_COMPILED:
         pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
@@ -586,14 +648,15 @@ def test_gpu_triton_split_k_long_context():
     lens = [1, 700, 1500, 2049]
     kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 128, torch.float32, gen, "cuda")
     q = torch.randn(len(lens), 8, 128, generator=gen)
-    out = triton_backend.paged_attention_decode(q.cuda(), kc, vc, bt, sl, 128 ** -0.5,
-                                                partition_size=512)
-    ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(),
-                                           128 ** -0.5)
+    out = triton_backend.paged_attention_decode(
+        q.cuda(), kc, vc, bt, sl, 128**-0.5, partition_size=512
+    )
+    ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 128**-0.5)
     assert_matches(out, ref, torch.float32, "GPU split-K decode")
 
 
 # ---------------------------------------------------------------- availability and errors
+
 
 def test_available_backends_lists_what_runs_here():
     found = ops.available_backends()
@@ -610,8 +673,9 @@ def test_cuda_backend_without_gpu_says_so():
     with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
         ops.paged_attention_decode(q, kc, vc, bt, sl, 0.25, backend="cuda")
     with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
-        ops.reshape_and_cache(torch.zeros(1, 1, 16), torch.zeros(1, 1, 16), kc, vc,
-                              torch.tensor([0]), backend="cuda")
+        ops.reshape_and_cache(
+            torch.zeros(1, 1, 16), torch.zeros(1, 1, 16), kc, vc, torch.tensor([0]), backend="cuda"
+        )
 
 
 def _valid_decode_args():
@@ -621,20 +685,26 @@ def _valid_decode_args():
     return dict(query=q, key_cache=kc, value_cache=vc, block_tables=bt, seq_lens=sl, scale=0.25)
 
 
-@pytest.mark.parametrize("change,name", [
-    (lambda a: a.update(block_tables=a["block_tables"].long()), "block_tables.dtype"),
-    (lambda a: a.update(seq_lens=a["seq_lens"].long()), "seq_lens.dtype"),
-    (lambda a: a.update(query=a["query"][:, :, :8]), "query"),  # wrong head_dim
-    (lambda a: a.update(query=torch.randn(2, 3, 16)), "query"),  # 3 heads over 2 KV heads
-    (lambda a: a.update(query=torch.randn(16, 4, 2).transpose(0, 2)), "query"),  # strided
-    (lambda a: a.update(query=a["query"].double()), "query.dtype"),
-    (lambda a: a.update(query=torch.randn(3, 4, 16)), "query"),  # 3 queries for 2 sequences
-    (lambda a: a.update(value_cache=a["value_cache"][:, :, :1].contiguous()), "value_cache"),
-    (lambda a: a.update(seq_lens=torch.tensor([3, 30], dtype=torch.int32)), "seq_lens"),
-    (lambda a: a.update(seq_lens=torch.tensor([0, 9], dtype=torch.int32)), "seq_lens"),
-    (lambda a: a.update(block_tables=torch.full((2, 3), 99, dtype=torch.int32)), "block_tables"),
-    (lambda a: a.update(scale=0.0), "scale"),
-])
+@pytest.mark.parametrize(
+    "change,name",
+    [
+        (lambda a: a.update(block_tables=a["block_tables"].long()), "block_tables.dtype"),
+        (lambda a: a.update(seq_lens=a["seq_lens"].long()), "seq_lens.dtype"),
+        (lambda a: a.update(query=a["query"][:, :, :8]), "query"),  # wrong head_dim
+        (lambda a: a.update(query=torch.randn(2, 3, 16)), "query"),  # 3 heads over 2 KV heads
+        (lambda a: a.update(query=torch.randn(16, 4, 2).transpose(0, 2)), "query"),  # strided
+        (lambda a: a.update(query=a["query"].double()), "query.dtype"),
+        (lambda a: a.update(query=torch.randn(3, 4, 16)), "query"),  # 3 queries for 2 sequences
+        (lambda a: a.update(value_cache=a["value_cache"][:, :, :1].contiguous()), "value_cache"),
+        (lambda a: a.update(seq_lens=torch.tensor([3, 30], dtype=torch.int32)), "seq_lens"),
+        (lambda a: a.update(seq_lens=torch.tensor([0, 9], dtype=torch.int32)), "seq_lens"),
+        (
+            lambda a: a.update(block_tables=torch.full((2, 3), 99, dtype=torch.int32)),
+            "block_tables",
+        ),
+        (lambda a: a.update(scale=0.0), "scale"),
+    ],
+)
 def test_decode_rejects_bad_arguments_naming_them(change, name):
     args = _valid_decode_args()
     change(args)
@@ -647,12 +717,26 @@ def test_prefill_rejects_bad_offsets_and_lengths():
     q = torch.randn(5, 4, 16)
     bad_end = torch.tensor([0, 2, 4], dtype=torch.int32)  # 4 != 5 tokens
     with pytest.raises(ValueError, match="^cu_seqlens_q:"):
-        ops.paged_attention_prefill(q, args["key_cache"], args["value_cache"],
-                                    args["block_tables"], bad_end, args["seq_lens"], 0.25)
+        ops.paged_attention_prefill(
+            q,
+            args["key_cache"],
+            args["value_cache"],
+            args["block_tables"],
+            bad_end,
+            args["seq_lens"],
+            0.25,
+        )
     too_many = torch.tensor([0, 4, 5], dtype=torch.int32)  # 4 new tokens, seq_len 3
     with pytest.raises(ValueError, match="^seq_lens:"):
-        ops.paged_attention_prefill(q, args["key_cache"], args["value_cache"],
-                                    args["block_tables"], too_many, args["seq_lens"], 0.25)
+        ops.paged_attention_prefill(
+            q,
+            args["key_cache"],
+            args["value_cache"],
+            args["block_tables"],
+            too_many,
+            args["seq_lens"],
+            0.25,
+        )
 
 
 def test_reshape_and_cache_rejects_bad_slots_and_dtypes():
@@ -668,8 +752,9 @@ def test_reshape_and_cache_rejects_bad_slots_and_dtypes():
     with pytest.raises(ValueError, match="^key[.]dtype:"):
         ops.reshape_and_cache(key.half(), key.half(), kc, vc, torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="^key:"):
-        ops.reshape_and_cache(torch.zeros(2, 2, 16), torch.zeros(2, 2, 16), kc, vc,
-                              torch.tensor([0, 1]))
+        ops.reshape_and_cache(
+            torch.zeros(2, 2, 16), torch.zeros(2, 2, 16), kc, vc, torch.tensor([0, 1])
+        )
 
 
 def test_unknown_backend_is_rejected_with_the_allowed_values():
@@ -687,13 +772,15 @@ def test_torch_decode_reads_a_full_contiguous_cache_in_place():
     vc = torch.randn(n + 1, length, kvh, d, generator=gen)
     q = torch.randn(n, 8, d, generator=gen)
     full = torch.full((n,), length, dtype=torch.int32)
-    for table, lens, in_place in ((torch.arange(1, n + 1), full, True),
-                                  (torch.tensor([2, 1, 3, 4]), full, False),
-                                  (torch.arange(1, n + 1), full - 1, False)):
+    for table, lens, in_place in (
+        (torch.arange(1, n + 1), full, True),
+        (torch.tensor([2, 1, 3, 4]), full, False),
+        (torch.arange(1, n + 1), full - 1, False),
+    ):
         bt = table.to(torch.int32)[:, None]
         out, plan = grouped(q, kc, vc, bt, lens)
         assert (plan.decode[0].view_start is not None) == in_place, (table, lens)
-        ref = reference_paged_attention_decode(q, kc, vc, bt, lens, d ** -0.5)
+        ref = reference_paged_attention_decode(q, kc, vc, bt, lens, d**-0.5)
         assert_matches(out, ref, torch.float32, f"decode, blocks {table.tolist()}")
 
 
@@ -704,12 +791,12 @@ def test_value_checks_run_again_when_the_metadata_changes():
     kc, vc, bt, sl = make_paged_cache([5, 20], 16, 2, 64, torch.float32, gen)
     q = torch.randn(2, 8, 64, generator=gen)
     ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
-    ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)          # the same values: fine again
-    bt[1, 0] = kc.shape[0] + 5                                     # in place: a block that is not there
+    ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)  # the same values: fine again
+    bt[1, 0] = kc.shape[0] + 5  # in place: a block that is not there
     with pytest.raises(ValueError, match="block_tables"):
         ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
     bt[1, 0] = 0
-    sl[0] = 10_000                                                 # longer than the table holds
+    sl[0] = 10_000  # longer than the table holds
     with pytest.raises(ValueError, match="seq_lens"):
         ops.paged_attention_decode(q, kc, vc, bt, sl, 0.125)
 
@@ -725,7 +812,7 @@ def test_grouped_attention_equals_the_readable_path_on_mixed_steps():
         cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
         q = torch.randn(int(cu[-1]), 6, 32, generator=gen)
         out, _ = grouped(q, kc, vc, bt, sl, cu)
-        readable = torch_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 32 ** -0.5)
+        readable = torch_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 32**-0.5)
         torch.testing.assert_close(out, readable, atol=1e-5, rtol=1e-5)
 
 
@@ -741,6 +828,8 @@ def _header_signatures() -> dict[str, tuple[str, tuple[str, ...]]]:
         kinds = []
         for arg in args.split(","):
             arg = " ".join(arg.split())
+            if arg == "void":  # f(void): no arguments
+                continue
             if "*" in arg:
                 kinds.append("ptr")
             elif arg.startswith("int64_t"):
@@ -759,8 +848,9 @@ def test_ctypes_signatures_match_the_c_header():
     from llmlab.ops import cpu_backend
 
     header = _header_signatures()
-    assert set(cpu_backend.SIGNATURES) <= set(header), \
+    assert set(cpu_backend.SIGNATURES) <= set(header), (
         f"not declared in cpu_kernels.h: {set(cpu_backend.SIGNATURES) - set(header)}"
+    )
     for name, sig in cpu_backend.SIGNATURES.items():
         assert header[name] == sig, f"{name}: header {header[name]}, ctypes table {sig}"
-    assert {"llmlab_gemv_rows", "llmlab_attention_unit"} <= set(header)   # the parser sees all
+    assert {"llmlab_gemv_rows", "llmlab_attention_unit"} <= set(header)  # the parser sees all

@@ -156,3 +156,29 @@ def test_a_grammar_that_cannot_compile_is_refused_naming_its_field(llm, kwargs, 
 def test_bad_params_name_the_field(kwargs):
     with pytest.raises(ValueError, match="StructuredOutputsParams"):
         SO(**kwargs)
+
+
+def test_structured_output_beside_speculative_decoding(real_model):
+    """With speculation on, a request under a grammar takes no drafts (its mask holds for the next
+    token only) and its output still validates; a free request beside it still speculates."""
+    model, tokenizer = real_model
+    llm = LLM(
+        model,
+        tokenizer,
+        max_model_len=256,
+        num_kv_blocks=200,
+        speculative_config={"method": "ngram", "num_speculative_tokens": 3},
+    )
+    outs = llm.generate(
+        ["Give me a person as JSON:", "one two one two one two one two"],
+        [
+            SamplingParams(
+                temperature=1.0, seed=4, max_tokens=96, structured_outputs=SO(json=SCHEMA)
+            ),
+            SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
+        ],
+        use_tqdm=False,
+    )
+    jsonschema.validate(json.loads(outs[0].outputs[0].text), SCHEMA)
+    assert outs[0].metrics.num_draft_tokens == 0
+    assert outs[1].metrics.num_draft_tokens > 0

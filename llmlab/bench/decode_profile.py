@@ -20,6 +20,7 @@ on a 4x16 matrix) on all threads less the same on one thread, times the regions 
 
 Writes build/bench-decode-profile.json (or --json PATH).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,16 @@ import torch
 
 from llmlab.bench import write_report
 
-PARTS = ("schedule", "inputs", "embed + rope", "layers", "final norm", "lm_head", "sampling",
-         "rest")
+PARTS = (
+    "schedule",
+    "inputs",
+    "embed + rope",
+    "layers",
+    "final norm",
+    "lm_head",
+    "sampling",
+    "rest",
+)
 
 
 class StepTimer:
@@ -51,6 +60,7 @@ class StepTimer:
                 return fn(*args, **kwargs)
             finally:
                 self.current[part] += time.perf_counter() - t0
+
         return timed
 
     def end_step(self, total: float) -> None:
@@ -80,25 +90,28 @@ def _timed(timer: StepTimer, targets: list[tuple[object, str, str]]):
                 delattr(obj, name)
 
 
-def profile_decode(model, prompt: list[int], gen_len: int) -> dict:
-    """Median ms per decode step of each part (see the module docstring) on one request."""
+def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> dict:
+    """Median ms per decode step of each part (see the module docstring) on one request;
+    `engine_kwargs`: dtype, quantization, kv_cache_dtype (EngineConfig's)."""
     from llmlab import LLM, SamplingParams
     from llmlab.engine import model_runner as runner_module
 
-    llm = LLM(model, max_num_seqs=1, max_model_len=len(prompt) + gen_len)
+    llm = LLM(model, max_num_seqs=1, max_model_len=len(prompt) + gen_len, **engine_kwargs)
     engine = llm.llm_engine
     runner, scheduler = engine.model_runner, engine.scheduler
     fast = runner.model
     timer = StepTimer()
-    targets = [(scheduler, "schedule", "schedule"),
-               (scheduler, "update_from_output", "schedule"),
-               (runner, "prepare_inputs", "inputs"),
-               (fast, "rope_cos_sin", "embed + rope"),
-               (fast.embed_tokens, "forward", "embed + rope"),
-               *[(layer, "forward", "layers") for layer in fast.layers],
-               (fast.norm, "forward", "final norm"),
-               (fast, "compute_logits", "lm_head"),
-               (runner_module, "sample", "sampling")]
+    targets = [
+        (scheduler, "schedule", "schedule"),
+        (scheduler, "update_from_output", "schedule"),
+        (runner, "prepare_inputs", "inputs"),
+        (fast, "rope_cos_sin", "embed + rope"),
+        (fast.embed_tokens, "forward", "embed + rope"),
+        *[(layer, "forward", "layers") for layer in fast.layers],
+        (fast.norm, "forward", "final norm"),
+        (fast, "compute_logits", "lm_head"),
+        (runner_module, "sample", "sampling"),
+    ]
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     engine.add_request("0", prompt, params)
     with _timed(timer, targets):
@@ -106,23 +119,83 @@ def profile_decode(model, prompt: list[int], gen_len: int) -> dict:
             t0 = time.perf_counter()
             engine.step()
             timer.end_step(time.perf_counter() - t0)
-    decode = timer.steps[1:]                    # the first step is the prefill
+    decode = timer.steps[1:]  # the first step is the prefill
     ms = {p: 1e3 * statistics.median(s.get(p, 0.0) for s in decode) for p in PARTS}
     ms["total"] = 1e3 * statistics.median(s["total"] for s in decode)
-    return {"ms_per_step": ms, "decode_steps": len(decode),
-            "steps": [{p: 1e3 * s.get(p, 0.0) for p in (*PARTS, "total")} for s in decode],
-            "attention_backend": engine.config.attention_backend,
-            "layer_weight_bytes": sum(_weight_bytes(layer) for layer in fast.layers),
-            "lm_head_weight_bytes": fast.lm_head.weight.numel() * fast.lm_head.weight.element_size(),
-            "num_layers": len(fast.layers)}
+    return {
+        "ms_per_step": ms,
+        "decode_steps": len(decode),
+        "steps": [{p: 1e3 * s.get(p, 0.0) for p in (*PARTS, "total")} for s in decode],
+        "attention_backend": engine.config.attention_backend,
+        "precision": precision_label(engine),
+        "layer_weight_bytes": sum(_weight_bytes(layer) for layer in fast.layers),
+        "lm_head_weight_bytes": fast.lm_head.weight.numel() * fast.lm_head.weight.element_size(),
+        "num_layers": len(fast.layers),
+    }
+
+
+def add_precision_args(ap: argparse.ArgumentParser) -> None:
+    """--dtype, --quantization, --kv-cache-dtype: EngineConfig's settings, for any bench."""
+    from llmlab.engine.llm_engine import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
+
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        choices=list(DTYPES),
+        help="weights' and activations' dtype (EngineConfig.dtype)",
+    )
+    ap.add_argument(
+        "--quantization",
+        default=None,
+        choices=[q for q in QUANTIZATIONS if q],
+        help="weight-only quantization (EngineConfig.quantization)",
+    )
+    ap.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=list(KV_CACHE_DTYPES),
+        help="KV cache dtype (EngineConfig.kv_cache_dtype)",
+    )
+
+
+def precision_kwargs(args) -> dict:
+    return {
+        "dtype": args.dtype,
+        "quantization": args.quantization,
+        "kv_cache_dtype": args.kv_cache_dtype,
+    }
+
+
+def precision_label(engine) -> str:
+    """What an engine computes in, for the benches' headers: weights, their matmul kernel
+    on the C path, activations, KV cache."""
+    model = engine.model_runner.model
+    weights = getattr(model, "weight_dtype", None) or model.lm_head.weight.dtype
+    cache = engine.model_runner.kv_caches[0][0].dtype
+    name = lambda d: str(d).replace("torch.", "")  # noqa: E731
+    label = f"weights {name(weights)}, KV cache {name(cache)}"
+    if engine.config.attention_backend == "cpu":
+        from llmlab.ops import cpu_backend
+
+        label += f" (matmul {cpu_backend.matmul_kernel(weights)}; activations float32)"
+    else:
+        label += f", activations {name(model.dtype)}"
+    return label
 
 
 def _weight_bytes(layer) -> int:
     """Bytes of the dense weights a layer's batch-1 step streams (each distinct storage once)."""
     seen, total = set(), 0
-    for t in [p for p in layer.parameters()] + [m.weight for m in layer.modules()
-                                                 if hasattr(m, "weight") and isinstance(
-                                                     m.weight, torch.Tensor)]:
+    for t in [p for p in layer.parameters()] + [
+        t
+        for m in layer.modules()
+        for t in (
+            getattr(m, "weight", None),
+            getattr(m, "scale", None),
+            getattr(m, "weight_scale", None),
+        )
+        if isinstance(t, torch.Tensor)
+    ]:
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
         if key not in seen:
             seen.add(key)
@@ -150,26 +223,40 @@ def omp_wake_us(threads: int, calls: int = 2000) -> dict:
             out[n] = best * 1e6
     finally:
         torch.set_num_threads(saved)
-    return {"one_thread_us": out[1], "all_threads_us": out[threads],
-            "wake_us_per_region": max(out[threads] - out[1], 0.0)}
+    return {
+        "one_thread_us": out[1],
+        "all_threads_us": out[threads],
+        "wake_us_per_region": max(out[threads] - out[1], 0.0),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmlab bench decode_profile",
-                                 description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m llmlab bench decode_profile", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--model", default="smollm2-135m", help="model name; 'tiny' for smoke runs")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen-len", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=3, help="profiled requests; the table takes "
-                    "the round with the fastest median step")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch (and OpenMP) threads (default: torch's thread count)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="profiled requests; the table takes the round with the fastest median step",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch (and OpenMP) threads (default: torch's thread count)",
+    )
     ap.add_argument("--json", default="build/bench-decode-profile.json")
+    add_precision_args(ap)
     args = ap.parse_args(argv)
     for name, low in (("prompt_len", 16), ("gen_len", 3), ("rounds", 1), ("threads", 1)):
         if getattr(args, name) is not None and getattr(args, name) < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, "
-                             f"got {getattr(args, name)}")
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
+            )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from llmlab.analysis import hardware
     from llmlab.bench.llamacpp import build_workload, load_model
@@ -180,23 +267,36 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model(args.model)
     prompt = build_workload(tokenizer, 1, args.prompt_len)[0]
     threads = torch.get_num_threads()
-    profile_decode(model, prompt[:16], 3)                      # warm-up: compile, page in
+    kwargs = precision_kwargs(args)
+    profile_decode(model, prompt[:16], 3, **kwargs)  # warm-up: compile, page in
     read_bw = hardware.measure_bandwidth("cpu", kind="read")
-    rounds = [profile_decode(model, prompt, args.gen_len) for _ in range(args.rounds)]
+    rounds = [profile_decode(model, prompt, args.gen_len, **kwargs) for _ in range(args.rounds)]
     best = min(rounds, key=lambda r: r["ms_per_step"]["total"])
     read_bw = max(read_bw, hardware.measure_bandwidth("cpu", kind="read"))
     wake = omp_wake_us(threads)
-    report = {"machine": {"cpu": cpu_name(), "threads": threads,
-                          "read_bandwidth": read_bw,
-                          "load_average_1min": os.getloadavg()[0],
-                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-                          "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")},
-              "settings": {"model": args.model, "prompt_len": args.prompt_len,
-                           "gen_len": args.gen_len, "rounds": args.rounds},
-              "profile": best, "rounds_total_ms": [r["ms_per_step"]["total"] for r in rounds],
-              "omp": wake,
-              "floors_ms": {"layers": 1e3 * best["layer_weight_bytes"] / read_bw,
-                            "lm_head": 1e3 * best["lm_head_weight_bytes"] / read_bw}}
+    report = {
+        "machine": {
+            "cpu": cpu_name(),
+            "threads": threads,
+            "read_bandwidth": read_bw,
+            "load_average_1min": os.getloadavg()[0],
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+        },
+        "settings": {
+            "model": args.model,
+            "prompt_len": args.prompt_len,
+            "gen_len": args.gen_len,
+            "rounds": args.rounds,
+        },
+        "profile": best,
+        "rounds_total_ms": [r["ms_per_step"]["total"] for r in rounds],
+        "omp": wake,
+        "floors_ms": {
+            "layers": 1e3 * best["layer_weight_bytes"] / read_bw,
+            "lm_head": 1e3 * best["lm_head_weight_bytes"] / read_bw,
+        },
+    }
     print_table(report)
     write_report(report, args.json)
     return 0
@@ -205,21 +305,31 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(report: dict) -> None:
     m, p, floors, omp = report["machine"], report["profile"], report["floors_ms"], report["omp"]
     ms = p["ms_per_step"]
-    print(f"\nbatch-1 decode step, {report['settings']['model']}, attention_backend="
-          f"{p['attention_backend']!r}, {m['cpu']}, {m['threads']} threads, median of "
-          f"{p['decode_steps']} steps (fastest of {len(report['rounds_total_ms'])} rounds: "
-          + ", ".join(f"{t:.1f}" for t in report["rounds_total_ms"]) + " ms); read bandwidth "
-          f"{m['read_bandwidth'] / 1e9:.1f} GB/s")
+    print(
+        f"\nbatch-1 decode step, {report['settings']['model']}, attention_backend="
+        f"{p['attention_backend']!r}, {p.get('precision', 'float32')}, {m['cpu']}, "
+        f"{m['threads']} threads, median of "
+        f"{p['decode_steps']} steps (fastest of {len(report['rounds_total_ms'])} rounds: "
+        + ", ".join(f"{t:.1f}" for t in report["rounds_total_ms"])
+        + " ms); read bandwidth "
+        f"{m['read_bandwidth'] / 1e9:.1f} GB/s"
+    )
     print(f"{'part':<14}{'ms/step':>9}{'share':>8}{'floor ms':>10}")
     for part in PARTS:
         floor = floors.get(part)
-        print(f"{part:<14}{ms[part]:>9.2f}{ms[part] / ms['total']:>8.0%}"
-              + (f"{floor:>10.2f}" if floor is not None else ""))
-    print(f"{'total':<14}{ms['total']:>9.2f}{'':>8}{sum(floors.values()):>10.2f}"
-          f"   = {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})")
+        print(
+            f"{part:<14}{ms[part]:>9.2f}{ms[part] / ms['total']:>8.0%}"
+            + (f"{floor:>10.2f}" if floor is not None else "")
+        )
+    print(
+        f"{'total':<14}{ms['total']:>9.2f}{'':>8}{sum(floors.values()):>10.2f}"
+        f"   = {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})"
+    )
     regions = p["num_layers"] + 1
-    print(f"OpenMP: an empty region costs {omp['all_threads_us']:.1f} µs on {m['threads']} "
-          f"threads, {omp['one_thread_us']:.1f} µs on one: waking the threads "
-          f"{omp['wake_us_per_region']:.1f} µs x {regions} regions = "
-          f"{omp['wake_us_per_region'] * regions / 1e3:.2f} ms/step "
-          f"(OMP_WAIT_POLICY={m['omp_wait_policy']}, GOMP_SPINCOUNT={m['gomp_spincount']})")
+    print(
+        f"OpenMP: an empty region costs {omp['all_threads_us']:.1f} µs on {m['threads']} "
+        f"threads, {omp['one_thread_us']:.1f} µs on one: waking the threads "
+        f"{omp['wake_us_per_region']:.1f} µs x {regions} regions = "
+        f"{omp['wake_us_per_region'] * regions / 1e3:.2f} ms/step "
+        f"(OMP_WAIT_POLICY={m['omp_wait_policy']}, GOMP_SPINCOUNT={m['gomp_spincount']})"
+    )

@@ -7,7 +7,10 @@ it, skips that system and still measures llmlab.
 
 Both systems run the same weights at the same precision: llama.cpp an F32 GGUF made once from
 the shipped Q4_1 file by llama.cpp's own quantize function (`llamacpp_engine.f32_gguf`), llmlab
-the same Q4_1 file dequantised to float32. The workload is llama-batched-bench's: every
+the same Q4_1 file dequantised to float32. `--precision bfloat16` gives llmlab
+`dtype="bfloat16"` and llama.cpp a BF16 GGUF; `--precision int8` llmlab `quantization="int8"`
+(a scale per output channel) and llama.cpp Q8_0 (a scale per 32 weights), both made by
+llama.cpp's quantize from that F32 file (`llamacpp_engine.gguf_of`). The workload is llama-batched-bench's: every
 sequence `--prompt-len` prompt tokens (128) and `--gen-len` generated tokens (128), greedy, EOS
 ignored, the same token ids given to both.
 
@@ -29,6 +32,7 @@ runs of a round are back to back).
 
 Writes build/bench-llamacpp.json (or --json PATH).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,16 +47,29 @@ import time
 import torch
 
 from llmlab.bench import write_report
-from llmlab.bench.llamacpp_engine import (KV_TYPES, GreedyRun, LlamaCpp, f32_gguf,
-                                          import_llama_cpp, install_command)
+from llmlab.bench.llamacpp_engine import (
+    KV_TYPES,
+    GreedyRun,
+    LlamaCpp,
+    gguf_of,
+    import_llama_cpp,
+    install_command,
+)
 from llmlab.config import DATA_DIR
 from llmlab.utils import cdiv
 
 SYSTEMS = ("llmlab", "llama.cpp")
+# --precision: llmlab's engine settings and llama.cpp's GGUF type at the same precision
+PRECISIONS = {
+    "float32": ({}, "F32"),
+    "bfloat16": ({"dtype": "bfloat16"}, "BF16"),
+    "int8": ({"quantization": "int8"}, "Q8_0"),
+}
 DEFAULT_BATCHES = "1,8,32,64"
 
 
 # ---- the workload ----------------------------------------------------------------------------
+
 
 def build_workload(tokenizer, num_seqs: int, prompt_len: int, seed: int = 0) -> list[list[int]]:
     """`num_seqs` prompts of exactly `prompt_len` token ids, no two alike in their first block.
@@ -65,43 +82,60 @@ def build_workload(tokenizer, num_seqs: int, prompt_len: int, seed: int = 0) -> 
     if num_seqs < 1 or prompt_len < 16:
         raise ValueError(f"need num_seqs >= 1 and prompt_len >= 16, got {num_seqs}, {prompt_len}")
     prompts = json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]
-    rendered = [tokenizer.encode(tokenizer.apply_chat_template(
-        [{"role": "user", "content": p["text"]}], add_generation_prompt=True, tokenize=False))
-        for p in prompts]
+    rendered = [
+        tokenizer.encode(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p["text"]}], add_generation_prompt=True, tokenize=False
+            )
+        )
+        for p in prompts
+    ]
     rng = random.Random(seed)
     work: list[list[int]] = []
     first_blocks: set[tuple[int, ...]] = set()
     for _ in range(100 * num_seqs):
         ids: list[int] = []
         for i in rng.sample(range(len(rendered)), len(rendered)):
-            ids = rendered[i] + ids                   # prepend: the last prompt stays whole
+            ids = rendered[i] + ids  # prepend: the last prompt stays whole
             if len(ids) >= prompt_len:
                 break
         if len(ids) < prompt_len:
-            raise ValueError(f"prompt_len={prompt_len} is longer than all of data/prompts.json "
-                             f"({len(ids)} tokens)")
+            raise ValueError(
+                f"prompt_len={prompt_len} is longer than all of data/prompts.json "
+                f"({len(ids)} tokens)"
+            )
         ids = ids[-prompt_len:]
         if tuple(ids[:16]) not in first_blocks:
             first_blocks.add(tuple(ids[:16]))
             work.append(ids)
             if len(work) == num_seqs:
                 return work
-    raise ValueError(f"could not draw {num_seqs} prompts of {prompt_len} tokens with distinct "
-                     f"first blocks from data/prompts.json; ask for fewer sequences")
+    raise ValueError(
+        f"could not draw {num_seqs} prompts of {prompt_len} tokens with distinct "
+        f"first blocks from data/prompts.json; ask for fewer sequences"
+    )
 
 
 # ---- llmlab ----------------------------------------------------------------------------------
 
-def run_llmlab(model, prompts: list[list[int]], gen_len: int) -> GreedyRun:
-    """`prompts` through a fresh `LLM(model)` (default backend), greedy, EOS ignored, one step
-    at a time: prefill ends with the step that gives the last sequence its first token."""
+
+def run_llmlab(model, prompts: list[list[int]], gen_len: int, **engine_kwargs) -> GreedyRun:
+    """`prompts` through a fresh `LLM(model)` (default backend; `engine_kwargs`: dtype,
+    quantization), greedy, EOS ignored, one step at a time: prefill ends with the step that
+    gives the last sequence its first token."""
     from llmlab import LLM, SamplingParams
+    from llmlab.bench.decode_profile import precision_label
 
     num_seqs, prompt_len = len(prompts), max(map(len, prompts))
     max_len = prompt_len + gen_len
-    llm = LLM(model, max_num_seqs=num_seqs, max_model_len=max_len,
-              max_num_batched_tokens=max(2048, num_seqs * prompt_len),
-              num_kv_blocks=num_seqs * cdiv(max_len, 16))
+    llm = LLM(
+        model,
+        max_num_seqs=num_seqs,
+        max_model_len=max_len,
+        max_num_batched_tokens=max(2048, num_seqs * prompt_len),
+        num_kv_blocks=num_seqs * cdiv(max_len, 16),
+        **engine_kwargs,
+    )
     engine = llm.llm_engine
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     requests = [engine.add_request(str(i), ids, params) for i, ids in enumerate(prompts)]
@@ -117,17 +151,26 @@ def run_llmlab(model, prompts: list[list[int]], gen_len: int) -> GreedyRun:
             if len(started) == num_seqs:
                 t_first, made_in_prefill = time.perf_counter(), made
     t_end = time.perf_counter()
-    config = {"attention_backend": engine.config.attention_backend, "dtype": str(model.dtype),
-              "threads": torch.get_num_threads(), "block_size": engine.config.block_size,
-              "max_num_batched_tokens": engine.config.max_num_batched_tokens,
-              "kv_cache_dtype": str(model.dtype)}
-    return GreedyRun(tokens=[list(r.output_token_ids) for r in requests],
-                     prefill_seconds=t_first - t0, decode_seconds=t_end - t_first,
-                     decode_tokens=made - made_in_prefill,
-                     prompt_tokens=sum(map(len, prompts)), config=config)
+    config = {
+        "attention_backend": engine.config.attention_backend,
+        "dtype": precision_label(engine),
+        "threads": torch.get_num_threads(),
+        "block_size": engine.config.block_size,
+        "max_num_batched_tokens": engine.config.max_num_batched_tokens,
+        "kv_cache_dtype": str(model.dtype),
+    }
+    return GreedyRun(
+        tokens=[list(r.output_token_ids) for r in requests],
+        prefill_seconds=t_first - t0,
+        decode_seconds=t_end - t_first,
+        decode_tokens=made - made_in_prefill,
+        prompt_tokens=sum(map(len, prompts)),
+        config=config,
+    )
 
 
 # ---- the bench -------------------------------------------------------------------------------
+
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens `a` and `b` share."""
@@ -144,12 +187,16 @@ def llama_cpp_skip_reason(model_name: str) -> str | None:
     from llmlab.weights import BUILTIN
 
     if import_llama_cpp() is None:
-        return (f"llama-cpp-python (the optional extra) is not installed. Add it (it compiles "
-                f"llama.cpp, about ten minutes) with\n    {install_command()}\nor, in a "
-                f"checkout, `make llamacpp`.")
+        return (
+            f"llama-cpp-python (the optional extra) is not installed. Add it (it compiles "
+            f"llama.cpp, about ten minutes) with\n    {install_command()}\nor, in a "
+            f"checkout, `make llamacpp`."
+        )
     if model_name not in BUILTIN:
-        return (f"it runs the GGUF files of the built-in models {sorted(BUILTIN)}, and "
-                f"--model is {model_name!r}")
+        return (
+            f"it runs the GGUF files of the built-in models {sorted(BUILTIN)}, and "
+            f"--model is {model_name!r}"
+        )
     return None
 
 
@@ -167,31 +214,57 @@ def load_model(name: str):
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m llmlab bench llamacpp", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m llmlab bench llamacpp",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--batches", default=DEFAULT_BATCHES, help="batch sizes, comma-separated")
     ap.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per sequence")
     ap.add_argument("--gen-len", type=int, default=128, help="generated tokens per sequence")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every system and batch")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="threads for both systems (default: torch's thread count)")
-    ap.add_argument("--kv-type", default="f32", choices=sorted(KV_TYPES),
-                    help="llama.cpp's KV cache element (llmlab's is float32)")
-    ap.add_argument("--model", default="smollm2-135m",
-                    help="model name; 'tiny' for the random tiny model (llmlab only)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for both systems (default: torch's thread count)",
+    )
+    ap.add_argument(
+        "--kv-type",
+        default="f32",
+        choices=sorted(KV_TYPES),
+        help="llama.cpp's KV cache element (llmlab's is float32)",
+    )
+    ap.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="model name; 'tiny' for the random tiny model (llmlab only)",
+    )
+    ap.add_argument(
+        "--precision",
+        default="float32",
+        choices=list(PRECISIONS),
+        help="both systems at one precision: float32 (llama.cpp F32), bfloat16 "
+        "(llmlab dtype='bfloat16', llama.cpp BF16), int8 (llmlab "
+        "quantization='int8', per-channel scales; llama.cpp Q8_0, a scale "
+        "per 32 weights)",
+    )
     ap.add_argument("--json", default="build/bench-llamacpp.json", help="output path")
     args = ap.parse_args(argv)
     try:
         args.batches = [int(b) for b in args.batches.split(",") if b]
     except ValueError:
-        raise ValueError(f"--batches must be comma-separated integers, got {args.batches!r}") from None
+        raise ValueError(
+            f"--batches must be comma-separated integers, got {args.batches!r}"
+        ) from None
     if not args.batches or min(args.batches) < 1:
         raise ValueError(f"--batches must be integers >= 1, got {args.batches}")
     for name in ("prompt_len", "gen_len", "rounds"):
         low = {"prompt_len": 16, "gen_len": 2, "rounds": 1}[name]
         if getattr(args, name) < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, "
-                             f"got {getattr(args, name)}")
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
+            )
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     return args
@@ -215,17 +288,20 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"llama.cpp: skipped, {skipped}", flush=True)
     else:
-        print("llama.cpp: F32 GGUF (made once from the shipped Q4_1 file) ...", flush=True)
-        llama = LlamaCpp(f32_gguf(args.model, threads), threads, args.kv_type)
-    systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len)}
+        kind = PRECISIONS[args.precision][1]
+        print(f"llama.cpp: {kind} GGUF (made once by llama.cpp's quantize) ...", flush=True)
+        llama = LlamaCpp(gguf_of(args.model, kind, threads), threads, args.kv_type)
+    settings = PRECISIONS[args.precision][0]
+    systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len, **settings)}
     if llama is not None:
         systems["llama.cpp"] = lambda prompts: llama.run(prompts, args.gen_len)
 
-    warm = [work[0]]                   # compiles llmlab's kernels, pages both models in
+    warm = [work[0]]  # compiles llmlab's kernels, pages both models in
     for run in systems.values():
         run(warm)
-    runs: dict[str, dict[int, list[GreedyRun]]] = {s: {b: [] for b in args.batches}
-                                                    for s in systems}
+    runs: dict[str, dict[int, list[GreedyRun]]] = {
+        s: {b: [] for b in args.batches} for s in systems
+    }
     loads = []
     for r in range(args.rounds):
         for i, b in enumerate(args.batches):
@@ -235,22 +311,40 @@ def main(argv: list[str] | None = None) -> int:
                 res = systems[name](work[:b])
                 runs[name][b].append(res)
                 s = res.summary()
-                print(f"  round {r + 1} batch {b:>3} {name:<10} decode "
-                      f"{s['decode_tok_per_s']:8.1f} tok/s ({s['ms_per_decode_step']:6.1f} ms/step)"
-                      f"  total {s['total_tok_per_s']:8.1f} tok/s", flush=True)
+                print(
+                    f"  round {r + 1} batch {b:>3} {name:<10} decode "
+                    f"{s['decode_tok_per_s']:8.1f} tok/s ({s['ms_per_decode_step']:6.1f} ms/step)"
+                    f"  total {s['total_tok_per_s']:8.1f} tok/s",
+                    flush=True,
+                )
             loads.append(os.getloadavg()[0])
 
-    report = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": threads,
-                          "torch": torch.__version__, "python": platform.python_version(),
-                          "load_average_1min": loads,
-                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-                          "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")},
-              "settings": {"model": args.model, "prompt_len": args.prompt_len,
-                           "gen_len": args.gen_len, "rounds": args.rounds, "greedy": True,
-                           "ignore_eos": True, "batches": args.batches},
-              "skipped": {"llama.cpp": skipped.splitlines()[0]} if skipped else {},
-              "config": {name: runs[name][args.batches[0]][0].config for name in systems},
-              "results": {}}
+    report = {
+        "machine": {
+            "cpu": cpu_name(),
+            "cores": os.cpu_count(),
+            "threads": threads,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "load_average_1min": loads,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+        },
+        "settings": {
+            "model": args.model,
+            "precision": args.precision,
+            "gguf": PRECISIONS[args.precision][1],
+            "prompt_len": args.prompt_len,
+            "gen_len": args.gen_len,
+            "rounds": args.rounds,
+            "greedy": True,
+            "ignore_eos": True,
+            "batches": args.batches,
+        },
+        "skipped": {"llama.cpp": skipped.splitlines()[0]} if skipped else {},
+        "config": {name: runs[name][args.batches[0]][0].config for name in systems},
+        "results": {},
+    }
     for b in args.batches:
         row = {}
         for name in systems:
@@ -260,14 +354,18 @@ def main(argv: list[str] | None = None) -> int:
         if llama is not None:
             ours, theirs = runs["llmlab"][b][0].tokens, runs["llama.cpp"][b][0].tokens
             same = [common_prefix(x, y) for x, y in zip(ours, theirs)]
-            row["greedy_common_prefix"] = {"min": min(same), "median": statistics.median(same),
-                                           "identical_sequences": sum(n == args.gen_len
-                                                                      for n in same)}
+            row["greedy_common_prefix"] = {
+                "min": min(same),
+                "median": statistics.median(same),
+                "identical_sequences": sum(n == args.gen_len for n in same),
+            }
             for key in ("decode_tok_per_s", "total_tok_per_s"):
                 # each round's two runs were taken one right after the other: their ratio
                 # sees the same machine, so the median is over those paired ratios
-                paired = [a[key] / b[key] for a, b in zip(row["llmlab"]["rounds"],
-                                                          row["llama.cpp"]["rounds"])]
+                paired = [
+                    a[key] / b[key]
+                    for a, b in zip(row["llmlab"]["rounds"], row["llama.cpp"]["rounds"])
+                ]
                 row[f"ratio_{key}"] = statistics.median(paired)
                 row[f"ratio_{key}_rounds"] = paired
         report["results"][str(b)] = row
@@ -280,21 +378,30 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(report: dict) -> None:
     m, s, cfg = report["machine"], report["settings"], report["config"]
-    print(f"\n{m['cpu']}, {m['cores']} cores; {s['prompt_len']} prompt + {s['gen_len']} "
-          f"generated tokens per sequence, greedy, EOS ignored; medians of {s['rounds']} "
-          f"alternating rounds; load average {min(m['load_average_1min']):.2f}-"
-          f"{max(m['load_average_1min']):.2f}")
+    print(
+        f"\n{m['cpu']}, {m['cores']} cores; {s['prompt_len']} prompt + {s['gen_len']} "
+        f"generated tokens per sequence, greedy, EOS ignored; medians of {s['rounds']} "
+        f"alternating rounds; load average {min(m['load_average_1min']):.2f}-"
+        f"{max(m['load_average_1min']):.2f}"
+    )
     c = cfg["llmlab"]
-    print(f"llmlab:    attention_backend={c['attention_backend']!r}, {c['dtype']} weights and "
-          f"KV cache, {c['threads']} threads")
+    print(
+        f"llmlab:    attention_backend={c['attention_backend']!r}, {c['dtype']}, "
+        f"{c['threads']} threads"
+    )
     if "llama.cpp" in cfg:
         c = cfg["llama.cpp"]
-        print(f"llama.cpp: F32 GGUF, {c['kv_cache_dtype']} KV cache, {c['threads']} threads, "
-              f"llama-cpp-python {c['llama_cpp_python']}")
+        print(
+            f"llama.cpp: {s.get('gguf', 'F32')} GGUF, {c['kv_cache_dtype']} KV cache, "
+            f"{c['threads']} threads, "
+            f"llama-cpp-python {c['llama_cpp_python']}"
+        )
     both = "llama.cpp" in cfg
     head = f"{'batch':>5} {'llmlab decode':>14}"
     if both:
-        head += f" {'llama.cpp':>10} {'ratio':>6} {'llmlab total':>13} {'llama.cpp':>10} {'ratio':>6}"
+        head += (
+            f" {'llama.cpp':>10} {'ratio':>6} {'llmlab total':>13} {'llama.cpp':>10} {'ratio':>6}"
+        )
         head += f" {'same greedy':>12}"
     else:
         head += f" {'llmlab total':>13}"
@@ -306,14 +413,18 @@ def print_table(report: dict) -> None:
         if both:
             theirs = row["llama.cpp"]
             g = row["greedy_common_prefix"]
-            line += (f" {theirs['decode_tok_per_s']:>10.1f} {row['ratio_decode_tok_per_s']:>5.2f}x"
-                     f" {ours['total_tok_per_s']:>13.1f} {theirs['total_tok_per_s']:>10.1f}"
-                     f" {row['ratio_total_tok_per_s']:>5.2f}x"
-                     f" {g['identical_sequences']:>5}/{b:<6}")
+            line += (
+                f" {theirs['decode_tok_per_s']:>10.1f} {row['ratio_decode_tok_per_s']:>5.2f}x"
+                f" {ours['total_tok_per_s']:>13.1f} {theirs['total_tok_per_s']:>10.1f}"
+                f" {row['ratio_total_tok_per_s']:>5.2f}x"
+                f" {g['identical_sequences']:>5}/{b:<6}"
+            )
         else:
             line += f" {ours['total_tok_per_s']:>13.1f}"
         print(line)
     if both:
-        print("ratio: llmlab / llama.cpp, median of each round's back-to-back pair. same greedy: "
-              "sequences whose generated tokens are identical in both systems (float32 sums in "
-              "a different order can flip a near-tie)")
+        print(
+            "ratio: llmlab / llama.cpp, median of each round's back-to-back pair. same greedy: "
+            "sequences whose generated tokens are identical in both systems (float32 sums in "
+            "a different order can flip a near-tie)"
+        )

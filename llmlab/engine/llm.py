@@ -1,4 +1,5 @@
 """`LLM`: vLLM's offline entry point. Build once, call `generate` on a list of prompts."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,43 +20,55 @@ class LLM:
     there: block_size, num_kv_blocks, max_model_len, max_num_seqs, max_num_batched_tokens,
     enable_chunked_prefill, enable_prefix_caching, attention_backend (None: the fastest here,
     what the benchmarks measure; "torch" for the readable model), seed, scheduling,
-    kv_cache_memory_bytes, speculative_config (vLLM's dict: {"method": "ngram",
+    kv_cache_memory_bytes, dtype ("auto", "float32", "bfloat16"), quantization (None, "int8"),
+    kv_cache_dtype ("auto", "fp8"), speculative_config (vLLM's dict: {"method": "ngram",
     "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}, or
     {"method": "draft_model", "num_speculative_tokens": 3, "draft_num_layers": 8}).
     """
 
-    def __init__(self, model: str | LlamaModel = "smollm2-135m", tokenizer: Any = None,
-                 **engine_kwargs: Any) -> None:
+    def __init__(
+        self, model: str | LlamaModel = "smollm2-135m", tokenizer: Any = None, **engine_kwargs: Any
+    ) -> None:
         if isinstance(model, str):
             from llmlab.model import load_model
 
             model, loaded_tokenizer = load_model(model)
             tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
         elif not isinstance(model, LlamaModel):
-            raise ValueError(f"model must be a model name, a directory or a LlamaModel, "
-                             f"got {type(model).__name__}")
+            raise ValueError(
+                f"model must be a model name, a directory or a LlamaModel, "
+                f"got {type(model).__name__}"
+            )
         self.llm_engine = LLMEngine(model, tokenizer, **engine_kwargs)
         self._counter = 0
 
     def get_tokenizer(self) -> Any:
         return self.llm_engine.tokenizer
 
-    def generate(self, prompts: str | list[str] | list[list[int]],
-                 sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = True) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: str | list[str] | list[list[int]],
+        sampling_params: SamplingParams | list[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
         """Generate for every prompt; outputs come back in the prompts' order.
 
         prompts: one str, a list of str, or a list of token-id lists. sampling_params: one for
         all, or one per prompt (default: `SamplingParams()`). A bad prompt or parameter raises
         ValueError before anything runs; requests already in the engine keep their place.
         """
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts
-                                        and isinstance(prompts[0], int)):
+        if isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        ):
             prompts = [prompts]
         if not isinstance(prompts, (list, tuple)):
-            raise ValueError(tr(f"prompts must be a list of str or of token-id lists, "
-                                f"got {type(prompts).__name__}",
-                                f"prompts 必须是 str 的列表，或 token id 列表的列表；你给的是 {type(prompts).__name__}"))
+            raise ValueError(
+                tr(
+                    f"prompts must be a list of str or of token-id lists, "
+                    f"got {type(prompts).__name__}",
+                    f"prompts 必须是 str 的列表，或 token id 列表的列表；你给的是 {type(prompts).__name__}",
+                )
+            )
         if sampling_params is None:
             sampling_params = SamplingParams()
         if isinstance(sampling_params, SamplingParams):
@@ -63,10 +76,14 @@ class LLM:
         else:
             params_list = list(sampling_params)
             if len(params_list) != len(prompts):
-                raise ValueError(tr(f"sampling_params has {len(params_list)} entries for "
-                                    f"{len(prompts)} prompts; give one, or one per prompt",
-                                    f"sampling_params 有 {len(params_list)} 项，而 prompt 有 {len(prompts)} 个；"
-                                    "请只给一个，或者每个 prompt 各给一个"))
+                raise ValueError(
+                    tr(
+                        f"sampling_params has {len(params_list)} entries for "
+                        f"{len(prompts)} prompts; give one, or one per prompt",
+                        f"sampling_params 有 {len(params_list)} 项，而 prompt 有 {len(prompts)} 个；"
+                        "请只给一个，或者每个 prompt 各给一个",
+                    )
+                )
         engine = self.llm_engine
         ids: list[str] = []
         try:
@@ -76,7 +93,7 @@ class LLM:
                 engine.add_request(request_id, prompt, params)
                 ids.append(request_id)
         except ValueError:
-            for request_id in ids:            # leave the engine as it was
+            for request_id in ids:  # leave the engine as it was
                 engine.abort_request(request_id)
             raise
         wanted = set(ids)

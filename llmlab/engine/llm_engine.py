@@ -9,32 +9,39 @@
    requests' blocks;
 4. returns a delta `RequestOutput` per request that got a token (streaming).
 """
+
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from llmlab import ops
-from llmlab.engine.allocator import keep_freed_memory
 from llmlab.detokenizer import IncrementalDetokenizer
+from llmlab.engine.allocator import keep_freed_memory
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.request import Request, RequestStatus
 from llmlab.engine.scheduler import SCHEDULING_POLICIES, Scheduler, SchedulerOutput
+from llmlab.engine.spec_decode.config import SpeculativeConfig
 from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
+from llmlab.request import Request, RequestStatus
 from llmlab.sampling import SamplingParams, make_generator
-from llmlab.engine.spec_decode.config import SpeculativeConfig
 from llmlab.utils import cdiv, check_positive_int
 
 DEFAULT_MAX_MODEL_LEN = 4096
-DEFAULT_KV_CACHE_BYTES = 1 << 30     # 1 GiB: the pool's size cap when num_kv_blocks is None
-STEP_OVERHEAD_HISTORY = 10_000       # steps whose scheduling overhead `step_overheads` keeps
+# the accepted values of EngineConfig's dtype settings and their torch dtypes (None: the model's)
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
+QUANTIZATIONS = (None, "int8")
+KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn}
+DEFAULT_KV_CACHE_BYTES = 1 << 30  # 1 GiB: the pool's size cap when num_kv_blocks is None
+STEP_OVERHEAD_HISTORY = 10_000  # steps whose scheduling overhead `step_overheads` keeps
 
 
 @dataclass(frozen=True)
@@ -48,10 +55,15 @@ class EngineConfig:
     requests running at once. max_num_batched_tokens: most tokens per step.
     enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
     blocks of shared prefixes. attention_backend: None picks the fastest one here ("cpu", the C
-    fast path, for a float32 model on a CPU with a C compiler; "triton" on a GPU; else
+    fast path, for a float32 or bfloat16 model on a CPU with a C compiler; "triton" on a GPU; else
     "torch"); by name: "torch" (the readable model, plain PyTorch), "triton", "cuda", "cpu".
     seed: the RNG of unseeded sampled requests. scheduling: "continuous" or "static" (chapter
-    08's baseline). speculative_config: None (no speculation) or vLLM's dict, e.g.
+    08's baseline). dtype: the weights' and activations' dtype, "auto" (the model's own),
+    "float32" or "bfloat16" (vLLM's `--dtype`; the C fast path keeps activations in float32
+    and reads bf16 weights). quantization: None or "int8" (weight-only, a float32 scale per
+    output channel; vLLM's `--quantization`). kv_cache_dtype: "auto" (the model's dtype) or
+    "fp8" (e4m3 with a per-layer k/v scale calibrated at start-up; vLLM's `--kv-cache-dtype`).
+    speculative_config: None (no speculation) or vLLM's dict, e.g.
     {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
     "prompt_lookup_max": 4} or {"method": "draft_model", "num_speculative_tokens": 3,
     "draft_num_layers": 8} (see `llmlab.engine.spec_decode.SpeculativeConfig`).
@@ -68,11 +80,18 @@ class EngineConfig:
     seed: int = 0
     scheduling: str = "continuous"
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
     speculative_config: dict | None = None
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens",
-                     "kv_cache_memory_bytes"):
+        for name in (
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "kv_cache_memory_bytes",
+        ):
             check_positive_int(name, getattr(self, name))
         for name in ("num_kv_blocks", "max_model_len"):
             check_positive_int(name, getattr(self, name), allow_none=True)
@@ -80,14 +99,54 @@ class EngineConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.attention_backend is not None and self.attention_backend not in ops.BACKENDS:
-            raise ValueError(f"attention_backend must be None (the fastest here) or one of "
-                             f"{ops.BACKENDS}, got {self.attention_backend!r}")
+            raise ValueError(
+                f"attention_backend must be None (the fastest here) or one of "
+                f"{ops.BACKENDS}, got {self.attention_backend!r}"
+            )
         if self.scheduling not in SCHEDULING_POLICIES:
-            raise ValueError(f"scheduling must be one of {SCHEDULING_POLICIES}, "
-                             f"got {self.scheduling!r}")
+            raise ValueError(
+                f"scheduling must be one of {SCHEDULING_POLICIES}, got {self.scheduling!r}"
+            )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
-        SpeculativeConfig.from_value(self.speculative_config)     # raises naming the key
+        SpeculativeConfig.from_value(self.speculative_config)  # raises naming the key
+        for name, allowed in (
+            ("dtype", DTYPES),
+            ("quantization", QUANTIZATIONS),
+            ("kv_cache_dtype", KV_CACHE_DTYPES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name} must be one of {tuple(allowed)}, got {getattr(self, name)!r}"
+                )
+
+    @property
+    def torch_kv_cache_dtype(self) -> torch.dtype | None:
+        """The cache's torch dtype, or None for the model's own."""
+        return KV_CACHE_DTYPES[self.kv_cache_dtype]
+
+
+def prepare_model(model: LlamaModel, config: EngineConfig) -> LlamaModel:
+    """`model` in the config's dtype and quantization: `model` itself when nothing changes,
+    else a converted copy (the caller's model is left as it was)."""
+    dtype = DTYPES[config.dtype]
+    if dtype is not None and dtype != model.dtype:
+        model = copy.deepcopy(model).to(dtype)
+    if config.quantization == "int8":
+        from llmlab.quantization import quantize_model_int8
+
+        model = quantize_model_int8(model)
+    return model
+
+
+def calibration_token_ids(model: LlamaModel, tokenizer: Any, max_tokens: int = 256) -> list[int]:
+    """The tokens an fp8 cache's scales are measured on: the start of data/text/inference_en.txt
+    (with a tokenizer), else a fixed pseudo-random sequence."""
+    if tokenizer is not None:
+        text = Path(__file__).resolve().parents[2] / "data" / "text" / "inference_en.txt"
+        return list(tokenizer.encode(text.read_text()))[:max_tokens]
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, model.config.vocab_size, (max_tokens,), generator=g).tolist()
 
 
 def resolve_attention_backend(name: str | None, model: LlamaModel) -> str:
@@ -109,10 +168,12 @@ def resolve_attention_backend(name: str | None, model: LlamaModel) -> str:
     return name
 
 
-def kv_bytes_per_block(model: LlamaModel, block_size: int) -> int:
-    """Bytes of one block of K and V over all layers."""
+def kv_bytes_per_block(
+    model: LlamaModel, block_size: int, kv_dtype: torch.dtype | None = None
+) -> int:
+    """Bytes of one block of K and V over all layers (in `kv_dtype`, default the model's)."""
     cfg = model.config
-    elem = torch.empty((), dtype=model.dtype).element_size()
+    elem = torch.empty((), dtype=kv_dtype or model.dtype).element_size()
     return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * elem
 
 
@@ -126,12 +187,15 @@ class LLMEngine:
 
     def __init__(self, model: LlamaModel, tokenizer: Any = None, **kwargs: Any) -> None:
         if not isinstance(model, LlamaModel):
-            raise ValueError(f"model must be an llmlab.model.LlamaModel, "
-                             f"got {type(model).__name__}")
+            raise ValueError(
+                f"model must be an llmlab.model.LlamaModel, got {type(model).__name__}"
+            )
         config = EngineConfig(**kwargs)
+        model = prepare_model(model, config)
         self.config = config = replace(
-            config, attention_backend=resolve_attention_backend(config.attention_backend, model))
-        keep_freed_memory()          # steps reuse memory instead of page-faulting it in again
+            config, attention_backend=resolve_attention_backend(config.attention_backend, model)
+        )
+        keep_freed_memory()  # steps reuse memory instead of page-faulting it in again
         self.model = model
         self.tokenizer = tokenizer
         mcfg = model.config
@@ -140,20 +204,25 @@ class LLMEngine:
             self.max_model_len = min(mcfg.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
         else:
             if config.max_model_len > mcfg.max_position_embeddings:
-                raise ValueError(f"max_model_len must be <= the model's max_position_embeddings="
-                                 f"{mcfg.max_position_embeddings}, got {config.max_model_len}")
+                raise ValueError(
+                    f"max_model_len must be <= the model's max_position_embeddings="
+                    f"{mcfg.max_position_embeddings}, got {config.max_model_len}"
+                )
             self.max_model_len = config.max_model_len
         if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens must be >= max_model_len={self.max_model_len} when "
                 f"enable_chunked_prefill is False (a whole prompt must fit in one step), got "
-                f"{config.max_num_batched_tokens}")
+                f"{config.max_num_batched_tokens}"
+            )
         bs = config.block_size
         blocks_per_seq = cdiv(self.max_model_len, bs)
         if config.num_kv_blocks is None:
             # enough for max_num_seqs requests of max_model_len, capped by the memory budget
             wanted = config.max_num_seqs * blocks_per_seq
-            affordable = config.kv_cache_memory_bytes // kv_bytes_per_block(model, bs)
+            affordable = config.kv_cache_memory_bytes // kv_bytes_per_block(
+                model, bs, config.torch_kv_cache_dtype
+            )
             self.num_kv_blocks = max(min(wanted, affordable), blocks_per_seq)
         else:
             self.num_kv_blocks = config.num_kv_blocks
@@ -161,33 +230,51 @@ class LLMEngine:
             raise ValueError(
                 f"num_kv_blocks={self.num_kv_blocks} cannot hold even one request of "
                 f"max_model_len={self.max_model_len} (needs {blocks_per_seq} blocks of "
-                f"{bs} tokens); raise num_kv_blocks or lower max_model_len")
+                f"{bs} tokens); raise num_kv_blocks or lower max_model_len"
+            )
         self.eos_token_ids = _eos_ids(mcfg.eos_token_id, tokenizer)
 
-        self.kv_cache_manager = KVCacheManager(self.num_kv_blocks, bs,
-                                               enable_caching=config.enable_prefix_caching)
-        scheduler_kwargs = dict(max_num_seqs=config.max_num_seqs,
-                                max_num_batched_tokens=config.max_num_batched_tokens,
-                                max_model_len=self.max_model_len,
-                                enable_chunked_prefill=config.enable_chunked_prefill,
-                                scheduling=config.scheduling)
-        runner_args = (model, self.kv_cache_manager, self.num_kv_blocks, bs,
-                       config.attention_backend)
+        self.kv_cache_manager = KVCacheManager(
+            self.num_kv_blocks, bs, enable_caching=config.enable_prefix_caching
+        )
+        scheduler_kwargs = dict(
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            scheduling=config.scheduling,
+        )
+        kv_scales = None
+        if config.torch_kv_cache_dtype is not None and config.kv_cache_dtype == "fp8":
+            from llmlab.quantization import kv_scales as measure_kv_scales
+
+            kv_scales = measure_kv_scales(model, calibration_token_ids(model, tokenizer))
+        runner_args = (
+            model,
+            self.kv_cache_manager,
+            self.num_kv_blocks,
+            bs,
+            config.attention_backend,
+        )
+        runner_kwargs = dict(
+            default_generator=make_generator(config.seed),
+            kv_cache_dtype=config.torch_kv_cache_dtype,
+            kv_scales=kv_scales,
+        )
         # speculation is a second scheduler, runner and step, chosen here, once
         self.speculative_config = spec = SpeculativeConfig.from_value(config.speculative_config)
         if spec is None:
             self.scheduler = Scheduler(self.kv_cache_manager, **scheduler_kwargs)
-            self.model_runner = ModelRunner(*runner_args,
-                                            default_generator=make_generator(config.seed))
+            self.model_runner = ModelRunner(*runner_args, **runner_kwargs)
         else:
             from llmlab.engine.spec_decode.engine import spec_step
             from llmlab.engine.spec_decode.setup import build_spec_decode
 
             self._spec_step = spec_step
             self.scheduler, self.model_runner = build_spec_decode(
-                spec, model, self.kv_cache_manager, scheduler_kwargs, runner_args,
-                make_generator(config.seed))
-        self.requests: dict[str, Request] = {}     # every unfinished request by id
+                spec, model, self.kv_cache_manager, scheduler_kwargs, runner_args, runner_kwargs
+            )
+        self.requests: dict[str, Request] = {}  # every unfinished request by id
         # True: every request's text is built token by token and each step's delta output
         # carries its new text (a server streaming text sets it); False: only requests with
         # stop strings are detokenized as they go, the others once at the end
@@ -199,80 +286,142 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    arrival_time: float | None = None) -> Request:
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> Request:
         """Queue a request. Raises ValueError (nothing queued) for a bad prompt or parameters."""
         if not isinstance(request_id, str) or not request_id:
-            raise ValueError(tr(f"request_id must be a non-empty str, got {request_id!r}",
-                                f"request_id 必须是非空的 str，你给的是 {request_id!r}"))
+            raise ValueError(
+                tr(
+                    f"request_id must be a non-empty str, got {request_id!r}",
+                    f"request_id 必须是非空的 str，你给的是 {request_id!r}",
+                )
+            )
         if request_id in self.requests:
-            raise ValueError(tr(f"request_id {request_id!r} is already in use by an unfinished "
-                                "request",
-                                f"request_id {request_id!r} 已经被一个尚未完成的请求占用"))
+            raise ValueError(
+                tr(
+                    f"request_id {request_id!r} is already in use by an unfinished request",
+                    f"request_id {request_id!r} 已经被一个尚未完成的请求占用",
+                )
+            )
         if not isinstance(params, SamplingParams):
-            raise ValueError(tr(f"params must be a SamplingParams, got {type(params).__name__}",
-                                f"params 必须是 SamplingParams，你给的是 {type(params).__name__}"))
+            raise ValueError(
+                tr(
+                    f"params must be a SamplingParams, got {type(params).__name__}",
+                    f"params 必须是 SamplingParams，你给的是 {type(params).__name__}",
+                )
+            )
         params.validate()
         text = None
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ValueError(tr("prompt is a str but this engine has no tokenizer; "
-                                    "pass token ids (list[int])",
-                                    "prompt 是 str，但这个引擎没有分词器；请传 token id（list[int]）"))
+                raise ValueError(
+                    tr(
+                        "prompt is a str but this engine has no tokenizer; "
+                        "pass token ids (list[int])",
+                        "prompt 是 str，但这个引擎没有分词器；请传 token id（list[int]）",
+                    )
+                )
             text = prompt
             token_ids = list(self.tokenizer.encode(prompt))
         elif isinstance(prompt, (list, tuple)):
             token_ids = list(prompt)
             if not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
-                raise ValueError(tr("prompt must be a str or a list of int token ids",
-                                    "prompt 必须是 str，或由 int token id 组成的列表"))
+                raise ValueError(
+                    tr(
+                        "prompt must be a str or a list of int token ids",
+                        "prompt 必须是 str，或由 int token id 组成的列表",
+                    )
+                )
         else:
-            raise ValueError(tr(f"prompt must be a str or a list of int token ids, "
-                                f"got {type(prompt).__name__}",
-                                f"prompt 必须是 str，或由 int token id 组成的列表；你给的是 {type(prompt).__name__}"))
+            raise ValueError(
+                tr(
+                    f"prompt must be a str or a list of int token ids, got {type(prompt).__name__}",
+                    f"prompt 必须是 str，或由 int token id 组成的列表；你给的是 {type(prompt).__name__}",
+                )
+            )
         if not token_ids:
-            raise ValueError(tr(f"prompt must not be empty (request {request_id!r})",
-                                f"prompt 不能为空（请求 {request_id!r}）"))
+            raise ValueError(
+                tr(
+                    f"prompt must not be empty (request {request_id!r})",
+                    f"prompt 不能为空（请求 {request_id!r}）",
+                )
+            )
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise ValueError(tr(f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}",
-                                f"prompt 的 token id 必须在 [0, {self.vocab_size}) 之内，你给的有 {bad[:5]}"))
+            raise ValueError(
+                tr(
+                    f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}",
+                    f"prompt 的 token id 必须在 [0, {self.vocab_size}) 之内，你给的有 {bad[:5]}",
+                )
+            )
         bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
         if bad:
-            raise ValueError(tr(f"SamplingParams.stop_token_ids must be in [0, {self.vocab_size}), "
-                                f"got {bad[:5]}",
-                                f"SamplingParams.stop_token_ids 必须在 [0, {self.vocab_size}) 之内，"
-                                f"你给的有 {bad[:5]}"))
+            raise ValueError(
+                tr(
+                    f"SamplingParams.stop_token_ids must be in [0, {self.vocab_size}), "
+                    f"got {bad[:5]}",
+                    f"SamplingParams.stop_token_ids 必须在 [0, {self.vocab_size}) 之内，"
+                    f"你给的有 {bad[:5]}",
+                )
+            )
         bad = [t for t in params.logit_bias or () if t >= self.vocab_size]
         if bad:
-            raise ValueError(tr(f"SamplingParams.logit_bias: token ids must be in "
-                                f"[0, {self.vocab_size}), got {bad[:5]}",
-                                f"SamplingParams.logit_bias 的 token id 必须在 [0, {self.vocab_size}) "
-                                f"之内，你给的有 {bad[:5]}"))
+            raise ValueError(
+                tr(
+                    f"SamplingParams.logit_bias: token ids must be in "
+                    f"[0, {self.vocab_size}), got {bad[:5]}",
+                    f"SamplingParams.logit_bias 的 token id 必须在 [0, {self.vocab_size}) "
+                    f"之内，你给的有 {bad[:5]}",
+                )
+            )
         if params.stop and self.tokenizer is None:
-            raise ValueError(tr("SamplingParams.stop: stop strings need a tokenizer, and this "
-                                "engine has none; use stop_token_ids",
-                                "SamplingParams.stop：停止字符串需要分词器，这个引擎没有；"
-                                "请用 stop_token_ids"))
+            raise ValueError(
+                tr(
+                    "SamplingParams.stop: stop strings need a tokenizer, and this "
+                    "engine has none; use stop_token_ids",
+                    "SamplingParams.stop：停止字符串需要分词器，这个引擎没有；请用 stop_token_ids",
+                )
+            )
         grammar = None
         if params.structured_outputs is not None:
             if self.tokenizer is None:
-                raise ValueError(tr("SamplingParams.structured_outputs needs a tokenizer, and "
-                                    "this engine has none",
-                                    "SamplingParams.structured_outputs 需要分词器，这个引擎没有"))
+                raise ValueError(
+                    tr(
+                        "SamplingParams.structured_outputs needs a tokenizer, and "
+                        "this engine has none",
+                        "SamplingParams.structured_outputs 需要分词器，这个引擎没有",
+                    )
+                )
             grammar = self.structured_outputs().matcher(params.structured_outputs)
         if len(token_ids) > self.max_model_len:
-            raise ValueError(tr(f"prompt has {len(token_ids)} tokens, more than "
-                                f"max_model_len={self.max_model_len}",
-                                f"prompt 有 {len(token_ids)} 个 token，超过了 max_model_len={self.max_model_len}"))
+            raise ValueError(
+                tr(
+                    f"prompt has {len(token_ids)} tokens, more than "
+                    f"max_model_len={self.max_model_len}",
+                    f"prompt 有 {len(token_ids)} 个 token，超过了 max_model_len={self.max_model_len}",
+                )
+            )
         now = time.perf_counter() if arrival_time is None else arrival_time
-        req = Request(request_id=request_id, prompt_token_ids=token_ids, sampling_params=params,
-                      arrival_time=now, prompt=text, generator=make_generator(params.seed),
-                      eos_token_ids=self.eos_token_ids, max_model_len=self.max_model_len)
+        req = Request(
+            request_id=request_id,
+            prompt_token_ids=token_ids,
+            sampling_params=params,
+            arrival_time=now,
+            prompt=text,
+            generator=make_generator(params.seed),
+            eos_token_ids=self.eos_token_ids,
+            max_model_len=self.max_model_len,
+        )
         req.grammar = grammar
         if self.tokenizer is not None and (params.stop or self.detokenize_incrementally):
-            req.detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop,
-                                                     params.include_stop_str_in_output)
+            req.detokenizer = IncrementalDetokenizer(
+                self.tokenizer, params.stop, params.include_stop_str_in_output
+            )
         self.requests[request_id] = req
         self.scheduler.add_request(req)
         return req
@@ -284,7 +433,8 @@ class LLMEngine:
             from llmlab.structured_output import StructuredOutputManager
 
             self.model_runner.structured_output_manager = StructuredOutputManager(
-                self.tokenizer, self.vocab_size, self.eos_token_ids)
+                self.tokenizer, self.vocab_size, self.eos_token_ids
+            )
         return self.model_runner.structured_output_manager
 
     def abort_request(self, request_id: str) -> bool:
@@ -332,23 +482,37 @@ class LLMEngine:
             if det is not None:
                 # stop strings count once min_tokens outputs exist (vLLM's rule)
                 check = req.num_output_tokens > req.sampling_params.min_tokens
-                if (det.update(req.output_token_ids[-1:], req.is_finished, check)
-                        and not req.is_finished):
+                if (
+                    det.update(req.output_token_ids[-1:], req.is_finished, check)
+                    and not req.is_finished
+                ):
                     # a stop string: the request ends here, as with a stop token
                     self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
                     req.stop_reason = det.stop_string
                     req.metrics.finished_time = now
                     finished.append(req)
                 text = det.next_delta(req.is_finished)
-            outputs.append(RequestOutput(
-                request_id=req.request_id, prompt=req.prompt,
-                prompt_token_ids=req.prompt_token_ids,
-                outputs=[CompletionOutput(0, text, req.output_token_ids[-1:],
-                                          req.status.finish_reason, req.stop_reason,
-                                          None if req.logprobs is None else req.logprobs[-1:])],
-                finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
-                metrics=req.metrics,
-                prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == 1 else None))
+            outputs.append(
+                RequestOutput(
+                    request_id=req.request_id,
+                    prompt=req.prompt,
+                    prompt_token_ids=req.prompt_token_ids,
+                    outputs=[
+                        CompletionOutput(
+                            0,
+                            text,
+                            req.output_token_ids[-1:],
+                            req.status.finish_reason,
+                            req.stop_reason,
+                            None if req.logprobs is None else req.logprobs[-1:],
+                        )
+                    ],
+                    finished=req.status.is_finished,
+                    num_cached_tokens=req.num_cached_tokens or 0,
+                    metrics=req.metrics,
+                    prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == 1 else None,
+                )
+            )
         for req in finished:
             self.requests.pop(req.request_id, None)
         return outputs
@@ -371,17 +535,30 @@ class LLMEngine:
         if req.detokenizer is not None:
             text = req.detokenizer.output_text
         else:
-            text = "" if self.tokenizer is None else self.tokenizer.decode(
-                req.output_token_ids, skip_special_tokens=True)
+            text = (
+                ""
+                if self.tokenizer is None
+                else self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
+            )
         return RequestOutput(
-            request_id=req.request_id, prompt=req.prompt,
+            request_id=req.request_id,
+            prompt=req.prompt,
             prompt_token_ids=list(req.prompt_token_ids),
-            outputs=[CompletionOutput(0, text, list(req.output_token_ids),
-                                      req.status.finish_reason, req.stop_reason,
-                                      None if req.logprobs is None else list(req.logprobs))],
-            finished=req.status.is_finished, num_cached_tokens=req.num_cached_tokens or 0,
+            outputs=[
+                CompletionOutput(
+                    0,
+                    text,
+                    list(req.output_token_ids),
+                    req.status.finish_reason,
+                    req.stop_reason,
+                    None if req.logprobs is None else list(req.logprobs),
+                )
+            ],
+            finished=req.status.is_finished,
+            num_cached_tokens=req.num_cached_tokens or 0,
             metrics=req.metrics,
-            prompt_logprobs=None if req.prompt_logprobs is None else list(req.prompt_logprobs))
+            prompt_logprobs=None if req.prompt_logprobs is None else list(req.prompt_logprobs),
+        )
 
     def get_request_output(self, request_id: str) -> RequestOutput:
         """The cumulative output of an unfinished request."""

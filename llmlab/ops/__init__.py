@@ -46,6 +46,9 @@ from llmlab.ops import _checks, torch_backend
 from llmlab.ops._checks import BACKENDS
 from llmlab.ops.metadata import AttentionMetadata, single_sequence_metadata
 
+# the backends that read an fp8 (e4m3) KV cache (every one: "cuda" needs a GPU to test it)
+FP8_BACKENDS = ("torch", "cpu", "triton", "cuda")
+
 __all__ = [
     "BACKENDS",
     "AttentionMetadata",
@@ -79,6 +82,7 @@ def backend_available(backend: str) -> tuple[bool, str]:
         found = torch.cuda.is_available() and torch.version.cuda is not None
         return found, "" if found else "no CUDA GPU (or a torch build without CUDA)"
     from llmlab.ops import cpu_backend
+
     return cpu_backend.available()
 
 
@@ -87,33 +91,74 @@ def _backend(backend: str) -> ModuleType:
         return torch_backend
     if backend == "triton":
         from llmlab.ops import triton_backend
+
         return triton_backend
     if backend == "cuda":
         from llmlab.ops import cuda_backend
+
         return cuda_backend
     if backend == "cpu":
         from llmlab.ops import cpu_backend
+
         return cpu_backend
     raise ValueError(f"backend: got {backend!r}, expected one of {', '.join(map(repr, BACKENDS))}")
 
 
-def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                      value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                      backend: str = "torch") -> None:
+def _scale_args(backend: str, key_cache: torch.Tensor, k_scale: float, v_scale: float) -> dict:
+    """The (k_scale, v_scale) a backend gets: only for an fp8 cache, which "torch" and "cpu"
+    read; a float cache takes none."""
+    if key_cache.dtype != torch.float8_e4m3fn:
+        return {}
+    if backend not in FP8_BACKENDS:
+        raise ValueError(
+            f"backend: got {backend!r} for an fp8 KV cache, expected one of "
+            f"{FP8_BACKENDS} (the backends that read an fp8 cache)"
+        )
+    for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name}: got {v!r}, expected a positive float")
+    return {"k_scale": float(k_scale), "v_scale": float(v_scale)}
+
+
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    backend: str = "torch",
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
     """Write new keys/values into the paged cache, in place.
 
     key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens] int64 with
-    slot = block_id * block_size + offset; a slot of -1 is skipped (nothing written).
+    slot = block_id * block_size + offset; a slot of -1 is skipped (nothing written). An fp8
+    cache (float8_e4m3fn) stores key / k_scale and value / v_scale.
     """
     impl = _backend(backend)
     _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
-    impl.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+    impl.reshape_and_cache(
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slot_mapping,
+        **_scale_args(backend, key_cache, k_scale, v_scale),
+    )
 
 
-def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
-                           value_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float,
-                           backend: str = "torch") -> torch.Tensor:
+def paged_attention_decode(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    backend: str = "torch",
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """Attention of one new token per sequence over its cached keys/values.
 
     query: [num_seqs, num_heads, head_dim]; block_tables: [num_seqs, max_blocks] int32;
@@ -122,14 +167,29 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
     """
     impl = _backend(backend)
     _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
-    return impl.paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens,
-                                       float(scale))
+    return impl.paged_attention_decode(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        float(scale),
+        **_scale_args(backend, key_cache, k_scale, v_scale),
+    )
 
 
-def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
-                            value_cache: torch.Tensor, block_tables: torch.Tensor,
-                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                            backend: str = "torch") -> torch.Tensor:
+def paged_attention_prefill(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    backend: str = "torch",
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """Causal varlen attention of new tokens over cached context plus themselves.
 
     query: [num_tokens, num_heads, head_dim], sequences back to back; cu_seqlens_q:
@@ -139,14 +199,29 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
     [num_tokens, num_heads, head_dim] in query's dtype.
     """
     impl = _backend(backend)
-    _checks.check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens,
-                          scale)
-    return impl.paged_attention_prefill(query, key_cache, value_cache, block_tables,
-                                        cu_seqlens_q, seq_lens, float(scale))
+    _checks.check_prefill(
+        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
+    )
+    return impl.paged_attention_prefill(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        cu_seqlens_q,
+        seq_lens,
+        float(scale),
+        **_scale_args(backend, key_cache, k_scale, v_scale),
+    )
 
 
-def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-              metadata: AttentionMetadata, layer: int, scale: float) -> torch.Tensor:
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    metadata: AttentionMetadata,
+    layer: int,
+    scale: float,
+) -> torch.Tensor:
     """One layer's attention in an engine step: write this step's `key`, `value`
     `[num_tokens, num_kv_heads, head_dim]` into layer `layer`'s cache, then attend `query`
     `[num_tokens, num_heads, head_dim]` over everything cached -> `[num_tokens, num_heads, head_dim]`.
@@ -157,12 +232,24 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     key_cache, value_cache = metadata.kv_caches[layer]
     _checks.check_layer_qkv(query, key, value, key_cache, metadata.num_tokens)
     impl = _backend(metadata.backend)
-    impl.reshape_and_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
+    scales = _scale_args(metadata.backend, key_cache, *metadata.scales(layer))
+    impl.reshape_and_cache(key, value, key_cache, value_cache, metadata.slot_mapping, **scales)
     if metadata.backend == "torch":
         # the readable path's engine speed-up: sequences of similar length attended together
-        return torch_backend.grouped_attention(query, key_cache, value_cache, metadata, scale)
+        return torch_backend.grouped_attention(
+            query, key_cache, value_cache, metadata, scale, tuple(scales.values()) or (1.0, 1.0)
+        )
     if metadata.is_decode_only:
-        return impl.paged_attention_decode(query, key_cache, value_cache, metadata.block_tables,
-                                           metadata.seq_lens, scale)
-    return impl.paged_attention_prefill(query, key_cache, value_cache, metadata.block_tables,
-                                        metadata.cu_seqlens_q, metadata.seq_lens, scale)
+        return impl.paged_attention_decode(
+            query, key_cache, value_cache, metadata.block_tables, metadata.seq_lens, scale, **scales
+        )
+    return impl.paged_attention_prefill(
+        query,
+        key_cache,
+        value_cache,
+        metadata.block_tables,
+        metadata.cu_seqlens_q,
+        metadata.seq_lens,
+        scale,
+        **scales,
+    )

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# a cache may also hold fp8 e4m3 (values / a per-layer scale); q, k, v are then any float dtype
+CACHE_DTYPES = FLOAT_DTYPES + (torch.float8_e4m3fn,)
 BACKENDS = ("torch", "triton", "cuda", "cpu")
 
 
@@ -38,8 +40,11 @@ def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple, layout: str) -
         allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         _fail(f"{name}.dtype", str(t.dtype).replace("torch.", ""), f"one of ({allowed})")
     if not t.is_contiguous():
-        _fail(name, f"a non-contiguous tensor with strides {t.stride()}",
-              "a contiguous tensor (call .contiguous() first)")
+        _fail(
+            name,
+            f"a non-contiguous tensor with strides {t.stride()}",
+            "a contiguous tensor (call .contiguous() first)",
+        )
 
 
 def _check_same_device(names_and_tensors: list[tuple[str, torch.Tensor]]) -> None:
@@ -52,11 +57,14 @@ def _check_same_device(names_and_tensors: list[tuple[str, torch.Tensor]]) -> Non
 def check_cache(key_cache: torch.Tensor, value_cache: torch.Tensor) -> tuple[int, int, int, int]:
     """Check the NHD cache pair; return (num_blocks, block_size, num_kv_heads, head_dim)."""
     layout = "[num_blocks, block_size, num_kv_heads, head_dim]"
-    _check_tensor("key_cache", key_cache, 4, FLOAT_DTYPES, layout)
-    _check_tensor("value_cache", value_cache, 4, FLOAT_DTYPES, layout)
+    _check_tensor("key_cache", key_cache, 4, CACHE_DTYPES, layout)
+    _check_tensor("value_cache", value_cache, 4, CACHE_DTYPES, layout)
     if value_cache.shape != key_cache.shape:
-        _fail("value_cache", f"shape {tuple(value_cache.shape)}",
-              f"the shape of key_cache {tuple(key_cache.shape)}")
+        _fail(
+            "value_cache",
+            f"shape {tuple(value_cache.shape)}",
+            f"the shape of key_cache {tuple(key_cache.shape)}",
+        )
     if value_cache.dtype != key_cache.dtype:
         _fail("value_cache.dtype", value_cache.dtype, f"the dtype of key_cache ({key_cache.dtype})")
     num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
@@ -74,18 +82,30 @@ def check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) ->
     _check_tensor("slot_mapping", slot_mapping, 1, (torch.int64,), "[num_tokens] of int64 slots")
     expected = (key.shape[0], num_kv_heads, head_dim)
     if tuple(key.shape) != expected:
-        _fail("key", f"shape {tuple(key.shape)}",
-              f"[num_tokens, num_kv_heads={num_kv_heads}, head_dim={head_dim}] to match key_cache")
+        _fail(
+            "key",
+            f"shape {tuple(key.shape)}",
+            f"[num_tokens, num_kv_heads={num_kv_heads}, head_dim={head_dim}] to match key_cache",
+        )
     if value.shape != key.shape:
         _fail("value", f"shape {tuple(value.shape)}", f"the shape of key {tuple(key.shape)}")
     if slot_mapping.shape[0] != key.shape[0]:
-        _fail("slot_mapping", f"shape {tuple(slot_mapping.shape)}",
-              f"[num_tokens={key.shape[0]}] (one slot per token of key)")
+        _fail(
+            "slot_mapping",
+            f"shape {tuple(slot_mapping.shape)}",
+            f"[num_tokens={key.shape[0]}] (one slot per token of key)",
+        )
     for name, t in (("key", key), ("value", value)):
-        if t.dtype != key_cache.dtype:
-            _fail(f"{name}.dtype", t.dtype, f"the cache dtype ({key_cache.dtype})")
-    _check_same_device([("key_cache", key_cache), ("value_cache", value_cache), ("key", key),
-                        ("value", value), ("slot_mapping", slot_mapping)])
+        _check_new_dtype(name, t, key_cache)
+    _check_same_device(
+        [
+            ("key_cache", key_cache),
+            ("value_cache", value_cache),
+            ("key", key),
+            ("value", value),
+            ("slot_mapping", slot_mapping),
+        ]
+    )
     _check_slot_values(slot_mapping, num_blocks * block_size)
 
 
@@ -94,39 +114,56 @@ def _check_slot_values(slot_mapping: torch.Tensor, num_slots: int) -> None:
         lo, hi = int(slot_mapping.min()), int(slot_mapping.max())
         if lo < -1 or hi >= num_slots:
             bad = lo if lo < -1 else hi
-            _fail("slot_mapping", f"a slot {bad}",
-                  f"-1 (skip) or a slot in [0, {num_slots}) = num_blocks * block_size")
+            _fail(
+                "slot_mapping",
+                f"a slot {bad}",
+                f"-1 (skip) or a slot in [0, {num_slots}) = num_blocks * block_size",
+            )
 
 
-def _check_attention_common(query, key_cache, value_cache, block_tables, seq_lens,
-                            scale, query_layout: str) -> tuple[int, int, int, int, int]:
+def _check_attention_common(
+    query, key_cache, value_cache, block_tables, seq_lens, scale, query_layout: str
+) -> tuple[int, int, int, int, int]:
     num_blocks, block_size, num_kv_heads, head_dim = check_cache(key_cache, value_cache)
     _check_tensor("query", query, 3, FLOAT_DTYPES, query_layout)
     if query.shape[2] != head_dim:
         _fail("query", f"shape {tuple(query.shape)}", f"head_dim={head_dim} to match key_cache")
     num_heads = query.shape[1]
     if num_heads < 1 or num_heads % num_kv_heads != 0:
-        _fail("query", f"num_heads={num_heads}",
-              f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)")
-    if query.dtype != key_cache.dtype:
-        _fail("query.dtype", query.dtype, f"the cache dtype ({key_cache.dtype})")
+        _fail(
+            "query",
+            f"num_heads={num_heads}",
+            f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)",
+        )
+    _check_new_dtype("query", query, key_cache)
     num_seqs = _check_metadata_tensors(block_tables, seq_lens)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         _fail("scale", scale, "a positive float (usually head_dim ** -0.5)")
-    _check_same_device([("query", query), ("key_cache", key_cache), ("value_cache", value_cache),
-                        ("block_tables", block_tables), ("seq_lens", seq_lens)])
+    _check_same_device(
+        [
+            ("query", query),
+            ("key_cache", key_cache),
+            ("value_cache", value_cache),
+            ("block_tables", block_tables),
+            ("seq_lens", seq_lens),
+        ]
+    )
     _check_table_values(block_tables, seq_lens, num_blocks, block_size)
     return num_seqs, num_heads, num_kv_heads, head_dim, block_size
 
 
 def _check_metadata_tensors(block_tables, seq_lens) -> int:
-    _check_tensor("block_tables", block_tables, 2, (torch.int32,),
-                  "[num_seqs, max_blocks_per_seq] of int32")
+    _check_tensor(
+        "block_tables", block_tables, 2, (torch.int32,), "[num_seqs, max_blocks_per_seq] of int32"
+    )
     _check_tensor("seq_lens", seq_lens, 1, (torch.int32,), "[num_seqs] of int32")
     num_seqs = seq_lens.shape[0]
     if block_tables.shape[0] != num_seqs:
-        _fail("block_tables", f"shape {tuple(block_tables.shape)}",
-              f"num_seqs={num_seqs} rows (one per entry of seq_lens)")
+        _fail(
+            "block_tables",
+            f"shape {tuple(block_tables.shape)}",
+            f"num_seqs={num_seqs} rows (one per entry of seq_lens)",
+        )
     return num_seqs
 
 
@@ -137,8 +174,11 @@ def _check_table_values(block_tables, seq_lens, num_blocks: int, block_size: int
         capacity = block_tables.shape[1] * block_size
         lo, hi = int(seq_lens.min()), int(seq_lens.max())
         if lo < 0 or hi > capacity:
-            _fail("seq_lens", f"a length {lo if lo < 0 else hi}",
-                  f"lengths in [0, {capacity}] = max_blocks_per_seq * block_size")
+            _fail(
+                "seq_lens",
+                f"a length {lo if lo < 0 else hi}",
+                f"lengths in [0, {capacity}] = max_blocks_per_seq * block_size",
+            )
         # Only the blocks a sequence actually uses must be valid block ids.
         needed = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
         used = torch.arange(block_tables.shape[1]) < needed[:, None]  # [num_seqs, max_blocks]
@@ -151,21 +191,42 @@ def _check_table_values(block_tables, seq_lens, num_blocks: int, block_size: int
 
 def check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale) -> None:
     """Validate the arguments of `paged_attention_decode`."""
-    num_seqs, *_ = _check_attention_common(query, key_cache, value_cache, block_tables, seq_lens,
-                                           scale, "[num_seqs, num_heads, head_dim]")
+    num_seqs, *_ = _check_attention_common(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        scale,
+        "[num_seqs, num_heads, head_dim]",
+    )
     if query.shape[0] != num_seqs:
-        _fail("query", f"shape {tuple(query.shape)}",
-              f"num_seqs={num_seqs} rows (one query token per sequence in decode)")
+        _fail(
+            "query",
+            f"shape {tuple(query.shape)}",
+            f"num_seqs={num_seqs} rows (one query token per sequence in decode)",
+        )
     if seq_lens.device.type == "cpu" and num_seqs > 0 and int(seq_lens.min()) < 1:
-        _fail("seq_lens", f"a length {int(seq_lens.min())}",
-              ">= 1 (a decode query attends at least to its own key)")
+        _fail(
+            "seq_lens",
+            f"a length {int(seq_lens.min())}",
+            ">= 1 (a decode query attends at least to its own key)",
+        )
 
 
-def check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens,
-                  scale) -> None:
+def check_prefill(
+    query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
+) -> None:
     """Validate the arguments of `paged_attention_prefill`."""
-    num_seqs, *_ = _check_attention_common(query, key_cache, value_cache, block_tables, seq_lens,
-                                           scale, "[num_tokens, num_heads, head_dim]")
+    num_seqs, *_ = _check_attention_common(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        scale,
+        "[num_tokens, num_heads, head_dim]",
+    )
     _check_same_device([("query", query), ("cu_seqlens_q", cu_seqlens_q)])
     _check_query_offsets(cu_seqlens_q, seq_lens, query.shape[0])
 
@@ -176,27 +237,35 @@ def _check_query_offsets(cu_seqlens_q, seq_lens, num_tokens: int) -> int:
     num_seqs = seq_lens.shape[0]
     _check_tensor("cu_seqlens_q", cu_seqlens_q, 1, (torch.int32,), "[num_seqs + 1] of int32")
     if cu_seqlens_q.shape[0] != num_seqs + 1:
-        _fail("cu_seqlens_q", f"shape {tuple(cu_seqlens_q.shape)}",
-              f"[num_seqs + 1 = {num_seqs + 1}]")
+        _fail(
+            "cu_seqlens_q", f"shape {tuple(cu_seqlens_q.shape)}", f"[num_seqs + 1 = {num_seqs + 1}]"
+        )
     if cu_seqlens_q.device.type == "cpu":
         cu = cu_seqlens_q.long()
         q_lens = cu[1:] - cu[:-1]  # [num_seqs]
         if int(cu[0]) != 0 or int(cu[-1]) != num_tokens:
-            _fail("cu_seqlens_q", cu_seqlens_q.tolist() if num_seqs < 9 else "...",
-                  f"to start at 0 and end at num_tokens={num_tokens}")
+            _fail(
+                "cu_seqlens_q",
+                cu_seqlens_q.tolist() if num_seqs < 9 else "...",
+                f"to start at 0 and end at num_tokens={num_tokens}",
+            )
         if num_seqs > 0 and int(q_lens.min()) < 0:
             _fail("cu_seqlens_q", "a decreasing pair", "non-decreasing offsets")
         if num_seqs > 0 and bool((q_lens > seq_lens.long()).any()):
             s = int(torch.nonzero(q_lens > seq_lens.long())[0, 0])
-            _fail("seq_lens", f"seq_lens[{s}]={int(seq_lens[s])}",
-                  f">= the query length of that sequence ({int(q_lens[s])}): "
-                  "seq_len = cached context + new tokens")
+            _fail(
+                "seq_lens",
+                f"seq_lens[{s}]={int(seq_lens[s])}",
+                f">= the query length of that sequence ({int(q_lens[s])}): "
+                "seq_len = cached context + new tokens",
+            )
         return int(q_lens.max()) if num_seqs > 0 else 0
     return 0
 
 
-def check_metadata(cu_seqlens_q, seq_lens, slot_mapping, block_tables, kv_caches,
-                   max_query_len) -> None:
+def check_metadata(
+    cu_seqlens_q, seq_lens, slot_mapping, block_tables, kv_caches, max_query_len
+) -> None:
     """Validate one step's attention metadata against its caches, once (values included, on
     CPU tensors): what every layer of the step may then rely on without checking again."""
     if not isinstance(kv_caches, (list, tuple)) or not kv_caches:
@@ -208,42 +277,102 @@ def check_metadata(cu_seqlens_q, seq_lens, slot_mapping, block_tables, kv_caches
     key0 = first[0]
     for i, pair in enumerate(kv_caches):
         for t in pair:
-            if (not isinstance(t, torch.Tensor) or t.shape != key0.shape or t.dtype != key0.dtype
-                    or t.device != key0.device or not t.is_contiguous()):
-                got = (f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor)
-                       else type(t).__name__)
-                _fail(f"kv_caches[{i}]", got, f"contiguous {tuple(key0.shape)} {key0.dtype} on "
-                      f"{key0.device}, like layer 0's")
+            if (
+                not isinstance(t, torch.Tensor)
+                or t.shape != key0.shape
+                or t.dtype != key0.dtype
+                or t.device != key0.device
+                or not t.is_contiguous()
+            ):
+                got = (
+                    f"{tuple(t.shape)} {t.dtype} on {t.device}"
+                    if isinstance(t, torch.Tensor)
+                    else type(t).__name__
+                )
+                _fail(
+                    f"kv_caches[{i}]",
+                    got,
+                    f"contiguous {tuple(key0.shape)} {key0.dtype} on {key0.device}, like layer 0's",
+                )
     num_seqs = _check_metadata_tensors(block_tables, seq_lens)
     _check_tensor("slot_mapping", slot_mapping, 1, (torch.int64,), "[num_tokens] of int64 slots")
-    _check_same_device([("key_cache", key0), ("block_tables", block_tables),
-                        ("seq_lens", seq_lens), ("slot_mapping", slot_mapping),
-                        ("cu_seqlens_q", cu_seqlens_q)])
+    _check_same_device(
+        [
+            ("key_cache", key0),
+            ("block_tables", block_tables),
+            ("seq_lens", seq_lens),
+            ("slot_mapping", slot_mapping),
+            ("cu_seqlens_q", cu_seqlens_q),
+        ]
+    )
     longest = _check_query_offsets(cu_seqlens_q, seq_lens, slot_mapping.shape[0])
-    if (isinstance(max_query_len, bool) or not isinstance(max_query_len, int)
-            or max_query_len < (1 if num_seqs else 0)
-            or (cu_seqlens_q.device.type == "cpu" and max_query_len != longest)):
-        _fail("max_query_len", max_query_len,
-              f"the longest query of cu_seqlens_q ({longest})")
+    if (
+        isinstance(max_query_len, bool)
+        or not isinstance(max_query_len, int)
+        or max_query_len < (1 if num_seqs else 0)
+        or (cu_seqlens_q.device.type == "cpu" and max_query_len != longest)
+    ):
+        _fail("max_query_len", max_query_len, f"the longest query of cu_seqlens_q ({longest})")
     _check_slot_values(slot_mapping, num_blocks * block_size)
     _check_table_values(block_tables, seq_lens, num_blocks, block_size)
+
+
+def check_kv_scales(kv_scales, kv_caches) -> None:
+    """An fp8 cache needs one positive (k_scale, v_scale) per layer; a float cache none."""
+    fp8 = kv_caches[0][0].dtype == torch.float8_e4m3fn
+    if kv_scales is None:
+        if fp8:
+            _fail("kv_scales", None, "one (k_scale, v_scale) per layer for an fp8 cache")
+        return
+    if (
+        not isinstance(kv_scales, (list, tuple))
+        or len(kv_scales) != len(kv_caches)
+        or not all(
+            isinstance(p, (list, tuple))
+            and len(p) == 2
+            and all(isinstance(x, float) and x > 0 for x in p)
+            for p in kv_scales
+        )
+    ):
+        _fail(
+            "kv_scales",
+            repr(kv_scales)[:80],
+            f"{len(kv_caches)} pairs (k_scale, v_scale) of positive floats, one per layer",
+        )
+
+
+def _check_new_dtype(name: str, t: torch.Tensor, key_cache: torch.Tensor) -> None:
+    """New q, k, v have the cache's dtype; a fp8 cache takes them in any float dtype."""
+    if key_cache.dtype in FLOAT_DTYPES and t.dtype != key_cache.dtype:
+        _fail(f"{name}.dtype", t.dtype, f"the cache dtype ({key_cache.dtype})")
 
 
 def check_layer_qkv(query, key, value, key_cache, num_tokens: int) -> None:
     """One layer's new q, k, v against its (already checked) cache: shapes, dtypes, devices."""
     _, _, num_kv_heads, head_dim = key_cache.shape
-    for name, t, layout in (("query", query, "[num_tokens, num_heads, head_dim]"),
-                            ("key", key, "[num_tokens, num_kv_heads, head_dim]"),
-                            ("value", value, "[num_tokens, num_kv_heads, head_dim]")):
-        _check_tensor(name, t, 3, (key_cache.dtype,), layout)
+    dtypes = (key_cache.dtype,) if key_cache.dtype in FLOAT_DTYPES else (query.dtype,)
+    if dtypes[0] not in FLOAT_DTYPES:
+        _fail("query.dtype", query.dtype, f"one of {FLOAT_DTYPES}")
+    for name, t, layout in (
+        ("query", query, "[num_tokens, num_heads, head_dim]"),
+        ("key", key, "[num_tokens, num_kv_heads, head_dim]"),
+        ("value", value, "[num_tokens, num_kv_heads, head_dim]"),
+    ):
+        _check_tensor(name, t, 3, dtypes, layout)
         if t.device != key_cache.device:
             _fail(f"{name}.device", t.device, f"the cache's device ({key_cache.device})")
         if t.shape[0] != num_tokens or t.shape[2] != head_dim:
-            _fail(name, f"shape {tuple(t.shape)}",
-                  f"[num_tokens={num_tokens}, heads, head_dim={head_dim}] to match the metadata")
+            _fail(
+                name,
+                f"shape {tuple(t.shape)}",
+                f"[num_tokens={num_tokens}, heads, head_dim={head_dim}] to match the metadata",
+            )
     for name, t in (("key", key), ("value", value)):
         if t.shape[1] != num_kv_heads:
             _fail(name, f"shape {tuple(t.shape)}", f"num_kv_heads={num_kv_heads} of the cache")
     if query.shape[1] < 1 or query.shape[1] % num_kv_heads:
-        _fail("query", f"num_heads={query.shape[1]}",
-              f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)")
+        _fail(
+            "query",
+            f"num_heads={query.shape[1]}",
+            f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)",
+        )

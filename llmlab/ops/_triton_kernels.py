@@ -22,8 +22,15 @@ import triton.language as tl
 
 
 @triton.jit
-def reshape_and_cache_kernel(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr,
-                             ROW: tl.constexpr, BLOCK: tl.constexpr):
+def reshape_and_cache_kernel(
+    key_ptr,
+    value_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    slot_ptr,
+    ROW: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """One program per token: copy its [num_kv_heads * head_dim] row into its slot."""
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + token)  # int64; -1 means "do not cache"
@@ -36,10 +43,41 @@ def reshape_and_cache_kernel(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr,
 
 
 @triton.jit
-def _online_softmax_tile(q, acc, m_i, l_i, n0, end, q_pos, table, k_cache_ptr, v_cache_ptr,
-                         kv_head, d, d_mask, qk_scale, NUM_KV_HEADS: tl.constexpr,
-                         HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+def _fp8_e4m3_to_f32(u):
+    """fp8 e4m3 bytes (a uint8 tensor) -> float32, with integer operations only (any GPU, and
+    the interpreter): sign to bit 31, exponent and mantissa to bits 20-26, then x 2^120 moves
+    the exponent bias from 127 to 7 (subnormals included; the cache holds no NaN)."""
+    u = u.to(tl.uint32)
+    bits = ((u & 0x80) << 24) | ((u & 0x7F) << 20)
+    return bits.to(tl.float32, bitcast=True) * 1.329227995784916e36
+
+
+@triton.jit
+def _online_softmax_tile(
+    q,
+    acc,
+    m_i,
+    l_i,
+    n0,
+    end,
+    q_pos,
+    table,
+    k_cache_ptr,
+    v_cache_ptr,
+    kv_head,
+    d,
+    d_mask,
+    qk_scale,
+    k_scale,
+    v_scale,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    FP8: tl.constexpr,
+):
     """Fold keys/values n0 .. n0 + BLOCK_N - 1 (those below `end`), read through the block
     table, into the running softmax of the query rows `q`: max `m_i`, sum `l_i`, output `acc`
     (flash attention's online softmax, in base 2: qk_scale includes log2 e). With CAUSAL, row r
@@ -51,9 +89,12 @@ def _online_softmax_tile(q, acc, m_i, l_i, n0, end, q_pos, table, k_cache_ptr, v
     slot = block * BLOCK_SIZE + n % BLOCK_SIZE
     kv_offs = (slot * NUM_KV_HEADS + kv_head) * HEAD_DIM  # [BLOCK_N]
     # Masked loads never read unused slots, so whatever they hold (NaN) cannot leak in.
-    k = tl.load(k_cache_ptr + kv_offs[None, :] + d[:, None],
-                mask=d_mask[:, None] & n_mask[None, :], other=0.0)  # [BLOCK_D, BLOCK_N]
-    if UPCAST:
+    k = tl.load(
+        k_cache_ptr + kv_offs[None, :] + d[:, None], mask=d_mask[:, None] & n_mask[None, :], other=0
+    )  # [BLOCK_D, BLOCK_N]
+    if FP8:  # the cache holds e4m3 bytes of value / scale
+        k = _fp8_e4m3_to_f32(k) * k_scale
+    elif UPCAST:
         k = k.to(tl.float32)
     s = tl.dot(q, k, input_precision="ieee") * qk_scale  # [rows, BLOCK_N] fp32
     if CAUSAL:
@@ -65,22 +106,45 @@ def _online_softmax_tile(q, acc, m_i, l_i, n0, end, q_pos, table, k_cache_ptr, v
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_cache_ptr + kv_offs[:, None] + d[None, :],
-                mask=n_mask[:, None] & d_mask[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
-    if UPCAST:
+    v = tl.load(
+        v_cache_ptr + kv_offs[:, None] + d[None, :], mask=n_mask[:, None] & d_mask[None, :], other=0
+    )  # [BLOCK_N, BLOCK_D]
+    if FP8:
+        v = _fp8_e4m3_to_f32(v) * v_scale
+    elif UPCAST:
         v = v.to(tl.float32)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
     return acc, m_new, l_i
 
 
 @triton.jit
-def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-                        out_ptr, part_m_ptr, part_l_ptr, qk_scale, max_blocks_per_seq,
-                        NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
-                        GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                        PARTITION: tl.constexpr, NUM_PARTITIONS: tl.constexpr,
-                        SPLIT: tl.constexpr, UPCAST: tl.constexpr):
+def paged_decode_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    qk_scale,
+    k_scale,
+    v_scale,
+    max_blocks_per_seq,
+    NUM_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PARTITION: tl.constexpr,
+    NUM_PARTITIONS: tl.constexpr,
+    SPLIT: tl.constexpr,
+    UPCAST: tl.constexpr,
+    FP8: tl.constexpr,
+):
     """Grid (num_seqs, num_kv_heads, num_partitions).
 
     One program serves all GROUP query heads sharing one KV head (rows of a [BLOCK_G, d] query
@@ -118,8 +182,30 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_l
     table = block_tables_ptr + seq.to(tl.int64) * max_blocks_per_seq
     for n0 in range(start, end, BLOCK_N):
         acc, m_i, l_i = _online_softmax_tile(
-            q, acc, m_i, l_i, n0, end, g, table, k_cache_ptr, v_cache_ptr, kv_head, d, d_mask,
-            qk_scale, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, UPCAST)
+            q,
+            acc,
+            m_i,
+            l_i,
+            n0,
+            end,
+            g,
+            table,
+            k_cache_ptr,
+            v_cache_ptr,
+            kv_head,
+            d,
+            d_mask,
+            qk_scale,
+            k_scale,
+            v_scale,
+            NUM_KV_HEADS,
+            HEAD_DIM,
+            BLOCK_SIZE,
+            BLOCK_N,
+            False,
+            UPCAST,
+            FP8,
+        )
 
     row_mask = g_mask[:, None] & d_mask[None, :]
     if SPLIT:
@@ -135,9 +221,16 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_l
 
 
 @triton.jit
-def merge_partitions_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr,
-                            NUM_PARTITIONS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr):
+def merge_partitions_kernel(
+    part_acc_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    out_ptr,
+    NUM_PARTITIONS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """Grid (num_seqs * num_heads,): combine the split-K partials of one (sequence, head).
 
     With M = max_p m_p and w_p = 2^(m_p - M): out = sum_p w_p acc_p / sum_p w_p l_p.
@@ -152,19 +245,39 @@ def merge_partitions_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr,
     l = tl.load(part_l_ptr + row * NUM_PARTITIONS + p, mask=p_mask, other=0.0)
     m_max = tl.max(m, 0)
     w = tl.exp2(m - m_max)  # [BLOCK_P]
-    acc = tl.load(part_acc_ptr + (row * NUM_PARTITIONS + p)[:, None] * HEAD_DIM + d[None, :],
-                  mask=p_mask[:, None] & d_mask[None, :], other=0.0)  # [BLOCK_P, BLOCK_D]
+    acc = tl.load(
+        part_acc_ptr + (row * NUM_PARTITIONS + p)[:, None] * HEAD_DIM + d[None, :],
+        mask=p_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )  # [BLOCK_P, BLOCK_D]
     total = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)  # [BLOCK_D]
     tl.store(out_ptr + row * HEAD_DIM + d, total.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 
 @triton.jit
-def paged_prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-                         cu_seqlens_q_ptr, out_ptr, qk_scale, max_blocks_per_seq,
-                         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
-                         GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                         UPCAST: tl.constexpr):
+def paged_prefill_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    cu_seqlens_q_ptr,
+    out_ptr,
+    qk_scale,
+    k_scale,
+    v_scale,
+    max_blocks_per_seq,
+    NUM_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    FP8: tl.constexpr,
+):
     """Grid (cdiv(max_query_len, BLOCK_M), num_seqs, num_heads): varlen causal attention.
 
     A program takes BLOCK_M query rows of one head of one sequence. Row i (0-based inside the
@@ -202,9 +315,32 @@ def paged_prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_
     table = block_tables_ptr + seq.to(tl.int64) * max_blocks_per_seq
     for n0 in range(0, end, BLOCK_N):
         acc, m_i, l_i = _online_softmax_tile(
-            q, acc, m_i, l_i, n0, end, q_pos, table, k_cache_ptr, v_cache_ptr, kv_head, d,
-            d_mask, qk_scale, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, UPCAST)
+            q,
+            acc,
+            m_i,
+            l_i,
+            n0,
+            end,
+            q_pos,
+            table,
+            k_cache_ptr,
+            v_cache_ptr,
+            kv_head,
+            d,
+            d_mask,
+            qk_scale,
+            k_scale,
+            v_scale,
+            NUM_KV_HEADS,
+            HEAD_DIM,
+            BLOCK_SIZE,
+            BLOCK_N,
+            True,
+            UPCAST,
+            FP8,
+        )
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty),
-             mask=row_mask[:, None] & d_mask[None, :])
+    tl.store(
+        out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :]
+    )

@@ -10,6 +10,7 @@ A backend may keep per-step work of its own in `backend_state` (the "torch" back
 grouping of sequences it plans on the first layer there); the metadata is thrown away after
 the step, and that state with it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ class AttentionMetadata:
     kv_caches     per layer (key_cache, value_cache), each [num_blocks, block_size, kv_heads, head_dim]
     max_query_len the most new tokens any sequence brings (1: a decode-only step)
     backend       the attention backend every layer runs ("torch", "triton", "cuda", "cpu")
+    kv_scales     per layer (k_scale, v_scale) of an fp8 cache (stored = value / scale); None
+                  for a cache in a float dtype
     """
 
     cu_seqlens_q: torch.Tensor
@@ -41,12 +44,24 @@ class AttentionMetadata:
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
     max_query_len: int
     backend: str = "torch"
+    kv_scales: list[tuple[float, float]] | None = None
     backend_state: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _checks.check_backend_name(self.backend)
-        _checks.check_metadata(self.cu_seqlens_q, self.seq_lens, self.slot_mapping,
-                               self.block_tables, self.kv_caches, self.max_query_len)
+        _checks.check_metadata(
+            self.cu_seqlens_q,
+            self.seq_lens,
+            self.slot_mapping,
+            self.block_tables,
+            self.kv_caches,
+            self.max_query_len,
+        )
+        _checks.check_kv_scales(self.kv_scales, self.kv_caches)
+
+    def scales(self, layer: int) -> tuple[float, float]:
+        """(k_scale, v_scale) of layer `layer`'s cache: (1.0, 1.0) for a float cache."""
+        return (1.0, 1.0) if self.kv_scales is None else self.kv_scales[layer]
 
     @property
     def is_decode_only(self) -> bool:
@@ -62,8 +77,15 @@ class AttentionMetadata:
         return self.seq_lens.shape[0]
 
 
-def single_sequence_metadata(kv_caches, num_cached: int, num_new: int, max_len: int,
-                             backend: str = "torch", block_id: int = 0) -> AttentionMetadata:
+def single_sequence_metadata(
+    kv_caches,
+    num_cached: int,
+    num_new: int,
+    max_len: int,
+    backend: str = "torch",
+    block_id: int = 0,
+    kv_scales: list[tuple[float, float]] | None = None,
+) -> AttentionMetadata:
     """Metadata for one sequence stored contiguously in block `block_id` (block_size = max_len)."""
     device = kv_caches[0][0].device
     start = block_id * max_len + num_cached
@@ -72,4 +94,8 @@ def single_sequence_metadata(kv_caches, num_cached: int, num_new: int, max_len: 
         seq_lens=torch.tensor([num_cached + num_new], dtype=torch.int32, device=device),
         slot_mapping=torch.arange(start, start + num_new, dtype=torch.int64, device=device),
         block_tables=torch.tensor([[block_id]], dtype=torch.int32, device=device),
-        kv_caches=kv_caches, max_query_len=num_new, backend=backend)
+        kv_caches=kv_caches,
+        max_query_len=num_new,
+        backend=backend,
+        kv_scales=kv_scales,
+    )

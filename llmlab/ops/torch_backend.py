@@ -19,21 +19,33 @@ Arguments are validated by `llmlab.ops` before these functions are called.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
+from llmlab.ops.fp8 import FP8_DTYPE, dequantize_fp8, quantize_fp8
 from llmlab.utils import cdiv
 
 if TYPE_CHECKING:
     from llmlab.ops.metadata import AttentionMetadata
 
 
-def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                      value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`."""
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
+    """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`.
+    An fp8 cache stores key / k_scale and value / v_scale (vLLM's fp8 KV write)."""
+    if key_cache.dtype == FP8_DTYPE:  # PyTorch copies fp8 rows as bytes
+        key = quantize_fp8(key, k_scale).view(torch.uint8)
+        value = quantize_fp8(value, v_scale).view(torch.uint8)
+        key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
     _, _, num_kv_heads, head_dim = key_cache.shape
     flat_k = key_cache.view(-1, num_kv_heads, head_dim)  # [num_slots, num_kv_heads, head_dim]
     flat_v = value_cache.view(-1, num_kv_heads, head_dim)
@@ -51,52 +63,79 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
     """One sequence's keys (or values) in position order, `[seq_len, num_kv_heads, head_dim]`:
     its blocks one after another, cut at its length (slots past it are never read)."""
     block_size = cache.shape[1]
-    blocks = cache[block_table[:cdiv(seq_len, block_size)].long()]   # [n_blk, block_size, kvh, d]
+    blocks = cache[block_table[: cdiv(seq_len, block_size)].long()]  # [n_blk, block_size, kvh, d]
     return blocks.reshape(-1, *cache.shape[2:])[:seq_len]
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-           first_pos: int) -> torch.Tensor:
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    first_pos: int,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """softmax(q kᵀ · scale + causal mask) v for one sequence, in float32.
 
     q [n, num_heads, d]: queries at positions first_pos .. first_pos + n - 1;
-    k, v [L, num_kv_heads, d]: positions 0 .. L - 1. Returns [n, num_heads, d] in q's dtype.
+    k, v [L, num_kv_heads, d]: positions 0 .. L - 1 (fp8: k · k_scale, v · v_scale).
+    Returns [n, num_heads, d] in q's dtype.
     """
     group = q.shape[1] // k.shape[1]
-    k = k.float().repeat_interleave(group, dim=1)                # [L, num_heads, d] (GQA)
-    v = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale   # [num_heads, n, L]
-    q_pos = first_pos + torch.arange(q.shape[0], device=q.device)[:, None]   # [n, 1]
-    k_pos = torch.arange(k.shape[0], device=q.device)[None, :]               # [1, L]
-    scores = scores.masked_fill(k_pos > q_pos, float("-inf"))     # a query sees no later key
-    probs = scores.softmax(dim=-1)                                # [num_heads, n, L]
-    return torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)     # [n, num_heads, d]
+    k = dequantize_fp8(k, k_scale) if k.dtype == FP8_DTYPE else k.float()
+    v = dequantize_fp8(v, v_scale) if v.dtype == FP8_DTYPE else v.float()
+    k = k.repeat_interleave(group, dim=1)  # [L, num_heads, d] (GQA)
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # [num_heads, n, L]
+    q_pos = first_pos + torch.arange(q.shape[0], device=q.device)[:, None]  # [n, 1]
+    k_pos = torch.arange(k.shape[0], device=q.device)[None, :]  # [1, L]
+    scores = scores.masked_fill(k_pos > q_pos, float("-inf"))  # a query sees no later key
+    probs = scores.softmax(dim=-1)  # [num_heads, n, L]
+    return torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)  # [n, num_heads, d]
 
 
-def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
-                            value_cache: torch.Tensor, block_tables: torch.Tensor,
-                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float) -> torch.Tensor:
+def paged_attention_prefill(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """Varlen causal attention, one sequence at a time: query [num_tokens, num_heads, d] ->
     [num_tokens, num_heads, d]. Sequence s's queries are rows cu_seqlens_q[s]:cu_seqlens_q[s+1]
     and sit at the last positions of its seq_lens[s] tokens."""
     out = torch.empty_like(query)
     cu = cu_seqlens_q.tolist()
     for s, seq_len in enumerate(seq_lens.tolist()):
-        q = query[cu[s]:cu[s + 1]]                                # [n, num_heads, d]
-        k = gather_kv(key_cache, block_tables[s], seq_len)        # [seq_len, kvh, d]
+        q = query[cu[s] : cu[s + 1]]  # [n, num_heads, d]
+        k = gather_kv(key_cache, block_tables[s], seq_len)  # [seq_len, kvh, d]
         v = gather_kv(value_cache, block_tables[s], seq_len)
-        out[cu[s]:cu[s + 1]] = attend(q, k, v, scale, first_pos=seq_len - q.shape[0])
+        out[cu[s] : cu[s + 1]] = attend(
+            q, k, v, scale, first_pos=seq_len - q.shape[0], k_scale=k_scale, v_scale=v_scale
+        )
     return out
 
 
-def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
-                           value_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+def paged_attention_decode(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """Decode: one query per sequence, at its last position. query [num_seqs, num_heads, d]."""
     cu = torch.arange(query.shape[0] + 1, dtype=torch.int32)
-    return paged_attention_prefill(query, key_cache, value_cache, block_tables, cu, seq_lens,
-                                   scale)
+    return paged_attention_prefill(
+        query, key_cache, value_cache, block_tables, cu, seq_lens, scale, k_scale, v_scale
+    )
 
 
 # ---- an optimisation of the above: sequences grouped by length -------------------------------
@@ -120,13 +159,13 @@ GROUP_COST_SLOTS = 1024
 class _Group:
     """Sequences attended as one padded batch."""
 
-    rows: torch.Tensor           # [n] int64: which sequences (indices into the call's sequences)
-    blocks: torch.Tensor         # [n * num_blk] int64: cache blocks to gather (unused -> 0)
-    invalid: torch.Tensor        # [k] int64: gathered slots at or past their sequence's length
-    valid: torch.Tensor          # [n, num_blk * block_size] bool: key slot < seq_len
-    seq_lens: torch.Tensor       # [n] int64
+    rows: torch.Tensor  # [n] int64: which sequences (indices into the call's sequences)
+    blocks: torch.Tensor  # [n * num_blk] int64: cache blocks to gather (unused -> 0)
+    invalid: torch.Tensor  # [k] int64: gathered slots at or past their sequence's length
+    valid: torch.Tensor  # [n, num_blk * block_size] bool: key slot < seq_len
+    seq_lens: torch.Tensor  # [n] int64
     num_blk: int
-    query_rows: torch.Tensor | None = None   # decode: rows of the one-token queries it serves
+    query_rows: torch.Tensor | None = None  # decode: rows of the one-token queries it serves
     # first block when the group's blocks are consecutive cache blocks, in order, every slot
     # valid: the padded batch is then a view of the cache and needs no gather
     view_start: int | None = None
@@ -136,15 +175,16 @@ class _Group:
         return self.rows.shape[0]
 
 
-def _make_group(rows: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                block_size: int) -> _Group:
-    lens = seq_lens[rows].long()                                         # [n]
+def _make_group(
+    rows: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int
+) -> _Group:
+    lens = seq_lens[rows].long()  # [n]
     num_blk = max(1, cdiv(int(lens.max()), block_size))
-    bt = block_tables[rows, :num_blk].long()                             # [n, num_blk]
-    used = (lens + block_size - 1) // block_size                          # [n]
+    bt = block_tables[rows, :num_blk].long()  # [n, num_blk]
+    used = (lens + block_size - 1) // block_size  # [n]
     bt = torch.where(torch.arange(num_blk, device=bt.device)[None, :] < used[:, None], bt, 0)
     pos = torch.arange(num_blk * block_size, device=bt.device)
-    valid = pos[None, :] < lens[:, None]                                  # [n, num_blk * bs]
+    valid = pos[None, :] < lens[:, None]  # [n, num_blk * bs]
     invalid = torch.nonzero(~valid.reshape(-1)).flatten()
     blocks = bt.reshape(-1)
     view_start = None
@@ -162,17 +202,17 @@ def _split_by_length(lens: list[int], block_size: int) -> list[list[int]]:
     the distinct block counts (at most max_len / block_size of them) finds the best cut.
     """
     blocks = [cdiv(n, block_size) for n in lens]
-    values = sorted(set(blocks))                                          # distinct block counts
+    values = sorted(set(blocks))  # distinct block counts
     count = {v: 0 for v in values}
     for b in blocks:
         count[b] += 1
     D = len(values)
-    best = [0.0] + [float("inf")] * D       # best[j]: cost of the first j distinct values
+    best = [0.0] + [float("inf")] * D  # best[j]: cost of the first j distinct values
     cut = [0] * (D + 1)
     for j in range(1, D + 1):
         width = values[j - 1] * block_size  # a group ending at value j pads to this many slots
         members = 0
-        for i in range(j, 0, -1):           # group = values i..j
+        for i in range(j, 0, -1):  # group = values i..j
             members += count[values[i - 1]]
             cost = best[i - 1] + members * width + GROUP_COST_SLOTS
             if cost < best[j]:
@@ -180,22 +220,22 @@ def _split_by_length(lens: list[int], block_size: int) -> list[list[int]]:
     groups_of_values = []
     j = D
     while j > 0:
-        groups_of_values.append(set(values[cut[j]:j]))
+        groups_of_values.append(set(values[cut[j] : j]))
         j = cut[j]
     return [[s for s, b in enumerate(blocks) if b in vs] for vs in reversed(groups_of_values)]
 
 
 @dataclass
 class _Plan:
-    decode: list[_Group]                 # one-token sequences
+    decode: list[_Group]  # one-token sequences
     prefill: list[tuple[_Group, torch.Tensor, torch.Tensor]]  # (group, starts [n], q_lens [n])
-    decode_rows: torch.Tensor | None     # [m] flat token index of each one-token sequence
+    decode_rows: torch.Tensor | None  # [m] flat token index of each one-token sequence
 
 
 def _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q) -> _Plan:
     device = block_tables.device
     lens = seq_lens.tolist()
-    if cu_seqlens_q is None:             # decode: every sequence brings one token
+    if cu_seqlens_q is None:  # decode: every sequence brings one token
         one = list(range(len(lens)))
         starts = q_lens = None
         decode_rows = None
@@ -222,12 +262,18 @@ def _build_plan(block_tables, seq_lens, block_size, cu_seqlens_q) -> _Plan:
             for sub in subsets:
                 rows = torch.tensor(sub, dtype=torch.long, device=device)
                 g = _make_group(rows, block_tables, seq_lens, block_size)
-                prefill.append((g, torch.tensor([starts[s] for s in sub], device=device),
-                                torch.tensor([q_lens[s] for s in sub], device=device)))
+                prefill.append(
+                    (
+                        g,
+                        torch.tensor([starts[s] for s in sub], device=device),
+                        torch.tensor([q_lens[s] for s in sub], device=device),
+                    )
+                )
     return _Plan(decode, prefill, decode_rows)
 
 
 # ---- gathering and attending ---------------------------------------------------------------
+
 
 def _gather(cache: torch.Tensor, g: _Group, out: torch.Tensor) -> torch.Tensor:
     """The group's K or V, `[n, num_blk * block_size, kv_heads, head_dim]`, zero past each length,
@@ -235,19 +281,28 @@ def _gather(cache: torch.Tensor, g: _Group, out: torch.Tensor) -> torch.Tensor:
     already lie in the cache in that order, a view of the cache instead (read only)."""
     _, block_size, num_kv_heads, head_dim = cache.shape
     n_blocks = g.blocks.shape[0]
-    if g.view_start is not None:         # e.g. a contiguous cache, every sequence full
-        return cache[g.view_start:g.view_start + n_blocks].view(
-            g.n, g.num_blk * block_size, num_kv_heads, head_dim)
-    out = out[:n_blocks * block_size * num_kv_heads * head_dim].view(
-        n_blocks, block_size, num_kv_heads, head_dim)
+    if g.view_start is not None:  # e.g. a contiguous cache, every sequence full
+        return cache[g.view_start : g.view_start + n_blocks].view(
+            g.n, g.num_blk * block_size, num_kv_heads, head_dim
+        )
+    out = out[: n_blocks * block_size * num_kv_heads * head_dim].view(
+        n_blocks, block_size, num_kv_heads, head_dim
+    )
     torch.index_select(cache, 0, g.blocks, out=out)
-    if g.invalid.numel():
-        out.view(-1, num_kv_heads * head_dim).index_fill_(0, g.invalid, 0)
+    if g.invalid.numel():  # (fp8 through its bytes: 0x00 is +0.0)
+        rows = out.view(-1, num_kv_heads * head_dim)
+        (rows.view(torch.uint8) if rows.dtype == FP8_DTYPE else rows).index_fill_(0, g.invalid, 0)
     return out.view(g.n, g.num_blk * block_size, num_kv_heads, head_dim)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-            scale: float) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+    kv_scales: tuple[float, float] = (1.0, 1.0),
+) -> torch.Tensor:
     """Masked GQA attention on a padded batch.
 
     q: [n, q_len, num_heads, head_dim]; k, v: [n, kv_len, num_kv_heads, head_dim];
@@ -261,36 +316,58 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     out_dtype = q.dtype
     qf = q.float().view(n, q_len, num_kv_heads, group, head_dim)
     qf = qf.permute(0, 2, 3, 1, 4).reshape(n, num_kv_heads, group * q_len, head_dim)
+    if k.dtype == FP8_DTYPE:  # the fp8 cache read back: stored · scale
+        k, v = dequantize_fp8(k, kv_scales[0]), dequantize_fp8(v, kv_scales[1])
     kf = k.float().permute(0, 2, 1, 3)  # [n, num_kv_heads, kv_len, head_dim]
     vf = v.float().permute(0, 2, 1, 3)
     m = None
-    if mask is not None:             # None: every query sees every key (saves the mask's cost)
-        m = mask[:, None, None].expand(n, 1, group, q_len, kv_len).reshape(
-            n, 1, group * q_len, kv_len)
+    if mask is not None:  # None: every query sees every key (saves the mask's cost)
+        m = (
+            mask[:, None, None]
+            .expand(n, 1, group, q_len, kv_len)
+            .reshape(n, 1, group * q_len, kv_len)
+        )
     o = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=m, scale=scale)
     # o: [n, num_kv_heads, group * q_len, head_dim]
     o = o.view(n, num_kv_heads, group, q_len, head_dim).permute(0, 3, 1, 2, 4)
     return o.reshape(n, q_len, num_heads, head_dim).to(out_dtype)
 
 
-def _decode_groups(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                   groups: list[_Group], scale: float, out: torch.Tensor,
-                   buffers: tuple[torch.Tensor, torch.Tensor]) -> None:
+def _decode_groups(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    groups: list[_Group],
+    scale: float,
+    out: torch.Tensor,
+    buffers: tuple[torch.Tensor, torch.Tensor],
+    kv_scales: tuple[float, float] = (1.0, 1.0),
+) -> None:
     """query [m, heads, d] of one-token sequences -> out [m, heads, d], group by group."""
     for g in groups:
         k = _gather(key_cache, g, buffers[0])
         v = _gather(value_cache, g, buffers[1])
         q = query if len(groups) == 1 else query.index_select(0, g.query_rows)
-        mask = g.valid[:, None, :] if g.invalid.numel() else None      # all valid: no mask
-        o = _attend(q[:, None], k, v, mask, scale)[:, 0]                # [n, heads, d]
+        mask = g.valid[:, None, :] if g.invalid.numel() else None  # all valid: no mask
+        o = _attend(q[:, None], k, v, mask, scale, kv_scales)[:, 0]  # [n, heads, d]
         if len(groups) == 1:
             out.copy_(o)
         else:
             out.index_copy_(0, g.query_rows, o)
 
 
-def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, scale,
-                    out, buffers) -> None:
+def _prefill_padded(
+    query,
+    key_cache,
+    value_cache,
+    g: _Group,
+    starts,
+    q_lens,
+    scale,
+    out,
+    buffers,
+    kv_scales=(1.0, 1.0),
+) -> None:
     """Attend the group's sequences (q_len > 1) as one padded batch; write their rows of `out`."""
     device = query.device
     max_q = int(q_lens.max())
@@ -305,7 +382,7 @@ def _prefill_padded(query, key_cache, value_cache, g: _Group, starts, q_lens, sc
     # Padded query rows (i >= q_len) have q_pos >= seq_len, so they still see key 0 and never
     # produce an all-masked row; they are dropped below.
     mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & g.valid[:, None, :]
-    o = _attend(q, k, v, mask, scale)  # [n, max_q, num_heads, head_dim]
+    o = _attend(q, k, v, mask, scale, kv_scales)  # [n, max_q, num_heads, head_dim]
     out[tok[q_valid]] = o[q_valid]
 
 
@@ -318,16 +395,28 @@ def _step_plan(md: AttentionMetadata, key_cache: torch.Tensor):
         cu = None if md.is_decode_only else md.cu_seqlens_q
         plan = _build_plan(md.block_tables, md.seq_lens, block_size, cu)
         groups = plan.decode + [g for g, _, _ in plan.prefill]
-        numel = max((g.blocks.shape[0] for g in groups), default=0) * block_size \
-            * key_cache.shape[2] * key_cache.shape[3]
-        buffers = tuple(torch.empty(max(numel, 1), dtype=key_cache.dtype,
-                                    device=key_cache.device) for _ in range(2))
+        numel = (
+            max((g.blocks.shape[0] for g in groups), default=0)
+            * block_size
+            * key_cache.shape[2]
+            * key_cache.shape[3]
+        )
+        buffers = tuple(
+            torch.empty(max(numel, 1), dtype=key_cache.dtype, device=key_cache.device)
+            for _ in range(2)
+        )
         state["plan"] = (plan, buffers)
     return state["plan"]
 
 
-def grouped_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      md: AttentionMetadata, scale: float) -> torch.Tensor:
+def grouped_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    md: AttentionMetadata,
+    scale: float,
+    kv_scales: tuple[float, float] = (1.0, 1.0),
+) -> torch.Tensor:
     """`paged_attention_prefill`'s result for the step `md` describes, with sequences of similar
     length attended together. query [num_tokens, num_heads, d] -> [num_tokens, num_heads, d].
 
@@ -340,14 +429,18 @@ def grouped_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
         return out
     plan, buffers = _step_plan(md, key_cache)
     if plan.decode:
-        if plan.decode_rows is None:          # a decode-only step: every row is one sequence
-            _decode_groups(query, key_cache, value_cache, plan.decode, scale, out, buffers)
+        if plan.decode_rows is None:  # a decode-only step: every row is one sequence
+            _decode_groups(
+                query, key_cache, value_cache, plan.decode, scale, out, buffers, kv_scales
+            )
         else:
             rows = plan.decode_rows
             q1 = query.index_select(0, rows)
             o1 = torch.empty_like(q1)
-            _decode_groups(q1, key_cache, value_cache, plan.decode, scale, o1, buffers)
+            _decode_groups(q1, key_cache, value_cache, plan.decode, scale, o1, buffers, kv_scales)
             out.index_copy_(0, rows, o1)
     for g, starts, q_lens in plan.prefill:
-        _prefill_padded(query, key_cache, value_cache, g, starts, q_lens, scale, out, buffers)
+        _prefill_padded(
+            query, key_cache, value_cache, g, starts, q_lens, scale, out, buffers, kv_scales
+        )
     return out

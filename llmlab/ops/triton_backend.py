@@ -46,6 +46,7 @@ def _load() -> ModuleType:
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")
         from llmlab.ops import _triton_kernels
+
         _kernels = _triton_kernels
     return _kernels
 
@@ -58,10 +59,13 @@ def _check_device(tensors: dict[str, torch.Tensor]) -> None:
             raise ValueError(
                 f"{name}.device: got {t.device}, expected a CUDA tensor: Triton is compiling "
                 "for the GPU in this process (set TRITON_INTERPRET=1 before start to run CPU "
-                "tensors through the interpreter)")
+                "tensors through the interpreter)"
+            )
         if not want_cuda and t.device.type != "cpu":
-            raise ValueError(f"{name}.device: got {t.device}, expected a CPU tensor: Triton "
-                             "runs through its interpreter in this process (TRITON_INTERPRET=1)")
+            raise ValueError(
+                f"{name}.device: got {t.device}, expected a CPU tensor: Triton "
+                "runs through its interpreter in this process (TRITON_INTERPRET=1)"
+            )
 
 
 def _pow2_at_least_16(n: int) -> int:
@@ -80,19 +84,50 @@ def _tiles(head_dim: int) -> tuple[int, int]:
     return (64, 64) if head_dim <= 64 else (32, 64)
 
 
-def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                      value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Triton `reshape_and_cache`: one program per token; slot -1 is skipped."""
+def _fp8(cache: torch.Tensor) -> bool:
+    return cache.dtype == torch.float8_e4m3fn
+
+
+def _as_bytes(cache: torch.Tensor) -> torch.Tensor:
+    """An fp8 cache as the uint8 tensor the kernels read (they widen e4m3 themselves)."""
+    return cache.view(torch.uint8) if _fp8(cache) else cache
+
+
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
+    """Triton `reshape_and_cache`: one program per token; slot -1 is skipped. An fp8 cache
+    gets key / k_scale and value / v_scale, rounded to e4m3 by PyTorch, copied as bytes."""
     _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
-    _check_device({"key": key, "value": value, "key_cache": key_cache,
-                   "value_cache": value_cache, "slot_mapping": slot_mapping})
+    _check_device(
+        {
+            "key": key,
+            "value": value,
+            "key_cache": key_cache,
+            "value_cache": value_cache,
+            "slot_mapping": slot_mapping,
+        }
+    )
     k = _load()
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return
     row = key_cache.shape[2] * key_cache.shape[3]  # num_kv_heads * head_dim
-    k.reshape_and_cache_kernel[(num_tokens,)](key, value, key_cache, value_cache, slot_mapping,
-                                               ROW=row, BLOCK=triton_next_power_of_2(row))
+    if _fp8(key_cache):
+        from llmlab.ops.fp8 import quantize_fp8
+
+        key = quantize_fp8(key, k_scale).view(torch.uint8)
+        value = quantize_fp8(value, v_scale).view(torch.uint8)
+        key_cache, value_cache = _as_bytes(key_cache), _as_bytes(value_cache)
+    k.reshape_and_cache_kernel[(num_tokens,)](
+        key, value, key_cache, value_cache, slot_mapping, ROW=row, BLOCK=triton_next_power_of_2(row)
+    )
 
 
 def num_partitions_for(max_context: int, partition_size: int) -> int:
@@ -100,10 +135,17 @@ def num_partitions_for(max_context: int, partition_size: int) -> int:
     return max(1, math.ceil(max_context / partition_size))
 
 
-def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
-                           value_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, scale: float,
-                           partition_size: int | None = None) -> torch.Tensor:
+def paged_attention_decode(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    partition_size: int | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """Triton paged decode attention; `[num_seqs, num_heads, head_dim]` out.
 
     partition_size: None picks automatically (split-K on a GPU when there are fewer
@@ -112,8 +154,15 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
     split-K with that many context positions per partition.
     """
     _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
-    _check_device({"query": query, "key_cache": key_cache, "value_cache": value_cache,
-                   "block_tables": block_tables, "seq_lens": seq_lens})
+    _check_device(
+        {
+            "query": query,
+            "key_cache": key_cache,
+            "value_cache": value_cache,
+            "block_tables": block_tables,
+            "seq_lens": seq_lens,
+        }
+    )
     k = _load()
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
@@ -132,50 +181,114 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
             split = num_seqs * num_kv_heads < sms and max_context > DEFAULT_PARTITION_SIZE
         partition_size = DEFAULT_PARTITION_SIZE if split else 0
     if partition_size < 0 or partition_size % 32 != 0:
-        raise ValueError(f"partition_size: got {partition_size}, expected 0 (no split) or a "
-                         "positive multiple of 32")
+        raise ValueError(
+            f"partition_size: got {partition_size}, expected 0 (no split) or a "
+            "positive multiple of 32"
+        )
     split = partition_size > 0
     num_parts = num_partitions_for(max_context, partition_size) if split else 1
     if split:
         block_n = min(block_n, partition_size)
-    common = dict(NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, GROUP=group,
-                  HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_G=_pow2_at_least_16(group),
-                  BLOCK_D=_pow2_at_least_16(head_dim), BLOCK_N=block_n, UPCAST=interpreting())
+    common = dict(
+        NUM_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_G=_pow2_at_least_16(group),
+        BLOCK_D=_pow2_at_least_16(head_dim),
+        BLOCK_N=block_n,
+        UPCAST=interpreting() or _fp8(key_cache),
+        FP8=_fp8(key_cache),
+    )
     qk_scale = float(scale) * _LOG2E
+    key_cache, value_cache = _as_bytes(key_cache), _as_bytes(value_cache)
     grid = (num_seqs, num_kv_heads, num_parts)
     if not split:
-        k.paged_decode_kernel[grid](query, key_cache, value_cache, block_tables, seq_lens, out,
-                                    out, out, qk_scale, max_blocks, PARTITION=1 << 30,
-                                    NUM_PARTITIONS=1, SPLIT=False, **common)
+        k.paged_decode_kernel[grid](
+            query,
+            key_cache,
+            value_cache,
+            block_tables,
+            seq_lens,
+            out,
+            out,
+            out,
+            qk_scale,
+            float(k_scale),
+            float(v_scale),
+            max_blocks,
+            PARTITION=1 << 30,
+            NUM_PARTITIONS=1,
+            SPLIT=False,
+            **common,
+        )
         return out
-    part_acc = torch.empty((num_seqs, num_heads, num_parts, head_dim), dtype=torch.float32,
-                           device=query.device)
-    part_m = torch.empty((num_seqs, num_heads, num_parts), dtype=torch.float32,
-                         device=query.device)
+    part_acc = torch.empty(
+        (num_seqs, num_heads, num_parts, head_dim), dtype=torch.float32, device=query.device
+    )
+    part_m = torch.empty((num_seqs, num_heads, num_parts), dtype=torch.float32, device=query.device)
     part_l = torch.empty_like(part_m)
-    k.paged_decode_kernel[grid](query, key_cache, value_cache, block_tables, seq_lens, part_acc,
-                                part_m, part_l, qk_scale, max_blocks, PARTITION=partition_size,
-                                NUM_PARTITIONS=num_parts, SPLIT=True, **common)
+    k.paged_decode_kernel[grid](
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        part_acc,
+        part_m,
+        part_l,
+        qk_scale,
+        float(k_scale),
+        float(v_scale),
+        max_blocks,
+        PARTITION=partition_size,
+        NUM_PARTITIONS=num_parts,
+        SPLIT=True,
+        **common,
+    )
     k.merge_partitions_kernel[(num_seqs * num_heads,)](
-        part_acc, part_m, part_l, out, NUM_PARTITIONS=num_parts, HEAD_DIM=head_dim,
-        BLOCK_P=triton_next_power_of_2(num_parts), BLOCK_D=_pow2_at_least_16(head_dim))
+        part_acc,
+        part_m,
+        part_l,
+        out,
+        NUM_PARTITIONS=num_parts,
+        HEAD_DIM=head_dim,
+        BLOCK_P=triton_next_power_of_2(num_parts),
+        BLOCK_D=_pow2_at_least_16(head_dim),
+    )
     return out
 
 
-def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
-                            value_cache: torch.Tensor, block_tables: torch.Tensor,
-                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float) -> torch.Tensor:
+def paged_attention_prefill(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """Triton varlen causal prefill over cached context + new tokens.
 
     Reads the longest query length from `cu_seqlens_q` on the host (one small copy) to size
     the grid.
     """
-    _checks.check_prefill(query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens,
-                          scale)
-    _check_device({"query": query, "key_cache": key_cache, "value_cache": value_cache,
-                   "block_tables": block_tables, "cu_seqlens_q": cu_seqlens_q,
-                   "seq_lens": seq_lens})
+    _checks.check_prefill(
+        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
+    )
+    _check_device(
+        {
+            "query": query,
+            "key_cache": key_cache,
+            "value_cache": value_cache,
+            "block_tables": block_tables,
+            "cu_seqlens_q": cu_seqlens_q,
+            "seq_lens": seq_lens,
+        }
+    )
     k = _load()
     num_tokens, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
@@ -186,10 +299,28 @@ def paged_attention_prefill(query: torch.Tensor, key_cache: torch.Tensor,
     max_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     block_n, block_m = _tiles(head_dim)
     grid = (cdiv(max_q, block_m), num_seqs, num_heads)
+    fp8 = _fp8(key_cache)
     k.paged_prefill_kernel[grid](
-        query, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q, out,
-        float(scale) * _LOG2E, block_tables.shape[1], NUM_HEADS=num_heads,
-        NUM_KV_HEADS=num_kv_heads, GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_D=_pow2_at_least_16(head_dim),
-        BLOCK_N=block_n, UPCAST=interpreting())
+        query,
+        _as_bytes(key_cache),
+        _as_bytes(value_cache),
+        block_tables,
+        seq_lens,
+        cu_seqlens_q,
+        out,
+        float(scale) * _LOG2E,
+        float(k_scale),
+        float(v_scale),
+        block_tables.shape[1],
+        NUM_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_M=block_m,
+        BLOCK_D=_pow2_at_least_16(head_dim),
+        BLOCK_N=block_n,
+        UPCAST=interpreting() or fp8,
+        FP8=fp8,
+    )
     return out

@@ -66,6 +66,7 @@ def report() -> dict[str, str]:
     info[tr("LLM() runs", "LLM() 所用后端")] = (
         f"attention_backend={resolve_attention_backend(None, probe)!r}"
     )
+    info[tr("C matmul kernels", "C 矩阵乘 kernel")] = _matmul_kernels()
     from llmlab import openmp
 
     info[tr("OpenMP threads", "OpenMP 线程")] = openmp.describe()
@@ -95,6 +96,22 @@ def report() -> dict[str, str]:
         )
     )
     return info
+
+
+def _matmul_kernels() -> str:
+    """Which instructions the C fast path uses here for each weight dtype (chosen at run time)."""
+    import torch
+
+    from llmlab.ops import cpu_backend
+
+    ok, why = cpu_backend.available()
+    if not ok:
+        return tr(f"unavailable ({why})", f"不可用（{why}）")
+    found = ", ".join(cpu_backend.isa()) or tr(
+        "none of AVX-512 / AVX-512 BF16", "没有 AVX-512 / AVX-512 BF16"
+    )
+    kernels = "; ".join(cpu_backend.matmul_kernel(d) for d in (torch.bfloat16, torch.int8))
+    return tr(f"{found} found at run time; {kernels}", f"运行时检测到 {found}；{kernels}")
 
 
 def model_missing(info: dict[str, str]) -> bool:

@@ -39,6 +39,8 @@ def spec_step(engine: LLMEngine) -> list[RequestOutput]:
         if logprobs and req.logprobs is not None:  # only undrafted requests: n == 1
             req.logprobs.append(logprobs[req.request_id])
         new_ids = req.output_token_ids[-n:]
+        if req.grammar is not None and not engine._advance_grammar(req):  # undrafted: n == 1
+            finished.append(req)
         text = ""
         det = req.detokenizer
         if det is not None:

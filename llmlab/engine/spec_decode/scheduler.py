@@ -39,9 +39,10 @@ class SpecDecodeScheduler(Scheduler):
     def num_draft_tokens_allowed(self, req: Request) -> int:
         """The most drafts `req` may take this step: k, fewer near max_tokens or max_model_len
         (a step emits up to drafts + 1 tokens), none while its sampling needs more than the
-        plain sampler's rows (logprobs, penalties, logit bias, min_tokens still pending)."""
+        plain sampler's rows (logprobs, penalties, logit bias, min_tokens still pending, a
+        grammar: its mask holds for the next token only)."""
         params = req.sampling_params
-        if req.needs_extra_sampling or req.num_output_tokens < params.min_tokens:
+        if req.needs_extra_sampling or req.has_grammar or req.num_output_tokens < params.min_tokens:
             return 0
         return min(
             self.num_speculative_tokens,

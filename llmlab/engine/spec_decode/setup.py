@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from llmlab.engine.spec_decode.config import SpeculativeConfig
 from llmlab.engine.spec_decode.model_runner import SpecDecodeModelRunner
 from llmlab.engine.spec_decode.ngram_proposer import NgramProposer
@@ -24,7 +22,7 @@ def build_spec_decode(
     kv_cache_manager: Any,
     scheduler_kwargs: dict,
     runner_args: tuple,
-    default_generator: torch.Generator | None,
+    runner_kwargs: dict,
 ) -> tuple[SpecDecodeScheduler, SpecDecodeModelRunner]:
     if spec.method == "ngram":
         proposer, draft_layers = NgramProposer(spec.prompt_lookup_min, spec.prompt_lookup_max), None
@@ -43,7 +41,5 @@ def build_spec_decode(
         proposer=proposer,
         **scheduler_kwargs,
     )
-    runner = SpecDecodeModelRunner(
-        *runner_args, default_generator=default_generator, draft_num_layers=draft_layers
-    )
+    runner = SpecDecodeModelRunner(*runner_args, draft_num_layers=draft_layers, **runner_kwargs)
     return scheduler, runner

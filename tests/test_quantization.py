@@ -1,0 +1,336 @@
+"""Fewer bytes per number (`llmlab.quantization`, the engine's dtype settings, the C kernels of
+`kernels/cpu_quant.c`): each precision's logits against a float64 reference within a tolerance
+stated per precision; the int8 and bf16 matmul kernels against the math they stand for; the fp8
+KV cache's round trip; greedy tokens of the engine in bf16 against the readable model's; and
+the C path's fallback where the CPU lacks the BF16 instructions (simulated by a run-time cap)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmlab import LLM, SamplingParams
+from llmlab.engine.llm_engine import EngineConfig
+from llmlab.generate import generate_with_cache
+from llmlab.model import tiny_model
+from llmlab.ops import cpu_backend
+from llmlab.ops.metadata import single_sequence_metadata
+from llmlab.quantization import (
+    FP8_MAX,
+    dequantize_fp8,
+    dequantize_int8,
+    quantize_fp8,
+    quantize_int8,
+)
+
+HAVE_C = cpu_backend.available()[0]
+needs_c = pytest.mark.skipif(not HAVE_C, reason=f"no C compiler: {cpu_backend.available()[1]}")
+
+# max |logit - float64 logit| / max |float64 logit| allowed, per precision, on the tiny random
+# model (2 layers): the format's rounding step times the growth measured over the forward
+# (measured on seeds 3-5: float32 ~1e-6; bf16 1.0-2.5e-2; int8 2.9-3.6e-2; fp8 KV 5.6-13e-2).
+# float32: 2^-24 per number. bfloat16: 8 significant bits, 2^-8 per number, x 16. int8: half a
+# step of max|row| / 127, 2^-8 of the row's largest weight, x 16. fp8 e4m3: 3 mantissa bits,
+# 2^-4 per cached K/V value, x 4.
+TOLERANCES = {"float32": 1e-5, "bfloat16": 16 * 2**-8, "int8": 16 * 2**-8, "fp8-kv": 4 * 2**-4}
+SETTINGS = {
+    "float32": {},
+    "bfloat16": {"dtype": "bfloat16"},
+    "int8": {"quantization": "int8"},
+    "fp8-kv": {"kv_cache_dtype": "fp8"},
+}
+BACKENDS = ["torch"] + (["cpu"] if HAVE_C else [])
+
+
+@pytest.fixture(autouse=True)
+def _no_isa_cap():
+    yield
+    if HAVE_C:
+        cpu_backend.set_isa_cap(None)
+
+
+def _engine_logits(model, ids: list[int], backend: str, **settings) -> torch.Tensor:
+    """Logits [T, vocab] of one prompt through the model and caches an engine builds."""
+    runner = LLM(model, attention_backend=backend, **settings).llm_engine.model_runner
+    T = len(ids)
+    kv = runner.model.allocate_kv_caches(1, T, dtype=runner.kv_caches[0][0].dtype)
+    md = single_sequence_metadata(kv, 0, T, T, backend=backend, kv_scales=runner.kv_scales)
+    hidden = runner.model(torch.tensor(ids), torch.arange(T), md)
+    return runner.model.compute_logits(hidden)
+
+
+@torch.inference_mode()
+def _float64_logits(model, ids: list[int]) -> torch.Tensor:
+    """The reference: the model's own layers in float64, attention dense and causal (no cache)."""
+    m = copy.deepcopy(model).double()
+    T = len(ids)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * m.inv_freq.double()[None, :]
+    cos, sin = angles.cos(), angles.sin()
+    x = m.embed_tokens(torch.tensor(ids))  # [T, hidden]
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for layer in m.layers:
+        attn = layer.self_attn
+        q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)  # [T, h, d], [T, kvh, d]
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) * attn.scale
+        probs = scores.masked_fill(causal, float("-inf")).softmax(-1)
+        out = torch.einsum("hqk,khd->qhd", probs, v).reshape(T, -1)
+        x = x + attn.o_proj(out)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return m.lm_head(m.norm(x))  # [T, vocab]
+
+
+def test_the_float64_reference_is_the_model():
+    model = tiny_model(seed=3)
+    ids = list(range(5, 30))
+    torch.testing.assert_close(
+        _float64_logits(model, ids).float(), model.logits_for(ids), rtol=1e-4, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("precision", list(TOLERANCES))
+def test_logits_against_float64_within_the_precisions_tolerance(precision, backend):
+    model = tiny_model(seed=3)
+    ids = torch.randint(
+        0, model.config.vocab_size, (40,), generator=torch.Generator().manual_seed(1)
+    ).tolist()
+    ref = _float64_logits(model, ids)  # [T, vocab]
+    got = _engine_logits(model, ids, backend, **SETTINGS[precision]).double()
+    err = float((got - ref).abs().max() / ref.abs().max())
+    assert err <= TOLERANCES[precision], (
+        f"{precision} on {backend!r}: relative logit error {err:.2e} > {TOLERANCES[precision]}"
+    )
+    if precision != "float32":  # the tolerance is not so loose that float32 rounding passes
+        assert err > TOLERANCES["float32"], f"{precision} changed nothing ({err:.1e})"
+
+
+def test_bad_precision_settings_name_the_argument_and_the_allowed_values():
+    for kwargs, name in (
+        ({"dtype": "float16"}, "dtype"),
+        ({"quantization": "int4"}, "quantization"),
+        ({"kv_cache_dtype": "fp8_e5m2"}, "kv_cache_dtype"),
+    ):
+        with pytest.raises(ValueError, match=rf"{name} must be one of .*got"):
+            EngineConfig(**kwargs)
+
+
+def test_engine_settings_leave_the_callers_model_alone():
+    model = tiny_model(seed=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    LLM(model, dtype="bfloat16", quantization="int8", attention_backend="torch")
+    assert model.dtype == torch.float32
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# ---- the matmul kernels ------------------------------------------------------------------------
+
+
+@needs_c
+@settings(max_examples=25, deadline=None)
+@given(
+    T=st.integers(1, 9),
+    N=st.integers(1, 40),
+    K16=st.integers(1, 12),
+    seed=st.integers(0, 99),
+    portable=st.booleans(),
+)
+def test_int8_matmul_kernel_equals_dequantized_math(T, N, K16, seed, portable):
+    """The kernel widens int8 inside its dot products; its result is x @ (q * scale)ᵀ."""
+    g = torch.Generator().manual_seed(seed)
+    K = 16 * K16
+    x, w = torch.randn(T, K, generator=g), torch.randn(N, K, generator=g)
+    q, scale = quantize_int8(w)
+    cpu_backend.set_isa_cap([] if portable else None)
+    got = cpu_backend.qgemm(x, q, scale)
+    want = x.double() @ dequantize_int8(q, scale).double().T
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+
+
+def test_int8_quantization_is_per_output_channel():
+    w = torch.randn(8, 32) * torch.logspace(-3, 1, 8)[:, None]  # rows of very different size
+    q, scale = quantize_int8(w)
+    assert q.dtype == torch.int8 and int(q.abs().max()) == 127
+    assert torch.all(q.abs().amax(1) == 127)  # every row uses its full range
+    err = (dequantize_int8(q, scale) - w).abs().amax(1)
+    assert torch.all(err <= scale / 2 + 1e-7)  # half a step of its own row
+
+
+@needs_c
+@settings(max_examples=15, deadline=None)
+@given(T=st.integers(1, 9), N=st.integers(1, 40), K32=st.integers(1, 8), seed=st.integers(0, 99))
+def test_bf16_matmul_kernel_on_both_instruction_paths(T, N, K32, seed):
+    g = torch.Generator().manual_seed(seed)
+    K = 32 * K32
+    x, w = torch.randn(T, K, generator=g), torch.randn(N, K, generator=g).bfloat16()
+    wide = w.double()
+    cpu_backend.set_isa_cap([])  # the portable path: x stays float32
+    torch.testing.assert_close(
+        cpu_backend.qgemm(x, w).double(), x.double() @ wide.T, rtol=1e-5, atol=1e-5 * K**0.5
+    )
+    cpu_backend.set_isa_cap(None)  # vdpbf16ps where present, for 1-3 rows: x rounded to bf16
+    rounded = "avx512_bf16" in cpu_backend.isa() and T < 4
+    want = (x.bfloat16().double() if rounded else x.double()) @ wide.T
+    torch.testing.assert_close(
+        cpu_backend.qgemm(x, w).double(), want, rtol=1e-4, atol=1e-4 * K**0.5
+    )
+
+
+@needs_c
+def test_c_path_without_bf16_instructions_falls_back():
+    """A CPU without AVX-512 BF16 (simulated by capping the run-time choice) runs the portable
+    kernels: the same engine tokens, and a product where x was not rounded to bf16."""
+    model = tiny_model(seed=5)
+    ids = [[3, 14, 15, 92, 65, 35, 89, 79, 32, 38]]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    fast = LLM(model, dtype="bfloat16", attention_backend="cpu").generate(
+        ids, params, use_tqdm=False
+    )
+    cpu_backend.set_isa_cap([])
+    assert cpu_backend.isa() == []
+    assert "no AVX-512 BF16" in cpu_backend.matmul_kernel(torch.bfloat16)
+    slow = LLM(model, dtype="bfloat16", attention_backend="cpu").generate(
+        ids, params, use_tqdm=False
+    )
+    assert fast[0].outputs[0].token_ids == slow[0].outputs[0].token_ids
+    x = torch.full((1, 32), 1.0 + 2**-12)  # not a bf16 value: rounding would show
+    w = torch.ones(4, 32, dtype=torch.bfloat16)
+    assert torch.equal(cpu_backend.qgemm(x, w), torch.full((1, 4), 32 * (1.0 + 2**-12)))
+    with pytest.raises(ValueError, match="names"):
+        cpu_backend.set_isa_cap(["sse9"])
+
+
+# ---- the fp8 KV cache --------------------------------------------------------------------------
+
+
+def test_fp8_round_trip_keeps_three_mantissa_bits_and_saturates():
+    x = torch.randn(4096) * 3
+    scale = float(x.abs().max()) * 2 / FP8_MAX
+    back = dequantize_fp8(quantize_fp8(x, scale), scale)
+    normal = x.abs() >= scale * 2**-6  # e4m3's smallest normal, scaled
+    rel = ((back - x).abs() / x.abs())[normal]
+    assert float(rel.max()) <= 2**-4  # half a step of 3 mantissa bits
+    huge = quantize_fp8(torch.tensor([1e6, -1e6]), 1.0).float()
+    assert torch.equal(huge, torch.tensor([FP8_MAX, -FP8_MAX]))  # saturated, not NaN
+
+
+@pytest.mark.parametrize("backend", ["torch", "cpu", "triton", "cuda"])
+def test_fp8_cache_write_and_read_back(backend):
+    """reshape_and_cache stores value / scale in e4m3 at the slots; attention over that cache
+    equals float attention over the dequantized values, NaN in unused slots notwithstanding."""
+    from llmlab import ops
+    from llmlab.ops import triton_backend
+
+    ok, why = ops.backend_available(backend)
+    if not ok:
+        pytest.skip(f"backend {backend!r} cannot run here: {why}")
+    device = (
+        "cuda"
+        if backend == "cuda"
+        or (backend == "triton" and torch.cuda.is_available() and not triton_backend.interpreting())
+        else "cpu"
+    )
+    g = torch.Generator().manual_seed(0)
+    blocks, bs, kvh, d, heads = 6, 4, 2, 32, 4
+    kc = torch.full((blocks, bs, kvh, d), float("nan")).to(torch.float8_e4m3fn)
+    vc = kc.clone()
+    k, v = torch.randn(7, kvh, d, generator=g), torch.randn(7, kvh, d, generator=g)
+    slots = torch.tensor([20, 21, 22, 23, 8, 9, 10], dtype=torch.int64)  # blocks 5, then 2
+    q = torch.randn(1, heads, d, generator=g)
+    bt = torch.tensor([[5, 2]], dtype=torch.int32)
+    sl = torch.tensor([7], dtype=torch.int32)
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    kc_, vc_, k_, v_, slots_, q_, bt_, sl_, cu_ = (
+        t.to(device) for t in (kc, vc, k, v, slots, q, bt, sl, cu)
+    )
+    ops.reshape_and_cache(k_, v_, kc_, vc_, slots_, backend=backend, k_scale=0.01, v_scale=0.02)
+    flat_k = kc_.cpu().view(-1, kvh, d)[slots]
+    assert torch.equal(flat_k.view(torch.uint8), quantize_fp8(k, 0.01).view(torch.uint8))
+    out = ops.paged_attention_decode(
+        q_, kc_, vc_, bt_, sl_, d**-0.5, backend=backend, k_scale=0.01, v_scale=0.02
+    ).cpu()
+    out_prefill = ops.paged_attention_prefill(
+        q_, kc_, vc_, bt_, cu_, sl_, d**-0.5, backend=backend, k_scale=0.01, v_scale=0.02
+    ).cpu()
+    kf = torch.zeros(blocks, bs, kvh, d)
+    vf = torch.zeros(blocks, bs, kvh, d)
+    kf.view(-1, kvh, d)[slots] = dequantize_fp8(quantize_fp8(k, 0.01), 0.01)
+    vf.view(-1, kvh, d)[slots] = dequantize_fp8(quantize_fp8(v, 0.02), 0.02)
+    want = ops.paged_attention_decode(q, kf, vf, bt, sl, d**-0.5, backend="torch")
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out_prefill, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fp8_cache_needs_its_scales():
+    from llmlab.ops import AttentionMetadata
+
+    kv = [(torch.zeros(1, 4, 2, 16, dtype=torch.float8_e4m3fn),) * 2]
+    with pytest.raises(ValueError, match="kv_scales"):
+        single_sequence_metadata(kv, 0, 4, 4)
+    with pytest.raises(ValueError, match="kv_scales"):
+        AttentionMetadata(
+            torch.tensor([0, 4], dtype=torch.int32),
+            torch.tensor([4], dtype=torch.int32),
+            torch.arange(4),
+            torch.zeros(1, 1, dtype=torch.int32),
+            kv,
+            4,
+            kv_scales=[(1.0, -1.0)],
+        )
+
+
+def test_fp8_cache_halves_the_kv_bytes_so_the_pool_holds_twice_the_blocks():
+    model = tiny_model(seed=0)
+    budget = 1 << 20
+    f32 = LLM(model, attention_backend="torch", kv_cache_memory_bytes=budget, max_num_seqs=512)
+    fp8 = LLM(
+        model,
+        attention_backend="torch",
+        kv_cache_memory_bytes=budget,
+        max_num_seqs=512,
+        kv_cache_dtype="fp8",
+    )
+    assert fp8.llm_engine.num_kv_blocks == 4 * f32.llm_engine.num_kv_blocks  # 1 byte vs 4
+    assert fp8.llm_engine.model_runner.kv_caches[0][0].dtype == torch.float8_e4m3fn
+
+
+# ---- greedy tokens -------------------------------------------------------------------------------
+
+
+def test_engine_greedy_tokens_in_bf16_equal_the_readable_models():
+    """The engine (paged cache, batching, chunked prefill) in bf16 makes the tokens the readable
+    model makes in bf16 with its own contiguous cache, prompt by prompt."""
+    model = tiny_model(seed=7)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [40, 41, 2, 3], list(range(3, 40))]
+    llm = LLM(model, dtype="bfloat16", attention_backend="torch", max_num_batched_tokens=16)
+    outs = llm.generate(
+        prompts, SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True), use_tqdm=False
+    )
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    for prompt, out in zip(prompts, outs):
+        assert out.outputs[0].token_ids == generate_with_cache(bf16, prompt, 10).token_ids
+
+
+@needs_c
+def test_fast_path_bf16_and_int8_tokens_equal_the_readable_paths():
+    """The C path computes bf16 / int8 weights with float32 activations; on these prompts its
+    greedy tokens are those of the readable path at the same precision."""
+    model = tiny_model(seed=11)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], list(range(3, 30))]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    for settings_ in ({"dtype": "bfloat16"}, {"quantization": "int8"}):
+        runs = [
+            [
+                o.outputs[0].token_ids
+                for o in LLM(model, attention_backend=b, **settings_).generate(
+                    prompts, params, use_tqdm=False
+                )
+            ]
+            for b in ("torch", "cpu")
+        ]
+        assert runs[0] == runs[1], settings_
