@@ -31,7 +31,8 @@ def execute_notebook(
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    old_env = {k: os.environ.get(k) for k in (env or {})}
+    env = {"LLMLAB_HEADLESS": "1", **(env or {})}  # no browser: figures outside widgets
+    old_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env or {})
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sockets = tempfile.TemporaryDirectory(prefix="llmlab-kernel-")

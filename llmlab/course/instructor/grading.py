@@ -47,7 +47,12 @@ FUNCTION_TIMEOUT_S = 60  # a function answer: start-up and every call of its che
 RECHECK_TIMEOUT_S = 600  # the checker process, all exercises of one notebook
 PROBE_TIMEOUT_S = 10  # after a cell timed out: how long the kernel has to answer again
 MAX_ANSWERS_BYTES = 64 * 2**20  # the recorded answers of one run
-GRADING_ENV = {"LLMLAB_FAST": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+GRADING_ENV = {
+    "LLMLAB_FAST": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "LLMLAB_HEADLESS": "1",
+}
 # unless the caller's environment says otherwise: OpenMP threads sleep instead of spinning
 # (spinning slowed the model many times over when several kernels share a few cores)
 GRADING_ENV_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}

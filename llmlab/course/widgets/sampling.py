@@ -16,6 +16,7 @@ from llmlab.analysis.distribution import (  # noqa: F401
     prompt_logits,
 )
 from llmlab.course.figures.ch03 import plot_label, plot_next_token_distribution  # noqa: F401
+from llmlab.course.widgets._show import show_figure
 from llmlab.i18n import tr
 
 
@@ -27,8 +28,6 @@ def sampling_explorer(
 ) -> Any:
     """Sliders for temperature, top-k and top-p over the real model's next-token distribution."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     if model is None or tokenizer is None:
         from llmlab.model import load_model
@@ -56,13 +55,10 @@ def sampling_explorer(
             f"tokens that can be sampled: {dist.num_kept}",
             f"可以被采样的 token：{dist.num_kept} 个",
         )
-        with out:
-            out.clear_output(wait=True)
-            ax = plot_next_token_distribution(
-                state["logits"], tokenizer, temp.value, top_k, p.value, top_n
-            )
-            display(ax.figure)
-            plt.close(ax.figure)
+        ax = plot_next_token_distribution(
+            state["logits"], tokenizer, temp.value, top_k, p.value, top_n
+        )
+        show_figure(out, ax.figure)
 
     def new_prompt(change: dict) -> None:
         state["logits"] = prompt_logits(change["new"], model, tokenizer)
