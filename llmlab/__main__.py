@@ -11,6 +11,8 @@ edition LANG NOTEBOOKS OUT the student edition (en or zh) into OUT: the chapters
 student SRC DST            write the student version of the notebooks (solutions stripped)
 grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercises
                            (SRC: the instructor's notebook, or the manifest `student` wrote)
+check chNN [NOTEBOOK|MODULE]  a chapter's build exercises on the student's code (by default
+                           the chapter in the student's edition); exit status 0 when all pass
 lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
                            the notebooks in another language (zh) from one English source
 exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
@@ -56,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         from llmlab.openmp import main as openmp_main
 
         return openmp_main(rest)
+    if cmd == "check":
+        from llmlab.course.build.cli import main as check_main
+
+        return check_main(rest)
     if cmd == "lang":
         from llmlab.course.lang import main as lang_main
 

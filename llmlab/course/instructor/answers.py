@@ -19,6 +19,8 @@ read as anything but data:
                                              source and the globals it names (modules by name,
                                              helper functions by source, other values encoded)
     {"__function__": {"module", "qualname"}} a function from an installed module, by reference
+                                             (a class the notebook defined travels as a
+                                             function does: its source and the globals it names)
 
 Decoding never imports or runs anything unless the caller says how (`module=`, `function=`):
 the checker process turns a function into a stand-in that runs it in a separate interpreter.
@@ -32,6 +34,7 @@ import functools
 import importlib
 import inspect
 import json
+import linecache
 import math
 import sys
 import textwrap
@@ -124,6 +127,8 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"__module__": value.__name__}
     if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
         return {"__function__": _function_spec(value, d, set())}
+    if isinstance(value, type) and value.__module__ == "__main__":
+        return {"__function__": _class_spec(value, d)}
     if (
         callable(value)
         and isinstance(getattr(value, "__module__", None), str)
@@ -152,6 +157,91 @@ def _lambda_source(source: str) -> str:
     return ast.get_source_segment(source, lambdas[0])
 
 
+def _class_source(cls: type) -> str:
+    """The source of a class the notebook defined: `inspect.getsource` where it can read it, else
+    the class statement found in the cell that defined one of its methods (IPython keeps each
+    cell's text; a class in `__main__` has no file for `inspect` to read)."""
+    try:
+        return textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        pass
+    for attr in vars(cls).values():
+        fn = getattr(attr, "fget", None) or getattr(attr, "__func__", None) or attr
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            continue
+        text = "".join(linecache.getlines(code.co_filename))
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ClassDef)
+                and node.name == cls.__name__
+                and node.lineno <= code.co_firstlineno <= (node.end_lineno or 0)
+            ):
+                lines = text.splitlines(keepends=True)
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                return textwrap.dedent("".join(lines[first - 1 : node.end_lineno]))
+    raise AnswerFormatError(
+        f"the source of your class {cls.__name__} cannot be read; define it with class in a "
+        f"cell, with at least one method"
+    )
+
+
+def _class_spec(cls: type, depth: int) -> dict:
+    """Source and globals of a class the notebook defined (the same shape as a function's: the
+    sandbox defines it by running its source)."""
+    source = _class_source(cls)
+    try:
+        code = compile(source, f"<your class {cls.__name__}>", "exec")
+    except SyntaxError as e:
+        raise AnswerFormatError(
+            f"the source of your class {cls.__name__} does not parse: {e}"
+        ) from None
+    scope = dict(sys.modules["__main__"].__dict__) if "__main__" in sys.modules else {}
+    for attr in vars(cls).values():
+        fn = getattr(attr, "fget", None) or getattr(attr, "__func__", None) or attr
+        if isinstance(fn, types.FunctionType):
+            scope.update(fn.__globals__)
+            break
+    return {
+        "name": cls.__name__,
+        "source": source,
+        "globals": _used_globals(code, scope, {cls.__name__}, depth, set()),
+    }
+
+
+def _used_globals(
+    code: types.CodeType, scope: dict, skip: set[str], depth: int, seen: set[int]
+) -> dict:
+    """The encoded values of the globals `code` names (notebook functions by source, classes the
+    notebook defined by source, the rest encoded); those that cannot be carried are left out."""
+    used: dict[str, Any] = {}
+    for name in sorted(code_names(code)):
+        if name not in scope or name in skip or name.startswith("__"):
+            continue
+        value = scope[name]
+        try:
+            if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
+                if id(value) in seen:
+                    continue
+                used[name] = {"__function__": _function_spec(value, depth + 1, seen)}
+            elif isinstance(value, type) and value.__module__ == "__main__":
+                if id(value) in seen or depth > MAX_DEPTH:
+                    continue
+                seen = seen | {id(value)}
+                used[name] = {"__function__": _class_spec(value, depth + 1)}
+            else:
+                used[name] = encode(value, depth + 1)
+        except AnswerFormatError:
+            continue  # left out: a call that needs it raises NameError, and says so
+        if len(json.dumps(used[name])) > MAX_GLOBAL_CHARS:
+            del used[name]
+    return used
+
+
 def _function_spec(fn: types.FunctionType, depth: int, seen: set[int]) -> dict:
     """Source and globals of a function the notebook defined (and of the helpers it calls)."""
     seen = seen | {id(fn)}
@@ -171,22 +261,7 @@ def _function_spec(fn: types.FunctionType, depth: int, seen: set[int]) -> dict:
                 scope[name] = cell.cell_contents
             except ValueError:  # a cell not filled yet
                 pass
-    used: dict[str, Any] = {}
-    for name in sorted(code_names(fn.__code__)):
-        if name not in scope or name == fn.__name__:
-            continue
-        value = scope[name]
-        try:
-            if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
-                if id(value) in seen:
-                    continue
-                used[name] = {"__function__": _function_spec(value, depth + 1, seen)}
-            else:
-                used[name] = encode(value, depth + 1)
-        except AnswerFormatError:
-            continue  # left out: a call that needs it raises NameError, and says so
-        if len(json.dumps(used[name])) > MAX_GLOBAL_CHARS:
-            del used[name]
+    used = _used_globals(fn.__code__, scope, {fn.__name__}, depth, seen)
     return {"name": fn.__name__, "source": source, "globals": used}
 
 

@@ -9,7 +9,10 @@ only the student's function, and reads back the result. The student's code here 
 whatever it likes, but all it can hand back is a return value for the checker to judge.
 
 Protocol (one JSON line each way, in the wire format of `answers`): `{"function": spec}` first,
-then per call `{"args", "kwargs"}` → `{"result"}` or `{"error": [type name, message]}`.
+then per call `{"args", "kwargs"}` → `{"result"}` or `{"error": [type name, message]}`. A build
+exercise's answer (a class or function the student wrote a piece of the engine in) is called
+through a driver of `llmlab.course.build` instead: `{"driver": "module:function", "args",
+"kwargs"}` runs `driver(answer, *args, **kwargs)` here and sends back its plain return value.
 """
 
 from __future__ import annotations
@@ -39,7 +42,12 @@ def serve(argv: list[str]) -> int:
             if failure is not None:
                 raise failure
             args, kwargs = decode(call["args"]), decode(call["kwargs"])
-            reply = {"result": encode(fn(*args, **kwargs))}
+            if "driver" in call:  # a build exercise: the package's driver runs the student's piece
+                from llmlab.course.build.core import resolve_driver
+
+                reply = {"result": encode(resolve_driver(call["driver"])(fn, *args, **kwargs))}
+            else:
+                reply = {"result": encode(fn(*args, **kwargs))}
         except AnswerFormatError as e:
             reply = {"error": ["ValueError", f"the result cannot be handed back: {e}"]}
         except Exception as e:  # the student's code: report, as the checker would in the notebook
