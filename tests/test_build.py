@@ -1,0 +1,184 @@
+"""The build exercises' framework: the smallest disagreeing case is found, a class the notebook
+defines reaches the grader's sandbox intact, only the package's drivers run there, and
+`python -m llmlab check` runs only a notebook's definition cells."""
+
+from __future__ import annotations
+
+import linecache
+import time
+
+import nbformat
+import pytest
+from hypothesis import strategies as st
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from llmlab.course.build import Raised, cli, drive, find_counterexample, resolve_driver
+from llmlab.course.instructor.answers import AnswerFormatError, build_function, encode
+
+
+def test_a_disagreement_is_shrunk_to_the_smallest_case():
+    # dropping duplicates is wrong only when a value repeats: the smallest such list is [0, 0]
+    cex = find_counterexample(
+        st.lists(st.integers(0, 9)), lambda xs: sorted(set(xs)), sorted, max_examples=80
+    )
+    assert cex is not None
+    assert cex.case == [0, 0]
+    assert (cex.got, cex.expected) == ([0], [0, 0])
+
+
+def test_agreement_gives_no_counterexample_and_the_run_is_reproducible():
+    seen: list[list[list[int]]] = [[], []]
+    for run in seen:
+        cex = find_counterexample(
+            st.lists(st.integers(0, 9), max_size=5),
+            lambda xs, run=run: run.append(list(xs)) or sorted(xs),
+            sorted,
+            max_examples=20,
+        )
+        assert cex is None
+    assert seen[0] == seen[1] and len(seen[0]) >= 10
+
+
+def test_an_exception_is_what_the_piece_did_and_a_timeout_stops_at_once():
+    def fragile(xs):
+        if len(xs) > 2:
+            raise IndexError("list too long")
+        return sorted(xs)
+
+    cex = find_counterexample(st.lists(st.integers(0, 3)), fragile, sorted)
+    assert cex is not None and len(cex.case) == 3
+    assert cex.got == Raised("IndexError", "list too long")
+
+    calls = []
+
+    def slow(xs):
+        calls.append(xs)
+        raise TimeoutError("your function ran longer than 1 s in all")
+
+    cex = find_counterexample(st.lists(st.integers(0, 3)), slow, sorted, max_examples=50)
+    assert cex is not None and cex.got.error == "TimeoutError"
+    assert len(calls) == 1  # nothing more is sent to a dead stand-in
+
+
+def test_a_bug_in_the_reference_is_not_blamed_on_the_student():
+    with pytest.raises(ZeroDivisionError):
+        find_counterexample(st.integers(0, 3), lambda x: x, lambda x: 1 // 0, max_examples=5)
+
+
+CELL = '''
+import collections
+
+class Base:
+    def hello(self):
+        return "base"
+
+class Pool(Base):
+    """Blocks handed out from the head of a queue."""
+    FIRST = 0
+
+    def __init__(self, n):
+        self.free = collections.deque(range(self.FIRST, n))
+
+    def take(self):
+        return self.free.popleft() + OFFSET
+
+    def hello(self):
+        return super().hello() + " and pool"
+'''
+
+
+def _define_in_a_cell(source: str, filename: str) -> dict:
+    """What IPython does with a cell: its text kept in linecache, its code run in __main__."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    ns = {"__name__": "__main__", "OFFSET": 10}
+    exec(compile(source, filename, "exec"), ns)
+    return ns
+
+
+def test_a_class_defined_in_a_cell_travels_by_its_source_with_what_it_uses():
+    ns = _define_in_a_cell(CELL, "/tmp/ipykernel_0/cell-17.py")
+    spec = encode(ns["Pool"])["__function__"]
+    assert spec["name"] == "Pool" and spec["source"].startswith("class Pool(Base):")
+    assert {"Base", "OFFSET", "collections"} <= set(spec["globals"])
+    Pool = build_function(spec)  # in a fresh namespace, as the sandbox does
+    pool = Pool(3)
+    assert [pool.take(), pool.take()] == [10, 11]
+    assert pool.hello() == "base and pool"  # super() works: the class statement ran whole
+
+
+def test_a_class_whose_source_cannot_be_found_is_refused_with_a_reason():
+    Bare = type("Bare", (), {"__module__": "__main__"})
+    with pytest.raises(AnswerFormatError, match="class Bare"):
+        encode(Bare)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "os:system",
+        "llmlab.course.check.core:passed",
+        "llmlab.course.build.core",
+        "llmlab.course.build.core:DRIVER_PREFIX",
+        "llmlab.course.buildx:anything",
+        "llmlab.course.build.core:importlib",  # a module reached through a driver module
+    ],
+)
+def test_only_the_package_s_drivers_can_be_named(name):
+    with pytest.raises(ValueError, match="driver"):
+        resolve_driver(name)
+
+
+def test_drive_calls_the_driver_here_or_asks_the_stand_in():
+    class StandIn:
+        grader_stand_in = True
+
+        def drive(self, driver, *args, **kwargs):
+            return ("sandbox", driver, args, kwargs)
+
+    assert drive(StandIn(), "llmlab.course.build.x:y", 1, k=2) == (
+        "sandbox",
+        "llmlab.course.build.x:y",
+        (1,),
+        {"k": 2},
+    )
+    with pytest.raises(ValueError, match="driver"):
+        drive(sorted, "builtins:print", [1])
+
+
+def test_check_runs_only_a_notebook_s_definition_cells(tmp_path):
+    marker = tmp_path / "ran"
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# a chapter"),
+            new_code_cell("import math\n\ndef double(x):\n    return 2 * x"),
+            new_code_cell(f"open({str(marker)!r}, 'w').write('x')"),  # a compute cell: skipped
+            new_code_cell('"""a docstring"""\nclass Box:\n    SIZE = double(2)'),
+            new_code_cell("answer = None  # an exercise cell: skipped"),
+            new_code_cell("def broken(:\n    pass"),  # does not parse: skipped, not fatal
+        ]
+    )
+    path = tmp_path / "11-x.ipynb"
+    nbformat.write(nb, path)
+    ns = cli.load_definitions(path)
+    assert ns["double"](3) == 6 and ns["Box"].SIZE == 4 and ns["double"].__module__ == "__main__"
+    assert "answer" not in ns and not marker.exists()
+
+
+def test_check_refuses_a_chapter_it_does_not_know(capsys):
+    assert cli.main(["ch99"]) == 2
+    assert "chapter must be one of" in capsys.readouterr().err
+    assert cli.main(["chapter11"]) == 2
+    assert "chNN" in capsys.readouterr().err
+    assert cli.main([]) == 2
+
+
+def test_the_search_is_bounded():
+    t0 = time.perf_counter()
+    cex = find_counterexample(
+        st.lists(st.integers(0, 100), max_size=50),
+        lambda xs: sorted(xs)[:-1] if len(xs) > 40 else sorted(xs),
+        sorted,
+        max_examples=30,
+    )
+    assert time.perf_counter() - t0 < 30
+    assert cex is None or len(cex.case) == 41
