@@ -47,16 +47,21 @@ LINE_START = re.compile(r"^[ \t]*(?:#+[ \t]*)?(?:[-*+][ \t]+|\d+[.)][ \t]+)?", r
 SENTENCE_END = re.compile(r"[。！？；!?;\n]")
 
 
+def _quote_mark(quote: re.Match) -> str:
+    """A quoted sentence that ends the reader's sentence ("…。」") ends it here too."""
+    return "□。" if re.search(r"[。！？]」", quote.group(0)) else "□"
+
+
 def prose(markdown: str) -> str:
-    """The cell's own Chinese prose: code, formulas, tables, quotes and markup left out. An
-    inline formula, inline code or a quote of the source chapter stays as one mark (it is read
-    as part of its sentence), so a sentence's length counts it once."""
+    """The cell's own Chinese prose: code blocks, formulas, tables, quotes and markup left out.
+    An inline formula or a quote of the source chapter stays as one mark (it is read as part of
+    its sentence), so a sentence's length counts it once; inline code keeps its text."""
     text = FENCE.sub("\n", markdown)
     text = DISPLAY_MATH.sub("\n", text)
     text = "\n".join(
         "" if line.lstrip().startswith(("|", ">")) else line for line in text.splitlines()
     )
-    text = SEED_QUOTE.sub("□", text)
+    text = SEED_QUOTE.sub(_quote_mark, text)
     text = INLINE_MATH.sub("□", text)
     text = INLINE_CODE.sub(lambda m: m.group(0)[1:-1], text)
     text = LINK.sub(r"\1", text)
