@@ -38,8 +38,9 @@ def language() -> str:
 def tr(en: str, zh: str) -> str:
     """The text the student reads: `en` in English (the default), `zh` in Chinese.
 
-    Every student-facing string is written as such a pair at the place it is used, so that the
-    two languages are edited together: `not_yet(ex, tr("off by a factor of 8.", "差了 8 倍。"))`.
+    A student-facing string written where it is used is such a pair, so that the two languages
+    are edited together: `ax.set_ylabel(tr("time per token", "每个 token 的时间"))`. The
+    checkers' hints and verdicts go in keyed catalogs instead (`llmlab.course.check.catalog`).
     """
     return zh if language() == "zh" else en
 

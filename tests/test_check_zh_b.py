@@ -9,6 +9,7 @@ import ast
 import contextlib
 import importlib
 import io
+import json
 import re
 from pathlib import Path
 
@@ -91,10 +92,19 @@ def test_wrong_numbers_get_chinese_hints_that_never_show_the_number(zh):
 
 
 def _pair_tables():
-    """Every module-level dict of (English, Chinese) pairs in the checkers (hint tables)."""
+    """Every module-level dict of (English, Chinese) pairs in the checkers (hint tables); a
+    table of catalog keys (`M.key(...)`) counts with the two texts of each key."""
     for m in MODULES:
         module = importlib.import_module(f"llmlab.course.check.{m}")
         for name, value in vars(module).items():
+            cat = getattr(module, "M", None)
+            if (
+                cat is not None
+                and isinstance(value, dict)
+                and value
+                and all(isinstance(v, str) and v in cat.entries for v in value.values())
+            ):
+                value = {k: (cat.template(v), cat.template(v, "zh")) for k, v in value.items()}
             if (
                 isinstance(value, dict)
                 and value
@@ -180,6 +190,10 @@ def test_right_answers_pass_in_chinese_with_a_chinese_verdict(zh):
 
 def _chinese_strings():
     for f in FILES:
+        messages = (ROOT / f).parent / "messages" / f"{Path(f).stem}.json"
+        if messages.exists():  # the module's catalog (llmlab.course.check.catalog)
+            for key, entry in json.loads(messages.read_text(encoding="utf-8"))["messages"].items():
+                yield f"{messages.name} {key}", 0, entry["zh"]
         tree = ast.parse((ROOT / f).read_text(encoding="utf-8"))
         skip = set()
         for node in ast.walk(tree):

@@ -12,8 +12,10 @@ import contextlib
 import importlib
 import inspect
 import io
+import json
 import math
 import re
+import string
 from pathlib import Path
 
 import pytest
@@ -46,11 +48,23 @@ def _texts(node) -> list[str]:
     ]
 
 
+def _literal_parts(template: str) -> list[str]:
+    """The text of a catalog template between its placeholders ("{{" read as "{")."""
+    parts = [""]
+    for literal, field, _, _ in string.Formatter().parse(template):
+        parts[-1] += literal
+        if field is not None:
+            parts.append("")
+    return parts
+
+
 def strings_of(module_name: str) -> list[str]:
     """The texts a checker module can show as hints: the hint arguments of its calls to the
     checking helpers (`not_yet`, `staged`, `check_number`'s default_hint/formula/mistakes, ...),
     and the values it assigns to names that say they are hints (`*HINT*`, `*WHY*`, `*MISTAKE*`);
-    f-strings contribute their constant parts."""
+    f-strings contribute their constant parts. A module that keeps its texts in a catalog
+    (`llmlab.course.check.catalog`) contributes every text of it, in both languages, each
+    template's parts between its placeholders."""
     tree = ast.parse(
         (ROOT / "llmlab" / "course" / "check" / f"{module_name}.py").read_text(encoding="utf-8")
     )
@@ -78,6 +92,11 @@ def strings_of(module_name: str) -> list[str]:
             for sub in node.body:
                 if isinstance(sub, ast.Return) and sub.value is not None:
                     found += _texts(sub.value)
+    messages = ROOT / "llmlab" / "course" / "check" / "messages" / f"{module_name}.json"
+    if messages.exists():
+        for entry in json.loads(messages.read_text(encoding="utf-8"))["messages"].values():
+            for text in (entry["en"], entry["zh"]):
+                found += [p for p in _literal_parts(text) if len(p.strip()) >= 3]
     return sorted(set(found))
 
 

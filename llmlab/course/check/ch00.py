@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -17,7 +18,9 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.i18n import Bilingual, tr
+from llmlab.i18n import Bilingual
+
+M = catalog("ch00")
 
 CHAPTERS = 13  # notebooks 00 … 12
 
@@ -57,34 +60,18 @@ def throughput_vs_wait(answer: Any) -> CheckResult:
     second? One letter of GOALS_OPTIONS."""
     ex = "ch00.throughput_vs_wait"
     letters, right = _lettered(GOALS_OPTIONS)
-    both = tr(
-        "it makes every step shorter, so it helps both goals at once; look for the change that "
-        "shares a step among users.",
-        "它让每一步都变短，所以两个目标同时受益；找一找让多个用户共用一步的那个改动。",
-    )
-    then = tr(
-        "A step that carries more users' tokens serves more users per second, but each user's "
-        "next token waits for the whole step, and a new request may wait for a place in it.",
-        "一步里装下更多用户的 token，每秒能服务的用户就更多；但每个用户的下一个 token 都要等整步算完，"
-        "新来的请求还可能要等到一个空位。",
-    )
+    both = M("throughput_vs_wait.helps_both")
+    then = M("throughput_vs_wait.then")
     hints = {
         letters[0]: staged(ex, both, then),
         letters[1]: staged(
             ex,
-            tr(
-                "a KV cache makes each token cheaper to produce: it shortens waits too.",
-                "KV cache 让每个 token 都算得更省：它也缩短了等待。",
-            ),
+            M("throughput_vs_wait.kv_cache"),
             then,
         ),
         letters[3]: staged(
             ex,
-            tr(
-                "a smaller model reads fewer bytes per step: both goals gain "
-                "(what it costs is answer quality, not waiting).",
-                "小模型每一步读的字节更少：两个目标都受益（它的代价是回答的质量，不是等待）。",
-            ),
+            M("throughput_vs_wait.smaller_model"),
             then,
         ),
     }
@@ -116,27 +103,14 @@ _NUMBER_KIND = {
     "kv_bytes_per_token_llama3_70b": "derive",
     "ms_per_token_smollm2_here": "measure",
 }
-_NUMBER_HINTS = {  # (English, Chinese)
-    "head_size_of_hidden_4096_and_32_heads": (
-        "a model's configuration fixes it: no machine is needed.",
-        "模型配置就决定了它：用不着任何机器。",
+_NUMBER_HINTS = {  # the catalog key of each hint
+    "head_size_of_hidden_4096_and_32_heads": M.key(
+        "number_kinds.head_size_of_hidden_4096_and_32_heads"
     ),
-    "tokens_per_english_word": (
-        "the real tokenizer runs here, and its count is the same on any computer.",
-        "真实的分词器在这里就能运行，而且它数出来的结果在任何计算机上都一样。",
-    ),
-    "decode_step_ms_70b_on_h100": (
-        "the course runs without a GPU: where does an H100's figure come from then?",
-        "本课程不用 GPU 就能运行：那 H100 的数字从哪里来？",
-    ),
-    "kv_bytes_per_token_llama3_70b": (
-        "layers, KV heads, head size and bytes per number are in the configuration.",
-        "层数、KV 头数、头的维度和每个数的字节数都在模型配置里。",
-    ),
-    "ms_per_token_smollm2_here": (
-        "the model runs on this machine: its time is this machine's, to be timed, not derived.",
-        "模型就在这台机器上运行：它的时间属于这台机器，要计时，不是推导出来的。",
-    ),
+    "tokens_per_english_word": M.key("number_kinds.tokens_per_english_word"),
+    "decode_step_ms_70b_on_h100": M.key("number_kinds.decode_step_ms_70b_on_h100"),
+    "kv_bytes_per_token_llama3_70b": M.key("number_kinds.kv_bytes_per_token_llama3_70b"),
+    "ms_per_token_smollm2_here": M.key("number_kinds.ms_per_token_smollm2_here"),
 }
 
 
@@ -148,12 +122,8 @@ def number_kinds(answer: Any) -> CheckResult:
         answer,
         dict(_NUMBER_KIND),
         choices=NUMBER_KINDS,
-        hints={k: tr(*v) for k, v in _NUMBER_HINTS.items()},
-        success=tr(
-            "correct: a configuration is derived from, this machine measured, "
-            "and a GPU you do not have computed from its datasheet.",
-            "正确：配置拿来推导，这台机器拿来实测，手上没有的 GPU 按数据手册计算。",
-        ),
+        hints={k: M(v) for k, v in _NUMBER_HINTS.items()},
+        success=M("number_kinds.success"),
     )
 
 
@@ -197,39 +167,19 @@ def dominant_step(answer: Any) -> CheckResult:
     else:
         right = {letters[2]}
     first = {
-        letters[0]: tr(
-            "you weighed the phases by their token counts. The prefill has more tokens, "
-            "but it handles all of them in one forward.",
-            "你是按 token 数来掂量两个阶段的。prefill 的 token 更多，但它一次前向计算"
-            "就处理完全部 token。",
-        ),
-        letters[2]: tr(
-            "the two phases are far apart: count how many forwards each phase runs, "
-            "and what each forward has to read.",
-            "两个阶段差得很远：数一数每个阶段要做几次前向计算，每次前向计算又要读些什么。",
-        ),
-        letters[1]: tr(
-            "the other phase has far more arithmetic: count the FLOPs of each.",
-            "另一个阶段的计算量大得多：分别数一数两者的 FLOPs。",
-        ),
+        letters[0]: M("dominant_step.by_token_count"),
+        letters[2]: M("dominant_step.far_apart"),
+        letters[1]: M("dominant_step.count_flops"),
     }
-    then = tr(
-        "Each forward reads every weight once from memory (16 GB here), however many tokens "
-        "it carries; a forward takes about max(bytes read / bandwidth, FLOPs / peak).",
-        "每次前向计算都要把全部权重从显存读一遍（这里是 16 GB），不管它带着多少个 token；"
-        "一次前向计算大约耗时 max(读的字节数 / 带宽, FLOPs / 峰值算力)。",
-    )
+    then = M("dominant_step.then")
     if isinstance(answer, str) and answer.strip().lower() in right:
         return report(
             passed(
                 ex,
-                tr(
-                    f"correct. The presets give at least {prefill * 1e3:.0f} ms for "
-                    f"the prefill and {decode * 1e3:.0f} ms for the decode steps; "
-                    f"chapters 05 and 07 derive why.",
-                    f"正确。按预设参数，prefill 至少要 {prefill * 1e3:.0f} ms，"
-                    f"decode 各步合计至少 {decode * 1e3:.0f} ms；第 05 章和第 07 章"
-                    f"会推导其中的原因。",
+                M(
+                    "dominant_step.success",
+                    prefill_ms=prefill * 1e3,
+                    decode_ms=decode * 1e3,
                 ),
             )
         )
@@ -269,31 +219,13 @@ _SYMPTOM_CHAPTERS = {
     "needs_nvlink": frozenset({"09"}),
     "chinese_costs_more": frozenset({"01"}),
 }
-# (English, Chinese) hint per symptom, resolved with tr when shown.
+# The catalog key of the hint per symptom.
 _SYMPTOM_HINTS = {
-    "first_word_late": (
-        "the first word and the later words come from two different phases of a "
-        "request; find the chapter that separates them.",
-        "第一个词和后面的词出自一个请求的两个不同阶段；找到把这两个阶段分开讲的那一章。",
-    ),
-    "memory_runs_out": (
-        "the weights are not what grows with each conversation; find what does.",
-        "随每个对话一起增长的不是权重；找出是什么在增长。",
-    ),
-    "batch_is_free": (
-        "ask what a decode step spends its time on, and whether 32 users make that "
-        "part 32 times longer.",
-        "想一想 decode 的一步把时间花在了哪里，32 个用户会不会让这部分变长 32 倍。",
-    ),
-    "needs_nvlink": (
-        "splitting each layer across GPUs means they talk inside every layer: which "
-        "chapter counts that communication?",
-        "把每一层切到多块 GPU 上，它们在每一层里都要通信：哪一章算了这笔通信账？",
-    ),
-    "chinese_costs_more": (
-        "a price per token depends on how many tokens a text becomes.",
-        "按 token 计价时，价格取决于一段文字会变成多少个 token。",
-    ),
+    "first_word_late": M.key("symptom_to_chapter.first_word_late"),
+    "memory_runs_out": M.key("symptom_to_chapter.memory_runs_out"),
+    "batch_is_free": M.key("symptom_to_chapter.batch_is_free"),
+    "needs_nvlink": M.key("symptom_to_chapter.needs_nvlink"),
+    "chinese_costs_more": M.key("symptom_to_chapter.chinese_costs_more"),
 }
 
 
@@ -312,10 +244,8 @@ def symptom_to_chapter(answer: Any) -> CheckResult:
         answer,
         dict(_SYMPTOM_CHAPTERS),
         choices=CHAPTER_CHOICES,
-        hints={k: tr(*v) for k, v in _SYMPTOM_HINTS.items()},
-        success=tr(
-            "correct: each of these symptoms has its own chapter.", "正确：这些症状各有一章来解释。"
-        ),
+        hints={k: M(v) for k, v in _SYMPTOM_HINTS.items()},
+        success=M("symptom_to_chapter.success"),
     )
 
 
@@ -368,22 +298,10 @@ def num_chapters(answer) -> CheckResult:
         answer,
         CHAPTERS,
         mistakes=[
-            (
-                CHAPTERS - 1,
-                tr("close: did you count chapter 00 itself?", "差一点：第 00 章本身算进去了吗？"),
-            ),
-            (
-                11,
-                tr(
-                    "the seed's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.",
-                    "原章节的流程图有 11 步，但本系列另加了一章准备环境、一章总复习。",
-                ),
-            ),
+            (CHAPTERS - 1, M("num_chapters.chapter_00_forgotten")),
+            (11, M("num_chapters.flowchart_steps")),
         ],
-        default_hint=tr(
-            "count the boxes of the map, then the chapter you are reading.",
-            "先数地图上的方框，再加上你正在读的这一章。",
-        ),
+        default_hint=M("num_chapters.default_hint"),
         rel=0,
     )
 
@@ -399,34 +317,10 @@ def module_for_paged_attention(answer) -> CheckResult:
     if text in (target.__name__, target.__name__.rsplit(".", 1)[-1]):
         return report(passed(name))
     if "kvcache" in text:
-        return report(
-            not_yet(
-                name,
-                tr(
-                    "kvcache decides *where* blocks go; the kernels that read them live elsewhere.",
-                    "kvcache 决定块放*在哪里*；读这些块的 kernel 在别处。",
-                ),
-            )
-        )
+        return report(not_yet(name, M("module_for_paged_attention.kvcache")))
     if "engine" in text:
-        return report(
-            not_yet(
-                name,
-                tr(
-                    "the engine schedules and calls the model; look one level lower, at the ops the attention layer calls.",
-                    "engine 负责调度、调用模型；再往下看一层，看注意力层调用的那些算子。",
-                ),
-            )
-        )
-    return report(
-        not_yet(
-            name,
-            tr(
-                "that is not one of the three modules that back chapter 11 in the table above.",
-                "这不是上表中支撑第 11 章的三个模块之一。",
-            ),
-        )
-    )
+        return report(not_yet(name, M("module_for_paged_attention.engine")))
+    return report(not_yet(name, M("module_for_paged_attention.default_hint")))
 
 
 # Shown in this order in the notebook; the right one is marked True.
@@ -447,17 +341,8 @@ def fast_mode(answer) -> CheckResult:
         right,
         options=letters,
         hints={
-            letters[0]: tr(
-                "no: every figure is still drawn, headless runs included.",
-                "不对：每张图照样会画，没有界面的运行也一样。",
-            ),
-            letters[2]: tr(
-                "no: the model is the same SmolLM2 in both modes.",
-                "不对：两种模式用的都是同一个 SmolLM2。",
-            ),
-            letters[3]: tr(
-                "no: the tests run in fast mode precisely to run every check.",
-                "不对：测试用快速模式运行，恰恰是为了跑遍每一个自测。",
-            ),
+            letters[0]: M("fast_mode.skips_figures"),
+            letters[2]: M("fast_mode.smaller_model"),
+            letters[3]: M("fast_mode.checks_off"),
         },
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -17,9 +18,11 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     report,
+    sentences,
     staged,
 )
-from llmlab.i18n import tr
+
+M = catalog("ch01")
 
 # the strings and corpora the exercises ask about (the notebook prints them)
 UTF8_TEXT = "你好, 世界 world 👋"  # 25 UTF-8 bytes
@@ -35,7 +38,7 @@ def combine_mistakes(*pairs: tuple[float, str]) -> list[tuple[float, str]]:
     for value, hint in pairs:
         for i, (v, h) in enumerate(merged):
             if math.isclose(v, value, rel_tol=1e-9):
-                merged[i] = (v, tr(f"{h} Or: {hint}", f"{h}也可能是：{hint}"))
+                merged[i] = (v, M("combine_mistakes.or", first=h, other=hint))
                 break
         else:
             merged.append((value, hint))
@@ -54,39 +57,12 @@ def utf8_bytes(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=combine_mistakes(
-            (
-                chars,
-                tr(
-                    "that counts characters (len of the str); count bytes: encode the text as UTF-8.",
-                    "这数的是字符（str 的 len）；要数的是字节：把文本按 UTF-8 编码。",
-                ),
-            ),
-            (
-                two_per_han,
-                tr(
-                    "in UTF-8 a Chinese character takes 3 bytes, not 2 (2 is GBK or UTF-16).",
-                    "在 UTF-8 里一个汉字占 3 个字节，不是 2 个（2 个是 GBK 或 UTF-16）。",
-                ),
-            ),
-            (
-                expected - 3,
-                tr(
-                    "the emoji is one character but 4 bytes in UTF-8; count all of them.",
-                    "emoji 是一个字符，但在 UTF-8 里占 4 个字节；每个字节都要算上。",
-                ),
-            ),
+            (chars, M("utf8_bytes.characters")),
+            (two_per_han, M("utf8_bytes.two_per_han")),
+            (expected - 3, M("utf8_bytes.emoji")),
         ),
-        default_hint=tr(
-            "not the number of UTF-8 bytes: the characters of this text do not all take "
-            "the same number of bytes.",
-            "不是 UTF-8 字节数：这段文本里的字符占的字节数并不都一样。",
-        ),
-        formula=tr(
-            "ASCII takes 1 byte, a Chinese character 3, this emoji 4; add them up (or encode "
-            "the text as UTF-8 and take the length).",
-            "ASCII 字符占 1 个字节，汉字占 3 个，这个 emoji 占 4 个；把它们加起来（或者把文本"
-            "按 UTF-8 编码后取长度）。",
-        ),
+        default_hint=M("utf8_bytes.default_hint"),
+        formula=M("utf8_bytes.formula"),
     )
 
 
@@ -107,57 +83,19 @@ def first_merge(answer: Any) -> CheckResult:
     ):
         answer = answer[0] + answer[1]
     if not isinstance(answer, str):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"answer with a str (the merged piece), got {type(answer).__name__}.",
-                    f"请用一个 str（合并出的片段）作答，你给的是 {type(answer).__name__}。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("first_merge.not_a_str", got_type=type(answer).__name__)))
     bpe = train_bpe(MERGE_CORPUS, 257)
     expected = bpe.vocab[256].decode("utf-8")
     if answer == expected:
         return report(passed(ex))
     if len(answer) != 2:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "the first merge joins exactly two bytes (here: two letters or a "
-                    "space and a letter); answer with those two characters.",
-                    "第一次合并恰好把两个字节连在一起（这里是两个字母，或一个空格加"
-                    "一个字母）；请用这两个字符作答。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("first_merge.two_bytes")))
     if answer not in MERGE_CORPUS:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "that pair never occurs next to each other in the corpus.",
-                    "语料里这两个字符从来没有挨着出现过。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("first_merge.never_adjacent")))
     return report(
         not_yet(
             ex,
-            staged(
-                ex,
-                tr(
-                    "that pair occurs, but another one occurs more often.",
-                    "这一对确实出现了，但另有一对出现得更多。",
-                ),
-                tr(
-                    "Count every adjacent pair in both chunks ('banana' and "
-                    "' bandana') and add up; a pair never spans two chunks.",
-                    "把两个块（'banana' 和 ' bandana'）里每一对相邻字符都数出来"
-                    "再相加；一对字符不会跨两个块。",
-                ),
-            ),
+            staged(ex, M("first_merge.not_most_frequent"), M("first_merge.then")),
         )
     )
 
@@ -184,21 +122,8 @@ def merge_function(fn: Any) -> CheckResult:
     if fn is None:
         return report(not_yet(ex, NOT_ANSWERED))
     if not callable(fn):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"expected a function, got {type(fn).__name__}.",
-                    f"这里要一个函数，你给的是 {type(fn).__name__}。",
-                ),
-            )
-        )
-    then = tr(
-        "Walk i from the left: when ids[i], ids[i + 1] is the pair, emit new_id and move i on "
-        "by two (the ids it used are gone); otherwise emit ids[i] and move on by one.",
-        "让 i 从左往右走：ids[i], ids[i + 1] 正好是这一对时，输出 new_id，i 前进两步（用掉的"
-        "两个 id 就没了）；否则输出 ids[i]，前进一步。",
-    )
+        return report(not_yet(ex, M("merge_function.not_a_function", got_type=type(fn).__name__)))
+    then = M("merge_function.then")
     for ids, pair, new_id in MERGE_CASES:
         want = _merge(ids, pair, new_id)
         try:
@@ -207,69 +132,34 @@ def merge_function(fn: Any) -> CheckResult:
             return report(
                 not_yet(
                     ex,
-                    tr(
-                        f"your function raised {type(e).__name__} on ids={ids}, pair={pair}: {e}",
-                        f"你的函数在 ids={ids}, pair={pair} 上抛出了 {type(e).__name__}：{e}",
+                    M(
+                        "merge_function.raised",
+                        error_type=type(e).__name__,
+                        error=e,
+                        ids=ids,
+                        pair=pair,
                     ),
                 )
             )
         if got is None:
-            return report(
-                not_yet(
-                    ex,
-                    tr(
-                        "your function returns None: return the new list.",
-                        "你的函数返回了 None：请返回新的列表。",
-                    ),
-                )
-            )
+            return report(not_yet(ex, M("merge_function.returns_none")))
         got = list(got)
         if got == want:
             continue
         if got == list(ids) and want != list(ids):
-            first = tr(
-                f"nothing was merged in ids={ids} with pair={pair}.",
-                f"ids={ids}, pair={pair}：什么也没有合并。",
-            )
+            first = M("merge_function.nothing_merged", ids=ids, pair=pair)
         elif got.count(new_id) > want.count(new_id) and pair[0] == pair[1]:
-            first = tr(
-                f"ids={ids}, pair={pair}: an id used by one merge cannot also start the "
-                f"next one (the occurrences must not overlap).",
-                f"ids={ids}, pair={pair}：被一次合并用掉的 id 不能再当下一次合并的开头"
-                f"（各次出现不能重叠）。",
-            )
+            first = M("merge_function.overlapping", ids=ids, pair=pair)
         elif got.count(new_id) > want.count(new_id):
-            first = tr(
-                f"ids={ids}, pair={pair}: you merged more often than the pair occurs.",
-                f"ids={ids}, pair={pair}：你合并的次数比这一对出现的次数还多。",
-            )
+            first = M("merge_function.too_many", ids=ids, pair=pair)
         elif got.count(new_id) < want.count(new_id):
-            first = tr(
-                f"ids={ids}, pair={pair}: you merged fewer occurrences than there are.",
-                f"ids={ids}, pair={pair}：你合并的次数比这一对实际出现的次数少。",
-            )
+            first = M("merge_function.too_few", ids=ids, pair=pair)
         elif len(got) != len(want):
-            first = tr(
-                f"ids={ids}, pair={pair}: the result has {len(got)} ids; each merge turns "
-                f"two ids into one and leaves the others as they are.",
-                f"ids={ids}, pair={pair}：结果有 {len(got)} 个 id；每次合并把两个 id 变成"
-                f"一个，其余的保持原样。",
-            )
+            first = M("merge_function.wrong_length", ids=ids, pair=pair, got_len=len(got))
         else:
-            first = tr(
-                f"ids={ids}, pair={pair}: the right length, but the wrong ids.",
-                f"ids={ids}, pair={pair}：长度对了，但 id 不对。",
-            )
+            first = M("merge_function.wrong_ids", ids=ids, pair=pair)
         return report(not_yet(ex, staged(ex, first, then)))
-    return report(
-        passed(
-            ex,
-            tr(
-                "correct: that is the step train_bpe repeats after every merge it learns.",
-                "正确：train_bpe 每学到一次合并，都要重复这一步。",
-            ),
-        )
-    )
+    return report(passed(ex, M("merge_function.success")))
 
 
 def id_bits(answer: Any) -> CheckResult:
@@ -281,35 +171,12 @@ def id_bits(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                math.floor(math.log2(VOCAB_SIZE)),
-                tr(
-                    "rounded down: that many bits cannot count up to the "
-                    "vocabulary size; round up.",
-                    "你向下取整了：这么多 bit 表示不了词表里的全部 id；应向上取整。",
-                ),
-            ),
-            (
-                math.log2(VOCAB_SIZE),
-                tr("bits come in whole numbers; round up.", "bit 数只能是整数；向上取整。"),
-            ),
-            (
-                expected / 8,
-                tr(
-                    "that is bytes; the question asks for bits.",
-                    "这是 byte 数；题目问的是 bit 数。",
-                ),
-            ),
+            (math.floor(math.log2(VOCAB_SIZE)), M("id_bits.rounded_down")),
+            (math.log2(VOCAB_SIZE), M("id_bits.not_whole")),
+            (expected / 8, M("id_bits.bytes")),
         ],
-        default_hint=tr(
-            "not the fewest bits that can tell every id of this vocabulary apart.",
-            "这不是能把这个词表里每个 id 区分开的最少 bit 数。",
-        ),
-        formula=tr(
-            "With n bits you can name 2**n different ids; find the smallest n for which that reaches "
-            "the vocabulary size.",
-            "n 个 bit 能表示 2**n 个不同的 id；找出使它达到词表大小的最小 n。",
-        ),
+        default_hint=M("id_bits.default_hint"),
+        formula=M("id_bits.formula"),
     )
 
 
@@ -326,46 +193,13 @@ def embedding_bytes(answer: Any) -> CheckResult:
         expected,
         rel=1e-3,
         mistakes=combine_mistakes(
-            (
-                params,
-                tr(
-                    "that is the number of parameters; multiply by the bytes per BF16 number.",
-                    "这是参数个数；还要乘上每个 BF16 数占的字节数。",
-                ),
-            ),
-            (
-                params * 4,
-                tr(
-                    "that uses 4 bytes per number (FP32); BF16 has 2.",
-                    "这里每个数按 4 个字节（FP32）算了；BF16 只占 2 个。",
-                ),
-            ),
-            (
-                2 * expected,
-                tr(
-                    "that counts the lm_head as well; this model does not tie it to the "
-                    "embedding, but the question asks for the embedding table only.",
-                    "这把 lm_head 也算进去了；这个模型的 lm_head 确实不和 embedding 共用权重，"
-                    "但题目只问 embedding 表。",
-                ),
-            ),
-            (
-                expected * 8,
-                tr(
-                    "that is bits; the question asks for bytes.",
-                    "这是 bit 数；题目问的是 byte 数。",
-                ),
-            ),
+            (params, M("embedding_bytes.parameters")),
+            (params * 4, M("embedding_bytes.fp32")),
+            (2 * expected, M("embedding_bytes.lm_head")),
+            (expected * 8, M("embedding_bytes.bits")),
         ),
-        default_hint=tr(
-            "not the size of the table: count its numbers first, then the bytes per number.",
-            "不是这张表的大小：先数表里有多少个数，再看每个数占几个字节。",
-        ),
-        formula=tr(
-            "The table has one row of hidden_size numbers per vocabulary entry, 2 bytes per "
-            "number in BF16.",
-            "词表里每个条目在表中占一行，每行 hidden_size 个数；BF16 下每个数占 2 个字节。",
-        ),
+        default_hint=M("embedding_bytes.default_hint"),
+        formula=M("embedding_bytes.formula"),
     )
 
 
@@ -385,32 +219,11 @@ def tokens_per_han(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-            (
-                1 / expected,
-                tr(
-                    "upside down: that is characters per token; divide tokens by characters.",
-                    "颠倒了：这是每个 token 对应的字符数；应该用 token 数除以字符数。",
-                ),
-            ),
-            (
-                per_len,
-                tr(
-                    "that divides by len(text), which counts punctuation and newlines too; divide "
-                    "by the Chinese characters only (llmlab.tokenizer.count_han).",
-                    "这里除以的是 len(text)，它把标点和换行也算了进去；只能除以汉字的个数"
-                    "（llmlab.tokenizer.count_han）。",
-                ),
-            ),
+            (1 / expected, M("tokens_per_han.upside_down")),
+            (per_len, M("tokens_per_han.len_text")),
         ),
-        default_hint=tr(
-            "not the measured ratio: check what you counted and what you divided by.",
-            "不是实测的比值：检查一下你数的是什么、除以的又是什么。",
-        ),
-        formula=tr(
-            "Encode the whole text without special tokens, count the tokens, divide by the "
-            "number of Chinese characters.",
-            "把整段文本编码（不加特殊 token），数出 token 数，再除以汉字的个数。",
-        ),
+        default_hint=M("tokens_per_han.default_hint"),
+        formula=M("tokens_per_han.formula"),
     )
 
 
@@ -432,56 +245,21 @@ def han_by_tokens(answer: Any) -> CheckResult:
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
     if not isinstance(answer, dict) or {int(k) for k in answer if str(k).isdigit()} != {1, 2, 3}:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "answer a dict with the keys 1, 2 and 3, each mapped to one Chinese character.",
-                    "请用一个 dict 作答，键为 1、2、3，每个键对应一个汉字。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("han_by_tokens.missing_keys")))
     answer = {int(k): v for k, v in answer.items()}
     problems = []
     for n in (1, 2, 3):
         ch = answer[n]
         if not (isinstance(ch, str) and len(ch) == 1 and count_han(ch) == 1):
-            problems.append(
-                tr(
-                    f"{n}: give exactly one Chinese character (a str of length 1), got {ch!r}.",
-                    f"{n}：只能给一个汉字（长度为 1 的 str），你给的是 {ch!r}。",
-                )
-            )
+            problems.append(M("han_by_tokens.not_one_character", n=n, ch=ch))
             continue
         got = _han_tokens(ch)
         if got != n:
-            problems.append(
-                tr(
-                    f"{n}: {ch} takes {got} token(s) on its own.",
-                    f"{n}：{ch} 单独编码是 {got} 个 token。",
-                )
-            )
+            problems.append(M("han_by_tokens.wrong_count", n=n, ch=ch, got=got))
     if not problems:
-        return report(
-            passed(
-                ex,
-                tr(
-                    "correct: a UTF-8 character of 3 bytes ends up as 1, 2 or 3 "
-                    "tokens, depending on how often the tokenizer's training text "
-                    "had it.",
-                    "正确：同样是 3 个字节的 UTF-8 字符，最后是 1 个、2 个还是 3 个 "
-                    "token，取决于它在分词器的训练文本里出现得多不多。",
-                ),
-            )
-        )
-    first = tr(" ", "").join(problems)
-    then = tr(
-        "Only the characters the tokenizer's mostly English training text used most often "
-        "became single tokens: try the most common characters of Chinese; rare ones stay "
-        "as bytes.",
-        "分词器的训练文本以英文为主，只有其中用得最多的字才成了单个 token：试试汉语里最常用"
-        "的字；生僻字会停留在字节层面。",
-    )
+        return report(passed(ex, M("han_by_tokens.success")))
+    first = sentences(*problems)
+    then = M("han_by_tokens.then")
     return report(not_yet(ex, staged(ex, first, then)))
 
 
@@ -505,34 +283,14 @@ _EFFECTS_RIGHT = {
     "lm_head_flops_per_token": "up",
     "forwards_for_the_reply": "down",
 }
-# (English, Chinese) hint per effect, resolved with tr when shown.
+# The catalog key of the hint per effect.
 _EFFECTS_HINTS = {
-    "embedding_table_bytes": (
-        "the table has one row per vocabulary entry.",
-        "词表里的每个条目在这张表里占一行。",
-    ),
-    "bits_per_token_id": (
-        "count how many different ids the new vocabulary has to tell apart.",
-        "数一数新词表要区分多少个不同的 id。",
-    ),
-    "kv_bytes_per_token": (
-        "what the cache stores per token depends on the layers and heads, "
-        "not on which token it is or how many tokens exist.",
-        "KV cache 为每个 token 存多少，取决于层数和注意力头，与是哪个 token、"
-        "总共有多少种 token 都无关。",
-    ),
-    "prompt_kv_bytes": (
-        "the bytes per token stay as they were, but how many tokens does the prompt have now?",
-        "每个 token 的字节数没变，可 prompt 现在有多少个 token？",
-    ),
-    "lm_head_flops_per_token": (
-        "the lm_head scores every vocabulary entry for every generated token.",
-        "每生成一个 token，lm_head 都要给词表里的每个条目打一次分。",
-    ),
-    "forwards_for_the_reply": (
-        "one forward per generated token; the same text is now fewer tokens.",
-        "每生成一个 token 做一次前向计算；同样的文字现在变成了更少的 token。",
-    ),
+    "embedding_table_bytes": M.key("vocab_tradeoff.embedding_table_bytes"),
+    "bits_per_token_id": M.key("vocab_tradeoff.bits_per_token_id"),
+    "kv_bytes_per_token": M.key("vocab_tradeoff.kv_bytes_per_token"),
+    "prompt_kv_bytes": M.key("vocab_tradeoff.prompt_kv_bytes"),
+    "lm_head_flops_per_token": M.key("vocab_tradeoff.lm_head_flops_per_token"),
+    "forwards_for_the_reply": M.key("vocab_tradeoff.forwards_for_the_reply"),
 }
 
 
@@ -545,13 +303,8 @@ def vocab_tradeoff(answer: Any) -> CheckResult:
         answer,
         dict(_EFFECTS_RIGHT),
         choices=CHANGES,
-        hints={k: tr(*v) for k, v in _EFFECTS_HINTS.items()},
-        success=tr(
-            "correct: a bigger vocabulary buys shorter sequences (less KV "
-            "cache, fewer forwards) with a bigger embedding and lm_head.",
-            "正确：更大的词表以更大的 embedding 和 lm_head 为代价，换来更短"
-            "的序列（KV cache 更少，前向计算更少）。",
-        ),
+        hints={k: M(v) for k, v in _EFFECTS_HINTS.items()},
+        success=M("vocab_tradeoff.success"),
     )
 
 

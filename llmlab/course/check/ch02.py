@@ -28,17 +28,20 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     code_names,
+    labelled,
     not_yet,
     passed,
     report,
     staged,
 )
-from llmlab.i18n import tr
+
+M = catalog("ch02")
 
 HIDDEN, HEADS = 4096, 32  # the seed's example (Llama-3-8B)
 CAUSAL_T = 6  # prompt length for the mask question
@@ -169,13 +172,7 @@ def fused_attention_banned() -> Iterator[None]:
         if hasattr(owner, name):
 
             def refuse(*args: Any, _name: str = name, **kwargs: Any) -> Any:
-                raise FusedAttentionError(
-                    tr(
-                        f"{_name} is switched off for this exercise: "
-                        "compute the attention yourself",
-                        f"{_name} 在这道练习里被关掉了：请自己计算注意力",
-                    )
-                )
+                raise FusedAttentionError(M("check_function.fused_refused", name=_name))
 
             saved.append((owner, name, getattr(owner, name)))
             setattr(owner, name, refuse)
@@ -321,40 +318,19 @@ def _check_function(
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"expected a function {signature}, got {type(fn).__name__}.",
-                    f"这里要一个函数 {signature}，你给的是 {type(fn).__name__}。",
+                M(
+                    "check_function.not_a_function",
+                    signature=signature,
+                    got_type=type(fn).__name__,
                 ),
             )
         )
     if ban:
         found = fused_call_in(fn)
         if found == "no source":
-            return report(
-                not_yet(
-                    ex,
-                    tr(
-                        "write your function with def in a notebook cell: the "
-                        "checker reads its source to make sure it computes the "
-                        "attention itself.",
-                        "请在 notebook 的单元格里用 def 写出你的函数：检查器要读它的"
-                        "源码，确认它自己算了注意力。",
-                    ),
-                )
-            )
+            return report(not_yet(ex, M("check_function.no_source")))
         if found:
-            return report(
-                not_yet(
-                    ex,
-                    tr(
-                        f"your function hands the work to a fused attention (its "
-                        f"code mentions {found!r}); compute the scores, the mask and "
-                        f"the softmax yourself: that is the exercise.",
-                        f"你的函数把活交给了现成的融合注意力（代码里出现了 {found!r}）；"
-                        f"请自己算分数、掩码和 softmax：这正是这道练习要做的。",
-                    ),
-                )
-            )
+            return report(not_yet(ex, M("check_function.fused_in_code", found=found)))
     with (_banned_runner if ban else _plain_runner)(fn) as run:
         for args, want in cases:
             try:
@@ -363,36 +339,20 @@ def _check_function(
                 )
             except Exception as e:  # the learner's code: report, never crash the notebook
                 if type(e).__name__ == "FusedAttentionError":
-                    return report(
-                        not_yet(
-                            ex,
-                            tr(
-                                "your function called a fused attention, which is "
-                                "switched off while it is checked; compute the "
-                                "attention yourself.",
-                                "你的函数调用了融合注意力，检查期间它是关掉的；请自己计算注意力。",
-                            ),
-                        )
-                    )
+                    return report(not_yet(ex, M("check_function.fused_called")))
                 return report(
-                    not_yet(
-                        ex,
-                        tr(
-                            f"your function raised {type(e).__name__}: {e}",
-                            f"你的函数抛出了 {type(e).__name__}：{e}",
-                        ),
-                    )
+                    not_yet(ex, M("check_function.raised", error_type=type(e).__name__, error=e))
                 )
             if tuple(got.shape) != tuple(want.shape):
                 shapes = ", ".join(str(list(a.shape)) for a in args if isinstance(a, torch.Tensor))
                 return report(
                     not_yet(
                         ex,
-                        tr(
-                            f"for inputs of shapes {shapes} the output must be "
-                            f"{list(want.shape)}, got {list(got.shape)}.",
-                            f"输入形状为 {shapes} 时，输出必须是 {list(want.shape)}，"
-                            f"你的是 {list(got.shape)}。",
+                        M(
+                            "check_function.wrong_shape",
+                            shapes=shapes,
+                            want_shape=list(want.shape),
+                            got_shape=list(got.shape),
                         ),
                     )
                 )
@@ -428,52 +388,16 @@ def rms_norm(fn: Any) -> CheckResult:
     def diagnose(args: tuple, got: torch.Tensor) -> str | None:
         x, w, eps = args
         ms = x.pow(2).mean(-1, keepdim=True)
+        centred = x - x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        sum_sq, token_ms = x.pow(2).sum(-1, keepdim=True), x.pow(2).mean(0, keepdim=True)
         slips = [
-            (
-                w
-                * (x - x.mean(-1, keepdim=True))
-                / (x.var(-1, keepdim=True, unbiased=False) + eps).sqrt(),
-                tr(
-                    "you subtracted the mean: that is LayerNorm. RMSNorm only divides by the root mean "
-                    "square; there is no centring (and no bias).",
-                    "你减去了均值：那是 LayerNorm。RMSNorm 只除以均方根，不做中心化（也没有 bias）。",
-                ),
-            ),
-            (
-                w * x / ms.sqrt(),
-                tr(
-                    "eps is missing: it keeps the division finite when a row is near zero.",
-                    "少了 eps：某一行接近零时，靠它让除法的结果保持有限。",
-                ),
-            ),
-            (
-                w * x / (ms.sqrt() + eps),
-                tr(
-                    "eps goes inside the square root, added to the mean square.",
-                    "eps 要放在平方根里面，加到平方的均值上。",
-                ),
-            ),
-            (
-                x * torch.rsqrt(ms + eps),
-                tr(
-                    "the learned weight is missing: multiply the normalised row by it.",
-                    "少了学到的 weight：把归一化后的行乘上它。",
-                ),
-            ),
-            (
-                w * x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps),
-                tr(
-                    "that divides by the root of the *sum* of squares; RMSNorm uses the *mean* square.",
-                    "这除的是平方*和*的平方根；RMSNorm 用的是平方的*均值*。",
-                ),
-            ),
-            (
-                w * x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + eps),
-                tr(
-                    "you averaged over the tokens (axis 0); each token's own vector (the last axis) is normalised.",
-                    "你是沿 token 方向（第 0 维）求的平均；要归一化的是每个 token 自己的向量（最后一维）。",
-                ),
-            ),
+            (w * centred / (var + eps).sqrt(), M("rms_norm.layernorm")),
+            (w * x / ms.sqrt(), M("rms_norm.no_eps")),
+            (w * x / (ms.sqrt() + eps), M("rms_norm.eps_outside")),
+            (x * torch.rsqrt(ms + eps), M("rms_norm.no_weight")),
+            (w * x * torch.rsqrt(sum_sq + eps), M("rms_norm.sum_not_mean")),
+            (w * x * torch.rsqrt(token_ms + eps), M("rms_norm.wrong_axis")),
         ]
         return next((h for v, h in slips if _close(got, v)), None)
 
@@ -483,15 +407,9 @@ def rms_norm(fn: Any) -> CheckResult:
         cases,
         diagnose,
         signature="fn(x, weight, eps)",
-        default=tr(
-            "wrong values: compare your steps with the formula above.",
-            "数值不对：把你的每一步和上面的公式对照一下。",
-        ),
-        formula=tr(
-            "Each row x becomes weight · x / √(mean of x² over the row + eps).",
-            "每一行 x 变成 weight · x / √(该行 x² 的均值 + eps)。",
-        ),
-        success=tr("matches llmlab.model.RMSNorm.", "与 llmlab.model.RMSNorm 一致。"),
+        default=M("rms_norm.default_hint"),
+        formula=M("rms_norm.formula"),
+        success=M("rms_norm.success"),
     )
 
 
@@ -511,28 +429,11 @@ def _one_head_slips(
     T, d = q.shape
     scores = q @ k.T
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    scaled = scores / d**0.5
     return [
-        (
-            (scores / d**0.5).softmax(-1) @ v,
-            tr(
-                "the causal mask is missing: set scores of keys after the query to -inf before softmax.",
-                "少了因果掩码：softmax 之前，要把 query 之后那些 key 的分数设为 -inf。",
-            ),
-        ),
-        (
-            scores.masked_fill(causal, float("-inf")).softmax(-1) @ v,
-            tr(
-                "the scores are not scaled: divide q kᵀ by √d before softmax.",
-                "分数没有缩放：softmax 之前要把 q kᵀ 除以 √d。",
-            ),
-        ),
-        (
-            (scores / d**0.5).masked_fill(causal, float("-inf")).softmax(0) @ v,
-            tr(
-                "softmax over the wrong axis: each query's weights over the keys (the last axis) must sum to 1.",
-                "softmax 的维度错了：每个 query 对各个 key 的权重（最后一维）加起来要等于 1。",
-            ),
-        ),
+        (scaled.softmax(-1) @ v, M("attention.no_mask")),
+        (scores.masked_fill(causal, float("-inf")).softmax(-1) @ v, M("attention.not_scaled")),
+        (scaled.masked_fill(causal, float("-inf")).softmax(0) @ v, M("attention.softmax_axis")),
     ]
 
 
@@ -555,19 +456,9 @@ def attention(fn: Any) -> CheckResult:
         diagnose,
         signature="fn(q, k, v)",
         ban=True,
-        default=tr(
-            "wrong values; check each step: the scores, their scale, the "
-            "mask, the softmax's axis, the weighted sum of the values.",
-            "数值不对；逐步检查：分数、分数的缩放、掩码、softmax 的维度、对 value 的加权求和。",
-        ),
-        formula=tr(
-            "out = softmax(q kᵀ / √d + mask) v, where mask[i, j] = -inf for j > i and 0 otherwise.",
-            "out = softmax(q kᵀ / √d + mask) v，其中 j > i 时 mask[i, j] = -inf，否则为 0。",
-        ),
-        success=tr(
-            "matches PyTorch's scaled_dot_product_attention.",
-            "与 PyTorch 的 scaled_dot_product_attention 一致。",
-        ),
+        default=M("attention.default_hint"),
+        formula=M("attention.formula"),
+        success=M("attention.success"),
     )
 
 
@@ -596,12 +487,7 @@ def gqa_attention(fn: Any) -> CheckResult:
         group = q.shape[1] // k.shape[1]
         round_robin = _gqa_reference(q, k.repeat(1, group, 1), v.repeat(1, group, 1))
         if _close(got, round_robin):
-            return tr(
-                "query head h must read KV head h // group (consecutive query heads share one "
-                "KV head); yours pairs it with h % num_kv_heads (round-robin).",
-                "query 头 h 应该读 KV 头 h // group（相邻的几个 query 头共用一个 KV 头）；"
-                "你的代码把它配给了 h % num_kv_heads（轮流分配）。",
-            )
+            return M("gqa_attention.head_pairing")
         T, H, d = q.shape
         k_h, v_h = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         for h in range(H):
@@ -617,21 +503,9 @@ def gqa_attention(fn: Any) -> CheckResult:
         diagnose,
         signature="fn(q, k, v)",
         ban=True,
-        default=tr(
-            "wrong values; check which KV head each query head reads, then "
-            "the one-head attention for each head.",
-            "数值不对；先检查每个 query 头读的是哪个 KV 头，再检查每个头的单头注意力。",
-        ),
-        formula=tr(
-            "Query head h attends with K and V head h // (heads / kv_heads); "
-            "each head is the one-head causal attention you wrote above.",
-            "query 头 h 用第 h // (heads / kv_heads) 个 K、V 头算注意力；"
-            "每个头就是你上面写的单头因果注意力。",
-        ),
-        success=tr(
-            "matches the model's attention (llmlab.ops.torch_backend.attend).",
-            "与模型的注意力（llmlab.ops.torch_backend.attend）一致。",
-        ),
+        default=M("gqa_attention.default_hint"),
+        formula=M("gqa_attention.formula"),
+        success=M("gqa_attention.success"),
     )
 
 
@@ -643,17 +517,9 @@ def gqa_consequences(answer: Any) -> CheckResult:
         answer,
         GQA_OPTIONS,
         _GQA_RIGHT,
-        {k: tr(*v) for k, v in _GQA_WHY.items()},
-        missing=tr(
-            "something else grows with the number of KV heads: follow k and v "
-            "from the weights that make them to where they are kept.",
-            "还有别的东西随 KV 头数增长：顺着 k 和 v，从生成它们的权重一直跟到存放它们的地方。",
-        ),
-        success=tr(
-            "right: only what makes and stores K and V scales with the KV heads; "
-            "the queries, the score matrices and the output stay as they are.",
-            "正确：只有生成和存放 K、V 的部分随 KV 头数变化；query、分数矩阵和输出都保持不变。",
-        ),
+        {k: M(v) for k, v in _GQA_WHY.items()},
+        missing=M("gqa_consequences.missing"),
+        success=M("gqa_consequences.success"),
     )
 
 
@@ -666,25 +532,12 @@ GQA_OPTIONS = (
     "mlp_weights_change",
 )
 _GQA_RIGHT = frozenset({"kv_cache_per_token_x3", "k_and_v_proj_weights_x3"})
-# (English, Chinese) per wrong option, resolved with tr when shown.
+# The catalog key of the hint per wrong option.
 _GQA_WHY = {
-    "q_proj_weights_x3": (
-        "q_proj already makes 9 query heads; GQA changes how many K/V heads there are, not the queries.",
-        "q_proj 本来就生成 9 个 query 头；GQA 改变的是 K/V 头的个数，不是 query。",
-    ),
-    "score_matrices_x3": (
-        "there is one score matrix per *query* head: 9 with GQA and 9 without.",
-        "每个 *query* 头有一个分数矩阵：用不用 GQA 都是 9 个。",
-    ),
-    "attention_output_shape_changes": (
-        "each of the 9 query heads still returns a 64-wide vector, so the "
-        "output (and o_proj) keep their shape.",
-        "9 个 query 头各自仍返回 64 维的向量，所以输出（以及 o_proj）的形状不变。",
-    ),
-    "mlp_weights_change": (
-        "the MLP never sees the heads; it is the same with or without GQA.",
-        "MLP 根本看不到注意力头；用不用 GQA 它都一样。",
-    ),
+    "q_proj_weights_x3": M.key("gqa_consequences.q_proj_weights_x3"),
+    "score_matrices_x3": M.key("gqa_consequences.score_matrices_x3"),
+    "attention_output_shape_changes": M.key("gqa_consequences.attention_output_shape_changes"),
+    "mlp_weights_change": M.key("gqa_consequences.mlp_weights_change"),
 }
 
 
@@ -727,45 +580,13 @@ def rope(fn: Any) -> CheckResult:
         neighbours = torch.stack(
             (x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()), dim=-1
         ).flatten(-2)
+        one_over_d = (theta ** (-torch.arange(half) / d)).float()  # exponent steps of 1/d
         slips = [
-            (
-                x,
-                tr(
-                    "your output equals the input: nothing was rotated.",
-                    "你的输出和输入一样：什么也没旋转。",
-                ),
-            ),
-            (
-                neighbours,
-                tr(
-                    "you paired neighbours (x0, x1), (x2, x3), …; Llama's layout pairs x_i "
-                    "with x_{i + d/2} (the first half with the second half).",
-                    "你把相邻的 (x0, x1)、(x2, x3)…… 配成了对；Llama 的布局是 x_i 与 "
-                    "x_{i + d/2} 配对（前一半配后一半）。",
-                ),
-            ),
-            (
-                _rope_reference(x, torch.arange(T), theta),
-                tr(
-                    "you used positions 0..T-1; rotate each token by the position you are given.",
-                    "你用的是位置 0..T-1；每个 token 要按给定的位置旋转。",
-                ),
-            ),
-            (
-                _rope_reference(x, -positions, theta),
-                tr(
-                    "rotated the wrong way: the first half becomes "
-                    "x1·cos − x2·sin, the second x2·cos + x1·sin.",
-                    "转反了：前一半变成 x1·cos − x2·sin，后一半变成 x2·cos + x1·sin。",
-                ),
-            ),
-            (
-                _rope_reference(x, positions, theta, (theta ** (-torch.arange(half) / d)).float()),
-                tr(
-                    "the frequencies: the exponent steps by 2/d per pair (i = 0, 2, 4, … over d), not by 1/d.",
-                    "频率不对：指数每一对递增 2/d（i = 0, 2, 4, … 再除以 d），不是 1/d。",
-                ),
-            ),
+            (x, M("rope.not_rotated")),
+            (neighbours, M("rope.neighbours")),
+            (_rope_reference(x, torch.arange(T), theta), M("rope.wrong_positions")),
+            (_rope_reference(x, -positions, theta), M("rope.wrong_direction")),
+            (_rope_reference(x, positions, theta, one_over_d), M("rope.frequencies")),
         ]
         return next((h for v, h in slips if _close(got, v)), None)
 
@@ -775,42 +596,20 @@ def rope(fn: Any) -> CheckResult:
         cases,
         diagnose,
         signature="fn(x, positions, theta)",
-        default=tr(
-            "wrong values: check the frequencies, the angles and which "
-            "dimensions are rotated together.",
-            "数值不对：检查频率、角度，以及哪些维度是一起旋转的。",
-        ),
-        formula=tr(
-            "For pair i (i = 0 .. d/2 − 1): angle = position · theta^(−2i/d); "
-            "(x_i, x_{i+d/2}) → (x_i·cos − x_{i+d/2}·sin, x_{i+d/2}·cos + x_i·sin).",
-            "第 i 对（i = 0 .. d/2 − 1）：angle = position · theta^(−2i/d)；"
-            "(x_i, x_{i+d/2}) → (x_i·cos − x_{i+d/2}·sin, x_{i+d/2}·cos + x_i·sin)。",
-        ),
-        success=tr("matches llmlab.model.apply_rope.", "与 llmlab.model.apply_rope 一致。"),
+        default=M("rope.default_hint"),
+        formula=M("rope.formula"),
+        success=M("rope.success"),
     )
 
 
 RELATIVE_OPTIONS = ("s(14, 6)", "s(107, 103)", "s(3, 7)", "s(8, 4)", "s(7, 7)", "s(70, 30)")
 _RELATIVE_RIGHT = frozenset({"s(107, 103)", "s(8, 4)"})
-# (English, Chinese) per wrong option, resolved with tr when shown.
+# The catalog key of the hint per wrong option.
 _RELATIVE_WHY = {
-    "s(14, 6)": (
-        "doubling both positions doubles their distance (8, not 4): RoPE keeps differences, not ratios.",
-        "两个位置都翻倍，距离也跟着翻倍（是 8，不是 4）：RoPE 保持的是差，不是比。",
-    ),
-    "s(70, 30)": (
-        "scaling both positions by 10 makes the distance 40: RoPE keeps differences, not ratios.",
-        "两个位置都乘以 10，距离就成了 40：RoPE 保持的是差，不是比。",
-    ),
-    "s(3, 7)": (
-        "the distance is −4 there, not 4: the rotation has a direction, and cos/sin of −4θ "
-        "differ in the sine's sign.",
-        "那里的距离是 −4，不是 4：旋转有方向，−4θ 与 4θ 的 cos 相同，sin 差一个符号。",
-    ),
-    "s(7, 7)": (
-        "distance 0 is another distance: the score depends on m − n.",
-        "距离 0 是另一个距离：分数取决于 m − n。",
-    ),
+    "s(14, 6)": M.key("rope_relative.s_14_6"),
+    "s(70, 30)": M.key("rope_relative.s_70_30"),
+    "s(3, 7)": M.key("rope_relative.s_3_7"),
+    "s(7, 7)": M.key("rope_relative.s_7_7"),
 }
 
 
@@ -822,17 +621,9 @@ def rope_relative(answer: Any) -> CheckResult:
         answer,
         RELATIVE_OPTIONS,
         _RELATIVE_RIGHT,
-        {k: tr(*v) for k, v in _RELATIVE_WHY.items()},
-        missing=tr(
-            "another option keeps what the score depends on; write m − n for each.",
-            "还有一个选项保住了分数所依赖的量；把每个选项的 m − n 写出来。",
-        ),
-        success=tr(
-            "right: rotating q by m and k by n leaves a dot product that sees only "
-            "m − n, so a score depends on how far apart two tokens are, not where.",
-            "正确：q 转 m、k 转 n 之后，点积只看得到 m − n，所以分数取决于两个 "
-            "token 相隔多远，而不是它们在哪里。",
-        ),
+        {k: M(v) for k, v in _RELATIVE_WHY.items()},
+        missing=M("rope_relative.missing"),
+        success=M("rope_relative.success"),
     )
 
 
@@ -866,48 +657,12 @@ def swiglu(fn: Any) -> CheckResult:
         x, wg, wu, wd = args
         gate, up = x @ wg.T, x @ wu.T
         slips = [
-            (
-                (gate * F.silu(up)) @ wd.T,
-                tr(
-                    "silu goes on the gate branch (gate_proj), not on up_proj.",
-                    "silu 要作用在 gate 分支（gate_proj）上，不是 up_proj。",
-                ),
-            ),
-            (
-                (F.relu(gate) * up) @ wd.T,
-                tr(
-                    "that is ReLU; Llama's gate uses SiLU, x·sigmoid(x).",
-                    "那是 ReLU；Llama 的 gate 用的是 SiLU，即 x·sigmoid(x)。",
-                ),
-            ),
-            (
-                (F.gelu(gate) * up) @ wd.T,
-                tr(
-                    "that is GELU; Llama's gate uses SiLU, x·sigmoid(x).",
-                    "那是 GELU；Llama 的 gate 用的是 SiLU，即 x·sigmoid(x)。",
-                ),
-            ),
-            (
-                (torch.sigmoid(gate) * up) @ wd.T,
-                tr(
-                    "sigmoid alone is not SiLU: SiLU is x·sigmoid(x).",
-                    "单独的 sigmoid 不是 SiLU：SiLU 是 x·sigmoid(x)。",
-                ),
-            ),
-            (
-                F.silu(gate) @ wd.T,
-                tr(
-                    "the up branch is missing: the gate multiplies up_proj(x) channel by channel.",
-                    "少了 up 分支：gate 要和 up_proj(x) 逐通道相乘。",
-                ),
-            ),
-            (
-                F.silu(up) @ wd.T,
-                tr(
-                    "only one branch: silu(gate_proj(x)) multiplies up_proj(x).",
-                    "只有一个分支：silu(gate_proj(x)) 要乘上 up_proj(x)。",
-                ),
-            ),
+            ((gate * F.silu(up)) @ wd.T, M("swiglu.silu_on_up")),
+            ((F.relu(gate) * up) @ wd.T, M("swiglu.relu")),
+            ((F.gelu(gate) * up) @ wd.T, M("swiglu.gelu")),
+            ((torch.sigmoid(gate) * up) @ wd.T, M("swiglu.sigmoid")),
+            (F.silu(gate) @ wd.T, M("swiglu.no_up")),
+            (F.silu(up) @ wd.T, M("swiglu.one_branch")),
         ]
         return next((h for v, h in slips if _close(got, v)), None)
 
@@ -917,17 +672,9 @@ def swiglu(fn: Any) -> CheckResult:
         cases,
         diagnose,
         signature="fn(x, w_gate, w_up, w_down)",
-        default=tr(
-            "wrong values: check which branch goes through SiLU and what multiplies what.",
-            "数值不对：检查哪个分支要过 SiLU，以及谁乘谁。",
-        ),
-        formula=tr(
-            "down(silu(gate(x)) * up(x)), each of gate, up, down a matrix "
-            "product with the weight transposed (nn.Linear stores [out, in]).",
-            "down(silu(gate(x)) * up(x))，其中 gate、up、down 都是与转置后的"
-            "权重做矩阵乘法（nn.Linear 按 [out, in] 存权重）。",
-        ),
-        success=tr("matches llmlab.model.MLP.", "与 llmlab.model.MLP 一致。"),
+        default=M("swiglu.default_hint"),
+        formula=M("swiglu.formula"),
+        success=M("swiglu.success"),
     )
 
 
@@ -987,33 +734,13 @@ def _layer0_variants() -> dict[str, torch.Tensor]:
         }
 
 
-# (English, Chinese) per slip, resolved with tr when shown.
+# The catalog key of the hint per slip.
 _LAYER_HINTS = {
-    "no residual after the MLP": (
-        "the MLP's output replaces the hidden state: add it to the hidden "
-        "state instead (the second residual).",
-        "MLP 的输出顶替了隐藏状态：应该把它加到隐藏状态上（第二个残差连接）。",
-    ),
-    "no residual after attention": (
-        "attention's output replaces the hidden state: add it to the "
-        "layer's input (the first residual).",
-        "注意力的输出顶替了隐藏状态：应该把它加到这一层的输入上（第一个残差连接）。",
-    ),
-    "no residuals": (
-        "both residual additions are missing: each sub-block adds its output to the "
-        "stream it read from.",
-        "两处残差相加都漏了：每个子块都要把自己的输出加回它读入的那条数据流。",
-    ),
-    "post-norm": (
-        "you normalised after adding; Llama normalises the *input* of each sub-block "
-        "(pre-norm) and adds the raw sub-block output back.",
-        "你是先相加再归一化；Llama 归一化的是每个子块的*输入*（pre-norm），再把子块未经"
-        "归一化的输出加回去。",
-    ),
-    "input": (
-        "that is the layer's input, unchanged: run it through your layer.",
-        "这是这一层原封未动的输入：把它送进你的层里算一遍。",
-    ),
+    "no residual after the MLP": M.key("layer0_output.no_residual_after_the_mlp"),
+    "no residual after attention": M.key("layer0_output.no_residual_after_attention"),
+    "no residuals": M.key("layer0_output.no_residuals"),
+    "post-norm": M.key("layer0_output.post_norm"),
+    "input": M.key("layer0_output.input"),
 }
 
 
@@ -1027,73 +754,34 @@ def layer0_output(answer: Any) -> CheckResult:
     try:
         got = torch.as_tensor(answer).detach().float()
     except (TypeError, ValueError, RuntimeError):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"expected a tensor [T, hidden], got {type(answer).__name__}.",
-                    f"这里要一个形状为 [T, hidden] 的张量，你给的是 {type(answer).__name__}。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("layer0_output.not_a_tensor", got_type=type(answer).__name__)))
     variants = _layer0_variants()
     want = variants["right"]
     if tuple(got.shape) != tuple(want.shape):
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"the prompt has {want.shape[0]} tokens of {want.shape[1]} numbers: "
-                    f"the output must be {list(want.shape)}, got {list(got.shape)}.",
-                    f"prompt 有 {want.shape[0]} 个 token，每个 {want.shape[1]} 个数："
-                    f"输出必须是 {list(want.shape)}，你的是 {list(got.shape)}。",
+                M(
+                    "layer0_output.wrong_shape",
+                    tokens=want.shape[0],
+                    hidden=want.shape[1],
+                    want_shape=list(want.shape),
+                    got_shape=list(got.shape),
                 ),
             )
         )
     if not torch.isfinite(got).all():
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "your output holds NaN or infinity: a -inf from the mask reached "
-                    "a row with no allowed key, or a division by zero.",
-                    "你的输出里有 NaN 或无穷大：要么掩码的 -inf 落到了一个没有任何"
-                    "可见 key 的行上，要么出现了除以零。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("layer0_output.not_finite")))
     if _close(got, want):
         diff = (got - want).abs().max().item()
-        return report(
-            passed(
-                ex,
-                tr(
-                    f"your layer is SmolLM2's layer 0 (largest difference {diff:.1e}).",
-                    f"你的层就是 SmolLM2 的第 0 层（最大差值 {diff:.1e}）。",
-                ),
-            )
-        )
+        return report(passed(ex, M("layer0_output.success", diff=diff)))
     for name, hint in _LAYER_HINTS.items():
         if _close(got, variants[name]):
-            return report(not_yet(ex, tr(*hint)))
+            return report(not_yet(ex, M(hint)))
     return report(
         not_yet(
             ex,
-            staged(
-                ex,
-                tr(
-                    "not layer 0's output: check each piece against layer 0 (the comparison cells above), "
-                    "then the order of the two sub-blocks.",
-                    "不是第 0 层的输出：先把每个部件和第 0 层逐一对照（上面那些比较单元格），再检查两个"
-                    "子块的顺序。",
-                ),
-                tr(
-                    "out = h + mlp(norm2(h)) with h = x + attention(norm1(x)); attention uses RoPE on q and k "
-                    "at positions 0..T-1 and o_proj on the heads put back side by side.",
-                    "out = h + mlp(norm2(h))，其中 h = x + attention(norm1(x))；注意力在位置 0..T-1 上对 q 和 "
-                    "k 施加 RoPE，各个头并排拼回去之后再过 o_proj。",
-                ),
-            ),
+            staged(ex, M("layer0_output.default_hint"), M("layer0_output.formula")),
         )
     )
 
@@ -1118,15 +806,7 @@ def _check_set(
     if not isinstance(items, (list, tuple, set, frozenset)) or not all(
         isinstance(a, str) for a in items
     ):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"answer a list of options, chosen from {list(options)}.",
-                    f"请用一个选项列表作答，选项取自 {list(options)}。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("check_set.not_a_list", options=list(options))))
     norm = {" ".join(a.split()).lower(): a for a in items}
     known = {o.lower(): o for o in options}
     unknown = sorted(
@@ -1134,24 +814,14 @@ def _check_set(
     )
     if unknown:
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"choose from {list(options)}; got {unknown}.",
-                    f"请从 {list(options)} 中选；你给的是 {unknown}。",
-                ),
-            )
+            not_yet(ex, M("check_set.unknown_option", options=list(options), unknown=unknown))
         )
     chosen = {
         next(o for k, o in known.items() if k.replace(" ", "") == n.replace(" ", "")) for n in norm
     }
     wrong = sorted(chosen - right)
     if wrong:
-        return report(
-            not_yet(
-                ex, tr(f"{wrong[0]}: {why_wrong[wrong[0]]}", f"{wrong[0]}：{why_wrong[wrong[0]]}")
-            )
-        )
+        return report(not_yet(ex, labelled(wrong[0], why_wrong[wrong[0]])))
     if chosen != right:
         return report(not_yet(ex, missing))
     return report(passed(ex, success))

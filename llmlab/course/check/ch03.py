@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -21,7 +22,8 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.i18n import tr
+
+M = catalog("ch03")
 
 PROMPT_LEN, NEW_TOKENS = 20, 100
 SAMPLING_LOGITS = [3.0, 2.0, 1.0, 0.5, 0.0, -1.0]  # token ids 0..5
@@ -40,48 +42,13 @@ def forwards(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                PROMPT_LEN + NEW_TOKENS,
-                tr(
-                    "the prompt is not fed one token per forward: one forward "
-                    "takes the whole prompt at once.",
-                    "prompt 不是每次前向计算喂一个 token：一次前向计算就吃下整个 prompt。",
-                ),
-            ),
-            (
-                NEW_TOKENS - 1,
-                tr(
-                    "the first new token also needs a forward: the one over the prompt "
-                    "(prefill) produces it.",
-                    "第一个新 token 也需要一次前向计算：正是对 prompt 的那一次（prefill）"
-                    "产生了它。",
-                ),
-            ),
-            (
-                NEW_TOKENS + 1,
-                tr(
-                    "no extra forward for the prompt alone: the forward over the prompt "
-                    "already yields the first new token.",
-                    "不用为 prompt 单独多做一次前向计算：对 prompt 的那次前向计算已经产出"
-                    "了第一个新 token。",
-                ),
-            ),
-            (
-                1,
-                tr(
-                    "a forward yields one next token only; the next one depends on it.",
-                    "一次前向计算只产出下一个 token；再下一个要依赖它。",
-                ),
-            ),
+            (PROMPT_LEN + NEW_TOKENS, M("forwards.prompt_per_token")),
+            (NEW_TOKENS - 1, M("forwards.first_token_free")),
+            (NEW_TOKENS + 1, M("forwards.extra_prefill")),
+            (1, M("forwards.several_per_forward")),
         ],
-        default_hint=tr(
-            "not the number of forwards: think about what one forward hands back.",
-            "不是前向计算的次数：想一想一次前向计算交回来的是什么。",
-        ),
-        formula=tr(
-            "Each forward ends in one sampled token; count the tokens you need.",
-            "每次前向计算最后采样出一个 token；数一数你需要多少个 token。",
-        ),
+        default_hint=M("forwards.default_hint"),
+        formula=M("forwards.formula"),
     )
 
 
@@ -96,45 +63,13 @@ def tokens_processed_no_cache(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                p + n,
-                tr(
-                    "that is the final length; without a cache every forward re-reads the whole "
-                    "sequence so far.",
-                    "这是最终长度；没有 KV cache 时，每次前向计算都要把到目前为止的整个序列重新过一遍。",
-                ),
-            ),
-            (
-                sum(p + i for i in range(n + 1)),
-                tr(
-                    "one step too many: the last token is sampled, never fed back in.",
-                    "多算了一步：最后一个 token 只是采样出来，不会再喂回模型。",
-                ),
-            ),
-            (
-                sum(p + i for i in range(1, n + 1)),
-                tr(
-                    "the first forward sees the prompt only; the sequence "
-                    "grows by one token per forward after that.",
-                    "第一次前向计算只看到 prompt；此后每做一次前向计算，序列才长一个 token。",
-                ),
-            ),
-            (
-                n * (p + n),
-                tr(
-                    "not every forward sees the final length: the sequence grows one token per forward.",
-                    "不是每次前向计算都看到最终长度：序列每次前向计算只长一个 token。",
-                ),
-            ),
+            (p + n, M("tokens_processed_no_cache.final_length")),
+            (sum(p + i for i in range(n + 1)), M("tokens_processed_no_cache.one_step_too_many")),
+            (sum(p + i for i in range(1, n + 1)), M("tokens_processed_no_cache.prompt_only")),
+            (n * (p + n), M("tokens_processed_no_cache.final_length_each")),
         ],
-        default_hint=tr(
-            "not the total: think about how long the sequence is at each forward.",
-            "不是总数：想一想每次前向计算时序列有多长。",
-        ),
-        formula=tr(
-            "Forward k (k = 0, 1, ...) sees the prompt plus the k tokens generated so far; add them up.",
-            "第 k 次前向计算（k = 0, 1, ...）看到的是 prompt 加上已生成的 k 个 token；把它们加起来。",
-        ),
+        default_hint=M("tokens_processed_no_cache.default_hint"),
+        formula=M("tokens_processed_no_cache.formula"),
     )
 
 
@@ -155,15 +90,7 @@ def top_p_kept(answer: Any) -> CheckResult:
     try:
         got = {int(a) for a in answer}
     except (TypeError, ValueError):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "answer with a set of token ids (ints), e.g. {4, 5}.",
-                    "请用一个 token id（int）的集合作答，例如 {4, 5}。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("top_p_kept.not_a_set")))
     expected = _kept(SAMPLING_LOGITS, TOP_P)
     for token_id in sorted(expected):
         record_expected(ex, token_id)
@@ -172,37 +99,10 @@ def top_p_kept(answer: Any) -> CheckResult:
     order = sorted(range(len(SAMPLING_LOGITS)), key=lambda i: -SAMPLING_LOGITS[i])
     top_n = set(order[: len(got)])
     if got != top_n:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "the nucleus is always the most likely tokens first; your set skips "
-                    "a more likely token.",
-                    "top-p 留下的集合总是从最可能的 token 取起；你的集合跳过了一个更可能的 token。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("top_p_kept.skips_likely")))
     if len(got) < len(expected):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "one short: the token whose probability pushes the running sum past "
-                    "top_p is kept (the nucleus is the smallest set that reaches top_p).",
-                    "少了一个：让累计和越过 top_p 的那个 token 也要留下（top-p 留下的"
-                    "是累计概率达到 top_p 的最小集合）。",
-                ),
-            )
-        )
-    return report(
-        not_yet(
-            ex,
-            tr(
-                "too many: stop as soon as the running sum of probabilities reaches top_p.",
-                "多了：概率的累计和一达到 top_p 就该停下。",
-            ),
-        )
-    )
+        return report(not_yet(ex, M("top_p_kept.one_short")))
+    return report(not_yet(ex, M("top_p_kept.too_many")))
 
 
 def _top_p_cases() -> list[tuple[torch.Tensor, float]]:
@@ -237,21 +137,8 @@ def top_p_function(fn: Any) -> CheckResult:
     if fn is None:
         return report(not_yet(ex, NOT_ANSWERED))
     if not callable(fn):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"expected a function, got {type(fn).__name__}.",
-                    f"这里要一个函数，你给的是 {type(fn).__name__}。",
-                ),
-            )
-        )
-    then = tr(
-        "Sort the ids by probability, largest first; walk down the list adding probabilities, "
-        "and keep each token whose probability mass *before* it is still below top_p.",
-        "把 id 按概率从大到小排好；沿着列表往下走，边走边累加概率，凡是它*之前*的累计概率还"
-        "低于 top_p 的 token 都留下。",
-    )
+        return report(not_yet(ex, M("top_p_function.not_a_function", got_type=type(fn).__name__)))
+    then = M("top_p_function.then")
     for probs, p in _top_p_cases():
         want = _nucleus(probs, p)
         try:
@@ -259,54 +146,23 @@ def top_p_function(fn: Any) -> CheckResult:
             got = {int(i) for i in (got.tolist() if hasattr(got, "tolist") else got)}
         except Exception as e:  # the learner's code: report, never crash the notebook
             return report(
-                not_yet(
-                    ex,
-                    tr(
-                        f"your function raised {type(e).__name__}: {e}",
-                        f"你的函数抛出了 {type(e).__name__}：{e}",
-                    ),
-                )
+                not_yet(ex, M("top_p_function.raised", error_type=type(e).__name__, error=e))
             )
         if got == want:
             continue
         order = probs.argsort(descending=True).tolist()
         if got == set(order[: len(want) - 1]):
-            first = tr(
-                "one short: you stop before the token whose probability carries the sum past "
-                "top_p; the nucleus includes it.",
-                "少了一个：你在让累计和越过 top_p 的那个 token 之前就停了；它也该留下。",
-            )
+            first = M("top_p_function.one_short")
         elif got == set(order[: len(want) + 1]):
-            first = tr(
-                "one too many: the token after the one that reaches top_p is not in the nucleus.",
-                "多了一个：累计和达到 top_p 的那个 token 之后的 token 不该留下。",
-            )
+            first = M("top_p_function.one_too_many")
         elif got == set(range(len(got))) and got != set(order[: len(got)]):
-            first = tr(
-                "you walked the ids in index order; the nucleus takes the most likely tokens "
-                "first, whatever their ids.",
-                "你是按 id 的顺序走的；top-p 先取最可能的 token，不管它们的 id 是多少。",
-            )
+            first = M("top_p_function.index_order")
         elif len(got) == len(want):
-            first = tr(
-                "the right number of tokens, but not the most likely ones.",
-                "token 的个数对了，但不是最可能的那几个。",
-            )
+            first = M("top_p_function.wrong_tokens")
         else:
-            first = tr(
-                f"wrong nucleus for a vector of {probs.numel()} probabilities with top_p={p}.",
-                f"对含 {probs.numel()} 个概率、top_p={p} 的向量，留下的集合不对。",
-            )
+            first = M("top_p_function.wrong_nucleus", size=probs.numel(), p=p)
         return report(not_yet(ex, staged(ex, first, then)))
-    return report(
-        passed(
-            ex,
-            tr(
-                "correct: that is the nucleus llmlab.sampling and vLLM's sampler keep.",
-                "正确：llmlab.sampling 和 vLLM 的采样器留下的正是这个集合。",
-            ),
-        )
-    )
+    return report(passed(ex, M("top_p_function.success")))
 
 
 def temperature_prob(answer: Any) -> CheckResult:
@@ -319,33 +175,12 @@ def temperature_prob(answer: Any) -> CheckResult:
         expected,
         rel=1e-3,
         mistakes=[
-            (
-                float(x.softmax(0)[0]),
-                tr(
-                    "that is temperature 1: divide the logits by the temperature first.",
-                    "这是温度为 1 时的值：先把 logits 除以温度。",
-                ),
-            ),
-            (
-                float((x * TEMPERATURE).softmax(0)[0]),
-                tr("you multiplied by the temperature; divide by it.", "你乘了温度；应该除以它。"),
-            ),
-            (
-                float((x.softmax(0) / TEMPERATURE)[0]),
-                tr(
-                    "divide the logits, not the probabilities, then softmax.",
-                    "要除的是 logits，不是概率，然后再做 softmax。",
-                ),
-            ),
+            (float(x.softmax(0)[0]), M("temperature_prob.temperature_1")),
+            (float((x * TEMPERATURE).softmax(0)[0]), M("temperature_prob.multiplied")),
+            (float((x.softmax(0) / TEMPERATURE)[0]), M("temperature_prob.divided_probabilities")),
         ],
-        default_hint=tr(
-            "not the probability at this temperature: check each step and its order.",
-            "不是这个温度下的概率：检查每一步和它们的先后顺序。",
-        ),
-        formula=tr(
-            "Softmax(logits / temperature), then read entry 0.",
-            "Softmax(logits / temperature)，然后读第 0 项。",
-        ),
+        default_hint=M("temperature_prob.default_hint"),
+        formula=M("temperature_prob.formula"),
     )
 
 
@@ -396,73 +231,27 @@ def samplable_tokens(answer: Any) -> CheckResult:
     )
     if set(got) != set(want) or any(v is None for v in got.values()):
         keys = ", ".join(f"{t:g}" for t in EXPLORER_TEMPERATURES)
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"answer a dict from each temperature ({keys}) to a count of tokens.",
-                    f"请用一个 dict 作答：每个温度（{keys}）对应一个 token 数。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("samplable_tokens.missing_keys", keys=keys)))
     hi, lo = max(want), min(want)
     if all(_close_count(got[t], want[t]) for t in want):
-        return report(
-            passed(
-                ex,
-                tr(
-                    "correct: at the lower temperature the distribution is sharper, "
-                    "so fewer tokens are needed to reach the same top_p.",
-                    "正确：温度越低，分布越尖，达到同样的 top_p 所需的 token 就越少。",
-                ),
-            )
-        )
+        return report(passed(ex, M("samplable_tokens.success")))
     if _close_count(got[hi], want[lo]) and _close_count(got[lo], want[hi]):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "the two counts are the wrong way round: which temperature "
-                    "makes the distribution sharper?",
-                    "两个数弄反了：哪个温度让分布更尖？",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("samplable_tokens.swapped")))
     if got[hi] == got[lo]:
         return report(
             not_yet(
                 ex,
                 staged(
                     ex,
-                    tr(
-                        "the counts differ between the two temperatures: "
-                        "did you move the temperature slider between readings?",
-                        "两个温度下的数并不相同：两次读数之间，你移动温度滑块了吗？",
-                    ),
-                    tr(
-                        "Temperature is applied before top-p, so it changes how "
-                        "many tokens the nucleus needs.",
-                        "温度在 top-p 之前起作用，所以它会改变 top-p 要留下多少个 token。",
-                    ),
+                    M("samplable_tokens.differ"),
+                    M("samplable_tokens.differ_then"),
                 ),
             )
         )
     return report(
         not_yet(
             ex,
-            staged(
-                ex,
-                tr(
-                    "at least one count is off: set top_p first, then read the "
-                    "line above the chart at each temperature.",
-                    "至少有一个数不对：先设好 top_p，再在每个温度下读图表上方的那一行。",
-                ),
-                tr(
-                    "Keep top_k at -1 (off) and the prompt unchanged; the line "
-                    "reads 'tokens that can be sampled: N'.",
-                    "top_k 保持 -1（关闭），prompt 不要改；那一行给出的是可以采样的 token 数 N。",
-                ),
-            ),
+            staged(ex, M("samplable_tokens.default_hint"), M("samplable_tokens.then")),
         )
     )
 

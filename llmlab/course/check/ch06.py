@@ -9,9 +9,11 @@ from typing import Any
 from llmlab.analysis import costs
 from llmlab.analysis.hardware import PRESETS, cpu_caches
 from llmlab.config import get_config
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.ch01 import combine_mistakes
 from llmlab.course.check.core import CheckResult, ExerciseInfo, check_choice, check_number
-from llmlab.i18n import tr
+
+M = catalog("ch06")
 
 SEED_PARAMS = 70e9  # the seed: "70B FP16 = 140 GB"
 SEED_BW = 3e12  # the seed: "~3 TB/s"
@@ -24,8 +26,8 @@ REFERENCE_CACHES = [
     {"level": 2, "type": "Unified", "size": 1280 * 1024},
     {"level": 3, "type": "Unified", "size": 12 * 1024**2},
 ]
-REFERENCE_NAME = "reference laptop core (48 KiB L1d, 1.25 MiB L2, 12 MiB shared L3)"
-REFERENCE_NAME_ZH = "参考笔记本的一个核（48 KiB L1d、1.25 MiB L2、12 MiB 共享 L3）"
+REFERENCE_NAME = M.template("graded_machine.reference")
+REFERENCE_NAME_ZH = M.template("graded_machine.reference", "zh")
 
 # bandwidth_for_speed: the weight-read widget's task
 SPEED_PARAMS = 100e9  # parameters
@@ -46,51 +48,14 @@ def weight_read_ms(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-            (
-                SEED_PARAMS / SEED_BW * 1e3,
-                tr(
-                    "that counts parameters, not bytes: each BF16 weight is 2 bytes.",
-                    "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。",
-                ),
-            ),
-            (
-                SEED_PARAMS * 4 / SEED_BW * 1e3,
-                tr(
-                    "that uses 4 bytes per weight (FP32); the weights here are BF16.",
-                    "这里每个权重按 4 字节（FP32）算了；题中的权重是 BF16。",
-                ),
-            ),
-            (
-                SEED_PARAMS * 2 / 3.35e12 * 1e3,
-                tr(
-                    "that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s.",
-                    "这用的是规格表的 3.35 TB/s；本题用原章节的 3 TB/s。",
-                ),
-            ),
-            (
-                SEED_BW / (SEED_PARAMS * 2) * 1e3,
-                tr(
-                    "upside down: a time is an amount divided by a rate.",
-                    "除反了：时间是总量除以速率。",
-                ),
-            ),
-            (
-                SEED_PARAMS * 2 / SEED_BW,
-                tr(
-                    "that is in seconds: give it in the unit the question asks for, milliseconds.",
-                    "这是以秒为单位的；请按题目要求的单位（毫秒）作答。",
-                ),
-            ),
+            (SEED_PARAMS / SEED_BW * 1e3, M("parameters_not_bytes")),
+            (SEED_PARAMS * 4 / SEED_BW * 1e3, M("weight_read_ms.fp32")),
+            (SEED_PARAMS * 2 / 3.35e12 * 1e3, M("weight_read_ms.datasheet_bandwidth")),
+            (SEED_BW / (SEED_PARAMS * 2) * 1e3, M("weight_read_ms.upside_down")),
+            (SEED_PARAMS * 2 / SEED_BW, M("weight_read_ms.seconds")),
         ),
-        default_hint=tr(
-            "a decode step at batch 1 has to move every weight from memory once; "
-            "how long does moving that many bytes take?",
-            "batch 为 1 时，一个 decode 步要把每个权重从显存里搬一遍；搬这么多字节要多久？",
-        ),
-        formula=tr(
-            "Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.",
-            "时间 =（权重个数 × 每个权重的字节数）/ 以字节每秒计的带宽，再 × 1000 换成 ms。",
-        ),
+        default_hint=M("weight_read_ms.default_hint"),
+        formula=M("weight_read_ms.formula"),
     )
 
 
@@ -106,64 +71,22 @@ def h200_floor_ms(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-            (
-                params * 2 / h100.mem_bw * 1e3,
-                tr(
-                    "that is H100 SXM's bandwidth; use the H200 preset's.",
-                    "这是 H100 SXM 的带宽；请用 H200 预设的带宽。",
-                ),
-            ),
-            (
-                params * 2 / 3e12 * 1e3,
-                tr(
-                    "that is the seed's 3 TB/s H100; use the H200 preset's bandwidth.",
-                    "这是原章节里 3 TB/s 的 H100；请用 H200 预设的带宽。",
-                ),
-            ),
-            (
-                params * 4 / h200.mem_bw * 1e3,
-                tr(
-                    "that uses 4 bytes per weight (FP32); the weights are BF16.",
-                    "这里每个权重按 4 字节（FP32）算了；权重是 BF16。",
-                ),
-            ),
-            (
-                params / h200.mem_bw * 1e3,
-                tr(
-                    "that counts parameters, not bytes: each BF16 weight is 2 bytes.",
-                    "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。",
-                ),
-            ),
-            (
-                SEED_PARAMS * 2 / h200.mem_bw * 1e3,
-                tr(
-                    "that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count.",
-                    "这用的是取整的 70e9；题目要的是 Llama-3-70B 的精确参数量。",
-                ),
-            ),
-            (
-                2 * params / h200.peak_flops["bf16"] * 1e3,
-                tr(
-                    "that divides FLOPs by the compute peak: at batch 1 the weights' bytes over the bandwidth take far longer.",
-                    "这是用 FLOPs 除以算力峰值：batch 为 1 时，权重字节数除以带宽所花的时间要长得多。",
-                ),
-            ),
+            (params * 2 / h100.mem_bw * 1e3, M("h200_floor_ms.h100")),
+            (params * 2 / 3e12 * 1e3, M("h200_floor_ms.seed_bandwidth")),
+            (params * 4 / h200.mem_bw * 1e3, M("h200_floor_ms.fp32")),
+            (params / h200.mem_bw * 1e3, M("parameters_not_bytes")),
+            (SEED_PARAMS * 2 / h200.mem_bw * 1e3, M("h200_floor_ms.round_params")),
+            (2 * params / h200.peak_flops["bf16"] * 1e3, M("h200_floor_ms.compute_bound")),
         ),
-        default_hint=tr(
-            "at batch 1 the floor is set by memory, not by compute; check which "
-            "device's figure and which parameter count you used.",
-            "batch 为 1 时，下限由显存决定，而不是算力；检查你用的是哪块卡的数据、哪个参数量。",
-        ),
-        formula=tr(
-            "Floor = exact parameter count × 2 bytes / the H200 preset's mem_bw, in milliseconds.",
-            "下限 = 精确参数量 × 2 字节 / H200 预设的 mem_bw，单位毫秒。",
-        ),
+        default_hint=M("h200_floor_ms.default_hint"),
+        formula=M("h200_floor_ms.formula"),
     )
 
 
 def bandwidth_for_speed(answer: Any) -> CheckResult:
     """The memory bandwidth (TB/s) at which a 100B-parameter model in FP8 decodes 25 tokens/s for
     one user (batch 1): found with the weight-read widget's sliders, or by reasoning backwards."""
+    weight_tb = SPEED_PARAMS * SPEED_DTYPE_BYTES / 1e12
     expected = SPEED_PARAMS * SPEED_DTYPE_BYTES * SPEED_TOKENS_PER_S / 1e12
     return check_number(
         "ch06.bandwidth_for_speed",
@@ -171,44 +94,13 @@ def bandwidth_for_speed(answer: Any) -> CheckResult:
         expected,
         rel=0.03,
         mistakes=combine_mistakes(
-            (
-                expected * 2,
-                tr(
-                    "that is for BF16 weights (2 bytes); the model is in FP8, 1 byte per weight.",
-                    "这是 BF16 权重（2 字节）的结果；模型是 FP8，每个权重 1 字节。",
-                ),
-            ),
-            (
-                expected / 2,
-                tr(
-                    "that is for 4-bit weights; the model is in FP8, 1 byte per weight.",
-                    "这是 4-bit 权重的结果；模型是 FP8，每个权重 1 字节。",
-                ),
-            ),
-            (
-                SPEED_PARAMS * SPEED_DTYPE_BYTES / SPEED_TOKENS_PER_S / 1e12,
-                tr(
-                    "that divides by the token rate: a faster rate needs more bandwidth, not less.",
-                    "这里除以了 token 速率：速率越快，需要的带宽越多，而不是越少。",
-                ),
-            ),
-            (
-                SPEED_PARAMS * SPEED_DTYPE_BYTES / 1e12,
-                tr(
-                    "that reads the weights once per second; every token needs its own full read.",
-                    "这相当于每秒只读一遍权重；其实每个 token 都要完整读一遍。",
-                ),
-            ),
+            (expected * 2, M("bandwidth_for_speed.bf16")),
+            (expected / 2, M("bandwidth_for_speed.int4")),
+            (weight_tb / SPEED_TOKENS_PER_S, M("bandwidth_for_speed.divided_by_rate")),
+            (weight_tb, M("bandwidth_for_speed.one_read")),
         ),
-        default_hint=tr(
-            "each token needs one full read of the weights, and the widget shows "
-            "the tokens/s bound; move the bandwidth until it reaches the target.",
-            "每个 token 都要把权重完整读一遍，控件会显示 tokens/s 的上限；拖动带宽，直到它达到目标。",
-        ),
-        formula=tr(
-            "Bandwidth = bytes of the weights × tokens per second (one read per token), in TB/s.",
-            "带宽 = 权重的字节数 × 每秒 token 数（每个 token 读一遍），单位 TB/s。",
-        ),
+        default_hint=M("bandwidth_for_speed.default_hint"),
+        formula=M("bandwidth_for_speed.formula"),
     )
 
 
@@ -224,47 +116,13 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-            (
-                3e12 / pcie,
-                tr(
-                    "that is the seed's round 3 TB/s; use the preset's memory bandwidth.",
-                    "这是原章节取整的 3 TB/s；请用预设里的显存带宽。",
-                ),
-            ),
-            (
-                h.mem_bw / (pcie / 2),
-                tr(
-                    "that uses one direction of PCIe (64 GB/s); this question compares the "
-                    "figures the preset lists (128 GB/s, both directions added).",
-                    "这用的是 PCIe 单向的 64 GB/s；本题比较的是预设里列出的数字"
-                    "（128 GB/s，两个方向相加）。",
-                ),
-            ),
-            (
-                h.interconnect["nvlink"] / pcie,
-                tr(
-                    "that is NVLink over PCIe; the question compares HBM with PCIe.",
-                    "这是 NVLink 与 PCIe 之比；题目比较的是 HBM 和 PCIe。",
-                ),
-            ),
-            (
-                pcie / h.mem_bw,
-                tr(
-                    "upside down: a GB over PCIe takes longer than a GB from HBM, so it "
-                    "is worth more than one GB of HBM reads.",
-                    "除反了：经 PCIe 读 1 GB 比从 HBM 读 1 GB 慢，所以它抵得上不止 1 GB 的 HBM 读取。",
-                ),
-            ),
+            (3e12 / pcie, M("hbm_vs_pcie.seed_bandwidth")),
+            (h.mem_bw / (pcie / 2), M("hbm_vs_pcie.one_direction")),
+            (h.interconnect["nvlink"] / pcie, M("hbm_vs_pcie.nvlink")),
+            (pcie / h.mem_bw, M("hbm_vs_pcie.upside_down")),
         ),
-        default_hint=tr(
-            "compare the two bandwidths of the H100-SXM preset, its memory's and "
-            "its host link's, in the same unit.",
-            "比较 H100-SXM 预设里的两个带宽：显存的和连主机那条链路的，单位要一致。",
-        ),
-        formula=tr(
-            "Ratio = HBM bandwidth / PCIe bandwidth, both in bytes/s as the preset lists them.",
-            "倍数 = HBM 带宽 / PCIe 带宽，两者都用预设里列出的 bytes/s。",
-        ),
+        default_hint=M("hbm_vs_pcie.default_hint"),
+        formula=M("hbm_vs_pcie.formula"),
     )
 
 
@@ -282,57 +140,21 @@ def offload_floor_ms(answer: Any) -> CheckResult:
     `--cpu-offload-gb 10`): the per-token floor in ms at batch 1, when the offloaded weights cross
     PCIe host→device at one direction's bandwidth (half the preset's total) in every step."""
     weights, hbm, pcie, expected = _offload_parts()
+    resident = (weights - OFFLOAD_BYTES) / hbm  # the part left in HBM, read from there
     return check_number(
         "ch06.offload_floor_ms",
         answer,
         expected,
         rel=0.004,
         mistakes=combine_mistakes(
-            (
-                weights / hbm * 1e3,
-                tr(
-                    "that is the floor without offloading: the 10 GB in CPU memory cross PCIe in every step.",
-                    "这是不卸载时的下限：放在 CPU 内存里的 10 GB 每一步都要经过 PCIe。",
-                ),
-            ),
-            (
-                ((weights - OFFLOAD_BYTES) / hbm + OFFLOAD_BYTES / (2 * pcie)) * 1e3,
-                tr(
-                    "that uses the preset's PCIe total (both directions added); the weights travel one way, host to device.",
-                    "这用的是预设里 PCIe 的总带宽（两个方向相加）；权重只走一个方向，从主机到设备。",
-                ),
-            ),
-            (
-                OFFLOAD_BYTES / pcie * 1e3,
-                tr(
-                    "that counts only the offloaded part; the weights left in HBM are read too.",
-                    "这只算了卸载出去的部分；留在 HBM 里的权重也要读。",
-                ),
-            ),
-            (
-                weights / pcie * 1e3,
-                tr(
-                    "that sends all the weights over PCIe; only the offloaded 10 GB live in CPU memory.",
-                    "这是让全部权重都走 PCIe；只有卸载出去的 10 GB 放在 CPU 内存里。",
-                ),
-            ),
-            (
-                (weights / hbm + OFFLOAD_BYTES / pcie) * 1e3,
-                tr(
-                    "the offloaded 10 GB are not in HBM as well: subtract them from what HBM serves.",
-                    "卸载出去的 10 GB 并不同时留在 HBM 里：要从 HBM 负责的那部分里减掉。",
-                ),
-            ),
+            (weights / hbm * 1e3, M("offload_floor_ms.no_offload")),
+            ((resident + OFFLOAD_BYTES / (2 * pcie)) * 1e3, M("offload_floor_ms.both_directions")),
+            (OFFLOAD_BYTES / pcie * 1e3, M("offload_floor_ms.offloaded_only")),
+            (weights / pcie * 1e3, M("offload_floor_ms.all_over_pcie")),
+            ((weights / hbm + OFFLOAD_BYTES / pcie) * 1e3, M("offload_floor_ms.counted_twice")),
         ),
-        default_hint=tr(
-            "the step reads two parts of the weights from two memories at two "
-            "different speeds; find each part's time.",
-            "这一步从两种存储里、以两种速度读两部分权重；分别算出每部分的时间。",
-        ),
-        formula=tr(
-            "Floor = (weight bytes − 10 GB) / HBM bandwidth + 10 GB / (PCIe total / 2), in ms.",
-            "下限 =（权重字节数 − 10 GB）/ HBM 带宽 + 10 GB /（PCIe 总带宽 / 2），单位 ms。",
-        ),
+        default_hint=M("offload_floor_ms.default_hint"),
+        formula=M("offload_floor_ms.formula"),
     )
 
 
@@ -348,11 +170,8 @@ _exercise_caches = exercise_caches  # the name tests outside the repository may 
 def graded_machine() -> str:
     """Whose caches `working_set_level` grades against, in words."""
     if cpu_caches():
-        return tr(
-            "this machine (its caches as the OS reports them)",
-            "本机（缓存大小以操作系统报告的为准）",
-        )
-    return tr(REFERENCE_NAME, REFERENCE_NAME_ZH)
+        return M("graded_machine.this_machine")
+    return M("graded_machine.reference")
 
 
 def _level_of(size: int, caches: list[dict]) -> str:
@@ -369,16 +188,9 @@ def working_set_level(answer: Any, size: int = WORKING_SET) -> CheckResult:
     expected = _level_of(size, caches)
     hints = {
         lv: (
-            tr(
-                "too small: the working set does not fit in that cache; compare its size with "
-                "the cache sizes printed above.",
-                "太小了：工作集放不进这一级缓存；把它的大小和上面打印的各级缓存大小比一比。",
-            )
+            M("working_set_level.too_small")
             if LEVELS.index(lv) < LEVELS.index(expected)
-            else tr(
-                "a smaller, faster level already holds it; look at the cache sizes printed above.",
-                "更小、更快的一级已经放得下它了；看看上面打印的各级缓存大小。",
-            )
+            else M("working_set_level.too_large")
         )
         for lv in LEVELS
         if lv != expected

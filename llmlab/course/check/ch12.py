@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -24,13 +25,17 @@ from llmlab.course.check.core import (
     check_matching,
     check_number,
     close,
+    labelled,
     not_yet,
     passed,
     record_expected,
     report,
+    sentences,
     staged,
 )
-from llmlab.i18n import Bilingual, tr
+from llmlab.i18n import Bilingual
+
+M = catalog("ch12")
 
 EXERCISES: dict[str, ExerciseInfo] = {
     "generation_loop_steps": ExerciseInfo(
@@ -166,45 +171,21 @@ def generation_loop_order(answer: Any) -> CheckResult:
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
     if not isinstance(answer, (list, tuple)) or not all(isinstance(a, str) for a in answer):
-        return report(
-            not_yet(ex, tr("answer a list of the step names.", "请回答一个由步骤名组成的列表。"))
-        )
+        return report(not_yet(ex, M("generation_loop_order.not_a_list")))
     got = [a.strip().lower() for a in answer]
     if sorted(got) != sorted(LOOP_STEPS):
         missing = sorted(set(LOOP_STEPS) - set(got))
         extra = sorted(set(got) - set(LOOP_STEPS))
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"use each of the 8 names exactly once (missing {missing}, unknown {extra}).",
-                    f"8 个名字每个正好用一次（缺少 {missing}，不认识 {extra}）。",
-                ),
-            )
+            not_yet(ex, M("generation_loop_order.wrong_names", missing=missing, extra=extra))
         )
     pos = {name: i for i, name in enumerate(got)}
     for earlier, later in zip(LOOP_STEPS, LOOP_STEPS[1:]):
         if pos[earlier] > pos[later]:
             return report(
-                not_yet(
-                    ex,
-                    tr(
-                        f"{later!r} needs what {earlier!r} produces; "
-                        f"look at what each step takes as input.",
-                        f"{later!r} 需要 {earlier!r} 的产出；看看每一步的输入是什么。",
-                    ),
-                )
+                not_yet(ex, M("generation_loop_order.out_of_order", later=later, earlier=earlier))
             )
-    return report(
-        passed(
-            ex,
-            tr(
-                "right: and with a KV cache the loop goes back to 'embed' with "
-                "only the one new token.",
-                "对：有了 KV cache，循环回到 'embed' 时只带着那一个新 token。",
-            ),
-        )
-    )
+    return report(passed(ex, M("generation_loop_order.success")))
 
 
 # ---- question 1 drawn: each step with what it does to the KV cache ------------------------------
@@ -235,56 +216,19 @@ LOOP_WITH_CACHE = (
 )
 DECODE_STARTS_AT = "embed"
 
-_MARK_HINTS = {  # (English, Chinese)
-    "qkv_projection": (
-        "the projections compute this step's k and v but only hand them on; find "
-        "the step that stores them (llmlab/model.py, Attention.forward).",
-        "投影只算出这一步的 k 和 v，然后往下传；找出把它们存起来的那一步"
-        "（llmlab/model.py，Attention.forward）。",
-    ),
-    "attention_read": (
-        "attention also writes: this step's K and V go into the cache first "
-        "(reshape_and_cache), and only then does it read.",
-        "注意力也会写：这一步的 K 和 V 先写进缓存（reshape_and_cache），然后才读。",
-    ),
-    "attention_write": (
-        "attention also reads: after writing this step's K and V it attends over "
-        "every K and V in the cache, the history included.",
-        "注意力也会读：写完这一步的 K 和 V 之后，它要对缓存里所有的 K 和 V（包括历史的）做注意力。",
-    ),
-    "attention_none": (
-        "attention is where the cache lives: it writes this step's K and V, then "
-        "reads all of them.",
-        "KV cache 就是在注意力这一步用的：它先写这一步的 K 和 V，再把它们全部读出来。",
-    ),
-    "attention": (
-        "attention writes this step's K and V first, then reads all of them: the other "
-        "order would attend without the new token's own key.",
-        "注意力先写这一步的 K 和 V，再全部读出来：反过来的话，新 token 做注意力时就看不到它自己的 key。",
-    ),
-    "other": (
-        "this step works on each token alone (or after the layers are done) and never "
-        "touches keys or values of other tokens.",
-        "这一步只对每个 token 单独处理（或者在所有层算完之后才做），从不碰其他 token 的 key 或 value。",
-    ),
+_MARK_HINTS = {  # the catalog key of each hint
+    "qkv_projection": M.key("generation_loop_steps.mark.qkv_projection"),
+    "attention_read": M.key("generation_loop_steps.mark.attention_read"),
+    "attention_write": M.key("generation_loop_steps.mark.attention_write"),
+    "attention_none": M.key("generation_loop_steps.mark.attention_none"),
+    "attention": M.key("generation_loop_steps.mark.attention"),
+    "other": M.key("generation_loop_steps.mark.other"),
 }
 _DECODE_HINTS = {
-    "tokenize": (
-        "the sampled token is already an id: there is no text left to tokenize.",
-        "采样出来的 token 已经是一个 id 了：没有文本需要再分词。",
-    ),
-    "qkv_projection": (
-        "the new token has no hidden state yet: it needs its embedding first.",
-        "新 token 还没有隐藏状态：它得先有自己的 embedding。",
-    ),
-    "attention": (
-        "the new token needs its embedding and its own q, k, v before it can attend.",
-        "新 token 要先有 embedding 和自己的 q、k、v，才能做注意力。",
-    ),
-    "append": (
-        "append ends a step; the next step starts by turning the new id into a vector.",
-        "append 是一步的结尾；下一步从把新 id 变成向量开始。",
-    ),
+    "tokenize": M.key("generation_loop_steps.decode.tokenize"),
+    "qkv_projection": M.key("generation_loop_steps.decode.qkv_projection"),
+    "attention": M.key("generation_loop_steps.decode.attention"),
+    "append": M.key("generation_loop_steps.decode.append"),
 }
 
 
@@ -301,15 +245,7 @@ def generation_loop_steps(answer: Any) -> CheckResult:
         isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p)
         for p in steps
     ):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    'answer "prefill" as a list of (step, mark) pairs.',
-                    '"prefill" 请回答一个由 (step, mark) 对组成的列表。',
-                ),
-            )
-        )
+        return report(not_yet(ex, M("generation_loop_steps.not_pairs")))
     got = [
         (a.strip().lower(), b.strip().lower().replace(" ", "_").replace(",", "")) for a, b in steps
     ]
@@ -319,77 +255,44 @@ def generation_loop_steps(answer: Any) -> CheckResult:
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"steps come from {list(LOOP_STEP_CHOICES)} and marks from "
-                    f"{list(CACHE_MARKS)}; got {unknown + bad_marks}.",
-                    f"步骤从 {list(LOOP_STEP_CHOICES)} 中选，标记从 {list(CACHE_MARKS)} 中选；"
-                    f"你给的是 {unknown + bad_marks}。",
+                M(
+                    "generation_loop_steps.unknown_names",
+                    steps=list(LOOP_STEP_CHOICES),
+                    marks=list(CACHE_MARKS),
+                    got=unknown + bad_marks,
                 ),
             )
         )
     if "recompute_past_kv" in {a for a, _ in got}:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "with a KV cache nothing of the past is recomputed: the cache "
-                    "already holds every earlier token's K and V. Leave that step out.",
-                    "有了 KV cache，过去的东西一概不用重算：缓存里已经存着之前每个 token 的 K 和 V。"
-                    "把这一步去掉。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("generation_loop_steps.recomputed")))
     for i, (want, mark) in enumerate(LOOP_WITH_CACHE):
         if i >= len(got):
             stops = (
-                tr(
-                    f"the list stops after step {i} ({got[-1][0]!r}); the step goes on until the "
-                    "new token is part of the sequence.",
-                    f"列表在第 {i} 步（{got[-1][0]!r}）之后就停了；这一步要一直走到新 token 成为序列的一部分。",
-                )
+                M("generation_loop_steps.stops_early", i=i, last=got[-1][0])
                 if got
-                else tr("the list is empty.", "列表是空的。")
+                else M("generation_loop_steps.empty")
             )
             return report(
                 not_yet(
                     ex,
-                    staged(
-                        ex,
-                        stops,
-                        tr(
-                            "Every step runs once per generated token; "
-                            "follow the data from text to the next token.",
-                            "每生成一个 token，每一步都要跑一次；顺着数据从文本一路走到下一个 token。",
-                        ),
-                    ),
+                    staged(ex, stops, M("generation_loop_steps.stops_then")),
                 )
             )
         step, given = got[i]
         if step != want:
             later = [n for n, _ in LOOP_WITH_CACHE[i:]]
             why = (
-                tr(
-                    f"{step!r} needs the output of a step not placed before it yet",
-                    f"{step!r} 需要的某一步的输出还没有排在它前面",
-                )
+                M("generation_loop_steps.too_early", step=step)
                 if step in later
-                else tr(
-                    f"{step!r} appears twice or too late", f"{step!r} 出现了两次，或者排得太靠后"
-                )
+                else M("generation_loop_steps.twice_or_late", step=step)
             )
             return report(
                 not_yet(
                     ex,
                     staged(
                         ex,
-                        tr(
-                            f"step {i + 1} ({step!r}) is out of place: {why}.",
-                            f"第 {i + 1} 步（{step!r}）位置不对：{why}。",
-                        ),
-                        tr(
-                            "Look at what each step takes as input and what it hands on.",
-                            "看看每一步的输入是什么、交给下一步的又是什么。",
-                        ),
+                        M("generation_loop_steps.out_of_place", n=i + 1, step=step, why=why),
+                        M("generation_loop_steps.out_of_place_then"),
                     ),
                 )
             )
@@ -405,47 +308,31 @@ def generation_loop_steps(answer: Any) -> CheckResult:
                     else "other"
                 )
             )
-            hint = tr(*_MARK_HINTS[key])
+            hint = M(_MARK_HINTS[key])
             return report(
-                not_yet(
-                    ex, tr(f"step {i + 1} ({step!r}): {hint}", f"第 {i + 1} 步（{step!r}）：{hint}")
-                )
+                not_yet(ex, M("generation_loop_steps.wrong_mark", n=i + 1, step=step, hint=hint))
             )
     if len(got) > len(LOOP_WITH_CACHE):
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"after {LOOP_WITH_CACHE[-1][0]!r} the step is over; the "
-                    "extra entries belong to the next one.",
-                    f"到 {LOOP_WITH_CACHE[-1][0]!r} 这一步就结束了；多出来的条目属于下一步。",
+                M(
+                    "generation_loop_steps.too_long",
+                    last=LOOP_WITH_CACHE[-1][0],
                 ),
             )
         )
     start = str(answer["decode_starts_at"]).strip().lower()
     if start != DECODE_STARTS_AT:
         if start in _DECODE_HINTS:
-            hint = tr(*_DECODE_HINTS[start])
+            hint = M(_DECODE_HINTS[start])
         else:
-            hint = tr(
-                f"choose the step from {list(LOOP_STEP_CHOICES)} where the one new token enters the model.",
-                f"从 {list(LOOP_STEP_CHOICES)} 中选出那个新 token 进入模型的步骤。",
+            hint = M(
+                "generation_loop_steps.unknown_start",
+                steps=list(LOOP_STEP_CHOICES),
             )
-        return report(not_yet(ex, tr(f"decode_starts_at: {hint}", f"decode_starts_at：{hint}")))
-    return report(
-        passed(
-            ex,
-            tr(
-                "right: per layer, attention writes this step's K/V and reads all of "
-                "the cache; a decode step re-enters at embed with one token, yet its "
-                "attention reads the whole history. That read is why decode is "
-                "memory-bound.",
-                "对：每一层里，注意力写入这一步的 K/V，再读出整个缓存；decode 步只带一个 token "
-                "从 embed 重新进入，它的注意力却要读全部历史。正是这次读取让 decode 成为 "
-                "memory-bound 的。",
-            ),
-        )
-    )
+        return report(not_yet(ex, labelled("decode_starts_at", hint)))
+    return report(passed(ex, M("generation_loop_steps.success")))
 
 
 # ---- questions 2-5 on cases the chapters did not compute ----------------------------------------
@@ -471,52 +358,14 @@ def kv_gb_fresh_case(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=[
-            (
-                expected * 2,
-                tr(
-                    "that is a BF16 cache (2 bytes per number); this one stores FP8, 1 byte.",
-                    "这是 BF16 的 cache（每个数 2 字节）；这里存的是 FP8，每个数 1 字节。",
-                ),
-            ),
-            (
-                expected / cfg.num_hidden_layers,
-                tr(
-                    "one layer only: every layer keeps its own K and V.",
-                    "只算了一层：每一层都有自己的 K 和 V。",
-                ),
-            ),
-            (
-                hidden_wrong,
-                tr(
-                    "you used the hidden size: with grouped-query attention only the KV heads "
-                    "are cached (chapter 04).",
-                    "你用了 hidden size：在 GQA 下只有 KV 头会被缓存（第 04 章）。",
-                ),
-            ),
-            (
-                expected / 2,
-                tr(
-                    "K without V (or V without K): the cache holds both.",
-                    "只算了 K（或只算了 V）：cache 里两者都有。",
-                ),
-            ),
-            (
-                expected * 1e9 / 2**30,
-                tr(
-                    "that is GiB (2**30 bytes); the question asks GB (1e9 bytes).",
-                    "这是 GiB（2**30 字节）；题目问的是 GB（1e9 字节）。",
-                ),
-            ),
+            (expected * 2, M("kv_gb_fresh_case.bf16")),
+            (expected / cfg.num_hidden_layers, M("kv_gb_fresh_case.one_layer")),
+            (hidden_wrong, M("kv_gb_fresh_case.hidden_size")),
+            (expected / 2, M("kv_gb_fresh_case.k_without_v")),
+            (expected * 1e9 / 2**30, M("kv_gb_fresh_case.gib")),
         ],
-        default_hint=tr(
-            "read the model's layers, KV heads and head size from its configuration "
-            "(`llmlab.config.get_config`), then count bytes as chapter 04 did.",
-            "从模型配置（`llmlab.config.get_config`）里读出层数、KV 头数和头的维度，再像第 04 章那样数字节。",
-        ),
-        formula=tr(
-            "GB = 2 × layers × KV heads × head size × bytes per number × tokens / 1e9.",
-            "GB = 2 × 层数 × KV 头数 × 头的维度 × 每个数的字节数 × token 数 / 1e9。",
-        ),
+        default_hint=M("kv_gb_fresh_case.default_hint"),
+        formula=M("kv_gb_fresh_case.formula"),
     )
 
 
@@ -553,59 +402,25 @@ def q3_fresh_case(answer: Any) -> CheckResult:
     problems = []
     x = as_number(answer["throughput_ratio"])
     if x is None:
-        problems.append(tr("throughput_ratio must be a number.", "throughput_ratio 必须是一个数。"))
+        problems.append(M("q3_fresh_case.ratio_not_a_number"))
     elif not close(x, ratio, 0.03):
         if close(x, 1.0, 0.05):
-            problems.append(
-                tr(
-                    "throughput_ratio: the weights are read once per step for the whole "
-                    "batch, not once per sequence.",
-                    "throughput_ratio：权重是每步为整个 batch 读一次，不是每条序列读一次。",
-                )
-            )
+            problems.append(M("q3_fresh_case.ratio_one"))
         elif close(x, ratio_no_kv, 0.05) or x > ratio:
             problems.append(
                 staged(
                     ex,
-                    tr(
-                        "throughput_ratio: each of the batch's sequences reads its own KV cache every step; at "
-                        "this context, how does that compare with the weights?",
-                        "throughput_ratio：batch 里每条序列每一步都要读自己的 KV cache；在这个上下文长度下，它和权重比起来有多大？",
-                    ),
-                    tr(
-                        "Step bytes = weights + batch × (KV bytes per token × context); ratio = batch × "
-                        "step(1) / step(batch).",
-                        "一步的字节数 = 权重 + batch ×（每个 token 的 KV 字节数 × 上下文长度）；比值 = batch × 步时间(1) / 步时间(batch)。",
-                    ),
+                    M("q3_fresh_case.ratio_too_high"),
+                    M("q3_fresh_case.ratio_then"),
                 )
             )
         else:
-            problems.append(
-                tr(
-                    "throughput_ratio: compute both step floors as chapter 08 did, then "
-                    "compare tokens per second.",
-                    "throughput_ratio：像第 08 章那样算出两个步下限，再比较每秒 token 数。",
-                )
-            )
+            problems.append(M("q3_fresh_case.ratio_default"))
     if str(answer["bound"]).strip().lower() != bound:
-        problems.append(
-            tr(
-                "bound: place the batch's FLOPs per byte against the H200's ridge point.",
-                "bound：把这个 batch 每字节的 FLOPs 和 H200 的拐点比一比。",
-            )
-        )
+        problems.append(M("q3_fresh_case.bound"))
     if problems:
-        return report(not_yet(ex, tr(" ", "").join(problems)))
-    return report(
-        passed(
-            ex,
-            tr(
-                f"correct: about {ratio:.0f}x, far from {Q3_BATCH}x: at long context "
-                f"the KV caches, not the weights, dominate what a step reads.",
-                f"正确：约 {ratio:.0f} 倍，远不到 {Q3_BATCH} 倍：上下文很长时，一步要读的主要是 KV cache，而不是权重。",
-            ),
-        )
-    )
+        return report(not_yet(ex, sentences(*problems)))
+    return report(passed(ex, M("q3_fresh_case.success", ratio=ratio, batch=Q3_BATCH)))
 
 
 # Q4: two deployments of Llama-3-8B (BF16, one H100, 1024 tokens of context), two products.
@@ -651,15 +466,8 @@ def q4_fresh_case(answer: Any) -> CheckResult:
         "overnight_summaries": most_throughput.lower(),
     }
     hints = {
-        "voice_assistant": tr(
-            "the larger batch makes more tokens per second, but does each "
-            "step still finish within the 6 ms target? Compute its TPOT floor.",
-            "更大的 batch 每秒产出的 token 更多，但它的每一步还能在 6 ms 的目标内完成吗？算一算它的 TPOT 下限。",
-        ),
-        "overnight_summaries": tr(
-            "no one waits for a token here: which deployment turns out the most tokens per second?",
-            "这里没有人在等某个 token：哪个部署每秒产出的 token 最多？",
-        ),
+        "voice_assistant": M("q4_fresh_case.voice_assistant"),
+        "overnight_summaries": M("q4_fresh_case.overnight_summaries"),
     }
     return check_matching(
         "ch12.q4_fresh_case",
@@ -667,11 +475,7 @@ def q4_fresh_case(answer: Any) -> CheckResult:
         right,
         choices=("a", "b"),
         hints=hints,
-        success=tr(
-            "right: the TPOT target caps the batch for the voice assistant; "
-            "the batch job takes the largest batch.",
-            "对：TPOT 目标限制了语音助手的 batch；批量任务用最大的 batch。",
-        ),
+        success=M("q4_fresh_case.success"),
     )
 
 
@@ -687,24 +491,10 @@ Q5_ACCEPTED = {
     "shared_block_freed_when_its_last_user_leaves": frozenset({"shared_pages"}),
 }
 _Q5_HINTS = {
-    "blocks_allocated_as_tokens_arrive": (
-        "a request gets a new block only when its tokens need one, "
-        "not its whole length up front: which OS idea gives a "
-        "process a page only when it first touches it?",
-        "请求只在 token 需要时才得到一个新块，而不是一开始就拿到整段长度：操作系统里哪种思想在进程第一次访问某页时才给它那一页？",
-    ),
-    "slot_from_block_table_and_offset": (
-        "a logical position becomes a physical slot through a "
-        "per-request table and an offset: which OS structure "
-        "translates addresses that way?",
-        "逻辑位置通过每个请求的一张表加上偏移变成物理槽位：操作系统里哪种结构是这样翻译地址的？",
-    ),
-    "shared_block_freed_when_its_last_user_leaves": (
-        "a block several requests map stays until a "
-        "count of its users reaches zero: which OS "
-        "mechanism frees a page mapped by several "
-        "processes that way?",
-        "多个请求映射的一个块，要等它的使用者计数降到零才释放：操作系统里哪种机制是这样释放被多个进程映射的页的？",
+    "blocks_allocated_as_tokens_arrive": M.key("q5_fresh_case.blocks_allocated_as_tokens_arrive"),
+    "slot_from_block_table_and_offset": M.key("q5_fresh_case.slot_from_block_table_and_offset"),
+    "shared_block_freed_when_its_last_user_leaves": M.key(
+        "q5_fresh_case.shared_block_freed_when_its_last_user_leaves"
     ),
 }
 
@@ -719,12 +509,8 @@ def q5_fresh_case(answer: Any) -> CheckResult:
         answer,
         dict(Q5_ACCEPTED),
         choices=Q5_CONCEPTS,
-        hints={k: tr(*v) for k, v in _Q5_HINTS.items()},
-        success=tr(
-            "right: allocation on demand, address translation and shared "
-            "pages, each older than LLMs.",
-            "对：按需分配、地址翻译和共享页，都比 LLM 古老。",
-        ),
+        hints={k: M(v) for k, v in _Q5_HINTS.items()},
+        success=M("q5_fresh_case.success"),
     )
 
 
@@ -760,19 +546,9 @@ def glossary_match(answer: Any) -> CheckResult:
         given = str(answer[term])
         got = find_zh(given, entries)
         if got is None:
-            problems.append(
-                tr(
-                    f"{term}: {given!r} is not a Chinese name in the glossary; look it up there.",
-                    f"{term}：{given!r} 不是术语表里的中文名；去术语表里查一查。",
-                )
-            )
+            problems.append(M("glossary_match.unknown", term=term, given=given))
         elif got.term != want.term:
-            problems.append(
-                tr(
-                    f"{term}: {given!r} is the Chinese for {got.term!r}.",
-                    f"{term}：{given!r} 是 {got.term!r} 的中文名。",
-                )
-            )
+            problems.append(M("glossary_match.other_term", term=term, given=given, other=got.term))
     if problems:
         return report(not_yet(ex, " ".join(problems)))
     return report(passed(ex))
@@ -804,46 +580,17 @@ _FIX_RIGHT = {
     "repeated_system_prompt": "prefix_caching",
     "model_too_big_for_one_gpu": frozenset({"tensor_parallelism", "pipeline_parallelism"}),
 }
-_FIX_WHY = {  # (English, Chinese)
-    "kv_cache_quantization": (
-        "fp8 K/V halve every entry, but a max-length reservation still leaves "
-        "the same share of it empty; it answers none of these problems on its own.",
-        "fp8 的 K/V 让每一项减半，但按最大长度预留的空间照样空着同样的比例；"
-        "单靠它解决不了这里的任何一个问题。",
-    ),
-    "speculative_decoding": (
-        "it drafts several tokens and verifies them in one forward, cutting "
-        "sequential steps per request; it does not manage memory or schedules.",
-        "它先草拟几个 token，再用一次前向计算验证，减少每个请求要串行走的步数；"
-        "它不管显存，也不管调度。",
-    ),
-    "prefix_caching": (
-        "it reuses K/V that another request already computed; it does not change how "
-        "the cache is laid out or when requests run.",
-        "它复用别的请求已经算好的 K/V；它不改变缓存的布局，也不改变请求什么时候跑。",
-    ),
+_FIX_WHY = {  # the catalog key of each hint
+    "kv_cache_quantization": M.key("vllm_fixes.why.kv_cache_quantization"),
+    "speculative_decoding": M.key("vllm_fixes.why.speculative_decoding"),
+    "prefix_caching": M.key("vllm_fixes.why.prefix_caching"),
 }
 _FIX_HINTS = {
-    "kv_fragmentation": (
-        "which technique stores the KV cache in fixed-size blocks anywhere in memory?",
-        "哪种技术把 KV cache 存成固定大小的块，放在显存中的任意位置？",
-    ),
-    "idle_slots_after_finish": (
-        "which technique refills a finished request's place at the very next step?",
-        "哪种技术在紧接着的下一步就把已完成请求的位置补上？",
-    ),
-    "long_prompt_stalls_decodes": (
-        "which technique cuts a long prompt into pieces that share steps with decodes?",
-        "哪种技术把长 prompt 切成小段，和 decode 共用每一步？",
-    ),
-    "repeated_system_prompt": (
-        "which technique reuses the K/V of tokens another request already computed?",
-        "哪种技术复用别的请求已经算好的 token 的 K/V？",
-    ),
-    "model_too_big_for_one_gpu": (
-        "which technique splits every layer's weights across devices?",
-        "哪种技术把每一层的权重切分到多个设备上？",
-    ),
+    "kv_fragmentation": M.key("vllm_fixes.kv_fragmentation"),
+    "idle_slots_after_finish": M.key("vllm_fixes.idle_slots_after_finish"),
+    "long_prompt_stalls_decodes": M.key("vllm_fixes.long_prompt_stalls_decodes"),
+    "repeated_system_prompt": M.key("vllm_fixes.repeated_system_prompt"),
+    "model_too_big_for_one_gpu": M.key("vllm_fixes.model_too_big_for_one_gpu"),
 }
 
 
@@ -854,12 +601,9 @@ def vllm_fixes(answer: Any) -> CheckResult:
         answer,
         _FIX_RIGHT,
         choices=FIXES,
-        hints={key: tr(*pair) for key, pair in _FIX_HINTS.items()},
-        why_wrong={key: tr(*pair) for key, pair in _FIX_WHY.items()},
-        success=tr(
-            "right: each of vLLM's techniques removes one bottleneck this series measured.",
-            "对：vLLM 的每项技术都去掉了本系列测过的一个瓶颈。",
-        ),
+        hints={key: M(msg) for key, msg in _FIX_HINTS.items()},
+        why_wrong={key: M(msg) for key, msg in _FIX_WHY.items()},
+        success=M("vllm_fixes.success"),
     )
 
 
@@ -886,45 +630,20 @@ _SYMPTOM_RIGHT = {
     "requests_preempted_with_many_long_chats": "kv_cache_runs_out",
     "tp8_slower_over_pcie_than_over_nvlink": "all_reduce_every_layer",
 }
-_SYMPTOM_HINTS = {  # (English, Chinese)
-    "ttft_grows_with_prompt_length": (
-        "the first token waits for one forward over the whole prompt: "
-        "what bounds a forward over many tokens at once?",
-        "第一个 token 要等对整个 prompt 做完一次前向计算：一次处理很多 token 的"
-        "前向计算受什么限制？",
+_SYMPTOM_HINTS = {  # the catalog key of each hint
+    "ttft_grows_with_prompt_length": M.key("symptoms.ttft_grows_with_prompt_length"),
+    "tpot_nearly_flat_from_batch_1_to_8": M.key("symptoms.tpot_nearly_flat_from_batch_1_to_8"),
+    "requests_preempted_with_many_long_chats": M.key(
+        "symptoms.requests_preempted_with_many_long_chats"
     ),
-    "tpot_nearly_flat_from_batch_1_to_8": (
-        "a decode step reads every weight once whatever the "
-        "batch: which resource is the step waiting for?",
-        "不管 batch 多大，一个 decode 步都要把每个权重读一遍：这一步在等哪种资源？",
-    ),
-    "requests_preempted_with_many_long_chats": (
-        "preemption frees a request's blocks: what ran short?",
-        "抢占会释放一个请求的块：是什么不够用了？",
-    ),
-    "tp8_slower_over_pcie_than_over_nvlink": (
-        "the same model and the same GPUs, only the link "
-        "differs: what crosses the link, and how often?",
-        "同样的模型、同样的 GPU，只有互联不同：什么在链路上传，多久传一次？",
+    "tp8_slower_over_pcie_than_over_nvlink": M.key(
+        "symptoms.tp8_slower_over_pcie_than_over_nvlink"
     ),
 }
 _SYMPTOM_WHY = {
-    "tokenizer_too_slow": (
-        "tokenizing a prompt takes well under a millisecond on a CPU; it is not "
-        "what a GPU step waits for.",
-        "在 CPU 上给一个 prompt 分词远不到一毫秒；GPU 的一步不是在等它。",
-    ),
-    "temperature_too_high": (
-        "temperature changes which token is picked, not how long a step takes "
-        "or how much memory it needs.",
-        "温度改变的是选中哪个 token，而不是一步要多久、要多少显存。",
-    ),
-    "pipeline_bubble": (
-        "a bubble is pipeline parallelism's idle fill and drain; it does not depend "
-        "on the link between tensor-parallel GPUs, nor on batch or prompt size here.",
-        "流水线气泡是流水并行在开头灌满、结尾排空时的空闲；它既不取决于张量并行 GPU 之间的链路，"
-        "在这里也不取决于 batch 或 prompt 的大小。",
-    ),
+    "tokenizer_too_slow": M.key("symptoms.why.tokenizer_too_slow"),
+    "temperature_too_high": M.key("symptoms.why.temperature_too_high"),
+    "pipeline_bubble": M.key("symptoms.why.pipeline_bubble"),
 }
 
 
@@ -936,12 +655,9 @@ def symptoms(answer: Any) -> CheckResult:
         answer,
         _SYMPTOM_RIGHT,
         choices=CAUSES,
-        hints={key: tr(*pair) for key, pair in _SYMPTOM_HINTS.items()},
-        why_wrong={key: tr(*pair) for key, pair in _SYMPTOM_WHY.items()},
-        success=tr(
-            "right: each symptom is one of the series' measurements seen from the outside.",
-            "对：每个症状都是本系列某项测量从外面看到的样子。",
-        ),
+        hints={key: M(msg) for key, msg in _SYMPTOM_HINTS.items()},
+        why_wrong={key: M(msg) for key, msg in _SYMPTOM_WHY.items()},
+        success=M("symptoms.success"),
     )
 
 
@@ -1054,41 +770,13 @@ def vllm_feature(answer: Any) -> CheckResult:
     feature = str(answer["feature"]).strip().lower().replace("-", "_").replace(" ", "_")
     path = _vllm_path(answer["file"])
     if feature not in VLLM_FEATURE_CHOICES:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"feature: choose one of ch12.VLLM_FEATURE_CHOICES; got {feature!r}.",
-                    f"feature：请从 ch12.VLLM_FEATURE_CHOICES 中选一个；你给的是 {feature!r}。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("vllm_feature.unknown_feature", feature=feature)))
     if feature in BOTH_DO:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"llmlab does that too ({BOTH_DO[feature]}); look for something in "
-                    f"vLLM's files that has no counterpart in ours.",
-                    f"llmlab 也做了这件事（{BOTH_DO[feature]}）；去 vLLM 的文件里找一样"
-                    f"我们这里没有对应物的东西。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("vllm_feature.llmlab_too", ours=BOTH_DO[feature])))
     from llmlab.tools import vllm_bridge
 
     if vllm_bridge.available() and vllm_bridge.installed_path(path) is None:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"there is no {path!r} in the installed vLLM; copy the path from "
-                    f"vllm_bridge.sources(...) or from the file you read.",
-                    f"已安装的 vLLM 里没有 {path!r}；从 vllm_bridge.sources(...) 的输出或你读过"
-                    f"的文件里复制路径。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("vllm_feature.no_such_path", path=path)))
     if not path.startswith("vllm/") or not any(
         path.startswith(p) or path == p.rstrip("/") for p in VLLM_ONLY[feature]
     ):
@@ -1097,25 +785,9 @@ def vllm_feature(answer: Any) -> CheckResult:
                 ex,
                 staged(
                     ex,
-                    tr(
-                        f"{path!r} is not where vLLM does {feature}.",
-                        f"{path!r} 不是 vLLM 实现 {feature} 的地方。",
-                    ),
-                    tr(
-                        "Start from a class you know (Scheduler, KVCacheManager, "
-                        "EngineCore) and follow the imports it makes for that feature.",
-                        "从你熟悉的类（Scheduler、KVCacheManager、EngineCore）出发，"
-                        "顺着它为这个功能做的 import 找过去。",
-                    ),
+                    M("vllm_feature.wrong_path", path=path, feature=feature),
+                    M("vllm_feature.wrong_path_then"),
                 ),
             )
         )
-    return report(
-        passed(
-            ex,
-            tr(
-                f"right: vLLM does {feature} in {path}; llmlab has nothing like it.",
-                f"对：vLLM 在 {path} 里实现了 {feature}；llmlab 没有与之对应的东西。",
-            ),
-        )
-    )
+    return report(passed(ex, M("vllm_feature.success", feature=feature, path=path)))

@@ -8,6 +8,10 @@ A checker compares a learner's answer with the package's own computation and ret
     [check ch04.kv_bytes_per_token] NOT YET: <hint that never reveals the answer>
 
 An answer of `None` (the student version's placeholder) is always "not yet", never a crash.
+
+The texts shown here and in the chapter checkers live in catalogs (`messages/core.json`,
+`messages/chNN.json`; see `llmlab.course.check.catalog`); `sentences` and `labelled` join them
+as each language punctuates.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from llmlab.course.check.catalog import catalog
 from llmlab.i18n import tr
+
+M = catalog("core")
 
 PASS_WORD = "PASS"
 FAIL_WORD = "NOT YET"
@@ -37,7 +44,7 @@ class CheckResult:
 
     def line(self) -> str:
         word = tr(PASS_WORD, PASS_WORD_ZH) if self.passed else tr(FAIL_WORD, FAIL_WORD_ZH)
-        return f"{LINE_PREFIX}{self.exercise}] {word}{tr(': ', '：')}{self.message}"
+        return labelled(f"{LINE_PREFIX}{self.exercise}] {word}", self.message)
 
     def __str__(self) -> str:
         return self.line()
@@ -54,8 +61,20 @@ class CheckResult:
 
 # What an unanswered exercise says. Checkers pass the English text to `not_yet`, which shows it in
 # the language in use (and does not count it as a wrong try).
-NOT_ANSWERED = "not answered yet: replace None with your answer and run the cell again."
-NOT_ANSWERED_ZH = "还没有作答：把 None 换成你的答案，再运行这个单元格。"
+NOT_ANSWERED = M.template("not_answered")
+NOT_ANSWERED_ZH = M.template("not_answered", "zh")
+
+
+def sentences(*parts: str) -> str:
+    """Sentences run on as the language in use writes them: a space between English ones,
+    nothing after a Chinese full stop."""
+    return tr(" ", "").join(parts)
+
+
+def labelled(label: str, text: str) -> str:
+    """`text` after `label` and a colon, a full-width one in Chinese ("key: text", "key：text")."""
+    return f"{label}{tr(': ', '：')}{text}"
+
 
 KINDS = ("recall", "plug-in", "reasoning")
 
@@ -111,18 +130,13 @@ def solutions_notebook(exercise: str) -> str:
 def solution_pointer(exercise: str) -> str:
     """The last stage of every hint: where the worked solution of `exercise` is."""
     where, name = solutions_notebook(exercise), exercise
-    return tr(
-        f"Last step, if you are still stuck: the worked solution is in {where} (beside this "
-        f"notebook), under {name}; read it, then close it and write the answer yourself.",
-        f"最后一步（如果你仍然卡住）：完整解答在 {where}（与本 notebook 同一文件夹）里的 {name} 下；"
-        f"读完后关上它，自己写出答案。",
-    )
+    return M("solution_pointer", where=where, name=name)
 
 
 def staged(exercise: str, first: str, then: str) -> str:
     """A hint in two stages: `first` (names the mistake, no formula) on the first wrong try,
     `first` followed by `then` (the formula, never the answer) from the second wrong try on."""
-    return first if wrong_tries(exercise) == 0 else tr(f"{first} {then}", f"{first}{then}")
+    return first if wrong_tries(exercise) == 0 else sentences(first, then)
 
 
 # The value a numeric exercise expects, appended as one JSON line to the file that the
@@ -158,7 +172,7 @@ def expected_values(exercise: str) -> list[float]:
 
 def passed(exercise: str, message: str | None = None) -> CheckResult:
     """A pass; `message` defaults to "correct." in the language in use."""
-    return CheckResult(exercise, True, tr("correct.", "正确。") if message is None else message)
+    return CheckResult(exercise, True, M("correct") if message is None else message)
 
 
 def not_yet(exercise: str, hint: str) -> CheckResult:
@@ -166,11 +180,11 @@ def not_yet(exercise: str, hint: str) -> CheckResult:
     as a wrong try. From the `SOLUTION_AFTER`-th wrong try on, the hint ends with its last stage:
     where the exercise's worked solution is (`solution_pointer`)."""
     if hint in (NOT_ANSWERED, NOT_ANSWERED_ZH):
-        hint = tr(NOT_ANSWERED, NOT_ANSWERED_ZH)
+        hint = M("not_answered")
     else:
         _WRONG_TRIES[exercise] = _WRONG_TRIES.get(exercise, 0) + 1
         if _WRONG_TRIES[exercise] >= SOLUTION_AFTER and _CHAPTER_EXERCISE.fullmatch(exercise):
-            hint = tr(f"{hint} {solution_pointer(exercise)}", f"{hint}{solution_pointer(exercise)}")
+            hint = sentences(hint, solution_pointer(exercise))
     return CheckResult(exercise, False, hint)
 
 
@@ -220,13 +234,7 @@ def check_number(
     x = as_number(answer)
     if x is None:
         return report(
-            not_yet(
-                exercise,
-                tr(
-                    f"expected a number, got {type(answer).__name__}.",
-                    f"这里要一个数，你给的是 {type(answer).__name__}。",
-                ),
-            )
+            not_yet(exercise, M("check_number.not_a_number", got_type=type(answer).__name__))
         )
     if close(x, expected, rel):
         return report(passed(exercise))
@@ -234,12 +242,7 @@ def check_number(
         if close(x, wrong, rel):
             return report(not_yet(exercise, hint))
     if close(x, expected * 8, rel) or close(x, expected / 8, rel):
-        return report(
-            not_yet(
-                exercise,
-                tr("off by a factor of 8: bits vs bytes?", "差了 8 倍：把 bit 和 byte 弄混了？"),
-            )
-        )
+        return report(not_yet(exercise, M("check_number.bits_vs_bytes")))
     for factor, unit in (
         (1e3, "k"),
         (1e6, "M"),
@@ -249,20 +252,9 @@ def check_number(
         (2**30, "Gi"),
     ):
         if close(x * factor, expected, rel) or close(x, expected * factor, rel):
-            return report(
-                not_yet(
-                    exercise,
-                    tr(
-                        f"off by a unit prefix ({unit}); give the value in the unit the question asks for.",
-                        f"差了一个单位前缀（{unit}）：请用题目要求的单位作答。",
-                    ),
-                )
-            )
+            return report(not_yet(exercise, M("check_number.unit_prefix", unit=unit)))
     if default_hint is None:
-        default_hint = tr(
-            "not the value we expect; re-derive it step by step.",
-            "不是我们期望的值；请一步一步重新推一遍。",
-        )
+        default_hint = M("check_number.default_hint")
     hint = staged(exercise, default_hint, formula) if formula else default_hint
     return report(not_yet(exercise, hint))
 
@@ -288,10 +280,7 @@ def check_choice(
         return report(
             not_yet(
                 exercise,
-                tr(
-                    f"choose from {options}; got {sorted(unknown)}.",
-                    f"请从 {options} 中选；你给的是 {sorted(unknown)}。",
-                ),
+                M("check_choice.unknown_option", options=options, got=sorted(unknown)),
             )
         )
     if got == {c.lower() for c in correct}:
@@ -300,15 +289,7 @@ def check_choice(
         if hints and g in {k.lower() for k in hints} and g not in {c.lower() for c in correct}:
             hint = next(v for k, v in hints.items() if k.lower() == g)
             return report(not_yet(exercise, hint))
-    return report(
-        not_yet(
-            exercise,
-            tr(
-                "not the right choice; reread the section above the exercise.",
-                "这个选项不对；请重读练习上面的那一节。",
-            ),
-        )
-    )
+    return report(not_yet(exercise, M("check_choice.default_hint")))
 
 
 def check_callable(
@@ -324,13 +305,7 @@ def check_callable(
         return report(not_yet(exercise, NOT_ANSWERED))
     if not callable(fn):
         return report(
-            not_yet(
-                exercise,
-                tr(
-                    f"expected a function, got {type(fn).__name__}.",
-                    f"这里要一个函数，你给的是 {type(fn).__name__}。",
-                ),
-            )
+            not_yet(exercise, M("check_callable.not_a_function", got_type=type(fn).__name__))
         )
     compare = compare or (lambda a, b: a == b)
     for args, expected in cases:
@@ -338,20 +313,11 @@ def check_callable(
             got = fn(*args)
         except Exception as e:  # the learner's code: report, never crash the notebook
             return report(
-                not_yet(
-                    exercise,
-                    tr(
-                        f"your function raised {type(e).__name__}: {e}",
-                        f"你的函数抛出了 {type(e).__name__}：{e}",
-                    ),
-                )
+                not_yet(exercise, M("check_callable.raised", error_type=type(e).__name__, error=e))
             )
         if not compare(got, expected):
             if hint is None:
-                hint = tr(
-                    "your function returns a wrong value on at least one test case.",
-                    "你的函数至少在一个测试用例上返回了错误的值。",
-                )
+                hint = M("check_callable.default_hint")
             return report(not_yet(exercise, hint))
     return report(passed(exercise))
 
@@ -362,15 +328,7 @@ def check_dict_keys(exercise: str, answer: Any, keys) -> CheckResult | None:
     if answer is None:
         return report(not_yet(exercise, NOT_ANSWERED))
     if not isinstance(answer, dict) or set(keys) - set(answer):
-        return report(
-            not_yet(
-                exercise,
-                tr(
-                    f"answer a dict with the keys {list(keys)}.",
-                    f"请用一个 dict 作答，键为 {list(keys)}。",
-                ),
-            )
-        )
+        return report(not_yet(exercise, M("check_dict_keys.missing_keys", keys=list(keys))))
     return None
 
 
@@ -399,17 +357,12 @@ def check_matching(
         value = str(answer[key]).strip().lower().replace("-", "_").replace(" ", "_")
         accepted = {expected} if isinstance(expected, str) else expected
         if value not in choices:
-            problems.append(
-                tr(
-                    f"{key}: choose one of {list(choices)}.",
-                    f"{key}：请从 {list(choices)} 中选一个。",
-                )
-            )
+            problems.append(M("check_matching.unknown_choice", key=key, choices=list(choices)))
         elif value not in accepted:
             why = (why_wrong or {}).get(value, hints[key])
-            problems.append(tr(f"{key}: {why}", f"{key}：{why}"))
+            problems.append(labelled(key, why))
     if problems:
-        return report(not_yet(exercise, tr(" ", "").join(problems)))
+        return report(not_yet(exercise, sentences(*problems)))
     return report(passed(exercise, success))
 
 

@@ -18,24 +18,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from llmlab.course.check.core import as_number
-from llmlab.i18n import notebook_text, tr
+from llmlab.course.check.catalog import catalog
+from llmlab.course.check.core import as_number, sentences
+from llmlab.i18n import notebook_text
 from llmlab.utils import ljust, width
 
-# The message of a missing prediction (shown in the language in use, see `_no_prediction`).
-NO_PREDICTION = (
-    "no prediction recorded: write your guess in the prediction cell above, then "
-    "run the measurement and this cell again (a guess made after seeing the number "
-    "teaches nothing)."
-)
-NO_PREDICTION_ZH = (
-    "还没有记下预测：先在上面的预测单元格里写下你的猜测，再运行测量和这个单元格"
-    "（看到数字之后才做的猜测，什么也学不到）。"
-)
+M = catalog("predict")
 
-
-def _no_prediction() -> str:
-    return tr(NO_PREDICTION, NO_PREDICTION_ZH)
+# The message of a missing prediction, in English and in Chinese (shown in the language in use).
+NO_PREDICTION = M.template("no_prediction")
+NO_PREDICTION_ZH = M.template("no_prediction", "zh")
 
 
 @dataclass(frozen=True)
@@ -90,96 +82,61 @@ def compare(
     use (`llmlab.i18n.notebook_text`). The returned `Comparison` keeps `quantity` as given.
     """
     if tolerance <= 1:
-        raise ValueError(
-            tr(
-                f"tolerance must be > 1 (a factor), got {tolerance}",
-                f"tolerance 必须 > 1（是一个倍数），你给的是 {tolerance}",
-            )
-        )
+        raise ValueError(M("compare.bad_tolerance", tolerance=tolerance))
     m = as_number(measured)
     if m is None:
-        raise ValueError(
-            tr(
-                f"measured must be a number, got {type(measured).__name__}",
-                f"measured 必须是一个数，你给的是 {type(measured).__name__}",
-            )
-        )
+        raise ValueError(M("compare.measured_not_a_number", got_type=type(measured).__name__))
     shown = notebook_text(quantity)
     if_high, if_low = notebook_text(if_high), notebook_text(if_low)
     p = as_number(prediction)
     if prediction is None or p is None:
         msg = (
-            _no_prediction()
+            M("no_prediction")
             if prediction is None
-            else tr(
-                f"the prediction must be a number, got {type(prediction).__name__}.",
-                f"预测必须是一个数，你给的是 {type(prediction).__name__}。",
-            )
+            else M("compare.prediction_not_a_number", got_type=type(prediction).__name__)
         )
         print(f"[predict {shown}] {msg}")
         return Comparison(quantity, prediction, m, "no prediction", msg)
     rows = [
-        (tr("you predicted", "你的预测"), _fmt(p, unit)),
-        (tr("you measured", "你的测量"), _fmt(m, unit)),
+        (M("row.predicted"), _fmt(p, unit)),
+        (M("row.measured"), _fmt(m, unit)),
     ]
     if p != 0 and m != 0 and (p > 0) == (m > 0):
         ratio = p / m
-        rows.append((tr("prediction / measurement", "预测 / 测量"), f"{ratio:.2g}x"))
+        rows.append((M("row.ratio"), f"{ratio:.2g}x"))
     else:
         ratio = None
     if baseline is not None:
-        rows.append((tr("baseline", "基线"), _fmt(baseline, unit)))
+        rows.append((M("row.baseline"), _fmt(baseline, unit)))
     if baseline is not None and (p - baseline) * (m - baseline) < 0:
-        up = tr("up", "上升") if m > baseline else tr("down", "下降")
-        verdict, msg = (
-            "wrong direction",
-            tr(
-                f"the measurement went {up} from the baseline and your "
-                f"prediction the other way: the mechanism works the "
-                f"opposite way to the one you pictured.",
-                f"测量值相对基线{up}了，你的预测却走向另一边：这个机制"
-                f"的作用方向和你设想的正好相反。",
-            ),
-        )
+        up = M("direction.up") if m > baseline else M("direction.down")
+        verdict, msg = "wrong direction", M("verdict.wrong_direction", up=up)
         extra = if_high if p > m else if_low
     elif ratio is not None and 1 / tolerance <= ratio <= tolerance:
-        verdict, msg, extra = (
-            "close",
-            tr(
-                f"within a factor {tolerance:g}: right order of magnitude"
-                + (" and direction." if baseline is not None else "."),
-                f"相差不到 {tolerance:g} 倍：数量级"
-                + ("和方向都对。" if baseline is not None else "对了。"),
-            ),
-            "",
-        )
+        verdict, extra = "close", ""
+        if baseline is None:
+            msg = M("verdict.close", tolerance=tolerance)
+        else:
+            msg = M("verdict.close_direction", tolerance=tolerance)
     elif p > m:
         decades = math.log10(p / m) if ratio else float("nan")
         verdict = "too high"
         msg = (
-            tr(
-                f"about {decades:.1f} orders of magnitude too high.",
-                f"高了大约 {decades:.1f} 个数量级。",
-            )
+            M("verdict.decades_too_high", decades=decades)
             if ratio and decades >= 1
-            else tr(
-                f"too high by more than a factor {tolerance:g}.", f"高了不止 {tolerance:g} 倍。"
-            )
+            else M("verdict.too_high", tolerance=tolerance)
         )
         extra = if_high
     else:
         decades = math.log10(m / p) if ratio else float("nan")
         verdict = "too low"
         msg = (
-            tr(
-                f"about {decades:.1f} orders of magnitude too low.",
-                f"低了大约 {decades:.1f} 个数量级。",
-            )
+            M("verdict.decades_too_low", decades=decades)
             if ratio and decades >= 1
-            else tr(f"too low by more than a factor {tolerance:g}.", f"低了不止 {tolerance:g} 倍。")
+            else M("verdict.too_low", tolerance=tolerance)
         )
         extra = if_low
-    message = msg + (tr(" ", "") + extra if extra else "")  # no space after a Chinese "。"
+    message = sentences(msg, extra) if extra else msg
     columns = max(width(k) for k, _ in rows)
     print(f"[predict {shown}]")
     for k, v in rows:
@@ -197,34 +154,24 @@ def compare_choice(
     `quantity` and `explain` are shown in the language in use (`llmlab.i18n.notebook_text`);
     `options` and `observed` are answers the student types, the same in every language."""
     if observed not in options:
-        raise ValueError(
-            tr(
-                f"observed must be one of {list(options)}, got {observed!r}",
-                f"observed 必须是 {list(options)} 中的一个，你给的是 {observed!r}",
-            )
-        )
+        raise ValueError(M("compare_choice.bad_observed", options=list(options), observed=observed))
     shown, explain = notebook_text(quantity), notebook_text(explain)
     if prediction is None:
-        msg = _no_prediction()
+        msg = M("no_prediction")
         print(f"[predict {shown}] {msg}")
         return Comparison(quantity, None, observed, "no prediction", msg)
     got = str(prediction).strip().lower()
     if got not in {o.lower() for o in options}:
-        msg = tr(
-            f"the prediction must be one of {list(options)}, got {prediction!r}.",
-            f"预测必须是 {list(options)} 中的一个，你给的是 {prediction!r}。",
+        msg = M(
+            "compare_choice.prediction_not_an_option", options=list(options), prediction=prediction
         )
         print(f"[predict {shown}] {msg}")
         return Comparison(quantity, prediction, observed, "no prediction", msg)
     right = got == observed.lower()
     verdict = "as observed" if right else "not as observed"
-    msg = tr(
-        f"you predicted {prediction!r}; the measurement says {observed!r}. "
-        + ("" if right else "Find the step in your reasoning that the measurement contradicts. ")
-        + explain,
-        f"你预测的是 {prediction!r}；测量结果是 {observed!r}。"
-        + ("" if right else "找出你推理中被测量结果否定的那一步。")
-        + explain,
-    ).strip()
+    said = [M("compare_choice.said", prediction=prediction, observed=observed)]
+    if not right:
+        said.append(M("compare_choice.contradicted"))
+    msg = sentences(*said, explain).strip()
     print(f"[predict {shown}] {msg}")
     return Comparison(quantity, prediction, observed, verdict, msg)

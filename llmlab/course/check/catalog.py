@@ -1,0 +1,134 @@
+"""The checkers' texts as data: one catalog per chapter, both languages side by side.
+
+A checker holds logic and keys; its hints, mistake descriptions and verdicts live in
+`messages/<name>.json` beside this module, in the store format of the notebooks' translations
+(`llmlab.course.lang`): each entry keeps the English, the sha256 of that English, and the Chinese
+made from it, so an edit of the English marks the Chinese as stale.
+
+    {"messages": {"kv_bytes.wrong_dtype": {
+        "en": "that uses {got} bytes per number; the cache here is BF16.",
+        "en_sha": "<sha256 of the English>",
+        "zh": "这里每个数按 {got} 个字节算了；本题的 KV cache 是 BF16。"}}}
+
+Templates take named placeholders in `str.format` syntax ({got}, {expected:.1f}, {answer!r};
+literal braces doubled). A checker module reads its catalog once and calls it:
+
+    M = catalog("ch04")
+    M("kv_bytes.wrong_dtype", got=4)     # the text in the language in use
+    (per_layer * 2, M("kv.fp32")),       # a mistake row of check_number: one line
+
+`M.key("...")` marks a key kept in a table (a hint per answer option) for `M(table[option])`
+later; the catalog test (`tests/test_check_catalogs.py`) reads the keys of `M(...)` and
+`M.key(...)` from the source and checks them against the catalog.
+
+A Chinese entry that is missing or stale (its `en_sha` is not the hash of the English) is never
+shown: the student reads the English instead, and the catalog test fails until it is translated
+again and stamped (`stamp`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import string
+from pathlib import Path
+
+from llmlab.course.lang import en_sha
+from llmlab.i18n import language
+
+MESSAGES_DIR = Path(__file__).resolve().parent / "messages"
+TRANSLATED = ("zh",)  # the languages a catalog entry carries besides English
+
+
+def placeholders(template: str) -> set[str]:
+    """The names of the fields of a `str.format` template: "{got:.1f} of {n}" -> {"got", "n"}."""
+    return {
+        field.split(".")[0].split("[")[0]
+        for _, field, _, _ in string.Formatter().parse(template)
+        if field is not None
+    }
+
+
+class Catalog:
+    """The texts of one catalog file, read on first use; calling it formats one of them."""
+
+    def __init__(self, name: str, path: Path | None = None) -> None:
+        self.name = name
+        self.path = Path(path) if path is not None else MESSAGES_DIR / f"{name}.json"
+        self._entries: dict[str, dict] | None = None
+
+    @property
+    def entries(self) -> dict[str, dict]:
+        """key -> {"en", "en_sha", "zh"}, as the file holds them."""
+        if self._entries is None:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            self._entries = dict(data["messages"])
+        return self._entries
+
+    def template(self, key: str, lang: str = "en") -> str:
+        """The unformatted text of `key` in `lang`; the English when the translation is
+        missing or stale. Raises KeyError naming the catalog for a key it does not hold."""
+        try:
+            entry = self.entries[key]
+        except KeyError:
+            raise KeyError(f"no message {key!r} in the catalog {self.path.name}") from None
+        text = entry.get(lang) if lang != "en" else None
+        if text and entry.get("en_sha") == en_sha(entry["en"]):
+            return text
+        return entry["en"]
+
+    def text(self, key: str, lang: str, /, **values) -> str:
+        """`key` in `lang`, its placeholders filled with `values`."""
+        return self.template(key, lang).format(**values)
+
+    def __call__(self, key: str, /, **values) -> str:
+        """`key` in the language in use (`llmlab.i18n.language()`), filled with `values`."""
+        return self.text(key, language(), **values)
+
+    def key(self, key: str) -> str:
+        """`key` itself: marks a string kept in a table as a key of this catalog."""
+        return key
+
+    def problems(self) -> list[str]:
+        """What a translator has to do: entries whose translation is missing or stale, or whose
+        placeholders differ from the English's."""
+        out = []
+        for key, entry in self.entries.items():
+            en = entry.get("en", "")
+            for lang in TRANSLATED:
+                text = entry.get(lang)
+                if not text:
+                    out.append(f"{self.name}: {key!r} has no {lang} text")
+                elif entry.get("en_sha") != en_sha(en):
+                    out.append(f"{self.name}: {key!r}: the English changed since the {lang} text")
+                elif placeholders(text) != placeholders(en):
+                    out.append(
+                        f"{self.name}: {key!r}: placeholders {sorted(placeholders(text))} in {lang}"
+                        f", {sorted(placeholders(en))} in English"
+                    )
+        return out
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.name!r})"
+
+
+@functools.lru_cache(maxsize=None)
+def catalog(name: str) -> Catalog:
+    """The catalog `messages/<name>.json` ("ch04", "core", "predict"), one object per name."""
+    return Catalog(name)
+
+
+def stamp(path: Path, key: str) -> None:
+    """Mark the translation of `key` in the catalog file `path` as made from its current English
+    (after the Chinese has been revised to follow an English edit)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    entry = data["messages"][key]
+    entry["en_sha"] = en_sha(entry["en"])
+    write_catalog(path, data["messages"])
+
+
+def write_catalog(path: Path, messages: dict[str, dict]) -> None:
+    """Write a catalog file as the translation store is written (UTF-8, one-space indent)."""
+    Path(path).write_text(
+        json.dumps({"messages": messages}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+    )

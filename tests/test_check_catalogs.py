@@ -1,0 +1,243 @@
+"""The checkers' catalogs (`llmlab/course/check/messages/*.json`) and the code that uses them
+agree: every key a checker module uses (read from its source: the literal first argument of
+`M(...)`, `M.key(...)`, `M.template(...)`, `M.text(...)` where `M = catalog("...")`) is in its
+catalog, every catalog key is used, the keywords of a call fill exactly the template's
+placeholders, and every entry has a Chinese text made from its current English (`en_sha`) with
+the same placeholders. Planted mistakes (a stale hash, a missing key, an unused key, a wrong
+keyword) are caught, and a stale Chinese text falls back to English at run time."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from llmlab import i18n
+from llmlab.course.check.catalog import MESSAGES_DIR, Catalog, placeholders, stamp, write_catalog
+from llmlab.course.lang import en_sha
+
+CHECK_DIR = Path(__file__).resolve().parent.parent / "llmlab" / "course" / "check"
+LOOKUPS = {"__call__", "key", "template", "text"}
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+@dataclass(frozen=True)
+class Use:
+    where: str  # "ch04.py:52"
+    catalog: str  # "ch04"
+    key: str | None  # None: not a literal (a key taken from a table of M.key(...))
+    keywords: frozenset[str] | None  # the placeholders a call fills; None: not a formatting call
+
+
+def uses(source: str, name: str) -> list[Use]:
+    """Every use of a catalog in the module `name`'s source: the names bound at module level to
+    `catalog("...")`, and each call of them or of their lookup methods."""
+    tree = ast.parse(source)
+    bound = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "catalog"
+        ):
+            (arg,) = node.value.args
+            for target in node.targets:
+                bound[target.id] = arg.value
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in bound:
+            owner, method = f.id, "__call__"
+        elif isinstance(f, ast.Attribute) and getattr(f.value, "id", None) in bound:
+            owner, method = f.value.id, f.attr
+        else:
+            continue
+        if method not in LOOKUPS:
+            continue
+        first = node.args[0] if node.args else None
+        key = first.value if isinstance(first, ast.Constant) else None
+        if first is None or not (key is not None or isinstance(first, (ast.Name, ast.Subscript))):
+            key = "<a key built at run time: keep keys literal, tables of keys use M.key>"
+        keywords = None
+        if method in ("__call__", "text") and not any(k.arg is None for k in node.keywords):
+            keywords = frozenset(k.arg for k in node.keywords)
+        found.append(Use(f"{name}.py:{node.lineno}", bound[owner], key, keywords))
+    return found
+
+
+def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]:
+    """What is wrong between checker `sources` ({module name: source}) and `catalogs`."""
+    out = []
+    used: dict[str, set[str]] = {name: set() for name in catalogs}
+    for module, source in sources.items():
+        for use in uses(source, module):
+            cat = catalogs.get(use.catalog)
+            if cat is None:
+                out.append(f"{use.where}: no catalog {use.catalog!r}")
+                continue
+            if use.key is None:
+                continue
+            used[use.catalog].add(use.key)
+            if use.key not in cat.entries:
+                out.append(f"{use.where}: {use.key!r} is not in {cat.path.name}")
+            elif use.keywords is not None:
+                want = placeholders(cat.entries[use.key]["en"])
+                if use.keywords != want:
+                    out.append(
+                        f"{use.where}: {use.key!r} is given {sorted(use.keywords)}, its text "
+                        f"has {sorted(want)}"
+                    )
+    for name, cat in catalogs.items():
+        out += [
+            f"{cat.path.name}: {key!r} is used nowhere" for key in cat.entries.keys() - used[name]
+        ]
+        out += cat.problems()
+        for key, entry in cat.entries.items():
+            zh = entry.get("zh")
+            if CJK.search(entry["en"]) or (zh and not CJK.search(zh)):
+                out.append(f"{cat.path.name}: {key!r}: Chinese in the English, or none in the zh")
+    return out
+
+
+def checker_sources() -> dict[str, str]:
+    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(CHECK_DIR.glob("*.py"))}
+
+
+def shipped_catalogs() -> dict[str, Catalog]:
+    return {p.stem: Catalog(p.stem) for p in sorted(MESSAGES_DIR.glob("*.json"))}
+
+
+def test_checkers_and_their_catalogs_agree():
+    sources, catalogs = checker_sources(), shipped_catalogs()
+    assert {"core", "predict", "ch04", "ch12"} <= set(catalogs)
+    problems = findings(sources, catalogs)
+    assert not problems, "\n".join(problems)
+    users = {use.catalog for name, src in sources.items() for use in uses(src, name)}
+    assert set(catalogs) <= users, f"catalogs no module uses: {sorted(set(catalogs) - users)}"
+
+
+# modules whose texts are all in their catalog -> the tr() calls left (short labels: core's
+# verdict words and the punctuation between sentences)
+CONVERTED = {"core": 4, "predict": 0, **{f"ch{n:02d}": 0 for n in (0, 1, 2, 3, 4, 6, 12)}}
+
+
+@pytest.mark.parametrize("name", sorted(CONVERTED))
+def test_the_converted_checkers_hold_keys_not_prose(name):
+    source = (CHECK_DIR / f"{name}.py").read_text(encoding="utf-8")
+    calls = [
+        ast.unparse(n)[:60]
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "tr"
+    ]
+    assert len(calls) <= CONVERTED[name], calls
+
+
+def test_catalog_files_are_written_as_the_store_writes_them():
+    for path in sorted(MESSAGES_DIR.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert list(data) == ["messages"], path.name
+        for key, entry in data["messages"].items():
+            assert re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", key), (path.name, key)
+            assert list(entry) == ["en", "en_sha", "zh"], (path.name, key)
+        text = path.read_text(encoding="utf-8")
+        write_catalog(path.with_suffix(".tmp"), data["messages"])
+        try:
+            assert path.with_suffix(".tmp").read_text(encoding="utf-8") == text, path.name
+        finally:
+            path.with_suffix(".tmp").unlink()
+
+
+# ---------------------------------------------------------------------------- planted mistakes
+
+PLANTED = '''
+from llmlab.course.check.catalog import catalog
+
+M = catalog("planted")
+TABLE = {"a": M.key("table.a")}
+
+
+def check(answer, got):
+    if answer is None:
+        return M("kv.missing_key")
+    if answer == 1:
+        return M("kv.wrong_dtype", gotten=got)
+    return M("kv.wrong_dtype", got=got) + M(TABLE["a"])
+'''
+
+
+def _planted_catalog(tmp_path: Path, **zh_sha) -> Catalog:
+    entries = {
+        "kv.wrong_dtype": ("that uses {got} bytes per number.", "这里每个数按 {got} 个字节算了。"),
+        "table.a": ("a hint.", "一个提示。"),
+        "kv.unused": ("nobody shows this.", "没有人显示这句。"),
+    }
+    messages = {
+        key: {"en": en, "en_sha": zh_sha.get(key.replace(".", "_"), en_sha(en)), "zh": zh}
+        for key, (en, zh) in entries.items()
+    }
+    path = tmp_path / "planted.json"
+    write_catalog(path, messages)
+    return Catalog("planted", path)
+
+
+def test_planted_mistakes_are_caught(tmp_path):
+    cat = _planted_catalog(tmp_path, kv_wrong_dtype=en_sha("an older English text."))
+    problems = findings({"planted": PLANTED}, {"planted": cat})
+    text = "\n".join(problems)
+    assert "'kv.missing_key' is not in planted.json" in text  # a key the catalog lacks
+    assert "'kv.wrong_dtype' is given ['gotten'], its text has ['got']" in text  # a wrong keyword
+    assert "'kv.unused' is used nowhere" in text  # a key no checker uses
+    assert "'kv.wrong_dtype': the English changed since the zh text" in text  # a stale hash
+    assert len(problems) == 4, text  # the table's key and the right call are fine
+
+
+def test_planted_placeholder_mismatch_and_missing_translation_are_caught(tmp_path):
+    path = tmp_path / "planted.json"
+    write_catalog(
+        path,
+        {
+            "a": {"en": "{got} bytes.", "en_sha": en_sha("{got} bytes."), "zh": "{n} 个字节。"},
+            "b": {"en": "no Chinese yet.", "en_sha": en_sha("no Chinese yet."), "zh": ""},
+        },
+    )
+    problems = Catalog("planted", path).problems()
+    assert any("'a': placeholders ['n'] in zh" in p for p in problems), problems
+    assert any("'b' has no zh text" in p for p in problems), problems
+
+
+def test_a_dynamic_key_is_reported():
+    source = 'from x import catalog\nM = catalog("planted")\ndef f(k):\n    return M(f"kv.{k}")\n'
+    (use,) = uses(source, "planted")
+    assert use.key.startswith("<a key built at run time")
+
+
+def test_a_stale_translation_falls_back_to_english_until_stamped(tmp_path):
+    cat = _planted_catalog(tmp_path, kv_wrong_dtype=en_sha("an older English text."))
+    with i18n.speaking("zh"):
+        assert cat("kv.wrong_dtype", got=4) == "that uses 4 bytes per number."
+        assert cat("table.a") == "一个提示。"
+        stamp(cat.path, "kv.wrong_dtype")
+        fresh = Catalog("planted", cat.path)
+        assert fresh("kv.wrong_dtype", got=4) == "这里每个数按 4 个字节算了。"
+        assert fresh.problems() == []
+    assert fresh("kv.wrong_dtype", got=4) == "that uses 4 bytes per number."
+
+
+def test_an_unknown_key_names_the_catalog(tmp_path):
+    cat = _planted_catalog(tmp_path)
+    with pytest.raises(KeyError, match="no message 'kv.nope' in the catalog planted.json"):
+        cat("kv.nope")
+
+
+def test_the_catalogs_are_package_data():
+    """A built wheel carries the catalogs: pyproject's package-data names them."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    pyproject = tomllib.loads((CHECK_DIR.parents[2] / "pyproject.toml").read_text())
+    data = pyproject["tool"]["setuptools"]["package-data"]
+    assert "messages/*.json" in data.get("llmlab.course.check", []), data
