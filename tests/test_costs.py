@@ -156,3 +156,51 @@ def test_bad_arguments_raise_value_errors_naming_them(call, match):
 def test_dtype_names_map_to_bytes():
     assert costs.dtype_bytes_of("bf16") == 2 and costs.dtype_bytes_of("fp8") == 1
     assert costs.dtype_bytes_of("float32") == 4 and costs.dtype_bytes_of(2) == 2
+
+
+def test_step_costs_of_a_decode_batch_add_up_to_decode_flops_and_bytes():
+    cfg = get_config("llama-3-8b")
+    ops = costs.step_costs(cfg, [(1, 2048)] * 16, 2)
+    assert list(ops) == list(costs.STEP_OPS)
+    assert sum(f for f, _ in ops.values()) == costs.decode_flops(cfg, 16, 2048)
+    weights = costs.matmul_params_per_token(cfg) * 2  # each read once, whatever the batch
+    linear = sum(
+        ops[op][1] for op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+    )
+    assert linear == weights
+    assert ops["attention"][1] == 16 * costs.kv_bytes(cfg, 2048, 2)  # kv_heads, not query heads
+
+
+def test_step_costs_of_a_prompt_match_prefill_with_last_token_logits():
+    cfg = get_config("smollm2-135m")
+    ops = costs.step_costs(cfg, [(300, 300)], 4)
+    total = sum(f for f, _ in ops.values())
+    assert total == pytest.approx(roofline_prefill_flops(cfg, 300), rel=1e-12)
+    assert ops["lm_head"][0] == 2 * cfg.hidden_size * cfg.vocab_size  # one sampled row
+    cached = costs.step_costs(cfg, [(100, 300)], 4)  # the last 100 tokens after 200 cached
+    assert (
+        cached["attention"][0] < ops["attention"][0]
+        and cached["attention"][1] == ops["attention"][1]
+    )
+
+
+def roofline_prefill_flops(cfg, n):
+    from llmlab.analysis import roofline
+
+    return roofline.prefill_step(cfg, n, 1, 4, last_token_logits=True).flops
+
+
+@pytest.mark.parametrize(
+    "batch, match",
+    [
+        ([], "non-empty"),
+        ([(0, 3)], "1 <= new_tokens"),
+        ([(4, 3)], "1 <= new_tokens"),
+        ([(1,)], "pairs"),
+    ],
+)
+def test_step_costs_refuse_bad_batches_and_mla(batch, match):
+    with pytest.raises(ValueError, match=match):
+        costs.step_costs(get_config("llama-3-8b"), batch)
+    with pytest.raises(ValueError, match="dense GQA"):
+        costs.step_costs(get_config("deepseek-v3"), [(1, 1)])

@@ -37,6 +37,8 @@ __all__ = [
     "kv_bytes_per_token_from_hidden",
     "kv_bytes",
     "kv_variants",
+    "STEP_OPS",
+    "step_costs",
     "DTYPE_BYTES",
     "dtype_bytes_of",
 ]
@@ -326,3 +328,109 @@ def kv_variants(cfg: ModelConfig, dtype_bytes: float = 2) -> dict[str, float]:
         out["GQA"] = kv_bytes_per_token(cfg, dtype_bytes)
     out["MQA"] = layers * per_head
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# one engine step, operation by operation
+
+# The operations of one forward of a dense Llama-family model, in the order they run (vLLM's
+# layer names: qkv_proj and gate_up_proj are its merged linear layers).
+STEP_OPS = (
+    "embed_tokens",
+    "qkv_proj",
+    "attention",
+    "o_proj",
+    "gate_up_proj",
+    "down_proj",
+    "lm_head",
+)
+
+
+def _step_batch(batch: object) -> list[tuple[int, int]]:
+    """The batch as [(new_tokens, context)], checked: 1 <= new_tokens <= context."""
+    pairs = list(batch) if isinstance(batch, (list, tuple)) else None
+    if not pairs or not all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and all(_is_int(x) for x in p) for p in pairs
+    ):
+        raise ValueError(
+            tr(
+                f"batch must be a non-empty list of (new_tokens, context) int pairs, got {batch!r}",
+                f"batch 必须是非空的 (new_tokens, context) 整数对列表，你给的是 {batch!r}",
+            )
+        )
+    for new, context in pairs:
+        if not 1 <= new <= context:
+            raise ValueError(
+                tr(
+                    f"each sequence needs 1 <= new_tokens <= context, got ({new}, {context})",
+                    f"每条序列都要满足 1 <= new_tokens <= context，你给的是 ({new}, {context})",
+                )
+            )
+    return [(int(n), int(c)) for n, c in pairs]
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def step_costs(
+    cfg: ModelConfig, batch: list[tuple[int, int]], dtype_bytes: float = 2
+) -> dict[str, tuple[float, float]]:
+    """FLOPs and bytes moved by each operation of one engine step: {op: (flops, bytes)}, the ops
+    of `STEP_OPS`.
+
+    batch: one (new_tokens, context) pair per sequence of the step: it brings `new_tokens`
+    tokens, and holds `context` tokens once they are in (the new ones included, so a decode
+    step is (1, context), a whole prompt of n tokens (n, n), a prompt whose first tokens were
+    already cached (n, context > n)). Every sequence samples one token, at its last new position.
+
+    Counted (one multiply-add = 2 FLOP; dtype_bytes for weights and the KV cache alike):
+    - a linear layer W [n_in, n_out] over T tokens: 2·T·n_in·n_out FLOP; its weights are read
+      once per step, whatever the batch: n_in·n_out·dtype_bytes (per layer);
+    - embed_tokens: a lookup, no FLOPs; it reads one row of `hidden_size` per new token;
+    - attention: with the causal mask the j-th of a sequence's n new tokens (j = 1..n) attends
+      to context − n + j tokens; per attended token, layer and query head 4·head_dim FLOP
+      (q·k and the weighted sum of v). Bytes: every token of the context moves its K and V once
+      (the cached ones are read, the new ones written): 2·kv_heads·head_dim·dtype_bytes per
+      token and layer — kv_heads, not query heads (GQA);
+    - lm_head: only the sampled positions, one row per sequence (vLLM's logits_indices).
+    Activations (each token's input and output vectors), norms and biases are left out: at
+    these batch sizes they are small beside the weights and the KV cache.
+    """
+    if is_mla(cfg) or cfg.extra.get("n_routed_experts"):
+        raise ValueError(
+            tr(
+                f"step_costs counts dense GQA models; {cfg.name} has MLA or a mixture of experts",
+                f"step_costs 只统计稠密的 GQA 模型；{cfg.name} 用的是 MLA 或混合专家",
+            )
+        )
+    pairs = _step_batch(batch)
+    _positive("dtype_bytes", dtype_bytes)
+    h, inter, layers, vocab = (
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.num_hidden_layers,
+        cfg.vocab_size,
+    )
+    q = cfg.num_attention_heads * cfg.head_dim
+    kv = cfg.num_key_value_heads * cfg.head_dim
+    tokens = sum(n for n, _ in pairs)
+
+    def linear(n_in: int, n_out: int, rows: int, copies: int = layers) -> tuple[float, float]:
+        return float(2 * rows * n_in * n_out * copies), float(n_in * n_out * copies * dtype_bytes)
+
+    # keys attended, summed over every new token: n·(context − n) + (1 + 2 + ... + n)
+    keys = sum(n * (c - n) + n * (n + 1) // 2 for n, c in pairs)
+    context_tokens = sum(c for _, c in pairs)
+    return {
+        "embed_tokens": (0.0, float(tokens * h * dtype_bytes)),
+        "qkv_proj": linear(h, q + 2 * kv, tokens),
+        "attention": (
+            float(4 * q * keys * layers),
+            float(2 * kv * context_tokens * layers * dtype_bytes),
+        ),
+        "o_proj": linear(q, h, tokens),
+        "gate_up_proj": linear(h, 2 * inter, tokens),
+        "down_proj": linear(inter, h, tokens),
+        "lm_head": linear(h, vocab, len(pairs), copies=1),
+    }

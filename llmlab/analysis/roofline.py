@@ -289,6 +289,40 @@ def prefill_step(
     )
 
 
+def engine_step(
+    cfg: ModelConfig,
+    batch: Sequence[tuple[int, int]],
+    dtype_bytes: float = 2,
+    *,
+    step_cost: Callable[..., dict] | None = None,
+) -> Operation:
+    """One engine step of any shape as one operation: the FLOPs and bytes of its operations
+    summed, its roofline point at their ratio.
+
+    batch: one (new_tokens, context) pair per sequence (prefill, decode and prefix-cached
+    prompts mixed; see `costs.step_costs`). `step_cost` counts the operations, a function with
+    `costs.step_costs`'s signature and result ({op: (flops, bytes)}); None is the package's own
+    (chapter 07's build exercise passes the student's). details["ops"] keeps its counts.
+    """
+    ops = (step_cost or costs.step_costs)(cfg, batch, dtype_bytes)
+    if not isinstance(ops, dict) or not ops:
+        raise ValueError(
+            tr(
+                f"step_cost must return a non-empty dict {{op: (flops, bytes)}}, got {ops!r}",
+                f"step_cost 必须返回非空的 dict {{op: (flops, bytes)}}，它返回的是 {ops!r}",
+            )
+        )
+    flops = float(sum(f for f, _ in ops.values()))
+    nbytes = float(sum(b for _, b in ops.values()))
+    shape = ", ".join(f"{n}/{c}" for n, c in batch)
+    return Operation(
+        tr(f"engine step [{shape}]", f"引擎的一步 [{shape}]"),
+        flops=flops,
+        bytes=nbytes,
+        details={"batch": [tuple(p) for p in batch], "ops": dict(ops)},
+    )
+
+
 def decode_step_floor(
     cfg: ModelConfig,
     hw: Hardware | str,
@@ -546,6 +580,90 @@ def measure_prefill(
     )
 
 
+def quick_roof(device: str = "cpu") -> Hardware:
+    """This machine's roof, measured roughly in well under a second: the read bandwidth of a
+    64 MiB buffer and an fp32 matmul of 384 × 384 (a checker's measured line; for the chapter's
+    careful numbers use `hardware.this_machine`)."""
+    from llmlab.analysis import hardware
+
+    bw = hardware.measure_bandwidth(device, nbytes=64 * 2**20, kind="read", repeats=3)
+    peak = hardware.measure_matmul_flops(device, "fp32", n=384, repeats=3, library="aten")
+    return Hardware(
+        name=tr(f"this machine ({device}, quick)", f"本机（{device}，快速测量）"),
+        mem_bw=bw,
+        peak_flops={"fp32": peak},
+        mem_size=0.0,
+        kind="gpu" if device.startswith("cuda") else "cpu",
+        measured=True,
+        sources={"mem_bw": "quick_roof: 64 MiB read", "peak_flops": "quick_roof: 384^3 matmul"},
+    )
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One step the real engine ran: its batch shape and the measured time of its forward."""
+
+    batch: tuple[tuple[int, int], ...]  # (new_tokens, context) per scheduled sequence
+    seconds: float  # the model runner's time: inputs, forward, logits, sampling
+    sampled: int  # sequences that sampled a token (a partial prompt chunk samples none)
+
+    @property
+    def kind(self) -> str:
+        """ "prefill", "decode" or "mixed"."""
+        decode = [n == 1 and c > 1 for n, c in self.batch]
+        return "decode" if all(decode) else "prefill" if not any(decode) else "mixed"
+
+
+def record_engine_steps(
+    llm: Any,
+    prompts: Sequence[list[int]],
+    params: Any,
+    arrive_at: Sequence[int] | None = None,
+) -> list[EngineStep]:
+    """Run token-id `prompts` through the engine of `llm` (an `llmlab.LLM`) one step at a time
+    and record each step's batch shape and measured forward time.
+
+    arrive_at[i]: the step before which prompt i is added (default: all before the first), so
+    that a later prompt can meet earlier ones decoding (a mixed step) or find its prefix in
+    their cached blocks.
+    """
+    import uuid
+
+    engine = llm.llm_engine
+    arrive_at = list(arrive_at) if arrive_at is not None else [0] * len(prompts)
+    if len(arrive_at) != len(prompts):
+        raise ValueError(
+            tr(
+                f"arrive_at needs one step per prompt ({len(prompts)}), got {len(arrive_at)}",
+                f"arrive_at 需要每个 prompt 一个步号（{len(prompts)} 个），你给了 {len(arrive_at)} 个",
+            )
+        )
+    tag = uuid.uuid4().hex[:8]
+    steps: list[EngineStep] = []
+    added = 0
+    order = sorted(range(len(prompts)), key=lambda i: arrive_at[i])
+    while added < len(order) or engine.has_unfinished_requests():
+        while added < len(order) and arrive_at[order[added]] <= len(steps):
+            i = order[added]
+            engine.add_request(f"steps-{tag}-{i}", list(prompts[i]), params)
+            added += 1
+        before = engine.forward_seconds
+        engine.step()
+        out = engine.last_scheduler_output
+        if out is None or out.is_empty:
+            if added < len(order):  # nothing to run until the next arrival: let it come
+                arrive_at = [min(a, len(steps)) for a in arrive_at]
+                continue
+            break
+        batch = tuple((n, done + n) for n, done in zip(out.num_new_tokens, out.num_computed_tokens))
+        steps.append(
+            EngineStep(
+                batch, engine.forward_seconds - before, out.num_requests - out.num_prefill_chunks
+            )
+        )
+    return steps
+
+
 # ----------------------------------------------------------------------------- plots
 
 
@@ -785,6 +903,10 @@ __all__ = [
     "decode_attention",
     "decode_step",
     "prefill_step",
+    "engine_step",
+    "EngineStep",
+    "record_engine_steps",
+    "quick_roof",
     "decode_step_floor",
     "decode_batch_sweep",
     "weight_read_time",

@@ -1,22 +1,32 @@
 """Self-checks of chapter 07 (roofline): the ridge point, the intensity of a batched decode
 GEMV and of GQA decode attention, which roof a decode step sits under, the batch at which it
-leaves the memory roof (the roofline explorer's task), and why context moves that batch."""
+leaves the memory roof (the roofline explorer's task), and why context moves that batch.
+
+Build exercise `step_cost`: the student counts the FLOPs and bytes of every operation of one
+engine step; checked against `llmlab.analysis.costs.step_costs` on steps drawn with hypothesis,
+then plugged into `roofline.engine_step` on the real engine's steps of SmolLM2 (measured)."""
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
-from llmlab.analysis import roofline
+from llmlab.analysis import costs, roofline
 from llmlab.analysis.hardware import PRESETS
-from llmlab.config import get_config
+from llmlab.config import PRESETS as MODEL_PRESETS
+from llmlab.config import ModelConfig, get_config
+from llmlab.course.build import drive, find_counterexample
 from llmlab.course.check.ch01 import combine_mistakes
 from llmlab.course.check.core import (
+    NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     as_number,
     check_choice,
     check_number,
     not_yet,
+    passed,
     record_expected,
     report,
     staged,
@@ -344,6 +354,444 @@ def why_crossover_grows(answer: Any) -> CheckResult:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# build exercise: the cost of one step
+
+BUILDS = {"ch07.step_cost": "step_cost"}  # exercise -> the name of the student's function
+STEP_COST_DRIVER = "llmlab.course.build.ch07:observe_step_cost"
+ENGINE_STEPS_DRIVER = "llmlab.course.build.ch07:predict_engine_steps"
+STEP_CASES = 40  # steps drawn per check
+SHOWN_OPS = 2  # operations a hint details (the others are counted)
+CONFIG_FIELDS = (
+    "name",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+)
+LINEAR_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+# the rule of each operation (the skeleton's docstring says the same), shown from the second try
+STEP_OP_HINTS = {
+    "embed_tokens": (
+        "embed_tokens is a lookup: no FLOPs; it reads one row of hidden_size numbers per new token.",
+        "embed_tokens 是查表：没有 FLOPs；每个新 token 读出一行 hidden_size 个数。",
+    ),
+    "qkv_proj": (
+        "qkv_proj multiplies every new token by W [hidden, (heads + 2·kv_heads)·head_dim] in every "
+        "layer, 2 FLOP per multiply-add; its weights are read once per step.",
+        "qkv_proj 在每一层把每个新 token 乘以 W [hidden, (heads + 2·kv_heads)·head_dim]，"
+        "一次乘加算 2 FLOP；权重每步只读一遍。",
+    ),
+    "attention": (
+        "attention: the j-th of a sequence's n new tokens attends to context − n + j tokens, "
+        "4·head_dim FLOP per attended token, query head and layer; every token of each context "
+        "moves its K and V once: 2·kv_heads·head_dim·dtype_bytes per token and layer.",
+        "attention：一条序列的 n 个新 token 中，第 j 个关注 context − n + j 个 token，"
+        "每个被关注的 token、每个 query 头、每层 4·head_dim FLOP；每条序列上下文里的每个 token "
+        "把它的 K 和 V 搬运一次：每个 token、每层 2·kv_heads·head_dim·dtype_bytes 字节。",
+    ),
+    "o_proj": (
+        "o_proj multiplies every new token by W [heads·head_dim, hidden] in every layer, 2 FLOP "
+        "per multiply-add; its weights are read once per step.",
+        "o_proj 在每一层把每个新 token 乘以 W [heads·head_dim, hidden]，一次乘加算 2 FLOP；"
+        "权重每步只读一遍。",
+    ),
+    "gate_up_proj": (
+        "gate_up_proj is two matrices [hidden, intermediate] in every layer, for every new token, "
+        "2 FLOP per multiply-add; its weights are read once per step.",
+        "gate_up_proj 是每层两个 [hidden, intermediate] 矩阵，作用于每个新 token，一次乘加算 "
+        "2 FLOP；权重每步只读一遍。",
+    ),
+    "down_proj": (
+        "down_proj multiplies every new token by W [intermediate, hidden] in every layer, 2 FLOP "
+        "per multiply-add; its weights are read once per step.",
+        "down_proj 在每一层把每个新 token 乘以 W [intermediate, hidden]，一次乘加算 2 FLOP；"
+        "权重每步只读一遍。",
+    ),
+    "lm_head": (
+        "lm_head is one matrix [hidden, vocab] (not one per layer), applied to one row per "
+        "sequence, its sampled position; its weights are read once per step.",
+        "lm_head 是一个 [hidden, vocab] 矩阵（不是每层一个），每条序列只作用于一行，"
+        "即它采样的那个位置；权重每步只读一遍。",
+    ),
+}
+# (mistake, English, Chinese): what a recognised wrong count means, first match shown
+STEP_COST_MISTAKES = (
+    (
+        "weights_per_sequence",
+        "the weights are counted once per sequence: a step reads each weight once, and every "
+        "sequence of the batch uses it.",
+        "权重按每条序列各算了一遍：一步只读一遍每个权重，batch 里的每条序列都用它。",
+    ),
+    (
+        "query_heads_for_kv",
+        "the K/V bytes use num_attention_heads: with GQA only num_key_value_heads K and V heads "
+        "are cached, shared by the query heads of a group.",
+        "K/V 的字节用了 num_attention_heads：用 GQA 时，缓存里只有 num_key_value_heads 个 K、V 头，"
+        "由一组 query 头共用。",
+    ),
+    (
+        "half_the_flops",
+        "a matmul [m, k] × [k, n] is m·n·k multiply-adds, and one multiply-add is 2 FLOP.",
+        "矩阵乘 [m, k] × [k, n] 有 m·n·k 次乘加，一次乘加是 2 FLOP。",
+    ),
+    (
+        "lm_head_every_token",
+        "the lm head runs on every new token: logits are computed only at the sampled positions, "
+        "one row per sequence (a prompt's earlier positions sample nothing).",
+        "lm head 作用在了每个新 token 上：只有采样的位置才算 logits，每条序列一行"
+        "（prompt 前面的位置什么也不采样）。",
+    ),
+    (
+        "whole_embedding_table",
+        "embed_tokens reads the whole table: a lookup reads only the rows of the step's tokens.",
+        "embed_tokens 读了整张表：查表只读这一步的 token 对应的那几行。",
+    ),
+    (
+        "no_causal_mask",
+        "every new token attends to the whole context: with the causal mask a prompt token sees "
+        "only the tokens up to itself.",
+        "每个新 token 都关注了整个上下文：有因果掩码时，prompt 里的一个 token 只看得到它自己及之前的 token。",
+    ),
+    (
+        "kv_per_new_token",
+        "the K/V bytes are counted once per new token: a sequence's cached K and V move once per "
+        "step, shared by all its new tokens.",
+        "K/V 字节按每个新 token 各算了一遍：一条序列缓存的 K 和 V 每步只搬运一次，它的所有新 token 共用。",
+    ),
+)
+
+
+def config_fields(cfg: ModelConfig) -> dict:
+    """The fields of `cfg` a step's cost depends on, as plain data (what travels to a driver)."""
+    return {name: getattr(cfg, name) for name in CONFIG_FIELDS}
+
+
+def _drawn_config(
+    layers: int,
+    kv_heads: int,
+    group: int,
+    head_dim: int,
+    hidden: int,
+    intermediate: int,
+    vocab: int,
+) -> dict:
+    return {
+        "name": "drawn",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": kv_heads * group,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+    }
+
+
+def step_cases() -> Any:
+    """Hypothesis strategy of (config fields, batch, dtype_bytes): drawn configs of 1-4 layers
+    with MHA, GQA or MQA (up to 8 query heads per K/V head) and sizes up to real models'; 1-6
+    sequences, each decoding, bringing a whole prompt, or bringing prompt tokens after a cached
+    prefix; contexts up to 8K. Shrinking leads to the smallest model and batch that disagree."""
+    from hypothesis import strategies as st
+
+    configs = st.builds(
+        _drawn_config,
+        layers=st.integers(1, 4),
+        kv_heads=st.integers(1, 8),
+        group=st.integers(1, 8),
+        head_dim=st.integers(1, 128),
+        hidden=st.integers(1, 8192),
+        intermediate=st.integers(1, 28_672),
+        vocab=st.integers(1, 128_256),
+    )
+    sequence = st.one_of(
+        st.integers(1, 8192).map(lambda c: (1, c)),  # decoding one token
+        st.integers(1, 2048).map(lambda n: (n, n)),  # a whole prompt
+        st.tuples(st.integers(1, 512), st.integers(1, 8192)).map(lambda t: (t[0], t[0] + t[1])),
+    )
+    return st.tuples(
+        configs, st.lists(sequence, min_size=1, max_size=6), st.sampled_from([2, 1, 4])
+    )
+
+
+def _package_costs(case: tuple) -> dict[str, list[float]]:
+    fields, batch, dtype_bytes = case
+    ops = costs.step_costs(ModelConfig(**fields), [tuple(p) for p in batch], dtype_bytes)
+    return {op: [f, b] for op, (f, b) in ops.items()}
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def _same_costs(got: Any, expected: dict) -> bool:
+    return (
+        isinstance(got, dict)
+        and set(got) == set(expected)
+        and all(_same(got[op][i], expected[op][i]) for op in expected for i in (0, 1))
+    )
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.6g}"
+
+
+def _describe_sequence(new: int, context: int) -> tuple[str, str]:
+    if new == 1:
+        return f"decoding 1 token at context {context}", f"在上下文 {context} 处解码 1 个 token"
+    if new == context:
+        return f"bringing a whole prompt of {new} tokens", f"带来一个 {new} 个 token 的完整 prompt"
+    return (
+        f"bringing {new} prompt tokens after {context - new} cached ones (context {context})",
+        f"在已缓存的 {context - new} 个 token 之后带来 {new} 个 prompt token（上下文 {context}）",
+    )
+
+
+def describe_step(fields: dict, batch: list, dtype_bytes: float) -> str:
+    """A drawn step in words: the batch, the model's shape and the bytes per number."""
+    seqs = [_describe_sequence(n, c) for n, c in batch]
+    if len(seqs) == 1:
+        en, zh = f"1 sequence {seqs[0][0]}", f"1 条序列，{seqs[0][1]}"
+    elif len(set(seqs)) == 1:
+        en, zh = (
+            f"{len(seqs)} sequences, each {seqs[0][0]}",
+            f"{len(seqs)} 条序列，每条都{seqs[0][1]}",
+        )
+    else:
+        en = f"{len(seqs)} sequences: " + "; ".join(f"({i + 1}) {s[0]}" for i, s in enumerate(seqs))
+        zh = f"{len(seqs)} 条序列：" + "；".join(f"({i + 1}) {s[1]}" for i, s in enumerate(seqs))
+    preset = MODEL_PRESETS.get(fields["name"])
+    if preset is not None and config_fields(preset) == fields:
+        model_en, model_zh = f"the {fields['name']} preset", f"预设 {fields['name']}"
+    else:
+        f = fields
+        model_en = (
+            f"a model of {f['num_hidden_layers']} layer(s), hidden_size {f['hidden_size']}, "
+            f"{f['num_attention_heads']} query head(s) and {f['num_key_value_heads']} K/V head(s) "
+            f"of head_dim {f['head_dim']}, intermediate_size {f['intermediate_size']}, "
+            f"vocab_size {f['vocab_size']}"
+        )
+        model_zh = (
+            f"一个 {f['num_hidden_layers']} 层的模型，hidden_size {f['hidden_size']}，"
+            f"{f['num_attention_heads']} 个 query 头、{f['num_key_value_heads']} 个 K/V 头，"
+            f"head_dim {f['head_dim']}，intermediate_size {f['intermediate_size']}，"
+            f"vocab_size {f['vocab_size']}"
+        )
+    return tr(
+        f"{en}; {model_en}; {_num(dtype_bytes)} byte(s) per number",
+        f"{zh}；{model_zh}；每个数 {_num(dtype_bytes)} 字节",
+    )
+
+
+def _step_cost_mistake(case: tuple, got: dict, expected: dict) -> tuple[str, str, str] | None:
+    """The first row of STEP_COST_MISTAKES that explains the student's counts on `case`."""
+    fields, batch, dtype_bytes = case
+    seqs, tokens = len(batch), sum(n for n, _ in batch)
+    group = fields["num_attention_heads"] // fields["num_key_value_heads"]
+    layers, head_dim = fields["num_hidden_layers"], fields["head_dim"]
+    kv = fields["num_key_value_heads"] * head_dim
+    q = fields["num_attention_heads"] * head_dim
+    all_pairs = sum(n * c for n, c in batch)
+
+    def ratio(op: str, i: int) -> float | None:
+        return got[op][i] / expected[op][i] if expected[op][i] else None
+
+    def is_(x: float | None, y: float) -> bool:
+        return x is not None and _same(x, y)
+
+    def differs(op: str, i: int) -> bool:
+        return not _same(got[op][i], expected[op][i])
+
+    checks = {
+        "weights_per_sequence": seqs > 1
+        and any(is_(ratio(op, 1), seqs) or is_(ratio(op, 1), tokens) for op in LINEAR_OPS),
+        "query_heads_for_kv": group > 1 and is_(ratio("attention", 1), group),
+        "half_the_flops": any(is_(ratio(op, 0), 0.5) for op in LINEAR_OPS),
+        "lm_head_every_token": tokens > seqs and is_(ratio("lm_head", 0), tokens / seqs),
+        "whole_embedding_table": differs("embed_tokens", 1)
+        and is_(got["embed_tokens"][1], fields["vocab_size"] * fields["hidden_size"] * dtype_bytes),
+        "no_causal_mask": differs("attention", 0)
+        and is_(got["attention"][0], 4 * q * layers * all_pairs),
+        "kv_per_new_token": differs("attention", 1)
+        and is_(got["attention"][1], 2 * kv * layers * dtype_bytes * all_pairs),
+    }
+    return next((row for row in STEP_COST_MISTAKES if checks[row[0]]), None)
+
+
+def step_cost_hint(cex: Any) -> str:
+    """The hint of a counterexample: the shrunk step, each operation counted differently (the
+    student's and the package's), the mistake when it is a known one; from the second try on,
+    the rule of the first wrong operation."""
+    from llmlab.course.build import Raised
+
+    fields, batch, dtype_bytes = cex.case
+    where = describe_step(fields, batch, dtype_bytes)
+    got, expected = cex.got, cex.expected
+    if isinstance(got, Raised):
+        return tr(
+            f"on the step {where}: your step_cost raised {got.error}: {got.message}",
+            f"在这一步（{where}）上：你的 step_cost 抛出了 {got.error}：{got.message}",
+        )
+    if not isinstance(got, dict) or set(got) != set(expected):
+        ops = sorted(got) if isinstance(got, dict) else got
+        return tr(
+            f"on the step {where}: your step_cost returned the operations {ops}; "
+            f"count each of {list(costs.STEP_OPS)}, no more.",
+            f"在这一步（{where}）上：你的 step_cost 返回的操作是 {ops}；"
+            f"请逐个统计 {list(costs.STEP_OPS)}，不多也不少。",
+        )
+    wrong = [op for op in costs.STEP_OPS if not _same_costs({op: got[op]}, {op: expected[op]})]
+    shown, more = wrong[:SHOWN_OPS], len(wrong) - SHOWN_OPS
+    diffs_en = "; ".join(
+        f"{op}: yours (FLOPs, bytes) = ({_num(got[op][0])}, {_num(got[op][1])}), "
+        f"the package's = ({_num(expected[op][0])}, {_num(expected[op][1])})"
+        for op in shown
+    ) + (f"; and {more} more operation(s) differ" if more > 0 else "")
+    diffs_zh = "；".join(
+        f"{op}：你的 (FLOPs, bytes) = ({_num(got[op][0])}, {_num(got[op][1])})，"
+        f"package 的 = ({_num(expected[op][0])}, {_num(expected[op][1])})"
+        for op in shown
+    ) + (f"；另有 {more} 个操作也不同" if more > 0 else "")
+    first = tr(f"on the step {where}: {diffs_en}.", f"在这一步（{where}）上：{diffs_zh}。")
+    mistake = _step_cost_mistake(cex.case, got, expected)
+    if mistake is not None:
+        first = tr(f"{first} {mistake[1]}", f"{first}{mistake[2]}")
+    return staged("ch07.step_cost", first, tr(*STEP_OP_HINTS[wrong[0]]))
+
+
+@functools.lru_cache(maxsize=1)
+def engine_steps() -> tuple[ModelConfig, tuple[roofline.EngineStep, ...], int]:
+    """SmolLM2-135M's real engine steps (cached per process, one model load per kernel): a
+    prompt alone (prefill), then it decoding beside a prompt whose first 32 tokens it had
+    cached and a fresh one (mixed), then all three decoding."""
+    import torch
+
+    from llmlab.engine.llm import LLM
+    from llmlab.model import load_model
+    from llmlab.sampling import SamplingParams
+
+    model, _ = load_model("smollm2-135m")
+    llm = LLM(model, max_model_len=128)
+    first = list(range(1000, 1048))
+    steps = roofline.record_engine_steps(
+        llm,
+        [first, first[:32] + list(range(2000, 2005)), list(range(3000, 3010))],
+        SamplingParams(temperature=0, max_tokens=2, ignore_eos=True),
+        arrive_at=[0, 1, 1],
+    )
+    return model.config, tuple(steps), torch.tensor([], dtype=model.dtype).element_size()
+
+
+def _plugged_in(answer: Any) -> CheckResult:
+    """The student's counter on the engine's real steps, through `roofline.engine_step`'s
+    `step_cost`: its totals must equal the package's; the measured times are shown beside."""
+    ex = "ch07.step_cost"
+    cfg, steps, dtype_bytes = engine_steps()
+    batches = [[list(p) for p in s.batch] for s in steps]
+    try:
+        mine = drive(answer, ENGINE_STEPS_DRIVER, config_fields(cfg), batches, dtype_bytes)
+    except TimeoutError:
+        raise
+    except Exception as e:  # the student's code, on a step of the real engine
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"on the engine's steps your step_cost raised {type(e).__name__}: {e}",
+                    f"在引擎真实的步上，你的 step_cost 抛出了 {type(e).__name__}：{e}",
+                ),
+            )
+        )
+    hw = roofline.quick_roof("cpu")
+    ridge = roofline.ridge_point(hw, "fp32")
+    lines = [
+        tr(
+            f"measured on this machine (quick roof: {hw.mem_bw / 1e9:.1f} GB/s, "
+            f"{hw.flops('fp32') / 1e9:.0f} GFLOP/s fp32, ridge {ridge:.1f} FLOP/B), "
+            f"{cfg.name} in fp32, the engine's {len(steps)} steps (new/context per sequence):",
+            f"在本机实测（快速测得的屋顶：{hw.mem_bw / 1e9:.1f} GB/s，"
+            f"fp32 {hw.flops('fp32') / 1e9:.0f} GFLOP/s，拐点 {ridge:.1f} FLOP/B），"
+            f"{cfg.name}（fp32），引擎的 {len(steps)} 步（每条序列的 新token数/上下文）：",
+        )
+    ]
+    for i, (step, (flops, nbytes)) in enumerate(zip(steps, mine), 1):
+        ref = roofline.engine_step(cfg, step.batch, dtype_bytes)
+        shape = " ".join(f"{n}/{c}" for n, c in step.batch)
+        if not (_same(flops, ref.flops) and _same(nbytes, ref.bytes)):
+            return report(
+                not_yet(
+                    ex,
+                    tr(
+                        f"on the engine's step {i} ({step.kind} [{shape}]) your counter sums to "
+                        f"{_num(flops)} FLOPs and {_num(nbytes)} bytes, the package's to "
+                        f"{_num(ref.flops)} and {_num(ref.bytes)}.",
+                        f"在引擎的第 {i} 步（{step.kind} [{shape}]）上，你的计数加起来是 "
+                        f"{_num(flops)} FLOPs、{_num(nbytes)} 字节，package 的是 "
+                        f"{_num(ref.flops)} 和 {_num(ref.bytes)}。",
+                    ),
+                )
+            )
+        yours = roofline.place(roofline.Operation("", flops, nbytes), hw, "fp32")
+        pkg = roofline.place(ref, hw, "fp32")
+        lines.append(
+            tr(
+                f"  step {i} {step.kind} [{shape}]: yours {yours.op.intensity:.1f} FLOP/B -> "
+                f"{yours.time_floor * 1e3:.2f} ms ({yours.bound}-bound) | package "
+                f"{pkg.op.intensity:.1f} FLOP/B -> {pkg.time_floor * 1e3:.2f} ms | "
+                f"measured {step.seconds * 1e3:.1f} ms",
+                f"  第 {i} 步 {step.kind} [{shape}]：你的 {yours.op.intensity:.1f} FLOP/B -> "
+                f"{yours.time_floor * 1e3:.2f} ms（{yours.bound}-bound）| package "
+                f"{pkg.op.intensity:.1f} FLOP/B -> {pkg.time_floor * 1e3:.2f} ms | "
+                f"实测 {step.seconds * 1e3:.1f} ms",
+            )
+        )
+    print("\n".join(lines))
+    return report(
+        passed(
+            ex,
+            tr(
+                f"your counter equals the package's on every drawn step and predicts the "
+                f"engine's {len(steps)} real steps as the package does (measured times above).",
+                f"你的计数在每个随机抽取的步上都与 package 的相同，对引擎真实的 {len(steps)} 步"
+                f"也给出与 package 相同的预测（实测时间见上）。",
+            ),
+        )
+    )
+
+
+def step_cost(answer: Any) -> CheckResult:
+    """Build exercise: the student's `step_cost(cfg, batch, dtype_bytes)` -> {op: (flops, bytes)}
+    against `costs.step_costs` on STEP_CASES drawn steps (the smallest disagreement shown), then
+    plugged into `roofline.engine_step` on the real engine's steps of SmolLM2, measured."""
+    ex = "ch07.step_cost"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(answer):
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"expected your function step_cost, got {type(answer).__name__}.",
+                    f"这里要你写的函数 step_cost，你给的是 {type(answer).__name__}。",
+                ),
+            )
+        )
+    cex = find_counterexample(
+        step_cases(),
+        lambda case: drive(answer, STEP_COST_DRIVER, case),
+        _package_costs,
+        max_examples=STEP_CASES,
+        compare=_same_costs,
+    )
+    if cex is not None:
+        return report(not_yet(ex, step_cost_hint(cex)))
+    return _plugged_in(answer)
+
+
 EXERCISES: dict[str, ExerciseInfo] = {
     "ridge_point": ExerciseInfo(
         "plug-in", ("seed preset", "upside down", "FP32 peak", "FP8 peak", "sparse peak")
@@ -368,5 +816,9 @@ EXERCISES: dict[str, ExerciseInfo] = {
     ),
     "why_crossover_grows": ExerciseInfo(
         "reasoning", ("ridge moves", "attention FLOPs", "weights per sequence", "HBM capacity")
+    ),
+    "step_cost": ExerciseInfo(
+        "reasoning",
+        tuple(row[0].replace("_", " ") for row in STEP_COST_MISTAKES),
     ),
 }
