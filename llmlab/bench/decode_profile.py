@@ -136,7 +136,7 @@ def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> d
 
 def add_precision_args(ap: argparse.ArgumentParser) -> None:
     """--dtype, --quantization, --kv-cache-dtype: EngineConfig's settings, for any bench."""
-    from llmlab.engine.llm_engine import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
+    from llmlab.engine_config import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 
     ap.add_argument(
         "--dtype",
