@@ -25,6 +25,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from llmlab.utils import format_table
+
 PERCENTILES = (50, 90, 99)
 SLO_KEYS = ("ttft", "tpot", "e2el")
 
@@ -166,23 +168,24 @@ class BenchmarkSummary:
 
     def table(self) -> str:
         """A printable table (milliseconds), one row per latency metric."""
-        lines = [
+        title = (
             f"requests {self.num_requests}, duration {self.duration:.2f} s, "
             f"{self.request_throughput:.2f} req/s, {self.output_throughput:.1f} output tok/s"
             + (
                 f", goodput {self.goodput:.2f} req/s ({self.num_good} met the SLO)"
                 if self.goodput is not None
                 else ""
-            ),
-            f"{'metric':<6}{'n':>6}{'mean':>10}{'median':>10}{'p90':>10}{'p99':>10}  (ms)",
-        ]
+            )
+        )
+        rows = []
         for name in ("ttft", "tpot", "itl", "e2el"):
             s: Stats = getattr(self, name)
             cells = [
                 "—" if x is None else f"{x * 1e3:.1f}" for x in (s.mean, s.median, s.p90, s.p99)
             ]
-            lines.append(f"{name.upper():<6}{s.count:>6}" + "".join(f"{c:>10}" for c in cells))
-        return "\n".join(lines)
+            rows.append([name.upper(), s.count, *cells])
+        headers = ["metric", "n", "mean ms", "median ms", "p90 ms", "p99 ms"]
+        return title + "\n" + format_table(rows, headers, rule=False)
 
     def __str__(self) -> str:
         return self.table()

@@ -15,12 +15,13 @@ the measurement corrects is the point of the exercise.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llmlab.course.check.core import as_number
 from llmlab.i18n import notebook_text, tr
-from llmlab.utils import ljust, width
+from llmlab.utils import format_table
 
 # The message of a missing prediction (shown in the language in use, see `_no_prediction`).
 NO_PREDICTION = (
@@ -180,10 +181,8 @@ def compare(
         )
         extra = if_low
     message = msg + (tr(" ", "") + extra if extra else "")  # no space after a Chinese "。"
-    columns = max(width(k) for k, _ in rows)
     print(f"[predict {shown}]")
-    for k, v in rows:
-        print(f"  {ljust(k, columns)}  {v}")
+    print(textwrap.indent(format_table(rows, align="l"), "  "))
     print(f"  {message}")
     return Comparison(quantity, p, m, verdict, message)
 

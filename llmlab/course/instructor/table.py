@@ -21,6 +21,7 @@ from pathlib import Path
 from llmlab.course.check.core import KINDS, ExerciseInfo
 from llmlab.course.instructor.exercises import exercise_calls
 from llmlab.i18n import tr
+from llmlab.utils import format_table
 
 BEGIN = (
     "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
@@ -137,14 +138,14 @@ def main(args: list[str]) -> int:
         from llmlab.course.instructor.reading_time import report
 
         rows = report(notebooks)
-        print(
-            f"{'chapter':<26} {'stated':>7} {'estimated':>10}   (minutes; llmlab/instructor/reading_time.py)"
+        table = [
+            [stem, "-" if stated is None else stated, f"{est:.0f}"] for stem, stated, est in rows
+        ]
+        table.append(
+            ["all chapters", sum(r[1] or 0 for r in rows), f"{sum(r[2] for r in rows):.0f}"]
         )
-        for stem, stated, est in rows:
-            print(f"{stem:<26} {'-' if stated is None else stated:>7} {est:>10.0f}")
-        print(
-            f"{'all chapters':<26} {sum(r[1] or 0 for r in rows):>7} {sum(r[2] for r in rows):>10.0f}"
-        )
+        print("minutes to read each chapter (llmlab/course/instructor/reading_time.py)")
+        print(format_table(table, ["chapter", "stated", "estimated"], rule=False))
         return 0
     if args:
         print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)
