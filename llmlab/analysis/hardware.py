@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +27,10 @@ import torch
 
 from llmlab.config import DATA_DIR  # noqa: E402
 from llmlab.i18n import tr
-from llmlab.utils import cpu_name  # noqa: F401 (part of this module's API)
+from llmlab.utils import (
+    best_of,
+    cpu_name,  # noqa: F401 (part of this module's API)
+)
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -127,24 +129,10 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
 def _best_time(
     fn: Callable[[], Any], device: torch.device, repeats: int, budget_s: float | None = None
 ) -> float:
-    """Fastest of `repeats` timed calls (after one warm-up), in seconds.
-
-    The minimum filters out moments where the OS ran something else on our cores; it is the
-    number a roofline compares against (what the hardware can do, not what it did on average).
-    """
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    fn()
-    sync()
-    best = float("inf")
-    start = time.perf_counter()
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - t0)
-        if budget_s is not None and time.perf_counter() - start > budget_s:
-            break
-    return best
+    """Fastest of `repeats` timed calls (after one warm-up), in seconds, synchronising a GPU
+    after each (`llmlab.utils.best_of`, which says why the fastest)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    return best_of(fn, repeats, budget_s=budget_s, warmup=1, sync=sync)
 
 
 def last_level_cache_bytes() -> int:

@@ -35,6 +35,7 @@ from llmlab.analysis import costs
 from llmlab.analysis.hardware import PRESETS, Hardware, get_hardware
 from llmlab.config import ModelConfig
 from llmlab.i18n import tr
+from llmlab.utils import best_of
 
 DTYPE_FOR_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
 
@@ -392,19 +393,6 @@ class StepMeasurement:
         }
 
 
-def _time_best(fn, repeats: int, budget_s: float) -> float:
-    fn()  # warm-up: first touches of the cache pages, allocator growth
-    best = math.inf
-    start = time.perf_counter()
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s:
-            break
-    return best
-
-
 @dataclass
 class PairedRatios:
     """A step timed in rounds, each right after a probe of the roof (bandwidth or matmul peak):
@@ -521,7 +509,9 @@ def measure_decode_step(
 
     _check_int("batch", batch)
     _check_int("context", context, minimum=0)
-    seconds = _time_best(step_fn(model, "decode", batch, context, backend), repeats, budget_s)
+    seconds = best_of(
+        step_fn(model, "decode", batch, context, backend), repeats, budget_s=budget_s, warmup=1
+    )
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement(
         "decode",
@@ -539,7 +529,9 @@ def measure_prefill(
     import torch
 
     _check_int("prompt_len", prompt_len)
-    seconds = _time_best(step_fn(model, "prefill", prompt_len, 0, backend), repeats, budget_s)
+    seconds = best_of(
+        step_fn(model, "prefill", prompt_len, 0, backend), repeats, budget_s=budget_s, warmup=1
+    )
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement(
         "prefill", 1, prompt_len, seconds, prefill_step(model.config, prompt_len, 1, dtype_bytes)

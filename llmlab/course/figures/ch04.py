@@ -3,8 +3,7 @@ the same steps' floors on a GPU from the presets, and the chapter's figures."""
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -12,16 +11,7 @@ from llmlab.analysis import costs, roofline
 from llmlab.config import ModelConfig, get_config
 from llmlab.i18n import tr
 from llmlab.kvcache import ContiguousKVCache
-
-
-def best_of(fn: Callable[[], Any], repeats: int = 2) -> float:
-    """The fastest of `repeats` wall-clock timings of fn(), in seconds (measured)."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+from llmlab.utils import best_of
 
 
 def no_cache_step_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2) -> float:
