@@ -13,7 +13,7 @@ grade NOTEBOOK --source SRC  execute a student's notebook and grade its exercise
                            (SRC: the instructor's notebook, or the manifest `student` wrote)
 lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
                            the notebooks in another language (zh) from one English source
-exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
+exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, source
                            question), printed or written into DOC between its markers
 """
 

@@ -2,8 +2,9 @@
 
 A `Hardware` holds the two numbers the roofline needs (memory bandwidth in bytes/s, peak
 FLOP/s per dtype) and the sizes of the memory hierarchy. `PRESETS` are the datasheet figures
-(plus "H100-SXM-seed", the seed text's round 1000 TFLOPS / 3 TB/s); `this_machine()` measures
-the computer the notebook runs on, CPU or GPU:
+(plus "H100-SXM-source", the source chapter's round 1000 TFLOPS / 3 TB/s; its earlier name
+"H100-SXM-seed" still finds it); `this_machine()` measures the computer the notebook runs on, CPU
+or GPU:
 
 - `measure_bandwidth()` streams a buffer several times larger than the last-level cache;
 - `measure_matmul_flops()` times a large square matmul (the faster of MKL and oneDNN on a CPU);
@@ -87,9 +88,29 @@ class Hardware:
         return dataclasses.replace(self, **changes)
 
 
+# earlier preset names -> their names now (notebooks and saved answers may use the earlier one)
+PRESET_ALIASES = {"H100-SXM-seed": "H100-SXM-source"}
+
+
+class _Presets(dict):
+    """The presets by name. An earlier name (`PRESET_ALIASES`) finds its preset, but is not
+    listed: iterating, `len` and `sorted(PRESETS)` see each preset once, under its name now."""
+
+    def __missing__(self, name: str) -> Hardware:
+        if name in PRESET_ALIASES:
+            return self[PRESET_ALIASES[name]]
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in PRESET_ALIASES
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+
 def _load_presets() -> dict[str, Hardware]:
     raw = json.loads((DATA_DIR / "hardware.json").read_text())
-    presets = {}
+    presets = _Presets()
     for key, entry in raw["presets"].items():
         entry = dict(entry)
         presets[key] = Hardware(name=key, **entry)

@@ -3,7 +3,8 @@
 Definitions (the same as vLLM's benchmark client, `benchmarks/benchmark_serving.py`):
 
 - TTFT (time to first token, 首 token 延迟) = first_token_time − arrival_time.
-- E2EL (end-to-end latency, 端到端延迟; the seed's TTLT) = time of the last token − arrival.
+- E2EL (end-to-end latency, 端到端延迟; the source chapter's TTLT) = time of the last token −
+  arrival.
 - TPOT (time per output token, 每 token 时间) = (E2EL − TTFT) / (n − 1): the mean gap after the
   first token. Undefined for n = 1; such a request is left out of TPOT's statistics (never
   counted as 0 or NaN). For goodput a request with no second token cannot break a TPOT SLO.
@@ -80,7 +81,7 @@ class Timeline:
 
     @property
     def e2el(self) -> float:
-        """Arrival to last token (the seed's TTLT)."""
+        """Arrival to last token (the source chapter's TTLT)."""
         return self.token_times[-1] - self.arrival_time
 
     @property

@@ -10,7 +10,7 @@ at least
 and reaches at most `attainable = min(peak, intensity * mem_bw)` FLOP/s. The two limits cross
 at the ridge point (拐点) `peak / mem_bw`: below it an operation is memory-bound (访存受限),
 above it compute-bound (计算受限). H100 SXM in bf16: 989.4e12 / 3.35e12 ≈ 295 FLOP/byte
-(the seed text's round 1000 TFLOPS / 3 TB/s gives ≈ 330).
+(the source chapter's round 1000 TFLOPS / 3 TB/s gives ≈ 330).
 
 LLM operations placed on the roof (costs from `llmlab.analysis.costs`):
 - decode GEMV at batch B: every weight is read once and used B times → intensity ≈ 2B / dtype_bytes;
@@ -300,8 +300,8 @@ def decode_step_floor(
 ) -> float:
     """Least time (seconds) of one decode step: max(bytes / bandwidth, FLOPs / peak).
 
-    Llama-3-70B in bf16 at batch 1: ≈ 42 ms on H100 SXM (3.35 TB/s), ≈ 47 ms at the seed's 3 TB/s.
-    `dtype` picks the compute peak; by default the one matching `dtype_bytes` (2 → bf16).
+    Llama-3-70B in bf16 at batch 1: ≈ 42 ms on H100 SXM (3.35 TB/s), ≈ 47 ms at the source chapter's
+    3 TB/s. `dtype` picks the compute peak; by default the one matching `dtype_bytes` (2 → bf16).
     """
     op = decode_step(cfg, batch, context, dtype_bytes)
     return place(op, hw, dtype or dtype_for_bytes(dtype_bytes)).time_floor
@@ -315,7 +315,8 @@ def decode_batch_sweep(
     dtype_bytes: float = 2,
     dtype: str | None = None,
 ) -> list[dict]:
-    """For each batch: step-time floor, tokens/s, and the bound — the seed's "batch 32 ≈ 32× throughput"."""
+    """For each batch: step-time floor, tokens/s, and the bound — the source chapter's
+    "batch 32 ≈ 32× throughput"."""
     dtype = dtype or dtype_for_bytes(dtype_bytes)
     rows = []
     for b in batches:

@@ -238,7 +238,7 @@ def dominant_step(answer: Any) -> CheckResult:
     )
 
 
-# Symptoms a reader of the seed meets in practice → the chapter whose idea explains it.
+# Symptoms a reader of the source chapter meets in practice → the chapter whose idea explains it.
 SYMPTOMS_EN = {
     "first_word_late": "a user waits two seconds for the first word of the answer to a long "
     "document, then the words stream quickly",
@@ -375,7 +375,7 @@ def num_chapters(answer) -> CheckResult:
             (
                 11,
                 tr(
-                    "the seed's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.",
+                    "the source chapter's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.",
                     "原章节的流程图有 11 步，但本系列另加了一章准备环境、一章总复习。",
                 ),
             ),

@@ -13,8 +13,8 @@ from llmlab.course.check.ch01 import combine_mistakes
 from llmlab.course.check.core import CheckResult, ExerciseInfo, check_choice, check_number
 from llmlab.i18n import tr
 
-SEED_PARAMS = 70e9  # the seed: "70B FP16 = 140 GB"
-SEED_BW = 3e12  # the seed: "~3 TB/s"
+SOURCE_PARAMS = 70e9  # the source chapter: "70B FP16 = 140 GB"
+SOURCE_BW = 3e12  # the source chapter: "~3 TB/s"
 WORKING_SET = 4 * 1024**2  # bytes, for working_set_level
 LEVELS = ["L1", "L2", "L3", "DRAM"]
 # Where this machine does not report its caches (macOS, Windows): a reference laptop core's, so
@@ -38,8 +38,9 @@ OFFLOAD_BYTES = 10e9  # --cpu-offload-gb 10
 
 
 def weight_read_ms(answer: Any) -> CheckResult:
-    """Milliseconds to read 70e9 BF16 weights once at 3 TB/s (the seed's per-token floor)."""
-    expected = SEED_PARAMS * 2 / SEED_BW * 1e3
+    """Milliseconds to read 70e9 BF16 weights once at 3 TB/s (the source chapter's per-token
+    floor)."""
+    expected = SOURCE_PARAMS * 2 / SOURCE_BW * 1e3
     return check_number(
         "ch06.weight_read_ms",
         answer,
@@ -47,35 +48,35 @@ def weight_read_ms(answer: Any) -> CheckResult:
         rel=0.02,
         mistakes=combine_mistakes(
             (
-                SEED_PARAMS / SEED_BW * 1e3,
+                SOURCE_PARAMS / SOURCE_BW * 1e3,
                 tr(
                     "that counts parameters, not bytes: each BF16 weight is 2 bytes.",
                     "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。",
                 ),
             ),
             (
-                SEED_PARAMS * 4 / SEED_BW * 1e3,
+                SOURCE_PARAMS * 4 / SOURCE_BW * 1e3,
                 tr(
                     "that uses 4 bytes per weight (FP32); the weights here are BF16.",
                     "这里每个权重按 4 字节（FP32）算了；题中的权重是 BF16。",
                 ),
             ),
             (
-                SEED_PARAMS * 2 / 3.35e12 * 1e3,
+                SOURCE_PARAMS * 2 / 3.35e12 * 1e3,
                 tr(
-                    "that uses the datasheet's 3.35 TB/s; this question uses the seed's 3 TB/s.",
+                    "that uses the datasheet's 3.35 TB/s; this question uses the source chapter's 3 TB/s.",
                     "这用的是规格表的 3.35 TB/s；本题用原章节的 3 TB/s。",
                 ),
             ),
             (
-                SEED_BW / (SEED_PARAMS * 2) * 1e3,
+                SOURCE_BW / (SOURCE_PARAMS * 2) * 1e3,
                 tr(
                     "upside down: a time is an amount divided by a rate.",
                     "除反了：时间是总量除以速率。",
                 ),
             ),
             (
-                SEED_PARAMS * 2 / SEED_BW,
+                SOURCE_PARAMS * 2 / SOURCE_BW,
                 tr(
                     "that is in seconds: give it in the unit the question asks for, milliseconds.",
                     "这是以秒为单位的；请按题目要求的单位（毫秒）作答。",
@@ -116,7 +117,7 @@ def h200_floor_ms(answer: Any) -> CheckResult:
             (
                 params * 2 / 3e12 * 1e3,
                 tr(
-                    "that is the seed's 3 TB/s H100; use the H200 preset's bandwidth.",
+                    "that is the source chapter's 3 TB/s H100; use the H200 preset's bandwidth.",
                     "这是原章节里 3 TB/s 的 H100；请用 H200 预设的带宽。",
                 ),
             ),
@@ -135,7 +136,7 @@ def h200_floor_ms(answer: Any) -> CheckResult:
                 ),
             ),
             (
-                SEED_PARAMS * 2 / h200.mem_bw * 1e3,
+                SOURCE_PARAMS * 2 / h200.mem_bw * 1e3,
                 tr(
                     "that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count.",
                     "这用的是取整的 70e9；题目要的是 Llama-3-70B 的精确参数量。",
@@ -227,7 +228,7 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
             (
                 3e12 / pcie,
                 tr(
-                    "that is the seed's round 3 TB/s; use the preset's memory bandwidth.",
+                    "that is the source chapter's round 3 TB/s; use the preset's memory bandwidth.",
                     "这是原章节取整的 3 TB/s；请用预设里的显存带宽。",
                 ),
             ),
@@ -392,7 +393,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
         (
             "parameters vs bytes",
             "FP32 bytes",
-            "datasheet vs seed bandwidth",
+            "datasheet vs source bandwidth",
             "upside down",
             "seconds vs ms",
         ),
@@ -401,7 +402,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
         "plug-in",
         (
             "H100 bandwidth",
-            "seed bandwidth",
+            "source bandwidth",
             "FP32 bytes",
             "parameters vs bytes",
             "round 70e9",
@@ -412,7 +413,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
         "reasoning", ("BF16 bytes", "4-bit bytes", "divides by the rate", "one read per second")
     ),
     "hbm_vs_pcie": ExerciseInfo(
-        "reasoning", ("seed bandwidth", "one PCIe direction", "NVLink", "upside down")
+        "reasoning", ("source bandwidth", "one PCIe direction", "NVLink", "upside down")
     ),
     "offload_floor_ms": ExerciseInfo(
         "reasoning",

@@ -104,7 +104,7 @@ def plot_step_times(
 
 
 def plot_seed_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
-    """The seed's Llama-3-70B 4K-request KV cache computed both ways, as two bars (GB)."""
+    """The source chapter's Llama-3-70B 4K-request KV cache computed both ways, as two bars (GB)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 2.6))
@@ -121,7 +121,7 @@ def plot_seed_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
     )
     ax.set_title(
         tr(
-            "Llama-3-70B, BF16: the seed's example both ways (llmlab.analysis.costs)",
+            "Llama-3-70B, BF16: the source chapter's example both ways (llmlab.analysis.costs)",
             "Llama-3-70B，BF16：原章节的例子，两种算法（llmlab.analysis.costs）",
         )
     )

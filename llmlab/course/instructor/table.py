@@ -1,6 +1,6 @@
 """The instructors' table of exercises, written from one source: each chapter's checker module
 declares `EXERCISES` (function name -> `ExerciseInfo`: kind, the mistakes its checker names, the
-seed question it covers), and the notebooks say which exercises each chapter calls.
+source question it covers), and the notebooks say which exercises each chapter calls.
 
     python -m llmlab exercises                  # print the tables
     python -m llmlab exercises --write docs/instructors.md   # replace them between the markers
@@ -93,7 +93,7 @@ def markdown(notebooks: Path) -> str:
     lines += [
         "",
         tr(
-            "| chapter | exercise | kind | mistakes its checker names | seed question | path |",
+            "| chapter | exercise | kind | mistakes its checker names | source question | path |",
             "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 | 所在部分 |",
         ),
         "|---|---|---|---|---|---|",
@@ -105,10 +105,10 @@ def markdown(notebooks: Path) -> str:
             )
             continue
         mistakes = "; ".join(r.info.mistakes) if r.info.mistakes else "—"
-        seed = f"Q{r.info.seed}" if r.info.seed else ""
+        question = f"Q{r.info.source_question}" if r.info.source_question else ""
         lines.append(
-            f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} "
-            f"| {path(r)} |"
+            f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} "
+            f"| {question} | {path(r)} |"
         )
     return "\n".join(lines)
 
