@@ -40,6 +40,7 @@ _SUBMODULES = {
     "model",
     "kvcache",
     "engine",
+    "engine_config",
     "tokenizer",
     "config",
     "sampling",

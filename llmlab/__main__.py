@@ -15,7 +15,7 @@ check chNN [NOTEBOOK|MODULE]  a chapter's build exercises on the student's code 
                            the chapter in the student's edition); exit status 0 when all pass
 lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
                            the notebooks in another language (zh) from one English source
-exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, seed
+exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, source
                            question), printed or written into DOC between its markers
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import textwrap
 
 
 def _model(args: list[str]) -> int:
@@ -83,11 +84,12 @@ def main(argv: list[str] | None = None) -> int:
 
         names = benchmarks()
         if not rest or rest[0] in ("-h", "--help"):
-            width = max(map(len, names))
+            from llmlab.utils import format_table
+
             print(
                 "usage: python -m llmlab bench NAME [args]   (python -m llmlab bench NAME --help)\n"
             )
-            print("\n".join(f"  {n.ljust(width)}  {line}" for n, line in names.items()))
+            print(textwrap.indent(format_table(names.items(), align="l"), "  "))
             return 0 if rest else 2
         if rest[0] not in names:
             print(f"unknown benchmark {rest[0]!r}; choose one of: {', '.join(names)}")

@@ -312,7 +312,7 @@ def count_han(text: str) -> int:
 
 
 def tokens_per_word(tokenizer: Any, english_text: str) -> float:
-    """Tokens per English word for this text (the seed's rule of thumb: ≈ 1.3)."""
+    """Tokens per English word for this text (the source chapter's rule of thumb: ≈ 1.3)."""
     words = count_words(english_text)
     if words == 0:
         raise ValueError("english_text must contain at least one word")
@@ -321,7 +321,7 @@ def tokens_per_word(tokenizer: Any, english_text: str) -> float:
 
 def tokens_per_char(tokenizer: Any, chinese_text: str) -> float:
     """Tokens per Chinese character for this text, punctuation's tokens included in the count
-    (the seed's rule of thumb: ≈ 2)."""
+    (the source chapter's rule of thumb: ≈ 2)."""
     han = count_han(chinese_text)
     if han == 0:
         raise ValueError("chinese_text must contain at least one Chinese character")

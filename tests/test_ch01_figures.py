@@ -21,7 +21,11 @@ def test_token_ratios_draws_each_measurement_and_the_rule():
     ax = fig.axes[0]
     heights = [round(p.get_height(), 6) for p in ax.patches]
     assert heights == [1.2, 1.8, 2.9, 1.7, 1.3, 2.0]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["A", "B", "seed's rule of thumb"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "A",
+        "B",
+        "the source chapter's rule of thumb",
+    ]
     assert ax.get_ylabel() == "tokens"
     plt.close(fig)
 

@@ -31,7 +31,7 @@ def test_every_called_exercise_is_described():
         "samplable_tokens",
     }
     assert [i.kind for i in ch03.EXERCISES.values()].count("reasoning") >= 2
-    assert all(info.seed is None for info in ch03.EXERCISES.values())
+    assert all(info.source_question is None for info in ch03.EXERCISES.values())
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ def test_exercises_table_names_the_module_functions():
         "why_continuous",
     }
     assert all(callable(getattr(ch08, name)) for name in ch08.EXERCISES)
-    assert ch08.EXERCISES["seed_q3"].seed == 3
+    assert ch08.EXERCISES["seed_q3"].source_question == 3
     assert sum(i.kind == "reasoning" for i in ch08.EXERCISES.values()) >= 2
 
 

@@ -168,7 +168,7 @@ def test_every_exercise_is_described():
     }
     assert set(ch10.EXERCISES) == called
     assert sum(info.kind == "reasoning" for info in ch10.EXERCISES.values()) >= 2
-    assert ch10.EXERCISES["seed_q4"].seed == 4
+    assert ch10.EXERCISES["seed_q4"].source_question == 4
 
 
 @pytest.mark.parametrize(

@@ -134,8 +134,8 @@ def test_symptoms_pass_and_a_distractor_says_why():
 
 def test_each_learning_goal_points_at_existing_exercises():
     assert [g[0] for g in ch12.LEARNING_GOALS] == [1, 2, 3, 4]
-    for number, seed_words, english, ids in ch12.LEARNING_GOALS:
-        assert seed_words and english and len(ids) >= 2, number
+    for number, source_words, english, ids in ch12.LEARNING_GOALS:
+        assert source_words and english and len(ids) >= 2, number
         for ex in ids:
             module, name = ex.split(".")
             fn = getattr(importlib.import_module(f"llmlab.course.check.{module}"), name, None)

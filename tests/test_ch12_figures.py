@@ -35,6 +35,6 @@ def test_goals_table_prints_each_goal_with_its_exercises(capsys):
     rows = fig12.goals_table(ch12.LEARNING_GOALS)
     out = capsys.readouterr().out
     assert [r[0] for r in rows] == [1, 2, 3, 4]
-    for _, seed_words, _, ids in ch12.LEARNING_GOALS:
-        assert seed_words in out
+    for _, source_words, _, ids in ch12.LEARNING_GOALS:
+        assert source_words in out
         assert all(ex in out for ex in ids)

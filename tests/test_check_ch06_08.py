@@ -101,7 +101,7 @@ def test_ridge_point():
     right = roofline.ridge_point("H100-SXM")
     assert ch07.ridge_point(right) and ch07.ridge_point(295)
     r = ch07.ridge_point(1000 / 3)
-    assert not r and "seed" in r.message
+    assert not r and "source chapter" in r.message
     r = ch07.ridge_point(3.35e12 / 989.4e12)
     assert not r and "upside down" in r.message
     r = ch07.ridge_point(67e12 / 3.35e12)
@@ -132,8 +132,8 @@ def test_decode_bound():
 
 
 def _q3_right():
-    t1 = roofline.decode_step_floor(L70, "H100-SXM-seed", 1, 1024, 2) * 1e3
-    t32 = roofline.decode_step_floor(L70, "H100-SXM-seed", 32, 1024, 2) * 1e3
+    t1 = roofline.decode_step_floor(L70, "H100-SXM-source", 1, 1024, 2) * 1e3
+    t32 = roofline.decode_step_floor(L70, "H100-SXM-source", 32, 1024, 2) * 1e3
     return {
         "step_ms_batch1": t1,
         "step_ms_batch32": t32,

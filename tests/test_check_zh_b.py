@@ -18,7 +18,7 @@ from source_chapter import WHERE, source_chapter_text
 
 from llmlab import i18n
 from llmlab.course.check import core
-from llmlab.course.glossary import SEED_QUOTE, has_cjk, zh_synonym_uses
+from llmlab.course.glossary import SOURCE_QUOTE, has_cjk, zh_synonym_uses
 from llmlab.course.instructor.leaks import number_forms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -360,6 +360,6 @@ def test_quotes_of_the_seed_are_verbatim():
     text = source_chapter_text()
     if text is None:
         pytest.skip(WHERE)
-    quotes = [q for _, _, s in _chinese_strings() for q in SEED_QUOTE.findall(s)]
+    quotes = [q for _, _, s in _chinese_strings() for q in SOURCE_QUOTE.findall(s)]
     assert len(quotes) >= 5
     assert [q for q in quotes if q not in text] == []

@@ -9,7 +9,7 @@ import pytest
 from llmlab.analysis import hardware
 from llmlab.analysis.hardware import DATA_DIR, PRESETS, Hardware
 
-GPUS = ["H100-SXM", "H100-SXM-seed", "H200", "A100-80GB", "L4", "RTX-4090"]
+GPUS = ["H100-SXM", "H100-SXM-source", "H200", "A100-80GB", "L4", "RTX-4090"]
 FIGURES = ["mem_bw", "peak_flops", "mem_size", "l2_size", "smem_per_sm", "num_sms", "interconnect"]
 
 
@@ -33,15 +33,33 @@ def test_gpu_presets_have_bf16_and_sane_sizes(name):
     assert 1e11 < hw.mem_bw < 1e13  # 0.1 .. 10 TB/s
 
 
-def test_h100_datasheet_against_seed_round_figures():
-    dat, seed = PRESETS["H100-SXM"], PRESETS["H100-SXM-seed"]
-    assert dat.mem_bw == pytest.approx(3.35e12) and seed.mem_bw == pytest.approx(3.0e12)
-    assert dat.peak_flops["bf16"] == pytest.approx(989.4e12) and seed.peak_flops[
+def test_h100_datasheet_against_source_round_figures():
+    dat, source = PRESETS["H100-SXM"], PRESETS["H100-SXM-source"]
+    assert dat.mem_bw == pytest.approx(3.35e12) and source.mem_bw == pytest.approx(3.0e12)
+    assert dat.peak_flops["bf16"] == pytest.approx(989.4e12) and source.peak_flops[
         "bf16"
     ] == pytest.approx(1e15)
     # the seed's other H100 figures: 50 MB L2, 228 KB SRAM per SM, NVLink 900 GB/s, PCIe 5.0 128 GB/s
     assert dat.l2_size == 50e6 and dat.smem_per_sm == 228e3
     assert dat.interconnect == {"nvlink": 900e9, "pcie": 128e9}
+
+
+def test_the_earlier_preset_name_finds_the_source_preset_without_being_listed():
+    """Notebooks (and answers saved from them) say "H100-SXM-seed"; the preset is
+    "H100-SXM-source" now. The old name finds it everywhere a name is taken, and no listing
+    shows the preset twice."""
+    from llmlab.analysis import roofline
+    from llmlab.analysis.hardware import get_hardware
+
+    source = PRESETS["H100-SXM-source"]
+    assert PRESETS["H100-SXM-seed"] is source and get_hardware("H100-SXM-seed") is source
+    assert "H100-SXM-seed" in PRESETS and PRESETS.get("H100-SXM-seed") is source
+    assert roofline.ridge_point("H100-SXM-seed", "bf16") == roofline.ridge_point(source, "bf16")
+    assert list(PRESETS).count("H100-SXM-source") == 1 and "H100-SXM-seed" not in list(PRESETS)
+    assert source.name == "H100-SXM-source"
+    assert "nope" not in PRESETS and PRESETS.get("nope") is None
+    with pytest.raises(KeyError):
+        PRESETS["nope"]
 
 
 def test_h200_differs_from_h100_in_memory_only():

@@ -1,6 +1,7 @@
 """The package's layers point one way: a lower layer never imports a higher one.
 
-`Request` sits above both the scheduler and the KV cache manager (as `vllm/v1/request.py`);
+`Request` sits above both the scheduler and the KV cache manager (as `vllm/v1/request.py`), and
+so does `EngineConfig` (`llmlab.engine_config`), whose defaults they take;
 the ops know nothing of the model, the engine or model loading; the readable model uses no
 private op module and no fast path. Imports inside functions count too.
 """
@@ -24,6 +25,8 @@ FORBIDDEN = {
         "llmlab.weights",
         "llmlab.kvcache",
     ),
+    # the engine's settings: the scheduler and the KV cache manager take their defaults from it
+    "llmlab.engine_config": ("llmlab.engine", "llmlab.kvcache", "llmlab.model", "llmlab.request"),
     "llmlab.request": ("llmlab.engine", "llmlab.kvcache", "llmlab.model"),
     "llmlab.sampling": ("llmlab.engine", "llmlab.kvcache", "llmlab.model"),
     "llmlab.model": (
@@ -102,7 +105,9 @@ def test_the_check_finds_a_back_arrow(tmp_path):
         PACKAGE = saved
 
 
-@pytest.mark.parametrize("module", ["llmlab.model", "llmlab.kvcache", "llmlab.ops"])
+@pytest.mark.parametrize(
+    "module", ["llmlab.model", "llmlab.kvcache", "llmlab.ops", "llmlab.engine_config"]
+)
 def test_layer_modules_exist(module):
     """The rules above name real modules (a renamed module would make them vacuous)."""
     parts = module.split(".")[1:]

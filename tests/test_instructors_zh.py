@@ -39,7 +39,7 @@ def test_english_table_does_not_change_with_the_language(monkeypatch):
     assert english.startswith(
         "| chapter | exercises | recall | plug-in | reasoning | mistakes named |"
     )
-    assert "| chapter | exercise | kind | mistakes its checker names | seed question |" in english
+    assert "| chapter | exercise | kind | mistakes its checker names | source question |" in english
     assert not any(k in english for k in ("记忆", "代公式", "推理", "章节"))
     doc = ROOT / "docs" / "instructors.md"
     assert doc.read_text(encoding="utf-8") == rewrite(doc, ROOT / "notebooks")

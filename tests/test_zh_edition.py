@@ -13,7 +13,7 @@ import pytest
 from source_chapter import WHERE, source_chapter_text
 
 from llmlab.course import lang
-from llmlab.course.glossary import SEED_QUOTE, load_glossary, zh_synonym_uses
+from llmlab.course.glossary import SOURCE_QUOTE, load_glossary, zh_synonym_uses
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -98,7 +98,7 @@ def test_every_quote_of_the_source_chapter_is_exact():
     bad, count = [], 0
     for path in NOTEBOOKS:
         for cell_id, entry in _store(path).items():
-            for quote in SEED_QUOTE.findall(str(entry.get("text", ""))):
+            for quote in SOURCE_QUOTE.findall(str(entry.get("text", ""))):
                 count += 1
                 if re.sub(r"\s+", "", quote) not in seed:
                     bad.append(f"{path.stem} {cell_id}: 「{quote}」")

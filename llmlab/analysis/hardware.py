@@ -2,8 +2,9 @@
 
 A `Hardware` holds the two numbers the roofline needs (memory bandwidth in bytes/s, peak
 FLOP/s per dtype) and the sizes of the memory hierarchy. `PRESETS` are the datasheet figures
-(plus "H100-SXM-seed", the seed text's round 1000 TFLOPS / 3 TB/s); `this_machine()` measures
-the computer the notebook runs on, CPU or GPU:
+(plus "H100-SXM-source", the source chapter's round 1000 TFLOPS / 3 TB/s; its earlier name
+"H100-SXM-seed" still finds it); `this_machine()` measures the computer the notebook runs on, CPU
+or GPU:
 
 - `measure_bandwidth()` streams a buffer several times larger than the last-level cache;
 - `measure_matmul_flops()` times a large square matmul (the faster of MKL and oneDNN on a CPU);
@@ -19,7 +20,6 @@ import dataclasses
 import functools
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +28,10 @@ import torch
 
 from llmlab.config import DATA_DIR  # noqa: E402
 from llmlab.i18n import tr
-from llmlab.utils import cpu_name  # noqa: F401 (part of this module's API)
+from llmlab.utils import (
+    best_of,
+    cpu_name,  # noqa: F401 (part of this module's API)
+)
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -85,9 +88,29 @@ class Hardware:
         return dataclasses.replace(self, **changes)
 
 
+# earlier preset names -> their names now (notebooks and saved answers may use the earlier one)
+PRESET_ALIASES = {"H100-SXM-seed": "H100-SXM-source"}
+
+
+class _Presets(dict):
+    """The presets by name. An earlier name (`PRESET_ALIASES`) finds its preset, but is not
+    listed: iterating, `len` and `sorted(PRESETS)` see each preset once, under its name now."""
+
+    def __missing__(self, name: str) -> Hardware:
+        if name in PRESET_ALIASES:
+            return self[PRESET_ALIASES[name]]
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in PRESET_ALIASES
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+
 def _load_presets() -> dict[str, Hardware]:
     raw = json.loads((DATA_DIR / "hardware.json").read_text())
-    presets = {}
+    presets = _Presets()
     for key, entry in raw["presets"].items():
         entry = dict(entry)
         presets[key] = Hardware(name=key, **entry)
@@ -127,24 +150,10 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
 def _best_time(
     fn: Callable[[], Any], device: torch.device, repeats: int, budget_s: float | None = None
 ) -> float:
-    """Fastest of `repeats` timed calls (after one warm-up), in seconds.
-
-    The minimum filters out moments where the OS ran something else on our cores; it is the
-    number a roofline compares against (what the hardware can do, not what it did on average).
-    """
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    fn()
-    sync()
-    best = float("inf")
-    start = time.perf_counter()
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - t0)
-        if budget_s is not None and time.perf_counter() - start > budget_s:
-            break
-    return best
+    """Fastest of `repeats` timed calls (after one warm-up), in seconds, synchronising a GPU
+    after each (`llmlab.utils.best_of`, which says why the fastest)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    return best_of(fn, repeats, budget_s=budget_s, warmup=1, sync=sync)
 
 
 def last_level_cache_bytes() -> int:

@@ -3,7 +3,8 @@
 Definitions (the same as vLLM's benchmark client, `benchmarks/benchmark_serving.py`):
 
 - TTFT (time to first token, 首 token 延迟) = first_token_time − arrival_time.
-- E2EL (end-to-end latency, 端到端延迟; the seed's TTLT) = time of the last token − arrival.
+- E2EL (end-to-end latency, 端到端延迟; the source chapter's TTLT) = time of the last token −
+  arrival.
 - TPOT (time per output token, 每 token 时间) = (E2EL − TTFT) / (n − 1): the mean gap after the
   first token. Undefined for n = 1; such a request is left out of TPOT's statistics (never
   counted as 0 or NaN). For goodput a request with no second token cannot break a TPOT SLO.
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from llmlab.utils import format_table
 
 PERCENTILES = (50, 90, 99)
 SLO_KEYS = ("ttft", "tpot", "e2el")
@@ -78,7 +81,7 @@ class Timeline:
 
     @property
     def e2el(self) -> float:
-        """Arrival to last token (the seed's TTLT)."""
+        """Arrival to last token (the source chapter's TTLT)."""
         return self.token_times[-1] - self.arrival_time
 
     @property
@@ -166,23 +169,24 @@ class BenchmarkSummary:
 
     def table(self) -> str:
         """A printable table (milliseconds), one row per latency metric."""
-        lines = [
+        title = (
             f"requests {self.num_requests}, duration {self.duration:.2f} s, "
             f"{self.request_throughput:.2f} req/s, {self.output_throughput:.1f} output tok/s"
             + (
                 f", goodput {self.goodput:.2f} req/s ({self.num_good} met the SLO)"
                 if self.goodput is not None
                 else ""
-            ),
-            f"{'metric':<6}{'n':>6}{'mean':>10}{'median':>10}{'p90':>10}{'p99':>10}  (ms)",
-        ]
+            )
+        )
+        rows = []
         for name in ("ttft", "tpot", "itl", "e2el"):
             s: Stats = getattr(self, name)
             cells = [
                 "—" if x is None else f"{x * 1e3:.1f}" for x in (s.mean, s.median, s.p90, s.p99)
             ]
-            lines.append(f"{name.upper():<6}{s.count:>6}" + "".join(f"{c:>10}" for c in cells))
-        return "\n".join(lines)
+            rows.append([name.upper(), s.count, *cells])
+        headers = ["metric", "n", "mean ms", "median ms", "p90 ms", "p99 ms"]
+        return title + "\n" + format_table(rows, headers, rule=False)
 
     def __str__(self) -> str:
         return self.table()

@@ -49,7 +49,7 @@ LINK_NAMES = {"nvlink": "NVLink", "pcie": "PCIe 5.0 x16"}
 def get_interconnect(name: str = "nvlink", hardware: str | Hardware = "H100-SXM") -> Interconnect:
     """The link `name` ("nvlink" or "pcie") of a `llmlab.analysis.hardware` preset, one direction.
 
-    Datasheets (and the seed) quote both directions added: an H100's NVLink 900 GB/s is
+    Datasheets (and the source chapter) quote both directions added: an H100's NVLink 900 GB/s is
     18 links × 50 GB/s counting send and receive, PCIe 5.0 x16's 128 GB/s is 64 GB/s each way.
     A ring all-reduce sends and receives at once, so each of its steps runs at half the quote.
     """

@@ -10,7 +10,7 @@ at least
 and reaches at most `attainable = min(peak, intensity * mem_bw)` FLOP/s. The two limits cross
 at the ridge point (拐点) `peak / mem_bw`: below it an operation is memory-bound (访存受限),
 above it compute-bound (计算受限). H100 SXM in bf16: 989.4e12 / 3.35e12 ≈ 295 FLOP/byte
-(the seed text's round 1000 TFLOPS / 3 TB/s gives ≈ 330).
+(the source chapter's round 1000 TFLOPS / 3 TB/s gives ≈ 330).
 
 LLM operations placed on the roof (costs from `llmlab.analysis.costs`):
 - decode GEMV at batch B: every weight is read once and used B times → intensity ≈ 2B / dtype_bytes;
@@ -35,6 +35,7 @@ from llmlab.analysis import costs
 from llmlab.analysis.hardware import PRESETS, Hardware, get_hardware
 from llmlab.config import ModelConfig
 from llmlab.i18n import tr
+from llmlab.utils import best_of
 
 DTYPE_FOR_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
 
@@ -333,8 +334,8 @@ def decode_step_floor(
 ) -> float:
     """Least time (seconds) of one decode step: max(bytes / bandwidth, FLOPs / peak).
 
-    Llama-3-70B in bf16 at batch 1: ≈ 42 ms on H100 SXM (3.35 TB/s), ≈ 47 ms at the seed's 3 TB/s.
-    `dtype` picks the compute peak; by default the one matching `dtype_bytes` (2 → bf16).
+    Llama-3-70B in bf16 at batch 1: ≈ 42 ms on H100 SXM (3.35 TB/s), ≈ 47 ms at the source chapter's
+    3 TB/s. `dtype` picks the compute peak; by default the one matching `dtype_bytes` (2 → bf16).
     """
     op = decode_step(cfg, batch, context, dtype_bytes)
     return place(op, hw, dtype or dtype_for_bytes(dtype_bytes)).time_floor
@@ -348,7 +349,8 @@ def decode_batch_sweep(
     dtype_bytes: float = 2,
     dtype: str | None = None,
 ) -> list[dict]:
-    """For each batch: step-time floor, tokens/s, and the bound — the seed's "batch 32 ≈ 32× throughput"."""
+    """For each batch: step-time floor, tokens/s, and the bound — the source chapter's
+    "batch 32 ≈ 32× throughput"."""
     dtype = dtype or dtype_for_bytes(dtype_bytes)
     rows = []
     for b in batches:
@@ -424,19 +426,6 @@ class StepMeasurement:
             "x_compute_floor": self.seconds / p.compute_time,
             "x_floor": self.seconds / p.time_floor,
         }
-
-
-def _time_best(fn, repeats: int, budget_s: float) -> float:
-    fn()  # warm-up: first touches of the cache pages, allocator growth
-    best = math.inf
-    start = time.perf_counter()
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s:
-            break
-    return best
 
 
 @dataclass
@@ -555,7 +544,9 @@ def measure_decode_step(
 
     _check_int("batch", batch)
     _check_int("context", context, minimum=0)
-    seconds = _time_best(step_fn(model, "decode", batch, context, backend), repeats, budget_s)
+    seconds = best_of(
+        step_fn(model, "decode", batch, context, backend), repeats, budget_s=budget_s, warmup=1
+    )
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement(
         "decode",
@@ -573,7 +564,9 @@ def measure_prefill(
     import torch
 
     _check_int("prompt_len", prompt_len)
-    seconds = _time_best(step_fn(model, "prefill", prompt_len, 0, backend), repeats, budget_s)
+    seconds = best_of(
+        step_fn(model, "prefill", prompt_len, 0, backend), repeats, budget_s=budget_s, warmup=1
+    )
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     return StepMeasurement(
         "prefill", 1, prompt_len, seconds, prefill_step(model.config, prompt_len, 1, dtype_bytes)

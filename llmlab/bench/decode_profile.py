@@ -33,6 +33,7 @@ from collections import defaultdict
 import torch
 
 from llmlab.bench import write_report
+from llmlab.utils import best_of, format_table
 
 PARTS = (
     "schedule",
@@ -136,7 +137,7 @@ def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> d
 
 def add_precision_args(ap: argparse.ArgumentParser) -> None:
     """--dtype, --quantization, --kv-cache-dtype: EngineConfig's settings, for any bench."""
-    from llmlab.engine.llm_engine import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
+    from llmlab.engine_config import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 
     ap.add_argument(
         "--dtype",
@@ -214,13 +215,12 @@ def omp_wake_us(threads: int, calls: int = 2000) -> dict:
     try:
         for n in (1, threads):
             torch.set_num_threads(n)
-            best = float("inf")
-            for _ in range(5):
-                t0 = time.perf_counter()
+
+            def burst() -> None:
                 for _ in range(calls):
                     cpu_backend.gemv(x, w)
-                best = min(best, (time.perf_counter() - t0) / calls)
-            out[n] = best * 1e6
+
+            out[n] = best_of(burst, repeats=5) / calls * 1e6
     finally:
         torch.set_num_threads(saved)
     return {
@@ -314,17 +314,18 @@ def print_table(report: dict) -> None:
         + " ms); read bandwidth "
         f"{m['read_bandwidth'] / 1e9:.1f} GB/s"
     )
-    print(f"{'part':<14}{'ms/step':>9}{'share':>8}{'floor ms':>10}")
-    for part in PARTS:
-        floor = floors.get(part)
-        print(
-            f"{part:<14}{ms[part]:>9.2f}{ms[part] / ms['total']:>8.0%}"
-            + (f"{floor:>10.2f}" if floor is not None else "")
-        )
-    print(
-        f"{'total':<14}{ms['total']:>9.2f}{'':>8}{sum(floors.values()):>10.2f}"
-        f"   = {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})"
-    )
+    rows = [
+        [
+            part,
+            f"{ms[part]:.2f}",
+            f"{ms[part] / ms['total']:.0%}",
+            "" if floors.get(part) is None else f"{floors[part]:.2f}",
+        ]
+        for part in PARTS
+    ]
+    rows.append(["total", f"{ms['total']:.2f}", "", f"{sum(floors.values()):.2f}"])
+    print(format_table(rows, ["part", "ms/step", "share", "floor ms"]))
+    print(f"total: {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})")
     regions = p["num_layers"] + 1
     print(
         f"OpenMP: an empty region costs {omp['all_threads_us']:.1f} µs on {m['threads']} "

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from llmlab import ops
-from llmlab.utils import cdiv
+from llmlab.utils import cdiv, format_table
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -195,20 +195,24 @@ def main(argv: list[str] | None = None) -> int:
         f"measured copy bandwidth (read + write): {copy_bw / 1e9:.1f} GB/s; GB/s and 'of copy' "
         "use the median time"
     )
-    header = (
-        f"{'backend':<20} {'batch':>5} {'context':>7} {'median ms':>9} {'best ms':>9} "
-        f"{'GB/s':>8} "
-        f"{'of copy':>8} {'|diff|':>9}"
-    )
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(
-            f"{r['backend']:<20} {r['batch']:>5} {r['context']:>7} {r['seconds'] * 1e3:>9.3f} "
-            f"{r['best_seconds'] * 1e3:>9.3f} "
-            f"{r['bandwidth'] / 1e9:>8.1f} {r['fraction_of_copy']:>8.0%} "
-            f"{r['max_abs_diff_vs_torch']:>9.2e}"
+    print(
+        format_table(
+            [
+                [
+                    r["backend"],
+                    r["batch"],
+                    r["context"],
+                    f"{r['seconds'] * 1e3:.3f}",
+                    f"{r['best_seconds'] * 1e3:.3f}",
+                    f"{r['bandwidth'] / 1e9:.1f}",
+                    f"{r['fraction_of_copy']:.0%}",
+                    f"{r['max_abs_diff_vs_torch']:.2e}",
+                ]
+                for r in rows
+            ],
+            ["backend", "batch", "context", "median ms", "best ms", "GB/s", "of copy", "|diff|"],
         )
+    )
     for note in notes:
         print("note:", note)
 

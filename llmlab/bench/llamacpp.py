@@ -56,7 +56,7 @@ from llmlab.bench.llamacpp_engine import (
     install_command,
 )
 from llmlab.config import DATA_DIR
-from llmlab.utils import cdiv
+from llmlab.utils import cdiv, format_table
 
 SYSTEMS = ("llmlab", "llama.cpp")
 # --precision: llmlab's engine settings and llama.cpp's GGUF type at the same precision
@@ -397,31 +397,31 @@ def print_table(report: dict) -> None:
             f"llama-cpp-python {c['llama_cpp_python']}"
         )
     both = "llama.cpp" in cfg
-    head = f"{'batch':>5} {'llmlab decode':>14}"
+    headers = ["batch", "llmlab decode tok/s"]
     if both:
-        head += (
-            f" {'llama.cpp':>10} {'ratio':>6} {'llmlab total':>13} {'llama.cpp':>10} {'ratio':>6}"
-        )
-        head += f" {'same greedy':>12}"
+        headers += ["llama.cpp", "ratio", "llmlab total tok/s", "llama.cpp", "ratio"]
+        headers += ["same greedy"]
     else:
-        head += f" {'llmlab total':>13}"
-    print(head + "   (tok/s)")
-    print("-" * len(head))
+        headers += ["llmlab total tok/s"]
+    table = []
     for b, row in report["results"].items():
         ours = row["llmlab"]
-        line = f"{b:>5} {ours['decode_tok_per_s']:>14.1f}"
+        line = [b, f"{ours['decode_tok_per_s']:.1f}"]
         if both:
             theirs = row["llama.cpp"]
             g = row["greedy_common_prefix"]
-            line += (
-                f" {theirs['decode_tok_per_s']:>10.1f} {row['ratio_decode_tok_per_s']:>5.2f}x"
-                f" {ours['total_tok_per_s']:>13.1f} {theirs['total_tok_per_s']:>10.1f}"
-                f" {row['ratio_total_tok_per_s']:>5.2f}x"
-                f" {g['identical_sequences']:>5}/{b:<6}"
-            )
+            line += [
+                f"{theirs['decode_tok_per_s']:.1f}",
+                f"{row['ratio_decode_tok_per_s']:.2f}x",
+                f"{ours['total_tok_per_s']:.1f}",
+                f"{theirs['total_tok_per_s']:.1f}",
+                f"{row['ratio_total_tok_per_s']:.2f}x",
+                f"{g['identical_sequences']}/{b}",
+            ]
         else:
-            line += f" {ours['total_tok_per_s']:>13.1f}"
-        print(line)
+            line += [f"{ours['total_tok_per_s']:.1f}"]
+        table.append(line)
+    print(format_table(table, headers, align="r"))
     if both:
         print(
             "ratio: llmlab / llama.cpp, median of each round's back-to-back pair. same greedy: "

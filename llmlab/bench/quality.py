@@ -27,6 +27,8 @@ import os
 import time
 from pathlib import Path
 
+from llmlab.utils import format_table
+
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 HELDOUT = DATA_DIR / "quality" / "heldout_en.txt"
 # name -> EngineConfig settings; the first is the reference
@@ -148,16 +150,19 @@ def print_table(report: dict) -> None:
         f"{report['prompts']} prompts x {report['gen_len']} tokens "
         f"(attention_backend={next(iter(rows.values()))['attention_backend']!r})"
     )
-    print(
-        f"{'precision':<18}{'weights MB':>11}{'perplexity':>12}{'top-1 agree':>13}"
-        f"{'greedy agree':>14}{'identical':>11}"
-    )
-    for name, r in rows.items():
-        print(
-            f"{name:<18}{r['weight_bytes'] / 1e6:>11.0f}{r['perplexity']:>12.3f}"
-            f"{r['top1_agreement']:>13.1%}{r['greedy_agreement']:>14.1%}"
-            f"{r['greedy_identical']:>6}/{report['prompts']}"
-        )
+    table = [
+        [
+            name,
+            f"{r['weight_bytes'] / 1e6:.0f}",
+            f"{r['perplexity']:.3f}",
+            f"{r['top1_agreement']:.1%}",
+            f"{r['greedy_agreement']:.1%}",
+            f"{r['greedy_identical']}/{report['prompts']}",
+        ]
+        for name, r in rows.items()
+    ]
+    headers = ["precision", "weights MB", "perplexity", "top-1 agree", "greedy agree", "identical"]
+    print(format_table(table, headers))
     for name, r in rows.items():
         print(f"  {name}: {r['precision']}")
 

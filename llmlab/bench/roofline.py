@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import textwrap
 import time
 
 from llmlab.bench import write_report
+from llmlab.utils import format_table
 
 TARGET_DECODE_B1 = 1.5  # × memory floor
 TARGET_BEST_BATCH = 2.0  # × compute floor
@@ -188,28 +190,43 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
-    header = (
-        f"{'shape':<22}{'measured ms':>12}{'mem floor':>11}{'cmp floor':>11}{'bound':>9}"
-        f"{'x floor':>9}{'x mem':>8}{'x cmp':>8}{'GB/s':>8}{'GFLOP/s':>9}"
-    )
     print(
         f"\nroofline of {name} (measured): bandwidth {read_bw / 1e9:.1f} GB/s, peak "
         f"{peak / 1e9:.1f} GFLOP/s fp32, ridge {peak / read_bw:.2f} FLOP/B"
     )
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        shape = (
-            f"decode B={r['batch']} ctx={r['tokens']}"
-            if r["kind"] == "decode"
-            else f"prefill n={r['tokens']}"
+    print(
+        format_table(
+            [
+                [
+                    f"decode B={r['batch']} ctx={r['tokens']}"
+                    if r["kind"] == "decode"
+                    else f"prefill n={r['tokens']}",
+                    f"{r['seconds'] * 1e3:.1f}",
+                    f"{r['memory_floor'] * 1e3:.1f}",
+                    f"{r['compute_floor'] * 1e3:.1f}",
+                    r["bound"],
+                    f"{r['x_floor']:.2f}",
+                    f"{r['x_memory_floor']:.2f}",
+                    f"{r['x_compute_floor']:.2f}",
+                    f"{r['achieved_bw'] / 1e9:.1f}",
+                    f"{r['achieved_flops'] / 1e9:.1f}",
+                ]
+                for r in rows
+            ],
+            [
+                "shape",
+                "measured ms",
+                "mem floor",
+                "cmp floor",
+                "bound",
+                "x floor",
+                "x mem",
+                "x cmp",
+                "GB/s",
+                "GFLOP/s",
+            ],
         )
-        print(
-            f"{shape:<22}{r['seconds'] * 1e3:>12.1f}{r['memory_floor'] * 1e3:>11.1f}"
-            f"{r['compute_floor'] * 1e3:>11.1f}{r['bound']:>9}{r['x_floor']:>9.2f}"
-            f"{r['x_memory_floor']:>8.2f}{r['x_compute_floor']:>8.2f}"
-            f"{r['achieved_bw'] / 1e9:>8.1f}{r['achieved_flops'] / 1e9:>9.1f}"
-        )
+    )
 
     decode = [r for r in rows if r["kind"] == "decode"]
     b1 = next((r for r in decode if r["batch"] == 1), None)
@@ -269,10 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         top = _profile(roofline.step_fn(model, kind, n, args.context, attention))
         profiles[f"{kind}_b{n}"] = top
         print(f"\nprofile of {kind} batch {n} (self CPU time, top operators):")
-        for e in top:
-            print(
-                f"  {e['op']:<32}{e['calls']:>6} calls {e['self_ms']:>9.2f} ms {e['share']:>6.1%}"
-            )
+        table = format_table(
+            [[e["op"], e["calls"], f"{e['self_ms']:.2f}", f"{e['share']:.1%}"] for e in top],
+            ["operator", "calls", "self ms", "share"],
+        )
+        print(textwrap.indent(table, "  "))
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     out = {

@@ -28,7 +28,7 @@ import time
 
 from llmlab.bench import default_attention_backend, write_report
 from llmlab.config import DATA_DIR
-from llmlab.utils import cdiv
+from llmlab.utils import cdiv, format_table
 
 WORKLOADS = ("repetitive", "free-form")
 SYSTEMS = ("plain", "ngram", "draft_model")
@@ -262,21 +262,24 @@ def print_table(report: dict) -> None:
         f"\nspeculative decoding, greedy, {s['max_tokens']} tokens per request, "
         f"{report['machine']['cpu']}, {report['machine']['threads']} threads"
     )
-    head = f"{'workload':<12}{'batch':>6}{'plain tok/s':>13}" + "".join(
-        f"{n + ' tok/s':>19}{'speed-up':>10}{'accept':>8}{'len':>6}" for n in systems
-    )
-    print(head)
-    print("-" * len(head))
+    headers = ["workload", "batch", "plain tok/s"]
+    for n in systems:
+        headers += [f"{n} tok/s", "speed-up", "accept", "len"]
+    table = []
     for workload, by_batch in rows.items():
         for b, r in by_batch.items():
-            line = f"{workload:<12}{b:>6}{r['plain']['tok_per_s']:>13.1f}"
+            plain = r["plain"]["tok_per_s"]
+            line = [workload, b, f"{plain:.1f}"]
             for n in systems:
                 x = r[n]
-                line += (
-                    f"{x['tok_per_s']:>19.1f}{x['tok_per_s'] / r['plain']['tok_per_s']:>9.2f}x"
-                    f"{100 * x['acceptance_rate']:>7.0f}%{x['mean_acceptance_length']:>6.2f}"
-                )
-            print(line)
+                line += [
+                    f"{x['tok_per_s']:.1f}",
+                    f"{x['tok_per_s'] / plain:.2f}x",
+                    f"{100 * x['acceptance_rate']:.0f}%",
+                    f"{x['mean_acceptance_length']:.2f}",
+                ]
+            table.append(line)
+    print(format_table(table, headers))
     print(
         "accept: accepted / proposed draft tokens; len: tokens per verify step with a draft "
         "(1 + accepted / drafts)"

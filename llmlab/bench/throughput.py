@@ -47,7 +47,7 @@ import torch
 from llmlab import openmp
 from llmlab.bench import write_report
 from llmlab.config import DATA_DIR
-from llmlab.utils import cdiv, cpu_name
+from llmlab.utils import cdiv, cpu_name, format_table
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab", "llmlab-torch")
 OPTIONAL_SYSTEMS = ("vllm",)  # only when asked for by name
@@ -540,15 +540,12 @@ def print_table(report: dict) -> None:
         for k in ("hf-sequential", "hf-static", "hf-continuous")
         if k in systems
     }
-    head = f"{'system':<15}{'tokens':>8}{'seconds':>10}{'tok/s':>10}" + "".join(
-        f"{'vs ' + k:>18}" for k in base
-    )
-    print(head)
-    print("-" * len(head))
-    for name, r in systems.items():
-        row = f"{name:<15}{r['output_tokens']:>8}{r['seconds']:>10.1f}{r['tok_per_s']:>10.1f}"
-        row += "".join(f"{r['tok_per_s'] / v:>17.2f}x" for v in base.values())
-        print(row)
+    table = [
+        [name, r["output_tokens"], f"{r['seconds']:.1f}", f"{r['tok_per_s']:.1f}"]
+        + [f"{r['tok_per_s'] / v:.2f}x" for v in base.values()]
+        for name, r in systems.items()
+    ]
+    print(format_table(table, ["system", "tokens", "seconds", "tok/s", *(f"vs {k}" for k in base)]))
     o = report.get("llmlab_overhead")
     if o:
         print(

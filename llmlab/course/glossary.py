@@ -209,7 +209,7 @@ def glossary_markdown(entries: Sequence[GlossaryEntry] | None = None) -> str:
 # ---- one term per concept in Chinese text ----------------------------------------------------
 
 # a sentence of the source chapter quoted word for word: its terms are the source's, not ours
-SEED_QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")  # group 1: the quoted words
+SOURCE_QUOTE = re.compile(r"「([^」]+)」\s*（引自原章节）")  # group 1: the quoted words
 _BRACKETED = re.compile(r"[(（][^()（）]*[)）]|`[^`\n]*`")
 
 
@@ -248,7 +248,7 @@ def zh_synonym_uses(
     entries = load_glossary() if entries is None else entries
     exceptions = not_synonyms() if exceptions is None else exceptions
     blank = lambda m: " " * len(m.group())  # noqa: E731 - keeps offsets
-    no_code = re.sub(r"`[^`\n]*`|" + SEED_QUOTE.pattern, blank, text)
+    no_code = re.sub(r"`[^`\n]*`|" + SOURCE_QUOTE.pattern, blank, text)
     plain = _BRACKETED.sub(blank, no_code)
     covered: list[tuple[int, int]] = []
     for word in [e.primary_zh for e in entries] + list(exceptions):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,104 +26,16 @@ from llmlab.detokenizer import IncrementalDetokenizer
 from llmlab.engine.allocator import keep_freed_memory
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.engine.scheduler import SCHEDULING_POLICIES, Scheduler, SchedulerOutput
-from llmlab.engine.spec_decode.config import SpeculativeConfig
+from llmlab.engine.scheduler import Scheduler, SchedulerOutput
+from llmlab.engine_config import DEFAULT_MAX_MODEL_LEN, DTYPES, EngineConfig, SpeculativeConfig
 from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
 from llmlab.request import Request, RequestStatus
 from llmlab.sampling import SamplingParams, make_generator
-from llmlab.utils import cdiv, check_positive_int
+from llmlab.utils import cdiv
 
-DEFAULT_MAX_MODEL_LEN = 4096
-# the accepted values of EngineConfig's dtype settings and their torch dtypes (None: the model's)
-DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
-QUANTIZATIONS = (None, "int8")
-KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn}
-DEFAULT_KV_CACHE_BYTES = 1 << 30  # 1 GiB: the pool's size cap when num_kv_blocks is None
 STEP_OVERHEAD_HISTORY = 10_000  # steps whose scheduling overhead `step_overheads` keeps
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """The engine's settings and their defaults (the one place they are stated), validated once;
-    each error names the argument.
-
-    block_size: tokens per KV block. num_kv_blocks: KV pool size (None: enough for max_num_seqs
-    requests of max_model_len, capped at `kv_cache_memory_bytes`). max_model_len: longest
-    prompt + output (None: min(model's max_position_embeddings, 4096)). max_num_seqs: most
-    requests running at once. max_num_batched_tokens: most tokens per step.
-    enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
-    blocks of shared prefixes. attention_backend: None picks the fastest one here ("cpu", the C
-    fast path, for a float32 or bfloat16 model on a CPU with a C compiler; "triton" on a GPU; else
-    "torch"); by name: "torch" (the readable model, plain PyTorch), "triton", "cuda", "cpu".
-    seed: the RNG of unseeded sampled requests. scheduling: "continuous" or "static" (chapter
-    08's baseline). dtype: the weights' and activations' dtype, "auto" (the model's own),
-    "float32" or "bfloat16" (vLLM's `--dtype`; the C fast path keeps activations in float32
-    and reads bf16 weights). quantization: None or "int8" (weight-only, a float32 scale per
-    output channel; vLLM's `--quantization`). kv_cache_dtype: "auto" (the model's dtype) or
-    "fp8" (e4m3 with a per-layer k/v scale calibrated at start-up; vLLM's `--kv-cache-dtype`).
-    speculative_config: None (no speculation) or vLLM's dict, e.g.
-    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
-    "prompt_lookup_max": 4} or {"method": "draft_model", "num_speculative_tokens": 3,
-    "draft_num_layers": 8} (see `llmlab.engine.spec_decode.SpeculativeConfig`).
-    """
-
-    block_size: int = 16
-    num_kv_blocks: int | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    attention_backend: str | None = None
-    seed: int = 0
-    scheduling: str = "continuous"
-    kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
-    dtype: str = "auto"
-    quantization: str | None = None
-    kv_cache_dtype: str = "auto"
-    speculative_config: dict | None = None
-
-    def __post_init__(self) -> None:
-        for name in (
-            "block_size",
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "kv_cache_memory_bytes",
-        ):
-            check_positive_int(name, getattr(self, name))
-        for name in ("num_kv_blocks", "max_model_len"):
-            check_positive_int(name, getattr(self, name), allow_none=True)
-        for name in ("enable_chunked_prefill", "enable_prefix_caching"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.attention_backend is not None and self.attention_backend not in ops.BACKENDS:
-            raise ValueError(
-                f"attention_backend must be None (the fastest here) or one of "
-                f"{ops.BACKENDS}, got {self.attention_backend!r}"
-            )
-        if self.scheduling not in SCHEDULING_POLICIES:
-            raise ValueError(
-                f"scheduling must be one of {SCHEDULING_POLICIES}, got {self.scheduling!r}"
-            )
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
-        SpeculativeConfig.from_value(self.speculative_config)  # raises naming the key
-        for name, allowed in (
-            ("dtype", DTYPES),
-            ("quantization", QUANTIZATIONS),
-            ("kv_cache_dtype", KV_CACHE_DTYPES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"{name} must be one of {tuple(allowed)}, got {getattr(self, name)!r}"
-                )
-
-    @property
-    def torch_kv_cache_dtype(self) -> torch.dtype | None:
-        """The cache's torch dtype, or None for the model's own."""
-        return KV_CACHE_DTYPES[self.kv_cache_dtype]
 
 
 def prepare_model(model: LlamaModel, config: EngineConfig) -> LlamaModel:

@@ -31,10 +31,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from llmlab.engine_config import SCHEDULING_POLICIES, EngineConfig
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.request import Request, RequestStatus
-
-SCHEDULING_POLICIES = ("continuous", "static")
 
 
 @dataclass
@@ -90,7 +89,7 @@ class Scheduler:
     max_num_seqs: most requests running at once. max_num_batched_tokens: most tokens in one
     step. max_model_len: longest sequence (prompt + output) a request may reach.
     enable_chunked_prefill: split prompts longer than the remaining budget over several steps;
-    off, a prompt is scheduled whole or waits.
+    off, a prompt is scheduled whole or waits. The defaults are `EngineConfig`'s.
     """
 
     def __init__(
@@ -100,8 +99,8 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
-        enable_chunked_prefill: bool = True,
-        scheduling: str = "continuous",
+        enable_chunked_prefill: bool = EngineConfig.enable_chunked_prefill,
+        scheduling: str = EngineConfig.scheduling,
     ) -> None:
         if scheduling not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling must be one of {SCHEDULING_POLICIES}, got {scheduling!r}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from llmlab.engine_config import EngineConfig
 from llmlab.utils import check_positive_int
 
 BlockHash = int
@@ -150,7 +151,7 @@ class BlockPool:
     def __init__(
         self,
         num_blocks: int,
-        enable_caching: bool = True,
+        enable_caching: bool = EngineConfig.enable_prefix_caching,
         hash_fn: Callable[[object], int] | None = None,
     ) -> None:
         check_positive_int("num_blocks", num_blocks)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmlab.engine_config import EngineConfig
 from llmlab.kvcache.block_pool import BlockHash, BlockPool, KVCacheBlock
 from llmlab.utils import cdiv, check_positive_int
 
@@ -47,14 +48,15 @@ class KVCacheManager:
 
     num_blocks: blocks in the pool. block_size: tokens per block. enable_caching: reuse full
     blocks across requests with the same prefix. hash_fn: the block hash (see `BlockPool`);
-    tests pass a colliding one.
+    tests pass a colliding one. The defaults are `EngineConfig`'s (`block_size`,
+    `enable_prefix_caching`).
     """
 
     def __init__(
         self,
         num_blocks: int,
-        block_size: int = 16,
-        enable_caching: bool = True,
+        block_size: int = EngineConfig.block_size,
+        enable_caching: bool = EngineConfig.enable_prefix_caching,
         hash_fn: Callable[[object], int] | None = None,
     ) -> None:
         check_positive_int("block_size", block_size)

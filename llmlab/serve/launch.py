@@ -52,7 +52,7 @@ def speculative_config_arg(text: str) -> dict:
     mistake is a usage error that names the key."""
     import json
 
-    from llmlab.engine.spec_decode.config import SpeculativeConfig
+    from llmlab.engine_config import SpeculativeConfig
 
     try:
         value = json.loads(text)
@@ -223,6 +223,8 @@ def raise_file_limit() -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from llmlab.engine_config import EngineConfig  # the engine's defaults, stated there
+
     ap = argparse.ArgumentParser(
         prog="python -m llmlab serve",
         description="An OpenAI-compatible server over llmlab's engine: /v1/completions, "
@@ -243,23 +245,33 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="name(s) clients use in 'model' (default: the model argument)",
     )
-    ap.add_argument("--max-model-len", type=int, default=None)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
-    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--num-kv-blocks", type=int, default=None)
-    ap.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
+    ap.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
+    ap.add_argument(
+        "--max-num-batched-tokens", type=int, default=EngineConfig.max_num_batched_tokens
+    )
+    ap.add_argument("--block-size", type=int, default=EngineConfig.block_size)
+    ap.add_argument("--num-kv-blocks", type=int, default=EngineConfig.num_kv_blocks)
+    ap.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig.enable_prefix_caching,
+    )
+    ap.add_argument(
+        "--enable-chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig.enable_chunked_prefill,
+    )
     ap.add_argument(
         "--attention-backend",
-        default=None,
+        default=EngineConfig.attention_backend,
         help="torch | triton | cuda | cpu (default: the fastest available)",
     )
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=EngineConfig.seed)
     ap.add_argument(
         "--speculative-config",
         type=speculative_config_arg,
-        default=None,
+        default=EngineConfig.speculative_config,
         help='speculative decoding as JSON, vLLM\'s keys, e.g. \'{"method": "ngram", '
         '"num_speculative_tokens": 3, "prompt_lookup_max": 4}\' or '
         '\'{"method": "draft_model", "num_speculative_tokens": 3, '

@@ -121,11 +121,9 @@ def model_missing(info: dict[str, str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     info = report()
-    from llmlab.utils import rjust, width
+    from llmlab.utils import format_table
 
-    columns = max(map(width, info))
-    for k, v in info.items():
-        print(f"{rjust(k, columns)} : {v}")
+    print(format_table(info.items(), align="rl", sep=" : "))
     return 1 if model_missing(info) else 0
 
 

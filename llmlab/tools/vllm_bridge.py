@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmlab.i18n import tr
+from llmlab.utils import format_table
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_ENV = ROOT / ".venv-vllm"
@@ -261,14 +262,6 @@ COUNTERPARTS = [
 ]
 
 
-def _table(rows: list[list[str]]) -> str:
-    from llmlab.utils import ljust, width
-
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(width(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(ljust(c, w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
 def tokens_table(ours: list[list[int]], theirs: list[list[int]]) -> str:
     """Per prompt: how many of the greedy tokens are the same, and where they first differ."""
     rows = [
@@ -292,7 +285,7 @@ def tokens_table(ours: list[list[int]], theirs: list[list[int]]) -> str:
                 else str(first if first is not None else min(len(a), len(b))),
             ]
         )
-    return _table(rows)
+    return format_table(rows[1:], rows[0], align="l", rule=False)
 
 
 def speed_table(num_tokens: int, llmlab_s: float, run: VLLMRun) -> str:
@@ -304,7 +297,7 @@ def speed_table(num_tokens: int, llmlab_s: float, run: VLLMRun) -> str:
     for k, s in enumerate(run.generate_s):
         name = f"vLLM {run.version}" + (tr(" (warm)", "（预热后）") if k else "")
         rows.append([name, f"{s:.2f}", f"{num_tokens / s:.1f}"])
-    return _table(rows)
+    return format_table(rows[1:], rows[0], align="l", rule=False)
 
 
 def engine_table(run: VLLMRun, llm) -> str:
@@ -342,7 +335,7 @@ def engine_table(run: VLLMRun, llm) -> str:
         ],
         [tr("preemptions", "抢占次数"), run.engine.get("num_preemptions"), ours["preemptions"]],
     ]
-    return _table([[str(c) for c in r] for r in rows])
+    return format_table(rows[1:], rows[0], align="l", rule=False)
 
 
 def show_counterparts(lines: int = 12) -> None:

@@ -13,8 +13,8 @@ runs, every such entry point is replaced by one that raises (`fused_attention_ba
 grader the function runs in a sandbox interpreter (`llmlab.course.instructor.sandbox`); the checker
 then wraps it in a small function of its own that turns the same ban on there.
 
-The seed's numeric questions (`head_size`, `causal_pairs`, `gqa_kv_head`) stay for callers of
-earlier versions of the chapter.
+The source chapter's numeric questions (`head_size`, `causal_pairs`, `gqa_kv_head`) stay for callers
+of earlier versions of the chapter.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from llmlab.course.check.core import (
 
 M = catalog("ch02")
 
-HIDDEN, HEADS = 4096, 32  # the seed's example (Llama-3-8B)
+HIDDEN, HEADS = 4096, 32  # the source chapter's example (Llama-3-8B)
 CAUSAL_T = 6  # prompt length for the mask question
 GQA_HEADS, GQA_KV_HEADS, GQA_QUERY_HEAD = 32, 8, 13  # Llama-3-8B: 32 query heads share 8 KV heads
 

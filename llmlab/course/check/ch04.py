@@ -1,6 +1,7 @@
-"""Self-checks of chapter 04 (KV cache): the seed's self-check question 2 (Llama-3-70B's KV
-bytes per token and per 4K request) in three steps, our own model's cache, MLA, the work a cache
-saves, the learner's own cached generation loop, and the KV budget on a GPU (fp8 KV, utilisation)."""
+"""Self-checks of chapter 04 (KV cache): the source chapter's self-check question 2
+(Llama-3-70B's KV bytes per token and per 4K request) in three steps, our own model's cache, MLA,
+the work a cache saves, the learner's own cached generation loop, and the KV budget on a GPU (fp8
+KV, utilisation)."""
 
 from __future__ import annotations
 
@@ -322,12 +323,12 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "FP32 instead of BF16",
             "query heads instead of KV heads",
         ),
-        seed=2,
+        source_question=2,
     ),
     "kv_bytes_per_token": ExerciseInfo(
         "plug-in",
         ("one layer only", "hidden size instead of KV heads", "K without V", "bits vs bytes"),
-        seed=2,
+        source_question=2,
     ),
     "kv_gb_for_request": ExerciseInfo(
         "plug-in",
@@ -338,7 +339,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "hidden size instead of KV heads",
             "K without V",
         ),
-        seed=2,
+        source_question=2,
     ),
     "smollm2_kv_bytes_per_token": ExerciseInfo(
         "plug-in",

@@ -1,5 +1,5 @@
 """Self-checks of chapter 05 (prefill vs decode): which steps of a forward write and read the
-KV cache (the seed's self-check question 1: both happen inside the attention step, as in
+KV cache (the source chapter's self-check question 1: both happen inside the attention step, as in
 `llmlab.ops.attention` and vLLM's attention backends), FLOPs of a decode step, arithmetic
 intensity at a batch, where a prefill turns compute-bound on another card, and which phase is
 compute-bound."""
@@ -13,7 +13,7 @@ from llmlab.config import get_config
 from llmlab.course.check.core import CheckResult, ExerciseInfo, check_choice, check_number
 from llmlab.i18n import Bilingual, tr
 
-# the steps of one generation step, in order (the seed's self-check question 1)
+# the steps of one generation step, in order (the source chapter's self-check question 1)
 STEPS = ["tokenize", "embed", "qkv_projection", "attention", "ffn", "lm_head", "sample"]
 PRESET = "llama-3-70b"
 DECODE_CONTEXT = 1  # "a short context": the KV term is negligible
@@ -303,10 +303,10 @@ EXERCISES: dict[str, ExerciseInfo] = {
     "write_before_read": ExerciseInfo(
         "reasoning",
         ("order thought not to matter", "capacity blamed", "slots thought to move"),
-        seed=1,
+        source_question=1,
     ),
     "cache_reads": ExerciseInfo(
-        "reasoning", ("the qkv projection", "the FFN", "the lm_head"), seed=1
+        "reasoning", ("the qkv projection", "the FFN", "the lm_head"), source_question=1
     ),
     "decode_flops": ExerciseInfo(
         "plug-in", ("parameters, not FLOPs", "2 per byte", "TFLOP vs FLOP")

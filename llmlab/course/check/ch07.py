@@ -83,9 +83,9 @@ def ridge_point(answer: Any) -> CheckResult:
         rel=0.02,
         mistakes=combine_mistakes(
             (
-                roofline.ridge_point(PRESETS["H100-SXM-seed"], "bf16"),
+                roofline.ridge_point(PRESETS["H100-SXM-source"], "bf16"),
                 tr(
-                    "that is the seed's round 1000 TFLOPS / 3 TB/s; use the datasheet preset H100-SXM.",
+                    "that is the source chapter's round 1000 TFLOPS / 3 TB/s; use the datasheet preset H100-SXM.",
                     "这是原章节取整的 1000 TFLOPS / 3 TB/s；请用按规格表设定的预设 H100-SXM。",
                 ),
             ),
@@ -284,9 +284,9 @@ def compute_bound_batch(answer: Any) -> CheckResult:
             ),
         ),
         (
-            _crossover("H100-SXM-seed"),
+            _crossover("H100-SXM-source"),
             tr(
-                "that is the seed's round H100; use the H100-SXM preset.",
+                "that is the source chapter's round H100; use the H100-SXM preset.",
                 "这是原章节取整的 H100；请用 H100-SXM 预设。",
             ),
         ),
@@ -794,7 +794,7 @@ def step_cost(answer: Any) -> CheckResult:
 
 EXERCISES: dict[str, ExerciseInfo] = {
     "ridge_point": ExerciseInfo(
-        "plug-in", ("seed preset", "upside down", "FP32 peak", "FP8 peak", "sparse peak")
+        "plug-in", ("source preset", "upside down", "FP32 peak", "FP8 peak", "sparse peak")
     ),
     "decode_gemv_intensity": ExerciseInfo(
         "plug-in", ("BF16 bytes forgotten", "1 FLOP per multiply-add", "batch 1", "FP32 bytes")
@@ -808,7 +808,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
         (
             "no KV cache",
             "ridge instead of batch",
-            "seed preset",
+            "source preset",
             "H200",
             "last memory-bound batch",
             "power of two",

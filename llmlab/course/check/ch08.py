@@ -1,7 +1,7 @@
-"""Self-checks of chapter 08 (batching): the seed's self-check question 3 (batch 32 gives nearly
-32× the throughput at nearly the same step time), why a CPU falls short of it, continuous
-against static batching on a small trace, the max batch beyond which the batching simulator's
-traffic gains nothing (the widget's task), and why continuous batching wins."""
+"""Self-checks of chapter 08 (batching): the source chapter's self-check question 3 (batch 32
+gives nearly 32× the throughput at nearly the same step time), why a CPU falls short of it,
+continuous against static batching on a small trace, the max batch beyond which the batching
+simulator's traffic gains nothing (the widget's task), and why continuous batching wins."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from llmlab.course.check.core import (
 )
 from llmlab.i18n import tr
 
-Q3_MODEL, Q3_HW, Q3_CONTEXT = "llama-3-70b", "H100-SXM-seed", 1024  # seed's 1000 TFLOPS, 3 TB/s
+# the source chapter's H100: 1000 TFLOPS, 3 TB/s
+Q3_MODEL, Q3_HW, Q3_CONTEXT = "llama-3-70b", "H100-SXM-source", 1024
 Q3_KEYS = ("step_ms_batch1", "step_ms_batch32", "throughput_ratio", "bound")
 
 # the small trace of continuous_mean_latency: all arrive at step 0, max batch 2
@@ -45,11 +46,11 @@ EXERCISES = {
             "weights read once per sequence",
             "KV cache left out",
             "seconds for milliseconds",
-            "3.35 TB/s for the seed's 3",
+            "3.35 TB/s for the source chapter's 3",
             "throughput as step-time ratio",
             "bound misjudged",
         ),
-        seed=3,
+        source_question=3,
     ),
     "why_cpu_falls_short": ExerciseInfo(
         "reasoning",
@@ -85,8 +86,8 @@ def _q3_expected() -> dict:
 
 
 def seed_q3(answer: Any) -> CheckResult:
-    """The seed's question 3 with numbers. Llama-3-70B, BF16, the seed's H100 (1000 TFLOPS, 3 TB/s),
-    every sequence has Q3_CONTEXT tokens of KV cache. Answer a dict with
+    """The source chapter's question 3 with numbers. Llama-3-70B, BF16, the source chapter's H100
+    (1000 TFLOPS, 3 TB/s), every sequence has Q3_CONTEXT tokens of KV cache. Answer a dict with
       step_ms_batch1   : decode step floor at batch 1, ms
       step_ms_batch32  : decode step floor at batch 32, ms
       throughput_ratio : tokens/s at batch 32 over tokens/s at batch 1
@@ -120,7 +121,7 @@ def seed_q3(answer: Any) -> CheckResult:
             elif close(x, exp[key] * 3 / 3.35, 0.03):
                 problems.append(
                     tr(
-                        "step_ms_batch1 uses 3.35 TB/s; this question uses the seed's 3 TB/s preset.",
+                        "step_ms_batch1 uses 3.35 TB/s; this question uses the source chapter's 3 TB/s preset.",
                         "step_ms_batch1 用了 3.35 TB/s；本题用原章节 3 TB/s 的预设。",
                     )
                 )

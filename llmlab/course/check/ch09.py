@@ -1,7 +1,8 @@
 """Self-checks of chapter 09 (parallelism): what a second data-parallel replica buys at low load,
 column- vs row-parallel projections, all-reduces per forward under TP, the pipeline bubble, a
 ring all-reduce's time over PCIe, the fastest TP degree for long contexts over PCIe (the
-explorer's task), and which kind of parallelism leans on NVLink (the seed's learning goal 3)."""
+explorer's task), and which kind of parallelism leans on NVLink (the source chapter's learning
+goal 3)."""
 
 from __future__ import annotations
 
@@ -487,8 +488,8 @@ def best_tp_long_context(answer: Any) -> CheckResult:
     )
 
 
-# Exercise 6: where the seed's rule of thumb ("TP = the GPUs of one machine") meets a model whose
-# heads do not split over that many ranks.
+# Exercise 6: where the source chapter's rule of thumb ("TP = the GPUs of one machine") meets a
+# model whose heads do not split over that many ranks.
 SPLIT_GPUS_PER_SERVER, SPLIT_SERVERS = 8, 2  # NVLink inside a server, Ethernet between the two
 SPLIT_HEADS, SPLIT_KV_HEADS = 28, 4  # query heads and KV heads of the model
 SPLIT_KEYS = ("tp", "pp")

@@ -1,7 +1,7 @@
 """Self-checks of chapter 10 (serving metrics): TPOT of one request, mean TPOT when a request has
 a single token, TTLT from TTFT and TPOT, goodput under an SLO, what burstiness does to arrivals
-(the arrival explorer's task), the largest batch an H100 can run under a TPOT target (the
-serving explorer's task), cost per million tokens, and the seed's self-check question 4 (which
+(the arrival explorer's task), the largest batch an H100 can run under a TPOT target (the serving
+explorer's task), cost per million tokens, and the source chapter's self-check question 4 (which
 metric matters for chat, batch jobs, code completion)."""
 
 from __future__ import annotations
@@ -515,7 +515,7 @@ def break_even_tokens_per_s(answer: Any) -> CheckResult:
     )
 
 
-# ----------------------------------------------------------------- the seed's question 4
+# ----------------------------------------------------------------- the source chapter's question 4
 
 Q4_KEYS = ("chat", "batch_jobs", "code_completion")
 # the options, in a fixed order that does not line up with the keys
@@ -554,8 +554,8 @@ Q4_WHY_WRONG = {
 
 
 def seed_q4(answer: Any) -> CheckResult:
-    """The seed's question 4. Answer a dict mapping each of Q4_KEYS to the metric that matters
-    most, one of Q4_METRICS."""
+    """The source chapter's question 4. Answer a dict mapping each of Q4_KEYS to the metric that
+    matters most, one of Q4_METRICS."""
     return check_matching(
         "ch10.seed_q4",
         answer,
@@ -624,6 +624,6 @@ EXERCISES: dict[str, ExerciseInfo] = {
     "seed_q4": ExerciseInfo(
         "reasoning",
         ("throughput for chat", "GPU utilisation as a target", "TTFT for batch jobs"),
-        seed=4,
+        source_question=4,
     ),
 }

@@ -1,9 +1,9 @@
 """Self-checks of chapter 11 (vLLM arrives): a token's slot through a block table, what a
-prefix-cache hit can reuse, which cached block the free queue evicts first, how many steps a
-chunked prefill takes beside running decodes, what the block-allocation explorer shows, why our
-engine-vs-Hugging-Face ratio is far from the seed's 24x, and the seed's self-check question 5
-(which operating-system idea each vLLM design borrows). Also the request trace of the chapter's
-memory-waste figure, shared with its test.
+prefix-cache hit can reuse, which cached block the free queue evicts first, how many steps a chunked
+prefill takes beside running decodes, what the block-allocation explorer shows, why our
+engine-vs-Hugging-Face ratio is far from the source chapter's 24x, and the source chapter's
+self-check question 5 (which operating-system idea each vLLM design borrows). Also the request trace
+of the chapter's memory-waste figure, shared with its test.
 
 Every expected value is computed by running the package (a real `KVCacheManager`, a real
 `Scheduler`), never written down by hand."""
@@ -221,7 +221,7 @@ def max_wasted_slots(answer: Any) -> CheckResult:
     )
 
 
-# ---- the seed's question 5 ------------------------------------------------------------------
+# ---- the source chapter's question 5 -------------------------------------------------------------
 Q5_DESIGNS = ("block_table", "prefix_sharing", "block_eviction", "request_scheduling", "preemption")
 # more concepts than designs, in no particular order: some are there to be ruled out
 Q5_CONCEPTS = (
@@ -300,9 +300,9 @@ _Q5_HINTS = {
 
 
 def seed_q5(answer: Any) -> CheckResult:
-    """The seed's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design) to the
-    operating-system concept it borrows, one of Q5_CONCEPTS (more concepts than designs; some
-    designs have more than one defensible answer, `Q5_ACCEPTED`)."""
+    """The source chapter's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design)
+    to the operating-system concept it borrows, one of Q5_CONCEPTS (more concepts than designs;
+    some designs have more than one defensible answer, `Q5_ACCEPTED`)."""
     return check_matching(
         "ch11.seed_q5",
         answer,
@@ -577,7 +577,7 @@ def explorer_cached_free(answer: Any) -> CheckResult:
     )
 
 
-# ---- why our ratio is not the seed's 24x ---------------------------------------------------
+# ---- why our ratio is not the source chapter's 24x -----------------------------------------------
 RATIO_OPTIONS_EN = {
     "a": "With fewer requests, llmlab's scheduler and block manager take most of each step's time.",
     "b": "hf-sequential's tokens per second do not depend on how many requests wait, llmlab's do: "
@@ -716,6 +716,6 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "segmentation for block tables",
             "FIFO for LRU eviction",
         ),
-        seed=5,
+        source_question=5,
     ),
 }

@@ -1,10 +1,10 @@
-"""Self-checks of chapter 12 (glossary and review): the generation loop of the seed's question
-1 drawn step by step with what each step does to the KV cache, glossary terms matched across
-English and Chinese, the problem each vLLM technique answers, and serving symptoms traced to
-their cause. The seed's five questions are checked by the chapters that teach them;
+"""Self-checks of chapter 12 (glossary and review): the generation loop of the source chapter's
+question 1 drawn step by step with what each step does to the KV cache, glossary terms matched
+across English and Chinese, the problem each vLLM technique answers, and serving symptoms traced to
+their cause. The source chapter's five questions are checked by the chapters that teach them;
 `SEED_QUESTIONS` says which checker covers which question, and chapter 12 calls them all.
-`LEARNING_GOALS` lists, for each of the seed's four learning goals, the exercises across the
-series that show it.
+`LEARNING_GOALS` lists, for each of the source chapter's four learning goals, the exercises across
+the series that show it.
 
 Where the KV cache is written and read, everywhere in this chapter: in the attention step of
 every layer, as in `llmlab.model.Attention.forward` (and vLLM's attention backends): this step's
@@ -47,7 +47,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "steps out of order",
             "past K/V recomputed",
         ),
-        seed=1,
+        source_question=1,
     ),
     "glossary_match": ExerciseInfo("recall", ("a neighbouring term's Chinese name",)),
     "vllm_fixes": ExerciseInfo(
@@ -79,26 +79,26 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "K without V",
             "GiB vs GB",
         ),
-        seed=2,
+        source_question=2,
     ),
     "q3_fresh_case": ExerciseInfo(
         "reasoning",
         ("weights read once per sequence", "KV cache left out", "bound misjudged"),
-        seed=3,
+        source_question=3,
     ),
     "q4_fresh_case": ExerciseInfo(
         "reasoning",
         ("the larger batch past the TPOT target", "the smaller batch for a throughput job"),
-        seed=4,
+        source_question=4,
     ),
     "q5_fresh_case": ExerciseInfo(
         "reasoning",
         ("paging for allocation on demand", "copy-on-write for reference counting"),
-        seed=5,
+        source_question=5,
     ),
 }
 
-# The seed's five self-check questions and the checkers (module, function) that answer them.
+# The source chapter's five self-check questions, each with the checkers (module, function) for it.
 SEED_QUESTIONS_EN: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
     1: (
         "Draw the loop input -> tokens -> forward -> sample; mark where the KV cache is read and written.",
@@ -126,7 +126,7 @@ SEED_QUESTIONS_EN: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
     ),
 }
 
-# The same questions in the seed's own words, for the notebook to print with
+# The same questions in the source chapter's own words, for the notebook to print with
 # tr(text, SEED_QUESTIONS_ZH[q]).
 SEED_QUESTIONS_ZH: dict[int, str] = {
     1: '「画出"用户输入 → token → forward → 采样"这条循环，并标出哪一步会读 / 写 KV cache。」（引自原章节）',
@@ -233,9 +233,9 @@ _DECODE_HINTS = {
 
 
 def generation_loop_steps(answer: Any) -> CheckResult:
-    """The seed's question 1 drawn: a dict with "prefill", the steps of one generation step in
-    order, each a pair (step from LOOP_STEP_CHOICES, mark from CACHE_MARKS: what the step does
-    to the KV cache), and "decode_starts_at", the step the next (decode) step starts from."""
+    """The source chapter's question 1 drawn: a dict with "prefill", the steps of one generation
+    step in order, each a pair (step from LOOP_STEP_CHOICES, mark from CACHE_MARKS: what the step
+    does to the KV cache), and "decode_starts_at", the step the next (decode) step starts from."""
     ex = "ch12.generation_loop_steps"
     missing = check_dict_keys(ex, answer, ("prefill", "decode_starts_at"))
     if missing is not None:
@@ -336,15 +336,16 @@ def generation_loop_steps(answer: Any) -> CheckResult:
 
 
 # ---- questions 2-5 on cases the chapters did not compute ----------------------------------------
-# The review asks each of the seed's questions again about a fresh case that combines chapters, so
-# a reader who passed the chapter's own checker still has a step to take.
+# The review asks each of the source chapter's questions again about a fresh case that combines
+# chapters, so a reader who passed the chapter's own checker still has a step to take.
 
 Q2_MODEL, Q2_TOKENS, Q2_DTYPE_BYTES = "mistral-7b", 32768, 1  # an FP8 KV cache
 
 
 def kv_gb_fresh_case(answer: Any) -> CheckResult:
-    """The seed's question 2 for another model and dtype: Mistral-7B with an FP8 KV cache (1 byte
-    per number), one request of Q2_TOKENS tokens. How many GB (1e9 bytes) of KV cache?"""
+    """The source chapter's question 2 for another model and dtype: Mistral-7B with an FP8 KV
+    cache (1 byte per number), one request of Q2_TOKENS tokens. How many GB (1e9 bytes) of KV
+    cache?"""
     from llmlab.analysis import costs
     from llmlab.config import get_config
 
@@ -388,8 +389,8 @@ def _q3_fresh() -> tuple[float, str, float]:
 
 
 def q3_fresh_case(answer: Any) -> CheckResult:
-    """The seed's question 3 for another model, card and context: Llama-3-8B in BF16 on an H200,
-    every sequence with Q3_CONTEXT tokens of context. Answer a dict with
+    """The source chapter's question 3 for another model, card and context: Llama-3-8B in BF16 on an
+    H200, every sequence with Q3_CONTEXT tokens of context. Answer a dict with
       throughput_ratio : tokens/s at batch Q3_BATCH over tokens/s at batch 1 (decode step floors)
       bound            : "memory" or "compute", what bounds the batch-Q3_BATCH step
     """
@@ -454,9 +455,9 @@ def q4_floors() -> dict[str, tuple[float, float]]:
 
 
 def q4_fresh_case(answer: Any) -> CheckResult:
-    """The seed's question 4 as two products on one model where TPOT and throughput pull apart:
-    answer a dict from each key of Q4_PRODUCTS to the deployment ("A" or "B", Q4_DEPLOYMENTS)
-    that serves it, judged by the decode-step floors (chapters 07, 08, 10)."""
+    """The source chapter's question 4 as two products on one model where TPOT and throughput
+    pull apart: answer a dict from each key of Q4_PRODUCTS to the deployment ("A" or "B",
+    Q4_DEPLOYMENTS) that serves it, judged by the decode-step floors (chapters 07, 08, 10)."""
     floors = q4_floors()
     meets = [n for n, (t, _) in floors.items() if t <= Q4_TPOT_TARGET_S]
     fastest_meeting = max(meets, key=lambda n: floors[n][1])
@@ -500,8 +501,8 @@ _Q5_HINTS = {
 
 
 def q5_fresh_case(answer: Any) -> CheckResult:
-    """The seed's question 5 on three mechanisms chapter 11's exercise did not list: answer a
-    dict from each of Q5_MECHANISMS to an OS idea of `ch11.Q5_CONCEPTS`."""
+    """The source chapter's question 5 on three mechanisms chapter 11's exercise did not list:
+    answer a dict from each of Q5_MECHANISMS to an OS idea of `ch11.Q5_CONCEPTS`."""
     from llmlab.course.check.ch11 import Q5_CONCEPTS
 
     return check_matching(
@@ -661,8 +662,8 @@ def symptoms(answer: Any) -> CheckResult:
     )
 
 
-# ---- the seed's four learning goals and the exercises that show them ---------------------------
-# (goal number, the seed's words, in English, exercise ids across the series)
+# ---- the source chapter's four learning goals and the exercises that show them -------------------
+# (goal number, the source chapter's words, in English, exercise ids across the series)
 LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
     (
         1,

@@ -86,12 +86,12 @@ class ExerciseInfo:
     kind: "recall" (a fact stated in the chapter), "plug-in" (numbers into a formula the text
     gives) or "reasoning" (a step the text does not spell out: a fresh case, a why, a design).
     mistakes: the mistakes the checker recognises and names in its hint.
-    seed: the number of the seed chapter's self-check question it covers, if any.
+    source_question: the number of the source chapter's self-check question it covers, if any.
     """
 
     kind: str
     mistakes: tuple[str, ...] = ()
-    seed: int | None = None
+    source_question: int | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -15,13 +15,14 @@ the measurement corrects is the point of the exercise.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import as_number, sentences
 from llmlab.i18n import notebook_text
-from llmlab.utils import ljust, width
+from llmlab.utils import format_table
 
 M = catalog("predict")
 
@@ -137,10 +138,8 @@ def compare(
         )
         extra = if_low
     message = sentences(msg, extra) if extra else msg
-    columns = max(width(k) for k, _ in rows)
     print(f"[predict {shown}]")
-    for k, v in rows:
-        print(f"  {ljust(k, columns)}  {v}")
+    print(textwrap.indent(format_table(rows, align="l"), "  "))
     print(f"  {message}")
     return Comparison(quantity, p, m, verdict, message)
 

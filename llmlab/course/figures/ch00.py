@@ -7,7 +7,7 @@ from typing import Any
 from llmlab.i18n import tr
 
 # (number, title, part) of every chapter after this one; the parts follow the colours of the
-# seed's flowchart: the model itself, performance on the hardware, the serving system.
+# the source chapter's flowchart: the model itself, performance on the hardware, the serving system.
 CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("01", "Tokens", "model"),
     ("02", "Attention", "model"),

@@ -18,12 +18,14 @@ def token_ratios(
     measured: Mapping[str, Mapping[str, float]], rule: Mapping[str, float] = SEED_RULE
 ) -> Any:
     """Grouped bars: for each ratio of `rule` (e.g. "tokens per English word"), one bar per
-    tokenizer in `measured` ({tokenizer label: {ratio name: value}}) and a grey bar for the seed's
-    rule of thumb. Returns the Figure."""
+    tokenizer in `measured` ({tokenizer label: {ratio name: value}}) and a grey bar for the
+    source chapter's rule of thumb. Returns the Figure."""
     import matplotlib.pyplot as plt
 
     names = list(rule)
-    series = list(measured.items()) + [(tr("seed's rule of thumb", "原章节的经验值"), dict(rule))]
+    series = list(measured.items()) + [
+        (tr("the source chapter's rule of thumb", "原章节的经验值"), dict(rule))
+    ]
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(7, 3.2))
     for k, (label, values) in enumerate(series):
@@ -35,7 +37,7 @@ def token_ratios(
     ax.set_ylabel(tr("tokens", "token 数"))
     ax.set_title(
         tr(
-            "Measured token ratios (this text) vs the seed's rule of thumb",
+            "Measured token ratios (this text) vs the source chapter's rule of thumb",
             "实测的 token 比例（本段文本）与原章节的经验值",
         )
     )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from llmlab.analysis.distribution import next_token_distribution
 from llmlab.i18n import tr
+from llmlab.utils import best_of
 
 
 def forward_seconds(model: Any, ids: Sequence[int], n_tokens: int, repeats: int = 2) -> float:
@@ -21,12 +21,7 @@ def forward_seconds(model: Any, ids: Sequence[int], n_tokens: int, repeats: int 
                 f"n_tokens 必须在 [1, {len(ids)}]（给出的 ids 的个数）之间，你给的是 {n_tokens}",
             )
         )
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        model.logits_for(list(ids[:n_tokens]))
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(lambda: model.logits_for(list(ids[:n_tokens])), repeats)
 
 
 def gpu_forward_floors(

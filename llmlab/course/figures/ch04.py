@@ -3,8 +3,7 @@ the same steps' floors on a GPU from the presets, and the chapter's figures."""
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -12,16 +11,7 @@ from llmlab.analysis import costs, roofline
 from llmlab.config import ModelConfig, get_config
 from llmlab.i18n import tr
 from llmlab.kvcache import ContiguousKVCache
-
-
-def best_of(fn: Callable[[], Any], repeats: int = 2) -> float:
-    """The fastest of `repeats` wall-clock timings of fn(), in seconds (measured)."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+from llmlab.utils import best_of
 
 
 def no_cache_step_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2) -> float:
@@ -114,7 +104,7 @@ def plot_step_times(
 
 
 def plot_seed_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
-    """The seed's Llama-3-70B 4K-request KV cache computed both ways, as two bars (GB)."""
+    """The source chapter's Llama-3-70B 4K-request KV cache computed both ways, as two bars (GB)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 2.6))
@@ -131,7 +121,7 @@ def plot_seed_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
     )
     ax.set_title(
         tr(
-            "Llama-3-70B, BF16: the seed's example both ways (llmlab.analysis.costs)",
+            "Llama-3-70B, BF16: the source chapter's example both ways (llmlab.analysis.costs)",
             "Llama-3-70B，BF16：原章节的例子，两种算法（llmlab.analysis.costs）",
         )
     )

@@ -9,9 +9,10 @@ import torch
 
 from llmlab.analysis import costs, roofline
 from llmlab.config import ModelConfig, get_config
-from llmlab.course.figures.ch04 import best_of, cached_step_seconds
+from llmlab.course.figures.ch04 import cached_step_seconds
 from llmlab.i18n import tr
 from llmlab.kvcache import ContiguousKVCache
+from llmlab.utils import best_of
 
 
 def prefill_seconds(model: Any, ids: Sequence[int], n: int, repeats: int = 2) -> float:

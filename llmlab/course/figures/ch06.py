@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from llmlab.analysis.hardware import PRESETS, get_hardware
-from llmlab.course.figures.headers import header, ljust, rjust, width
+from llmlab.course.figures.headers import header
 from llmlab.i18n import tr
+from llmlab.utils import format_table
 
 CHIP_LEVELS = ("shared memory / L1, all SMs", "L2 cache", "HBM")
 CHIP_LEVELS_ZH = ("共享内存 / L1，所有 SM 合计", "L2 缓存", "HBM")  # the legend in Chinese
@@ -59,20 +60,11 @@ def table_text(rows: dict[str, dict[str, Any]], corner: str = "") -> str:
     if not rows:
         raise ValueError(tr("rows is empty", "rows 是空的"))
     columns = list(next(iter(rows.values())))
-    cells = [[header(corner), *(header(str(c)) for c in columns)]]
-    cells += [
-        [str(name), *("-" if r.get(c) is None else str(r[c]) for c in columns)]
+    body = [
+        [str(name), *("-" if r.get(c) is None else r[c] for c in columns)]
         for name, r in rows.items()
     ]
-    widths = [max(width(line[i]) for line in cells) for i in range(len(cells[0]))]
-    lines = [
-        "  ".join(
-            ljust(v, w) if i == 0 else rjust(v, w) for i, (v, w) in enumerate(zip(line, widths))
-        )
-        for line in cells
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_table(body, [header(corner), *(header(str(c)) for c in columns)], align="lr")
 
 
 def print_table(rows: dict[str, dict[str, Any]], corner: str = "") -> None:

@@ -13,8 +13,9 @@ from typing import Any, Sequence
 
 from llmlab.analysis import roofline
 from llmlab.analysis.hardware import Hardware
-from llmlab.course.figures.headers import header, ljust, rjust, width
+from llmlab.course.figures.headers import header
 from llmlab.i18n import tr
+from llmlab.utils import format_table
 
 GPU = "H100-SXM"
 
@@ -37,14 +38,7 @@ def text_table(rows: Sequence[dict], transpose: bool = False) -> str:
     grid = [[header(str(k)) for k in keys]] + [[_cell(r[k]) for k in keys] for r in rows]
     if transpose:
         grid = [list(col) for col in zip(*grid)]
-    widths = [max(width(row[i]) for row in grid) for i in range(len(grid[0]))]
-    lines = [
-        "  ".join(
-            ljust(c, w) if i == 0 else rjust(c, w) for i, (c, w) in enumerate(zip(row, widths))
-        )
-        for row in grid
-    ]
-    return "\n".join(lines)
+    return format_table(grid[1:], grid[0], align="lr", rule=False)
 
 
 def _gpu_floor(cfg: Any, gpu: str | Hardware, batch: int, context: int, dtype_bytes: int = 2):

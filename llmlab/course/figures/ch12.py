@@ -1,6 +1,6 @@
 """Figures of chapter 12 (glossary and review): where the glossary's terms are introduced, the
-generation loop with what each step does to the KV cache, and the table of the seed's learning
-goals against the exercises that show them."""
+generation loop with what each step does to the KV cache, and the table of the source chapter's
+learning goals against the exercises that show them."""
 
 from __future__ import annotations
 
@@ -106,12 +106,12 @@ def generation_loop(steps: Sequence[tuple[str, str]], decode_starts_at: str):
 
 
 def goals_table(goals: Sequence[tuple[int, str, str, Sequence[str]]]) -> list[tuple[int, str, str]]:
-    """Print the seed's learning goals, each with the exercises (ids) that show it; return the
-    rows (goal number, English goal, exercise ids joined by commas). In Chinese the seed's own
-    words stand alone (the English line is left out)."""
+    """Print the source chapter's learning goals, each with the exercises (ids) that show it;
+    return the rows (goal number, English goal, exercise ids joined by commas). In Chinese the
+    source chapter's own words stand alone (the English line is left out)."""
     rows = [(n, english, ", ".join(ids)) for n, _, english, ids in goals]
-    for n, seed_words, english, ids in goals:
-        print(tr(f"Goal {n}. {seed_words}", f"目标 {n}：{seed_words}"))
+    for n, source_words, english, ids in goals:
+        print(tr(f"Goal {n}. {source_words}", f"目标 {n}：{source_words}"))
         if language() == "en":
             print(f"        {english}")
         for i in range(0, len(ids), 4):

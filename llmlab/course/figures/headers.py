@@ -4,14 +4,13 @@ The notebooks build their tables with English keys (the notebook code is the sam
 languages); the table helpers (`figures.ch06.table_text`, `figures.ch08.text_table`,
 `widgets.blocks.table_text`) print each header through `header`, which gives the Chinese
 header of this table when the language is Chinese. A header not listed here is printed as it is
-(numbers, units, code names). Padding by screen columns (a Chinese character takes two) is
-`llmlab.utils.width`, `ljust` and `rjust`, imported here for the table helpers.
+(numbers, units, code names). The table itself, aligned by screen columns (a Chinese character
+takes two), is `llmlab.utils.format_table`.
 """
 
 from __future__ import annotations
 
 from llmlab.i18n import tr
-from llmlab.utils import ljust, rjust, width  # noqa: F401  (the table helpers' padding)
 
 HEADERS_ZH = {
     # chapter 06: the memory of a chip, presets and this machine

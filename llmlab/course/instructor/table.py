@@ -1,6 +1,6 @@
 """The instructors' table of exercises, written from one source: each chapter's checker module
 declares `EXERCISES` (function name -> `ExerciseInfo`: kind, the mistakes its checker names, the
-seed question it covers), and the notebooks say which exercises each chapter calls.
+source question it covers), and the notebooks say which exercises each chapter calls.
 
     python -m llmlab exercises                  # print the tables
     python -m llmlab exercises --write docs/instructors.md   # replace them between the markers
@@ -21,6 +21,7 @@ from pathlib import Path
 from llmlab.course.check.core import KINDS, ExerciseInfo
 from llmlab.course.instructor.exercises import exercise_calls
 from llmlab.i18n import tr
+from llmlab.utils import format_table
 
 BEGIN = (
     "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
@@ -92,7 +93,7 @@ def markdown(notebooks: Path) -> str:
     lines += [
         "",
         tr(
-            "| chapter | exercise | kind | mistakes its checker names | seed question | path |",
+            "| chapter | exercise | kind | mistakes its checker names | source question | path |",
             "| 章节 | 练习 | 类型 | 检查器能指出的错误 | 原章节问题 | 所在部分 |",
         ),
         "|---|---|---|---|---|---|",
@@ -104,10 +105,10 @@ def markdown(notebooks: Path) -> str:
             )
             continue
         mistakes = "; ".join(r.info.mistakes) if r.info.mistakes else "—"
-        seed = f"Q{r.info.seed}" if r.info.seed else ""
+        question = f"Q{r.info.source_question}" if r.info.source_question else ""
         lines.append(
-            f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} | {seed} "
-            f"| {path(r)} |"
+            f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} "
+            f"| {question} | {path(r)} |"
         )
     return "\n".join(lines)
 
@@ -137,14 +138,14 @@ def main(args: list[str]) -> int:
         from llmlab.course.instructor.reading_time import report
 
         rows = report(notebooks)
-        print(
-            f"{'chapter':<26} {'stated':>7} {'estimated':>10}   (minutes; llmlab/instructor/reading_time.py)"
+        table = [
+            [stem, "-" if stated is None else stated, f"{est:.0f}"] for stem, stated, est in rows
+        ]
+        table.append(
+            ["all chapters", sum(r[1] or 0 for r in rows), f"{sum(r[2] for r in rows):.0f}"]
         )
-        for stem, stated, est in rows:
-            print(f"{stem:<26} {'-' if stated is None else stated:>7} {est:>10.0f}")
-        print(
-            f"{'all chapters':<26} {sum(r[1] or 0 for r in rows):>7} {sum(r[2] for r in rows):>10.0f}"
-        )
+        print("minutes to read each chapter (llmlab/course/instructor/reading_time.py)")
+        print(format_table(table, ["chapter", "stated", "estimated"], rule=False))
         return 0
     if args:
         print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)

@@ -30,11 +30,11 @@ from llmlab.analysis.blocks import (  # noqa: F401
     split_tokens,
     waste_from_snapshots,
 )
-from llmlab.course.figures.headers import header, rjust, width
+from llmlab.course.figures.headers import header
 from llmlab.course.widgets._show import show_figure
 from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
-from llmlab.utils import cdiv
+from llmlab.utils import cdiv, format_table
 
 # colourblind-friendly owner colours (the owners are named by their request ids)
 OWNER_COLOURS = (
@@ -77,11 +77,8 @@ def table_text(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return tr("(no rows)", "（没有行）")
     keys = list(rows[0])
-    cells = [[header(str(k)) for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
-    widths = [max(width(c[i]) for c in cells) for i in range(len(keys))]
-    lines = ["  ".join(rjust(c[i], widths[i]) for i in range(len(keys))) for c in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    body = [[r.get(k, "") for k in keys] for r in rows]
+    return format_table(body, [header(str(k)) for k in keys], align="r")
 
 
 def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) -> str:

@@ -6,11 +6,11 @@ utilisation × GPU memory − weights − activations (vLLM: `--gpu-memory-utili
 with weights and the activation peak profiled at start-up). An fp8 KV cache (`--kv-cache-dtype
 fp8`) stores 1 byte per number instead of BF16's 2, so the same budget holds twice the tokens.
 
-`kv_summary(...)` computes (with `llmlab.analysis.costs`, the same functions the tests pin to the seed's
-numbers); `kv_text(summary)` renders one line that starts with "KV cache: <x> GB" (parse it with
-`KV_TEXT_PATTERN`, which reads the English line; the Chinese one holds the same numbers);
-`plot_kv_memory(...)` draws it; `kv_calculator()` adds sliders.
-GPU memory sizes come from `llmlab.analysis.hardware.PRESETS` (datasheet figures in data/hardware.json).
+`kv_summary(...)` computes (with `llmlab.analysis.costs`, the same functions the tests pin to the
+source chapter's numbers); `kv_text(summary)` renders one line that starts with "KV cache: <x> GB"
+(parse it with `KV_TEXT_PATTERN`, which reads the English line; the Chinese one holds the same
+numbers); `plot_kv_memory(...)` draws it; `kv_calculator()` adds sliders. GPU memory sizes come from
+`llmlab.analysis.hardware.PRESETS` (datasheet figures in data/hardware.json).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 vLLM keeps this in `vllm/v1/spec_decode/` (the proposers) and `vllm/v1/sample/rejection_sampler.py`
 (the verification); llmlab mirrors that split:
 
-- `config.SpeculativeConfig`: `LLM(..., speculative_config={"method": "ngram", ...})`, vLLM's names;
+- `SpeculativeConfig` (defined in `llmlab.engine_config`, beside `EngineConfig`):
+  `LLM(..., speculative_config={"method": "ngram", ...})`, vLLM's names;
 - `ngram_proposer.NgramProposer`: prompt lookup (the next tokens after an earlier occurrence of
   the context's last n tokens);
 - `draft_model.EarlyExitProposer`: the target's own first n layers and its LM head as the draft
@@ -14,8 +15,8 @@ vLLM keeps this in `vllm/v1/spec_decode/` (the proposers) and `vllm/v1/sample/re
   the second path an engine with a speculative config runs, chosen once when it is built.
 """
 
-from llmlab.engine.spec_decode.config import SpeculativeConfig
 from llmlab.engine.spec_decode.metrics import SpecDecodingStats
 from llmlab.engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
+from llmlab.engine_config import SpeculativeConfig
 
 __all__ = ["SpeculativeConfig", "SpecDecodingStats", "greedy_verify", "rejection_sample"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.engine.spec_decode.config import SpeculativeConfig
 from llmlab.engine.spec_decode.model_runner import SpecDecodeModelRunner
 from llmlab.engine.spec_decode.ngram_proposer import NgramProposer
 from llmlab.engine.spec_decode.scheduler import SpecDecodeScheduler
+from llmlab.engine_config import SpeculativeConfig
 from llmlab.model import LlamaModel
 
 
