@@ -298,22 +298,8 @@ def num_chapters(answer) -> CheckResult:
         answer,
         CHAPTERS,
         mistakes=[
-<<<<<<< ours
             (CHAPTERS - 1, M("num_chapters.chapter_00_forgotten")),
             (11, M("num_chapters.flowchart_steps")),
-=======
-            (
-                CHAPTERS - 1,
-                tr("close: did you count chapter 00 itself?", "差一点：第 00 章本身算进去了吗？"),
-            ),
-            (
-                11,
-                tr(
-                    "the source chapter's flowchart has 11 steps, but the series adds a setup chapter and a review chapter.",
-                    "原章节的流程图有 11 步，但本系列另加了一章准备环境、一章总复习。",
-                ),
-            ),
->>>>>>> theirs
         ],
         default_hint=M("num_chapters.default_hint"),
         rel=0,

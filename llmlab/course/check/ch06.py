@@ -49,7 +49,6 @@ def weight_read_ms(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-<<<<<<< ours
             (SOURCE_PARAMS / SOURCE_BW * 1e3, M("parameters_not_bytes")),
             (SOURCE_PARAMS * 4 / SOURCE_BW * 1e3, M("weight_read_ms.fp32")),
             (SOURCE_PARAMS * 2 / 3.35e12 * 1e3, M("weight_read_ms.datasheet_bandwidth")),
@@ -58,53 +57,6 @@ def weight_read_ms(answer: Any) -> CheckResult:
         ),
         default_hint=M("weight_read_ms.default_hint"),
         formula=M("weight_read_ms.formula"),
-=======
-            (
-                SOURCE_PARAMS / SOURCE_BW * 1e3,
-                tr(
-                    "that counts parameters, not bytes: each BF16 weight is 2 bytes.",
-                    "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。",
-                ),
-            ),
-            (
-                SOURCE_PARAMS * 4 / SOURCE_BW * 1e3,
-                tr(
-                    "that uses 4 bytes per weight (FP32); the weights here are BF16.",
-                    "这里每个权重按 4 字节（FP32）算了；题中的权重是 BF16。",
-                ),
-            ),
-            (
-                SOURCE_PARAMS * 2 / 3.35e12 * 1e3,
-                tr(
-                    "that uses the datasheet's 3.35 TB/s; this question uses the source chapter's 3 TB/s.",
-                    "这用的是规格表的 3.35 TB/s；本题用原章节的 3 TB/s。",
-                ),
-            ),
-            (
-                SOURCE_BW / (SOURCE_PARAMS * 2) * 1e3,
-                tr(
-                    "upside down: a time is an amount divided by a rate.",
-                    "除反了：时间是总量除以速率。",
-                ),
-            ),
-            (
-                SOURCE_PARAMS * 2 / SOURCE_BW,
-                tr(
-                    "that is in seconds: give it in the unit the question asks for, milliseconds.",
-                    "这是以秒为单位的；请按题目要求的单位（毫秒）作答。",
-                ),
-            ),
-        ),
-        default_hint=tr(
-            "a decode step at batch 1 has to move every weight from memory once; "
-            "how long does moving that many bytes take?",
-            "batch 为 1 时，一个 decode 步要把每个权重从显存里搬一遍；搬这么多字节要多久？",
-        ),
-        formula=tr(
-            "Time = (number of weights × bytes per weight) / bandwidth in bytes per second, then × 1000 for ms.",
-            "时间 =（权重个数 × 每个权重的字节数）/ 以字节每秒计的带宽，再 × 1000 换成 ms。",
-        ),
->>>>>>> theirs
     )
 
 
@@ -120,7 +72,6 @@ def h200_floor_ms(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-<<<<<<< ours
             (params * 2 / h100.mem_bw * 1e3, M("h200_floor_ms.h100")),
             (params * 2 / 3e12 * 1e3, M("h200_floor_ms.source_bandwidth")),
             (params * 4 / h200.mem_bw * 1e3, M("h200_floor_ms.fp32")),
@@ -130,60 +81,6 @@ def h200_floor_ms(answer: Any) -> CheckResult:
         ),
         default_hint=M("h200_floor_ms.default_hint"),
         formula=M("h200_floor_ms.formula"),
-=======
-            (
-                params * 2 / h100.mem_bw * 1e3,
-                tr(
-                    "that is H100 SXM's bandwidth; use the H200 preset's.",
-                    "这是 H100 SXM 的带宽；请用 H200 预设的带宽。",
-                ),
-            ),
-            (
-                params * 2 / 3e12 * 1e3,
-                tr(
-                    "that is the source chapter's 3 TB/s H100; use the H200 preset's bandwidth.",
-                    "这是原章节里 3 TB/s 的 H100；请用 H200 预设的带宽。",
-                ),
-            ),
-            (
-                params * 4 / h200.mem_bw * 1e3,
-                tr(
-                    "that uses 4 bytes per weight (FP32); the weights are BF16.",
-                    "这里每个权重按 4 字节（FP32）算了；权重是 BF16。",
-                ),
-            ),
-            (
-                params / h200.mem_bw * 1e3,
-                tr(
-                    "that counts parameters, not bytes: each BF16 weight is 2 bytes.",
-                    "这是按参数个数算的，不是按字节：每个 BF16 权重占 2 字节。",
-                ),
-            ),
-            (
-                SOURCE_PARAMS * 2 / h200.mem_bw * 1e3,
-                tr(
-                    "that uses the round 70e9; the question asks for Llama-3-70B's exact parameter count.",
-                    "这用的是取整的 70e9；题目要的是 Llama-3-70B 的精确参数量。",
-                ),
-            ),
-            (
-                2 * params / h200.peak_flops["bf16"] * 1e3,
-                tr(
-                    "that divides FLOPs by the compute peak: at batch 1 the weights' bytes over the bandwidth take far longer.",
-                    "这是用 FLOPs 除以算力峰值：batch 为 1 时，权重字节数除以带宽所花的时间要长得多。",
-                ),
-            ),
-        ),
-        default_hint=tr(
-            "at batch 1 the floor is set by memory, not by compute; check which "
-            "device's figure and which parameter count you used.",
-            "batch 为 1 时，下限由显存决定，而不是算力；检查你用的是哪块卡的数据、哪个参数量。",
-        ),
-        formula=tr(
-            "Floor = exact parameter count × 2 bytes / the H200 preset's mem_bw, in milliseconds.",
-            "下限 = 精确参数量 × 2 字节 / H200 预设的 mem_bw，单位毫秒。",
-        ),
->>>>>>> theirs
     )
 
 
@@ -220,53 +117,10 @@ def hbm_vs_pcie(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-<<<<<<< ours
             (3e12 / pcie, M("hbm_vs_pcie.source_bandwidth")),
             (h.mem_bw / (pcie / 2), M("hbm_vs_pcie.one_direction")),
             (h.interconnect["nvlink"] / pcie, M("hbm_vs_pcie.nvlink")),
             (pcie / h.mem_bw, M("hbm_vs_pcie.upside_down")),
-=======
-            (
-                3e12 / pcie,
-                tr(
-                    "that is the source chapter's round 3 TB/s; use the preset's memory bandwidth.",
-                    "这是原章节取整的 3 TB/s；请用预设里的显存带宽。",
-                ),
-            ),
-            (
-                h.mem_bw / (pcie / 2),
-                tr(
-                    "that uses one direction of PCIe (64 GB/s); this question compares the "
-                    "figures the preset lists (128 GB/s, both directions added).",
-                    "这用的是 PCIe 单向的 64 GB/s；本题比较的是预设里列出的数字"
-                    "（128 GB/s，两个方向相加）。",
-                ),
-            ),
-            (
-                h.interconnect["nvlink"] / pcie,
-                tr(
-                    "that is NVLink over PCIe; the question compares HBM with PCIe.",
-                    "这是 NVLink 与 PCIe 之比；题目比较的是 HBM 和 PCIe。",
-                ),
-            ),
-            (
-                pcie / h.mem_bw,
-                tr(
-                    "upside down: a GB over PCIe takes longer than a GB from HBM, so it "
-                    "is worth more than one GB of HBM reads.",
-                    "除反了：经 PCIe 读 1 GB 比从 HBM 读 1 GB 慢，所以它抵得上不止 1 GB 的 HBM 读取。",
-                ),
-            ),
-        ),
-        default_hint=tr(
-            "compare the two bandwidths of the H100-SXM preset, its memory's and "
-            "its host link's, in the same unit.",
-            "比较 H100-SXM 预设里的两个带宽：显存的和连主机那条链路的，单位要一致。",
-        ),
-        formula=tr(
-            "Ratio = HBM bandwidth / PCIe bandwidth, both in bytes/s as the preset lists them.",
-            "倍数 = HBM 带宽 / PCIe 带宽，两者都用预设里列出的 bytes/s。",
->>>>>>> theirs
         ),
         default_hint=M("hbm_vs_pcie.default_hint"),
         formula=M("hbm_vs_pcie.formula"),
