@@ -780,13 +780,13 @@ def build_measurement(mine: dict, ref: dict, runs: dict) -> str:
     outs = ", ".join(map(str, TRACE_OUTPUTS))
     return tr(
         f"same tokens as the package's scheduler in the engine, through "
-        f"{mine['preemptions']} preemptions (the package's: {ref['preemptions']}). Exercise 3's "
-        f"requests ({outs} tokens, {TRACE_MAX_BATCH} at a time) in the engine: your scheduler "
+        f"{mine['preemptions']} preemptions (the package's: {ref['preemptions']}). Requests "
+        f"wanting {outs} tokens, {TRACE_MAX_BATCH} at a time, in the engine: your scheduler "
         f"takes {yc['steps']} steps continuous, {ys['steps']} static ({total / yc['steps']:.2f} "
         f"vs {total / ys['steps']:.2f} tokens per step); the package's {pc['steps']} and "
         f"{ps['steps']}.",
         f"在引擎里和包里的调度器生成的 token 完全相同，中间经历了 {mine['preemptions']} 次抢占"
-        f"（包里的：{ref['preemptions']} 次）。练习 3 的请求（{outs} 个 token，每次 {TRACE_MAX_BATCH} 个）"
+        f"（包里的：{ref['preemptions']} 次）。分别要 {outs} 个 token 的请求，每次跑 {TRACE_MAX_BATCH} 个，"
         f"在引擎里：你的调度器 continuous 用 {yc['steps']} 步，static 用 {ys['steps']} 步"
         f"（每步 {total / yc['steps']:.2f} 对 {total / ys['steps']:.2f} 个 token）；"
         f"包里的是 {pc['steps']} 步和 {ps['steps']} 步。",

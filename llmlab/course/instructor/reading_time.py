@@ -59,11 +59,15 @@ def _required(nb: Any) -> list[bool]:
 
 
 def exercise_kind(exercise: str, cell_source: str) -> str:
-    """The kind of `exercise` for the estimate: "coding" when its solution defines a function,
-    else the kind its checker module declares (`EXERCISES`), "reasoning" when it declares none."""
+    """The kind of `exercise` for the estimate: "coding" when its solution defines a function or
+    it is a build exercise (its checker module lists it in `BUILDS`: the student completes a
+    skeleton in a cell of its own), else the kind its checker module declares (`EXERCISES`),
+    "reasoning" when it declares none."""
     if "BEGIN SOLUTION" in cell_source and re.search(r"^\s*def \w+\(", cell_source, re.M):
         return "coding"
     module, name = exercise.split(".", 1)
+    if exercise in getattr(importlib.import_module(f"llmlab.course.check.{module}"), "BUILDS", {}):
+        return "coding"
     info = getattr(importlib.import_module(f"llmlab.course.check.{module}"), "EXERCISES", {}).get(
         name
     )
