@@ -491,7 +491,7 @@ def why_continuous(answer: Any) -> CheckResult:
 # ---- build exercise: the continuous-batching step (the student's Scheduler.schedule) ---------
 BUILDS = {"ch08.build_scheduler": "MyScheduler"}
 BUILD_DRIVERS = "llmlab.course.build.ch08"
-BUILD_MAX_EXAMPLES = 40
+BUILD_MAX_EXAMPLES = 30
 # plugged in: a pool too small for the four requests together, so the engine must preempt
 PREEMPT_WORKLOAD = {
     "prompts": [
