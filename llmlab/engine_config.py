@@ -107,6 +107,12 @@ class EngineConfig:
     {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
     "prompt_lookup_max": 4} or {"method": "draft_model", "num_speculative_tokens": 3,
     "draft_num_layers": 8} (see `SpeculativeConfig` above).
+    scheduler_cls: the scheduler's class, None for the package's `Scheduler`: a subclass of it
+    (e.g. one that overrides `schedule`, as the build exercises of chapters 08 and 11 do), or a
+    class with its interface (`SCHEDULER_INTERFACE`), built as
+    `scheduler_cls(kv_cache_manager, max_num_seqs=..., max_num_batched_tokens=...,
+    max_model_len=..., enable_chunked_prefill=..., scheduling=...)`. Not with
+    speculative_config (its scheduler is a subclass of its own).
     """
 
     block_size: int = 16
@@ -124,6 +130,7 @@ class EngineConfig:
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     speculative_config: dict | None = None
+    scheduler_cls: type | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -150,6 +157,12 @@ class EngineConfig:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
         SpeculativeConfig.from_value(self.speculative_config)  # raises naming the key
+        check_scheduler_cls(self.scheduler_cls)
+        if self.scheduler_cls is not None and self.speculative_config is not None:
+            raise ValueError(
+                "scheduler_cls cannot be combined with speculative_config (speculative decoding "
+                "brings a scheduler of its own); give one or the other"
+            )
         for name, allowed in (
             ("dtype", DTYPES),
             ("quantization", QUANTIZATIONS),
@@ -164,3 +177,32 @@ class EngineConfig:
     def torch_kv_cache_dtype(self) -> torch.dtype | None:
         """The cache's torch dtype, or None for the model's own."""
         return KV_CACHE_DTYPES[self.kv_cache_dtype]
+
+
+# what the engine calls on its scheduler (and reads: `running`, `waiting`, `stats`,
+# `num_unfinished_requests`); `llmlab.engine.Scheduler` has every one
+SCHEDULER_INTERFACE = (
+    "add_request",
+    "schedule",
+    "update_from_output",
+    "finish_request",
+    "has_unfinished_requests",
+)
+
+
+def check_scheduler_cls(scheduler_cls: Any) -> None:
+    """ValueError naming `scheduler_cls` unless it is None or a class with every method of
+    `SCHEDULER_INTERFACE` (a subclass of `llmlab.engine.Scheduler` has them all)."""
+    if scheduler_cls is None:
+        return
+    if not isinstance(scheduler_cls, type):
+        raise ValueError(
+            f"scheduler_cls must be a class (a subclass of llmlab.engine.Scheduler, or one with "
+            f"its interface), got {type(scheduler_cls).__name__} {scheduler_cls!r}"
+        )
+    missing = [m for m in SCHEDULER_INTERFACE if not callable(getattr(scheduler_cls, m, None))]
+    if missing:
+        raise ValueError(
+            f"scheduler_cls must subclass llmlab.engine.Scheduler or have its methods "
+            f"{list(SCHEDULER_INTERFACE)}; {scheduler_cls.__name__} lacks {missing}"
+        )

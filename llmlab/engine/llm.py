@@ -23,7 +23,10 @@ class LLM:
     kv_cache_memory_bytes, dtype ("auto", "float32", "bfloat16"), quantization (None, "int8"),
     kv_cache_dtype ("auto", "fp8"), speculative_config (vLLM's dict: {"method": "ngram",
     "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}, or
-    {"method": "draft_model", "num_speculative_tokens": 3, "draft_num_layers": 8}).
+    {"method": "draft_model", "num_speculative_tokens": 3, "draft_num_layers": 8}),
+    scheduler_cls (None: the package's `Scheduler`; else a subclass of it, or a class with its
+    interface, that the engine builds and steps instead: how chapter 08's and 11's build
+    exercises plug the student's scheduler into the real engine).
     """
 
     def __init__(

@@ -27,7 +27,14 @@ from llmlab.engine.allocator import keep_freed_memory
 from llmlab.engine.model_runner import ModelRunner
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
 from llmlab.engine.scheduler import Scheduler, SchedulerOutput
-from llmlab.engine_config import DEFAULT_MAX_MODEL_LEN, DTYPES, EngineConfig, SpeculativeConfig
+from llmlab.engine_config import (
+    DEFAULT_MAX_MODEL_LEN,
+    DTYPES,
+    SCHEDULER_INTERFACE,  # noqa: F401  (re-exported: where the engine says what it calls)
+    EngineConfig,
+    SpeculativeConfig,
+    check_scheduler_cls,  # noqa: F401
+)
 from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
@@ -176,7 +183,8 @@ class LLMEngine:
         # speculation is a second scheduler, runner and step, chosen here, once
         self.speculative_config = spec = SpeculativeConfig.from_value(config.speculative_config)
         if spec is None:
-            self.scheduler = Scheduler(self.kv_cache_manager, **scheduler_kwargs)
+            scheduler_cls = config.scheduler_cls or Scheduler
+            self.scheduler = scheduler_cls(self.kv_cache_manager, **scheduler_kwargs)
             self.model_runner = ModelRunner(*runner_args, **runner_kwargs)
         else:
             from llmlab.engine.spec_decode.engine import spec_step

@@ -49,6 +49,8 @@ class SchedulerOutput:
     # speculative decoding only: request id -> its draft tokens, verified in this step after
     # its last token (num_new_tokens counts them)
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
+    # when the step's scheduling began (the seconds `Scheduler.record_step` counts)
+    created: float = field(default_factory=time.perf_counter, compare=False, repr=False)
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Schedule `num_new_tokens` of `request` from its cache length on."""
@@ -143,8 +145,12 @@ class Scheduler:
     # ---- scheduling -----------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        """Choose this step's requests and token counts, allocating their KV blocks."""
-        t0 = time.perf_counter()
+        """Choose this step's requests and token counts, allocating their KV blocks.
+
+        The readable definition of continuous batching (chapter 08's build exercise writes it
+        again; `LLM(..., scheduler_cls=...)` runs a subclass that overrides it). What is not the
+        idea sits in the helpers it calls: `computed_blocks` (the prefix cache's hit),
+        `may_admit` (static batching), `admit`, `preempt` and `record_step` (bookkeeping)."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         kv = self.kv_cache_manager
@@ -161,7 +167,7 @@ class Scheduler:
             scheduled = True
             while kv.allocate_slots(req, num_new) is None:
                 victim = running.pop()  # the newest running request
-                self._preempt(victim, out)
+                self.preempt(victim, out)
                 if victim is req:
                     scheduled = False
                     break
@@ -174,15 +180,11 @@ class Scheduler:
         # 2. Waiting requests, in order (preempted ones sit at the front), while there is room.
         #    Not in a step that had to preempt: the pool is full.
         if not out.preempted:
-            now = None
             while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
                 req = self.waiting[0]
-                if not self._may_admit(req):
+                if not self.may_admit(req):
                     break
-                if req.prompt_logprobs is None:
-                    computed_blocks, num_cached = kv.get_computed_blocks(req)
-                else:  # every prompt token's logits are needed: no cache hit
-                    computed_blocks, num_cached = [], 0
+                computed_blocks, num_cached = self.computed_blocks(req)
                 num_new = req.num_tokens - num_cached
                 if num_new > budget:
                     if not self.enable_chunked_prefill:
@@ -190,29 +192,48 @@ class Scheduler:
                     num_new = budget
                 if kv.allocate_slots(req, num_new, computed_blocks) is None:
                     break
-                self.waiting.popleft()
-                req.status = RequestStatus.RUNNING
-                req.num_computed_tokens = num_cached
-                if req.num_cached_tokens is None:
-                    req.num_cached_tokens = num_cached
-                if req.metrics.first_scheduled_time is None:
-                    if now is None:
-                        now = time.perf_counter()
-                    req.metrics.first_scheduled_time = now
-                running.append(req)
+                self.admit(req, num_cached)
                 out.add(req, num_new)
                 budget -= num_new
 
+        self.record_step(out)
+        return out
+
+    def computed_blocks(self, request: Request) -> tuple[list, int]:
+        """(the cached blocks of `request`'s prefix, their number of tokens): the prefix cache's
+        hit, or none when every prompt token's logits are needed (prompt_logprobs)."""
+        if request.prompt_logprobs is None:
+            return self.kv_cache_manager.get_computed_blocks(request)
+        return [], 0
+
+    def admit(self, request: Request, num_cached: int) -> None:
+        """The waiting queue's first request starts running, with `num_cached` tokens already
+        in its blocks (its blocks are allocated; the caller schedules its tokens)."""
+        if self.waiting[0] is not request:
+            raise ValueError(
+                f"admit: request {request.request_id!r} is not the first waiting request"
+            )
+        self.waiting.popleft()
+        request.status = RequestStatus.RUNNING
+        request.num_computed_tokens = num_cached
+        if request.num_cached_tokens is None:
+            request.num_cached_tokens = num_cached
+        if request.metrics.first_scheduled_time is None:
+            request.metrics.first_scheduled_time = time.perf_counter()
+        self.running.append(request)
+
+    def record_step(self, out: SchedulerOutput) -> None:
+        """Count the step `out` in `stats` (steps, requests, tokens, chunked prefills and the
+        seconds since `out` was made)."""
         stats = self.stats
         stats.num_steps += 1
         stats.num_scheduled_requests += len(out.requests)
-        stats.num_scheduled_tokens += self.max_num_batched_tokens - budget
+        stats.num_scheduled_tokens += out.total_num_scheduled_tokens
         if out.num_prefill_chunks:
             stats.num_chunked_prefill_steps += 1
-        stats.schedule_seconds += time.perf_counter() - t0
-        return out
+        stats.schedule_seconds += time.perf_counter() - out.created
 
-    def _may_admit(self, request: Request) -> bool:
+    def may_admit(self, request: Request) -> bool:
         """Whether the waiting `request` may start now: always, in continuous batching. Static
         batching (chapter 08's baseline) admits a batch of up to `max_num_seqs` waiting requests
         once the previous batch has drained (none of its members running or waiting), and then
@@ -226,8 +247,9 @@ class Scheduler:
             }
         return request.request_id in batch
 
-    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
-        """Free the request's blocks and put it back at the front of the waiting queue."""
+    def preempt(self, request: Request, out: SchedulerOutput) -> None:
+        """Free the request's blocks and put it back at the front of the waiting queue (the
+        caller has taken it out of `running`), to be recomputed from its first token."""
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0

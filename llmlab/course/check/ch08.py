@@ -487,3 +487,319 @@ def why_continuous(answer: Any) -> CheckResult:
             ),
         },
     )
+
+
+# ---- build exercise: the continuous-batching step (the student's Scheduler.schedule) ---------
+BUILDS = {"ch08.build_scheduler": "MyScheduler"}
+BUILD_DRIVERS = "llmlab.course.build.ch08"
+BUILD_MAX_EXAMPLES = 30
+# plugged in: a pool too small for the four requests together, so the engine must preempt
+PREEMPT_WORKLOAD = {
+    "prompts": [
+        list(range(3, 12)),
+        list(range(40, 46)),
+        list(range(80, 92)),
+        list(range(120, 124)),
+    ],
+    "max_tokens": [8, 10, 6, 9],
+    "engine": {
+        "block_size": 4,
+        "num_kv_blocks": 7,
+        "max_model_len": 28,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 16,
+    },
+}
+
+
+def _trace_workload(scheduling: str) -> dict:
+    """Exercise 3's requests (outputs TRACE_OUTPUTS, TRACE_MAX_BATCH at a time) on the engine."""
+    return {
+        "prompts": [[10 + 7 * i + j for j in range(4)] for i in range(len(TRACE_OUTPUTS))],
+        "max_tokens": list(TRACE_OUTPUTS),
+        "engine": {
+            "block_size": 4,
+            "num_kv_blocks": 32,
+            "max_model_len": 32,
+            "max_num_seqs": TRACE_MAX_BATCH,
+            "scheduling": scheduling,
+        },
+    }
+
+
+def schedule_cases():
+    """Small scheduler cases: up to 4 requests with their prompt and output lengths and arrival
+    steps, a pool that holds at least the longest request, a token budget and a seat cap."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw):
+        n = draw(st.integers(1, 4))
+        prompts = draw(st.lists(st.integers(1, 10), min_size=n, max_size=n))
+        max_tokens = draw(st.lists(st.integers(1, 8), min_size=n, max_size=n))
+        arrivals = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+        block_size = draw(st.sampled_from([4, 2]))
+        need = max(-(-(p + m) // block_size) for p, m in zip(prompts, max_tokens))
+        return {
+            "prompts": prompts,
+            "max_tokens": max_tokens,
+            "arrivals": arrivals,
+            "block_size": block_size,
+            "num_blocks": need + draw(st.integers(0, 2)),  # tight: preemption is common
+            "budget": draw(st.integers(2, 16)),
+            "max_num_seqs": draw(st.integers(1, 4)),
+        }
+
+    # one case that preempts for sure (two requests outgrow a pool of three blocks), beside
+    # the drawn ones
+    return st.one_of(st.just(PREEMPT_CASE), cases())
+
+
+PREEMPT_CASE = {
+    "prompts": [3, 2, 2],
+    "max_tokens": [2, 3, 3],
+    "arrivals": [0, 0, 0],
+    "block_size": 2,
+    "num_blocks": 4,
+    "budget": 8,
+    "max_num_seqs": 3,
+}
+
+
+def _names(ids) -> str:
+    return ", ".join(ids)
+
+
+def _fmt_scheduled(pairs) -> str:
+    return "[" + ", ".join(f"{rid}:{n}" for rid, n in pairs) + "]"
+
+
+def _describe_case(case: dict) -> str:
+    n = len(case["prompts"])
+    names = _names(chr(65 + i) for i in range(n))
+    p = ", ".join(map(str, case["prompts"]))
+    m = ", ".join(map(str, case["max_tokens"]))
+    a = ", ".join(map(str, case["arrivals"]))
+    return tr(
+        f"requests {names} (prompt tokens {p}; output tokens {m}; arriving at steps {a}), "
+        f"a pool of {case['num_blocks']} blocks of {case['block_size']} tokens, budget "
+        f"{case['budget']} tokens per step, max_num_seqs {case['max_num_seqs']}",
+        f"请求 {names}（prompt token 数 {p}；输出 token 数 {m}；到达的步 {a}），"
+        f"块池 {case['num_blocks']} 个块、每块 {case['block_size']} 个 token，"
+        f"每步预算 {case['budget']} 个 token，max_num_seqs 为 {case['max_num_seqs']}",
+    )
+
+
+def _fmt_step(obs: dict) -> str:
+    pre = obs.get("preempted") or []
+    return tr(
+        f"{_fmt_scheduled(obs['scheduled'])} and preempted " + (_names(pre) if pre else "nothing"),
+        f"{_fmt_scheduled(obs['scheduled'])}，抢占了" + (_names(pre) if pre else "零个请求"),
+    )
+
+
+def _rule(case: dict, before: list[str], got: dict, exp: dict) -> str:
+    """Which rule of the step the student's step broke (the state before it was the package's)."""
+    got_ids = [rid for rid, _ in got["scheduled"]]
+    exp_ids = [rid for rid, _ in exp["scheduled"]]
+    if len(set(got_ids)) < len(got_ids):
+        return tr(
+            "a request scheduled twice in one step: each request is scheduled at most once, "
+            "running ones first, then waiting ones.",
+            "同一步里一个请求被调度了两次：每个请求一步最多调度一次，先运行中的，再等待中的。",
+        )
+    if sum(n for _, n in got["scheduled"]) > case["budget"]:
+        return tr(
+            "over the token budget: subtract each scheduled request's tokens from the budget and "
+            "stop when it is spent.",
+            "超出了 token 预算：每调度一个请求，都要从预算里减去它的 token 数，预算用完就停。",
+        )
+    if len(got["running"]) > case["max_num_seqs"]:
+        return tr(
+            "more requests running than max_num_seqs: admit a waiting request only while "
+            "len(self.running) < max_num_seqs.",
+            "正在运行的请求超过了 max_num_seqs：只有在 len(self.running) < max_num_seqs 时才能接纳等待中的请求。",
+        )
+    if got["preempted"] != exp["preempted"]:
+        if got["preempted"] and exp["preempted"]:
+            return tr(
+                "the wrong request preempted: when allocate_slots returns None, preempt the "
+                "newest running request (the last of self.running), not an older one.",
+                "抢占错了请求：allocate_slots 返回 None 时，要抢占最新的运行中请求（self.running 的最后一个），"
+                "而不是更早的请求。",
+            )
+        return tr(
+            "when allocate_slots returns None for a running request, preempt the newest running "
+            "request (self.preempt) and try again, until it fits or the request itself was "
+            "preempted; admit no waiting request in that step.",
+            "当 allocate_slots 对一个运行中的请求返回 None 时，要抢占最新的运行中请求（self.preempt）再试，"
+            "直到放得下，或者被抢占的就是它自己；这一步不再接纳等待中的请求。",
+        )
+    new = [rid for rid in got_ids if rid not in before]
+    first_new = min((got_ids.index(r) for r in new), default=len(got_ids))
+    running_after_new = any(rid in before for rid in got_ids[first_new:])
+    skipped = [rid for rid in exp_ids if rid in before and rid not in got_ids]
+    if new and (running_after_new or skipped):
+        return tr(
+            "running requests come first: give every running request its tokens (oldest first) "
+            "before a waiting request is admitted.",
+            "运行中的请求优先：先给每个运行中的请求分配 token（从最早的开始），再接纳等待中的请求。",
+        )
+    return tr(
+        "a running request brings min(tokens it has left, budget left): its next prefill chunk "
+        "or one decode token; a waiting one its prompt less the cached tokens, or what is left "
+        "of the budget.",
+        "运行中的请求拿 min(它还剩的 token 数, 剩余预算)：下一个 prefill 分块，或者一个 decode token；"
+        "等待中的请求拿它的 prompt 减去已缓存的 token，或者剩余的预算。",
+    )
+
+
+def schedule_hint(case: dict, got: Any, expected: list[dict]) -> str:
+    """The shrunk case, the first step where the student's scheduler and the package's differ,
+    and the rule broken there."""
+    from llmlab.course.build import Raised
+
+    where = _describe_case(case)
+    if isinstance(got, Raised):
+        return tr(
+            f"{where}: your scheduler {got}.",
+            f"{where}：你的调度器抛出了 {got.error}：{got.message}。",
+        )
+    for k, exp in enumerate(expected):
+        g = got[k] if k < len(got) else None
+        if g == exp:
+            continue
+        step = k + 1
+        if g is None:
+            return tr(
+                f"{where}: your scheduler finished after step {k}; the package's still scheduled "
+                f"{_fmt_step(exp)} at step {step}.",
+                f"{where}：你的调度器在第 {k} 步后就结束了；包里的调度器第 {step} 步还调度了 {_fmt_step(exp)}。",
+            )
+        if "stopped" in exp or "stopped" in g or "scheduled" not in g:
+            break
+        before = expected[k - 1]["running"] if k else []
+        return tr(
+            f"{where}: at step {step} your scheduler gave {_fmt_step(g)}; the package's gave "
+            f"{_fmt_step(exp)}. {_rule(case, before, g, exp)}",
+            f"{where}：第 {step} 步你的调度器给出 {_fmt_step(g)}；包里的调度器给出 {_fmt_step(exp)}。"
+            f"{_rule(case, before, g, exp)}",
+        )
+    return tr(
+        f"{where}: your scheduler kept scheduling after the package's had finished every "
+        f"request (or never finished within {len(got)} steps).",
+        f"{where}：包里的调度器已经完成了所有请求，你的调度器还在继续调度（或者 {len(got)} 步内都没有完成）。",
+    )
+
+
+def _is_scheduler_class(answer: Any) -> bool:
+    from llmlab.engine_config import check_scheduler_cls
+
+    if getattr(answer, "grader_stand_in", False):
+        return True
+    try:
+        check_scheduler_cls(answer)
+    except ValueError:
+        return False
+    return isinstance(answer, type)
+
+
+def build_scheduler(answer: Any) -> CheckResult:
+    """Chapter 08's build exercise: `answer` is the student's scheduler class (a subclass of
+    `llmlab.engine.Scheduler` whose `schedule()` they wrote). Checked (1) step by step against
+    the package's `Scheduler` on small cases drawn by hypothesis (the smallest disagreeing case
+    in the hint), (2) in the real engine on a pool small enough to preempt (the same tokens),
+    and (3) measured: steps of continuous against static batching on Exercise 3's requests."""
+    from llmlab.course.build import drive, find_counterexample
+    from llmlab.course.build.ch08 import observe_schedule, run_engine
+    from llmlab.engine.scheduler import Scheduler
+
+    ex = "ch08.build_scheduler"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not _is_scheduler_class(answer):
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"expected your scheduler class (a subclass of Scheduler), got "
+                    f"{type(answer).__name__}.",
+                    f"这里要你的调度器类（Scheduler 的子类），你给的是 {type(answer).__name__}。",
+                ),
+            )
+        )
+    cex = find_counterexample(
+        schedule_cases(),
+        lambda case: drive(answer, f"{BUILD_DRIVERS}:observe_schedule", case),
+        lambda case: observe_schedule(Scheduler, case),
+        max_examples=BUILD_MAX_EXAMPLES,
+    )
+    if cex is not None:
+        return report(not_yet(ex, schedule_hint(cex.case, cex.got, cex.expected)))
+    try:
+        mine = drive(answer, f"{BUILD_DRIVERS}:run_engine", PREEMPT_WORKLOAD)
+    except Exception as e:  # the student's class inside the engine
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"plugged into the engine, your scheduler raised {type(e).__name__}: {e}",
+                    f"接进引擎后，你的调度器抛出了 {type(e).__name__}：{e}",
+                ),
+            )
+        )
+    ref = run_engine(Scheduler, PREEMPT_WORKLOAD)
+    if mine["tokens"] != ref["tokens"] or not mine["finished"]:
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"plugged into the engine (LLM(..., scheduler_cls=...)) on a pool of "
+                    f"{PREEMPT_WORKLOAD['engine']['num_kv_blocks']} blocks that forces preemption, "
+                    f"your scheduler's tokens differ from the package's.",
+                    f"接进引擎（LLM(..., scheduler_cls=...)），在只有 "
+                    f"{PREEMPT_WORKLOAD['engine']['num_kv_blocks']} 个块、必须抢占的块池上，"
+                    f"你的调度器生成的 token 和包里的不一样。",
+                ),
+            )
+        )
+    runs = {}
+    for policy in ("continuous", "static"):
+        runs[("yours", policy)] = drive(
+            answer, f"{BUILD_DRIVERS}:run_engine", _trace_workload(policy)
+        )
+        runs[("package", policy)] = run_engine(Scheduler, _trace_workload(policy))
+    return report(passed(ex, build_measurement(mine, ref, runs)))
+
+
+def build_measurement(mine: dict, ref: dict, runs: dict) -> str:
+    """The pass line: the plugged-in run's preemptions, and continuous against static batching
+    in steps and tokens per step, the student's scheduler beside the package's."""
+    total = sum(TRACE_OUTPUTS)
+    yc, ys = runs[("yours", "continuous")], runs[("yours", "static")]
+    pc, ps = runs[("package", "continuous")], runs[("package", "static")]
+    outs = ", ".join(map(str, TRACE_OUTPUTS))
+    return tr(
+        f"same tokens as the package's scheduler in the engine, through "
+        f"{mine['preemptions']} preemptions (the package's: {ref['preemptions']}). Requests "
+        f"wanting {outs} tokens, {TRACE_MAX_BATCH} at a time, in the engine: your scheduler "
+        f"takes {yc['steps']} steps continuous, {ys['steps']} static ({total / yc['steps']:.2f} "
+        f"vs {total / ys['steps']:.2f} tokens per step); the package's {pc['steps']} and "
+        f"{ps['steps']}.",
+        f"在引擎里和包里的调度器生成的 token 完全相同，中间经历了 {mine['preemptions']} 次抢占"
+        f"（包里的：{ref['preemptions']} 次）。分别要 {outs} 个 token 的请求，每次跑 {TRACE_MAX_BATCH} 个，"
+        f"在引擎里：你的调度器 continuous 用 {yc['steps']} 步，static 用 {ys['steps']} 步"
+        f"（每步 {total / yc['steps']:.2f} 对 {total / ys['steps']:.2f} 个 token）；"
+        f"包里的是 {pc['steps']} 步和 {ps['steps']} 步。",
+    )
+
+
+EXERCISES["build_scheduler"] = ExerciseInfo(
+    "reasoning",
+    (
+        "waiting requests before running ones",
+        "oldest running request preempted",
+        "max_num_seqs ignored",
+        "budget not decreased",
+    ),
+)

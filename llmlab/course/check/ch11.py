@@ -719,3 +719,229 @@ EXERCISES: dict[str, ExerciseInfo] = {
         source_question=5,
     ),
 }
+
+
+# ---- build exercise: chunked prefill (the student's plan_step) ----------------------------------
+BUILDS = {**globals().get("BUILDS", {}), "ch11.build_chunked_prefill": "plan_step"}
+CHUNK_DRIVERS = "llmlab.course.build.ch11_chunk"
+CHUNK_MAX_EXAMPLES = 50
+# plugged in: three short requests decode when a prompt of CHUNK_ENGINE_LONG tokens arrives
+CHUNK_ENGINE_LONG = 70
+CHUNK_ENGINE_WORKLOAD = {
+    "first": [list(range(20 + 9 * i, 26 + 9 * i)) for i in range(CHUNK_DECODES)],
+    "later": [list(range(100, 100 + CHUNK_ENGINE_LONG))],
+    "max_tokens": 6,
+    "engine": {
+        "block_size": 16,
+        "num_kv_blocks": 64,
+        "max_model_len": 128,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 16,
+    },
+}
+
+
+def plan_cases():
+    """Step states: some requests decoding (1 token left each), perhaps one part-way through its
+    prompt (the last running one), waiting prompts, and the step's budget."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw):
+        decodes = draw(st.integers(0, 4))
+        partial = draw(st.one_of(st.none(), st.integers(2, 40)))
+        lefts = [1] * decodes + ([] if partial is None else [partial])
+        waiting = draw(st.lists(st.integers(1, 40), max_size=3))
+        names = [chr(65 + i) for i in range(len(lefts) + len(waiting))]
+        return {
+            "running": [[names[i], n] for i, n in enumerate(lefts)],
+            "waiting": [[names[len(lefts) + i], n] for i, n in enumerate(waiting)],
+            "budget": draw(st.integers(1, 48)),
+        }
+
+    return cases()
+
+
+def _fmt_plan(plan: Any) -> str:
+    if plan and plan[0] == "raised":
+        return tr(f"raised {plan[1]}: {plan[2]}", f"抛出了 {plan[1]}：{plan[2]}")
+    return "[" + ", ".join(f"{rid}:{n}" for rid, n in plan) + "]"
+
+
+def _plan_rule(case: dict, got: list, expected: list) -> str:
+    """Which rule of chunked prefill the student's plan broke on `case`."""
+    budget = case["budget"]
+    running = {rid for rid, _ in case["running"]}
+    if not got or got[0] == "raised":
+        return ""
+    counts = [n for _, n in got]
+    ids = [rid for rid, _ in got]
+    if any(n > budget for n in counts):
+        return tr(
+            "a prompt longer than what is left of the budget is cut into a chunk of what is "
+            "left; the rest comes in later steps.",
+            "比剩余预算长的 prompt 要切成剩余预算那么大的一块；其余的在后面几步里算。",
+        )
+    if sum(counts) > budget:
+        return tr(
+            "over the budget: the tokens already in the step (the decodes, and any request "
+            "before) come out of the budget first, and a prompt's chunk gets only what is left.",
+            "超出了预算：这一步里已经排上的 token（decode，以及排在前面的请求）先从预算里扣掉，"
+            "prompt 的分块只能拿剩下的。",
+        )
+    if any(n <= 0 for n in counts):
+        return tr(
+            "a chunk of 0 tokens makes no progress: schedule a request only when it gets at "
+            "least one token, and stop once the budget is spent.",
+            "0 个 token 的分块没有任何进展：只有能分到至少一个 token 的请求才调度；预算用完就停。",
+        )
+    first_waiting = next((i for i, rid in enumerate(ids) if rid not in running), len(ids))
+    skipped = [rid for rid, _ in expected if rid in running and rid not in ids]
+    if any(rid in running for rid in ids[first_waiting:]) or (first_waiting < len(ids) and skipped):
+        return tr(
+            "decodes first: every running request (decoding, or part-way through its prompt) is "
+            "scheduled before a waiting prompt gets a chunk.",
+            "decode 优先：每个运行中的请求（在 decode 的，或 prompt 算到一半的）都要排在等待中的 prompt 分块之前。",
+        )
+    return tr(
+        "in order, each request gets min(tokens it has left, budget left): one token for a "
+        "decode, the rest of a prompt or a chunk of it.",
+        "按顺序，每个请求拿 min(它还剩的 token 数, 剩余预算)：decode 拿一个 token，prompt 拿剩下的全部或其中一块。",
+    )
+
+
+def _describe_plan_case(case: dict) -> str:
+    running = ", ".join(f"{rid}:{n}" for rid, n in case["running"]) or "-"
+    waiting = ", ".join(f"{rid}:{n}" for rid, n in case["waiting"]) or "-"
+    return tr(
+        f"running [{running}] (tokens left), waiting [{waiting}] (prompt tokens), budget "
+        f"{case['budget']}",
+        f"运行中 [{running}]（还剩的 token 数），等待中 [{waiting}]（prompt token 数），"
+        f"预算 {case['budget']}",
+    )
+
+
+def build_chunked_prefill(answer: Any) -> CheckResult:
+    """Chapter 11's build exercise: `answer` is the student's `plan_step(running, waiting,
+    budget)` (see `llmlab.course.build.ch11_chunk`). Checked (1) against the package's
+    `Scheduler` on step states drawn by hypothesis (the smallest disagreeing one in the hint),
+    (2) on the chapter's prediction (CHUNK_PROMPT_LEN tokens beside CHUNK_DECODES decodes under
+    CHUNK_BUDGET), (3) plugged into the engine: the same tokens and steps as the package's
+    `enable_chunked_prefill=True`."""
+    from llmlab.analysis.blocks import chunked_prefill_schedule
+    from llmlab.course.build import drive, find_counterexample
+    from llmlab.course.build.ch11_chunk import package_plan, run_engine
+    from llmlab.course.check.core import NOT_ANSWERED
+
+    ex = "ch11.build_chunked_prefill"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(answer):
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"expected your function plan_step, got {type(answer).__name__}.",
+                    f"这里要你的函数 plan_step，你给的是 {type(answer).__name__}。",
+                ),
+            )
+        )
+    cex = find_counterexample(
+        plan_cases(),
+        lambda case: drive(answer, f"{CHUNK_DRIVERS}:observe_plans", [case])[0],
+        package_plan,
+        max_examples=CHUNK_MAX_EXAMPLES,
+    )
+    if cex is not None:
+        got = cex.got
+        if not isinstance(got, list):  # the sandbox itself failed (a Raised)
+            got = ["raised", getattr(got, "error", "Error"), getattr(got, "message", str(got))]
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"{_describe_plan_case(cex.case)}: your plan {_fmt_plan(got)}; the "
+                    f"package's scheduler {_fmt_plan(cex.expected)}. {_plan_rule(cex.case, got, cex.expected)}",
+                    f"{_describe_plan_case(cex.case)}：你的计划是 {_fmt_plan(got)}；包里的调度器是 "
+                    f"{_fmt_plan(cex.expected)}。{_plan_rule(cex.case, got, cex.expected)}",
+                ),
+            )
+        )
+    expected_steps = len(chunked_prefill_schedule(CHUNK_PROMPT_LEN, CHUNK_BUDGET, CHUNK_DECODES))
+    try:
+        mine = drive(
+            answer,
+            f"{CHUNK_DRIVERS}:prefill_steps",
+            CHUNK_PROMPT_LEN,
+            CHUNK_BUDGET,
+            CHUNK_DECODES,
+        )
+        engine = drive(answer, f"{CHUNK_DRIVERS}:run_engine", CHUNK_ENGINE_WORKLOAD)
+    except Exception as e:  # the student's function inside the scheduler
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"inside the scheduler, your plan_step raised {type(e).__name__}: {e}",
+                    f"放进调度器后，你的 plan_step 抛出了 {type(e).__name__}：{e}",
+                ),
+            )
+        )
+    ref = run_engine(None, CHUNK_ENGINE_WORKLOAD)
+    if mine["steps"] != expected_steps:
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"your plan prefills the {CHUNK_PROMPT_LEN:,}-token prompt beside "
+                    f"{CHUNK_DECODES} decodes in {mine['steps']} steps under a budget of "
+                    f"{CHUNK_BUDGET}, not in the number Exercise 5 predicts.",
+                    f"在 {CHUNK_BUDGET} 的预算下、旁边有 {CHUNK_DECODES} 个 decode，你的计划用 "
+                    f"{mine['steps']} 步算完 {CHUNK_PROMPT_LEN} 个 token 的 prompt，和练习 5 预测的步数不同。",
+                ),
+            )
+        )
+    if engine["tokens"] != ref["tokens"] or engine["steps"] != ref["steps"]:
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"plugged into the engine (LLM(..., scheduler_cls=...)), your plan takes "
+                    f"{engine['steps']} steps and its tokens "
+                    f"{'equal' if engine['tokens'] == ref['tokens'] else 'differ from'} those of "
+                    f"enable_chunked_prefill=True, which takes {ref['steps']}.",
+                    f"接进引擎（LLM(..., scheduler_cls=...)）后，你的计划用了 {engine['steps']} 步，"
+                    f"生成的 token {'和' if engine['tokens'] == ref['tokens'] else '不同于'} "
+                    f"enable_chunked_prefill=True 的{'相同' if engine['tokens'] == ref['tokens'] else ''}"
+                    f"（它用了 {ref['steps']} 步）。",
+                ),
+            )
+        )
+    chunks = ", ".join(map(str, mine["prefill"]))
+    return report(
+        passed(
+            ex,
+            tr(
+                f"your plan prefills the {CHUNK_PROMPT_LEN:,}-token prompt beside {CHUNK_DECODES} "
+                f"decodes in {mine['steps']} steps under a budget of {CHUNK_BUDGET} (chunks of "
+                f"{chunks} tokens; the chapter predicted {expected_steps}). Plugged into the "
+                f"engine: the same tokens as enable_chunked_prefill=True, in {engine['steps']} "
+                f"steps to its {ref['steps']}.",
+                f"在 {CHUNK_BUDGET} 的预算下、旁边有 {CHUNK_DECODES} 个 decode，你的计划用 "
+                f"{mine['steps']} 步算完 {CHUNK_PROMPT_LEN} 个 token 的 prompt（分块为 {chunks} 个 "
+                f"token；本章预测的是 {expected_steps} 步）。接进引擎后：生成的 token 和 "
+                f"enable_chunked_prefill=True 完全相同，用了 {engine['steps']} 步，它用了 {ref['steps']} 步。",
+            ),
+        )
+    )
+
+
+EXERCISES["build_chunked_prefill"] = ExerciseInfo(
+    "reasoning",
+    mistakes=(
+        "prompt scheduled whole beyond the budget",
+        "chunk not counting the decodes already in the step",
+        "chunk of 0 tokens",
+        "prefill chunk before the decodes",
+    ),
+)
