@@ -17,6 +17,7 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+from test_zh_terms import PENDING_TERMS
 
 from llmlab import i18n
 from llmlab.course.check import core, predict
@@ -151,7 +152,11 @@ def test_chinese_uses_the_glossary_terms():
                 and isinstance(node.value, str)
                 and CJK.search(node.value)
             ):
-                found += [f"{path.name}:{node.lineno}: {u}" for u in zh_synonym_uses(node.value)]
+                found += [
+                    f"{path.name}:{node.lineno}: {u}"
+                    for u in zh_synonym_uses(node.value)
+                    if (f"llmlab/course/check/{path.name}", u.found) not in PENDING_TERMS
+                ]
                 assert "内核" not in node.value and "对数几率" not in node.value, node.value
     assert not found, "\n".join(found)
 

@@ -60,6 +60,8 @@ def test_the_file_keeps_its_format_and_key_order():
         "zh_term",
         "zh",
         "zh_aliases",
+        "zh_avoid",
+        "zh_no_english",
         "aliases",
         "chapter",
         "definition",

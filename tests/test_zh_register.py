@@ -8,6 +8,11 @@ Measured on the markdown cells of each chapter as the Chinese notebook shows the
 not our prose: code blocks and inline code, LaTeX, tables, block quotes and the sentences quoted
 from the source chapter (「…」（引自原章节）).
 
+The two Chinese documents, README.zh.md and docs/instructors.zh.md, are held to the same
+figures. They are made of commands, so there a code span, and an English message quoted in
+italics, count as one mark each; the exercises table that `python -m llmlab exercises --write`
+generates is left out.
+
     python tests/test_zh_register.py [i18n/zh]   # the figures per chapter, with the source chapter's
 """
 
@@ -68,6 +73,21 @@ def prose(markdown: str) -> str:
     text = HTML.sub("", text)
     text = LINE_START.sub("", text)
     return MARKUP.sub("", text)
+
+
+DOCS = (ROOT / "README.zh.md", ROOT / "docs" / "instructors.zh.md")
+GENERATED = re.compile(r"<!-- exercises table:.*?<!-- end of exercises table -->", re.S)
+ENGLISH_QUOTE = re.compile(
+    r"(?<![*\w])\*{1,3}(?=[^*\n]*[A-Za-z])[^*\n\u3400-\u9fff]+\*{1,3}(?![*\w])"
+)
+
+
+def doc_prose(markdown: str) -> str:
+    """A document's own Chinese prose: as `prose`, with each code span and each English message
+    quoted in italics (*has no translation*) one mark, and the generated table left out."""
+    text = FENCE.sub("\n", GENERATED.sub("\n", markdown))
+    text = ENGLISH_QUOTE.sub("□", INLINE_CODE.sub("□", text))
+    return prose(text)
 
 
 @dataclass(frozen=True)
@@ -164,6 +184,32 @@ def test_the_chinese_reads_plainly(path):
     assert not problems, f"{path.stem}:\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_the_chinese_documents_read_plainly(doc):
+    f = figures(doc.name, doc_prose(doc.read_text(encoding="utf-8")))
+    problems = []
+    if f.de > MAX_DE:
+        problems.append(f"的 {f.de:.1f} per 1,000 Han characters (at most {MAX_DE:.0f})")
+    if f.ta > MAX_TA:
+        problems.append(f"它 {f.ta:.1f} per 1,000 Han characters (at most {MAX_TA:.0f}): name it")
+    text = doc_prose(doc.read_text(encoding="utf-8"))
+    long = [s.strip() for s in SENTENCE_END.split(text) if len(s.strip()) > MAX_SENTENCE]
+    problems += [f"a sentence of {len(s)} characters: {s}" for s in long]
+    assert not problems, f"{doc.name}:\n  " + "\n  ".join(problems)
+
+
+def test_the_document_measure_leaves_out_code_and_the_generated_table():
+    doc = (
+        "运行 `python -m llmlab exercises --write docs/instructors.zh.md` 即可。\n"
+        "报 *has no translation and a very long English message* 时补译文。\n"
+        "```bash\nmake lab  # 的的的\n```\n"
+        "<!-- exercises table: written by ... -->\n的它\n<!-- end of exercises table -->\n"
+    )
+    text = doc_prose(doc)
+    assert text.count("□") == 2 and "的" not in text and "它" not in text
+    assert figures("doc", text).longest == len("报 □ 时补译文")
+
+
 EXERCISE = re.compile(r"\*\*练习 [^*\n]*\*\*")
 EXERCISE_SHAPE = re.compile(r"\*\*练习 \d+(\.\d+)?(（[^）\n]+）)?。\*\*")
 ITALIC_CHINESE = re.compile(r"(?<![*\w])\*(?!\*)[^*\n]*[\u4e00-\u9fff][^*\n]*\*(?!\*)")
@@ -194,6 +240,11 @@ if __name__ == "__main__":
     print(HEADER)
     for path in notebooks:
         print(chapter_figures(path, store_dir).row())
+    for doc in DOCS:
+        print(
+            figures(doc.name[:2], doc_prose(doc.read_text(encoding="utf-8"))).row(),
+            f" ({doc.name})",
+        )
     seed = sorted((ROOT.parent / "shared" / "seed").glob("*.txt"))
     if seed:
         text = "".join(p.read_text(encoding="utf-8") for p in seed)

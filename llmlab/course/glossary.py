@@ -9,7 +9,10 @@ One term per concept in Chinese text: `zh_term` is the term the Chinese edition 
 Chinese engineers keep the English word, as the source chapter does, it is English: token, KV
 cache, prefill, decode, memory-bound, kernel, logits, TTFT). Every other name the entry lists
 (`zh`, `zh_aliases`) may appear in Chinese text only as a gloss in brackets after it;
-`zh_synonym_uses()` finds the places where one is used instead. `load_glossary()` reads and validates it; `lookup()` finds an entry by any of its names;
+`zh_synonym_uses()` finds the places where one is used instead. Names wrong for the field
+(`zh_avoid`) are never written, not even as a gloss; English names the Chinese edition translates
+(`zh_no_english`: widget → 控件) may stand only as a gloss. `load_glossary()` reads and validates
+it; `lookup()` finds an entry by any of its names;
 `glossary_markdown()` renders the A–Z table of chapter 12.
 
 Notebooks introduce a term once as "term (中文)" (also "*term* (中文)", "term (ABBR, 中文)").
@@ -50,6 +53,7 @@ class GlossaryEntry:
     zh_term: str = ""  # the one term Chinese text uses ("" means `zh`)
     zh_avoid: tuple[str, ...] = ()  # names wrong for the field: never written, not even as a gloss
     definition_zh: str = ""  # the definition in Chinese
+    zh_no_english: tuple[str, ...] = ()  # English names Chinese text translates (widget → 控件)
 
     @property
     def primary_zh(self) -> str:
@@ -128,8 +132,23 @@ def _entry(raw: Any, index: int) -> GlossaryEntry:
         raise ValueError(
             f"glossary entry {index} ({term!r}): zh_avoid must hold Chinese, got {bad}"
         )
+    zh_no_english = tuple(raw.get("zh_no_english", ()))
+    bad = [a for a in zh_no_english if not isinstance(a, str) or not a.strip() or has_cjk(a)]
+    if bad:
+        raise ValueError(
+            f"glossary entry {index} ({term!r}): zh_no_english must hold English names, got {bad}"
+        )
     return GlossaryEntry(
-        term, zh, definition, chapter, aliases, zh_aliases, zh_term, zh_avoid, definition_zh
+        term,
+        zh,
+        definition,
+        chapter,
+        aliases,
+        zh_aliases,
+        zh_term,
+        zh_avoid,
+        definition_zh,
+        zh_no_english,
     )
 
 
@@ -219,6 +238,13 @@ def _loose(name: str) -> re.Pattern:
     return re.compile(r"\s*".join(chars), re.IGNORECASE)
 
 
+def _english_word(name: str) -> re.Pattern:
+    """An English `name` as a whole word, plural too ("widget", "widgets"; not "ipywidgets" or
+    `llmlab.widgets`)."""
+    words = r"\s+".join(re.escape(w) for w in name.split())
+    return re.compile(rf"(?<![A-Za-z0-9_.]){words}(?:e?s)?(?![A-Za-z0-9_.])", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class SynonymUse:
     """A non-primary Chinese name used in running Chinese text."""
@@ -241,8 +267,8 @@ def zh_synonym_uses(
     exceptions: Sequence[str] | None = None,
 ) -> list[SynonymUse]:
     """Every place in Chinese `text` where a concept is named by one of its non-primary Chinese
-    names. A name may stand as a gloss in brackets after the primary term, except a name wrong
-    for the field (`zh_avoid`); code spans and quotes of the source chapter (「…」（引自原章节）)
+    names, or by an English name the edition translates (`zh_no_english`). A name may stand as a
+    gloss in brackets after the primary term, except a name wrong for the field (`zh_avoid`); code spans and quotes of the source chapter (「…」（引自原章节）)
     are skipped, and so is a name inside a primary term
     written out (自回归 inside 自回归生成) or inside one of the `exceptions` (操作系统内核)."""
     entries = load_glossary() if entries is None else entries
@@ -256,9 +282,11 @@ def zh_synonym_uses(
             covered.append(m.span())
     out = []
     for e in entries:
-        names = [(n, plain) for n in e.zh_synonyms()] + [(n, no_code) for n in e.zh_avoid]
-        for name, where in names:
-            for m in _loose(name).finditer(where):
+        names = [(_loose(n), plain) for n in e.zh_synonyms()]
+        names += [(_loose(n), no_code) for n in e.zh_avoid]
+        names += [(_english_word(n), plain) for n in e.zh_no_english]
+        for pattern, where in names:
+            for m in pattern.finditer(where):
                 a, b = m.span()
                 if any(x <= a and b <= y and (y - x) > (b - a) for x, y in covered):
                     continue

@@ -8,6 +8,7 @@ reported as stale, never silently shipped.
     python -m llmlab lang extract zh notebooks/         # add the untranslated cells to the store (empty)
     python -m llmlab lang build zh notebooks/ build/zh/ # write the Chinese notebooks
     python -m llmlab lang lint zh notebooks/            # non-primary terms in the translations
+                                                        # and in the package's Chinese strings
     python -m llmlab lang strings zh notebooks/         # texts in code cells the catalog lacks
 
 The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next to `notebooks/`:
@@ -26,6 +27,12 @@ translations are kept in one catalog, `i18n/<lang>/notebook-strings.json`,
 f-string is kept with its placeholders as written ("cache speed-up at T={lengths[-1]}"), and its
 translation uses the same ones. `lang strings` adds each text the catalog lacks (an English edit
 makes a new text) with an empty translation.
+
+The package speaks Chinese through `tr(en, zh)` pairs written where they are used (checkers,
+widgets, figures, analysis). `package_strings()` finds the Chinese half of each by reading the
+source (no import): the second argument of every `tr(...)` call, the values of the Chinese dict
+of `Bilingual(en, zh)`, every ("English", "中文") tuple (the hint tables `tr(*pair)`
+unpacks) and every {"English": "中文"} entry of a dict (the figures' table headers). `lint_package()` holds them to the glossary like the notebooks' translations.
 """
 
 from __future__ import annotations
@@ -179,6 +186,102 @@ def lint(lang: str, src: Path) -> list[str]:
                     f"{use.primary!r} ({use.term}); in: {use.context!r}"
                 )
     return found
+
+
+@dataclass(frozen=True)
+class PackageString:
+    """The Chinese half of one bilingual pair in the package's source."""
+
+    path: str  # relative to the package's parent folder: "llmlab/course/widgets/kv.py"
+    line: int
+    zh: str  # an f-string keeps its placeholders as written ("上下文 {context}")
+    en: str = ""  # the English half, where the pair has one in the same place
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _is_tr(func: ast.AST) -> bool:
+    return (isinstance(func, ast.Name) and func.id == "tr") or (
+        isinstance(func, ast.Attribute) and func.attr == "tr"
+    )
+
+
+def _has_cjk(text: str) -> bool:
+    from llmlab.course.glossary import has_cjk
+
+    return has_cjk(text)
+
+
+def source_strings(source: str, path: str = "") -> list[PackageString]:
+    """The Chinese halves of the bilingual pairs in Python `source` (see the module docstring)."""
+    found: list[PackageString] = []
+    seen: set[int] = set()
+
+    def add(node: ast.AST, en_node: ast.AST | None = None) -> None:
+        text = _text(node)
+        if text is None or not _has_cjk(text) or id(node) in seen:
+            return
+        seen.add(id(node))
+        en = _text(en_node) if en_node is not None else None
+        found.append(PackageString(path, node.lineno, text, en or ""))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _is_tr(node.func) and len(node.args) >= 2:
+            add(node.args[1], node.args[0])
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Bilingual"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Dict)
+        ):
+            en_dict = node.args[0] if isinstance(node.args[0], ast.Dict) else None
+            en_values = (
+                {ast.unparse(k): v for k, v in zip(en_dict.keys, en_dict.values) if k is not None}
+                if en_dict is not None
+                else {}
+            )
+            for k, v in zip(node.args[1].keys, node.args[1].values):
+                en_v = en_values.get(ast.unparse(k)) if k is not None else None
+                if isinstance(v, ast.Tuple) and v.elts:
+                    v = v.elts[0]
+                    en_v = en_v.elts[0] if isinstance(en_v, ast.Tuple) and en_v.elts else None
+                add(v, en_v)
+        elif isinstance(node, ast.Tuple) and len(node.elts) == 2:
+            en, zh = (_text(e) for e in node.elts)
+            if en is not None and zh is not None and not _has_cjk(en):
+                add(node.elts[1], node.elts[0])
+        elif isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                en = _text(k) if k is not None else None
+                if en is not None and not _has_cjk(en):
+                    add(v, k)
+    return sorted(found, key=lambda s: s.line)
+
+
+def package_strings(package: Path | None = None) -> list[PackageString]:
+    """The Chinese halves of the bilingual pairs in every module of the package `package` (by
+    default llmlab itself), in file and line order."""
+    package = Path(package) if package is not None else Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).as_posix()
+        found += source_strings(path.read_text(encoding="utf-8"), rel)
+    return found
+
+
+def lint_package(lang: str, package: Path | None = None) -> list[str]:
+    """Each place a Chinese package string names a concept by a name the glossary says not to
+    use, as "path:line: found -> primary (context)"."""
+    from llmlab.course.glossary import load_glossary, not_synonyms, zh_synonym_uses
+
+    _check_lang(lang)
+    entries, exceptions = load_glossary(), not_synonyms()
+    return [
+        f"{s}: {use.found!r} -> write {use.primary!r} ({use.term}); in: {use.context!r}"
+        for s in package_strings(package)
+        for use in zh_synonym_uses(s.zh, entries, exceptions)
+    ]
 
 
 # The calls whose texts a student reads, and their keyword arguments that are text.
@@ -361,7 +464,7 @@ def main(args: list[str]) -> int:
         if cmd == "check":
             return _report(list(map(str, check(lang, src))), "cells to translate")
         if cmd == "lint":
-            return _report(lint(lang, src), "non-primary terms")
+            return _report(lint(lang, src) + lint_package(lang), "non-primary terms")
         if cmd == "strings":
             return _report(
                 [f"no translation: {text[:70]!r}" for text in strings(lang, src)],

@@ -72,7 +72,7 @@ def attention_heatmaps(
     fig.suptitle(
         tr(
             "Attention weights of SmolLM2 on a real prompt (rows attend to columns)",
-            "SmolLM2 在一段真实提示词上的注意力权重（每行去关注各列）",
+            "SmolLM2 在一段真实 prompt 上的注意力权重（每行去关注各列）",
         )
     )
     fig.supxlabel(tr("key token (looked at)", "K 一侧的 token（被关注）"))

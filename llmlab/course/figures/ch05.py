@@ -76,7 +76,7 @@ def plot_prefill_decode(
             [1e3 * s / n for s, n in zip(pre, prompt_lens)],
             "o-",
             color="#2563eb",
-            label=tr("prefill: time / prompt tokens", "prefill：时间 / 提示词的 token 数"),
+            label=tr("prefill: time / prompt tokens", "prefill：时间 / prompt 的 token 数"),
         )
         ax.plot(
             contexts,
@@ -86,7 +86,7 @@ def plot_prefill_decode(
             label=tr("decode: one step", "decode：一步"),
         )
         ax.set_xlabel(
-            tr("prompt length n / context T (tokens)", "提示词长度 n / 上下文长度 T（token 数）")
+            tr("prompt length n / context T (tokens)", "prompt 长度 n / 上下文长度 T（token 数）")
         )
         ax.set_yscale("log")
         ax.legend(fontsize=8)
@@ -118,7 +118,7 @@ def plot_achieved_flops(
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(prompt_lens, prefill_gflops, "o-", label="prefill")
     ax.plot(contexts, decode_gflops, "s-", label="decode")
-    ax.set_xlabel(tr("prompt length / context (tokens)", "提示词长度 / 上下文长度（token 数）"))
+    ax.set_xlabel(tr("prompt length / context (tokens)", "prompt 长度 / 上下文长度（token 数）"))
     ax.set_ylabel(tr("achieved GFLOP/s (measured)", "实际达到的 GFLOP/s（实测）"))
     ax.set_title(
         tr(
@@ -169,7 +169,7 @@ def plot_intensity(
         tokens,
         prefill_ai,
         "o-",
-        label=tr("prefill of n prompt tokens", "对 n 个提示词 token 做 prefill"),
+        label=tr("prefill of n prompt tokens", "对 n 个 prompt token 做 prefill"),
     )
     ax.loglog(
         tokens,
@@ -220,7 +220,7 @@ def plot_timeline(outputs: Sequence[Any]) -> Any:
         [
             tr(
                 f"{len(o.prompt_token_ids)}-token prompt",
-                f"{len(o.prompt_token_ids)} 个 token 的提示词",
+                f"{len(o.prompt_token_ids)} 个 token 的 prompt",
             )
             for o in outputs
         ],

@@ -46,7 +46,7 @@ def throughput_vs_batch(
 
     dec = [m for m in measured if m.kind == "decode"]
     if not dec:
-        raise ValueError(tr("measured holds no decode step", "measured 里没有 decode 步"))
+        raise ValueError(tr("measured holds no decode step", "measured 里没有 decode step"))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     left.plot(
         [m.batch for m in dec],
@@ -54,7 +54,7 @@ def throughput_vs_batch(
         "o-",
         label=tr("measured", "实测"),
     )
-    left.set_title(tr(f"{machine}: measured decode steps", f"{machine}：实测的 decode 步"))
+    left.set_title(tr(f"{machine}: measured decode steps", f"{machine}：实测的 decode step"))
     sweep = roofline.decode_batch_sweep(gpu_cfg, gpu, gpu_batches, context=gpu_context)
     right.plot(
         [r["batch"] for r in sweep],

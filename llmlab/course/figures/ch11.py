@@ -82,7 +82,7 @@ def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | Non
         steps,
         prefill,
         color=PREFILL_COLOUR,
-        label=tr("prefill tokens (prompt chunk)", "prefill token（提示词的一块）"),
+        label=tr("prefill tokens (prompt chunk)", "prefill token（prompt 的一块）"),
     )
     ax.bar(
         steps,
@@ -102,7 +102,7 @@ def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | Non
         title
         or tr(
             "Chunked prefill: one long prompt sharing steps with decodes",
-            "chunked prefill：一个长提示词与 decode 共用每一步",
+            "chunked prefill：一个长 prompt 与 decode 共用每一步",
         )
     )
     ax.legend(fontsize=8, loc="upper right")

@@ -30,7 +30,7 @@ HEADERS_ZH = {
     "SmolLM2 fp32 read once": "SmolLM2 fp32 读一遍",
     # chapter 07: the roofline
     "ridge FLOP/B": "拐点 FLOP/B",
-    "decode step": "decode 步",
+    "decode step": "decode step",
     "measured ms": "实测 ms",
     "memory floor ms": "读内存的下限 ms",
     "compute floor ms": "计算的下限 ms",

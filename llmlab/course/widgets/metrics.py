@@ -162,7 +162,7 @@ def arrivals_text(
         f"{num_requests} arrivals at {rate:g} req/s, burstiness {burstiness:g}: mean gap "
         f"{gaps.mean():.3f} s, CV {gaps.std() / gaps.mean():.2f} "
         f"(expected: mean {1 / rate:.3f} s, CV {1 / np.sqrt(burstiness):.2f})",
-        f"{num_requests} 个请求以 {rate:g} req/s 到达，突发度 {burstiness:g}：平均间隔 "
+        f"{num_requests} 个请求以 {rate:g} req/s 到达，突发性 {burstiness:g}：平均间隔 "
         f"{gaps.mean():.3f} s，CV {gaps.std() / gaps.mean():.2f}"
         f"（理论值：平均 {1 / rate:.3f} s，CV {1 / np.sqrt(burstiness):.2f}）",
     )
@@ -181,7 +181,7 @@ def plot_arrivals(
     a1.set_yticks(
         [0, 1],
         [
-            tr(f"burstiness {burstiness:g}", f"突发度 {burstiness:g}"),
+            tr(f"burstiness {burstiness:g}", f"突发性 {burstiness:g}"),
             tr("Poisson (1)", "泊松（1）"),
         ],
     )
@@ -234,7 +234,7 @@ def arrival_explorer(
         min=-1,
         max=1,
         step=0.05,
-        description=tr("burstiness", "突发度"),
+        description=tr("burstiness", "突发性"),
         style=style,
     )
     n_w = w.IntSlider(

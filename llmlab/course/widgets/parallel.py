@@ -156,7 +156,7 @@ def parallelism_explorer(
     link_w = w.Dropdown(
         options=[("NVLink", "nvlink"), ("PCIe 5.0", "pcie")],
         value=interconnect,
-        description=tr("interconnect", "互连"),
+        description=tr("interconnect", "互联"),
         style=style,
     )
     batch_w = w.SelectionSlider(
@@ -215,7 +215,7 @@ def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
                 color="white",
             )
     ax.set_yticks(
-        range(len(timelines)), [tr(f"stage {tl.stage}", f"阶段 {tl.stage}") for tl in timelines]
+        range(len(timelines)), [tr(f"stage {tl.stage}", f"第 {tl.stage} 段") for tl in timelines]
     )
     ax.invert_yaxis()
     ax.set_xlabel(
@@ -247,18 +247,18 @@ def plot_bubble(results: dict, num_stages: int = 2, title: str | None = None) ->
         [results[m]["measured"] for m in ms],
         "s-",
         color=COLOURS["compute"],
-        label=tr("measured (mean over stages)", "实测（各阶段的平均）"),
+        label=tr("measured (mean over stages)", "实测（各段的平均）"),
     )
     ax.set_xscale("log", base=2)
     ax.set_xticks(ms, [str(m) for m in ms])
     ax.set_ylim(0, 1)
     ax.set_xlabel(tr("micro-batches m", "micro-batch 数 m"))
-    ax.set_ylabel(tr("idle fraction of each stage", "每个阶段空闲的比例"))
+    ax.set_ylabel(tr("idle fraction of each stage", "每段空闲的比例"))
     ax.set_title(
         title
         or tr(
             f"pipeline bubble, p = {num_stages} stages (measured on this machine)",
-            f"流水线气泡，p = {num_stages} 个阶段（本机实测）",
+            f"流水线气泡，p = {num_stages} 段（本机实测）",
         )
     )
     ax.legend()

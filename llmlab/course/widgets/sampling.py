@@ -36,7 +36,7 @@ def sampling_explorer(
     state = {"logits": prompt_logits(prompt, model, tokenizer)}
     text = w.Text(
         value=prompt,
-        description=tr("prompt", "提示词"),
+        description="prompt",
         layout=w.Layout(width="90%"),
         continuous_update=False,
     )
