@@ -102,7 +102,7 @@ def test_solution_equals_the_package_counter_on_hand_picked_steps(tmp_path):
 HINTS = {  # what the first-stage hint of each planted bug must name, in English and Chinese
     "weights_per_sequence": (
         ["2 sequences, each decoding 1 token at context 1", "qkv_proj:", "once per sequence"],
-        ["2 条序列，每条都在上下文 1 处解码 1 个 token", "qkv_proj：", "按每条序列各算了一遍"],
+        ["2 条序列，每条都在上下文 1 处 decode 1 个 token", "qkv_proj：", "按每条序列各算了一遍"],
     ),
     "kv_with_query_heads": (
         [
@@ -112,7 +112,7 @@ HINTS = {  # what the first-stage hint of each planted bug must name, in English
             "num_key_value_heads",
         ],
         [
-            "1 条序列，在上下文 1 处解码 1 个 token",
+            "1 条序列，在上下文 1 处 decode 1 个 token",
             "2 个 query 头、1 个 K/V 头",
             "attention：你的",
             "用 GQA 时",

@@ -40,7 +40,7 @@ MAX_SENTENCE = 80  # characters, split on 。！？； and line ends
 PENDING = {"07", "08", "09", "10", "11"}
 
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-SEED_QUOTE = re.compile(r"「[^」]+」\s*（引自原章节）")
+SOURCE_QUOTE = re.compile(r"「[^」]+」\s*（引自原章节）")
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
 INLINE_MATH = re.compile(r"(?<!\\)\$[^$\n]+\$")
@@ -66,7 +66,7 @@ def prose(markdown: str) -> str:
     text = "\n".join(
         "" if line.lstrip().startswith(("|", ">")) else line for line in text.splitlines()
     )
-    text = SEED_QUOTE.sub(_quote_mark, text)
+    text = SOURCE_QUOTE.sub(_quote_mark, text)
     text = INLINE_MATH.sub("□", text)
     text = INLINE_CODE.sub(lambda m: m.group(0)[1:-1], text)
     text = LINK.sub(r"\1", text)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from llmlab.course import lang
-from llmlab.course.glossary import SEED_QUOTE, load_glossary, not_synonyms, zh_synonym_uses
+from llmlab.course.glossary import SOURCE_QUOTE, load_glossary, not_synonyms, zh_synonym_uses
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "llmlab"
@@ -165,7 +165,7 @@ def _chinese_cells():
         for c in cells:
             text = str(store.get(c["id"], {}).get("text", ""))
             text = re.sub(r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]+\$", "", text, flags=re.S)
-            text = SEED_QUOTE.sub("", text)
+            text = SOURCE_QUOTE.sub("", text)
             yield path.stem[:2], c["id"], text
 
 

@@ -542,7 +542,7 @@ def _num(x: float) -> str:
 
 def _describe_sequence(new: int, context: int) -> tuple[str, str]:
     if new == 1:
-        return f"decoding 1 token at context {context}", f"在上下文 {context} 处解码 1 个 token"
+        return f"decoding 1 token at context {context}", f"在上下文 {context} 处 decode 1 个 token"
     if new == context:
         return f"bringing a whole prompt of {new} tokens", f"带来一个 {new} 个 token 的完整 prompt"
     return (
