@@ -114,7 +114,6 @@ CONTENTS = "pqr"  # a prompt is a few full blocks, each one of these contents
 REQUEST_IDS = "ABC"
 MIN_BLOCKS, MAX_BLOCKS = 3, 6
 MAX_OPS = 9
-PARTIAL_TOKEN = 9  # the one token of a prompt's partly filled last block
 
 
 def block_tokens(content: str) -> tuple[int, ...]:
@@ -205,7 +204,8 @@ def _cache(pool: Any, request: dict) -> None:
 
 
 def _apply(pool: Any, requests: dict, op: tuple) -> Any:
-    """Run one op; its result (a block table, hits, "no room", or None for "nothing to do")."""
+    """Run one op; its result (an arrival's [block ids, hits] or "no room", a lookup's hit ids,
+    "done" for a finish, or None when the op has nothing to do)."""
     kind = op[0]
     if kind == "arrive":
         _, rid, contents, partial = op
