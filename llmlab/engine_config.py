@@ -94,7 +94,9 @@ class EngineConfig:
     prompt + output (None: min(model's max_position_embeddings, `DEFAULT_MAX_MODEL_LEN`)). max_num_seqs: most
     requests running at once. max_num_batched_tokens: most tokens per step.
     enable_chunked_prefill: split long prompts over steps. enable_prefix_caching: reuse cached
-    blocks of shared prefixes. attention_backend: None picks the fastest one here ("cpu", the C
+    blocks of shared prefixes. block_pool_cls: None (the package's `BlockPool`) or another block
+    pool class with its interface, which the KV cache manager makes and runs on (chapter 11's
+    build exercise plugs the student's pool in here; see `KVCacheManager`). attention_backend: None picks the fastest one here ("cpu", the C
     fast path, for a float32 or bfloat16 model on a CPU with a C compiler; "triton" on a GPU; else
     "torch"); by name: "torch" (the readable model, plain PyTorch), "triton", "cuda", "cpu".
     seed: the RNG of unseeded sampled requests. scheduling: "continuous" or "static" (chapter
@@ -122,6 +124,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    block_pool_cls: type | None = None
     attention_backend: str | None = None
     seed: int = 0
     scheduling: str = "continuous"
@@ -145,6 +148,11 @@ class EngineConfig:
         for name in ("enable_chunked_prefill", "enable_prefix_caching"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.block_pool_cls is not None and not isinstance(self.block_pool_cls, type):
+            raise ValueError(
+                f"block_pool_cls must be None or a block pool class (not an instance), "
+                f"got {self.block_pool_cls!r}"
+            )
         if self.attention_backend is not None and self.attention_backend not in BACKENDS:
             raise ValueError(
                 f"attention_backend must be None (the fastest here) or one of "

@@ -18,8 +18,10 @@ class LLM:
     an already built `LlamaModel` (then `tokenizer` is optional: without one, prompts must be
     token ids). Every other keyword argument is an `EngineConfig` setting, with its default
     there: block_size, num_kv_blocks, max_model_len, max_num_seqs, max_num_batched_tokens,
-    enable_chunked_prefill, enable_prefix_caching, attention_backend (None: the fastest here,
-    what the benchmarks measure; "torch" for the readable model), seed, scheduling,
+    enable_chunked_prefill, enable_prefix_caching, block_pool_cls (None: the package's
+    `BlockPool`; or a block pool class with its interface, chapter 11's build exercise),
+    attention_backend (None: the fastest here, what the benchmarks measure; "torch" for the
+    readable model), seed, scheduling,
     kv_cache_memory_bytes, dtype ("auto", "float32", "bfloat16"), quantization (None, "int8"),
     kv_cache_dtype ("auto", "fp8"), speculative_config (vLLM's dict: {"method": "ngram",
     "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}, or

@@ -154,7 +154,10 @@ class LLMEngine:
         self.eos_token_ids = _eos_ids(mcfg.eos_token_id, tokenizer)
 
         self.kv_cache_manager = KVCacheManager(
-            self.num_kv_blocks, bs, enable_caching=config.enable_prefix_caching
+            self.num_kv_blocks,
+            bs,
+            enable_caching=config.enable_prefix_caching,
+            block_pool=config.block_pool_cls,
         )
         scheduler_kwargs = dict(
             max_num_seqs=config.max_num_seqs,

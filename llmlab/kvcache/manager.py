@@ -49,7 +49,10 @@ class KVCacheManager:
     num_blocks: blocks in the pool. block_size: tokens per block. enable_caching: reuse full
     blocks across requests with the same prefix. hash_fn: the block hash (see `BlockPool`);
     tests pass a colliding one. The defaults are `EngineConfig`'s (`block_size`,
-    `enable_prefix_caching`).
+    `enable_prefix_caching`). block_pool: None for the package's `BlockPool`, or another pool
+    with its interface (chapter 11's build exercise plugs the student's in here): a class, made
+    as `block_pool(num_blocks, enable_caching=enable_caching, hash_fn=hash_fn)`, or an instance
+    of `num_blocks` blocks, used as it is (then `hash_fn` must be None: the pool has its own).
     """
 
     def __init__(
@@ -58,9 +61,10 @@ class KVCacheManager:
         block_size: int = EngineConfig.block_size,
         enable_caching: bool = EngineConfig.enable_prefix_caching,
         hash_fn: Callable[[object], int] | None = None,
+        block_pool: type | BlockPool | None = None,
     ) -> None:
         check_positive_int("block_size", block_size)
-        self.block_pool = BlockPool(num_blocks, enable_caching=enable_caching, hash_fn=hash_fn)
+        self.block_pool = make_block_pool(block_pool, num_blocks, enable_caching, hash_fn)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
@@ -240,6 +244,61 @@ class KVCacheManager:
     def reset_prefix_cache(self) -> bool:
         """Forget all cached blocks; refused (False) while any request holds blocks."""
         return self.block_pool.reset_prefix_cache()
+
+
+# What the manager (and the engine's views of the pool) use of a block pool besides its
+# `blocks` list and its `free_block_queue` (which counts `num_free_blocks`).
+BLOCK_POOL_METHODS = (
+    "hash_block_tokens",
+    "find_cached_blocks",
+    "get_new_blocks",
+    "touch",
+    "free_blocks",
+    "cache_full_blocks",
+    "reset_prefix_cache",
+)
+
+
+def make_block_pool(
+    block_pool: type | BlockPool | None,
+    num_blocks: int,
+    enable_caching: bool = True,
+    hash_fn: Callable[[object], int] | None = None,
+) -> BlockPool:
+    """The pool a `KVCacheManager` runs on (see its `block_pool` argument), checked to have the
+    interface the manager calls; ValueError naming `block_pool` otherwise."""
+    if block_pool is None:
+        return BlockPool(num_blocks, enable_caching=enable_caching, hash_fn=hash_fn)
+    expected = (
+        "block_pool must be None, or a block pool class or instance with the interface of "
+        "llmlab.kvcache.BlockPool (methods " + ", ".join(BLOCK_POOL_METHODS) + "; a `blocks` "
+        "list, a `free_block_queue` and `usage`)"
+    )
+    if isinstance(block_pool, type):
+        missing = [m for m in BLOCK_POOL_METHODS if not callable(getattr(block_pool, m, None))]
+        if missing:
+            raise ValueError(f"{expected}; the class {block_pool.__name__} has no {missing}")
+        pool = block_pool(num_blocks, enable_caching=enable_caching, hash_fn=hash_fn)
+    elif hash_fn is not None:
+        raise ValueError(
+            "block_pool is an instance, which hashes with its own hash_fn: pass hash_fn=None, "
+            "or pass the pool's class to have it made with this hash_fn"
+        )
+    else:
+        pool = block_pool
+    missing = [m for m in BLOCK_POOL_METHODS if not callable(getattr(pool, m, None))]
+    missing += [a for a in ("blocks", "free_block_queue", "usage") if not hasattr(pool, a)]
+    if missing:
+        raise ValueError(f"{expected}; got {type(pool).__name__}, which has no {missing}")
+    blocks = pool.blocks
+    if not isinstance(blocks, list) or len(blocks) != num_blocks:
+        got = len(blocks) if isinstance(blocks, list) else type(blocks).__name__
+        raise ValueError(
+            f"block_pool must hold num_blocks={num_blocks} blocks in its `blocks` list, got {got}"
+        )
+    if not hasattr(pool.free_block_queue, "num_free_blocks"):
+        raise ValueError(f"{expected}; its free_block_queue has no num_free_blocks")
+    return pool
 
 
 def _token_slice(request: Request, start: int, end: int) -> tuple[int, ...]:

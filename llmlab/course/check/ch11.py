@@ -10,9 +10,11 @@ Every expected value is computed by running the package (a real `KVCacheManager`
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from llmlab.course.check.core import (
+    NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     check_choice,
@@ -660,6 +662,126 @@ def ratio_reason(answer: Any) -> CheckResult:
     )
 
 
+# ---- build exercise: the block pool (llmlab.course.build.ch11_pool) -----------------------------
+POOL_MAX_EXAMPLES = 60  # drawn cases of operations (then the failing one is shrunk)
+POOL_DRIVER = "llmlab.course.build.ch11_pool:"
+# the build exercises of this chapter: exercise id -> the name of the student's class
+BUILDS = {"ch11.block_pool": "MyBlockPool"}
+
+
+@functools.lru_cache(maxsize=1)
+def _package_pool_run() -> dict:
+    """The package's BlockPool under the engine on the exercise's workload (tokens and
+    measurements), computed once per process."""
+    from llmlab.course.build.ch11_pool import run_engine
+    from llmlab.kvcache import BlockPool
+
+    return run_engine(BlockPool)
+
+
+def block_pool(answer: Any) -> CheckResult:
+    """Your block pool class (a subclass of `llmlab.course.build.ch11_pool.BlockPoolBase` with
+    get_new_blocks, touch, free_blocks, cache_full_blocks and find_cached_blocks). Checked on
+    POOL_MAX_EXAMPLES drawn sequences of operations against the package's pool (the first
+    difference shrunk to the smallest case), then plugged into the engine on SmolLM2, where its
+    tokens must equal the package's; the measured hit rate, peak blocks and throughput are shown
+    beside the package's."""
+    ex = "ch11.block_pool"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    stand_in = getattr(answer, "grader_stand_in", False)
+    if not stand_in and not isinstance(answer, type):
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"pass your block pool class itself (MyBlockPool), got {type(answer).__name__}.",
+                    f"请传入你的块池类本身（MyBlockPool），你给的是 {type(answer).__name__}。",
+                ),
+            )
+        )
+    from llmlab.course.build import ch11_pool as pool
+    from llmlab.course.build import drive, find_counterexample
+
+    if stand_in:  # the grader: the package's engine run first, before the sandbox's clock starts
+        _package_pool_run()
+    cex = find_counterexample(
+        pool.pool_cases(),
+        lambda case: drive(answer, POOL_DRIVER + "observe_pool", case),
+        lambda case: pool.observe_pool(pool.REFERENCE_POOL, case),
+        max_examples=POOL_MAX_EXAMPLES,
+    )
+    then = tr(
+        "The rules: get_new_blocks takes blocks from the head of the free queue and drops a "
+        "cached block's hash before handing it out; touch takes a reference (a free block leaves "
+        "the queue); free_blocks drops one, and a block that reaches 0 joins the tail with its "
+        "hash kept; cache_full_blocks chains each hash on the previous block's and files every "
+        "newly full block under it, beside any other block with the same prefix.",
+        "规则是：get_new_blocks 从空闲块队列的队头取块，分出去之前先去掉缓存块的块哈希；"
+        "touch 加一个引用（空闲的块要离开队列）；free_blocks 减一个引用，降到 0 的块带着块哈希"
+        "排到队尾；cache_full_blocks 把每个块哈希接在前一块的块哈希后面，把每个新写满的块登记"
+        "在它的块哈希下，和前缀相同的其他块并存。",
+    )
+    if cex is not None:
+        en, zh = pool.explain(cex.case, cex.got, cex.expected)
+        first = tr(f"your pool differs from the package's {en}", f"你的块池和包里的不一样，{zh}")
+        return report(not_yet(ex, staged(ex, first, then)))
+    try:
+        got = drive(answer, POOL_DRIVER + "run_engine")
+    except Exception as e:  # the student's pool inside the engine
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"your pool agrees with the package's on the drawn cases, but plugged into the "
+                    f"engine it raised {type(e).__name__}: {e}",
+                    f"你的块池在抽到的用例上和包里的一致，但接进引擎后抛出了 {type(e).__name__}：{e}",
+                ),
+            )
+        )
+    ref = _package_pool_run()
+    wrong = [rid for rid in ref["tokens"] if got["tokens"].get(rid) != ref["tokens"][rid]]
+    if wrong:
+        rid = wrong[0]
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"your pool agrees with the package's on the drawn cases, but plugged into the "
+                    f"engine request {rid!r} got tokens {got['tokens'].get(rid)} where the "
+                    f"package's pool gives {ref['tokens'][rid]} (a hit that served K/V of other "
+                    f"tokens?)",
+                    f"你的块池在抽到的用例上和包里的一致，但接进引擎后，请求 {rid!r} 得到的 token 是 "
+                    f"{got['tokens'].get(rid)}，而包里的块池给出的是 {ref['tokens'][rid]}"
+                    f"（是不是某次命中拿到了别的 token 的 K/V？）",
+                ),
+            )
+        )
+    speed = got["tokens_per_s"] / ref["tokens_per_s"] if ref["tokens_per_s"] else 1.0
+    n = len(ref["tokens"])
+    return report(
+        passed(
+            ex,
+            tr(
+                f"right: your pool matches the package's on {POOL_MAX_EXAMPLES} drawn sequences of "
+                f"operations, and in the engine (SmolLM2, {n} requests: a shared prefix, two "
+                f"identical prompts in one step, evictions) it gives the package's tokens. "
+                f"Measured here, yours (the package's): prefix-cache hit rate "
+                f"{got['hit_rate']:.0%} ({ref['hit_rate']:.0%}), blocks held at peak "
+                f"{got['peak_blocks']} of {got['num_blocks']} ({ref['peak_blocks']}), throughput "
+                f"{got['tokens_per_s']:.1f} ({ref['tokens_per_s']:.1f}) tokens/s: {speed:.2f}x "
+                f"the package's speed.",
+                f"对：你的块池在 {POOL_MAX_EXAMPLES} 个抽到的操作序列上和包里的一致，接进引擎后"
+                f"（SmolLM2，{n} 个请求：共享前缀、同一步到达的两个相同 prompt、驱逐）给出的 token "
+                f"也和包里的相同。在这台机器上测得，你的（包里的）：前缀缓存命中率 "
+                f"{got['hit_rate']:.0%}（{ref['hit_rate']:.0%}），峰值占用 {got['peak_blocks']} / "
+                f"{got['num_blocks']} 个块（{ref['peak_blocks']}），吞吐 {got['tokens_per_s']:.1f}"
+                f"（{ref['tokens_per_s']:.1f}）token/s：速度是包里的 {speed:.2f} 倍。",
+            ),
+        )
+    )
+
+
 EXERCISES: dict[str, ExerciseInfo] = {
     "slot_for_position": ExerciseInfo(
         "plug-in",
@@ -709,6 +831,15 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "only one of two reasons",
         ),
     ),
+    "block_pool": ExerciseInfo(
+        "reasoning",
+        mistakes=(
+            "freed block put at the head of the free queue",
+            "reference count not dropped on free",
+            "cached block handed out with its hash kept",
+            "a same-prefix block replaces the other in the cache",
+        ),
+    ),
     "seed_q5": ExerciseInfo(
         "reasoning",
         mistakes=(
@@ -722,7 +853,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
 
 
 # ---- build exercise: chunked prefill (the student's plan_step) ----------------------------------
-BUILDS = {**globals().get("BUILDS", {}), "ch11.build_chunked_prefill": "plan_step"}
+BUILDS["ch11.build_chunked_prefill"] = "plan_step"
 CHUNK_DRIVERS = "llmlab.course.build.ch11_chunk"
 CHUNK_MAX_EXAMPLES = 50
 # plugged in: three short requests decode when a prompt of CHUNK_ENGINE_LONG tokens arrives

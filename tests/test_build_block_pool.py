@@ -1,0 +1,344 @@
+"""Chapter 11's build exercise, the block pool (llmlab.course.build.ch11_pool, the checker
+ch11.block_pool): the injection point KVCacheManager(block_pool=...) / LLM(block_pool_cls=...),
+the notebook's solution passing, four planted bugs each failing with a shrunk case that names the
+broken step (in English and Chinese), the engine's tokens with the solution, the grader's sandbox
+and `python -m llmlab check ch11`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from llmlab import i18n
+from llmlab.course.build import ch11_pool
+from llmlab.course.build.core import find_counterexample
+from llmlab.course.check import ch11
+from llmlab.kvcache import BlockPool, KVCacheManager
+from llmlab.request import Request
+from llmlab.sampling import SamplingParams
+
+ROOT = Path(__file__).resolve().parents[1]
+SKELETON_ID = "ch11-build-pool-code"
+
+
+def solution_source() -> str:
+    """The instructor's skeleton cell of notebooks/11-vllm-arrives.ipynb, solution filled in."""
+    nb = nbformat.read(ROOT / "notebooks" / "11-vllm-arrives.ipynb", as_version=4)
+    return next(c.source for c in nb.cells if c.id == SKELETON_ID)
+
+
+def _swap(source: str, old: str, new: str) -> str:
+    assert old in source, f"the solution no longer has {old!r}"
+    return source.replace(old, new, 1)
+
+
+# The planted bugs, each the solution with one step broken.
+def head_of_queue(src: str) -> str:  # a freed block goes to the head: the most recent is evicted
+    return _swap(
+        src,
+        "                self.free_block_queue.append(block)\n",
+        "                rest = list(self.free_block_queue)\n"
+        "                for other in rest:\n"
+        "                    self.free_block_queue.remove(other)\n"
+        "                self.free_block_queue.append_n([block] + rest)\n",
+    )
+
+
+def no_decrement(src: str) -> str:  # the reference count is never dropped: blocks never return
+    return _swap(src, "            block.ref_cnt -= 1\n", "")
+
+
+def hash_kept(src: str) -> str:  # a cached free block handed out keeps its hash: a stale hit
+    return _swap(src, "            if block.block_hash is not None:", "            if False:")
+
+
+def duplicate_replaces(src: str) -> str:  # one block per hash: a same-step duplicate replaces it
+    src = _swap(
+        src,
+        ".setdefault(block.block_hash, {})[block.block_id] = block",
+        "[block.block_hash] = {block.block_id: block}",
+    )
+    return _swap(
+        src,
+        "                del same[block.block_id]",
+        "                same.pop(block.block_id, None)",
+    )
+
+
+BUGS = {
+    "head_of_queue": head_of_queue,
+    "no_decrement": no_decrement,
+    "hash_kept": hash_kept,
+    "duplicate_replaces": duplicate_replaces,
+}
+# what each bug's hint must say: the step where it shows, and the broken rule
+HINTS = {
+    "head_of_queue": (["finishes", "your free queue (head first"], ["结束", "你的空闲块队列"]),
+    "no_decrement": (
+        ["finishes", "out of the free queue though no request holds"],
+        ["结束", "没把它放回空闲块队列"],
+    ),
+    "hash_kept": (
+        ["still in your prefix cache under the old hash", "handed"],
+        ["还以旧的块哈希留在你的前缀缓存里", "驱逐"],
+    ),
+    "duplicate_replaces": (
+        ["arrive in one step", "missing from your prefix cache", "same prefix"],
+        ["在同一步到达", "你的前缀缓存里少了块", "同一个前缀"],
+    ),
+}
+
+
+def define(source: str, tmp_path: Path | None = None) -> type:
+    """The class MyBlockPool that `source` defines, as a notebook would (module __main__; with
+    `tmp_path`, from a file, so that its source can be read back for the sandbox)."""
+    namespace = {"__name__": "__main__"}
+    filename = "<pool>"
+    if tmp_path is not None:
+        path = tmp_path / f"pool_{abs(hash(source))}.py"
+        path.write_text(source)
+        filename = str(path)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["MyBlockPool"]
+
+
+@pytest.fixture(autouse=True)
+def _english():
+    i18n.set_language("en")
+    yield
+    i18n.set_language("en")
+
+
+# ---------------------------------------------------------------------------- the injection point
+
+
+class CountingPool(BlockPool):
+    calls = 0
+
+    def get_new_blocks(self, num_blocks):
+        type(self).calls += 1
+        return super().get_new_blocks(num_blocks)
+
+
+def test_manager_makes_the_given_pool_class_or_uses_the_instance():
+    mgr = KVCacheManager(8, 4, block_pool=CountingPool)
+    assert type(mgr.block_pool) is CountingPool and mgr.block_pool.num_blocks == 8
+    pool = BlockPool(8)
+    assert KVCacheManager(8, 4, block_pool=pool).block_pool is pool
+    assert type(KVCacheManager(8, 4).block_pool) is BlockPool
+    req = Request("r", list(range(9)), SamplingParams(), arrival_time=0.0)
+    CountingPool.calls = 0
+    assert mgr.allocate_slots(req, 9) is not None and CountingPool.calls == 1
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (int, "the class int has no"),
+        (object(), "got object, which has no"),
+        (BlockPool(7), "num_blocks=8"),
+    ],
+)
+def test_manager_rejects_a_pool_without_the_interface_naming_block_pool(bad, words):
+    with pytest.raises(ValueError, match="block_pool") as e:
+        KVCacheManager(8, 4, block_pool=bad)
+    assert words in str(e.value)
+
+
+def test_a_pool_instance_takes_no_second_hash_fn():
+    with pytest.raises(ValueError, match="block_pool is an instance"):
+        KVCacheManager(8, 4, block_pool=BlockPool(8), hash_fn=hash)
+
+
+def test_engine_config_wants_a_class_naming_block_pool_cls():
+    from llmlab.engine.llm_engine import EngineConfig
+
+    with pytest.raises(ValueError, match="block_pool_cls"):
+        EngineConfig(block_pool_cls=BlockPool(4))
+    assert EngineConfig(block_pool_cls=CountingPool).block_pool_cls is CountingPool
+
+
+def test_the_engine_runs_on_the_given_pool_with_the_same_tokens():
+    from llmlab import LLM
+    from llmlab.model import tiny_model
+
+    model = tiny_model(seed=1)
+    prompts = [[5, 6, 7, 8, 9, 10, 11, 12, 1], [5, 6, 7, 8, 9, 10, 11, 12, 2]]
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    kw = dict(block_size=4, num_kv_blocks=16, max_model_len=32, attention_backend="torch")
+    CountingPool.calls = 0
+    llm = LLM(model, block_pool_cls=CountingPool, **kw)
+    ours = llm.generate(prompts, params, use_tqdm=False)
+    assert type(llm.llm_engine.kv_cache_manager.block_pool) is CountingPool
+    assert CountingPool.calls > 0
+    assert llm.llm_engine.stats()["prefix_cache_hits"] > 0
+    theirs = LLM(model, **kw).generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in ours] == [o.outputs[0].token_ids for o in theirs]
+
+
+# ---------------------------------------------------------------------------- the properties
+
+
+def test_the_skeleton_cell_is_a_definition_cell_and_short():
+    from llmlab.course.build.cli import _is_definition_cell
+
+    src = solution_source()
+    assert _is_definition_cell(src)
+    filled, inside = 0, False
+    for line in src.splitlines():
+        if "END SOLUTION" in line:
+            inside = False
+        if inside:
+            filled += 1
+        if "BEGIN SOLUTION" in line:
+            inside = True
+    assert 0 < filled <= 40, f"the student fills {filled} lines; at most 40"
+
+
+def test_the_solution_agrees_with_the_package_on_every_drawn_case():
+    pool = define(solution_source())
+    cex = find_counterexample(
+        ch11_pool.pool_cases(),
+        lambda case: ch11_pool.observe_pool(pool, case),
+        lambda case: ch11_pool.observe_pool(ch11_pool.REFERENCE_POOL, case),
+        max_examples=ch11.POOL_MAX_EXAMPLES,
+    )
+    assert cex is None, cex
+
+
+def test_the_same_step_case_leaves_two_blocks_under_one_hash():
+    case = (4, [("together", "A", "B", "pq")])
+    seen = ch11_pool.observe_pool(ch11_pool.REFERENCE_POOL, case)
+    assert seen[0][0] == [[[0, 1], 0], [[2, 3], 0]]
+    assert seen[0][3] == [[0, "h1"], [1, "h2"], [2, "h1"], [3, "h2"]]
+    assert ch11_pool.observe_pool(define(solution_source()), case) == seen
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_planted_bug_fails_with_a_shrunk_case_naming_the_step(bug, lang):
+    i18n.set_language(lang)
+    pool = define(BUGS[bug](solution_source()))
+    result = ch11.block_pool(pool)
+    assert not result.passed
+    en_words, zh_words = HINTS[bug]
+    for words in en_words if lang == "en" else zh_words:
+        assert words in result.message, (bug, lang, result.message)
+    assert ("on a pool of" if lang == "en" else "个块的块池上") in result.message
+    assert ("1. " in result.message) and ("A " in result.message)
+
+
+def test_an_unfilled_skeleton_is_not_yet_without_a_crash():
+    from llmlab.course.instructor.student import strip_source
+
+    student, _ = strip_source(solution_source())
+    result = ch11.block_pool(define(student))
+    assert not result.passed and "get_new_blocks" in result.message
+    assert not ch11.block_pool(None).passed
+    assert "MyBlockPool" in ch11.block_pool(3).message
+
+
+# ---------------------------------------------------------------------------- plugged in (the model)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_the_solution_in_the_engine_gives_the_packages_tokens_and_is_measured():
+    pool = define(solution_source())
+    got = ch11_pool.run_engine(pool)
+    ref = ch11_pool.run_engine(BlockPool)
+    assert got["tokens"] == ref["tokens"] and all(len(t) == 4 for t in got["tokens"].values())
+    assert got["hit_rate"] == pytest.approx(ref["hit_rate"]) and got["hit_rate"] > 0.2
+    assert got["peak_blocks"] == ref["peak_blocks"] == got["num_blocks"]
+    result = ch11.block_pool(pool)
+    assert result.passed
+    for words in (
+        "prefix-cache hit rate",
+        "blocks held at peak",
+        "tokens/s",
+        "the package's speed",
+    ):
+        assert words in result.message
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_the_workload_evicts_and_a_kept_hash_serves_wrong_tokens():
+    class Evictions(BlockPool):
+        count = 0
+
+        def _evict_cached_block(self, block):
+            type(self).count += 1
+            super()._evict_cached_block(block)
+
+    ref = ch11_pool.run_engine(Evictions)
+    assert Evictions.count > 0
+    stale = ch11_pool.run_engine(define(hash_kept(solution_source())))
+    assert stale["tokens"] != ref["tokens"]
+
+
+# ---------------------------------------------------------------------------- the grader, the CLI
+
+
+def _sandboxed(pool: type):
+    from llmlab.course.instructor.answers import encode
+    from llmlab.course.instructor.recheck import SandboxedFunction
+
+    return SandboxedFunction(encode(pool)["__function__"], timeout_s=120)
+
+
+@pytest.mark.slow
+def test_the_grader_fails_a_planted_bug_through_the_sandbox(tmp_path):
+    stand_in = _sandboxed(define(hash_kept(solution_source()), tmp_path))
+    try:
+        result = ch11.block_pool(stand_in)
+    finally:
+        stand_in.close()
+    assert not result.passed and "still in your prefix cache" in result.message
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_the_grader_passes_the_solution_through_the_sandbox(tmp_path):
+    stand_in = _sandboxed(define(solution_source(), tmp_path))
+    try:
+        result = ch11.block_pool(stand_in)
+    finally:
+        stand_in.close()
+    assert result.passed, result.message
+
+
+def _check_cli(path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LLMLAB_LANG="en")
+    return subprocess.run(
+        [sys.executable, "-m", "llmlab", "check", "ch11", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_cli_exits_1_for_a_planted_bug(tmp_path):
+    path = tmp_path / "pool_bug.py"
+    path.write_text(no_decrement(solution_source()))
+    done = _check_cli(path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[check ch11.block_pool] NOT YET" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_cli_exits_0_for_the_solution(tmp_path):
+    path = tmp_path / "pool.py"
+    path.write_text(solution_source())
+    done = _check_cli(path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[check ch11.block_pool] PASS" in done.stdout
