@@ -59,7 +59,7 @@ BUGS = {
         'ttft = [r["chunks"][0][0] - r["sent"] for r in done]',
         'ttft = [r["chunks"][0][0] - r["scheduled"] for r in done]',
         ("first scheduled it (0.1 s)", "from when the client sent it (0 s)"),
-        ("引擎第一次调度它的时刻（0.1 s）", "客户端发出请求的时刻（0 s）"),
+        ("引擎第一次调度这个请求的时刻（0.1 s）", "客户端发出请求的时刻（0 s）"),
     ),
     "goodput_any_target": (
         "all(v is None or v <= slo[k]",

@@ -847,7 +847,7 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
             f"you measured from when the engine first scheduled it ({_s(sched)} s); "
             f"{metric.upper()} runs from when the client sent it ({_s(sent)} s): the time it "
             f"waited in the queue is part of what the user waits",
-            f"你是从引擎第一次调度它的时刻（{_s(sched)} s）算起的；{metric.upper()} 要从客户端"
+            f"你是从引擎第一次调度这个请求的时刻（{_s(sched)} s）算起的；{metric.upper()} 要从客户端"
             f"发出请求的时刻（{_s(sent)} s）算起：在队列里等的时间也是用户在等的时间",
         )
     elif metric in ("ttft", "e2el"):
@@ -866,20 +866,20 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
     elif metric == "tpot" and g is None:
         why = tr(
             f"it has {n} output tokens: only a request with a single output token has no TPOT",
-            f"它有 {n} 个输出 token：只有只输出一个 token 的请求才没有 TPOT",
+            f"这个请求有 {n} 个输出 token：只有只输出一个 token 的请求才没有 TPOT",
         )
     elif metric == "tpot" and close(g, (e2el - ttft) / n):
         why = tr(
             f"you divided by the n = {n} output tokens; after the first token come n − 1 = "
             f"{n - 1}, and TPOT divides by those",
             f"你除以的是全部 n = {n} 个输出 token；第一个 token 之后只有 n − 1 = {n - 1} 个，"
-            f"TPOT 除以的是它们",
+            f"TPOT 除以的是这 n − 1 个",
         )
     elif metric == "tpot" and c != n and c > 1 and close(g, (e2el - ttft) / (c - 1)):
         why = tr(
             f"you divided by the gaps between its {c} chunks; TPOT divides by the output tokens "
             f"after the first (n − 1 = {n - 1}): a chunk can carry several tokens",
-            f"你除以的是它 {c} 个数据块之间的间隔数；TPOT 除以的是第一个 token 之后的输出 token 数"
+            f"你除以的是 {c} 个数据块之间的间隔数；TPOT 除以的是第一个 token 之后的输出 token 数"
             f"（n − 1 = {n - 1}）：一个数据块可以带好几个 token",
         )
     elif metric == "tpot":
@@ -892,7 +892,7 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
             f"you took one gap per token; vLLM's client takes one per streamed chunk, "
             f"whatever the tokens it carried: {_plural(c, 'chunk')}, {_plural(c - 1, 'gap')}",
             f"你是每个 token 取一个间隔；vLLM 的客户端是每个流式数据块取一个，"
-            f"不管它带了几个 token：{c} 个数据块，{c - 1} 个间隔",
+            f"不管一个数据块带了几个 token：{c} 个数据块，{c - 1} 个间隔",
         )
     else:
         why = tr(
@@ -929,7 +929,7 @@ def _goodput_hint(case: dict, g: Any, e: float) -> str:
     elif close(g, sum(strict) / duration):
         why = tr(
             "a request with one output token has no TPOT: it cannot miss the TPOT target",
-            "只有一个输出 token 的请求没有 TPOT：它不可能违反 TPOT 目标",
+            "只有一个输出 token 的请求没有 TPOT：这样的请求不可能违反 TPOT 目标",
         )
     else:
         why = tr(
@@ -1003,13 +1003,13 @@ def _build_hint(cex: Counterexample) -> str:
                 f"your {m!r} has {len(g)} entries, one per request; the package's has {n_ok}: "
                 f"a failed request counts nowhere (vLLM leaves it out)",
                 f"你的 {m!r} 有 {len(g)} 项，每个请求一项；llmlab 的有 {n_ok} 项："
-                f"失败的请求哪里都不计入（vLLM 也把它排除在外）",
+                f"失败的请求哪里都不计入（vLLM 也不算失败的请求）",
             )
         else:
             what = tr(
                 f"your {m!r} is {_s(g)}; it must be a list with one entry per successful "
                 f"request ({n_ok})",
-                f"你的 {m!r} 是 {_s(g)}；它必须是一个列表，每个成功的请求一项（共 {n_ok} 项）",
+                f"你的 {m!r} 是 {_s(g)}；这里必须是一个列表，每个成功的请求一项（共 {n_ok} 项）",
             )
     elif kind == "request":
         m, i = diff[1], diff[2]
@@ -1198,7 +1198,7 @@ def metrics_from_trace(
                 f"summarize(..., metrics_fn=my_metrics) 后，在{source}（{n_ok} 个请求、"
                 f"{chunks} 个数据块）上也相同。实测：你的 {_measured({}, theirs['own'])}，用时 "
                 f"{theirs['seconds'] * 1e3:.2f} ms；llmlab 的 {_measured(ours_numbers, None)}，"
-                f"用时 {ours_seconds * 1e3:.2f} ms（你的用时是它的 {ratio:.1f} 倍）。",
+                f"用时 {ours_seconds * 1e3:.2f} ms（你的用时是 llmlab 的 {ratio:.1f} 倍）。",
             ),
         )
     )
