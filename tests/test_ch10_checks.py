@@ -165,6 +165,7 @@ def test_every_exercise_is_described():
         "largest_batch_under_slo",
         "break_even_tokens_per_s",
         "seed_q4",
+        "metrics_from_trace",
     }
     assert set(ch10.EXERCISES) == called
     assert sum(info.kind == "reasoning" for info in ch10.EXERCISES.values()) >= 2

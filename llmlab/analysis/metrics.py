@@ -14,15 +14,21 @@ Definitions (the same as vLLM's benchmark client, `benchmarks/benchmark_serving.
 - goodput (有效吞吐): requests per second that met every SLO given (TTFT, TPOT, E2EL).
 
 `summarize(outputs)` takes `RequestOutput`s of `llmlab.LLM` (or `Request`s, or `RequestMetrics`,
-or `Timeline`s written by hand) and returns mean / median / p90 / p99 of each metric.
-Units: seconds; only `BenchmarkSummary.table()` prints milliseconds.
+or `Timeline`s written by hand, or the records of a raw trace) and returns mean / median / p90 /
+p99 of each metric. Units: seconds; only `BenchmarkSummary.table()` prints milliseconds.
+
+A raw *trace* is what a streaming client writes down before any metric: per request a dict
+`{"sent": t, "scheduled": t or None, "chunks": [(arrival time, tokens it carried), ...], "ok":
+bool}` (`trace_of` makes one from finished requests). `summarize(trace, ..., metrics_fn=f)` lets
+another function compute the per-request metrics and the goodput from it (chapter 10's build
+exercise plugs the student's in there) while the statistics and the table stay this module's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -104,9 +110,12 @@ class Timeline:
 
 
 def timeline_of(item: Any) -> Timeline:
-    """A `Timeline` from a RequestOutput / Request (with `.metrics`), a RequestMetrics, or a Timeline."""
+    """A `Timeline` from a RequestOutput / Request (with `.metrics`), a RequestMetrics, a Timeline,
+    or a successful record of a raw trace (see `trace_of`)."""
     if isinstance(item, Timeline):
         return item
+    if isinstance(item, dict):
+        return _timeline_of_record(item)
     metrics = getattr(item, "metrics", item)
     if not hasattr(metrics, "arrival_time") or not hasattr(metrics, "token_times"):
         raise ValueError(
@@ -214,14 +223,24 @@ def meets_slo(t: Timeline, slo: dict[str, float]) -> bool:
 
 
 def summarize(
-    outputs: Sequence[Any], duration: float | None = None, slo: dict[str, float] | None = None
+    outputs: Sequence[Any],
+    duration: float | None = None,
+    slo: dict[str, float] | None = None,
+    *,
+    metrics_fn: Callable[..., dict] | None = None,
 ) -> BenchmarkSummary:
     """TTFT / TPOT / ITL / E2EL statistics, throughput and goodput of finished requests.
 
     `duration`: the benchmark's wall time in seconds; default first arrival → last token.
     `slo`: e.g. {"ttft": 0.5, "tpot": 0.05} (seconds); goodput counts requests meeting all.
+    Records of a raw trace that failed (`"ok": False`) are left out, as vLLM's client does.
+    `metrics_fn(trace, slo, duration)`, when given, computes the per-request metrics and the
+    goodput instead of this module, from the raw trace of `outputs` (`trace_of`, failed records
+    included; `slo` {} when there is none): it returns {"ttft", "tpot", "itl", "e2el"}, one entry
+    per successful request (TPOT None without a second token, ITL a list of gaps), and
+    "goodput" (requests/s); the statistics of the summary are then taken over its values.
     """
-    timelines = [timeline_of(o) for o in outputs]
+    timelines = [timeline_of(o) for o in outputs if not (isinstance(o, dict) and _failed(o))]
     if not timelines:
         raise ValueError("outputs must hold at least one finished request, got none")
     slo = _check_slo(slo)
@@ -234,6 +253,18 @@ def summarize(
     n_in = sum(t.num_prompt_tokens for t in timelines)
     n_out = sum(t.num_output_tokens for t in timelines)
     num_good = sum(meets_slo(t, slo) for t in timelines) if slo else None
+    per_request = {
+        "ttft": [t.ttft for t in timelines],
+        "tpot": [t.tpot for t in timelines],  # one-token requests drop out of the stats
+        "itl": [t.itls for t in timelines],  # pooled over every request below
+        "e2el": [t.e2el for t in timelines],
+    }
+    goodput = None if slo is None else num_good / duration
+    if metrics_fn is not None:
+        per_request, goodput = _from_metrics_fn(
+            metrics_fn, trace_of(outputs), slo, float(duration), len(timelines)
+        )
+        num_good = None if slo is None else round(goodput * duration)
     return BenchmarkSummary(
         num_requests=len(timelines),
         duration=float(duration),
@@ -242,15 +273,112 @@ def summarize(
         request_throughput=len(timelines) / duration,
         output_throughput=n_out / duration,
         total_token_throughput=(n_in + n_out) / duration,
-        ttft=Stats.of(t.ttft for t in timelines),
-        tpot=Stats.of(t.tpot for t in timelines),  # one-token requests drop out here
-        itl=Stats.of(g for t in timelines for g in t.itls),  # pooled over every request
-        e2el=Stats.of(t.e2el for t in timelines),
+        ttft=Stats.of(per_request["ttft"]),
+        tpot=Stats.of(per_request["tpot"]),
+        itl=Stats.of(g for gaps in per_request["itl"] for g in gaps),
+        e2el=Stats.of(per_request["e2el"]),
         slo=slo,
         num_good=num_good,
-        goodput=None if slo is None else num_good / duration,
+        goodput=goodput,
         timelines=tuple(timelines),
     )
+
+
+def _from_metrics_fn(
+    metrics_fn: Callable[..., dict],
+    trace: list[dict[str, Any]],
+    slo: dict[str, float] | None,
+    duration: float,
+    num_ok: int,
+) -> tuple[dict[str, list], float | None]:
+    """The per-request values and goodput `metrics_fn` computes, checked for shape."""
+    got = metrics_fn(trace, dict(slo or {}), duration)
+    expected = f"one entry per successful request ({num_ok})"
+    if not isinstance(got, dict):
+        raise ValueError(
+            f"metrics_fn must return a dict with 'ttft', 'tpot', 'itl', 'e2el' and 'goodput', "
+            f"got {type(got).__name__}"
+        )
+    per_request = {}
+    for key in ("ttft", "tpot", "itl", "e2el"):
+        values = got.get(key)
+        if not isinstance(values, (list, tuple)) or len(values) != num_ok:
+            raise ValueError(f"metrics_fn's {key!r} must be a list with {expected}, got {values!r}")
+        per_request[key] = list(values)
+    if not all(isinstance(gaps, (list, tuple)) for gaps in per_request["itl"]):
+        raise ValueError("metrics_fn's 'itl' must hold a list of gaps for each request")
+    goodput = got.get("goodput")
+    if slo is not None and (isinstance(goodput, bool) or not isinstance(goodput, (int, float))):
+        raise ValueError(f"metrics_fn's 'goodput' must be a number of requests/s, got {goodput!r}")
+    return per_request, None if slo is None else float(goodput)
+
+
+# --- raw traces ------------------------------------------------------------------------------
+
+TRACE_KEYS = ("sent", "scheduled", "chunks", "ok")
+
+
+def _failed(record: dict[str, Any]) -> bool:
+    _check_record(record)
+    return not record["ok"]
+
+
+def _check_record(record: dict[str, Any]) -> None:
+    if set(record) != set(TRACE_KEYS):
+        raise ValueError(
+            f"a trace record must have exactly the keys {TRACE_KEYS}, got {sorted(record)}"
+        )
+    chunks = record["chunks"]
+    if not isinstance(chunks, (list, tuple)) or not all(
+        isinstance(c, (list, tuple)) and len(c) == 2 for c in chunks
+    ):
+        raise ValueError(f"a trace record's chunks must be (time, tokens) pairs, got {chunks!r}")
+    if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for _, k in chunks):
+        raise ValueError(f"each chunk carries an int >= 1 of tokens, got {chunks!r}")
+
+
+def _timeline_of_record(record: dict[str, Any]) -> Timeline:
+    if _failed(record):
+        raise ValueError("a failed request (ok False) has no timeline; summarize leaves it out")
+    return Timeline(
+        arrival_time=float(record["sent"]),
+        token_times=tuple(t for t, _ in record["chunks"]),
+        first_scheduled_time=record["scheduled"],
+        num_tokens=sum(k for _, k in record["chunks"]),
+    )
+
+
+def trace_of(outputs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The raw trace of `outputs`, as a streaming client writes it down: one dict per request,
+    {"sent": arrival time, "scheduled": first scheduled time (None when not recorded), "chunks":
+    [(arrival time, tokens it carried), ...], "ok": True}. Tokens stamped at the same time (one
+    engine step, e.g. accepted drafts) make one chunk, as the server would stream them; a
+    Timeline's tokens beyond its times (`num_tokens`) go to its last chunk. Trace records are
+    passed through (failed ones too)."""
+    trace = []
+    for item in outputs:
+        if isinstance(item, dict):
+            _check_record(item)
+            trace.append(item)
+            continue
+        t = timeline_of(item)
+        chunks: list[tuple[float, int]] = []
+        for time in t.token_times:
+            if chunks and chunks[-1][0] == time:
+                chunks[-1] = (time, chunks[-1][1] + 1)
+            else:
+                chunks.append((time, 1))
+        extra = t.num_output_tokens - len(t.token_times)
+        chunks[-1] = (chunks[-1][0], chunks[-1][1] + extra)
+        trace.append(
+            {
+                "sent": t.arrival_time,
+                "scheduled": t.first_scheduled_time,
+                "chunks": chunks,
+                "ok": True,
+            }
+        )
+    return trace
 
 
 def cdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,15 +1,19 @@
 """Self-checks of chapter 10 (serving metrics): TPOT of one request, mean TPOT when a request has
 a single token, TTLT from TTFT and TPOT, goodput under an SLO, what burstiness does to arrivals
 (the arrival explorer's task), the largest batch an H100 can run under a TPOT target (the serving
-explorer's task), cost per million tokens, and the source chapter's self-check question 4 (which
-metric matters for chat, batch jobs, code completion)."""
+explorer's task), cost per million tokens, the source chapter's self-check question 4 (which
+metric matters for chat, batch jobs, code completion), and the build exercise: the metrics
+computed from a raw trace by the student's own function (`metrics_from_trace`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from llmlab.analysis import costs, metrics, roofline
 from llmlab.config import PRESETS
+from llmlab.course.build import ch10 as build10
+from llmlab.course.build.core import Counterexample, Raised, drive, find_counterexample
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -626,4 +630,575 @@ EXERCISES: dict[str, ExerciseInfo] = {
         ("throughput for chat", "GPU utilisation as a target", "TTFT for batch jobs"),
         source_question=4,
     ),
+    "metrics_from_trace": ExerciseInfo(
+        "reasoning",
+        (
+            "TPOT over n instead of n − 1",
+            "a TPOT for a one-token request",
+            "ITL per token instead of per chunk",
+            "TTFT from scheduling instead of sending",
+            "goodput counting any target met",
+            "failed requests counted",
+            "TPOT or ITL statistics over the wrong values",
+        ),
+    ),
 }
+
+
+# ----------------------------------------------------------------- build: metrics from a raw trace
+
+# The build exercise: the student's function (named so in the notebook) computes the serving
+# metrics from a raw trace; `python -m llmlab check ch10` runs it on the notebook's definitions.
+BUILDS = {"ch10.metrics_from_trace": "my_metrics"}
+DRIVER = "llmlab.course.build.ch10"
+MAX_EXAMPLES = 50
+METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+STAT_NAMES = ("mean", "median", "p99")
+# the first trace the student's function sees: untouched, the skeleton returns only None
+PROBE = {
+    "trace": [{"sent": 0.0, "scheduled": 0.0, "chunks": [(0.1, 1), (0.2, 1)], "ok": True}],
+    "slo": {"ttft": 0.5},
+    "duration": 0.2,
+}
+# a run of SmolLM2 recorded by the checker itself when the notebook's run is not given
+RECORD_PROMPTS = ("Hello!", "What is a KV cache?", "Tell me a short story.", "Name three colours.")
+RECORD_TOKENS = (1, 6, 4, 8)
+RECORD_ARRIVALS = (0.0, 0.0, 0.05, 0.1)
+
+
+def _cases() -> Any:
+    """Hypothesis strategy of {"trace", "slo", "duration"}: one to four requests with times in
+    tenths of a second, some queueing, chunks of one to three tokens, one-token and failed
+    requests; an SLO of one to three targets; the duration from first send to last chunk."""
+    import itertools
+
+    from hypothesis import assume
+    from hypothesis import strategies as st
+
+    @st.composite
+    def request(draw: Any) -> dict:
+        sent, queue, first = (draw(st.integers(lo, hi)) for lo, hi in ((0, 5), (0, 3), (1, 4)))
+        gaps = draw(st.lists(st.integers(1, 4), max_size=4))
+        tokens = draw(st.lists(st.integers(1, 3), min_size=len(gaps) + 1, max_size=len(gaps) + 1))
+        ok = draw(st.integers(0, 4)) != 4  # one request in five fails
+        times = itertools.accumulate([sent + queue + first, *gaps])
+        chunks = [(t / 10, k) for t, k in zip(times, tokens)]
+        if not ok:  # it broke off after some of its chunks (maybe none)
+            chunks = chunks[: draw(st.integers(0, len(chunks)))]
+        return {"sent": sent / 10, "scheduled": (sent + queue) / 10, "chunks": chunks, "ok": ok}
+
+    @st.composite
+    def case(draw: Any) -> dict:
+        trace = draw(st.lists(request(), min_size=1, max_size=4))
+        done = [r for r in trace if r["ok"]]
+        assume(done)
+        keys = draw(
+            st.lists(st.sampled_from(metrics.SLO_KEYS), min_size=1, max_size=3, unique=True)
+        )
+        slo = {k: draw(st.integers(1, 10)) / 10 for k in keys}
+        last = max(r["chunks"][-1][0] for r in done)
+        return {
+            "trace": trace,
+            "slo": slo,
+            "duration": round(last - min(r["sent"] for r in done), 9),
+        }
+
+    return case()
+
+
+def _package(case: dict) -> dict:
+    """The package's answer for a case, in the shape the student's function returns."""
+    ts = [metrics.timeline_of(r) for r in case["trace"] if r["ok"]]
+    s = metrics.summarize(ts, duration=case["duration"], slo=case["slo"])
+
+    def three(stats: metrics.Stats) -> list | None:
+        return None if stats.count == 0 else [stats.mean, stats.median, stats.p99]
+
+    return {
+        "ttft": [t.ttft for t in ts],
+        "tpot": [t.tpot for t in ts],
+        "itl": [t.itls for t in ts],
+        "e2el": [t.e2el for t in ts],
+        "stats": {m: three(getattr(s, m)) for m in METRIC_NAMES},
+        "goodput": s.goodput,
+    }
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal within float tolerance (numbers), element by element (lists), else identical."""
+    if b is None or a is None:
+        return a is None and b is None
+    if _number(b):
+        return _number(a) and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(b, (list, tuple)):
+        return (
+            isinstance(a, (list, tuple))
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b))
+        )
+    return a == b
+
+
+def _difference(got: Any, expected: dict) -> tuple | None:
+    """The first place where the student's result differs from the package's, or None:
+    ("raised",), ("type",), ("length", metric), ("request", metric, i), ("stats", metric, stat)
+    (stat None: the shape), ("goodput",). Per request first, then statistics, then goodput."""
+    if isinstance(got, Raised):
+        return ("raised",)
+    if not isinstance(got, dict):
+        return ("type",)
+    for m in METRIC_NAMES:
+        if not isinstance(got.get(m), list) or len(got[m]) != len(expected[m]):
+            return ("length", m)
+    for i in range(len(expected["ttft"])):
+        for m in METRIC_NAMES:
+            if not _same(got[m][i], expected[m][i]):
+                return ("request", m, i)
+    stats = got.get("stats")
+    for m in METRIC_NAMES:
+        g = stats.get(m) if isinstance(stats, dict) else "?"
+        e = expected["stats"][m]
+        if e is None or not isinstance(g, list) or len(g) != 3:
+            if not _same(g, e):
+                return ("stats", m, None)
+            continue
+        for j, name in enumerate(STAT_NAMES):
+            if not _same(g[j], e[j]):
+                return ("stats", m, name)
+    if not _same(got.get("goodput"), expected["goodput"]):
+        return ("goodput",)
+    return None
+
+
+def _s(x: Any) -> str:
+    """A number of seconds (or a list of them) as the hint shows it: 0.30000000000000004 -> 0.3."""
+    if _number(x):
+        return f"{round(x, 6):g}"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(_s(v) for v in x) + "]"
+    return repr(x)
+
+
+def _sec(x: Any) -> str:
+    """`_s` with the unit, where there is a value: "0.1 s", "[0.1, 0.2] s", "None"."""
+    return (
+        repr(x) if x is None or not (_number(x) or isinstance(x, (list, tuple))) else f"{_s(x)} s"
+    )
+
+
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}" + ("s" if k != 1 else "")
+
+
+def _tokens(k: int) -> str:
+    return tr(_plural(k, "token"), f"{k} 个 token")
+
+
+def _describe_request(r: dict, label: str) -> str:
+    chunks = tr(", ", "、").join(f"{_s(t)} s ({_tokens(k)})" for t, k in r["chunks"])
+    chunks_zh = "、".join(f"{_s(t)} s（{_tokens(k)}）" for t, k in r["chunks"])
+    failed = tr(" (failed)", "（失败）") if not r["ok"] else ""
+    head = f"{label}{failed} " if label or failed else ""
+    return tr(
+        f"{head}sent at {_s(r['sent'])} s, scheduled at {_s(r['scheduled'])} s, "
+        f"chunks at {chunks or 'none'}",
+        f"{f'请求 {label}' if label else ''}{failed}在 {_s(r['sent'])} s 发出，{_s(r['scheduled'])} s 被调度，"
+        f"数据块到达于 {chunks_zh or '（没有）'}",
+    )
+
+
+def _describe_case(case: dict, with_slo: bool) -> str:
+    """The drawn trace in a sentence (requests named A, B, ...; with the SLO and duration)."""
+    trace = case["trace"]
+    if len(trace) == 1:
+        text = tr("1 request, ", "1 个请求：") + _describe_request(trace[0], "")
+    else:
+        parts = [_describe_request(r, "ABCD"[i]) for i, r in enumerate(trace)]
+        text = tr(f"{len(trace)} requests: ", f"{len(trace)} 个请求：") + tr("; ", "；").join(parts)
+    if with_slo:
+        slo = tr(", ", "、").join(f"{k.upper()} ≤ {_s(v)} s" for k, v in case["slo"].items())
+        text += tr(
+            f"; SLO {slo}; duration {_s(case['duration'])} s",
+            f"；SLO 为 {slo}；时长 {_s(case['duration'])} s",
+        )
+    return text
+
+
+def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
+    """Why request i's `metric` differs: the broken step, named where it can be recognised."""
+    done = [j for j, r in enumerate(case["trace"]) if r["ok"]]
+    r = case["trace"][done[i]]
+    name = "ABCD"[done[i]] if len(case["trace"]) > 1 else ""
+    times = [t for t, _ in r["chunks"]]
+    n, c = sum(k for _, k in r["chunks"]), len(times)
+    ttft, e2el, sent, sched = times[0] - r["sent"], times[-1] - r["sent"], r["sent"], r["scheduled"]
+    what = tr(
+        f"your {metric.upper()}{f' of {name}' if name else ''} is {_sec(g)}, the package's {_sec(e)}",
+        f"你算出{f'请求 {name} ' if name else ''}的 {metric.upper()} 是 {_sec(g)}，"
+        f"llmlab 算出的是 {_sec(e)}",
+    )
+    close = lambda a, b: _number(a) and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # noqa: E731
+    if metric in ("ttft", "e2el") and sched != sent and close(g, (e + sent) - sched):
+        why = tr(
+            f"you measured from when the engine first scheduled it ({_s(sched)} s); "
+            f"{metric.upper()} runs from when the client sent it ({_s(sent)} s): the time it "
+            f"waited in the queue is part of what the user waits",
+            f"你是从引擎第一次调度这个请求的时刻（{_s(sched)} s）算起的；{metric.upper()} 要从客户端"
+            f"发出请求的时刻（{_s(sent)} s）算起：在队列里等的时间也是用户在等的时间",
+        )
+    elif metric in ("ttft", "e2el"):
+        why = tr(
+            f"{metric.upper()} = the {'first' if metric == 'ttft' else 'last'} chunk's arrival "
+            f"− the time the request was sent",
+            f"{metric.upper()} ={'第一个' if metric == 'ttft' else '最后一个'}数据块的到达时刻"
+            f" − 请求发出的时刻",
+        )
+    elif metric == "tpot" and e is None:
+        why = tr(
+            "with one output token there is no inter-token time: the package leaves this "
+            "request out of TPOT (None)",
+            "只有一个输出 token 时，不存在 token 之间的时间：llmlab 不把这个请求算进 TPOT（None）",
+        )
+    elif metric == "tpot" and g is None:
+        why = tr(
+            f"it has {n} output tokens: only a request with a single output token has no TPOT",
+            f"这个请求有 {n} 个输出 token：只有只输出一个 token 的请求才没有 TPOT",
+        )
+    elif metric == "tpot" and close(g, (e2el - ttft) / n):
+        why = tr(
+            f"you divided by the n = {n} output tokens; after the first token come n − 1 = "
+            f"{n - 1}, and TPOT divides by those",
+            f"你除以的是全部 n = {n} 个输出 token；第一个 token 之后只有 n − 1 = {n - 1} 个，"
+            f"TPOT 除以的是这 n − 1 个",
+        )
+    elif metric == "tpot" and c != n and c > 1 and close(g, (e2el - ttft) / (c - 1)):
+        why = tr(
+            f"you divided by the gaps between its {c} chunks; TPOT divides by the output tokens "
+            f"after the first (n − 1 = {n - 1}): a chunk can carry several tokens",
+            f"你除以的是 {c} 个数据块之间的间隔数；TPOT 除以的是第一个 token 之后的输出 token 数"
+            f"（n − 1 = {n - 1}）：一个数据块可以带好几个 token",
+        )
+    elif metric == "tpot":
+        why = tr(
+            "TPOT = (E2EL − TTFT) / (n − 1), with n the output tokens (all chunks together)",
+            "TPOT =（E2EL − TTFT）/（n − 1），n 是输出 token 数（所有数据块加起来）",
+        )
+    elif isinstance(g, list) and len(g) == n - 1 != c - 1:
+        why = tr(
+            f"you took one gap per token; vLLM's client takes one per streamed chunk, "
+            f"whatever the tokens it carried: {_plural(c, 'chunk')}, {_plural(c - 1, 'gap')}",
+            f"你是每个 token 取一个间隔；vLLM 的客户端是每个流式数据块取一个，"
+            f"不管一个数据块带了几个 token：{c} 个数据块，{c - 1} 个间隔",
+        )
+    else:
+        why = tr(
+            "ITL is the list of gaps between consecutive chunks' arrivals",
+            "ITL 是相邻数据块到达时刻之间的间隔列表",
+        )
+    return tr(f"{what}: {why}.", f"{what}：{why}。")
+
+
+def _goodput_hint(case: dict, g: Any, e: float) -> str:
+    """Why the goodput differs: any target instead of every one, a count, one token failing TPOT."""
+    ts = [metrics.timeline_of(r) for r in case["trace"] if r["ok"]]
+    slo, duration = case["slo"], case["duration"]
+    values = [{"ttft": t.ttft, "tpot": t.tpot, "e2el": t.e2el} for t in ts]
+    meets = [[v[k] is None or v[k] <= x for k, x in slo.items()] for v in values]
+    strict = [all(v[k] is not None and v[k] <= x for k, x in slo.items()) for v in values]
+    num_good = sum(all(m) for m in meets)
+    close = lambda a, b: _number(a) and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # noqa: E731
+    what = tr(
+        f"your goodput is {_s(g)} requests/s, the package's {_s(e)} requests/s",
+        f"你算出的 goodput 是 {_s(g)} requests/s，llmlab 算出的是 {_s(e)} requests/s",
+    )
+    if close(g, sum(any(m) for m in meets) / duration):
+        why = tr(
+            "a request counts only when it meets every target of the SLO; you counted "
+            "requests that met any one of them",
+            "一个请求要满足 SLO 的每一个目标才算数；你把只满足其中任意一个目标的请求也算进去了",
+        )
+    elif close(g, num_good) and num_good != e:
+        why = tr(
+            "goodput is a rate: divide the good requests by the duration",
+            "goodput 是一个速率：用达标的请求数除以时长",
+        )
+    elif close(g, sum(strict) / duration):
+        why = tr(
+            "a request with one output token has no TPOT: it cannot miss the TPOT target",
+            "只有一个输出 token 的请求没有 TPOT：这样的请求不可能违反 TPOT 目标",
+        )
+    else:
+        why = tr(
+            "goodput = the successful requests that met every target / the duration",
+            "goodput = 满足每一个目标的成功请求数 / 时长",
+        )
+    return tr(f"{what}: {why}.", f"{what}：{why}。")
+
+
+def _stats_hint(case: dict, metric: str, stat: str | None, got: dict, e: Any) -> str:
+    stats = got.get("stats")
+    g = stats.get(metric) if isinstance(stats, dict) else None
+    if stat is None:
+        what = tr(
+            f"your stats for {metric.upper()} are {_s(g)}, the package's {_s(e)}",
+            f"你算出的 {metric.upper()} 统计量是 {_s(g)}，llmlab 算出的是 {_s(e)}",
+        )
+        why = tr(
+            "'stats' maps each metric to stats(values), (mean, median, p99), which is None "
+            "when there is no value",
+            "'stats' 把每个指标映射到 stats(values)，即（mean、median、p99）；没有任何值时是 None",
+        )
+    else:
+        what = tr(
+            f"your {metric.upper()} {stat} is {_s(g[STAT_NAMES.index(stat)])} s, "
+            f"the package's {_s(e[STAT_NAMES.index(stat)])} s",
+            f"你算出的 {metric.upper()} {stat} 是 {_s(g[STAT_NAMES.index(stat)])} s，"
+            f"llmlab 算出的是 {_s(e[STAT_NAMES.index(stat)])} s",
+        )
+        why = {
+            "itl": tr(
+                "ITL's statistics pool every gap of every request (a long request weighs more)",
+                "ITL 的统计量把所有请求的每一个间隔放在一起算（长请求分量更重）",
+            ),
+            "tpot": tr(
+                "TPOT's statistics are over the requests that have one: one-token requests are "
+                "left out",
+                "TPOT 的统计量只算有 TPOT 的请求：只有一个 token 的请求不计入",
+            ),
+        }.get(
+            metric,
+            tr(
+                f"{metric.upper()}'s statistics are over the successful requests, one value each",
+                f"{metric.upper()} 的统计量对成功的请求计算，每个请求一个值",
+            ),
+        )
+    return tr(f"{what}: {why}.", f"{what}：{why}。")
+
+
+def _build_hint(cex: Counterexample) -> str:
+    """The shrunk trace and the first metric on which the student's function differs."""
+    case, got, expected = cex.case, cex.got, cex.expected
+    diff = _difference(got, expected)
+    where = _describe_case(case, with_slo=diff is not None and diff[0] == "goodput")
+    kind = diff[0] if diff else "raised"
+    if kind == "raised":
+        what = tr(
+            f"your function raised {got.error}: {got.message}",
+            f"你的函数抛出了 {got.error}：{got.message}",
+        )
+    elif kind == "type":
+        what = tr(
+            f"your function returned {type(got).__name__}; return the dict the docstring describes",
+            f"你的函数返回了 {type(got).__name__}；请返回 docstring 描述的那个 dict",
+        )
+    elif kind == "length":
+        m, g = diff[1], got.get(diff[1])
+        n_ok = len(expected[m])
+        if isinstance(g, list) and len(g) == len(case["trace"]) != n_ok:
+            what = tr(
+                f"your {m!r} has {len(g)} entries, one per request; the package's has {n_ok}: "
+                f"a failed request counts nowhere (vLLM leaves it out)",
+                f"你的 {m!r} 有 {len(g)} 项，每个请求一项；llmlab 的有 {n_ok} 项："
+                f"失败的请求哪里都不计入（vLLM 也不算失败的请求）",
+            )
+        else:
+            what = tr(
+                f"your {m!r} is {_s(g)}; it must be a list with one entry per successful "
+                f"request ({n_ok})",
+                f"你的 {m!r} 是 {_s(g)}；这里必须是一个列表，每个成功的请求一项（共 {n_ok} 项）",
+            )
+    elif kind == "request":
+        m, i = diff[1], diff[2]
+        return tr(
+            f"{where} — {_request_hint(case, m, i, got[m][i], expected[m][i])}",
+            f"{where}——{_request_hint(case, m, i, got[m][i], expected[m][i])}",
+        )
+    elif kind == "stats":
+        what = _stats_hint(case, diff[1], diff[2], got, expected["stats"][diff[1]])
+        return tr(f"{where} — {what}", f"{where}——{what}")
+    else:
+        what = _goodput_hint(case, got.get("goodput"), expected["goodput"])
+        return tr(f"{where} — {what}", f"{where}——{what}")
+    return tr(f"{where} — {what}.", f"{where}——{what}。")
+
+
+def _real_run(
+    trace: Any, slo: Any, duration: Any
+) -> tuple[list[dict], dict[str, float], float, bool]:
+    """(trace, slo, duration, recorded here) of a real run: the notebook's when it gives a usable
+    one, else a few requests of SmolLM2 recorded now through the engine's streaming timestamps."""
+    here = False
+    try:
+        trace = metrics.trace_of(trace)
+        done = [r for r in trace if r["ok"]]
+        if len(done) < 2:
+            raise ValueError("too few requests")
+        metrics.summarize(trace)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        trace, here = _record_trace(), True
+        done = [r for r in trace if r["ok"]]
+    try:
+        slo = metrics._check_slo(slo)
+    except (TypeError, ValueError):
+        slo = None
+    if not slo:
+        s = metrics.summarize(trace)
+        slo = {"ttft": 2 * s.ttft.median} | ({"tpot": 2 * s.tpot.median} if s.tpot.count else {})
+    if not (_number(duration) and duration > 0):
+        last = max(r["chunks"][-1][0] for r in done)
+        duration = last - min(r["sent"] for r in done)
+    return trace, slo, float(duration), here
+
+
+def _record_trace() -> list[dict]:
+    """A few requests of SmolLM2 through the engine (one with a single output token), arriving
+    close together, as a raw trace."""
+    from llmlab import LLM, SamplingParams
+
+    llm = LLM("smollm2-135m", max_model_len=256, max_num_seqs=8, seed=0)
+    tok = llm.get_tokenizer()
+    prompts = [tok.encode(p) for p in RECORD_PROMPTS]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in RECORD_TOKENS]
+    outs, _ = metrics.run_with_arrivals(llm.llm_engine, prompts, params, RECORD_ARRIVALS)
+    return metrics.trace_of(outs)
+
+
+def _ms(x: Any) -> str:
+    return "—" if x is None else f"{x * 1e3:.1f} ms"
+
+
+def _measured(numbers: dict, own: dict | None) -> str:
+    """p50 / p99 of TTFT and TPOT and the goodput, from summary numbers ([count, mean, median,
+    p90, p99]) or from a function's own "stats" ((mean, median, p99))."""
+    if own is not None:
+        stats = own.get("stats") or {}
+        p = {m: tuple((stats.get(m) or [None] * 3)[1:3]) for m in ("ttft", "tpot")}
+        goodput = own.get("goodput")
+    else:
+        p = {m: (numbers[m][2], numbers[m][4]) for m in ("ttft", "tpot")}
+        goodput = numbers["goodput"]
+    return tr(
+        f"TTFT p50 {_ms(p['ttft'][0])}, p99 {_ms(p['ttft'][1])}; TPOT p50 {_ms(p['tpot'][0])}, "
+        f"p99 {_ms(p['tpot'][1])}; goodput {goodput:.2f} req/s",
+        f"TTFT p50 {_ms(p['ttft'][0])}、p99 {_ms(p['ttft'][1])}；TPOT p50 {_ms(p['tpot'][0])}、"
+        f"p99 {_ms(p['tpot'][1])}；goodput {goodput:.2f} req/s",
+    )
+
+
+def metrics_from_trace(
+    answer: Any, trace: Any = None, slo: Any = None, duration: Any = None
+) -> CheckResult:
+    """Build exercise: `answer` is the student's `my_metrics(trace, slo, duration)`, which
+    returns TTFT, TPOT, ITL, E2EL per successful request, their statistics and the goodput,
+    with vLLM's definitions. Checked on traces drawn with hypothesis against the package's
+    metrics (the smallest disagreeing trace in the hint), then plugged into the chapter's report
+    (`metrics.summarize(..., metrics_fn=answer)`) on a real run: `trace`, `slo`, `duration`
+    from the chapter's benchmark, else SmolLM2 recorded here. The pass line measures both."""
+    ex = "ch10.metrics_from_trace"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(answer):
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"answer with your function my_metrics, got {type(answer).__name__}.",
+                    f"请用你的函数 my_metrics 作答，你给的是 {type(answer).__name__}。",
+                ),
+            )
+        )
+
+    def observe(case: dict) -> Any:
+        return drive(answer, f"{DRIVER}:observe", case["trace"], case["slo"], case["duration"])
+
+    try:
+        first = observe(PROBE)
+    except TimeoutError as e:
+        return report(not_yet(ex, tr(f"your function {e}.", f"你的函数超时了：{e}。")))
+    except Exception:  # the property check below shows the error on the smallest trace
+        first = ...
+    if first is None or (isinstance(first, dict) and all(v is None for v in first.values())):
+        return report(not_yet(ex, NOT_ANSWERED))
+    cex = find_counterexample(
+        _cases(),
+        observe,
+        _package,
+        max_examples=MAX_EXAMPLES,
+        compare=lambda got, expected: _difference(got, expected) is None,
+    )
+    if cex is not None:
+        return report(not_yet(ex, _build_hint(cex)))
+    real, real_slo, real_duration, here = _real_run(trace, slo, duration)
+    ours = metrics.summarize(real, duration=real_duration, slo=real_slo)
+    ours_numbers = build10.summary_numbers(ours)
+    ours_seconds = build10.best_seconds(
+        lambda t: metrics.summarize(t, duration=real_duration, slo=real_slo), real
+    )
+    try:
+        theirs = drive(answer, f"{DRIVER}:plugged_in", real, real_slo, real_duration)
+    except Exception as e:  # the student's function, or summarize refusing what it returned
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"plugged into the chapter's report on a real run, your function "
+                    f"failed: {type(e).__name__}: {e}",
+                    f"接到本章的报告里、在真实运行的 trace 上，你的函数出错了：{type(e).__name__}：{e}",
+                ),
+            )
+        )
+    expected_own = _package({"trace": real, "slo": real_slo, "duration": real_duration})
+    mismatch = [
+        m for m in (*METRIC_NAMES, "goodput") if not _same(theirs["summary"][m], ours_numbers[m])
+    ]
+    own_stats = (theirs["own"] or {}).get("stats")
+    if not isinstance(own_stats, dict) or not all(
+        _same(own_stats.get(m), expected_own["stats"][m]) for m in METRIC_NAMES
+    ):
+        mismatch.append("stats")
+    if not _same((theirs["own"] or {}).get("goodput"), expected_own["goodput"]):
+        mismatch.append("goodput")
+    n_ok = sum(r["ok"] for r in real)
+    source = (
+        tr("a run of SmolLM2 recorded just now", "刚刚录下的一次 SmolLM2 运行")
+        if here
+        else tr("the chapter's recorded run", "本章录下的那次运行")
+    )
+    if mismatch:
+        names = ", ".join(sorted(set(mismatch)))
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    f"right on the small drawn traces, but on {source} ({n_ok} requests) your "
+                    f"{names} differ from the package's: yours {_measured(theirs['summary'], None)}; "
+                    f"the package's {_measured(ours_numbers, None)}.",
+                    f"在抽出来的小 trace 上都对，但在{source}（{n_ok} 个请求）上，你的 {names} "
+                    f"和 llmlab 的不一样：你的 {_measured(theirs['summary'], None)}；"
+                    f"llmlab 的 {_measured(ours_numbers, None)}。",
+                ),
+            )
+        )
+    chunks = sum(len(r["chunks"]) for r in real if r["ok"])
+    ratio = theirs["seconds"] / max(ours_seconds, 1e-9)
+    return report(
+        passed(
+            ex,
+            tr(
+                f"equal to the package's on {MAX_EXAMPLES} drawn traces and, plugged into "
+                f"summarize(..., metrics_fn=my_metrics), on {source} ({n_ok} requests, "
+                f"{chunks} chunks). Measured: yours {_measured({}, theirs['own'])}, in "
+                f"{theirs['seconds'] * 1e3:.2f} ms; the package's {_measured(ours_numbers, None)}, "
+                f"in {ours_seconds * 1e3:.2f} ms (yours took {ratio:.1f}× its time).",
+                f"在 {MAX_EXAMPLES} 条抽出来的 trace 上与 llmlab 相同；接进 "
+                f"summarize(..., metrics_fn=my_metrics) 后，在{source}（{n_ok} 个请求、"
+                f"{chunks} 个数据块）上也相同。实测：你的 {_measured({}, theirs['own'])}，用时 "
+                f"{theirs['seconds'] * 1e3:.2f} ms；llmlab 的 {_measured(ours_numbers, None)}，"
+                f"用时 {ours_seconds * 1e3:.2f} ms（你的用时是 llmlab 的 {ratio:.1f} 倍）。",
+            ),
+        )
+    )
