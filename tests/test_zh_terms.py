@@ -48,8 +48,6 @@ PENDING_TERMS = {
 # Pending: English widget labels named in Chinese text where the Chinese widget shows another
 # label, as (chapter store or file, the English label).
 PENDING_LABELS = {
-    ("08", "arrivals / step"),
-    ("08", "max batch"),
     ("11", "4. A finishes"),
     ("llmlab/course/check/ch08.py", "arrivals / step"),
     ("llmlab/course/check/ch08.py", "max batch"),
