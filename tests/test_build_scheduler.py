@@ -263,7 +263,7 @@ def test_a_build_exercise_counts_as_coding_in_the_reading_time():
 
     assert exercise_kind("ch08.build_scheduler", "answer = MyScheduler\n") == "coding"
     assert exercise_kind("ch11.build_chunked_prefill", "answer = plan_step\n") == "coding"
-    assert exercise_kind("ch08.seed_q3", "answer = {}\n") == "plug-in"
+    assert exercise_kind("ch08.source_q3", "answer = {}\n") == "plug-in"
 
 
 # ---- the grader's sandbox and the command line -----------------------------------------------

@@ -144,13 +144,15 @@ def test_break_even_right_answer_and_staged_formula():
     assert "seconds per hour" not in first.message and "seconds per hour" in second.message
 
 
-def test_seed_q4_is_a_shuffled_matching_with_a_distractor():
+def test_source_q4_is_a_shuffled_matching_with_a_distractor():
     assert len(ch10.Q4_METRICS) > len(ch10.Q4_KEYS)
     right = {k: sorted(ch10.Q4_ACCEPT[k])[0] for k in ch10.Q4_KEYS}
     assert [ch10.Q4_METRICS.index(right[k]) for k in ch10.Q4_KEYS] != list(range(len(ch10.Q4_KEYS)))
-    res = ch10.seed_q4({"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"})
+    res = ch10.source_q4(
+        {"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"}
+    )
     assert not res.passed and "utilisation" in res.message
-    assert ch10.seed_q4(
+    assert ch10.source_q4(
         {"chat": "TPOT", "batch_jobs": "Throughput", "code_completion": "e2el"}
     ).passed
 
@@ -164,12 +166,12 @@ def test_every_exercise_is_described():
         "burstiness",
         "largest_batch_under_slo",
         "break_even_tokens_per_s",
-        "seed_q4",
+        "source_q4",
         "metrics_from_trace",
     }
     assert set(ch10.EXERCISES) == called
     assert sum(info.kind == "reasoning" for info in ch10.EXERCISES.values()) >= 2
-    assert ch10.EXERCISES["seed_q4"].source_question == 4
+    assert ch10.EXERCISES["source_q4"].source_question == 4
 
 
 @pytest.mark.parametrize(

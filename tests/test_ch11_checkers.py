@@ -104,4 +104,4 @@ def test_every_exercise_the_notebook_calls_is_listed():
     assert called == set(ch11.EXERCISES)
     assert sum(info.kind == "reasoning" for info in ch11.EXERCISES.values()) >= 2
     assert all(info.kind in KINDS for info in ch11.EXERCISES.values())
-    assert ch11.EXERCISES["seed_q5"].source_question == 5
+    assert ch11.EXERCISES["source_q5"].source_question == 5

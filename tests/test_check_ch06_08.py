@@ -29,7 +29,7 @@ def test_none_is_not_yet_everywhere(capsys):
         ch07.decode_gemv_intensity,
         ch07.attention_intensity,
         ch07.decode_bound,
-        ch08.seed_q3,
+        ch08.source_q3,
         ch08.continuous_mean_latency,
         ch08.why_continuous,
     ]
@@ -142,29 +142,29 @@ def _q3_right():
     }
 
 
-def test_seed_q3_accepts_the_right_quantities():
+def test_source_q3_accepts_the_right_quantities():
     right = _q3_right()
     assert (
         46 < right["step_ms_batch1"] < 48 and 49 < right["step_ms_batch32"] < 52
     )  # the seed's 47 and 50-60
-    assert ch08.seed_q3(right)
+    assert ch08.source_q3(right)
     rounded = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in right.items()}
-    assert ch08.seed_q3(rounded)
+    assert ch08.source_q3(rounded)
 
 
-def test_seed_q3_names_each_mistake():
+def test_source_q3_names_each_mistake():
     right = _q3_right()
-    r = ch08.seed_q3(
+    r = ch08.source_q3(
         dict(right, step_ms_batch32=32 * right["step_ms_batch1"], throughput_ratio=1.0)
     )
     assert not r and "once per step" in r.message and "tokens per second" in r.message
-    r = ch08.seed_q3(dict(right, step_ms_batch32=right["step_ms_batch1"], throughput_ratio=32.0))
+    r = ch08.source_q3(dict(right, step_ms_batch32=right["step_ms_batch1"], throughput_ratio=32.0))
     assert not r and "KV cache" in r.message and "equal step times" in r.message
-    r = ch08.seed_q3(dict(right, bound="compute"))
+    r = ch08.source_q3(dict(right, bound="compute"))
     assert not r and "ridge" in r.message
-    r = ch08.seed_q3(dict(right, step_ms_batch1=right["step_ms_batch1"] / 1e3))
+    r = ch08.source_q3(dict(right, step_ms_batch1=right["step_ms_batch1"] / 1e3))
     assert not r and "seconds" in r.message
-    r = ch08.seed_q3({"step_ms_batch1": 47})
+    r = ch08.source_q3({"step_ms_batch1": 47})
     assert not r and "keys" in r.message
     for v in right.values():
         if isinstance(v, float):

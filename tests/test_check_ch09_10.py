@@ -38,7 +38,7 @@ CASES = [
     (ch10.mean_tpot, MEAN_TPOT),
     (ch10.ttlt, TTLT),
     (ch10.goodput, GOODPUT),
-    (ch10.seed_q4, Q4),
+    (ch10.source_q4, Q4),
 ]
 
 
@@ -101,14 +101,16 @@ def test_parallel_style_mistakes():
     assert '"column" or "row"' in ch09.parallel_style(dict(STYLE, o_proj="diagonal")).message
 
 
-def test_seed_q4_hints_per_product_without_the_answer():
-    res = ch10.seed_q4({"chat": "throughput", "batch_jobs": "ttft", "code_completion": "tpot"})
+def test_source_q4_hints_per_product_without_the_answer():
+    res = ch10.source_q4({"chat": "throughput", "batch_jobs": "ttft", "code_completion": "tpot"})
     assert not res.passed
     for key in ("chat:", "batch_jobs:", "code_completion:"):
         assert key in res.message
     assert not any(f'"{m}"' in res.message for m in ("ttft", "throughput", "e2el"))
-    assert "choose one of" in ch10.seed_q4(dict(Q4, chat="vibes")).message
-    assert ch10.seed_q4({**Q4, "chat": "TPOT", "code_completion": "TTFT"}).passed  # also defensible
+    assert "choose one of" in ch10.source_q4(dict(Q4, chat="vibes")).message
+    assert ch10.source_q4(
+        {**Q4, "chat": "TPOT", "code_completion": "TTFT"}
+    ).passed  # also defensible
 
 
 def _spellings(x: float) -> set[str]:

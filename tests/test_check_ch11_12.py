@@ -51,7 +51,7 @@ def test_max_wasted_slots():
     _fails_with(ch11.max_wasted_slots(0), "partly")
 
 
-def test_seed_q5_matching():
+def test_source_q5_matching():
     right = {
         "block_table": "paging",
         "prefix_sharing": "shared_pages",
@@ -59,26 +59,26 @@ def test_seed_q5_matching():
         "request_scheduling": "process_scheduling",
         "preemption": "swapping",
     }
-    assert ch11.seed_q5(right).passed
-    assert ch11.seed_q5({k: v.replace("_", " ").upper() for k, v in right.items()}).passed
-    assert ch11.seed_q5(dict(right, block_table="demand_paging")).passed  # also defensible
+    assert ch11.source_q5(right).passed
+    assert ch11.source_q5({k: v.replace("_", " ").upper() for k, v in right.items()}).passed
+    assert ch11.source_q5(dict(right, block_table="demand_paging")).passed  # also defensible
     # vLLM V1 preempts by recomputing, as the chapter says: the matches for that are accepted too
     for concept in ("process_scheduling", "demand_paging"):
-        assert ch11.seed_q5(dict(right, preemption=concept)).passed, concept
-    _fails_with(ch11.seed_q5(dict(right, preemption="paging")), "recomputes")
+        assert ch11.source_q5(dict(right, preemption=concept)).passed, concept
+    _fails_with(ch11.source_q5(dict(right, preemption="paging")), "recomputes")
     assert len(ch11.Q5_CONCEPTS) > len(ch11.Q5_DESIGNS)  # not a bijection
     assert list(ch11.Q5_CONCEPTS) != [
         next(iter(sorted(ch11.Q5_ACCEPTED[d]))) for d in ch11.Q5_DESIGNS
     ]
-    r = ch11.seed_q5(dict(right, prefix_sharing="copy_on_write"))
+    r = ch11.source_q5(dict(right, prefix_sharing="copy_on_write"))
     assert not r.passed and "never written" in r.message  # why the tempting one is wrong
     swapped = dict(right, block_table="shared_pages", prefix_sharing="paging")
-    r = ch11.seed_q5(swapped)
+    r = ch11.source_q5(swapped)
     _fails_with(r, "block_table:", "prefix_sharing:")
     assert "block_eviction:" not in r.message
-    _fails_with(ch11.seed_q5(dict(right, preemption="garbage_collection")), "choose one of")
-    _fails_with(ch11.seed_q5({"block_table": "paging"}), "keys")
-    _fails_with(ch11.seed_q5(["paging"]), "dict")
+    _fails_with(ch11.source_q5(dict(right, preemption="garbage_collection")), "choose one of")
+    _fails_with(ch11.source_q5({"block_table": "paging"}), "keys")
+    _fails_with(ch11.source_q5(["paging"]), "dict")
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_seed_q5_matching():
         ch11.slot_for_position,
         ch11.cached_tokens,
         ch11.max_wasted_slots,
-        ch11.seed_q5,
+        ch11.source_q5,
         ch12.generation_loop_order,
         ch12.glossary_match,
         ch12.vllm_fixes,

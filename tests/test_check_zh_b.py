@@ -140,7 +140,7 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
     assert not r and r.message == ch07.CROSSOVER_WHY_WRONG["ridge_moves"][1]
     r = quiet(
-        ch10.seed_q4, {"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"}
+        ch10.source_q4, {"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"}
     )
     assert not r and "利用率" in r.message
     r = quiet(ch11.ratio_reason, "b")
@@ -164,7 +164,7 @@ def test_dict_answers_name_each_wrong_key_in_chinese(zh):
     from llmlab.course.check import ch08, ch11
 
     r = quiet(
-        ch08.seed_q3,
+        ch08.source_q3,
         {"step_ms_batch1": 1, "step_ms_batch32": 2, "throughput_ratio": 32.0, "bound": "sideways"},
     )
     assert (

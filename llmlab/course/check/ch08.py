@@ -40,7 +40,7 @@ WIDGET_ARRIVAL_RATE = 1.0
 WIDGET_MAX_BATCH = 32
 
 EXERCISES = {
-    "seed_q3": ExerciseInfo(
+    "source_q3": ExerciseInfo(
         "plug-in",
         (
             "weights read once per sequence",
@@ -85,7 +85,7 @@ def _q3_expected() -> dict:
     }
 
 
-def seed_q3(answer: Any) -> CheckResult:
+def source_q3(answer: Any) -> CheckResult:
     """The source chapter's question 3 with numbers. Llama-3-70B, BF16, the source chapter's H100
     (1000 TFLOPS, 3 TB/s), every sequence has Q3_CONTEXT tokens of KV cache. Answer a dict with
       step_ms_batch1   : decode step floor at batch 1, ms
@@ -93,7 +93,7 @@ def seed_q3(answer: Any) -> CheckResult:
       throughput_ratio : tokens/s at batch 32 over tokens/s at batch 1
       bound            : "memory" or "compute" — which resource bounds the batch-32 step
     """
-    ex = "ch08.seed_q3"
+    ex = "ch08.source_q3"
     exp = _q3_expected()
     for key in Q3_KEYS[:3]:
         record_expected(ex, exp[key])
@@ -803,3 +803,12 @@ EXERCISES["build_scheduler"] = ExerciseInfo(
         "budget not decreased",
     ),
 )
+
+
+def __getattr__(name: str) -> Any:
+    """`seed_q3`: the earlier name of `source_q3`, which notebooks handed out before the rename
+    call; the call goes through `source_q3` as the module holds it then, so the grader records it
+    under the current id."""
+    if name == "seed_q3":
+        return lambda answer: source_q3(answer)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -557,11 +557,11 @@ Q4_WHY_WRONG = {
 }
 
 
-def seed_q4(answer: Any) -> CheckResult:
+def source_q4(answer: Any) -> CheckResult:
     """The source chapter's question 4. Answer a dict mapping each of Q4_KEYS to the metric that
     matters most, one of Q4_METRICS."""
     return check_matching(
-        "ch10.seed_q4",
+        "ch10.source_q4",
         answer,
         Q4_ACCEPT,
         choices=Q4_METRICS,
@@ -625,7 +625,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "per token instead of per million",
         ),
     ),
-    "seed_q4": ExerciseInfo(
+    "source_q4": ExerciseInfo(
         "reasoning",
         ("throughput for chat", "GPU utilisation as a target", "TTFT for batch jobs"),
         source_question=4,
@@ -1202,3 +1202,12 @@ def metrics_from_trace(
             ),
         )
     )
+
+
+def __getattr__(name: str) -> Any:
+    """`seed_q4`: the earlier name of `source_q4`, which notebooks handed out before the rename
+    call; the call goes through `source_q4` as the module holds it then, so the grader records it
+    under the current id."""
+    if name == "seed_q4":
+        return lambda answer: source_q4(answer)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -301,12 +301,12 @@ _Q5_HINTS = {
 }
 
 
-def seed_q5(answer: Any) -> CheckResult:
+def source_q5(answer: Any) -> CheckResult:
     """The source chapter's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design)
     to the operating-system concept it borrows, one of Q5_CONCEPTS (more concepts than designs;
     some designs have more than one defensible answer, `Q5_ACCEPTED`)."""
     return check_matching(
-        "ch11.seed_q5",
+        "ch11.source_q5",
         answer,
         Q5_ACCEPTED,
         choices=Q5_CONCEPTS,
@@ -840,7 +840,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "a same-prefix block replaces the other in the cache",
         ),
     ),
-    "seed_q5": ExerciseInfo(
+    "source_q5": ExerciseInfo(
         "reasoning",
         mistakes=(
             "copy-on-write for prefix sharing",
@@ -1076,3 +1076,12 @@ EXERCISES["build_chunked_prefill"] = ExerciseInfo(
         "prefill chunk before the decodes",
     ),
 )
+
+
+def __getattr__(name: str) -> Any:
+    """`seed_q5`: the earlier name of `source_q5`, which notebooks handed out before the rename
+    call; the call goes through `source_q5` as the module holds it then, so the grader records it
+    under the current id."""
+    if name == "seed_q5":
+        return lambda answer: source_q5(answer)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

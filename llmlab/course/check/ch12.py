@@ -114,15 +114,15 @@ SEED_QUESTIONS_EN: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
     ),
     3: (
         "Why does batch 32 give nearly 32x the throughput at nearly the same latency?",
-        (("ch08", "seed_q3"), ("ch12", "q3_fresh_case")),
+        (("ch08", "source_q3"), ("ch12", "q3_fresh_case")),
     ),
     4: (
         "Which of TTFT / TPOT / throughput matters most for chat, batch jobs, code completion?",
-        (("ch10", "seed_q4"), ("ch12", "q4_fresh_case")),
+        (("ch10", "source_q4"), ("ch12", "q4_fresh_case")),
     ),
     5: (
         "Map an operating-system idea to a vLLM design.",
-        (("ch11", "seed_q5"), ("ch12", "q5_fresh_case")),
+        (("ch11", "source_q5"), ("ch12", "q5_fresh_case")),
     ),
 }
 
@@ -688,7 +688,7 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
             "ch07.ridge_point",
             "ch07.decode_gemv_intensity",
             "ch07.decode_bound",
-            "ch08.seed_q3",
+            "ch08.source_q3",
             "ch08.why_continuous",
         ),
     ),
@@ -708,7 +708,7 @@ LEARNING_GOALS: tuple[tuple[int, str, str, tuple[str, ...]], ...] = (
         4,
         "用 TTFT / TPOT / 吞吐三个指标解释推理服务“卡不卡”和“赚不赚”",
         "use TTFT, TPOT and throughput to say whether a service feels slow and whether it pays",
-        ("ch10.tpot", "ch10.ttlt", "ch10.goodput", "ch10.seed_q4", "ch12.symptoms"),
+        ("ch10.tpot", "ch10.ttlt", "ch10.goodput", "ch10.source_q4", "ch12.symptoms"),
     ),
 )
 
