@@ -85,7 +85,7 @@ HINTS = {
     ),
     "hash_kept": (
         ["still in your prefix cache under the old hash", "handed"],
-        ["还以旧的块哈希留在你的前缀缓存里", "驱逐"],
+        ["还以旧的块哈希留在你的前缀缓存里", "淘汰"],
     ),
     "duplicate_replaces": (
         ["arrive in one step", "missing from your prefix cache", "same prefix"],

@@ -48,7 +48,7 @@ def test_timing_harness_times_both_steps_on_a_tiny_model():
 
 
 def test_seed_example_and_layout_bars():
-    fig = ch04.plot_seed_example(1.342e9, 10.7e9)
+    fig = ch04.plot_source_example(1.342e9, 10.7e9)
     widths = [p.get_width() for p in fig.axes[0].patches]
     assert widths == pytest.approx([1.342, 10.7])
     fig = ch04.plot_kv_layouts(["llama-3-8b"])

@@ -226,7 +226,7 @@ def _chapter_figures():
                 [8, 16], [0.01, 0.02], [0.005, 0.005], [8, 16], [0.001, 0.002], [0.001, 0.001]
             ),
         ),
-        ("ch04.plot_seed_example", lambda: ch04.plot_seed_example(1.34e9, 5.4e9)),
+        ("ch04.plot_source_example", lambda: ch04.plot_source_example(1.34e9, 5.4e9)),
         ("ch04.plot_kv_layouts", lambda: ch04.plot_kv_layouts(["llama-3-8b"])),
         (
             "ch05.plot_prefill_decode",
@@ -410,7 +410,7 @@ def test_english_figures_are_unchanged_after_switching_back(zh):
     i18n.set_language("en")
     fig, _ = _drawn(ch00.chapter_map)
     assert fig.axes[0].get_title() == "The chapter map: from a token to PagedAttention"
-    fig, _ = _drawn(lambda: ch04.plot_seed_example(1.34e9, 5.4e9))
+    fig, _ = _drawn(lambda: ch04.plot_source_example(1.34e9, 5.4e9))
     assert fig.axes[0].get_xlabel() == "KV cache of one 4K-token request (GB)"
 
 

@@ -42,7 +42,6 @@ PENDING_TERMS = {
     ("llmlab/course/check/ch00.py", "自测"),
     ("llmlab/course/check/ch04.py", "decode 步"),
     ("llmlab/course/check/ch06.py", "decode 步"),
-    ("llmlab/course/check/ch11.py", "驱逐"),
     ("llmlab/course/check/ch12.py", "decode 步"),
 }
 # Pending: English widget labels named in Chinese text where the Chinese widget shows another

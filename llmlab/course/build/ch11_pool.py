@@ -507,7 +507,7 @@ def _cache_difference(cached: list, e_cached: list) -> tuple[str, str]:
             f"{'it' if len(stale) == 1 else 'them'} out for new content (a hit there would "
             f"serve another prefix's K/V)",
             f"块 {_ids(stale)} 还以旧的块哈希留在你的前缀缓存里；包里的块池在把它分出去装新内容时"
-            f"就把它驱逐了（再命中它，拿到的就是别的前缀的 K/V）",
+            f"就把它淘汰了（再命中它，拿到的就是别的前缀的 K/V）",
         )
     if lost and not stale:
         twins = sorted(b for b in mine if mine[b] in {theirs[x] for x in lost})

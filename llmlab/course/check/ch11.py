@@ -263,7 +263,7 @@ _Q5_WHY_WRONG = {  # (English, Chinese)
     "fifo_replacement": (
         "FIFO evicts what was loaded first; vLLM evicts the free cached block that "
         "was freed longest ago, i.e. used least recently.",
-        "FIFO 驱逐最早装入的；vLLM 驱逐的是释放得最早的那个空闲缓存块，也就是最久没被用过的。",
+        "FIFO 淘汰最早装入的；vLLM 淘汰的是释放得最早的那个空闲缓存块，也就是最久没被用过的。",
     ),
 }
 _Q5_HINTS = {
@@ -395,7 +395,7 @@ def first_evicted(answer: Any) -> CheckResult:
                     "right: the never-used blocks go first, then each finished "
                     "table from its tail, so a shared prefix is evicted last.",
                     "对：从没用过的块最先被分出去，然后是每张已完成的块表从尾部开始，"
-                    "所以共享的前缀最后才被驱逐。",
+                    "所以共享的前缀最后才被淘汰。",
                 ),
             )
         )
@@ -418,7 +418,7 @@ def first_evicted(answer: Any) -> CheckResult:
                     "first: that block is handed out early, but it was never used, so it "
                     "holds no cached prefix: nothing is evicted when it goes.",
                     "first：那个块确实很早就被分出去，但它从没被用过，里面没有缓存的前缀："
-                    "把它分出去时并没有驱逐任何东西。",
+                    "把它分出去时并没有淘汰任何东西。",
                 )
             )
         elif first in used and not cached.get(int(first), True):
@@ -772,7 +772,7 @@ def block_pool(answer: Any) -> CheckResult:
                 f"{got['tokens_per_s']:.1f} ({ref['tokens_per_s']:.1f}) tokens/s: {speed:.2f}x "
                 f"the package's speed.",
                 f"对：你的块池在 {POOL_MAX_EXAMPLES} 个抽到的操作序列上和包里的一致，接进引擎后"
-                f"（SmolLM2，{n} 个请求：共享前缀、同一步到达的两个相同 prompt、驱逐）给出的 token "
+                f"（SmolLM2，{n} 个请求：共享前缀、同一步到达的两个相同 prompt、淘汰）给出的 token "
                 f"也和包里的相同。在这台机器上测得，你的（包里的）：前缀缓存命中率 "
                 f"{got['hit_rate']:.0%}（{ref['hit_rate']:.0%}），峰值占用 {got['peak_blocks']} / "
                 f"{got['num_blocks']} 个块（{ref['peak_blocks']}），吞吐 {got['tokens_per_s']:.1f}"

@@ -103,7 +103,7 @@ def plot_step_times(
     return fig
 
 
-def plot_seed_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
+def plot_source_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
     """The source chapter's Llama-3-70B 4K-request KV cache computed both ways, as two bars (GB)."""
     import matplotlib.pyplot as plt
 
