@@ -1,0 +1,111 @@
+"""`python -m llmlab check chNN [NOTEBOOK_OR_MODULE]`: a chapter's build exercises, run on the
+student's code outside Jupyter (in a terminal, an editor, a script or CI of one's own).
+
+Each chapter's checker module lists its build exercises in `BUILDS` (exercise id -> the name the
+student's class or function has). The code comes from
+
+- a notebook (`.ipynb`, by default the chapter in the student's edition, `build/student/<lang>/`):
+  its *definition cells* run in order, those whose statements are only imports, `def`s and
+  `class`es (the skeleton cells are written that way); nothing else runs, so no model is loaded;
+- or a Python file (`.py`), run as a module.
+
+Each exercise's checker prints its line (with the shrunk case when it fails); the exit status is 0
+when every build exercise of the chapter passes, 1 when one does not, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+USAGE = "usage: python -m llmlab check chNN [NOTEBOOK.ipynb | MODULE.py]"
+
+
+def chapter_builds(chapter: str) -> dict[str, str]:
+    """{exercise id: answer name} of a chapter ("ch11"); ValueError for an unknown chapter."""
+    if not (len(chapter) == 4 and chapter.startswith("ch") and chapter[2:].isdigit()):
+        raise ValueError(f"chapter must be chNN (e.g. ch11), got {chapter!r}")
+    try:
+        module = importlib.import_module(f"llmlab.course.check.{chapter}")
+    except ImportError:
+        raise ValueError(f"chapter must be one of the course's chapters, got {chapter!r}") from None
+    builds = getattr(module, "BUILDS", {})
+    if not builds:
+        raise ValueError(f"{chapter} has no build exercise")
+    return dict(builds)
+
+
+def default_notebook(chapter: str, root: Path | None = None) -> Path:
+    """The chapter's notebook in the student's edition (the language of LLMLAB_LANG), else the
+    instructor's in notebooks/."""
+    root = root or Path.cwd()
+    lang = os.environ.get("LLMLAB_LANG", "en").strip().lower() or "en"
+    number = chapter[2:]
+    for folder in (root / "build" / "student" / lang, root / "notebooks"):
+        found = sorted(folder.glob(f"{number}-*.ipynb"))
+        if found:
+            return found[0]
+    raise ValueError(
+        f"no notebook for {chapter} in build/student/{lang}/ or notebooks/; "
+        f"give the notebook or module to check"
+    )
+
+
+def _is_definition_cell(source: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    allowed = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    body = [
+        node
+        for node in tree.body
+        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+    ]
+    return bool(body) and all(isinstance(node, allowed) for node in body)
+
+
+def load_definitions(path: Path) -> dict[str, Any]:
+    """The namespace the student's definitions make: a notebook's definition cells run in order,
+    or a Python file run as `__main__`."""
+    if path.suffix == ".py":
+        return runpy.run_path(str(path), run_name="__main__")
+    if path.suffix != ".ipynb":
+        raise ValueError(f"the code to check must be a .ipynb or .py file, got {path}")
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    namespace: dict[str, Any] = {"__name__": "__main__"}  # as in the notebook's kernel
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and _is_definition_cell(cell.source):
+            exec(compile(cell.source, f"<{path.name} cell {i}>", "exec"), namespace)
+    return namespace
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__ if argv else USAGE)
+        return 0 if argv else 2
+    chapter = argv[0].lower()
+    try:
+        builds = chapter_builds(chapter)
+        path = Path(argv[1]) if len(argv) > 1 else default_notebook(chapter)
+        if not path.is_file():
+            raise ValueError(f"no file {path}")
+        namespace = load_definitions(path)
+    except ValueError as e:
+        print(f"llmlab check: {e}\n{USAGE}", file=sys.stderr)
+        return 2
+    print(f"{chapter}: the build exercises of {path}")
+    module = importlib.import_module(f"llmlab.course.check.{chapter}")
+    all_passed = True
+    for exercise, name in builds.items():
+        checker = getattr(module, exercise.partition(".")[2])
+        result = checker(namespace.get(name))
+        all_passed &= bool(result)
+    return 0 if all_passed else 1

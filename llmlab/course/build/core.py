@@ -1,0 +1,123 @@
+"""What every build exercise's checker shares: running the student's piece through a driver, and
+finding the smallest case on which it disagrees with the package.
+
+    cex = find_counterexample(
+        cases,                                   # a hypothesis strategy of cases
+        lambda case: drive(answer, "llmlab.course.build.ch11:observe_pool", case),
+        reference_observations,                  # the package's piece on the same case
+    )
+    if cex is not None:
+        ... hint built from cex.case, cex.got, cex.expected ...
+
+The run is reproducible: hypothesis draws the same cases every time (`derandomize`), keeps no
+example database, and is bounded by `max_examples` (plus its own bounded shrinking).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+DRIVER_PREFIX = "llmlab.course.build."
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What the student's piece did instead of returning: it raised `error` with `message`."""
+
+    error: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"raised {self.error}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """The smallest case found on which the student's piece and the package's disagree."""
+
+    case: Any
+    got: Any  # the student's observations, or a Raised
+    expected: Any  # the package's observations
+
+
+def resolve_driver(name: str) -> Callable[..., Any]:
+    """The driver "module:function", which must live in `llmlab.course.build` (the sandbox calls
+    only these, whatever name a record carries)."""
+    if not isinstance(name, str) or ":" not in name:
+        raise ValueError(f"driver must be 'module:function', got {name!r}")
+    module_name, _, function_name = name.partition(":")
+    if not module_name.startswith(DRIVER_PREFIX) or not function_name.isidentifier():
+        raise ValueError(f"driver must be a function of {DRIVER_PREFIX}*, got {name!r}")
+    fn = getattr(importlib.import_module(module_name), function_name, None)
+    if not callable(fn) or not getattr(fn, "__module__", "").startswith(DRIVER_PREFIX):
+        raise ValueError(f"no driver {name!r}")
+    return fn
+
+
+def drive(answer: Any, driver: str, *args: Any, **kwargs: Any) -> Any:
+    """`driver(answer, *args, **kwargs)`: here for the notebook's own class or function, in the
+    sandbox interpreter for the grader's stand-in (only the plain return value comes back)."""
+    if getattr(answer, "grader_stand_in", False):
+        return answer.drive(driver, *args, **kwargs)
+    return resolve_driver(driver)(answer, *args, **kwargs)
+
+
+class _Disagreement(Exception):
+    pass
+
+
+def find_counterexample(
+    cases: Any,
+    observe: Callable[[Any], Any],
+    reference: Callable[[Any], Any],
+    *,
+    max_examples: int = 60,
+    compare: Callable[[Any, Any], bool] | None = None,
+) -> Counterexample | None:
+    """The smallest case drawn from the hypothesis strategy `cases` on which `observe(case)`
+    (the student's piece) differs from `reference(case)` (the package's), or None when none of
+    `max_examples` cases does. An exception from `observe` is a disagreement (`Raised`); a
+    TimeoutError ends the search at once (the stand-in is dead after one)."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+
+    compare = compare or (lambda a, b: a == b)
+    last: dict[str, Any] = {}
+
+    @settings(
+        max_examples=max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    @given(cases)
+    def agrees(case: Any) -> None:
+        expected = reference(case)
+        if "timeout" in last:  # the student's process is gone: fail fast, shrink nothing
+            raise _Disagreement
+        try:
+            got = observe(case)
+        except TimeoutError as e:
+            last.update(timeout=Counterexample(case, Raised("TimeoutError", str(e)), expected))
+            raise _Disagreement from None
+        except Exception as e:  # the student's code: its error is what it did on this case
+            got = Raised(type(e).__name__, str(e))
+        if not compare(got, expected):
+            last.update(case=case, got=got, expected=expected)
+            raise _Disagreement
+
+    try:
+        agrees()
+    except Exception:  # our disagreement, or hypothesis's word for one it could not replay
+        if "timeout" in last:
+            return last["timeout"]
+        if "case" not in last:
+            raise
+        return Counterexample(last["case"], last["got"], last["expected"])
+    return None
