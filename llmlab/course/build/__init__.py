@@ -28,8 +28,8 @@ from llmlab.course.build.core import (
     DRIVER_PREFIX,
     Counterexample,
     Raised,
-    find_counterexample,
     drive,
+    find_counterexample,
     resolve_driver,
 )
 
