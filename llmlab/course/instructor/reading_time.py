@@ -59,14 +59,16 @@ def _required(nb: Any) -> list[bool]:
 
 
 def exercise_kind(exercise: str, cell_source: str) -> str:
-    """The kind of `exercise` for the estimate: "coding" when its solution defines a function,
-    else the kind its checker module declares (`EXERCISES`), "reasoning" when it declares none."""
+    """The kind of `exercise` for the estimate: "coding" when its solution defines a function or
+    it is a build exercise (its module's `BUILDS`), else the kind its checker module declares
+    (`EXERCISES`), "reasoning" when it declares none."""
     if "BEGIN SOLUTION" in cell_source and re.search(r"^\s*def \w+\(", cell_source, re.M):
         return "coding"
     module, name = exercise.split(".", 1)
-    info = getattr(importlib.import_module(f"llmlab.course.check.{module}"), "EXERCISES", {}).get(
-        name
-    )
+    checks = importlib.import_module(f"llmlab.course.check.{module}")
+    if exercise in getattr(checks, "BUILDS", {}):
+        return "coding"
+    info = getattr(checks, "EXERCISES", {}).get(name)
     return info.kind if info is not None else "reasoning"
 
 
