@@ -317,7 +317,7 @@ def plug_in(
     max_new_tokens: int,
     model: str = "smollm2-135m",
     world: int = 2,
-    timeout: float = 50.0,
+    timeout: float = 55.0,
 ) -> dict:
     """The student's class in two real processes over gloo (see the module docstring). `spec`:
     the class as source and globals (`answers.encode`); None to encode `answer` here."""
