@@ -26,6 +26,7 @@ def test_exercises_table_names_the_module_functions():
         "ring_all_reduce_us",
         "best_tp_long_context",
         "split_two_servers",
+        "tensor_parallel_layer",
     }
     assert all(callable(getattr(ch09, name)) for name in ch09.EXERCISES)
     assert sum(i.kind == "reasoning" for i in ch09.EXERCISES.values()) >= 2

@@ -23,6 +23,11 @@ attention work less well. TP degrees above num_key_value_heads are refused here.
 Each rank's slice is itself a `LlamaModel` (with fewer heads and a narrower MLP), so the
 forward, RoPE, attention ops and KV cache are the very code the single-process model runs;
 only o_proj and down_proj are swapped for `RowParallelLinear`.
+
+The split of one layer is a function of its weights (`shard_layer`: the layer's weights by
+name, `LAYER_WEIGHTS`, to this rank's). `shard_model`, `tp_worker` and `run_tensor_parallel`
+take another one as `shard_fn=` (chapter 09's build exercise plugs the student's in there); the
+rank's model is then built from the shapes that function returns.
 """
 
 from __future__ import annotations
@@ -73,6 +78,100 @@ def tp_plan(cfg: ModelConfig, world_size: int) -> list[TPShard]:
     return shards
 
 
+# One decoder layer's weights, by the names `shard_layer` and a `shard_fn` use ([out, in] each for
+# the projections, [hidden] for the norms).
+LAYER_WEIGHTS = (
+    "input_layernorm",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "post_attention_layernorm",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+
+
+def layer_weights(layer: nn.Module) -> dict[str, torch.Tensor]:
+    """The weights of one `DecoderLayer` by the names of `LAYER_WEIGHTS` (the tensors themselves)."""
+    a, m = layer.self_attn, layer.mlp
+    return {
+        "input_layernorm": layer.input_layernorm.weight,
+        "q_proj": a.q_proj.weight,
+        "k_proj": a.k_proj.weight,
+        "v_proj": a.v_proj.weight,
+        "o_proj": a.o_proj.weight,
+        "post_attention_layernorm": layer.post_attention_layernorm.weight,
+        "gate_proj": m.gate_proj.weight,
+        "up_proj": m.up_proj.weight,
+        "down_proj": m.down_proj.weight,
+    }
+
+
+def shard_layer(
+    weights: dict[str, torch.Tensor], shard: TPShard, head_dim: int
+) -> dict[str, torch.Tensor]:
+    """This rank's weights of one layer under the package's plan (`tp_plan`): the output rows of
+    its heads / MLP channels for the column-parallel projections, the matching input columns for
+    the row-parallel ones (o_proj, down_proj), the norms whole."""
+    d = head_dim
+    q_rows = slice(shard.q_heads.start * d, shard.q_heads.stop * d)
+    kv_rows = slice(shard.kv_heads.start * d, shard.kv_heads.stop * d)
+    ffn = slice(shard.ffn.start, shard.ffn.stop)
+    return {
+        "input_layernorm": weights["input_layernorm"],
+        "q_proj": weights["q_proj"][q_rows].clone(),
+        "k_proj": weights["k_proj"][kv_rows].clone(),
+        "v_proj": weights["v_proj"][kv_rows].clone(),
+        "o_proj": weights["o_proj"][:, q_rows].clone(),
+        "post_attention_layernorm": weights["post_attention_layernorm"],
+        "gate_proj": weights["gate_proj"][ffn].clone(),
+        "up_proj": weights["up_proj"][ffn].clone(),
+        "down_proj": weights["down_proj"][:, ffn].clone(),
+    }
+
+
+def _checked_shard(
+    got: object, cfg: ModelConfig, rank: int, world_size: int
+) -> dict[str, torch.Tensor]:
+    """A `shard_fn`'s result, checked for the shapes a rank's `LlamaModel` can be built from."""
+    where = f"shard_fn(weights, rank={rank}, world_size={world_size}, head_dim={cfg.head_dim})"
+    if not isinstance(got, dict) or set(LAYER_WEIGHTS) - set(got):
+        missing = sorted(set(LAYER_WEIGHTS) - set(got)) if isinstance(got, dict) else None
+        raise ValueError(
+            f"{where} must return a dict with the keys {list(LAYER_WEIGHTS)}, got "
+            f"{type(got).__name__}" + (f" without {missing}" if missing else "")
+        )
+    d, h = cfg.head_dim, cfg.hidden_size
+    q, kv, ffn = (
+        got[k].shape[0] if got[k].dim() == 2 else -1 for k in ("q_proj", "k_proj", "gate_proj")
+    )
+    expected = {
+        "input_layernorm": (h,),
+        "q_proj": (q, h),
+        "k_proj": (kv, h),
+        "v_proj": (kv, h),
+        "o_proj": (h, q),
+        "post_attention_layernorm": (h,),
+        "gate_proj": (ffn, h),
+        "up_proj": (ffn, h),
+        "down_proj": (h, ffn),
+    }
+    for k, shape in expected.items():
+        if not isinstance(got[k], torch.Tensor) or tuple(got[k].shape) != shape:
+            raise ValueError(
+                f"{where}[{k!r}]: expected a tensor of shape {shape}, got "
+                f"{tuple(getattr(got[k], 'shape', ())) or type(got[k]).__name__}"
+            )
+    if q <= 0 or kv <= 0 or q % d or kv % d or (q // d) % (kv // d):
+        raise ValueError(
+            f"{where}: q_proj has {q} rows and k_proj {kv}; each must be a positive multiple of "
+            f"head_dim={d}, with a whole number of query heads per KV head"
+        )
+    return got
+
+
 class AllReduceCounter:
     """`dist.all_reduce` (sum, in place) that counts its calls and the bytes each rank sends in."""
 
@@ -104,43 +203,64 @@ class RowParallelLinear(nn.Linear):
         return self.all_reduce(super().forward(x))  # [T, out]: partial, then full sum
 
 
-def shard_model(model: LlamaModel, shard: TPShard, all_reduce) -> LlamaModel:
+def shard_model(model: LlamaModel, shard: TPShard, all_reduce, *, shard_fn=None) -> LlamaModel:
     """This rank's slice of `model` as a smaller `LlamaModel` whose o/down projections all-reduce.
 
     `all_reduce(tensor) -> tensor` sums over ranks (an `AllReduceCounter` in a real run; the
     identity when one process wants a rank's partial result).
+
+    `shard_fn(weights, rank, world_size, head_dim) -> weights`, if given, splits every layer
+    instead of the package's `shard_layer` (same names, `LAYER_WEIGHTS`; the rank's head counts
+    and MLP width are read from the shapes it returns). Attention biases (not in SmolLM2) follow
+    the package's plan, so a model with them takes no `shard_fn`.
     """
     cfg = model.config
     d = cfg.head_dim
+    if shard_fn is not None and cfg.attention_bias:
+        raise ValueError(
+            f"shard_fn: {cfg.name!r} has attention biases; shard_fn splits weights only"
+        )
+    split = []
+    for layer in model.layers:
+        if shard_fn is None:
+            split.append(shard_layer(layer_weights(layer), shard, d))
+        else:
+            weights = {k: w.detach() for k, w in layer_weights(layer).items()}
+            got = shard_fn(weights, shard.rank, shard.world_size, d)
+            split.append(_checked_shard(got, cfg, shard.rank, shard.world_size))
+    sizes = {(w["q_proj"].shape[0], w["k_proj"].shape[0], w["gate_proj"].shape[0]) for w in split}
+    if len(sizes) != 1:
+        raise ValueError(f"shard_fn gave the layers different shapes (q, kv, ffn rows): {sizes}")
+    ((q_rows, kv_rows, ffn),) = sizes
     local_cfg = cfg.replace(
         name=f"{cfg.name}-tp{shard.rank}of{shard.world_size}",
-        num_attention_heads=len(shard.q_heads),
-        num_key_value_heads=len(shard.kv_heads),
-        intermediate_size=len(shard.ffn),
+        num_attention_heads=q_rows // d,
+        num_key_value_heads=kv_rows // d,
+        intermediate_size=ffn,
         head_dim=d,
     )
-    q_rows = slice(shard.q_heads.start * d, shard.q_heads.stop * d)
-    kv_rows = slice(shard.kv_heads.start * d, shard.kv_heads.stop * d)
-    ffn = slice(shard.ffn.start, shard.ffn.stop)
     state = {"embed_tokens.weight": model.embed_tokens.weight, "norm.weight": model.norm.weight}
     if not cfg.tie_word_embeddings:
         state["lm_head.weight"] = model.lm_head.weight
     row_parallel = []
-    for i, layer in enumerate(model.layers):
-        p, a = f"layers.{i}.", layer.self_attn
-        state[p + "input_layernorm.weight"] = layer.input_layernorm.weight
-        state[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm.weight
+    for i, (layer, w) in enumerate(zip(model.layers, split)):
+        p = f"layers.{i}."
+        state[p + "input_layernorm.weight"] = w["input_layernorm"]
+        state[p + "post_attention_layernorm.weight"] = w["post_attention_layernorm"]
         # column-parallel: the output rows of this rank's heads / MLP channels
-        for proj, rows in (("q_proj", q_rows), ("k_proj", kv_rows), ("v_proj", kv_rows)):
-            state[p + f"self_attn.{proj}.weight"] = getattr(a, proj).weight[rows].clone()
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            state[p + f"self_attn.{proj}.weight"] = w[proj]
             if cfg.attention_bias:
-                state[p + f"self_attn.{proj}.bias"] = getattr(a, proj).bias[rows].clone()
-        state[p + "mlp.gate_proj.weight"] = layer.mlp.gate_proj.weight[ffn].clone()
-        state[p + "mlp.up_proj.weight"] = layer.mlp.up_proj.weight[ffn].clone()
+                rows = slice(shard.q_heads.start * d, shard.q_heads.stop * d)
+                if proj != "q_proj":
+                    rows = slice(shard.kv_heads.start * d, shard.kv_heads.stop * d)
+                state[p + f"self_attn.{proj}.bias"] = (
+                    getattr(layer.self_attn, proj).bias[rows].clone()
+                )
+        state[p + "mlp.gate_proj.weight"] = w["gate_proj"]
+        state[p + "mlp.up_proj.weight"] = w["up_proj"]
         # row-parallel: the matching input columns, summed over ranks afterwards
-        row_parallel.append(
-            (a.o_proj.weight[:, q_rows].clone(), layer.mlp.down_proj.weight[:, ffn].clone())
-        )
+        row_parallel.append((w["o_proj"], w["down_proj"]))
     with torch.device("meta"):  # no random init: every tensor is assigned below
         local = LlamaModel(local_cfg)
     local.load_state_dict(state, strict=False, assign=True)
@@ -187,14 +307,30 @@ def tp_worker(
     prompt_ids: list[int],
     max_new_tokens: int,
     backend: str = "gloo",
+    shard_fn=None,
 ) -> dict:
-    """One rank of a TP run: build the model, keep this rank's shard, prefill + greedy decode."""
+    """One rank of a TP run: build the model, keep this rank's shard, prefill + greedy decode
+    (`shard_fn`: see `shard_model`)."""
+    return decode_on_rank(
+        source.build(), rank, world_size, prompt_ids, max_new_tokens, backend, shard_fn
+    )
+
+
+def decode_on_rank(
+    full: LlamaModel,
+    rank: int,
+    world_size: int,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    backend: str = "gloo",
+    shard_fn=None,
+) -> dict:
+    """The body of `tp_worker` once the rank has built the full model (`full` is left as it was)."""
     device = rank_device(rank, backend)
-    full = source.build()
     shard = tp_plan(full.config, world_size)[rank]
     counter = AllReduceCounter()
-    model = shard_model(full, shard, counter).to(device)
-    del full
+    model = shard_model(full, shard, counter, shard_fn=shard_fn).to(device)
+    del full  # this frame's reference: tp_worker's copy is freed here
     T = len(prompt_ids)
     cache = ContiguousKVCache(model.config, batch_size=1, max_len=T + max_new_tokens, device=device)
     ids = torch.tensor(prompt_ids, dtype=torch.long, device=device)  # [T]
@@ -236,8 +372,13 @@ def run_tensor_parallel(
     *,
     timeout: float = 180.0,
     backend: str = "gloo",
+    shard_fn=None,
 ) -> TPResult:
-    """Run the model with TP over `world_size` real processes; greedy-decode `max_new_tokens`."""
+    """Run the model with TP over `world_size` real processes; greedy-decode `max_new_tokens`.
+
+    `shard_fn(weights, rank, world_size, head_dim) -> weights` splits each layer instead of the
+    package's plan (see `shard_model`); it is sent to the spawned ranks, so it must be picklable
+    (a module-level function). `shards` then still lists the package's plan."""
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token, got an empty list")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -245,7 +386,7 @@ def run_tensor_parallel(
     outs = launch(
         tp_worker,
         world_size,
-        (source, list(prompt_ids), max_new_tokens, backend),
+        (source, list(prompt_ids), max_new_tokens, backend, shard_fn),
         timeout=timeout,
         backend=backend,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import linecache
 import os
 import runpy
 import sys
@@ -83,7 +84,12 @@ def load_definitions(path: Path) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__main__"}  # as in the notebook's kernel
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and _is_definition_cell(cell.source):
-            exec(compile(cell.source, f"<{path.name} cell {i}>", "exec"), namespace)
+            filename = f"<{path.name} cell {i}>"
+            # kept where `inspect` reads sources (as IPython keeps a cell's), so that a class or
+            # function defined here can travel by its source (to a sandbox, to spawned ranks)
+            lines = cell.source.splitlines(keepends=True)
+            linecache.cache[filename] = (len(cell.source), None, lines, filename)
+            exec(compile(cell.source, filename, "exec"), namespace)
     return namespace
 
 

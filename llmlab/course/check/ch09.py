@@ -6,10 +6,12 @@ goal 3)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from llmlab.config import get_config
 from llmlab.course.check.core import (
+    NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     check_choice,
@@ -564,3 +566,565 @@ def split_two_servers(answer: Any) -> CheckResult:
             ),
         )
     return report(not_yet(ex, hint))
+
+
+# ---- the build exercise: the tensor-parallel split of one layer -------------------------------------
+
+BUILDS = {"ch09.tensor_parallel_layer": "TensorParallelLayer"}
+DRIVERS = "llmlab.course.build.ch09"
+PLUG_MODEL = "smollm2-135m"
+# "The capital of France is" in SmolLM2's tokenizer; greedy continuation of PLUG_TOKENS tokens
+PLUG_PROMPT = (504, 3575, 282, 4649, 314)
+PLUG_TOKENS = 2
+PLUG_WORLD = 2
+MAX_EXAMPLES = 30
+TOLERANCE = 1e-4  # relative to the largest |value| of the unsharded output (float32 sums reordered)
+COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+ROW_PARALLEL = ("o_proj", "down_proj")
+NORMS = ("input_layernorm", "post_attention_layernorm")
+PACKAGE_SEQUENCE = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "attention",
+    "o_proj",
+    "all-reduce",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "all-reduce",
+)
+
+EXERCISES["tensor_parallel_layer"] = ExerciseInfo(
+    "reasoning",  # a build exercise: the reading time counts it as coding (its BUILDS entry)
+    (
+        "down_proj split by output rows",
+        "all-reduce after gate/up",
+        "no all-reduce after o_proj",
+        "GQA groups broken",
+        "rows missing or on two ranks",
+        "ranks disagree on the all-reduces",
+    ),
+)
+
+
+def layer_cases():
+    """Small layers to split: hidden, intermediate, heads (whole GQA groups), world 2 or 3."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw):
+        world = draw(st.sampled_from([2, 3]))
+        return {
+            "world": world,
+            "kv_heads": draw(st.integers(world, 4)),
+            "group": draw(st.integers(1, 3)),
+            "head_dim": draw(st.sampled_from([2, 4])),
+            "hidden": draw(st.integers(2, 8)),
+            "intermediate": draw(st.integers(world, 9)),
+            "tokens": draw(st.integers(1, 3)),
+            "seed": draw(st.integers(0, 1000)),
+        }
+
+    return cases()
+
+
+def _describe(case: dict) -> str:
+    c = case
+    heads = c["kv_heads"] * c["group"]
+    return tr(
+        f"hidden {c['hidden']}, intermediate {c['intermediate']}, {heads} query heads / "
+        f"{c['kv_heads']} KV heads of head_dim {c['head_dim']}, world {c['world']}, "
+        f"{c['tokens']} token(s)",
+        f"hidden {c['hidden']}、intermediate {c['intermediate']}、{heads} 个 query 头 / "
+        f"{c['kv_heads']} 个 KV 头（head_dim {c['head_dim']}）、world {c['world']}、"
+        f"{c['tokens']} 个 token",
+    )
+
+
+def _span(ids: list[int]) -> str:
+    """0–2, or 0, 2, 5 when not contiguous, or "none"."""
+    if not ids:
+        return tr("none", "无")
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}–{ids[-1]}" if len(ids) > 1 else str(ids[0])
+    return ", ".join(map(str, ids))
+
+
+def _shapes(case: dict) -> dict[str, tuple[int, ...]]:
+    c = case
+    h, i, d = c["hidden"], c["intermediate"], c["head_dim"]
+    q, kv = c["kv_heads"] * c["group"] * d, c["kv_heads"] * d
+    return {
+        "input_layernorm": (h,),
+        "q_proj": (q, h),
+        "k_proj": (kv, h),
+        "v_proj": (kv, h),
+        "o_proj": (h, q),
+        "post_attention_layernorm": (h,),
+        "gate_proj": (i, h),
+        "up_proj": (i, h),
+        "down_proj": (h, i),
+    }
+
+
+def _rows(entry: dict, shape: tuple[int, ...]) -> list[int] | None:
+    """The rows of the [out, in] weight a shard holds whole and in order, or None."""
+    out, inn = shape
+    got = entry.get("shape")
+    if got is None or len(got) != 2 or got[1] != inn:
+        return None
+    idx = entry["index"]
+    rows = []
+    for r in range(got[0]):
+        row = idx[r * inn : (r + 1) * inn]
+        if row[0] % inn or row != list(range(row[0], row[0] + inn)):
+            return None
+        rows.append(row[0] // inn)
+    return rows
+
+
+def _cols(entry: dict, shape: tuple[int, ...]) -> list[int] | None:
+    """The columns of the [out, in] weight a shard holds whole and in order, or None."""
+    out, inn = shape
+    got = entry.get("shape")
+    if got is None or len(got) != 2 or got[0] != out:
+        return None
+    idx, m = entry["index"], got[1]
+    cols = []
+    for j in range(m):
+        col = idx[j::m]
+        if col != [r * inn + col[0] for r in range(out)]:
+            return None
+        cols.append(col[0])
+    return cols
+
+
+def _package_split(case: dict) -> str:
+    from llmlab.config import tiny_config
+    from llmlab.parallel import tp
+
+    cfg = tiny_config(
+        num_attention_heads=case["kv_heads"] * case["group"],
+        num_key_value_heads=case["kv_heads"],
+        head_dim=case["head_dim"],
+        intermediate_size=case["intermediate"],
+        hidden_size=case["hidden"],
+    )
+    s = tp.tp_plan(cfg, case["world"])[0]
+    return tr(
+        f"The package’s rank 0 takes KV heads {_span(list(s.kv_heads))}, query heads "
+        f"{_span(list(s.q_heads))}, MLP channels {_span(list(s.ffn))}.",
+        f"包里的 rank 0 拿 KV 头 {_span(list(s.kv_heads))}、query 头 {_span(list(s.q_heads))}、"
+        f"MLP 通道 {_span(list(s.ffn))}。",
+    )
+
+
+def _split_problem(case: dict, split: dict) -> str | None:
+    """What is wrong with the student's split on `case` (a hint), or None."""
+    shapes, world, d, g = _shapes(case), case["world"], case["head_dim"], case["group"]
+    at = _describe(case)
+    if "error" in split:
+        return tr(
+            f"on the layer ({at}) your shard raised {split['error']}",
+            f"在这个层上（{at}），你的 shard 抛出了 {split['error']}",
+        )
+    ranks = split["ranks"]
+    held: dict[str, list[list[int]]] = {}
+    for r, shard in enumerate(ranks):
+        for name in PROJECTIONS + NORMS:
+            entry, shape = shard[name], shapes[name]
+            if "shape" not in entry:
+                return tr(
+                    f"({at}) your rank {r}'s shard has no tensor {name!r}: return a dict with "
+                    f"every weight's name.",
+                    f"（{at}）你的 rank {r} 的分片里没有张量 {name!r}：返回的 dict 要包含每个权重的名字。",
+                )
+            if name in NORMS:
+                if entry["index"] != list(range(shape[0])):
+                    return tr(
+                        f"({at}) your rank {r} did not keep {name} whole: the norms act on the "
+                        f"full hidden vector, which every rank has; every rank keeps them whole.",
+                        f"（{at}）你的 rank {r} 没有完整保留 {name}：norm 作用在完整的 hidden 向量上，"
+                        f"每个 rank 都有这个向量，所以每个 rank 都完整保留 norm。",
+                    )
+                continue
+            rows, cols = _rows(entry, shape), _cols(entry, shape)
+            dims = f"[{shape[0]}, {shape[1]}]"
+            if name in COLUMN_PARALLEL and rows is None:
+                took = (
+                    tr(f"input columns {_span(cols)}", f"输入列 {_span(cols)}")
+                    if cols is not None
+                    else tr("a block that is not whole rows", "一块不是整行的数据")
+                )
+                return tr(
+                    f"({at}) {name}: your rank {r} took {took} of its [out, in] = {dims} weight; "
+                    f"{name} is column-parallel: each rank takes whole output rows (its own heads "
+                    f"or MLP channels) and multiplies them by the full input.",
+                    f"（{at}）{name}：你的 rank {r} 拿了它的 [out, in] = {dims} 权重中的{took}；"
+                    f"{name} 是列并行：每个 rank 拿完整的输出行（它自己的头或 MLP 通道），用完整的输入去乘。",
+                )
+            if name in ROW_PARALLEL and cols is None:
+                match = "q_proj" if name == "o_proj" else "gate_proj/up_proj"
+                took = (
+                    tr(f"output rows {_span(rows)}", f"输出行 {_span(rows)}")
+                    if rows is not None
+                    else tr("a block that is not whole columns", "一块不是整列的数据")
+                )
+                return tr(
+                    f"({at}) {name}: your rank {r} took {took} of its [out, in] = {dims} weight; "
+                    f"{name} is row-parallel: each rank takes the input columns that match the "
+                    f"rows it took of {match} (its slice of the {name} input), all output rows, and "
+                    f"an all-reduce sums the partial outputs. {_package_split(case)}",
+                    f"（{at}）{name}：你的 rank {r} 拿了它的 [out, in] = {dims} 权重中的{took}；"
+                    f"{name} 是行并行：每个 rank 拿与它在 {match} 里所拿的行相对应的输入列"
+                    f"（{name} 输入的那一段），保留全部输出行，再由一次 all-reduce 把部分输出加起来。"
+                    f"{_package_split(case)}",
+                )
+            held.setdefault(name, []).append(rows if name in COLUMN_PARALLEL else cols)
+    for name, per_rank in held.items():
+        n = shapes[name][0] if name in COLUMN_PARALLEL else shapes[name][1]
+        what = tr("rows", "行") if name in COLUMN_PARALLEL else tr("columns", "列")
+        counts = [sum(ids.count(i) for ids in per_rank) for i in range(n)]
+        twice = [i for i, c in enumerate(counts) if c > 1]
+        none = [i for i, c in enumerate(counts) if c == 0]
+        if twice or none:
+            problem = (
+                tr(
+                    f"{what} {_span(twice)} are on more than one rank",
+                    f"第 {_span(twice)} {what}在不止一个 rank 上",
+                )
+                if twice
+                else tr(
+                    f"{what} {_span(none)} are on no rank",
+                    f"第 {_span(none)} {what}不在任何 rank 上",
+                )
+            )
+            return tr(
+                f"({at}) {name}: {problem}; over the ranks, every {what[:-1]} must be held exactly "
+                f"once. {_package_split(case)}",
+                f"（{at}）{name}：{problem}；所有 rank 合起来，每一{what}必须恰好出现一次。"
+                f"{_package_split(case)}",
+            )
+    for r in range(world):
+        q, k, v = held["q_proj"][r], held["k_proj"][r], held["v_proj"][r]
+        gate, up, o, down = (
+            held["gate_proj"][r],
+            held["up_proj"][r],
+            held["o_proj"][r],
+            held["down_proj"][r],
+        )
+        for name, rows in (("q_proj", q), ("k_proj", k)):
+            heads = [rows[i : i + d] for i in range(0, len(rows), d)]
+            if any(
+                len(hd) != d or hd[0] % d or hd != list(range(hd[0], hd[0] + d)) for hd in heads
+            ):
+                return tr(
+                    f"({at}) {name}: your rank {r}'s rows {_span(rows)} cut a head in two; a "
+                    f"head is {d} consecutive rows (head_dim), and a rank takes whole heads.",
+                    f"（{at}）{name}：你的 rank {r} 拿的行 {_span(rows)} 把一个头切成了两半；一个头是连续的 "
+                    f"{d} 行（head_dim），rank 要拿完整的头。",
+                )
+        kv_heads, q_heads = [x // d for x in k[::d]], [x // d for x in q[::d]]
+        if v != k:
+            return tr(
+                f"({at}) v_proj: your rank {r} took rows {_span(v)} but k_proj rows {_span(k)}; "
+                f"a rank's keys and values are the same KV heads.",
+                f"（{at}）v_proj：你的 rank {r} 拿了第 {_span(v)} 行，而 k_proj 拿的是第 {_span(k)} 行；"
+                f"一个 rank 的 key 和 value 必须是同一批 KV 头。",
+            )
+        if not kv_heads:
+            return tr(
+                f"({at}) your rank {r} holds no KV head: every rank needs at least one whole "
+                f"KV head (and the query heads that read it).",
+                f"（{at}）你的 rank {r} 一个 KV 头都没有：每个 rank 至少要有一个完整的 KV 头"
+                f"（以及读它的那些 query 头）。",
+            )
+        readers = [h for kv in kv_heads for h in range(kv * g, (kv + 1) * g)]
+        if q_heads != readers:
+            stray = next((h for h in q_heads if h // g not in kv_heads), None)
+            where = ""
+            if stray is not None:
+                owner = next(s for s in range(world) if stray // g * d in held["k_proj"][s])
+                where = tr(
+                    f" query head {stray} reads KV head {stray // g}, which is on rank {owner};",
+                    f"query 头 {stray} 读的是 KV 头 {stray // g}，它在 rank {owner} 上；",
+                )
+            return tr(
+                f"({at}) GQA groups: your rank {r} holds query heads {_span(q_heads)} but KV heads "
+                f"{_span(kv_heads)};{where} query head h reads KV head h // {g} "
+                f"(heads / kv_heads), so a rank takes whole KV heads and exactly the query heads "
+                f"that read them, in the same order. {_package_split(case)}",
+                f"（{at}）GQA 分组：你的 rank {r} 拿了 query 头 {_span(q_heads)}，KV 头却是 "
+                f"{_span(kv_heads)}；{where}query 头 h 读的是 KV 头 h // {g}（heads / kv_heads），"
+                f"所以一个 rank 要拿完整的 KV 头，并且恰好拿读这些 KV 头的 query 头，顺序一致。"
+                f"{_package_split(case)}",
+            )
+        if up != gate:
+            return tr(
+                f"({at}) up_proj: your rank {r} took rows {_span(up)} but gate_proj rows "
+                f"{_span(gate)}; SwiGLU multiplies them channel by channel, so both take the same.",
+                f"（{at}）up_proj：你的 rank {r} 拿了第 {_span(up)} 行，gate_proj 却是第 {_span(gate)} 行；"
+                f"SwiGLU 逐通道相乘，所以两者要拿相同的行。",
+            )
+        for name, cols, rows, source in (
+            ("o_proj", o, q, "q_proj"),
+            ("down_proj", down, gate, "gate_proj"),
+        ):
+            if cols != rows:
+                return tr(
+                    f"({at}) {name}: your rank {r} took input columns {_span(cols)} but its "
+                    f"{source} rows are {_span(rows)}; a row-parallel {name} reads what this rank "
+                    f"computed, so its columns are those rows, in the same order.",
+                    f"（{at}）{name}：你的 rank {r} 拿了输入列 {_span(cols)}，而它的 {source} 行是 "
+                    f"{_span(rows)}；行并行的 {name} 读的是这个 rank 自己算出的东西，所以它的列就是那些行，顺序相同。",
+                )
+    return None
+
+
+def _all_reduce_steps(trace: list[str]) -> list[str]:
+    """The projection each all-reduce of a rank's trace came right after."""
+    steps, last = [], "input"
+    for event in trace:
+        if event == "all-reduce":
+            steps.append(last)
+        elif event in PROJECTIONS:
+            last = event
+    return steps
+
+
+def _forward_problem(case: dict, forward: dict, expected: list[float]) -> str | None:
+    at = _describe(case)
+    traces = forward.get("traces") or [[]]
+    steps = _all_reduce_steps(traces[0])
+    ran = " → ".join(traces[0]) or tr("nothing", "什么都没有")
+    package = " → ".join(PACKAGE_SEQUENCE)
+    seq = tr(
+        f" Your rank 0 ran: {ran}; the package's rank runs: {package}.",
+        f"你的 rank 0 的执行顺序：{ran}；包里每个 rank 的顺序：{package}。",
+    )
+    early = [s for s in steps if s in COLUMN_PARALLEL]
+    if early:
+        return tr(
+            f"({at}) your forward all-reduced right after {early[0]}, a column-parallel "
+            f"projection: each rank's {early[0]} output is already complete for its own "
+            f"heads / channels, and summing over ranks adds different channels together. The sum "
+            f"belongs after the row-parallel projection that closes the block (o_proj, down_proj).{seq}",
+            f"（{at}）你的 forward 在 {early[0]} 之后立刻做了 all-reduce，而它是列并行的投影：每个 rank 的 "
+            f"{early[0]} 输出对它自己的头 / 通道已经是完整的，跨 rank 求和会把不同的通道加在一起。"
+            f"求和应该放在结束这个块的行并行投影（o_proj、down_proj）之后。{seq}",
+        )
+    if "error" in forward:
+        return tr(
+            f"({at}) your forward raised {forward['error']}.{seq}",
+            f"（{at}）你的 forward 抛出了 {forward['error']}。{seq}",
+        )
+    for block in ("o_proj", "down_proj"):
+        if block not in steps:
+            return tr(
+                f"({at}) after {block} your forward did not all-reduce: {block} is row-parallel, "
+                f"so each rank's output is only a partial sum (its heads' or channels' share); "
+                f"without the sum every rank continues from a different, incomplete result.{seq}",
+                f"（{at}）你的 forward 在 {block} 之后没有做 all-reduce：{block} 是行并行的，每个 rank "
+                f"的输出只是部分和（它那几个头或通道的贡献）；不求和，每个 rank 都会从一个不同的、不完整的结果继续算。{seq}",
+            )
+    if len(steps) != 2:
+        return tr(
+            f"({at}) your forward all-reduced {len(steps)} times per layer; the package's twice, "
+            f"once after o_proj and once after down_proj (a sum taken twice counts the ranks twice).{seq}",
+            f"（{at}）你的 forward 每层做了 {len(steps)} 次 all-reduce；包里是两次，o_proj 之后一次，"
+            f"down_proj 之后一次（求两次和会把各 rank 的贡献重复计算）。{seq}",
+        )
+    for r, out in enumerate(forward["outputs"]):
+        if out is None or len(out) != len(expected):
+            return tr(
+                f"({at}) your rank {r}'s forward returned shape {forward['shapes'][r]}; the layer's "
+                f"output is [tokens, hidden] = [{case['tokens']}, {case['hidden']}] on every rank.",
+                f"（{at}）你的 rank {r} 的 forward 返回的形状是 {forward['shapes'][r]}；这一层的输出在每个 "
+                f"rank 上都是 [tokens, hidden] = [{case['tokens']}, {case['hidden']}]。",
+            )
+        scale = 1 + max(abs(e) for e in expected)
+        diff = max(abs(a - b) for a, b in zip(out, expected))
+        if not diff <= TOLERANCE * scale:
+            return tr(
+                f"({at}) your rank {r}'s output differs from the unsharded layer's by up to "
+                f"{diff:.2g}, though the all-reduces are where they belong: check the two "
+                f"residual adds, the norms (input_layernorm before attention, "
+                f"post_attention_layernorm before the MLP) and SwiGLU: silu(gate) · up.",
+                f"（{at}）你的 rank {r} 的输出与不切分的层相差最多 {diff:.2g}，而 all-reduce 的位置是对的："
+                f"检查两次残差相加、两个 norm（注意力之前是 input_layernorm，MLP 之前是 "
+                f"post_attention_layernorm），以及 SwiGLU：silu(gate) · up。",
+            )
+    return None
+
+
+def _layer_problem(got: Any, expected: dict) -> str | None:
+    case = expected["case"]
+    if not isinstance(got, dict) or "split" not in got:
+        return tr(f"your class did not run: {got}", f"你的类没有运行起来：{got}")
+    split_problem = _split_problem(case, got["split"]) if got["split"] else None
+    if split_problem or got["split"].get("none"):
+        return split_problem or tr(
+            "shard returned None: return this rank's weights as a dict.",
+            "shard 返回了 None：请把这个 rank 的权重放在一个 dict 里返回。",
+        )
+    return _forward_problem(case, got["forward"], expected["output"])
+
+
+def _layer_reference(case: dict) -> dict:
+    from llmlab.course.build.ch09 import unsharded_output
+
+    return {"case": case, "output": unsharded_output(case).reshape(-1).tolist()}
+
+
+@functools.lru_cache(maxsize=1)
+def _plug_reference(model: str, prompt: tuple[int, ...], new_tokens: int):
+    """The package's side of the plug-in, in this process: SmolLM2's layer 0 on the prompt's
+    embeddings (no split), and the one-process greedy tokens."""
+    import torch
+
+    from llmlab.ops.metadata import single_sequence_metadata
+    from llmlab.parallel import tp
+    from llmlab.parallel.source import ModelSource
+
+    full = ModelSource(model).build()
+    T = len(prompt)
+    with torch.inference_mode():
+        x = full.embed_tokens(torch.tensor(prompt))
+        kv = full.allocate_kv_caches(num_blocks=1, block_size=T)
+        meta = single_sequence_metadata(kv, num_cached=0, num_new=T, max_len=T)
+        cos, sin = full.rope_cos_sin(torch.arange(T))
+        layer0 = full.layers[0](x, cos, sin, meta, 0)
+    tokens = tp.greedy_reference(full, list(prompt), new_tokens)
+    return (
+        layer0.reshape(-1).tolist(),
+        tokens,
+        full.config.hidden_size,
+        full.config.num_hidden_layers,
+    )
+
+
+def tensor_parallel_layer(answer: Any) -> CheckResult:
+    """The student's `TensorParallelLayer` (static `shard` and `forward`): properties on small
+    layers drawn by hypothesis (the shards partition the weights as Megatron's split does; the
+    ranks' forward, simulated in one process, equals the unsharded layer), then SmolLM2 over two
+    gloo processes: layer 0 equal to the package's, and the package's TP engine with the
+    student's `shard` as its `shard_fn` decoding the same tokens as one process."""
+    from llmlab.course.build import drive, find_counterexample
+
+    ex = "ch09.tensor_parallel_layer"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not all(callable(getattr(answer, m, None)) for m in ("shard", "forward")) and not getattr(
+        answer, "grader_stand_in", False
+    ):
+        return report(
+            not_yet(
+                ex,
+                tr(
+                    "expected the class TensorParallelLayer with the static methods shard and forward.",
+                    "这里要的是带有静态方法 shard 和 forward 的类 TensorParallelLayer。",
+                ),
+            )
+        )
+    first = {"world": 2, "kv_heads": 2, "group": 1, "head_dim": 2, "hidden": 2,
+             "intermediate": 2, "tokens": 1, "seed": 0}  # fmt: skip
+    try:
+        probe = drive(answer, f"{DRIVERS}:observe_layer", first)
+    except Exception as e:  # the student's process died, or ran out of time
+        return report(not_yet(ex, tr(f"your class did not run: {e}", f"你的类没有运行起来：{e}")))
+    if probe.get("split") == {"none": True}:
+        return report(not_yet(ex, NOT_ANSWERED))
+    cex = find_counterexample(
+        layer_cases(),
+        lambda case: drive(answer, f"{DRIVERS}:observe_layer", case),
+        _layer_reference,
+        max_examples=MAX_EXAMPLES,
+        compare=lambda got, expected: _layer_problem(got, expected) is None,
+    )
+    if cex is not None:
+        problem = (
+            _layer_problem(cex.got, cex.expected)
+            if not hasattr(cex.got, "error")
+            else tr(
+                f"on {_describe(cex.case)}: {cex.got}", f"在 {_describe(cex.case)} 上：{cex.got}"
+            )
+        )
+        hint = staged(
+            ex,
+            tr(f"Smallest layer found: {problem}", f"找到的最小的层：{problem}"),
+            tr(
+                " Megatron's rule: the first projection of a block by output rows (no "
+                "communication), the last by the matching input columns, then one all-reduce.",
+                "Megatron 的规则：一个块的第一个投影按输出行切（不通信），最后一个按对应的输入列切，然后做一次 all-reduce。",
+            ),
+        )
+        return report(not_yet(ex, hint))
+    return report(_plug_in_verdict(ex, answer))
+
+
+def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
+    from llmlab.course.build import drive
+    from llmlab.course.build.ch09 import tokens_processed
+
+    spec = answer.spec if getattr(answer, "grader_stand_in", False) else None
+    try:
+        run = drive(answer, f"{DRIVERS}:plug_in", spec, list(PLUG_PROMPT), PLUG_TOKENS)
+    except Exception as e:
+        return not_yet(
+            ex,
+            tr(
+                f"the properties hold, but the run on {PLUG_WORLD} processes failed: {e}",
+                f"性质检查都通过了，但在 {PLUG_WORLD} 个进程上的运行失败了：{e}",
+            ),
+        )
+    layer0, tokens, hidden, layers = _plug_reference(PLUG_MODEL, PLUG_PROMPT, PLUG_TOKENS)
+    scale = 1 + max(abs(v) for v in layer0)
+    diffs = [
+        max(abs(a - b) for a, b in zip(out, layer0)) if len(out) == len(layer0) else float("inf")
+        for out in run["layer_out"]
+    ]
+    if not max(diffs) <= TOLERANCE * scale:
+        return not_yet(
+            ex,
+            tr(
+                f"on SmolLM2's layer 0 over {PLUG_WORLD} gloo processes your ranks' outputs differ "
+                f"from the unsharded layer's by up to {max(diffs):.2g}.",
+                f"在 SmolLM2 的第 0 层上，用 {PLUG_WORLD} 个 gloo 进程运行时，你的各 rank 的输出与不切分的层"
+                f"相差最多 {max(diffs):.2g}。",
+            ),
+        )
+    if any(t != tokens for t in run["tokens"]):
+        return not_yet(
+            ex,
+            tr(
+                f"with your shard as the engine's shard_fn, SmolLM2 decoded {run['tokens'][0]}; "
+                f"one process decodes {tokens}.",
+                f"把你的 shard 作为引擎的 shard_fn 时，SmolLM2 解码出 {run['tokens'][0]}；单进程解码出 {tokens}。",
+            ),
+        )
+    T = len(PLUG_PROMPT)
+    mine_bytes = run["layer_bytes"][0] / T
+    package_bytes = run["package_bytes"][0] / (tokens_processed(T, PLUG_TOKENS) * layers)
+    mine_us = 1e6 * run["layer_ar_seconds"][0] / max(run["layer_calls"][0], 1)
+    package_us = 1e6 * run["package_ar_seconds"][0] / max(sum(run["package_calls"][0]), 1)
+    same = run["package_tokens"][0] == tokens
+    return passed(
+        ex,
+        tr(
+            f"your split and layer ran on {PLUG_WORLD} processes over gloo: SmolLM2's layer 0 "
+            f"equals the unsharded layer (max |Δ| {max(diffs):.1e}); the package's TP engine with "
+            f"your shard as shard_fn decoded {run['tokens'][0]}, the same as one process"
+            f"{' and as the package’s own TP=2 split' if same else ''}. Measured (CPU, gloo over "
+            f"localhost TCP, this machine): all-reduced per token per layer, yours "
+            f"{mine_bytes:.0f} B in {run['layer_calls'][0]} calls, the package's {package_bytes:.0f} B "
+            f"(2 × hidden {hidden} × 4 bytes); inside one all-reduce, yours {mine_us:.0f} µs, the "
+            f"package's {package_us:.0f} µs on average.",
+            f"你的切分和层在 {PLUG_WORLD} 个进程上通过 gloo 运行：SmolLM2 第 0 层的输出等于不切分的层"
+            f"（最大 |Δ| {max(diffs):.1e}）；包里的 TP 引擎用你的 shard 作为 shard_fn 解码出 "
+            f"{run['tokens'][0]}，与单进程{'以及包自己的 TP=2 切分' if same else ''}相同。实测（CPU，gloo 走本机 TCP，"
+            f"这台机器）：每个 token 每层 all-reduce 的字节数，你的 {mine_bytes:.0f} B（{run['layer_calls'][0]} 次调用），"
+            f"包里的 {package_bytes:.0f} B（2 × hidden {hidden} × 4 字节）；一次 all-reduce 内部耗时，你的 "
+            f"{mine_us:.0f} µs，包里的平均 {package_us:.0f} µs。",
+        ),
+    )

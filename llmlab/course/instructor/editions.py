@@ -48,6 +48,28 @@ def _cell_exercises(nb: Any) -> dict[int, list[str]]:
     return found
 
 
+def _build_skeletons(nb: Any, stem: str) -> dict[int, list[str]]:
+    """cell index -> the build exercises (the chapter module's `BUILDS`) whose class or function
+    that cell defines: the skeleton holds the solution, a later cell calls the checker."""
+    import importlib
+    import re
+
+    try:
+        builds = importlib.import_module(f"llmlab.course.check.ch{stem[:2]}").__dict__.get(
+            "BUILDS", {}
+        )
+    except ImportError:
+        return {}
+    found: dict[int, list[str]] = {}
+    for ex, name in builds.items():
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code" and re.search(
+                rf"^(class|def) {re.escape(name)}\b", cell.source, re.M
+            ):
+                found.setdefault(i, []).append(ex)
+    return found
+
+
 def solutions_notebook(nb: Any, stem: str) -> Any:
     """The worked solutions of the instructor's notebook `nb` (already in the edition's
     language): a title, then for each code cell that holds a marked solution, a heading naming
@@ -58,6 +80,8 @@ def solutions_notebook(nb: Any, stem: str) -> Any:
     _, solutions = student_notebook(nb, where=stem)
     solved = sorted({s.cell_index for s in solutions})
     by_cell = _cell_exercises(nb)
+    for index, ids in _build_skeletons(nb, stem).items():
+        by_cell.setdefault(index, []).extend(ids)
     title = new_markdown_cell(
         tr(
             f"# {stem}: worked solutions\n\n"
