@@ -15,11 +15,11 @@ example database, and is bounded by `max_examples` (plus its own bounded shrinki
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-DRIVER_PREFIX = "llmlab.course.build."
+# what the grader's sandbox may call on a student's piece: the drivers of this package
+from llmlab.course.instructor.sandbox import DRIVER_PREFIX, resolve_driver  # noqa: E402,F401
 
 
 @dataclass(frozen=True)
@@ -40,20 +40,6 @@ class Counterexample:
     case: Any
     got: Any  # the student's observations, or a Raised
     expected: Any  # the package's observations
-
-
-def resolve_driver(name: str) -> Callable[..., Any]:
-    """The driver "module:function", which must live in `llmlab.course.build` (the sandbox calls
-    only these, whatever name a record carries)."""
-    if not isinstance(name, str) or ":" not in name:
-        raise ValueError(f"driver must be 'module:function', got {name!r}")
-    module_name, _, function_name = name.partition(":")
-    if not module_name.startswith(DRIVER_PREFIX) or not function_name.isidentifier():
-        raise ValueError(f"driver must be a function of {DRIVER_PREFIX}*, got {name!r}")
-    fn = getattr(importlib.import_module(module_name), function_name, None)
-    if not callable(fn) or not getattr(fn, "__module__", "").startswith(DRIVER_PREFIX):
-        raise ValueError(f"no driver {name!r}")
-    return fn
 
 
 def drive(answer: Any, driver: str, *args: Any, **kwargs: Any) -> Any:

@@ -1056,7 +1056,7 @@ def tensor_parallel_layer(answer: Any) -> CheckResult:
             tr(
                 " Megatron's rule: the first projection of a block by output rows (no "
                 "communication), the last by the matching input columns, then one all-reduce.",
-                "Megatron 的规则：一个块的第一个投影按输出行切（不通信），最后一个按对应的输入列切，然后做一次 all-reduce。",
+                "Megatron 的规则：一个块的第一个投影切分输出维（列并行，不通信），最后一个切分对应的输入维（行并行），然后做一次 all-reduce。",
             ),
         )
         return report(not_yet(ex, hint))
@@ -1100,7 +1100,7 @@ def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
             tr(
                 f"with your shard as the engine's shard_fn, SmolLM2 decoded {run['tokens'][0]}; "
                 f"one process decodes {tokens}.",
-                f"把你的 shard 作为引擎的 shard_fn 时，SmolLM2 解码出 {run['tokens'][0]}；单进程解码出 {tokens}。",
+                f"把你的 shard 作为引擎的 shard_fn 时，SmolLM2 decode 出 {run['tokens'][0]}；单进程 decode 出 {tokens}。",
             ),
         )
     T = len(PLUG_PROMPT)
@@ -1121,7 +1121,7 @@ def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
             f"(2 × hidden {hidden} × 4 bytes); inside one all-reduce, yours {mine_us:.0f} µs, the "
             f"package's {package_us:.0f} µs on average.",
             f"你的切分和层在 {PLUG_WORLD} 个进程上通过 gloo 运行：SmolLM2 第 0 层的输出等于不切分的层"
-            f"（最大 |Δ| {max(diffs):.1e}）；包里的 TP 引擎用你的 shard 作为 shard_fn 解码出 "
+            f"（最大 |Δ| {max(diffs):.1e}）；包里的 TP 引擎用你的 shard 作为 shard_fn decode 出 "
             f"{run['tokens'][0]}，与单进程{'以及包自己的 TP=2 切分' if same else ''}相同。实测（CPU，gloo 走本机 TCP，"
             f"这台机器）：每个 token 每层 all-reduce 的字节数，你的 {mine_bytes:.0f} B（{run['layer_calls'][0]} 次调用），"
             f"包里的 {package_bytes:.0f} B（2 × hidden {hidden} × 4 字节）；一次 all-reduce 内部耗时，你的 "

@@ -17,11 +17,29 @@ through a driver of `llmlab.course.build` instead: `{"driver": "module:function"
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from typing import Any, Callable
 
 from llmlab.course.instructor.answers import AnswerFormatError, build_function, decode, encode
+
+DRIVER_PREFIX = "llmlab.course.build."
+
+
+def resolve_driver(name: str) -> Callable[..., Any]:
+    """The driver "module:function", which must live in `llmlab.course.build` (the sandbox calls
+    only these, whatever name a record carries; `llmlab.course.build.drive` uses it too)."""
+    if not isinstance(name, str) or ":" not in name:
+        raise ValueError(f"driver must be 'module:function', got {name!r}")
+    module_name, _, function_name = name.partition(":")
+    if not module_name.startswith(DRIVER_PREFIX) or not function_name.isidentifier():
+        raise ValueError(f"driver must be a function of {DRIVER_PREFIX}*, got {name!r}")
+    fn = getattr(importlib.import_module(module_name), function_name, None)
+    if not callable(fn) or not getattr(fn, "__module__", "").startswith(DRIVER_PREFIX):
+        raise ValueError(f"no driver {name!r}")
+    return fn
 
 
 def serve(argv: list[str]) -> int:
@@ -43,8 +61,6 @@ def serve(argv: list[str]) -> int:
                 raise failure
             args, kwargs = decode(call["args"]), decode(call["kwargs"])
             if "driver" in call:  # a build exercise: the package's driver runs the student's piece
-                from llmlab.course.build.core import resolve_driver
-
                 reply = {"result": encode(resolve_driver(call["driver"])(fn, *args, **kwargs))}
             else:
                 reply = {"result": encode(fn(*args, **kwargs))}
