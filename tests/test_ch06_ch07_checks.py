@@ -110,7 +110,7 @@ def test_why_crossover_grows_says_why_each_wrong_option_is_wrong():
                 "ch07.why_crossover_grows", None
             )  # each option's hint, before the last stage
             r = ch07.why_crossover_grows(key)
-            assert not r and r.message == ch07.CROSSOVER_WHY_WRONG[key][0]  # (English, Chinese)
+            assert not r and r.message == ch07.M.template(ch07.CROSSOVER_WHY_WRONG[key])
 
 
 def test_decode_bound_hint_holds_no_ridge_value():

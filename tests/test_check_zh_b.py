@@ -138,7 +138,7 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
     from llmlab.course.check import ch07, ch10, ch11, ch12
 
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
-    assert not r and r.message == ch07.CROSSOVER_WHY_WRONG["ridge_moves"][1]
+    assert not r and r.message == ch07.M.template(ch07.CROSSOVER_WHY_WRONG["ridge_moves"], "zh")
     r = quiet(
         ch10.source_q4, {"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"}
     )
@@ -157,7 +157,9 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
     assert not r and r.message.startswith("第 3 步") and "Attention.forward" in r.message
     i18n.set_language("en")
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
-    assert r.message == ch07.CROSSOVER_WHY_WRONG["ridge_moves"][0] and not CJK.search(r.message)
+    assert r.message == ch07.M.template(ch07.CROSSOVER_WHY_WRONG["ridge_moves"]) and not CJK.search(
+        r.message
+    )
 
 
 def test_dict_answers_name_each_wrong_key_in_chinese(zh):

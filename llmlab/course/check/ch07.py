@@ -17,6 +17,7 @@ from llmlab.analysis.hardware import PRESETS
 from llmlab.config import PRESETS as MODEL_PRESETS
 from llmlab.config import ModelConfig, get_config
 from llmlab.course.build import drive, find_counterexample
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.ch01 import combine_mistakes
 from llmlab.course.check.core import (
     NOT_ANSWERED,
@@ -32,6 +33,8 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.i18n import tr
+
+M = catalog("ch07")
 
 GEMV_BATCH = 8  # decode_gemv_intensity: batch size
 BOUND_BATCH = 64  # decode_bound: batch size of the Llama-3-70B decode step on H100 SXM
@@ -50,25 +53,10 @@ CROSSOVER_OPTIONS = (
 )
 # (English, Chinese) for each wrong option
 CROSSOVER_WHY_WRONG = {
-    "ridge_moves": (
-        "the ridge is peak FLOP/s over bandwidth: a property of the device, the same at any context.",
-        "拐点是峰值 FLOP/s 除以带宽：它是设备的属性，上下文多长都一样。",
-    ),
-    "attention_flops": (
-        "more attention FLOPs would push the step towards compute, so the crossover would come "
-        "sooner, not later; look at what grows in the denominator of the intensity.",
-        "注意力的 FLOPs 变多会把这一步推向 compute-bound，交叉点只会来得更早，而不是更晚；"
-        "看看算术强度的分母里是什么在变大。",
-    ),
-    "weights_per_sequence": (
-        "the weights are read once per step whatever the batch: that is why batching helps.",
-        "不管 batch 多大，每步只读一遍权重：batching 之所以有用，正是因为这一点。",
-    ),
-    "hbm_capacity": (
-        "true on one card, but the roofline knows nothing of capacity: its floor moved for a "
-        "reason in the bytes each step moves.",
-        "单卡上确实如此，但 roofline 模型不管容量：它的下限移动，原因在每一步搬运的字节数里。",
-    ),
+    "ridge_moves": M.key("crossover_why_wrong.ridge_moves"),
+    "attention_flops": M.key("crossover_why_wrong.attention_flops"),
+    "weights_per_sequence": M.key("crossover_why_wrong.weights_per_sequence"),
+    "hbm_capacity": M.key("crossover_why_wrong.hbm_capacity"),
 }
 
 
@@ -84,49 +72,15 @@ def ridge_point(answer: Any) -> CheckResult:
         mistakes=combine_mistakes(
             (
                 roofline.ridge_point(PRESETS["H100-SXM-source"], "bf16"),
-                tr(
-                    "that is the source chapter's round 1000 TFLOPS / 3 TB/s; use the datasheet preset H100-SXM.",
-                    "这是原章节取整的 1000 TFLOPS / 3 TB/s；请用按规格表设定的预设 H100-SXM。",
-                ),
+                M("ridge_point.source_chapter_s"),
             ),
-            (
-                1 / expected,
-                tr(
-                    "upside down: the ridge is in FLOP per byte.",
-                    "除反了：拐点的单位是 FLOP 每字节。",
-                ),
-            ),
-            (
-                roofline.ridge_point(h, "fp32"),
-                tr(
-                    "that is the FP32 peak; the question asks for BF16 (tensor cores).",
-                    "这是 FP32 峰值；题目问的是 BF16（tensor core）。",
-                ),
-            ),
-            (
-                roofline.ridge_point(h, "fp8"),
-                tr(
-                    "that is the FP8 peak; the question asks for BF16.",
-                    "这是 FP8 峰值；题目问的是 BF16。",
-                ),
-            ),
-            (
-                2 * h.peak_flops["bf16"] / h.mem_bw,
-                tr(
-                    "that uses the 2:4-sparsity peak; the roofline uses the dense peak.",
-                    "这用的是 2:4 稀疏的峰值；roofline 模型用稠密峰值。",
-                ),
-            ),
+            (1 / expected, M("ridge_point.upside_down_ridge")),
+            (roofline.ridge_point(h, "fp32"), M("ridge_point.fp32_peak_question")),
+            (roofline.ridge_point(h, "fp8"), M("ridge_point.fp8_peak_question")),
+            (2 * h.peak_flops["bf16"] / h.mem_bw, M("ridge_point.uses_sparsity_peak")),
         ),
-        default_hint=tr(
-            "the ridge is where the slanted roof meets the flat one; which two figures of "
-            "the preset set those roofs?",
-            "拐点是斜屋顶和平屋顶相交的地方；预设里哪两个数决定了这两条屋顶？",
-        ),
-        formula=tr(
-            "Ridge = peak FLOP/s (bf16, dense) / memory bandwidth (bytes/s).",
-            "拐点 = 峰值 FLOP/s（bf16，稠密）/ 显存带宽（bytes/s）。",
-        ),
+        default_hint=M("ridge_point.default_hint"),
+        formula=M("ridge_point.formula"),
     )
 
 
@@ -141,44 +95,13 @@ def decode_gemv_intensity(answer: Any) -> CheckResult:
         expected,
         rel=0.05,
         mistakes=combine_mistakes(
-            (
-                2 * b,
-                tr(
-                    "that forgets that each BF16 weight is 2 bytes.",
-                    "这忘了每个 BF16 权重占 2 字节。",
-                ),
-            ),
-            (
-                b / 2,
-                tr(
-                    "a multiply-add is 2 FLOP per weight per token, not 1.",
-                    "一次乘加算 2 FLOP（每个权重、每个 token），不是 1。",
-                ),
-            ),
-            (
-                1.0,
-                tr(
-                    "that is batch 1: with a batch every weight read from memory is used by every sequence.",
-                    "这是 batch 为 1 的情形：有了 batch，从显存读出的每个权重会被每条序列都用上。",
-                ),
-            ),
-            (
-                2 * b / 4,
-                tr(
-                    "that uses 4 bytes per weight (FP32); the weights are BF16.",
-                    "这里每个权重按 4 字节（FP32）算了；权重是 BF16。",
-                ),
-            ),
+            (2 * b, M("decode_gemv_intensity.forgets_each_bf16")),
+            (b / 2, M("decode_gemv_intensity.multiply_add_flop")),
+            (1.0, M("decode_gemv_intensity.batch_batch_every")),
+            (2 * b / 4, M("decode_gemv_intensity.uses_bytes_per")),
         ),
-        default_hint=tr(
-            "count per weight: how many FLOPs does one weight take part in across the batch, "
-            "and how many bytes does reading it once cost?",
-            "按单个权重来数：在整个 batch 里，一个权重参与多少 FLOPs？把它读一遍又要多少字节？",
-        ),
-        formula=tr(
-            "FLOPs: 2 × weights × batch; bytes: weights × 2; divide.",
-            "FLOPs：2 × 权重个数 × batch；字节：权重个数 × 2；两者相除。",
-        ),
+        default_hint=M("decode_gemv_intensity.default_hint"),
+        formula=M("decode_gemv_intensity.formula"),
     )
 
 
@@ -194,44 +117,16 @@ def attention_intensity(answer: Any) -> CheckResult:
         expected,
         rel=0.02,
         mistakes=combine_mistakes(
-            (
-                expected / group,
-                tr(
-                    "that is plain multi-head attention: with GQA each K/V head serves several query heads.",
-                    "这是普通多头注意力的结果：用 GQA 时，每个 K/V 头要服务好几个 query 头。",
-                ),
-            ),
-            (
-                expected * 2,
-                tr("each cached number is 2 bytes (BF16).", "缓存里的每个数占 2 字节（BF16）。"),
-            ),
-            (
-                expected / 2,
-                tr(
-                    "a multiply-add is 2 FLOP; count QKᵀ and the weighted sum of V both.",
-                    "一次乘加是 2 FLOP；QKᵀ 和对 V 的加权求和都要算上。",
-                ),
-            ),
+            (expected / group, M("attention_intensity.plain_multi_head")),
+            (expected * 2, M("attention_intensity.each_cached_number")),
+            (expected / 2, M("attention_intensity.multiply_add_flop")),
             (
                 expected * cfg.num_attention_heads / group,
-                tr(
-                    "count the query heads per K/V head, not all heads.",
-                    "数的是每个 K/V 头对应的 query 头，不是全部的头。",
-                ),
+                M("attention_intensity.count_query_heads"),
             ),
         ),
-        default_hint=tr(
-            "count per cached token and per layer: the FLOPs every query head spends on it, "
-            "and the bytes of its K and V; layers and context cancel.",
-            "按每个缓存的 token、每层来数：每个 query 头在它上面花的 FLOPs，以及它的 K、V 占的字节；"
-            "层数和上下文长度会约掉。",
-        ),
-        formula=tr(
-            "FLOPs per cached token: 2·heads·head_dim (scores) + 2·heads·head_dim (values); "
-            "bytes per cached token: 2·kv_heads·head_dim·2.",
-            "每个缓存 token 的 FLOPs：2·heads·head_dim（打分）+ 2·heads·head_dim（取值）；"
-            "每个缓存 token 的字节：2·kv_heads·head_dim·2。",
-        ),
+        default_hint=M("attention_intensity.default_hint"),
+        formula=M("attention_intensity.formula"),
     )
 
 
@@ -243,14 +138,8 @@ def decode_bound(answer: Any) -> CheckResult:
     wrong = "compute" if p.bound == "memory" else "memory"
     hint = staged(
         "ch07.decode_bound",
-        tr(
-            "compare the step's intensity with the device's ridge point.",
-            "把这一步的算术强度和设备的拐点比一比。",
-        ),
-        tr(
-            "For the weights the intensity is about the batch (FLOP per byte), and the KV reads lower it.",
-            "对权重来说，算术强度约等于 batch（FLOP 每字节），而读 KV 会把它拉低。",
-        ),
+        M("decode_bound.compare_step_s"),
+        M("decode_bound.weights_intensity_about"),
     )
     return check_choice(
         "ch07.decode_bound", answer, p.bound, options=["memory", "compute"], hints={wrong: hint}
@@ -267,61 +156,18 @@ def compute_bound_batch(answer: Any) -> CheckResult:
     explorer's task."""
     expected = _crossover()
     mistakes = combine_mistakes(
-        (
-            _crossover(context=1),
-            tr(
-                "that is the crossover without a KV cache (context 1); each sequence here "
-                "reads its own cache of the given context.",
-                "这是没有 KV cache（上下文为 1）时的交叉点；这里每条序列都要读自己那份给定上下文长度的缓存。",
-            ),
-        ),
-        (
-            roofline.ridge_point(TASK_HARDWARE),
-            tr(
-                "that is the ridge point, an intensity; the question asks for a "
-                "batch, and with KV reads batch and intensity differ.",
-                "这是拐点，是一个算术强度；题目问的是 batch，而算上读 KV，batch 和算术强度并不相等。",
-            ),
-        ),
-        (
-            _crossover("H100-SXM-source"),
-            tr(
-                "that is the source chapter's round H100; use the H100-SXM preset.",
-                "这是原章节取整的 H100；请用 H100-SXM 预设。",
-            ),
-        ),
-        (
-            _crossover("H200"),
-            tr("that is H200; the question is about H100-SXM.", "这是 H200；题目问的是 H100-SXM。"),
-        ),
-        (
-            expected - 1,
-            tr(
-                "at that batch the step is still memory-bound; the question asks for the first batch that is not.",
-                "在这个 batch 下这一步仍是 memory-bound 的；题目要的是第一个不再 memory-bound 的 batch。",
-            ),
-        ),
-        (
-            1024,
-            tr(
-                "the batch slider moves one by one: the crossover lies below that power of two.",
-                "batch 滑块是一格一格动的：交叉点在这个 2 的幂之下。",
-            ),
-        ),
+        (_crossover(context=1), M("compute_bound_batch.crossover_without_kv")),
+        (roofline.ridge_point(TASK_HARDWARE), M("compute_bound_batch.ridge_point_intensity")),
+        (_crossover("H100-SXM-source"), M("compute_bound_batch.source_chapter_s")),
+        (_crossover("H200"), M("compute_bound_batch.h200_question_about")),
+        (expected - 1, M("compute_bound_batch.batch_step_still")),
+        (1024, M("compute_bound_batch.batch_slider_moves")),
     )
     record_expected("ch07.compute_bound_batch", expected)
     x = as_number(answer)
     if x is not None and expected < x < 1024 and x == int(x):
         return report(
-            not_yet(
-                "ch07.compute_bound_batch",
-                tr(
-                    "that batch is compute-bound, but a smaller one already "
-                    "is: move the slider down one step at a time.",
-                    "这个 batch 确实是 compute-bound 的，但更小的 batch 就已经是了："
-                    "把滑块一格一格往下调。",
-                ),
-            )
+            not_yet("ch07.compute_bound_batch", M("compute_bound_batch.batch_compute_bound"))
         )
     return check_number(
         "ch07.compute_bound_batch",
@@ -329,16 +175,8 @@ def compute_bound_batch(answer: Any) -> CheckResult:
         expected,
         rel=0.1 / expected,
         mistakes=mistakes,
-        default_hint=tr(
-            "move the batch slider (context at its default) and watch the word "
-            "in brackets on the result's first line; find the batch where it changes.",
-            "拖动 batch 滑块（上下文保持默认），盯住结果第一行括号里的那个词；找出它变化的那个 batch。",
-        ),
-        formula=tr(
-            "It is the first batch whose step intensity (weights' and every sequence's KV "
-            "bytes counted) reaches the ridge point.",
-            "它是第一个让这一步的算术强度（权重和每条序列的 KV 字节都算上）达到拐点的 batch。",
-        ),
+        default_hint=M("compute_bound_batch.default_hint"),
+        formula=M("compute_bound_batch.formula"),
     )
 
 
@@ -350,7 +188,7 @@ def why_crossover_grows(answer: Any) -> CheckResult:
         answer,
         "kv_bytes_per_sequence",
         options=list(CROSSOVER_OPTIONS),
-        hints={key: tr(*pair) for key, pair in CROSSOVER_WHY_WRONG.items()},
+        hints={key: M(pair) for key, pair in CROSSOVER_WHY_WRONG.items()},
     )
 
 
@@ -375,48 +213,13 @@ CONFIG_FIELDS = (
 LINEAR_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 # the rule of each operation (the skeleton's docstring says the same), shown from the second try
 STEP_OP_HINTS = {
-    "embed_tokens": (
-        "embed_tokens is a lookup: no FLOPs; it reads one row of hidden_size numbers per new token.",
-        "embed_tokens 是查表：没有 FLOPs；每个新 token 读出一行 hidden_size 个数。",
-    ),
-    "qkv_proj": (
-        "qkv_proj multiplies every new token by W [hidden, (heads + 2·kv_heads)·head_dim] in every "
-        "layer, 2 FLOP per multiply-add; its weights are read once per step.",
-        "qkv_proj 在每一层把每个新 token 乘以 W [hidden, (heads + 2·kv_heads)·head_dim]，"
-        "一次乘加算 2 FLOP；权重每步只读一遍。",
-    ),
-    "attention": (
-        "attention: the j-th of a sequence's n new tokens attends to context − n + j tokens, "
-        "4·head_dim FLOP per attended token, query head and layer; every token of each context "
-        "moves its K and V once: 2·kv_heads·head_dim·dtype_bytes per token and layer.",
-        "attention：一条序列的 n 个新 token 中，第 j 个关注 context − n + j 个 token，"
-        "每个被关注的 token、每个 query 头、每层 4·head_dim FLOP；每条序列上下文里的每个 token "
-        "把它的 K 和 V 搬运一次：每个 token、每层 2·kv_heads·head_dim·dtype_bytes 字节。",
-    ),
-    "o_proj": (
-        "o_proj multiplies every new token by W [heads·head_dim, hidden] in every layer, 2 FLOP "
-        "per multiply-add; its weights are read once per step.",
-        "o_proj 在每一层把每个新 token 乘以 W [heads·head_dim, hidden]，一次乘加算 2 FLOP；"
-        "权重每步只读一遍。",
-    ),
-    "gate_up_proj": (
-        "gate_up_proj is two matrices [hidden, intermediate] in every layer, for every new token, "
-        "2 FLOP per multiply-add; its weights are read once per step.",
-        "gate_up_proj 是每层两个 [hidden, intermediate] 矩阵，作用于每个新 token，一次乘加算 "
-        "2 FLOP；权重每步只读一遍。",
-    ),
-    "down_proj": (
-        "down_proj multiplies every new token by W [intermediate, hidden] in every layer, 2 FLOP "
-        "per multiply-add; its weights are read once per step.",
-        "down_proj 在每一层把每个新 token 乘以 W [intermediate, hidden]，一次乘加算 2 FLOP；"
-        "权重每步只读一遍。",
-    ),
-    "lm_head": (
-        "lm_head is one matrix [hidden, vocab] (not one per layer), applied to one row per "
-        "sequence, its sampled position; its weights are read once per step.",
-        "lm_head 是一个 [hidden, vocab] 矩阵（不是每层一个），每条序列只作用于一行，"
-        "即它采样的那个位置；权重每步只读一遍。",
-    ),
+    "embed_tokens": M.key("step_op_hints.embed_tokens"),
+    "qkv_proj": M.key("step_op_hints.qkv_proj"),
+    "attention": M.key("step_op_hints.attention"),
+    "o_proj": M.key("step_op_hints.o_proj"),
+    "gate_up_proj": M.key("step_op_hints.gate_up_proj"),
+    "down_proj": M.key("step_op_hints.down_proj"),
+    "lm_head": M.key("step_op_hints.lm_head"),
 }
 # (mistake, English, Chinese): what a recognised wrong count means, first match shown
 STEP_COST_MISTAKES = (
@@ -632,17 +435,13 @@ def step_cost_hint(cex: Any) -> str:
     where = describe_step(fields, batch, dtype_bytes)
     got, expected = cex.got, cex.expected
     if isinstance(got, Raised):
-        return tr(
-            f"on the step {where}: your step_cost raised {got.error}: {got.message}",
-            f"在这一步（{where}）上：你的 step_cost 抛出了 {got.error}：{got.message}",
+        return M(
+            "step_cost_hint.step_where_step", where=where, error=got.error, message=got.message
         )
     if not isinstance(got, dict) or set(got) != set(expected):
         ops = sorted(got) if isinstance(got, dict) else got
-        return tr(
-            f"on the step {where}: your step_cost returned the operations {ops}; "
-            f"count each of {list(costs.STEP_OPS)}, no more.",
-            f"在这一步（{where}）上：你的 step_cost 返回的操作是 {ops}；"
-            f"请逐个统计 {list(costs.STEP_OPS)}，不多也不少。",
+        return M(
+            "step_cost_hint.step_where_step_2", where=where, ops=ops, step_ops=list(costs.STEP_OPS)
         )
     wrong = [op for op in costs.STEP_OPS if not _same_costs({op: got[op]}, {op: expected[op]})]
     shown, more = wrong[:SHOWN_OPS], len(wrong) - SHOWN_OPS
@@ -660,7 +459,7 @@ def step_cost_hint(cex: Any) -> str:
     mistake = _step_cost_mistake(cex.case, got, expected)
     if mistake is not None:
         first = tr(f"{first} {mistake[1]}", f"{first}{mistake[2]}")
-    return staged("ch07.step_cost", first, tr(*STEP_OP_HINTS[wrong[0]]))
+    return staged("ch07.step_cost", first, M(STEP_OP_HINTS[wrong[0]]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -697,25 +496,17 @@ def _plugged_in(answer: Any) -> CheckResult:
     except TimeoutError:
         raise
     except Exception as e:  # the student's code, on a step of the real engine
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"on the engine's steps your step_cost raised {type(e).__name__}: {e}",
-                    f"在引擎真实的步上，你的 step_cost 抛出了 {type(e).__name__}：{e}",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("plugged_in.engine_s_steps", e_type=type(e).__name__, e=e)))
     hw = roofline.quick_roof("cpu")
     ridge = roofline.ridge_point(hw, "fp32")
     lines = [
-        tr(
-            f"measured on this machine (quick roof: {hw.mem_bw / 1e9:.1f} GB/s, "
-            f"{hw.flops('fp32') / 1e9:.0f} GFLOP/s fp32, ridge {ridge:.1f} FLOP/B), "
-            f"{cfg.name} in fp32, the engine's {len(steps)} steps (new/context per sequence):",
-            f"在本机实测（快速测得的屋顶：{hw.mem_bw / 1e9:.1f} GB/s，"
-            f"fp32 {hw.flops('fp32') / 1e9:.0f} GFLOP/s，拐点 {ridge:.1f} FLOP/B），"
-            f"{cfg.name}（fp32），引擎的 {len(steps)} 步（每条序列的 新token数/上下文）：",
+        M(
+            "plugged_in.measured_machine_quick",
+            mem_bw=hw.mem_bw / 1000000000.0,
+            flops=hw.flops('fp32') / 1000000000.0,
+            ridge=ridge,
+            name=cfg.name,
+            n_steps=len(steps),
         )
     ]
     for i, (step, (flops, nbytes)) in enumerate(zip(steps, mine), 1):
@@ -725,42 +516,36 @@ def _plugged_in(answer: Any) -> CheckResult:
             return report(
                 not_yet(
                     ex,
-                    tr(
-                        f"on the engine's step {i} ({step.kind} [{shape}]) your counter sums to "
-                        f"{_num(flops)} FLOPs and {_num(nbytes)} bytes, the package's to "
-                        f"{_num(ref.flops)} and {_num(ref.bytes)}.",
-                        f"在引擎的第 {i} 步（{step.kind} [{shape}]）上，你的计数加起来是 "
-                        f"{_num(flops)} FLOPs、{_num(nbytes)} 字节，package 的是 "
-                        f"{_num(ref.flops)} 和 {_num(ref.bytes)}。",
+                    M(
+                        "plugged_in.engine_s_step",
+                        i=i,
+                        kind=step.kind,
+                        shape=shape,
+                        flops=_num(flops),
+                        nbytes=_num(nbytes),
+                        ref_flops=_num(ref.flops),
+                        bytes=_num(ref.bytes),
                     ),
                 )
             )
         yours = roofline.place(roofline.Operation("", flops, nbytes), hw, "fp32")
         pkg = roofline.place(ref, hw, "fp32")
         lines.append(
-            tr(
-                f"  step {i} {step.kind} [{shape}]: yours {yours.op.intensity:.1f} FLOP/B -> "
-                f"{yours.time_floor * 1e3:.2f} ms ({yours.bound}-bound) | package "
-                f"{pkg.op.intensity:.1f} FLOP/B -> {pkg.time_floor * 1e3:.2f} ms | "
-                f"measured {step.seconds * 1e3:.1f} ms",
-                f"  第 {i} 步 {step.kind} [{shape}]：你的 {yours.op.intensity:.1f} FLOP/B -> "
-                f"{yours.time_floor * 1e3:.2f} ms（{yours.bound}-bound）| package "
-                f"{pkg.op.intensity:.1f} FLOP/B -> {pkg.time_floor * 1e3:.2f} ms | "
-                f"实测 {step.seconds * 1e3:.1f} ms",
+            M(
+                "plugged_in.step_i_kind",
+                i=i,
+                kind=step.kind,
+                shape=shape,
+                intensity=yours.op.intensity,
+                time_floor=yours.time_floor * 1000.0,
+                bound=yours.bound,
+                op_intensity=pkg.op.intensity,
+                value=pkg.time_floor * 1000.0,
+                seconds=step.seconds * 1000.0,
             )
         )
     print("\n".join(lines))
-    return report(
-        passed(
-            ex,
-            tr(
-                f"your counter equals the package's on every drawn step and predicts the "
-                f"engine's {len(steps)} real steps as the package does (measured times above).",
-                f"你的计数在每个随机抽取的步上都与 package 的相同，对引擎真实的 {len(steps)} 步"
-                f"也给出与 package 相同的预测（实测时间见上）。",
-            ),
-        )
-    )
+    return report(passed(ex, M("plugged_in.counter_equals_package", n_steps=len(steps))))
 
 
 def step_cost(answer: Any) -> CheckResult:
@@ -772,13 +557,7 @@ def step_cost(answer: Any) -> CheckResult:
         return report(not_yet(ex, NOT_ANSWERED))
     if not callable(answer):
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"expected your function step_cost, got {type(answer).__name__}.",
-                    f"这里要你写的函数 step_cost，你给的是 {type(answer).__name__}。",
-                ),
-            )
+            not_yet(ex, M("step_cost.expected_function_step", answer_type=type(answer).__name__))
         )
     cex = find_counterexample(
         step_cases(),

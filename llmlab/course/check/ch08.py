@@ -9,6 +9,7 @@ from typing import Any
 
 from llmlab.analysis import costs, roofline, sim
 from llmlab.config import get_config
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -25,6 +26,8 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.i18n import tr
+
+M = catalog("ch08")
 
 # the source chapter's H100: 1000 TFLOPS, 3 TB/s
 Q3_MODEL, Q3_HW, Q3_CONTEXT = "llama-3-70b", "H100-SXM-source", 1024
@@ -106,128 +109,44 @@ def source_q3(answer: Any) -> CheckResult:
     for key in Q3_KEYS[:3]:
         x = as_number(answer[key])
         if x is None:
-            problems.append(tr(f"{key} must be a number.", f"{key} 必须是一个数。"))
+            problems.append(M("source_q3.key_must_number", key=key))
             continue
         if close(x, exp[key], 0.03):
             continue
         if key == "step_ms_batch1":
             if close(x, exp[key] * 1e-3, 0.03):
-                problems.append(
-                    tr(
-                        "step_ms_batch1 looks like seconds; give milliseconds.",
-                        "step_ms_batch1 看起来是秒；请给毫秒。",
-                    )
-                )
+                problems.append(M("source_q3.step_ms_batch1"))
             elif close(x, exp[key] * 3 / 3.35, 0.03):
-                problems.append(
-                    tr(
-                        "step_ms_batch1 uses 3.35 TB/s; this question uses the source chapter's 3 TB/s preset.",
-                        "step_ms_batch1 用了 3.35 TB/s；本题用原章节 3 TB/s 的预设。",
-                    )
-                )
+                problems.append(M("source_q3.step_ms_batch1_2"))
             else:
-                problems.append(
-                    tr(
-                        "step_ms_batch1: count what one batch-1 step must read from memory.",
-                        "step_ms_batch1：数一数 batch 为 1 的一步要从显存读哪些东西。",
-                    )
-                )
-                formulas.append(
-                    tr(
-                        "batch 1 reads every weight once (2 bytes each) plus one sequence's "
-                        "KV cache; divide by the bandwidth.",
-                        "batch 为 1 时读一遍所有权重（每个 2 字节），再加一条序列的 KV cache；除以带宽。",
-                    )
-                )
+                problems.append(M("source_q3.step_ms_batch1_3"))
+                formulas.append(M("source_q3.batch_reads_every"))
         elif key == "step_ms_batch32":
             if close(x, 32 * exp["step_ms_batch1"], 0.05):
-                problems.append(
-                    tr(
-                        "step_ms_batch32: the weights are read once per step for the whole batch, "
-                        "not once per sequence.",
-                        "step_ms_batch32：权重每步为整个 batch 读一遍，而不是每条序列读一遍。",
-                    )
-                )
+                problems.append(M("source_q3.step_ms_batch32"))
             elif close(x, weights_ms, 0.01) or close(x, exp["step_ms_batch1"], 0.01):
-                problems.append(
-                    tr(
-                        "step_ms_batch32: each of the 32 sequences also reads its own KV cache "
-                        f"of {Q3_CONTEXT} tokens every step.",
-                        f"step_ms_batch32：32 条序列每一步还要各自读自己那份 {Q3_CONTEXT} 个 token 的 KV cache。",
-                    )
-                )
+                problems.append(M("source_q3.step_ms_batch32_2", q3_context=Q3_CONTEXT))
             elif close(x, exp[key] * 1e-3, 0.03):
-                problems.append(
-                    tr(
-                        "step_ms_batch32 looks like seconds; give milliseconds.",
-                        "step_ms_batch32 看起来是秒；请给毫秒。",
-                    )
-                )
+                problems.append(M("source_q3.step_ms_batch32_3"))
             else:
-                problems.append(
-                    tr(
-                        "step_ms_batch32: list what the batch-32 step reads and computes.",
-                        "step_ms_batch32：列出 batch 为 32 的一步要读什么、算什么。",
-                    )
-                )
-                formulas.append(
-                    tr(
-                        "bytes = weights once + 32 KV caches; FLOPs = 32 × the batch-1 FLOPs; "
-                        "the floor is the larger of bytes/bandwidth and FLOPs/peak.",
-                        "字节 = 权重一遍 + 32 份 KV cache；FLOPs = 32 × batch 为 1 时的 FLOPs；"
-                        "下限取两者中较大的：字节数除以带宽，FLOPs 除以峰值。",
-                    )
-                )
+                problems.append(M("source_q3.step_ms_batch32_4"))
+                formulas.append(M("source_q3.bytes_weights_once"))
         else:
             if close(x, 1.0, 0.05) or close(
                 x, exp["step_ms_batch32"] / exp["step_ms_batch1"], 0.01
             ):
-                problems.append(
-                    tr(
-                        "throughput_ratio: throughput is tokens per second; batch 32 makes 32 "
-                        "tokens per step, batch 1 makes one.",
-                        "throughput_ratio：吞吐是每秒的 token 数；batch 为 32 时每步产出 32 个 token，"
-                        "batch 为 1 时只产出一个。",
-                    )
-                )
+                problems.append(M("source_q3.throughput_ratio_throughput"))
             elif close(x, 32.0, 0.005):
-                problems.append(
-                    tr(
-                        "throughput_ratio: exactly 32 assumes equal step times; use your two step times.",
-                        "throughput_ratio：正好 32 等于假设两个单步时间相同；请用你算出的两个单步时间。",
-                    )
-                )
+                problems.append(M("source_q3.throughput_ratio_exactly"))
             else:
-                problems.append(
-                    tr(
-                        "throughput_ratio: compare tokens per second, not step times.",
-                        "throughput_ratio：比较的是每秒 token 数，不是单步时间。",
-                    )
-                )
-                formulas.append(
-                    tr(
-                        "ratio = (32 / step time at 32) / (1 / step time at 1).",
-                        "比值 =（32 / batch 32 的单步时间）/（1 / batch 1 的单步时间）。",
-                    )
-                )
+                problems.append(M("source_q3.throughput_ratio_compare"))
+                formulas.append(M("source_q3.ratio_step_time"))
     bound = str(answer["bound"]).strip().lower()
     if bound not in ("memory", "compute"):
-        problems.append(
-            tr('bound must be "memory" or "compute".', 'bound 必须是 "memory" 或 "compute"。')
-        )
+        problems.append(M("source_q3.bound_must_memory"))
     elif bound != exp["bound"]:
-        problems.append(
-            tr(
-                "bound: compare the batch-32 step's FLOP per byte with the ridge point.",
-                "bound：把 batch 为 32 的这一步的 FLOP 每字节和拐点比一比。",
-            )
-        )
-        formulas.append(
-            tr(
-                "ridge = peak FLOP/s / bandwidth; intensity = step FLOPs / step bytes.",
-                "拐点 = 峰值 FLOP/s / 带宽；算术强度 = 这一步的 FLOPs / 这一步的字节数。",
-            )
-        )
+        problems.append(M("source_q3.bound_compare_batch"))
+        formulas.append(M("source_q3.ridge_peak_flop"))
     if problems:
         return report(
             not_yet(
@@ -237,16 +156,7 @@ def source_q3(answer: Any) -> CheckResult:
                 else " ".join(problems),
             )
         )
-    return report(
-        passed(
-            ex,
-            tr(
-                "right: the weights are read once per step whatever the batch, so the "
-                "step barely slows down while 32 sequences share it.",
-                "对：不管 batch 多大，权重每步只读一遍，所以 32 条序列共用这一步时，它几乎没有变慢。",
-            ),
-        )
-    )
+    return report(passed(ex, M("source_q3.right_weights_read")))
 
 
 # A fixed order that does not line up with the answer (shown in this order in the notebook).
@@ -265,25 +175,10 @@ CPU_RIGHT = {
     "e",
 }  # both are true of a laptop CPU; c is the roofline reason, e the efficiency one
 CPU_WHY_WRONG = {  # (English, Chinese)
-    "a": (
-        "both run the same batched matmul: one pass over each weight matrix serves the whole batch.",
-        "两者跑的是同样的批量 matmul：把每个权重矩阵过一遍，就服务了整个 batch。",
-    ),
-    "b": (
-        "SmolLM2's KV cache for 32 sequences of a few dozen tokens is a few MB; compare with the "
-        "machine's memory.",
-        "32 条几十个 token 的序列，SmolLM2 的 KV cache 只有几 MB；和本机内存比一比。",
-    ),
-    "d": (
-        "the Python work of a step (scheduling, building tensors) is paid once per step, not per "
-        "sequence; the table's step times grow far more than that.",
-        "一步里的 Python 开销（调度、构造张量）每步付一次，而不是每条序列付一次；表里单步时间的增长远不止这些。",
-    ),
-    "f": (
-        "a floor is what the hardware allows; comparing the measured step with this machine's own "
-        "floor (the table) is exactly how the gap is explained.",
-        "下限是硬件允许的极限；把实测的单步时间和本机自己的下限（表里）比较，正是解释这段差距的办法。",
-    ),
+    "a": M.key("cpu_why_wrong.a"),
+    "b": M.key("cpu_why_wrong.b"),
+    "d": M.key("cpu_why_wrong.d"),
+    "f": M.key("cpu_why_wrong.f"),
 }
 
 
@@ -296,39 +191,18 @@ def why_cpu_falls_short(answer: Any) -> CheckResult:
     got = str(answer).strip().lower()
     if got not in CPU_OPTIONS:
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"answer one letter of {sorted(CPU_OPTIONS)}.",
-                    f"请回答 {sorted(CPU_OPTIONS)} 中的一个字母。",
-                ),
-            )
+            not_yet(ex, M("why_cpu_falls_short.answer_letter_cpu", cpu_options=sorted(CPU_OPTIONS)))
         )
     if got in CPU_RIGHT:
         other = (CPU_RIGHT - {got}).pop()
-        return report(
-            passed(
-                ex,
-                tr(
-                    f"right; option {other} is true as well: the roofline says the "
-                    "step is compute-bound here, and the library does not even reach "
-                    "the compute roof.",
-                    f"对；选项 {other} 也成立：roofline 模型说这一步在这里是 compute-bound 的，"
-                    "而矩阵库连算力屋顶都够不着。",
-                ),
-            )
-        )
+        return report(passed(ex, M("why_cpu_falls_short.right_option_other", other=other)))
     return report(
         not_yet(
             ex,
             staged(
                 ex,
-                tr(*CPU_WHY_WRONG[got]),
-                tr(
-                    "Look at the table: the FLOP per byte at batch 32 against "
-                    "the ridge, and the measured step against its floor.",
-                    "看表：batch 为 32 时的 FLOP 每字节和拐点相比如何，实测单步时间和它的下限相比如何。",
-                ),
+                M(CPU_WHY_WRONG[got]),
+                M("why_cpu_falls_short.look_table_flop"),
             ),
         )
     )
@@ -351,38 +225,12 @@ def continuous_mean_latency(answer: Any) -> CheckResult:
         cont.mean_latency,
         rel=1e-6,
         mistakes=[
-            (
-                stat.mean_latency,
-                tr(
-                    "that is static batching: a new request may join as soon as any slot frees.",
-                    "这是 static batching 的结果：其实只要有空位，新请求就可以加进来。",
-                ),
-            ),
-            (
-                sum_len / len(TRACE_OUTPUTS),
-                tr(
-                    "that is the mean output length; latency also counts the steps a request waits.",
-                    "这是平均输出长度；延迟还要算上请求等待的步数。",
-                ),
-            ),
-            (
-                cont.makespan,
-                tr(
-                    "that is when the last request finishes; average the finish times of all four.",
-                    "这是最后一个请求完成的时刻；要对四个请求的完成时刻取平均。",
-                ),
-            ),
+            (stat.mean_latency, M("continuous_mean_latency.static_batching_new")),
+            (sum_len / len(TRACE_OUTPUTS), M("continuous_mean_latency.mean_output_length")),
+            (cont.makespan, M("continuous_mean_latency.when_last_request")),
         ],
-        default_hint=tr(
-            "draw the schedule step by step: which requests hold the two slots, and when "
-            "does each one finish?",
-            "一步一步画出调度：哪些请求占着那两个位置？每个请求在哪一步完成？",
-        ),
-        formula=tr(
-            "Two run at once, and a waiting request takes a slot in the step after one "
-            "finishes; latency = finish step − arrival (0); average the four.",
-            "同时跑两个；有请求完成后，等待的请求在下一步占上空位；延迟 = 完成步 − 到达步（0）；四个取平均。",
-        ),
+        default_hint=M("continuous_mean_latency.default_hint"),
+        formula=M("continuous_mean_latency.formula"),
     )
 
 
@@ -419,40 +267,12 @@ def saturating_max_batch(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                n,
-                tr(
-                    "that is every request at once; they arrive over time and the first ones finish "
-                    "before the last ones come, so they never all run together.",
-                    "这是让所有请求同时跑；但请求是陆续到达的，前面的在后面的到来之前就完成了，所以它们从不会全部一起跑。",
-                ),
-            ),
-            (
-                WIDGET_MAX_BATCH,
-                tr(
-                    "that is the slider's end; the throughput stopped growing well before it.",
-                    "这是滑块的最右端；吞吐早在这之前就不再增长了。",
-                ),
-            ),
-            (
-                8,
-                tr(
-                    "that is the default max batch; set arrivals/step first, then raise the max batch.",
-                    "这是默认的 max batch；先设好 arrivals/step，再调大 max batch。",
-                ),
-            ),
+            (n, M("saturating_max_batch.every_request_once")),
+            (WIDGET_MAX_BATCH, M("saturating_max_batch.slider_s_end")),
+            (8, M("saturating_max_batch.default_max_batch")),
         ],
-        default_hint=tr(
-            "set arrivals/step first, then raise the max batch one notch at a time and "
-            "watch the continuous line's tok/step: the answer is where it stops changing.",
-            "先设好 arrivals/step，再把 max batch 一格一格调大，盯住 continuous 那一行的 tok/step："
-            "它不再变化的地方就是答案。",
-        ),
-        formula=tr(
-            "Once the cap is at least the number of requests that are ever running at the "
-            "same time, it never binds: the schedule, and so the throughput, stays the same.",
-            "一旦上限不小于任何时刻同时在跑的请求数，它就不再起作用：调度不变，吞吐也就不变。",
-        ),
+        default_hint=M("saturating_max_batch.default_hint"),
+        formula=M("saturating_max_batch.formula"),
     )
 
 
@@ -473,18 +293,9 @@ def why_continuous(answer: Any) -> CheckResult:
         "b",
         options=WHY_OPTIONS,
         hints={
-            "a": tr(
-                "a step with the same batch costs the same under both policies; look at how full the batches are.",
-                "两种策略下，batch 相同的一步花的时间一样；看看 batch 填得有多满。",
-            ),
-            "c": tr(
-                "every request is still prefilled once under both policies.",
-                "两种策略下，每个请求都照样做一次 prefill。",
-            ),
-            "d": tr(
-                "both policies generate exactly the requested tokens (the simulator conserves them).",
-                "两种策略生成的 token 数都正好是请求要的数（模拟器保证这一点）。",
-            ),
+            "a": M("why_continuous.step_same_batch"),
+            "c": M("why_continuous.every_request_still"),
+            "d": M("why_continuous.both_policies_generate"),
         },
     )
 
@@ -580,13 +391,16 @@ def _describe_case(case: dict) -> str:
     p = ", ".join(map(str, case["prompts"]))
     m = ", ".join(map(str, case["max_tokens"]))
     a = ", ".join(map(str, case["arrivals"]))
-    return tr(
-        f"requests {names} (prompt tokens {p}; output tokens {m}; arriving at steps {a}), "
-        f"a pool of {case['num_blocks']} blocks of {case['block_size']} tokens, budget "
-        f"{case['budget']} tokens per step, max_num_seqs {case['max_num_seqs']}",
-        f"请求 {names}（prompt token 数 {p}；输出 token 数 {m}；到达的步 {a}），"
-        f"块池 {case['num_blocks']} 个块、每块 {case['block_size']} 个 token，"
-        f"每步预算 {case['budget']} 个 token，max_num_seqs 为 {case['max_num_seqs']}",
+    return M(
+        "describe_case.requests_names_prompt",
+        names=names,
+        p=p,
+        m=m,
+        a=a,
+        num_blocks=case['num_blocks'],
+        block_size=case['block_size'],
+        budget=case['budget'],
+        max_num_seqs=case['max_num_seqs'],
     )
 
 
@@ -603,55 +417,22 @@ def _rule(case: dict, before: list[str], got: dict, exp: dict) -> str:
     got_ids = [rid for rid, _ in got["scheduled"]]
     exp_ids = [rid for rid, _ in exp["scheduled"]]
     if len(set(got_ids)) < len(got_ids):
-        return tr(
-            "a request scheduled twice in one step: each request is scheduled at most once, "
-            "running ones first, then waiting ones.",
-            "同一步里一个请求被调度了两次：每个请求一步最多调度一次，先运行中的，再等待中的。",
-        )
+        return M("rule.request_scheduled_twice")
     if sum(n for _, n in got["scheduled"]) > case["budget"]:
-        return tr(
-            "over the token budget: subtract each scheduled request's tokens from the budget and "
-            "stop when it is spent.",
-            "超出了 token 预算：每调度一个请求，都要从预算里减去它的 token 数，预算用完就停。",
-        )
+        return M("rule.over_token_budget")
     if len(got["running"]) > case["max_num_seqs"]:
-        return tr(
-            "more requests running than max_num_seqs: admit a waiting request only while "
-            "len(self.running) < max_num_seqs.",
-            "正在运行的请求超过了 max_num_seqs：只有在 len(self.running) < max_num_seqs 时才能接纳等待中的请求。",
-        )
+        return M("rule.more_requests_running")
     if got["preempted"] != exp["preempted"]:
         if got["preempted"] and exp["preempted"]:
-            return tr(
-                "the wrong request preempted: when allocate_slots returns None, preempt the "
-                "newest running request (the last of self.running), not an older one.",
-                "抢占错了请求：allocate_slots 返回 None 时，要抢占最新的运行中请求（self.running 的最后一个），"
-                "而不是更早的请求。",
-            )
-        return tr(
-            "when allocate_slots returns None for a running request, preempt the newest running "
-            "request (self.preempt) and try again, until it fits or the request itself was "
-            "preempted; admit no waiting request in that step.",
-            "当 allocate_slots 对一个运行中的请求返回 None 时，要抢占最新的运行中请求（self.preempt）再试，"
-            "直到放得下，或者被抢占的就是它自己；这一步不再接纳等待中的请求。",
-        )
+            return M("rule.wrong_request_preempted")
+        return M("rule.when_allocate_slots")
     new = [rid for rid in got_ids if rid not in before]
     first_new = min((got_ids.index(r) for r in new), default=len(got_ids))
     running_after_new = any(rid in before for rid in got_ids[first_new:])
     skipped = [rid for rid in exp_ids if rid in before and rid not in got_ids]
     if new and (running_after_new or skipped):
-        return tr(
-            "running requests come first: give every running request its tokens (oldest first) "
-            "before a waiting request is admitted.",
-            "运行中的请求优先：先给每个运行中的请求分配 token（从最早的开始），再接纳等待中的请求。",
-        )
-    return tr(
-        "a running request brings min(tokens it has left, budget left): its next prefill chunk "
-        "or one decode token; a waiting one its prompt less the cached tokens, or what is left "
-        "of the budget.",
-        "运行中的请求拿 min(它还剩的 token 数, 剩余预算)：下一个 prefill 分块，或者一个 decode token；"
-        "等待中的请求拿它的 prompt 减去已缓存的 token，或者剩余的预算。",
-    )
+        return M("rule.running_requests_come")
+    return M("rule.running_request_brings")
 
 
 def schedule_hint(case: dict, got: Any, expected: list[dict]) -> str:
@@ -671,25 +452,25 @@ def schedule_hint(case: dict, got: Any, expected: list[dict]) -> str:
             continue
         step = k + 1
         if g is None:
-            return tr(
-                f"{where}: your scheduler finished after step {k}; the package's still scheduled "
-                f"{_fmt_step(exp)} at step {step}.",
-                f"{where}：你的调度器在第 {k} 步后就结束了；包里的调度器第 {step} 步还调度了 {_fmt_step(exp)}。",
+            return M(
+                "schedule_hint.where_scheduler_finished",
+                where=where,
+                k=k,
+                fmt_step=_fmt_step(exp),
+                step=step,
             )
         if "stopped" in exp or "stopped" in g or "scheduled" not in g:
             break
         before = expected[k - 1]["running"] if k else []
-        return tr(
-            f"{where}: at step {step} your scheduler gave {_fmt_step(g)}; the package's gave "
-            f"{_fmt_step(exp)}. {_rule(case, before, g, exp)}",
-            f"{where}：第 {step} 步你的调度器给出 {_fmt_step(g)}；包里的调度器给出 {_fmt_step(exp)}。"
-            f"{_rule(case, before, g, exp)}",
+        return M(
+            "schedule_hint.where_step_step",
+            where=where,
+            step=step,
+            fmt_step=_fmt_step(g),
+            fmt_step_2=_fmt_step(exp),
+            rule=_rule(case, before, g, exp),
         )
-    return tr(
-        f"{where}: your scheduler kept scheduling after the package's had finished every "
-        f"request (or never finished within {len(got)} steps).",
-        f"{where}：包里的调度器已经完成了所有请求，你的调度器还在继续调度（或者 {len(got)} 步内都没有完成）。",
-    )
+    return M("schedule_hint.where_scheduler_kept", where=where, n_got=len(got))
 
 
 def _is_scheduler_class(answer: Any) -> bool:
@@ -720,12 +501,7 @@ def build_scheduler(answer: Any) -> CheckResult:
     if not _is_scheduler_class(answer):
         return report(
             not_yet(
-                ex,
-                tr(
-                    f"expected your scheduler class (a subclass of Scheduler), got "
-                    f"{type(answer).__name__}.",
-                    f"这里要你的调度器类（Scheduler 的子类），你给的是 {type(answer).__name__}。",
-                ),
+                ex, M("build_scheduler.expected_scheduler_class", answer_type=type(answer).__name__)
             )
         )
     cex = find_counterexample(
@@ -740,26 +516,16 @@ def build_scheduler(answer: Any) -> CheckResult:
         mine = drive(answer, f"{BUILD_DRIVERS}:run_engine", PREEMPT_WORKLOAD)
     except Exception as e:  # the student's class inside the engine
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"plugged into the engine, your scheduler raised {type(e).__name__}: {e}",
-                    f"接进引擎后，你的调度器抛出了 {type(e).__name__}：{e}",
-                ),
-            )
+            not_yet(ex, M("build_scheduler.plugged_into_engine_2", e_type=type(e).__name__, e=e))
         )
     ref = run_engine(Scheduler, PREEMPT_WORKLOAD)
     if mine["tokens"] != ref["tokens"] or not mine["finished"]:
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"plugged into the engine (LLM(..., scheduler_cls=...)) on a pool of "
-                    f"{PREEMPT_WORKLOAD['engine']['num_kv_blocks']} blocks that forces preemption, "
-                    f"your scheduler's tokens differ from the package's.",
-                    f"接进引擎（LLM(..., scheduler_cls=...)），在只有 "
-                    f"{PREEMPT_WORKLOAD['engine']['num_kv_blocks']} 个块、必须抢占的块池上，"
-                    f"你的调度器生成的 token 和包里的不一样。",
+                M(
+                    "build_scheduler.plugged_into_engine",
+                    num_kv_blocks=PREEMPT_WORKLOAD['engine']['num_kv_blocks'],
                 ),
             )
         )
@@ -779,18 +545,18 @@ def build_measurement(mine: dict, ref: dict, runs: dict) -> str:
     yc, ys = runs[("yours", "continuous")], runs[("yours", "static")]
     pc, ps = runs[("package", "continuous")], runs[("package", "static")]
     outs = ", ".join(map(str, TRACE_OUTPUTS))
-    return tr(
-        f"same tokens as the package's scheduler in the engine, through "
-        f"{mine['preemptions']} preemptions (the package's: {ref['preemptions']}). Requests "
-        f"wanting {outs} tokens, {TRACE_MAX_BATCH} at a time, in the engine: your scheduler "
-        f"takes {yc['steps']} steps continuous, {ys['steps']} static ({total / yc['steps']:.2f} "
-        f"vs {total / ys['steps']:.2f} tokens per step); the package's {pc['steps']} and "
-        f"{ps['steps']}.",
-        f"在引擎里和包里的调度器生成的 token 完全相同，中间经历了 {mine['preemptions']} 次抢占"
-        f"（包里的：{ref['preemptions']} 次）。分别要 {outs} 个 token 的请求，每次跑 {TRACE_MAX_BATCH} 个，"
-        f"在引擎里：你的调度器 continuous 用 {yc['steps']} 步，static 用 {ys['steps']} 步"
-        f"（每步 {total / yc['steps']:.2f} 对 {total / ys['steps']:.2f} 个 token）；"
-        f"包里的是 {pc['steps']} 步和 {ps['steps']} 步。",
+    return M(
+        "build_measurement.same_tokens_package",
+        preemptions=mine['preemptions'],
+        ref_preemptions=ref['preemptions'],
+        outs=outs,
+        trace_max_batch=TRACE_MAX_BATCH,
+        steps=yc['steps'],
+        ys_steps=ys['steps'],
+        total=total / yc['steps'],
+        value=total / ys['steps'],
+        pc_steps=pc['steps'],
+        ps_steps=ps['steps'],
     )
 
 

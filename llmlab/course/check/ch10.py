@@ -14,6 +14,7 @@ from llmlab.analysis import costs, metrics, roofline
 from llmlab.config import PRESETS
 from llmlab.course.build import ch10 as build10
 from llmlab.course.build.core import Counterexample, Raised, drive, find_counterexample
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -28,6 +29,8 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.i18n import Bilingual, tr
+
+M = catalog("ch10")
 
 # one request: arrives at 0 s, its 5 tokens come at these times (s)
 TPOT_ARRIVAL, TPOT_TOKENS = 0.0, (0.8, 1.0, 1.3, 1.5, 1.9)
@@ -60,35 +63,12 @@ def tpot(answer: Any) -> CheckResult:
         t.tpot,
         rel=1e-3,
         mistakes=[
-            (
-                t.e2el / n,
-                tr(
-                    "that spreads the whole latency, first-token wait included, over every token; "
-                    "TPOT starts after the first token.",
-                    "这是把整段延迟（包括等第一个 token 的时间）摊到每个 token 上；TPOT 从第一个 token 之后才开始算。",
-                ),
-            ),
-            (
-                (t.e2el - t.ttft) / n,
-                tr(
-                    "after the first token there are n − 1 gaps, not n.",
-                    "第一个 token 之后有 n − 1 个间隔，不是 n 个。",
-                ),
-            ),
-            (
-                t.e2el / (n - 1),
-                tr(
-                    "subtract the TTFT first: the wait for the first token is not a gap between tokens.",
-                    "先减去 TTFT：等第一个 token 的时间不算 token 之间的间隔。",
-                ),
-            ),
-            (t.tpot * 1e3, tr("give seconds, not milliseconds.", "请给秒，不要给毫秒。")),
+            (t.e2el / n, M("tpot.spreads_whole_latency")),
+            ((t.e2el - t.ttft) / n, M("tpot.after_first_token")),
+            (t.e2el / (n - 1), M("tpot.subtract_ttft_first")),
+            (t.tpot * 1e3, M("tpot.give_seconds_milliseconds")),
         ],
-        default_hint=tr(
-            "TPOT is the mean gap between tokens after the first one; check which times "
-            "you subtracted and how many gaps you divided by.",
-            "TPOT 是第一个 token 之后各 token 之间的平均间隔；检查你减的是哪些时间、除以了几个间隔。",
-        ),
+        default_hint=M("tpot.default_hint"),
         formula="TPOT = (E2EL − TTFT) / (n − 1).",
     )
 
@@ -102,16 +82,7 @@ def mean_tpot(answer: Any) -> CheckResult:
     ex = "ch10.mean_tpot"
     if answer is not None and as_number(answer) is None and isinstance(answer, float):
         record_expected(ex, expected)
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "NaN is not a mean: a request without a second token has no "
-                    "TPOT and is left out.",
-                    "NaN 不是平均值：没有第二个 token 的请求没有 TPOT，应当不计入。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("mean_tpot.nan_mean_request")))
     itls = [g for t in ts for g in t.itls]
     return check_number(
         ex,
@@ -119,31 +90,11 @@ def mean_tpot(answer: Any) -> CheckResult:
         expected,
         rel=1e-3,
         mistakes=[
-            (
-                sum(defined) / len(ts),
-                tr(
-                    "you counted the one-token request as TPOT 0; it has no TPOT "
-                    "at all and is left out of the mean.",
-                    "你把只有一个 token 的请求算成了 TPOT 为 0；它根本没有 TPOT，不计入平均。",
-                ),
-            ),
-            (
-                sum(itls) / len(itls),
-                tr(
-                    "that pools every gap (that is the mean ITL); TPOT is one value "
-                    "per request, then averaged over requests.",
-                    "这是把所有间隔混在一起平均（那是平均 ITL）；TPOT 是每个请求一个值，再对请求取平均。",
-                ),
-            ),
+            (sum(defined) / len(ts), M("mean_tpot.counted_token_request")),
+            (sum(itls) / len(itls), M("mean_tpot.pools_every_gap")),
         ],
-        default_hint=tr(
-            "work request by request: one TPOT each (where it exists), then the mean.",
-            "逐个请求来算：每个请求一个 TPOT（如果有的话），再取平均。",
-        ),
-        formula=tr(
-            "Each TPOT = (E2EL − TTFT)/(n − 1), for requests with n ≥ 2; average those.",
-            "每个 TPOT =（E2EL − TTFT）/（n − 1），只算 n ≥ 2 的请求；再对它们取平均。",
-        ),
+        default_hint=M("mean_tpot.default_hint"),
+        formula=M("mean_tpot.formula"),
     )
 
 
@@ -156,33 +107,12 @@ def ttlt(answer: Any) -> CheckResult:
         expected,
         rel=1e-4,
         mistakes=[
-            (
-                TTLT_TTFT + TTLT_N * TTLT_TPOT,
-                tr(
-                    "the first token is covered by TTFT; only n − 1 tokens follow it.",
-                    "第一个 token 已经算在 TTFT 里了；它后面只有 n − 1 个 token。",
-                ),
-            ),
-            (
-                TTLT_N * TTLT_TPOT,
-                tr(
-                    "add the wait for the first token (TTFT).",
-                    "加上等第一个 token 的时间（TTFT）。",
-                ),
-            ),
-            (
-                (TTLT_N - 1) * TTLT_TPOT,
-                tr(
-                    "add the wait for the first token (TTFT).",
-                    "加上等第一个 token 的时间（TTFT）。",
-                ),
-            ),
-            (expected * 1e3, tr("give seconds, not milliseconds.", "请给秒，不要给毫秒。")),
+            (TTLT_TTFT + TTLT_N * TTLT_TPOT, M("ttlt.first_token_covered")),
+            (TTLT_N * TTLT_TPOT, M("ttlt.add_wait_first")),
+            ((TTLT_N - 1) * TTLT_TPOT, M("ttlt.add_wait_first")),
+            (expected * 1e3, M("tpot.give_seconds_milliseconds")),
         ],
-        default_hint=tr(
-            "picture the timeline: one wait until the first token, then the gaps after it.",
-            "想象一下时间线：先等到第一个 token，然后是它之后的一个个间隔。",
-        ),
+        default_hint=M("ttlt.default_hint"),
         formula="TTLT ≈ TTFT + (n − 1) · TPOT.",
     )
 
@@ -210,51 +140,14 @@ def goodput(answer: Any) -> CheckResult:
         s.goodput,
         rel=1e-3,
         mistakes=[
-            (
-                s.request_throughput,
-                tr(
-                    "that is the throughput of all requests; goodput counts only those "
-                    "that met the SLO.",
-                    "这是全部请求的吞吐；goodput 只算满足 SLO 的请求。",
-                ),
-            ),
-            (
-                strict,
-                tr(
-                    "the one-token request has no TPOT, so it cannot miss the TPOT target.",
-                    "只有一个 token 的请求没有 TPOT，所以它不可能违反 TPOT 目标。",
-                ),
-            ),
-            (
-                only_ttft.goodput,
-                tr(
-                    "check the TPOT target too: a request must meet every target.",
-                    "还要检查 TPOT 目标：一个请求必须满足每一个目标。",
-                ),
-            ),
-            (
-                only_tpot.goodput,
-                tr(
-                    "check the TTFT target too: a request must meet every target.",
-                    "还要检查 TTFT 目标：一个请求必须满足每一个目标。",
-                ),
-            ),
-            (
-                s.num_good,
-                tr(
-                    "goodput is a rate: divide the good requests by the duration.",
-                    "goodput 是一个速率：用达标的请求数除以时长。",
-                ),
-            ),
+            (s.request_throughput, M("goodput.throughput_all_requests")),
+            (strict, M("goodput.token_request_no")),
+            (only_ttft.goodput, M("goodput.check_tpot_target")),
+            (only_tpot.goodput, M("goodput.check_ttft_target")),
+            (s.num_good, M("goodput.goodput_rate_divide")),
         ],
-        default_hint=tr(
-            "go request by request against both targets; count only those that meet both.",
-            "逐个请求对照两个目标；只数两个都满足的。",
-        ),
-        formula=tr(
-            "Goodput = (requests with TTFT ≤ target and TPOT ≤ target) / duration.",
-            "goodput =（TTFT ≤ 目标且 TPOT ≤ 目标的请求数）/ 时长。",
-        ),
+        default_hint=M("goodput.default_hint"),
+        formula=M("goodput.formula"),
     )
 
 
@@ -286,42 +179,15 @@ BURSTINESS_STATEMENTS = Bilingual(BURSTINESS_STATEMENTS_EN, BURSTINESS_STATEMENT
 BURSTINESS_TRUE = frozenset({"short_gaps", "same_mean_gap", "ttft_tail", "less_spread"})
 # (English, Chinese) for each false statement, and for each true one a student may miss
 BURSTINESS_WHY_WRONG = {
-    "fewer_per_second": (
-        "burstiness reshapes the gaps, not the rate: compare the mean gap the "
-        "explorer prints at both settings.",
-        "burstiness 改变的是间隔的分布，不是速率：比较两种设置下探索器打印的平均间隔。",
-    ),
-    "poisson": (
-        "Poisson gaps are exponential, which is a single burstiness value: find the one "
-        "at which the explorer prints a CV of 1.",
-        "泊松过程的间隔服从指数分布，只对应一个 burstiness 值：找出探索器打印 CV 为 1 的那个值。",
-    ),
-    "more_throughput": (
-        "below capacity the server finishes what is offered: over a long run both "
-        "streams deliver the offered rate; clumps change who waits, not how much "
-        "gets done.",
-        "在容量以内，服务器来多少就完成多少：长期来看两股请求流都按到达速率完成；"
-        "扎堆到达改变的是谁在等，而不是完成了多少。",
-    ),
+    "fewer_per_second": M.key("burstiness_why_wrong.fewer_per_second"),
+    "poisson": M.key("burstiness_why_wrong.poisson"),
+    "more_throughput": M.key("burstiness_why_wrong.more_throughput"),
 }
 BURSTINESS_MISSED = {
-    "short_gaps": (
-        "Look at the gap histogram near zero at both settings.",
-        "看两种设置下间隔直方图在 0 附近的部分。",
-    ),
-    "same_mean_gap": (
-        "Compare the mean gap the explorer prints at both settings.",
-        "比较两种设置下探索器打印的平均间隔。",
-    ),
-    "ttft_tail": (
-        "Think of what a clump of requests arriving together does to the last of them: "
-        "it waits behind the others' prefills.",
-        "想一想一堆请求同时到达时，最后那个会怎样：它要排在其他请求的 prefill 后面等。",
-    ),
-    "less_spread": (
-        "Compare the CV of the gaps at 5 with Poisson's (burstiness 1).",
-        "把 burstiness 为 5 时间隔的 CV 和泊松过程（burstiness 为 1）的比一比。",
-    ),
+    "short_gaps": M.key("burstiness_missed.short_gaps"),
+    "same_mean_gap": M.key("burstiness_missed.same_mean_gap"),
+    "ttft_tail": M.key("burstiness_missed.ttft_tail"),
+    "less_spread": M.key("burstiness_missed.less_spread"),
 }
 
 
@@ -332,24 +198,17 @@ def burstiness(answer: Any) -> CheckResult:
         return report(not_yet(ex, NOT_ANSWERED))
     items = [answer] if isinstance(answer, str) else answer
     if not isinstance(items, (list, tuple, set, frozenset)):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "answer a set of keys of ch10.BURSTINESS_STATEMENTS.",
-                    "请回答一个由 ch10.BURSTINESS_STATEMENTS 的键组成的集合。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("burstiness.answer_set_keys")))
     got = {str(a).strip().lower() for a in items}
     unknown = got - set(BURSTINESS_STATEMENTS)
     if unknown:
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"choose keys from {list(BURSTINESS_STATEMENTS)}; got {sorted(unknown)}.",
-                    f"请从 {list(BURSTINESS_STATEMENTS)} 中选键；你给的是 {sorted(unknown)}。",
+                M(
+                    "burstiness.choose_keys_burstiness",
+                    burstiness_statements=list(BURSTINESS_STATEMENTS),
+                    unknown=sorted(unknown),
                 ),
             )
         )
@@ -357,28 +216,16 @@ def burstiness(answer: Any) -> CheckResult:
     if wrong:
         parts = []
         for k in wrong:
-            why = tr(*BURSTINESS_WHY_WRONG[k])
+            why = M(BURSTINESS_WHY_WRONG[k])
             parts.append(tr(f"{k}: {why}", f"{k}：{why}"))
         return report(not_yet(ex, " ".join(parts)))
     missed = [k for k in BURSTINESS_STATEMENTS if k in BURSTINESS_TRUE - got]
     if missed:
-        first = tr(
-            f"everything you chose holds, but {len(missed)} more statement(s) hold too.",
-            f"你选的都成立，但还有 {len(missed)} 条说法也成立。",
-        )
+        first = M("burstiness.everything_chose_holds", n_missed=len(missed))
         return report(
-            not_yet(ex, staged(ex, first, " ".join(tr(*BURSTINESS_MISSED[k]) for k in missed)))
+            not_yet(ex, staged(ex, first, " ".join(M(BURSTINESS_MISSED[k]) for k in missed)))
         )
-    return report(
-        passed(
-            ex,
-            tr(
-                "right: burstiness keeps the rate and moves the gaps; clumps are "
-                "what a TTFT tail is made of.",
-                "对：burstiness 保持速率不变，只改变间隔；TTFT 的长尾正是由扎堆的请求造成的。",
-            ),
-        )
-    )
+    return report(passed(ex, M("burstiness.right_burstiness_keeps")))
 
 
 # ----------------------------------------------------------------- the serving explorer's task
@@ -416,54 +263,17 @@ def largest_batch_under_slo(answer: Any) -> CheckResult:
         return report(not_yet(ex, NOT_ANSWERED))
     x = as_number(answer)
     if x is None or x != int(x) or x < 1:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"answer a whole number of sequences, got {answer!r}.",
-                    f"请回答一个整数（序列条数），你给的是 {answer!r}。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("largest_batch_under_slo.answer_whole_number", answer=answer)))
     b = int(x)
     if b == expected:
-        return report(
-            passed(
-                ex,
-                tr(
-                    "right: past this batch every user's tokens come slower than the "
-                    "target; below it the card sits partly idle and each token "
-                    "costs more.",
-                    "对：超过这个 batch，每个用户的 token 都会比目标来得慢；低于它，"
-                    "卡有一部分闲着，每个 token 的成本更高。",
-                ),
-            )
-        )
+        return report(passed(ex, M("largest_batch_under_slo.right_past_batch")))
     kv = costs.kv_bytes(PRESETS[SLO_MODEL], SLO_CONTEXT, SLO_DTYPE_BYTES)
     if b > expected:
-        hint = tr(
-            "at that batch the step takes longer than the TPOT target: every request in the "
-            "batch gets its tokens that much slower. Check the context length and target you set.",
-            "在这个 batch 下，一步的时间超过了 TPOT 目标：batch 里每个请求拿到 token 都会慢这么多。"
-            "检查你设的上下文长度和目标。",
-        )
-        more = tr(
-            f"Each extra sequence adds its own KV cache ({kv / 1e6:.0f} MB at this context) "
-            "to the bytes every step reads.",
-            f"每多一条序列，就给每一步要读的字节数加上它自己的 KV cache（在这个上下文下是 {kv / 1e6:.0f} MB）。",
-        )
+        hint = M("largest_batch_under_slo.batch_step_takes")
+        more = M("largest_batch_under_slo.each_extra_sequence", kv=kv / 1000000.0)
     else:
-        hint = tr(
-            "a larger batch still meets the target; each step would then serve more users for "
-            "about the same time, so every token would cost less.",
-            "更大的 batch 仍能满足目标；那样每一步在差不多的时间里服务更多用户，每个 token 的成本更低。",
-        )
-        more = tr(
-            "While memory-bound, step time ≈ (weight bytes + batch × KV bytes per sequence) / "
-            "memory bandwidth; find where it reaches the target.",
-            "在 memory-bound 时，单步时间 ≈（权重字节数 + batch × 每条序列的 KV 字节数）/ 显存带宽；"
-            "找出它达到目标的地方。",
-        )
+        hint = M("largest_batch_under_slo.larger_batch_still")
+        more = M("largest_batch_under_slo.while_memory_bound")
     return report(not_yet(ex, staged(ex, hint, more)))
 
 
@@ -483,39 +293,19 @@ def break_even_tokens_per_s(answer: Any) -> CheckResult:
         expected,
         rel=1e-2,
         mistakes=[
-            (
-                expected * 3600,
-                tr(
-                    "that is tokens per hour; the question asks tokens per second.",
-                    "这是每小时的 token 数；题目问的是每秒。",
-                ),
-            ),
-            (expected * 60, tr("an hour has more than 60 seconds.", "一小时可不止 60 秒。")),
+            (expected * 3600, M("break_even_tokens_per_s.tokens_per_hour")),
+            (expected * 60, M("break_even_tokens_per_s.hour_more_seconds")),
             (
                 COST_SELL_PER_MILLION / COST_PRICE_PER_HOUR * 1e6 / 3600,
-                tr(
-                    "upside down: a dearer card needs *more* tokens per second to pay for itself.",
-                    "除反了：卡越贵，每秒需要的 token 越*多*才能回本。",
-                ),
+                M("break_even_tokens_per_s.upside_down_dearer"),
             ),
             (
                 COST_PRICE_PER_HOUR / COST_SELL_PER_MILLION / 3600,
-                tr(
-                    "the selling price is per *million* tokens: how many tokens does one dollar buy?",
-                    "售价是按*百万* token 计的：一美元能卖出多少个 token？",
-                ),
+                M("break_even_tokens_per_s.selling_price_per"),
             ),
         ],
-        default_hint=tr(
-            "the hour's price must be earned back by the tokens of that hour, sold at the "
-            "selling price; solve the section's cost formula for the tokens per second.",
-            "这一小时的价格，要靠这一小时产出的 token 按售价卖出去赚回来；把本节的成本公式反过来解出每秒 token 数。",
-        ),
-        formula=tr(
-            "tokens/s = price per hour / (selling price per token) / seconds per hour, with the "
-            "price per token = selling price per million / 10⁶.",
-            "每秒 token 数 = 每小时价格 / 每个 token 的售价 / 每小时秒数，其中每个 token 的售价 = 每百万 token 售价 / 10⁶。",
-        ),
+        default_hint=M("break_even_tokens_per_s.default_hint"),
+        formula=M("break_even_tokens_per_s.formula"),
     )
 
 
@@ -531,29 +321,12 @@ Q4_ACCEPT = {
     "code_completion": frozenset({"ttft", "e2el"}),
 }
 Q4_HINTS = {  # (English, Chinese)
-    "chat": (
-        "a person watches the screen while the reply streams in: which waits do they feel?",
-        "用户盯着屏幕看回复一点点流出来：他能感觉到哪些等待？",
-    ),
-    "batch_jobs": (
-        "nobody watches an offline job token by token; what decides its cost is how "
-        "much work finishes per GPU-hour.",
-        "没人会一个 token 一个 token 地盯着离线任务；决定它成本的是每 GPU 小时完成多少工作。",
-    ),
-    "code_completion": (
-        "a completion is short and only useful if it shows up, whole, before the "
-        "programmer types on; which wait is that?",
-        "一次补全很短，只有在程序员接着敲键盘之前完整出现才有用；这是哪一种等待？",
-    ),
+    "chat": M.key("q4_hints.chat"),
+    "batch_jobs": M.key("q4_hints.batch_jobs"),
+    "code_completion": M.key("q4_hints.code_completion"),
 }
 Q4_WHY_WRONG = {
-    "gpu_util": (
-        "utilisation says the GPU is busy, not that it turns out useful work fast: a "
-        "memory-bound decode at batch 1 keeps it busy reading weights while producing "
-        "few tokens. It is a platform gauge, not a product's target.",
-        "利用率只说明 GPU 在忙，不说明它在快速产出有用的工作：batch 为 1 的 decode 是 memory-bound 的，"
-        "GPU 忙着读权重，却只产出很少的 token。它是平台的监控指标，不是产品的目标。",
-    ),
+    "gpu_util": M.key("q4_why_wrong.gpu_util"),
 }
 
 
@@ -565,15 +338,9 @@ def source_q4(answer: Any) -> CheckResult:
         answer,
         Q4_ACCEPT,
         choices=Q4_METRICS,
-        hints={key: tr(*pair) for key, pair in Q4_HINTS.items()},
-        why_wrong={key: tr(*pair) for key, pair in Q4_WHY_WRONG.items()},
-        success=tr(
-            "right: optimise for one or two targets per product; they pull "
-            "in different directions (a bigger batch raises throughput and "
-            "TPOT).",
-            "对：每个产品只盯一两个目标来优化；这些目标会互相拉扯"
-            "（batch 更大，吞吐和 TPOT 都会升高）。",
-        ),
+        hints={key: M(pair) for key, pair in Q4_HINTS.items()},
+        why_wrong={key: M(pair) for key, pair in Q4_WHY_WRONG.items()},
+        success=M("source_q4.success"),
     )
 
 
@@ -818,13 +585,10 @@ def _describe_case(case: dict, with_slo: bool) -> str:
         text = tr("1 request, ", "1 个请求：") + _describe_request(trace[0], "")
     else:
         parts = [_describe_request(r, "ABCD"[i]) for i, r in enumerate(trace)]
-        text = tr(f"{len(trace)} requests: ", f"{len(trace)} 个请求：") + tr("; ", "；").join(parts)
+        text = M("describe_case.n_trace_requests", n_trace=len(trace)) + tr("; ", "；").join(parts)
     if with_slo:
         slo = tr(", ", "、").join(f"{k.upper()} ≤ {_s(v)} s" for k, v in case["slo"].items())
-        text += tr(
-            f"; SLO {slo}; duration {_s(case['duration'])} s",
-            f"；SLO 为 {slo}；时长 {_s(case['duration'])} s",
-        )
+        text += M("describe_case.slo_slo_duration", slo=slo, duration=_s(case['duration']))
     return text
 
 
@@ -843,12 +607,11 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
     )
     close = lambda a, b: _number(a) and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # noqa: E731
     if metric in ("ttft", "e2el") and sched != sent and close(g, (e + sent) - sched):
-        why = tr(
-            f"you measured from when the engine first scheduled it ({_s(sched)} s); "
-            f"{metric.upper()} runs from when the client sent it ({_s(sent)} s): the time it "
-            f"waited in the queue is part of what the user waits",
-            f"你是从引擎第一次调度这个请求的时刻（{_s(sched)} s）算起的；{metric.upper()} 要从客户端"
-            f"发出请求的时刻（{_s(sent)} s）算起：在队列里等的时间也是用户在等的时间",
+        why = M(
+            "request_hint.measured_when_engine",
+            sched=_s(sched),
+            upper=metric.upper(),
+            sent=_s(sent),
         )
     elif metric in ("ttft", "e2el"):
         why = tr(
@@ -858,35 +621,15 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
             f" − 请求发出的时刻",
         )
     elif metric == "tpot" and e is None:
-        why = tr(
-            "with one output token there is no inter-token time: the package leaves this "
-            "request out of TPOT (None)",
-            "只有一个输出 token 时，不存在 token 之间的时间：llmlab 不把这个请求算进 TPOT（None）",
-        )
+        why = M("request_hint.output_token_there")
     elif metric == "tpot" and g is None:
-        why = tr(
-            f"it has {n} output tokens: only a request with a single output token has no TPOT",
-            f"这个请求有 {n} 个输出 token：只有只输出一个 token 的请求才没有 TPOT",
-        )
+        why = M("request_hint.n_output_tokens", n=n)
     elif metric == "tpot" and close(g, (e2el - ttft) / n):
-        why = tr(
-            f"you divided by the n = {n} output tokens; after the first token come n − 1 = "
-            f"{n - 1}, and TPOT divides by those",
-            f"你除以的是全部 n = {n} 个输出 token；第一个 token 之后只有 n − 1 = {n - 1} 个，"
-            f"TPOT 除以的是这 n − 1 个",
-        )
+        why = M("request_hint.divided_n_n", n=n, value=n - 1)
     elif metric == "tpot" and c != n and c > 1 and close(g, (e2el - ttft) / (c - 1)):
-        why = tr(
-            f"you divided by the gaps between its {c} chunks; TPOT divides by the output tokens "
-            f"after the first (n − 1 = {n - 1}): a chunk can carry several tokens",
-            f"你除以的是 {c} 个数据块之间的间隔数；TPOT 除以的是第一个 token 之后的输出 token 数"
-            f"（n − 1 = {n - 1}）：一个数据块可以带好几个 token",
-        )
+        why = M("request_hint.divided_gaps_between", c=c, n=n - 1)
     elif metric == "tpot":
-        why = tr(
-            "TPOT = (E2EL − TTFT) / (n − 1), with n the output tokens (all chunks together)",
-            "TPOT =（E2EL − TTFT）/（n − 1），n 是输出 token 数（所有数据块加起来）",
-        )
+        why = M("request_hint.tpot_e2el_ttft")
     elif isinstance(g, list) and len(g) == n - 1 != c - 1:
         why = tr(
             f"you took one gap per token; vLLM's client takes one per streamed chunk, "
@@ -895,10 +638,7 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
             f"不管一个数据块带了几个 token：{c} 个数据块，{c - 1} 个间隔",
         )
     else:
-        why = tr(
-            "ITL is the list of gaps between consecutive chunks' arrivals",
-            "ITL 是相邻数据块到达时刻之间的间隔列表",
-        )
+        why = M("request_hint.itl_list_gaps")
     return tr(f"{what}: {why}.", f"{what}：{why}。")
 
 
@@ -911,31 +651,15 @@ def _goodput_hint(case: dict, g: Any, e: float) -> str:
     strict = [all(v[k] is not None and v[k] <= x for k, x in slo.items()) for v in values]
     num_good = sum(all(m) for m in meets)
     close = lambda a, b: _number(a) and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # noqa: E731
-    what = tr(
-        f"your goodput is {_s(g)} requests/s, the package's {_s(e)} requests/s",
-        f"你算出的 goodput 是 {_s(g)} requests/s，llmlab 算出的是 {_s(e)} requests/s",
-    )
+    what = M("goodput_hint.goodput_g_requests", g=_s(g), e=_s(e))
     if close(g, sum(any(m) for m in meets) / duration):
-        why = tr(
-            "a request counts only when it meets every target of the SLO; you counted "
-            "requests that met any one of them",
-            "一个请求要满足 SLO 的每一个目标才算数；你把只满足其中任意一个目标的请求也算进去了",
-        )
+        why = M("goodput_hint.request_counts_only")
     elif close(g, num_good) and num_good != e:
-        why = tr(
-            "goodput is a rate: divide the good requests by the duration",
-            "goodput 是一个速率：用达标的请求数除以时长",
-        )
+        why = M("goodput_hint.goodput_rate_divide")
     elif close(g, sum(strict) / duration):
-        why = tr(
-            "a request with one output token has no TPOT: it cannot miss the TPOT target",
-            "只有一个输出 token 的请求没有 TPOT：这样的请求不可能违反 TPOT 目标",
-        )
+        why = M("goodput_hint.request_output_token")
     else:
-        why = tr(
-            "goodput = the successful requests that met every target / the duration",
-            "goodput = 满足每一个目标的成功请求数 / 时长",
-        )
+        why = M("goodput_hint.goodput_successful_requests")
     return tr(f"{what}: {why}.", f"{what}：{why}。")
 
 
@@ -943,39 +667,20 @@ def _stats_hint(case: dict, metric: str, stat: str | None, got: dict, e: Any) ->
     stats = got.get("stats")
     g = stats.get(metric) if isinstance(stats, dict) else None
     if stat is None:
-        what = tr(
-            f"your stats for {metric.upper()} are {_s(g)}, the package's {_s(e)}",
-            f"你算出的 {metric.upper()} 统计量是 {_s(g)}，llmlab 算出的是 {_s(e)}",
-        )
-        why = tr(
-            "'stats' maps each metric to stats(values), (mean, median, p99), which is None "
-            "when there is no value",
-            "'stats' 把每个指标映射到 stats(values)，即（mean、median、p99）；没有任何值时是 None",
-        )
+        what = M("stats_hint.stats_upper_g", upper=metric.upper(), g=_s(g), e=_s(e))
+        why = M("stats_hint.stats_maps_each")
     else:
-        what = tr(
-            f"your {metric.upper()} {stat} is {_s(g[STAT_NAMES.index(stat)])} s, "
-            f"the package's {_s(e[STAT_NAMES.index(stat)])} s",
-            f"你算出的 {metric.upper()} {stat} 是 {_s(g[STAT_NAMES.index(stat)])} s，"
-            f"llmlab 算出的是 {_s(e[STAT_NAMES.index(stat)])} s",
+        what = M(
+            "stats_hint.upper_stat_g",
+            upper=metric.upper(),
+            stat=stat,
+            g=_s(g[STAT_NAMES.index(stat)]),
+            e=_s(e[STAT_NAMES.index(stat)]),
         )
         why = {
-            "itl": tr(
-                "ITL's statistics pool every gap of every request (a long request weighs more)",
-                "ITL 的统计量把所有请求的每一个间隔放在一起算（长请求分量更重）",
-            ),
-            "tpot": tr(
-                "TPOT's statistics are over the requests that have one: one-token requests are "
-                "left out",
-                "TPOT 的统计量只算有 TPOT 的请求：只有一个 token 的请求不计入",
-            ),
-        }.get(
-            metric,
-            tr(
-                f"{metric.upper()}'s statistics are over the successful requests, one value each",
-                f"{metric.upper()} 的统计量对成功的请求计算，每个请求一个值",
-            ),
-        )
+            "itl": M("stats_hint.itl_s_statistics"),
+            "tpot": M("stats_hint.tpot_s_statistics"),
+        }.get(metric, M("stats_hint.upper_s_statistics", upper=metric.upper()))
     return tr(f"{what}: {why}.", f"{what}：{why}。")
 
 
@@ -986,31 +691,16 @@ def _build_hint(cex: Counterexample) -> str:
     where = _describe_case(case, with_slo=diff is not None and diff[0] == "goodput")
     kind = diff[0] if diff else "raised"
     if kind == "raised":
-        what = tr(
-            f"your function raised {got.error}: {got.message}",
-            f"你的函数抛出了 {got.error}：{got.message}",
-        )
+        what = M("build_hint.function_raised_error", error=got.error, message=got.message)
     elif kind == "type":
-        what = tr(
-            f"your function returned {type(got).__name__}; return the dict the docstring describes",
-            f"你的函数返回了 {type(got).__name__}；请返回 docstring 描述的那个 dict",
-        )
+        what = M("build_hint.function_returned_got", got_type=type(got).__name__)
     elif kind == "length":
         m, g = diff[1], got.get(diff[1])
         n_ok = len(expected[m])
         if isinstance(g, list) and len(g) == len(case["trace"]) != n_ok:
-            what = tr(
-                f"your {m!r} has {len(g)} entries, one per request; the package's has {n_ok}: "
-                f"a failed request counts nowhere (vLLM leaves it out)",
-                f"你的 {m!r} 有 {len(g)} 项，每个请求一项；llmlab 的有 {n_ok} 项："
-                f"失败的请求哪里都不计入（vLLM 也不算失败的请求）",
-            )
+            what = M("build_hint.m_r_n", m=m, n_g=len(g), n_ok=n_ok)
         else:
-            what = tr(
-                f"your {m!r} is {_s(g)}; it must be a list with one entry per successful "
-                f"request ({n_ok})",
-                f"你的 {m!r} 是 {_s(g)}；这里必须是一个列表，每个成功的请求一项（共 {n_ok} 项）",
-            )
+            what = M("build_hint.m_r_g", m=m, g=_s(g), n_ok=n_ok)
     elif kind == "request":
         m, i = diff[1], diff[2]
         return tr(
@@ -1104,11 +794,7 @@ def metrics_from_trace(
     if not callable(answer):
         return report(
             not_yet(
-                ex,
-                tr(
-                    f"answer with your function my_metrics, got {type(answer).__name__}.",
-                    f"请用你的函数 my_metrics 作答，你给的是 {type(answer).__name__}。",
-                ),
+                ex, M("metrics_from_trace.answer_function_my", answer_type=type(answer).__name__)
             )
         )
 
@@ -1118,7 +804,7 @@ def metrics_from_trace(
     try:
         first = observe(PROBE)
     except TimeoutError as e:
-        return report(not_yet(ex, tr(f"your function {e}.", f"你的函数超时了：{e}。")))
+        return report(not_yet(ex, M("metrics_from_trace.function_e", e=e)))
     except Exception:  # the property check below shows the error on the smallest trace
         first = ...
     if first is None or (isinstance(first, dict) and all(v is None for v in first.values())):
@@ -1142,14 +828,7 @@ def metrics_from_trace(
         theirs = drive(answer, f"{DRIVER}:plugged_in", real, real_slo, real_duration)
     except Exception as e:  # the student's function, or summarize refusing what it returned
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"plugged into the chapter's report on a real run, your function "
-                    f"failed: {type(e).__name__}: {e}",
-                    f"接到本章的报告里、在真实运行的 trace 上，你的函数出错了：{type(e).__name__}：{e}",
-                ),
-            )
+            not_yet(ex, M("metrics_from_trace.plugged_into_chapter", e_type=type(e).__name__, e=e))
         )
     expected_own = _package({"trace": real, "slo": real_slo, "duration": real_duration})
     mismatch = [
@@ -1164,22 +843,22 @@ def metrics_from_trace(
         mismatch.append("goodput")
     n_ok = sum(r["ok"] for r in real)
     source = (
-        tr("a run of SmolLM2 recorded just now", "刚刚录下的一次 SmolLM2 运行")
+        M("metrics_from_trace.run_smollm2_recorded")
         if here
-        else tr("the chapter's recorded run", "本章录下的那次运行")
+        else M("metrics_from_trace.chapter_s_recorded")
     )
     if mismatch:
         names = ", ".join(sorted(set(mismatch)))
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"right on the small drawn traces, but on {source} ({n_ok} requests) your "
-                    f"{names} differ from the package's: yours {_measured(theirs['summary'], None)}; "
-                    f"the package's {_measured(ours_numbers, None)}.",
-                    f"在抽出来的小 trace 上都对，但在{source}（{n_ok} 个请求）上，你的 {names} "
-                    f"和 llmlab 的不一样：你的 {_measured(theirs['summary'], None)}；"
-                    f"llmlab 的 {_measured(ours_numbers, None)}。",
+                M(
+                    "metrics_from_trace.right_small_drawn",
+                    source=source,
+                    n_ok=n_ok,
+                    names=names,
+                    measured=_measured(theirs['summary'], None),
+                    measured_2=_measured(ours_numbers, None),
                 ),
             )
         )
@@ -1188,17 +867,17 @@ def metrics_from_trace(
     return report(
         passed(
             ex,
-            tr(
-                f"equal to the package's on {MAX_EXAMPLES} drawn traces and, plugged into "
-                f"summarize(..., metrics_fn=my_metrics), on {source} ({n_ok} requests, "
-                f"{chunks} chunks). Measured: yours {_measured({}, theirs['own'])}, in "
-                f"{theirs['seconds'] * 1e3:.2f} ms; the package's {_measured(ours_numbers, None)}, "
-                f"in {ours_seconds * 1e3:.2f} ms (yours took {ratio:.1f}× its time).",
-                f"在 {MAX_EXAMPLES} 条抽出来的 trace 上与 llmlab 相同；接进 "
-                f"summarize(..., metrics_fn=my_metrics) 后，在{source}（{n_ok} 个请求、"
-                f"{chunks} 个数据块）上也相同。实测：你的 {_measured({}, theirs['own'])}，用时 "
-                f"{theirs['seconds'] * 1e3:.2f} ms；llmlab 的 {_measured(ours_numbers, None)}，"
-                f"用时 {ours_seconds * 1e3:.2f} ms（你的用时是 llmlab 的 {ratio:.1f} 倍）。",
+            M(
+                "metrics_from_trace.equal_package_s",
+                max_examples=MAX_EXAMPLES,
+                source=source,
+                n_ok=n_ok,
+                chunks=chunks,
+                measured=_measured({}, theirs['own']),
+                seconds=theirs['seconds'] * 1000.0,
+                measured_2=_measured(ours_numbers, None),
+                ours_seconds=ours_seconds * 1000.0,
+                ratio=ratio,
             ),
         )
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -29,6 +30,8 @@ from llmlab.course.check.core import (
 )
 from llmlab.i18n import Bilingual, tr
 from llmlab.utils import cdiv
+
+M = catalog("ch11")
 
 # ---- the memory-waste trace of the chapter (llmlab.analysis.sim.make_trace arguments) -----------------
 WASTE_TRACE = dict(
@@ -65,49 +68,17 @@ def slot_for_position(answer: Any) -> CheckResult:
     table, bs, pos = SLOT_BLOCK_TABLE, SLOT_BLOCK_SIZE, SLOT_POSITION
     expected = table[pos // bs] * bs + pos % bs
     mistakes = [
-        (
-            pos,
-            tr(
-                "that is the token's logical position; the block table maps its logical block to a "
-                "physical one elsewhere in the pool.",
-                "这是 token 的逻辑位置；块表会把它所在的逻辑块映射到池子里别处的一个 KV 块。",
-            ),
-        ),
-        (
-            table[pos // bs] + pos % bs,
-            tr(
-                "the block id counts blocks, not slots: multiply it by the "
-                "block size before adding the offset.",
-                "块号数的是块，不是槽位：先乘以块大小，再加偏移。",
-            ),
-        ),
-        (
-            table[pos // bs] * bs + pos,
-            tr(
-                "the offset inside a block is the position modulo the block size.",
-                "块内偏移是位置对块大小取模。",
-            ),
-        ),
+        (pos, M("slot_for_position.token_s_logical")),
+        (table[pos // bs] + pos % bs, M("slot_for_position.block_id_counts")),
+        (table[pos // bs] * bs + pos, M("slot_for_position.offset_inside_block")),
     ]
     if pos // bs + 1 < len(table):
         mistakes.append(
-            (
-                table[pos // bs + 1] * bs + pos % bs,
-                tr(
-                    "logical block indices start at 0: which block does position // block_size give?",
-                    "逻辑块的编号从 0 开始：position // block_size 给出的是哪一块？",
-                ),
-            )
+            (table[pos // bs + 1] * bs + pos % bs, M("slot_for_position.logical_block_indices"))
         )
     if pos // bs >= 1:
         mistakes.append(
-            (
-                table[pos // bs - 1] * bs + pos % bs,
-                tr(
-                    "position // block_size is the logical block; recount it.",
-                    "position // block_size 就是逻辑块；再数一遍。",
-                ),
-            )
+            (table[pos // bs - 1] * bs + pos % bs, M("slot_for_position.position_block_size"))
         )
     return check_number(
         "ch11.slot_for_position",
@@ -115,12 +86,7 @@ def slot_for_position(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=mistakes,
-        default_hint=tr(
-            "logical block = position // block_size, offset = position % "
-            "block_size; look the logical block up in the table.",
-            "逻辑块 = position // block_size，偏移 = position % block_size；"
-            "再到块表里查这个逻辑块。",
-        ),
+        default_hint=M("slot_for_position.default_hint"),
     )
 
 
@@ -155,35 +121,12 @@ def cached_tokens(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                HIT_SYSTEM_LEN,
-                tr(
-                    "only whole blocks are cached and looked up: a block that mixes shared "
-                    "and own tokens has a different hash for each request.",
-                    "只有整块才会被缓存和查找：一个块里既有共享的 token 又有自己的 token，"
-                    "它的块哈希在两个请求里就不一样。",
-                ),
-            ),
-            (
-                cdiv(HIT_SYSTEM_LEN, bs) * bs,
-                tr(
-                    "round down, not up: the partly shared block differs.",
-                    "要向下取整，不是向上：只共享了一部分的那个块是不同的。",
-                ),
-            ),
-            (
-                HIT_SYSTEM_LEN + HIT_OWN_LEN,
-                tr(
-                    "only the shared prefix can match a cached block.",
-                    "只有共享的前缀才能命中缓存的块。",
-                ),
-            ),
-            (HIT_SYSTEM_LEN // bs, tr("count tokens, not blocks.", "数的是 token，不是块。")),
+            (HIT_SYSTEM_LEN, M("cached_tokens.only_whole_blocks")),
+            (cdiv(HIT_SYSTEM_LEN, bs) * bs, M("cached_tokens.round_down_up")),
+            (HIT_SYSTEM_LEN + HIT_OWN_LEN, M("cached_tokens.only_shared_prefix")),
+            (HIT_SYSTEM_LEN // bs, M("cached_tokens.count_tokens_blocks")),
         ],
-        default_hint=tr(
-            "how many whole blocks of the second prompt are identical to the first's?",
-            "第二个 prompt 有多少个整块和第一个的完全相同？",
-        ),
+        default_hint=M("cached_tokens.default_hint"),
     )
 
 
@@ -197,29 +140,11 @@ def max_wasted_slots(answer: Any) -> CheckResult:
         bs - 1,
         rel=1e-9,
         mistakes=[
-            (
-                bs,
-                tr(
-                    "a block is taken only when a token needs it, so the last block holds at least one.",
-                    "只有当某个 token 需要时才会占用一个块，所以最后一块里至少有一个 token。",
-                ),
-            ),
-            (
-                0.0,
-                tr("the last block is usually only partly filled.", "最后一块通常只填了一部分。"),
-            ),
-            (
-                bs / 2,
-                tr(
-                    "that is the average over random lengths; the question asks for the most.",
-                    "这是长度随机时的平均值；题目问的是最多。",
-                ),
-            ),
+            (bs, M("max_wasted_slots.block_taken_only")),
+            (0.0, M("max_wasted_slots.last_block_usually")),
+            (bs / 2, M("max_wasted_slots.average_over_random")),
         ],
-        default_hint=tr(
-            "only the last block of a table can be partly empty.",
-            "一张块表里只有最后一块可能没填满。",
-        ),
+        default_hint=M("max_wasted_slots.default_hint"),
     )
 
 
@@ -248,56 +173,16 @@ Q5_ACCEPTED = {
     "preemption": frozenset({"swapping", "process_scheduling", "demand_paging"}),
 }
 _Q5_WHY_WRONG = {  # (English, Chinese)
-    "copy_on_write": (
-        "copy-on-write copies a shared page when someone writes to it; in vLLM V1 a "
-        "shared block is full, found by its hash and never written, so nothing is "
-        "ever copied (older vLLM copied blocks for parallel sampling and beam search).",
-        "写时复制是在有人写共享页时把它复制一份；在 vLLM V1 里，共享的块都是满的，"
-        "靠块哈希找到，从不被写，所以什么也不会被复制（旧版 vLLM 在并行采样和 beam search 时会复制块）。",
-    ),
-    "segmentation": (
-        "a segment is one variable-size contiguous region: that is the contiguous "
-        "per-request reservation PagedAttention replaced.",
-        "一个段是一块大小可变的连续区域：这正是 PagedAttention 取代掉的那种按请求预留连续空间的做法。",
-    ),
-    "fifo_replacement": (
-        "FIFO evicts what was loaded first; vLLM evicts the free cached block that "
-        "was freed longest ago, i.e. used least recently.",
-        "FIFO 淘汰最早装入的；vLLM 淘汰的是释放得最早的那个空闲缓存块，也就是最久没被用过的。",
-    ),
+    "copy_on_write": M.key("q5_why_wrong.copy_on_write"),
+    "segmentation": M.key("q5_why_wrong.segmentation"),
+    "fifo_replacement": M.key("q5_why_wrong.fifo_replacement"),
 }
 _Q5_HINTS = {
-    "block_table": (
-        "a per-request map from logical blocks to physical blocks anywhere in memory: "
-        "which OS structure maps a process's addresses that way?",
-        "每个请求一张映射，把逻辑块映射到显存中任意位置的 KV 块：操作系统里哪种结构是这样映射进程地址的？",
-    ),
-    "prefix_sharing": (
-        "several requests' tables point at one read-only physical block, counted "
-        "by a reference count: which OS mechanism lets processes map the same "
-        "pages (a shared library, the page cache)?",
-        "几个请求的块表指向同一个只读的 KV 块，用引用计数记着：操作系统里哪种机制让多个进程"
-        "映射同一批页（共享库、页缓存）？",
-    ),
-    "block_eviction": (
-        "a free block that still holds a cached prefix is reused when memory runs "
-        "out, the one unused for longest first: which replacement policy is that?",
-        "显存不够时，仍存着缓存前缀的空闲块会被重新使用，最久没用的先用：这是哪种替换策略？",
-    ),
-    "request_scheduling": (
-        "every step the engine picks which ready requests run next on the "
-        "accelerator: which OS job picks the next process for a core?",
-        "每一步引擎都要挑出哪些就绪的请求接下来在加速器上跑：操作系统里哪项工作是给一个核挑下一个进程？",
-    ),
-    "preemption": (
-        "a running request is stopped and loses its memory to others, then resumes "
-        "later (vLLM V1 recomputes its KV when it runs again; older vLLM could also copy "
-        "it out to CPU memory): which OS mechanism stops a process for others, or takes "
-        "its pages away and brings them back?",
-        "一个运行中的请求被停下，把显存让给别人，之后再恢复（vLLM V1 在它再次运行时重新计算它的 KV；"
-        "旧版 vLLM 也可以把它复制到 CPU 内存里）：操作系统里哪种机制让一个进程给别人让路，"
-        "或者把它的页拿走、之后再拿回来？",
-    ),
+    "block_table": M.key("q5_hints.block_table"),
+    "prefix_sharing": M.key("q5_hints.prefix_sharing"),
+    "block_eviction": M.key("q5_hints.block_eviction"),
+    "request_scheduling": M.key("q5_hints.request_scheduling"),
+    "preemption": M.key("q5_hints.preemption"),
 }
 
 
@@ -310,13 +195,9 @@ def source_q5(answer: Any) -> CheckResult:
         answer,
         Q5_ACCEPTED,
         choices=Q5_CONCEPTS,
-        hints={key: tr(*pair) for key, pair in _Q5_HINTS.items()},
-        why_wrong={key: tr(*pair) for key, pair in _Q5_WHY_WRONG.items()},
-        success=tr(
-            "right: much of vLLM is an operating system's memory manager "
-            "and scheduler applied to KV blocks and requests.",
-            "对：vLLM 的很大一部分，就是把操作系统的内存管理器和调度器用在了 KV 块和请求上。",
-        ),
+        hints={key: M(pair) for key, pair in _Q5_HINTS.items()},
+        why_wrong={key: M(pair) for key, pair in _Q5_WHY_WRONG.items()},
+        success=M("source_q5.success"),
     )
 
 
@@ -378,95 +259,30 @@ def first_evicted(answer: Any) -> CheckResult:
 
     first, safe = as_number(answer["first"]), as_number(answer["safe"])
     if first is None or safe is None:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "both values must be numbers (a block id and a count).",
-                    "两个值都必须是数（一个块号和一个数目）。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("first_evicted.both_values_must")))
     if first == expected["first"] and safe == expected["safe"]:
-        return report(
-            passed(
-                ex,
-                tr(
-                    "right: the never-used blocks go first, then each finished "
-                    "table from its tail, so a shared prefix is evicted last.",
-                    "对：从没用过的块最先被分出去，然后是每张已完成的块表从尾部开始，"
-                    "所以共享的前缀最后才被淘汰。",
-                ),
-            )
-        )
+        return report(passed(ex, M("first_evicted.right_never_used")))
     queue, used, _ = _evict_run()
     never_used = {bid for bid, _ in queue} - used
     cached = dict(queue)
     problems = []
     if first != expected["first"]:
         if first == min(used):
-            problems.append(
-                tr(
-                    "first: that block was allocated first, but the queue orders blocks "
-                    "by when they were freed, not when they were allocated.",
-                    "first：那个块是最先分配的，但队列按块被释放的先后排序，而不是按分配的先后。",
-                )
-            )
+            problems.append(M("first_evicted.first_block_allocated"))
         elif first in never_used:
-            problems.append(
-                tr(
-                    "first: that block is handed out early, but it was never used, so it "
-                    "holds no cached prefix: nothing is evicted when it goes.",
-                    "first：那个块确实很早就被分出去，但它从没被用过，里面没有缓存的前缀："
-                    "把它分出去时并没有淘汰任何东西。",
-                )
-            )
+            problems.append(M("first_evicted.first_block_handed"))
         elif first in used and not cached.get(int(first), True):
-            problems.append(
-                tr(
-                    "first: that block was only partly filled; only full blocks get a "
-                    "hash, so it holds no cached prefix.",
-                    "first：那个块只填了一部分；只有满的块才有块哈希，所以它里面没有缓存的前缀。",
-                )
-            )
+            problems.append(M("first_evicted.first_block_only"))
         else:
-            problems.append(
-                tr(
-                    "first: not the first cached block the queue reaches.",
-                    "first：这不是队列遇到的第一个缓存块。",
-                )
-            )
+            problems.append(M("first_evicted.first_first_cached"))
     if safe != expected["safe"]:
         if safe == len(never_used):
-            problems.append(
-                tr(
-                    "safe: you counted the never-used blocks only; A's and B's own "
-                    "blocks were freed before the prefix blocks and go before them too.",
-                    "safe：你只数了从没用过的块；A 和 B 自己的块比前缀块释放得早，也排在它们前面。",
-                )
-            )
+            problems.append(M("first_evicted.safe_counted_never"))
         elif safe in (EVICT_NUM_BLOCKS, EVICT_NUM_BLOCKS - 1):
-            problems.append(
-                tr(
-                    "safe: the prefix's blocks are not the last ones in the queue: "
-                    "which of them was freed first?",
-                    "safe：前缀的块并不在队列的最后：它们当中哪个最先被释放？",
-                )
-            )
+            problems.append(M("first_evicted.safe_prefix_s"))
         else:
-            problems.append(
-                tr(
-                    "safe: recount the queue up to the first prefix block in it.",
-                    "safe：从队头数到第一个前缀块，再数一遍。",
-                )
-            )
-    then = tr(
-        "free() releases a table last block first; a block joins the queue's tail only "
-        "when its reference count reaches 0; the pool hands out from the head; only full "
-        "blocks carry a hash.",
-        "free() 从块表的最后一块开始释放；一个块只有在引用计数降到 0 时才加入队尾；"
-        "块池从队头分出块；只有满的块才带块哈希。",
-    )
+            problems.append(M("first_evicted.safe_recount_queue"))
+    then = M("first_evicted.free_releases_table")
     return report(not_yet(ex, staged(ex, " ".join(problems), then)))
 
 
@@ -491,39 +307,12 @@ def chunked_prefill_steps(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                naive,
-                tr(
-                    "you gave the prompt the whole budget; the running decodes are scheduled first "
-                    "and take their tokens out of every step's budget.",
-                    "你把整份预算都给了这个 prompt；正在跑的 decode 会先被调度，每一步都要从预算里拿走它们的 token。",
-                ),
-            ),
-            (
-                CHUNK_PROMPT_LEN // per_step,
-                tr(
-                    "a partial last chunk is still a step: round up.",
-                    "最后不满的一块也要占一步：向上取整。",
-                ),
-            ),
-            (
-                1,
-                tr(
-                    "with chunked prefill a prompt longer than the budget is split over steps.",
-                    "开了 chunked prefill，比预算长的 prompt 会被拆到好几步里。",
-                ),
-            ),
+            (naive, M("chunked_prefill_steps.gave_prompt_whole")),
+            (CHUNK_PROMPT_LEN // per_step, M("chunked_prefill_steps.partial_last_chunk")),
+            (1, M("chunked_prefill_steps.chunked_prefill_prompt")),
         ],
-        default_hint=tr(
-            "count the prompt tokens each step leaves room for, then the steps.",
-            "先数每一步还能给 prompt 留多少 token，再数步数。",
-        ),
-        formula=tr(
-            "running requests are served first (one token per decode), the waiting prompt "
-            "gets what is left of max_num_batched_tokens; steps = ceil(prompt / that).",
-            "先服务正在跑的请求（每个 decode 一个 token），等待中的 prompt 拿 max_num_batched_tokens "
-            "剩下的部分；步数 = ceil(prompt / 剩下的部分)。",
-        ),
+        default_hint=M("chunked_prefill_steps.default_hint"),
+        formula=M("chunked_prefill_steps.formula"),
     )
 
 
@@ -549,33 +338,11 @@ def explorer_cached_free(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                0,
-                tr(
-                    "a finished request's full blocks keep their hash when they go back to the free "
-                    "queue: look for grey, dotted blocks.",
-                    "已完成请求的满块回到空闲块队列时会保留块哈希：找找灰色带点的块。",
-                ),
-            ),
-            (
-                expected + 2,
-                tr(
-                    "A's prefix blocks are still held by B (reference count 1): they are not free.",
-                    "A 的前缀块还被 B 占着（引用计数为 1）：它们不是空闲的。",
-                ),
-            ),
-            (
-                expected + 1,
-                tr(
-                    "A's last block was only partly filled: it carries no hash.",
-                    "A 的最后一块只填了一部分：它没有块哈希。",
-                ),
-            ),
+            (0, M("explorer_cached_free.finished_request_s")),
+            (expected + 2, M("explorer_cached_free.s_prefix_blocks")),
+            (expected + 1, M("explorer_cached_free.s_last_block")),
         ],
-        default_hint=tr(
-            "move the slider to that stage and count the grey, dotted blocks.",
-            "把滑块拖到那个阶段，数一数灰色带点的块。",
-        ),
+        default_hint=M("explorer_cached_free.default_hint"),
     )
 
 
@@ -606,21 +373,9 @@ RATIO_OPTIONS_ZH = {
 RATIO_OPTIONS = Bilingual(RATIO_OPTIONS_EN, RATIO_OPTIONS_ZH)
 RATIO_CORRECT = frozenset({"b", "e"})
 _RATIO_HINTS = {  # (English, Chinese)
-    "a": (
-        "the benchmark prints the scheduler's cost per step per request: microseconds, "
-        "against a forward pass of tens of milliseconds.",
-        "benchmark 打印了调度器每步、每个请求的开销：微秒级，而一次前向计算要几十毫秒。",
-    ),
-    "c": (
-        "more memory-bound would mean batching helps *more*: a memory-bound step serves a "
-        "bigger batch in about the same time.",
-        "越是 memory-bound，batching 的帮助反而*越大*：memory-bound 的一步能在差不多的时间里服务更大的 batch。",
-    ),
-    "d": (
-        "prefix caching is on in both runs and the benchmark's prompts share little: it changes "
-        "nothing between 12 and 64 requests.",
-        "两次运行都开着前缀缓存，而 benchmark 的 prompt 几乎没有共同部分：12 个和 64 个请求在这一点上没有区别。",
-    ),
+    "a": M.key("ratio_hints.a"),
+    "c": M.key("ratio_hints.c"),
+    "d": M.key("ratio_hints.d"),
 }
 
 
@@ -634,31 +389,15 @@ def ratio_reason(answer: Any) -> CheckResult:
         and len(answer) == 1
         and {str(a).strip().lower() for a in answer} <= RATIO_CORRECT
     ):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "that reason holds, but it is not the only one.",
-                    "这个原因成立，但不是唯一的一个。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("ratio_reason.reason_holds_only")))
     if isinstance(answer, str) and answer.strip().lower() in RATIO_CORRECT:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "that reason holds, but it is not the only one: answer a set of letters.",
-                    "这个原因成立，但不是唯一的一个：请回答一个字母集合。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("ratio_reason.reason_holds_only_2")))
     return check_choice(
         ex,
         answer,
         set(RATIO_CORRECT),
         options=sorted(RATIO_OPTIONS),
-        hints={key: tr(*pair) for key, pair in _RATIO_HINTS.items()},
+        hints={key: M(pair) for key, pair in _RATIO_HINTS.items()},
     )
 
 
@@ -692,13 +431,7 @@ def block_pool(answer: Any) -> CheckResult:
     stand_in = getattr(answer, "grader_stand_in", False)
     if not stand_in and not isinstance(answer, type):
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"pass your block pool class itself (MyBlockPool), got {type(answer).__name__}.",
-                    f"请传入你的块池类本身（MyBlockPool），你给的是 {type(answer).__name__}。",
-                ),
-            )
+            not_yet(ex, M("block_pool.pass_block_pool", answer_type=type(answer).__name__))
         )
     from llmlab.course.build import ch11_pool as pool
     from llmlab.course.build import drive, find_counterexample
@@ -711,17 +444,7 @@ def block_pool(answer: Any) -> CheckResult:
         lambda case: pool.observe_pool(pool.REFERENCE_POOL, case),
         max_examples=POOL_MAX_EXAMPLES,
     )
-    then = tr(
-        "The rules: get_new_blocks takes blocks from the head of the free queue and drops a "
-        "cached block's hash before handing it out; touch takes a reference (a free block leaves "
-        "the queue); free_blocks drops one, and a block that reaches 0 joins the tail with its "
-        "hash kept; cache_full_blocks chains each hash on the previous block's and files every "
-        "newly full block under it, beside any other block with the same prefix.",
-        "规则是：get_new_blocks 从空闲块队列的队头取块，分出去之前先去掉缓存块的块哈希；"
-        "touch 加一个引用（空闲的块要离开队列）；free_blocks 减一个引用，降到 0 的块带着块哈希"
-        "排到队尾；cache_full_blocks 把每个块哈希接在前一块的块哈希后面，把每个新写满的块登记"
-        "在它的块哈希下，和前缀相同的其他块并存。",
-    )
+    then = M("block_pool.rules_get_new")
     if cex is not None:
         en, zh = pool.explain(cex.case, cex.got, cex.expected)
         first = tr(f"your pool differs from the package's {en}", f"你的块池和包里的不一样，{zh}")
@@ -730,14 +453,7 @@ def block_pool(answer: Any) -> CheckResult:
         got = drive(answer, POOL_DRIVER + "run_engine")
     except Exception as e:  # the student's pool inside the engine
         return report(
-            not_yet(
-                ex,
-                tr(
-                    f"your pool agrees with the package's on the drawn cases, but plugged into the "
-                    f"engine it raised {type(e).__name__}: {e}",
-                    f"你的块池在抽到的用例上和包里的一致，但接进引擎后抛出了 {type(e).__name__}：{e}",
-                ),
-            )
+            not_yet(ex, M("block_pool.pool_agrees_package_2", e_type=type(e).__name__, e=e))
         )
     ref = _package_pool_run()
     wrong = [rid for rid in ref["tokens"] if got["tokens"].get(rid) != ref["tokens"][rid]]
@@ -746,14 +462,11 @@ def block_pool(answer: Any) -> CheckResult:
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"your pool agrees with the package's on the drawn cases, but plugged into the "
-                    f"engine request {rid!r} got tokens {got['tokens'].get(rid)} where the "
-                    f"package's pool gives {ref['tokens'][rid]} (a hit that served K/V of other "
-                    f"tokens?)",
-                    f"你的块池在抽到的用例上和包里的一致，但接进引擎后，请求 {rid!r} 得到的 token 是 "
-                    f"{got['tokens'].get(rid)}，而包里的块池给出的是 {ref['tokens'][rid]}"
-                    f"（是不是某次命中拿到了别的 token 的 K/V？）",
+                M(
+                    "block_pool.pool_agrees_package",
+                    rid=rid,
+                    get=got['tokens'].get(rid),
+                    tokens=ref['tokens'][rid],
                 ),
             )
         )
@@ -762,21 +475,18 @@ def block_pool(answer: Any) -> CheckResult:
     return report(
         passed(
             ex,
-            tr(
-                f"right: your pool matches the package's on {POOL_MAX_EXAMPLES} drawn sequences of "
-                f"operations, and in the engine (SmolLM2, {n} requests: a shared prefix, two "
-                f"identical prompts in one step, evictions) it gives the package's tokens. "
-                f"Measured here, yours (the package's): prefix-cache hit rate "
-                f"{got['hit_rate']:.0%} ({ref['hit_rate']:.0%}), blocks held at peak "
-                f"{got['peak_blocks']} of {got['num_blocks']} ({ref['peak_blocks']}), throughput "
-                f"{got['tokens_per_s']:.1f} ({ref['tokens_per_s']:.1f}) tokens/s: {speed:.2f}x "
-                f"the package's speed.",
-                f"对：你的块池在 {POOL_MAX_EXAMPLES} 个抽到的操作序列上和包里的一致，接进引擎后"
-                f"（SmolLM2，{n} 个请求：共享前缀、同一步到达的两个相同 prompt、淘汰）给出的 token "
-                f"也和包里的相同。在这台机器上测得，你的（包里的）：前缀缓存命中率 "
-                f"{got['hit_rate']:.0%}（{ref['hit_rate']:.0%}），峰值占用 {got['peak_blocks']} / "
-                f"{got['num_blocks']} 个块（{ref['peak_blocks']}），吞吐 {got['tokens_per_s']:.1f}"
-                f"（{ref['tokens_per_s']:.1f}）token/s：速度是包里的 {speed:.2f} 倍。",
+            M(
+                "block_pool.right_pool_matches",
+                pool_max_examples=POOL_MAX_EXAMPLES,
+                n=n,
+                hit_rate=got['hit_rate'],
+                ref_hit_rate=ref['hit_rate'],
+                peak_blocks=got['peak_blocks'],
+                num_blocks=got['num_blocks'],
+                ref_peak_blocks=ref['peak_blocks'],
+                tokens_per_s=got['tokens_per_s'],
+                ref_tokens_per_s=ref['tokens_per_s'],
+                speed=speed,
             ),
         )
     )
@@ -895,7 +605,7 @@ def plan_cases():
 
 def _fmt_plan(plan: Any) -> str:
     if plan and plan[0] == "raised":
-        return tr(f"raised {plan[1]}: {plan[2]}", f"抛出了 {plan[1]}：{plan[2]}")
+        return M("fmt_plan.raised_plan_plan", plan_1=plan[1], plan_2=plan[2])
     return "[" + ", ".join(f"{rid}:{n}" for rid, n in plan) + "]"
 
 
@@ -908,47 +618,26 @@ def _plan_rule(case: dict, got: list, expected: list) -> str:
     counts = [n for _, n in got]
     ids = [rid for rid, _ in got]
     if any(n > budget for n in counts):
-        return tr(
-            "a prompt longer than what is left of the budget is cut into a chunk of what is "
-            "left; the rest comes in later steps.",
-            "比剩余预算长的 prompt 要切成剩余预算那么大的一块；其余的在后面几步里算。",
-        )
+        return M("plan_rule.prompt_longer_what")
     if sum(counts) > budget:
-        return tr(
-            "over the budget: the tokens already in the step (the decodes, and any request "
-            "before) come out of the budget first, and a prompt's chunk gets only what is left.",
-            "超出了预算：这一步里已经排上的 token（decode，以及排在前面的请求）先从预算里扣掉，"
-            "prompt 的分块只能拿剩下的。",
-        )
+        return M("plan_rule.over_budget_tokens")
     if any(n <= 0 for n in counts):
-        return tr(
-            "a chunk of 0 tokens makes no progress: schedule a request only when it gets at "
-            "least one token, and stop once the budget is spent.",
-            "0 个 token 的分块没有任何进展：只有能分到至少一个 token 的请求才调度；预算用完就停。",
-        )
+        return M("plan_rule.chunk_tokens_makes")
     first_waiting = next((i for i, rid in enumerate(ids) if rid not in running), len(ids))
     skipped = [rid for rid, _ in expected if rid in running and rid not in ids]
     if any(rid in running for rid in ids[first_waiting:]) or (first_waiting < len(ids) and skipped):
-        return tr(
-            "decodes first: every running request (decoding, or part-way through its prompt) is "
-            "scheduled before a waiting prompt gets a chunk.",
-            "decode 优先：每个运行中的请求（在 decode 的，或 prompt 算到一半的）都要排在等待中的 prompt 分块之前。",
-        )
-    return tr(
-        "in order, each request gets min(tokens it has left, budget left): one token for a "
-        "decode, the rest of a prompt or a chunk of it.",
-        "按顺序，每个请求拿 min(它还剩的 token 数, 剩余预算)：decode 拿一个 token，prompt 拿剩下的全部或其中一块。",
-    )
+        return M("plan_rule.decodes_first_every")
+    return M("plan_rule.order_each_request")
 
 
 def _describe_plan_case(case: dict) -> str:
     running = ", ".join(f"{rid}:{n}" for rid, n in case["running"]) or "-"
     waiting = ", ".join(f"{rid}:{n}" for rid, n in case["waiting"]) or "-"
-    return tr(
-        f"running [{running}] (tokens left), waiting [{waiting}] (prompt tokens), budget "
-        f"{case['budget']}",
-        f"运行中 [{running}]（还剩的 token 数），等待中 [{waiting}]（prompt token 数），"
-        f"预算 {case['budget']}",
+    return M(
+        "describe_plan_case.running_running_tokens",
+        running=running,
+        waiting=waiting,
+        budget=case['budget'],
     )
 
 
@@ -971,9 +660,9 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"expected your function plan_step, got {type(answer).__name__}.",
-                    f"这里要你的函数 plan_step，你给的是 {type(answer).__name__}。",
+                M(
+                    "build_chunked_prefill.expected_function_plan",
+                    answer_type=type(answer).__name__,
                 ),
             )
         )
@@ -990,11 +679,12 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"{_describe_plan_case(cex.case)}: your plan {_fmt_plan(got)}; the "
-                    f"package's scheduler {_fmt_plan(cex.expected)}. {_plan_rule(cex.case, got, cex.expected)}",
-                    f"{_describe_plan_case(cex.case)}：你的计划是 {_fmt_plan(got)}；包里的调度器是 "
-                    f"{_fmt_plan(cex.expected)}。{_plan_rule(cex.case, got, cex.expected)}",
+                M(
+                    "build_chunked_prefill.describe_plan_case",
+                    describe_plan_case=_describe_plan_case(cex.case),
+                    got=_fmt_plan(got),
+                    expected=_fmt_plan(cex.expected),
+                    plan_rule=_plan_rule(cex.case, got, cex.expected),
                 ),
             )
         )
@@ -1011,11 +701,7 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
     except Exception as e:  # the student's function inside the scheduler
         return report(
             not_yet(
-                ex,
-                tr(
-                    f"inside the scheduler, your plan_step raised {type(e).__name__}: {e}",
-                    f"放进调度器后，你的 plan_step 抛出了 {type(e).__name__}：{e}",
-                ),
+                ex, M("build_chunked_prefill.inside_scheduler_plan", e_type=type(e).__name__, e=e)
             )
         )
     ref = run_engine(None, CHUNK_ENGINE_WORKLOAD)
@@ -1023,12 +709,12 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
         return report(
             not_yet(
                 ex,
-                tr(
-                    f"your plan prefills the {CHUNK_PROMPT_LEN:,}-token prompt beside "
-                    f"{CHUNK_DECODES} decodes in {mine['steps']} steps under a budget of "
-                    f"{CHUNK_BUDGET}, not in the number Exercise 5 predicts.",
-                    f"在 {CHUNK_BUDGET} 的预算下、旁边有 {CHUNK_DECODES} 个 decode，你的计划用 "
-                    f"{mine['steps']} 步算完 {CHUNK_PROMPT_LEN} 个 token 的 prompt，和练习 5 预测的步数不同。",
+                M(
+                    "build_chunked_prefill.plan_prefills_chunk_2",
+                    chunk_prompt_len=CHUNK_PROMPT_LEN,
+                    chunk_decodes=CHUNK_DECODES,
+                    steps=mine['steps'],
+                    chunk_budget=CHUNK_BUDGET,
                 ),
             )
         )
@@ -1052,16 +738,16 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
     return report(
         passed(
             ex,
-            tr(
-                f"your plan prefills the {CHUNK_PROMPT_LEN:,}-token prompt beside {CHUNK_DECODES} "
-                f"decodes in {mine['steps']} steps under a budget of {CHUNK_BUDGET} (chunks of "
-                f"{chunks} tokens; the chapter predicted {expected_steps}). Plugged into the "
-                f"engine: the same tokens as enable_chunked_prefill=True, in {engine['steps']} "
-                f"steps to its {ref['steps']}.",
-                f"在 {CHUNK_BUDGET} 的预算下、旁边有 {CHUNK_DECODES} 个 decode，你的计划用 "
-                f"{mine['steps']} 步算完 {CHUNK_PROMPT_LEN} 个 token 的 prompt（分块为 {chunks} 个 "
-                f"token；本章预测的是 {expected_steps} 步）。接进引擎后：生成的 token 和 "
-                f"enable_chunked_prefill=True 完全相同，用了 {engine['steps']} 步，它用了 {ref['steps']} 步。",
+            M(
+                "build_chunked_prefill.plan_prefills_chunk",
+                chunk_prompt_len=CHUNK_PROMPT_LEN,
+                chunk_decodes=CHUNK_DECODES,
+                steps=mine['steps'],
+                chunk_budget=CHUNK_BUDGET,
+                chunks=chunks,
+                expected_steps=expected_steps,
+                engine_steps=engine['steps'],
+                ref_steps=ref['steps'],
             ),
         )
     )
