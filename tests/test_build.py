@@ -182,3 +182,38 @@ def test_the_search_is_bounded():
     )
     assert time.perf_counter() - t0 < 30
     assert cex is None or len(cex.case) == 41
+
+
+def test_the_package_s_own_piece_is_not_an_answer():
+    """A build exercise compares the student's piece with the package's: the package's own (or a
+    subclass that leaves the method to it) would pass trivially, here and through the grader."""
+    from llmlab.analysis import costs
+    from llmlab.course.check import ch07, ch08
+    from llmlab.engine.scheduler import Scheduler
+
+    assert not ch07.step_cost(costs.step_costs).passed
+    assert "package" in ch07.step_cost(costs.step_costs).message
+
+    Lazy = type("MyScheduler", (Scheduler,), {"__module__": "__main__"})
+    verdict = ch08.build_scheduler(Lazy)
+    assert not verdict.passed and "schedule" in verdict.message
+
+    class StandIn:  # what the grader's recheck hands a checker for a package function
+        grader_stand_in = True
+        spec = {"module": "llmlab.analysis.costs", "qualname": "step_costs"}
+        __name__ = "step_costs"
+
+    assert "package" in ch07.step_cost(StandIn()).message
+
+    class LazyStandIn:  # a notebook class whose source never writes schedule
+        grader_stand_in = True
+        spec = {"name": "MyScheduler", "source": "class MyScheduler(Scheduler):\n    pass\n"}
+        __name__ = "MyScheduler"
+
+    assert "schedule" in ch08.build_scheduler(LazyStandIn()).message
+    from llmlab.course.check.core import refuse_package_piece
+
+    def mine(cfg, batch, dtype_bytes):
+        return {}
+
+    assert refuse_package_piece("ch07.step_cost", mine) is None

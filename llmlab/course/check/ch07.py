@@ -29,6 +29,7 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
+    refuse_package_piece,
     report,
     staged,
 )
@@ -555,6 +556,9 @@ def step_cost(answer: Any) -> CheckResult:
     ex = "ch07.step_cost"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
+    refused = refuse_package_piece(ex, answer)
+    if refused is not None:
+        return refused
     if not callable(answer):
         return report(
             not_yet(ex, M("step_cost.expected_function_step", answer_type=type(answer).__name__))

@@ -22,6 +22,7 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
+    refuse_package_piece,
     report,
     staged,
 )
@@ -498,6 +499,9 @@ def build_scheduler(answer: Any) -> CheckResult:
     ex = "ch08.build_scheduler"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
+    refused = refuse_package_piece(ex, answer, ('schedule',))
+    if refused is not None:
+        return refused
     if not _is_scheduler_class(answer):
         return report(
             not_yet(

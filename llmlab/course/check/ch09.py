@@ -19,6 +19,7 @@ from llmlab.course.check.core import (
     check_number,
     not_yet,
     passed,
+    refuse_package_piece,
     report,
     staged,
 )
@@ -1015,6 +1016,9 @@ def tensor_parallel_layer(answer: Any) -> CheckResult:
     ex = "ch09.tensor_parallel_layer"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
+    refused = refuse_package_piece(ex, answer, ('shard', 'forward'))
+    if refused is not None:
+        return refused
     if not all(callable(getattr(answer, m, None)) for m in ("shard", "forward")) and not getattr(
         answer, "grader_stand_in", False
     ):

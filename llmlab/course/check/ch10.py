@@ -25,6 +25,7 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
+    refuse_package_piece,
     report,
     staged,
 )
@@ -791,6 +792,9 @@ def metrics_from_trace(
     ex = "ch10.metrics_from_trace"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
+    refused = refuse_package_piece(ex, answer)
+    if refused is not None:
+        return refused
     if not callable(answer):
         return report(
             not_yet(

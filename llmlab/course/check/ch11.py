@@ -25,6 +25,7 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
+    refuse_package_piece,
     report,
     staged,
 )
@@ -428,6 +429,13 @@ def block_pool(answer: Any) -> CheckResult:
     ex = "ch11.block_pool"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
+    refused = refuse_package_piece(
+        ex,
+        answer,
+        ('get_new_blocks', 'touch', 'free_blocks', 'cache_full_blocks', 'find_cached_blocks'),
+    )
+    if refused is not None:
+        return refused
     stand_in = getattr(answer, "grader_stand_in", False)
     if not stand_in and not isinstance(answer, type):
         return report(
@@ -656,6 +664,9 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
     ex = "ch11.build_chunked_prefill"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
+    refused = refuse_package_piece(ex, answer)
+    if refused is not None:
+        return refused
     if not callable(answer):
         return report(
             not_yet(

@@ -374,3 +374,32 @@ def code_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= code_names(const)
     return names
+
+
+def refuse_package_piece(
+    exercise: str, answer: Any, must_define: tuple[str, ...] = ()
+) -> CheckResult | None:
+    """The reported "not yet" when a build exercise's answer is the package's own function or
+    class (what the student's piece is compared with, so it passes trivially) or a class that
+    leaves one of `must_define` to the package's base class; None for the student's own piece.
+    Works on the grader's stand-in too (a package function travels by reference, a class of the
+    notebook by its source)."""
+    spec = getattr(answer, "spec", None) if getattr(answer, "grader_stand_in", False) else None
+    name = str(getattr(answer, "__name__", type(answer).__name__))
+    if isinstance(spec, dict):
+        own = "module" in spec and str(spec["module"]).split(".")[0] == "llmlab"
+        source = str(spec.get("source", ""))
+        missing = [m for m in must_define if not re.search(rf"\bdef {m}\(", source)]
+    else:
+        module = getattr(answer, "__module__", None)
+        own = isinstance(module, str) and module.split(".")[0] == "llmlab"
+        missing = (
+            [m for m in must_define if m not in vars(answer)] if isinstance(answer, type) else []
+        )
+    if own:
+        return report(not_yet(exercise, M("build.package_piece", name=name)))
+    if missing and "module" not in (spec or {}):
+        return report(
+            not_yet(exercise, M("build.must_define", name=name, missing=", ".join(missing)))
+        )
+    return None
