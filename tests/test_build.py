@@ -217,3 +217,20 @@ def test_the_package_s_own_piece_is_not_an_answer():
         return {}
 
     assert refuse_package_piece("ch07.step_cost", mine) is None
+
+
+def test_check_skips_an_exercise_the_file_does_not_define(tmp_path, capsys, monkeypatch):
+    """Chapter 11 has two build exercises; a module with only one is checked on that one."""
+    from llmlab.course.check import ch11
+
+    seen = []
+    monkeypatch.setattr(ch11, "build_chunked_prefill", lambda a: seen.append(a) or True)
+    monkeypatch.setattr(ch11, "block_pool", lambda a: seen.append(a) or False)
+    mod = tmp_path / "plan.py"
+    mod.write_text("def plan_step(running, waiting, budget):\n    return []\n")
+    assert cli.main(["ch11", str(mod)]) == 0
+    assert len(seen) == 1 and callable(seen[0])
+    assert "defines no MyBlockPool, not checked" in capsys.readouterr().out
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    assert cli.main(["ch11", str(empty)]) == 1

@@ -9,8 +9,10 @@ student's class or function has). The code comes from
   `class`es (the skeleton cells are written that way); nothing else runs, so no model is loaded;
 - or a Python file (`.py`), run as a module.
 
-Each exercise's checker prints its line (with the shrunk case when it fails); the exit status is 0
-when every build exercise of the chapter passes, 1 when one does not, 2 for a usage error.
+Each exercise whose class or function the code defines is checked and prints its line (with the
+shrunk case when it fails); one it does not define is named and skipped (a module may hold one
+exercise of a chapter that has two). The exit status is 0 when every checked exercise passes, 1
+when one does not or none is defined, 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -109,9 +111,17 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"{chapter}: the build exercises of {path}")
     module = importlib.import_module(f"llmlab.course.check.{chapter}")
-    all_passed = True
+    present = {ex: name for ex, name in builds.items() if name in namespace}
     for exercise, name in builds.items():
+        if exercise not in present:
+            print(f"  ({exercise}: {path.name} defines no {name}, not checked)")
+    if not present:
+        names = ", ".join(builds.values())
+        print(f"llmlab check: {path} defines none of {names}", file=sys.stderr)
+        return 1
+    all_passed = True
+    for exercise, name in present.items():
         checker = getattr(module, exercise.partition(".")[2])
-        result = checker(namespace.get(name))
+        result = checker(namespace[name])
         all_passed &= bool(result)
     return 0 if all_passed else 1
