@@ -22,6 +22,7 @@ from llmlab.course.check.core import (
     as_number,
     check_matching,
     check_number,
+    earlier_names,
     not_yet,
     passed,
     record_expected,
@@ -887,10 +888,5 @@ def metrics_from_trace(
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`seed_q4`: the earlier name of `source_q4`, which notebooks handed out before the rename
-    call; the call goes through `source_q4` as the module holds it then, so the grader records it
-    under the current id."""
-    if name == "seed_q4":
-        return lambda answer: source_q4(answer)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# notebooks handed out before the source chapter's questions were renamed call seed_q4
+__getattr__ = earlier_names(globals(), {"seed_q4": "source_q4"})

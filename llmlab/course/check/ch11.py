@@ -22,6 +22,7 @@ from llmlab.course.check.core import (
     check_dict_keys,
     check_matching,
     check_number,
+    earlier_names,
     not_yet,
     passed,
     record_expected,
@@ -775,10 +776,5 @@ EXERCISES["build_chunked_prefill"] = ExerciseInfo(
 )
 
 
-def __getattr__(name: str) -> Any:
-    """`seed_q5`: the earlier name of `source_q5`, which notebooks handed out before the rename
-    call; the call goes through `source_q5` as the module holds it then, so the grader records it
-    under the current id."""
-    if name == "seed_q5":
-        return lambda answer: source_q5(answer)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# notebooks handed out before the source chapter's questions were renamed call seed_q5
+__getattr__ = earlier_names(globals(), {"seed_q5": "source_q5"})

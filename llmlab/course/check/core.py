@@ -403,3 +403,18 @@ def refuse_package_piece(
             not_yet(exercise, M("build.must_define", name=name, missing=", ".join(missing)))
         )
     return None
+
+
+def earlier_names(scope: dict[str, Any], renamed: dict[str, str]) -> Callable[[str], Any]:
+    """A module `__getattr__` that answers an exercise's earlier name (`renamed`: old -> new) with
+    a checker calling the new one as the module holds it at call time, so that a notebook handed
+    out before a rename still reaches the checker the grader wraps (and records under the new id).
+    Usage, in a checker module: `__getattr__ = earlier_names(globals(), {"seed_q3": "source_q3"})`."""
+
+    def __getattr__(name: str) -> Any:
+        if name in renamed:
+            new = renamed[name]
+            return lambda answer: scope[new](answer)
+        raise AttributeError(f"module {scope.get('__name__')!r} has no attribute {name!r}")
+
+    return __getattr__
