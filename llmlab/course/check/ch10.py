@@ -40,7 +40,7 @@ TPOT_ARRIVAL, TPOT_TOKENS = 0.0, (0.8, 1.0, 1.3, 1.5, 1.9)
 # three requests (arrival, token times): the last has one output token
 MEAN_TIMELINES = ((0.0, (0.3, 0.35, 0.40, 0.45)), (0.1, (0.5, 0.6, 0.7)), (0.2, (0.9,)))
 
-TTLT_TTFT, TTLT_TPOT, TTLT_N = 0.2, 0.05, 101
+TTLT_TTFT, TTLT_TPOT, TTLT_N = 0.3, 0.05, 101
 
 # goodput: these requests over GOODPUT_DURATION seconds, with this SLO
 GOODPUT_TIMELINES = (
