@@ -132,6 +132,22 @@ def shard_layer(
     }
 
 
+def layer_shapes(hidden: int, q: int, kv: int, ffn: int) -> dict[str, tuple[int, ...]]:
+    """The shape of each weight of one decoder layer (`LAYER_WEIGHTS`) whose q/k/v projections have
+    `q`, `kv`, `kv` output rows and whose MLP has `ffn` channels (a whole layer's, or a rank's)."""
+    return {
+        "input_layernorm": (hidden,),
+        "q_proj": (q, hidden),
+        "k_proj": (kv, hidden),
+        "v_proj": (kv, hidden),
+        "o_proj": (hidden, q),
+        "post_attention_layernorm": (hidden,),
+        "gate_proj": (ffn, hidden),
+        "up_proj": (ffn, hidden),
+        "down_proj": (hidden, ffn),
+    }
+
+
 def _checked_shard(
     got: object, cfg: ModelConfig, rank: int, world_size: int
 ) -> dict[str, torch.Tensor]:
@@ -147,17 +163,7 @@ def _checked_shard(
     q, kv, ffn = (
         got[k].shape[0] if got[k].dim() == 2 else -1 for k in ("q_proj", "k_proj", "gate_proj")
     )
-    expected = {
-        "input_layernorm": (h,),
-        "q_proj": (q, h),
-        "k_proj": (kv, h),
-        "v_proj": (kv, h),
-        "o_proj": (h, q),
-        "post_attention_layernorm": (h,),
-        "gate_proj": (ffn, h),
-        "up_proj": (ffn, h),
-        "down_proj": (h, ffn),
-    }
+    expected = layer_shapes(h, q, kv, ffn)
     for k, shape in expected.items():
         if not isinstance(got[k], torch.Tensor) or tuple(got[k].shape) != shape:
             raise ValueError(

@@ -24,7 +24,7 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.i18n import tr
-from llmlab.parallel import cost, pp
+from llmlab.parallel import cost, pp, tp
 
 ALLREDUCE_MODEL, ALLREDUCE_TP = "smollm2-135m", 2
 BUBBLE_P, BUBBLE_M = 4, 8
@@ -656,17 +656,7 @@ def _shapes(case: dict) -> dict[str, tuple[int, ...]]:
     c = case
     h, i, d = c["hidden"], c["intermediate"], c["head_dim"]
     q, kv = c["kv_heads"] * c["group"] * d, c["kv_heads"] * d
-    return {
-        "input_layernorm": (h,),
-        "q_proj": (q, h),
-        "k_proj": (kv, h),
-        "v_proj": (kv, h),
-        "o_proj": (h, q),
-        "post_attention_layernorm": (h,),
-        "gate_proj": (i, h),
-        "up_proj": (i, h),
-        "down_proj": (h, i),
-    }
+    return tp.layer_shapes(h, q, kv, i)
 
 
 def _rows(entry: dict, shape: tuple[int, ...]) -> list[int] | None:
@@ -703,7 +693,6 @@ def _cols(entry: dict, shape: tuple[int, ...]) -> list[int] | None:
 
 def _package_split(case: dict) -> str:
     from llmlab.config import tiny_config
-    from llmlab.parallel import tp
 
     cfg = tiny_config(
         num_attention_heads=case["kv_heads"] * case["group"],
@@ -985,7 +974,6 @@ def _plug_reference(model: str, prompt: tuple[int, ...], new_tokens: int):
     import torch
 
     from llmlab.ops.metadata import single_sequence_metadata
-    from llmlab.parallel import tp
     from llmlab.parallel.source import ModelSource
 
     full = ModelSource(model).build()
