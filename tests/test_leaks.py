@@ -45,6 +45,20 @@ def test_no_leak_below_the_exercise_inside_other_numbers_or_in_verdicts():
     assert find_leaks(nb, expected) == []
 
 
+def test_a_measurement_cells_output_is_not_scanned_but_its_source_and_other_cells_are():
+    expected = {"ch04.kv_gb_for_request": [1.34217728]}
+    nb = _nb("nothing", "L3: 1.34 GB/s\n")
+    nb.cells[1].metadata["tags"] = ["measurement"]
+    assert find_leaks(nb, expected) == []
+    nb.cells[1].source = "print(1.342)"
+    nb.cells[1].outputs = [new_output("stream", name="stdout", text="1.342\n")]
+    assert find_leaks(nb, expected) == []  # outputs skipped; the source is not prose, as before
+    nb.cells[0].source = "a 4K request takes 1.34 GB"
+    assert [(l.cell, l.where) for l in find_leaks(nb, expected)] == [(0, "markdown")]
+    nb.cells[1].metadata["tags"] = ["other"]
+    assert sorted(l.cell for l in find_leaks(nb, expected)) == [0, 1]
+
+
 def test_read_expected_log_skips_bad_lines(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_text(

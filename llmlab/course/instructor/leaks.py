@@ -11,6 +11,11 @@ scientific notation for large or small x). A number shown with one digit (2, 8, 
 is not scanned: such numbers are everywhere in any text (a whole number of two digits or
 more is: "60 all-reduces"). A form counts only as a whole number
 in the text: "1.34" is not found in "11.345" or "1.342".
+
+A code cell tagged `measurement` (cell metadata `tags`) prints only what it measured on the
+reader's machine: its numbers change from run to run and machine to machine, so one that equals
+an answer about a fixed model or card does so by chance. Its outputs are not scanned; its source
+and every other cell are.
 """
 
 from __future__ import annotations
@@ -114,6 +119,13 @@ def _strip_check_lines(text: str) -> str:
     return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("[check "))
 
 
+MEASUREMENT_TAG = "measurement"
+
+
+def _is_measurement(cell: Any) -> bool:
+    return MEASUREMENT_TAG in cell.get("metadata", {}).get("tags", [])
+
+
 def find_leaks(nb: Any, expected: dict[str, Iterable[float]]) -> list[Leak]:
     """Every place an exercise's expected number is shown above the exercise's first call."""
     leaks: list[Leak] = []
@@ -125,7 +137,7 @@ def find_leaks(nb: Any, expected: dict[str, Iterable[float]]) -> list[Leak]:
         for i, cell in enumerate(nb.cells[:index]):
             if cell.cell_type == "markdown":
                 texts.append((i, "markdown", cell.source))
-            elif cell.cell_type == "code":
+            elif cell.cell_type == "code" and not _is_measurement(cell):
                 texts.append((i, "output", _strip_check_lines(_output_text(cell))))
         for x in values:
             for form in sorted(number_forms(x), key=len, reverse=True):
