@@ -160,6 +160,28 @@ def test_round_trip_student_instructor_and_partial_through_the_command_line(tmp_
 
 
 @pytest.mark.notebook
+def test_the_kernel_runs_over_local_sockets_and_is_shut_down_by_the_grader(tiny):
+    """No "Kernel is running over TCP without encryption" warning (the kernel talks over IPC
+    sockets in a private folder) and no "Parent appears to have exited" (the grader shuts its
+    kernel down itself instead of leaving it to notice the grader is gone)."""
+    import subprocess
+    import sys
+
+    src, _, _ = tiny
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmlab", "grade", str(src), "--source", str(src), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["score"] == 3
+    for warning in ("without encryption", "Parent appears to have exited", "TCP"):
+        assert warning not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.notebook
 def test_a_function_answer_is_recorded_in_the_kernel_and_checked_in_the_sandbox(tmp_path):
     """The student's function uses a helper and module aliases from other cells; the grader
     carries them along and the checker passes it."""

@@ -16,6 +16,15 @@ import time
 from pathlib import Path
 
 
+def ipc_kernel_manager(kernel_name: str, folder: str | Path):
+    """A kernel manager whose kernel talks over local sockets (IPC) in `folder`, a private
+    folder of the caller's, not over TCP: nothing listens on a port, and the kernel has no reason
+    to warn about unencrypted traffic."""
+    from jupyter_client.manager import KernelManager
+
+    return KernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(folder) / "k"))
+
+
 def execute_notebook(
     path: str | Path,
     out_dir: str | Path | None = None,
@@ -26,7 +35,6 @@ def execute_notebook(
 ):
     """Run every cell of `path`; returns (executed notebook, seconds). Raises on a cell error."""
     import nbformat
-    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     path = Path(path)
@@ -37,21 +45,16 @@ def execute_notebook(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sockets = tempfile.TemporaryDirectory(prefix="llmlab-kernel-")
     try:
-        # the kernel talks over local sockets (IPC) in a private folder, not over TCP: nothing
-        # listens on a port, and the kernel has no reason to warn about unencrypted traffic
-        km = KernelManager(
-            kernel_name=kernel_name, transport="ipc", ip=str(Path(sockets.name) / "k")
-        )
         client = NotebookClient(
             nb,
-            km=km,
+            km=ipc_kernel_manager(kernel_name, sockets.name),
             timeout=cell_timeout,
             kernel_name=kernel_name,
             resources={"metadata": {"path": str(path.parent.resolve())}},
         )
         t0 = time.perf_counter()
         try:
-            client.execute()
+            client.execute(cleanup_kc=True)  # a kernel manager of our own: shut it down here
         finally:
             seconds = time.perf_counter() - t0
             if out_dir is not None:

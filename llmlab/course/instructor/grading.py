@@ -40,6 +40,7 @@ from typing import Any, Iterable
 from llmlab.course.instructor.exercises import Exercise, exercise_calls, exercises_for
 from llmlab.course.instructor.recheck import Recheck, RecheckError, package_root
 from llmlab.course.instructor.student import _notebook_paths
+from llmlab.course.notebook_runner import ipc_kernel_manager
 from llmlab.i18n import LANG_ENV, language, tr
 
 DEFAULT_CELL_TIMEOUT_S = 300
@@ -261,8 +262,10 @@ def execute_for_grading(
             )
         )
     env = grading_env() if env is None else env
+    sockets = tempfile.TemporaryDirectory(prefix="llmlab-kernel-", ignore_cleanup_errors=True)
     client = NotebookClient(
         nb,
+        km=ipc_kernel_manager("python3", sockets.name),
         timeout=cell_timeout,
         kernel_name="python3",
         allow_errors=True,
@@ -287,7 +290,7 @@ def execute_for_grading(
     errors: list[dict] = []
     t0 = time.perf_counter()
     try:
-        with client.setup_kernel(env=env, cwd=str(cwd)):
+        with client.setup_kernel(env=env, cwd=str(cwd), cleanup_kc=True):
             if setup is not None:
                 cell, _ = _run_extra_cell(client, nb, setup, cell_timeout)
                 errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -371,6 +374,8 @@ def execute_for_grading(
         errors.append(_error(nb, None, "DeadKernelError", str(e)))
     except RuntimeError as e:  # the kernel did not start
         errors.append(_error(nb, None, type(e).__name__, str(e)[:300]))
+    finally:
+        sockets.cleanup()
     return errors, time.perf_counter() - t0
 
 
