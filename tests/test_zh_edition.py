@@ -75,16 +75,9 @@ def test_fixed_parts_say_the_same_in_chinese(path):
             assert not lost, f"{path.stem}: the Chinese In vLLM box drops {lost}"
 
 
-# Pending: chapters 09-11 still use these names the glossary says not to use, as (chapter, the
-# name found); their owners fix them. Take an entry off when it is fixed, so the test is strict.
-PENDING_TERMS = {
-    ("09", "互连"),
-    ("09", "hidden states"),
-    ("09", "时间槽"),
-    ("09", "decode 步"),
-    ("10", "decode 步"),
-    ("11", "驱逐"),
-}
+# Pending: names the glossary says not to use that a chapter still writes, as (chapter, the name
+# found); none now. Add an entry only while its owner fixes it, and take it off once fixed.
+PENDING_TERMS: set[tuple[str, str]] = set()
 
 
 def test_one_term_per_concept():

@@ -838,7 +838,7 @@ def plot_measured_batches(
         raise ValueError(
             tr(
                 "measurements must contain decode steps (kind='decode')",
-                "measurements 里必须有 decode 步（kind='decode'）",
+                "measurements 里必须有 decode step（kind='decode'）",
             )
         )
     if axes is None:

@@ -501,7 +501,7 @@ def plot_kv_waste(result: WasteResult, ax: Any = None) -> Any:
         alpha=0.3,
         label=tr("tokens actually stored", "实际存下的 token"),
     )
-    ax.set_xlabel(tr("engine step", "引擎步"))
+    ax.set_xlabel(tr("engine step", "引擎的步"))
     ax.set_ylabel(tr("KV slots (tokens)", "KV 槽位（token 数）"))
     ax.set_title(
         tr(
