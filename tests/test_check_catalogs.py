@@ -4,7 +4,8 @@ agree: every key a checker module uses (read from its source: the literal first 
 catalog, every catalog key is used, the keywords of a call fill exactly the template's
 placeholders, and every entry has a Chinese text made from its current English (`en_sha`) with
 the same placeholders. Planted mistakes (a stale hash, a missing key, an unused key, a wrong
-keyword) are caught, and a stale Chinese text falls back to English at run time."""
+keyword, an English text in the zh) are caught, and a stale Chinese text falls back to English at
+run time."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from llmlab.course.lang import en_sha
 CHECK_DIR = Path(__file__).resolve().parent.parent / "llmlab" / "course" / "check"
 LOOKUPS = {"__call__", "key", "template", "text"}
 CJK = re.compile(r"[\u4e00-\u9fff]")
+# Chinese writing: a Chinese character, or Chinese punctuation where a template holds only
+# placeholders and the way the two languages join them ("{what}：{why}。", "{where}——{what}")
+CHINESE = re.compile(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]|——")
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]
         out += cat.problems()
         for key, entry in cat.entries.items():
             zh = entry.get("zh")
-            if CJK.search(entry["en"]) or (zh and not CJK.search(zh)):
+            if CJK.search(entry["en"]) or (zh and not CHINESE.search(zh)):
                 out.append(f"{cat.path.name}: {key!r}: Chinese in the English, or none in the zh")
     return out
 
@@ -123,8 +127,8 @@ def test_checkers_and_their_catalogs_agree():
 
 
 # modules whose texts are all in their catalog -> the tr() calls left (short labels: core's
-# verdict words and the punctuation between sentences)
-CONVERTED = {"core": 4, "predict": 0, **{f"ch{n:02d}": 0 for n in (0, 1, 2, 3, 4, 6, 12)}}
+# verdict words and the punctuation between texts)
+CONVERTED = {"core": 6, "predict": 0, **{f"ch{n:02d}": 0 for n in (0, 1, 2, 3, 4, 6, 12)}}
 
 
 @pytest.mark.parametrize("name", sorted(CONVERTED))
@@ -209,6 +213,24 @@ def test_planted_placeholder_mismatch_and_missing_translation_are_caught(tmp_pat
     problems = Catalog("planted", path).problems()
     assert any("'a': placeholders ['n'] in zh" in p for p in problems), problems
     assert any("'b' has no zh text" in p for p in problems), problems
+
+
+def test_an_untranslated_zh_is_caught_and_a_template_of_punctuation_is_not(tmp_path):
+    texts = {
+        "joined": ("{what}: {why}.", "{what}：{why}。"),
+        "dashed": ("{where} — {what}", "{where}——{what}"),
+        "untranslated": ("a hint.", "a hint."),
+    }
+    path = tmp_path / "planted.json"
+    write_catalog(
+        path, {k: {"en": en, "en_sha": en_sha(en), "zh": zh} for k, (en, zh) in texts.items()}
+    )
+    source = (
+        'from x import catalog\nM = catalog("planted")\ndef f():\n'
+        '    return M("joined", what=1, why=2) + M("dashed", where=1, what=2) + M("untranslated")\n'
+    )
+    problems = findings({"planted": source}, {"planted": Catalog("planted", path)})
+    assert problems == ["planted.json: 'untranslated': Chinese in the English, or none in the zh"]
 
 
 def test_a_dynamic_key_is_reported():
