@@ -618,10 +618,11 @@ def _layer_problem(got: Any, expected: dict) -> str | None:
     case = expected["case"]
     if not isinstance(got, dict) or "split" not in got:
         return M("tensor_parallel_layer.did_not_run", error=got)
-    split_problem = _split_problem(case, got["split"]) if got["split"] else None
-    if split_problem or got["split"].get("none"):
-        return split_problem or M("tensor_parallel_layer.shard_none")
-    return _forward_problem(case, got["forward"], expected["output"])
+    split = got["split"] or {}
+    if split.get("none"):  # every rank's shard was None: nothing to look into
+        return M("tensor_parallel_layer.shard_none")
+    problem = _split_problem(case, split) if split else None
+    return problem or _forward_problem(case, got["forward"], expected["output"])
 
 
 def _layer_reference(case: dict) -> dict:
