@@ -153,6 +153,26 @@ def test_unanswered_skeleton_is_not_yet_without_a_crash(tmp_path, english):
     assert not ch09.tensor_parallel_layer(None)
 
 
+def test_a_shard_that_returns_none_on_some_layers_gets_a_hint(tmp_path, english):
+    """The first probe (world 2) passes; a drawn layer of world 3 gets None from every rank."""
+    source = solution_source() + textwrap.dedent(
+        f"""
+
+        _Solution = {NAME}
+
+
+        class {NAME}(_Solution):
+            forward = staticmethod(_Solution.forward)
+
+            @staticmethod
+            def shard(weights, rank, world, head_dim):
+                return None if world == 3 else _Solution.shard(weights, rank, world, head_dim)
+        """
+    )
+    result = ch09.tensor_parallel_layer(define(source, tmp_path, "none_at_3"))
+    assert not result and "shard returned None" in result.message, result.message
+
+
 def test_simulated_all_reduce_sums_the_ranks_and_refuses_mismatched_calls():
     def run_rank(rank, all_reduce):
         return all_reduce(torch.tensor([float(rank + 1)])) * 10

@@ -26,14 +26,15 @@ from llmlab.course.check.core import (
     as_number,
     check_choice,
     check_number,
+    clauses,
     not_yet,
     passed,
     record_expected,
     refuse_package_piece,
     report,
+    sentences,
     staged,
 )
-from llmlab.i18n import tr
 
 M = catalog("ch07")
 
@@ -222,51 +223,16 @@ STEP_OP_HINTS = {
     "down_proj": M.key("step_op_hints.down_proj"),
     "lm_head": M.key("step_op_hints.lm_head"),
 }
-# (mistake, English, Chinese): what a recognised wrong count means, first match shown
-STEP_COST_MISTAKES = (
-    (
-        "weights_per_sequence",
-        "the weights are counted once per sequence: a step reads each weight once, and every "
-        "sequence of the batch uses it.",
-        "权重按每条序列各算了一遍：一步只读一遍每个权重，batch 里的每条序列都用它。",
-    ),
-    (
-        "query_heads_for_kv",
-        "the K/V bytes use num_attention_heads: with GQA only num_key_value_heads K and V heads "
-        "are cached, shared by the query heads of a group.",
-        "K/V 的字节用了 num_attention_heads：用 GQA 时，缓存里只有 num_key_value_heads 个 K、V 头，"
-        "由一组 query 头共用。",
-    ),
-    (
-        "half_the_flops",
-        "a matmul [m, k] × [k, n] is m·n·k multiply-adds, and one multiply-add is 2 FLOP.",
-        "矩阵乘 [m, k] × [k, n] 有 m·n·k 次乘加，一次乘加是 2 FLOP。",
-    ),
-    (
-        "lm_head_every_token",
-        "the lm head runs on every new token: logits are computed only at the sampled positions, "
-        "one row per sequence (a prompt's earlier positions sample nothing).",
-        "lm head 作用在了每个新 token 上：只有采样的位置才算 logits，每条序列一行"
-        "（prompt 前面的位置什么也不采样）。",
-    ),
-    (
-        "whole_embedding_table",
-        "embed_tokens reads the whole table: a lookup reads only the rows of the step's tokens.",
-        "embed_tokens 读了整张表：查表只读这一步的 token 对应的那几行。",
-    ),
-    (
-        "no_causal_mask",
-        "every new token attends to the whole context: with the causal mask a prompt token sees "
-        "only the tokens up to itself.",
-        "每个新 token 都关注了整个上下文：有因果掩码时，prompt 里的一个 token 只看得到它自己及之前的 token。",
-    ),
-    (
-        "kv_per_new_token",
-        "the K/V bytes are counted once per new token: a sequence's cached K and V move once per "
-        "step, shared by all its new tokens.",
-        "K/V 字节按每个新 token 各算了一遍：一条序列缓存的 K 和 V 每步只搬运一次，它的所有新 token 共用。",
-    ),
-)
+# mistake -> its text: what a recognised wrong count means, the first match shown
+STEP_COST_MISTAKES = {
+    "weights_per_sequence": M.key("step_cost_mistakes.weights_per_sequence"),
+    "query_heads_for_kv": M.key("step_cost_mistakes.query_heads_for_kv"),
+    "half_the_flops": M.key("step_cost_mistakes.half_the_flops"),
+    "lm_head_every_token": M.key("step_cost_mistakes.lm_head_every_token"),
+    "whole_embedding_table": M.key("step_cost_mistakes.whole_embedding_table"),
+    "no_causal_mask": M.key("step_cost_mistakes.no_causal_mask"),
+    "kv_per_new_token": M.key("step_cost_mistakes.kv_per_new_token"),
+}
 
 
 def config_fields(cfg: ModelConfig) -> dict:
@@ -344,55 +310,44 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.6g}"
 
 
-def _describe_sequence(new: int, context: int) -> tuple[str, str]:
+def _describe_sequence(new: int, context: int) -> str:
     if new == 1:
-        return f"decoding 1 token at context {context}", f"在上下文 {context} 处 decode 1 个 token"
+        return M("describe_sequence.decoding", context=context)
     if new == context:
-        return f"bringing a whole prompt of {new} tokens", f"带来一个 {new} 个 token 的完整 prompt"
-    return (
-        f"bringing {new} prompt tokens after {context - new} cached ones (context {context})",
-        f"在已缓存的 {context - new} 个 token 之后带来 {new} 个 prompt token（上下文 {context}）",
-    )
+        return M("describe_sequence.whole_prompt", new=new)
+    return M("describe_sequence.after_cached", new=new, cached=context - new, context=context)
 
 
 def describe_step(fields: dict, batch: list, dtype_bytes: float) -> str:
     """A drawn step in words: the batch, the model's shape and the bytes per number."""
     seqs = [_describe_sequence(n, c) for n, c in batch]
     if len(seqs) == 1:
-        en, zh = f"1 sequence {seqs[0][0]}", f"1 条序列，{seqs[0][1]}"
+        sequences = M("describe_step.one_sequence", sequence=seqs[0])
     elif len(set(seqs)) == 1:
-        en, zh = (
-            f"{len(seqs)} sequences, each {seqs[0][0]}",
-            f"{len(seqs)} 条序列，每条都{seqs[0][1]}",
-        )
+        sequences = M("describe_step.same_sequences", n=len(seqs), sequence=seqs[0])
     else:
-        en = f"{len(seqs)} sequences: " + "; ".join(f"({i + 1}) {s[0]}" for i, s in enumerate(seqs))
-        zh = f"{len(seqs)} 条序列：" + "；".join(f"({i + 1}) {s[1]}" for i, s in enumerate(seqs))
+        each = clauses(f"({i + 1}) {s}" for i, s in enumerate(seqs))
+        sequences = M("describe_step.sequences", n=len(seqs), sequences=each)
     preset = MODEL_PRESETS.get(fields["name"])
     if preset is not None and config_fields(preset) == fields:
-        model_en, model_zh = f"the {fields['name']} preset", f"预设 {fields['name']}"
+        model = M("describe_step.preset", name=fields["name"])
     else:
-        f = fields
-        model_en = (
-            f"a model of {f['num_hidden_layers']} layer(s), hidden_size {f['hidden_size']}, "
-            f"{f['num_attention_heads']} query head(s) and {f['num_key_value_heads']} K/V head(s) "
-            f"of head_dim {f['head_dim']}, intermediate_size {f['intermediate_size']}, "
-            f"vocab_size {f['vocab_size']}"
+        model = M(
+            "describe_step.model",
+            layers=fields["num_hidden_layers"],
+            hidden_size=fields["hidden_size"],
+            heads=fields["num_attention_heads"],
+            kv_heads=fields["num_key_value_heads"],
+            head_dim=fields["head_dim"],
+            intermediate_size=fields["intermediate_size"],
+            vocab_size=fields["vocab_size"],
         )
-        model_zh = (
-            f"一个 {f['num_hidden_layers']} 层的模型，hidden_size {f['hidden_size']}，"
-            f"{f['num_attention_heads']} 个 query 头、{f['num_key_value_heads']} 个 K/V 头，"
-            f"head_dim {f['head_dim']}，intermediate_size {f['intermediate_size']}，"
-            f"vocab_size {f['vocab_size']}"
-        )
-    return tr(
-        f"{en}; {model_en}; {_num(dtype_bytes)} byte(s) per number",
-        f"{zh}；{model_zh}；每个数 {_num(dtype_bytes)} 字节",
-    )
+    return M("describe_step.step", batch=sequences, model=model, dtype_bytes=_num(dtype_bytes))
 
 
-def _step_cost_mistake(case: tuple, got: dict, expected: dict) -> tuple[str, str, str] | None:
-    """The first row of STEP_COST_MISTAKES that explains the student's counts on `case`."""
+def _step_cost_mistake(case: tuple, got: dict, expected: dict) -> str | None:
+    """The key of the first mistake of STEP_COST_MISTAKES that explains the student's counts on
+    `case`."""
     fields, batch, dtype_bytes = case
     seqs, tokens = len(batch), sum(n for n, _ in batch)
     group = fields["num_attention_heads"] // fields["num_key_value_heads"]
@@ -423,7 +378,7 @@ def _step_cost_mistake(case: tuple, got: dict, expected: dict) -> tuple[str, str
         "kv_per_new_token": differs("attention", 1)
         and is_(got["attention"][1], 2 * kv * layers * dtype_bytes * all_pairs),
     }
-    return next((row for row in STEP_COST_MISTAKES if checks[row[0]]), None)
+    return next((key for name, key in STEP_COST_MISTAKES.items() if checks[name]), None)
 
 
 def step_cost_hint(cex: Any) -> str:
@@ -446,20 +401,21 @@ def step_cost_hint(cex: Any) -> str:
         )
     wrong = [op for op in costs.STEP_OPS if not _same_costs({op: got[op]}, {op: expected[op]})]
     shown, more = wrong[:SHOWN_OPS], len(wrong) - SHOWN_OPS
-    diffs_en = "; ".join(
-        f"{op}: yours (FLOPs, bytes) = ({_num(got[op][0])}, {_num(got[op][1])}), "
-        f"the package's = ({_num(expected[op][0])}, {_num(expected[op][1])})"
+    diffs = clauses(
+        M(
+            "step_cost_hint.op_differs",
+            op=op,
+            flops=_num(got[op][0]),
+            nbytes=_num(got[op][1]),
+            package_flops=_num(expected[op][0]),
+            package_nbytes=_num(expected[op][1]),
+        )
         for op in shown
-    ) + (f"; and {more} more operation(s) differ" if more > 0 else "")
-    diffs_zh = "；".join(
-        f"{op}：你的 (FLOPs, bytes) = ({_num(got[op][0])}, {_num(got[op][1])})，"
-        f"package 的 = ({_num(expected[op][0])}, {_num(expected[op][1])})"
-        for op in shown
-    ) + (f"；另有 {more} 个操作也不同" if more > 0 else "")
-    first = tr(f"on the step {where}: {diffs_en}.", f"在这一步（{where}）上：{diffs_zh}。")
+    ) + (M("step_cost_hint.more_differ", more=more) if more > 0 else "")
+    first = M("step_cost_hint.on_the_step", where=where, diffs=diffs)
     mistake = _step_cost_mistake(cex.case, got, expected)
     if mistake is not None:
-        first = tr(f"{first} {mistake[1]}", f"{first}{mistake[2]}")
+        first = sentences(first, M(mistake))
     return staged("ch07.step_cost", first, M(STEP_OP_HINTS[wrong[0]]))
 
 
@@ -602,6 +558,6 @@ EXERCISES: dict[str, ExerciseInfo] = {
     ),
     "step_cost": ExerciseInfo(
         "reasoning",
-        tuple(row[0].replace("_", " ") for row in STEP_COST_MISTAKES),
+        tuple(name.replace("_", " ") for name in STEP_COST_MISTAKES),
     ),
 }

@@ -27,7 +27,6 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.i18n import tr
 
 M = catalog("ch08")
 
@@ -408,10 +407,8 @@ def _describe_case(case: dict) -> str:
 
 def _fmt_step(obs: dict) -> str:
     pre = obs.get("preempted") or []
-    return tr(
-        f"{_fmt_scheduled(obs['scheduled'])} and preempted " + (_names(pre) if pre else "nothing"),
-        f"{_fmt_scheduled(obs['scheduled'])}，抢占了" + (_names(pre) if pre else "零个请求"),
-    )
+    preempted = _names(pre) if pre else M("fmt_step.nothing")
+    return M("fmt_step.preempted", scheduled=_fmt_scheduled(obs["scheduled"]), preempted=preempted)
 
 
 def _rule(case: dict, before: list[str], got: dict, exp: dict) -> str:
@@ -444,10 +441,7 @@ def schedule_hint(case: dict, got: Any, expected: list[dict]) -> str:
 
     where = _describe_case(case)
     if isinstance(got, Raised):
-        return tr(
-            f"{where}: your scheduler {got}.",
-            f"{where}：你的调度器抛出了 {got.error}：{got.message}。",
-        )
+        return M("schedule_hint.raised", where=where, error=got.error, message=got.message)
     for k, exp in enumerate(expected):
         g = got[k] if k < len(got) else None
         if g == exp:

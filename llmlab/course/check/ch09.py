@@ -10,6 +10,7 @@ import functools
 from typing import Any
 
 from llmlab.config import get_config
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -23,8 +24,9 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.i18n import tr
 from llmlab.parallel import cost, pp, tp
+
+M = catalog("ch09")
 
 ALLREDUCE_MODEL, ALLREDUCE_TP = "smollm2-135m", 2
 BUBBLE_P, BUBBLE_M = 4, 8
@@ -92,26 +94,11 @@ DP_OPTIONS = {
     "d": "tokens/s stays the same and the mean latency halves",
     "e": "tokens/s drops, because the router adds a hop to every request",
 }
-DP_HINTS = {  # (English, Chinese)
-    "a": (
-        "tokens/s cannot exceed what arrives: at this load one replica already serves every "
-        "request as it comes.",
-        "tokens/s 不可能超过到达的量：在这个负载下，一个副本已经能随到随处理每个请求。",
-    ),
-    "b": (
-        "tokens/s cannot exceed what arrives: at this load one replica already serves every "
-        "request as it comes.",
-        "tokens/s 不可能超过到达的量：在这个负载下，一个副本已经能随到随处理每个请求。",
-    ),
-    "d": (
-        "halving a replica's batch does not halve its step: a memory-bound step reads all the "
-        "weights whatever the batch.",
-        "副本的 batch 减半，单步时间并不会减半：memory-bound 的一步不管 batch 多大都要读全部权重。",
-    ),
-    "e": (
-        "a router hands a request to a replica once; it adds nothing to the decode steps.",
-        "路由器只把请求交给副本一次；它不会给 decode 的每一步增加任何开销。",
-    ),
+DP_HINTS = {  # keys of the chapter's catalog
+    "a": M.key("dp_at_low_load.more_than_arrives"),
+    "b": M.key("dp_at_low_load.more_than_arrives"),
+    "d": M.key("dp_at_low_load.batch_halved"),
+    "e": M.key("dp_at_low_load.router"),
 }
 
 
@@ -123,7 +110,7 @@ def dp_at_low_load(answer: Any) -> CheckResult:
         answer,
         "c",
         options=list(DP_OPTIONS),
-        hints={key: tr(*pair) for key, pair in DP_HINTS.items()},
+        hints={option: M(key) for option, key in DP_HINTS.items()},
     )
 
 
@@ -138,55 +125,14 @@ def allreduces_per_forward(answer: Any) -> CheckResult:
         expected,
         rel=1e-9,
         mistakes=[
-            (
-                layers,
-                tr(
-                    "that is one per layer; attention and the MLP each end in a row-parallel "
-                    "projection, and each of those needs its own sum.",
-                    "这是每层一次；注意力和 MLP 各以一个行并行的投影结尾，每个都需要各自求和一次。",
-                ),
-            ),
-            (
-                2 * expected,
-                tr(
-                    "an all-reduce is one collective that every rank joins; count it once, "
-                    "not once per rank.",
-                    "一次 all-reduce 是所有 rank 一起参加的一次集合通信；只算一次，不要按 rank 各算一次。",
-                ),
-            ),
-            (
-                expected + 1,
-                tr(
-                    "the embedding and the LM head are replicated here: no communication.",
-                    "这里 embedding 和 LM head 是复制的：不需要通信。",
-                ),
-            ),
-            (
-                expected + 2,
-                tr(
-                    "the embedding and the LM head are replicated here: no communication.",
-                    "这里 embedding 和 LM head 是复制的：不需要通信。",
-                ),
-            ),
-            (
-                4 * layers,
-                tr(
-                    "column-parallel projections (q/k/v, gate/up) need no communication: each "
-                    "rank already has the full input.",
-                    "列并行的投影（q/k/v、gate/up）不需要通信：每个 rank 手上已经有完整的输入。",
-                ),
-            ),
+            (layers, M("allreduces_per_forward.one_per_layer")),
+            (2 * expected, M("allreduces_per_forward.per_rank")),
+            (expected + 1, M("allreduces_per_forward.replicated")),
+            (expected + 2, M("allreduces_per_forward.replicated")),
+            (4 * layers, M("allreduces_per_forward.column_parallel")),
         ],
-        default_hint=tr(
-            "ask which projections leave each rank with a partial sum, and how many of "
-            "them one decoder layer has.",
-            "想一想：哪些投影会让每个 rank 只得到部分和？一个 decoder 层里有几个这样的投影？",
-        ),
-        formula=tr(
-            "Count the row-parallel projections in one decoder layer, then multiply by the "
-            "number of layers (model.config.num_hidden_layers).",
-            "数出一个 decoder 层里行并行的投影个数，再乘以层数（model.config.num_hidden_layers）。",
-        ),
+        default_hint=M("allreduces_per_forward.default_hint"),
+        formula=M("allreduces_per_forward.formula"),
     )
 
 
@@ -200,101 +146,22 @@ def parallel_style(answer: Any) -> CheckResult:
     got = {k: str(answer[k]).strip().lower() for k in PROJECTIONS}
     bad = [k for k, v in got.items() if v not in STYLES]
     if bad:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f'each value must be "column" or "row" (or "replicated"); check {bad}.',
-                    f'每个值都必须是 "column" 或 "row"（或 "replicated"）；检查 {bad}。',
-                ),
-            )
-        )
+        return report(not_yet(ex, M("parallel_style.not_a_style", bad=bad)))
     replicated = [k for k, v in got.items() if v == "replicated"]
     if replicated:
-        return report(
-            not_yet(
-                ex,
-                staged(
-                    ex,
-                    tr(
-                        f"{replicated}: a replicated projection keeps its whole "
-                        "matrix on every rank, so TP would save no memory and "
-                        "no time there; every projection of a layer is split.",
-                        f"{replicated}：复制的投影在每个 rank 上都保留整个矩阵，"
-                        "TP 在那里既省不了显存也省不了时间；一层里的每个投影都要切分。",
-                    ),
-                    tr(
-                        "Each block splits its first matmul one way and its last the other way.",
-                        "每个块的第一个 matmul 按一种方式切，最后一个按另一种方式切。",
-                    ),
-                ),
-            )
-        )
+        first = M("parallel_style.replicated", replicated=replicated)
+        return report(not_yet(ex, staged(ex, first, M("parallel_style.first_and_last"))))
     rows = {k for k, v in got.items() if v == "row"}
     if rows == {"o_proj", "down_proj"}:
-        return report(
-            passed(
-                ex,
-                tr(
-                    "right: each block splits its first matmul by output columns "
-                    "and its last by input rows, so one all-reduce closes it.",
-                    "对：每个块的第一个 matmul 按输出的列拆分，最后一个按输入的行拆分，"
-                    "所以一次 all-reduce 就能收尾。",
-                ),
-            )
-        )
+        return report(passed(ex, M("parallel_style.success")))
     if rows == set(PROJECTIONS) - {"o_proj", "down_proj"}:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "the two kinds are swapped: the first matmul of a block must "
-                    "work from the full (replicated) input.",
-                    "两种切法弄反了：一个块的第一个 matmul 必须从完整的（复制的）输入开始算。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("parallel_style.swapped")))
     if not rows:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "if every matmul keeps whole output columns, who adds up the "
-                    "partial results at the end of the block?",
-                    "如果每个 matmul 都保留完整的输出列，块的末尾由谁来把部分结果加起来？",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("parallel_style.all_column")))
     if {"k_proj", "v_proj", "q_proj"} & rows:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "splitting q/k/v by rows would leave every rank with a partial "
-                    "sum of every head; attention needs whole heads per rank.",
-                    "把 q/k/v 做成行并行，每个 rank 得到的是每个头的部分和；"
-                    "注意力需要每个 rank 拿到完整的头。",
-                ),
-            )
-        )
-    return report(
-        not_yet(
-            ex,
-            staged(
-                ex,
-                tr(
-                    "inside one block (attention, or the MLP) only one matmul "
-                    "reads an input that is already split.",
-                    "在一个块（注意力或 MLP）里，只有一个 matmul 读的是已经切分好的输入。",
-                ),
-                tr(
-                    "The block's last matmul reads the heads / channels the "
-                    "ranks computed separately.",
-                    "块的最后一个 matmul 读的是各个 rank 分头算出的头 / 通道。",
-                ),
-            ),
-        )
-    )
+        return report(not_yet(ex, M("parallel_style.qkv_by_rows")))
+    first, then = M("parallel_style.one_split_input"), M("parallel_style.last_reads_split")
+    return report(not_yet(ex, staged(ex, first, then)))
 
 
 def bubble_fraction(answer: Any) -> CheckResult:
@@ -308,51 +175,14 @@ def bubble_fraction(answer: Any) -> CheckResult:
         expected,
         rel=1e-3,
         mistakes=[
-            (
-                (p - 1) / m,
-                tr(
-                    "the pass takes m + p − 1 slots, not m; divide the idle slots by all of them.",
-                    "一趟要 m + p − 1 个时隙，不是 m 个；用空闲的时隙数除以全部时隙数。",
-                ),
-            ),
-            (
-                (p - 1) / (m + p),
-                tr(
-                    "count the slots again: the last micro-batch enters stage p at slot m + p − 1.",
-                    "再数一遍时隙：最后一个 micro-batch 在第 m + p − 1 个时隙进入第 p 级。",
-                ),
-            ),
-            (
-                1 / p,
-                tr(
-                    "that is the share of one stage in the model, not its idle time.",
-                    "这是一级在整个模型里所占的份额，不是它的空闲时间。",
-                ),
-            ),
-            (
-                100 * expected,
-                tr(
-                    "give a fraction between 0 and 1, not a percentage.",
-                    "请给 0 到 1 之间的比例，不要给百分数。",
-                ),
-            ),
-            (
-                m / (m + p - 1),
-                tr(
-                    "that is the busy fraction; the question asks for the idle one.",
-                    "这是忙碌的比例；题目问的是空闲的比例。",
-                ),
-            ),
+            ((p - 1) / m, M("bubble_fraction.m_slots")),
+            ((p - 1) / (m + p), M("bubble_fraction.count_again")),
+            (1 / p, M("bubble_fraction.stage_share")),
+            (100 * expected, M("bubble_fraction.percentage")),
+            (m / (m + p - 1), M("bubble_fraction.busy")),
         ],
-        default_hint=tr(
-            "draw the schedule as a grid of slots (stages × time) and count.",
-            "把调度画成时隙网格（级 × 时间），然后数一数。",
-        ),
-        formula=tr(
-            "Stage s works on micro-batch i in slot i + s; count the slots a stage waits "
-            "out of all slots of the pass.",
-            "第 s 级在第 i + s 个时隙处理第 i 个 micro-batch；数出一级在整趟所有时隙里等待的时隙数。",
-        ),
+        default_hint=M("bubble_fraction.default_hint"),
+        formula=M("bubble_fraction.formula"),
     )
 
 
@@ -370,6 +200,7 @@ def ring_all_reduce_us(answer: Any) -> CheckResult:
     expected_s, nbytes, link = _ring_expected()
     p = RING_TP
     steps = 2 * (p - 1)
+    alpha = steps * link.latency  # the latency term, seconds
     expected = expected_s * 1e6
     return check_number(
         "ch09.ring_all_reduce_us",
@@ -378,49 +209,20 @@ def ring_all_reduce_us(answer: Any) -> CheckResult:
         rel=0.01,
         mistakes=[
             (
-                (steps * link.latency + steps / p * nbytes / (2 * link.bandwidth)) * 1e6,
-                tr(
-                    "that uses the 128 GB/s both-directions figure; a ring step sends and receives at once, "
-                    "so use one direction.",
-                    "这用的是 128 GB/s 这个双向相加的数；环上的每一步同时收发，所以要用单向带宽。",
-                ),
+                (alpha + steps / p * nbytes / (2 * link.bandwidth)) * 1e6,
+                M("ring_all_reduce_us.both_directions"),
             ),
+            (steps / p * nbytes / link.bandwidth * 1e6, M("ring_all_reduce_us.no_latency")),
+            ((alpha + nbytes / link.bandwidth) * 1e6, M("ring_all_reduce_us.message_once")),
             (
-                steps / p * nbytes / link.bandwidth * 1e6,
-                tr(
-                    "the latency term is missing: each of the 2(p−1) ring steps costs α too.",
-                    "少了延迟项：环上 2(p−1) 步里的每一步也都要花 α。",
-                ),
+                (alpha + steps / p * nbytes * 2 / link.bandwidth) * 1e6,
+                M("ring_all_reduce_us.dtype_bytes"),
             ),
-            (
-                (steps * link.latency + nbytes / link.bandwidth) * 1e6,
-                tr(
-                    "a ring all-reduce moves 2(p−1)/p times the message per GPU, not the message once.",
-                    "环形 all-reduce 每块 GPU 搬运的是消息的 2(p−1)/p 倍，而不是只搬一遍消息。",
-                ),
-            ),
-            (
-                (steps * link.latency + steps / p * nbytes * 2 / link.bandwidth) * 1e6,
-                tr(
-                    "BF16 is 2 bytes per value: check the message size.",
-                    "BF16 每个值 2 字节：检查消息大小。",
-                ),
-            ),
-            (expected_s, tr("give microseconds, not seconds.", "请给微秒，不要给秒。")),
-            (
-                expected_s * 1e3,
-                tr("give microseconds, not milliseconds.", "请给微秒，不要给毫秒。"),
-            ),
+            (expected_s, M("ring_all_reduce_us.seconds")),
+            (expected_s * 1e3, M("ring_all_reduce_us.milliseconds")),
         ],
-        default_hint=tr(
-            "check the message size (what one all-reduce carries) and both terms of "
-            "the ring formula.",
-            "检查消息大小（一次 all-reduce 要传什么）以及环形公式里的两项。",
-        ),
-        formula=tr(
-            "message = batch × hidden × 2 bytes; time = 2(p−1)·α + 2(p−1)/p · bytes / bandwidth.",
-            "消息 = batch × hidden × 2 字节；时间 = 2(p−1)·α + 2(p−1)/p · 字节数 / 带宽。",
-        ),
+        default_hint=M("ring_all_reduce_us.default_hint"),
+        formula=M("ring_all_reduce_us.formula"),
     )
 
 
@@ -443,51 +245,21 @@ def best_tp_long_context(answer: Any) -> CheckResult:
             ).total
         ),
     )
-    mistakes = [
-        (
-            1,
-            tr(
-                "at TP=1 the 141 GB of weights do not even fit one 80 GB GPU; and a longer "
-                "context makes the single GPU's KV reads longer still.",
-                "TP=1 时，141 GB 的权重连一块 80 GB 的 GPU 都放不下；上下文更长，单卡读 KV 的时间还会更长。",
-            ),
-        )
-    ]
+    mistakes = [(1, M("best_tp_long_context.tp1_does_not_fit"))]
     if short != best:
-        mistakes.append(
-            (
-                short,
-                tr(
-                    "that is the winner at a short context (the table above). Set the "
-                    "context slider: each sequence's KV cache grows with the context, "
-                    "and TP splits those reads too, while the all-reduces stay the same size.",
-                    "这是短上下文时的最优解（上面的表）。调一下上下文滑块：每条序列的 KV cache "
-                    "随上下文增长，TP 也会把这些读取分摊掉，而 all-reduce 的大小不变。",
-                ),
-            )
-        )
-    for t in TP_DEGREES:
-        if t not in (best, short, 1):
-            mistakes.append(
-                (
-                    t,
-                    tr(
-                        "compare the bars of every TP degree at that batch and context; "
-                        "another degree is shorter.",
-                        "在这个 batch 和上下文下比较每种 TP 并行度的柱子；另一种并行度的更短。",
-                    ),
-                )
-            )
+        mistakes.append((short, M("best_tp_long_context.short_context_winner")))
+    mistakes += [
+        (t, M("best_tp_long_context.another_shorter"))
+        for t in TP_DEGREES
+        if t not in (best, short, 1)
+    ]
     return check_number(
         "ch09.best_tp_long_context",
         answer,
         best,
         rel=1e-9,
         mistakes=mistakes,
-        default_hint=tr(
-            f"answer one of the TP degrees {list(TP_DEGREES)}.",
-            f"请回答 TP 并行度 {list(TP_DEGREES)} 中的一个。",
-        ),
+        default_hint=M("best_tp_long_context.default_hint", degrees=list(TP_DEGREES)),
     )
 
 
@@ -514,58 +286,24 @@ def split_two_servers(answer: Any) -> CheckResult:
     try:
         tp, pp_ = int(answer["tp"]), int(answer["pp"])
     except (TypeError, ValueError):
-        return report(not_yet(ex, tr("tp and pp must be whole numbers.", "tp 和 pp 必须是整数。")))
+        return report(not_yet(ex, M("split_two_servers.whole_numbers")))
     total = SPLIT_GPUS_PER_SERVER * SPLIT_SERVERS
     if tp < 1 or tp * pp_ != total:
-        return report(
-            not_yet(
-                ex,
-                tr(f"tp × pp must use all {total} GPUs.", f"tp × pp 必须用上全部 {total} 块 GPU。"),
-            )
-        )
+        return report(not_yet(ex, M("split_two_servers.all_gpus", total=total)))
     best = max(
         t for t in range(1, SPLIT_GPUS_PER_SERVER + 1) if total % t == 0 and _heads_split_evenly(t)
     )
     if tp > SPLIT_GPUS_PER_SERVER:
-        hint = tr(
-            "a TP group that spans both servers sends its all-reduces, two per layer and every "
-            "step, over the slow link between them.",
-            "跨两台服务器的 TP 组，会把它的 all-reduce（每层两次、每一步都有）送过两台机器之间的慢速链路。",
-        )
+        hint = M("split_two_servers.across_servers")
     elif not _heads_split_evenly(tp):
-        hint = tr(
-            f"vLLM refuses this TP degree: {tp} ranks cannot each hold the same whole number of "
-            f"the model's {SPLIT_HEADS} query heads and {SPLIT_KV_HEADS} KV heads.",
-            f"vLLM 不接受这个 TP 并行度：{tp} 个 rank 没法每个都分到同样多的整数个注意力头"
-            f"（模型有 {SPLIT_HEADS} 个 query 头、{SPLIT_KV_HEADS} 个 KV 头）。",
+        hint = M(
+            "split_two_servers.heads_uneven", tp=tp, heads=SPLIT_HEADS, kv_heads=SPLIT_KV_HEADS
         )
     elif tp == best:
-        return report(
-            passed(
-                ex,
-                tr(
-                    "right: the widest TP group whose heads split evenly, inside a server "
-                    "over NVLink; the pipeline spans the rest, and only one of its "
-                    "boundaries crosses the slow link.",
-                    "对：在能把注意力头平均分开的 TP 组里选最宽的，放在一台服务器内部走 NVLink；"
-                    "其余交给流水线，它只有一个边界跨过慢速链路。",
-                ),
-            )
-        )
+        return report(passed(ex, M("split_two_servers.success")))
     else:
-        hint = staged(
-            ex,
-            tr(
-                "NVLink inside a server goes unused by the pipeline: each extra stage adds "
-                "to the bubble, while a wider TP group would still talk over NVLink.",
-                "流水线用不上服务器内部的 NVLink：每多一级都会加大气泡，而更宽的 TP 组仍然走 NVLink 通信。",
-            ),
-            tr(
-                "Put the group that talks every layer where the links are fastest, as wide as "
-                "the heads allow, and only the rare hand-offs across the slow link.",
-                "把每层都要通信的那一组放在链路最快的地方，在注意力头允许的范围内尽量宽，只让偶尔的交接跨过慢速链路。",
-            ),
-        )
+        first, then = M("split_two_servers.pipeline_inside"), M("split_two_servers.then")
+        hint = staged(ex, first, then)
     return report(not_yet(ex, hint))
 
 
@@ -632,21 +370,22 @@ def layer_cases():
 
 def _describe(case: dict) -> str:
     c = case
-    heads = c["kv_heads"] * c["group"]
-    return tr(
-        f"hidden {c['hidden']}, intermediate {c['intermediate']}, {heads} query heads / "
-        f"{c['kv_heads']} KV heads of head_dim {c['head_dim']}, world {c['world']}, "
-        f"{c['tokens']} token(s)",
-        f"hidden {c['hidden']}、intermediate {c['intermediate']}、{heads} 个 query 头 / "
-        f"{c['kv_heads']} 个 KV 头（head_dim {c['head_dim']}）、world {c['world']}、"
-        f"{c['tokens']} 个 token",
+    return M(
+        "describe.case",
+        hidden=c["hidden"],
+        intermediate=c["intermediate"],
+        heads=c["kv_heads"] * c["group"],
+        kv_heads=c["kv_heads"],
+        head_dim=c["head_dim"],
+        world=c["world"],
+        tokens=c["tokens"],
     )
 
 
 def _span(ids: list[int]) -> str:
     """0–2, or 0, 2, 5 when not contiguous, or "none"."""
     if not ids:
-        return tr("none", "无")
+        return M("span.none")
     if ids == list(range(ids[0], ids[-1] + 1)):
         return f"{ids[0]}–{ids[-1]}" if len(ids) > 1 else str(ids[0])
     return ", ".join(map(str, ids))
@@ -702,11 +441,11 @@ def _package_split(case: dict) -> str:
         hidden_size=case["hidden"],
     )
     s = tp.tp_plan(cfg, case["world"])[0]
-    return tr(
-        f"The package’s rank 0 takes KV heads {_span(list(s.kv_heads))}, query heads "
-        f"{_span(list(s.q_heads))}, MLP channels {_span(list(s.ffn))}.",
-        f"包里的 rank 0 拿 KV 头 {_span(list(s.kv_heads))}、query 头 {_span(list(s.q_heads))}、"
-        f"MLP 通道 {_span(list(s.ffn))}。",
+    return M(
+        "package_split.rank0",
+        kv_heads=_span(list(s.kv_heads)),
+        q_heads=_span(list(s.q_heads)),
+        ffn=_span(list(s.ffn)),
     )
 
 
@@ -715,86 +454,66 @@ def _split_problem(case: dict, split: dict) -> str | None:
     shapes, world, d, g = _shapes(case), case["world"], case["head_dim"], case["group"]
     at = _describe(case)
     if "error" in split:
-        return tr(
-            f"on the layer ({at}) your shard raised {split['error']}",
-            f"在这个层上（{at}），你的 shard 抛出了 {split['error']}",
-        )
+        return M("split_problem.raised", at=at, error=split["error"])
     ranks = split["ranks"]
     held: dict[str, list[list[int]]] = {}
     for r, shard in enumerate(ranks):
         for name in PROJECTIONS + NORMS:
             entry, shape = shard[name], shapes[name]
             if "shape" not in entry:
-                return tr(
-                    f"({at}) your rank {r}'s shard has no tensor {name!r}: return a dict with "
-                    f"every weight's name.",
-                    f"（{at}）你的 rank {r} 的分片里没有张量 {name!r}：返回的 dict 要包含每个权重的名字。",
-                )
+                return M("split_problem.missing_tensor", at=at, r=r, name=name)
             if name in NORMS:
                 if entry["index"] != list(range(shape[0])):
-                    return tr(
-                        f"({at}) your rank {r} did not keep {name} whole: the norms act on the "
-                        f"full hidden vector, which every rank has; every rank keeps them whole.",
-                        f"（{at}）你的 rank {r} 没有完整保留 {name}：norm 作用在完整的 hidden 向量上，"
-                        f"每个 rank 都有这个向量，所以每个 rank 都完整保留 norm。",
-                    )
+                    return M("split_problem.norm_not_whole", at=at, r=r, name=name)
                 continue
             rows, cols = _rows(entry, shape), _cols(entry, shape)
             dims = f"[{shape[0]}, {shape[1]}]"
             if name in COLUMN_PARALLEL and rows is None:
                 took = (
-                    tr(f"input columns {_span(cols)}", f"输入列 {_span(cols)}")
+                    M("split_problem.took_input_columns", cols=_span(cols))
                     if cols is not None
-                    else tr("a block that is not whole rows", "一块不是整行的数据")
+                    else M("split_problem.took_not_rows")
                 )
-                return tr(
-                    f"({at}) {name}: your rank {r} took {took} of its [out, in] = {dims} weight; "
-                    f"{name} is column-parallel: each rank takes whole output rows (its own heads "
-                    f"or MLP channels) and multiplies them by the full input.",
-                    f"（{at}）{name}：你的 rank {r} 拿了它的 [out, in] = {dims} 权重中的{took}；"
-                    f"{name} 是列并行：每个 rank 拿完整的输出行（它自己的头或 MLP 通道），用完整的输入去乘。",
+                return M(
+                    "split_problem.column_parallel", at=at, name=name, r=r, took=took, dims=dims
                 )
             if name in ROW_PARALLEL and cols is None:
-                match = "q_proj" if name == "o_proj" else "gate_proj/up_proj"
                 took = (
-                    tr(f"output rows {_span(rows)}", f"输出行 {_span(rows)}")
+                    M("split_problem.took_output_rows", rows=_span(rows))
                     if rows is not None
-                    else tr("a block that is not whole columns", "一块不是整列的数据")
+                    else M("split_problem.took_not_columns")
                 )
-                return tr(
-                    f"({at}) {name}: your rank {r} took {took} of its [out, in] = {dims} weight; "
-                    f"{name} is row-parallel: each rank takes the input columns that match the "
-                    f"rows it took of {match} (its slice of the {name} input), all output rows, and "
-                    f"an all-reduce sums the partial outputs. {_package_split(case)}",
-                    f"（{at}）{name}：你的 rank {r} 拿了它的 [out, in] = {dims} 权重中的{took}；"
-                    f"{name} 是行并行：每个 rank 拿与它在 {match} 里所拿的行相对应的输入列"
-                    f"（{name} 输入的那一段），保留全部输出行，再由一次 all-reduce 把部分输出加起来。"
-                    f"{_package_split(case)}",
+                return M(
+                    "split_problem.row_parallel",
+                    at=at,
+                    name=name,
+                    r=r,
+                    took=took,
+                    dims=dims,
+                    match="q_proj" if name == "o_proj" else "gate_proj/up_proj",
+                    package=_package_split(case),
                 )
             held.setdefault(name, []).append(rows if name in COLUMN_PARALLEL else cols)
     for name, per_rank in held.items():
-        n = shapes[name][0] if name in COLUMN_PARALLEL else shapes[name][1]
-        what = tr("rows", "行") if name in COLUMN_PARALLEL else tr("columns", "列")
+        by_rows = name in COLUMN_PARALLEL
+        n = shapes[name][0] if by_rows else shapes[name][1]
+        what = M("split_problem.rows") if by_rows else M("split_problem.columns")
         counts = [sum(ids.count(i) for ids in per_rank) for i in range(n)]
         twice = [i for i, c in enumerate(counts) if c > 1]
         none = [i for i, c in enumerate(counts) if c == 0]
         if twice or none:
             problem = (
-                tr(
-                    f"{what} {_span(twice)} are on more than one rank",
-                    f"第 {_span(twice)} {what}在不止一个 rank 上",
-                )
+                M("split_problem.twice", what=what, ids=_span(twice))
                 if twice
-                else tr(
-                    f"{what} {_span(none)} are on no rank",
-                    f"第 {_span(none)} {what}不在任何 rank 上",
-                )
+                else M("split_problem.nowhere", what=what, ids=_span(none))
             )
-            return tr(
-                f"({at}) {name}: {problem}; over the ranks, every {what[:-1]} must be held exactly "
-                f"once. {_package_split(case)}",
-                f"（{at}）{name}：{problem}；所有 rank 合起来，每一{what}必须恰好出现一次。"
-                f"{_package_split(case)}",
+            return M(
+                "split_problem.exactly_once",
+                at=at,
+                name=name,
+                problem=problem,
+                one=M("split_problem.row") if by_rows else M("split_problem.column"),
+                package=_package_split(case),
             )
     for r in range(world):
         q, k, v = held["q_proj"][r], held["k_proj"][r], held["v_proj"][r]
@@ -809,65 +528,44 @@ def _split_problem(case: dict, split: dict) -> str | None:
             if any(
                 len(hd) != d or hd[0] % d or hd != list(range(hd[0], hd[0] + d)) for hd in heads
             ):
-                return tr(
-                    f"({at}) {name}: your rank {r}'s rows {_span(rows)} cut a head in two; a "
-                    f"head is {d} consecutive rows (head_dim), and a rank takes whole heads.",
-                    f"（{at}）{name}：你的 rank {r} 拿的行 {_span(rows)} 把一个头切成了两半；一个头是连续的 "
-                    f"{d} 行（head_dim），rank 要拿完整的头。",
-                )
+                return M("split_problem.head_cut", at=at, name=name, r=r, rows=_span(rows), d=d)
         kv_heads, q_heads = [x // d for x in k[::d]], [x // d for x in q[::d]]
         if v != k:
-            return tr(
-                f"({at}) v_proj: your rank {r} took rows {_span(v)} but k_proj rows {_span(k)}; "
-                f"a rank's keys and values are the same KV heads.",
-                f"（{at}）v_proj：你的 rank {r} 拿了第 {_span(v)} 行，而 k_proj 拿的是第 {_span(k)} 行；"
-                f"一个 rank 的 key 和 value 必须是同一批 KV 头。",
-            )
+            return M("split_problem.v_not_k", at=at, r=r, v=_span(v), k=_span(k))
         if not kv_heads:
-            return tr(
-                f"({at}) your rank {r} holds no KV head: every rank needs at least one whole "
-                f"KV head (and the query heads that read it).",
-                f"（{at}）你的 rank {r} 一个 KV 头都没有：每个 rank 至少要有一个完整的 KV 头"
-                f"（以及读它的那些 query 头）。",
-            )
+            return M("split_problem.no_kv_head", at=at, r=r)
         readers = [h for kv in kv_heads for h in range(kv * g, (kv + 1) * g)]
         if q_heads != readers:
             stray = next((h for h in q_heads if h // g not in kv_heads), None)
             where = ""
             if stray is not None:
                 owner = next(s for s in range(world) if stray // g * d in held["k_proj"][s])
-                where = tr(
-                    f" query head {stray} reads KV head {stray // g}, which is on rank {owner};",
-                    f"query 头 {stray} 读的是 KV 头 {stray // g}，它在 rank {owner} 上；",
-                )
-            return tr(
-                f"({at}) GQA groups: your rank {r} holds query heads {_span(q_heads)} but KV heads "
-                f"{_span(kv_heads)};{where} query head h reads KV head h // {g} "
-                f"(heads / kv_heads), so a rank takes whole KV heads and exactly the query heads "
-                f"that read them, in the same order. {_package_split(case)}",
-                f"（{at}）GQA 分组：你的 rank {r} 拿了 query 头 {_span(q_heads)}，KV 头却是 "
-                f"{_span(kv_heads)}；{where}query 头 h 读的是 KV 头 h // {g}（heads / kv_heads），"
-                f"所以一个 rank 要拿完整的 KV 头，并且恰好拿读这些 KV 头的 query 头，顺序一致。"
-                f"{_package_split(case)}",
+                where = M("split_problem.stray_query_head", stray=stray, kv=stray // g, owner=owner)
+            return M(
+                "split_problem.gqa_groups",
+                at=at,
+                r=r,
+                q_heads=_span(q_heads),
+                kv_heads=_span(kv_heads),
+                where=where,
+                g=g,
+                package=_package_split(case),
             )
         if up != gate:
-            return tr(
-                f"({at}) up_proj: your rank {r} took rows {_span(up)} but gate_proj rows "
-                f"{_span(gate)}; SwiGLU multiplies them channel by channel, so both take the same.",
-                f"（{at}）up_proj：你的 rank {r} 拿了第 {_span(up)} 行，gate_proj 却是第 {_span(gate)} 行；"
-                f"SwiGLU 逐通道相乘，所以两者要拿相同的行。",
-            )
+            return M("split_problem.up_not_gate", at=at, r=r, up=_span(up), gate=_span(gate))
         for name, cols, rows, source in (
             ("o_proj", o, q, "q_proj"),
             ("down_proj", down, gate, "gate_proj"),
         ):
             if cols != rows:
-                return tr(
-                    f"({at}) {name}: your rank {r} took input columns {_span(cols)} but its "
-                    f"{source} rows are {_span(rows)}; a row-parallel {name} reads what this rank "
-                    f"computed, so its columns are those rows, in the same order.",
-                    f"（{at}）{name}：你的 rank {r} 拿了输入列 {_span(cols)}，而它的 {source} 行是 "
-                    f"{_span(rows)}；行并行的 {name} 读的是这个 rank 自己算出的东西，所以它的列就是那些行，顺序相同。",
+                return M(
+                    "split_problem.columns_not_rows",
+                    at=at,
+                    name=name,
+                    r=r,
+                    cols=_span(cols),
+                    source=source,
+                    rows=_span(rows),
                 )
     return None
 
@@ -887,78 +585,44 @@ def _forward_problem(case: dict, forward: dict, expected: list[float]) -> str | 
     at = _describe(case)
     traces = forward.get("traces") or [[]]
     steps = _all_reduce_steps(traces[0])
-    ran = " → ".join(traces[0]) or tr("nothing", "什么都没有")
-    package = " → ".join(PACKAGE_SEQUENCE)
-    seq = tr(
-        f" Your rank 0 ran: {ran}; the package's rank runs: {package}.",
-        f"你的 rank 0 的执行顺序：{ran}；包里每个 rank 的顺序：{package}。",
-    )
+    ran = " → ".join(traces[0]) or M("forward_problem.nothing")
+    seq = M("forward_problem.sequence", ran=ran, package=" → ".join(PACKAGE_SEQUENCE))
     early = [s for s in steps if s in COLUMN_PARALLEL]
     if early:
-        return tr(
-            f"({at}) your forward all-reduced right after {early[0]}, a column-parallel "
-            f"projection: each rank's {early[0]} output is already complete for its own "
-            f"heads / channels, and summing over ranks adds different channels together. The sum "
-            f"belongs after the row-parallel projection that closes the block (o_proj, down_proj).{seq}",
-            f"（{at}）你的 forward 在 {early[0]} 之后立刻做了 all-reduce，而它是列并行的投影：每个 rank 的 "
-            f"{early[0]} 输出对它自己的头 / 通道已经是完整的，跨 rank 求和会把不同的通道加在一起。"
-            f"求和应该放在结束这个块的行并行投影（o_proj、down_proj）之后。{seq}",
-        )
+        return M("forward_problem.early_all_reduce", at=at, proj=early[0], seq=seq)
     if "error" in forward:
-        return tr(
-            f"({at}) your forward raised {forward['error']}.{seq}",
-            f"（{at}）你的 forward 抛出了 {forward['error']}。{seq}",
-        )
+        return M("forward_problem.raised", at=at, error=forward["error"], seq=seq)
     for block in ("o_proj", "down_proj"):
         if block not in steps:
-            return tr(
-                f"({at}) after {block} your forward did not all-reduce: {block} is row-parallel, "
-                f"so each rank's output is only a partial sum (its heads' or channels' share); "
-                f"without the sum every rank continues from a different, incomplete result.{seq}",
-                f"（{at}）你的 forward 在 {block} 之后没有做 all-reduce：{block} 是行并行的，每个 rank "
-                f"的输出只是部分和（它那几个头或通道的贡献）；不求和，每个 rank 都会从一个不同的、不完整的结果继续算。{seq}",
-            )
+            return M("forward_problem.no_all_reduce", at=at, block=block, seq=seq)
     if len(steps) != 2:
-        return tr(
-            f"({at}) your forward all-reduced {len(steps)} times per layer; the package's twice, "
-            f"once after o_proj and once after down_proj (a sum taken twice counts the ranks twice).{seq}",
-            f"（{at}）你的 forward 每层做了 {len(steps)} 次 all-reduce；包里是两次，o_proj 之后一次，"
-            f"down_proj 之后一次（求两次和会把各 rank 的贡献重复计算）。{seq}",
-        )
+        return M("forward_problem.count", at=at, n=len(steps), seq=seq)
     for r, out in enumerate(forward["outputs"]):
         if out is None or len(out) != len(expected):
-            return tr(
-                f"({at}) your rank {r}'s forward returned shape {forward['shapes'][r]}; the layer's "
-                f"output is [tokens, hidden] = [{case['tokens']}, {case['hidden']}] on every rank.",
-                f"（{at}）你的 rank {r} 的 forward 返回的形状是 {forward['shapes'][r]}；这一层的输出在每个 "
-                f"rank 上都是 [tokens, hidden] = [{case['tokens']}, {case['hidden']}]。",
+            return M(
+                "forward_problem.shape",
+                at=at,
+                r=r,
+                shape=forward["shapes"][r],
+                tokens=case["tokens"],
+                hidden=case["hidden"],
             )
         scale = 1 + max(abs(e) for e in expected)
         diff = max(abs(a - b) for a, b in zip(out, expected))
         if not diff <= TOLERANCE * scale:
-            return tr(
-                f"({at}) your rank {r}'s output differs from the unsharded layer's by up to "
-                f"{diff:.2g}, though the all-reduces are where they belong: check the two "
-                f"residual adds, the norms (input_layernorm before attention, "
-                f"post_attention_layernorm before the MLP) and SwiGLU: silu(gate) · up.",
-                f"（{at}）你的 rank {r} 的输出与不切分的层相差最多 {diff:.2g}，而 all-reduce 的位置是对的："
-                f"检查两次残差相加、两个 norm（注意力之前是 input_layernorm，MLP 之前是 "
-                f"post_attention_layernorm），以及 SwiGLU：silu(gate) · up。",
-            )
+            return M("forward_problem.differs", at=at, r=r, diff=diff)
     return None
 
 
 def _layer_problem(got: Any, expected: dict) -> str | None:
     case = expected["case"]
     if not isinstance(got, dict) or "split" not in got:
-        return tr(f"your class did not run: {got}", f"你的类没有运行起来：{got}")
-    split_problem = _split_problem(case, got["split"]) if got["split"] else None
-    if split_problem or got["split"].get("none"):
-        return split_problem or tr(
-            "shard returned None: return this rank's weights as a dict.",
-            "shard 返回了 None：请把这个 rank 的权重放在一个 dict 里返回。",
-        )
-    return _forward_problem(case, got["forward"], expected["output"])
+        return M("tensor_parallel_layer.did_not_run", error=got)
+    split = got["split"] or {}
+    if split.get("none"):  # every rank's shard was None: nothing to look into
+        return M("tensor_parallel_layer.shard_none")
+    problem = _split_problem(case, split) if split else None
+    return problem or _forward_problem(case, got["forward"], expected["output"])
 
 
 def _layer_reference(case: dict) -> dict:
@@ -1010,21 +674,13 @@ def tensor_parallel_layer(answer: Any) -> CheckResult:
     if not all(callable(getattr(answer, m, None)) for m in ("shard", "forward")) and not getattr(
         answer, "grader_stand_in", False
     ):
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    "expected the class TensorParallelLayer with the static methods shard and forward.",
-                    "这里要的是带有静态方法 shard 和 forward 的类 TensorParallelLayer。",
-                ),
-            )
-        )
+        return report(not_yet(ex, M("tensor_parallel_layer.not_a_class")))
     first = {"world": 2, "kv_heads": 2, "group": 1, "head_dim": 2, "hidden": 2,
              "intermediate": 2, "tokens": 1, "seed": 0}  # fmt: skip
     try:
         probe = drive(answer, f"{DRIVERS}:observe_layer", first)
     except Exception as e:  # the student's process died, or ran out of time
-        return report(not_yet(ex, tr(f"your class did not run: {e}", f"你的类没有运行起来：{e}")))
+        return report(not_yet(ex, M("tensor_parallel_layer.did_not_run", error=e)))
     if probe.get("split") == {"none": True}:
         return report(not_yet(ex, NOT_ANSWERED))
     cex = find_counterexample(
@@ -1038,19 +694,10 @@ def tensor_parallel_layer(answer: Any) -> CheckResult:
         problem = (
             _layer_problem(cex.got, cex.expected)
             if not hasattr(cex.got, "error")
-            else tr(
-                f"on {_describe(cex.case)}: {cex.got}", f"在 {_describe(cex.case)} 上：{cex.got}"
-            )
+            else M("tensor_parallel_layer.raised_on", case=_describe(cex.case), raised=cex.got)
         )
-        hint = staged(
-            ex,
-            tr(f"Smallest layer found: {problem}", f"找到的最小的层：{problem}"),
-            tr(
-                " Megatron's rule: the first projection of a block by output rows (no "
-                "communication), the last by the matching input columns, then one all-reduce.",
-                "Megatron 的规则：一个块的第一个投影切分输出维（列并行，不通信），最后一个切分对应的输入维（行并行），然后做一次 all-reduce。",
-            ),
-        )
+        first = M("tensor_parallel_layer.smallest", problem=problem)
+        hint = staged(ex, first, M("tensor_parallel_layer.megatron_rule"))
         return report(not_yet(ex, hint))
     return report(_plug_in_verdict(ex, answer))
 
@@ -1063,13 +710,7 @@ def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
     try:
         run = drive(answer, f"{DRIVERS}:plug_in", spec, list(PLUG_PROMPT), PLUG_TOKENS)
     except Exception as e:
-        return not_yet(
-            ex,
-            tr(
-                f"the properties hold, but the run on {PLUG_WORLD} processes failed: {e}",
-                f"性质检查都通过了，但在 {PLUG_WORLD} 个进程上的运行失败了：{e}",
-            ),
-        )
+        return not_yet(ex, M("plug_in_verdict.run_failed", world=PLUG_WORLD, error=e))
     layer0, tokens, hidden, layers = _plug_reference(PLUG_MODEL, PLUG_PROMPT, PLUG_TOKENS)
     scale = 1 + max(abs(v) for v in layer0)
     diffs = [
@@ -1077,23 +718,10 @@ def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
         for out in run["layer_out"]
     ]
     if not max(diffs) <= TOLERANCE * scale:
-        return not_yet(
-            ex,
-            tr(
-                f"on SmolLM2's layer 0 over {PLUG_WORLD} gloo processes your ranks' outputs differ "
-                f"from the unsharded layer's by up to {max(diffs):.2g}.",
-                f"在 SmolLM2 的第 0 层上，用 {PLUG_WORLD} 个 gloo 进程运行时，你的各 rank 的输出与不切分的层"
-                f"相差最多 {max(diffs):.2g}。",
-            ),
-        )
+        return not_yet(ex, M("plug_in_verdict.layer_differs", world=PLUG_WORLD, diff=max(diffs)))
     if any(t != tokens for t in run["tokens"]):
         return not_yet(
-            ex,
-            tr(
-                f"with your shard as the engine's shard_fn, SmolLM2 decoded {run['tokens'][0]}; "
-                f"one process decodes {tokens}.",
-                f"把你的 shard 作为引擎的 shard_fn 时，SmolLM2 decode 出 {run['tokens'][0]}；单进程 decode 出 {tokens}。",
-            ),
+            ex, M("plug_in_verdict.tokens_differ", decoded=run["tokens"][0], tokens=tokens)
         )
     T = len(PLUG_PROMPT)
     mine_bytes = run["layer_bytes"][0] / T
@@ -1103,20 +731,17 @@ def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
     same = run["package_tokens"][0] == tokens
     return passed(
         ex,
-        tr(
-            f"your split and layer ran on {PLUG_WORLD} processes over gloo: SmolLM2's layer 0 "
-            f"equals the unsharded layer (max |Δ| {max(diffs):.1e}); the package's TP engine with "
-            f"your shard as shard_fn decoded {run['tokens'][0]}, the same as one process"
-            f"{' and as the package’s own TP=2 split' if same else ''}. Measured (CPU, gloo over "
-            f"localhost TCP, this machine): all-reduced per token per layer, yours "
-            f"{mine_bytes:.0f} B in {run['layer_calls'][0]} calls, the package's {package_bytes:.0f} B "
-            f"(2 × hidden {hidden} × 4 bytes); inside one all-reduce, yours {mine_us:.0f} µs, the "
-            f"package's {package_us:.0f} µs on average.",
-            f"你的切分和层在 {PLUG_WORLD} 个进程上通过 gloo 运行：SmolLM2 第 0 层的输出等于不切分的层"
-            f"（最大 |Δ| {max(diffs):.1e}）；包里的 TP 引擎用你的 shard 作为 shard_fn decode 出 "
-            f"{run['tokens'][0]}，与单进程{'以及包自己的 TP=2 切分' if same else ''}相同。实测（CPU，gloo 走本机 TCP，"
-            f"这台机器）：每个 token 每层 all-reduce 的字节数，你的 {mine_bytes:.0f} B（{run['layer_calls'][0]} 次调用），"
-            f"包里的 {package_bytes:.0f} B（2 × hidden {hidden} × 4 字节）；一次 all-reduce 内部耗时，你的 "
-            f"{mine_us:.0f} µs，包里的平均 {package_us:.0f} µs。",
+        M(
+            "plug_in_verdict.success",
+            world=PLUG_WORLD,
+            diff=max(diffs),
+            decoded=run["tokens"][0],
+            same=M("plug_in_verdict.same_as_package") if same else "",
+            mine_bytes=mine_bytes,
+            calls=run["layer_calls"][0],
+            package_bytes=package_bytes,
+            hidden=hidden,
+            mine_us=mine_us,
+            package_us=package_us,
         ),
     )

@@ -22,7 +22,10 @@ from llmlab.course.check.core import (
     as_number,
     check_matching,
     check_number,
+    clauses,
     earlier_names,
+    labelled,
+    listed,
     not_yet,
     passed,
     record_expected,
@@ -30,7 +33,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.i18n import Bilingual, tr
+from llmlab.i18n import Bilingual
 
 M = catalog("ch10")
 
@@ -219,7 +222,7 @@ def burstiness(answer: Any) -> CheckResult:
         parts = []
         for k in wrong:
             why = M(BURSTINESS_WHY_WRONG[k])
-            parts.append(tr(f"{k}: {why}", f"{k}：{why}"))
+            parts.append(labelled(k, why))
         return report(not_yet(ex, " ".join(parts)))
     missed = [k for k in BURSTINESS_STATEMENTS if k in BURSTINESS_TRUE - got]
     if missed:
@@ -559,24 +562,30 @@ def _sec(x: Any) -> str:
     )
 
 
-def _plural(k: int, word: str) -> str:
-    return f"{k} {word}" + ("s" if k != 1 else "")
+def _plural(k: int, one: str, many: str) -> str:
+    """The catalog text `one` (for k == 1) or `many`, filled with k: "1 token", "3 tokens"."""
+    key = one if k == 1 else many
+    return M(key, k=k)
 
 
 def _tokens(k: int) -> str:
-    return tr(_plural(k, "token"), f"{k} 个 token")
+    return _plural(k, M.key("count.token"), M.key("count.tokens"))
 
 
 def _describe_request(r: dict, label: str) -> str:
-    chunks = tr(", ", "、").join(f"{_s(t)} s ({_tokens(k)})" for t, k in r["chunks"])
-    chunks_zh = "、".join(f"{_s(t)} s（{_tokens(k)}）" for t, k in r["chunks"])
-    failed = tr(" (failed)", "（失败）") if not r["ok"] else ""
-    head = f"{label}{failed} " if label or failed else ""
-    return tr(
-        f"{head}sent at {_s(r['sent'])} s, scheduled at {_s(r['scheduled'])} s, "
-        f"chunks at {chunks or 'none'}",
-        f"{f'请求 {label}' if label else ''}{failed}在 {_s(r['sent'])} s 发出，{_s(r['scheduled'])} s 被调度，"
-        f"数据块到达于 {chunks_zh or '（没有）'}",
+    chunks = listed(M("describe_request.chunk", t=_s(t), tokens=_tokens(k)) for t, k in r["chunks"])
+    if label and not r["ok"]:
+        head = M("describe_request.head_failed", label=label)
+    elif label:
+        head = M("describe_request.head", label=label)
+    else:
+        head = M("describe_request.failed") if not r["ok"] else ""
+    return M(
+        "describe_request.times",
+        head=head,
+        sent=_s(r["sent"]),
+        scheduled=_s(r["scheduled"]),
+        chunks=chunks or M("describe_request.no_chunks"),
     )
 
 
@@ -584,13 +593,13 @@ def _describe_case(case: dict, with_slo: bool) -> str:
     """The drawn trace in a sentence (requests named A, B, ...; with the SLO and duration)."""
     trace = case["trace"]
     if len(trace) == 1:
-        text = tr("1 request, ", "1 个请求：") + _describe_request(trace[0], "")
+        text = M("describe_case.one_request", request=_describe_request(trace[0], ""))
     else:
         parts = [_describe_request(r, "ABCD"[i]) for i, r in enumerate(trace)]
-        text = M("describe_case.n_trace_requests", n_trace=len(trace)) + tr("; ", "；").join(parts)
+        text = M("describe_case.n_trace_requests", n_trace=len(trace)) + clauses(parts)
     if with_slo:
-        slo = tr(", ", "、").join(f"{k.upper()} ≤ {_s(v)} s" for k, v in case["slo"].items())
-        text += M("describe_case.slo_slo_duration", slo=slo, duration=_s(case['duration']))
+        slo = listed(f"{k.upper()} ≤ {_s(v)} s" for k, v in case["slo"].items())
+        text += M("describe_case.slo_slo_duration", slo=slo, duration=_s(case["duration"]))
     return text
 
 
@@ -602,11 +611,12 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
     times = [t for t, _ in r["chunks"]]
     n, c = sum(k for _, k in r["chunks"]), len(times)
     ttft, e2el, sent, sched = times[0] - r["sent"], times[-1] - r["sent"], r["sent"], r["scheduled"]
-    what = tr(
-        f"your {metric.upper()}{f' of {name}' if name else ''} is {_sec(g)}, the package's {_sec(e)}",
-        f"你算出{f'请求 {name} ' if name else ''}的 {metric.upper()} 是 {_sec(g)}，"
-        f"llmlab 算出的是 {_sec(e)}",
-    )
+    if name:
+        what = M(
+            "request_hint.yours_of", metric=metric.upper(), name=name, got=_sec(g), expected=_sec(e)
+        )
+    else:
+        what = M("request_hint.yours", metric=metric.upper(), got=_sec(g), expected=_sec(e))
     close = lambda a, b: _number(a) and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # noqa: E731
     if metric in ("ttft", "e2el") and sched != sent and close(g, (e + sent) - sched):
         why = M(
@@ -616,12 +626,7 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
             sent=_s(sent),
         )
     elif metric in ("ttft", "e2el"):
-        why = tr(
-            f"{metric.upper()} = the {'first' if metric == 'ttft' else 'last'} chunk's arrival "
-            f"− the time the request was sent",
-            f"{metric.upper()} ={'第一个' if metric == 'ttft' else '最后一个'}数据块的到达时刻"
-            f" − 请求发出的时刻",
-        )
+        why = M("request_hint.ttft_rule") if metric == "ttft" else M("request_hint.e2el_rule")
     elif metric == "tpot" and e is None:
         why = M("request_hint.output_token_there")
     elif metric == "tpot" and g is None:
@@ -633,15 +638,12 @@ def _request_hint(case: dict, metric: str, i: int, g: Any, e: Any) -> str:
     elif metric == "tpot":
         why = M("request_hint.tpot_e2el_ttft")
     elif isinstance(g, list) and len(g) == n - 1 != c - 1:
-        why = tr(
-            f"you took one gap per token; vLLM's client takes one per streamed chunk, "
-            f"whatever the tokens it carried: {_plural(c, 'chunk')}, {_plural(c - 1, 'gap')}",
-            f"你是每个 token 取一个间隔；vLLM 的客户端是每个流式数据块取一个，"
-            f"不管一个数据块带了几个 token：{c} 个数据块，{c - 1} 个间隔",
-        )
+        chunks = _plural(c, M.key("count.chunk"), M.key("count.chunks"))
+        gaps = _plural(c - 1, M.key("count.gap"), M.key("count.gaps"))
+        why = M("request_hint.gap_per_token", chunks=chunks, gaps=gaps)
     else:
         why = M("request_hint.itl_list_gaps")
-    return tr(f"{what}: {why}.", f"{what}：{why}。")
+    return M("hint.what_why", what=what, why=why)
 
 
 def _goodput_hint(case: dict, g: Any, e: float) -> str:
@@ -662,7 +664,7 @@ def _goodput_hint(case: dict, g: Any, e: float) -> str:
         why = M("goodput_hint.request_output_token")
     else:
         why = M("goodput_hint.goodput_successful_requests")
-    return tr(f"{what}: {why}.", f"{what}：{why}。")
+    return M("hint.what_why", what=what, why=why)
 
 
 def _stats_hint(case: dict, metric: str, stat: str | None, got: dict, e: Any) -> str:
@@ -683,7 +685,7 @@ def _stats_hint(case: dict, metric: str, stat: str | None, got: dict, e: Any) ->
             "itl": M("stats_hint.itl_s_statistics"),
             "tpot": M("stats_hint.tpot_s_statistics"),
         }.get(metric, M("stats_hint.upper_s_statistics", upper=metric.upper()))
-    return tr(f"{what}: {why}.", f"{what}：{why}。")
+    return M("hint.what_why", what=what, why=why)
 
 
 def _build_hint(cex: Counterexample) -> str:
@@ -705,17 +707,15 @@ def _build_hint(cex: Counterexample) -> str:
             what = M("build_hint.m_r_g", m=m, g=_s(g), n_ok=n_ok)
     elif kind == "request":
         m, i = diff[1], diff[2]
-        return tr(
-            f"{where} — {_request_hint(case, m, i, got[m][i], expected[m][i])}",
-            f"{where}——{_request_hint(case, m, i, got[m][i], expected[m][i])}",
-        )
+        what = _request_hint(case, m, i, got[m][i], expected[m][i])
+        return M("build_hint.where_what", where=where, what=what)
     elif kind == "stats":
         what = _stats_hint(case, diff[1], diff[2], got, expected["stats"][diff[1]])
-        return tr(f"{where} — {what}", f"{where}——{what}")
+        return M("build_hint.where_what", where=where, what=what)
     else:
         what = _goodput_hint(case, got.get("goodput"), expected["goodput"])
-        return tr(f"{where} — {what}", f"{where}——{what}")
-    return tr(f"{where} — {what}.", f"{where}——{what}。")
+        return M("build_hint.where_what", where=where, what=what)
+    return M("build_hint.where_what_stop", where=where, what=what)
 
 
 def _real_run(
@@ -773,11 +773,13 @@ def _measured(numbers: dict, own: dict | None) -> str:
     else:
         p = {m: (numbers[m][2], numbers[m][4]) for m in ("ttft", "tpot")}
         goodput = numbers["goodput"]
-    return tr(
-        f"TTFT p50 {_ms(p['ttft'][0])}, p99 {_ms(p['ttft'][1])}; TPOT p50 {_ms(p['tpot'][0])}, "
-        f"p99 {_ms(p['tpot'][1])}; goodput {goodput:.2f} req/s",
-        f"TTFT p50 {_ms(p['ttft'][0])}、p99 {_ms(p['ttft'][1])}；TPOT p50 {_ms(p['tpot'][0])}、"
-        f"p99 {_ms(p['tpot'][1])}；goodput {goodput:.2f} req/s",
+    return M(
+        "measured.line",
+        ttft_p50=_ms(p["ttft"][0]),
+        ttft_p99=_ms(p["ttft"][1]),
+        tpot_p50=_ms(p["tpot"][0]),
+        tpot_p99=_ms(p["tpot"][1]),
+        goodput=goodput,
     )
 
 

@@ -22,6 +22,7 @@ from llmlab.course.check.core import (
     check_dict_keys,
     check_matching,
     check_number,
+    clauses,
     earlier_names,
     not_yet,
     passed,
@@ -30,7 +31,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.i18n import Bilingual, tr
+from llmlab.i18n import Bilingual
 from llmlab.utils import cdiv
 
 M = catalog("ch11")
@@ -420,6 +421,186 @@ def _package_pool_run() -> dict:
     return run_engine(BlockPool)
 
 
+# ---- the block pool's hint: the shrunk case, step by step, and the first difference -------------
+
+
+def _ids(ids: list) -> str:
+    return "[" + ", ".join(str(i) for i in ids) + "]"
+
+
+def _blocks_of(contents: str) -> str:
+    return " ".join(contents)
+
+
+def _which(ids: list) -> str:
+    """ "block 2" or "blocks 1 and 2"."""
+    ids = [str(i) for i in ids]
+    if len(ids) == 1:
+        return M("pool_hint.which_one", id=ids[0])
+    return M("pool_hint.which_many", ids=", ".join(ids[:-1]), last=ids[-1])
+
+
+def _given(result: Any) -> str:
+    """What an arrival got: its block table and how many blocks were hits."""
+    if result == "no room":
+        return M("pool_hint.given_no_room")
+    ids, hits = result
+    if hits:
+        return M("pool_hint.given_blocks_hits", ids=_ids(ids), hits=hits)
+    return M("pool_hint.given_blocks", ids=_ids(ids))
+
+
+def _op_text(op: Any) -> str:
+    """One op of a case, without what it did."""
+    kind = op[0]
+    if kind == "arrive":
+        _, rid, contents, partial = op
+        if partial:
+            return M("pool_hint.op_arrive_partial", rid=rid, contents=_blocks_of(contents))
+        return M("pool_hint.op_arrive", rid=rid, contents=_blocks_of(contents))
+    if kind == "together":
+        _, rid, rid2, contents = op
+        return M("pool_hint.op_together", rid=rid, rid2=rid2, contents=_blocks_of(contents))
+    if kind == "lookup":
+        return M("pool_hint.op_lookup", contents=_blocks_of(op[1]))
+    return M("pool_hint.op_finish", rid=op[1])
+
+
+def _did(op: Any, result: Any) -> str | None:
+    """What the package's pool did on `op` (its `result`), or None when there is nothing to say."""
+    kind = op[0]
+    if kind == "arrive" and (isinstance(result, list) or result == "no room"):
+        return _given(result)
+    if kind == "together" and isinstance(result, list):
+        (given, given2), rid, rid2 = [_given(g) for g in result], op[1], op[2]
+        return M("pool_hint.did_together", rid=rid, given=given, rid2=rid2, given2=given2)
+    if kind == "lookup" and isinstance(result, list):
+        return M("pool_hint.did_lookup", ids=_ids(result))
+    return None
+
+
+def describe_op(op: Any, result: Any = None) -> str:
+    """One op, with what the package's pool did (`result`) when given."""
+    text, did = _op_text(op), _did(op, result)
+    if did is None:
+        return text
+    if op[0] == "together":
+        return M("pool_hint.op_then_together", op=text, did=did)
+    return M("pool_hint.op_then", op=text, did=did)
+
+
+def _result_text(result: Any) -> str:
+    if result is None:
+        return M("pool_hint.result_nothing")
+    if result == "no room":
+        return M("pool_hint.result_no_room")
+    if isinstance(result, list) and len(result) == 2 and isinstance(result[1], int):
+        ids, hits = result
+        return M("pool_hint.result_got", ids=_ids(ids), hits=hits)
+    if isinstance(result, list) and all(isinstance(r, int) for r in result):
+        return M("pool_hint.result_lookup", ids=_ids(result))
+    return M("pool_hint.result_other", result=result)
+
+
+def _difference(got: list, expected: list) -> str:
+    """How the student's pool's observation after one op differs from the package's."""
+    if got and got[0] == "raised":
+        return M("pool_hint.raised", error=got[1], message=got[2])
+    result, queue, refs, cached = got
+    e_result, e_queue, e_refs, e_cached = expected
+    parts: list[str] = []
+    if result != e_result:
+        yours, package = _result_text(result), _result_text(e_result)
+        parts.append(M("pool_hint.went_differently", yours=yours, package=package))
+    extra = [b for b in queue if b not in e_queue]
+    missing = [b for b in e_queue if b not in queue]
+    held = [b for b in extra if b < len(e_refs) and e_refs[b] > 0]
+    if held:
+        which = _which(held)
+        one = len(held) == 1
+        parts.append(
+            M("pool_hint.held_one", which=which) if one else M("pool_hint.held_many", which=which)
+        )
+    if missing:
+        which = _which(missing)
+        one = len(missing) == 1
+        parts.append(
+            M("pool_hint.missing_one", which=which)
+            if one
+            else M("pool_hint.missing_many", which=which)
+        )
+    if not held and not missing and not extra and queue != e_queue:
+        parts.append(M("pool_hint.queue_order", queue=_ids(queue), package=_ids(e_queue)))
+    if refs != e_refs and not held and not missing:
+        parts.append(M("pool_hint.refs", refs=_ids(refs), package=_ids(e_refs)))
+    if cached != e_cached:
+        parts.append(_cache_difference(cached, e_cached))
+    return clauses(parts)
+
+
+def _cache_difference(cached: list, e_cached: list) -> str:
+    mine = {b: label for b, label in cached}
+    theirs = {b: label for b, label in e_cached}
+    stale = sorted(set(mine) - set(theirs))
+    lost = sorted(set(theirs) - set(mine))
+    if stale and not lost:
+        which = _which(stale)
+        if len(stale) == 1:
+            return M("pool_hint.stale_one", which=which)
+        return M("pool_hint.stale_many", which=which)
+    if lost and not stale:
+        which = _which(lost)
+        text = (
+            M("pool_hint.lost_one", which=which)
+            if len(lost) == 1
+            else M("pool_hint.lost_many", which=which)
+        )
+        twins = sorted(b for b in mine if mine[b] in {theirs[x] for x in lost})
+        if twins:
+            which = _which(twins)
+            text += (
+                M("pool_hint.twins_one", which=which)
+                if len(twins) == 1
+                else M("pool_hint.twins_many", which=which)
+            )
+        return text
+    return M("pool_hint.cache_pairs", yours=_pairs(cached), package=_pairs(e_cached))
+
+
+def _pairs(cached: list) -> str:
+    return "[" + ", ".join(f"{b}:{label}" for b, label in cached) + "]" if cached else "[]"
+
+
+def explain_pool(case: Any, got: Any, expected: list) -> str:
+    """The shrunk case step by step (with what the package's pool did) up to the first op where
+    the student's pool differs, and how it differs."""
+    from llmlab.course.build.ch11_pool import BLOCK_SIZE
+
+    num_blocks, ops = case
+    if not isinstance(got, list):  # the whole run raised (`Raised` from find_counterexample)
+        got = [["raised", getattr(got, "error", "Exception"), getattr(got, "message", str(got))]]
+    k = next(
+        (i for i, (g, e) in enumerate(zip(got, expected)) if g != e),
+        min(len(got), len(expected)) - 1,
+    )
+    steps = "".join(
+        M("pool_hint.step", i=i, op=describe_op(op, e[0]))
+        for i, (op, e) in enumerate(zip(ops[:k], expected), start=1)
+    )
+    here, did = _op_text(ops[k]), _did(ops[k], expected[k][0])
+    if did is not None:  # what the package's pool did on this op, beside the op
+        here = M("pool_hint.package_did", op=here, did=did)
+    return M(
+        "pool_hint.on_a_pool",
+        num_blocks=num_blocks,
+        block_size=BLOCK_SIZE,
+        steps=steps,
+        n=k + 1,
+        here=here,
+        difference=_difference(got[k], expected[k]),
+    )
+
+
 def block_pool(answer: Any) -> CheckResult:
     """Your block pool class (a subclass of `llmlab.course.build.ch11_pool.BlockPoolBase` with
     get_new_blocks, touch, free_blocks, cache_full_blocks and find_cached_blocks). Checked on
@@ -455,8 +636,7 @@ def block_pool(answer: Any) -> CheckResult:
     )
     then = M("block_pool.rules_get_new")
     if cex is not None:
-        en, zh = pool.explain(cex.case, cex.got, cex.expected)
-        first = tr(f"your pool differs from the package's {en}", f"你的块池和包里的不一样，{zh}")
+        first = M("block_pool.differs", explained=explain_pool(cex.case, cex.got, cex.expected))
         return report(not_yet(ex, staged(ex, first, then)))
     try:
         got = drive(answer, POOL_DRIVER + "run_engine")
@@ -731,21 +911,11 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
             )
         )
     if engine["tokens"] != ref["tokens"] or engine["steps"] != ref["steps"]:
-        return report(
-            not_yet(
-                ex,
-                tr(
-                    f"plugged into the engine (LLM(..., scheduler_cls=...)), your plan takes "
-                    f"{engine['steps']} steps and its tokens "
-                    f"{'equal' if engine['tokens'] == ref['tokens'] else 'differ from'} those of "
-                    f"enable_chunked_prefill=True, which takes {ref['steps']}.",
-                    f"接进引擎（LLM(..., scheduler_cls=...)）后，你的计划用了 {engine['steps']} 步，"
-                    f"生成的 token {'和' if engine['tokens'] == ref['tokens'] else '不同于'} "
-                    f"enable_chunked_prefill=True 的{'相同' if engine['tokens'] == ref['tokens'] else ''}"
-                    f"（它用了 {ref['steps']} 步）。",
-                ),
-            )
-        )
+        if engine["tokens"] == ref["tokens"]:
+            key = M.key("build_chunked_prefill.engine_tokens_equal")
+        else:
+            key = M.key("build_chunked_prefill.engine_tokens_differ")
+        return report(not_yet(ex, M(key, steps=engine["steps"], package_steps=ref["steps"])))
     chunks = ", ".join(map(str, mine["prefill"]))
     return report(
         passed(

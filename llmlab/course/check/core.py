@@ -10,8 +10,8 @@ A checker compares a learner's answer with the package's own computation and ret
 An answer of `None` (the student version's placeholder) is always "not yet", never a crash.
 
 The texts shown here and in the chapter checkers live in catalogs (`messages/core.json`,
-`messages/chNN.json`; see `llmlab.course.check.catalog`); `sentences` and `labelled` join them
-as each language punctuates.
+`messages/chNN.json`; see `llmlab.course.check.catalog`); `sentences`, `labelled`, `clauses` and
+`listed` join them as each language punctuates.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 import re
 import types
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from llmlab.course.check.catalog import catalog
 from llmlab.i18n import tr
@@ -74,6 +74,18 @@ def sentences(*parts: str) -> str:
 def labelled(label: str, text: str) -> str:
     """`text` after `label` and a colon, a full-width one in Chinese ("key: text", "key：text")."""
     return f"{label}{tr(': ', '：')}{text}"
+
+
+def clauses(parts: Iterable[str]) -> str:
+    """Clauses of one sentence as the language in use separates them: "a; b" in English,
+    "a；b" in Chinese."""
+    return tr("; ", "；").join(parts)
+
+
+def listed(parts: Iterable[str]) -> str:
+    """Items of a list as the language in use separates them: "a, b" in English, "a、b" in
+    Chinese."""
+    return tr(", ", "、").join(parts)
 
 
 KINDS = ("recall", "plug-in", "reasoning")
