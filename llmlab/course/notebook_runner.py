@@ -16,15 +16,6 @@ import time
 from pathlib import Path
 
 
-def ipc_kernel_manager(kernel_name: str, folder: str | Path):
-    """A kernel manager whose kernel talks over local sockets (IPC) in `folder`, a private
-    folder of the caller's, not over TCP: nothing listens on a port, and the kernel has no reason
-    to warn about unencrypted traffic."""
-    from jupyter_client.manager import KernelManager
-
-    return KernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(folder) / "k"))
-
-
 def execute_notebook(
     path: str | Path,
     out_dir: str | Path | None = None,
@@ -36,6 +27,8 @@ def execute_notebook(
     """Run every cell of `path`; returns (executed notebook, seconds). Raises on a cell error."""
     import nbformat
     from nbclient import NotebookClient
+
+    from llmlab.course.instructor.grading import ipc_kernel_manager
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)

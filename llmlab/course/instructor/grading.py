@@ -40,7 +40,6 @@ from typing import Any, Iterable
 from llmlab.course.instructor.exercises import Exercise, exercise_calls, exercises_for
 from llmlab.course.instructor.recheck import Recheck, RecheckError, package_root
 from llmlab.course.instructor.student import _notebook_paths
-from llmlab.course.notebook_runner import ipc_kernel_manager
 from llmlab.i18n import LANG_ENV, language, tr
 
 DEFAULT_CELL_TIMEOUT_S = 300
@@ -237,6 +236,15 @@ def _run_extra_cell(client: Any, nb: Any, source: str, timeout: float) -> tuple[
         client.timeout, client.iopub_timeout = saved
         nb.cells.pop()
     return cell, time.perf_counter() - t0
+
+
+def ipc_kernel_manager(kernel_name: str, folder: str | Path):
+    """A kernel manager whose kernel talks over local sockets (IPC) in `folder`, a private
+    folder of the caller's, not over TCP: nothing listens on a port, and the kernel has no reason
+    to warn about unencrypted traffic."""
+    from jupyter_client.manager import KernelManager
+
+    return KernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(folder) / "k"))
 
 
 def execute_for_grading(
