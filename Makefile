@@ -13,6 +13,9 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told (containers, CI machines)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_ARGS ?=
+# `make test` spreads the suite over up to 4 cores (pytest-xdist); the notebook and browser
+# tests stay on one worker, in turn (tests/conftest.py). `make test TEST_JOBS=0` runs it in one process.
+TEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 2)
 # torch: a machine without an NVIDIA GPU gets the CPU wheel pinned here (pip takes it from its
 # cache or a local wheel when the machine has one); a GPU machine gets the ordinary PyPI build.
 # Override with e.g. `make TORCH_SPEC='torch==2.11.0' test`.
@@ -103,7 +106,7 @@ lab: setup model openmp $(LANG_NOTEBOOKS)
 	$(VENV)/bin/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) --no-browser --ip=127.0.0.1 $(ALLOW_ROOT)
 
 test: setup model lint
-	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS)
 
 # ruff: lint and format check (`$(PY) -m ruff format llmlab tests` formats)
 lint: setup

@@ -37,3 +37,13 @@ def hf_model():
 @pytest.fixture(autouse=True)
 def _fixed_seed():
     torch.manual_seed(0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that runs a
+    notebook kernel or drives JupyterLab goes to one worker, one after another: two kernels
+    side by side on a 2-core machine starve each other past a cell's time limit. The rest of the
+    suite spreads over the workers beside them."""
+    for item in items:
+        if item.get_closest_marker("notebook") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("kernels"))
