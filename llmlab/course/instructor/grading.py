@@ -241,10 +241,12 @@ def _run_extra_cell(client: Any, nb: Any, source: str, timeout: float) -> tuple[
 def ipc_kernel_manager(kernel_name: str, folder: str | Path):
     """A kernel manager whose kernel talks over local sockets (IPC) in `folder`, a private
     folder of the caller's, not over TCP: nothing listens on a port, and the kernel has no reason
-    to warn about unencrypted traffic."""
-    from jupyter_client.manager import KernelManager
+    to warn about unencrypted traffic. An async manager, as nbclient makes its own: nbclient
+    polls the kernel's channels in an event loop, and a blocking client's wait for output never
+    ends after a cell that outlives its time limit."""
+    from jupyter_client.manager import AsyncKernelManager
 
-    return KernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(folder) / "k"))
+    return AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(folder) / "k"))
 
 
 def execute_for_grading(
