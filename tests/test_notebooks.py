@@ -16,7 +16,7 @@ run's outputs, and the student version's round trip (test_grading.py) runs them 
 from __future__ import annotations
 
 import pytest
-from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, grade_subprocess
+from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, ZH_CHAPTERS, grade_subprocess
 
 from llmlab.course.instructor import exercise_ids
 from llmlab.course.instructor.leaks import find_leaks, read_expected_log
@@ -38,7 +38,6 @@ def _cell_seconds(cell) -> float:
     return (parse(end) - parse(start)).total_seconds()
 
 
-ZH_CHAPTERS = ("04-kv-cache", "11-vllm-arrives")
 RUNS = [(p, "zh" if p.stem in ZH_CHAPTERS else "en") for p in NOTEBOOKS]
 
 
