@@ -41,9 +41,12 @@ def _fixed_seed():
 
 def pytest_collection_modifyitems(config, items):
     """With pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that runs a
-    notebook kernel or drives JupyterLab goes to one worker, one after another: two kernels
-    side by side on a 2-core machine starve each other past a cell's time limit. The rest of the
-    suite spreads over the workers beside them."""
+    notebook kernel goes to one worker, one after another: two kernels side by side on a 2-core
+    machine starve each other past a cell's time limit. The browser tests (JupyterLab and its
+    kernel, driven by Chromium) go to another worker, in turn; the rest of the suite spreads over
+    the workers beside them."""
     for item in items:
-        if item.get_closest_marker("notebook") or item.get_closest_marker("browser"):
+        if item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        elif item.get_closest_marker("notebook"):
             item.add_marker(pytest.mark.xdist_group("kernels"))
