@@ -39,6 +39,16 @@ def _fixed_seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_hint_stages():
+    """Each test starts with no wrong tries counted: a checker's staged hints (and the pointer to
+    the worked solution after a few tries) depend on how often it was answered wrongly before,
+    which must not carry over from whichever test ran earlier on the same worker."""
+    from llmlab.course.check import core
+
+    core._WRONG_TRIES.clear()
+
+
 def pytest_collection_modifyitems(config, items):
     """With pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that runs a
     notebook kernel goes to one worker, one after another: two kernels side by side on a 2-core
