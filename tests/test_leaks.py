@@ -59,6 +59,21 @@ def test_a_measurement_cells_output_is_not_scanned_but_its_source_and_other_cell
     assert sorted(l.cell for l in find_leaks(nb, expected)) == [0, 1]
 
 
+def test_the_guess_rows_of_a_prediction_table_are_not_scanned_but_its_measurement_is():
+    expected = {"ch04.kv_gb_for_request": [1.34217728]}
+    table = (
+        "[predict cache speed-up]\n  you predicted             1.34 x\n"
+        "  you measured              {measured} x\n  prediction / measurement  1.3x\n"
+    )
+    assert find_leaks(_nb("nothing", table.format(measured="9.9")), expected) == []
+    zh = "[predict 加速]\n  你的预测     1.34 x\n  你的测量     9.9 x\n  预测 / 测量  1.3x\n"
+    assert find_leaks(_nb("nothing", zh), expected) == []
+    leaks = find_leaks(_nb("nothing", table.format(measured="1.34")), expected)
+    assert [(l.cell, l.form) for l in leaks] == [(1, "1.34")]
+    # the same rows outside a prediction table are scanned as any output
+    assert find_leaks(_nb("nothing", "you predicted 1.34\n"), expected) != []
+
+
 def test_read_expected_log_skips_bad_lines(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_text(

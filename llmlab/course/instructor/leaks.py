@@ -12,6 +12,10 @@ is not scanned: such numbers are everywhere in any text (a whole number of two d
 more is: "60 all-reduces"). A form counts only as a whole number
 in the text: "1.34" is not found in "11.345" or "1.342".
 
+A prediction's table (`predict.compare`) prints the student's guess beside the measurement:
+its rows of the guess (predicted, and prediction / measurement) are the student's own numbers,
+as a checker's verdict line ("[check ...]") is, and are not scanned; the measured row is.
+
 A code cell tagged `measurement` (cell metadata `tags`) prints only what it measured on the
 reader's machine: its numbers change from run to run and machine to machine, so one that equals
 an answer about a fixed model or card does so by chance. Its outputs are not scanned; its source
@@ -113,10 +117,38 @@ def _output_text(cell: Any) -> str:
     return "\n".join(parts)
 
 
+def _guess_rows() -> set[str]:
+    """The labels, in every language, of the rows of a `predict.compare` table that hold the
+    student's own guess: their prediction, and prediction / measurement."""
+    from llmlab.course.check.catalog import catalog
+    from llmlab.i18n import speaking
+
+    labels = set()
+    for lang in ("en", "zh"):
+        with speaking(lang):
+            labels |= {catalog("predict")(key) for key in ("row.predicted", "row.ratio")}
+    return labels
+
+
 def _strip_check_lines(text: str) -> str:
     """Checker verdict lines ("[check chNN.x] ...") of earlier exercises are the student's own
-    answers coming back: not a leak of a later exercise (and they never contain an answer)."""
-    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("[check "))
+    answers coming back: not a leak of a later exercise (and they never contain an answer). In
+    the table a prediction prints ("[predict ...]", then indented rows), the rows of the
+    student's guess (predicted, and the ratio to the measurement) come from the student too."""
+    guesses = _guess_rows()
+    kept, in_prediction = [], False
+    for ln in text.splitlines():
+        stripped = ln.lstrip()
+        if stripped.startswith("[predict "):
+            in_prediction = True
+        elif not ln.startswith((" ", "\t")):
+            in_prediction = False
+        if stripped.startswith("[check "):
+            continue
+        if in_prediction and any(stripped.startswith(g) for g in guesses):
+            continue
+        kept.append(ln)
+    return "\n".join(kept)
 
 
 MEASUREMENT_TAG = "measurement"
