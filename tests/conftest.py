@@ -51,12 +51,10 @@ def _fresh_hint_stages():
 
 def pytest_collection_modifyitems(config, items):
     """With pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that runs a
-    notebook kernel goes to one worker, one after another: two kernels side by side on a 2-core
-    machine starve each other past a cell's time limit. The browser tests (JupyterLab and its
-    kernel, driven by Chromium) go to another worker, in turn; the rest of the suite spreads over
-    the workers beside them."""
+    notebook kernel or drives JupyterLab goes to one worker, one after another: two kernels side
+    by side with the rest of the suite on a 2-core machine starve each other past a cell's time
+    limit (seen with three workers: a browser test's Run All passed its 200 s). The rest of the
+    suite spreads over the workers beside them."""
     for item in items:
-        if item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("browser"))
-        elif item.get_closest_marker("notebook"):
+        if item.get_closest_marker("notebook") or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group("kernels"))
