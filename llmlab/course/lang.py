@@ -10,6 +10,8 @@ reported as stale, never silently shipped.
     python -m llmlab lang lint zh notebooks/            # non-primary terms in the translations
                                                         # and in the package's Chinese strings
     python -m llmlab lang strings zh notebooks/         # texts in code cells the catalog lacks
+    python -m llmlab lang pairs zh [--write]            # the package's (English, Chinese) pairs
+                                                        # against i18n/zh/package-pairs.json
 
 The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next to `notebooks/`:
 
@@ -472,10 +474,18 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
     return written
 
 
-USAGE = (
-    "usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS"
-    " | lang build LANG NOTEBOOKS OUT"
-)
+USAGE = """usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS
+       python -m llmlab lang build LANG NOTEBOOKS OUT
+       python -m llmlab lang pairs LANG [--write]
+
+check    the markdown cells with no translation, or a stale one
+extract  add the untranslated cells to i18n/LANG/ (empty translations)
+lint     names the glossary says to avoid, in the translations and the package's strings
+strings  texts the notebooks' code cells pass to the package that the catalog lacks
+build    write the notebooks in LANG into OUT
+pairs    the package's (English, Chinese) pairs against i18n/LANG/package-pairs.json: stale
+         ones (the English edited since its Chinese was written), new, reused and gone ones;
+         exit status 1 when any differs. --write records them once their Chinese is right."""
 
 
 def _report(lines: list[str], what: str) -> int:
@@ -487,6 +497,13 @@ def _report(lines: list[str], what: str) -> int:
 
 
 def main(args: list[str]) -> int:
+    if args and args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    if args and args[0] == "pairs":
+        from llmlab.course.package_pairs import main as pairs_main
+
+        return pairs_main(args[1:])
     if len(args) < 3 or args[0] not in ("check", "extract", "lint", "strings", "build"):
         print(USAGE, file=sys.stderr)
         return 2
