@@ -15,6 +15,8 @@ check chNN [NOTEBOOK|MODULE]  a chapter's build exercises on the student's code 
                            the chapter in the student's edition); exit status 0 when all pass
 lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
                            the notebooks in another language (zh) from one English source
+lang pairs LANG [--write]  the package's (English, Chinese) pairs against their reviewed
+                           catalog i18n/LANG/package-pairs.json (`lang --help` says more)
 exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, source
                            question), printed or written into DOC between its markers
 """

@@ -10,6 +10,8 @@ reported as stale, never silently shipped.
     python -m llmlab lang lint zh notebooks/            # non-primary terms in the translations
                                                         # and in the package's Chinese strings
     python -m llmlab lang strings zh notebooks/         # texts in code cells the catalog lacks
+    python -m llmlab lang pairs zh [--write]            # the package's (English, Chinese) pairs
+                                                        # against i18n/zh/package-pairs.json
 
 The store is one JSON file per notebook, `i18n/<lang>/<notebook stem>.json` next to `notebooks/`:
 
@@ -29,10 +31,14 @@ translation uses the same ones. `lang strings` adds each text the catalog lacks 
 makes a new text) with an empty translation.
 
 The package speaks Chinese through `tr(en, zh)` pairs written where they are used (checkers,
-widgets, figures, analysis). `package_strings()` finds the Chinese half of each by reading the
-source (no import): the second argument of every `tr(...)` call, the values of the Chinese dict
-of `Bilingual(en, zh)`, every ("English", "中文") tuple (the hint tables `tr(*pair)`
-unpacks) and every {"English": "中文"} entry of a dict (the figures' table headers). `lint_package()` holds them to the glossary like the notebooks' translations.
+widgets, figures, analysis). `package_strings()` finds each pair by reading the source (no
+import): the two arguments of every `tr(...)` call, the values of `Bilingual(en, zh)` matched by
+key (each argument a dict written in the call or a constant of the module, as are the arguments
+of `tr(PASS_WORD, PASS_WORD_ZH)`), then every ("English", "中文") tuple (the tables `tr(*pair)`
+unpacks) and every {"English": "中文"} entry of a dict (lookup tables keyed by the English they
+translate, such as the figures' table headers). `lint_package()` holds the Chinese halves to the
+glossary like the notebooks' translations; `python -m llmlab lang pairs zh` keeps every pair in
+a reviewed catalog, so that an English edit flags its Chinese (`llmlab.course.package_pairs`).
 """
 
 from __future__ import annotations
@@ -195,7 +201,7 @@ class PackageString:
     path: str  # relative to the package's parent folder: "llmlab/course/widgets/kv.py"
     line: int
     zh: str  # an f-string keeps its placeholders as written ("上下文 {context}")
-    en: str = ""  # the English half, where the pair has one in the same place
+    en: str = ""  # the English half ("" where the reader found none)
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
@@ -213,48 +219,75 @@ def _has_cjk(text: str) -> bool:
     return has_cjk(text)
 
 
+def _module_values(tree: ast.Module) -> dict[str, ast.AST]:
+    """What the top of a module binds to a name (`NAME = ...`, `NAME: T = ...`), so that a pair
+    written as `tr(PASS_WORD, PASS_WORD_ZH)` or `Bilingual(NUMBERS_EN, NUMBERS_ZH)` is read from
+    the constants it names."""
+    values: dict[str, ast.AST] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        else:
+            continue
+        if isinstance(target, ast.Name):
+            values[target.id] = value
+    return values
+
+
 def source_strings(source: str, path: str = "") -> list[PackageString]:
     """The Chinese halves of the bilingual pairs in Python `source` (see the module docstring)."""
+    tree = ast.parse(source)
+    values = _module_values(tree)
     found: list[PackageString] = []
-    seen: set[int] = set()
+    claimed: set[int] = set()  # the Chinese nodes an explicit pair (tr, Bilingual) has read
+    added: set[tuple[int, str]] = set()
+
+    def named(node: ast.AST) -> ast.AST:
+        return values.get(node.id, node) if isinstance(node, ast.Name) else node
 
     def add(node: ast.AST, en_node: ast.AST | None = None) -> None:
         text = _text(node)
-        if text is None or not _has_cjk(text) or id(node) in seen:
+        en = (_text(en_node) if en_node is not None else None) or ""
+        if text is None or not _has_cjk(text) or (id(node), en) in added:
             return
-        seen.add(id(node))
-        en = _text(en_node) if en_node is not None else None
-        found.append(PackageString(path, node.lineno, text, en or ""))
+        added.add((id(node), en))
+        found.append(PackageString(path, node.lineno, text, en))
 
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and _is_tr(node.func) and len(node.args) >= 2:
-            add(node.args[1], node.args[0])
-        elif (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Bilingual"
-            and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Dict)
-        ):
-            en_dict = node.args[0] if isinstance(node.args[0], ast.Dict) else None
+    # the explicit pairs first: their Chinese is not read again as a {"English": "中文"} entry
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or len(node.args) < 2:
+            continue
+        if _is_tr(node.func):
+            en, zh = named(node.args[0]), named(node.args[1])
+            claimed.add(id(zh))
+            add(zh, en)
+        elif getattr(node.func, "id", getattr(node.func, "attr", None)) == "Bilingual":
+            en_dict, zh_dict = named(node.args[0]), named(node.args[1])
+            if not isinstance(zh_dict, ast.Dict):
+                continue
             en_values = (
                 {ast.unparse(k): v for k, v in zip(en_dict.keys, en_dict.values) if k is not None}
-                if en_dict is not None
+                if isinstance(en_dict, ast.Dict)
                 else {}
             )
-            for k, v in zip(node.args[1].keys, node.args[1].values):
+            for k, v in zip(zh_dict.keys, zh_dict.values):
                 en_v = en_values.get(ast.unparse(k)) if k is not None else None
-                if isinstance(v, ast.Tuple) and v.elts:
-                    v = v.elts[0]
-                    en_v = en_v.elts[0] if isinstance(en_v, ast.Tuple) and en_v.elts else None
+                if isinstance(en_v, ast.Tuple) and en_v.elts:  # (question, checkers): the text
+                    en_v = en_v.elts[0]
+                claimed.add(id(v))
                 add(v, en_v)
-        elif isinstance(node, ast.Tuple) and len(node.elts) == 2:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple) and len(node.elts) == 2:
             en, zh = (_text(e) for e in node.elts)
             if en is not None and zh is not None and not _has_cjk(en):
-                add(node.elts[1], node.elts[0])
+                if id(node.elts[1]) not in claimed:
+                    add(node.elts[1], node.elts[0])
         elif isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
                 en = _text(k) if k is not None else None
-                if en is not None and not _has_cjk(en):
+                if en is not None and not _has_cjk(en) and id(v) not in claimed:
                     add(v, k)
     return sorted(found, key=lambda s: s.line)
 
@@ -441,10 +474,18 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
     return written
 
 
-USAGE = (
-    "usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS"
-    " | lang build LANG NOTEBOOKS OUT"
-)
+USAGE = """usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS
+       python -m llmlab lang build LANG NOTEBOOKS OUT
+       python -m llmlab lang pairs LANG [--write]
+
+check    the markdown cells with no translation, or a stale one
+extract  add the untranslated cells to i18n/LANG/ (empty translations)
+lint     names the glossary says to avoid, in the translations and the package's strings
+strings  texts the notebooks' code cells pass to the package that the catalog lacks
+build    write the notebooks in LANG into OUT
+pairs    the package's (English, Chinese) pairs against i18n/LANG/package-pairs.json: stale
+         ones (the English edited since its Chinese was written), new, reused and gone ones;
+         exit status 1 when any differs. --write records them once their Chinese is right."""
 
 
 def _report(lines: list[str], what: str) -> int:
@@ -456,6 +497,13 @@ def _report(lines: list[str], what: str) -> int:
 
 
 def main(args: list[str]) -> int:
+    if args and args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    if args and args[0] == "pairs":
+        from llmlab.course.package_pairs import main as pairs_main
+
+        return pairs_main(args[1:])
     if len(args) < 3 or args[0] not in ("check", "extract", "lint", "strings", "build"):
         print(USAGE, file=sys.stderr)
         return 2

@@ -9,8 +9,13 @@ from llmlab.course.figures.headers import header
 from llmlab.i18n import tr
 from llmlab.utils import format_table
 
-CHIP_LEVELS = ("shared memory / L1, all SMs", "L2 cache", "HBM")
-CHIP_LEVELS_ZH = ("共享内存 / L1，所有 SM 合计", "L2 缓存", "HBM")  # the legend in Chinese
+# the levels as the legend names them, (English, Chinese)
+_LEVEL_NAMES = (
+    ("shared memory / L1, all SMs", "共享内存 / L1，所有 SM 合计"),
+    ("L2 cache", "L2 缓存"),
+    ("HBM", "HBM"),
+)
+CHIP_LEVELS = tuple(en for en, _ in _LEVEL_NAMES)
 
 
 def chip_levels(name: str) -> list[float]:
@@ -36,9 +41,9 @@ def chip_memory(names: Sequence[str] = ("H100-SXM", "H200", "A100-80GB")) -> Any
     fig, ax = plt.subplots(figsize=(8, 3.8))
     x = np.arange(len(names))
     width = 0.8 / len(CHIP_LEVELS)
-    for i, level in enumerate(CHIP_LEVELS):
+    for i, level in enumerate(_LEVEL_NAMES):
         sizes = [chip_levels(n)[i] for n in names]
-        ax.bar(x + (i - 1) * width, sizes, width, label=tr(level, CHIP_LEVELS_ZH[i]))
+        ax.bar(x + (i - 1) * width, sizes, width, label=tr(*level))
     ax.set_yscale("log")
     ax.set_xticks(x, list(names))
     ax.set_ylabel(tr("bytes on the whole chip (log scale)", "整颗芯片上的字节数（对数坐标）"))
