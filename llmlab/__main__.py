@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         from llmlab.course.build.cli import main as check_main
 
         return check_main(rest)
+    if cmd == "lang" and rest[:1] == ["pairs"]:  # a module of its own, above lang
+        from llmlab.course.package_pairs import main as pairs_main
+
+        return pairs_main(rest[1:])
     if cmd == "lang":
         from llmlab.course.lang import main as lang_main
 

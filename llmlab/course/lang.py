@@ -500,10 +500,6 @@ def main(args: list[str]) -> int:
     if args and args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
-    if args and args[0] == "pairs":
-        from llmlab.course.package_pairs import main as pairs_main
-
-        return pairs_main(args[1:])
     if len(args) < 3 or args[0] not in ("check", "extract", "lint", "strings", "build"):
         print(USAGE, file=sys.stderr)
         return 2
