@@ -44,7 +44,18 @@ PENDING_LABELS: set[tuple[str, str]] = set()
 
 @pytest.fixture(scope="module")
 def strings():
-    return lang.package_strings(PACKAGE)
+    """The package's pairs, and the checkers' catalogs (llmlab/course/check/messages/*.json),
+    whose entries are pairs too: the same rules hold for both."""
+    found = lang.package_strings(PACKAGE)
+    for path in sorted((PACKAGE / "course" / "check" / "messages").glob("*.json")):
+        entries = json.loads(path.read_text(encoding="utf-8"))["messages"]
+        rel = str(path.relative_to(PACKAGE.parent))
+        found += [
+            lang.PackageString(rel, 0, e["zh"], e["en"])
+            for key, e in entries.items()
+            if e.get("zh")
+        ]
+    return found
 
 
 def test_package_strings_are_found_by_reading_the_source():
