@@ -238,7 +238,9 @@ def test_an_unfilled_skeleton_is_not_yet_without_a_crash():
 
     student, _ = strip_source(solution_source())
     result = ch11.block_pool(define(student))
-    assert not result.passed and "get_new_blocks" in result.message
+    # the shrunk case's first step is a request arriving, whose lookup comes before its
+    # allocation: the hint names the first method of the skeleton that step calls
+    assert not result.passed and "find_cached_blocks returned NoneType" in result.message
     assert not ch11.block_pool(None).passed
     assert "MyBlockPool" in ch11.block_pool(3).message
 
