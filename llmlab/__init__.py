@@ -34,6 +34,9 @@ _LAZY = {
     "set_language": "llmlab.i18n",
     "language": "llmlab.i18n",
     "tr": "llmlab.i18n",
+    "say": "llmlab.i18n",
+    "say_table": "llmlab.i18n",
+    "notebook_text": "llmlab.i18n",
 }
 _SUBMODULES = {
     "ops",
@@ -129,5 +132,8 @@ __all__ = [
     "set_language",
     "language",
     "tr",
+    "say",
+    "say_table",
+    "notebook_text",
     "__version__",
 ]

@@ -16,7 +16,7 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 LANGUAGES = ("en", "zh")
@@ -134,9 +134,12 @@ def use_cjk_font() -> str:
     return name
 
 
-# Texts that notebook code cells hand to the package (the `quantity=`, `if_high=`, ... of
-# `llmlab.course.check.predict.compare`): the code cells are the same in every language, so these
-# texts are English in the notebook and are translated where they are shown, from the catalog
+# Texts written in notebook code cells: the ones they hand to the package (the `quantity=`,
+# `if_high=`, ... of `llmlab.course.check.predict.compare`, the `title=` of a `plot_*`), the lines
+# they print with `say`, the tables they print with `say_table`, and the labels they wrap in
+# `notebook_text`. The code cells
+# are the same in every language, so these texts are English in the notebook and are translated
+# where they are shown, from the catalog
 # `i18n/<lang>/notebook-strings.json` at the repository root ({"strings": {"<English>": "<text>"}};
 # `python -m llmlab lang strings zh notebooks/` lists the ones it lacks). A text built by an
 # f-string is kept with its placeholders as written in the notebook
@@ -163,8 +166,10 @@ def _catalog(lang: str) -> tuple[dict[str, str], list[tuple[re.Pattern, list[str
             if names:
                 parts = _PLACEHOLDER.split(en)
                 pattern = "(.*?)".join(re.escape(p) for p in parts)
-                templates.append((re.compile(pattern, re.DOTALL), names, text))
-        _catalogs[lang] = (strings, templates)
+                templates.append((len("".join(parts)), re.compile(pattern, re.DOTALL), names, text))
+        # the template with the most fixed text first: "{n} tokens" never shadows "{n} tokens/s"
+        templates.sort(key=lambda t: -t[0])
+        _catalogs[lang] = (strings, [t[1:] for t in templates])
     return _catalogs[lang]
 
 
@@ -183,3 +188,44 @@ def notebook_text(en: str) -> str:
             values = dict(zip(names, m.groups()))
             return _PLACEHOLDER.sub(lambda p: values.get(p.group(), p.group()), text)
     return en
+
+
+def say(*values: object, sep: str = " ", end: str = "\n") -> None:
+    """`print` in the language in use, for the lines a notebook cell prints: each text among
+    `values` is shown by `notebook_text` (its translation from the catalog in Chinese, itself in
+    English), anything else as `print` shows it; no space follows a text that ends in full-width
+    punctuation ("层数：61"). A line written as one f-string translates as a whole, with its
+    placeholders where the translation puts them:
+
+        say(f"engine ready in {seconds:.1f} s (measured on this machine)")
+    """
+    parts = [notebook_text(v) if isinstance(v, str) else str(v) for v in values]
+    line = "".join(
+        part + ("" if i == len(parts) - 1 or (sep == " " and part.endswith(_FULL_WIDTH)) else sep)
+        for i, part in enumerate(parts)
+    )
+    print(line, end=end)
+
+
+# a Chinese label ends in full-width punctuation, which already holds its space: "层数：61"
+_FULL_WIDTH = ("：", "，", "；", "。", "）")
+
+
+def say_table(
+    rows: Iterable[Sequence[object]],
+    headers: Sequence[object] | None = None,
+    *,
+    align: str = "lr",
+    rule: bool = False,
+) -> None:
+    """Print a table that a notebook cell builds (`llmlab.utils.format_table`, aligned by screen
+    columns, so Chinese headers line up): every text among the headers and the cells is shown
+    by `notebook_text`; numbers format before (`f"{x:.2f}"`)."""
+    from llmlab.utils import format_table
+
+    def shown(cell: object) -> object:
+        return notebook_text(cell) if isinstance(cell, str) else cell
+
+    body = [[shown(c) for c in row] for row in rows]
+    head = None if headers is None else [shown(h) for h in headers]
+    print(format_table(body, head, align=align, rule=rule))

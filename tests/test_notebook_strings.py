@@ -1,8 +1,10 @@
 """Texts that notebook code cells pass to the package (the `quantity=`, `if_high=`, `if_low=`,
-`explain=` of `predict.compare` / `compare_choice`) stay English in the notebooks, whose code is
-the same in both editions, and are shown in Chinese from the catalog i18n/zh/notebook-strings.json:
-every one the notebooks use has a translation, an edited English text is reported as missing,
-and `compare` shows the translation under `set_language("zh")` and the English under "en"."""
+`explain=` of `predict.compare` / `compare_choice`, a plot's `title=`), print with `say` /
+`say_table` or wrap in `notebook_text` stay English in the notebooks, whose code is the same in
+both editions, and are shown in Chinese from the catalog i18n/zh/notebook-strings.json: every
+one the notebooks use has a translation, an edited English text is reported as missing, and
+`compare`, `say` and the plots show the translation under `set_language("zh")` and the English
+under "en"."""
 
 from __future__ import annotations
 
@@ -181,3 +183,83 @@ def test_the_catalog_is_read_once(monkeypatch):
     first = i18n.notebook_text("one all-reduce on this machine")
     assert CJK.search(first) and i18n.notebook_text("one all-reduce on this machine") == first
     assert i18n.notebook_text("") == "" and reads == ["zh"]
+
+
+SHOWN = '''from llmlab import notebook_text, say, say_table
+say(f"engine ready in {time.perf_counter() - t0:.1f} s (measured on this machine)")
+say("results by rank:", ranks, f"({s:.1f} s, mostly starting processes)")
+say("generate_with_cache:", repr(text), " slot_mapping:", 3)
+say_table([[name, f"{v:.2f}"] for name, v in {**rows, "the source chapter's rule": 1.3}.items()],
+          ["T", "per English word", "ms"])
+say_table([["Where the figure comes from:", presets["H100-SXM"].sources["mem_bw"]]], align="l")
+llmlab.say("the same, spelled out")
+other.say("not llmlab's say")
+table = {notebook_text(f"{hw.name} (measured, fp32)"): 1, notebook_text("never"): 2}
+roofline.plot_roofline(["H100-SXM"], title="Rooflines from datasheets, dense bf16")
+plt.plot(xs, ys, label="not a plot of llmlab's")
+'''
+
+
+def test_collects_the_texts_cells_print_label_and_title():
+    assert sorted(lang.code_strings(SHOWN)) == sorted(
+        [
+            "engine ready in {time.perf_counter() - t0:.1f} s (measured on this machine)",
+            "results by rank:",
+            "({s:.1f} s, mostly starting processes)",
+            "the source chapter's rule",
+            "per English word",
+            "Where the figure comes from:",
+            "the same, spelled out",
+            "{hw.name} (measured, fp32)",
+            "never",
+            "Rooflines from datasheets, dense bf16",
+        ]
+    )  # not names ("generate_with_cache:"), units ("ms"), keys ("mem_bw") or others' calls
+
+
+def test_every_placeholder_of_a_notebook_text_can_be_matched(collected):
+    # a placeholder holding braces ({[f'{p:.1f}' for p in x]}) cannot be found in the printed
+    # line: compute the value on the line before and print its name
+    bad = [
+        en for en in collected if "{" in PLACEHOLDER.sub("", en) or "}" in PLACEHOLDER.sub("", en)
+    ]
+    assert not bad, bad
+
+
+def test_say_prints_the_catalog_chinese_under_zh_and_english_under_en(catalog, capsys):
+    label = "results by rank:"
+    line = "SmolLM2-135M loaded in {time.perf_counter() - t0:.1f} s"
+    assert catalog[label] and catalog[line]
+    i18n.set_language("zh")
+    i18n.say(label, [3.0, 3.0], "SmolLM2-135M loaded in 2.5 s")
+    shown = catalog[line].replace(PLACEHOLDER.findall(line)[0], "2.5")
+    # no space after the label's full-width colon
+    assert catalog[label].endswith("：")
+    assert capsys.readouterr().out == f"{catalog[label]}[3.0, 3.0] {shown}\n"
+    i18n.say_table([["the source chapter's rule", "1.30"]], ["", "per English word"])
+    out = capsys.readouterr().out
+    assert catalog["per English word"] in out and catalog["the source chapter's rule"] in out
+    assert i18n.notebook_text("a text no notebook has") == "a text no notebook has"
+
+    i18n.set_language("en")
+    i18n.say(label, [3.0, 3.0], sep=" | ", end="!\n")
+    assert capsys.readouterr().out == "results by rank: | [3.0, 3.0]!\n"
+    i18n.say_table([["the source chapter's rule", "1.30"]], ["", "per English word"])
+    assert capsys.readouterr().out.splitlines() == [
+        "                           per English word",
+        "the source chapter's rule              1.30",
+    ]
+
+
+def test_a_plot_shows_the_title_a_cell_gives_it_in_chinese(catalog):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llmlab.analysis import roofline
+
+    title = "Rooflines from datasheets, dense bf16"
+    i18n.set_language("zh")
+    ax = roofline.plot_roofline(["H100-SXM"], title=title)
+    assert ax.get_title() == catalog[title]
+    i18n.set_language("en")
+    assert roofline.plot_roofline(["H100-SXM"], title=title).get_title() == title

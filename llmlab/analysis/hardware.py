@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -27,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from llmlab.config import DATA_DIR  # noqa: E402
-from llmlab.i18n import tr
+from llmlab.i18n import Bilingual, notebook_text, tr
 from llmlab.utils import (
     best_of,
     cpu_name,  # noqa: F401 (part of this module's API)
@@ -53,10 +54,10 @@ class Hardware:
     smem_per_sm: float | None = None  # bytes of on-chip SRAM per SM (CPU: L1d per core)
     num_sms: int | None = None  # SMs (CPU: cores)
     interconnect: dict[str, float] = field(default_factory=dict)  # link -> bytes/s
-    sources: dict[str, str] = field(default_factory=dict)  # field -> where it comes from
+    sources: Mapping[str, str] = field(default_factory=dict)  # field -> where it comes from
     kind: str = "gpu"  # "gpu" or "cpu"
     measured: bool = False  # True for `this_machine()`
-    hierarchy: list[dict] = field(default_factory=list)  # levels for chapter 06's chart
+    hierarchy: list[Mapping] = field(default_factory=list)  # levels for chapter 06's chart
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the copy bandwidth
 
     def __post_init__(self) -> None:
@@ -108,11 +109,22 @@ class _Presets(dict):
         return self[name] if name in self else default
 
 
+def _bilingual(en: dict, zh: dict | None) -> Mapping:
+    """`en` as it is, or, where the data gives the Chinese of some of its texts, a mapping that
+    shows them in the language in use (the others as they are)."""
+    return Bilingual(en, {**en, **zh}) if zh else en
+
+
 def _load_presets() -> dict[str, Hardware]:
-    raw = json.loads((DATA_DIR / "hardware.json").read_text())
+    raw = json.loads((DATA_DIR / "hardware.json").read_text(encoding="utf-8"))
     presets = _Presets()
     for key, entry in raw["presets"].items():
         entry = dict(entry)
+        entry["sources"] = _bilingual(entry.get("sources", {}), entry.pop("sources_zh", None))
+        entry["hierarchy"] = [
+            _bilingual({k: v for k, v in level.items() if k != "zh"}, level.get("zh"))
+            for level in entry.get("hierarchy", [])
+        ]
         presets[key] = Hardware(name=key, **entry)
     return presets
 
@@ -444,7 +456,7 @@ def this_machine(device: str | None = "cpu") -> Hardware:
         peaks["bf16"] = measure_matmul_flops(str(dev), "bf16")
         peaks["fp16"] = measure_matmul_flops(str(dev), "fp16")
         return Hardware(
-            name=f"{props.name} (measured)",
+            name=tr(f"{props.name} (measured)", f"{props.name}（实测）"),
             mem_bw=read_bw,
             peak_flops=peaks,
             mem_size=float(props.total_memory),
@@ -467,7 +479,7 @@ def this_machine(device: str | None = "cpu") -> Hardware:
     l2 = next((c["size"] for c in caches if c["level"] == 2), None)
     l1d = next((c["size"] for c in caches if c["level"] == 1 and c["type"] == "Data"), None)
     return Hardware(
-        name=f"{cpu_name()}, {threads} threads",
+        name=tr(f"{cpu_name()}, {threads} threads", f"{cpu_name()}，{threads} 个线程"),
         mem_bw=read_bw,
         peak_flops=peaks,
         mem_size=_mem_total(),
@@ -499,6 +511,8 @@ def this_machine(device: str | None = "cpu") -> Hardware:
 def plot_memory_mountain(result: MountainResult, ax: Any = None, title: str | None = None) -> Any:
     """Bandwidth (GB/s) against working-set size (log scale), cache sizes marked."""
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from llmlab.i18n import tr
 from llmlab.utils import format_table
 
 PERCENTILES = (50, 90, 99)
@@ -178,15 +179,17 @@ class BenchmarkSummary:
 
     def table(self) -> str:
         """A printable table (milliseconds), one row per latency metric."""
-        title = (
-            f"requests {self.num_requests}, duration {self.duration:.2f} s, "
-            f"{self.request_throughput:.2f} req/s, {self.output_throughput:.1f} output tok/s"
-            + (
-                f", goodput {self.goodput:.2f} req/s ({self.num_good} met the SLO)"
-                if self.goodput is not None
-                else ""
-            )
+        n, seconds = self.num_requests, self.duration
+        req_s, tok_s = self.request_throughput, self.output_throughput
+        title = tr(
+            f"requests {n}, duration {seconds:.2f} s, {req_s:.2f} req/s, {tok_s:.1f} output tok/s",
+            f"{n} 个请求，历时 {seconds:.2f} s，{req_s:.2f} req/s，输出 {tok_s:.1f} tok/s",
         )
+        if self.goodput is not None:
+            title += tr(
+                f", goodput {self.goodput:.2f} req/s ({self.num_good} met the SLO)",
+                f"，goodput {self.goodput:.2f} req/s（{self.num_good} 个达到 SLO）",
+            )
         rows = []
         for name in ("ttft", "tpot", "itl", "e2el"):
             s: Stats = getattr(self, name)
@@ -194,7 +197,14 @@ class BenchmarkSummary:
                 "—" if x is None else f"{x * 1e3:.1f}" for x in (s.mean, s.median, s.p90, s.p99)
             ]
             rows.append([name.upper(), s.count, *cells])
-        headers = ["metric", "n", "mean ms", "median ms", "p90 ms", "p99 ms"]
+        headers = [
+            tr("metric", "指标"),
+            "n",
+            tr("mean ms", "平均 ms"),
+            tr("median ms", "中位数 ms"),
+            "p90 ms",
+            "p99 ms",
+        ]
         return title + "\n" + format_table(rows, headers, rule=False)
 
     def __str__(self) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 from llmlab.analysis import costs
 from llmlab.analysis.hardware import PRESETS, Hardware, get_hardware
 from llmlab.config import ModelConfig
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text, tr
 from llmlab.utils import best_of
 
 DTYPE_FOR_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
@@ -671,6 +671,8 @@ def plot_roofline(
     """Log-log roofline of each device (FLOP/s against FLOP/byte), ridge points marked, `ops` placed on the first."""
     import matplotlib.pyplot as plt
 
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
+
     hws = [_hw(h) for h in ([hardware] if isinstance(hardware, (str, Hardware)) else hardware)]
     if not hws:
         raise ValueError(
@@ -722,6 +724,8 @@ def plot_measured_roofline(
 ) -> Any:
     """The measured machine's roof with the real model's measured steps as points (achieved FLOP/s)."""
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5))
@@ -832,6 +836,8 @@ def plot_measured_batches(
 ) -> Any:
     """Measured decode step time (= per-token latency) and tokens/s against batch, with the roofline floor."""
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     dec = sorted((m for m in measurements if m.kind == "decode"), key=lambda m: m.batch)
     if not dec:

@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text, tr
 
 POLICIES = ("static", "continuous")
 
@@ -376,6 +376,8 @@ def plot_gantt(
     `time_scale` multiplies times for the axis (e.g. 1e3 with time_unit="ms" for seconds).
     """
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9, max(2.5, 0.22 * len(result.requests) + 1)))

@@ -47,6 +47,7 @@ import torch
 from llmlab import openmp
 from llmlab.bench import write_report
 from llmlab.config import DATA_DIR
+from llmlab.i18n import tr
 from llmlab.utils import cdiv, cpu_name, format_table
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab", "llmlab-torch")
@@ -354,7 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.engine.allocator import keep_freed_memory
 
     allocator_tuned = keep_freed_memory()  # process-wide, before any system: same for all
-    print(f"OpenMP: {openmp.describe()} (the same for every system)", flush=True)
+    print(
+        tr(
+            f"OpenMP: {openmp.describe()} (the same for every system)",
+            f"OpenMP：{openmp.describe()}（每个系统都一样）",
+        ),
+        flush=True,
+    )
 
     model, tokenizer, hf = load_models(args.model)
     work = build_workload(tokenizer, num_requests, lo, hi)
@@ -362,7 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.bench import default_attention_backend
 
     attention = args.attention or default_attention_backend(model)
-    print(f"llmlab runs with attention_backend={attention!r}", flush=True)
+    print(
+        tr(
+            f"llmlab runs with attention_backend={attention!r}",
+            f"llmlab 用 attention_backend={attention!r} 运行",
+        ),
+        flush=True,
+    )
     llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len, attention)
     llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len, attention)
     llmlab_torch = make_llmlab_runner(model, tokenizer, "continuous", max_len, "torch")
@@ -529,11 +542,17 @@ class _TinyTokenizer:
 def print_table(report: dict) -> None:
     systems = report["systems"]
     s = report["settings"]
+    (out_lo, out_hi), (in_lo, in_hi) = s["output_tokens_per_request"], s["prompt_tokens"]
+    threads = report["machine"]["threads"]
     print(
-        f"\nthroughput, {s['num_requests']} requests, batch size {s['batch_size']} for every "
-        f"system, greedy, EOS ignored, outputs {s['output_tokens_per_request'][0]}-"
-        f"{s['output_tokens_per_request'][1]} tokens, prompts {s['prompt_tokens'][0]}-"
-        f"{s['prompt_tokens'][1]} tokens, {report['machine']['threads']} threads"
+        tr(
+            f"\nthroughput, {s['num_requests']} requests, batch size {s['batch_size']} for every "
+            f"system, greedy, EOS ignored, outputs {out_lo}-{out_hi} tokens, prompts "
+            f"{in_lo}-{in_hi} tokens, {threads} threads",
+            f"\n吞吐：{s['num_requests']} 个请求，每个系统的 batch 上限都是 {s['batch_size']}，"
+            f"贪心解码，忽略 EOS，每个请求输出 {out_lo}-{out_hi} 个 token，prompt {in_lo}-{in_hi} "
+            f"个 token，{threads} 个线程",
+        )
     )
     base = {
         k: systems[k]["tok_per_s"]
@@ -545,33 +564,45 @@ def print_table(report: dict) -> None:
         + [f"{r['tok_per_s'] / v:.2f}x" for v in base.values()]
         for name, r in systems.items()
     ]
-    print(format_table(table, ["system", "tokens", "seconds", "tok/s", *(f"vs {k}" for k in base)]))
+    headers = [tr("system", "系统"), "tokens", tr("seconds", "秒"), "tok/s"]
+    print(format_table(table, headers + [tr(f"vs {k}", f"相对 {k}") for k in base]))
     o = report.get("llmlab_overhead")
     if o:
+        per_step = o["mean_scheduled_requests_per_step"]
+        median, mean = (
+            o["median_schedule_us_per_step_per_request"],
+            o["schedule_us_per_step_per_request"],
+        )
+        replay = o["replay_median_us_per_step_per_request"]
+        inputs, forward = o["prepare_inputs_us_per_step_per_request"], o["forward_seconds"]
         print(
-            f"llmlab: {o['steps']} steps, {o['mean_scheduled_requests_per_step']:.1f} requests/step;"
-            f" scheduler + block manager per step per request: median "
-            f"{o['median_schedule_us_per_step_per_request']:.2f} µs, mean "
-            f"{o['schedule_us_per_step_per_request']:.2f} µs in the run (caches cold after each "
-            f"forward), median {o['replay_median_us_per_step_per_request']:.2f} µs replayed "
-            f"without the forward (target <= 2); input building "
-            f"{o['prepare_inputs_us_per_step_per_request']:.2f} µs; forward "
-            f"{o['forward_seconds']:.1f} s of the run"
+            tr(
+                f"llmlab: {o['steps']} steps, {per_step:.1f} requests/step; scheduler + block "
+                f"manager per step per request: median {median:.2f} µs, mean {mean:.2f} µs in the "
+                f"run (caches cold after each forward), median {replay:.2f} µs replayed without "
+                f"the forward (target <= 2); input building {inputs:.2f} µs; forward "
+                f"{forward:.1f} s of the run",
+                f"llmlab：{o['steps']} 步，平均每步 {per_step:.1f} 个请求；调度器加块管理器每步、每个请求"
+                f"的开销：运行中中位数 {median:.2f} µs、平均 {mean:.2f} µs（每次前向计算之后缓存都是冷的），"
+                f"去掉前向计算重放时中位数 {replay:.2f} µs（目标 <= 2）；构建输入 {inputs:.2f} µs；"
+                f"运行中前向计算共 {forward:.1f} s",
+            )
         )
     b = report.get("compute_bound")
     if b:
-        line = (
-            f"compute bound: workload {b['workload_flops'] / 1e12:.2f} TFLOP, matmul peak "
-            f"{b['matmul_peak_flops'] / 1e9:.0f} GFLOP/s (measured now) -> at most "
-            f"{b['max_tok_per_s_at_peak']:.0f} tok/s"
+        work, peak = b["workload_flops"] / 1e12, b["matmul_peak_flops"] / 1e9
+        most = b["max_tok_per_s_at_peak"]
+        line = tr(
+            f"compute bound: workload {work:.2f} TFLOP, matmul peak {peak:.0f} GFLOP/s (measured "
+            f"now) -> at most {most:.0f} tok/s",
+            f"算力上限：工作量 {work:.2f} TFLOP，矩阵乘峰值 {peak:.0f} GFLOP/s（刚刚实测）"
+            f"-> 最多 {most:.0f} tok/s",
         )
         if "hf-sequential" in systems:
-            line += (
-                f" = {b['max_tok_per_s_at_peak'] / systems['hf-sequential']['tok_per_s']:.1f}x "
-                f"hf-sequential"
-            )
+            ratio = most / systems["hf-sequential"]["tok_per_s"]
+            line += tr(f" = {ratio:.1f}x hf-sequential", f" = hf-sequential 的 {ratio:.1f} 倍")
         print(line)
         print(
-            "useful FLOP/s as a fraction of that peak: "
+            tr("useful FLOP/s as a fraction of that peak: ", "有效 FLOP/s 占这个峰值的比例：")
             + ", ".join(f"{k} {100 * v:.0f}%" for k, v in b["useful_fraction_of_peak"].items())
         )

@@ -60,6 +60,14 @@ class GlossaryEntry:
         """The term the Chinese edition writes for this concept."""
         return self.zh_term or self.zh
 
+    @property
+    def shown_definition(self) -> str:
+        """The definition in the language in use (`llmlab.i18n`): `definition_zh` in Chinese,
+        where the entry has one."""
+        from llmlab.i18n import language
+
+        return self.definition_zh if language() == "zh" and self.definition_zh else self.definition
+
     def zh_synonyms(self) -> tuple[str, ...]:
         """The Chinese names that Chinese text must not use in place of `primary_zh`."""
         return tuple(n for n in (self.zh, *self.zh_aliases) if n != self.primary_zh)

@@ -23,8 +23,11 @@ English text the translation was made from, and `en` keeps that text so a transl
 changed.
 
 Code cells stay English, and so do the texts they hand to the package: the `quantity=`,
-`if_high=`, `if_low=` and `explain=` of `llmlab.course.check.predict.compare` / `compare_choice`. Their
-translations are kept in one catalog, `i18n/<lang>/notebook-strings.json`,
+`if_high=`, `if_low=` and `explain=` of `llmlab.course.check.predict.compare` / `compare_choice`,
+the lines they print with `llmlab.say`, the tables they print with `llmlab.say_table`, the
+labels they wrap in `llmlab.notebook_text` and the `title=` they give a `plot_*` function (the
+English prose a Chinese reader would otherwise see in an output: tests/english_prose.py finds
+it). Their translations are kept in one catalog, `i18n/<lang>/notebook-strings.json`,
 {"strings": {"<English text>": "<translation>"}}, and shown by `llmlab.i18n.notebook_text`. An
 f-string is kept with its placeholders as written ("cache speed-up at T={lengths[-1]}"), and its
 translation uses the same ones. `lang strings` adds each text the catalog lacks (an English edit
@@ -47,6 +50,7 @@ import ast
 import copy
 import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -324,6 +328,9 @@ TEXT_ARGS = {
 }
 
 
+_PLACEHOLDER = re.compile(r"\{[^{}]+\}")
+
+
 def _predict_call(func: ast.AST) -> str | None:
     """ "compare" or "compare_choice" when `func` names llmlab's (`compare`, `predict.compare`,
     `llmlab.course.check.predict.compare`), else None (`sim.compare` is another function)."""
@@ -354,24 +361,81 @@ def _text(node: ast.AST) -> str | None:
     return None
 
 
+# The calls of `llmlab.i18n` that show texts written in a code cell: `say` (each text it is
+# given), `notebook_text` (its text) and `say_table` (every text in its headers and rows). Of
+# these, only the texts with a word to translate are collected: not "T", "ms" or f"{x:.2f}".
+SHOWN_CALLS = ("say", "say_table", "notebook_text")
+_WORD = re.compile(r"(?<![\w.])[a-z]{3,}(?!\w)")  # a word of its own, not part of a name
+
+
+def _shown_call(func: ast.AST) -> str | None:
+    """The name of the `llmlab.i18n` call `func` names (`say`, `llmlab.say`, `i18n.say`), else
+    None."""
+    if isinstance(func, ast.Name) and func.id in SHOWN_CALLS:
+        return func.id
+    if isinstance(func, ast.Attribute) and func.attr in SHOWN_CALLS:
+        owner = func.value
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+        return func.attr if name in ("llmlab", "i18n") else None
+    return None
+
+
+def _plot_call(func: ast.AST) -> bool:
+    """True for a call of one of llmlab's plots (`plot_roofline`, `mw.plot_latency_vs_load`):
+    each shows its `title=` through `llmlab.i18n.notebook_text`."""
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+    return name.startswith("plot_")
+
+
+def _texts_under(node: ast.AST) -> list[str]:
+    """Every string literal and f-string under `node` (an f-string whole, not its pieces) that
+    is shown as it is: not a key it is indexed by (`sources["mem_bw"]`) nor what it hands
+    another call."""
+    text = _text(node)
+    if text is not None:
+        return [text]
+    if isinstance(node, ast.Subscript):
+        children = [node.value]
+    elif isinstance(node, ast.Call):
+        children = [node.func]
+    else:
+        children = list(ast.iter_child_nodes(node))
+    return [t for child in children for t in _texts_under(child)]
+
+
+def _shown_texts(name: str, call: ast.Call) -> list[str]:
+    if name == "say_table":
+        texts = [t for arg in call.args for t in _texts_under(arg)]
+    else:
+        texts = [_text(arg) for arg in call.args[: 1 if name == "notebook_text" else None]]
+    return [t for t in texts if t and _WORD.search(_PLACEHOLDER.sub("", t))]
+
+
 def code_strings(source: str) -> list[str]:
-    """The texts that the code `source` passes to `compare` / `compare_choice`, in order."""
+    """The texts that the code `source` passes to `compare` / `compare_choice`, shows with
+    `say`, `say_table` and `notebook_text`, and gives a plot as its `title=`, in order."""
     plain = "\n".join(
         "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
     )  # IPython magics are not Python
     found = []
     for node in ast.walk(ast.parse(plain)):
-        name = _predict_call(node.func) if isinstance(node, ast.Call) else None
-        for kw in node.keywords if name else []:
-            text = _text(kw.value) if kw.arg in TEXT_ARGS[name] else None
-            if text and text.strip() and text not in found:
-                found.append(text)
+        if not isinstance(node, ast.Call):
+            continue
+        name = _predict_call(node.func)
+        texts = (
+            [_text(kw.value) for kw in node.keywords if kw.arg in TEXT_ARGS[name]] if name else []
+        )
+        shown = _shown_call(node.func)
+        texts += _shown_texts(shown, node) if shown else []
+        if _plot_call(node.func):  # llmlab's plots show the `title=` a cell gives them
+            texts += [_text(kw.value) for kw in node.keywords if kw.arg == "title"]
+        found += [t for t in texts if t and t.strip() and t not in found]
     return found
 
 
 def notebook_strings(src: Path) -> list[str]:
-    """The texts that the code cells of the notebook(s) `src` pass to `compare` /
-    `compare_choice`, each once, in the order of the course. Raises ValueError naming a code
+    """The texts that the code cells of the notebook(s) `src` show through the catalog (see
+    `code_strings`), each once, in the order of the course. Raises ValueError naming a code
     cell that is not Python."""
     found = []
     for path in _notebooks(src):

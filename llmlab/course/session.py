@@ -36,10 +36,13 @@ def summary() -> str:
     import torch
 
     import llmlab
+    from llmlab.i18n import tr
     from llmlab.utils import cpu_name
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    where = f"{cpu_name()}, {torch.get_num_threads()} threads" + (f" | GPU: {gpu}" if gpu else "")
+    threads = torch.get_num_threads()
+    where = tr(f"{cpu_name()}, {threads} threads", f"{cpu_name()}，{threads} 个线程")
+    where += f" | GPU: {gpu}" if gpu else ""
     return (
         f"llmlab {llmlab.__version__} | Python {platform.python_version()} | "
         f"torch {torch.__version__} | {where}"

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from llmlab.i18n import tr
 from llmlab.ops import torch_backend
 from llmlab.ops.fp8 import quantize_fp8
 from llmlab.paths import cache_dir
@@ -731,12 +732,24 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
         return (
             "bf16: AVX-512 BF16 (vdpbf16ps)"
             if "avx512_bf16" in isa()
-            else "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)"
+            else tr(
+                "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)",
+                "bf16：在 kernel 里扩展成 float32（这里没有 AVX-512 BF16）",
+            )
         )
     if weight_dtype == torch.int8:
         return (
-            "int8: AVX-512 widening (vpmovsxbd), per-channel scale"
+            tr(
+                "int8: AVX-512 widening (vpmovsxbd), per-channel scale",
+                "int8：AVX-512 扩展（vpmovsxbd），每个输出通道一个缩放系数",
+            )
             if "avx512" in isa()
-            else "int8: widened to float32 in the kernel (portable), per-channel scale"
+            else tr(
+                "int8: widened to float32 in the kernel (portable), per-channel scale",
+                "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放系数",
+            )
         )
-    return "float32: GEMV (batch 1), oneDNN (batches)"
+    return tr(
+        "float32: GEMV (batch 1), oneDNN (batches)",
+        "float32：GEMV（batch 1），oneDNN（更大的 batch）",
+    )

@@ -21,6 +21,7 @@ from llmlab.course.check.core import (
     sentences,
     staged,
 )
+from llmlab.i18n import Bilingual
 
 M = catalog("ch01")
 
@@ -266,7 +267,7 @@ def han_by_tokens(answer: Any) -> CheckResult:
 # ----------------------------------------------------------------------------- vocabulary size
 
 BIGGER_VOCAB = 2 * VOCAB_SIZE
-VOCAB_EFFECTS = {
+VOCAB_EFFECTS_EN = {
     "embedding_table_bytes": "bytes of the token embedding table",
     "bits_per_token_id": "bits needed for one token id",
     "kv_bytes_per_token": "KV-cache bytes per token",
@@ -274,6 +275,16 @@ VOCAB_EFFECTS = {
     "lm_head_flops_per_token": "FLOPs of the final lm_head per generated token",
     "forwards_for_the_reply": "forward passes to generate the same reply text",
 }
+VOCAB_EFFECTS_ZH = {
+    "embedding_table_bytes": "token embedding 表的字节数",
+    "bits_per_token_id": "表示一个 token id 需要的位数",
+    "kv_bytes_per_token": "每个 token 的 KV cache 字节数",
+    "prompt_kv_bytes": "整个 prompt 的 KV cache 字节数",
+    "lm_head_flops_per_token": "每生成一个 token，最后的 lm_head 要做的 FLOPs",
+    "forwards_for_the_reply": "生成同一段回复要做的前向计算次数",
+}
+# shown in the language in use; the keys are what the student answers with
+VOCAB_EFFECTS = Bilingual(VOCAB_EFFECTS_EN, VOCAB_EFFECTS_ZH)
 CHANGES = ("up", "down", "unchanged")
 _EFFECTS_RIGHT = {
     "embedding_table_bytes": "up",

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from llmlab.analysis.distribution import next_token_distribution
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text, tr
 from llmlab.utils import best_of
 
 
@@ -156,6 +156,8 @@ def plot_next_token_distribution(
     import matplotlib.pyplot as plt
 
     from llmlab.tokenizer import format_piece, id_bytes
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     dist = next_token_distribution(logits, temperature, top_k, top_p)
     t = max(temperature, 1e-6)

@@ -60,13 +60,14 @@ def chip_memory(names: Sequence[str] = ("H100-SXM", "H200", "A100-80GB")) -> Any
 
 def table_text(rows: dict[str, dict[str, Any]], corner: str = "") -> str:
     """A plain-text table: one line per key of `rows`, one column per key of its dict (the
-    columns of the first row, in order); numbers as given, missing cells as "-". The corner and
-    the column headers are printed in the language in use (`llmlab.course.figures.headers`)."""
+    columns of the first row, in order); numbers as given, missing cells as "-". The corner,
+    the column headers and the row labels are printed in the language in use
+    (`llmlab.course.figures.headers`)."""
     if not rows:
         raise ValueError(tr("rows is empty", "rows 是空的"))
     columns = list(next(iter(rows.values())))
     body = [
-        [str(name), *("-" if r.get(c) is None else r[c] for c in columns)]
+        [header(str(name)), *("-" if r.get(c) is None else r[c] for c in columns)]
         for name, r in rows.items()
     ]
     return format_table(body, [header(corner), *(header(str(c)) for c in columns)], align="lr")

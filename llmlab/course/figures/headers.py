@@ -2,9 +2,9 @@
 
 The notebooks build their tables with English keys (the notebook code is the same in both
 languages); the table helpers (`figures.ch06.table_text`, `figures.ch08.text_table`,
-`widgets.blocks.table_text`) print each header through `header`, which gives the Chinese
-header of this table when the language is Chinese. A header not listed here is printed as it is
-(numbers, units, code names). The table itself, aligned by screen columns (a Chinese character
+`widgets.blocks.table_text`) print each header (and `figures.ch06.table_text` each row label)
+through `header`, which gives the Chinese header of this table when the language is Chinese. A
+header not listed here is printed as it is (numbers, units, code names). The table itself, aligned by screen columns (a Chinese character
 takes two), is `llmlab.utils.format_table`.
 """
 
@@ -28,6 +28,8 @@ HEADERS_ZH = {
     "largest cache": "最大的缓存",
     "main-memory bandwidth": "主存带宽",
     "SmolLM2 fp32 read once": "SmolLM2 fp32 读一遍",
+    "this machine (measured)": "这台机器（实测）",
+    "H100-SXM (preset)": "H100-SXM（预设）",
     # chapter 07: the roofline
     "ridge FLOP/B": "拐点 FLOP/B",
     "decode step": "decode step",
@@ -38,6 +40,7 @@ HEADERS_ZH = {
     "measured bend at batch": "实测拐弯处的 batch",
     "batch-1 step / memory floor": "batch 1 的一步 / 读内存的下限",
     "GEMV stream GB/s": "GEMV 读取速度 GB/s",
+    "H100-SXM (preset, bf16)": "H100-SXM（预设，bf16）",
     # chapter 08: batching
     "step ms": "每步 ms",
     "bound": "瓶颈",

@@ -32,7 +32,7 @@ from llmlab.analysis.blocks import (  # noqa: F401
 )
 from llmlab.course.figures.headers import header
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text, tr
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.utils import cdiv, format_table
 
@@ -176,6 +176,8 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if not isinstance(cols, int) or cols < 1:
         raise ValueError(

@@ -15,7 +15,7 @@ import numpy as np
 
 from llmlab.analysis import metrics
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text, tr
 
 ARRIVALS_TEXT_PATTERN = re.compile(
     r"(\d+) arrivals at ([0-9.]+) req/s, burstiness ([0-9.]+): mean gap ([0-9.]+) s, CV ([0-9.]+)"
@@ -50,6 +50,8 @@ def plot_latency_cdfs(
     by default "latency CDFs (measured)"."""
     import matplotlib.pyplot as plt
 
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
+
     if title is None:
         title = tr("latency CDFs (measured)", "延迟的 CDF（实测）")
     fig, axes = plt.subplots(1, len(metrics_to_plot), figsize=(4.2 * len(metrics_to_plot), 3.6))
@@ -80,6 +82,8 @@ def plot_percentiles_vs_rate(
 ) -> Any:
     """Mean, p50, p90, p99 of one metric against the request rate (x: req/s, y: ms)."""
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     rates = sorted(summaries)
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -113,6 +117,8 @@ def plot_request_timelines(
     """A row per request: waiting for the first token (TTFT) then the decode phase, token ticks;
     `title` by default "request timelines (measured)"."""
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if title is None:
         title = tr("request timelines (measured)", "请求的时间线（实测）")
@@ -268,6 +274,8 @@ def plot_latency_vs_load(
     by default "latency percentiles vs offered load (measured)"."""
     import matplotlib.pyplot as plt
 
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
+
     if title is None:
         title = tr(
             "latency percentiles vs offered load (measured)", "延迟的百分位数随负载的变化（实测）"
@@ -308,6 +316,8 @@ def plot_throughput_latency(
     system (e.g. "over HTTP", "in process"), one point per request rate, labelled; `title` by
     default "throughput–latency curve (measured)"."""
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if metric not in METRIC_LABELS:
         raise ValueError(

@@ -13,7 +13,7 @@ from typing import Any
 
 from llmlab.analysis.hardware import get_hardware
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text, tr
 from llmlab.parallel import cost
 
 PARALLEL_TEXT_PATTERN = re.compile(
@@ -197,6 +197,8 @@ def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
     `title` by default "pipeline pass (measured)"."""
     import matplotlib.pyplot as plt
 
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
+
     if title is None:
         title = tr("pipeline pass (measured)", "流水线的一轮（实测）")
     t0 = min(s for tl in timelines for s, _ in tl.intervals)
@@ -232,6 +234,8 @@ def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
 def plot_bubble(results: dict, num_stages: int = 2, title: str | None = None) -> Any:
     """Measured idle fraction per micro-batch count against (p−1)/(m+p−1)."""
     import matplotlib.pyplot as plt
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     ms = sorted(results)
     fig, ax = plt.subplots(figsize=(6, 3.6))

@@ -1,0 +1,207 @@
+"""The check that a reader of a Chinese notebook sees no English prose (tests/english_prose.py),
+on small notebooks built here: what it flags, what it lets through, and where it looks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from english_prose import MIN_WORDS, english_runs, find_english_prose, main
+from nbformat.v4 import (
+    new_code_cell,
+    new_markdown_cell,
+    new_notebook,
+    new_output,
+)
+
+
+def printed(*lines: str, tags: list[str] | None = None):
+    """A notebook with one code cell that printed `lines`."""
+    cell = new_code_cell("...")
+    cell.outputs = [new_output("stream", name="stdout", text="\n".join(lines) + "\n")]
+    if tags:
+        cell.metadata["tags"] = tags
+    return new_notebook(cells=[cell])
+
+
+def shown(data: dict, tags: list[str] | None = None):
+    """A notebook with one code cell that displayed `data` (mime type -> content)."""
+    cell = new_code_cell("...")
+    cell.outputs = [new_output("display_data", data=data)]
+    if tags:
+        cell.metadata["tags"] = tags
+    return new_notebook(cells=[cell])
+
+
+def flagged(nb) -> list[str]:
+    return [f.text for f in find_english_prose(nb)]
+
+
+# --------------------------------------------------------------------------- what it flags
+
+
+def test_flags_an_english_label():
+    nb = printed("the ranks' outputs differ by up to 0.0003")
+    assert flagged(nb) == ["the ranks' outputs differ by up to"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "trained 256 merges in 0.9 s (vocabulary 512)",  # "merges" is no unit: 3 words
+        "Exercise 1: Llama-3-70B, BF16 — KV bytes of one token in one layer?",
+        "块表 (chapter 11): a request's list of physical block ids",  # English beside Chinese
+        "{'a': 'a cache hit', 'b': 'a miss'}",  # a choice list's English labels
+        "block table of a request",  # a glossary name with no Chinese beside it is English
+    ],
+)
+def test_flags_english_prose(line):
+    assert flagged(printed(line)), line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "TTFT 12.3 ms, batch 8",  # acronyms, numbers with units, glossary terms
+        "{'ttft': 0.3, 'tpot': 0.02}",  # a dict keyed by names
+        "llmlab.kvcache.BlockPool",  # a dotted name
+        "['tokenize', 'embed', 'qkv_projection', 'attention']",  # the choices are names
+        "KV cache, prefill, decode step, TTFT, TPOT, micro-batch",  # kept in English by design
+        "每个 decode step 都把 KV cache 读一遍，prompt 的 prefill 只做一次",
+        "'块表' -> block table / 块表（第 11 章）：一个请求的物理块 id",  # the key beside its Chinese
+        "SmolLM2-135M-Instruct on Intel(R) Xeon(R)",  # names: of a model, of a CPU
+        "    return x + self.mlp(self.post_attention_layernorm(x))  # the residual adds it back",
+        "if num_new <= 0:  # nothing to compute (cannot happen between steps)",
+        "batch   1: step floor   42.2 ms",  # two words, under the minimum
+        "system         tokens  seconds  tok/s",  # columns, not a sentence
+        "vllm:num_requests_running        0",
+        "docs: https://docs.vllm.ai/en/latest/design/paged_attention.html",
+    ],
+)
+def test_lets_through(line):
+    assert flagged(printed(line)) == [], line
+
+
+def test_the_minimum_run_is_three_words():
+    assert MIN_WORDS == 3
+    assert english_runs("per word") == []
+    assert [words for words, _ in english_runs("per English word")] == ["per English word"]
+    assert english_runs("per word", min_words=1)
+
+
+def test_a_run_is_cut_at_table_columns_and_chinese():
+    assert flagged(printed("measured here  not sentence  at all")) == []
+    assert flagged(printed("measured 这台 here 机器 again")) == []
+
+
+# --------------------------------------------------------------------------- where it looks
+
+
+def test_reads_the_html_a_display_shows_not_its_plain_text():
+    nb = shown({"text/html": "<b>每步</b> 的耗时", "text/plain": "time of every step, measured"})
+    assert flagged(nb) == []
+    nb = shown({"text/html": "<p>the cache is <b>full</b> now</p>", "text/plain": "<HTML>"})
+    assert flagged(nb) == ["the cache is full now"]
+
+
+def test_html_table_cells_are_pieces_of_their_own():
+    nb = shown({"text/html": "<table><tr><td>tokens</td><td>per</td><td>word</td></tr></table>"})
+    assert flagged(nb) == []
+    nb = shown({"text/html": "<table><tr><td>tokens per English word</td></tr></table>"})
+    assert flagged(nb) == ["per English word"]  # a finding runs from its first English word
+
+
+def test_html_code_and_styles_are_not_read():
+    markup = (
+        "<style>.a { font-family: the sans serif one }</style>"
+        "<code>the_value = read it back</code>结果"
+    )
+    assert flagged(shown({"text/html": markup})) == []
+
+
+def test_reads_markdown_and_plain_results():
+    assert flagged(shown({"text/markdown": "| 术语 | what it means in the course |"}))
+    assert flagged(shown({"text/plain": "'what the checker said to you'"}))
+
+
+def test_reads_an_error_message():
+    cell = new_code_cell("...")
+    cell.outputs = [
+        new_output("error", ename="ValueError", evalue="rows must not be empty", traceback=[])
+    ]
+    assert flagged(new_notebook(cells=[cell])) == ["rows must not be empty"]
+
+
+def test_reads_what_a_widget_shows():
+    cell = new_code_cell("...")
+    view = {"model_id": "box", "version_major": 2, "version_minor": 0}
+    cell.outputs = [
+        new_output(
+            "display_data",
+            data={"application/vnd.jupyter.widget-view+json": view, "text/plain": "VBox()"},
+        )
+    ]
+    state = {
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_s", "IPY_MODEL_l"]}},
+        "s": {"model_name": "IntSliderModel", "state": {"description": "number of requests"}},
+        "l": {
+            "model_name": "HTMLModel",
+            "state": {"value": "<b>一步</b>的耗时", "description": ""},
+        },
+    }
+    nb = new_notebook(cells=[cell])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
+    assert [(f.kind, f.text) for f in find_english_prose(nb)] == [("widget", "number of requests")]
+    nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]["s"]["state"][
+        "description"
+    ] = "请求数"
+    assert flagged(nb) == []
+
+
+def test_the_model_s_own_text_is_not_read_in_a_tagged_cell():
+    line = "A GPU is a specialized hardware component used to perform calculations."
+    assert flagged(printed(line))
+    assert flagged(printed(line, tags=["model-output"])) == []
+    # its displays still are
+    assert flagged(shown({"text/plain": "the table of results"}, tags=["model-output"]))
+
+
+def test_text_in_formulas_must_be_chinese():
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell(r"$$\text{bytes per token} = 2 \times \text{层数}$$"),
+            new_markdown_cell(r"$W_\text{gate}$，$\text{prompt} + i$，$47\ \text{ms}$"),
+            new_markdown_cell(r"$\text{num\_kv\_heads} \times \texttt{head\_dim}$"),
+            new_markdown_cell(r"$\mathrm{softmax}(QK^\top + \text{causal mask})$"),
+        ]
+    )
+    found = find_english_prose(nb)
+    assert [(f.cell, f.kind, f.text, f.line) for f in found] == [
+        (0, "\\text{}", "bytes per", "\\text{bytes per token}"),
+        (3, "\\text{}", "causal mask", "\\text{causal mask}"),  # 因果掩码 in Chinese text
+    ]
+
+
+def test_each_finding_prints_its_cell_kind_and_words():
+    nb = new_notebook(cells=[new_markdown_cell("# 标题"), printed("so the ranks differ").cells[0]])
+    [finding] = find_english_prose(nb)
+    assert (finding.cell, finding.kind) == (1, "stream")
+    assert str(finding) == "cell 1 stream: 'so the ranks differ'"
+
+
+def test_reads_a_notebook_as_plain_json_too():
+    nb = json.loads(json.dumps(printed("the ranks differ by up to")))
+    assert flagged(nb) == ["the ranks differ by up to"]
+
+
+def test_the_command_line_prints_the_findings(tmp_path, capsys):
+    import nbformat
+
+    bad, good = tmp_path / "bad.ipynb", tmp_path / "good.ipynb"
+    nbformat.write(printed("the ranks' outputs differ by up to"), bad)
+    nbformat.write(printed("各 rank 的输出最多相差 0.0003"), good)
+    assert main([str(good)]) == 0
+    assert "good.ipynb: 0 runs" in capsys.readouterr().out
+    assert main([str(bad), str(good)]) == 1
+    out = capsys.readouterr().out
+    assert "bad.ipynb cell 0 stream: \"the ranks' outputs differ by up to\"" in out
