@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from english_prose import find_english_prose
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from notebook_grading import NOTEBOOKS, ZH_CHAPTERS, grade_subprocess
 
@@ -490,7 +491,8 @@ def test_round_trip_every_notebook(path, tmp_path):
     assert [c.source for c in nbformat.read(chapter, as_version=4).cells] == [
         c.source for c in student.cells
     ]
-    rep_student = grade_subprocess(chapter, path)
+    executed = tmp_path / "executed"
+    rep_student = grade_subprocess(chapter, path, keep=executed)
     n = len(exercise_ids(nb))
     print(f"{path.name}: student {rep_student['seconds']:.1f} s, {n} exercises")
     _assert_student_report(rep_student, n)
@@ -498,3 +500,8 @@ def test_round_trip_every_notebook(path, tmp_path):
         assert all(
             re.search(r"[\u4e00-\u9fff]", ex["message"]) for ex in rep_student["exercises"]
         ), [ex["message"] for ex in rep_student["exercises"]]
+        # nothing a Chinese reader sees is English prose (tests/english_prose.py says what counts)
+        prose = find_english_prose(nbformat.read(executed / chapter.name, as_version=4))
+        assert not prose, f"{path.name}: English prose in the Chinese edition:\n" + "\n".join(
+            map(str, prose)
+        )

@@ -16,6 +16,7 @@ run's outputs, and the student version's round trip (test_grading.py) runs them 
 from __future__ import annotations
 
 import pytest
+from english_prose import find_english_prose
 from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, ZH_CHAPTERS, grade_subprocess
 
 from llmlab.course.instructor import exercise_ids
@@ -120,6 +121,11 @@ def test_notebook_runs_headless(path, lang):
         ]
         assert len(lines) >= n and all("] 通过" in line for line in lines), (
             f"{path.name}: checkers did not all answer 通过 in Chinese: {lines}"
+        )
+        # nothing a Chinese reader sees is English prose (tests/english_prose.py says what counts)
+        prose = find_english_prose(nbformat.read(out / path.name, as_version=4))
+        assert not prose, f"{path.name}: English prose in the Chinese edition:\n" + "\n".join(
+            map(str, prose)
         )
 
 
