@@ -332,9 +332,11 @@ def _output_texts(nb, output) -> list[tuple[str, str]]:
     data = output.get("data") or {}
     view = data.get("application/vnd.jupyter.widget-view+json")
     if isinstance(view, dict) and view.get("model_id"):
+        # the reader sees the widget, not the Python repr in text/plain: its texts come from the
+        # saved state where the run kept it; without it, nothing (its labels are the package's,
+        # held by the term and label lints and the pairs catalog)
         texts = _widget_texts(nb, view["model_id"])
-        if texts or view["model_id"] in str((nb.get("metadata") or {}).get("widgets", "")):
-            return [("widget", "\n".join(texts))]
+        return [("widget", "\n".join(texts))] if texts else []
     for mime in ("text/html", "text/markdown", "text/plain"):
         if mime in data:
             text = _joined(data[mime])

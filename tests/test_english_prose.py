@@ -158,6 +158,22 @@ def test_reads_what_a_widget_shows():
     assert flagged(nb) == []
 
 
+def test_a_widget_without_saved_state_is_not_read_as_its_python_repr():
+    cell = new_code_cell("...")
+    view = {"model_id": "box", "version_major": 2, "version_minor": 0}
+    repr_ = "VBox(children=(Text(value='My favourite fruit is the', description='prompt'),))"
+    cell.outputs = [
+        new_output(
+            "display_data",
+            data={"application/vnd.jupyter.widget-view+json": view, "text/plain": repr_},
+        )
+    ]
+    assert flagged(new_notebook(cells=[cell])) == []
+    # the same text as a plain display is read
+    cell.outputs = [new_output("display_data", data={"text/plain": repr_})]
+    assert flagged(new_notebook(cells=[cell]))
+
+
 def test_the_model_s_own_text_is_not_read_in_a_tagged_cell():
     line = "A GPU is a specialized hardware component used to perform calculations."
     assert flagged(printed(line))
