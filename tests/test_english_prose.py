@@ -169,8 +169,8 @@ def test_a_widget_without_saved_state_is_not_read_as_its_python_repr():
         )
     ]
     assert flagged(new_notebook(cells=[cell])) == []
-    # the same text as a plain display is read
-    cell.outputs = [new_output("display_data", data={"text/plain": repr_})]
+    # a plain display beside no widget is read
+    cell.outputs = [new_output("display_data", data={"text/plain": "My favourite fruit is the"})]
     assert flagged(new_notebook(cells=[cell]))
 
 
