@@ -24,6 +24,7 @@ and every other cell are.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -117,9 +118,11 @@ def _output_text(cell: Any) -> str:
     return "\n".join(parts)
 
 
-def _guess_rows() -> set[str]:
+@functools.cache
+def _guess_rows() -> frozenset[str]:
     """The labels, in every language, of the rows of a `predict.compare` table that hold the
-    student's own guess: their prediction, and prediction / measurement."""
+    student's own guess: their prediction, and prediction / measurement (read from the catalog
+    once, not for every cell scanned)."""
     from llmlab.course.check.catalog import catalog
     from llmlab.i18n import speaking
 
@@ -127,7 +130,7 @@ def _guess_rows() -> set[str]:
     for lang in ("en", "zh"):
         with speaking(lang):
             labels |= {catalog("predict")(key) for key in ("row.predicted", "row.ratio")}
-    return labels
+    return frozenset(labels)
 
 
 def _strip_check_lines(text: str) -> str:
