@@ -5,6 +5,7 @@ only return values, within a time limit."""
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 import time
 
@@ -108,6 +109,83 @@ def test_a_function_that_hangs_is_stopped_at_the_time_limit():
     v = judge(Exercise("ch02.attention"), ch02.attention, _function(hangs), 5)
     assert time.monotonic() - t0 < 15
     assert not v["passed"] and "TimeoutError: your function ran longer than 5 s" in v["message"]
+
+
+PROBE = """\
+def probe():
+    import os
+    fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+    return [os.getpid(), os.getppid(), os.getsid(0), os.getcwd(), fds]
+"""
+
+HANG = "def probe():\n    import os, time\n    os.fork()\n    time.sleep(600)\n"
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _group_gone(pgid: int, within_s: float = 10.0) -> bool:
+    """No process of group `pgid` runs any more (a zombie that waits for a container's init to
+    reap it runs no code)."""
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        running = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                running.append(entry)
+        if not running:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+def test_a_forked_sandbox_is_as_alone_as_a_fresh_interpreter(tmp_path):
+    """Each sandbox is forked from the fork server, in a session of its own, in a folder of its
+    own, holding no file of the grader's but its two pipes; closing it stops it and whatever it
+    started; a hung one does not slow the next."""
+    from llmlab.course.instructor import recheck
+
+    spec = _function(PROBE, "probe")["args"][0]["__function__"]
+    seen = []
+    for _ in range(2):
+        stand_in = recheck.SandboxedFunction(spec, timeout_s=60)
+        pid, parent, session, cwd, fds = stand_in()
+        stand_in.close()
+        seen.append(pid)
+        assert parent == recheck._FORK_SERVER._proc.pid
+        assert session == pid  # a session of its own: os.killpg(pid) reaches all it started
+        assert os.path.basename(cwd).startswith("llmlab-sandbox-") and not os.path.exists(cwd)
+        assert fds[:3] == [0, 1, 2] and len(fds) <= 5, fds  # + the reply's copy, + listdir's
+        assert _gone(pid)
+    assert seen[0] != seen[1]  # a fresh process each time, never one reused
+    hung = recheck.SandboxedFunction(
+        _function(HANG, "probe")["args"][0]["__function__"], timeout_s=2
+    )
+    with pytest.raises(TimeoutError):
+        hung()
+    pid = hung._proc.pid
+    hung.close()
+    assert _gone(pid)
+    assert _group_gone(pid)  # nor anything it forked
+    stand_in = recheck.SandboxedFunction(spec, timeout_s=60)
+    t0 = time.monotonic()
+    assert stand_in()[0] > 0
+    stand_in.close()
+    assert time.monotonic() - t0 < 10
 
 
 # --------------------------------------------------------------------------- the process

@@ -15,6 +15,7 @@ runs the function in a separate interpreter (`sandbox`) within a time limit.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import io
@@ -23,9 +24,11 @@ import os
 import secrets
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -89,15 +92,19 @@ class SandboxedFunction:
             prefix="llmlab-sandbox-", ignore_cleanup_errors=True
         )
         self._deadline = time.monotonic() + self.timeout_s
-        self._proc = subprocess.Popen(
-            python_command("llmlab.course.instructor.sandbox:serve"),
-            cwd=self._tmp.name,
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        server = _fork_server() if self.env is None else None
+        if server is not None:
+            self._proc = server.spawn(self._tmp.name, timeout_s=self.timeout_s)
+        else:
+            self._proc = subprocess.Popen(
+                python_command("llmlab.course.instructor.sandbox:serve"),
+                cwd=self._tmp.name,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._send({"function": self.spec})
 
     def _send(self, message: dict) -> None:
@@ -182,6 +189,107 @@ class SandboxedFunction:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+
+class _ForkedSandbox:
+    """A sandbox the fork server started: what `SandboxedFunction` uses of a `Popen` (it is
+    not this process's child, so `wait` watches for the pid to go away)."""
+
+    def __init__(self, pid: int, stdin: int, stdout: int):
+        self.pid = pid
+        self.stdin = os.fdopen(stdin, "wb", buffering=0)
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+
+    def poll(self) -> int | None:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return -1
+        except PermissionError:  # the pid went to another user's process: ours is gone
+            return -1
+        return None
+
+    def wait(self, timeout: float = 10.0) -> None:
+        end = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < end:
+            time.sleep(0.005)
+
+
+class _ForkServer:
+    """`sandbox.zygote` in its own interpreter, and the socket to ask it for sandboxes."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self._proc = subprocess.Popen(
+                python_command("llmlab.course.instructor.sandbox:zygote"),
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._sock = ours
+        self._lock = threading.Lock()
+
+    def spawn(self, cwd: str, timeout_s: float) -> _ForkedSandbox:
+        """A new sandbox working in `cwd`, its stdin and stdout connected to pipes of ours.
+        TimeoutError past `timeout_s` (the server is then closed: a late answer must not be
+        read as the next request's)."""
+        child_in, our_in = os.pipe()
+        our_out, child_out = os.pipe()
+        try:
+            with self._lock:
+                self._sock.settimeout(timeout_s)
+                try:
+                    socket.send_fds(
+                        self._sock, [json.dumps({"cwd": cwd}).encode()], [child_in, child_out]
+                    )
+                    reply = json.loads(self._sock.recv(1 << 16) or b"null")
+                except TimeoutError:
+                    self.close()
+                    raise TimeoutError(
+                        f"your function's process did not start within {timeout_s:g} s"
+                    ) from None
+        except BaseException:
+            for fd in (our_in, our_out):
+                os.close(fd)
+            raise
+        finally:
+            os.close(child_in)
+            os.close(child_out)
+        if not isinstance(reply, dict) or not isinstance(reply.get("pid"), int):
+            for fd in (our_in, our_out):
+                os.close(fd)
+            self.close()
+            raise RuntimeError(f"the sandbox fork server answered {reply!r}")
+        return _ForkedSandbox(reply["pid"], our_in, our_out)
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def close(self) -> None:
+        self._sock.close()
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+
+
+_FORK_SERVER: _ForkServer | None = None
+
+
+def _fork_server() -> _ForkServer | None:
+    """This process's fork server, started at the first sandbox (Linux only: elsewhere, and if
+    it has died, each sandbox is a fresh interpreter)."""
+    global _FORK_SERVER
+    if not sys.platform.startswith("linux"):
+        return None
+    if _FORK_SERVER is None or not _FORK_SERVER.alive():
+        if _FORK_SERVER is not None:
+            _FORK_SERVER.close()
+        _FORK_SERVER = _ForkServer()
+        atexit.register(_FORK_SERVER.close)
+    return _FORK_SERVER
 
 
 # --------------------------------------------------------------------------- the grader's side
