@@ -23,11 +23,11 @@ _openmp.SOURCE = _openmp.apply()
 if not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from llmlab.sampling import SamplingParams  # noqa: E402
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "SamplingParams": "llmlab.sampling",
     "LLM": "llmlab.engine",
     "LLMEngine": "llmlab.engine",
     "RequestOutput": "llmlab.engine",

@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     cmd, rest = argv[0], argv[1:]
+    from llmlab.course import skip_iri_format_checks
+
+    skip_iri_format_checks()
     if cmd == "doctor":
         from llmlab.tools.doctor import main as doctor_main
 

@@ -14,6 +14,9 @@ import pytest
 import torch
 
 import llmlab  # noqa: F401  (sets TRITON_INTERPRET and OMP_WAIT_POLICY before torch/triton load)
+from llmlab.course import skip_iri_format_checks
+
+skip_iri_format_checks()  # before anything imports nbformat
 
 
 @pytest.fixture(scope="session")

@@ -220,3 +220,28 @@ def test_the_layer_check_catches_a_planted_arrow(tmp_path):
         assert folder_cycles() == [("llmlab.course.check", "llmlab.course.widgets")]
     finally:
         PACKAGE = saved
+
+
+def test_the_grader_and_notebook_readers_start_without_torch_or_grammars():
+    """`import llmlab` and the grader's own modules load neither torch (only the kernel and the
+    checker process need it) nor jsonschema's IRI grammars (nbformat's schemas use none): each
+    costs every graded notebook a second or more."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, llmlab\n"
+        "from llmlab.course import skip_iri_format_checks\n"
+        "skip_iri_format_checks()\n"
+        "import llmlab.course.instructor.grading, nbformat\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')])\n"
+        "nbformat.validate(nb)\n"
+        "print(sorted(m for m in ('torch', 'rfc3987_syntax', 'lark') if sys.modules.get(m)))\n"
+        "from llmlab import SamplingParams\n"
+        "print('torch' in sys.modules, SamplingParams.__module__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0] == "[]", out
+    assert out[1] == "True llmlab.sampling", out

@@ -91,11 +91,10 @@ def zygote(argv: list[str]) -> int:
     sock = socket.socket(fileno=os.dup(0))
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
-    # what a sandbox needs, imported once here rather than in each sandbox
-    import llmlab.course.build as build
-
-    for module in pkgutil.iter_modules(build.__path__):
-        importlib.import_module(f"{build.__name__}.{module.name}")
+    # what a sandbox needs, imported once here rather than in each sandbox: the drivers too
+    drivers = importlib.import_module(DRIVER_PREFIX.rstrip("."))
+    for module in pkgutil.iter_modules(drivers.__path__):
+        importlib.import_module(DRIVER_PREFIX + module.name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # finished sandboxes are reaped by the kernel
     while True:
         try:
