@@ -1,7 +1,8 @@
 """The widgets in a real browser: JupyterLab driven by Chromium through Playwright.
 
 A JupyterLab server starts on a free localhost port with a token, its root a temporary copy of
-notebooks/ (LLMLAB_FAST=1) plus the Chinese edition's chapter 04 in zh/. Chromium (Debian's
+notebooks/ (LLMLAB_FAST=1) plus the Chinese edition's chapter 04 in zh/, each chapter cut to its
+set-up cell, its widget's cells and its exercise (`WIDGET_CELLS`). Chromium (Debian's
 /usr/bin/chromium; Playwright never downloads a browser here) opens a notebook, runs all cells,
 drags a slider, and the widget's result line must become the text llmlab computes in this
 process for the value the slider now shows:
@@ -111,6 +112,31 @@ box
 """
 
 
+# The cells each browser test runs of its chapter, besides the first code cell (the chapter's
+# set-up): the widget's own cells and its exercise. Running the whole chapter headless is
+# test_notebooks.py's (and test_grading.py's) work; here it would only make the browser wait on
+# the chapter's measurements before it can touch a slider.
+WIDGET_CELLS = {
+    f"zh/{KV_NOTEBOOK}": ("kv_calculator(",),
+    ROOFLINE_NOTEBOOK: ("roofline_explorer(", "ch07.compute_bound_batch(answer)"),
+}
+
+
+def _keep_widget_cells(path: Path, needles: tuple[str, ...]) -> None:
+    """Rewrite notebook `path` with its markdown, its first code cell and the code cells that
+    contain one of `needles` (each needle must be found)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    keep = [c for c in code[1:] if any(n in c.source for n in needles)]
+    missing = [n for n in needles if not any(n in c.source for c in keep)]
+    assert not missing, f"{path.name}: no code cell contains {missing}"
+    kept = {id(code[0]), *map(id, keep)}
+    nb.cells = [c for c in nb.cells if c.cell_type != "code" or id(c) in kept]
+    nbformat.write(nb, path)
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """(base url, token, root folder) of a JupyterLab server over a temporary copy of notebooks/ plus a
@@ -126,6 +152,8 @@ def lab(tmp_path_factory):
     lang.build(
         "zh", ROOT / "notebooks" / KV_NOTEBOOK, root / "zh"
     )  # the Chinese edition's chapter 04
+    for path, needles in WIDGET_CELLS.items():
+        _keep_widget_cells(root / path, needles)
     nb = new_notebook(cells=[new_code_cell(BROKEN_KV)])
     nb.metadata["kernelspec"] = {
         "name": "python3",
