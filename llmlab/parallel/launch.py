@@ -1,14 +1,17 @@
 """Start real `torch.distributed` processes on this machine and collect what each rank returns.
 
-`launch(fn, world_size, args)` spawns `world_size` processes (the "spawn" start method, so it
-works from a notebook kernel too: `fn` must be a module-level function, importable by name),
-joins them into one process group over a free localhost port, calls `fn(rank, world_size,
+`launch(fn, world_size, args)` starts `world_size` fresh processes (`fn` must be a module-level
+function, importable by name, so that it works from a notebook kernel too), joins them into one process group over a free localhost port, calls `fn(rank, world_size,
 *args)` in each and returns the ranks' results in rank order.
 
 A distributed job has two ways to go wrong that a single process does not: one rank raises
 while the others wait for it inside a collective forever, or one rank simply never arrives.
 The launcher turns both into a `RuntimeError` that names the rank, within `timeout` seconds,
 and kills the remaining processes, so a test or a notebook never hangs.
+
+On Linux the ranks come from multiprocessing's fork server, which imports torch and the model
+code once (`PRELOAD`) and forks a clean process per rank: a rank then starts without the second
+or two that importing torch costs. Elsewhere each rank is a new interpreter ("spawn").
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import pickle
 import queue
 import socket
+import sys
 import time
 import traceback
 from datetime import timedelta
@@ -28,6 +32,17 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 BACKENDS = ("gloo", "nccl")
+# what the fork server imports once for every rank it starts
+PRELOAD = ["torch", "torch.distributed", "llmlab.model", "llmlab.parallel.tp", "llmlab.parallel.pp"]
+
+
+def _context():
+    """The multiprocessing context ranks start from: the fork server on Linux, else spawn."""
+    if sys.platform.startswith("linux"):
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)  # read when the server starts, the first time only
+        return ctx
+    return mp.get_context("spawn")
 
 
 def free_port() -> int:
@@ -108,11 +123,12 @@ def launch(
             f"backend 'nccl' needs one GPU per rank: world_size={world_size}, "
             f"GPUs={torch.cuda.device_count()}; use backend='gloo'"
         )
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     port = free_port()
     procs = []
-    # children inherit the environment at start: one OpenMP thread each (set before torch loads)
+    # children inherit the environment at start: one OpenMP thread each (set before torch loads;
+    # the fork server, started at the first launch, keeps the environment it started with)
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
