@@ -50,14 +50,3 @@ def _fresh_hint_stages():
     from llmlab.course.check import core
 
     core._WRONG_TRIES.clear()
-
-
-def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that runs a
-    notebook kernel or drives JupyterLab goes to one worker, one after another: two kernels side
-    by side with the rest of the suite on a 2-core machine starve each other past a cell's time
-    limit (seen with three workers: a browser test's Run All passed its 200 s). The rest of the
-    suite spreads over the workers beside them."""
-    for item in items:
-        if item.get_closest_marker("notebook") or item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("kernels"))

@@ -3,8 +3,8 @@ its figures, and scores full marks: each notebook is executed once, through the 
 that one run is checked for everything (errors, full marks, time, figures, and that no
 exercise's expected number is shown above the exercise) (the student version's run is in test_grading.py).
 
-New notebooks in notebooks/ are picked up automatically. Executed copies and HTML go to
-build/notebooks/ so a failure can be read there.
+New notebooks in notebooks/ are picked up automatically. Executed copies go to build/notebooks/
+(and, for a notebook that fails, its HTML) so a failure can be read there.
 
 Chapters 04 and 11 run in the Chinese edition (built from i18n/zh/ as `make lab LLMLAB_LANG=zh`
 builds it) instead, through the same checks, and their checkers must answer in Chinese. That
@@ -64,7 +64,16 @@ def test_notebook_runs_headless(path, lang):
     log = out / f"{path.stem}.expected.jsonl"
     report = grade_subprocess(path, path, keep=out, expected_log=log)
     nb = nbformat.read(out / path.name, as_version=4)
-    write_outputs(nb, path.stem, out)
+    try:
+        _check_run(path, lang, english, report, nb, log, out)
+    except AssertionError:
+        write_outputs(nb, path.stem, out)  # the executed copy as HTML too, to read the failure in
+        raise
+
+
+def _check_run(path, lang, english, report, nb, log, out) -> None:
+    import nbformat
+
     # The budget is the kernel's own time (execute_input → execute_reply of every cell, as nbclient
     # records it): nbclient has been seen to wait out a full cell timeout after a widget cell the
     # kernel had long finished, which is the harness's time, not the notebook's.

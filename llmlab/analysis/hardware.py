@@ -214,7 +214,9 @@ def measure_bandwidth(
     kind="read": sum a buffer (bytes read / time) — what a decode step does with the weights.
     kind="copy": copy one buffer into another, counting bytes read + bytes written.
     `nbytes` defaults to 4-8× the last-level cache on a CPU (so the cache cannot help) and 1 GiB
-    on a GPU; the fastest of `repeats` runs is kept. With `threads=None` on a CPU both all
+    on a GPU; with LLMLAB_FAST=1, at most 256 MiB on a CPU (a cloud CPU can report a shared
+    last-level cache of hundreds of MiB: 4× its 480 MiB took 2.5 s to read and 5 s to copy with
+    2 cores, and 128 MiB-1 GiB buffers read at the same rate there). The fastest of `repeats` runs is kept. With `threads=None` on a CPU both all
     threads and one thread are tried and the faster is kept.
     """
     if kind not in ("read", "copy"):
@@ -226,6 +228,8 @@ def measure_bandwidth(
             if dev.type == "cuda"
             else max(64 * 1024**2, (4 if _fast() else 8) * last_level_cache_bytes())
         )
+        if _fast():
+            nbytes = min(nbytes, 256 * 1024**2)
     if nbytes < 4096:
         raise ValueError(f"nbytes={nbytes} is too small to measure a bandwidth; use at least 4096")
     repeats = repeats or (5 if _fast() else 15)
