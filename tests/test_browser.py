@@ -260,9 +260,13 @@ def _open_and_run_all(browser, lab, name: str):
             break
         assert time.monotonic() < deadline, f"{name}: no kernel started within 90 s"
         page.wait_for_timeout(250)
-    panel.first.locator(".jp-Notebook").first.click()
-    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+
+    def run_all() -> None:
+        panel.first.locator(".jp-Notebook").first.click()
+        page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+        page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+
+    run_all()
     # wait until the last non-empty code cell shows its execution count and none shows "[*]"
     # (queued or running): widget messages sent while cells still run would queue behind them.
     # Run All stops at a cell that raises; then a traceback shows and _result reports it.
@@ -273,12 +277,19 @@ def _open_and_run_all(browser, lab, name: str):
         has_text="Traceback",
     )
     deadline = time.monotonic() + NOTEBOOK_RUN_S
+    # Run All clicked while the page was still settling has been seen to queue nothing (every
+    # prompt still "[ ]:" 200 s later): clicked again, twice at most, when nothing has started
+    retry_at, retries = time.monotonic() + 15, 2
     while True:
         texts = [t.strip() for t in prompts.all_inner_texts()]
         if not any("*" in t for t in texts) and (
             (len(texts) > last and re.search(r"\[\d+\]", texts[last])) or tracebacks.count()
         ):
             break
+        started = any("*" in t or re.search(r"\[\d+\]", t) for t in texts)
+        if not started and retries and time.monotonic() > retry_at:
+            run_all()
+            retry_at, retries = time.monotonic() + 15, retries - 1
         assert time.monotonic() < deadline, (
             f"{name}: Run All not finished after {NOTEBOOK_RUN_S} s; prompts {texts}"
         )
