@@ -95,3 +95,14 @@ def test_checkers_write_what_they_expect_to_the_log(tmp_path, monkeypatch):
     core.record_expected("test.logged", 12.5)
     core.record_expected("test.logged", "not a number")
     assert read_expected_log(log) == {"test.logged": [4096.0, 12.5]}
+
+
+def test_a_hash_prefix_is_not_a_number_but_a_number_with_its_unit_is():
+    """A block hash's shown prefix ("18ea..") differs every run and is no number a student reads;
+    18 with a unit glued to it (18ms, 18GB, 18x) still is one."""
+    expected = {"ch04.kv_gb_for_request": [18.0]}
+    for hashes in ("  1  A  1  18ea..  105 106", "hash 0a18 and 9f18c2..", "ab18de"):
+        assert find_leaks(_nb("nothing", hashes), expected) == [], hashes
+    for shown in ("took 18ms", "18GB free", "18x faster", "18.", "18ea and then 18 blocks"):
+        leaks = find_leaks(_nb("nothing", shown), expected)
+        assert [(l.cell, l.form) for l in leaks] == [(1, "18")], shown

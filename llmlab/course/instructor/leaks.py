@@ -106,6 +106,28 @@ def _pattern(form: str) -> re.Pattern:
     return re.compile(r"(?<![\d.,])" + re.escape(form) + r"(?![\d]|[.,]\d)")
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _in_hex_word(text: str, start: int, end: int) -> bool:
+    """Whether `text[start:end]` is part of a hexadecimal word such as a block hash's shown
+    prefix ("18ea.."): four or more hex digits, with a letter among the ones around the match.
+    Such a word changes from run to run and is not a number the student reads."""
+    if not all(c in _HEX_DIGITS for c in text[start:end]):
+        return False
+    i, j = start, end
+    while i > 0 and text[i - 1] in _HEX_DIGITS:
+        i -= 1
+    while j < len(text) and text[j] in _HEX_DIGITS:
+        j += 1
+    around = text[i:start] + text[end:j]
+    return j - i >= 4 and any(c.isalpha() for c in around)
+
+
+def _shows(pattern: re.Pattern, text: str) -> bool:
+    return any(not _in_hex_word(text, *m.span()) for m in pattern.finditer(text))
+
+
 def _output_text(cell: Any) -> str:
     parts = []
     for out in cell.get("outputs", []):
@@ -178,7 +200,7 @@ def find_leaks(nb: Any, expected: dict[str, Iterable[float]]) -> list[Leak]:
             for form in sorted(number_forms(x), key=len, reverse=True):
                 pat = _pattern(form)
                 for i, where, text in texts:
-                    if pat.search(text):
+                    if _shows(pat, text):
                         leaks.append(Leak(ex, x, form, i, where, index))
     # one report per (exercise, cell): the longest form found there
     seen: set[tuple[str, int]] = set()
