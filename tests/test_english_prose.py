@@ -221,3 +221,25 @@ def test_the_command_line_prints_the_findings(tmp_path, capsys):
     assert main([str(bad), str(good)]) == 1
     out = capsys.readouterr().out
     assert "bad.ipynb cell 0 stream: \"the ranks' outputs differ by up to\"" in out
+
+
+def test_vllms_quoted_source_is_shown_as_code_in_a_notebook(monkeypatch, capsys):
+    """The optional vLLM section quotes vLLM's own files, docstrings and all: in a notebook they
+    are displayed as a code block, which the check does not read, and printed elsewhere."""
+    import IPython
+    import IPython.display
+
+    from llmlab.tools import vllm_bridge
+
+    # the first lines of a file: cut inside a docstring, so they do not parse as Python
+    source = 'class BlockPool:\n    """This class organizes a list of blocks in eviction order.\n'
+    vllm_bridge._show_code(source)  # no IPython shell here: printed
+    assert capsys.readouterr().out == source + "\n"
+    shown_data = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda d, raw: shown_data.append(d))
+    vllm_bridge._show_code(source)
+    [data] = shown_data
+    assert data["text/plain"] == source and "<code>" in data["text/html"]
+    assert flagged(shown(data)) == []
+    assert flagged(printed(source)) != []  # printed, the same lines would be read as prose

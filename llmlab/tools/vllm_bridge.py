@@ -338,6 +338,23 @@ def engine_table(run: VLLMRun, llm) -> str:
     return format_table(rows[1:], rows[0], align="l", rule=False)
 
 
+def _show_code(source: str) -> None:
+    """Quoted source shown as code: in a notebook a `<pre><code>` block (vLLM's docstrings are
+    vLLM's English, quoted, not the course's prose), elsewhere printed."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(source)
+        return
+    import html
+
+    markup = f"<pre><code>{html.escape(source)}</code></pre>"
+    display({"text/html": markup, "text/plain": source}, raw=True)
+
+
 def show_counterparts(lines: int = 12) -> None:
     """Print, for each llmlab piece, where vLLM keeps the same job, its first `lines` lines, and
     what vLLM adds."""
@@ -347,7 +364,7 @@ def show_counterparts(lines: int = 12) -> None:
         head = "\n".join(entry["source"].splitlines()[:lines])
         total = len(entry["source"].splitlines())
         print(f"{ours}  <->  {entry['file']}:{entry['line']} ({total} {tr('lines', '行')})")
-        print(head)
+        _show_code(head)
         print(tr("  ... vLLM adds: ", "  …… vLLM 多出的：") + tr(*adds) + "\n")
 
 
