@@ -1,8 +1,9 @@
 """Start real `torch.distributed` processes on this machine and collect what each rank returns.
 
 `launch(fn, world_size, args)` starts `world_size` fresh processes (`fn` must be a module-level
-function, importable by name, so that it works from a notebook kernel too), joins them into one process group over a free localhost port, calls `fn(rank, world_size,
-*args)` in each and returns the ranks' results in rank order.
+function, importable by name, so that it works from a notebook kernel too), joins them into one
+process group over a free localhost port, calls `fn(rank, world_size, *args)` in each and returns
+the ranks' results in rank order.
 
 A distributed job has two ways to go wrong that a single process does not: one rank raises
 while the others wait for it inside a collective forever, or one rank simply never arrives.

@@ -279,8 +279,8 @@ _FORK_SERVER: _ForkServer | None = None
 
 
 def _fork_server() -> _ForkServer | None:
-    """This process's fork server, started at the first sandbox (Linux only: elsewhere, and if
-    it has died, each sandbox is a fresh interpreter)."""
+    """This process's fork server, started at the first sandbox and again if it has died
+    (Linux only: elsewhere each sandbox is a fresh interpreter)."""
     global _FORK_SERVER
     if not sys.platform.startswith("linux"):
         return None
