@@ -55,6 +55,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmlab.i18n import _PLACEHOLDER  # an f-string's placeholder, as the catalog matches it
+
 LANGS = ("zh",)
 FIRST_CELL_TAG = "llmlab-language"
 
@@ -326,9 +328,6 @@ TEXT_ARGS = {
     "compare": ("quantity", "if_high", "if_low"),
     "compare_choice": ("quantity", "explain"),
 }
-
-
-_PLACEHOLDER = re.compile(r"\{[^{}]+\}")
 
 
 def _predict_call(func: ast.AST) -> str | None:
