@@ -184,6 +184,12 @@ class _GradedMachine:
 GRADED_MACHINE = _GradedMachine()
 
 
+def graded_machine() -> str:
+    """`str(GRADED_MACHINE)`: the name this function had before, which tests outside the
+    repository may call (no notebook calls it: a call there would read as an exercise)."""
+    return str(GRADED_MACHINE)
+
+
 def _level_of(size: int, caches: list[dict]) -> str:
     for c in sorted((c for c in caches if c["type"] != "Instruction"), key=lambda c: c["size"]):
         if size <= c["size"]:
