@@ -137,9 +137,8 @@ def use_cjk_font() -> str:
 # Texts written in notebook code cells: the ones they hand to the package (the `quantity=`,
 # `if_high=`, ... of `llmlab.course.check.predict.compare`, the `title=` of a `plot_*`), the lines
 # they print with `say`, the tables they print with `say_table`, and the labels they wrap in
-# `notebook_text`. The code cells
-# are the same in every language, so these texts are English in the notebook and are translated
-# where they are shown, from the catalog
+# `notebook_text`. The code cells are the same in every language, so these texts are English in
+# the notebook and are translated where they are shown, from the catalog
 # `i18n/<lang>/notebook-strings.json` at the repository root ({"strings": {"<English>": "<text>"}};
 # `python -m llmlab lang strings zh notebooks/` lists the ones it lacks). A text built by an
 # f-string is kept with its placeholders as written in the notebook

@@ -216,8 +216,9 @@ def measure_bandwidth(
     `nbytes` defaults to 4-8× the last-level cache on a CPU (so the cache cannot help) and 1 GiB
     on a GPU; with LLMLAB_FAST=1, at most 256 MiB on a CPU (a cloud CPU can report a shared
     last-level cache of hundreds of MiB: 4× its 480 MiB took 2.5 s to read and 5 s to copy with
-    2 cores, and 128 MiB-1 GiB buffers read at the same rate there). The fastest of `repeats` runs is kept. With `threads=None` on a CPU both all
-    threads and one thread are tried and the faster is kept.
+    2 cores, and 128 MiB-1 GiB buffers read at the same rate there). The fastest of `repeats`
+    runs is kept. With `threads=None` on a CPU both all threads and one thread are tried and the
+    faster is kept.
     """
     if kind not in ("read", "copy"):
         raise ValueError(f"kind={kind!r}; allowed: 'read', 'copy'")

@@ -4,8 +4,8 @@ The notebooks build their tables with English keys (the notebook code is the sam
 languages); the table helpers (`figures.ch06.table_text`, `figures.ch08.text_table`,
 `widgets.blocks.table_text`) print each header (and `figures.ch06.table_text` each row label)
 through `header`, which gives the Chinese header of this table when the language is Chinese. A
-header not listed here is printed as it is (numbers, units, code names). The table itself, aligned by screen columns (a Chinese character
-takes two), is `llmlab.utils.format_table`.
+header not listed here is printed as it is (numbers, units, code names). The table itself,
+aligned by screen columns (a Chinese character takes two), is `llmlab.utils.format_table`.
 """
 
 from __future__ import annotations
