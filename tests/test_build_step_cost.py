@@ -179,6 +179,24 @@ def test_an_unanswered_or_raising_counter_is_not_yet(tmp_path):
     )
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_return_value_of_the_wrong_shape_is_named_in_the_language_in_use(tmp_path, lang):
+    i18n.set_language(lang)
+    listed = _function("def step_cost(cfg, batch, dtype_bytes):\n    return [1, 2]\n", tmp_path)
+    result, _ = _check(listed)
+    words = "must return a dict {op: (flops, bytes)}, got list" if lang == "en" else "必须返回 dict"
+    assert not result.passed and words in result.message, result.message
+    assert "StepCostShapeError" not in result.message and "kind" not in result.message
+    single = _function(
+        "def step_cost(cfg, batch, dtype_bytes):\n    return {'qkv_proj': 5}\n", tmp_path, "s"
+    )
+    result, _ = _check(single)
+    words = (
+        "value for 'qkv_proj' must be a pair" if lang == "en" else "给 'qkv_proj' 的值必须是一对"
+    )
+    assert not result.passed and words in result.message, result.message
+
+
 # --------------------------------------------------------------------------- the injection point
 
 

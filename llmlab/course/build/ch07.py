@@ -9,39 +9,38 @@ process.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 from llmlab.analysis import roofline
 from llmlab.config import ModelConfig
-from llmlab.i18n import tr
 
 
 def _config(fields: dict) -> ModelConfig:
     return ModelConfig(**fields)
 
 
+class StepCostShapeError(ValueError):
+    """The counter returned something other than {op: (flops, bytes)}. Its message is the kind of
+    problem and its values, as JSON: it reaches the checker as text (from the grader's sandbox
+    too), and the checker words it in the language in use (`check.ch07.SHAPE_PROBLEMS`)."""
+
+    def __init__(self, kind: str, **values: str) -> None:
+        super().__init__(json.dumps({"kind": kind, **values}))
+
+
 def _plain_costs(ops: Any) -> dict[str, list[float]]:
-    """{op: [flops, bytes]} from what the student's counter returned; ValueError naming what
-    is wrong with it."""
+    """{op: [flops, bytes]} from what the student's counter returned; StepCostShapeError naming
+    what is wrong with it."""
     if not isinstance(ops, dict):
-        raise ValueError(
-            tr(
-                f"step_cost must return a dict {{op: (flops, bytes)}}, got {type(ops).__name__}",
-                f"step_cost 必须返回 dict {{op: (flops, bytes)}}，你返回的是 {type(ops).__name__}",
-            )
-        )
+        raise StepCostShapeError("not_a_dict", got=type(ops).__name__)
     out: dict[str, list[float]] = {}
     for op, pair in ops.items():
         try:
             flops, nbytes = pair
             out[str(op)] = [float(flops), float(nbytes)]
         except (TypeError, ValueError):
-            raise ValueError(
-                tr(
-                    f"step_cost's value for {op!r} must be a pair (flops, bytes), got {pair!r}",
-                    f"step_cost 给 {op!r} 的值必须是一对 (flops, bytes)，你给的是 {pair!r}",
-                )
-            ) from None
+            raise StepCostShapeError("not_a_pair", op=repr(op), got=repr(pair)) from None
     return out
 
 

@@ -9,6 +9,7 @@ then plugged into `roofline.engine_step` on the real engine's steps of SmolLM2 (
 from __future__ import annotations
 
 import functools
+import json
 import math
 from typing import Any
 
@@ -381,6 +382,22 @@ def _step_cost_mistake(case: tuple, got: dict, expected: dict) -> str | None:
     return next((key for name, key in STEP_COST_MISTAKES.items() if checks[name]), None)
 
 
+# what a StepCostShapeError of the driver says, by its kind
+SHAPE_PROBLEMS = {
+    "not_a_dict": M.key("step_cost_shape.not_a_dict"),
+    "not_a_pair": M.key("step_cost_shape.not_a_pair"),
+}
+
+
+def _shape_problem(error: str, message: str) -> str | None:
+    """What was wrong with the shape of the counter's return value, in the language in use, when
+    the driver refused it (`StepCostShapeError`: its kind and values); else None."""
+    if error != "StepCostShapeError":
+        return None
+    values = json.loads(message)
+    return M(SHAPE_PROBLEMS[values.pop("kind")], **values)
+
+
 def step_cost_hint(cex: Any) -> str:
     """The hint of a counterexample: the shrunk step, each operation counted differently (the
     student's and the package's), the mistake when it is a known one; from the second try on,
@@ -391,6 +408,9 @@ def step_cost_hint(cex: Any) -> str:
     where = describe_step(fields, batch, dtype_bytes)
     got, expected = cex.got, cex.expected
     if isinstance(got, Raised):
+        problem = _shape_problem(got.error, got.message)
+        if problem is not None:
+            return M("step_cost_hint.step_shape", where=where, problem=problem)
         return M(
             "step_cost_hint.step_where_step", where=where, error=got.error, message=got.message
         )
@@ -453,6 +473,9 @@ def _plugged_in(answer: Any) -> CheckResult:
     except TimeoutError:
         raise
     except Exception as e:  # the student's code, on a step of the real engine
+        problem = _shape_problem(type(e).__name__, str(e))
+        if problem is not None:
+            return report(not_yet(ex, M("plugged_in.engine_steps_shape", problem=problem)))
         return report(not_yet(ex, M("plugged_in.engine_s_steps", e_type=type(e).__name__, e=e)))
     hw = roofline.quick_roof("cpu")
     ridge = roofline.ridge_point(hw, "fp32")
