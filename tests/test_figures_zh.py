@@ -166,6 +166,7 @@ def _sampling_settings():
 
 def _chapter_figures():
     """(name, build) of at least one figure of every chapter module, and of the widgets' plots."""
+    from llmlab.analysis import dtypes
     from llmlab.course.figures import (
         ch00,
         ch01,
@@ -180,6 +181,7 @@ def _chapter_figures():
         ch10,
         ch11,
         ch12,
+        ch13,
     )
     from llmlab.course.widgets import blocks, kv, memory, metrics, parallel
     from llmlab.course.widgets import roofline as roofline_widget
@@ -283,6 +285,11 @@ def _chapter_figures():
         ),
         ("ch12.terms_per_chapter", ch12.terms_per_chapter),
         ("ch12.generation_loop", lambda: ch12.generation_loop(LOOP_WITH_CACHE, DECODE_STARTS_AT)),
+        ("ch13.plot_formats", lambda: ch13.plot_formats(dtypes.formats())),
+        (
+            "ch13.plot_decode_speeds",
+            lambda: ch13.plot_decode_speeds(["float32", "int8"], [538.0, 135.0], [30.0, 45.0]),
+        ),
         ("widgets.kv.plot_kv_memory", lambda: kv.plot_kv_memory(weight_bytes=140e9)),
         ("widgets.memory.plot_weight_read", lambda: memory.plot_weight_read(70, "bf16", 3.0)),
         ("widgets.roofline.plot_roofline_explorer", roofline_widget.plot_roofline_explorer),
@@ -385,7 +392,7 @@ def _module_figures():
 
 def test_every_chapter_has_a_chinese_figure_here():
     chapters = {name.split(".")[0] for name, _ in _chapter_figures()}
-    assert chapters >= {f"ch{n:02d}" for n in range(13)}
+    assert chapters >= {f"ch{n:02d}" for n in range(14)}
 
 
 @pytest.mark.parametrize("name", [name for name, _ in _chapter_figures()])

@@ -103,12 +103,21 @@ def test_no_required_cell_depends_on_a_going_further_section(path):
 
 
 def test_required_path_fits_in_five_hours():
-    estimated = sum(rt.estimate(_read(p)).minutes for p in NOTEBOOKS)
-    stated = sum(rt.stated_minutes(_read(p)) for p in NOTEBOOKS)
-    assert len(NOTEBOOKS) == 13
-    assert estimated <= 300 and stated <= 300, (
+    path = NOTEBOOKS[: rt.PATH_CHAPTERS]
+    assert [p.stem[:2] for p in path] == [f"{i:02d}" for i in range(rt.PATH_CHAPTERS)]
+    estimated = sum(rt.estimate(_read(p)).minutes for p in path)
+    stated = sum(rt.stated_minutes(_read(p)) for p in path)
+    assert estimated <= rt.PATH_MINUTES and stated <= rt.PATH_MINUTES, (
         f"required path: {estimated:.0f} min estimated, {stated} stated"
     )
+
+
+def test_each_going_further_chapter_fits_in_half_an_hour():
+    further = NOTEBOOKS[rt.PATH_CHAPTERS :]
+    assert further, "the Going further part has no chapter"
+    for p in further:
+        minutes = max(rt.estimate(_read(p)).minutes, rt.stated_minutes(_read(p)))
+        assert minutes <= rt.CHAPTER_MINUTES_FURTHER + 0.5, f"{p.stem}: {minutes:.1f} min"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -122,7 +131,7 @@ def test_going_further_sections_come_before_the_summary_and_say_so(path):
 
 
 def test_the_instructors_guide_states_the_total_the_headers_add_up_to():
-    stated = sum(rt.stated_minutes(_read(p)) for p in NOTEBOOKS)
+    stated = sum(rt.stated_minutes(_read(p)) for p in NOTEBOOKS[: rt.PATH_CHAPTERS])
     en = re.sub(r"\s+", " ", (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8"))
     zh = (ROOT / "docs" / "instructors.zh.md").read_text(encoding="utf-8")
     assert f"add up to {stated} minutes" in en, (

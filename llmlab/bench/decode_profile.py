@@ -32,6 +32,7 @@ from collections import defaultdict
 
 import torch
 
+from llmlab.analysis.dtypes import precision_label
 from llmlab.bench import write_report
 from llmlab.utils import best_of, format_table
 
@@ -165,23 +166,6 @@ def precision_kwargs(args) -> dict:
         "quantization": args.quantization,
         "kv_cache_dtype": args.kv_cache_dtype,
     }
-
-
-def precision_label(engine) -> str:
-    """What an engine computes in, for the benches' headers: weights, their matmul kernel
-    on the C path, activations, KV cache."""
-    model = engine.model_runner.model
-    weights = getattr(model, "weight_dtype", None) or model.lm_head.weight.dtype
-    cache = engine.model_runner.kv_caches[0][0].dtype
-    name = lambda d: str(d).replace("torch.", "")  # noqa: E731
-    label = f"weights {name(weights)}, KV cache {name(cache)}"
-    if engine.config.attention_backend == "cpu":
-        from llmlab.ops import cpu_backend
-
-        label += f" (matmul {cpu_backend.matmul_kernel(weights)}; activations float32)"
-    else:
-        label += f", activations {name(model.dtype)}"
-    return label
 
 
 def _weight_bytes(layer) -> int:

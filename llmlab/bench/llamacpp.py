@@ -124,7 +124,7 @@ def run_llmlab(model, prompts: list[list[int]], gen_len: int, **engine_kwargs) -
     quantization), greedy, EOS ignored, one step at a time: prefill ends with the step that
     gives the last sequence its first token."""
     from llmlab import LLM, SamplingParams
-    from llmlab.bench.decode_profile import precision_label
+    from llmlab.analysis.dtypes import precision_label
 
     num_seqs, prompt_len = len(prompts), max(map(len, prompts))
     max_len = prompt_len + gen_len

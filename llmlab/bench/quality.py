@@ -108,7 +108,7 @@ def measure(
 ) -> dict:
     """The table's rows: {name: {perplexity, top1_agreement, greedy_agreement, ...}}."""
     from llmlab import LLM
-    from llmlab.bench.decode_profile import precision_label
+    from llmlab.analysis.dtypes import precision_label
 
     text = heldout_token_ids(tokenizer, text_tokens)
     prompts = greedy_prompts(tokenizer, num_prompts)

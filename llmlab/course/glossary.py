@@ -32,7 +32,7 @@ from typing import Any
 from llmlab.config import DATA_DIR
 
 GLOSSARY_PATH = DATA_DIR / "glossary.json"
-MAX_CHAPTER = 12
+MAX_CHAPTER = 13  # the last notebook (13: the first chapter of the Going further part)
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # a parenthesised group (ASCII or full-width brackets) with at least one CJK character inside,
 # and up to 60 characters of text before it on the same line
@@ -42,7 +42,7 @@ _SPLIT = re.compile(r"[,，、;；/]")
 
 @dataclass(frozen=True)
 class GlossaryEntry:
-    """One glossary term. `chapter`: the notebook number (0–12) that introduces it."""
+    """One glossary term. `chapter`: the notebook number (0–MAX_CHAPTER) that introduces it."""
 
     term: str
     zh: str
@@ -163,7 +163,7 @@ def _entry(raw: Any, index: int) -> GlossaryEntry:
 def parse_glossary(data: Any) -> list[GlossaryEntry]:
     """Validate a glossary document ({"terms": [...]}) and return its entries in file order.
 
-    Raises ValueError for a missing field, a term without Chinese, a chapter outside 0–12, or
+    Raises ValueError for a missing field, a term without Chinese, a chapter outside 0–MAX_CHAPTER, or
     two entries with the same English term.
     """
     if not isinstance(data, dict) or not isinstance(data.get("terms"), list):
@@ -310,7 +310,7 @@ def zh_synonym_uses(
 
 
 def terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None) -> dict[int, int]:
-    """How many glossary terms each chapter 0–12 introduces."""
+    """How many glossary terms each chapter 0–MAX_CHAPTER introduces."""
     entries = load_glossary() if entries is None else entries
     counts = dict.fromkeys(range(MAX_CHAPTER + 1), 0)
     for e in entries:

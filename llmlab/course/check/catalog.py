@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import string
+from collections.abc import Mapping
 from pathlib import Path
 
 from llmlab.course.lang import en_sha
@@ -110,6 +111,23 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({self.name!r})"
+
+
+class Texts(Mapping):
+    """A table {answer key: catalog key} read as {answer key: text in the language in use}: the
+    options of a multiple-choice exercise, printed by the notebook, held as keys by its checker."""
+
+    def __init__(self, texts: Catalog, keys: dict[str, str]) -> None:
+        self._catalog, self._keys = texts, dict(keys)
+
+    def __getitem__(self, key: str) -> str:
+        return self._catalog(self._keys[key])
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,8 @@ from typing import Any
 from llmlab.i18n import tr
 
 # (number, title, part) of every chapter after this one; the parts follow the colours of the
-# the source chapter's flowchart: the model itself, performance on the hardware, the serving system.
+# source chapter's flowchart: the model itself, performance on the hardware, the serving system;
+# then the Going further part, past the source chapter's path.
 CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("01", "Tokens", "model"),
     ("02", "Attention", "model"),
@@ -21,6 +22,7 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("10", "Metrics", "serving"),
     ("11", "vLLM arrives\n(PagedAttention)", "serving"),
     ("12", "Glossary & review", "serving"),
+    ("13", "Dtypes &\nquantization", "further"),
 )
 # the chapter titles in Chinese, looked up by the English title when the map is drawn
 TITLES_ZH = {
@@ -36,11 +38,13 @@ TITLES_ZH = {
     "Metrics": "指标",
     "vLLM arrives\n(PagedAttention)": "vLLM 登场\n（PagedAttention）",
     "Glossary & review": "术语表与复习",
+    "Dtypes &\nquantization": "数据类型\n与量化",
 }
 COLOURS = {
     "model": ("#eff5ff", "#2563eb"),
     "hardware": ("#fef3c7", "#b45309"),
     "serving": ("#dcfce7", "#15803d"),
+    "further": ("#f1f5f9", "#64748b"),
 }
 
 
@@ -91,11 +95,12 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
                 (tr("the model", "模型本身"), COLOURS["model"]),
                 (tr("performance on the hardware", "硬件上的性能"), COLOURS["hardware"]),
                 (tr("the serving system", "推理服务系统"), COLOURS["serving"]),
+                (tr("going further", "延伸学习"), COLOURS["further"]),
             )
         ],
         loc="upper center",
         bbox_to_anchor=(0.5, 0.0),
-        ncol=3,
+        ncol=4,
         fontsize=8,
         frameon=False,
     )

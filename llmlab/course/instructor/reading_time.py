@@ -21,6 +21,13 @@ from typing import Any
 
 from llmlab.course.instructor.exercises import exercise_calls
 
+# Chapters 00-12 follow the source chapter: their required paths together stay within
+# PATH_MINUTES. The chapters after them are the Going further part (dtypes, ...), where each
+# chapter's required path stays within CHAPTER_MINUTES_FURTHER on its own.
+PATH_CHAPTERS = 13
+PATH_MINUTES = 300
+CHAPTER_MINUTES_FURTHER = 30
+
 WORDS_PER_MINUTE = 150
 EXERCISE_MINUTES = {"recall": 1.0, "plug-in": 2.0, "reasoning": 4.5, "coding": 12.5}
 CODE_CELL_MINUTES = 0.25

@@ -1,0 +1,247 @@
+"""Self-checks for chapter 13 (dtypes and quantization): what int8's scales cost in bytes, a
+per-channel int8 quantizer written by the student, why fewer bytes did not buy the speed-up the
+bytes promise, and what an fp8 KV cache does to the batch that fits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from llmlab.analysis import costs
+from llmlab.analysis.kv_budget import kv_summary
+from llmlab.config import get_config
+from llmlab.course.check.catalog import Texts, catalog
+from llmlab.course.check.core import (
+    NOT_ANSWERED,
+    CheckResult,
+    ExerciseInfo,
+    check_choice,
+    check_number,
+    not_yet,
+    passed,
+    report,
+    staged,
+)
+from llmlab.quantization import INT8_MAX, quantize_int8
+
+M = catalog("ch13")
+BUILDS = {"ch13.quantize_per_channel": "quantize_per_channel"}  # exercise -> the student's name
+
+# Exercise 1: SmolLM2's q_proj, [out, in] = [576, 576], int8 with a float32 scale per row
+Q_PROJ_SHAPE = (576, 576)
+SCALE_BYTES = 4
+
+# Exercise 3: int8 reads a quarter of float32's bytes; why is the measured step not 4x faster?
+# the options, {key: text} in the language in use; the keys are the answers
+SPEEDUP_OPTIONS = Texts(
+    M,
+    {
+        "scales": M.key("why_options.scales"),
+        "fixed_costs": M.key("why_options.fixed_costs"),
+        "kv_cache": M.key("why_options.kv_cache"),
+        "gpu_only": M.key("why_options.gpu_only"),
+    },
+)
+_SPEEDUP_HINTS = {  # a wrong option -> catalog key of its hint
+    "scales": M.key("why_hints.scales"),
+    "kv_cache": M.key("why_hints.kv_cache"),
+    "gpu_only": M.key("why_hints.gpu_only"),
+}
+
+# Exercise 4: Llama-3-8B, BF16 weights, on an L4, requests of CONTEXT tokens
+KV_MODEL, KV_GPU, CONTEXT = "llama-3-8b", "L4", 4096
+
+
+def int8_bytes_per_weight(answer: Any) -> CheckResult:
+    """Bytes per weight of a [576, 576] matrix stored as int8 with one float32 scale per output
+    row, the scales counted."""
+    out, inp = Q_PROJ_SHAPE
+    expected = (out * inp + SCALE_BYTES * out) / (out * inp)
+    return check_number(
+        "ch13.int8_bytes_per_weight",
+        answer,
+        expected,
+        rel=1e-4,
+        mistakes=[
+            (1.0, M("int8_bytes_per_weight.scales_forgotten")),
+            (1.0 + SCALE_BYTES, M("int8_bytes_per_weight.scale_per_weight")),
+            ((out * inp + SCALE_BYTES) / (out * inp), M("int8_bytes_per_weight.one_scale")),
+            ((out * inp + out) / (out * inp), M("int8_bytes_per_weight.one_byte_scale")),
+            (4.0, M("int8_bytes_per_weight.float32")),
+        ],
+        default_hint=M("int8_bytes_per_weight.default_hint"),
+        formula=M("int8_bytes_per_weight.formula"),
+    )
+
+
+def _quantizer_cases() -> list[torch.Tensor]:
+    """Matrices [out, in] drawn afresh on each check: a grid of shapes from a single weight to a
+    layer's worth, rows of very different sizes (as real weights have), a row of zeros, a row
+    with one outlier and a row of negative numbers only."""
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    cases = []
+    for out, inp in ((1, 1), (2, 3), (4, 16), (16, 7), (64, 96), (128, 576)):
+        w = torch.randn(out, inp, generator=g) * torch.logspace(-3, 0, out)[:, None]
+        cases.append(w)
+    special = torch.randn(4, 32, generator=g) * 0.05
+    special[1] = 0.0  # a row of zeros
+    special[2, 5] = 3.0  # an outlier
+    special[3] = -special[3].abs() - 0.01  # negative only
+    cases.append(special)
+    return cases
+
+
+def _unpack(got: Any, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | str:
+    """(q, scale as [out]) from the student's return value, or the key of what is wrong."""
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return M.key("quantizer.not_a_pair")
+    q, scale = got
+    if not (isinstance(q, torch.Tensor) and isinstance(scale, torch.Tensor)):
+        return M.key("quantizer.not_tensors")
+    if q.dtype != torch.int8:
+        return M.key("quantizer.q_not_int8")
+    if tuple(q.shape) != tuple(w.shape):
+        return M.key("quantizer.q_shape")
+    out, inp = w.shape
+    if scale.numel() == 1 and out > 1:
+        return M.key("quantizer.one_scale")
+    if scale.numel() == inp and inp != out and scale.numel() != out:
+        return M.key("quantizer.scale_per_column")
+    if scale.numel() != out:
+        return M.key("quantizer.scale_shape")
+    return q, scale.reshape(out).double()
+
+
+def _mistake(w: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> str | None:
+    """The key of the first thing the quantization of `w` gets wrong, or None."""
+    if not torch.isfinite(scale).all() or (scale <= 0).any():
+        return M.key("quantizer.scale_not_positive")
+    wd, qd = w.double(), q.double()
+    ref_q, ref_scale = quantize_int8(w)
+    amax = wd.abs().amax(dim=1)
+    live = amax > 0
+    if (qd.abs() > INT8_MAX).any():
+        return M.key("quantizer.outside_range")
+    if not torch.allclose(scale[live], ref_scale.double()[live], rtol=1e-5, atol=0):
+        if live.any() and (scale[live] > ref_scale.double()[live]).all():
+            return M.key("quantizer.range_unused")
+        return M.key("quantizer.scale_not_amax")
+    err = (qd * scale[:, None] - wd).abs()
+    if (err > scale[:, None] * (0.5 + 1e-4)).any():
+        truncated = torch.trunc(wd / scale[:, None]).clamp(-INT8_MAX, INT8_MAX)
+        if torch.equal(qd, truncated):
+            return M.key("quantizer.truncated")
+        return M.key("quantizer.not_nearest")
+    return None
+
+
+def quantize_per_channel(fn: Any) -> CheckResult:
+    """fn(w) takes a float32 weight matrix [out, in] and returns (q, scale): q int8 [out, in],
+    scale float32 [out], with w ~= q * scale[:, None], each row's largest |w| mapped to 127 and
+    every weight rounded to the nearest step. Checked on freshly drawn matrices."""
+    ex = "ch13.quantize_per_channel"
+    if fn is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(fn):
+        return report(not_yet(ex, M("quantizer.not_a_function", got_type=type(fn).__name__)))
+    cases = _quantizer_cases()
+    for w in cases:
+        before = w.clone()
+        try:
+            got = fn(w)
+        except Exception as e:  # the learner's code: report, never crash the notebook
+            return report(not_yet(ex, M("quantizer.raised", error_type=type(e).__name__, error=e)))
+        if not torch.equal(w, before):
+            return report(not_yet(ex, M("quantizer.changed_input")))
+        unpacked = _unpack(got, w)
+        if isinstance(unpacked, str):
+            return report(not_yet(ex, staged(ex, M(unpacked), M("quantizer.rule"))))
+        key = _mistake(w, *unpacked)
+        if key is not None:
+            where = M("quantizer.where", out=w.shape[0], inp=w.shape[1])
+            return report(not_yet(ex, staged(ex, f"{where} {M(key)}", M("quantizer.rule"))))
+    return report(passed(ex, M("quantizer.success", n=len(cases))))
+
+
+def why_not_4x(answer: Any) -> CheckResult:
+    """int8 weights are a quarter of float32's bytes, yet the measured batch-1 step is about 2x
+    faster here, not 4x. The main reason: one key of SPEEDUP_OPTIONS."""
+    return check_choice(
+        "ch13.why_not_4x",
+        answer,
+        "fixed_costs",
+        options=list(SPEEDUP_OPTIONS),
+        hints={k: M(v) for k, v in _SPEEDUP_HINTS.items()},
+    )
+
+
+def fp8_kv_requests(answer: Any) -> CheckResult:
+    """Llama-3-8B with BF16 weights on an L4 (gpu_memory_utilization 0.9): how many requests of
+    CONTEXT tokens fit at once with an fp8 KV cache?"""
+    cfg = get_config(KV_MODEL)
+    shape = dict(
+        num_layers=cfg.num_hidden_layers,
+        num_kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        context=CONTEXT,
+        gpu=KV_GPU,
+    )
+    bf16_weights = costs.weight_bytes(cfg, 2)
+    expected = kv_summary(dtype="fp8", weight_bytes=bf16_weights, **shape).max_requests
+    return check_number(
+        "ch13.fp8_kv_requests",
+        answer,
+        expected,
+        rel=0,
+        mistakes=[
+            (
+                kv_summary(dtype="bf16", weight_bytes=bf16_weights, **shape).max_requests,
+                M("fp8_kv_requests.bf16_cache"),
+            ),
+            (
+                kv_summary(dtype="fp8", weight_bytes=0, **shape).max_requests,
+                M("fp8_kv_requests.weights_forgotten"),
+            ),
+            (
+                kv_summary(
+                    dtype="fp8", weight_bytes=costs.weight_bytes(cfg, 1), **shape
+                ).max_requests,
+                M("fp8_kv_requests.fp8_weights"),
+            ),
+        ],
+        default_hint=M("fp8_kv_requests.default_hint"),
+        formula=M("fp8_kv_requests.formula"),
+    )
+
+
+EXERCISES: dict[str, ExerciseInfo] = {
+    "int8_bytes_per_weight": ExerciseInfo(
+        "plug-in",
+        mistakes=(
+            "scales forgotten",
+            "a scale per weight",
+            "one scale for the matrix",
+            "a one-byte scale",
+            "float32's 4 bytes",
+        ),
+    ),
+    "quantize_per_channel": ExerciseInfo(
+        "reasoning",
+        mistakes=(
+            "one scale for the matrix",
+            "a scale per input column",
+            "truncated instead of rounded",
+            "the int8 range not used to 127",
+            "outside -127..127",
+            "a row of zeros divided by zero",
+        ),
+    ),
+    "why_not_4x": ExerciseInfo(
+        "reasoning", mistakes=("the scales' bytes", "the KV cache's bytes", "a floor for GPUs only")
+    ),
+    "fp8_kv_requests": ExerciseInfo(
+        "plug-in",
+        mistakes=("a BF16 cache", "the weights left out of the budget", "FP8 weights too"),
+    ),
+}
