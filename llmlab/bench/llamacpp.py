@@ -395,6 +395,11 @@ def print_table(report: dict) -> None:
             f"llama.cpp: {s.get('gguf', 'F32')} GGUF, {c['kv_cache_dtype']} KV cache, "
             f"{c['threads']} threads, "
             f"llama-cpp-python {c['llama_cpp_python']}"
+            + (
+                ""
+                if c.get("repacked_weights", True)
+                else " (repacked CPU weights off: they crashed a probe run on this CPU)"
+            )
         )
     both = "llama.cpp" in cfg
     headers = ["batch", "llmlab decode tok/s"]

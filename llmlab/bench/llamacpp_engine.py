@@ -136,6 +136,32 @@ def gguf_of(name: str = "smollm2-135m", kind: str = "F32", threads: int | None =
     return target
 
 
+_PROBE = """
+import sys
+from pathlib import Path
+from llmlab.bench.llamacpp_engine import LlamaCpp
+LlamaCpp(Path(sys.argv[1]), int(sys.argv[2]), repack=True).run([list(range(1, 9))], 3)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def repacked_weights_run(gguf: str, threads: int) -> bool:
+    """Whether llama.cpp runs `gguf` on this CPU with its repacked weights (the "extra buffer
+    types": AMX and AVX-512 layouts chosen at load time, llama.cpp's default). A child process
+    loads the model and decodes a few tokens with them; some builds crash there (a Q8_0 model on
+    an AMX Xeon with llama-cpp-python 0.3.36), and then the bench runs llama.cpp without them and
+    says so in its header."""
+    import subprocess
+
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", _PROBE, gguf, str(threads)], capture_output=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return run.returncode == 0
+
+
 class LlamaCpp:
     """llama.cpp on one GGUF through llama-cpp-python's low-level API, greedy, many sequences.
 
@@ -143,7 +169,9 @@ class LlamaCpp:
     tokens), so a run starts with an empty KV cache as llmlab's fresh engine does.
     """
 
-    def __init__(self, gguf: Path, threads: int, kv_type: str = "f32") -> None:
+    def __init__(
+        self, gguf: Path, threads: int, kv_type: str = "f32", repack: bool | None = None
+    ) -> None:
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
         if threads < 1:
@@ -157,9 +185,13 @@ class LlamaCpp:
         _quiet(lib)
         lib.llama_backend_init()
         self.gguf, self.threads, self.kv_type = Path(gguf), threads, kv_type
-        self.model = lib.llama_model_load_from_file(
-            str(gguf).encode(), lib.llama_model_default_params()
-        )
+        if repack is None:
+            repack = repacked_weights_run(str(gguf), threads)
+        self.repack = repack
+        params = lib.llama_model_default_params()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = repack
+        self.model = lib.llama_model_load_from_file(str(gguf).encode(), params)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {gguf}")
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
@@ -173,7 +205,10 @@ class LlamaCpp:
         lib = self.lib
         return {
             "gguf": str(self.gguf),
-            "weights": "F32",
+            "weights": next(
+                (k for k in GGUF_TYPES if f".{k}." in self.gguf.name), self.gguf.suffixes[0][1:]
+            ),
+            "repacked_weights": self.repack,
             "kv_cache_dtype": self.kv_type,
             "threads": self.threads,
             "flash_attention": "llama.cpp's default (auto)",
