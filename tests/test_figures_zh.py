@@ -182,6 +182,7 @@ def _chapter_figures():
         ch11,
         ch12,
         ch13,
+        ch14,
     )
     from llmlab.course.widgets import blocks, kv, memory, metrics, parallel
     from llmlab.course.widgets import roofline as roofline_widget
@@ -290,6 +291,14 @@ def _chapter_figures():
             "ch13.plot_decode_speeds",
             lambda: ch13.plot_decode_speeds(["float32", "int8"], [538.0, 135.0], [30.0, 45.0]),
         ),
+        (
+            "ch14.plot_verify_cost",
+            lambda: ch14.plot_verify_cost([1, 2, 5], [0.01, 0.011, 0.013], 256),
+        ),
+        (
+            "ch14.plot_speedup",
+            lambda: ch14.plot_speedup({"repetitive": {1: 1.8, 8: 0.9}, "free-form": {1: 1.1}}),
+        ),
         ("widgets.kv.plot_kv_memory", lambda: kv.plot_kv_memory(weight_bytes=140e9)),
         ("widgets.memory.plot_weight_read", lambda: memory.plot_weight_read(70, "bf16", 3.0)),
         ("widgets.roofline.plot_roofline_explorer", roofline_widget.plot_roofline_explorer),
@@ -392,7 +401,7 @@ def _module_figures():
 
 def test_every_chapter_has_a_chinese_figure_here():
     chapters = {name.split(".")[0] for name, _ in _chapter_figures()}
-    assert chapters >= {f"ch{n:02d}" for n in range(14)}
+    assert chapters >= {f"ch{n:02d}" for n in range(15)}
 
 
 @pytest.mark.parametrize("name", [name for name, _ in _chapter_figures()])

@@ -22,7 +22,7 @@ from llmlab.i18n import Bilingual
 
 M = catalog("ch00")
 
-CHAPTERS = 13  # notebooks 00 … 12
+CHAPTERS = 13  # notebooks 00 … 12, the source chapter's path (13 on: the Going further part)
 
 LETTERS = "abcdefgh"
 
@@ -292,7 +292,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
 
 
 def num_chapters(answer) -> CheckResult:
-    """How many notebooks make up the series, counting this one?"""
+    """How many notebooks make up the source chapter's path (00 … 12), counting this one?"""
     return check_number(
         "ch00.num_chapters",
         answer,

@@ -23,6 +23,7 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("11", "vLLM arrives\n(PagedAttention)", "serving"),
     ("12", "Glossary & review", "serving"),
     ("13", "Dtypes &\nquantization", "further"),
+    ("14", "Speculative\ndecoding", "further"),
 )
 # the chapter titles in Chinese, looked up by the English title when the map is drawn
 TITLES_ZH = {
@@ -39,6 +40,7 @@ TITLES_ZH = {
     "vLLM arrives\n(PagedAttention)": "vLLM 登场\n（PagedAttention）",
     "Glossary & review": "术语表与复习",
     "Dtypes &\nquantization": "数据类型\n与量化",
+    "Speculative\ndecoding": "投机解码",
 }
 COLOURS = {
     "model": ("#eff5ff", "#2563eb"),

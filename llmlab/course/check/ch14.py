@@ -1,0 +1,231 @@
+"""Self-checks for chapter 14 (speculative decoding): the accept/reject step of speculative
+sampling written by the student and tested for the distribution it keeps, the tokens a verify
+step yields on average, and why speculation stops paying as the batch grows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from llmlab.analysis.speculation import expected_tokens_per_step
+from llmlab.course.build import drive
+from llmlab.course.check.catalog import Texts, catalog
+from llmlab.course.check.core import (
+    NOT_ANSWERED,
+    CheckResult,
+    ExerciseInfo,
+    check_choice,
+    check_number,
+    not_yet,
+    passed,
+    report,
+    staged,
+)
+
+M = catalog("ch14")
+BUILDS = {"ch14.verify_drafts": "verify_drafts"}  # exercise -> the student's name
+DRIVER = "llmlab.course.build.ch14:emitted_counts"
+
+# The toy cases: (the target's probabilities at the k + 1 positions over a vocabulary of 4
+# tokens, the k drafts). Every probability is far from 0 and 1, so each rule shows in the counts.
+CASES = (
+    (
+        [[0.1, 0.5, 0.3, 0.1], [0.25, 0.2, 0.4, 0.15], [0.55, 0.15, 0.1, 0.2]],
+        [1, 2],
+    ),
+    ([[0.3, 0.2, 0.1, 0.4], [0.1, 0.2, 0.3, 0.4]], [3]),
+)
+TRIALS = 4000
+SEED = 14
+# a correct function fails a chi-square test with at most this probability (two tests per case)
+FALSE_ALARM = 1e-6
+
+# Exercise 2: the tokens a verify step yields on average
+ACCEPTANCE, K = 0.6, 4
+
+# Exercise 3: why speculation stops paying at a large batch
+CROSSING_OPTIONS = Texts(
+    M,
+    {
+        "compute_bound": M.key("crossing_options.compute_bound"),
+        "acceptance_falls": M.key("crossing_options.acceptance_falls"),
+        "memory_full": M.key("crossing_options.memory_full"),
+        "drafts_cost": M.key("crossing_options.drafts_cost"),
+    },
+)
+_CROSSING_HINTS = {
+    "acceptance_falls": M.key("crossing_hints.acceptance_falls"),
+    "memory_full": M.key("crossing_hints.memory_full"),
+    "drafts_cost": M.key("crossing_hints.drafts_cost"),
+}
+
+
+def chi_square_sf(observed: list[int], expected: list[float]) -> float:
+    """The probability that a chi-square statistic this large or larger arises by chance when
+    `observed` counts are drawn from the `expected` ones (cells with expected 0 must be empty)."""
+    cells = [(o, e) for o, e in zip(observed, expected) if e > 0]
+    if any(o > 0 for o, e in zip(observed, expected) if e <= 0):
+        return 0.0
+    stat = sum((o - e) ** 2 / e for o, e in cells)
+    df = len(cells) - 1
+    if df < 1:
+        return 1.0
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
+
+
+def expected_counts(rows: list[list[float]], drafts: list[int], trials: int):
+    """What a correct step gives over `trials` runs: the first token distributed as the first
+    position's probabilities, and P(length = L) = p_0(d_1)···p_{L-2}(d_{L-1}) · (1 − p_{L-1}(d_L)),
+    the last length (all k accepted) the product of all k."""
+    first = [trials * p for p in rows[0]]
+    lengths, reach = [], 1.0
+    for j, d in enumerate(drafts):
+        lengths.append(trials * reach * (1 - rows[j][d]))
+        reach *= rows[j][d]
+    lengths.append(trials * reach)
+    return first, lengths
+
+
+def verify_drafts(answer: Any) -> CheckResult:
+    """The student's verify_drafts(target_probs, draft_tokens, generator), run TRIALS times on
+    each toy case: every run must follow the rules, and the first token and the number of tokens
+    emitted must follow the target's distribution (chi-square)."""
+    ex = "ch14.verify_drafts"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(answer):
+        return report(not_yet(ex, M("verify.not_a_function", got_type=type(answer).__name__)))
+    for rows, drafts in CASES:
+        where = M("verify.where", k=len(drafts), drafts=drafts, rows=rows)
+        try:
+            got = drive(answer, DRIVER, (rows, drafts, TRIALS, SEED))
+        except TimeoutError:
+            raise
+        except Exception as e:  # the student's code: report, never crash the notebook
+            return report(
+                not_yet(ex, M("verify.raised", where=where, error_type=type(e).__name__, error=e))
+            )
+        problem = _problem(got, rows, drafts)
+        if problem is not None:
+            return report(not_yet(ex, staged(ex, f"{where} {problem}", M("verify.rule"))))
+    return report(passed(ex, M("verify.success", trials=TRIALS, n=len(CASES))))
+
+
+def _problem(got: dict, rows: list[list[float]], drafts: list[int]) -> str | None:
+    """What the counts show is wrong, in words, or None."""
+    k = len(drafts)
+    if got["bad"] == "not_token_ids":
+        return M("verify.not_token_ids", got=got["got"])
+    if got["bad"] == "length":
+        return M("verify.length", got=got["got"], k=k)
+    if got["bad"] == "out_of_vocab":
+        return M("verify.out_of_vocab", got=got["got"], vocab=got["vocab"])
+    first, lengths = expected_counts(rows, drafts, got["trials"])
+    if got["broken"]["not_drafts_in_order"]:
+        return M("verify.not_drafts_in_order", n=got["broken"]["not_drafts_in_order"])
+    if got["lengths"][k] == 0 and lengths[k] > 50:
+        return M("verify.no_bonus", k=k, kplus=k + 1)
+    if got["broken"]["rejected_token_emitted"]:
+        return M("verify.rejected_token_emitted", n=got["broken"]["rejected_token_emitted"])
+    p_lengths = chi_square_sf(got["lengths"], lengths)
+    if p_lengths < FALSE_ALARM:
+        shares = [round(c / got["trials"], 3) for c in got["lengths"]]
+        want = [round(c / got["trials"], 3) for c in lengths]
+        return M("verify.lengths_off", got=shares, want=want)
+    if chi_square_sf(got["first"], first) < FALSE_ALARM:
+        shares = [round(c / got["trials"], 3) for c in got["first"]]
+        return M("verify.first_off", got=shares, want=rows[0])
+    return None
+
+
+def tokens_per_step(answer: Any) -> CheckResult:
+    """Each draft token is accepted with probability ACCEPTANCE, independently, until the first
+    rejection; a verify step proposes K drafts. How many tokens does it yield on average?"""
+    expected = expected_tokens_per_step(ACCEPTANCE, K)
+    a = ACCEPTANCE
+    return check_number(
+        "ch14.tokens_per_step",
+        answer,
+        expected,
+        rel=0.005,
+        mistakes=[
+            (1 + a * K, M("tokens_per_step.independent_positions")),
+            (a * K, M("tokens_per_step.no_own_token")),
+            (expected - 1, M("tokens_per_step.no_own_token")),
+            (expected - a**K, M("tokens_per_step.bonus_forgotten")),
+            (K + 1, M("tokens_per_step.all_accepted")),
+        ],
+        default_hint=M("tokens_per_step.default_hint"),
+        formula=M("tokens_per_step.formula"),
+    )
+
+
+# Exercise 4: a speed-up from the tokens per step and the verify step's relative cost
+TOKENS_PER_STEP, VERIFY_COST = 2.4, 1.25
+
+
+def speedup_estimate(answer: Any) -> CheckResult:
+    """A verify step yields TOKENS_PER_STEP tokens per request on average and takes VERIFY_COST
+    times a plain decode step: how many times faster is the speculative engine?"""
+    return check_number(
+        "ch14.speedup_estimate",
+        answer,
+        TOKENS_PER_STEP / VERIFY_COST,
+        rel=0.005,
+        mistakes=[
+            (TOKENS_PER_STEP * VERIFY_COST, M("speedup_estimate.multiplied")),
+            (TOKENS_PER_STEP, M("speedup_estimate.cost_left_out")),
+            (VERIFY_COST / TOKENS_PER_STEP, M("speedup_estimate.upside_down")),
+            ((TOKENS_PER_STEP - 1) / VERIFY_COST, M("speedup_estimate.own_token_left_out")),
+        ],
+        default_hint=M("speedup_estimate.default_hint"),
+    )
+
+
+def why_it_stops_paying(answer: Any) -> CheckResult:
+    """At a large batch the speculative engine is slower than plain decoding on the same
+    workload. The main reason: one key of CROSSING_OPTIONS."""
+    return check_choice(
+        "ch14.why_it_stops_paying",
+        answer,
+        "compute_bound",
+        options=list(CROSSING_OPTIONS),
+        hints={k: M(v) for k, v in _CROSSING_HINTS.items()},
+    )
+
+
+EXERCISES: dict[str, ExerciseInfo] = {
+    "verify_drafts": ExerciseInfo(
+        "reasoning",
+        mistakes=(
+            "every draft accepted",
+            "a rejected draft drawn again",
+            "no bonus token",
+            "going on after a rejection",
+            "acceptance with the wrong probability",
+        ),
+    ),
+    "tokens_per_step": ExerciseInfo(
+        "plug-in",
+        mistakes=(
+            "positions counted as independent",
+            "the target's own token left out",
+            "the bonus token forgotten",
+            "every draft accepted",
+        ),
+    ),
+    "speedup_estimate": ExerciseInfo(
+        "plug-in",
+        mistakes=(
+            "the costs multiplied",
+            "the verify step's cost left out",
+            "the ratio upside down",
+            "the target's own token left out",
+        ),
+    ),
+    "why_it_stops_paying": ExerciseInfo(
+        "reasoning",
+        mistakes=("acceptance blamed", "memory blamed", "the proposer's cost blamed"),
+    ),
+}

@@ -1,0 +1,279 @@
+"""Chapter 14 (speculative decoding): the accept/reject checker passes the notebook's solution and
+names each planted mistake (both languages), its chi-square test rejects a wrong distribution and
+accepts the right one, the number exercises answer what the package computes;
+`llmlab.analysis.speculation` times a verify step and counts the tokens a step yields; the
+chapter's figures label their axes; `python -m llmlab check ch14` runs the build exercise."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from llmlab import i18n  # noqa: E402
+from llmlab.analysis import speculation  # noqa: E402
+from llmlab.course.build import ch14 as build14  # noqa: E402
+from llmlab.course.check import ch14, core  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _first_try(monkeypatch):
+    """Each test is a student's first try, in English."""
+    monkeypatch.setattr(core, "_WRONG_TRIES", {})
+    i18n.set_language("en")
+    yield
+    i18n.set_language("en")
+
+
+def solution(target_probs, draft_tokens, generator):
+    out = []
+    for j, d in enumerate(draft_tokens):
+        if torch.rand((), generator=generator, dtype=torch.float64) < target_probs[j, d]:
+            out.append(d)
+            continue
+        rest = target_probs[j].clone()
+        rest[d] = 0
+        out.append(int(torch.multinomial(rest, 1, generator=generator)))
+        return out
+    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
+    return out
+
+
+def every_draft_kept(target_probs, draft_tokens, generator):
+    return list(draft_tokens) + [int(torch.multinomial(target_probs[-1], 1, generator=generator))]
+
+
+def rejected_drawn_again(target_probs, draft_tokens, generator):
+    out = []
+    for j, d in enumerate(draft_tokens):
+        if torch.rand((), generator=generator) < target_probs[j, d]:
+            out.append(d)
+            continue
+        out.append(int(torch.multinomial(target_probs[j], 1, generator=generator)))
+        return out
+    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
+    return out
+
+
+def no_bonus(target_probs, draft_tokens, generator):
+    return solution(target_probs, draft_tokens, generator)[: len(draft_tokens)]
+
+
+def goes_on(target_probs, draft_tokens, generator):
+    out = []
+    for j, d in enumerate(draft_tokens):
+        if torch.rand((), generator=generator) < target_probs[j, d]:
+            out.append(d)
+            continue
+        rest = target_probs[j].clone()
+        rest[d] = 0
+        out.append(int(torch.multinomial(rest, 1, generator=generator)))
+    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
+    return out
+
+
+def kept_when_above(target_probs, draft_tokens, generator):  # keeps with probability 1 - p
+    out = []
+    for j, d in enumerate(draft_tokens):
+        if torch.rand((), generator=generator) > target_probs[j, d]:
+            out.append(d)
+            continue
+        rest = target_probs[j].clone()
+        rest[d] = 0
+        out.append(int(torch.multinomial(rest, 1, generator=generator)))
+        return out
+    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
+    return out
+
+
+def first_from_uniform(target_probs, draft_tokens, generator):  # the replacement ignores p
+    out = []
+    for j, d in enumerate(draft_tokens):
+        if torch.rand((), generator=generator) < target_probs[j, d]:
+            out.append(d)
+            continue
+        rest = torch.ones_like(target_probs[j])
+        rest[d] = 0
+        out.append(int(torch.multinomial(rest, 1, generator=generator)))
+        return out
+    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
+    return out
+
+
+PLANTED = {  # name: (function, English words, Chinese words)
+    "every_draft_kept": (every_draft_kept, "draft j is accepted with probability", "被接受的概率"),
+    "rejected_drawn_again": (rejected_drawn_again, "was the rejected draft itself", "正是被拒绝"),
+    "no_bonus": (no_bonus, "no run emitted k + 1 = 3 tokens", "没有一次运行产出"),
+    "goes_on": (goes_on, "were not the drafts in order", "并不是按顺序的草稿"),
+    "kept_when_above": (kept_when_above, "draft j is accepted with probability", "被接受的概率"),
+    "first_from_uniform": (first_from_uniform, "the first emitted token came out", "第一个产出"),
+}
+
+
+def test_the_solution_passes():
+    result = ch14.verify_drafts(solution)
+    assert result.passed, result.message
+    assert "chi-square" in result.message
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_planted_mistake_is_named(bug, lang):
+    i18n.set_language(lang)
+    fn, en, zh = PLANTED[bug]
+    result = ch14.verify_drafts(fn)
+    assert not result.passed
+    assert (en if lang == "en" else zh) in result.message, result.message
+
+
+def test_the_second_try_adds_the_rule():
+    first = ch14.verify_drafts(no_bonus).message
+    second = ch14.verify_drafts(no_bonus).message
+    assert "Leviathan" not in first and "Leviathan" in second
+
+
+def test_unanswered_raising_and_malformed_answers_are_not_yet():
+    assert ch14.verify_drafts(None).message == core.NOT_ANSWERED
+    assert "function" in ch14.verify_drafts(7).message
+    assert "raised ZeroDivisionError" in ch14.verify_drafts(lambda p, d, g: 1 / 0).message
+    assert "between 1 and k + 1" in ch14.verify_drafts(lambda p, d, g: []).message
+    assert "outside the vocabulary" in ch14.verify_drafts(lambda p, d, g: [9]).message
+    assert "list of token ids" in ch14.verify_drafts(lambda p, d, g: ["x"]).message
+
+
+def test_the_chi_square_tail_is_right_and_rejects_a_shifted_distribution():
+    # statistic 4 on 3 degrees of freedom: the tail is 0.2615 (a table value)
+    assert ch14.chi_square_sf([0, 0, 0, 0], [1, 1, 1, 1]) == pytest.approx(0.2615, abs=1e-3)
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.1, 0.5, 0.3, 0.1])
+    right = torch.multinomial(p, 4000, replacement=True, generator=g).bincount(minlength=4)
+    assert ch14.chi_square_sf(right.tolist(), (4000 * p).tolist()) > 1e-3
+    shifted = torch.multinomial(
+        torch.tensor([0.1, 0.45, 0.35, 0.1]), 4000, replacement=True, generator=g
+    ).bincount(minlength=4)
+    assert ch14.chi_square_sf(shifted.tolist(), (4000 * p).tolist()) < ch14.FALSE_ALARM
+    assert ch14.chi_square_sf([1, 3], [0.0, 4.0]) == 0.0  # a count where none can be
+
+
+def test_expected_counts_add_up_to_the_trials():
+    for rows, drafts in ch14.CASES:
+        first, lengths = ch14.expected_counts(rows, drafts, 1000)
+        assert sum(first) == pytest.approx(1000) and sum(lengths) == pytest.approx(1000)
+        assert len(lengths) == len(drafts) + 1
+
+
+def test_the_engines_rejection_sampler_passes_the_same_test():
+    from llmlab.engine.spec_decode.rejection_sampler import rejection_sample
+
+    def engine(target_probs, draft_tokens, generator):
+        return rejection_sample(target_probs, draft_tokens, None, generator)
+
+    assert ch14.verify_drafts(engine).passed
+
+
+def test_the_driver_counts_runs_and_rule_breaks():
+    rows, drafts = ch14.CASES[0]
+    got = build14.emitted_counts(goes_on, (rows, drafts, 200, 1))
+    assert got["bad"] is None and sum(got["first"]) == 200 and sum(got["lengths"]) == 200
+    assert got["broken"]["not_drafts_in_order"] > 0
+    ok = build14.emitted_counts(solution, (rows, drafts, 200, 1))
+    assert ok["broken"] == {"not_drafts_in_order": 0, "rejected_token_emitted": 0}
+
+
+def test_tokens_per_step_and_its_slips():
+    a, k = ch14.ACCEPTANCE, ch14.K
+    assert ch14.tokens_per_step(sum(a**i for i in range(k + 1))).passed
+    assert "on its own" in ch14.tokens_per_step(1 + a * k).message
+    assert "one token of the target's own" in ch14.tokens_per_step(a * k).message
+    assert "bonus" in ch14.tokens_per_step(sum(a**i for i in range(k))).message
+    assert "average" in ch14.tokens_per_step(k + 1).message
+
+
+def test_speedup_estimate_and_its_slips():
+    assert ch14.speedup_estimate(2.4 / 1.25).passed
+    assert "slower, not faster" in ch14.speedup_estimate(2.4 * 1.25).message
+    assert "takes longer" in ch14.speedup_estimate(2.4).message
+    assert "upside down" in ch14.speedup_estimate(1.25 / 2.4).message
+
+
+def test_why_it_stops_paying():
+    assert set(ch14.CROSSING_OPTIONS) == {
+        "compute_bound",
+        "acceptance_falls",
+        "memory_full",
+        "drafts_cost",
+    }
+    assert ch14.why_it_stops_paying("compute_bound").passed
+    assert "microseconds" in ch14.why_it_stops_paying("drafts_cost").message
+    i18n.set_language("zh")
+    assert "compute-bound" in ch14.CROSSING_OPTIONS["compute_bound"]
+
+
+# ------------------------------------------------------------------ llmlab.analysis.speculation
+
+
+def test_expected_tokens_per_step():
+    assert speculation.expected_tokens_per_step(0.0, 4) == 1
+    assert speculation.expected_tokens_per_step(1.0, 4) == 5
+    assert speculation.expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)
+    with pytest.raises(ValueError, match="acceptance"):
+        speculation.expected_tokens_per_step(1.5, 2)
+    with pytest.raises(ValueError, match="k must be"):
+        speculation.expected_tokens_per_step(0.5, -1)
+
+
+def test_verify_step_seconds_times_a_cached_forward():
+    from llmlab.model import tiny_model
+
+    model = tiny_model(seed=2)
+    ids = list(range(1, 40))
+    one = speculation.verify_step_seconds(model, ids, 32, 1, repeats=1)
+    five = speculation.verify_step_seconds(model, ids, 32, 5, repeats=1)
+    assert one > 0 and five > 0
+    with pytest.raises(ValueError, match="num_tokens"):
+        speculation.verify_step_seconds(model, ids, 32, 0)
+    with pytest.raises(ValueError, match="context"):
+        speculation.verify_step_seconds(model, ids, 100, 2)
+
+
+def test_the_figures_label_their_axes():
+    from llmlab.course.figures import ch14 as fig14
+
+    fig = fig14.plot_verify_cost([1, 2, 5], [0.01, 0.011, 0.013], 256)
+    ax = fig.axes[0]
+    measured, naive = ax.get_lines()
+    assert list(measured.get_ydata()) == pytest.approx([10.0, 11.0, 13.0])
+    assert list(naive.get_ydata()) == pytest.approx([10.0, 20.0, 50.0])
+    assert "256" in ax.get_title() and "measured" in ax.get_ylabel()
+    fig = fig14.plot_speedup({"repetitive": {1: 1.8, 8: 0.9}, "free-form": {1: 1.1, 8: 0.7}})
+    ax = fig.axes[0]
+    assert [list(line.get_ydata()) for line in ax.get_lines()[:2]] == [[1.8, 0.9], [1.1, 0.7]]
+    assert ax.get_xlabel() and ax.get_title()
+
+
+def test_check_command_exits_0_for_the_solution_and_1_for_a_planted_bug(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMLAB_LANG": "en"}
+    codes = {}
+    for name, fn in (("solution", solution), ("bug", no_bonus)):
+        source = "import torch\n\n\n" + inspect.getsource(solution)
+        if fn is no_bonus:
+            source += "\n\n" + inspect.getsource(no_bonus)
+        source += f"\n\nverify_drafts = {fn.__name__}\n"
+        path = tmp_path / f"{name}.py"
+        path.write_text(source, encoding="utf-8")
+        run = subprocess.run(
+            [sys.executable, "-m", "llmlab", "check", "ch14", str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        codes[name] = run.returncode
+        assert "ch14.verify_drafts" in run.stdout, run.stdout + run.stderr
+    assert codes == {"solution": 0, "bug": 1}
