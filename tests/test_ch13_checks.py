@@ -237,26 +237,7 @@ def test_the_figures_label_their_axes():
 
 
 def test_check_command_exits_0_for_the_solution_and_1_for_a_truncating_quantizer(tmp_path):
-    import inspect
-    import os
-    import subprocess
-    import sys
+    from check_command import exit_codes
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMLAB_LANG": "en"}
-    codes = {}
-    for name, fn in (("solution", solution), ("bug", truncated)):
-        source = "import torch\n\n\n" + inspect.getsource(fn)
-        if fn is truncated:
-            source += "\n\n" + inspect.getsource(solution)
-        source += f"\n\nquantize_per_channel = {fn.__name__}\n"
-        path = tmp_path / f"{name}.py"
-        path.write_text(source, encoding="utf-8")
-        run = subprocess.run(
-            [sys.executable, "-m", "llmlab", "check", "ch13", str(path)],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        codes[name] = run.returncode
-        assert "ch13.quantize_per_channel" in run.stdout, run.stdout + run.stderr
+    codes = exit_codes(tmp_path, "ch13", "quantize_per_channel", solution, truncated)
     assert codes == {"solution": 0, "bug": 1}
