@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from llmlab import LLM, SamplingParams
+from llmlab.analysis.speculation import chi_square_sf
 from llmlab.engine import LLMEngine
 from llmlab.engine.spec_decode import SpeculativeConfig, greedy_verify, rejection_sample
 from llmlab.engine.spec_decode.ngram_proposer import NgramProposer
@@ -67,11 +68,7 @@ def _bigram(vocab: int, seed: int, sharp: float) -> torch.Tensor:
 
 
 def _chi2_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    n = counts.sum()
-    expected = probs * n
-    stat = ((counts - expected) ** 2 / expected).sum()
-    dof = counts.numel() - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
+    return chi_square_sf(counts.tolist(), (probs * counts.sum()).tolist())
 
 
 @pytest.mark.parametrize("deterministic_draft", [False, True])

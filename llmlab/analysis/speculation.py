@@ -3,6 +3,8 @@
 - `verify_step_seconds(model, ids, context, num_tokens)`: one forward over `num_tokens` new
   tokens after `context - num_tokens` cached ones, measured: the cost of a verify step of
   k = num_tokens - 1 drafts, against the one-token decode step (num_tokens = 1).
+- `chi_square_sf(observed, expected)`: the chi-square test's p-value, for checking that a
+  sampler keeps a distribution (the engine's tests and chapter 14's checker use it).
 - `expected_tokens_per_step(acceptance, k)`: the tokens a verify step yields on average when
   each draft token is accepted with probability `acceptance`, independently, and the step stops
   at the first rejection (it always yields one token of the target's own).
@@ -52,3 +54,18 @@ def expected_tokens_per_step(acceptance: float, k: int) -> float:
     if k < 0 or int(k) != k:
         raise ValueError(f"k must be an int >= 0, got {k!r}")
     return float(sum(acceptance**i for i in range(int(k) + 1)))
+
+
+def chi_square_sf(observed: Sequence[float], expected: Sequence[float]) -> float:
+    """The probability that a chi-square statistic this large or larger arises by chance when
+    `observed` counts are drawn from the `expected` ones (cells with expected 0 must be empty;
+    0.0 when one is not). Computed in float64."""
+    cells = [(float(o), float(e)) for o, e in zip(observed, expected) if e > 0]
+    if any(o > 0 for o, e in zip(observed, expected) if e <= 0):
+        return 0.0
+    stat = sum((o - e) ** 2 / e for o, e in cells)
+    df = len(cells) - 1
+    if df < 1:
+        return 1.0
+    half = lambda x: torch.tensor(x / 2.0, dtype=torch.float64)  # noqa: E731
+    return float(torch.special.gammaincc(half(df), half(stat)))

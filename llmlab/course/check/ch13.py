@@ -106,7 +106,7 @@ def _unpack(got: Any, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | st
     out, inp = w.shape
     if scale.numel() == 1 and out > 1:
         return M.key("quantizer.one_scale")
-    if scale.numel() == inp and inp != out and scale.numel() != out:
+    if scale.numel() == inp != out:
         return M.key("quantizer.scale_per_column")
     if scale.numel() != out:
         return M.key("quantizer.scale_shape")
@@ -118,7 +118,7 @@ def _mistake(w: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> str | Non
     if not torch.isfinite(scale).all() or (scale <= 0).any():
         return M.key("quantizer.scale_not_positive")
     wd, qd = w.double(), q.double()
-    ref_q, ref_scale = quantize_int8(w)
+    _, ref_scale = quantize_int8(w)
     amax = wd.abs().amax(dim=1)
     live = amax > 0
     if (qd.abs() > INT8_MAX).any():

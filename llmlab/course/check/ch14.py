@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from llmlab.analysis.speculation import expected_tokens_per_step
+from llmlab.analysis.speculation import chi_square_sf, expected_tokens_per_step
 from llmlab.course.build import drive
 from llmlab.course.check.catalog import Texts, catalog
 from llmlab.course.check.core import (
@@ -59,19 +57,6 @@ _CROSSING_HINTS = {
     "memory_full": M.key("crossing_hints.memory_full"),
     "drafts_cost": M.key("crossing_hints.drafts_cost"),
 }
-
-
-def chi_square_sf(observed: list[int], expected: list[float]) -> float:
-    """The probability that a chi-square statistic this large or larger arises by chance when
-    `observed` counts are drawn from the `expected` ones (cells with expected 0 must be empty)."""
-    cells = [(o, e) for o, e in zip(observed, expected) if e > 0]
-    if any(o > 0 for o, e in zip(observed, expected) if e <= 0):
-        return 0.0
-    stat = sum((o - e) ** 2 / e for o, e in cells)
-    df = len(cells) - 1
-    if df < 1:
-        return 1.0
-    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
 
 
 def expected_counts(rows: list[list[float]], drafts: list[int], trials: int):

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import torch
-
-from llmlab.analysis import costs, roofline
+from llmlab.analysis import costs, roofline, speculation
 from llmlab.config import ModelConfig, get_config
 from llmlab.i18n import tr
-from llmlab.kvcache import ContiguousKVCache
 from llmlab.utils import best_of
 
 
@@ -21,15 +18,8 @@ def no_cache_step_seconds(model: Any, ids: Sequence[int], T: int, repeats: int =
 
 def cached_step_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2) -> float:
     """One decode step with a cache at length T: T - 1 tokens prefilled into a cache, then the
-    forward of token T alone is timed (measured, seconds). Re-running the step rewrites the same
-    cache slot, so the repeats are identical."""
-    c = ContiguousKVCache(model.config, batch_size=1, max_len=T)
-    model(torch.tensor(list(ids[: T - 1])), c.positions([T - 1]), c.context([T - 1]))
-    c.advance([T - 1])
-    last = torch.tensor(list(ids[T - 1 : T]))
-    return best_of(
-        lambda: model.compute_logits(model(last, c.positions([1]), c.context([1]))), repeats
-    )
+    forward of token T alone is timed (measured, seconds): a verify step with no drafts."""
+    return speculation.verify_step_seconds(model, ids, T, 1, repeats)
 
 
 def gpu_step_floors(

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmlab.course.check.ch00 import CHAPTERS as SOURCE_PATH_CHAPTERS
 from llmlab.course.instructor.exercises import exercise_calls
 
-# Chapters 00-12 follow the source chapter: their required paths together stay within
-# PATH_MINUTES. The chapters after them are the Going further part (dtypes, ...), where each
-# chapter's required path stays within CHAPTER_MINUTES_FURTHER on its own.
-PATH_CHAPTERS = 13
+# Chapters 00-12 (chapter 00's count of the source chapter's path) follow the source chapter:
+# their required paths together stay within PATH_MINUTES. The chapters after them are the Going
+# further part (dtypes, ...), where each chapter's required path stays within
+# CHAPTER_MINUTES_FURTHER on its own.
+PATH_CHAPTERS = SOURCE_PATH_CHAPTERS
 PATH_MINUTES = 300
 CHAPTER_MINUTES_FURTHER = 30
 
