@@ -115,6 +115,11 @@ class EngineConfig:
     `scheduler_cls(kv_cache_manager, max_num_seqs=..., max_num_batched_tokens=...,
     max_model_len=..., enable_chunked_prefill=..., scheduling=...)`. Not with
     speculative_config (its scheduler is a subclass of its own).
+    structured_outputs_backend: None (xgrammar, vLLM's default backend) or a callable that takes
+    a request's `StructuredOutputsParams` and returns its matcher: an object with
+    `accept_token(token_id) -> bool`, `fill_next_token_bitmask(bitmask, row)` and
+    `is_terminated() -> bool`, as xgrammar's `GrammarMatcher` (chapter 15 plugs the student's
+    hand-written mask in here through `llmlab.structured_output.FunctionBackend`).
     """
 
     block_size: int = 16
@@ -134,6 +139,7 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     speculative_config: dict | None = None
     scheduler_cls: type | None = None
+    structured_outputs_backend: Any = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -170,6 +176,14 @@ class EngineConfig:
             raise ValueError(
                 "scheduler_cls cannot be combined with speculative_config (speculative decoding "
                 "brings a scheduler of its own); give one or the other"
+            )
+        if self.structured_outputs_backend is not None and not callable(
+            self.structured_outputs_backend
+        ):
+            raise ValueError(
+                "structured_outputs_backend must be None (xgrammar) or a callable that makes a "
+                f"request's matcher from its StructuredOutputsParams, got "
+                f"{self.structured_outputs_backend!r}"
             )
         for name, allowed in (
             ("dtype", DTYPES),

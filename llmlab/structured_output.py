@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,8 +108,16 @@ class StructuredOutputManager:
     complete).
     """
 
-    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        eos_token_ids: frozenset[int],
+        backend: Any = None,
+    ) -> None:
         import xgrammar as xgr
+
+        self.backend = backend  # None: xgrammar's matchers; else spec -> matcher (EngineConfig)
 
         self.xgr = xgr
         self.vocab_size = vocab_size
@@ -117,7 +126,11 @@ class StructuredOutputManager:
         )
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=1)
         self._compiled: dict[str, Any] = {}
-        self.bitmask_seconds = 0.0  # time spent filling bitmasks (the chapter's cost)
+        # what the mask costs (chapter 15 measures it): seconds filling bitmasks, seconds
+        # setting forbidden logits to -inf, and the steps that had at least one grammar
+        self.bitmask_seconds = 0.0
+        self.apply_seconds = 0.0
+        self.mask_steps = 0
 
     def compile(self, spec: StructuredOutputsParams) -> Any:
         """The compiled grammar of `spec` (cached). Raises ValueError naming the field for a
@@ -148,24 +161,110 @@ class StructuredOutputManager:
         return compiled
 
     def matcher(self, spec: StructuredOutputsParams) -> Any:
-        """A fresh matcher for one request."""
+        """A fresh matcher for one request (from the engine's backend when it has one)."""
+        if self.backend is not None:
+            return self.backend(spec)
         return self.xgr.GrammarMatcher(self.compile(spec))
+
+    def allowed(self, matcher: Any) -> torch.Tensor:
+        """The tokens `matcher` allows next, as a bool tensor [vocab_size]."""
+        bitmask = self.allocate_bitmask(1)
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        logits = torch.zeros(1, self.vocab_size)
+        self.xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size)
+        return logits[0] == 0
 
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         return self.xgr.allocate_token_bitmask(rows, self.vocab_size)
 
     def apply(self, logits: torch.Tensor, rows: list[int], matchers: list[Any]) -> None:
         """In place: every token the row's matcher forbids next gets logit -inf."""
-        import time
-
         t0 = time.perf_counter()
         bitmask = self.allocate_bitmask(len(rows))  # [R, ceil(V / 32)]
         for i, m in enumerate(matchers):
             m.fill_next_token_bitmask(bitmask, i)
-        self.bitmask_seconds += time.perf_counter() - t0
+        t1 = time.perf_counter()
         if rows == list(range(logits.shape[0])):
             self.xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size)
         else:
             sub = logits[rows]
             self.xgr.apply_token_bitmask_inplace(sub, bitmask, vocab_size=self.vocab_size)
             logits[rows] = sub
+        self.bitmask_seconds += t1 - t0
+        self.apply_seconds += time.perf_counter() - t1
+        self.mask_steps += 1
+
+
+def bitmask_row(allowed: torch.Tensor) -> torch.Tensor:
+    """A bool mask [V] packed as xgrammar lays out one bitmask row: int32 words [ceil(V / 32)],
+    bit b of word w set when token 32 * w + b is allowed."""
+    v = allowed.numel()
+    bits = torch.zeros(-(-v // 32) * 32, dtype=torch.int64)
+    bits[:v] = allowed.to(torch.int64)
+    words = (bits.view(-1, 32) << torch.arange(32)).sum(1)  # each word's bits, 0 … 2**32 - 1
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+class FunctionGrammar:
+    """One request's matcher for a grammar written as a function (chapter 15's hand-made mask):
+    `allowed(text so far, pieces, eos_id)` returns a bool tensor [V] of the tokens that may come
+    next. It offers what the engine calls on xgrammar's `GrammarMatcher`."""
+
+    def __init__(self, allowed: Any, pieces: list[str], eos_id: int) -> None:
+        self.allowed, self.pieces, self.eos_id = allowed, pieces, eos_id
+        self.text = ""
+        self.terminated = False
+        self.seconds = 0.0  # time spent in `allowed`
+        self._last: torch.Tensor | None = None
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        t0 = time.perf_counter()
+        mask = torch.as_tensor(self.allowed(self.text, self.pieces, self.eos_id), dtype=torch.bool)
+        self.seconds += time.perf_counter() - t0
+        if mask.shape != (len(self.pieces),):
+            raise ValueError(
+                f"the mask function must return a bool tensor of shape ({len(self.pieces)},), "
+                f"got shape {tuple(mask.shape)}"
+            )
+        self._last = mask
+        bitmask[row, : -(-mask.numel() // 32)] = bitmask_row(mask)
+
+    def accept_token(self, token: int) -> bool:
+        """Advance by `token`; False (and no change) when the last mask forbade it."""
+        if self._last is not None and not bool(self._last[token]):
+            return False
+        if token == self.eos_id:
+            self.terminated = True
+        else:
+            self.text += self.pieces[token]
+        self._last = None
+        return True
+
+    def is_terminated(self) -> bool:
+        return self.terminated
+
+
+class FunctionBackend:
+    """A structured-output backend (`EngineConfig.structured_outputs_backend`) whose every
+    request follows the one grammar `allowed` describes; the request's spec only turns the mask
+    on. vLLM chooses among its backends (xgrammar, guidance, outlines) the same way, per engine."""
+
+    def __init__(self, allowed: Any, pieces: list[str], eos_id: int) -> None:
+        self.allowed, self.pieces, self.eos_id = allowed, pieces, eos_id
+        self.matchers: list[FunctionGrammar] = []
+
+    def __call__(self, spec: StructuredOutputsParams) -> FunctionGrammar:
+        m = FunctionGrammar(self.allowed, self.pieces, self.eos_id)
+        self.matchers.append(m)
+        return m
+
+    @property
+    def seconds(self) -> float:
+        """Time spent in the mask function, over every request so far."""
+        return sum(m.seconds for m in self.matchers)
+
+
+def vocab_texts(tokenizer: Any, vocab_size: int) -> list[str]:
+    """Each token's text (special tokens as their names; ids past the tokenizer's as "")."""
+    n = min(vocab_size, len(tokenizer))
+    return [tokenizer.decode([i]) for i in range(n)] + [""] * (vocab_size - n)

@@ -183,6 +183,7 @@ def _chapter_figures():
         ch12,
         ch13,
         ch14,
+        ch15,
     )
     from llmlab.course.widgets import blocks, kv, memory, metrics, parallel
     from llmlab.course.widgets import roofline as roofline_widget
@@ -299,6 +300,19 @@ def _chapter_figures():
             "ch14.plot_speedup",
             lambda: ch14.plot_speedup({"repetitive": {1: 1.8, 8: 0.9}, "free-form": {1: 1.1}}),
         ),
+        (
+            "ch15.plot_validity",
+            lambda: ch15.plot_validity({"without": 0.06, "with": 1.0}, 16),
+        ),
+        (
+            "ch15.plot_mask_cost",
+            lambda: ch15.plot_mask_cost(
+                {
+                    1: {"fill": 1e-4, "apply": 2e-4, "step": 0.03},
+                    64: {"fill": 5e-4, "apply": 7e-3, "step": 0.19},
+                }
+            ),
+        ),
         ("widgets.kv.plot_kv_memory", lambda: kv.plot_kv_memory(weight_bytes=140e9)),
         ("widgets.memory.plot_weight_read", lambda: memory.plot_weight_read(70, "bf16", 3.0)),
         ("widgets.roofline.plot_roofline_explorer", roofline_widget.plot_roofline_explorer),
@@ -401,7 +415,7 @@ def _module_figures():
 
 def test_every_chapter_has_a_chinese_figure_here():
     chapters = {name.split(".")[0] for name, _ in _chapter_figures()}
-    assert chapters >= {f"ch{n:02d}" for n in range(15)}
+    assert chapters >= {f"ch{n:02d}" for n in range(16)}
 
 
 @pytest.mark.parametrize("name", [name for name, _ in _chapter_figures()])

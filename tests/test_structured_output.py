@@ -182,3 +182,73 @@ def test_structured_output_beside_speculative_decoding(real_model):
     jsonschema.validate(json.loads(outs[0].outputs[0].text), SCHEMA)
     assert outs[0].metrics.num_draft_tokens == 0
     assert outs[1].metrics.num_draft_tokens > 0
+
+
+def test_bitmask_row_packs_as_xgrammar_reads_it():
+    """A random bool mask packed by `bitmask_row` and applied by xgrammar forbids exactly the
+    tokens the mask says, for vocabularies that are and are not a multiple of 32."""
+    import xgrammar as xgr
+
+    from llmlab.structured_output import bitmask_row
+
+    g = torch.Generator().manual_seed(15)
+    for vocab in (32, 100, 49152):
+        allowed = torch.rand(vocab, generator=g) < 0.3
+        bitmask = xgr.allocate_token_bitmask(1, vocab)
+        bitmask[0] = bitmask_row(allowed)
+        logits = torch.zeros(1, vocab)
+        xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=vocab)
+        assert torch.equal(logits[0] == 0, allowed)
+
+
+def test_a_function_backend_in_the_engine_gives_xgrammars_tokens(llm, real_model):
+    """The regex's mask written as a function, plugged in as the engine's backend, samples the
+    same tokens as xgrammar's mask for the regex (same seeds), and every output matches it."""
+    import re
+
+    from llmlab.structured_output import FunctionBackend, vocab_texts
+
+    model, tokenizer = real_model
+    pieces = vocab_texts(tokenizer, 49152)
+    eos = tokenizer.eos_token_id
+
+    def allowed(text, pieces, eos_id):  # [ab]{1,3} then "!"
+        ok = lambda t: re.fullmatch(r"[ab]{0,3}|[ab]{1,3}!", t) is not None  # noqa: E731
+        mask = torch.tensor([p != "" and ok(text + p) for p in pieces])
+        mask[eos_id] = re.fullmatch(r"[ab]{1,3}!", text) is not None
+        return mask
+
+    backend = FunctionBackend(allowed, pieces, eos)
+    hand = LLM(model, tokenizer, max_model_len=128, structured_outputs_backend=backend)
+    spec = SO(regex=r"[ab]{1,3}!")
+    params = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=8, structured_outputs=spec)
+        for s in range(6)
+    ]
+    prompts = ["Say a or b:", "ab"] * 3
+    mine = hand.generate(prompts, params, use_tqdm=False)
+    theirs = llm.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in mine] == [o.outputs[0].token_ids for o in theirs]
+    assert all(re.fullmatch(r"[ab]{1,3}!", o.outputs[0].text) for o in mine)
+    assert len(backend.matchers) == 6 and backend.seconds > 0
+
+
+def test_a_backend_that_is_not_callable_is_refused_by_name(real_model):
+    model, tokenizer = real_model
+    with pytest.raises(ValueError, match="structured_outputs_backend"):
+        LLM(model, tokenizer, structured_outputs_backend="guidance")
+
+
+def test_outputs_still_validate_when_requests_are_preempted(real_model):
+    """A KV pool too small for the batch preempts requests mid-output; their matchers keep their
+    state (the output tokens are kept and recomputed), and every output still validates."""
+    model, tokenizer = real_model
+    small = LLM(model, tokenizer, max_model_len=128, num_kv_blocks=12, block_size=16)
+    params = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=80, structured_outputs=SO(json=SCHEMA))
+        for s in range(6)
+    ]
+    outs = small.generate(["Give me a person as JSON:"] * 6, params, use_tqdm=False)
+    assert small.llm_engine.scheduler.stats.num_preemptions > 0
+    for out in outs:
+        jsonschema.validate(json.loads(out.outputs[0].text), SCHEMA)

@@ -28,7 +28,8 @@ class LLM:
     {"method": "draft_model", "num_speculative_tokens": 3, "draft_num_layers": 8}),
     scheduler_cls (None: the package's `Scheduler`; else a subclass of it, or a class with its
     interface, that the engine builds and steps instead: how chapter 08's and 11's build
-    exercises plug the student's scheduler into the real engine).
+    exercises plug the student's scheduler into the real engine), structured_outputs_backend
+    (None: xgrammar; else spec -> matcher, as chapter 15 plugs in the student's mask).
     """
 
     def __init__(

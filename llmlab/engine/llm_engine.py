@@ -356,7 +356,10 @@ class LLMEngine:
             from llmlab.structured_output import StructuredOutputManager
 
             self.model_runner.structured_output_manager = StructuredOutputManager(
-                self.tokenizer, self.vocab_size, self.eos_token_ids
+                self.tokenizer,
+                self.vocab_size,
+                self.eos_token_ids,
+                backend=self.config.structured_outputs_backend,
             )
         return self.model_runner.structured_output_manager
 

@@ -24,6 +24,7 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("12", "Glossary & review", "serving"),
     ("13", "Dtypes &\nquantization", "further"),
     ("14", "Speculative\ndecoding", "further"),
+    ("15", "Structured\noutput", "further"),
 )
 # the chapter titles in Chinese, looked up by the English title when the map is drawn
 TITLES_ZH = {
@@ -41,6 +42,7 @@ TITLES_ZH = {
     "Glossary & review": "术语表与复习",
     "Dtypes &\nquantization": "数据类型\n与量化",
     "Speculative\ndecoding": "投机解码",
+    "Structured\noutput": "结构化输出",
 }
 COLOURS = {
     "model": ("#eff5ff", "#2563eb"),

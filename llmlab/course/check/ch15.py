@@ -1,0 +1,230 @@
+"""Self-checks for chapter 15 (structured output): a grammar's token mask written by the student
+and compared, token for token, with xgrammar's for the same grammar; which token the mask of a
+JSON schema forbids; what the mask costs a step; why vLLM's costs it almost nothing."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from llmlab.analysis.structured import AGE_REGEX
+from llmlab.course.build import drive
+from llmlab.course.check.catalog import Texts, catalog
+from llmlab.course.check.core import (
+    NOT_ANSWERED,
+    CheckResult,
+    ExerciseInfo,
+    check_choice,
+    check_number,
+    not_yet,
+    passed,
+    report,
+    staged,
+)
+
+M = catalog("ch15")
+BUILDS = {"ch15.allowed_tokens": "allowed_tokens"}  # exercise -> the student's name
+DRIVER = "llmlab.course.build.ch15:allowed_ids"
+
+# the outputs so far at which the student's mask is compared with xgrammar's
+STATES = ("", '{"', '{"age', '{"age": ', '{"age": 4', '{"age": 42', '{"age": 42}')
+
+
+@functools.lru_cache(maxsize=1)
+def _grammar() -> tuple[list[str], int, Any]:
+    """(every token's text, the EOS id, a manager holding AGE_REGEX compiled by xgrammar)."""
+    from llmlab.structured_output import StructuredOutputManager, vocab_texts
+    from llmlab.tokenizer import real_tokenizer
+
+    tok = real_tokenizer()
+    eos = tok.eos_token_id
+    manager = StructuredOutputManager(tok, len(tok), frozenset([eos]))
+    return vocab_texts(tok, len(tok)), eos, manager
+
+
+def _matcher_at(text: str):
+    """xgrammar's matcher for AGE_REGEX after `text`, or None when `text` cannot be a prefix."""
+    from llmlab.structured_output import StructuredOutputsParams
+
+    _, _, manager = _grammar()
+    m = manager.matcher(StructuredOutputsParams(regex=AGE_REGEX))
+    return m if (text == "" or m.accept_string(text)) else None
+
+
+def reference_allowed(text: str) -> set[int]:
+    """The token ids xgrammar allows after `text` under AGE_REGEX."""
+    _, _, manager = _grammar()
+    return set(manager.allowed(_matcher_at(text)).nonzero().flatten().tolist())
+
+
+def allowed_tokens(answer: Any) -> CheckResult:
+    """The student's allowed_tokens(generated, pieces, eos_id), called at each of STATES over
+    the real vocabulary: it must allow exactly the tokens xgrammar allows for AGE_REGEX."""
+    ex = "ch15.allowed_tokens"
+    if answer is None:
+        return report(not_yet(ex, NOT_ANSWERED))
+    if not callable(answer):
+        return report(not_yet(ex, M("allowed.not_a_function", got_type=type(answer).__name__)))
+    pieces, eos, _ = _grammar()
+    try:
+        got = drive(answer, DRIVER, (pieces, eos, STATES))
+    except TimeoutError:
+        raise
+    except Exception as e:  # the student's code: report, never crash the notebook
+        return report(not_yet(ex, M("allowed.raised", error_type=type(e).__name__, error=e)))
+    if got["bad"] is not None:
+        return report(not_yet(ex, M(_BAD_RETURN[got["bad"]], **got)))
+    for text, ids in zip(STATES, got["allowed"]):
+        problem = _problem(text, set(ids), pieces, eos)
+        if problem is not None:
+            return report(not_yet(ex, staged(ex, problem, M("allowed.rule"))))
+    return report(passed(ex, M("allowed.success", n=len(STATES), vocab=len(pieces))))
+
+
+_BAD_RETURN = {
+    "not_a_mask": M.key("allowed.not_a_mask"),
+    "shape": M.key("allowed.shape"),
+    "dtype": M.key("allowed.dtype"),
+}
+
+
+def _problem(text: str, mine: set[int], pieces: list[str], eos: int) -> str | None:
+    """What differs between the student's allowed ids after `text` and xgrammar's, in words."""
+    ref = reference_allowed(text)
+    if mine == ref:
+        return None
+    extra, missing = sorted(mine - ref), sorted(ref - mine)
+    if eos in extra:
+        return M("allowed.eos_early", state=text)
+    if eos in missing:
+        return M("allowed.eos_never", state=text)
+    if extra and ref == {eos}:
+        return M("allowed.after_complete", state=text, piece=pieces[extra[0]])
+    if missing:
+        piece = pieces[missing[0]]
+        return M("allowed.prefix_forbidden", state=text, piece=piece, grown=text + piece)
+    # a token allowed that xgrammar forbids: name the likeliest slip
+    longer = [t for t in extra if len(pieces[t]) > 1 and _matcher_at(text + pieces[t][0])]
+    if longer:
+        piece = pieces[longer[0]]
+        return M("allowed.first_char_only", state=text, piece=piece, grown=text + piece)
+    piece = pieces[extra[0]]
+    if piece == "":
+        return M("allowed.empty_piece", state=text, token=extra[0])
+    if text.endswith(" ") and piece.startswith("}"):
+        return M("allowed.no_digit", state=text, piece=piece)
+    return M("allowed.cannot_grow", state=text, piece=piece, grown=text + piece)
+
+
+# Exercise 2: the one token the mask of chapter 15's schema forbids after `{"name": "`
+NEXT_STATE = '{"name": "'
+NEXT_OPTIONS = {"a": "Alice", "b": "},", "c": '"}', "d": '",'}
+_NEXT_HINTS = {
+    "a": M.key("next.a"),
+    "b": M.key("next.b"),
+    "d": M.key("next.d"),
+}
+
+
+def forbidden_next(answer: Any) -> CheckResult:
+    """Under PERSON_SCHEMA (name and age required), the output so far is NEXT_STATE. Which one
+    of NEXT_OPTIONS does the mask forbid?"""
+    return check_choice(
+        "ch15.forbidden_next",
+        answer,
+        "c",
+        options=list(NEXT_OPTIONS),
+        hints={k: M(v) for k, v in _NEXT_HINTS.items()},
+    )
+
+
+# Exercise 3: the mask's share of a step when the fill and the forward take turns
+FILL_MS_PER_REQUEST, BATCH, REST_MS = 0.05, 64, 60.0
+
+
+def mask_share(answer: Any) -> CheckResult:
+    """Filling one request's bitmask takes FILL_MS_PER_REQUEST ms; a step of BATCH requests
+    spends REST_MS ms on everything else. What share of the step is the fill (0 to 1)?"""
+    fill = FILL_MS_PER_REQUEST * BATCH
+    return check_number(
+        "ch15.mask_share",
+        answer,
+        fill / (fill + REST_MS),
+        rel=0.01,
+        mistakes=[
+            (FILL_MS_PER_REQUEST / (FILL_MS_PER_REQUEST + REST_MS), M("mask_share.one_request")),
+            (fill / REST_MS, M("mask_share.over_the_rest")),
+            (100 * fill / (fill + REST_MS), M("mask_share.percent")),
+            (REST_MS / (fill + REST_MS), M("mask_share.upside_down")),
+        ],
+        default_hint=M("mask_share.default_hint"),
+    )
+
+
+# Exercise 4: why the mask costs vLLM's step almost nothing
+HIDDEN_OPTIONS = Texts(
+    M,
+    {
+        "overlap": M.key("hidden_options.overlap"),
+        "gpu_fill": M.key("hidden_options.gpu_fill"),
+        "cached_masks": M.key("hidden_options.cached_masks"),
+        "smaller_vocab": M.key("hidden_options.smaller_vocab"),
+    },
+)
+_HIDDEN_HINTS = {
+    "gpu_fill": M.key("hidden_hints.gpu_fill"),
+    "cached_masks": M.key("hidden_hints.cached_masks"),
+    "smaller_vocab": M.key("hidden_hints.smaller_vocab"),
+}
+
+
+def why_vllm_hides_it(answer: Any) -> CheckResult:
+    """On a GPU server the same bitmask fill adds almost nothing to vLLM's step. The main
+    reason: one key of HIDDEN_OPTIONS."""
+    return check_choice(
+        "ch15.why_vllm_hides_it",
+        answer,
+        "overlap",
+        options=list(HIDDEN_OPTIONS),
+        hints={k: M(v) for k, v in _HIDDEN_HINTS.items()},
+    )
+
+
+EXERCISES: dict[str, ExerciseInfo] = {
+    "allowed_tokens": ExerciseInfo(
+        "reasoning",
+        mistakes=(
+            "only tokens that complete the output allowed",
+            "only the first character checked",
+            "EOS before the output is complete",
+            "EOS never allowed",
+            "tokens after the closing brace",
+            "a brace with no digit",
+        ),
+    ),
+    "forbidden_next": ExerciseInfo(
+        "reasoning",
+        mistakes=(
+            "a name's first token thought forbidden",
+            "a brace inside a string read as JSON",
+            "an empty string thought invalid",
+        ),
+    ),
+    "mask_share": ExerciseInfo(
+        "plug-in",
+        mistakes=(
+            "one request's fill, not the batch's",
+            "the fill over the rest, not over the step",
+            "a percentage, not a share",
+            "the rest's share",
+        ),
+    ),
+    "why_vllm_hides_it": ExerciseInfo(
+        "reasoning",
+        mistakes=(
+            "the fill thought to run on the GPU",
+            "xgrammar's cache thought the reason",
+            "the vocabulary thought smaller",
+        ),
+    ),
+}
