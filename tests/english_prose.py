@@ -32,7 +32,7 @@ The rules, in the order they apply to each line of output:
    None. Numbers, those units, acronyms, Python's values and the words of rule 1 are
    **neutral**. Anything else ends the run: an
    identifier (snake_case, dotted.names), a path, a URL, `inline code`, a quoted 'key', a symbol.
-4. A finding is a run of neutral and English words holding at least `MIN_WORDS` (3) English
+4. A finding is a run of neutral and English words holding at least `MIN_WORDS` (2) English
    words, shown from its first English word to its last. In `\\text{...}` every English word is
    a finding (a label in a formula is a word or two), and of the glossary only the names Chinese
    text keeps in English are neutral (`kept_names()`: \\text{prompt}, not \\text{causal mask}).
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-MIN_WORDS = 3
+MIN_WORDS = 2
 MODEL_OUTPUT_TAG = "model-output"
 
 # Names a Chinese text writes in English, beyond the glossary's kept terms. Each says why.
@@ -71,6 +71,8 @@ ALLOWED = (
     "Mistral",
     "Intel",
     "Xeon",
+    "Processor",  # in a CPU's name ("Intel(R) Xeon(R) Processor", "AMD EPYC 7B13 64-Core Processor")
+    "Tensor Core",  # in a GPU's name ("NVIDIA H100 Tensor Core GPU", its datasheet's title)
     "Python",  # with its version on the first line of every chapter
     # libraries and tools, by their package names
     "torch",
@@ -251,6 +253,9 @@ CODE_CONTEXTS = (
     "try:\n pass\n{}\n pass",
     "def f():\n {}\n pass",
 )
+# a line of a signature or a call split over lines ("layer: int,", "q, k, **scales"): code when it
+# ends with a comma or unpacks keywords, which prose does not do
+FRAGMENT_CONTEXTS = ("def f(\n{}\n): pass", "f(\n{}\n)")
 
 
 def _is_code(line: str) -> bool:
@@ -267,6 +272,13 @@ def _is_code(line: str) -> bool:
             except (SyntaxError, ValueError):
                 continue
             return not (context == "{}" and _is_value(tree) and not code.startswith(DOCSTRING))
+        if code.endswith(",") or "**" in code:
+            for context in FRAGMENT_CONTEXTS:
+                try:
+                    ast.parse(context.format(code))
+                except (SyntaxError, ValueError):
+                    continue
+                return True
     return False
 
 
