@@ -50,3 +50,17 @@ def _fresh_hint_stages():
     from llmlab.course.check import core
 
     core._WRONG_TRIES.clear()
+
+
+@pytest.fixture
+def first_try(monkeypatch):
+    """A checker test starts as a student's first try (no wrong tries counted, so the hint is at
+    its first stage), in English; the language is English again after it. A test file turns it
+    on for each of its tests with `pytestmark = pytest.mark.usefixtures("first_try")`."""
+    from llmlab import i18n
+    from llmlab.course.check import core
+
+    monkeypatch.setattr(core, "_WRONG_TRIES", {})
+    i18n.set_language("en")
+    yield
+    i18n.set_language("en")

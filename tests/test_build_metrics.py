@@ -21,7 +21,7 @@ from llmlab import i18n
 from llmlab.analysis import metrics
 from llmlab.course.build import ch10 as build10
 from llmlab.course.build import drive
-from llmlab.course.check import ch10, core
+from llmlab.course.check import ch10
 from llmlab.course.check.core import NOT_ANSWERED
 from llmlab.course.instructor import answers
 from llmlab.course.instructor.recheck import SandboxedFunction
@@ -102,10 +102,7 @@ def _check(fn, **kwargs):
     return result
 
 
-@pytest.fixture(autouse=True)
-def _first_try(monkeypatch):
-    """Each test is a student's first try (a third wrong try adds the solutions' pointer)."""
-    monkeypatch.setattr(core, "_WRONG_TRIES", {})
+pytestmark = pytest.mark.usefixtures("first_try")  # each test: a first try, in English
 
 
 @pytest.fixture

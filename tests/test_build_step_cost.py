@@ -20,7 +20,7 @@ from llmlab import i18n
 from llmlab.analysis import costs, roofline
 from llmlab.config import get_config, tiny_config
 from llmlab.course.build import drive
-from llmlab.course.check import ch07, core
+from llmlab.course.check import ch07
 from llmlab.course.instructor import answers, recheck
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,13 +74,7 @@ def _check(fn):
     return result, out.getvalue()
 
 
-@pytest.fixture(autouse=True)
-def _first_try(monkeypatch):
-    """Each test starts at the first wrong try (the hint's first stage), in English."""
-    monkeypatch.setattr(core, "_WRONG_TRIES", {})
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("first_try")  # each test: a first try, in English
 
 
 # --------------------------------------------------------------------------- the package's counter

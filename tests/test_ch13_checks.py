@@ -18,14 +18,7 @@ from llmlab.config import get_config  # noqa: E402
 from llmlab.course.check import ch13, core  # noqa: E402
 from llmlab.quantization import dequantize_int8, quantize_int8  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _first_try(monkeypatch):
-    """Each test is a student's first try, in English."""
-    monkeypatch.setattr(core, "_WRONG_TRIES", {})
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("first_try")  # each test: a first try, in English
 
 
 def solution(w):

@@ -17,14 +17,7 @@ from llmlab.analysis import speculation  # noqa: E402
 from llmlab.course.build import ch14 as build14  # noqa: E402
 from llmlab.course.check import ch14, core  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _first_try(monkeypatch):
-    """Each test is a student's first try, in English."""
-    monkeypatch.setattr(core, "_WRONG_TRIES", {})
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("first_try")  # each test: a first try, in English
 
 
 def solution(target_probs, draft_tokens, generator):

@@ -16,16 +16,10 @@ from llmlab import i18n  # noqa: E402
 from llmlab.analysis import structured  # noqa: E402
 from llmlab.course.check import ch15, core  # noqa: E402
 
-pytestmark = pytest.mark.model  # the real tokenizer and xgrammar's grammar for it
-
-
-@pytest.fixture(autouse=True)
-def _first_try(monkeypatch):
-    """Each test is a student's first try, in English."""
-    monkeypatch.setattr(core, "_WRONG_TRIES", {})
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
+pytestmark = [
+    pytest.mark.model,  # the real tokenizer and xgrammar's grammar for it
+    pytest.mark.usefixtures("first_try"),  # each test is a student's first try, in English
+]
 
 
 def solution(generated, pieces, eos_id):
