@@ -221,7 +221,21 @@ def apply_top_k_top_p(
 
     logits [B, V]; top_k [B] int (V means off); top_p [B] float (1.0 means off).
     The nucleus is the smallest set of most likely tokens whose probability sums to >= top_p.
+    Only the rows that ask for a cut are sorted (vLLM skips the others the same way): for a row
+    with neither, the sort would change nothing and costs more than the rest of sampling.
     """
+    vocab = logits.shape[-1]
+    cut = ((top_k < vocab) | (top_p < 1)).nonzero().flatten()
+    if len(cut) == logits.shape[0]:
+        return _cut_sorted(logits, top_k, top_p)
+    out = logits.clone()
+    if len(cut):
+        out[cut] = _cut_sorted(logits[cut], top_k[cut], top_p[cut])
+    return out
+
+
+def _cut_sorted(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """`apply_top_k_top_p` for rows that all ask for a cut: sort each row once, cut, put back."""
     sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)  # [B, V]
     vocab = logits.shape[-1]
     ranks = torch.arange(vocab, device=logits.device).expand_as(sorted_logits)  # [B, V]
@@ -270,12 +284,13 @@ def sample(
     sub = apply_top_k_top_p(sub / temp.unsqueeze(1), top_k, top_p)
     probs = sub.softmax(dim=-1)
     # Exponential-race sampling: argmax(p / E) with E ~ Exp(1) picks token i with probability
-    # p_i, and lets each row draw its noise from its own generator.
+    # p_i, and lets each row draw its noise from its own generator. E = -log U with U uniform
+    # on [0, 1): the same law as `exponential_`, several times faster on a CPU (a vectorised log
+    # over a uniform draw); U = 0 gives E = inf, so that one token cannot win.
     noise = torch.empty_like(probs)
     for j, i in enumerate(rows):
-        g = generators[i] if generators is not None else None
-        noise[j].exponential_(generator=g)
-    out[rows] = (probs / noise).argmax(dim=-1)
+        noise[j].uniform_(generator=generators[i] if generators is not None else None)
+    out[rows] = (probs / noise.log_().neg_()).argmax(dim=-1)
     return out
 
 

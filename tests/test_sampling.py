@@ -111,6 +111,27 @@ def test_top_p_one_keeps_every_token_even_with_rounding():
     assert torch.isfinite(masked).all()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_batch_mixing_cut_and_uncut_rows_cuts_each_row_as_alone(seed):
+    """Rows that ask for no cut are left as they are (not sorted at all); the others are cut as
+    they would be in a batch of their own, whatever rows sit beside them."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, 300, generator=g) * 3
+    logits[1, :250] = float("-inf")  # a masked row, as structured output leaves it
+    top_k = torch.tensor([300, 5, 300, 300, 40, 300])
+    top_p = torch.tensor([1.0, 1.0, 0.7, 1.0, 0.9, 1.0])
+    before = logits.clone()
+    out = apply_top_k_top_p(logits, top_k, top_p)
+    for row in range(6):
+        alone = apply_top_k_top_p(logits[row : row + 1], top_k[row : row + 1], top_p[row : row + 1])
+        assert torch.equal(out[row], alone[0]), row
+        if top_k[row] == 300 and top_p[row] == 1.0:
+            assert torch.equal(out[row], logits[row]), row
+        else:
+            assert (out[row] == float("-inf")).sum() > (logits[row] == float("-inf")).sum()
+    assert out is not logits and torch.equal(logits, before)  # the input is left as it was
+
+
 def test_top_k_beyond_the_vocabulary_means_all_tokens():
     logits = torch.randn(1, 50)
     g = torch.Generator().manual_seed(0)

@@ -655,7 +655,9 @@ def test_response_format_json_schema_always_parses_over_the_sdk(server):
         "type": "object",
         "properties": {
             "city": {"type": "string", "maxLength": 20},
-            "population": {"type": "integer", "minimum": 0},
+            # bounded, so every answer fits in max_tokens: an unbounded integer lets a sample
+            # write digits until the budget runs out, whichever engine draws it
+            "population": {"type": "integer", "minimum": 0, "maximum": 10**9},
         },
         "required": ["city", "population"],
         "additionalProperties": False,
