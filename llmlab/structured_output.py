@@ -164,7 +164,32 @@ class StructuredOutputManager:
         """A fresh matcher for one request (from the engine's backend when it has one)."""
         if self.backend is not None:
             return self.backend(spec)
-        return self.xgr.GrammarMatcher(self.compile(spec))
+        # rollback without limit: a speculating request walks its drafts, then steps back
+        return self.xgr.GrammarMatcher(self.compile(spec), max_rollback_tokens=-1)
+
+    def apply_to_drafts(self, logits: torch.Tensor, matcher: Any, drafts: list[int]) -> None:
+        """In place, for a request that speculates: `logits` [k + 1, V] are the target's rows at
+        its last token and its k drafts; row j gets the mask of the state after drafts 1 … j.
+        The matcher walks the drafts, then rolls back to where it was. Past a draft the grammar
+        refuses, the rows keep that state's mask: the verifier rejects that draft (its
+        probability is 0), so nothing after it is emitted."""
+        t0 = time.perf_counter()
+        bitmask = self.allocate_bitmask(len(drafts) + 1)
+        walked = 0  # drafts the grammar accepted so far
+        for j in range(len(drafts) + 1):
+            live = j == walked and not matcher.is_terminated()
+            if live:
+                matcher.fill_next_token_bitmask(bitmask, j)
+            else:  # after a refused draft, or after an accepted EOS: a row never reached
+                bitmask[j] = bitmask[j - 1]
+            if live and j < len(drafts):
+                walked += bool(matcher.accept_token(drafts[j]))
+        if walked:
+            matcher.rollback(walked)
+        t1 = time.perf_counter()
+        self.xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size)
+        self.bitmask_seconds += t1 - t0
+        self.apply_seconds += time.perf_counter() - t1
 
     def allowed(self, matcher: Any) -> torch.Tensor:
         """The tokens `matcher` allows next, as a bool tensor [vocab_size]."""

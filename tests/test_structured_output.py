@@ -159,29 +159,80 @@ def test_bad_params_name_the_field(kwargs):
 
 
 def test_structured_output_beside_speculative_decoding(real_model):
-    """With speculation on, a request under a grammar takes no drafts (its mask holds for the next
-    token only) and its output still validates; a free request beside it still speculates."""
+    """With speculation on, a request under a grammar takes drafts too: the verifier masks each
+    of its k + 1 positions with the grammar's state after the drafts before it. Its outputs
+    still validate, over seeds; a free request beside it still speculates."""
     model, tokenizer = real_model
     llm = LLM(
         model,
         tokenizer,
-        max_model_len=256,
-        num_kv_blocks=200,
+        max_model_len=320,
+        num_kv_blocks=300,
         speculative_config={"method": "ngram", "num_speculative_tokens": 3},
     )
-    outs = llm.generate(
-        ["Give me a person as JSON:", "one two one two one two one two"],
-        [
-            SamplingParams(
-                temperature=1.0, seed=4, max_tokens=96, structured_outputs=SO(json=SCHEMA)
-            ),
-            SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
-        ],
-        use_tqdm=False,
+    example = '{"name": "Ann", "age": 31, "pets": ["cat", "dog"]}'
+    prompts = [f"A person as JSON, like {example} or {example}:"] * 6 + ["one two " * 8]
+    params = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=96, structured_outputs=SO(json=SCHEMA))
+        for s in range(6)
+    ] + [SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)]
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    for out in outs[:6]:
+        assert out.outputs[0].finish_reason == "stop", out.outputs[0].text
+        jsonschema.validate(json.loads(out.outputs[0].text), SCHEMA)
+    assert sum(o.metrics.num_draft_tokens for o in outs[:6]) > 0
+    assert outs[6].metrics.num_draft_tokens > 0
+
+
+def test_greedy_under_a_grammar_gives_the_same_tokens_with_speculation(real_model):
+    """Greedy and masked, speculation changes nothing but the steps: the same tokens as the
+    plain engine, with drafts proposed and some accepted (the prompt holds text the output
+    copies)."""
+    model, tokenizer = real_model
+    example = '{"name": "Ann", "age": 31, "pets": ["cat", "dog"]}'
+    prompts = [f"Copy this JSON: {example} Copy: {example} Again:", "Give me a person as JSON:"]
+    params = SamplingParams(temperature=0.0, max_tokens=64, structured_outputs=SO(json=SCHEMA))
+    kw = dict(max_model_len=256, num_kv_blocks=200)
+    plain = LLM(model, tokenizer, **kw).generate(prompts, params, use_tqdm=False)
+    spec = LLM(
+        model, tokenizer, speculative_config={"method": "ngram", "num_speculative_tokens": 4}, **kw
+    ).generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in spec] == [o.outputs[0].token_ids for o in plain]
+    assert spec[0].metrics.num_draft_tokens > 0 and spec[0].metrics.num_accepted_tokens > 0
+    for out in spec:
+        jsonschema.validate(json.loads(out.outputs[0].text), SCHEMA)
+
+
+def test_a_backend_without_rollback_takes_no_drafts(real_model):
+    """A matcher that cannot step back (chapter 15's function backend) decodes one token a
+    step under speculation, and its output still follows the grammar."""
+    import re
+
+    from llmlab.structured_output import FunctionBackend, vocab_texts
+
+    model, tokenizer = real_model
+    pieces = vocab_texts(tokenizer, 49152)
+
+    def allowed(text, pieces, eos_id):  # "ab" repeated 1 to 4 times, then "!"
+        ok = lambda t: re.fullmatch(r"(ab){0,4}|(ab){0,3}a|(ab){1,4}!", t) is not None  # noqa: E731
+        mask = torch.tensor([p != "" and ok(text + p) for p in pieces])
+        mask[eos_id] = re.fullmatch(r"(ab){1,4}!", text) is not None
+        return mask
+
+    llm = LLM(
+        model,
+        tokenizer,
+        max_model_len=128,
+        speculative_config={"method": "ngram", "num_speculative_tokens": 3},
+        structured_outputs_backend=FunctionBackend(allowed, pieces, tokenizer.eos_token_id),
     )
-    jsonschema.validate(json.loads(outs[0].outputs[0].text), SCHEMA)
-    assert outs[0].metrics.num_draft_tokens == 0
-    assert outs[1].metrics.num_draft_tokens > 0
+    spec = SO(regex=r"(ab){1,4}!")
+    out = llm.generate(
+        ["ab ab ab ab ab ab"],
+        SamplingParams(temperature=0.0, max_tokens=16, structured_outputs=spec),
+        use_tqdm=False,
+    )[0]
+    assert re.fullmatch(r"(ab){1,4}!", out.outputs[0].text) and out.metrics.num_draft_tokens == 0
 
 
 def test_bitmask_row_packs_as_xgrammar_reads_it():

@@ -443,15 +443,19 @@ class LLMEngine:
             self.requests.pop(req.request_id, None)
         return outputs
 
-    def _advance_grammar(self, req: Request) -> bool:
-        """Feed the new token to the request's matcher. False when that ended the request here
-        (its grammar is complete and the token was the end, with EOS ignored, or the matcher
-        refused a token it had allowed, which cannot happen)."""
-        token = req.output_token_ids[-1]
+    def _advance_grammar(self, req: Request, token: int | None = None, last: bool = True) -> bool:
+        """Feed a new token (default: the last output token) to the request's matcher. False
+        when that ended the request here (its grammar is complete and the token was the end,
+        with EOS ignored, or the matcher refused a token it had allowed, which cannot happen).
+        last: False for a token a speculative step emitted before its last one."""
+        token = req.output_token_ids[-1] if token is None else token
         accepted = req.grammar.accept_token(token)
-        if req.is_finished or (accepted and not req.grammar.is_terminated()):
+        if (req.is_finished and last) or (accepted and not req.grammar.is_terminated()):
             return True
-        self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
+        if req.is_finished:  # it had ended later in the step: it ends here instead
+            req.status = RequestStatus.FINISHED_STOPPED
+        else:
+            self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
         req.metrics.finished_time = req.metrics.token_times[-1]
         return False
 

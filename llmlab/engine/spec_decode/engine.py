@@ -39,8 +39,9 @@ def spec_step(engine: LLMEngine) -> list[RequestOutput]:
         if logprobs and req.logprobs is not None:  # only undrafted requests: n == 1
             req.logprobs.append(logprobs[req.request_id])
         new_ids = req.output_token_ids[-n:]
-        if req.grammar is not None and not engine._advance_grammar(req):  # undrafted: n == 1
-            finished.append(req)
+        if req.grammar is not None:
+            new_ids = _advance_grammar(engine, req, new_ids, finished)
+            n = len(new_ids)
         text = ""
         det = req.detokenizer
         if det is not None:
@@ -90,3 +91,22 @@ def spec_step(engine: LLMEngine) -> list[RequestOutput]:
     for req in finished:
         engine.requests.pop(req.request_id, None)
     return outputs
+
+
+def _advance_grammar(engine: LLMEngine, req, new_ids: list[int], finished: list) -> list[int]:
+    """Feed the step's tokens to the request's matcher one by one, as the plain step feeds its
+    one token; where the grammar ends the request (complete, with EOS ignored), the tokens
+    after that one are dropped. Returns the tokens kept."""
+    n = len(new_ids)
+    for j, token in enumerate(new_ids):
+        if engine._advance_grammar(req, token, last=j == n - 1):
+            continue
+        drop = n - 1 - j
+        if drop:
+            req.remove_last_output_tokens(drop)
+            del req.metrics.token_times[-drop:]
+            req.metrics.finished_time = req.metrics.token_times[-1]
+        if req not in finished:
+            finished.append(req)
+        return new_ids[: j + 1]
+    return new_ids

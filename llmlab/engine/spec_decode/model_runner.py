@@ -118,6 +118,12 @@ class SpecDecodeModelRunner(ModelRunner):
         offsets = [0]
         for k in num_drafts:
             offsets.append(offsets[-1] + k + 1)
+        for i, k in enumerate(num_drafts):  # a grammar's mask at each of the k + 1 positions
+            req = requests[i]
+            if k and req.grammar is not None:
+                self.structured_output_manager.apply_to_drafts(
+                    logits[offsets[i] : offsets[i + 1]], req.grammar, specs[req.request_id]
+                )
         plain = [i for i, k in enumerate(num_drafts) if k == 0]
         if plain:  # no drafts: the plain sampler, logprobs and all
             rows = torch.tensor([offsets[i] for i in plain], dtype=torch.long)

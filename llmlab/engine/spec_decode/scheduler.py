@@ -40,9 +40,14 @@ class SpecDecodeScheduler(Scheduler):
         """The most drafts `req` may take this step: k, fewer near max_tokens or max_model_len
         (a step emits up to drafts + 1 tokens), none while its sampling needs more than the
         plain sampler's rows (logprobs, penalties, logit bias, min_tokens still pending, a
-        grammar: its mask holds for the next token only)."""
+        grammar whose matcher cannot step back: the verifier masks each position with the state
+        after the drafts before it, walking the drafts and rolling back, as vLLM does)."""
         params = req.sampling_params
-        if req.needs_extra_sampling or req.has_grammar or req.num_output_tokens < params.min_tokens:
+        if (
+            req.needs_extra_sampling
+            or (req.has_grammar and not callable(getattr(req.grammar, "rollback", None)))
+            or req.num_output_tokens < params.min_tokens
+        ):
             return 0
         return min(
             self.num_speculative_tokens,
