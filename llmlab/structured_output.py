@@ -186,10 +186,7 @@ class StructuredOutputManager:
                 walked += bool(matcher.accept_token(drafts[j]))
         if walked:
             matcher.rollback(walked)
-        t1 = time.perf_counter()
-        self.xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size)
-        self.bitmask_seconds += t1 - t0
-        self.apply_seconds += time.perf_counter() - t1
+        self._apply_filled(logits, bitmask, t0)
 
     def allowed(self, matcher: Any) -> torch.Tensor:
         """The tokens `matcher` allows next, as a bool tensor [vocab_size]."""
@@ -208,16 +205,23 @@ class StructuredOutputManager:
         bitmask = self.allocate_bitmask(len(rows))  # [R, ceil(V / 32)]
         for i, m in enumerate(matchers):
             m.fill_next_token_bitmask(bitmask, i)
-        t1 = time.perf_counter()
         if rows == list(range(logits.shape[0])):
-            self.xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size)
+            self._apply_filled(logits, bitmask, t0)
         else:
             sub = logits[rows]
-            self.xgr.apply_token_bitmask_inplace(sub, bitmask, vocab_size=self.vocab_size)
+            self._apply_filled(sub, bitmask, t0)
             logits[rows] = sub
-        self.bitmask_seconds += t1 - t0
-        self.apply_seconds += time.perf_counter() - t1
         self.mask_steps += 1
+
+    def _apply_filled(
+        self, logits: torch.Tensor, bitmask: torch.Tensor, filling_from: float
+    ) -> None:
+        """Apply a filled `bitmask` to `logits` in place (forbidden tokens to -inf), and book
+        the time: filling (since `filling_from`, a perf_counter reading) and applying."""
+        t1 = time.perf_counter()
+        self.xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size)
+        self.bitmask_seconds += t1 - filling_from
+        self.apply_seconds += time.perf_counter() - t1
 
 
 def bitmask_row(allowed: torch.Tensor) -> torch.Tensor:

@@ -213,11 +213,8 @@ def test_a_backend_without_rollback_takes_no_drafts(real_model):
     model, tokenizer = real_model
     pieces = vocab_texts(tokenizer, 49152)
 
-    def allowed(text, pieces, eos_id):  # "ab" repeated 1 to 4 times, then "!"
-        ok = lambda t: re.fullmatch(r"(ab){0,4}|(ab){0,3}a|(ab){1,4}!", t) is not None  # noqa: E731
-        mask = torch.tensor([p != "" and ok(text + p) for p in pieces])
-        mask[eos_id] = re.fullmatch(r"(ab){1,4}!", text) is not None
-        return mask
+    # "ab" repeated 1 to 4 times, then "!"
+    allowed = regex_mask(r"(ab){0,4}|(ab){0,3}a|(ab){1,4}!", r"(ab){1,4}!")
 
     llm = LLM(
         model,
@@ -233,6 +230,22 @@ def test_a_backend_without_rollback_takes_no_drafts(real_model):
         use_tqdm=False,
     )[0]
     assert re.fullmatch(r"(ab){1,4}!", out.outputs[0].text) and out.metrics.num_draft_tokens == 0
+
+
+def regex_mask(prefix: str, complete: str):
+    """A mask function for `FunctionBackend`: a token is allowed when the text so far plus its
+    text matches `prefix` (the texts that can still grow into a whole output, by hand), EOS
+    when the text so far matches `complete`."""
+    import re
+
+    def allowed(text, pieces, eos_id):
+        mask = torch.tensor(
+            [p != "" and re.fullmatch(prefix, text + p) is not None for p in pieces]
+        )
+        mask[eos_id] = re.fullmatch(complete, text) is not None
+        return mask
+
+    return allowed
 
 
 def test_bitmask_row_packs_as_xgrammar_reads_it():
@@ -263,11 +276,7 @@ def test_a_function_backend_in_the_engine_gives_xgrammars_tokens(llm, real_model
     pieces = vocab_texts(tokenizer, 49152)
     eos = tokenizer.eos_token_id
 
-    def allowed(text, pieces, eos_id):  # [ab]{1,3} then "!"
-        ok = lambda t: re.fullmatch(r"[ab]{0,3}|[ab]{1,3}!", t) is not None  # noqa: E731
-        mask = torch.tensor([p != "" and ok(text + p) for p in pieces])
-        mask[eos_id] = re.fullmatch(r"[ab]{1,3}!", text) is not None
-        return mask
+    allowed = regex_mask(r"[ab]{0,3}|[ab]{1,3}!", r"[ab]{1,3}!")  # [ab]{1,3} then "!"
 
     backend = FunctionBackend(allowed, pieces, eos)
     hand = LLM(model, tokenizer, max_model_len=128, structured_outputs_backend=backend)

@@ -26,6 +26,13 @@ _NAMES = ("Alice", "Bob", "Chen Wei", "Dmitri", "Fatima", "Li Na", "Mateo", "Pri
 _JOBS = ("teacher", "nurse", "pilot", "baker", "student", "farmer", "chemist", "painter")
 
 
+def _chat(tokenizer: Any, ask: str) -> str:
+    """`ask` as the user's turn in the model's chat template, the assistant's turn opened."""
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": ask}], tokenize=False, add_generation_prompt=True
+    )
+
+
 def person_prompts(tokenizer: Any, n: int) -> list[str]:
     """n chat prompts (the model's chat template), each describing a person and asking for a
     JSON object with the keys name and age; no two alike for n <= 64."""
@@ -37,26 +44,20 @@ def person_prompts(tokenizer: Any, n: int) -> list[str]:
             f"{name} is a {age}-year-old {job}. Reply with only a JSON object with the keys "
             '"name" (a string) and "age" (an integer).'
         )
-        prompts.append(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": ask}], tokenize=False, add_generation_prompt=True
-            )
-        )
+        prompts.append(_chat(tokenizer, ask))
     return prompts
 
 
 def age_prompts(tokenizer: Any, n: int) -> list[str]:
     """n chat prompts asking for a person's age as {"age": N}."""
-    out = []
-    for i in range(n):
-        name, age = _NAMES[i % 8], 20 + (11 * i) % 60
-        ask = f'{name} was born {age} years ago. Reply as JSON: {{"age": <years>}}.'
-        out.append(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": ask}], tokenize=False, add_generation_prompt=True
-            )
+    return [
+        _chat(
+            tokenizer,
+            f'{_NAMES[i % 8]} was born {20 + (11 * i) % 60} years ago. '
+            'Reply as JSON: {"age": <years>}.',
         )
-    return out
+        for i in range(n)
+    ]
 
 
 def is_valid(text: str, schema: dict) -> bool:

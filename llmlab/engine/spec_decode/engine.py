@@ -53,11 +53,7 @@ def spec_step(engine: LLMEngine) -> list[RequestOutput]:
                 if det.update([token], req.is_finished and last, check) and not (
                     req.is_finished and last
                 ):
-                    drop = n - 1 - j  # tokens after the stop string
-                    if drop:
-                        req.remove_last_output_tokens(drop)
-                        del req.metrics.token_times[-drop:]
-                        new_ids = new_ids[: j + 1]
+                    new_ids = _keep_first(req, new_ids, j + 1)  # none after the stop string
                     if not req.is_finished:
                         scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
                         finished.append(req)
@@ -101,12 +97,19 @@ def _advance_grammar(engine: LLMEngine, req, new_ids: list[int], finished: list)
     for j, token in enumerate(new_ids):
         if engine._advance_grammar(req, token, last=j == n - 1):
             continue
-        drop = n - 1 - j
-        if drop:
-            req.remove_last_output_tokens(drop)
-            del req.metrics.token_times[-drop:]
-            req.metrics.finished_time = req.metrics.token_times[-1]
+        kept = _keep_first(req, new_ids, j + 1)
+        req.metrics.finished_time = req.metrics.token_times[-1]
         if req not in finished:
             finished.append(req)
-        return new_ids[: j + 1]
+        return kept
     return new_ids
+
+
+def _keep_first(req, new_ids: list[int], keep: int) -> list[int]:
+    """Drop the step's tokens after its first `keep` (from the request's outputs and their
+    times): something among them ended the request. Returns the tokens kept."""
+    drop = len(new_ids) - keep
+    if drop:
+        req.remove_last_output_tokens(drop)
+        del req.metrics.token_times[-drop:]
+    return new_ids[:keep]
