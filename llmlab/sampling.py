@@ -20,6 +20,14 @@ from llmlab.i18n import tr
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 MAX_STOP_STRINGS = 16
+# temperatures as vLLM bounds them (vllm/sampling_params.py): a tiny one overflows float32
+# (1e-40 is 0 there, so logits / T are inf and the softmax NaN) and a huge one is inf (a masked
+# -inf logit / inf is NaN). Below SAMPLING_EPS (vLLM's _SAMPLING_EPS) is greedy, below
+# MIN_TEMPERATURE (vLLM's _MAX_TEMP) is raised to it, above MAX_TEMPERATURE (vLLM's and
+# OpenAI's bound) is refused
+SAMPLING_EPS = 1e-5
+MIN_TEMPERATURE = 1e-2
+MAX_TEMPERATURE = 2.0
 
 
 @dataclass
@@ -32,7 +40,11 @@ class Logprob:
 
 @dataclass
 class SamplingParams:
-    """How to pick tokens for one request. `temperature=0` means greedy."""
+    """How to pick tokens for one request. `temperature=0` means greedy.
+
+    A temperature below `SAMPLING_EPS` becomes 0 (greedy), one below `MIN_TEMPERATURE` becomes
+    `MIN_TEMPERATURE`, one above `MAX_TEMPERATURE` is refused: no temperature makes NaN.
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -60,6 +72,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if _finite(self.temperature) and 0 < self.temperature < MIN_TEMPERATURE:
+            self.temperature = 0.0 if self.temperature < SAMPLING_EPS else MIN_TEMPERATURE
         self.validate()
 
     def validate(self) -> None:
@@ -72,9 +86,11 @@ class SamplingParams:
                 )
             )
 
-        if not _finite(self.temperature) or not self.temperature >= 0:
+        if not _finite(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
             raise bad(
-                "temperature", "a number >= 0 (0 means greedy)", " >= 0 的数（0 表示贪心解码）"
+                "temperature",
+                f"a number in [0, {MAX_TEMPERATURE:g}] (0 means greedy)",
+                f" [0, {MAX_TEMPERATURE:g}] 之间的数（0 表示贪心解码）",
             )
         if not _finite(self.top_p) or not 0 < self.top_p <= 1:
             raise bad("top_p", "in (0, 1]", " (0, 1] 之间的数")
@@ -169,7 +185,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < SAMPLING_EPS
 
     @property
     def needs_logits_processing(self) -> bool:
@@ -194,22 +210,24 @@ def apply_logits_processors(
     output_ids: list[int],
 ) -> None:
     """In place, on `logits[row]` [V]: the logit bias, then the repetition, frequency and
-    presence penalties (vLLM's order and definitions)."""
+    presence penalties (vLLM's order and definitions). Every tensor it builds lives on the
+    logits' device, and nothing in it waits for the device (no data-dependent shapes)."""
     x = logits[row]  # [V]
-    vocab = x.shape[0]
+    vocab, device = x.shape[0], x.device
     if params.logit_bias:
-        ids = torch.tensor([t for t in params.logit_bias if t < vocab], dtype=torch.long)
-        bias = torch.tensor([b for t, b in params.logit_bias.items() if t < vocab], dtype=x.dtype)
+        items = [(t, b) for t, b in params.logit_bias.items() if t < vocab]
+        ids = torch.tensor([t for t, _ in items], dtype=torch.long).to(device)
+        bias = torch.tensor([b for _, b in items], dtype=x.dtype).to(device)
         x.index_add_(0, ids, bias)
     if params.repetition_penalty != 1.0:
-        seen = torch.zeros(vocab, dtype=torch.bool)
-        seen[torch.tensor(prompt_ids + output_ids, dtype=torch.long)] = True
+        seen = torch.zeros(vocab, dtype=torch.bool, device=device)
+        seen[torch.tensor(prompt_ids + output_ids, dtype=torch.long).to(device)] = True
         p = params.repetition_penalty
-        x[seen] = torch.where(x[seen] > 0, x[seen] / p, x[seen] * p)
+        x.copy_(torch.where(seen, torch.where(x > 0, x / p, x * p), x))
     if (params.frequency_penalty or params.presence_penalty) and output_ids:
-        counts = torch.bincount(torch.tensor(output_ids, dtype=torch.long), minlength=vocab)[
-            :vocab
-        ].to(x.dtype)  # [V]
+        ids = torch.tensor(output_ids, dtype=torch.long).to(device)
+        counts = torch.zeros(vocab, dtype=x.dtype, device=device)  # [V]
+        counts.scatter_add_(0, ids, torch.ones(ids.shape, dtype=x.dtype, device=device))
         x -= params.frequency_penalty * counts
         x -= params.presence_penalty * (counts > 0).to(x.dtype)
 
@@ -219,23 +237,29 @@ def apply_top_k_top_p(
 ) -> torch.Tensor:
     """Mask (to -inf) every token outside each row's top-k and outside its top-p nucleus.
 
-    logits [B, V]; top_k [B] int (V means off); top_p [B] float (1.0 means off).
-    The nucleus is the smallest set of most likely tokens whose probability sums to >= top_p.
-    Only the rows that ask for a cut are sorted (vLLM skips the others the same way): for a row
-    with neither, the sort would change nothing and costs more than the rest of sampling.
+    logits [B, V] on any device; top_k [B] int (V means off), top_p [B] float (1.0 means off),
+    host tensors (they come from the requests' parameters; they are copied to the logits'
+    device here). The nucleus is the smallest set of most likely tokens whose probability sums
+    to >= top_p. Only the rows that ask for a cut are sorted (vLLM skips the others the same
+    way): for a row with neither, the sort would change nothing and costs more than the rest of
+    sampling. Which rows those are is read from the host tensors, so the device never waits.
     """
     vocab = logits.shape[-1]
-    cut = ((top_k < vocab) | (top_p < 1)).nonzero().flatten()
+    cut = [i for i, (k, p) in enumerate(zip(top_k.tolist(), top_p.tolist())) if k < vocab or p < 1]
+    if not cut:
+        return logits.clone()
+    knobs = torch.stack([top_k[cut].to(torch.float32), top_p[cut].to(torch.float32)])
+    knobs = knobs.to(logits.device)  # [2, C]: one small copy
     if len(cut) == logits.shape[0]:
-        return _cut_sorted(logits, top_k, top_p)
+        return _cut_sorted(logits, knobs[0], knobs[1])
     out = logits.clone()
-    if len(cut):
-        out[cut] = _cut_sorted(logits[cut], top_k[cut], top_p[cut])
+    out[cut] = _cut_sorted(logits[cut], knobs[0], knobs[1])
     return out
 
 
 def _cut_sorted(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """`apply_top_k_top_p` for rows that all ask for a cut: sort each row once, cut, put back."""
+    """`apply_top_k_top_p` for rows that all ask for a cut: sort each row once, cut, put back.
+    top_k, top_p: [B] float32 on the logits' device."""
     sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)  # [B, V]
     vocab = logits.shape[-1]
     ranks = torch.arange(vocab, device=logits.device).expand_as(sorted_logits)  # [B, V]
@@ -257,10 +281,13 @@ def sample(
     params: list[SamplingParams],
     generators: list[torch.Generator | None] | None = None,
 ) -> torch.Tensor:
-    """Pick one token per row of `logits` [B, V] with that row's `SamplingParams` → [B] int64.
+    """Pick one token per row of `logits` [B, V] with that row's `SamplingParams` → [B] int64,
+    on the logits' device (the caller reads it back once, for the whole batch).
 
-    A row whose params have a `seed` must come with its own `torch.Generator` (the engine keeps
-    one per request) so that the same seed gives the same tokens whatever else is in the batch.
+    A row whose params have a `seed` must come with its own `torch.Generator` on the logits'
+    device (the engine keeps one per request: `make_generator(seed, device)`) so that the same
+    seed gives the same tokens whatever else is in the batch. Rows that share a generator (the
+    engine's default one) draw their noise in one call.
     """
     if logits.dim() != 2 or logits.shape[0] != len(params):
         raise ValueError(
@@ -269,35 +296,68 @@ def sample(
                 f"logits 的形状必须是 [len(params)={len(params)}, vocab]，你给的是 {tuple(logits.shape)}",
             )
         )
+    if generators is not None:
+        check_generators(generators, logits.device)
     logits = logits.float()
-    out = logits.argmax(dim=-1)  # greedy default
+    out = logits.argmax(dim=-1)  # [B]: greedy, the default
     rows = [i for i, p in enumerate(params) if not p.greedy]
     if not rows:
         return out
     vocab = logits.shape[-1]
-    sub = logits[rows]  # [R, V]
-    temp = torch.tensor([params[i].temperature for i in rows], dtype=torch.float32)
-    top_k = torch.tensor(
-        [min(params[i].top_k, vocab) if params[i].top_k > 0 else vocab for i in rows]
-    )  # k > V: all of them
-    top_p = torch.tensor([float(params[i].top_p) for i in rows])
-    sub = apply_top_k_top_p(sub / temp.unsqueeze(1), top_k, top_p)
-    probs = sub.softmax(dim=-1)
+    chosen = [params[i] for i in rows]
+    temp = torch.tensor([p.temperature for p in chosen], dtype=torch.float32)
+    top_k = torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in chosen])
+    top_p = torch.tensor([float(p.top_p) for p in chosen])
+    sub = logits if len(rows) == len(params) else logits[rows]  # [R, V]
+    sub = apply_top_k_top_p(sub / temp.to(logits.device).unsqueeze(1), top_k, top_p)
+    probs = sub.softmax(dim=-1)  # [R, V]
     # Exponential-race sampling: argmax(p / E) with E ~ Exp(1) picks token i with probability
     # p_i, and lets each row draw its noise from its own generator. E = -log U with U uniform
     # on [0, 1): the same law as `exponential_`, several times faster on a CPU (a vectorised log
     # over a uniform draw); U = 0 gives E = inf, so that one token cannot win.
-    noise = torch.empty_like(probs)
-    for j, i in enumerate(rows):
-        noise[j].uniform_(generator=generators[i] if generators is not None else None)
-    out[rows] = (probs / noise.log_().neg_()).argmax(dim=-1)
+    noise = _uniform_noise(probs, [generators[i] if generators else None for i in rows])
+    picked = (probs / noise.log_().neg_()).argmax(dim=-1)  # [R]
+    if len(rows) == len(params):
+        return picked
+    out[rows] = picked
     return out
 
 
-def make_generator(seed: int | None) -> torch.Generator | None:
-    """A per-request generator for a seeded request; None uses the global RNG."""
+def _uniform_noise(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """Uniform [0, 1) noise shaped like `probs` [R, V], row r drawn from `generators[r]`; rows
+    that share a generator (or the global RNG, None) are drawn together, in row order."""
+    noise = torch.empty_like(probs)
+    groups: dict[int, list[int]] = {}
+    for r, g in enumerate(generators):
+        groups.setdefault(id(g), []).append(r)
+    for members in groups.values():
+        g = generators[members[0]]
+        if len(members) == len(generators):
+            noise.uniform_(generator=g)
+        elif len(members) == 1:
+            noise[members[0]].uniform_(generator=g)
+        else:
+            drawn = torch.empty((len(members), probs.shape[1]), device=probs.device)
+            noise[members] = drawn.uniform_(generator=g)
+    return noise
+
+
+def check_generators(generators: list[torch.Generator | None], device: torch.device) -> None:
+    """Every generator must draw on `device` (the logits'): a CPU generator cannot fill a CUDA
+    tensor, and on a CPU-only machine the same mistake would go unseen, so it is refused here
+    for every device alike."""
+    for i, g in enumerate(generators):
+        if g is not None and g.device.type != device.type:
+            raise ValueError(
+                f"generators[{i}] draws on {g.device}, the logits are on {device}: make a "
+                f"request's generator on the logits' device (make_generator(seed, device))"
+            )
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A per-request generator on `device` for a seeded request; None uses the global RNG."""
     if seed is None:
         return None
-    g = torch.Generator()
+    g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g

@@ -70,9 +70,38 @@ def test_temperature_sharpens_the_distribution():
     best = int(logits.argmax())
     g = make_generator(0)
     cold = [int(sample(logits, [SamplingParams(temperature=0.05)], [g])[0]) for _ in range(50)]
-    hot = [int(sample(logits, [SamplingParams(temperature=5.0)], [g])[0]) for _ in range(200)]
+    hot = [int(sample(logits, [SamplingParams(temperature=2.0)], [g])[0]) for _ in range(200)]
     assert cold.count(best) >= 48
     assert len(set(hot)) > 5
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-40, 1e-38, 5e-6])
+def test_a_temperature_below_the_epsilon_is_greedy(temperature):
+    """vLLM's _SAMPLING_EPS: below 1e-5 is greedy. Dividing by 1e-40 (0 in float32) would make
+    every logit inf and the softmax NaN; greedy gives the argmax even where logits are -inf."""
+    p = SamplingParams(temperature=temperature)
+    assert p.greedy and p.temperature == 0.0
+    logits = random_logits(3, 300).repeat(4, 1)
+    logits[1:, :200] = float("-inf")  # masked rows, as a grammar or min_tokens leaves them
+    got = sample(logits, [p] * 4, [make_generator(0)] * 4)
+    assert got.tolist() == logits.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("temperature,raised", [(1e-5, 0.01), (3e-3, 0.01), (0.01, 0.01)])
+def test_a_tiny_temperature_is_raised_to_vllms_floor(temperature, raised):
+    """vLLM's _MAX_TEMP: a temperature in [1e-5, 1e-2) samples at 1e-2, finitely."""
+    p = SamplingParams(temperature=temperature, seed=0)
+    assert not p.greedy and p.temperature == raised
+    logits = random_logits(4, 300)
+    logits[0, :250] = float("-inf")
+    tokens = {int(sample(logits, [p], [make_generator(s)])[0]) for s in range(20)}
+    assert tokens and all(torch.isfinite(logits[0, t]) for t in tokens)
+
+
+@pytest.mark.parametrize("temperature", [2.0001, 1e308, float("inf"), float("nan"), -1e-40])
+def test_a_temperature_out_of_range_is_refused_naming_it(temperature):
+    with pytest.raises(ValueError, match=r"temperature must be a number in \[0, 2\]"):
+        SamplingParams(temperature=temperature)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from llmlab import LLM, SamplingParams
 from llmlab.bench import default_attention_backend
 from llmlab.engine import LLMEngine
 from llmlab.serve.api_server import build_app
+from llmlab.serve.grammar_compiler import GrammarLimits
 from llmlab.serve.launch import ServerProcess, ServerThread
 from llmlab.serve.prometheus import Histogram, parse_prometheus
 
@@ -42,7 +43,8 @@ def engine_kwargs(model):
 def server(real_model):
     model, tokenizer = real_model
     engine = LLMEngine(model, tokenizer, **engine_kwargs(model))
-    with ServerThread(build_app(engine, MODEL)) as srv:
+    # one grammar compile process (the default two cost 400 MB and a few seconds each)
+    with ServerThread(build_app(engine, MODEL, grammar_limits=GrammarLimits(workers=1))) as srv:
         srv.engine = engine
         yield srv
 
@@ -428,6 +430,56 @@ BAD = [  # (endpoint, body, status, the field the error must name)
         {"prompt": "hi", "stream_options": {"include_usage": True}},
         400,
         "stream_options",
+    ),
+    # temperatures past float32 (1e308 is inf there) or OpenAI's and vLLM's bound
+    ("/v1/completions", {"prompt": "hi", "temperature": 1e308}, 400, "temperature"),
+    ("/v1/completions", {"prompt": "hi", "temperature": 2.5}, 400, "temperature"),
+    # more sequences than the waiting queue (256) ever holds: can never fit, so not a 503
+    ("/v1/completions", {"prompt": ["a"] * 257}, 400, "prompt"),
+    ("/v1/completions", {"prompt": ["a"] * 65, "n": 4}, 400, "prompt"),
+    # OpenAI fields this server does not serve: refused, not ignored
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "low"},
+        400,
+        "reasoning_effort",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"]},
+        400,
+        "modalities",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "audio": {"voice": "alloy"}},
+        400,
+        "audio",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "echo": True},
+        400,
+        "echo",
+    ),
+    # schema keywords xgrammar would not enforce
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}},
+            },
+        },
+        400,
+        "response_format.json_schema.schema",
+    ),
+    (
+        "/v1/completions",
+        {"prompt": "hi", "structured_outputs": {"json": {"not": {}}}},
+        400,
+        "structured_outputs",
     ),
 ]
 

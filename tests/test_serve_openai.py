@@ -23,6 +23,7 @@ from llmlab import SamplingParams
 from llmlab.bench import default_attention_backend
 from llmlab.engine import LLMEngine
 from llmlab.serve.api_server import build_app
+from llmlab.serve.grammar_compiler import GrammarLimits
 from llmlab.serve.launch import RateLimitFilter, ServerThread, build_engine
 from llmlab.serve.prometheus import parse_prometheus
 
@@ -38,7 +39,8 @@ def server(real_model):
     engine = LLMEngine(
         model, tokenizer, attention_backend=default_attention_backend(model), **ENGINE
     )
-    with ServerThread(build_app(engine, MODEL)) as srv:
+    # one grammar compile process (the default two cost 400 MB and a few seconds each)
+    with ServerThread(build_app(engine, MODEL, grammar_limits=GrammarLimits(workers=1))) as srv:
         srv.engine = engine
         srv.client = openai.OpenAI(
             base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60
@@ -449,9 +451,14 @@ def test_the_api_key_guards_v1_only(tiny_server):
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}):
         r = httpx.post(url, json=body, headers=headers, timeout=10)
         assert r.status_code == 401 and r.json()["error"]["code"] == 401
+    for headers in ({"Authorization": "Bearer sekrit2"}, {"Authorization": "Basic sekrit"}):
+        r = httpx.post(url, json=body, headers=headers, timeout=10)
+        assert r.status_code == 401
     assert httpx.get(tiny_server.url + "/v1/models", timeout=10).status_code == 401
     assert httpx.get(tiny_server.url + "/health", timeout=10).status_code == 200
     tiny_ok(tiny_server, Authorization="Bearer sekrit")
+    tiny_ok(tiny_server, Authorization="bearer sekrit")  # the scheme in any case, as vLLM
+    tiny_ok(tiny_server, Authorization="BEARER  sekrit")
     good = openai.OpenAI(base_url=tiny_server.url + "/v1", api_key="sekrit", max_retries=0)
     assert (
         good.completions.create(

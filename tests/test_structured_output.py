@@ -6,6 +6,7 @@ refusals name the field."""
 from __future__ import annotations
 
 import json
+import time
 
 import jsonschema
 import pytest
@@ -312,3 +313,172 @@ def test_outputs_still_validate_when_requests_are_preempted(real_model):
     assert small.llm_engine.scheduler.stats.num_preemptions > 0
     for out in outs:
         jsonschema.validate(json.loads(out.outputs[0].text), SCHEMA)
+
+
+# ---- what a server needs: refusals, a bounded cache, a fill budget ------------------------------
+
+# schemas with a keyword xgrammar 0.2 accepts and ignores, and an instance that breaks it
+IGNORED_BY_XGRAMMAR = [
+    (
+        {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        ["b", "b"],
+        "uniqueItems",
+    ),
+    ({"not": {}}, 1, "not"),
+    ({"type": "string", "not": {"const": "a"}}, "a", "not"),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "dependentRequired": {"a": ["b"]},
+        },
+        {"a": 1},
+        "dependentRequired",
+    ),
+    ({"allOf": [{"type": "integer"}, {"minimum": 3}]}, 1, "allOf"),
+    ({"type": "string", "pattern": "[a-z]+", "maxLength": 3}, "abcdef", "minLength / maxLength"),
+    (
+        {
+            "type": "object",
+            "properties": {
+                "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+            },
+            "required": ["tags"],
+        },
+        {"tags": ["b", "b"]},
+        "properties.tags: uniqueItems",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "schema,bad,where", IGNORED_BY_XGRAMMAR, ids=[w for *_, w in IGNORED_BY_XGRAMMAR]
+)
+def test_a_schema_keyword_xgrammar_ignores_is_refused_naming_where(real_model, schema, bad, where):
+    """The reason for each refusal: given the schema, xgrammar accepts an instance that breaks
+    it (if a newer xgrammar enforces the keyword, this fails: then allow it)."""
+    import xgrammar as xgr
+
+    _, tokenizer = real_model
+    mgr = StructuredOutputManager(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    matcher = xgr.GrammarMatcher(
+        mgr.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+    )
+    assert matcher.accept_string(json.dumps(bad)) and matcher.is_completed()
+    with pytest.raises(ValueError, match=f"StructuredOutputsParams.json: {where}.* not enforced"):
+        SO(json=schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "multipleOf": 3},  # vLLM's list, from here on
+        {"type": "array", "contains": {"type": "integer"}},
+        {"type": "string", "format": "credit-card"},
+        {"type": "object", "propertyNames": {"pattern": "^a"}, "properties": {"a": {}}},
+        {"type": "object", "patternProperties": {"^a": {}, "^b": {}}},
+        {"$ref": "https://example.com/schema.json"},
+    ],
+)
+def test_vllms_unsupported_schema_features_are_refused(schema):
+    with pytest.raises(ValueError, match="not enforced by xgrammar"):
+        SO(json=schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"not": {"type": "string"}}},  # a property named "not"
+        {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}},
+        {"allOf": [{"$ref": "#/$defs/pet"}], "$defs": {"pet": {"enum": ["cat", "dog"]}}},
+        {"type": "array", "items": {"type": "integer"}, "uniqueItems": False},
+        {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 4}]},
+    ],
+)
+def test_schemas_xgrammar_enforces_are_accepted(schema):
+    assert SO(json=schema).json == schema
+
+
+def test_the_compile_cache_keeps_at_most_its_bytes_least_recently_used_out(real_model):
+    _, tokenizer = real_model
+    mgr = StructuredOutputManager(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
+    specs = [SO(choice=[f"answer {i:02d}", f"other {i:02d}"]) for i in range(10)]
+    size = max(mgr.compile(s).memory_size_bytes for s in specs[:2])
+    mgr.set_limits(cache_limit_bytes=int(size * 3.5))
+    assert mgr.cache_size == 2
+    for spec in specs[2:]:
+        mgr.compile(spec)
+        assert mgr.cache_bytes <= mgr.cache_limit_bytes
+    assert mgr.cache_size == 3 and mgr.cached(specs[0]) is None
+    assert mgr.cached(specs[7]) is not None  # now the most recently used
+    mgr.compile(SO(choice=["fresh 00", "other 99"]))
+    assert mgr.cached(specs[7]) is not None and mgr.cached(specs[8]) is None
+    mgr.set_limits(cache_limit_bytes=size // 2)  # shrinking evicts; too big a grammar is not kept
+    assert mgr.cache_size == 0 and mgr.cache_bytes == 0
+    assert mgr.compile(specs[1]) is not None and mgr.cache_size == 0
+    with pytest.raises(ValueError, match="cache_limit_bytes"):
+        mgr.set_limits(cache_limit_bytes=-1)
+    with pytest.raises(ValueError, match="fill_budget_s"):
+        mgr.set_limits(fill_budget_s=0)
+
+
+class CpuBurningMatcher:
+    """Stands in for an ambiguous grammar's matcher: a fill burns `seconds` of CPU (as
+    xgrammar's does for `(.{1,50}){1,50}`), then allows every token."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def fill_next_token_bitmask(self, bitmask, row):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < self.seconds:
+            pass
+        bitmask[row] = -1
+
+    def accept_token(self, token):
+        return True
+
+    def is_terminated(self):
+        return False
+
+
+def test_a_fill_past_its_budget_fails_that_grammar_alone_and_the_step_goes_on(real_model):
+    """The mask of a grammar that overruns its budget is left to finish on its own: `apply`
+    returns before it has (load-proof: no wall-clock bound), that grammar is failed, its row
+    left unmasked, and the rows beside it get exactly their masks. Its request is reported by
+    `grammar_failures`, and the next step fills the others without waiting for it."""
+    from types import SimpleNamespace
+
+    from llmlab.structured_output import XgrammarGrammar, grammar_failures
+
+    _, tokenizer = real_model
+    mgr = StructuredOutputManager(
+        tokenizer, 49152, frozenset([tokenizer.eos_token_id]), fill_budget_s=0.05
+    )
+    digits = SO(regex="[0-9]{3}")
+    slow = XgrammarGrammar(CpuBurningMatcher(0.3))
+    grammars = [mgr.matcher(digits), slow, mgr.matcher(digits)]
+    want = mgr.allowed(mgr.matcher(digits))  # [V] bool
+    for step in range(2):
+        logits = torch.zeros(3, 49152)
+        mgr.apply(logits, [0, 1, 2], grammars)
+        if step == 0:
+            assert mgr.overrunning_fills == 1, "apply waited for the whole slow fill"
+        assert slow.error is not None and "0.05 s of CPU" in slow.error
+        assert torch.equal(logits[0] == 0, want) and torch.equal(logits[2] == 0, want)
+        assert torch.equal(logits[1], torch.zeros(49152))
+        for g in (grammars[0], grammars[2]):
+            assert g.error is None and g.accept_token(tokenizer.encode("1")[0])
+    requests = [SimpleNamespace(request_id=f"r{i}", grammar=g) for i, g in enumerate(grammars)]
+    assert grammar_failures(requests) == {"r1": slow.error}
+    assert slow.accept_token(5) and not slow.is_terminated()  # never touched again
+    drafted = XgrammarGrammar(CpuBurningMatcher(0.3))
+    logits = torch.zeros(3, 49152)
+    mgr.apply_to_drafts(logits, drafted, [5, 6])
+    assert drafted.error is not None and torch.equal(logits, torch.zeros(3, 49152))
+    deadline = time.monotonic() + 120
+    while mgr.overrunning_fills and time.monotonic() < deadline:  # the left fills end alone
+        time.sleep(0.05)
+    assert mgr.overrunning_fills == 0

@@ -2,8 +2,8 @@
 
 - `protocol`: the request bodies, checked at the door (errors name the field)
 - `async_engine`: `AsyncLLM`, the engine loop behind the server (requests join between steps)
-- `detokenizer`: text for a stream of tokens, one at a time
 - `prometheus`: `/metrics` in Prometheus' text format, vLLM's metric names
+- `grammar_compiler`: grammars compiled and probed in worker processes it can kill
 - `api_server`: `build_app(engine, name)`, the FastAPI routes and server-sent events
 - `launch`: the command line, `ServerProcess` (a child process) and `ServerThread`
 

@@ -14,6 +14,11 @@ the step in flight, so its KV blocks go back to the pool before the next step is
 The waiting queue is bounded: beyond `max_waiting` requests not yet scheduled, `add_request`
 raises `QueueFullError` (the server answers 503) and nothing already admitted is touched.
 
+One request's failure inside a step ends that request alone: a request the engine finished
+with an error (its sampling failed: finish reason "error") ends with `RequestFailedError`, and
+one whose grammar overran its mask-fill budget in the step (`grammar_failures`) is aborted and
+ends with `GrammarFailedError`, its token of that step dropped. Its batch-mates go on.
+
 A step that raises is contained: its traceback is logged, the requests of that step end with
 `StepFailedError` (their streams send an error event, then close) and are aborted, and the
 loop goes on serving the others. Requests are checked at the door so that no known input can
@@ -38,11 +43,12 @@ import concurrent.futures
 import logging
 import traceback
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from llmlab.engine import LLMEngine, RequestOutput
 from llmlab.sampling import SamplingParams
 from llmlab.serve.prometheus import ServerMetrics
+from llmlab.structured_output import grammar_failures
 
 
 class QueueFullError(Exception):
@@ -55,6 +61,15 @@ class EngineDeadError(Exception):
 
 class StepFailedError(Exception):
     """The step this request was in raised; the request was aborted, the engine serves on."""
+
+
+class RequestFailedError(Exception):
+    """The engine finished this request alone with an error (its sampling failed)."""
+
+
+class GrammarFailedError(Exception):
+    """This request's grammar took longer than its budget to compute a mask; it was stopped
+    (the grammar is the client's to fix)."""
 
 
 logger = logging.getLogger("llmlab.serve")
@@ -72,6 +87,7 @@ class RequestStream:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     finished: bool = False
     num_output_tokens: int = 0
+    request: Any = None  # the engine's Request, kept for a request with a grammar
 
     def __aiter__(self) -> AsyncIterator[RequestOutput]:
         return self._iterate()
@@ -129,6 +145,7 @@ class AsyncLLM:
         self.num_admitted = 0  # requests ever admitted (the settle loop counts)
         self.metrics = ServerMetrics(model_name)
         self.streams: dict[str, RequestStream] = {}
+        self._grammar_ids: set[str] = set()  # requests with a grammar, checked after each step
         self._pending: list[tuple[str, list[int], SamplingParams, float | None]] = []
         self._pending_aborts: set[str] = set()
         self._stepping = False
@@ -201,7 +218,7 @@ class AsyncLLM:
         if self._stepping:  # joins the batch right after the step in flight
             self._pending.append((request_id, prompt_token_ids, params, None))
         else:
-            self.engine.add_request(request_id, prompt_token_ids, params)
+            self._join(stream, self.engine.add_request(request_id, prompt_token_ids, params))
             self.stats = self.engine.stats()
         self.streams[request_id] = stream
         self.num_admitted += 1
@@ -209,9 +226,25 @@ class AsyncLLM:
             self._wake.set()
         return stream
 
+    def _join(self, stream: RequestStream, request: Any) -> None:
+        """The engine took `request`: keep it with its stream when it has a grammar."""
+        if request.grammar is not None:
+            stream.request = request
+            self._grammar_ids.add(stream.request_id)
+
+    def _end(self, request_id: str, error: BaseException, reason: str) -> None:
+        """End a request's stream with `error` (its client gets an error event)."""
+        stream = self.streams.pop(request_id, None)
+        self._grammar_ids.discard(request_id)
+        if stream is not None:
+            stream.finished = True
+            self.metrics.on_finished(reason, None)
+            stream.queue.put_nowait(error)
+
     def abort(self, request_id: str) -> None:
         """Stop a request (its client left); its blocks are freed before the next step."""
         stream = self.streams.pop(request_id, None)
+        self._grammar_ids.discard(request_id)
         if stream is None:
             return
         if not stream.finished:
@@ -232,21 +265,42 @@ class AsyncLLM:
                 continue
             stream = self.streams.get(request_id)
             try:
-                self.engine.add_request(request_id, ids, params, arrival_time=arrival)
+                request = self.engine.add_request(request_id, ids, params, arrival_time=arrival)
             except ValueError as e:  # checked at the door already; kept for safety
                 if stream is not None:
                     self.streams.pop(request_id, None)
                     stream.finished = True
                     stream.queue.put_nowait(e)
+                continue
+            if stream is not None:
+                self._join(stream, request)
         for request_id in self._pending_aborts:
             self.engine.abort_request(request_id)
         self._pending_aborts.clear()
         self.stats = self.engine.stats()
 
+    def _fail_grammars(self) -> None:
+        """After a step: abort, alone, each request whose grammar failed in it (its mask fill
+        overran the budget); its token of that step is dropped with it."""
+        if not self._grammar_ids:
+            return
+        live = [self.streams[rid].request for rid in self._grammar_ids if rid in self.streams]
+        self._grammar_ids = {r.request_id for r in live}
+        for request_id, why in grammar_failures(live).items():
+            self.engine.abort_request(request_id)
+            self._end(request_id, GrammarFailedError(why), "error")
+            refused = self.metrics.grammars_refused
+            refused["fill_budget"] = refused.get("fill_budget", 0) + 1
+
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        self._fail_grammars()
         for out in outputs:
             stream = self.streams.get(out.request_id)
             if stream is None:  # aborted while the step ran
+                continue
+            if out.finished and out.outputs[0].finish_reason == "error":
+                why = out.outputs[0].stop_reason or "its sampling failed"
+                self._end(out.request_id, RequestFailedError(f"the request failed: {why}"), "error")
                 continue
             n = len(out.outputs[0].token_ids)
             self.metrics.on_tokens(
@@ -259,6 +313,7 @@ class AsyncLLM:
                 self.metrics.on_finished(out.outputs[0].finish_reason or "stop", out.metrics)
                 stream.queue.put_nowait(_DONE)
                 del self.streams[out.request_id]
+                self._grammar_ids.discard(out.request_id)
 
     async def _settle(self) -> None:
         """Yield to the event loop until arrivals pause for `settle_quiet_s` (see the top)."""
@@ -329,11 +384,7 @@ class AsyncLLM:
         )
         for request_id in ids:
             self.engine.abort_request(request_id)
-            stream = self.streams.pop(request_id, None)
-            if stream is not None:
-                stream.finished = True
-                self.metrics.on_finished("abort", None)
-                stream.queue.put_nowait(failure)
+            self._end(request_id, failure, "abort")
         self.stats = self.engine.stats()
         return True
 

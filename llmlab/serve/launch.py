@@ -27,6 +27,8 @@ DEFAULT_LIMIT_CONCURRENCY = 512  # connections + requests in flight before uvico
 DEFAULT_MAX_CONNECTIONS = 1024  # open connections before new ones are closed at once
 DEFAULT_TIMEOUT_KEEP_ALIVE = 5.0  # seconds an idle keep-alive connection stays open
 DEFAULT_TIMEOUT_HEADER = 10.0  # seconds a request's headers may take to arrive
+# seconds a stopping server (SIGTERM) lets requests in flight finish before cancelling them
+DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN = 3.0
 
 
 def load(model: str = "smollm2-135m") -> tuple[Any, Any]:
@@ -161,10 +163,10 @@ class RateLimitFilter:
 
 def quiet_storms() -> None:
     """Rate-limit the loggers that a flood of connections makes talk (asyncio's accept errors,
-    uvicorn's invalid-request warnings); once per process."""
+    uvicorn's invalid-request warnings, the server's own); once per process."""
     import logging
 
-    for name in ("asyncio", "uvicorn.error"):
+    for name in ("asyncio", "uvicorn.error", "llmlab.serve"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, RateLimitFilter) for f in logger.filters):
             logger.addFilter(RateLimitFilter())
@@ -179,6 +181,7 @@ def uvicorn_config(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     timeout_keep_alive: float = DEFAULT_TIMEOUT_KEEP_ALIVE,
     timeout_header: float = DEFAULT_TIMEOUT_HEADER,
+    timeout_graceful_shutdown: float = DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN,
 ) -> Any:
     """uvicorn's settings for the server: its caps and timeouts, the guarded protocol."""
     import uvicorn
@@ -192,6 +195,7 @@ def uvicorn_config(
     for name, value in (
         ("timeout_keep_alive", timeout_keep_alive),
         ("timeout_header", timeout_header),
+        ("timeout_graceful_shutdown", timeout_graceful_shutdown),
     ):
         if not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
@@ -205,6 +209,7 @@ def uvicorn_config(
         http=guarded_protocol(timeout_header, max_connections),
         limit_concurrency=limit_concurrency,
         timeout_keep_alive=timeout_keep_alive,
+        timeout_graceful_shutdown=timeout_graceful_shutdown,
     )
 
 
@@ -277,6 +282,16 @@ def parser() -> argparse.ArgumentParser:
         '\'{"method": "draft_model", "num_speculative_tokens": 3, '
         '"draft_num_layers": 8}\' (default: none)',
     )
+    door_options(ap)
+    connection_options(ap)
+    grammar_options(ap)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
+    ap.add_argument("--log-level", default="warning")
+    return ap
+
+
+def door_options(ap: argparse.ArgumentParser) -> None:
+    """The options of what the server admits: the queue, the key, the body cap, the docs."""
     ap.add_argument(
         "--max-waiting",
         type=int,
@@ -286,7 +301,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--api-key",
         default=os.environ.get(API_KEY_ENV) or None,
-        help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV})",
+        help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}). A key "
+        f"given here is visible to every user of this machine in the process list (ps): "
+        f"prefer setting {API_KEY_ENV}",
     )
     ap.add_argument(
         "--max-body-bytes",
@@ -297,6 +314,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--disable-fastapi-docs", action="store_true", help="no /docs, /redoc or /openapi.json"
     )
+
+
+def connection_options(ap: argparse.ArgumentParser) -> None:
+    """The options bounding connections and their timeouts (uvicorn's, `uvicorn_config`)."""
     ap.add_argument(
         "--limit-concurrency",
         type=int,
@@ -321,9 +342,52 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_TIMEOUT_HEADER,
         help="seconds a request's headers may take to arrive",
     )
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
-    ap.add_argument("--log-level", default="warning")
-    return ap
+    ap.add_argument(
+        "--timeout-graceful-shutdown",
+        type=float,
+        default=DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN,
+        help="seconds a stopping server lets requests in flight finish before cancelling them",
+    )
+
+
+def grammar_options(ap: argparse.ArgumentParser) -> None:
+    """The options bounding what a client's grammar may cost (`GrammarLimits`)."""
+    from llmlab.serve.grammar_compiler import GrammarLimits
+
+    d = GrammarLimits()
+    ap.add_argument(
+        "--grammar-compile-timeout",
+        type=float,
+        default=d.compile_timeout_s,
+        help="seconds a grammar may take to compile and probe (its worker is killed past it)",
+    )
+    ap.add_argument(
+        "--grammar-workers", type=int, default=d.workers, help="grammar compile processes"
+    )
+    ap.add_argument(
+        "--grammar-cache-mb",
+        type=int,
+        default=d.cache_mb,
+        help="compiled grammars kept for reuse, in MB (vLLM's VLLM_XGRAMMAR_CACHE_MB)",
+    )
+    ap.add_argument(
+        "--grammar-fill-budget",
+        type=float,
+        default=d.fill_budget_s,
+        help="CPU seconds one request's grammar mask may take in a step (five times that in "
+        "wall time) before the request is stopped with an error",
+    )
+
+
+def grammar_limits(args: argparse.Namespace) -> Any:
+    from llmlab.serve.grammar_compiler import GrammarLimits
+
+    return GrammarLimits(
+        compile_timeout_s=args.grammar_compile_timeout,
+        workers=args.grammar_workers,
+        cache_mb=args.grammar_cache_mb,
+        fill_budget_s=args.grammar_fill_budget,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +400,19 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.engine import LLMEngine
     from llmlab.serve.api_server import build_app
 
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    try:
+        limits = grammar_limits(args)
+    except ValueError as e:
+        ap.error(str(e).replace("GrammarLimits.", ""))
+    if args.api_key and "--api-key" in (argv if argv is not None else sys.argv):
+        print(
+            f"llmlab serve: the API key is visible in the process list; set {API_KEY_ENV} "
+            "instead of --api-key",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     raise_file_limit()
@@ -359,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         max_body_bytes=args.max_body_bytes,
         enable_docs=not args.disable_fastapi_docs,
         on_fatal=on_fatal,
+        grammar_limits=limits,
     )
     server = uvicorn.Server(
         uvicorn_config(
@@ -370,25 +447,16 @@ def main(argv: list[str] | None = None) -> int:
             max_connections=args.max_connections,
             timeout_keep_alive=args.timeout_keep_alive,
             timeout_header=args.timeout_header,
+            timeout_graceful_shutdown=args.timeout_graceful_shutdown,
         )
     )
 
-    async def run() -> None:
-        task = asyncio.ensure_future(server.serve())
-        while not server.started and not task.done():
-            await asyncio.sleep(0.02)
-        if server.started:
-            host, port = server.servers[0].sockets[0].getsockname()[:2]
-            print(
-                f"llmlab serve: listening on http://{host}:{port} (model {args.model}, "
-                f"max_model_len {engine.max_model_len}, {engine.num_kv_blocks} KV blocks, "
-                f"attention {engine.config.attention_backend}"
-                f"{', API key required' if args.api_key else ''})",
-                flush=True,
-            )
-        await task
-
-    asyncio.run(run())
+    about = (
+        f"model {args.model}, max_model_len {engine.max_model_len}, {engine.num_kv_blocks} KV "
+        f"blocks, attention {engine.config.attention_backend}"
+        f"{', API key required' if args.api_key else ''}"
+    )
+    asyncio.run(serve(server, app, about))
     if exit_code[0]:
         print(
             "llmlab serve: the engine failed and cannot continue; exiting with status 1 "
@@ -397,6 +465,24 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     return exit_code[0]
+
+
+async def serve(server: Any, app: Any, about: str) -> None:
+    """Run uvicorn's `server` until it stops; print the listening line (which `ServerProcess`
+    waits for) once it listens. As soon as it is asked to stop (SIGTERM), the grammar workers
+    are killed: a compile in flight must not hold the exit."""
+    import asyncio
+
+    task = asyncio.ensure_future(server.serve())
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        host, port = server.servers[0].sockets[0].getsockname()[:2]
+        print(f"llmlab serve: listening on http://{host}:{port} ({about})", flush=True)
+    while not server.should_exit and not task.done():
+        await asyncio.sleep(0.05)
+    app.state.serving.close()
+    await task
 
 
 class ServerThread:

@@ -62,7 +62,7 @@ ITL_BUCKETS = (
     40.0,
     80.0,
 )
-FINISHED_REASONS = ("stop", "length", "abort")
+FINISHED_REASONS = ("stop", "length", "abort", "error")
 
 
 @dataclass
@@ -116,6 +116,8 @@ class ServerMetrics:
         self.generation_tokens = 0
         self.finished = {reason: 0 for reason in FINISHED_REASONS}
         self.rejected_queue_full = 0
+        self.client_disconnects: dict[str, int] = {}  # kind -> clients that left early
+        self.grammars_refused: dict[str, int] = {}  # why -> grammars refused or stopped
         self.hist = {name: Histogram(b) for name, (_, b) in self.HISTOGRAMS.items()}
 
     # ---- fed by the engine loop -----------------------------------------------------------
@@ -134,7 +136,8 @@ class ServerMetrics:
                 )
 
     def on_finished(self, reason: str, metrics: Any) -> None:
-        """A request ended ("stop" | "length" | "abort"); `metrics`: its RequestMetrics."""
+        """A request ended ("stop" | "length" | "abort" | "error"); `metrics`: its
+        RequestMetrics."""
         self.finished[reason] = self.finished.get(reason, 0) + 1
         if reason == "abort" or metrics is None or not metrics.token_times:
             return
@@ -149,6 +152,34 @@ class ServerMetrics:
             )
 
     # ---- the text format ------------------------------------------------------------------
+
+    def _by_label_lines(self) -> list[str]:
+        """The counters kept per label value: finish reasons, disconnects, refused grammars."""
+        lb = self.labels
+        lines: list[str] = []
+        for name, help_, label, counts in (
+            (
+                "vllm:request_success_total",
+                "Count of finished requests by finish reason.",
+                "finished_reason",
+                self.finished,
+            ),
+            (
+                "llmlab:client_disconnects_total",
+                "Clients that left before their answer, by when they left.",
+                "kind",
+                self.client_disconnects,
+            ),
+            (
+                "llmlab:grammars_refused_total",
+                "Grammars refused or stopped because they cost too much, by why.",
+                "why",
+                self.grammars_refused,
+            ),
+        ):
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter"]
+            lines += [f'{name}{{{lb},{label}="{k}"}} {n}' for k, n in counts.items()]
+        return lines
 
     def render(self, stats: dict[str, Any], queued: int = 0) -> str:
         """Prometheus text exposition (format 0.0.4) from the counters and an engine snapshot."""
@@ -224,43 +255,48 @@ class ServerMetrics:
             self.rejected_queue_full,
         )
         if "spec_decode_num_drafts" in stats:  # an engine that speculates
-            metric(
-                "vllm:spec_decode_num_drafts_total",
-                "counter",
-                "Number of spec decoding drafts.",
-                stats["spec_decode_num_drafts"],
-            )
-            metric(
-                "vllm:spec_decode_num_draft_tokens_total",
-                "counter",
-                "Number of draft tokens.",
-                stats["spec_decode_num_draft_tokens"],
-            )
-            metric(
-                "vllm:spec_decode_num_accepted_tokens_total",
-                "counter",
-                "Number of accepted tokens.",
-                stats["spec_decode_num_accepted_tokens"],
-            )
-            name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-            lines += [
-                f"# HELP {name} Accepted tokens per draft position.",
-                f"# TYPE {name} counter",
-            ]
-            lines += [
-                f'{name}{{{lb},position="{i}"}} {n}'
-                for i, n in enumerate(stats["spec_decode_num_accepted_tokens_per_pos"])
-            ]
-        name = "vllm:request_success_total"
-        lines += [
-            f"# HELP {name} Count of finished requests by finish reason.",
-            f"# TYPE {name} counter",
-        ]
-        lines += [f'{name}{{{lb},finished_reason="{r}"}} {n}' for r, n in self.finished.items()]
+            lines += _spec_decode_lines(stats, lb)
+        lines += self._by_label_lines()
         for name, (help_, _) in self.HISTOGRAMS.items():
             lines += [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
             lines += self.hist[name].lines(name, lb)
         return "\n".join(lines) + "\n"
+
+
+def _spec_decode_lines(stats: dict[str, Any], lb: str) -> list[str]:
+    """vLLM's speculative-decoding counters, from an engine that speculates."""
+    lines: list[str] = []
+
+    def metric(name: str, help_: str, value: float) -> None:
+        lines.extend(
+            [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name}{{{lb}}} {value}"]
+        )
+
+    metric(
+        "vllm:spec_decode_num_drafts_total",
+        "Number of spec decoding drafts.",
+        stats["spec_decode_num_drafts"],
+    )
+    metric(
+        "vllm:spec_decode_num_draft_tokens_total",
+        "Number of draft tokens.",
+        stats["spec_decode_num_draft_tokens"],
+    )
+    metric(
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "Number of accepted tokens.",
+        stats["spec_decode_num_accepted_tokens"],
+    )
+    name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    lines += [
+        f"# HELP {name} Accepted tokens per draft position.",
+        f"# TYPE {name} counter",
+    ]
+    lines += [
+        f'{name}{{{lb},position="{i}"}} {n}'
+        for i, n in enumerate(stats["spec_decode_num_accepted_tokens_per_pos"])
+    ]
+    return lines
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

@@ -5,10 +5,14 @@ vLLM's extra sampling fields (`top_k`, `min_tokens`, `ignore_eos`, `stop_token_i
 `include_stop_str_in_output`, `repetition_penalty`, `return_token_ids`), other unknown fields
 ignored. Every number has its bounds here (64-bit seeds, finite floats, `top_k` within the
 vocabulary), so no value a client can send reaches the engine and breaks a step. Known OpenAI
-features this server does not have (`tools`, `suffix`) are refused when
-asked for, never silently dropped: an answer without what a client asked for would look like a
-bug in the client. Structured output (`response_format`, or vLLM's `structured_outputs`) is
-served with xgrammar (`llmlab.structured_output`).
+features this server does not have (`tools`, `suffix`, `reasoning_effort`, audio `modalities`,
+chat `echo`) are refused when asked for, never silently dropped: an answer without what a
+client asked for would look like a bug in the client. `prediction` (predicted outputs) is
+accepted: it only speeds an answer up, the answer is the same. Other unknown fields are
+ignored and named in the log, as vLLM does. Structured output (`response_format`, or vLLM's
+`structured_outputs`) is served with xgrammar (`llmlab.structured_output`); a schema keyword
+xgrammar would not enforce is refused. Error messages quote at most a short prefix of what
+the client sent.
 
 `parse_body(raw, ...)` turns bytes into a checked request (bad JSON, huge numbers, deep nesting
 and lone surrogates are 400s); `to_sampling_params(body, ...)` turns it into the engine's
@@ -63,9 +67,9 @@ class StreamOptions(BaseModel):
 
 
 class _SamplingFields(BaseModel):
-    """Fields both endpoints share."""
+    """Fields both endpoints share (unknown ones are kept, to be named in the log)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None  # None: the server's (first) model
     max_tokens: StrictInt | None = Field(default=None, ge=1)
@@ -91,11 +95,17 @@ class _SamplingFields(BaseModel):
     # structured output: OpenAI's response_format, or vLLM's structured_outputs
     response_format: Any = None
     structured_outputs: Any = None
+    # accepted, and nothing changes: a hint to go faster, or nothing to do without tools
+    prediction: Any = None
+    parallel_tool_calls: Any = None
     # not served: refused when asked for (see refuse_unsupported)
     tools: Any = None
     tool_choice: Any = None
     functions: Any = None
     function_call: Any = None
+    reasoning_effort: Any = None
+    modalities: Any = None
+    audio: Any = None
 
     def refuse_unsupported(self) -> None:
         if self.best_of is not None and self.best_of != self.n:
@@ -129,6 +139,26 @@ class _SamplingFields(BaseModel):
             raise OpenAIError(
                 400, "functions (function calling) are not supported by this server", "functions"
             )
+        if self.reasoning_effort is not None:
+            raise OpenAIError(
+                400,
+                "reasoning_effort is not supported: this model has no reasoning mode (OpenAI "
+                "refuses it for such models too); leave it out",
+                "reasoning_effort",
+            )
+        if self.modalities is not None and self.modalities != ["text"]:
+            raise OpenAIError(
+                400,
+                'modalities: this server writes text only (["text"]), got '
+                f"{short(self.modalities)}",
+                "modalities",
+            )
+        if self.audio is not None:
+            raise OpenAIError(400, "audio output is not supported by this server", "audio")
+
+    def ignored_fields(self) -> list[str]:
+        """The body's fields this server does not know (ignored; the server logs them)."""
+        return sorted(self.model_extra or {})
 
 
 def structured_outputs_of(body: _SamplingFields) -> StructuredOutputsParams | None:
@@ -155,11 +185,19 @@ def structured_outputs_of(body: _SamplingFields) -> StructuredOutputsParams | No
                     "response_format.json_schema.schema must be a JSON schema (an object)",
                     "response_format.json_schema.schema",
                 )
-            return StructuredOutputsParams(json=schema)
+            try:
+                return StructuredOutputsParams(json=schema)
+            except ValueError as e:  # a keyword xgrammar would not enforce
+                why = str(e).replace("StructuredOutputsParams.json: ", "")
+                raise OpenAIError(
+                    400,
+                    f"response_format.json_schema.schema: {why}",
+                    "response_format.json_schema.schema",
+                ) from None
         raise OpenAIError(
             400,
             "response_format.type must be \"text\", \"json_object\" or "
-            f"\"json_schema\", got {_short(kind if kind is not None else rf)}",
+            f"\"json_schema\", got {short(kind if kind is not None else rf)}",
             "response_format.type",
         )
     if so is None:
@@ -223,11 +261,19 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)  # OpenAI's newer name
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: Any = None  # vLLM's: the last message before the answer; not served here
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
         if self.top_logprobs is not None and not self.logprobs:
             raise OpenAIError(400, "top_logprobs needs logprobs=true", "top_logprobs")
+        if self.echo:
+            raise OpenAIError(
+                400,
+                "echo is not supported on /v1/chat/completions by this server (it is on "
+                "/v1/completions)",
+                "echo",
+            )
 
 
 # ---- parsing ----------------------------------------------------------------------------------
@@ -303,21 +349,31 @@ def parse_body(raw: bytes, model_cls: type[BaseModel]) -> Any:
     except ValidationError as e:
         err = e.errors()[0]
         param = _param_of(tuple(err["loc"]))
-        got = "" if err["type"] == "missing" else f", got {_short(err.get('input'))}"
+        got = "" if err["type"] == "missing" else f", got {short(err.get('input'))}"
         msg = "is required" if err["type"] == "missing" else err["msg"]
         raise OpenAIError(400, f"{param}: {msg}{got}"[:500], param) from None
     body.refuse_unsupported()
     return body
 
 
-def _short(value: Any) -> str:
-    """repr of a refused value, cut short (a 4,000-digit int would fill the message)."""
+def short(value: Any) -> str:
+    """repr of a value a client sent, cut short for an error message (a 4,000-digit int or a
+    100 KB name would fill it)."""
     text = (
         repr(value)
         if not isinstance(value, int) or abs(value) < 10**30
         else (f"an int of {len(str(abs(value)))} digits")
     )
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def prompt_count(body: CompletionRequest) -> int:
+    """How many prompts a completion request holds, read without looking at each (the server
+    refuses a batch that can never fit before it checks or tokenizes any)."""
+    p = body.prompt
+    if isinstance(p, list) and p and isinstance(p[0], (str, list)):
+        return len(p)
+    return 1
 
 
 def prompts_of(body: CompletionRequest) -> list[str | list[int]]:
@@ -354,8 +410,9 @@ def prompts_of(body: CompletionRequest) -> list[str | list[int]]:
 def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
+        got = ", ".join(short(t) for t in bad[:5])
         raise OpenAIError(
-            400, f"{param}: token ids must be in [0, {vocab_size}), got {bad[:5]}", param
+            400, f"{param}: token ids must be in [0, {vocab_size}), got [{got}]", param
         )
 
 
@@ -391,7 +448,7 @@ def to_sampling_params(
     elif max_tokens > room:
         raise OpenAIError(
             400,
-            f"{param}={max_tokens} is too large: the prompt has "
+            f"{param}={short(max_tokens)} is too large: the prompt has "
             f"{num_prompt_tokens} tokens and max_model_len is {max_model_len}, "
             f"so at most {room} can be generated",
             param,
@@ -402,7 +459,7 @@ def to_sampling_params(
         raise OpenAIError(
             400,
             f"top_k must be -1 (all tokens) or in [1, {vocab_size}] (the "
-            f"vocabulary), got {_short(body.top_k)}",
+            f"vocabulary), got {short(body.top_k)}",
             "top_k",
         )
     logit_bias = None
@@ -412,7 +469,7 @@ def to_sampling_params(
             if not re.fullmatch(r"\d{1,9}", key) or int(key) >= vocab_size:
                 raise OpenAIError(
                     400,
-                    f"logit_bias: keys must be token ids in [0, {vocab_size}), got {_short(key)}",
+                    f"logit_bias: keys must be token ids in [0, {vocab_size}), got {short(key)}",
                     "logit_bias",
                 )
             if not -100 <= bias <= 100:
