@@ -120,6 +120,12 @@ class EngineConfig:
     `accept_token(token_id) -> bool`, `fill_next_token_bitmask(bitmask, row)` and
     `is_terminated() -> bool`, as xgrammar's `GrammarMatcher` (chapter 15 plugs the student's
     hand-written mask in here through `llmlab.structured_output.FunctionBackend`).
+    device: where the model, the KV cache and every per-step tensor live: None (`LLM`: "cuda"
+    when a CUDA GPU is present, else "cpu"; `LLMEngine`: the model's own device), "cpu",
+    "cuda" or "cuda:N" (vLLM's `--device`). dtype "auto" on a GPU runs a float32 model in
+    bfloat16. enforce_eager: never replay a CUDA graph (vLLM's name); on a GPU with the
+    "triton" or "cuda" backend, decode-only steps otherwise replay a graph captured per batch
+    size at start-up.
     """
 
     block_size: int = 16
@@ -140,6 +146,8 @@ class EngineConfig:
     speculative_config: dict | None = None
     scheduler_cls: type | None = None
     structured_outputs_backend: Any = None
+    device: str | None = None
+    enforce_eager: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -151,7 +159,7 @@ class EngineConfig:
             check_positive_int(name, getattr(self, name))
         for name in ("num_kv_blocks", "max_model_len"):
             check_positive_int(name, getattr(self, name), allow_none=True)
-        for name in ("enable_chunked_prefill", "enable_prefix_caching"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "enforce_eager"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.block_pool_cls is not None and not isinstance(self.block_pool_cls, type):
@@ -185,6 +193,7 @@ class EngineConfig:
                 f"request's matcher from its StructuredOutputsParams, got "
                 f"{self.structured_outputs_backend!r}"
             )
+        check_device(self.device)
         for name, allowed in (
             ("dtype", DTYPES),
             ("quantization", QUANTIZATIONS),
@@ -199,6 +208,38 @@ class EngineConfig:
     def torch_kv_cache_dtype(self) -> torch.dtype | None:
         """The cache's torch dtype, or None for the model's own."""
         return KV_CACHE_DTYPES[self.kv_cache_dtype]
+
+
+def check_device(device: Any) -> None:
+    """ValueError naming `device` unless it is None, "cpu", "cuda" or "cuda:N" (a GPU asked for
+    where there is none is refused when the engine is built, saying so)."""
+    if device is None:
+        return
+    try:
+        parsed = torch.device(device) if isinstance(device, str) else None
+    except RuntimeError:
+        parsed = None
+    if parsed is None or parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f'device must be None, "cpu", "cuda" or "cuda:N", got {device!r}')
+
+
+def resolve_device(device: str | None, model_device: torch.device) -> torch.device:
+    """The device an engine runs on: `device`, or the model's own when None. Raises ValueError
+    naming `device` for a GPU this machine does not have."""
+    if device is None:
+        return model_device
+    parsed = torch.device(device)
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r}: torch.cuda.is_available() is False here (torch "
+                f"{torch.__version__}, CUDA {torch.version.cuda}); use device='cpu'"
+            )
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    return parsed
 
 
 # what the engine calls on its scheduler (and reads: `running`, `waiting`, `stats`,

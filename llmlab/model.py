@@ -182,9 +182,14 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        metadata: AttentionMetadata,
+        num_layers: int | None = None,
     ) -> torch.Tensor:
-        """input_ids [T], positions [T] → hidden states [T, hidden] after the final norm."""
+        """input_ids [T], positions [T] → hidden states [T, hidden] after the final norm.
+        `num_layers`: only the first that many layers run (the early-exit draft of speculation)."""
         if input_ids.dim() != 1 or positions.shape != input_ids.shape:
             raise ValueError(
                 f"input_ids and positions must both be [T]; got "
@@ -197,8 +202,8 @@ class LlamaModel(nn.Module):
                 f"pairs, expected one per layer ({len(self.layers)})"
             )
         x = self.embed_tokens(input_ids)  # [T, hidden]
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, metadata, i)  # [T, hidden]
+        for i in range(check_num_layers(num_layers, len(self.layers))):
+            x = self.layers[i](x, cos, sin, metadata, i)  # [T, hidden]
         return self.norm(x)
 
     @torch.inference_mode()
@@ -243,6 +248,19 @@ class LlamaModel(nn.Module):
         return self.compute_logits(hidden[-1:] if last_only else hidden)
 
 
+def check_num_layers(num_layers: int | None, total: int) -> int:
+    """The layers a forward runs: all (None), or the first `num_layers`, in [1, total]."""
+    if num_layers is None:
+        return total
+    if (
+        isinstance(num_layers, bool)
+        or not isinstance(num_layers, int)
+        or not 1 <= num_layers <= total
+    ):
+        raise ValueError(f"num_layers: got {num_layers!r}, expected None or an int in [1, {total}]")
+    return num_layers
+
+
 @torch.inference_mode()
 def attention_probs(model: LlamaModel, token_ids: list[int], layer: int) -> torch.Tensor:
     """Softmax attention weights [heads, T, T] of one layer for one prompt (for heat-maps).
@@ -270,18 +288,40 @@ def attention_probs(model: LlamaModel, token_ids: list[int], layer: int) -> torc
     return scores.masked_fill(causal, float("-inf")).softmax(dim=-1)  # [h, T, T]
 
 
+def random_model(
+    cfg: ModelConfig | str,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+) -> LlamaModel:
+    """A model of `cfg`'s shape (a `ModelConfig`, or a preset's name such as "smollm2-1.7b") with
+    random weights, drawn on `device` (deterministic per seed and device): for tests and
+    benchmarks where the real weights are not at hand, e.g. on a GPU machine with no network.
+    Norm weights near 1, the others scaled by 1/sqrt(fan_in) so activations stay of order 1."""
+    from llmlab.config import get_config
+
+    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
+    with torch.device("meta"):  # no memory, no default init: the weights come next
+        model = LlamaModel(cfg)
+    g = torch.Generator(device=device).manual_seed(seed)
+    state = {}
+    for name, p in model.named_parameters():  # the tied LM head appears once, as the embedding
+        w = torch.randn(p.shape, generator=g, device=device)
+        if name.endswith("norm.weight") or "layernorm" in name:
+            w = 1.0 + 0.1 * w
+        else:
+            w = w * (1.0 / math.sqrt(p.shape[-1]))
+        state[name] = w.to(dtype)
+    model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    model.inv_freq = rope_inv_freq(cfg).to(device)
+    return model.eval()
+
+
 def tiny_model(seed: int = 0, **config_overrides) -> LlamaModel:
     """A random-weight model of `tiny_config()`'s shape, for fast tests (deterministic per seed)."""
-    cfg = tiny_config(**config_overrides)
-    g = torch.Generator().manual_seed(seed)
-    model = LlamaModel(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * (1.0 / math.sqrt(p.shape[-1])))
-    return model.eval()
+    return random_model(tiny_config(**config_overrides), seed)
 
 
 def load_model(

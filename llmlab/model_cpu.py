@@ -164,7 +164,7 @@ def _adjacent_rows(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     )
 
 
-def _stack(
+def stack_linears(
     modules: list[nn.Module],
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The modules' weights stacked along out-features (their biases likewise, or None; their
@@ -216,8 +216,8 @@ class CpuDecoderLayer(nn.Module):
         self.ln1, self.ln2 = (
             _float_norm(n) for n in (layer.input_layernorm, layer.post_attention_layernorm)
         )
-        w_qkv, b_qkv, s_qkv = _stack([attn.q_proj, attn.k_proj, attn.v_proj])
-        w_gate_up, _, s_gate_up = _stack([mlp.gate_proj, mlp.up_proj])
+        w_qkv, b_qkv, s_qkv = stack_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+        w_gate_up, _, s_gate_up = stack_linears([mlp.gate_proj, mlp.up_proj])
         self.qkv = CpuLinear(w_qkv, b_qkv, s_qkv)
         self.o_proj = CpuLinear(
             attn.o_proj.weight, attn.o_proj.bias, getattr(attn.o_proj, "weight_scale", None)

@@ -20,6 +20,7 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "finished_stopped"  # hit EOS or a stop token
     FINISHED_LENGTH = "finished_length"  # hit max_tokens or max_model_len
     FINISHED_ABORTED = "finished_aborted"
+    FINISHED_ERROR = "finished_error"  # its sampling or grammar failed; its batch-mates go on
 
     @property
     def is_finished(self) -> bool:
@@ -27,7 +28,7 @@ class RequestStatus(enum.Enum):
 
     @property
     def finish_reason(self) -> str | None:
-        """vLLM's finish reason: "stop", "length", "abort", or None while unfinished."""
+        """vLLM's finish reason: "stop", "length", "abort", "error", or None while unfinished."""
         return _FINISH_REASONS.get(self)
 
 
@@ -35,6 +36,7 @@ _FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
 }
 
 

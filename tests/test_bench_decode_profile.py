@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from llmlab.bench import decode_profile
 from llmlab.bench.llamacpp import build_workload, load_model
@@ -73,3 +74,11 @@ def test_the_floor_follows_the_bytes_of_the_weights_in_use(settings, bytes_per_w
     # the layers' matrices shrink by that factor (norms and int8 scales stay float32)
     assert low["layer_weight_bytes"] < f32["layer_weight_bytes"] * (bytes_per_weight / 4) * 1.1
     assert str(bytes_per_weight == 2 and "bfloat16" or "int8") in low["precision"]
+
+
+def test_gpu_options_are_refused_on_a_machine_without_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="--device cuda: there is no CUDA GPU here"):
+        decode_profile.main(["--device", "cuda", "--shape", "smollm2-1.7b"])
+    with pytest.raises(ValueError, match="--batch and --graphs profile a GPU"):
+        decode_profile.main(["--device", "cpu", "--model", "tiny", "--batch", "64"])

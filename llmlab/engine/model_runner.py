@@ -3,27 +3,47 @@
 vLLM's `GPUModelRunner` in miniature. A `SchedulerOutput` says which requests run and how many
 tokens each brings; the runner lays those tokens end to end (`input_ids [T]`, `positions [T]`),
 builds the attention metadata (`cu_seqlens_q`, `seq_lens`, `block_tables`, `slot_mapping`) with
-tensor operations (a Python loop over requests, never over tokens), runs the model once, computes
+array operations (a Python loop over requests, never over tokens), runs the model once, computes
 logits only for the last token of each request that is caught up (a partial prefill chunk
 samples nothing) and samples them, each request with its own parameters and generator.
 
-The model it runs is chosen once, here: the readable `llmlab.model` for the "torch", "triton"
-and "cuda" attention backends, or, for "cpu", the same model with its layers swapped for the C
-fast path (`llmlab.model_cpu.cpu_model`, weights prepared once at start-up).
+The model it runs is chosen once, here: the readable `llmlab.model` for the "torch" backend (and
+"triton"/"cuda" on a CPU), for "cpu" the same model with its layers swapped for the C fast path
+(`llmlab.model_cpu.cpu_model`), and on a GPU with "triton" or "cuda" the fused layers of
+`llmlab.model_gpu.gpu_model` (merged GEMMs, fused norms and rotary, no per-layer checks).
+
+On a GPU the step's arrays reach the device in one transfer from pinned memory
+(`llmlab.engine.input_batch`), and decode-only steps replay a CUDA graph
+(`llmlab.engine.cuda_graphs`) unless `enforce_eager`. Every tensor the runner and the sampler
+make lives on the model's device; the sampled tokens come back to the host once per step.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 import torch
 
+from llmlab.engine.cuda_graphs import DecodeGraphs, capture_sizes
+from llmlab.engine.input_batch import (
+    StagingBuffers,
+    StepArrays,
+    build_step_arrays,
+    host_tensors,
+)
 from llmlab.engine.scheduler import SchedulerOutput
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
 from llmlab.ops.metadata import AttentionMetadata
 from llmlab.sampling import Logprob, apply_logits_processors, sample
+from llmlab.structured_output import grammar_failures
+
+logger = logging.getLogger(__name__)
+
+# the backends whose kernels a CUDA graph can record (the readable "torch" path plans on the host)
+GRAPH_BACKENDS = ("triton", "cuda")
 
 
 @dataclass
@@ -32,13 +52,18 @@ class ModelInput:
 
     input_ids: torch.Tensor  # [T] int64
     positions: torch.Tensor  # [T] int64
-    metadata: AttentionMetadata
+    metadata: AttentionMetadata | None  # None for a step a CUDA graph replays
     sample_rows: torch.Tensor  # [R] int64: flat index of the last token of each sampled request
     sample_requests: list  # the R requests that get a token, in order
+    graph_size: int | None = None  # the captured batch size this step replays, if any
 
 
 class ModelRunner:
-    """Runs `model` over the paged KV cache `kv_caches` for the requests a scheduler picks."""
+    """Runs `model` over the paged KV cache `kv_caches` for the requests a scheduler picks.
+
+    max_num_seqs, max_model_len: the engine's caps (the CUDA graphs' batch sizes and their block
+    tables' width). enforce_eager: never replay a CUDA graph (vLLM's name).
+    """
 
     def __init__(
         self,
@@ -50,18 +75,17 @@ class ModelRunner:
         default_generator: torch.Generator | None,
         kv_cache_dtype: torch.dtype | None = None,
         kv_scales: list[tuple[float, float]] | None = None,
+        max_num_seqs: int = 64,
+        max_model_len: int = 4096,
+        enforce_eager: bool = False,
     ) -> None:
-        if attention_backend == "cpu":
-            from llmlab.model_cpu import cpu_model
-
-            model = cpu_model(model)  # the C fast path, weights prepared once
-        self.model = model
+        self.model = select_model_implementation(model, attention_backend)
         self.kv_cache_manager = kv_cache_manager
         self.block_size = block_size
         self.attention_backend = attention_backend
-        self.device = model.device
+        self.device = self.model.device
         # not zeroed: no backend reads a slot before a token was written to it
-        self.kv_caches = model.allocate_kv_caches(
+        self.kv_caches = self.model.allocate_kv_caches(
             num_blocks, block_size, dtype=kv_cache_dtype, zeroed=False
         )
         self.kv_scales = kv_scales  # per layer (k_scale, v_scale) of an fp8 cache
@@ -69,7 +93,16 @@ class ModelRunner:
         self.default_generator = default_generator
         self.prepare_seconds = 0.0  # time spent building flat batches (engine overhead)
         self.last_logprobs: dict = {}  # request id -> the last step's logprob entry
+        # request id -> why its sampling failed this step (the engine finishes it alone)
+        self.failed_requests: dict[str, str] = {}
         self.structured_output_manager = None  # set by the engine on its first grammar
+        self.max_blocks_per_seq = -(-max_model_len // block_size) + 1
+        # a GPU's inputs go through pinned staging buffers; a CPU's are used where they are
+        self.staging = None if self.device.type == "cpu" else StagingBuffers(self.device)
+        self.graphs: DecodeGraphs | None = None
+        if not enforce_eager and self.device.type == "cuda" and attention_backend in GRAPH_BACKENDS:
+            self.graphs = DecodeGraphs(capture_sizes(max_num_seqs))
+            self.capture_graphs()
 
     def weight_bytes(self) -> int:
         """Bytes of the weights this runner computes with: parameters plus prepared copies."""
@@ -77,18 +110,17 @@ class ModelRunner:
 
         return weight_bytes(self.model)
 
+    # ---- inputs ---------------------------------------------------------------------------
+
     def prepare_inputs(self, out: SchedulerOutput) -> ModelInput:
         """Build input ids, positions and attention metadata for one step."""
-        requests = out.requests
-        starts_list = out.num_computed_tokens
-        q_lens_list = out.num_new_tokens
         token_ids: list[int] = []
         block_ids: list[list[int]] = []
         sample_idx: list[int] = []
         sample_requests = []
         get_block_ids = self.kv_cache_manager.get_block_ids
         end = 0
-        for req, start, n in zip(requests, starts_list, q_lens_list):
+        for req, start, n in zip(out.requests, out.num_computed_tokens, out.num_new_tokens):
             all_ids = req.all_token_ids
             token_ids.extend(all_ids[start : start + n])
             block_ids.append(get_block_ids(req.request_id))
@@ -97,7 +129,12 @@ class ModelRunner:
                 sample_idx.append(end - 1)
                 sample_requests.append(req)
         return self.build_model_input(
-            token_ids, block_ids, starts_list, q_lens_list, sample_idx, sample_requests
+            token_ids,
+            block_ids,
+            out.num_computed_tokens,
+            out.num_new_tokens,
+            sample_idx,
+            sample_requests,
         )
 
     def build_model_input(
@@ -111,75 +148,139 @@ class ModelRunner:
     ) -> ModelInput:
         """The step's tensors from its flat token list: sequence s brings `q_lens_list[s]`
         tokens from position `starts_list[s]` on, its blocks `block_ids[s]`; the rows
-        `sample_idx` (flat indices) are the ones whose logits are computed."""
-        bs = self.block_size
+        `sample_idx` (flat indices) are the ones whose logits are computed. A decode-only step
+        that a CUDA graph can replay is padded to the graph's batch size and gets no metadata
+        (the graph holds its own)."""
         num_seqs = len(starts_list)
-        max_blocks = max(map(len, block_ids))
-        table = [ids + [0] * (max_blocks - len(ids)) for ids in block_ids]
+        size = None
+        if self.graphs is not None and len(token_ids) == num_seqs:
+            size = self.graphs.bucket(num_seqs)
+        arrays = build_step_arrays(
+            token_ids,
+            block_ids,
+            starts_list,
+            q_lens_list,
+            sample_idx,
+            self.block_size,
+            pad_to=size,
+            table_width=self.max_blocks_per_seq if size is not None else None,
+        )
+        if size is not None and self.graphs.generation != self.staging.generation:
+            self.capture_graphs()  # the staging buffers grew: the graphs' addresses moved
+        t = self._to_device(arrays)
+        metadata = None if size is not None else self._metadata(t, max(q_lens_list))
+        return ModelInput(
+            input_ids=t["input_ids"],
+            positions=t["positions"],
+            metadata=metadata,
+            sample_rows=t["sample_rows"],
+            sample_requests=sample_requests,
+            graph_size=size,
+        )
 
-        device = self.device
-        input_ids = torch.tensor(token_ids, dtype=torch.long)  # [T]
-        starts = torch.tensor(starts_list, dtype=torch.long)  # [S]
-        q_lens = torch.tensor(q_lens_list, dtype=torch.long)  # [S]
-        block_tables = torch.tensor(table, dtype=torch.int32)  # [S, max_blocks]
-        cu_seqlens_q = torch.zeros(num_seqs + 1, dtype=torch.int32)  # [S + 1]
-        torch.cumsum(q_lens, 0, out=cu_seqlens_q[1:])
-        num_tokens = input_ids.shape[0]
-        if num_tokens == num_seqs:  # decode only: one token per request
-            seq_idx = torch.arange(num_seqs)
-            positions = starts
-        else:
-            seq_idx = torch.repeat_interleave(torch.arange(num_seqs), q_lens)  # [T]
-            offset_in_seq = torch.arange(num_tokens) - cu_seqlens_q[:-1].long()[seq_idx]
-            positions = starts[seq_idx] + offset_in_seq  # [T]
-        # slot of token t = block_tables[its sequence, pos // bs] * bs + pos % bs
-        block_of_token = block_tables[seq_idx, positions // bs].long()  # [T]
-        slot_mapping = block_of_token * bs + positions % bs  # [T]
-        seq_lens = (starts + q_lens).to(torch.int32)  # [S]
+    def _to_device(self, arrays: StepArrays) -> dict[str, torch.Tensor]:
+        return host_tensors(arrays) if self.staging is None else self.staging.send(arrays)
+
+    def _metadata(self, t: dict[str, torch.Tensor], max_query_len: int) -> AttentionMetadata:
         # checked here, once; every layer of the step then uses it as it is
-        metadata = AttentionMetadata(
-            cu_seqlens_q=cu_seqlens_q.to(device),
-            seq_lens=seq_lens.to(device),
-            slot_mapping=slot_mapping.to(device),
-            block_tables=block_tables.to(device),
+        return AttentionMetadata(
+            cu_seqlens_q=t["cu_seqlens_q"],
+            seq_lens=t["seq_lens"],
+            slot_mapping=t["slot_mapping"],
+            block_tables=t["block_tables"],
             kv_caches=self.kv_caches,
-            max_query_len=max(q_lens_list),
+            max_query_len=max_query_len,
             backend=self.attention_backend,
             kv_scales=self.kv_scales,
         )
-        return ModelInput(
-            input_ids=input_ids.to(device),
-            positions=positions.to(device),
-            metadata=metadata,
-            sample_rows=torch.tensor(sample_idx, dtype=torch.long, device=device),
-            sample_requests=sample_requests,
-        )
 
-    def execute_model(self, out: SchedulerOutput) -> list[int]:
-        """Run one step; return one sampled token per caught-up request (in `out` order).
+    # ---- CUDA graphs ----------------------------------------------------------------------
+
+    def capture_graphs(self, use_cuda_graphs: bool = True) -> None:
+        """Record a decode step's forward once per batch-size bucket (see `llmlab.engine.
+        cuda_graphs`); `use_cuda_graphs=False` records nothing and replays eagerly on the
+        same buffers (how the tests check the padding and the buffers on a CPU)."""
+        graphs = self.graphs
+
+        def dummy_views(size: int) -> dict[str, torch.Tensor]:
+            arrays = build_step_arrays(
+                [0] * size,
+                [[0]] * size,
+                [0] * size,
+                [1] * size,
+                list(range(size)),
+                self.block_size,
+                table_width=self.max_blocks_per_seq,
+            )
+            arrays.slot_mapping[:] = -1  # a dummy step writes nothing into the cache
+            return self.staging.send(arrays)
+
+        def forward(views: dict[str, torch.Tensor]) -> torch.Tensor:
+            metadata = self._metadata(views, 1)
+            return self.model(views["input_ids"], views["positions"], metadata)
+
+        graphs.capture(dummy_views, forward, self.staging.generation, use_cuda_graphs)
+
+    def forward(self, inp: ModelInput) -> torch.Tensor:
+        """Hidden states [T, hidden] of the step's tokens: a graph's replay (its padding rows
+        after the real ones), or the model run eagerly."""
+        if inp.graph_size is not None:
+            return self.graphs.replay(inp.graph_size)
+        return self.model(inp.input_ids, inp.positions, inp.metadata)
+
+    # ---- the step -------------------------------------------------------------------------
+
+    def execute_model(self, out: SchedulerOutput) -> list[int | None]:
+        """Run one step; return one sampled token per caught-up request (in `out` order), or
+        None for a request whose sampling failed (`failed_requests` says why).
 
         Requests that asked for logprobs get them too: `last_logprobs` maps their ids to this
         step's entry, and prompt logprobs are written into `request.prompt_logprobs`.
         """
         self.last_logprobs = {}
+        self.failed_requests = {}
         if out.is_empty:
             return []
         t0 = time.perf_counter()
         inp = self.prepare_inputs(out)
         self.prepare_seconds += time.perf_counter() - t0
         with torch.inference_mode():
-            hidden = self.model(inp.input_ids, inp.positions, inp.metadata)  # [T, hidden]
+            hidden = self.forward(inp)  # [T, hidden]
             if any(r.prompt_logprobs is not None for r in out.requests):
                 self._prompt_logprobs(out, hidden)
             if not inp.sample_requests:
                 return []
-            logits = self.model.compute_logits(hidden[inp.sample_rows])  # [R, vocab]
-            return self.sample_tokens(logits, inp.sample_requests)
+            return self.sample_tokens(hidden[inp.sample_rows], inp.sample_requests)
 
-    def sample_tokens(self, logits: torch.Tensor, sample_requests: list) -> list[int]:
-        """One token per row of `logits` [R, vocab], row r for `sample_requests[r]`: its logits
-        processors, banned tokens, logprobs and sampling parameters applied. Call it under
-        `torch.inference_mode()`, as `execute_model` does (`logits` is changed in place)."""
+    def sample_tokens(self, hidden: torch.Tensor, sample_requests: list) -> list[int | None]:
+        """One token per row of `hidden` [R, hidden], row r for `sample_requests[r]`: its
+        logits, logits processors, banned tokens, grammar mask, logprobs and sampling
+        parameters applied. A failure inside one request's sampling fails that request alone:
+        the batch is sampled again row by row, and the rows that raise get None."""
+        try:
+            sampled = self._sample(self.model.compute_logits(hidden), sample_requests)
+            # a grammar whose mask fill overran its budget fails its request alone
+            self.failed_requests.update(grammar_failures(sample_requests))
+            return sampled
+        except Exception:
+            if len(sample_requests) == 1:
+                self._fail(sample_requests[0])
+                return [None]
+        out: list[int | None] = []
+        for r, req in enumerate(sample_requests):
+            try:
+                out.extend(self._sample(self.model.compute_logits(hidden[r : r + 1]), [req]))
+            except Exception:
+                self._fail(req)
+                out.append(None)
+        return out
+
+    def _fail(self, req) -> None:
+        logger.exception("sampling failed for request %s; it is finished alone", req.request_id)
+        self.failed_requests[req.request_id] = "sampling failed"
+
+    def _sample(self, logits: torch.Tensor, sample_requests: list) -> list[int]:
+        """`sample_tokens` for rows that all succeed (`logits` [R, vocab] is changed in place)."""
         raw_logprobs = {}
         for row, req in enumerate(sample_requests):
             if req.needs_extra_sampling:  # logprobs, a penalty or a logit bias
@@ -192,7 +293,7 @@ class ModelRunner:
                     )
             banned = req.banned_token_ids()  # EOS / stop tokens before min_tokens
             if banned:
-                logits[row, list(banned)] = float("-inf")
+                logits[row, sorted(banned)] = float("-inf")
         if any(r.has_grammar for r in sample_requests):  # structured output's bitmask
             rows = [i for i, r in enumerate(sample_requests) if r.grammar is not None]
             self.structured_output_manager.apply(
@@ -201,7 +302,7 @@ class ModelRunner:
         params = [r.sampling_params for r in sample_requests]
         default = self.default_generator
         generators = [r.generator if r.generator is not None else default for r in sample_requests]
-        sampled = sample(logits, params, generators).tolist()
+        sampled = sample(logits, params, generators).tolist()  # the step's one read-back
         for row, lp in raw_logprobs.items():
             req = sample_requests[row]
             self.last_logprobs[req.request_id] = logprob_entries(
@@ -230,21 +331,39 @@ class ModelRunner:
 PROMPT_LOGPROBS_CHUNK = 256
 
 
+def select_model_implementation(model: LlamaModel, attention_backend: str) -> LlamaModel:
+    """The implementation a runner computes with, chosen once: the C fast path for "cpu", the
+    fused GPU layers for "triton"/"cuda" on a GPU, else the readable model itself."""
+    if attention_backend == "cpu":
+        from llmlab.model_cpu import cpu_model
+
+        return cpu_model(model)  # the C fast path, weights prepared once
+    if model.device.type == "cuda" and attention_backend in GRAPH_BACKENDS:
+        from llmlab.model_gpu import gpu_model, gpu_model_applies
+
+        if gpu_model_applies(model)[0]:
+            return gpu_model(model)  # merged GEMMs and fused kernels, prepared once
+    return model
+
+
 def logprob_entries(
     logprobs: torch.Tensor, token_ids: list[int], k: int
 ) -> list[dict[int, Logprob]]:
     """One {token id: Logprob} per row of `logprobs` [N, V]: the given token first (with its
-    rank), then the k most likely tokens (OpenAI's top_logprobs)."""
-    ids = torch.tensor(token_ids, dtype=torch.long).unsqueeze(1)  # [N, 1]
+    rank), then the k most likely tokens (OpenAI's top_logprobs). Computed on the logprobs'
+    device; only the [N, k + 2] numbers come back to the host."""
+    ids = torch.tensor(token_ids, dtype=torch.long).to(logprobs.device).unsqueeze(1)  # [N, 1]
     chosen = logprobs.gather(1, ids)  # [N, 1]
     ranks = ((logprobs > chosen).sum(1) + 1).tolist()  # [N]
     chosen = chosen.squeeze(1).tolist()
     top_vals, top_ids = logprobs.topk(k, dim=1) if k else (None, None)  # [N, k]
+    top_vals = top_vals.tolist() if k else None
+    top_ids = top_ids.tolist() if k else None
     entries = []
     for i, tok in enumerate(token_ids):
         entry = {tok: Logprob(chosen[i], ranks[i])}
         if k:
-            for j, (t, v) in enumerate(zip(top_ids[i].tolist(), top_vals[i].tolist())):
+            for j, (t, v) in enumerate(zip(top_ids[i], top_vals[i])):
                 entry.setdefault(t, Logprob(v, j + 1))
         entries.append(entry)
     return entries

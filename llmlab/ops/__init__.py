@@ -32,7 +32,10 @@ are checked here, before any backend runs (see `llmlab.ops._checks`).
 A model layer calls `attention(q, k, v, metadata, layer)`: the step's `AttentionMetadata`
 (`llmlab.ops.metadata`) was checked once when it was built, so each layer's call checks only
 its own q, k and v, then writes k and v into the cache and attends, as a vLLM attention
-backend's `forward` does.
+backend's `forward` does. A layer that wrote its keys itself (the fused rotary + cache kernel
+of `llmlab.model_gpu`) calls `paged_attention(q, metadata, layer, scale)`, which checks
+nothing. On "triton" and "cuda" both reach the backends' unchecked inner calls (`_decode`,
+`_prefill`), so an engine step checks its arguments once, not once per layer.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ from llmlab.ops.metadata import AttentionMetadata, single_sequence_metadata
 
 # the backends that read an fp8 (e4m3) KV cache (every one: "cuda" needs a GPU to test it)
 FP8_BACKENDS = ("torch", "cpu", "triton", "cuda")
+# the backends whose public calls check their arguments, beside unchecked inner calls
+# (`_reshape_and_cache`, `_decode`, `_prefill`) that an engine step's layers use
+_INNER_CALLS = ("triton", "cuda")
 
 __all__ = [
     "BACKENDS",
@@ -55,6 +61,7 @@ __all__ = [
     "attention",
     "available_backends",
     "backend_available",
+    "paged_attention",
     "paged_attention_decode",
     "paged_attention_prefill",
     "reshape_and_cache",
@@ -232,24 +239,50 @@ def attention(
     key_cache, value_cache = metadata.kv_caches[layer]
     _checks.check_layer_qkv(query, key, value, key_cache, metadata.num_tokens)
     impl = _backend(metadata.backend)
-    scales = _scale_args(metadata.backend, key_cache, *metadata.scales(layer))
-    impl.reshape_and_cache(key, value, key_cache, value_cache, metadata.slot_mapping, **scales)
-    if metadata.backend == "torch":
+    # "triton" and "cuda" check their public calls' arguments: the layer's were checked above
+    write = impl._reshape_and_cache if metadata.backend in _INNER_CALLS else impl.reshape_and_cache
+    write(key, value, key_cache, value_cache, metadata.slot_mapping, *metadata.scales(layer))
+    return paged_attention(query, metadata, layer, scale)
+
+
+def paged_attention(
+    query: torch.Tensor, metadata: AttentionMetadata, layer: int, scale: float
+) -> torch.Tensor:
+    """Attend `query` `[num_tokens, num_heads, head_dim]` over layer `layer`'s cache, whose keys
+    and values for this step are already written (by `attention`, or by the fused layer of
+    `llmlab.model_gpu`, which writes them with its rotary kernel) -> `[num_tokens, num_heads,
+    head_dim]`: the decode kernel when every sequence brings one token, else the prefill one.
+
+    Nothing is checked here, and nothing waits for the GPU on "triton" and "cuda": the metadata
+    was checked when it was built, the caller's query is its own (a layer's shapes are fixed
+    with its weights), and the Triton prefill's grid comes from the host's
+    `metadata.max_query_len`, as in a vLLM attention backend's `forward`.
+    """
+    key_cache, value_cache = metadata.kv_caches[layer]
+    k_scale, v_scale = metadata.scales(layer)
+    tables, seq_lens, cu = metadata.block_tables, metadata.seq_lens, metadata.cu_seqlens_q
+    backend = metadata.backend
+    if backend == "torch":
         # the readable path's engine speed-up: sequences of similar length attended together
         return torch_backend.grouped_attention(
-            query, key_cache, value_cache, metadata, scale, tuple(scales.values()) or (1.0, 1.0)
+            query, key_cache, value_cache, metadata, scale, (k_scale, v_scale)
         )
+    impl = _backend(backend)
     if metadata.is_decode_only:
-        return impl.paged_attention_decode(
-            query, key_cache, value_cache, metadata.block_tables, metadata.seq_lens, scale, **scales
+        decode = impl._decode if backend in _INNER_CALLS else impl.paged_attention_decode
+        return decode(query, key_cache, value_cache, tables, seq_lens, scale, k_scale, v_scale)
+    if backend == "triton":
+        return impl._prefill(
+            query,
+            key_cache,
+            value_cache,
+            tables,
+            cu,
+            seq_lens,
+            scale,
+            k_scale,
+            v_scale,
+            metadata.max_query_len,
         )
-    return impl.paged_attention_prefill(
-        query,
-        key_cache,
-        value_cache,
-        metadata.block_tables,
-        metadata.cu_seqlens_q,
-        metadata.seq_lens,
-        scale,
-        **scales,
-    )
+    prefill = impl._prefill if backend in _INNER_CALLS else impl.paged_attention_prefill
+    return prefill(query, key_cache, value_cache, tables, cu, seq_lens, scale, k_scale, v_scale)

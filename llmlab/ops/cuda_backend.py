@@ -1,9 +1,22 @@
 """The "cuda" backend: CUDA C++ kernels from `kernels/`, built on first use on a GPU.
 
-`reshape_and_cache` and `paged_attention_decode` run the hand-written kernels
-(`kernels/cache_kernels.cu`, `kernels/paged_attention.cu`, bound by `kernels/binding.cpp`).
-`paged_attention_prefill` has no CUDA kernel: it runs the torch implementation
-(`llmlab.ops.torch_backend`) on the same CUDA tensors.
+`reshape_and_cache` runs `kernels/cache_kernels.cu`; `paged_attention_decode` and
+`paged_attention_prefill` run one kernel, `kernels/paged_attention.cu` (vLLM's
+`csrc/attention/paged_attention_v2.cu` is its model): every query row is one new token with its
+own sequence and causal context, so a decode step (one row per sequence) and a step that mixes
+prefill chunks with decode tokens ("varlen", rows found through `cu_seqlens_q`) take the same
+launch, with no loop over sequences in Python. With few (row, KV head) pairs for the GPU's SMs
+and long contexts, the context is split into partitions merged by a second kernel (vLLM's "v2");
+`plan_attention` decides that from host-known sizes only (the block table's width, the number of
+rows, the SM count), so nothing waits for the GPU. It is plain Python and tested on a CPU.
+
+Two layers of calls:
+
+- the public functions check their arguments (`llmlab.ops._checks`, plus what this kernel
+  supports: head_dim, GQA group) and raise `ValueError` naming the argument;
+- `_reshape_and_cache`, `_decode` and `_prefill` skip every check. A caller that checked the
+  step's metadata once (the fused GPU layer, per layer of a step) calls them, so the Python
+  checks do not run again on every layer.
 
 The extension is compiled with `torch.utils.cpp_extension.load` the first time it is needed
 (about a minute), into `$LLMLAB_CACHE/torch_extensions/...` (default `~/.cache/llmlab`), never
@@ -13,17 +26,120 @@ a RuntimeError that says so.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from llmlab.ops import _checks, torch_backend
+from llmlab.ops import _checks
 from llmlab.paths import cache_dir
+from llmlab.utils import cdiv
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 SOURCES = ("binding.cpp", "cache_kernels.cu", "paged_attention.cu")
+# The kernel's limits (kernels/llmlab_kernels.h: LLMLAB_MAX_HEAD_DIM, LLMLAB_MAX_GQA_GROUP,
+# LLMLAB_MAX_PARTITIONS).
+MAX_HEAD_DIM = 256
+MAX_GQA_GROUP = 8
+MAX_PARTITIONS = 8192
+# Split context: the partition sizes the launcher picks from, largest first, and how many
+# blocks per SM it aims for (enough warps with loads in flight to keep an SM's share of the
+# memory bandwidth busy).
+PARTITION_SIZES = (512, 256, 128, 64)
+TARGET_BLOCKS_PER_SM = 4
 _extension: ModuleType | None = None
+
+
+@dataclass(frozen=True)
+class AttentionLaunch:
+    """How one call of the attention kernel is cut into thread blocks.
+
+    Grid `(num_rows, num_kv_heads, num_partitions)`: a block takes one query row (new token),
+    the `group` query heads of one KV head, and `partition_size` positions of the row's context
+    (0: the whole context, walked tile by tile). With more than one partition a merge kernel,
+    grid `(num_rows, num_heads)`, follows.
+    """
+
+    num_rows: int
+    num_kv_heads: int
+    partition_size: int
+    num_partitions: int
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (self.num_rows, self.num_kv_heads, self.num_partitions)
+
+    @property
+    def split(self) -> bool:
+        """True when partial results are merged by the second kernel."""
+        return self.num_partitions > 1
+
+
+def plan_attention(
+    num_rows: int,
+    num_kv_heads: int,
+    max_context: int,
+    num_sms: int,
+    partition_size: int | None = None,
+) -> AttentionLaunch:
+    """Pick the launch of the attention kernel from sizes the host knows (no device sync).
+
+    `max_context` bounds every row's context: the block table's width times the block size.
+    `partition_size`: None decides (split context when the (row, KV head) blocks alone would
+    give fewer than TARGET_BLOCKS_PER_SM per SM and the context spans more than one partition;
+    the largest size of PARTITION_SIZES that reaches the target, else the smallest); 0 forces
+    one pass; a positive multiple of 32 forces that many positions per partition.
+    """
+    if partition_size is not None:
+        if (
+            isinstance(partition_size, bool)
+            or not isinstance(partition_size, int)
+            or partition_size < 0
+            or partition_size % 32
+        ):
+            raise ValueError(
+                f"partition_size: got {partition_size!r}, expected None (choose), 0 (one "
+                "pass) or a positive multiple of 32"
+            )
+        if partition_size == 0:
+            return AttentionLaunch(num_rows, num_kv_heads, 0, 1)
+        parts = max(1, cdiv(max_context, partition_size))
+        if parts > MAX_PARTITIONS:
+            raise ValueError(
+                f"partition_size: got {partition_size}, which cuts a context of {max_context} "
+                f"positions into {parts} partitions; expected at most {MAX_PARTITIONS}"
+            )
+        return AttentionLaunch(num_rows, num_kv_heads, partition_size, parts)
+    blocks = num_rows * num_kv_heads
+    target = TARGET_BLOCKS_PER_SM * num_sms
+    if blocks < target:
+        for size in PARTITION_SIZES:
+            parts = cdiv(max_context, size)
+            if 1 < parts <= MAX_PARTITIONS and (
+                blocks * parts >= target or size == PARTITION_SIZES[-1]
+            ):
+                return AttentionLaunch(num_rows, num_kv_heads, size, parts)
+    return AttentionLaunch(num_rows, num_kv_heads, 0, 1)
+
+
+def check_kernel_shape(query: torch.Tensor, key_cache: torch.Tensor) -> None:
+    """What the attention kernel supports beyond the common checks: head_dim up to 256 and a
+    whole number of vectors (4 values for an fp32 cache, 8 otherwise), GQA groups up to 8."""
+    head_dim = query.shape[2]
+    vec = 4 if key_cache.dtype == torch.float32 else 8
+    if head_dim > MAX_HEAD_DIM or head_dim % vec:
+        raise ValueError(
+            f"query: head_dim={head_dim}, expected a multiple of {vec} up to {MAX_HEAD_DIM} "
+            f"for the CUDA attention kernel with a {key_cache.dtype} cache"
+        )
+    group = query.shape[1] // key_cache.shape[2]
+    if group > MAX_GQA_GROUP:
+        raise ValueError(
+            f"query: num_heads={query.shape[1]} for num_kv_heads={key_cache.shape[2]} is a GQA "
+            f"group of {group}, expected at most {MAX_GQA_GROUP} for the CUDA attention kernel"
+        )
 
 
 def _require_gpu() -> None:
@@ -68,6 +184,16 @@ def load_extension(verbose: bool = False) -> ModuleType:
     return _extension
 
 
+def _ext() -> ModuleType:
+    """The loaded extension (loading it the first time)."""
+    return _extension if _extension is not None else load_extension()
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def _check_cuda(tensors: dict[str, torch.Tensor]) -> None:
     _require_gpu()
     for name, t in tensors.items():
@@ -75,6 +201,117 @@ def _check_cuda(tensors: dict[str, torch.Tensor]) -> None:
             raise ValueError(
                 f"{name}.device: got {t.device}, expected a CUDA tensor (backend='cuda')"
             )
+
+
+# ---- unchecked inner calls: the caller has checked the step once ---------------------------
+
+
+def _reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
+    """`reshape_and_cache` without the Python checks."""
+    _ext().reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+def _attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    scale: float,
+    k_scale: float,
+    v_scale: float,
+    partition_size: int | None,
+) -> torch.Tensor:
+    """Plan the launch and run the kernel: decode when `cu_seqlens_q` is None."""
+    device = query.device.index
+    launch = plan_attention(
+        query.shape[0],
+        key_cache.shape[2],
+        block_tables.shape[1] * key_cache.shape[1],
+        _num_sms(torch.cuda.current_device() if device is None else device),
+        partition_size,
+    )
+    return _ext().paged_attention(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        cu_seqlens_q,
+        scale,
+        k_scale,
+        v_scale,
+        launch.partition_size,
+        launch.num_partitions,
+    )
+
+
+def _decode(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    partition_size: int | None = None,
+) -> torch.Tensor:
+    """`paged_attention_decode` without the Python checks."""
+    return _attention(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        None,
+        scale,
+        k_scale,
+        v_scale,
+        partition_size,
+    )
+
+
+def _prefill(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_query_len: int,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    partition_size: int | None = None,
+) -> torch.Tensor:
+    """`paged_attention_prefill` without the Python checks. `max_query_len` is not needed (a
+    block takes one row, whatever its sequence's length); it is accepted so that every
+    backend's inner call takes the same arguments."""
+    return _attention(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        cu_seqlens_q,
+        scale,
+        k_scale,
+        v_scale,
+        partition_size,
+    )
+
+
+# ---- the public, checked functions ---------------------------------------------------------
 
 
 def reshape_and_cache(
@@ -98,7 +335,7 @@ def reshape_and_cache(
             "slot_mapping": slot_mapping,
         }
     )
-    load_extension().reshape_and_cache(
+    _reshape_and_cache(
         key, value, key_cache, value_cache, slot_mapping, float(k_scale), float(v_scale)
     )
 
@@ -112,9 +349,12 @@ def paged_attention_decode(
     scale: float,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    *,
+    partition_size: int | None = None,
 ) -> torch.Tensor:
     """CUDA paged decode attention (kernels/paged_attention.cu): fp32/fp16/bf16 queries over
-    a cache of the same dtype or of fp8 e4m3 (with its k/v scales), GQA."""
+    a cache of the same dtype or of fp8 e4m3 (with its k/v scales), GQA groups up to 8.
+    `partition_size` as in `plan_attention` (None: chosen per call)."""
     _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
     _check_cuda(
         {
@@ -125,11 +365,8 @@ def paged_attention_decode(
             "seq_lens": seq_lens,
         }
     )
-    if query.shape[2] > 256:
-        raise ValueError(
-            f"query: head_dim={query.shape[2]}, expected <= 256 for the CUDA decode kernel"
-        )
-    return load_extension().paged_attention_decode(
+    check_kernel_shape(query, key_cache)
+    return _decode(
         query,
         key_cache,
         value_cache,
@@ -138,6 +375,7 @@ def paged_attention_decode(
         float(scale),
         float(k_scale),
         float(v_scale),
+        partition_size,
     )
 
 
@@ -151,9 +389,12 @@ def paged_attention_prefill(
     scale: float,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    *,
+    partition_size: int | None = None,
 ) -> torch.Tensor:
-    """Prefill on the "cuda" backend: the torch implementation on the CUDA tensors (there is
-    no hand-written CUDA prefill kernel; see kernels/README.md)."""
+    """CUDA varlen causal attention (kernels/paged_attention.cu): each new token is a query row
+    over its sequence's positions up to its own, so prompts, chunks, prefix-cache hits and decode
+    tokens of one step go in one launch. `partition_size` as in `plan_attention`."""
     _checks.check_prefill(
         query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
     )
@@ -167,6 +408,16 @@ def paged_attention_prefill(
             "seq_lens": seq_lens,
         }
     )
-    return torch_backend.paged_attention_prefill(
-        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, k_scale, v_scale
+    check_kernel_shape(query, key_cache)
+    return _attention(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        cu_seqlens_q,
+        float(scale),
+        float(k_scale),
+        float(v_scale),
+        partition_size,
     )

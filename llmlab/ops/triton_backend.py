@@ -12,9 +12,12 @@ Compiled or interpreted:
 
 Import of triton is lazy (first call), so `import llmlab.ops` never pays for it.
 
-Every launcher validates shapes, dtypes, devices and contiguity before launch (the public
-functions in `llmlab.ops` do the common checks; the launchers repeat them when called
-directly and add what is specific to Triton).
+Every public launcher validates shapes, dtypes, devices and contiguity before launch (the
+public functions in `llmlab.ops` do the common checks; the launchers repeat them when called
+directly and add what is specific to Triton). Each has an unchecked inner call (`_decode`,
+`_prefill`, `_reshape_and_cache`) that an engine step's layers use once the step's metadata
+was checked (`llmlab.ops.attention`, `llmlab.ops.paged_attention`): no checks per layer, and
+nothing that waits for the GPU (the prefill grid is sized by the host's `max_query_len`).
 """
 
 from __future__ import annotations
@@ -114,6 +117,11 @@ def reshape_and_cache(
             "slot_mapping": slot_mapping,
         }
     )
+    _reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+def _reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale) -> None:
+    """`reshape_and_cache` on arguments checked before (a layer of an engine step)."""
     k = _load()
     num_tokens = key.shape[0]
     if num_tokens == 0:
@@ -163,10 +171,50 @@ def paged_attention_decode(
             "seq_lens": seq_lens,
         }
     )
+    if partition_size is not None and (partition_size < 0 or partition_size % 32 != 0):
+        raise ValueError(
+            f"partition_size: got {partition_size}, expected None (automatic), 0 (no split) "
+            "or a positive multiple of 32"
+        )
+    return _decode(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        scale,
+        k_scale,
+        v_scale,
+        partition_size,
+    )
+
+
+def _partition_size(query: torch.Tensor, num_kv_heads: int, max_context: int) -> int:
+    """Split-K on a GPU when there are fewer (sequence, KV head) programs than SMs and the
+    context may span more than one partition; never in the interpreter. From host-known
+    values only: the batch, the block table's width, the SM count."""
+    if interpreting():
+        return 0
+    sms = torch.cuda.get_device_properties(query.device).multi_processor_count
+    few = query.shape[0] * num_kv_heads < sms
+    return DEFAULT_PARTITION_SIZE if few and max_context > DEFAULT_PARTITION_SIZE else 0
+
+
+def _decode(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    k_scale: float,
+    v_scale: float,
+    partition_size: int | None = None,
+) -> torch.Tensor:
+    """`paged_attention_decode` on arguments checked before (a layer of an engine step)."""
     k = _load()
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
-    group = num_heads // num_kv_heads
     out = torch.empty_like(query)
     if num_seqs == 0:
         return out
@@ -175,78 +223,36 @@ def paged_attention_decode(
     # Upper bound on the context from the table's width: no device-to-host sync needed.
     max_context = max_blocks * block_size
     if partition_size is None:
-        split = False
-        if not interpreting():
-            sms = torch.cuda.get_device_properties(query.device).multi_processor_count
-            split = num_seqs * num_kv_heads < sms and max_context > DEFAULT_PARTITION_SIZE
-        partition_size = DEFAULT_PARTITION_SIZE if split else 0
-    if partition_size < 0 or partition_size % 32 != 0:
-        raise ValueError(
-            f"partition_size: got {partition_size}, expected 0 (no split) or a "
-            "positive multiple of 32"
-        )
+        partition_size = _partition_size(query, num_kv_heads, max_context)
     split = partition_size > 0
     num_parts = num_partitions_for(max_context, partition_size) if split else 1
-    if split:
-        block_n = min(block_n, partition_size)
     common = dict(
         NUM_HEADS=num_heads,
         NUM_KV_HEADS=num_kv_heads,
-        GROUP=group,
+        GROUP=num_heads // num_kv_heads,
         HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size,
-        BLOCK_G=_pow2_at_least_16(group),
+        BLOCK_G=_pow2_at_least_16(num_heads // num_kv_heads),
         BLOCK_D=_pow2_at_least_16(head_dim),
-        BLOCK_N=block_n,
+        BLOCK_N=min(block_n, partition_size) if split else block_n,
+        PARTITION=partition_size if split else 1 << 30,
+        NUM_PARTITIONS=num_parts,
+        SPLIT=split,
         UPCAST=interpreting() or _fp8(key_cache),
         FP8=_fp8(key_cache),
     )
-    qk_scale = float(scale) * _LOG2E
-    key_cache, value_cache = _as_bytes(key_cache), _as_bytes(value_cache)
+    args = (float(scale) * _LOG2E, float(k_scale), float(v_scale), max_blocks)
+    caches = (_as_bytes(key_cache), _as_bytes(value_cache), block_tables, seq_lens)
     grid = (num_seqs, num_kv_heads, num_parts)
     if not split:
-        k.paged_decode_kernel[grid](
-            query,
-            key_cache,
-            value_cache,
-            block_tables,
-            seq_lens,
-            out,
-            out,
-            out,
-            qk_scale,
-            float(k_scale),
-            float(v_scale),
-            max_blocks,
-            PARTITION=1 << 30,
-            NUM_PARTITIONS=1,
-            SPLIT=False,
-            **common,
-        )
+        k.paged_decode_kernel[grid](query, *caches, out, out, out, *args, **common)
         return out
     part_acc = torch.empty(
         (num_seqs, num_heads, num_parts, head_dim), dtype=torch.float32, device=query.device
     )
     part_m = torch.empty((num_seqs, num_heads, num_parts), dtype=torch.float32, device=query.device)
     part_l = torch.empty_like(part_m)
-    k.paged_decode_kernel[grid](
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        part_acc,
-        part_m,
-        part_l,
-        qk_scale,
-        float(k_scale),
-        float(v_scale),
-        max_blocks,
-        PARTITION=partition_size,
-        NUM_PARTITIONS=num_parts,
-        SPLIT=True,
-        **common,
-    )
+    k.paged_decode_kernel[grid](query, *caches, part_acc, part_m, part_l, *args, **common)
     k.merge_partitions_kernel[(num_seqs * num_heads,)](
         part_acc,
         part_m,
@@ -270,11 +276,14 @@ def paged_attention_prefill(
     scale: float,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    max_query_len: int | None = None,
 ) -> torch.Tensor:
     """Triton varlen causal prefill over cached context + new tokens.
 
-    Reads the longest query length from `cu_seqlens_q` on the host (one small copy) to size
-    the grid.
+    `max_query_len` (the most new tokens of any sequence) sizes the grid; an engine step knows
+    it on the host (`AttentionMetadata.max_query_len`). None: read from `cu_seqlens_q` when it
+    is on the CPU, else bounded by the number of tokens (tiles past a sequence's end do no
+    work), so the launcher never waits for the GPU.
     """
     _checks.check_prefill(
         query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
@@ -289,16 +298,56 @@ def paged_attention_prefill(
             "seq_lens": seq_lens,
         }
     )
+    num_tokens = query.shape[0]
+    if max_query_len is None:
+        on_cpu = cu_seqlens_q.device.type == "cpu" and seq_lens.shape[0] > 0
+        max_query_len = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()) if on_cpu else num_tokens
+    elif (
+        isinstance(max_query_len, bool)
+        or not isinstance(max_query_len, int)
+        or not (0 <= max_query_len <= num_tokens)
+    ):
+        raise ValueError(
+            f"max_query_len: got {max_query_len!r}, expected an int in [0, {num_tokens}] "
+            "(the most new tokens of any sequence)"
+        )
+    return _prefill(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        cu_seqlens_q,
+        seq_lens,
+        scale,
+        k_scale,
+        v_scale,
+        max_query_len,
+    )
+
+
+def _prefill(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    k_scale: float,
+    v_scale: float,
+    max_query_len: int,
+) -> torch.Tensor:
+    """`paged_attention_prefill` on arguments checked before (a layer of an engine step);
+    `max_query_len` is a host int, so nothing here waits for the GPU."""
     k = _load()
     num_tokens, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     out = torch.empty_like(query)
     num_seqs = seq_lens.shape[0]
-    if num_tokens == 0 or num_seqs == 0:
+    if num_tokens == 0 or num_seqs == 0 or max_query_len == 0:
         return out
-    max_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     block_n, block_m = _tiles(head_dim)
-    grid = (cdiv(max_q, block_m), num_seqs, num_heads)
+    grid = (cdiv(max_query_len, block_m), num_seqs, num_heads)
     fp8 = _fp8(key_cache)
     k.paged_prefill_kernel[grid](
         query,

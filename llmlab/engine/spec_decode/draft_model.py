@@ -75,11 +75,9 @@ class EarlyExitProposer:
                 backend=backend,
             )
             ids = torch.tensor([tokens[i] for i in rows], dtype=torch.long, device=device)
-            cos, sin = model.rope_cos_sin(positions.to(device))  # [R, d/2] each
-            x = model.embed_tokens(ids)  # [R, hidden]
-            for layer in range(self.num_layers):
-                x = model.layers[layer](x, cos, sin, md, layer)  # [R, hidden]
-            logits = model.compute_logits(model.norm(x))  # [R, vocab]
+            # the first num_layers layers and the final norm, in whichever implementation
+            hidden = model(ids, positions.to(device), md, num_layers=self.num_layers)  # [R, hidden]
+            logits = model.compute_logits(hidden)  # [R, vocab]
             for i, t in zip(rows, logits.argmax(dim=-1).tolist()):
                 drafts[i].append(t)
                 tokens[i] = t

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from llmlab.engine.outputs import CompletionOutput, RequestOutput
+from llmlab.engine.outputs import RequestOutput
 from llmlab.request import RequestStatus
 
 if TYPE_CHECKING:
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 def spec_step(engine: LLMEngine) -> list[RequestOutput]:
     """One scheduled step with draft tokens; a delta RequestOutput per request that got tokens."""
+    from llmlab.engine.llm_engine import delta_output
+
     scheduler = engine.scheduler
     t0 = time.perf_counter()
     sched_out = scheduler.schedule()
@@ -31,7 +33,9 @@ def spec_step(engine: LLMEngine) -> list[RequestOutput]:
     sampled = engine.model_runner.execute_model(sched_out)
     now = time.perf_counter()
     engine.forward_seconds += now - t1
+    failed = engine._fail_requests(sched_out, sampled, now)
     got_token, finished = scheduler.update_from_output(sched_out, sampled, now)
+    finished = failed + finished
     engine.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
     logprobs = engine.model_runner.last_logprobs
     outputs = []
@@ -63,27 +67,8 @@ def spec_step(engine: LLMEngine) -> list[RequestOutput]:
                     req.metrics.finished_time = now
                     break
             text = det.next_delta(req.is_finished)
-        outputs.append(
-            RequestOutput(
-                request_id=req.request_id,
-                prompt=req.prompt,
-                prompt_token_ids=req.prompt_token_ids,
-                outputs=[
-                    CompletionOutput(
-                        0,
-                        text,
-                        new_ids,
-                        req.status.finish_reason,
-                        req.stop_reason,
-                        None if req.logprobs is None else req.logprobs[-1:],
-                    )
-                ],
-                finished=req.status.is_finished,
-                num_cached_tokens=req.num_cached_tokens or 0,
-                metrics=req.metrics,
-                prompt_logprobs=req.prompt_logprobs if req.num_output_tokens == n else None,
-            )
-        )
+        outputs.append(delta_output(req, new_ids, text))
+    outputs += [delta_output(req, [], "") for req in failed]
     for req in finished:
         engine.requests.pop(req.request_id, None)
     return outputs

@@ -22,6 +22,7 @@ from llmlab.engine.spec_decode.rejection_sampler import (
     rejection_sample,
     target_probs,
 )
+from llmlab.structured_output import grammar_failures
 
 
 class SpecDecodeModelRunner(ModelRunner):
@@ -57,8 +58,9 @@ class SpecDecodeModelRunner(ModelRunner):
         for (req, _), d in zip(rows, drafts):
             specs[req.request_id][:] = d
 
-    def execute_model(self, out: SchedulerOutput) -> list[list[int]]:  # type: ignore[override]
+    def execute_model(self, out: SchedulerOutput) -> list[list[int] | None]:  # type: ignore[override]
         self.last_logprobs = {}
+        self.failed_requests = {}
         if out.is_empty:
             return []
         specs = out.scheduled_spec_decode_tokens
@@ -67,6 +69,21 @@ class SpecDecodeModelRunner(ModelRunner):
             self.propose_drafts(out)
             self.draft_seconds += time.perf_counter() - t0
         t0 = time.perf_counter()
+        inp, num_drafts = self._verify_inputs(out)
+        self.prepare_seconds += time.perf_counter() - t0
+        with torch.inference_mode():
+            hidden = self.forward(inp)  # [T, hidden]
+            if any(r.prompt_logprobs is not None for r in out.requests):
+                self._prompt_logprobs(out, hidden)
+            if not inp.sample_requests:
+                return []
+            rows = hidden[inp.sample_rows]  # [sum(k + 1), hidden]
+            return self.verify(rows, inp.sample_requests, num_drafts, specs)
+
+    def _verify_inputs(self, out: SchedulerOutput):
+        """The step's flat batch, each drafted request's k drafts after its last token; and
+        per caught-up request, how many drafts it brings (its k + 1 last rows sample)."""
+        specs = out.scheduled_spec_decode_tokens
         token_ids: list[int] = []
         block_ids: list[list[int]] = []
         sample_idx: list[int] = []
@@ -95,61 +112,63 @@ class SpecDecodeModelRunner(ModelRunner):
             sample_idx,
             sample_requests,
         )
-        self.prepare_seconds += time.perf_counter() - t0
-        with torch.inference_mode():
-            hidden = self.model(inp.input_ids, inp.positions, inp.metadata)  # [T, hidden]
-            if any(r.prompt_logprobs is not None for r in out.requests):
-                self._prompt_logprobs(out, hidden)
-            if not sample_requests:
-                return []
-            logits = self.model.compute_logits(hidden[inp.sample_rows])  # [sum(k + 1), vocab]
-            return self.verify(logits, sample_requests, num_drafts, specs)
+        return inp, num_drafts
 
     def verify(
         self,
-        logits: torch.Tensor,
+        hidden: torch.Tensor,
         requests: list,
         num_drafts: list[int],
         specs: dict[str, list[int]],
-    ) -> list[list[int]]:
-        """Per request, the tokens its step emits. `logits` holds num_drafts[i] + 1 rows for
-        request i, in order."""
+    ) -> list[list[int] | None]:
+        """Per request, the tokens its step emits (None: its verification failed, and it
+        alone is finished). `hidden` holds num_drafts[i] + 1 rows for request i, in order;
+        requests without drafts go through the plain sampler, logprobs and all."""
         result: list[list[int] | None] = [None] * len(requests)
         offsets = [0]
         for k in num_drafts:
             offsets.append(offsets[-1] + k + 1)
-        for i, k in enumerate(num_drafts):  # a grammar's mask at each of the k + 1 positions
-            req = requests[i]
-            if k and req.grammar is not None:
-                self.structured_output_manager.apply_to_drafts(
-                    logits[offsets[i] : offsets[i + 1]], req.grammar, specs[req.request_id]
-                )
         plain = [i for i, k in enumerate(num_drafts) if k == 0]
-        if plain:  # no drafts: the plain sampler, logprobs and all
-            rows = torch.tensor([offsets[i] for i in plain], dtype=torch.long)
-            for i, t in zip(plain, self.sample_tokens(logits[rows], [requests[i] for i in plain])):
-                result[i] = [t]
-        greedy = [i for i, k in enumerate(num_drafts) if k and requests[i].sampling_params.greedy]
-        if greedy:
-            argmax = logits.argmax(dim=-1).tolist()  # [sum(k + 1)]
-            for i in greedy:
-                result[i] = greedy_verify(
-                    argmax[offsets[i] : offsets[i + 1]], specs[requests[i].request_id]
-                )
-        sampled = [
-            i for i, k in enumerate(num_drafts) if k and not requests[i].sampling_params.greedy
-        ]
-        if sampled:
-            rows = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in sampled])
-            params = [
-                requests[i].sampling_params for i in sampled for _ in range(num_drafts[i] + 1)
-            ]
-            probs = target_probs(logits[rows], params)  # [rows, vocab]
-            at = 0
-            for i in sampled:
-                req = requests[i]
-                k1 = num_drafts[i] + 1
-                g = req.generator if req.generator is not None else self.default_generator
-                result[i] = rejection_sample(probs[at : at + k1], specs[req.request_id], None, g)
-                at += k1
+        if plain:
+            rows = torch.tensor([offsets[i] for i in plain], dtype=torch.long).to(hidden.device)
+            sampled = self.sample_tokens(hidden[rows], [requests[i] for i in plain])
+            for i, t in zip(plain, sampled):
+                result[i] = None if t is None else [t]
+        drafted = [i for i, k in enumerate(num_drafts) if k]
+        if drafted:
+            for i, tokens in zip(
+                drafted, self._verify_drafted(hidden, requests, drafted, offsets, specs)
+            ):
+                result[i] = tokens
+            self.failed_requests.update(grammar_failures(requests[i] for i in drafted))
         return result
+
+    def _verify_drafted(self, hidden, requests, drafted, offsets, specs) -> list[list[int] | None]:
+        """The tokens each drafted request's step emits: its k + 1 rows' logits, its grammar's
+        mask at each, then greedy verification or rejection sampling. A request whose
+        verification raises gets None; the others go on."""
+        rows = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in drafted])
+        logits = self.model.compute_logits(hidden[rows.to(hidden.device)])  # [sum(k + 1), V]
+        out: list[list[int] | None] = []
+        at = 0
+        for i in drafted:
+            req = requests[i]
+            k1 = offsets[i + 1] - offsets[i]
+            try:
+                out.append(self._verify_one(logits[at : at + k1], req, specs[req.request_id]))
+            except Exception:
+                self._fail(req)
+                out.append(None)
+            at += k1
+        return out
+
+    def _verify_one(self, logits: torch.Tensor, req, drafts: list[int]) -> list[int]:
+        """One request's verify step: logits [k + 1, V] at its last token and its k drafts."""
+        if req.grammar is not None:  # a grammar's mask at each of the k + 1 positions
+            self.structured_output_manager.apply_to_drafts(logits, req.grammar, drafts)
+        params = req.sampling_params
+        if params.greedy:
+            return greedy_verify(logits.argmax(dim=-1).tolist(), drafts)
+        probs = target_probs(logits, [params] * logits.shape[0])  # [k + 1, V]
+        g = req.generator if req.generator is not None else self.default_generator
+        return rejection_sample(probs, drafts, None, g)

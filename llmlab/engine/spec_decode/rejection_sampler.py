@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from llmlab.sampling import SamplingParams, apply_top_k_top_p
+from llmlab.sampling import SamplingParams, apply_top_k_top_p, check_generators
 
 
 def greedy_verify(target_token_ids: list[int], draft_token_ids: list[int]) -> list[int]:
@@ -70,14 +70,21 @@ def rejection_sample(
             f"draft_probs must be None or [{k}, {target_probs.shape[1]}], "
             f"got {tuple(draft_probs.shape)}"
         )
-    uniform = torch.rand(k, generator=generator, dtype=torch.float64).tolist()  # [k]
-    p_of = target_probs[torch.arange(k), torch.tensor(draft_token_ids, dtype=torch.long)]
-    p_of = p_of.tolist()  # [k]
-    out: list[int] = []
+    device = target_probs.device
+    if generator is not None:
+        check_generators([generator], device)
+    uniform = torch.rand(k, generator=generator, dtype=torch.float64, device=device)  # [k]
+    drafts = torch.tensor(draft_token_ids, dtype=torch.long).to(device)  # [k]
+    p_of = target_probs[torch.arange(k, device=device), drafts]  # [k]
+    q_of = (
+        torch.ones_like(p_of)
+        if draft_probs is None
+        else draft_probs.gather(1, drafts[:, None])[:, 0]
+    )
+    # u < p/q, without dividing by q; read back once: the first rejection ends the step
+    accepted = (uniform * q_of < p_of).tolist()  # [k]
     for j, token in enumerate(draft_token_ids):
-        q = 1.0 if draft_probs is None else float(draft_probs[j, token])
-        if uniform[j] * q < p_of[j]:  # u < p/q, without dividing by q
-            out.append(token)
+        if accepted[j]:
             continue
         p = target_probs[j].double()  # [V]
         if draft_probs is None:
@@ -85,19 +92,20 @@ def rejection_sample(
             residual[token] = 0.0
         else:
             residual = (p - draft_probs[j].double()).clamp_min_(0.0)
-        if not residual.sum() > 0:  # p == q up to rounding: p itself
-            residual = p
-        out.append(int(torch.multinomial(residual, 1, generator=generator)))
-        return out
-    out.append(int(torch.multinomial(target_probs[k].double(), 1, generator=generator)))
-    return out
+        # p == q up to rounding: p itself (decided on the device, no read-back)
+        residual = torch.where(residual.sum() > 0, residual, p)
+        recovered = torch.multinomial(residual, 1, generator=generator)
+        return draft_token_ids[:j] + recovered.tolist()
+    bonus = torch.multinomial(target_probs[k].double(), 1, generator=generator)
+    return list(draft_token_ids) + bonus.tolist()
 
 
 def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """Rows of `logits` [N, V] → the probabilities `llmlab.sampling.sample` draws from [N, V]:
     temperature, then top-k and top-p, then softmax; one SamplingParams per row."""
     vocab = logits.shape[-1]
-    temp = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+    temp = torch.tensor([p.temperature for p in params], dtype=torch.float32).to(logits.device)
     top_k = torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in params])
     top_p = torch.tensor([float(p.top_p) for p in params])
-    return apply_top_k_top_p(logits.float() / temp.unsqueeze(1), top_k, top_p).softmax(dim=-1)
+    scaled = logits.float() / temp.unsqueeze(1)  # [N, V]
+    return apply_top_k_top_p(scaled, top_k, top_p).softmax(dim=-1)
