@@ -680,3 +680,19 @@ def test_the_serve_command_listens_answers_and_stops():
         )
         assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
     assert srv.proc.returncode is not None
+
+
+def test_serve_takes_a_device_and_refuses_a_gpu_this_machine_lacks():
+    """`--device` and `--enforce-eager` reach the engine; where there is no CUDA GPU, asking for
+    one is an error that names `device`."""
+    import torch
+
+    from llmlab.serve.launch import build_engine, engine_kwargs, parser
+
+    args = parser().parse_args(["--device", "cpu", "--enforce-eager"])
+    engine = build_engine("tiny", **engine_kwargs(args))
+    assert engine.device.type == "cpu" and engine.config.enforce_eager
+    assert build_engine("tiny").device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device='cuda'"):
+            build_engine("tiny", **engine_kwargs(parser().parse_args(["--device", "cuda"])))

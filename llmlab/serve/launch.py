@@ -43,9 +43,14 @@ def load(model: str = "smollm2-135m") -> tuple[Any, Any]:
 
 
 def build_engine(model: str = "smollm2-135m", **engine_kwargs: Any):
-    """An `LLMEngine` for `model` ("tiny": the random tiny model, token-id prompts only)."""
+    """An `LLMEngine` for `model` ("tiny": the random tiny model, token-id prompts only), on
+    `device` (default: the GPU where there is one, as `LLM` and vLLM choose)."""
+    import torch
+
     from llmlab.engine import LLMEngine
 
+    if engine_kwargs.get("device") is None:
+        engine_kwargs["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     return LLMEngine(*load(model), **engine_kwargs)
 
 
@@ -80,6 +85,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         attention_backend=args.attention_backend,
         seed=args.seed,
         speculative_config=args.speculative_config,
+        device=args.device,
+        enforce_eager=args.enforce_eager,
     )
 
 
@@ -273,6 +280,17 @@ def parser() -> argparse.ArgumentParser:
         help="torch | triton | cuda | cpu (default: the fastest available)",
     )
     ap.add_argument("--seed", type=int, default=EngineConfig.seed)
+    ap.add_argument(
+        "--device",
+        default=EngineConfig.device,
+        help="cpu | cuda | cuda:N (default: cuda where a CUDA GPU is present, else cpu)",
+    )
+    ap.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        default=EngineConfig.enforce_eager,
+        help="never replay a CUDA graph (decode steps on a GPU otherwise replay one)",
+    )
     ap.add_argument(
         "--speculative-config",
         type=speculative_config_arg,
