@@ -3,7 +3,8 @@
 doctor                     environment report
 openmp [--probe]           how OpenMP threads wait here; --probe measures and saves the choice
 model [NAME]               convert and cache the model (once), report the load time
-run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML)
+run NOTEBOOKS OUT          execute notebooks headless into OUT (executed copies + HTML);
+                           run --measure NOTEBOOK... measures chapters' run times into data/
 serve [MODEL] [options]    OpenAI-compatible server (127.0.0.1:8000 by default)
 bench NAME [args]          benchmarks (`bench --help` lists them)
 edition LANG NOTEBOOKS OUT the student edition (en or zh) into OUT: the chapters without
@@ -18,7 +19,9 @@ lang check|extract|lint|strings|build LANG NOTEBOOKS [OUT]
 lang pairs LANG [--write]  the package's (English, Chinese) pairs against their reviewed
                            catalog i18n/LANG/package-pairs.json (`lang --help` says more)
 exercises [--write DOC]    the instructors' table of exercises (kind, mistakes named, source
-                           question), printed or written into DOC between its markers
+                           question), printed or written into DOC between its markers;
+                           --times each chapter's two times (required path, whole chapter),
+                           --write-times writes them wherever the course states them
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return openmp_main(rest)
     if cmd == "check":
-        from llmlab.course.build.cli import main as check_main
+        from llmlab.course.check.cli import main as check_main
 
         return check_main(rest)
     if cmd == "lang" and rest[:1] == ["pairs"]:  # a module of its own, above lang

@@ -1,5 +1,6 @@
-"""`python -m llmlab check chNN FILE` run on a module written from test functions: the exit codes
-a build exercise's command gives for its solution and for a planted bug."""
+"""`python -m llmlab check chNN FILE` run as a command, in a process of its own, on a module
+written from test functions: the exit codes it gives for a solution and for a planted bug (the
+planted bugs of every exercise run through the same `cli.main` in tests/test_planted_bugs.py)."""
 
 from __future__ import annotations
 

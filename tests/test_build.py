@@ -4,15 +4,18 @@ defines reaches the grader's sandbox intact, only the package's drivers run ther
 
 from __future__ import annotations
 
+import json
 import linecache
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from llmlab.course.build import Raised, cli, drive, find_counterexample, resolve_driver
+from llmlab.course.build import Raised, drive, find_counterexample, resolve_driver
+from llmlab.course.check import cli
 from llmlab.course.instructor.answers import AnswerFormatError, build_function, encode
 
 
@@ -153,8 +156,9 @@ def test_check_runs_only_a_notebook_s_definition_cells(tmp_path):
             new_code_cell("import math\n\ndef double(x):\n    return 2 * x"),
             new_code_cell(f"open({str(marker)!r}, 'w').write('x')"),  # a compute cell: skipped
             new_code_cell('"""a docstring"""\nclass Box:\n    SIZE = double(2)'),
-            new_code_cell("answer = None  # an exercise cell: skipped"),
+            new_code_cell("answer = double(1)  # an exercise cell: skipped"),
             new_code_cell("def broken(:\n    pass"),  # does not parse: skipped, not fatal
+            new_code_cell("PREFIX = '{\"age\": '\n\ndef grown(t):\n    return PREFIX + t"),
         ]
     )
     path = tmp_path / "11-x.ipynb"
@@ -162,6 +166,7 @@ def test_check_runs_only_a_notebook_s_definition_cells(tmp_path):
     ns = cli.load_definitions(path)
     assert ns["double"](3) == 6 and ns["Box"].SIZE == 4 and ns["double"].__module__ == "__main__"
     assert "answer" not in ns and not marker.exists()
+    assert ns["grown"]("4") == '{"age": 4'  # a name bound to a literal is a definition too
 
 
 def test_check_refuses_a_chapter_it_does_not_know(capsys):
@@ -234,3 +239,111 @@ def test_check_skips_an_exercise_the_file_does_not_define(tmp_path, capsys, monk
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")
     assert cli.main(["ch11", str(empty)]) == 1
+
+
+# --------------------------------------------------------------------------- tries kept between runs
+
+
+def _run_fresh(args: list[str], capsys, monkeypatch) -> tuple[int, str]:
+    """`python -m llmlab check` as a new process sees it: no wrong try counted in memory."""
+    from llmlab.course.check import core
+
+    monkeypatch.setattr(core, "_WRONG_TRIES", {})
+    code = cli.main(args)
+    return code, capsys.readouterr().out
+
+
+NO_BONUS = """import torch
+
+
+def verify_drafts(target_probs, draft_tokens, generator):
+    out = []
+    for j, d in enumerate(draft_tokens):
+        if torch.rand((), generator=generator, dtype=torch.float64) < target_probs[j, d]:
+            out.append(d)
+            continue
+        rest = target_probs[j].clone()
+        rest[d] = 0
+        out.append(int(torch.multinomial(rest, 1, generator=generator)))
+        break
+    return out
+"""
+
+
+def test_check_keeps_the_wrong_tries_beside_the_file_and_escalates_its_hints(
+    tmp_path, capsys, monkeypatch
+):
+    """Each run is a fresh process; the tries kept beside the file give the notebook's stages:
+    the rule, then the rule with the way to the fix, then the worked solution's place."""
+    from llmlab.i18n import set_language
+
+    set_language("en")
+    path = tmp_path / "answer.py"
+    path.write_text(NO_BONUS, encoding="utf-8")
+    outs = [_run_fresh(["ch14", str(path)], capsys, monkeypatch) for _ in range(3)]
+    assert [code for code, _ in outs] == [1, 1, 1]
+    first, second, third = (out for _, out in outs)
+    assert "no run emitted k + 1" in first and "Leviathan" not in first
+    assert "Leviathan" in second and "solutions/14-solutions.ipynb" not in second
+    assert "solutions/14-solutions.ipynb" in third
+    kept = json.loads((tmp_path / cli.TRIES_FILE).read_text(encoding="utf-8"))
+    assert kept == {"answer.py": {"ch14.verify_drafts": 3}}
+    other = tmp_path / "other.py"  # another file in the folder starts at the first stage
+    other.write_text(NO_BONUS, encoding="utf-8")
+    assert "Leviathan" not in _run_fresh(["ch14", str(other)], capsys, monkeypatch)[1]
+    kept = json.loads((tmp_path / cli.TRIES_FILE).read_text(encoding="utf-8"))
+    assert kept["answer.py"] == {"ch14.verify_drafts": 3}
+    assert kept["other.py"] == {"ch14.verify_drafts": 1}
+
+
+def test_tries_are_never_kept_in_the_package_or_its_cache_and_a_bad_store_starts_over(
+    tmp_path, monkeypatch
+):
+    import llmlab
+
+    package = Path(llmlab.__file__).resolve().parent
+    assert cli.tries_file(package / "course" / "x.py") is None
+    monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path / "cache"))
+    assert cli.tries_file(tmp_path / "cache" / "models" / "x.py") is None
+    store = cli.tries_file(tmp_path / "x.py")
+    assert store == tmp_path / cli.TRIES_FILE
+    store.write_text("not json", encoding="utf-8")
+    assert cli.read_tries(store, "x.py") == {}
+    cli.write_tries(store, "x.py", {"ch14.verify_drafts": 2})
+    assert cli.read_tries(store, "x.py") == {"ch14.verify_drafts": 2}
+    assert cli.read_tries(None, "x.py") == {}
+
+
+# --------------------------------------------------------------------------- timing two pieces
+
+
+def test_alternating_rounds_call_identical_code_the_same_and_tell_a_slower_one():
+    from llmlab.course.build import alternating_rounds
+
+    calls = []
+
+    def timed(name, rounds):
+        it = iter(rounds)
+        return lambda: calls.append(name) or next(it)
+
+    noisy = [1.0, 1.6, 1.1, 3.0, 1.2]  # a busy machine: one round of each slowed a lot
+    same = alternating_rounds(timed("mine", noisy), timed("package", [1.1, 1.0, 2.5, 1.3, 1.2]))
+    assert calls == ["mine", "package"] * 5  # alternating, so load falls on both alike
+    assert same.same and (same.mine, same.package) == (1.0, 1.0)
+    slower = alternating_rounds(
+        timed("mine", [2.0, 2.1, 2.4, 2.0, 2.2]), timed("package", [1.0, 1.1, 1.2, 3.0, 1.0])
+    )
+    assert not slower.same and slower.ratio == pytest.approx(2.0)
+
+
+def test_every_build_exercise_is_defined_by_its_notebooks_definition_cells():
+    """`python -m llmlab check chNN` on a chapter's notebook finds the class or function of each
+    of its build exercises (chapter 15's skeleton cell binds a constant beside its functions)."""
+    import importlib
+
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted((root / "notebooks").glob("[0-9][0-9]-*.ipynb")):
+        checks = importlib.import_module(f"llmlab.course.check.ch{path.name[:2]}")
+        names = set(getattr(checks, "BUILDS", {}).values())
+        if names:
+            assert names <= set(cli.load_definitions(path)), (path.name, names)

@@ -1,113 +1,26 @@
 """The scheduler's build exercises: chapter 08's continuous-batching step (`MyScheduler.schedule`)
-and chapter 11's chunked prefill (`plan_step`). The instructor's solution (read from the
-notebook's skeleton cell) passes its checker; planted bugs fail with a shrunk case whose hint names
-the broken rule, in English and in Chinese; the engine's `scheduler_cls` injection point is
-tested on its own; the grader's sandbox and `python -m llmlab check` reach the same verdicts."""
+and chapter 11's chunked prefill (`plan_step`). The instructor's solution passes with its measured
+line and is token-identical in the engine; the cases built to preempt do preempt; the engine's
+`scheduler_cls` injection point is tested on its own; the grader's sandbox reaches the same
+verdicts. The planted bugs and their hints: tests/test_planted_bugs.py."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-import nbformat
 import pytest
+from planted import ch08 as ch08_planted
+from planted import ch11 as ch11_planted
 
 from llmlab import i18n
 from llmlab.course.check import ch08, ch11
 from llmlab.engine import LLMEngine, Scheduler
 from llmlab.model import tiny_model
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _solution(stem: str, cell_id: str) -> str:
-    """The skeleton cell of the notebook with its solution in (markers dropped)."""
-    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
-    source = next(c.source for c in nb.cells if c.id == cell_id)
-    return "\n".join(
-        line
-        for line in source.splitlines()
-        if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line
-    )
-
-
-SCHED_SOLUTION = _solution("08-batching", "b08-skeleton")
-PLAN_SOLUTION = _solution("11-vllm-arrives", "b11-skeleton")
-
-
-def _planted(source: str, *pairs: str) -> str:
-    for old, new in zip(pairs[::2], pairs[1::2]):
-        assert old in source, old
-        source = source.replace(old, new, 1)
-    return source
-
-
-def _waiting_first(source: str) -> str:
-    """Waiting requests admitted before the running ones are served (decodes not first)."""
-    a = source.index("        for req in list(running):")
-    b = source.index("        while not out.preempted")
-    c = source.index("        self.record_step(out)")
-    running, waiting = source[a:b], source[b:c]
-    waiting = "        old = list(running)\n" + waiting.replace(
-        "while not out.preempted and ", "while "
-    )
-    return (
-        source[:a]
-        + waiting
-        + running.replace("for req in list(running):", "for req in old:")
-        + source[c:]
-    )
-
-
-SCHED_BUGS = {
-    "waiting_first": _waiting_first(SCHED_SOLUTION),
-    "oldest_preempted": _planted(
-        SCHED_SOLUTION,
-        "                self.preempt(running.pop(), out)",  # the code's line, not the docstring's
-        "                self.preempt(running.pop(0), out)",
-    ),
-    "max_num_seqs_ignored": _planted(SCHED_SOLUTION, " and len(running) < self.max_num_seqs:", ":"),
-    "budget_not_decreased": _planted(
-        SCHED_SOLUTION,
-        "            budget -= num_new\n        self.record_step",
-        "        self.record_step",
-    ),
-}
-# (English words, Chinese words) the hint must hold: the step and the broken rule
-SCHED_HINTS = {
-    "waiting_first": (["at step", "running requests come first"], ["第", "运行中的请求优先"]),
-    "oldest_preempted": (["at step", "newest running request"], ["第", "最新的运行中请求"]),
-    "max_num_seqs_ignored": (["at step 1", "max_num_seqs"], ["第 1 步", "max_num_seqs"]),
-    "budget_not_decreased": (
-        ["at step 1", "over the token budget"],
-        ["第 1 步", "超出了 token 预算"],
-    ),
-}
-
-PLAN_BUGS = {
-    "whole_prompt": _planted(
-        PLAN_SOLUTION,
-        "        n = min(left, budget)",
-        "        n = left if (request_id, left) in waiting else min(left, budget)",
-    ),
-    "decodes_not_counted": _planted(
-        PLAN_SOLUTION,
-        "    plan = []\n",
-        "    plan, full = [], budget\n",
-        "        n = min(left, budget)",
-        "        n = min(left, full) if (request_id, left) in waiting else min(left, budget)",
-    ),
-    "zero_chunk": _planted(PLAN_SOLUTION, "        if budget == 0:\n            break\n", ""),
-    "prefill_first": _planted(PLAN_SOLUTION, "running + waiting", "waiting + running"),
-}
-PLAN_HINTS = {
-    "whole_prompt": (["your plan", "cut into a chunk"], ["你的计划", "切成"]),
-    "decodes_not_counted": (["your plan", "over the budget"], ["你的计划", "超出了预算"]),
-    "zero_chunk": (["your plan", "0 tokens"], ["你的计划", "0 个 token"]),
-    "prefill_first": (["your plan", "decodes first"], ["你的计划", "decode 优先"]),
-}
+SCHED = ch08_planted.EXERCISES[0]
+PLAN = next(ex for ex in ch11_planted.EXERCISES if ex.id == "ch11.build_chunked_prefill")
+SCHED_SOLUTION, PLAN_SOLUTION = SCHED.solution, PLAN.solution
 
 
 def _define(source: str, name: str):
@@ -213,15 +126,17 @@ def test_sched_solution_is_token_identical_in_the_engine_under_preemption():
     assert mine["tokens"] == ref["tokens"] and mine["steps"] == ref["steps"]
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("bug", sorted(SCHED_BUGS))
-def test_sched_planted_bug_fails_with_a_shrunk_case_naming_the_rule(bug, lang, english):
-    i18n.set_language(lang)
-    result = ch08.build_scheduler(_define(SCHED_BUGS[bug], "MyScheduler"))
-    assert not result.passed
-    words = SCHED_HINTS[bug][lang == "zh"]
-    assert all(w in result.message for w in words), result.message
-    assert ("requests A" if lang == "en" else "请求 A") in result.message  # the shrunk case
+def test_the_cases_built_to_preempt_do_preempt_and_are_tried_first():
+    from llmlab.course.build.ch08 import observe_schedule
+
+    for case in ch08.BUILT_CASES:
+        steps = observe_schedule(Scheduler, case)
+        assert any(step.get("preempted") for step in steps), case
+    # at READMIT_CASE's preempting step the package's scheduler leaves room it does not use:
+    # budget and a free block, which only the rule "no admission after a preemption" leaves idle
+    step = next(s for s in observe_schedule(Scheduler, ch08.READMIT_CASE) if s["preempted"])
+    budget_used = sum(n for _, n in step["scheduled"])
+    assert budget_used < ch08.READMIT_CASE["budget"] and step["preempted"] == ["B"]
 
 
 def test_sched_unanswered_and_wrong_types_are_not_yet(english):
@@ -246,16 +161,6 @@ def test_plan_solution_is_token_identical_to_enable_chunked_prefill():
     mine = run_engine(_define(PLAN_SOLUTION, "plan_step"), ch11.CHUNK_ENGINE_WORKLOAD)
     ref = run_engine(None, ch11.CHUNK_ENGINE_WORKLOAD)
     assert ref["finished"] and mine["tokens"] == ref["tokens"] and mine["steps"] == ref["steps"]
-
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("bug", sorted(PLAN_BUGS))
-def test_plan_planted_bug_fails_with_a_shrunk_case_naming_the_rule(bug, lang, english):
-    i18n.set_language(lang)
-    result = ch11.build_chunked_prefill(_define(PLAN_BUGS[bug], "plan_step"))
-    assert not result.passed
-    words = PLAN_HINTS[bug][lang == "zh"]
-    assert all(w in result.message for w in words), result.message
 
 
 def test_a_build_exercise_counts_as_coding_in_the_reading_time():
@@ -283,33 +188,12 @@ def _sandboxed(source: str, name: str, tmp_path: Path):
 @pytest.mark.slow
 def test_sandbox_passes_the_solutions_and_fails_a_planted_bug(tmp_path, english):
     assert ch08.build_scheduler(_sandboxed(SCHED_SOLUTION, "MyScheduler", tmp_path)).passed
-    bad = ch08.build_scheduler(_sandboxed(SCHED_BUGS["oldest_preempted"], "MyScheduler", tmp_path))
+    bad = ch08.build_scheduler(
+        _sandboxed(SCHED.bug("oldest_preempted").source, "MyScheduler", tmp_path)
+    )
     assert not bad.passed and "newest running request" in bad.message
     assert ch11.build_chunked_prefill(_sandboxed(PLAN_SOLUTION, "plan_step", tmp_path)).passed
-    bad = ch11.build_chunked_prefill(_sandboxed(PLAN_BUGS["zero_chunk"], "plan_step", tmp_path))
-    assert not bad.passed and "0 tokens" in bad.message
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "chapter, source, code",
-    [
-        ("ch08", SCHED_SOLUTION, 0),
-        ("ch08", SCHED_BUGS["budget_not_decreased"], 1),
-        ("ch11", PLAN_SOLUTION, 0),
-        ("ch11", PLAN_BUGS["prefill_first"], 1),
-    ],
-    ids=["ch08-solution", "ch08-bug", "ch11-solution", "ch11-bug"],
-)
-def test_check_command_exits_0_for_a_solution_and_1_for_a_bug(tmp_path, chapter, source, code):
-    path = tmp_path / "answer.py"
-    path.write_text(source)
-    run = subprocess.run(
-        [sys.executable, "-m", "llmlab", "check", chapter, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**__import__("os").environ, "LLMLAB_LANG": "en", "PYTHONPATH": str(ROOT)},
+    bad = ch11.build_chunked_prefill(
+        _sandboxed(PLAN.bug("zero_chunk").source, "plan_step", tmp_path)
     )
-    assert run.returncode == code, run.stdout + run.stderr
-    assert ("PASS" if code == 0 else "NOT YET") in run.stdout
+    assert not bad.passed and "0 tokens" in bad.message

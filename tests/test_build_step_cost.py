@@ -1,20 +1,18 @@
 """Chapter 07's build exercise, "the cost of one step": the notebook's solution passes its checker
-(drawn steps, the engine's real steps through `roofline.engine_step`, the measured line); planted
-bugs fail with the smallest step shown and the mistake named, in English and Chinese; the
-injection point and the recorder are tested on their own; the grader's sandbox and
-`python -m llmlab check ch07` give the same verdicts."""
+(drawn steps, the engine's real steps through `roofline.engine_step`, the measured line); an
+operation's rule comes from the second try; odd return values are named; the injection point and
+the recorder are tested on their own; the grader's sandbox gives the same verdicts. The planted
+bugs and their hints: tests/test_planted_bugs.py."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 
-import nbformat
 import pytest
+from planted import ch07 as ch07_planted
 
 from llmlab import i18n
 from llmlab.analysis import costs, roofline
@@ -23,40 +21,12 @@ from llmlab.course.build import drive
 from llmlab.course.check import ch07
 from llmlab.course.instructor import answers, recheck
 
-ROOT = Path(__file__).resolve().parent.parent
-SKELETON_ID = "b07-step-cost-skeleton"
-
-
-def _solution_source() -> str:
-    """The skeleton cell of the instructor's notebook, markers dropped: the worked solution."""
-    nb = nbformat.read(ROOT / "notebooks" / "07-roofline.ipynb", as_version=4)
-    (cell,) = [c for c in nb.cells if c.get("id") == SKELETON_ID]
-    return "\n".join(ln for ln in cell.source.splitlines() if "SOLUTION" not in ln) + "\n"
-
-
-SOLUTION = _solution_source()
-# (name, the line as the solution has it, the bug): realistic mistakes of a first count
-PLANTED = {
-    "weights_per_sequence": (
-        "n_in * n_out * copies * dtype_bytes\n",
-        "n_in * n_out * copies * dtype_bytes * len(batch)\n",
-    ),
-    "kv_with_query_heads": (
-        "kv = cfg.num_key_value_heads * cfg.head_dim",
-        "kv = cfg.num_attention_heads * cfg.head_dim",
-    ),
-    "matmul_mnk": ("return 2 * rows * n_in", "return rows * n_in"),
-    "lm_head_every_token": (
-        "linear(h, cfg.vocab_size, len(batch), copies=1)",
-        "linear(h, cfg.vocab_size, tokens, copies=1)",
-    ),
-}
+STEP_COST = ch07_planted.EXERCISES[0]  # the planted bugs: tests/planted/ch07.py
+SOLUTION = STEP_COST.solution
 
 
 def _planted(name: str) -> str:
-    right, wrong = PLANTED[name]
-    assert SOLUTION.count(right) == 1, (name, right)
-    return SOLUTION.replace(right, wrong)
+    return STEP_COST.bug(name).source
 
 
 def _function(source: str, tmp_path: Path, name: str = "answer"):
@@ -90,62 +60,7 @@ def test_solution_equals_the_package_counter_on_hand_picked_steps(tmp_path):
             )
 
 
-# --------------------------------------------------------------------------- planted bugs
-
-
-HINTS = {  # what the first-stage hint of each planted bug must name, in English and Chinese
-    "weights_per_sequence": (
-        ["2 sequences, each decoding 1 token at context 1", "qkv_proj:", "once per sequence"],
-        ["2 条序列，每条都在上下文 1 处 decode 1 个 token", "qkv_proj：", "按每条序列各算了一遍"],
-    ),
-    "kv_with_query_heads": (
-        [
-            "1 sequence decoding 1 token at context 1",
-            "2 query head(s) and 1 K/V head(s)",
-            "attention: yours",
-            "num_key_value_heads",
-        ],
-        [
-            "1 条序列，在上下文 1 处 decode 1 个 token",
-            "2 个 query 头、1 个 K/V 头",
-            "attention：你的",
-            "用 GQA 时",
-        ],
-    ),
-    "matmul_mnk": (
-        [
-            "1 sequence decoding 1 token at context 1",
-            "qkv_proj: yours (FLOPs, bytes) = (3, 6)",
-            "the package's = (6, 6)",
-            "one multiply-add is 2 FLOP",
-        ],
-        ["qkv_proj：你的 (FLOPs, bytes) = (3, 6)", "package 的 = (6, 6)", "一次乘加是 2 FLOP"],
-    ),
-    "lm_head_every_token": (
-        [
-            "1 sequence bringing a whole prompt of 2 tokens",
-            "lm_head: yours (FLOPs, bytes) = (4, 2)",
-            "only at the sampled positions",
-        ],
-        [
-            "1 条序列，带来一个 2 个 token 的完整 prompt",
-            "lm_head：你的 (FLOPs, bytes) = (4, 2)",
-            "只有采样的位置才算 logits",
-        ],
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(PLANTED))
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_planted_bug_fails_on_the_smallest_step_and_the_hint_names_it(name, lang, tmp_path):
-    fn = _function(_planted(name), tmp_path)
-    i18n.set_language(lang)
-    result, printed = _check(fn)
-    assert not result.passed and result.exercise == "ch07.step_cost"
-    for fragment in HINTS[name][0 if lang == "en" else 1]:
-        assert fragment in result.message, (fragment, result.message)
-    assert "measured" not in printed and "实测" not in printed  # no engine for a wrong counter
+# --------------------------------------------------------------------------- hints in stages
 
 
 def test_the_rule_of_the_operation_comes_from_the_second_try(tmp_path):
@@ -278,23 +193,3 @@ def test_grader_sandbox_passes_the_solution_and_fails_a_planted_bug(tmp_path):
             stand_in.close()
     assert verdicts["solution"].passed, verdicts["solution"].message
     assert not verdicts["bug"].passed and "num_key_value_heads" in verdicts["bug"].message
-
-
-@pytest.mark.slow
-@pytest.mark.model
-def test_check_command_exits_0_for_the_solution_and_1_for_a_planted_bug(tmp_path):
-    codes = {}
-    for name, source in (("solution", SOLUTION), ("bug", _planted("matmul_mnk"))):
-        path = tmp_path / f"{name}.py"
-        path.write_text(source, encoding="utf-8")
-        run = subprocess.run(
-            [sys.executable, "-m", "llmlab", "check", "ch07", str(path)],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=600,
-        )
-        codes[name] = (run.returncode, run.stdout)
-    assert codes["solution"][0] == 0, codes["solution"][1]
-    assert "[check ch07.step_cost] PASS" in codes["solution"][1]
-    assert codes["bug"][0] == 1 and "2 FLOP" in codes["bug"][1], codes["bug"][1]

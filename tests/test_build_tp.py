@@ -1,8 +1,8 @@
 """Chapter 09's build exercise, the tensor-parallel split of one layer: the notebook's solution
 passes its checker (properties, SmolLM2 over two gloo processes with its shard as the engine's
-shard_fn, the measured line), each planted bug fails with a shrunk case whose hint names the broken
-step (in English and Chinese), the engine's `shard_fn` injection point works on its own, and the
-grader's sandbox and `python -m llmlab check ch09` give the same verdicts."""
+shard_fn, the measured line), a shrunk case is small, the engine's `shard_fn` injection point works
+on its own, and the grader's sandbox and `python -m llmlab check ch09` on the student's notebook
+give the same verdicts. The planted bugs and their hints: tests/test_planted_bugs.py."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from planted import ch09 as ch09_planted
 
 from llmlab.course.build import ch09 as build
-from llmlab.course.build.cli import load_definitions
-from llmlab.course.build.cli import main as check_main
 from llmlab.course.check import ch09
-from llmlab.i18n import set_language
+from llmlab.course.check.cli import load_definitions
+from llmlab.course.check.cli import main as check_main
 from llmlab.model import tiny_model
 from llmlab.parallel import tp
 from llmlab.parallel.source import ModelSource
@@ -33,43 +33,7 @@ def skeleton_source() -> str:
     return cell.source
 
 
-# (name, the change to the notebook's solution, what the hint must say in English, in Chinese)
-PLANTED = {
-    "down_proj split by rows": (
-        'down_proj=weights["down_proj"][:, ffn]',
-        'down_proj=weights["down_proj"][ffn]',
-        ["down_proj: your rank 0 took output rows", "down_proj is row-parallel", "input columns"],
-        ["down_proj：你的 rank 0 拿了", "输出行", "行并行"],
-    ),
-    "all-reduce after gate/up": (
-        """act = F.silu(h @ shard["gate_proj"].T) * (h @ shard["up_proj"].T)  # [T, its channels]
-        out = x + all_reduce(act @ shard["down_proj"].T)""",
-        """act = F.silu(all_reduce(h @ shard["gate_proj"].T)) * all_reduce(h @ shard["up_proj"].T)
-        out = x + act @ shard["down_proj"].T""",
-        [
-            "all-reduced right after gate_proj, a column-parallel projection",
-            "o_proj → all-reduce → gate_proj → all-reduce → up_proj → all-reduce → down_proj;",
-            "gate_proj → up_proj → down_proj → all-reduce.",
-        ],
-        ["在 gate_proj 之后立刻做了 all-reduce", "列并行", "你的 rank 0 的执行顺序"],
-    ),
-    "no all-reduce after o_proj": (
-        'x = x + all_reduce(attend(q, k, v) @ shard["o_proj"].T)',
-        'x = x + attend(q, k, v) @ shard["o_proj"].T',
-        [
-            "after o_proj your forward did not all-reduce",
-            "attention → o_proj → gate_proj → up_proj → down_proj → all-reduce;",
-        ],
-        ["在 o_proj 之后没有做 all-reduce", "部分和"],
-    ),
-    "GQA groups broken": (
-        "q_rows = slice(kv.start * group * d, kv.stop * group * d)",
-        "q_rows = slice(span(len(weights['q_proj']) // d).start * d, "
-        "span(len(weights['q_proj']) // d).stop * d)",
-        ["GQA groups: your rank", "query head h reads KV head h // 2", "The package’s rank 0"],
-        ["GQA 分组：你的 rank", "query 头 h 读的是 KV 头 h // 2", "包里的 rank 0"],
-    ),
-}
+LAYER = ch09_planted.EXERCISES[0]  # the planted bugs: tests/planted/ch09.py
 
 
 def solution_source() -> str:
@@ -77,10 +41,7 @@ def solution_source() -> str:
 
 
 def planted_source(bug: str) -> str:
-    right, wrong = PLANTED[bug][:2]
-    source = solution_source()
-    assert right in source, f"{bug}: the notebook's solution no longer has {right!r}"
-    return source.replace(right, wrong)
+    return LAYER.bug(bug).source
 
 
 def define(source: str, tmp_path: Path, name: str) -> type:
@@ -119,24 +80,8 @@ def build_counterexample(cls):
     )
 
 
-@pytest.mark.parametrize("bug", list(PLANTED))
-def test_each_planted_bug_fails_with_a_shrunk_case_naming_the_step(bug, tmp_path, english):
-    cls = define(planted_source(bug), tmp_path, "planted")
-    result = ch09.tensor_parallel_layer(cls)  # fails at the properties: no process is started
-    assert not result
-    msg = result.message
-    assert msg.startswith("Smallest layer found: (hidden "), msg
-    for part in PLANTED[bug][2]:
-        assert part in msg, f"{bug}: {part!r} not in {msg!r}"
-    set_language("zh")
-    zh = ch09.tensor_parallel_layer(cls).message
-    assert zh.startswith("找到的最小的层：（hidden "), zh
-    for part in PLANTED[bug][3]:
-        assert part in zh, f"{bug}: {part!r} not in {zh!r}"
-
-
 def test_the_shrunk_case_is_small(tmp_path, english):
-    cls = define(planted_source("down_proj split by rows"), tmp_path, "planted")
+    cls = define(planted_source("down_proj_by_rows"), tmp_path, "planted")
     cex = build_counterexample(cls)
     assert cex.case["world"] == 2 and cex.case["hidden"] == 2 and cex.case["tokens"] == 1
     assert "the package’s rank 0 takes" in ch09._layer_problem(cex.got, cex.expected).lower()
@@ -316,7 +261,7 @@ def stand_in(cls):
 
 
 def test_sandbox_fails_a_planted_bug_naming_the_step(tmp_path, english):
-    answer = stand_in(define(planted_source("no all-reduce after o_proj"), tmp_path, "planted"))
+    answer = stand_in(define(planted_source("no_all_reduce_after_o_proj"), tmp_path, "planted"))
     try:
         result = ch09.tensor_parallel_layer(answer)
     finally:
@@ -336,13 +281,6 @@ def test_sandbox_passes_the_solution(tmp_path, english):
     assert result, result.message
 
 
-def test_check_command_exits_1_for_a_planted_bug(tmp_path, capsys):
-    path = tmp_path / "planted.py"
-    path.write_text(planted_source("GQA groups broken"))
-    assert check_main(["ch09", str(path)]) == 1
-    assert "GQA" in capsys.readouterr().out
-
-
 def test_check_command_reads_the_skeleton_from_a_notebook(tmp_path, capsys):
     """The student's edition (a notebook) is checked from its definition cells: NOT YET, exit 1."""
     from llmlab.course.instructor.student import student_notebook
@@ -352,18 +290,3 @@ def test_check_command_reads_the_skeleton_from_a_notebook(tmp_path, capsys):
     nbformat.write(student, path)
     assert check_main(["ch09", str(path)]) == 1
     assert "not answered yet" in capsys.readouterr().out
-
-
-@pytest.mark.slow
-@pytest.mark.model
-@pytest.mark.dist
-def test_check_command_exits_0_for_the_solution(tmp_path):
-    path = tmp_path / "solution.py"
-    path.write_text(
-        solution_source()
-        + textwrap.dedent("""
-        if __name__ == "__main__":
-            pass
-    """)
-    )
-    assert check_main(["ch09", str(path)]) == 0

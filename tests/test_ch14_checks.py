@@ -1,6 +1,7 @@
-"""Chapter 14 (speculative decoding): the accept/reject checker passes the notebook's solution and
-names each planted mistake (both languages), its chi-square test rejects a wrong distribution and
-accepts the right one, the number exercises answer what the package computes;
+"""Chapter 14 (speculative decoding): the accept/reject checker passes a right step on every seed
+the tests use (its false-alarm rate stated), its chi-square tests reject a wrong distribution and
+accept the right one, the driver counts the token at every position (the planted bugs:
+tests/test_planted_bugs.py), the number exercises answer what the package computes;
 `llmlab.analysis.speculation` times a verify step and counts the tokens a step yields; the
 chapter's figures label their axes; `python -m llmlab check ch14` runs the build exercise."""
 
@@ -34,22 +35,7 @@ def solution(target_probs, draft_tokens, generator):
     return out
 
 
-def every_draft_kept(target_probs, draft_tokens, generator):
-    return list(draft_tokens) + [int(torch.multinomial(target_probs[-1], 1, generator=generator))]
-
-
-def rejected_drawn_again(target_probs, draft_tokens, generator):
-    out = []
-    for j, d in enumerate(draft_tokens):
-        if torch.rand((), generator=generator) < target_probs[j, d]:
-            out.append(d)
-            continue
-        out.append(int(torch.multinomial(target_probs[j], 1, generator=generator)))
-        return out
-    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
-    return out
-
-
+# two of the planted bugs (tests/planted/ch14.py has them all), used by the tests below
 def no_bonus(target_probs, draft_tokens, generator):
     return solution(target_probs, draft_tokens, generator)[: len(draft_tokens)]
 
@@ -67,58 +53,27 @@ def goes_on(target_probs, draft_tokens, generator):
     return out
 
 
-def kept_when_above(target_probs, draft_tokens, generator):  # keeps with probability 1 - p
-    out = []
-    for j, d in enumerate(draft_tokens):
-        if torch.rand((), generator=generator) > target_probs[j, d]:
-            out.append(d)
-            continue
-        rest = target_probs[j].clone()
-        rest[d] = 0
-        out.append(int(torch.multinomial(rest, 1, generator=generator)))
-        return out
-    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
-    return out
+def test_the_solution_passes_on_every_seed_the_tests_use(monkeypatch):
+    """A correct step fails one chi-square test with probability FALSE_ALARM = 1e-7; a check runs
+    7 of them (the CASES: 4 + 3), so it fails at most 7e-7 of the time, and these 3 seeds at
+    most 2.1e-6 of the time (union bounds)."""
+    for seed in (ch14.SEED, 1, 2):
+        monkeypatch.setattr(ch14, "SEED", seed)
+        result = ch14.verify_drafts(solution)
+        assert result.passed, (seed, result.message)
+    assert "the bonus included" in result.message
 
 
-def first_from_uniform(target_probs, draft_tokens, generator):  # the replacement ignores p
-    out = []
-    for j, d in enumerate(draft_tokens):
-        if torch.rand((), generator=generator) < target_probs[j, d]:
-            out.append(d)
-            continue
-        rest = torch.ones_like(target_probs[j])
-        rest[d] = 0
-        out.append(int(torch.multinomial(rest, 1, generator=generator)))
-        return out
-    out.append(int(torch.multinomial(target_probs[-1], 1, generator=generator)))
-    return out
-
-
-PLANTED = {  # name: (function, English words, Chinese words)
-    "every_draft_kept": (every_draft_kept, "draft j is accepted with probability", "被接受的概率"),
-    "rejected_drawn_again": (rejected_drawn_again, "was the rejected draft itself", "正是被拒绝"),
-    "no_bonus": (no_bonus, "no run emitted k + 1 = 3 tokens", "没有一次运行产出"),
-    "goes_on": (goes_on, "were not the drafts in order", "并不是按顺序的草稿"),
-    "kept_when_above": (kept_when_above, "draft j is accepted with probability", "被接受的概率"),
-    "first_from_uniform": (first_from_uniform, "the first emitted token came out", "第一个产出"),
-}
-
-
-def test_the_solution_passes():
-    result = ch14.verify_drafts(solution)
-    assert result.passed, result.message
-    assert "chi-square" in result.message
-
-
-@pytest.mark.parametrize("bug", sorted(PLANTED))
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_each_planted_mistake_is_named(bug, lang):
-    i18n.set_language(lang)
-    fn, en, zh = PLANTED[bug]
-    result = ch14.verify_drafts(fn)
-    assert not result.passed
-    assert (en if lang == "en" else zh) in result.message, result.message
+def test_the_chi_square_p_values_of_right_counts_are_uniform():
+    """Under the null, a p-value is uniform: about 5 % fall below 0.05 (the false-alarm rate the
+    threshold FALSE_ALARM scales down), so a threshold of 1e-7 is a false alarm once in ten
+    million tests."""
+    g = torch.Generator().manual_seed(1)
+    p = torch.tensor([0.55, 0.15, 0.1, 0.2])
+    draws = torch.multinomial(p, 800 * 2000, replacement=True, generator=g).view(2000, 800)
+    counts = torch.nn.functional.one_hot(draws, 4).sum(1)  # [2000, 4]
+    below = sum(ch14.chi_square_sf(c.tolist(), (800 * p).tolist()) < 0.05 for c in counts)
+    assert 0.035 < below / 2000 < 0.065
 
 
 def test_the_second_try_adds_the_rule():
@@ -152,9 +107,8 @@ def test_the_chi_square_tail_is_right_and_rejects_a_shifted_distribution():
 
 def test_expected_counts_add_up_to_the_trials():
     for rows, drafts in ch14.CASES:
-        first, lengths = ch14.expected_counts(rows, drafts, 1000)
-        assert sum(first) == pytest.approx(1000) and sum(lengths) == pytest.approx(1000)
-        assert len(lengths) == len(drafts) + 1
+        lengths = ch14.expected_counts(rows, drafts, 1000)
+        assert sum(lengths) == pytest.approx(1000) and len(lengths) == len(drafts) + 1
 
 
 def test_the_engines_rejection_sampler_passes_the_same_test():
@@ -169,10 +123,13 @@ def test_the_engines_rejection_sampler_passes_the_same_test():
 def test_the_driver_counts_runs_and_rule_breaks():
     rows, drafts = ch14.CASES[0]
     got = build14.emitted_counts(goes_on, (rows, drafts, 200, 1))
-    assert got["bad"] is None and sum(got["first"]) == 200 and sum(got["lengths"]) == 200
+    assert got["bad"] is None and sum(got["positions"][0]) == 200 and sum(got["lengths"]) == 200
     assert got["broken"]["not_drafts_in_order"] > 0
     ok = build14.emitted_counts(solution, (rows, drafts, 200, 1))
     assert ok["broken"] == {"not_drafts_in_order": 0, "rejected_token_emitted": 0}
+    # the runs that reach position j: those that emitted more than j tokens
+    reached = [sum(ok["lengths"][j:]) for j in range(len(drafts) + 1)]
+    assert [sum(counts) for counts in ok["positions"]] == reached
 
 
 def test_tokens_per_step_and_its_slips():

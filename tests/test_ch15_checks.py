@@ -1,8 +1,7 @@
-"""Chapter 15 (structured output): the hand-made mask's checker passes the notebook's solution and
-names each planted mistake (both languages); the one token exercise 2 says is forbidden is the one
-xgrammar forbids; the number and choice exercises; `llmlab.analysis.structured` counts valid
-answers; the chapter's figures label their axes; `python -m llmlab check ch15` runs the build
-exercise."""
+"""Chapter 15 (structured output): the hand-made mask's checker names odd answers without a crash
+(the notebook's solution and the planted bugs: tests/test_planted_bugs.py); the one token exercise
+2 says is forbidden is the one xgrammar forbids; the number and choice exercises;
+`llmlab.analysis.structured` counts valid answers; the chapter's figures label their axes."""
 
 from __future__ import annotations
 
@@ -20,88 +19,6 @@ pytestmark = [
     pytest.mark.model,  # the real tokenizer and xgrammar's grammar for it
     pytest.mark.usefixtures("first_try"),  # each test is a student's first try, in English
 ]
-
-
-def solution(generated, pieces, eos_id):
-    import re
-
-    prefix = '{"age": '
-
-    def could_grow(text):
-        if len(text) <= len(prefix):
-            return prefix.startswith(text)
-        rest = text[len(prefix) :]
-        return text.startswith(prefix) and re.fullmatch(r"[0-9]*|[0-9]+\}", rest) is not None
-
-    mask = torch.tensor([p != "" and could_grow(generated + p) for p in pieces])
-    mask[eos_id] = re.fullmatch(r'\{"age": [0-9]+\}', generated) is not None
-    return mask
-
-
-def only_single_characters(generated, pieces, eos_id):
-    mask = solution(generated, pieces, eos_id)
-    mask[[i for i, p in enumerate(pieces) if len(p) > 1 and i != eos_id]] = False
-    return mask
-
-
-def first_character_only(generated, pieces, eos_id):
-    mask = solution(generated, [p[:1] for p in pieces], eos_id)
-    mask[eos_id] = solution(generated, pieces, eos_id)[eos_id]
-    return mask
-
-
-def eos_always(generated, pieces, eos_id):
-    mask = solution(generated, pieces, eos_id)
-    mask[eos_id] = True
-    return mask
-
-
-def eos_never(generated, pieces, eos_id):
-    mask = solution(generated, pieces, eos_id)
-    mask[eos_id] = False
-    return mask
-
-
-def digits_after_the_brace(generated, pieces, eos_id):
-    mask = solution(generated, pieces, eos_id)
-    if generated.endswith("}"):
-        mask[[i for i, p in enumerate(pieces) if p.isascii() and p.isdigit()]] = True
-    return mask
-
-
-def brace_without_digit(generated, pieces, eos_id):
-    mask = solution(generated, pieces, eos_id)
-    if generated == '{"age": ':
-        mask[pieces.index("}")] = True
-    return mask
-
-
-def test_the_solution_passes():
-    result = ch15.allowed_tokens(solution)
-    assert result.passed, result.message
-    assert "49152" in result.message
-
-
-@pytest.mark.parametrize(
-    "fn,words",
-    [
-        (only_single_characters, "can still grow into a valid output"),
-        (first_character_only, "Every character of the token must fit"),
-        (eos_always, "you allow EOS, but the output is not complete"),
-        (eos_never, "could never end on its own"),
-        (digits_after_the_brace, "only EOS may come"),
-        (brace_without_digit, "at least one digit"),
-    ],
-)
-def test_each_planted_mistake_is_named(fn, words):
-    result = ch15.allowed_tokens(fn)
-    assert not result.passed and words in result.message, result.message
-
-
-def test_each_planted_mistake_is_named_in_chinese_too():
-    i18n.set_language("zh")
-    assert "至少要有一个数字" in ch15.allowed_tokens(brace_without_digit).message
-    assert "永远停不下来" in ch15.allowed_tokens(eos_never).message
 
 
 def test_a_wrong_return_is_named_and_never_crashes():
@@ -201,12 +118,3 @@ def test_the_figures_label_their_axes():
     assert widths == pytest.approx([0.1, 0.5, 0.2, 7.0, 29.7, 182.5])
     assert "measured" in ax.get_xlabel()
     assert any("3.9 %" in t.get_text() for t in ax.texts)
-
-
-def test_check_command_exits_0_for_the_solution_and_1_for_a_planted_bug(tmp_path):
-    from check_command import exit_codes
-
-    assert exit_codes(tmp_path, "ch15", "allowed_tokens", solution, eos_always) == {
-        "solution": 0,
-        "bug": 1,
-    }

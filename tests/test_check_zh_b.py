@@ -258,7 +258,8 @@ def test_argument_errors_speak_chinese_and_keep_the_english(zh):
         assert word in str(err.value) and CJK.search(str(err.value)), str(err.value)
     i18n.set_language("en")
     with pytest.raises(
-        ValueError, match=r"^SamplingParams\.temperature must be a number >= 0 \(0 means greedy\)"
+        ValueError,
+        match=r"^SamplingParams\.temperature must be a number in \[0, 2\] \(0 means greedy\)",
     ):
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError, match=r"^unknown hardware preset 'H900'; known: "):

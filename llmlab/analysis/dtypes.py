@@ -1,7 +1,7 @@
 """Number formats and what fewer bytes per number do: the numbers behind chapter 13.
 
-- `formats()`: each format's bits (sign, exponent, mantissa), its largest value and its step
-  just above 1.0, read from `torch.finfo` / `torch.iinfo`, never typed in.
+- `formats()`: each format's bits (sign, exponent, mantissa; an integer's value bits), its largest
+  value and its step just above 1.0, read from `torch.finfo` / `torch.iinfo`, never typed in.
 - `rounding_error(w, name)`: the relative error of a tensor stored in a format (int8 as the
   engine stores it: symmetric, one scale per output channel, `llmlab.quantization`).
 - `per_tensor_int8(w)`: int8 with one scale for the whole matrix, the simpler scheme that
@@ -30,12 +30,17 @@ _EXPONENT_BITS = {"float32": 8, "bfloat16": 8, "float16": 5, "float8_e4m3fn": 4}
 
 @dataclass(frozen=True)
 class Format:
+    """A number format's bits: bits = 1 (sign) + exponent_bits + mantissa_bits + integer_bits.
+    A floating-point format has an exponent and a mantissa (its stored fraction bits) and no
+    integer bits; an integer format (int8) has neither exponent nor mantissa, only value bits."""
+
     name: str
     bits: int
     exponent_bits: int  # 0 for an integer format
-    mantissa_bits: int  # the stored fraction bits; an integer's value bits
+    mantissa_bits: int  # the stored fraction bits of a float; 0 for an integer format
     max: float  # the largest finite value
     eps: float  # the step from 1.0 to the next value (an integer's step is 1, at a scale)
+    integer_bits: int = 0  # an integer format's value bits (int8: 7); 0 for a float
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -55,7 +60,7 @@ def formats() -> list[Format]:
             out.append(Format(name, info.bits, exp, info.bits - 1 - exp, info.max, info.eps))
         else:
             info = torch.iinfo(dtype)
-            out.append(Format(name, info.bits, 0, info.bits - 1, float(info.max), 1.0))
+            out.append(Format(name, info.bits, 0, 0, float(info.max), 1.0, info.bits - 1))
     return out
 
 

@@ -10,7 +10,9 @@ completes in the notebook. Its checker (in `llmlab.course.check.chNN`) then
 2. **plugs it in**: the student's piece replaces the package's in the real engine (an injection
    point such as `LLM(model, scheduler_cls=...)` or `KVCacheManager(..., block_pool=...)`) on a
    workload that exercises it, and the tokens must equal the package's;
-3. **measures**: what the student's version achieved, beside the package's.
+3. **measures**: what the student's version achieved, beside the package's; a time is compared
+   only when both were timed in alternating rounds (`alternating_rounds`), and called the same
+   when the rounds' noise cannot tell them apart.
 
 The student's code never runs in the grader's checker process: `drive(answer, driver, ...)`
 calls a *driver* (a function of this package, named by "module:function" inside
@@ -21,13 +23,15 @@ tokens, counts) for the checker to compare with the package's own, computed in t
 process.
 
 `python -m llmlab check chNN [NOTEBOOK_OR_MODULE]` runs a chapter's build checks on the student's
-code outside Jupyter (see `llmlab.course.build.cli`).
+code outside Jupyter (see `llmlab.course.check.cli`).
 """
 
 from llmlab.course.build.core import (
     DRIVER_PREFIX,
     Counterexample,
     Raised,
+    Timing,
+    alternating_rounds,
     drive,
     find_counterexample,
     resolve_driver,
@@ -37,6 +41,8 @@ __all__ = [
     "DRIVER_PREFIX",
     "Counterexample",
     "Raised",
+    "Timing",
+    "alternating_rounds",
     "drive",
     "find_counterexample",
     "resolve_driver",

@@ -6,7 +6,8 @@ their statistics and the goodput, from what a streaming client records (see
 
 - `observe`: the student's function on one trace (a case the checker drew);
 - `plugged_in`: the chapter's report (`metrics.summarize(..., metrics_fn=...)`) computed with the
-  student's function on a real recorded trace, and how long the function took.
+  student's function on a real recorded trace;
+- `seconds`: one timed call of the student's function (a round of the checker's timing).
 
 `summary_numbers` turns a `BenchmarkSummary` into the same plain numbers, for the checker's own
 side (the package's `summarize` without the student's function).
@@ -21,7 +22,6 @@ from typing import Any, Callable
 from llmlab.analysis import metrics
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
-REPEATS = 5  # a timing is the best of this many calls: a busy machine only ever slows one
 
 
 def plain(value: Any, depth: int = 0) -> Any:
@@ -58,16 +58,13 @@ def summary_numbers(s: metrics.BenchmarkSummary) -> dict[str, Any]:
     return out
 
 
-def best_seconds(fn: Callable[..., Any], *args: Any, repeats: int = REPEATS) -> float:
-    """The shortest of `repeats` timed calls of `fn(*copies of args)`, in seconds (the copies
-    are made outside the timing)."""
-    best = float("inf")
-    for _ in range(repeats):
-        fresh = copy.deepcopy(args)
-        start = time.perf_counter()
-        fn(*fresh)
-        best = min(best, time.perf_counter() - start)
-    return best
+def seconds(my_metrics: Callable[..., Any], trace: list, slo: dict, duration: float) -> float:
+    """One timed call of `my_metrics` on copies of its arguments (made outside the timing): a
+    round of the checker's alternating timing (`llmlab.course.build.alternating_rounds`)."""
+    fresh = copy.deepcopy((trace, dict(slo), duration))
+    start = time.perf_counter()
+    my_metrics(*fresh)
+    return time.perf_counter() - start
 
 
 def plugged_in(
@@ -75,9 +72,8 @@ def plugged_in(
 ) -> dict[str, Any]:
     """The chapter's report with `my_metrics` plugged in: `summary` (what
     `summarize(trace, duration, slo, metrics_fn=my_metrics)` gives, as `summary_numbers`),
-    `own` (the function's own "stats" and "goodput") and `seconds` (its best time on the trace)."""
+    `own` (the function's own "stats" and "goodput")."""
     s = metrics.summarize(trace, duration=duration, slo=slo, metrics_fn=my_metrics)
     own = plain(my_metrics(copy.deepcopy(trace), dict(slo), duration))
     own = {k: own.get(k) for k in ("stats", "goodput")} if isinstance(own, dict) else {}
-    seconds = best_seconds(my_metrics, trace, dict(slo), duration)
-    return {"summary": summary_numbers(s), "own": own, "seconds": seconds}
+    return {"summary": summary_numbers(s), "own": own}

@@ -17,8 +17,8 @@ Two drivers run the student's class (through `llmlab.course.build.drive`):
   package's `BlockPool` on the same case (`REFERENCE_POOL`).
 - `run_engine(pool_cls, workload)`: the real SmolLM2 through `LLMEngine(..., block_pool_cls=...)`
   on a workload with a shared prefix, two identical prompts arriving in one step and enough
-  requests to evict cached blocks: the tokens, the prefix-cache hit rate, the blocks held at peak
-  and the throughput.
+  requests to evict cached blocks: the tokens, the prefix-cache hit rate and the blocks held at
+  peak.
 
 The lookup rule. The package's `BlockPool.find_cached_blocks` accepts a candidate only if its
 tokens match *and* it was chained from one of the confirmed matches for the previous block that
@@ -35,7 +35,6 @@ reference is the package's pool as it is.
 from __future__ import annotations
 
 import functools
-import time
 from typing import Any
 
 from llmlab.kvcache.block_pool import BlockHash, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
@@ -313,8 +312,7 @@ def _smollm2() -> Any:
 def run_engine(pool_cls: Any, workload: dict | None = None) -> dict:
     """The real SmolLM2 through the engine with `pool_cls` as its block pool, greedy, on
     `workload` (default WORKLOAD): {"tokens": {request id: output token ids}, "hit_rate",
-    "peak_blocks" (held after a step, at most), "num_blocks", "seconds", "tokens_per_s",
-    "steps"}."""
+    "peak_blocks" (held after a step, at most), "num_blocks", "steps"}."""
     from llmlab.engine.llm_engine import LLMEngine
     from llmlab.sampling import SamplingParams
 
@@ -325,7 +323,6 @@ def run_engine(pool_cls: Any, workload: dict | None = None) -> dict:
     kv = engine.kv_cache_manager
     tokens: dict[str, list[int]] = {rid: [] for _, rid, _ in arrivals}
     step, peak, i = 0, 0, 0
-    t0 = time.perf_counter()
     while i < len(arrivals) or engine.has_unfinished_requests():
         if step == workload["max_steps"]:
             raise RuntimeError(
@@ -340,15 +337,11 @@ def run_engine(pool_cls: Any, workload: dict | None = None) -> dict:
             tokens[out.request_id].extend(out.outputs[0].token_ids)
         peak = max(peak, kv.num_blocks - kv.num_free_blocks)
         step += 1
-    seconds = time.perf_counter() - t0
     stats = kv.prefix_cache_stats
-    total = sum(len(t) for t in tokens.values())
     return {
         "tokens": tokens,
         "hit_rate": stats.hit_rate,
         "peak_blocks": peak,
         "num_blocks": kv.num_blocks,
-        "seconds": seconds,
-        "tokens_per_s": total / seconds if seconds > 0 else 0.0,
         "steps": step,
     }

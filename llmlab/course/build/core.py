@@ -1,5 +1,5 @@
-"""What every build exercise's checker shares: running the student's piece through a driver, and
-finding the smallest case on which it disagrees with the package.
+"""What every build exercise's checker shares: running the student's piece through a driver,
+finding the smallest case on which it disagrees with the package, and timing the two honestly.
 
     cex = find_counterexample(
         cases,                                   # a hypothesis strategy of cases
@@ -15,8 +15,9 @@ example database, and is bounded by `max_examples` (plus its own bounded shrinki
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 # what the grader's sandbox may call on a student's piece: the drivers of this package
 from llmlab.course.instructor.sandbox import DRIVER_PREFIX, resolve_driver  # noqa: E402,F401
@@ -42,6 +43,40 @@ class Counterexample:
     expected: Any  # the package's observations
 
 
+@dataclass(frozen=True)
+class Timing:
+    """The student's piece and the package's, timed in alternating rounds: each one's fastest
+    round (seconds) and whether the two are the same within the rounds' noise."""
+
+    mine: float
+    package: float
+    same: bool
+
+    @property
+    def ratio(self) -> float:
+        """The student's fastest round over the package's."""
+        return self.mine / max(self.package, 1e-12)
+
+
+TIMING_ROUNDS = 5
+
+
+def alternating_rounds(
+    mine: Callable[[], float], package: Callable[[], float], rounds: int = TIMING_ROUNDS
+) -> Timing:
+    """Time the two pieces in `rounds` alternating rounds (`mine()` and `package()` each run one
+    round and return its seconds), so that a neighbour's load falls on both alike. Each one's
+    time is its fastest round (load only ever slows a round down); they are "the same" when each
+    one's fastest round is no slower than the other's median round, as for identical code."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(rounds):
+        a.append(mine())
+        b.append(package())
+    same = min(a) <= statistics.median(b) and min(b) <= statistics.median(a)
+    return Timing(min(a), min(b), same)
+
+
 def drive(answer: Any, driver: str, *args: Any, **kwargs: Any) -> Any:
     """`driver(answer, *args, **kwargs)`: here for the notebook's own class or function, in the
     sandbox interpreter for the grader's stand-in (only the plain return value comes back)."""
@@ -61,12 +96,15 @@ def find_counterexample(
     *,
     max_examples: int = 60,
     compare: Callable[[Any, Any], bool] | None = None,
+    examples: Sequence[Any] = (),
 ) -> Counterexample | None:
     """The smallest case drawn from the hypothesis strategy `cases` on which `observe(case)`
     (the student's piece) differs from `reference(case)` (the package's), or None when none of
-    `max_examples` cases does. An exception from `observe` is a disagreement (`Raised`); a
-    TimeoutError ends the search at once (the stand-in is dead after one)."""
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    `max_examples` cases does. `examples` are cases built by hand, always tried first (drawn
+    cases may never reach a situation a rule is about; a built one is not shrunk). An exception
+    from `observe` is a disagreement (`Raised`); a TimeoutError ends the search at once (the
+    stand-in is dead after one)."""
+    from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 
     compare = compare or (lambda a, b: a == b)
     last: dict[str, Any] = {}
@@ -98,6 +136,8 @@ def find_counterexample(
             last.update(case=case, got=got, expected=expected)
             raise _Disagreement
 
+    for case in reversed(examples):  # decorators apply bottom-up: the first example runs first
+        agrees = example(case)(agrees)
     try:
         agrees()
     except Exception:  # our disagreement, or hypothesis's word for one it could not replay

@@ -120,6 +120,14 @@ def wrong_tries(exercise: str) -> int:
     return _WRONG_TRIES.get(exercise, 0)
 
 
+def carry_wrong_tries(counts: dict[str, int]) -> None:
+    """Count the wrong tries of an earlier process too (`python -m llmlab check` starts a fresh
+    process on every run and keeps its counts in a file beside the notebook): each exercise's
+    count becomes the larger of the two, so its hints escalate as in a notebook's kernel."""
+    for exercise, n in counts.items():
+        _WRONG_TRIES[exercise] = max(_WRONG_TRIES.get(exercise, 0), n)
+
+
 SOLUTIONS_DIR = "solutions"
 _CHAPTER_EXERCISE = re.compile(r"ch(\d\d)\.\w+")
 # The wrong try from which a hint's last stage (where the worked solution is) is shown: the first
@@ -173,6 +181,29 @@ def record_expected(exercise: str, value: Any) -> None:
         try:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"exercise": exercise, "expected": x}) + "\n")
+        except OSError:
+            pass
+
+
+def record_expected_word(
+    exercise: str, word: str, case: Iterable[float] = (), others: Iterable[str] = ()
+) -> None:
+    """Note that `exercise` expects the word `word` (a choice such as "memory", against the
+    `others` it may be confused with) for the case its question sets with the numbers `case`
+    (batch 64, context 1024): a line above the exercise that shows the word beside every one of
+    those numbers, and none of the others, answers it (see `llmlab.course.instructor.leaks`).
+    Written to the same log as `record_expected`."""
+    path = os.environ.get(EXPECTED_LOG_ENV)
+    if path:
+        record = {
+            "exercise": exercise,
+            "word": str(word),
+            "case": [float(x) for x in case],
+            "others": [str(o) for o in others],
+        }
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
         except OSError:
             pass
 

@@ -9,12 +9,12 @@ from llmlab.analysis.dtypes import Format
 from llmlab.i18n import tr
 from llmlab.utils import format_table
 
-SIGN, EXPONENT, MANTISSA = "#64748b", "#2563eb", "#f59e0b"
+SIGN, EXPONENT, MANTISSA, INTEGER = "#64748b", "#2563eb", "#f59e0b", "#15803d"
 
 
 def plot_formats(fmts: Sequence[Format]) -> Any:
-    """One bar per format, its bits split into sign, exponent and mantissa (an integer format's
-    value bits drawn as mantissa). Returns the Figure."""
+    """One bar per format, its bits split into sign, exponent and mantissa, and an integer
+    format's value bits (it has neither exponent nor mantissa). Returns the Figure."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 2.8))
@@ -34,6 +34,13 @@ def plot_formats(fmts: Sequence[Format]) -> Any:
         left=[1 + f.exponent_bits for f in rows],
         color=MANTISSA,
         label=tr("mantissa (precision)", "尾数位（精度）"),
+    )
+    ax.barh(
+        names,
+        [f.integer_bits for f in rows],
+        left=[1 + f.exponent_bits + f.mantissa_bits for f in rows],
+        color=INTEGER,
+        label=tr("integer value bits (steps at a scale)", "整数数值位（按 scale 的台阶）"),
     )
     ax.set_xlabel(tr("bits per number", "每个数的位数"))
     ax.set_title(tr("Where the bits of each format go", "各格式的位都用在了哪里"))
