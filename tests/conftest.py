@@ -64,3 +64,17 @@ def first_try(monkeypatch):
     i18n.set_language("en")
     yield
     i18n.set_language("en")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest tests first: notebooks executed headless, the grader's round trips and the
+    browser tests take 10-45 s each, and handed out last they left one xdist worker running
+    them alone at the end of `make test`. The sort is stable and the same on every worker."""
+    slow_first = ("notebook", "browser", "nvcc", "slow", "model")
+
+    def rank(item) -> int:
+        return next(
+            (i for i, m in enumerate(slow_first) if item.get_closest_marker(m)), len(slow_first)
+        )
+
+    items.sort(key=rank)

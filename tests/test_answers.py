@@ -5,6 +5,7 @@ recording wrapper around a checker."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import linecache
@@ -170,6 +171,38 @@ def test_a_lambda_is_cut_out_of_its_statement_and_an_installed_function_goes_by_
     two = _define_in_notebook(monkeypatch, "pair = (lambda a: a, lambda b: b)\n")
     with pytest.raises(AnswerFormatError, match="define the function with def"):
         encode(two["pair"][0])
+
+
+def test_a_notebook_triton_kernel_travels_with_its_decorator_and_is_a_kernel_again(monkeypatch):
+    """Chapter 16's answer is a launcher whose kernel (`@triton.jit`) the notebook defined: the
+    kernel travels as its source, decorator kept, and the sandbox defines a kernel again, whose
+    source Triton can read (a GPU compiles from it)."""
+    import triton
+    import triton.language as tl
+
+    ns = _define_in_notebook(
+        monkeypatch,
+        textwrap.dedent("""\
+        @triton.jit
+        def double_kernel(x_ptr, N: tl.constexpr):
+            offs = tl.arange(0, N)
+            tl.store(x_ptr + offs, 2 * tl.load(x_ptr + offs))
+
+        def double(x):
+            double_kernel[(1,)](x, N=x.shape[0])
+            return x
+        """),
+        triton=triton,
+        tl=tl,
+    )
+    spec = encode(ns["double"])["__function__"]
+    kernel = spec["globals"]["double_kernel"]["__function__"]
+    assert kernel["source"].startswith("@triton.jit") and set(kernel["globals"]) == {"triton", "tl"}
+    fresh: dict = {"__name__": "__main__"}
+    rebuilt = build_function(json.loads(json.dumps(spec)), fresh)
+    assert type(fresh["double_kernel"]).__module__.startswith("triton.")
+    assert "tl.store" in inspect.getsource(fresh["double_kernel"].fn)
+    assert rebuilt.__name__ == "double"
 
 
 # --------------------------------------------------------------------------- recording in the kernel

@@ -12,8 +12,15 @@ process for the value the slider now shows:
   batch slider (typed values, halving the interval) until the result says compute-bound, type
   that batch into the exercise's answer cell, run it and see the checker's PASS (NOT YET for the
   batch just below);
+- the main-text sliders of chapters 05 (the prefill explorer), 08 (the batching simulator) and
+  09 (the parallelism explorer) follow theirs;
 - a notebook whose KV calculator lost its slider's callback on purpose: the same verification
   must fail, so a widget whose slider no longer updates its output cannot pass.
+
+The calculator and the roofline explorer run in both editions: the instructor's notebooks, and
+the student edition that `make lab` opens (`llmlab.course.instructor.editions`, built here into
+student/ and student-zh/), where each slider sits on the required path as in the instructor's;
+the sliders of 05, 08 and 09 run in the student edition (the instructor's cell is the same code).
 """
 
 from __future__ import annotations
@@ -116,9 +123,27 @@ box
 # set-up): the widget's own cells and its exercise. Running the whole chapter headless is
 # test_notebooks.py's (and test_grading.py's) work; here it would only make the browser wait on
 # the chapter's measurements before it can touch a slider.
-WIDGET_CELLS = {
-    f"zh/{KV_NOTEBOOK}": ("kv_calculator(",),
+PREFILL_NOTEBOOK, BATCHING_NOTEBOOK, PARALLEL_NOTEBOOK = (
+    "05-prefill-decode.ipynb",
+    "08-batching.ipynb",
+    "09-parallelism.ipynb",
+)
+EDITIONS = {  # edition -> (folder of the English chapters, folder of the Chinese ones)
+    "instructor": ("", "zh/"),
+    "student": ("student/", "student-zh/"),
+}
+_NEEDLES = {
+    KV_NOTEBOOK: ("kv_calculator(",),
     ROOFLINE_NOTEBOOK: ("roofline_explorer(", "ch07.compute_bound_batch(answer)"),
+    PREFILL_NOTEBOOK: ("prefill_explorer(",),
+    BATCHING_NOTEBOOK: ("batching_simulator(",),
+    PARALLEL_NOTEBOOK: ("parallelism_explorer(",),
+}
+WIDGET_CELLS = {
+    f"{folders[name == KV_NOTEBOOK]}{name}": needles
+    for edition, folders in EDITIONS.items()
+    for name, needles in _NEEDLES.items()
+    if edition == "student" or name in (KV_NOTEBOOK, ROOFLINE_NOTEBOOK)
 }
 
 
@@ -148,10 +173,15 @@ def lab(tmp_path_factory):
     root = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     from llmlab.course import lang
+    from llmlab.course.instructor import editions
 
     lang.build(
         "zh", ROOT / "notebooks" / KV_NOTEBOOK, root / "zh"
     )  # the Chinese edition's chapter 04
+    for name in _NEEDLES:  # the student edition, as `make lab` builds it
+        if name != KV_NOTEBOOK:
+            editions.build("en", ROOT / "notebooks" / name, root / "student")
+    editions.build("zh", ROOT / "notebooks" / KV_NOTEBOOK, root / "student-zh")
     for path, needles in WIDGET_CELLS.items():
         _keep_widget_cells(root / path, needles)
     nb = new_notebook(cells=[new_code_cell(BROKEN_KV)])
@@ -454,11 +484,12 @@ def _roofline_expected(readout: str) -> str:
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
-def test_kv_calculator_follows_its_batch_slider(lab, browser):
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_kv_calculator_follows_its_batch_slider(lab, browser, edition):
     """In the Chinese edition of chapter 04: the calculator speaks Chinese and follows its slider."""
     from llmlab.course.widgets.kv import KV_TEXT_PATTERN_ZH
 
-    page = _open_and_run_all(browser, lab, "zh/" + KV_NOTEBOOK)
+    page = _open_and_run_all(browser, lab, EDITIONS[edition][1] + KV_NOTEBOOK)
     try:
         initial = _result(page, "pre.llmlab-kv-result")
         page.wait_for_function("el => el.innerText.trim().length > 0", arg=initial.element_handle())
@@ -524,14 +555,15 @@ def _run_answer_cell(page, checker_call: str, answer: int) -> str:
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
-def test_roofline_task_found_with_the_slider_passes_its_check(lab, browser):
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_roofline_task_found_with_the_slider_passes_its_check(lab, browser, edition):
     """The roofline explorer follows its batch slider, and its task works end to end: find the
     smallest compute-bound batch with the slider, answer it in the exercise cell, and the checker
     says PASS (the batch below: NOT YET). (One page, one Run All of chapter 07, for both.)"""
     from llmlab.course.check import ch07
     from llmlab.course.widgets.roofline import MAX_BATCH, ROOFLINE_TEXT_PATTERN
 
-    page = _open_and_run_all(browser, lab, ROOFLINE_NOTEBOOK)
+    page = _open_and_run_all(browser, lab, EDITIONS[edition][0] + ROOFLINE_NOTEBOOK)
     try:
         css = "pre.llmlab-roofline-result"
         initial = _result(page, css)
@@ -560,6 +592,53 @@ def test_roofline_task_found_with_the_slider_passes_its_check(lab, browser):
         assert "NOT YET" in line, line
         line = _run_answer_cell(page, "ch07.compute_bound_batch(answer)", found)
         assert "[check ch07.compute_bound_batch] PASS" in line, line
+    finally:
+        page.close()
+
+
+def _prefill_expected(readout: str) -> str:
+    from llmlab.course.widgets.roofline import prefill_summary, prefill_text
+
+    return prefill_text(prefill_summary("H100-SXM", "llama-3-8b", "bf16", int(readout)))
+
+
+def _batching_expected(readout: str) -> str:
+    from llmlab.course.widgets.batching import batching_text
+
+    return batching_text(max_batch=int(readout))
+
+
+def _parallel_expected(readout: str) -> str:
+    from llmlab.course.widgets.parallel import parallel_text
+
+    return parallel_text(tp=8, interconnect="nvlink", batch=int(readout), context=1024)
+
+
+# chapter -> (the result element, the slider dragged, where it is dragged to, the text llmlab
+# computes for the readout)
+MAIN_TEXT_SLIDERS = {
+    PREFILL_NOTEBOOK: ("pre.llmlab-prefill-result", "prompt tokens", 0.3, _prefill_expected),
+    BATCHING_NOTEBOOK: ("pre.llmlab-batching-result", "max batch", 0.6, _batching_expected),
+    PARALLEL_NOTEBOOK: ("pre.llmlab-parallel-result", "batch", 0.7, _parallel_expected),
+}
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+@pytest.mark.parametrize("notebook", MAIN_TEXT_SLIDERS)
+def test_a_main_text_slider_follows_its_slider(lab, browser, notebook):
+    """The slider of chapters 05, 08 and 09, on their required path in the student edition (the
+    instructor's runs the same cell; the calculator and the roofline explorer run in both): it
+    starts at its defaults and its result line becomes what llmlab computes for the value
+    dragged to."""
+    css, label, fraction, expected_for = MAIN_TEXT_SLIDERS[notebook]
+    page = _open_and_run_all(browser, lab, EDITIONS["student"][0] + notebook)
+    try:
+        result = _result(page, css)
+        page.wait_for_function("el => el.innerText.trim().length > 0", arg=result.element_handle())
+        start = _readout(_slider(result, label))
+        assert result.inner_text().strip() == expected_for(start), "not at its defaults"
+        readout, _ = _move_and_expect(page, css, label, fraction, expected_for)
+        assert readout != start
     finally:
         page.close()
 

@@ -22,8 +22,8 @@ from llmlab.engine import LLMEngine
 from llmlab.engine.cuda_graphs import DecodeGraphs, capture_sizes
 from llmlab.engine.input_batch import StagingBuffers, build_step_arrays
 from llmlab.engine.model_runner import ModelRunner
-from llmlab.engine.spec_decode.rejection_sampler import rejection_sample, target_probs
 from llmlab.engine.scheduler import SchedulerOutput
+from llmlab.engine.spec_decode.rejection_sampler import rejection_sample, target_probs
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import tiny_model
 from llmlab.request import Request

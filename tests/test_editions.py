@@ -237,3 +237,24 @@ def test_run_writes_the_executed_copy_without_solutions_and_the_html_with_them_f
     )  # the fold speaks the edition's language
     assert "<details>" not in copy and not re.search(r"#\s*SOLUTION", copy)
     assert editions.solutions_for(tmp_path / "elsewhere.ipynb") is None
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_prediction_in_the_solutions_is_labelled_one_reasonable_guess(lang):
+    """A prediction is ungraded: its cell in solutions/ says it is one reasonable guess, not an
+    answer, in the edition's language; a solved exercise keeps its exercise heading."""
+    from llmlab.i18n import speaking
+
+    path = ROOT / "notebooks" / "05-prefill-decode.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    with speaking(lang):
+        sols = editions.solutions_notebook(nb, path.stem)
+    code = [c for c in sols.cells if c.cell_type == "code"]
+    guesses = [c for c in code if "my_prediction" in c.source]
+    assert guesses and all(c.source.startswith(editions.GUESS_COMMENT) for c in guesses)
+    headings = {c.id: c.source for c in sols.cells if c.cell_type == "markdown"}
+    label = "One reasonable guess, not an answer" if lang == "en" else "合理的猜测，不是答案"
+    for c in guesses:
+        assert label in headings["h-" + c.id.removeprefix("s-")]
+    solved = [c for c in code if c.metadata["llmlab"]["exercises"]]
+    assert solved and not any(label in headings["h-" + c.id.removeprefix("s-")] for c in solved)

@@ -17,12 +17,12 @@ import os
 
 import pytest
 import torch
+from greedy_match import assert_greedy_match, hf_greedy
 
 from llmlab import LLM, SamplingParams
 from llmlab.config import tiny_config
 from llmlab.model import random_model
 from llmlab.sampling import apply_logits_processors
-from greedy_match import assert_greedy_match, hf_greedy
 
 ON_CPU = os.environ.get("LLMLAB_GPU_TESTS_ON_CPU") == "1"
 HAVE_GPU = torch.cuda.is_available()
@@ -49,7 +49,9 @@ def hf(model):
 
     hf = LlamaForCausalLM(LlamaConfig(**model.config.to_hf_dict()))
     # our names are transformers' inside its `model.` (all but the LM head)
-    state = {k if k.startswith("lm_head") else f"model.{k}": v for k, v in model.state_dict().items()}
+    state = {
+        k if k.startswith("lm_head") else f"model.{k}": v for k, v in model.state_dict().items()
+    }
     missing, unexpected = hf.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     hf.tie_weights()

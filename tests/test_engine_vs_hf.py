@@ -111,7 +111,8 @@ def _check_finish_reasons(outs, refs):
             assert o.outputs[0].finish_reason == expected
 
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+# one worker runs the whole module, so the references (transformers, 16 prompts) are made once
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.xdist_group("engine_vs_hf")]
 
 
 def test_reference_has_varied_prompt_lengths(prompt_ids):

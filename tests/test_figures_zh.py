@@ -166,7 +166,7 @@ def _sampling_settings():
 
 def _chapter_figures():
     """(name, build) of at least one figure of every chapter module, and of the widgets' plots."""
-    from llmlab.analysis import dtypes
+    from llmlab.analysis import dtypes, step_time
     from llmlab.course.figures import (
         ch00,
         ch01,
@@ -184,6 +184,7 @@ def _chapter_figures():
         ch13,
         ch14,
         ch15,
+        ch16,
     )
     from llmlab.course.widgets import blocks, kv, memory, metrics, parallel
     from llmlab.course.widgets import roofline as roofline_widget
@@ -311,6 +312,17 @@ def _chapter_figures():
                     1: {"fill": 1e-4, "apply": 2e-4, "step": 0.03},
                     64: {"fill": 5e-4, "apply": 7e-3, "step": 0.19},
                 }
+            ),
+        ),
+        (
+            "ch16.plot_step_split",
+            lambda: ch16.plot_step_split(
+                {"step": 0.06, "host": 0.01, "compute": 0.05},
+                step_time.gpu_run(),
+                {
+                    "eager": {"step": 0.03, "busy": 0.006, "kernels": 1317.0},
+                    "graphs": {"step": 0.008, "busy": 0.006, "kernels": 1317.0},
+                },
             ),
         ),
         ("widgets.kv.plot_kv_memory", lambda: kv.plot_kv_memory(weight_bytes=140e9)),

@@ -1,5 +1,7 @@
 """The leak finder: an exercise's expected number shown above the exercise is found in the forms
-a student reads it; below the exercise, inside other numbers, or as one digit it is not."""
+a student reads it; below the exercise, inside other numbers, or as one digit it is not. A word
+answer ("memory") is found where one line or sentence above shows it beside every number of its
+case (batch 64, context 1024), and nowhere else."""
 
 from __future__ import annotations
 
@@ -106,3 +108,82 @@ def test_a_hash_prefix_is_not_a_number_but_a_number_with_its_unit_is():
     for shown in ("took 18ms", "18GB free", "18x faster", "18.", "18ea and then 18 blocks"):
         leaks = find_leaks(_nb("nothing", shown), expected)
         assert [(l.cell, l.form) for l in leaks] == [(1, "18")], shown
+
+
+# ---- words: a choice answer shown beside the numbers of its case ---------------------------
+
+
+def _word_nb(markdown_above: str, output_above: str, below: str = ""):
+    shown = new_code_cell("print(x)")
+    shown.outputs = [new_output("stream", name="stdout", text=output_above)]
+    return new_notebook(
+        cells=[
+            new_markdown_cell(markdown_above),
+            shown,
+            new_code_cell("from llmlab.course.check import ch07\nch07.decode_bound(None)"),
+            new_markdown_cell(below),
+        ]
+    )
+
+
+WORDS = {"ch07.decode_bound": [("memory", (64.0, 1024.0), ("compute",))]}
+
+
+def test_a_word_answer_printed_for_its_case_is_found():
+    """Chapter 07 once printed the verdict of exactly the case its exercise asks about."""
+    line = "decode step, batch 64, context 1024: 71.6 ms -> memory-bound\n"
+    leaks = find_leaks(_word_nb("nothing", line), {}, WORDS)
+    assert [(l.cell, l.where, l.expected) for l in leaks] == [(1, "output", "memory")]
+    sentence = "At batch 64 with 1,024 tokens of context the whole step is memory-bound. Next."
+    leaks = find_leaks(_word_nb(sentence, "nothing"), {}, WORDS)
+    assert [(l.cell, l.where) for l in leaks] == [(0, "markdown")]
+
+
+def test_the_word_without_its_case_or_below_or_inside_other_numbers_is_no_leak():
+    for above in (
+        "decode is memory-bound",  # the chapter's teaching, no case
+        "batch 64 -> memory-bound",  # one number of the case only
+        "batch 640, context 10240 -> memory-bound",  # the numbers inside others
+        "batch 64, context 1024 -> compute-bound",  # the other word
+        "batch 64, context 1024\nmemory-bound",  # not on one line
+        "batch 64, context 1024: memory-bound or compute-bound?",  # the question, both words
+    ):
+        assert find_leaks(_word_nb("nothing", above), {}, WORDS) == [], above
+    split = "The batch is 64 and the context 1024. Decode is memory-bound."
+    assert find_leaks(_word_nb(split, "nothing"), {}, WORDS) == []
+    below = _word_nb("nothing", "nothing", "batch 64, context 1024: memory-bound")
+    assert find_leaks(below, {}, WORDS) == []
+
+
+def test_checkers_write_the_words_they_expect_to_the_log(tmp_path, monkeypatch):
+    from llmlab.course.check import ch07, core
+    from llmlab.course.instructor.leaks import read_expected_words
+
+    log = tmp_path / "expected.jsonl"
+    monkeypatch.setenv(core.EXPECTED_LOG_ENV, str(log))
+    ch07.decode_bound("memory")
+    assert read_expected_words(log) == {
+        "ch07.decode_bound": [
+            ("memory", (float(ch07.BOUND_BATCH), float(ch07.BOUND_CONTEXT)), ("compute",))
+        ]
+    }
+    assert read_expected_log(log) == {}  # a word is no number
+
+
+def test_a_chinese_sentence_ends_at_its_full_stop():
+    said = "第一句说 batch 64。第二句说上下文 1024，decode 是 memory-bound。"
+    assert find_leaks(_word_nb(said, "nothing"), {}, WORDS) == []
+    said = "batch 64、上下文 1024 时，这一步是 memory-bound。下一句。"
+    assert [(l.cell, l.where) for l in find_leaks(_word_nb(said, "nothing"), {}, WORDS)] == [
+        (0, "markdown")
+    ]
+
+
+def test_the_digits_of_a_name_are_no_number():
+    """The digits of a format's or a card's name ("bfloat16", "H100", "int8") are not the number
+    16 or 100 (chapter 13 once had an answer of 16 below a cell about bfloat16)."""
+    expected = {"ch04.kv_gb_for_request": [16.0, 100.0]}
+    for named in ("bfloat16 loses a thousandth", "an H100 card", "fp16 and int16"):
+        assert find_leaks(_nb(named, "nothing"), expected) == [], named
+    leaks = find_leaks(_nb("16 requests fit", "nothing"), expected)
+    assert [(l.cell, l.form) for l in leaks] == [(0, "16")]

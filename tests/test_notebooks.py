@@ -20,7 +20,7 @@ from english_prose import find_english_prose
 from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, ZH_CHAPTERS, grade_subprocess
 
 from llmlab.course.instructor import exercise_ids
-from llmlab.course.instructor.leaks import find_leaks, read_expected_log
+from llmlab.course.instructor.leaks import find_leaks, read_expected_log, read_expected_words
 from llmlab.course.notebook_runner import write_outputs
 
 
@@ -104,7 +104,8 @@ def _check_run(path, lang, english, report, nb, log, out) -> None:
     if path.stem != "00-setup-and-map":
         assert figures >= 1, f"{path.name} shows no figure for its default values"
     # No exercise can be answered by copying a number shown above it (the same run's outputs).
-    leaks = find_leaks(nb, read_expected_log(log))
+    expected, words = read_expected_log(log), read_expected_words(log)
+    leaks = find_leaks(nb, expected, words)
     assert not leaks, f"{path.name}: answers shown before their questions:\n" + "\n".join(
         map(str, leaks)
     )
@@ -115,7 +116,7 @@ def _check_run(path, lang, english, report, nb, log, out) -> None:
         for zh_cell, en_cell in zip(nb.cells[1:], english.cells):
             if en_cell.cell_type == "markdown":
                 zh_cell.source = en_cell.source
-        leaks = find_leaks(nb, read_expected_log(log))
+        leaks = find_leaks(nb, expected, words)
         assert not leaks, (
             f"{path.name} (English text): answers shown before their questions:\n"
             + "\n".join(map(str, leaks))

@@ -63,9 +63,11 @@ def test_fixed_parts_say_the_same_in_chinese(path):
     summary is last."""
     en = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
     zh = [c.source for c in _built(path).cells if c.cell_type == "markdown"]
-    minutes = re.search(r"\*\*Time:\*\*\s*about\s+(\d+)\s+minutes", en[0]).group(1)
-    assert re.search(rf"\*\*时间：\*\*\s*约\s*{minutes}\s*分钟", zh[0]), (
-        f"{path.stem}: first cell does not state '**时间：** 约 {minutes} 分钟'"
+    from llmlab.course.instructor.reading_time import STATED, STATED_ZH
+
+    minutes = STATED.search(en[0]).groups()
+    assert STATED_ZH.search(zh[0]) and STATED_ZH.search(zh[0]).groups() == minutes, (
+        f"{path.stem}: first cell does not state the English times {minutes} in Chinese"
     )
     assert zh[-1].lstrip().startswith("## 小结"), (
         f"{path.stem}: last markdown cell is not '## 小结'"

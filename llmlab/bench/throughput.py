@@ -595,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
 
     allocator_tuned = keep_freed_memory()  # process-wide, before any system: same for all
     machine = machine_info(args.device)
-    print(f"machine: {device_line(machine)}", flush=True)
+    print(tr(f"machine: {device_line(machine)}", f"机器：{device_line(machine)}"), flush=True)
     print(
         tr(
             f"OpenMP: {openmp.describe()} (the same for every system)",

@@ -32,7 +32,7 @@ from typing import Any
 from llmlab.config import DATA_DIR
 
 GLOSSARY_PATH = DATA_DIR / "glossary.json"
-MAX_CHAPTER = 15  # the last notebook (13 to 15: the Going further part)
+MAX_CHAPTER = 16  # the last notebook (13 to 16: the Going further part)
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # a parenthesised group (ASCII or full-width brackets) with at least one CJK character inside,
 # and up to 60 characters of text before it on the same line

@@ -9,11 +9,20 @@ the tests as well, with `LLMLAB_FAST=1`.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from llmlab.course.instructor.reading_time import (
+    HOW_MEASURED,
+    ROOT,
+    RUN_TIMES,
+    read_run_times,
+)
 
 
 def execute_notebook(
@@ -82,9 +91,69 @@ def write_outputs(nb, stem: str, out_dir: Path, solutions=None) -> None:
     (out_dir / f"{stem}.html").write_text(html, encoding="utf-8")
 
 
+def measure_run_times(path: str | Path, cell_timeout: int = 1800) -> dict:
+    """Run chapter `path` headless with the reader's workloads and return its record for
+    `data/run_times.json`: each code cell's kernel time, the machine and its load."""
+    import datetime
+    import platform
+
+    import torch
+
+    from llmlab.utils import cpu_name
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    # the executed copy (and its HTML) stays in build/run-times/, the evidence of what ran
+    out = ROOT / "build" / "run-times"
+    nb, total = execute_notebook(path, out, cell_timeout=cell_timeout, env={"LLMLAB_FAST": "0"})
+    seconds = {
+        c.get("id"): round(_cell_seconds(c), 2)
+        for c in nb.cells
+        if c.cell_type == "code" and c.source.strip()
+    }
+    return {
+        "seconds": seconds,
+        "total_seconds": round(total, 1),
+        "machine": f"{cpu_name()}, {torch.get_num_threads()} threads",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "load_average_before": None if load is None else round(load, 2),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def _cell_seconds(cell: Any) -> float:
+    """A cell's kernel time, as nbclient records it (execute_input to execute_reply)."""
+    from datetime import datetime
+
+    timing = cell.get("metadata", {}).get("execution", {})
+    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (start and end):
+        return 0.0
+    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def record_run_times(paths: list[Path], out: Path = RUN_TIMES) -> None:
+    """Measure each chapter and write its record into `out` (other chapters kept)."""
+    data = read_run_times(out)
+    data.setdefault("about", HOW_MEASURED)
+    for path in paths:
+        data.setdefault("chapters", {})[Path(path).stem] = measure_run_times(path)
+        data["chapters"] = dict(sorted(data["chapters"].items()))
+        out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--measure"] and len(argv) > 1:
+        record_run_times([Path(a) for a in argv[1:]])
+        print(f"recorded the run times of {len(argv) - 1} chapter(s) in {RUN_TIMES}")
+        return 0
     if len(argv) != 2:
-        print("usage: python -m llmlab run NOTEBOOK_OR_FOLDER OUT_FOLDER")
+        print(
+            "usage: python -m llmlab run NOTEBOOK_OR_FOLDER OUT_FOLDER\n"
+            "       python -m llmlab run --measure NOTEBOOK...   (chapters' run times into "
+            "data/run_times.json)"
+        )
         return 2
     src, out = Path(argv[0]), Path(argv[1])
     paths = sorted(src.glob("*.ipynb")) if src.is_dir() else [src]

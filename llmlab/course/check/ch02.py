@@ -68,6 +68,9 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "mask missing",
             "scale missing",
             "softmax over the wrong axis",
+            "scaled by d instead of √d",
+            "future masked after the softmax",
+            "own key masked too",
             "wrong output shape",
             "a fused attention called",
         ),
@@ -76,6 +79,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
         "plug-in",
         (
             "round-robin instead of consecutive groups",
+            "every query head on KV head 0",
             "mask missing",
             "scale missing",
             "a fused attention called",
@@ -96,6 +100,8 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "positions ignored",
             "rotated the wrong way",
             "frequencies i/d instead of 2i/d",
+            "cos and sin swapped",
+            "the rotated halves swapped",
         ),
     ),
     "rope_relative": ExerciseInfo(
@@ -292,8 +298,9 @@ def _plain_runner(fn: Callable) -> Iterator[Callable]:
 
 
 def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    # NaN where a slip makes NaN (a row that masks every key) matches: no reference has one
     return got.shape == want.shape and torch.allclose(
-        got.float(), want.float(), atol=ATOL, rtol=1e-4
+        got.float(), want.float(), atol=ATOL, rtol=1e-4, equal_nan=True
     )
 
 
@@ -430,10 +437,17 @@ def _one_head_slips(
     scores = q @ k.T
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)
     scaled = scores / d**0.5
+
+    def attend(s: torch.Tensor, hidden: torch.Tensor = causal, dim: int = -1) -> torch.Tensor:
+        return s.masked_fill(hidden, float("-inf")).softmax(dim) @ v
+
     return [
         (scaled.softmax(-1) @ v, M("attention.no_mask")),
-        (scores.masked_fill(causal, float("-inf")).softmax(-1) @ v, M("attention.not_scaled")),
-        (scaled.masked_fill(causal, float("-inf")).softmax(0) @ v, M("attention.softmax_axis")),
+        (attend(scores), M("attention.not_scaled")),
+        (attend(scaled, dim=0), M("attention.softmax_axis")),
+        (attend(scores / d), M("attention.scaled_by_d")),
+        (scaled.softmax(-1).masked_fill(causal, 0.0) @ v, M("attention.mask_after_softmax")),
+        (attend(scaled, causal | torch.eye(T, dtype=torch.bool)), M("attention.own_key")),
     ]
 
 
@@ -488,6 +502,10 @@ def gqa_attention(fn: Any) -> CheckResult:
         round_robin = _gqa_reference(q, k.repeat(1, group, 1), v.repeat(1, group, 1))
         if _close(got, round_robin):
             return M("gqa_attention.head_pairing")
+        H = q.shape[1]
+        first = _gqa_reference(q, k[:, :1].expand(-1, H, -1), v[:, :1].expand(-1, H, -1))
+        if k.shape[1] > 1 and _close(got, first):
+            return M("gqa_attention.one_kv_head")
         T, H, d = q.shape
         k_h, v_h = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         for h in range(H):
@@ -581,8 +599,12 @@ def rope(fn: Any) -> CheckResult:
             (x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()), dim=-1
         ).flatten(-2)
         one_over_d = (theta ** (-torch.arange(half) / d)).float()  # exponent steps of 1/d
+        h1, h2 = x[..., :half], x[..., half:]
+        cos, sin = angles.cos(), angles.sin()
         slips = [
             (x, M("rope.not_rotated")),
+            (torch.cat([h1 * sin - h2 * cos, h2 * sin + h1 * cos], -1), M("rope.cos_sin_swapped")),
+            (torch.cat([h2 * cos + h1 * sin, h1 * cos - h2 * sin], -1), M("rope.halves_swapped")),
             (neighbours, M("rope.neighbours")),
             (_rope_reference(x, torch.arange(T), theta), M("rope.wrong_positions")),
             (_rope_reference(x, -positions, theta), M("rope.wrong_direction")),

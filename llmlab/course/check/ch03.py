@@ -26,6 +26,8 @@ from llmlab.course.check.core import (
 M = catalog("ch03")
 
 PROMPT_LEN, NEW_TOKENS = 20, 100
+# exercise 1 states the lengths before and after, so the count it asks for is never printed
+TOTAL_LEN = PROMPT_LEN + NEW_TOKENS
 SAMPLING_LOGITS = [3.0, 2.0, 1.0, 0.5, 0.0, -1.0]  # token ids 0..5
 TOP_P = 0.8
 TEMPERATURE = 0.5
@@ -33,8 +35,8 @@ TEMP_LOGITS = [2.0, 1.0, 0.0]
 
 
 def forwards(answer: Any) -> CheckResult:
-    """How many forward passes does the model run to generate NEW_TOKENS tokens from a
-    PROMPT_LEN-token prompt (no stop token; with or without a cache, the count is the same)?"""
+    """How many forward passes does the model run while a PROMPT_LEN-token prompt grows to
+    TOTAL_LEN tokens (no stop token; with or without a cache, the count is the same)?"""
     expected = NEW_TOKENS
     return check_number(
         "ch03.forwards",

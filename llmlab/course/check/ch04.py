@@ -187,14 +187,34 @@ GEN_PROMPT = "The KV cache keeps the keys and values of earlier tokens, so"
 GEN_NEW_TOKENS = 12
 
 
+# Slips of a cached loop recognised by the text they generate (each run once, only for a wrong
+# answer the simpler checks do not explain): the next token read at the prompt's first position
+# instead of its last; every token rotated as if at position 0; a decode step whose query sees
+# only its own key and value (the cache replaced, not appended to); the whole sequence fed again
+# at every step, on top of the cache.
+GEN_SLIP_HINTS = {  # slip -> the catalog key of its hint
+    "first_position": M.key("generate_greedy.slip_first_position"),
+    "positions_restart": M.key("generate_greedy.slip_positions_restart"),
+    "own_token_only": M.key("generate_greedy.slip_own_token_only"),
+    "sequence_refed": M.key("generate_greedy.slip_sequence_refed"),
+}
+GEN_SLIPS = tuple(GEN_SLIP_HINTS)
+
+
+@functools.lru_cache(maxsize=1)
+def _smollm2() -> tuple[Any, Any]:
+    from llmlab.model import load_model
+
+    return load_model("smollm2-135m")
+
+
 @functools.lru_cache(maxsize=1)
 def _reference_text() -> tuple[str, tuple[str, ...]]:
     """generate_with_cache's greedy continuation of GEN_PROMPT on SmolLM2: (text, token pieces)."""
     from llmlab.generate import generate_with_cache
-    from llmlab.model import load_model
     from llmlab.sampling import SamplingParams
 
-    model, tok = load_model("smollm2-135m")
+    model, tok = _smollm2()
     prompt = tok.encode(GEN_PROMPT, add_special_tokens=False)
     ids = generate_with_cache(
         model,
@@ -205,10 +225,61 @@ def _reference_text() -> tuple[str, tuple[str, ...]]:
     return tok.decode(ids), tuple(tok.decode(ids[: k + 1]) for k in range(len(ids)))
 
 
+def _slip_tokens(model: Any, prompt: list[int], slip: str) -> list[int]:
+    """The greedy tokens of a cached loop with `slip` (one of GEN_SLIPS) on SmolLM2."""
+    import torch
+
+    from llmlab.kvcache import ContiguousKVCache
+
+    def fresh_cache(max_len: int) -> ContiguousKVCache:
+        return ContiguousKVCache(model.config, batch_size=1, max_len=max_len, dtype=model.dtype)
+
+    cache = fresh_cache((len(prompt) + GEN_NEW_TOKENS) * (GEN_NEW_TOKENS + 1))
+    out, feed = [], list(prompt)
+    for step in range(GEN_NEW_TOKENS):
+        if slip == "own_token_only" and step:
+            cache = fresh_cache(1)  # the newest token's K/V alone
+        n = [len(feed)]
+        positions = torch.arange(n[0]) if slip == "positions_restart" else cache.positions(n)
+        hidden = model(torch.tensor(feed), positions, cache.context(n))  # [len(feed), hidden]
+        cache.advance(n)
+        row = 0 if slip == "first_position" and step == 0 else len(feed) - 1
+        out.append(int(model.compute_logits(hidden[row : row + 1]).argmax()))
+        feed = list(prompt) + out if slip == "sequence_refed" else out[-1:]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _slip_texts() -> dict[str, str]:
+    """{slip: the text a loop with that slip generates} for GEN_SLIPS (computed once)."""
+    model, tok = _smollm2()
+    prompt = tok.encode(GEN_PROMPT, add_special_tokens=False)
+    return {slip: tok.decode(_slip_tokens(model, prompt, slip)) for slip in GEN_SLIPS}
+
+
+def _generate_greedy_hint(ex: str, answer: str, text: str, prefixes: tuple[str, ...]) -> str:
+    """The hint of a wrong text: the prompt left in, too few or too many tokens, a recognised
+    slip, else the stage (prefill or decode) where it goes wrong, with its rule from the second
+    try on."""
+    if answer.startswith(GEN_PROMPT) or GEN_PROMPT in answer:
+        return M("generate_greedy.prompt_included")
+    if answer in prefixes[:-1]:
+        return M("generate_greedy.too_few", got=prefixes.index(answer) + 1, n=GEN_NEW_TOKENS)
+    if answer.startswith(text):
+        return M("generate_greedy.too_many", n=GEN_NEW_TOKENS)
+    slip = next((s for s, t in _slip_texts().items() if answer == t), None)
+    if slip is not None:
+        return M(GEN_SLIP_HINTS[slip])
+    if not answer.startswith(prefixes[0]):
+        return staged(ex, M("generate_greedy.prefill_wrong"), M("generate_greedy.prefill_then"))
+    return staged(ex, M("generate_greedy.decode_wrong"), M("generate_greedy.decode_then"))
+
+
 def generate_greedy(answer: Any) -> CheckResult:
     """The text of the GEN_NEW_TOKENS tokens the learner's own cached loop generates greedily from
     GEN_PROMPT with SmolLM2 (new tokens only, decoded). Checked against
-    `llmlab.generate.generate_with_cache`: identical tokens give identical text."""
+    `llmlab.generate.generate_with_cache`: identical tokens give identical text; a wrong text is
+    compared with what the known slips of GEN_SLIPS generate."""
     ex = "ch04.generate_greedy"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
@@ -217,25 +288,7 @@ def generate_greedy(answer: Any) -> CheckResult:
     text, prefixes = _reference_text()
     if answer == text:
         return report(passed(ex, M("generate_greedy.success")))
-    if answer.startswith(GEN_PROMPT) or GEN_PROMPT in answer:
-        return report(not_yet(ex, M("generate_greedy.prompt_included")))
-    if not answer.startswith(prefixes[0]):
-        return report(
-            not_yet(
-                ex,
-                staged(
-                    ex,
-                    M("generate_greedy.prefill_wrong"),
-                    M("generate_greedy.prefill_then"),
-                ),
-            )
-        )
-    return report(
-        not_yet(
-            ex,
-            staged(ex, M("generate_greedy.decode_wrong"), M("generate_greedy.decode_then")),
-        )
-    )
+    return report(not_yet(ex, _generate_greedy_hint(ex, answer, text, prefixes)))
 
 
 # --------------------------------------------------------------------------- the KV budget
@@ -363,6 +416,11 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "wrong prefill (positions, mask)",
             "wrong decode step",
             "prompt returned with the new tokens",
+            "one token too few or too many",
+            "next token read at the first position",
+            "positions restarting at 0",
+            "the cache replaced instead of appended to",
+            "the whole sequence fed again with the cache",
         ),
     ),
     "max_requests_fp8": ExerciseInfo(

@@ -11,7 +11,13 @@ from typing import Any
 from llmlab.analysis import costs, roofline
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
-from llmlab.course.check.core import CheckResult, ExerciseInfo, check_choice, check_number
+from llmlab.course.check.core import (
+    CheckResult,
+    ExerciseInfo,
+    check_choice,
+    check_number,
+    record_expected_word,
+)
 from llmlab.i18n import Bilingual
 
 M = catalog("ch05")
@@ -164,6 +170,7 @@ def short_prefill_bound(answer: Any) -> CheckResult:
     prefill "compute"-bound or "memory"-bound?"""
     right = _short_prefill_bound()
     wrong = "compute" if right == "memory" else "memory"
+    record_expected_word("ch05.short_prefill_bound", right, (SHORT_PREFILL_TOKENS,), [wrong])
     return check_choice(
         "ch05.short_prefill_bound",
         answer,

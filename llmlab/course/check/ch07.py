@@ -31,6 +31,7 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
+    record_expected_word,
     refuse_package_piece,
     report,
     sentences,
@@ -139,6 +140,7 @@ def decode_bound(answer: Any) -> CheckResult:
     cfg = get_config("llama-3-70b")
     p = roofline.place(roofline.decode_step(cfg, BOUND_BATCH, BOUND_CONTEXT, 2), "H100-SXM", "bf16")
     wrong = "compute" if p.bound == "memory" else "memory"
+    record_expected_word("ch07.decode_bound", p.bound, (BOUND_BATCH, BOUND_CONTEXT), [wrong])
     hint = staged(
         "ch07.decode_bound",
         M("decode_bound.compare_step_s"),

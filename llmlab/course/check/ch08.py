@@ -23,6 +23,7 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
+    record_expected_word,
     refuse_package_piece,
     report,
     staged,
@@ -101,6 +102,8 @@ def source_q3(answer: Any) -> CheckResult:
     exp = _q3_expected()
     for key in Q3_KEYS[:3]:
         record_expected(ex, exp[key])
+    other = "compute" if exp["bound"] == "memory" else "memory"
+    record_expected_word(ex, exp["bound"], (32, Q3_CONTEXT), [other])
     missing = check_dict_keys(ex, answer, Q3_KEYS)
     if missing is not None:
         return missing
@@ -362,11 +365,14 @@ def schedule_cases():
             "max_num_seqs": draw(st.integers(1, 4)),
         }
 
-    # one case that preempts for sure (two requests outgrow a pool of three blocks), beside
-    # the drawn ones
-    return st.one_of(st.just(PREEMPT_CASE), cases())
+    return cases()
 
 
+# Cases built to preempt, tried before the drawn ones (about 1 drawn case in 100 reaches the
+# second situation). PREEMPT_CASE: three requests outgrow a pool of four blocks at step 2.
+# READMIT_CASE: at step 2, B's next chunk needs a block the pool no longer has, so B (the
+# newest) is preempted; its freed block and the budget left would let it straight back in, and
+# only the rule "no admission in a step that preempted" keeps it waiting.
 PREEMPT_CASE = {
     "prompts": [3, 2, 2],
     "max_tokens": [2, 3, 3],
@@ -376,6 +382,16 @@ PREEMPT_CASE = {
     "budget": 8,
     "max_num_seqs": 3,
 }
+READMIT_CASE = {
+    "prompts": [2, 3],
+    "max_tokens": [3, 3],
+    "arrivals": [0, 0],
+    "block_size": 2,
+    "num_blocks": 3,
+    "budget": 3,
+    "max_num_seqs": 3,
+}
+BUILT_CASES = (PREEMPT_CASE, READMIT_CASE)
 
 
 def _names(ids) -> str:
@@ -417,10 +433,17 @@ def _rule(case: dict, before: list[str], got: dict, exp: dict) -> str:
     exp_ids = [rid for rid, _ in exp["scheduled"]]
     if len(set(got_ids)) < len(got_ids):
         return M("rule.request_scheduled_twice")
+    if any(n <= 0 for _, n in got["scheduled"]):  # a scheduled request brings no token
+        return M("rule.running_request_brings")
     if sum(n for _, n in got["scheduled"]) > case["budget"]:
         return M("rule.over_token_budget")
     if len(got["running"]) > case["max_num_seqs"]:
         return M("rule.more_requests_running")
+    # admitted: scheduled without running before the step, or preempted and running after it
+    admitted = [rid for rid in got_ids if rid not in before]
+    admitted += [rid for rid in got["preempted"] if rid in got["running"]]
+    if got["preempted"] and admitted:
+        return M("rule.no_admission_after_preemption")
     if got["preempted"] != exp["preempted"]:
         if got["preempted"] and exp["preempted"]:
             return M("rule.wrong_request_preempted")
@@ -508,9 +531,11 @@ def build_scheduler(answer: Any) -> CheckResult:
         lambda case: drive(answer, f"{BUILD_DRIVERS}:observe_schedule", case),
         lambda case: observe_schedule(Scheduler, case),
         max_examples=BUILD_MAX_EXAMPLES,
+        examples=BUILT_CASES,
     )
-    if cex is not None:
-        return report(not_yet(ex, schedule_hint(cex.case, cex.got, cex.expected)))
+    if cex is not None:  # the rule first; the step's recipe from the second wrong try
+        first = schedule_hint(cex.case, cex.got, cex.expected)
+        return report(not_yet(ex, staged(ex, first, M("schedule_hint.then"))))
     try:
         mine = drive(answer, f"{BUILD_DRIVERS}:run_engine", PREEMPT_WORKLOAD)
     except Exception as e:  # the student's class inside the engine
@@ -566,6 +591,9 @@ EXERCISES["build_scheduler"] = ExerciseInfo(
         "oldest running request preempted",
         "max_num_seqs ignored",
         "budget not decreased",
+        "a waiting request admitted in a step that preempted",
+        "a request scheduled with no token",
+        "the prefix cache's hit ignored",
     ),
 )
 

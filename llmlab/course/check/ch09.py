@@ -726,8 +726,9 @@ def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
     T = len(PLUG_PROMPT)
     mine_bytes = run["layer_bytes"][0] / T
     package_bytes = run["package_bytes"][0] / (tokens_processed(T, PLUG_TOKENS) * layers)
-    mine_us = 1e6 * run["layer_ar_seconds"][0] / max(run["layer_calls"][0], 1)
-    package_us = 1e6 * run["package_ar_seconds"][0] / max(sum(run["package_calls"][0]), 1)
+    # No time is compared: an all-reduce of the student's and one of the package's are the same
+    # gloo call over localhost, and one run's times measure the machine's load (6018 against
+    # 2305 µs was seen for equal bytes); the bytes and the calls are the split's own
     same = run["package_tokens"][0] == tokens
     return passed(
         ex,
@@ -741,7 +742,5 @@ def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:
             calls=run["layer_calls"][0],
             package_bytes=package_bytes,
             hidden=hidden,
-            mine_us=mine_us,
-            package_us=package_us,
         ),
     )

@@ -7,13 +7,23 @@ computed from a raw trace by the student's own function (`metrics_from_trace`)."
 
 from __future__ import annotations
 
+import copy
 import math
+import time
 from typing import Any
 
 from llmlab.analysis import costs, metrics, roofline
 from llmlab.config import PRESETS
 from llmlab.course.build import ch10 as build10
-from llmlab.course.build.core import Counterexample, Raised, drive, find_counterexample
+from llmlab.course.build.core import (
+    TIMING_ROUNDS,
+    Counterexample,
+    Raised,
+    Timing,
+    alternating_rounds,
+    drive,
+    find_counterexample,
+)
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
@@ -412,6 +422,7 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "goodput counting any target met",
             "failed requests counted",
             "TPOT or ITL statistics over the wrong values",
+            "goodput as a count, not a rate",
         ),
     ),
 }
@@ -694,7 +705,10 @@ def _build_hint(cex: Counterexample) -> str:
     diff = _difference(got, expected)
     where = _describe_case(case, with_slo=diff is not None and diff[0] == "goodput")
     kind = diff[0] if diff else "raised"
-    if kind == "raised":
+    if kind == "raised" and any(not r["ok"] for r in case["trace"]):
+        # shrinking kept the failed request: the error needs it
+        what = M("build_hint.raised_on_failed", error=got.error, message=got.message)
+    elif kind == "raised":
         what = M("build_hint.function_raised_error", error=got.error, message=got.message)
     elif kind == "type":
         what = M("build_hint.function_returned_got", got_type=type(got).__name__)
@@ -825,19 +839,12 @@ def metrics_from_trace(
     )
     if cex is not None:
         return report(not_yet(ex, _build_hint(cex)))
-    real, real_slo, real_duration, here = _real_run(trace, slo, duration)
-    ours = metrics.summarize(real, duration=real_duration, slo=real_slo)
-    ours_numbers = build10.summary_numbers(ours)
-    ours_seconds = build10.best_seconds(
-        lambda t: metrics.summarize(t, duration=real_duration, slo=real_slo), real
-    )
-    try:
-        theirs = drive(answer, f"{DRIVER}:plugged_in", real, real_slo, real_duration)
-    except Exception as e:  # the student's function, or summarize refusing what it returned
-        return report(
-            not_yet(ex, M("metrics_from_trace.plugged_into_chapter", e_type=type(e).__name__, e=e))
-        )
-    expected_own = _package({"trace": real, "slo": real_slo, "duration": real_duration})
+    return report(_plugged_in(ex, answer, *_real_run(trace, slo, duration)))
+
+
+def _mismatch(theirs: dict, ours_numbers: dict, expected_own: dict) -> list[str]:
+    """The numbers on which the report made with the student's function, or the function's own
+    "stats" and "goodput", differ from the package's."""
     mismatch = [
         m for m in (*METRIC_NAMES, "goodput") if not _same(theirs["summary"][m], ours_numbers[m])
     ]
@@ -848,6 +855,25 @@ def metrics_from_trace(
         mismatch.append("stats")
     if not _same((theirs["own"] or {}).get("goodput"), expected_own["goodput"]):
         mismatch.append("goodput")
+    return sorted(set(mismatch))
+
+
+def _plugged_in(
+    ex: str, answer: Any, real: list, real_slo: dict, real_duration: float, here: bool
+) -> CheckResult:
+    """The student's function plugged into the chapter's report on a real run: its numbers
+    against the package's, then (equal) both measured, the times in alternating rounds."""
+    ours_numbers = build10.summary_numbers(
+        metrics.summarize(real, duration=real_duration, slo=real_slo)
+    )
+    try:
+        theirs = drive(answer, f"{DRIVER}:plugged_in", real, real_slo, real_duration)
+    except Exception as e:  # the student's function, or summarize refusing what it returned
+        return not_yet(
+            ex, M("metrics_from_trace.plugged_into_chapter", e_type=type(e).__name__, e=e)
+        )
+    expected_own = _package({"trace": real, "slo": real_slo, "duration": real_duration})
+    mismatch = _mismatch(theirs, ours_numbers, expected_own)
     n_ok = sum(r["ok"] for r in real)
     source = (
         M("metrics_from_trace.run_smollm2_recorded")
@@ -855,39 +881,54 @@ def metrics_from_trace(
         else M("metrics_from_trace.chapter_s_recorded")
     )
     if mismatch:
-        names = ", ".join(sorted(set(mismatch)))
-        return report(
-            not_yet(
-                ex,
-                M(
-                    "metrics_from_trace.right_small_drawn",
-                    source=source,
-                    n_ok=n_ok,
-                    names=names,
-                    measured=_measured(theirs['summary'], None),
-                    measured_2=_measured(ours_numbers, None),
-                ),
-            )
-        )
-    chunks = sum(len(r["chunks"]) for r in real if r["ok"])
-    ratio = theirs["seconds"] / max(ours_seconds, 1e-9)
-    return report(
-        passed(
+        return not_yet(
             ex,
             M(
-                "metrics_from_trace.equal_package_s",
-                max_examples=MAX_EXAMPLES,
+                "metrics_from_trace.right_small_drawn",
                 source=source,
                 n_ok=n_ok,
-                chunks=chunks,
-                measured=_measured({}, theirs['own']),
-                seconds=theirs['seconds'] * 1000.0,
+                names=", ".join(mismatch),
+                measured=_measured(theirs['summary'], None),
                 measured_2=_measured(ours_numbers, None),
-                ours_seconds=ours_seconds * 1000.0,
-                ratio=ratio,
             ),
         )
+    timing = _timing(answer, real, real_slo, real_duration)
+    return passed(
+        ex,
+        M(
+            "metrics_from_trace.equal_package_s",
+            max_examples=MAX_EXAMPLES,
+            source=source,
+            n_ok=n_ok,
+            chunks=sum(len(r["chunks"]) for r in real if r["ok"]),
+            measured=_measured({}, theirs['own']),
+            seconds=timing.mine * 1000.0,
+            measured_2=_measured(ours_numbers, None),
+            ours_seconds=timing.package * 1000.0,
+            timing=_timing_text(timing),
+        ),
     )
+
+
+def _timing(answer: Any, trace: list, slo: dict, duration: float) -> Timing:
+    """The student's function against the package's `summarize` on the same trace, timed in
+    alternating rounds (one call each, the copies made outside the clock)."""
+
+    def package() -> float:
+        fresh = copy.deepcopy(trace)
+        start = time.perf_counter()
+        metrics.summarize(fresh, duration=duration, slo=slo)
+        return time.perf_counter() - start
+
+    return alternating_rounds(
+        lambda: drive(answer, f"{DRIVER}:seconds", trace, slo, duration), package
+    )
+
+
+def _timing_text(timing: Timing) -> str:
+    if timing.same:
+        return M("timing.same", rounds=TIMING_ROUNDS)
+    return M("timing.ratio", ratio=timing.ratio, rounds=TIMING_ROUNDS)
 
 
 # notebooks handed out before the source chapter's questions were renamed call seed_q4

@@ -606,8 +606,8 @@ def block_pool(answer: Any) -> CheckResult:
     get_new_blocks, touch, free_blocks, cache_full_blocks and find_cached_blocks). Checked on
     POOL_MAX_EXAMPLES drawn sequences of operations against the package's pool (the first
     difference shrunk to the smallest case), then plugged into the engine on SmolLM2, where its
-    tokens must equal the package's; the measured hit rate, peak blocks and throughput are shown
-    beside the package's."""
+    tokens must equal the package's; the measured hit rate and peak blocks are shown beside the
+    package's."""
     ex = "ch11.block_pool"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
@@ -659,7 +659,8 @@ def block_pool(answer: Any) -> CheckResult:
                 ),
             )
         )
-    speed = got["tokens_per_s"] / ref["tokens_per_s"] if ref["tokens_per_s"] else 1.0
+    # No speed: the pool's work is a sliver of an engine step on SmolLM2, so one run's tokens/s
+    # measures the model and the machine's load (identical code read 1.64x, 0.94x, 0.62x)
     n = len(ref["tokens"])
     return report(
         passed(
@@ -673,9 +674,6 @@ def block_pool(answer: Any) -> CheckResult:
                 peak_blocks=got['peak_blocks'],
                 num_blocks=got['num_blocks'],
                 ref_peak_blocks=ref['peak_blocks'],
-                tokens_per_s=got['tokens_per_s'],
-                ref_tokens_per_s=ref['tokens_per_s'],
-                speed=speed,
             ),
         )
     )
@@ -737,6 +735,8 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "reference count not dropped on free",
             "cached block handed out with its hash kept",
             "a same-prefix block replaces the other in the cache",
+            "a hit on a free block left in the free queue",
+            "reference counts off",
         ),
     ),
     "source_q5": ExerciseInfo(
@@ -942,6 +942,7 @@ EXERCISES["build_chunked_prefill"] = ExerciseInfo(
         "chunk not counting the decodes already in the step",
         "chunk of 0 tokens",
         "prefill chunk before the decodes",
+        "a request given other than min(tokens left, budget left)",
     ),
 )
 

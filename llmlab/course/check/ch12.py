@@ -29,6 +29,7 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
+    record_expected_word,
     report,
     sentences,
     staged,
@@ -397,6 +398,8 @@ def q3_fresh_case(answer: Any) -> CheckResult:
     ex = "ch12.q3_fresh_case"
     ratio, bound, ratio_no_kv = _q3_fresh()
     record_expected(ex, ratio)
+    other = "compute" if bound == "memory" else "memory"
+    record_expected_word(ex, bound, (Q3_BATCH, Q3_CONTEXT), [other])
     missing = check_dict_keys(ex, answer, Q3_KEYS)
     if missing is not None:
         return missing

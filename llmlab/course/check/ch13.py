@@ -49,8 +49,10 @@ _SPEEDUP_HINTS = {  # a wrong option -> catalog key of its hint
     "gpu_only": M.key("why_hints.gpu_only"),
 }
 
-# Exercise 4: Llama-3-8B, BF16 weights, on an L4, requests of CONTEXT tokens
-KV_MODEL, KV_GPU, CONTEXT = "llama-3-8b", "L4", 4096
+# Exercise 2: Llama-3-8B, BF16 weights, on an L4, requests of CONTEXT tokens; the budget keeps
+# chapter 04's rule (utilisation × memory − weights − activations) with its task's 1 GB of activations
+KV_MODEL, KV_GPU, CONTEXT = "llama-3-8b", "L4", 2048
+ACTIVATION_BYTES = 1e9
 
 
 def int8_bytes_per_weight(answer: Any) -> CheckResult:
@@ -177,8 +179,9 @@ def why_not_4x(answer: Any) -> CheckResult:
 
 
 def fp8_kv_requests(answer: Any) -> CheckResult:
-    """Llama-3-8B with BF16 weights on an L4 (gpu_memory_utilization 0.9): how many requests of
-    CONTEXT tokens fit at once with an fp8 KV cache?"""
+    """Llama-3-8B with BF16 weights on an L4 (gpu_memory_utilization 0.9, ACTIVATION_BYTES of
+    activations): how many requests of CONTEXT tokens fit at once with an fp8 KV cache? The budget
+    is chapter 04's: utilisation × memory − weights − activations."""
     cfg = get_config(KV_MODEL)
     shape = dict(
         num_layers=cfg.num_hidden_layers,
@@ -186,15 +189,21 @@ def fp8_kv_requests(answer: Any) -> CheckResult:
         head_dim=cfg.head_dim,
         context=CONTEXT,
         gpu=KV_GPU,
+        activation_bytes=ACTIVATION_BYTES,
     )
     bf16_weights = costs.weight_bytes(cfg, 2)
     expected = kv_summary(dtype="fp8", weight_bytes=bf16_weights, **shape).max_requests
+    no_activations = {**shape, "activation_bytes": 0.0}
     return check_number(
         "ch13.fp8_kv_requests",
         answer,
         expected,
         rel=0,
         mistakes=[
+            (
+                kv_summary(dtype="fp8", weight_bytes=bf16_weights, **no_activations).max_requests,
+                M("fp8_kv_requests.activations_forgotten"),
+            ),
             (
                 kv_summary(dtype="bf16", weight_bytes=bf16_weights, **shape).max_requests,
                 M("fp8_kv_requests.bf16_cache"),
@@ -235,6 +244,8 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "the int8 range not used to 127",
             "outside -127..127",
             "a row of zeros divided by zero",
+            "q left in float",
+            "the weight matrix changed in place",
         ),
     ),
     "why_not_4x": ExerciseInfo(
@@ -242,6 +253,11 @@ EXERCISES: dict[str, ExerciseInfo] = {
     ),
     "fp8_kv_requests": ExerciseInfo(
         "plug-in",
-        mistakes=("a BF16 cache", "the weights left out of the budget", "FP8 weights too"),
+        mistakes=(
+            "the activations left out of the budget",
+            "a BF16 cache",
+            "the weights left out of the budget",
+            "FP8 weights too",
+        ),
     ),
 }

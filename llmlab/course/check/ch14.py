@@ -36,8 +36,10 @@ CASES = (
 )
 TRIALS = 4000
 SEED = 14
-# a correct function fails a chi-square test with at most this probability (two tests per case)
-FALSE_ALARM = 1e-6
+# A correct function fails one chi-square test with at most this probability. A case of k drafts
+# runs k + 2 tests (the number emitted, and the token at each of the k + 1 positions), so the
+# check's false-alarm rate is at most 7 × 1e-7 < 1e-6 (a union bound over the CASES' 4 + 3).
+FALSE_ALARM = 1e-7
 
 # Exercise 2: the tokens a verify step yields on average
 ACCEPTANCE, K = 0.6, 4
@@ -59,23 +61,24 @@ _CROSSING_HINTS = {
 }
 
 
-def expected_counts(rows: list[list[float]], drafts: list[int], trials: int):
-    """What a correct step gives over `trials` runs: the first token distributed as the first
-    position's probabilities, and P(length = L) = p_0(d_1)···p_{L-2}(d_{L-1}) · (1 − p_{L-1}(d_L)),
-    the last length (all k accepted) the product of all k."""
-    first = [trials * p for p in rows[0]]
+def expected_counts(rows: list[list[float]], drafts: list[int], trials: int) -> list[float]:
+    """How many of `trials` runs of a correct step emit 1, 2, … k + 1 tokens:
+    P(length = L) = p_0(d_1)···p_{L-2}(d_{L-1}) · (1 − p_{L-1}(d_L)), the last length (all k
+    accepted) the product of all k. (Whatever the length, the token a correct step emits at
+    position j, among the runs that reach j, is distributed as p_j: see `_problem`.)"""
     lengths, reach = [], 1.0
     for j, d in enumerate(drafts):
         lengths.append(trials * reach * (1 - rows[j][d]))
         reach *= rows[j][d]
     lengths.append(trials * reach)
-    return first, lengths
+    return lengths
 
 
 def verify_drafts(answer: Any) -> CheckResult:
     """The student's verify_drafts(target_probs, draft_tokens, generator), run TRIALS times on
-    each toy case: every run must follow the rules, and the first token and the number of tokens
-    emitted must follow the target's distribution (chi-square)."""
+    each toy case: every run must follow the rules, and the number of tokens emitted and the
+    token at every position, the bonus included, must follow the target's distribution
+    (chi-square)."""
     ex = "ch14.verify_drafts"
     if answer is None:
         return report(not_yet(ex, NOT_ANSWERED))
@@ -106,21 +109,26 @@ def _problem(got: dict, rows: list[list[float]], drafts: list[int]) -> str | Non
         return M("verify.length", got=got["got"], k=k)
     if got["bad"] == "out_of_vocab":
         return M("verify.out_of_vocab", got=got["got"], vocab=got["vocab"])
-    first, lengths = expected_counts(rows, drafts, got["trials"])
+    lengths = expected_counts(rows, drafts, got["trials"])
     if got["broken"]["not_drafts_in_order"]:
         return M("verify.not_drafts_in_order", n=got["broken"]["not_drafts_in_order"])
     if got["lengths"][k] == 0 and lengths[k] > 50:
         return M("verify.no_bonus", k=k, kplus=k + 1)
     if got["broken"]["rejected_token_emitted"]:
         return M("verify.rejected_token_emitted", n=got["broken"]["rejected_token_emitted"])
-    p_lengths = chi_square_sf(got["lengths"], lengths)
-    if p_lengths < FALSE_ALARM:
+    if chi_square_sf(got["lengths"], lengths) < FALSE_ALARM:
         shares = [round(c / got["trials"], 3) for c in got["lengths"]]
         want = [round(c / got["trials"], 3) for c in lengths]
         return M("verify.lengths_off", got=shares, want=want)
-    if chi_square_sf(got["first"], first) < FALSE_ALARM:
-        shares = [round(c / got["trials"], 3) for c in got["first"]]
-        return M("verify.first_off", got=shares, want=rows[0])
+    # the token at position j, among the runs that reached j: distributed as p_j (an accepted
+    # draft and a replacement together at j < k, the bonus token alone at k)
+    for j, counts in enumerate(got["positions"]):
+        reached = sum(counts)
+        if chi_square_sf(counts, [reached * p for p in rows[j]]) < FALSE_ALARM:
+            shares = [round(c / reached, 3) for c in counts]
+            if j == k:
+                return M("verify.bonus_off", got=shares, want=rows[k], kplus=k + 1)
+            return M("verify.position_off", position=j + 1, got=shares, want=rows[j])
     return None
 
 
@@ -189,6 +197,8 @@ EXERCISES: dict[str, ExerciseInfo] = {
             "no bonus token",
             "going on after a rejection",
             "acceptance with the wrong probability",
+            "the replacement not drawn from the target",
+            "the bonus token drawn from the last draft's row",
         ),
     ),
     "tokens_per_step": ExerciseInfo(

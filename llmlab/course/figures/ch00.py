@@ -25,6 +25,7 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("13", "Dtypes &\nquantization", "further"),
     ("14", "Speculative\ndecoding", "further"),
     ("15", "Structured\noutput", "further"),
+    ("16", "A step\non a GPU", "further"),
 )
 # the chapter titles in Chinese, looked up by the English title when the map is drawn
 TITLES_ZH = {
@@ -43,6 +44,7 @@ TITLES_ZH = {
     "Dtypes &\nquantization": "数据类型\n与量化",
     "Speculative\ndecoding": "投机解码",
     "Structured\noutput": "结构化输出",
+    "A step\non a GPU": "GPU 上的\n一步",
 }
 COLOURS = {
     "model": ("#eff5ff", "#2563eb"),

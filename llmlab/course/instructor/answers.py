@@ -20,7 +20,8 @@ read as anything but data:
                                              helper functions by source, other values encoded)
     {"__function__": {"module", "qualname"}} a function from an installed module, by reference
                                              (a class the notebook defined travels as a
-                                             function does: its source and the globals it names)
+                                             function does: its source and the globals it names;
+                                             so does a Triton kernel, its decorator kept)
 
 Decoding never imports or runs anything unless the caller says how (`module=`, `function=`):
 the checker process turns a function into a stand-in that runs it in a separate interpreter.
@@ -129,6 +130,8 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"__function__": _function_spec(value, d, set())}
     if isinstance(value, type) and value.__module__ == "__main__":
         return {"__function__": _class_spec(value, d)}
+    if _notebook_kernel(value) is not None:
+        return {"__function__": _kernel_spec(value.fn, d)}
     if (
         callable(value)
         and isinstance(getattr(value, "__module__", None), str)
@@ -211,6 +214,35 @@ def _class_spec(cls: type, depth: int) -> dict:
         "source": source,
         "globals": _used_globals(code, scope, {cls.__name__}, depth, set()),
     }
+
+
+def _notebook_kernel(value: Any) -> types.FunctionType | None:
+    """The function inside a Triton kernel the notebook defined (`@triton.jit` wraps it in a
+    JITFunction when compiling for a GPU, an InterpretedFunction in the interpreter), else None."""
+    fn = getattr(value, "fn", None)
+    if (
+        type(value).__module__.startswith("triton.")
+        and isinstance(fn, types.FunctionType)
+        and fn.__module__ == "__main__"
+    ):
+        return fn
+    return None
+
+
+def _kernel_spec(fn: types.FunctionType, depth: int) -> dict:
+    """Source and globals of a Triton kernel the notebook defined: its source keeps the
+    decorator, so that defining it again (in the sandbox) makes a kernel again, and its globals
+    are those of the whole statement (`triton` of the decorator included)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise AnswerFormatError(
+            f"the source of your kernel {fn.__name__} cannot be read ({e}); "
+            f"define it with @triton.jit and def in a cell"
+        ) from None
+    code = compile(source, f"<your kernel {fn.__name__}>", "exec")
+    used = _used_globals(code, dict(fn.__globals__), {fn.__name__}, depth, {id(fn)})
+    return {"name": fn.__name__, "source": source, "globals": used}
 
 
 def _used_globals(
@@ -387,7 +419,12 @@ def build_function(spec: dict, namespace: dict | None = None) -> Callable:
         )
     if spec["name"] == "<lambda>":
         return eval(compile(spec["source"], "<your lambda>", "eval"), ns)
-    exec(compile(spec["source"], f"<your function {spec['name']}>", "exec"), ns)
+    filename = f"<your function {spec['name']}>"
+    # kept where `inspect` reads sources, as a notebook's cell is: a decorator that reads its
+    # function's source (Triton's `@triton.jit`) works here as it did in the notebook
+    lines = spec["source"].splitlines(keepends=True)
+    linecache.cache[filename] = (len(spec["source"]), None, lines, filename)
+    exec(compile(spec["source"], filename, "exec"), ns)
     return ns[spec["name"]]
 
 

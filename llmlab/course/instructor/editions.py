@@ -28,7 +28,7 @@ from typing import Any
 from llmlab.course.check.core import SOLUTIONS_DIR
 from llmlab.course.check.core import solutions_notebook as solutions_path
 from llmlab.course.instructor.exercises import exercise_calls
-from llmlab.course.instructor.student import METADATA_KEY, student_notebook
+from llmlab.course.instructor.student import METADATA_KEY, is_prediction, student_notebook
 from llmlab.i18n import speaking, tr
 
 EDITION_LANGS = ("en", "zh")
@@ -70,6 +70,33 @@ def _build_skeletons(nb: Any, stem: str) -> dict[int, list[str]]:
     return found
 
 
+GUESS_COMMENT = "# one reasonable guess, not an answer: the measurement after it decides\n"
+
+
+def _solution_heading(stem: str, ids: list[str], guess: bool) -> str:
+    """The heading above one worked solution: the exercises it solves, or, for a prediction,
+    that it is one reasonable guess and not an answer (no prediction is graded)."""
+    if ids:
+        names = ", ".join(f"`{ex}`" for ex in ids)
+        return tr(
+            f"## {names}\n\nThe cell of `{stem}.ipynb` that calls it, with its solution written in.",
+            f"## {names}\n\n`{stem}.ipynb` 里调用它的那个单元格，已经填好解答。",
+        )
+    if guess:
+        return tr(
+            f"## A prediction in `{stem}.ipynb`\n\nOne reasonable guess, not an answer: no prediction "
+            f"is graded, and the measurement right after it, on your machine, is what counts. Commit "
+            f"to your own before you read this one.",
+            f"## `{stem}.ipynb` 里的一个预测\n\n这只是一个合理的猜测，不是答案：预测不计分，"
+            f"算数的是紧接着在你机器上做的测量。先写下自己的猜测，再来看这一个。",
+        )
+    return tr(
+        f"## A step of `{stem}.ipynb`\n\nAs the instructor wrote it (the chapter shows the same "
+        f"cell with `# YOUR CODE HERE`).",
+        f"## `{stem}.ipynb` 里的一个步骤\n\n教师版的写法（该章里同一个单元格显示为 `# YOUR CODE HERE`）。",
+    )
+
+
 def solutions_notebook(nb: Any, stem: str) -> Any:
     """The worked solutions of the instructor's notebook `nb` (already in the edition's
     language): a title, then for each code cell that holds a marked solution, a heading naming
@@ -100,21 +127,10 @@ def solutions_notebook(nb: Any, stem: str) -> Any:
     for index in solved:
         cell = nb.cells[index]
         ids = by_cell.get(index, [])
-        names = ", ".join(f"`{ex}`" for ex in ids)
-        heading = new_markdown_cell(
-            tr(
-                f"## {names}\n\nThe cell of `{stem}.ipynb` that calls it, with its solution written in.",
-                f"## {names}\n\n`{stem}.ipynb` 里调用它的那个单元格，已经填好解答。",
-            )
-            if ids
-            else tr(
-                f"## A prediction or a step of `{stem}.ipynb`\n\nAs the instructor wrote it (the chapter "
-                f"shows the same cell with `# YOUR CODE HERE`).",
-                f"## `{stem}.ipynb` 里的一个预测或步骤\n\n教师版的写法（该章里同一个单元格显示为 `# YOUR CODE HERE`）。",
-            )
-        )
+        guess = not ids and is_prediction(cell.source)
+        heading = new_markdown_cell(_solution_heading(stem, ids, guess))
         heading.id = f"h-{cell.get('id', index)}"[:64]
-        code = new_code_cell(cell.source)
+        code = new_code_cell((GUESS_COMMENT if guess else "") + cell.source)
         code.id = f"s-{cell.get('id', index)}"[:64]
         code.metadata[METADATA_KEY] = {"solution_for": cell.get("id"), "exercises": ids}
         cells += [heading, code]

@@ -10,11 +10,18 @@ rounded to 2, 3 and 4 significant figures (again with and without separators, an
 scientific notation for large or small x). A number shown with one digit (2, 8, 0.5, 1.0)
 is not scanned: such numbers are everywhere in any text (a whole number of two digits or
 more is: "60 all-reduces"). A form counts only as a whole number
-in the text: "1.34" is not found in "11.345" or "1.342".
+in the text: "1.34" is not found in "11.345" or "1.342", and "16" not in the name "bfloat16".
 
 A prediction's table (`predict.compare`) prints the student's guess beside the measurement:
 its rows of the guess (predicted, and prediction / measurement) are the student's own numbers,
 as a checker's verdict line ("[check ...]") is, and are not scanned; the measured row is.
+
+Words too: a checker whose answer is a word ("memory" or "compute") records it with the numbers
+that set its case (`llmlab.course.check.core.record_expected_word`: batch 64, context 1024). The
+word is shown when one line of an output, or one sentence of a markdown cell, above the exercise
+holds the word and every one of those numbers ("decode step, batch 64, context 1024 -> memory-bound"):
+the reader can copy the verdict for exactly that case. The word alone is not a leak: "decode is
+memory-bound" is what the chapters teach.
 
 A code cell tagged `measurement` (cell metadata `tags`) prints only what it measured on the
 reader's machine: its numbers change from run to run and machine to machine, so one that equals
@@ -38,15 +45,16 @@ from llmlab.course.instructor.exercises import exercise_calls
 @dataclass(frozen=True)
 class Leak:
     exercise: str
-    expected: float
+    expected: float | str  # a number, or a word answer
     form: str  # the text found
     cell: int  # index of the cell that shows it
     where: str  # "markdown" or "output"
     exercise_cell: int
 
     def __str__(self) -> str:
+        shown = self.expected if isinstance(self.expected, str) else f"{self.expected:g}"
         return (
-            f"{self.exercise} (cell {self.exercise_cell}) expects {self.expected:g}, and "
+            f"{self.exercise} (cell {self.exercise_cell}) expects {shown}, and "
             f"{self.form!r} is shown in the {self.where} of cell {self.cell} above it"
         )
 
@@ -65,6 +73,29 @@ def read_expected_log(path: str | Path) -> dict[str, list[float]]:
             continue
         if x not in found.setdefault(ex, []):
             found[ex].append(x)
+    return found
+
+
+WordAnswer = tuple[str, tuple[float, ...], tuple[str, ...]]  # the word, its case, the other words
+
+
+def read_expected_words(path: str | Path) -> dict[str, list[WordAnswer]]:
+    """exercise id -> the (word, case numbers, other choices) it expected, from a
+    `LLMLAB_EXPECTED_LOG` file."""
+    found: dict[str, list[WordAnswer]] = {}
+    p = Path(path)
+    if not p.exists():
+        return found
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            ex, word = str(rec["exercise"]), str(rec["word"])
+            case = tuple(float(x) for x in rec.get("case", ()))
+            others = tuple(str(o) for o in rec.get("others", ()))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if (word, case, others) not in found.setdefault(ex, []):
+            found[ex].append((word, case, others))
     return found
 
 
@@ -103,7 +134,8 @@ def number_forms(x: float) -> set[str]:
 
 
 def _pattern(form: str) -> re.Pattern:
-    return re.compile(r"(?<![\d.,])" + re.escape(form) + r"(?![\d]|[.,]\d)")
+    # not inside another number ("11.345"), nor the digits of a name ("bfloat16", "H100", "int8")
+    return re.compile(r"(?<![\d.,A-Za-z])" + re.escape(form) + r"(?![\d]|[.,]\d)")
 
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -183,19 +215,74 @@ def _is_measurement(cell: Any) -> bool:
     return MEASUREMENT_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def find_leaks(nb: Any, expected: dict[str, Iterable[float]]) -> list[Leak]:
-    """Every place an exercise's expected number is shown above the exercise's first call."""
+def _texts_above(nb: Any, index: int) -> list[tuple[int, str, str]]:
+    """(cell index, "markdown" or "output", text) of what a reader sees above cell `index`."""
+    texts = []
+    for i, cell in enumerate(nb.cells[:index]):
+        if cell.cell_type == "markdown":
+            texts.append((i, "markdown", cell.source))
+        elif cell.cell_type == "code" and not _is_measurement(cell):
+            texts.append((i, "output", _strip_check_lines(_output_text(cell))))
+    return texts
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n\s*\n")
+
+
+def _units(where: str, text: str) -> list[str]:
+    """What a reader takes in at once: a line of an output, a sentence of a markdown cell."""
+    if where == "output":
+        return text.splitlines()
+    return [" ".join(s.split()) for s in _SENTENCE_END.split(text)]
+
+
+def _whole_word(word: str, unit: str) -> re.Match | None:
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w])", unit, re.I)
+
+
+def word_shown(
+    word: str, case: Iterable[float], unit: str, others: Iterable[str] = ()
+) -> str | None:
+    """The matched word when `unit` holds `word` (a whole word: "memory" in "memory-bound") and
+    every number of `case` as a whole number, and none of the `others` (a unit offering the
+    choice, "memory- or compute-bound?", is the question, not its answer); else None."""
+    m = _whole_word(word, unit)
+    if m is None or any(_whole_word(o, unit) for o in others):
+        return None
+    for x in case:
+        forms = {f"{x:g}", f"{int(x):,}"} if float(x).is_integer() else {f"{x:g}"}
+        if not any(_pattern(f).search(unit) for f in forms):
+            return None
+    return m.group(0)
+
+
+def _word_leaks(ex: str, index: int, texts, words) -> list[Leak]:
+    leaks = []
+    for word, case, others in words:
+        for i, where, text in texts:
+            for unit in _units(where, text):
+                if word_shown(word, case, unit, others):
+                    leaks.append(Leak(ex, word, unit.strip()[:120], i, where, index))
+                    break
+    return leaks
+
+
+def find_leaks(
+    nb: Any,
+    expected: dict[str, Iterable[float]],
+    words: dict[str, Iterable[WordAnswer]] | None = None,
+) -> list[Leak]:
+    """Every place an exercise's expected number, or its expected word beside the numbers of its
+    case, is shown above the exercise's first call."""
     leaks: list[Leak] = []
+    words = words or {}
     for ex, index in exercise_calls(nb):
         values = list(expected.get(ex, ()))
-        if not values:
+        ex_words = list(words.get(ex, ()))
+        if not values and not ex_words:
             continue
-        texts = []
-        for i, cell in enumerate(nb.cells[:index]):
-            if cell.cell_type == "markdown":
-                texts.append((i, "markdown", cell.source))
-            elif cell.cell_type == "code" and not _is_measurement(cell):
-                texts.append((i, "output", _strip_check_lines(_output_text(cell))))
+        texts = _texts_above(nb, index)
+        leaks += _word_leaks(ex, index, texts, ex_words)
         for x in values:
             for form in sorted(number_forms(x), key=len, reverse=True):
                 pat = _pattern(form)

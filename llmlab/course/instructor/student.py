@@ -51,6 +51,14 @@ _END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
 
 # --------------------------------------------------------------------------- marking
 
+_PREDICTION = re.compile(r"\s*\w+\s*=[^\n]*#\s*SOLUTION\s*")
+
+
+def is_prediction(source: str) -> bool:
+    """A cell that only records the student's guess before a measurement
+    (`my_prediction = 10  # SOLUTION`): ungraded, and what it holds is one reasonable guess."""
+    return _PREDICTION.fullmatch(source) is not None
+
 
 @dataclass(frozen=True)
 class Solution:

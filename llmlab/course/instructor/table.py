@@ -3,6 +3,8 @@ declares `EXERCISES` (function name -> `ExerciseInfo`: kind, the mistakes its ch
 source question it covers), and the notebooks say which exercises each chapter calls.
 
     python -m llmlab exercises                  # print the tables
+    python -m llmlab exercises --times          # each chapter's two times (reading_time)
+    python -m llmlab exercises --write-times    # write them wherever the course states them
     python -m llmlab exercises --write docs/instructors.md   # replace them between the markers
     LLMLAB_LANG=zh python -m llmlab exercises --write docs/instructors.zh.md   # the same, in Chinese
 
@@ -27,6 +29,7 @@ BEGIN = (
     "<!-- exercises table: written by `python -m llmlab exercises --write`; do not edit by hand -->"
 )
 END = "<!-- end of exercises table -->"
+USAGE = "usage: python -m llmlab exercises [--write DOC | --times | --write-times]"
 
 
 def kind_name(kind: str) -> str:
@@ -55,12 +58,12 @@ def info_of(exercise: str) -> ExerciseInfo | None:
 def rows(notebooks: Path) -> list[Row]:
     import nbformat
 
-    from llmlab.course.instructor.reading_time import _required
+    from llmlab.course.instructor.reading_time import required_cells
 
     out = []
     for path in sorted(Path(notebooks).glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        required = _required(nb)
+        required = required_cells(nb)
         for ex, index in exercise_calls(nb):
             out.append(Row(path.stem, ex, info_of(ex), required[index]))
     return out
@@ -123,32 +126,51 @@ def rewrite(doc: Path, notebooks: Path) -> str:
     return f"{head}{BEGIN}\n{markdown(notebooks)}\n{END}{tail}"
 
 
+def print_times(notebooks: Path) -> None:
+    """Each chapter's two times and their parts (reading_time's model)."""
+    from llmlab.course.instructor.reading_time import WORDS_PER_MINUTE, course_times
+
+    table = []
+    for t in course_times(notebooks):
+        r, w = t.required, t.whole
+        table.append(
+            [
+                t.stem,
+                t.stated[0],
+                t.stated[1],
+                f"{r.words / WORDS_PER_MINUTE:.0f}",
+                f"{sum(r.exercise_minutes.values()):.0f}",
+                f"{r.run_seconds / 60:.1f}",
+                f"{w.run_seconds / 60:.1f}",
+            ]
+        )
+    print("minutes per chapter (llmlab/course/instructor/reading_time.py)")
+    headers = ["chapter", "required", "whole", "reading", "exercises", "run (req.)", "run (whole)"]
+    print(format_table(table, headers, rule=False))
+
+
 def main(args: list[str]) -> int:
     root = Path(__file__).resolve().parents[3]
     notebooks = root / "notebooks"
     if args[:1] == ["--write"]:
         if len(args) != 2:
-            print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)
+            print(USAGE, file=sys.stderr)
             return 2
         doc = Path(args[1])
         doc.write_text(rewrite(doc, notebooks), encoding="utf-8")
         print(f"wrote the exercises table into {doc}")
         return 0
     if args == ["--times"]:
-        from llmlab.course.instructor.reading_time import report
+        print_times(notebooks)
+        return 0
+    if args == ["--write-times"]:
+        from llmlab.course.instructor.stated_times import write
 
-        rows = report(notebooks)
-        table = [
-            [stem, "-" if stated is None else stated, f"{est:.0f}"] for stem, stated, est in rows
-        ]
-        table.append(
-            ["all chapters", sum(r[1] or 0 for r in rows), f"{sum(r[2] for r in rows):.0f}"]
-        )
-        print("minutes to read each chapter (llmlab/course/instructor/reading_time.py)")
-        print(format_table(table, ["chapter", "stated", "estimated"], rule=False))
+        for changed in write() or ["nothing: every stated time is the model's"]:
+            print(f"wrote {changed}")
         return 0
     if args:
-        print("usage: python -m llmlab exercises [--write DOC | --times]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     print(markdown(notebooks))
     return 0

@@ -1,5 +1,7 @@
 """Roofline explorer: hardware, dtype, model, batch and context → where a decode step sits on
-the roof, what bounds it, and its time floor.
+the roof, what bounds it, and its time floor; the prefill explorer does the same for one prompt's
+prefill (`prefill_summary`, `prefill_text` with `PREFILL_TEXT_PATTERN`, `plot_prefill_explorer`,
+`prefill_explorer`).
 
 `roofline_summary(...)` computes with `llmlab.analysis.roofline`; `roofline_text(summary)` renders lines
 of which the first is "Decode step floor: <x> ms (<memory|compute>-bound)" (parse it with
@@ -202,3 +204,150 @@ def roofline_explorer(
         c.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([hw_w, model_w, dtype_w]), w.HBox([batch_w, ctx_w]), result, out])
+
+
+# --------------------------------------------------------------------------- a prefill on the roof
+
+# "Prefill floor: 3.1 ms (compute-bound)" -> groups: milliseconds, bound
+PREFILL_TEXT_PATTERN = re.compile(r"Prefill floor: ([0-9.]+) ms \((memory|compute)-bound\)")
+MAX_PROMPT = 4096  # the prompt slider moves one token at a time from 1 to here
+
+
+@dataclass(frozen=True)
+class PrefillSummary:
+    hardware: str
+    model: str
+    dtype: str
+    prompt_len: int
+    intensity: float  # FLOP/byte of the whole prefill forward
+    ridge: float  # FLOP/byte
+    floor: float  # seconds: the prefill's time floor, its TTFT at least
+    bound: str  # "memory" | "compute"
+    decode_floor: float  # seconds: one decode step after it (batch 1)
+
+
+def prefill_summary(
+    hardware: str = "H100-SXM", model: str = "llama-3-8b", dtype: str = "bf16", prompt_len: int = 16
+) -> PrefillSummary:
+    """A prefill of `prompt_len` tokens (one prompt) of `model` on `hardware`'s roof, beside the
+    decode step that follows it."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(
+            tr(
+                f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
+                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}",
+            )
+        )
+    hw, cfg, nbytes = get_hardware(hardware), get_config(model), DTYPE_BYTES[dtype]
+    p = roofline.place(roofline.prefill_step(cfg, prompt_len, dtype_bytes=nbytes), hw, dtype)
+    d = roofline.place(roofline.decode_step(cfg, 1, prompt_len + 1, nbytes), hw, dtype)
+    return PrefillSummary(
+        hw.name,
+        model,
+        dtype,
+        prompt_len,
+        p.op.intensity,
+        p.ridge,
+        p.time_floor,
+        p.bound,
+        d.time_floor,
+    )
+
+
+def prefill_text(s: PrefillSummary) -> str:
+    """Result lines; the first is stable and parseable (PREFILL_TEXT_PATTERN)."""
+    per_token = s.floor / s.prompt_len
+    return tr(
+        f"Prefill floor: {s.floor * 1e3:.2f} ms ({s.bound}-bound)\n"
+        f"{s.model} on {s.hardware}, {s.dtype}, a prompt of {s.prompt_len} tokens\n"
+        f"intensity {s.intensity:.1f} FLOP/B vs ridge {s.ridge:.0f} FLOP/B; "
+        f"{per_token * 1e3:.3f} ms per prompt token, then {s.decode_floor * 1e3:.2f} ms per "
+        f"decode step",
+        f"prefill 的下限：{s.floor * 1e3:.2f} ms（{s.bound}-bound）\n"
+        f"{s.model} 在 {s.hardware} 上，{s.dtype}，prompt 长 {s.prompt_len} 个 token\n"
+        f"算术强度 {s.intensity:.1f} FLOP/B，拐点 {s.ridge:.0f} FLOP/B；"
+        f"每个 prompt token {per_token * 1e3:.3f} ms，之后每个 decode step {s.decode_floor * 1e3:.2f} ms",
+    )
+
+
+def plot_prefill_explorer(
+    hardware: str = "H100-SXM", model: str = "llama-3-8b", dtype: str = "bf16", prompt_len: int = 16
+) -> Any:
+    """The device's roof with the prefill and the decode step after it placed on it."""
+    import matplotlib.pyplot as plt
+
+    s = prefill_summary(hardware, model, dtype, prompt_len)
+    cfg, nbytes = get_config(model), DTYPE_BYTES[dtype]
+    ops = [
+        roofline.prefill_step(cfg, prompt_len, dtype_bytes=nbytes),
+        roofline.decode_step(cfg, 1, prompt_len + 1, nbytes),
+    ]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    roofline.plot_roofline(
+        [hardware],
+        dtype=dtype,
+        ops=ops,
+        ax=ax,
+        title=tr(
+            f"{model}, a {prompt_len}-token prefill: {s.floor * 1e3:.2f} ms floor, {s.bound}-bound",
+            f"{model}，{prompt_len} 个 token 的 prefill：下限 {s.floor * 1e3:.2f} ms，{s.bound}-bound",
+        ),
+    )
+    return fig
+
+
+def prefill_explorer(
+    hardware: str = "H100-SXM", model: str = "llama-3-8b", dtype: str = "bf16", prompt_len: int = 16
+) -> Any:
+    """Sliders for a prefill on the roof; the result line updates on every change."""
+    import ipywidgets as w
+
+    from llmlab.analysis import costs
+    from llmlab.config import PRESETS as MODELS
+
+    style = {"description_width": "90px"}
+    hw_w = w.Dropdown(
+        options=list(PRESETS), value=hardware, description=tr("hardware", "硬件"), style=style
+    )
+    model_w = w.Dropdown(
+        options=[k for k, c in MODELS.items() if not costs.is_mla(c)],
+        value=model,
+        description=tr("model", "模型"),
+        style=style,
+    )
+    dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
+    # one token at a time, so the prompt length where the bound changes can be found exactly
+    prompt_w = w.IntSlider(
+        value=prompt_len,
+        min=1,
+        max=MAX_PROMPT,
+        step=1,
+        description=tr("prompt tokens", "prompt token 数"),
+        style=style,
+        continuous_update=False,
+    )
+    result = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        hw = get_hardware(hw_w.value)
+        if dtype_w.value not in hw.peak_flops:
+            peaks = ", ".join(sorted(hw.peak_flops))
+            message = tr(
+                f"{hw.name} has no {dtype_w.value} peak; available: {peaks}",
+                f"{hw.name} 没有 {dtype_w.value} 的峰值；可选的有：{peaks}",
+            )
+            result.value = f'<pre class="llmlab-prefill-result">{message}</pre>'
+            return
+        args = dict(
+            hardware=hw_w.value, model=model_w.value, dtype=dtype_w.value, prompt_len=prompt_w.value
+        )
+        result.value = (
+            f'<pre class="llmlab-prefill-result">{prefill_text(prefill_summary(**args))}</pre>'
+        )
+        show_figure(out, plot_prefill_explorer(**args))
+
+    for c in (hw_w, model_w, dtype_w, prompt_w):
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([hw_w, model_w, dtype_w]), prompt_w, result, out])
