@@ -35,7 +35,7 @@ def _model(args: list[str]) -> int:
     import time
 
     from llmlab.model import load_model
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import model_dir
 
     name = args[0] if args else "smollm2-135m"
     t0 = time.perf_counter()

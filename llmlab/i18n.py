@@ -88,6 +88,7 @@ def set_language(lang: str) -> None:
     _chosen = lang
     if lang == "zh":
         use_cjk_font()
+    record_figure_texts()
 
 
 @contextlib.contextmanager
@@ -100,6 +101,49 @@ def speaking(lang: str):
         yield
     finally:
         _chosen = before
+
+
+# A figure a notebook cell shows is an image: a reader sees its words, a check of the notebook
+# cannot. So each figure shown carries its words beside the image, under a type of output no
+# front end draws; tests/english_prose.py reads them there.
+FIGURE_TEXTS_MIME = "application/vnd.llmlab.figure-texts+json"
+
+
+def figure_texts(fig) -> list[str]:
+    """Every piece of text the matplotlib Figure `fig` shows, in drawing order: titles, axis
+    labels, tick labels, legend entries and titles, texts and annotations (the visible ones)."""
+    from matplotlib.text import Text
+
+    return [
+        t.get_text() for t in fig.findobj(match=Text) if t.get_visible() and t.get_text().strip()
+    ]
+
+
+def record_figure_texts() -> None:
+    """Inside IPython (a notebook's kernel): every Figure a cell shows from now on carries its
+    `figure_texts` beside its image, under `FIGURE_TEXTS_MIME`. Outside IPython, nothing."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or FIGURE_TEXTS_MIME in shell.display_formatter.formatters:
+        return
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import Unicode
+
+    class FigureTexts(BaseFormatter):
+        # matplotlib's inline backend drops every formatter's printer for Figure when pyplot
+        # loads, so this one recognises a Figure itself rather than registering a printer
+        format_type = Unicode(FIGURE_TEXTS_MIME)
+
+        def __call__(self, obj):
+            figure = sys.modules.get("matplotlib.figure")  # no figure before matplotlib loads
+            if figure is None or not isinstance(obj, figure.Figure):
+                return None
+            return {"texts": figure_texts(obj)}
+
+    formatter = FigureTexts(parent=shell.display_formatter)
+    shell.display_formatter.formatters[FIGURE_TEXTS_MIME] = formatter
 
 
 def cjk_font_path() -> Path | None:

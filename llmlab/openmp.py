@@ -182,7 +182,7 @@ def describe() -> str:
         why = tr(
             f"chosen by the probe of {p.get('date', '?')}: sleeping {ms.get('sleep')} ms, "
             f"spinning {ms.get('spin')} ms per burst",
-            f"由 {p.get('date', '?')} 的探测选定：休眠 {ms.get('sleep')} ms，"
+            f"由 {p.get('date', '?')} 那次探测选定：休眠 {ms.get('sleep')} ms，"
             f"空转 {ms.get('spin')} ms（每轮）",
         )
     elif SOURCE == "environment":

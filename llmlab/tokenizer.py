@@ -231,7 +231,7 @@ def real_tokenizer() -> Any:
     """
     from transformers import AutoTokenizer
 
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import model_dir
 
     return AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
 

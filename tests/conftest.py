@@ -32,7 +32,7 @@ def hf_model():
     """transformers' LlamaForCausalLM on the same converted weights, float32, eval mode."""
     from transformers import LlamaForCausalLM
 
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import model_dir
 
     return LlamaForCausalLM.from_pretrained(model_dir("smollm2-135m"), dtype=torch.float32).eval()
 

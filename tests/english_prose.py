@@ -5,8 +5,10 @@ returns a `Finding` for each run of English prose in:
 
 - the outputs of every code cell: a stream (what the cell printed); a display or a result, in
   the one form a notebook front end shows of it (its HTML with the tags stripped, else its
-  markdown, else its plain text); a widget (the labels, descriptions, options and HTML it shows,
-  read from the widget state the run saved in the notebook's metadata); an error's message;
+  markdown, else its plain text); a figure (every text it draws: titles, axis and tick labels,
+  legends, annotations, which `llmlab.i18n.record_figure_texts` keeps beside its image); a widget
+  (the labels, descriptions, options and HTML it shows, read from the widget state the run saved
+  in the notebook's metadata); an error's message;
 - every `\\text{...}` of the LaTeX in markdown cells (the rest of the markdown is the
   translation store's business: tests/test_zh_edition.py).
 
@@ -16,22 +18,30 @@ The rules, in the order they apply to each line of output:
    (`print(inspect.getsource(...))`), its comments and one-line docstrings included. A printed
    value (a string, a dict, a list of literals) compiles too, but is what the reader is shown:
    it is read.
-1. Some words are neutral (they neither count nor end a run): the glossary's English names
+1. A quotation in Chinese corner brackets, 「…」, is the model's own text or the prompt it was
+   given, shown verbatim (a figure's title: 「My favourite fruit is the」之后的下一个 token): it is
+   not read. Some words are neutral (they neither count nor end a run): the glossary's English names
    (`glossary_names()`: every term and its aliases, among them the ones Chinese text keeps in
    English by design: KV cache, prefill, decode step, batching, token, TTFT ...) and the names
    of `ALLOWED`, as whole words in any case, with a plural "s". A glossary name inside prose
    still leaves the prose around it: "the block table of a request" is flagged for "of a
    request".
-2. The line is cut into pieces at a tab, two spaces or more (the columns of a table), Chinese
-   characters or full-width punctuation, and at `|`, `=`, `->`, `→`.
+2. The line is cut into pieces at Chinese characters or full-width punctuation, and at `|`,
+   `=`, `->`, `→`; a line that holds Chinese is cut at a tab and at two spaces or more too (the
+   columns of a table). A line with no Chinese at all is not: its columns are a table's English
+   headers, read as one run ("policy  steps  throughput").
 3. Each piece is split at spaces into words, the punctuation around a word set aside. A word
    is **English** when it is made of letters (a hyphen or an apostrophe inside, or an
    apostrophe at the end: "ranks'", "copy-on-write") and is none of: a single letter other than
    "a" or "I" (a variable); an acronym in capitals ("GPU", "FLOPs"); a CamelCase name
    ("BlockPool", "vLLM"); a unit of `UNITS` right after a number ("12.3 ms"); True, False or
    None. Numbers, those units, acronyms, Python's values and the words of rule 1 are
-   **neutral**. Anything else ends the run: an
-   identifier (snake_case, dotted.names), a path, a URL, `inline code`, a quoted 'key', a symbol.
+   **neutral**. A snake_case name or a quoted 'key' is the code name of a choice or a column:
+   beside Chinese on its line it is labelled and ends the run; on a line with no Chinese its
+   English words count when it holds two or more ('requests_preempted_with_many_long_chats' is
+   six, `kv_usage` two; `top_k` is a name), since a choice or a column the student types is shown
+   with its Chinese label. Anything else ends
+   the run: a dotted.name, a namespaced:name, a path, a URL, `inline code`, a symbol.
 4. A finding is a run of neutral and English words holding at least `MIN_WORDS` (2) English
    words, shown from its first English word to its last. In `\\text{...}` every English word is
    a finding (a label in a formula is a word or two), and of the glossary only the names Chinese
@@ -62,6 +72,7 @@ from pathlib import Path
 
 MIN_WORDS = 2
 MODEL_OUTPUT_TAG = "model-output"
+FIGURE_TEXTS_MIME = "application/vnd.llmlab.figure-texts+json"  # llmlab.i18n's
 
 # Names a Chinese text writes in English, beyond the glossary's kept terms. Each says why.
 ALLOWED = (
@@ -96,6 +107,7 @@ UNITS = {"s", "ms", "us", "µs", "ns", "min", "h", "x", "byte", "bytes", "bit", 
 SPACES = re.compile(r"[\u00a0\u2000-\u200a\u202f]")  # no-break and figure spaces: a space
 URL = re.compile(r"\b\w+://\S+")
 INLINE_CODE = re.compile(r"`[^`\n]*`")
+QUOTATION = re.compile(r"「[^」\n]*」")  # the model's text or its prompt, quoted verbatim
 # pieces: a line end, a tab, 2+ spaces, CJK or full-width text, and the separators | = -> →
 CUT = re.compile(
     r"\n|\t| {2,}|[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\u3000-\u303f]+"
@@ -106,6 +118,9 @@ NUMBER = re.compile(r"[-+~≈]?(?:\d[\d,_]*(?:\.\d+)?|\.\d+)(?:e[-+]?\d+)?(?:%|x
 ACRONYM = re.compile(r"[A-Z][A-Z0-9]+s?")  # GPU, FLOPs, L2; "A" and "I" are words
 CAMEL = re.compile(r"[a-z][A-Z]")
 QUOTED = re.compile(r"""(['"])\S+\1""")  # 'ttft', "prefill": a key or the repr of a name
+SNAKE = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")  # kv_usage, mean_latency
+CHINESE = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\u3000-\u303f]")
+COLUMNS = re.compile(r"\t| {2,}")
 OPEN = "([{\"“‘*_«"
 CLOSE = ")]}\".,;:!?”’*_»"
 
@@ -166,6 +181,17 @@ def _whole_words(names: set[str]) -> re.Pattern:
     return re.compile(rf"(?<![\w.-])(?:{alternatives})(?:e?s)?(?![\w-])", re.IGNORECASE)
 
 
+def _code_name_words(token: str) -> int:
+    """How many English words the code name in `token` holds (a snake_case name, a quoted key):
+    0 when it is no code name."""
+    quoted = token.lstrip("([{").rstrip(")]},:;.")
+    name = quoted[1:-1] if QUOTED.fullmatch(quoted) else token.lstrip(OPEN).rstrip(CLOSE)
+    if not SNAKE.fullmatch(name):
+        return 0
+    words = sum(_kind_of(part, False) == "word" for part in name.split("_"))
+    return words if words >= 2 else 0  # top_k, 'ttft': a name, not a phrase
+
+
 def _kind_of(token: str, after_number: bool) -> str:
     """ "word" (English), "neutral" or "break" (see rule 3)."""
     if QUOTED.fullmatch(token.lstrip("([{").rstrip(")]},:;.")):
@@ -199,25 +225,29 @@ def english_runs(
     for line in SPACES.sub(" ", text).splitlines():
         if _is_code(line):
             continue
+        chinese = CHINESE.search(line) is not None
         neutral = _covered(names, line)
-        code = _covered(URL, line) | _covered(INLINE_CODE, line)
+        code = _covered(URL, line) | _covered(INLINE_CODE, line) | _covered(QUOTATION, line)
         run: list[tuple[int, int]] = []
         words_at: list[tuple[int, int]] = []
         words, after_number = 0, False
-        for token in _tokens(line):
+        for token in _tokens(line, columns=chinese):
+            named = 0 if token is None or chinese else _code_name_words(line[slice(*token)])
             if token is None:
                 kind = "break"
             elif neutral.intersection(range(*token)):
                 kind = "neutral"
             elif code.intersection(range(*token)):
                 kind = "break"
+            elif named:
+                kind = "word"  # a code name shown with no Chinese label: its words count
             else:
                 kind = _kind_of(line[slice(*token)], after_number)
             after_number = kind == "number"
             if kind != "break":
                 run.append(token)
                 if kind == "word":
-                    words += 1
+                    words += max(named, 1)
                     words_at.append(token)
                 continue
             if words >= min_words:
@@ -232,11 +262,12 @@ def _covered(pattern: re.Pattern, line: str) -> set[int]:
     return {i for m in pattern.finditer(line) for i in range(m.start(), m.end())}
 
 
-def _tokens(line: str):
-    """The (start, end) of each word of `line`, and None where the line is cut (rule 2) and at
-    its end."""
+def _tokens(line: str, columns: bool = True):
+    """The (start, end) of each word of `line`, and None where the line is cut (rule 2; at its
+    columns only where `columns`) and at its end."""
     pos = 0
-    for cut in [*CUT.finditer(line), None]:
+    cuts = [m for m in CUT.finditer(line) if columns or not COLUMNS.fullmatch(m.group())]
+    for cut in [*cuts, None]:
         stop = cut.start() if cut else len(line)
         for m in re.finditer(r"[^ ]+", line[pos:stop]):
             yield (pos + m.start(), pos + m.end())
@@ -342,6 +373,8 @@ def _output_texts(nb, output) -> list[tuple[str, str]]:
     if kind == "error":
         return [("error", f"{output.get('ename', '')}: {output.get('evalue', '')}")]
     data = output.get("data") or {}
+    drawn = data.get(FIGURE_TEXTS_MIME)
+    figure = [("figure", "\n".join(drawn.get("texts", [])))] if isinstance(drawn, dict) else []
     view = data.get("application/vnd.jupyter.widget-view+json")
     if isinstance(view, dict) and view.get("model_id"):
         # the reader sees the widget, not the Python repr in text/plain: its texts come from the
@@ -352,8 +385,8 @@ def _output_texts(nb, output) -> list[tuple[str, str]]:
     for mime in ("text/html", "text/markdown", "text/plain"):
         if mime in data:
             text = _joined(data[mime])
-            return [(mime, _html_text(text) if mime == "text/html" else text)]
-    return []
+            return figure + [(mime, _html_text(text) if mime == "text/html" else text)]
+    return figure
 
 
 def find_english_prose(nb) -> list[Finding]:

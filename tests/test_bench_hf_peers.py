@@ -9,7 +9,8 @@ from llmlab.bench import hf_peers
 
 
 def test_transformers_holds_our_very_tensors():
-    from llmlab.model import random_model, tiny_config
+    from llmlab.config import tiny_config
+    from llmlab.model import random_model
 
     model = random_model(tiny_config(), seed=0, dtype=torch.bfloat16)
     hf = hf_peers.hf_twin(model)

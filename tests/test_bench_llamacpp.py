@@ -54,7 +54,7 @@ def test_workload_rejects_what_it_cannot_build():
 def test_real_prompts_end_where_the_assistant_takes_over():
     from transformers import AutoTokenizer
 
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
     hand_over = tokenizer.encode("<|im_start|>assistant\n")

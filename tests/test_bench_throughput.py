@@ -110,7 +110,7 @@ def test_the_random_workload_has_the_real_workloads_lengths():
     data/prompts.json, so a random-weight run serves requests of the real lengths."""
     from transformers import AutoTokenizer
 
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
     real = throughput.build_workload(tokenizer, 256, 64, 192)

@@ -193,8 +193,8 @@ def test_the_package_s_own_piece_is_not_an_answer():
     """A build exercise compares the student's piece with the package's: the package's own (or a
     subclass that leaves the method to it) would pass trivially, here and through the grader."""
     from llmlab.analysis import costs
+    from llmlab.core.scheduler import Scheduler
     from llmlab.course.check import ch07, ch08
-    from llmlab.engine.scheduler import Scheduler
 
     assert not ch07.step_cost(costs.step_costs).passed
     assert "package" in ch07.step_cost(costs.step_costs).message

@@ -12,11 +12,11 @@ import pytest
 from planted import ch11 as ch11_planted
 
 from llmlab import i18n
+from llmlab.core.request import Request
 from llmlab.course.build import ch11_pool
 from llmlab.course.build.core import find_counterexample
 from llmlab.course.check import ch11
 from llmlab.kvcache import BlockPool, KVCacheManager
-from llmlab.request import Request
 from llmlab.sampling import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_a_pool_instance_takes_no_second_hash_fn():
 
 
 def test_engine_config_wants_a_class_naming_block_pool_cls():
-    from llmlab.engine.llm_engine import EngineConfig
+    from llmlab.config import EngineConfig
 
     with pytest.raises(ValueError, match="block_pool_cls"):
         EngineConfig(block_pool_cls=BlockPool(4))

@@ -5,7 +5,7 @@ import pytest
 
 from llmlab.course.check import ch04, ch05
 from llmlab.course.check.core import NOT_ANSWERED, ExerciseInfo
-from llmlab.generate import generate_with_cache
+from llmlab.engine.generate import generate_with_cache
 from llmlab.sampling import SamplingParams
 
 

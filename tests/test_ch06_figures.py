@@ -8,7 +8,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from llmlab.analysis.hardware import PRESETS  # noqa: E402
+from llmlab.analysis.hardware import PRESETS, MountainResult  # noqa: E402
 from llmlab.course.figures import ch06  # noqa: E402
 
 
@@ -46,3 +46,15 @@ def test_table_text_prints_rows_and_missing_cells():
     assert lines[2].split() == ["a", "1", "-"] and lines[3].split() == ["bb", "22", "z"]
     with pytest.raises(ValueError):
         ch06.table_text({})
+
+
+def test_mountain_and_hierarchy_have_labelled_axes():
+    m = MountainResult(
+        [16384, 1 << 20], [1e11, 5e10], "cpu", 1, [{"level": 1, "type": "Data", "size": 49152}]
+    )
+    ax = ch06.plot_memory_mountain(m)
+    assert "KiB" in ax.get_xlabel() and "GB/s" in ax.get_ylabel()
+    ax = ch06.plot_hierarchy("H100-SXM")
+    assert "bytes" in ax.get_xlabel()
+    with pytest.raises(ValueError, match="hierarchy"):
+        ch06.plot_hierarchy("L4")

@@ -9,6 +9,7 @@ import pytest
 matplotlib.use("Agg")
 
 from llmlab.analysis import roofline  # noqa: E402
+from llmlab.analysis.hardware import PRESETS  # noqa: E402
 from llmlab.config import get_config  # noqa: E402
 from llmlab.course.figures import ch07  # noqa: E402
 
@@ -58,3 +59,34 @@ def test_measure_steps_times_decodes_then_prefills(monkeypatch):
     out = ch07.measure_steps(object(), [1, 8], 64, prompts=[32], fast=True)
     assert calls == [("d", 1, 64), ("d", 8, 64), ("p", 32)]
     assert [m.kind for m in out] == ["decode", "decode", "prefill"]
+
+
+def test_plots_label_measured_and_datasheet():
+    ax = ch07.plot_roofline(
+        ["H100-SXM", "A100-80GB"], ops=[roofline.decode_gemv(get_config("llama-3-70b"), 1)]
+    )
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("datasheet" in t for t in labels) and "FLOP / byte" in ax.get_xlabel()
+    hw = PRESETS["laptop-cpu"].replace(name="test cpu, 2 threads", measured=True)
+    s = roofline.StepMeasurement(
+        "decode", 1, 8, 0.01, roofline.decode_step(get_config("smollm2-135m"), 1, 9, 4)
+    )
+    ax = ch07.plot_measured_roofline(hw, [s])
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("measured on test cpu, 2 threads" in t for t in labels)
+
+
+def test_plot_measured_batches_draws_floor_and_measurement():
+    cfg = get_config("smollm2-135m")
+    hw = PRESETS["laptop-cpu"].replace(name="cpu, 2 threads", measured=True)
+    ms = [
+        roofline.StepMeasurement(
+            "decode", b, 64, 0.02 * b**0.5, roofline.decode_step(cfg, b, 65, 4)
+        )
+        for b in (1, 4, 16)
+    ]
+    axes = ch07.plot_measured_batches(hw, ms)
+    ys = axes[1].get_lines()[0].get_ydata()
+    assert list(ys) == pytest.approx([b / (0.02 * b**0.5) for b in (1, 4, 16)])
+    with pytest.raises(ValueError, match="decode"):
+        ch07.plot_measured_batches(hw, [])

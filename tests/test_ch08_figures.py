@@ -93,3 +93,10 @@ def test_sim_vs_engine_rows_come_from_the_results():
     ]
     assert rows[1]["tokens/s"] == pytest.approx(b["static"].throughput)
     assert rows[2]["steps"] == a["continuous"].num_steps
+
+
+def test_compare_has_a_title_per_policy():
+    res = sim.compare(sim.make_trace(8, 1.0, 5, seed=0), max_batch=2)
+    fig = ch08.plot_compare(res)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any("static" in t for t in titles) and any("continuous" in t for t in titles)

@@ -3,8 +3,8 @@ hint (the formula only from the second wrong try), and the declared exercises ma
 
 from __future__ import annotations
 
+from llmlab.analysis import parallel_cost
 from llmlab.course.check import ch09, core
-from llmlab.parallel import cost
 
 STYLE = {
     "q_proj": "column",
@@ -47,7 +47,7 @@ def test_parallel_style_refuses_replicated_projections():
 
 def test_best_tp_long_context_is_the_fastest_degree_and_differs_from_short_context():
     times = {
-        t: cost.decode_step_cost(
+        t: parallel_cost.decode_step_cost(
             "llama-3-70b",
             tp=t,
             batch=ch09.LONG_BATCH,
@@ -61,7 +61,7 @@ def test_best_tp_long_context_is_the_fastest_degree_and_differs_from_short_conte
     short = min(
         ch09.TP_DEGREES,
         key=lambda t: (
-            cost.decode_step_cost(
+            parallel_cost.decode_step_cost(
                 "llama-3-70b", tp=t, batch=1, interconnect="pcie", context=1024
             ).total
         ),

@@ -8,8 +8,8 @@ matplotlib.use("Agg")
 
 import pytest
 
+from llmlab.analysis import parallel_cost
 from llmlab.course.figures import ch09
-from llmlab.parallel import cost
 
 
 def test_dp_replicas_draws_one_line_per_replica_count():
@@ -38,8 +38,8 @@ def test_allreduce_bars_are_measured_and_ring_model():
     nbytes = 6 * 576 * 4
     fig = ch09.allreduce_cpu_vs_gpu(2.5e-3, nbytes, world_size=2)
     heights = [p.get_height() for p in fig.axes[0].patches]
-    nv = cost.ring_all_reduce_time(nbytes, 2, cost.get_interconnect("nvlink"))
-    pcie = cost.ring_all_reduce_time(nbytes, 2, cost.get_interconnect("pcie"))
+    nv = parallel_cost.ring_all_reduce_time(nbytes, 2, parallel_cost.get_interconnect("nvlink"))
+    pcie = parallel_cost.ring_all_reduce_time(nbytes, 2, parallel_cost.get_interconnect("pcie"))
     assert heights == pytest.approx([2500.0, nv * 1e6, pcie * 1e6])
     assert fig.axes[0].get_yscale() == "log"
     assert ch09.allreduce_times(nbytes, 2) == pytest.approx({"nvlink": nv, "pcie": pcie})

@@ -89,3 +89,8 @@ def test_token_split_labels_each_bar_with_its_split():
     fig = fig11.token_split(rows, 64)
     assert [t.get_text() for t in fig.axes[0].texts] == ["61 + 3", "7 + 3"]
     plt.close(fig)
+
+
+def test_kv_waste_plot_has_labelled_axes():
+    ax = fig11.plot_kv_waste(sim.kv_memory_waste(sim.make_trace(8, 1.0, 5, seed=0), 64, 16, 4))
+    assert ax.get_ylabel() and ax.get_xlabel()

@@ -1,5 +1,5 @@
 """Chapter 12's checkers: the generation loop with its KV-cache marks (consistent with where
-llmlab/model.py writes and reads the cache), matching exercises with more choices than answers in
+llmlab/model/llama.py writes and reads the cache), matching exercises with more choices than answers in
 an order that is not the answers', the symptoms exercise, and the learning goals' exercise ids."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_the_loop_passes_and_the_hint_names_the_first_wrong_step():
 
 def test_the_loop_writes_and_reads_the_cache_where_the_model_does():
     """The attention step is the one that writes (reshape_and_cache) and then reads, in
-    llmlab/model.py and llmlab.ops; the projections only compute k and v."""
+    llmlab/model/llama.py and llmlab.ops; the projections only compute k and v."""
     from llmlab import model, ops
 
     marks = dict(ch12.LOOP_WITH_CACHE)

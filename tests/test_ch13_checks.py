@@ -16,7 +16,7 @@ from llmlab.analysis import costs, dtypes  # noqa: E402
 from llmlab.analysis.kv_budget import kv_summary  # noqa: E402
 from llmlab.config import get_config  # noqa: E402
 from llmlab.course.check import ch13, core  # noqa: E402
-from llmlab.quantization import dequantize_int8, quantize_int8  # noqa: E402
+from llmlab.model.quantization import dequantize_int8, quantize_int8  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("first_try")  # each test: a first try, in English
 

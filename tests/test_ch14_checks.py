@@ -112,7 +112,7 @@ def test_expected_counts_add_up_to_the_trials():
 
 
 def test_the_engines_rejection_sampler_passes_the_same_test():
-    from llmlab.engine.spec_decode.rejection_sampler import rejection_sample
+    from llmlab.sampling.rejection_sampler import rejection_sample
 
     def engine(target_probs, draft_tokens, generator):
         return rejection_sample(target_probs, draft_tokens, None, generator)

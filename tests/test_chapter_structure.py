@@ -243,7 +243,7 @@ def _exercises(labels: list[str]):
     for label in labels:
         cells += [
             new_markdown_cell(label),
-            new_code_cell("from llmlab.check import ch04\nch04.kv_bytes_per_token(1)"),
+            new_code_cell("from llmlab.course.check import ch04\nch04.kv_bytes_per_token(1)"),
         ]
     # a different checker per exercise: exercise_calls keeps the first call of each id
     names = ["kv_bytes_per_token", "kv_gb_for_request", "utilization_gain"]
@@ -266,7 +266,7 @@ def test_the_exercise_check_catches_shuffled_doubled_and_missing_labels():
 
 
 def test_the_slider_check_catches_a_promised_slider_in_going_further(sliders):
-    call = new_code_cell("from llmlab.widgets import kv_calculator\nkv_calculator()")
+    call = new_code_cell("from llmlab.course.widgets import kv_calculator\nkv_calculator()")
     on_path = _toy(new_markdown_cell("## 1. A"), call, new_markdown_cell("## Summary"))
     assert slider_problems(on_path, "04", sliders) == []
     further = _toy(

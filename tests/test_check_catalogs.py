@@ -1,12 +1,15 @@
-"""The checkers' catalogs (`llmlab/course/check/messages/*.json`) and the code that uses them
-agree: every key a checker module uses (read from its source: the literal first argument of
-`M(...)`, `M.key(...)`, `M.template(...)`, `M.text(...)` where `M = catalog("...")`) is in its
-catalog, every catalog key is used, the keywords of a call fill exactly the template's
-placeholders, and every entry has a Chinese text made from its current English (`en_sha`) with
-the same placeholders. Planted mistakes (a stale hash, a missing key, an unused key, a wrong
-keyword, an English text in the zh) are caught, and a stale Chinese text falls back to English at
-run time. The checkers and the build exercises' drivers (`llmlab/course/build`) hold no prose of
-their own: what `tr(...)` is left is counted."""
+"""The course's catalogs (the checkers' `llmlab/course/check/messages/*.json`, the figures' and
+the widgets' `llmlab/course/{figures,widgets}/messages/*.json`) and the code that uses them
+agree: every key a module uses (read from its source: the literal first argument of `M(...)`,
+`M.key(...)`, `M.template(...)`, `M.text(...)` where `M = catalog("...")`, every key of the
+section `M.by_english(text, "section")` looks in, and the key "section.name" of each option of
+`M.choices("section", (...names))`) is in its catalog, every catalog key is used,
+the keywords of a call fill exactly the template's placeholders, and every entry has a Chinese
+text made from its current English (`en_sha`) with the same placeholders. Planted mistakes (a
+stale hash, a missing key, an unused key, a wrong keyword, an English text in the zh) are caught,
+and a stale Chinese text falls back to English at run time. The checkers, the build exercises'
+drivers (`llmlab/course/build`), the figures and the widgets hold no prose of their own: what
+`tr(...)` is left is counted."""
 
 from __future__ import annotations
 
@@ -19,16 +22,37 @@ from pathlib import Path
 import pytest
 
 from llmlab import i18n
-from llmlab.course.check.catalog import MESSAGES_DIR, Catalog, placeholders, stamp, write_catalog
+from llmlab.course.check.catalog import (
+    COURSE_DIR,
+    MESSAGES_DIR,
+    Catalog,
+    catalog_path,
+    placeholders,
+    stamp,
+    write_catalog,
+)
 from llmlab.course.lang import en_sha
 
 CHECK_DIR = Path(__file__).resolve().parent.parent / "llmlab" / "course" / "check"
 BUILD_DIR = CHECK_DIR.parent / "build"
-LOOKUPS = {"__call__", "key", "template", "text"}
+LOOKUPS = {"__call__", "key", "template", "text", "by_english", "choices"}
+# the folders whose modules keep their words in catalogs of their own ("figures.ch07")
+TEXT_FOLDERS = ("figures", "widgets")
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Chinese writing: a Chinese character, or Chinese punctuation where a template holds only
 # placeholders and the way the two languages join them ("{what}：{why}。", "{where}——{what}")
 CHINESE = re.compile(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]|——")
+
+
+def _reads_as_chinese(zh: str) -> bool:
+    """True for Chinese writing, or for a label made only of the names Chinese text keeps in
+    English ("KV cache", "decode step", "batch {b}": the glossary's kept terms)."""
+    from english_prose import kept_names
+
+    if CHINESE.search(zh):
+        return True
+    rest = kept_names().sub(" ", re.sub(r"\{[^{}]*\}", " ", zh))
+    return re.search(r"[A-Za-z]{2,}", rest) is None
 
 
 @dataclass(frozen=True)
@@ -66,6 +90,25 @@ def uses(source: str, name: str) -> list[Use]:
             continue
         if method not in LOOKUPS:
             continue
+        if method == "choices" and len(node.args) == 2 and isinstance(node.args[0], ast.Constant):
+            names = node.args[1]
+            if isinstance(names, (ast.Tuple, ast.List)):  # a key per option
+                found += [
+                    Use(
+                        f"{name}.py:{node.lineno}",
+                        bound[owner],
+                        f"{node.args[0].value}.{n.value}",
+                        None,
+                    )
+                    for n in names.elts
+                    if isinstance(n, ast.Constant)
+                ]
+                continue
+        if method in ("by_english", "choices"):  # every key of the section it names
+            section = node.args[1] if len(node.args) > 1 else None
+            prefix = section.value if isinstance(section, ast.Constant) else "<not a literal>"
+            found.append(Use(f"{name}.py:{node.lineno}", bound[owner], f"{prefix}.*", None))
+            continue
         first = node.args[0] if node.args else None
         key = first.value if isinstance(first, ast.Constant) else None
         if first is None or not (key is not None or isinstance(first, (ast.Name, ast.Subscript))):
@@ -89,6 +132,12 @@ def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]
                 continue
             if use.key is None:
                 continue
+            if use.key.endswith(".*"):  # a section, looked up by its English
+                section = {k for k in cat.entries if k.startswith(use.key[:-1])}
+                if not section:
+                    out.append(f"{use.where}: no section {use.key[:-2]!r} in {cat.path.name}")
+                used[use.catalog] |= section
+                continue
             used[use.catalog].add(use.key)
             if use.key not in cat.entries:
                 out.append(f"{use.where}: {use.key!r} is not in {cat.path.name}")
@@ -106,28 +155,46 @@ def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]
         out += cat.problems()
         for key, entry in cat.entries.items():
             zh = entry.get("zh")
-            if CJK.search(entry["en"]) or (zh and not CHINESE.search(zh)):
+            if CJK.search(entry["en"]) or (zh and not _reads_as_chinese(zh)):
                 out.append(f"{cat.path.name}: {key!r}: Chinese in the English, or none in the zh")
     return out
 
 
 def checker_sources() -> dict[str, str]:
-    """{module name: source} of the checkers ("ch04") and the build exercises ("build/ch07")."""
+    """{module name: source} of the checkers ("ch04"), the build exercises ("build/ch07"), the
+    figures and the widgets ("figures/ch07")."""
     found = {p.stem: p.read_text(encoding="utf-8") for p in sorted(CHECK_DIR.glob("*.py"))}
-    found |= {
-        f"build/{p.stem}": p.read_text(encoding="utf-8") for p in sorted(BUILD_DIR.glob("*.py"))
-    }
+    for folder in ("build", *TEXT_FOLDERS):
+        found |= {
+            f"{folder}/{p.stem}": p.read_text(encoding="utf-8")
+            for p in sorted((COURSE_DIR / folder).glob("*.py"))
+        }
     return found
 
 
+def catalog_files() -> list[Path]:
+    """Every catalog file the course ships."""
+    return sorted(MESSAGES_DIR.glob("*.json")) + [
+        p
+        for folder in TEXT_FOLDERS
+        for p in sorted((COURSE_DIR / folder / "messages").glob("*.json"))
+    ]
+
+
 def shipped_catalogs() -> dict[str, Catalog]:
-    return {p.stem: Catalog(p.stem) for p in sorted(MESSAGES_DIR.glob("*.json"))}
+    names = [
+        p.stem if p.parent == MESSAGES_DIR else f"{p.parent.parent.name}.{p.stem}"
+        for p in catalog_files()
+    ]
+    return {name: Catalog(name) for name in names}
 
 
 def test_checkers_and_their_catalogs_agree():
     sources, catalogs = checker_sources(), shipped_catalogs()
-    assert {"core", "predict", "ch04", "ch09", "ch12"} <= set(catalogs)
-    assert {"ch09", "build/ch07", "build/ch11_pool"} <= set(sources)
+    assert {"core", "predict", "ch04", "ch09", "ch12", "figures.ch07", "widgets.kv"} <= set(
+        catalogs
+    )
+    assert {"ch09", "build/ch07", "build/ch11_pool", "figures/ch07", "widgets/kv"} <= set(sources)
     problems = findings(sources, catalogs)
     assert not problems, "\n".join(problems)
     users = {use.catalog for name, src in sources.items() for use in uses(src, name)}
@@ -150,7 +217,7 @@ def test_checkers_and_drivers_hold_keys_not_prose(name):
 
 
 def test_catalog_files_are_written_as_the_store_writes_them():
-    for path in sorted(MESSAGES_DIR.glob("*.json")):
+    for path in catalog_files():
         data = json.loads(path.read_text(encoding="utf-8"))
         assert list(data) == ["messages"], path.name
         for key, entry in data["messages"].items():
@@ -227,6 +294,7 @@ def test_an_untranslated_zh_is_caught_and_a_template_of_punctuation_is_not(tmp_p
         "joined": ("{what}: {why}.", "{what}：{why}。"),
         "dashed": ("{where} — {what}", "{where}——{what}"),
         "untranslated": ("a hint.", "a hint."),
+        "kept": ("decode step {n}", "decode step {n}"),  # terms Chinese keeps in English
     }
     path = tmp_path / "planted.json"
     write_catalog(
@@ -234,7 +302,8 @@ def test_an_untranslated_zh_is_caught_and_a_template_of_punctuation_is_not(tmp_p
     )
     source = (
         'from x import catalog\nM = catalog("planted")\ndef f():\n'
-        '    return M("joined", what=1, why=2) + M("dashed", where=1, what=2) + M("untranslated")\n'
+        '    return M("joined", what=1, why=2) + M("dashed", where=1, what=2) + M("untranslated")'
+        ' + M("kept", n=1)\n'
     )
     problems = findings({"planted": source}, {"planted": Catalog("planted", path)})
     assert problems == ["planted.json: 'untranslated': Chinese in the English, or none in the zh"]
@@ -269,4 +338,52 @@ def test_the_catalogs_are_package_data():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
     pyproject = tomllib.loads((CHECK_DIR.parents[2] / "pyproject.toml").read_text())
     data = pyproject["tool"]["setuptools"]["package-data"]
-    assert "messages/*.json" in data.get("llmlab.course.check", []), data
+    for package in ("llmlab.course.check", *(f"llmlab.course.{f}" for f in TEXT_FOLDERS)):
+        assert "messages/*.json" in data.get(package, []), (package, data)
+
+
+def test_a_folder_s_catalog_sits_beside_its_modules():
+    assert catalog_path("ch04") == MESSAGES_DIR / "ch04.json"
+    assert catalog_path("figures.ch07") == COURSE_DIR / "figures" / "messages" / "ch07.json"
+
+
+def test_choices_are_a_tuple_of_names_printed_with_their_labels(tmp_path):
+    import copy
+
+    path = tmp_path / "planted.json"
+    texts = {"step.tokenize": ("split the text", "分词"), "step.lm_head": ("logits", "输出层")}
+    write_catalog(
+        path, {k: {"en": en, "en_sha": en_sha(en), "zh": zh} for k, (en, zh) in texts.items()}
+    )
+    cat = Catalog("planted", path)
+    steps = cat.choices("step", ("tokenize", "lm_head"))
+    assert steps == ("tokenize", "lm_head") and steps.index("lm_head") == 1 and "tokenize" in steps
+    assert copy.deepcopy(steps) == ("tokenize", "lm_head")
+    with i18n.speaking("zh"):
+        assert repr(steps) == "'tokenize'  分词\n'lm_head'   输出层"
+    assert str(steps).splitlines()[0] == "'tokenize'  split the text"
+    source = 'M = catalog("planted")\nS = M.choices("step", ("tokenize", "embed"))\n'
+    problems = findings({"planted": source}, {"planted": cat})
+    assert problems == [
+        "planted.py:2: 'step.embed' is not in planted.json",
+        "planted.json: 'step.lm_head' is used nowhere",
+    ]
+
+
+def test_a_section_is_looked_up_by_its_english(tmp_path):
+    path = tmp_path / "planted.json"
+    write_catalog(
+        path,
+        {
+            "header.policy": {"en": "policy", "en_sha": en_sha("policy"), "zh": "策略"},
+            "title.policy": {"en": "policy", "en_sha": en_sha("policy"), "zh": "政策"},
+        },
+    )
+    cat = Catalog("planted", path)
+    with i18n.speaking("zh"):
+        assert cat.by_english("policy", "header") == "策略"
+        assert cat.by_english("steps", "header") == "steps"  # not in the section: as it is
+    assert cat.by_english("policy", "header") == "policy"
+    source = 'M = catalog("planted")\ndef f(h):\n    return M.by_english(h, "header")\n'
+    problems = findings({"planted": source}, {"planted": cat})
+    assert problems == ["planted.json: 'title.policy' is used nowhere"]

@@ -245,7 +245,7 @@ def test_attention_checker_passes_a_correct_function_and_diagnoses_slips():
 
 @pytest.mark.model
 def test_tokens_per_han_checker_uses_the_real_tokenizer():
-    from llmlab.config import DATA_DIR
+    from llmlab.paths import DATA_DIR
     from llmlab.tokenizer import real_tokenizer
 
     text = (DATA_DIR / "text" / "inference_zh.txt").read_text(encoding="utf-8")

@@ -12,6 +12,7 @@ import pytest
 from llmlab.analysis import sim
 from llmlab.course.check import ch11, ch12, core
 from llmlab.course.check.core import FAIL_WORD, NOT_ANSWERED, PASS_WORD
+from llmlab.tools import vllm_bridge
 
 
 def _fails_with(result, *words):
@@ -224,7 +225,7 @@ def test_vllm_feature_grades_by_content_and_names_each_mistake(monkeypatch, tmp_
 
 @pytest.mark.vllm
 @pytest.mark.skipif(
-    not __import__("llmlab.tools.vllm_bridge").vllm_bridge.available(),
+    not vllm_bridge.available(),
     reason="vLLM's environment is not there: `make vllm` adds it",
 )
 def test_every_place_named_for_a_vllm_feature_is_in_the_installed_vllm():

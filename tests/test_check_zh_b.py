@@ -27,7 +27,9 @@ MODULES = [f"ch{n:02d}" for n in range(6, 13)]
 FILES = [f"llmlab/course/check/{m}.py" for m in MODULES] + [
     "llmlab/course/instructor/grading.py",
     "llmlab/tools/doctor.py",
-    "llmlab/sampling.py",
+    "llmlab/sampling/params.py",
+    "llmlab/sampling/sampler.py",
+    "llmlab/engine/processor.py",
     "llmlab/engine/llm.py",
     "llmlab/engine/llm_engine.py",
     "llmlab/analysis/costs.py",
@@ -325,7 +327,7 @@ def test_missing_answer_message_in_chinese(zh):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("print(1)")]
     msg = grading._missing_message(nb, "ch00.fast_mode", [])
-    assert msg.startswith(grading.NOT_RECORDED_ZH) and "llmlab.check.ch00.fast_mode" in msg
+    assert msg.startswith(grading.NOT_RECORDED_ZH) and "llmlab.course.check.ch00.fast_mode" in msg
     i18n.set_language("en")
     assert grading._missing_message(nb, "ch00.fast_mode", []).startswith(grading.NOT_RECORDED)
 
@@ -341,7 +343,7 @@ def test_doctor_report_speaks_chinese_and_still_finds_a_missing_model(zh, monkey
     def gone():
         raise FileNotFoundError("no gguf")
 
-    monkeypatch.setattr("llmlab.weights.gguf_path", gone)
+    monkeypatch.setattr("llmlab.model.weights.gguf_path", gone)
     info = doctor.report()
     assert info["模型包"].startswith("缺失") and doctor.model_missing(info)
     assert doctor.main() == 1

@@ -130,9 +130,9 @@ def test_in_vllm_box_names_what_exists(path):
 
 
 def test_resolve_fails_on_a_name_that_does_not_exist():
-    assert resolve("llmlab.engine.scheduler.Scheduler") is not None
+    assert resolve("llmlab.core.scheduler.Scheduler") is not None
     with pytest.raises(AttributeError):
-        resolve("llmlab.engine.scheduler.Scheduler.no_such_method")
+        resolve("llmlab.core.scheduler.Scheduler.no_such_method")
 
 
 # ----------------------------------------------------------------------- predictions and widgets

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from llmlab.detokenizer import IncrementalDetokenizer
+from llmlab.engine.detokenizer import IncrementalDetokenizer
 
 
 class CharTokenizer:

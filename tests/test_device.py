@@ -18,16 +18,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from llmlab.core.request import Request
+from llmlab.core.scheduler import SchedulerOutput
 from llmlab.engine import LLMEngine
-from llmlab.engine.cuda_graphs import DecodeGraphs, capture_sizes
-from llmlab.engine.input_batch import StagingBuffers, build_step_arrays
-from llmlab.engine.model_runner import ModelRunner
-from llmlab.engine.scheduler import SchedulerOutput
-from llmlab.engine.spec_decode.rejection_sampler import rejection_sample, target_probs
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import tiny_model
-from llmlab.request import Request
 from llmlab.sampling import SamplingParams, apply_logits_processors, make_generator, sample
+from llmlab.sampling.rejection_sampler import rejection_sample, target_probs
+from llmlab.worker.cuda_graphs import DecodeGraphs, capture_sizes
+from llmlab.worker.input_batch import StagingBuffers, build_step_arrays
+from llmlab.worker.model_runner import ModelRunner
 
 META = torch.device("meta")
 VOCAB = 512
@@ -186,7 +186,7 @@ def test_the_gpu_fast_path_under_the_runner_gives_the_readable_tokens():
     """What the engine runs on a GPU, run on a CPU: the fused layers of `model_gpu` (through the
     Triton interpreter) in the runner, decode steps replayed on the staging buffers. Greedy and
     seeded tokens equal the readable engine's."""
-    from llmlab.model_gpu import gpu_model
+    from llmlab.model.gpu import gpu_model
 
     kwargs = dict(block_size=4, max_num_seqs=6, max_model_len=64)
     readable = run_greedy_and_sampled(LLMEngine(tiny_model(), **kwargs), 4, 6)
@@ -217,8 +217,7 @@ def _run(engine: LLMEngine, params: dict[str, SamplingParams]) -> dict[str, tupl
 def test_a_request_whose_sampling_fails_ends_alone(monkeypatch, spec):
     """One request's sampling (or verification) raises: it finishes with finish_reason "error",
     its batch-mates get the tokens they get without it, and no block is left held."""
-    from llmlab.engine import model_runner
-    from llmlab.engine.spec_decode import model_runner as spec_runner
+    from llmlab.worker import model_runner
 
     def poisoned(fn):
         def wrapped(logits, row_or_params, *args):
@@ -230,7 +229,7 @@ def test_a_request_whose_sampling_fails_ends_alone(monkeypatch, spec):
         return wrapped
 
     monkeypatch.setattr(model_runner, "sample", poisoned(model_runner.sample))
-    monkeypatch.setattr(spec_runner, "target_probs", poisoned(spec_runner.target_probs))
+    monkeypatch.setattr(model_runner, "target_probs", poisoned(model_runner.target_probs))
     kwargs = dict(attention_backend="torch", block_size=4, speculative_config=spec)
     mates = {
         str(i): SamplingParams(temperature=0.8 if i % 2 else 0, seed=i, max_tokens=10)

@@ -253,7 +253,7 @@ def test_a_prediction_in_the_solutions_is_labelled_one_reasonable_guess(lang):
     guesses = [c for c in code if "my_prediction" in c.source]
     assert guesses and all(c.source.startswith(editions.GUESS_COMMENT) for c in guesses)
     headings = {c.id: c.source for c in sols.cells if c.cell_type == "markdown"}
-    label = "One reasonable guess, not an answer" if lang == "en" else "合理的猜测，不是答案"
+    label = "One reasonable guess, not an answer" if lang == "en" else "合理猜测，不是答案"
     for c in guesses:
         assert label in headings["h-" + c.id.removeprefix("s-")]
     solved = [c for c in code if c.metadata["llmlab"]["exercises"]]

@@ -334,7 +334,7 @@ def test_default_pool_size_covers_max_num_seqs_requests(model):
     engine = LLMEngine(model, max_model_len=100, max_num_seqs=5, block_size=16)
     assert engine.num_kv_blocks == 5 * 7
     real_sized = LLMEngine(model, max_num_seqs=64, kv_cache_memory_bytes=1 << 20)
-    from llmlab.engine.llm_engine import kv_bytes_per_block
+    from llmlab.engine.builder import kv_bytes_per_block
 
     assert real_sized.max_model_len == 1024  # tiny model's max_position_embeddings
     assert real_sized.num_kv_blocks == (1 << 20) // kv_bytes_per_block(model, 16)

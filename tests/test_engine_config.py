@@ -10,13 +10,12 @@ import textwrap
 
 import pytest
 
+from llmlab.config.engine import EngineConfig
+from llmlab.core.scheduler import Scheduler
 from llmlab.engine import EngineConfig as EngineConfigFromEngine
-from llmlab.engine.llm_engine import EngineConfig as EngineConfigFromLLMEngine
-from llmlab.engine.scheduler import Scheduler
-from llmlab.engine.spec_decode import SpeculativeConfig
-from llmlab.engine_config import EngineConfig
 from llmlab.kvcache import BlockPool, KVCacheManager
 from llmlab.serve.launch import engine_kwargs, parser
+from llmlab.spec_decode import SpeculativeConfig
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
 
@@ -30,11 +29,13 @@ TAKES = {
 }
 
 
-def test_the_earlier_import_paths_give_the_same_class():
-    assert EngineConfigFromEngine is EngineConfig is EngineConfigFromLLMEngine
-    from llmlab.engine_config import SpeculativeConfig as moved
+def test_the_public_names_are_the_one_class():
+    """`llmlab.engine.EngineConfig` and `llmlab.spec_decode.SpeculativeConfig`, as the public
+    API names them, are the classes defined in `llmlab.config.engine`."""
+    from llmlab.config.engine import SpeculativeConfig as defined
 
-    assert SpeculativeConfig is moved
+    assert EngineConfigFromEngine is EngineConfig
+    assert SpeculativeConfig is defined
 
 
 @pytest.mark.parametrize(

@@ -208,7 +208,7 @@ def synthetic_tokenizer(vocab_size: int):
 
 def test_a_grammar_holds_on_the_device(model):
     pytest.importorskip("xgrammar")
-    from llmlab.structured_output import StructuredOutputsParams
+    from llmlab.sampling.structured_output import StructuredOutputsParams
 
     schema = {
         "type": "object",

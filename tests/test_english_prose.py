@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from english_prose import MIN_WORDS, english_runs, find_english_prose, main
+from english_prose import FIGURE_TEXTS_MIME, MIN_WORDS, english_runs, find_english_prose, main
 from nbformat.v4 import (
     new_code_cell,
     new_markdown_cell,
@@ -54,6 +54,11 @@ def test_flags_an_english_label():
         "{'a': 'a cache hit', 'b': 'a miss'}",  # a choice list's English labels
         "block table of a request",  # a glossary name with no Chinese beside it is English
         "median error",  # a two-word label
+        "['tokenize', 'embed', 'qkv_projection', 'attention']",  # choices with no Chinese label
+        "(c) 'requests_preempted_with_many_long_chats'",  # one choice: six English words
+        "running  waiting  num_kv_blocks  kv_usage",  # a table's header: its columns are read
+        "system         tokens  seconds  tok/s",
+        "mean_latency  mean_ttft  mean_batch",  # columns' code names alone
     ],
 )
 def test_flags_english_prose(line):
@@ -66,18 +71,20 @@ def test_flags_english_prose(line):
         "TTFT 12.3 ms, batch 8",  # acronyms, numbers with units, glossary terms
         "{'ttft': 0.3, 'tpot': 0.02}",  # a dict keyed by names
         "llmlab.kvcache.BlockPool",  # a dotted name
-        "['tokenize', 'embed', 'qkv_projection', 'attention']",  # the choices are names
+        "'qkv_projection'（QKV 投影）、'attention'（注意力）",  # choices with their Chinese labels
+        "运行中 running  排队 waiting  KV 块数 num_kv_blocks",  # columns labelled in Chinese
+        "top_k 5  top_p 0.9",  # one word in each code name
         "KV cache, prefill, decode step, TTFT, TPOT, micro-batch",  # kept in English by design
         "每个 decode step 都把 KV cache 读一遍，prompt 的 prefill 只做一次",
         "'块表' -> block table / 块表（第 11 章）：一个请求的物理块 id",  # the key beside its Chinese
         "SmolLM2-135M-Instruct on Intel(R) Xeon(R)",  # names: of a model, of a CPU
+        "「My favourite fruit is the」之后的下一个 token",  # the prompt, quoted verbatim
         "    return x + self.mlp(self.post_attention_layernorm(x))  # the residual adds it back",
         "if num_new <= 0:  # nothing to compute (cannot happen between steps)",
         "batch   1: floor   42.2 ms",  # one word, under the minimum
         "        layer: int,",  # a line of a printed signature
         "    query, key_cache, metadata.seq_lens, scale, **scales",  # of a printed call
         "NVIDIA H100 Tensor Core GPU",  # a product's name
-        "system         tokens  seconds  tok/s",  # columns, not a sentence
         "vllm:num_requests_running        0",
         "docs: https://docs.vllm.ai/en/latest/design/paged_attention.html",
     ],
@@ -91,12 +98,19 @@ def test_the_minimum_run_is_two_words():
     assert english_runs("word") == []
     assert [words for words, _ in english_runs("per word")] == ["per word"]
     assert english_runs("one.", min_words=1)
-    assert flagged(printed("prompt  TTFT ms   measured here")) == ["measured here"]
+    assert flagged(printed("prompt  TTFT ms   measured here")) == ["ms   measured here"]
 
 
-def test_a_run_is_cut_at_table_columns_and_chinese():
-    assert flagged(printed("measured  sentence  all")) == []
+def test_a_run_is_cut_at_chinese_and_at_the_columns_of_a_line_with_chinese():
     assert flagged(printed("measured 这台 here 机器 again")) == []
+    assert flagged(printed("实测  measured  sentence  all")) == []  # columns beside Chinese
+    assert flagged(printed("measured  sentence  all")) == ["measured  sentence  all"]
+
+
+def test_a_code_name_counts_only_where_no_chinese_labels_it():
+    assert flagged(printed("  a) 'kv_usage'")) == ["a) 'kv_usage'"]
+    assert flagged(printed("  a) 'kv_usage' KV 使用率")) == []
+    assert flagged(printed("vllm:num_requests_running  llmlab.kvcache.block_pool")) == []
 
 
 # --------------------------------------------------------------------------- where it looks
@@ -122,6 +136,45 @@ def test_html_code_and_styles_are_not_read():
         "<code>the_value = read it back</code>结果"
     )
     assert flagged(shown({"text/html": markup})) == []
+
+
+def test_reads_the_words_a_figure_draws():
+    image = {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure size 640x480 with 1 Axes>"}
+    words = {"texts": ["KV memory measured on the llmlab engine", "0.5", "1.0"]}
+    nb = shown({**image, FIGURE_TEXTS_MIME: words})
+    assert [(f.kind, f.text) for f in find_english_prose(nb)] == [
+        ("figure", "memory measured on the llmlab engine")
+    ]
+    words["texts"][0] = "在 llmlab 引擎上实测的 KV 内存（SmolLM2-135M）"
+    assert flagged(shown({**image, FIGURE_TEXTS_MIME: words})) == []
+
+
+def test_a_kernel_keeps_the_words_of_each_figure_it_shows():
+    """`llmlab.i18n.record_figure_texts`, which `set_language` calls, in an IPython shell: a
+    Figure's display carries its texts, any other object's does not."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from llmlab import i18n
+
+    shell = InteractiveShell.instance()
+    try:
+        i18n.record_figure_texts()
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [3, 4], label="实测")
+        ax.set_title("每步耗时")
+        ax.set_xlabel("batch")
+        ax.legend()
+        data, _ = shell.display_formatter.format(fig)
+        texts = data[i18n.FIGURE_TEXTS_MIME]["texts"]
+        assert {"每步耗时", "batch", "实测"} <= set(texts)
+        assert i18n.FIGURE_TEXTS_MIME not in shell.display_formatter.format([1, 2])[0]
+        plt.close(fig)
+    finally:
+        InteractiveShell.clear_instance()
 
 
 def test_reads_markdown_and_plain_results():
@@ -248,3 +301,17 @@ def test_vllms_quoted_source_is_shown_as_code_in_a_notebook(monkeypatch, capsys)
     assert data["text/plain"] == source and "<code>" in data["text/html"]
     assert flagged(shown(data)) == []
     assert flagged(printed(source)) != []  # printed, the same lines would be read as prose
+
+
+def test_loading_the_reference_model_prints_nothing(capfd):
+    # transformers draws an English "Loading weights" bar; chapter 11 loads the reference in a cell
+    from transformers.utils import logging as hf_logging
+
+    from llmlab.model.weights import load_hf_model
+
+    shown = hf_logging.is_progress_bar_enabled()
+    model = load_hf_model("smollm2-135m")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert hf_logging.is_progress_bar_enabled() == shown  # the setting is put back
+    assert not model.training

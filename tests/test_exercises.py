@@ -35,8 +35,8 @@ def _nb(*sources: str):
 
 def test_exercise_calls_follow_every_import_style():
     nb = _nb(
-        "from llmlab import check\ncheck.ch00.num_chapters(1)",
-        "from llmlab.check import ch04 as c4\nc4.kv_bytes_per_token(None)",
+        "from llmlab.course import check\ncheck.ch00.num_chapters(1)",
+        "from llmlab.course.check import ch04 as c4\nc4.kv_bytes_per_token(None)",
         "import llmlab.course.check.ch07 as roof\nx = roof.ridge_point(2)",
         "from llmlab.course.check.ch10 import tpot as my_tpot\nmy_tpot(0.1)",
         "import llmlab\nllmlab.check.ch02.head_size(None)\nch03.forwards(None)",

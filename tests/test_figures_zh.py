@@ -373,10 +373,11 @@ def _chapter_figures():
 
 
 def _module_figures():
-    """(name, build) of the plots that llmlab.analysis.roofline, llmlab.analysis.sim and llmlab.analysis.hardware draw
-    themselves (the chapters call them directly), on small inputs; the memory mountain on a tiny
-    made-up measurement."""
+    """(name, build) of the plots of the numbers llmlab.analysis.roofline, llmlab.analysis.sim
+    and llmlab.analysis.hardware compute (drawn by chapters 06, 07, 08 and 11's figures), on small
+    inputs; the memory mountain on a tiny made-up measurement."""
     from llmlab.analysis import hardware, sim
+    from llmlab.course.figures import ch06, ch07, ch08, ch11
 
     cfg = get_config("smollm2-135m")
     cpu = get_hardware("laptop-cpu").replace(name="test cpu, 2 threads", measured=True)
@@ -393,8 +394,8 @@ def _module_figures():
     )
     return [
         (
-            "roofline.plot_roofline",
-            lambda: roofline.plot_roofline(
+            "ch07.plot_roofline",
+            lambda: ch07.plot_roofline(
                 ["H100-SXM", cpu],
                 ops=[
                     roofline.decode_gemv(cfg70, 1),
@@ -405,23 +406,23 @@ def _module_figures():
                 ],
             ),
         ),
-        ("roofline.plot_measured_roofline", lambda: roofline.plot_measured_roofline(cpu, steps)),
+        ("ch07.plot_measured_roofline", lambda: ch07.plot_measured_roofline(cpu, steps)),
         (
-            "roofline.plot_batch_sweep",
-            lambda: roofline.plot_batch_sweep(cfg70, "H100-SXM", (1, 64, 512))[0],
+            "ch07.plot_batch_sweep",
+            lambda: ch07.plot_batch_sweep(cfg70, "H100-SXM", (1, 64, 512))[0],
         ),
-        ("roofline.plot_measured_batches", lambda: roofline.plot_measured_batches(cpu, steps)[0]),
-        ("sim.plot_compare", lambda: sim.plot_compare(sim.compare(trace, max_batch=2))),
+        ("ch07.plot_measured_batches", lambda: ch07.plot_measured_batches(cpu, steps)[0]),
+        ("ch08.plot_compare", lambda: ch08.plot_compare(sim.compare(trace, max_batch=2))),
         (
-            "sim.plot_compare_seconds",
-            lambda: sim.plot_compare(
+            "ch08.plot_compare_seconds",
+            lambda: ch08.plot_compare(
                 sim.compare(trace, max_batch=2), time_unit="s", time_scale=0.01
             ),
         ),
-        ("sim.plot_gantt", lambda: sim.plot_gantt(sim.simulate(trace, "static", 2))),
-        ("sim.plot_kv_waste", lambda: sim.plot_kv_waste(sim.kv_memory_waste(trace, 64, 16, 4))),
-        ("hardware.plot_memory_mountain", lambda: hardware.plot_memory_mountain(mountain)),
-        ("hardware.plot_hierarchy", lambda: hardware.plot_hierarchy("H100-SXM")),
+        ("ch08.plot_gantt", lambda: ch08.plot_gantt(sim.simulate(trace, "static", 2))),
+        ("ch11.plot_kv_waste", lambda: ch11.plot_kv_waste(sim.kv_memory_waste(trace, 64, 16, 4))),
+        ("ch06.plot_memory_mountain", lambda: ch06.plot_memory_mountain(mountain)),
+        ("ch06.plot_hierarchy", lambda: ch06.plot_hierarchy("H100-SXM")),
     ]
 
 
@@ -457,14 +458,15 @@ def test_english_figures_are_unchanged_after_switching_back(zh):
 
 
 def test_roofline_sim_and_hardware_plots_switch_back_to_their_english(zh):
-    from llmlab.analysis import hardware, sim
+    from llmlab.analysis import sim
+    from llmlab.course.figures import ch06, ch07, ch08
 
     cfg70 = get_config("llama-3-70b")
     op = roofline.decode_attention(cfg70, 1, 1024)
     assert op.name == "decode 注意力，batch 1，上下文 1024"
     assert CJK.search(roofline.place(op, "H100-SXM").summary())
     fig, _ = _drawn(
-        lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2))
+        lambda: ch08.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2))
     )
     assert fig.axes[0].get_title().startswith("模拟：static batching，batch 上限 2，")
     i18n.set_language("en")
@@ -475,21 +477,21 @@ def test_roofline_sim_and_hardware_plots_switch_back_to_their_english(zh):
         .summary()
         .startswith("decode attention, batch 1, context 1024: intensity ")
     )
-    ax = roofline.plot_roofline(["H100-SXM"], ops=[op])
+    ax = ch07.plot_roofline(["H100-SXM"], ops=[op])
     assert (ax.get_xlabel(), ax.get_title()) == (
         "arithmetic intensity (FLOP / byte, log scale)",
         "Roofline, dense bf16 peaks",
     )
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["H100-SXM (bf16, datasheet)"]
     fig, _ = _drawn(
-        lambda: sim.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2))
+        lambda: ch08.plot_compare(sim.compare(sim.make_trace(6, 1.0, 4, seed=0), max_batch=2))
     )
     assert (
         fig.axes[0].get_title().startswith("simulated: static batching, max batch 2 - throughput ")
     )
     assert fig.axes[-1].get_xlabel() == "time (steps)"
     assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["static", "continuous"]
-    assert hardware.plot_hierarchy("H100-SXM").get_xlabel() == "capacity (bytes, log scale)"
+    assert ch06.plot_hierarchy("H100-SXM").get_xlabel() == "capacity (bytes, log scale)"
 
 
 def _width(line: str) -> int:
@@ -576,13 +578,18 @@ def test_readouts_keep_their_numbers_in_chinese(zh):
 
 
 def _chinese_strings():
-    """(file, string) of every string literal with a Chinese character in the figure and widget
-    modules, in the modules that draw their own plots (roofline, sim, hardware) and in the
-    glossary's figure."""
+    """(file, string) of every Chinese text of the figures' and the widgets' catalogs, and of
+    every string literal with a Chinese character left in their modules and in the analysis
+    modules a figure reads labels from (roofline, sim, hardware)."""
     import ast
+    import json
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "llmlab"
+    for folder in ("figures", "widgets"):
+        for path in sorted((root / "course" / folder / "messages").glob("*.json")):
+            for entry in json.loads(path.read_text(encoding="utf-8"))["messages"].values():
+                yield path.name, entry["zh"]
     files = sorted((root / "course" / "figures").glob("*.py")) + sorted(
         (root / "course" / "widgets").glob("*.py")
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from greedy_match import assert_greedy_match, hf_greedy
 
-from llmlab import generate
+from llmlab.engine import generate
 from llmlab.model import tiny_model
 from llmlab.sampling import SamplingParams
 
@@ -82,7 +82,7 @@ def test_min_tokens_bans_stop_tokens_as_the_engine_does(loop):
     """One rule for min_tokens: EOS and stop tokens cannot be sampled before it; the loops of
     chapters 03-04 and `LLM` give the same tokens."""
     from llmlab import LLM
-    from llmlab.generate import generate_no_cache, generate_with_cache
+    from llmlab.engine.generate import generate_no_cache, generate_with_cache
     from llmlab.model import tiny_model
 
     model = tiny_model(seed=3)

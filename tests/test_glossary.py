@@ -137,7 +137,7 @@ def test_other_notebooks_terms_are_found_and_misses_reported(entries):
 
 
 def test_where_the_kv_cache_is_written_matches_the_model(entries):
-    """llmlab/model.py writes this step's K/V in the attention step and then reads the cache;
+    """llmlab/model/llama.py writes this step's K/V in the attention step and then reads the cache;
     the glossary says the same, and no entry puts the write in the projections."""
     kv = g.lookup("KV cache", entries).definition
     assert "attention step writes" in kv and "then reads" in kv

@@ -43,7 +43,7 @@ from llmlab.course.instructor import (
 
 SYNTHETIC = [
     new_markdown_cell("# A tiny chapter\nThree exercises built on chapter 00's checkers."),
-    new_code_cell("from llmlab import check\nfrom llmlab.course.check import ch00 as c0"),
+    new_code_cell("from llmlab.course import check\nfrom llmlab.course.check import ch00 as c0"),
     new_code_cell("answer = 13  # SOLUTION\ncheck.ch00.num_chapters(answer)"),
     new_code_cell(
         textwrap.dedent("""\
@@ -257,7 +257,9 @@ def test_an_exercise_dropped_from_the_metadata_is_still_expected_and_reported_mi
     assert (rep["score"], rep["total"]) == (2, 3), rep
     dropped = _by_id(rep)["ch00.module_for_paged_attention"]
     assert not dropped["passed"]
-    assert "no longer calls llmlab.check.ch00.module_for_paged_attention" in dropped["message"]
+    assert (
+        "no longer calls llmlab.course.check.ch00.module_for_paged_attention" in dropped["message"]
+    )
 
 
 @pytest.mark.notebook
@@ -399,7 +401,7 @@ def test_package_fingerprint_sees_an_edited_checker_but_not_compiled_caches(tmp_
     checker.write_text("CHAPTERS = 13\n")
     (tmp_path / "data" / "models.json").write_text("{}")
     monkeypatch.setattr(grading, "package_root", lambda: tmp_path)
-    monkeypatch.setattr("llmlab.config.DATA_DIR", tmp_path / "data")
+    monkeypatch.setattr("llmlab.paths.DATA_DIR", tmp_path / "data")
     before = grading.package_fingerprint()
     (tmp_path / "llmlab" / "course" / "check" / "__pycache__" / "ch00.cpython-311.pyc").write_bytes(
         b"compiled"

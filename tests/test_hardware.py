@@ -44,24 +44,6 @@ def test_h100_datasheet_against_source_round_figures():
     assert dat.interconnect == {"nvlink": 900e9, "pcie": 128e9}
 
 
-def test_the_earlier_preset_name_finds_the_source_preset_without_being_listed():
-    """Notebooks (and answers saved from them) say "H100-SXM-seed"; the preset is
-    "H100-SXM-source" now. The old name finds it everywhere a name is taken, and no listing
-    shows the preset twice."""
-    from llmlab.analysis import roofline
-    from llmlab.analysis.hardware import get_hardware
-
-    source = PRESETS["H100-SXM-source"]
-    assert PRESETS["H100-SXM-seed"] is source and get_hardware("H100-SXM-seed") is source
-    assert "H100-SXM-seed" in PRESETS and PRESETS.get("H100-SXM-seed") is source
-    assert roofline.ridge_point("H100-SXM-seed", "bf16") == roofline.ridge_point(source, "bf16")
-    assert list(PRESETS).count("H100-SXM-source") == 1 and "H100-SXM-seed" not in list(PRESETS)
-    assert source.name == "H100-SXM-source"
-    assert "nope" not in PRESETS and PRESETS.get("nope") is None
-    with pytest.raises(KeyError):
-        PRESETS["nope"]
-
-
 def test_h200_differs_from_h100_in_memory_only():
     h100, h200 = PRESETS["H100-SXM"], PRESETS["H200"]
     assert h200.peak_flops == h100.peak_flops
@@ -166,21 +148,6 @@ def test_this_machine_names_cpu_and_threads(monkeypatch):
     assert hw.name == f"{hardware.cpu_name()}, {torch.get_num_threads()} threads"
     assert hw.mem_bw > 0 and hw.peak_flops["fp32"] > 0 and hw.extra["copy_bw"] > 0
     assert hw.mem_size > 1e9
-
-
-def test_plots_have_labelled_axes():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    m = hardware.MountainResult(
-        [16384, 1 << 20], [1e11, 5e10], "cpu", 1, [{"level": 1, "type": "Data", "size": 49152}]
-    )
-    ax = hardware.plot_memory_mountain(m)
-    assert "KiB" in ax.get_xlabel() and "GB/s" in ax.get_ylabel()
-    ax = hardware.plot_hierarchy("H100-SXM")
-    assert "bytes" in ax.get_xlabel()
-    with pytest.raises(ValueError, match="hierarchy"):
-        hardware.plot_hierarchy("L4")
 
 
 def test_gemv_bandwidth_is_positive_and_validated():

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from llmlab.core.request import Request
 from llmlab.kvcache.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
 from llmlab.kvcache.manager import KVCacheManager
-from llmlab.request import Request
 from llmlab.sampling import SamplingParams
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from llmlab import LLM, SamplingParams
+from llmlab.model.weights import model_dir
 from llmlab.serve.launch import ServerProcess
-from llmlab.weights import model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 LM_EVAL = ROOT / ".venv-lmeval" / "bin" / "lm_eval"

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from llmlab.analysis import metrics
 from llmlab.analysis.metrics import Timeline, arrival_times, summarize
+from llmlab.core.request import RequestMetrics
 from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.request import RequestMetrics
 
 # A: arrives at 0, tokens at 1.0, 1.5, 2.0, 2.5 -> TTFT 1.0, E2EL 2.5, TPOT 1.5/3 = 0.5
 # B: arrives at 1.0, tokens at 1.2, 1.3       -> TTFT 0.2, E2EL 0.3, TPOT 0.1/1 = 0.1

@@ -1,4 +1,4 @@
-"""The CPU fast path (`llmlab.model_cpu`): the readable model's layers swapped for C kernels on
+"""The CPU fast path (`llmlab.model.cpu`): the readable model's layers swapped for C kernels on
 weights prepared once. It must give what the readable model gives (float rounding apart), on
 paged caches whose unused slots hold NaN, for every head size and GQA group the C attention
 takes; its fused one-token layer must give exactly what its kernel-by-kernel path gives; and
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from llmlab.model import tiny_model
-from llmlab.model_cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes
+from llmlab.model.cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes
 from llmlab.ops import cpu_backend
 from llmlab.ops.metadata import AttentionMetadata
 

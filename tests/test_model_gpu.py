@@ -1,4 +1,4 @@
-"""The GPU fast path (`llmlab.model_gpu`): the readable model's layers run as nine fused launches.
+"""The GPU fast path (`llmlab.model.gpu`): the readable model's layers run as nine fused launches.
 
 It must give what the readable model gives on the steps an engine runs (a prefill, a step that
 mixes a decode with a prompt's next chunk, a decode), on a paged pool whose blocks are shuffled
@@ -21,10 +21,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from llmlab.model import tiny_model
-from llmlab.model_cpu import weight_bytes
-from llmlab.model_gpu import GpuDecoderLayer, gpu_model, gpu_model_applies
+from llmlab.model.cpu import weight_bytes
+from llmlab.model.gpu import GpuDecoderLayer, gpu_model, gpu_model_applies
+from llmlab.model.quantization import quantize_model_int8
 from llmlab.ops.metadata import AttentionMetadata
-from llmlab.quantization import quantize_model_int8
 
 HAS_CUDA = torch.cuda.is_available()
 TRITON_COMPILED = HAS_CUDA and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")

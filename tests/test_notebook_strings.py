@@ -195,7 +195,7 @@ say_table([["Where the figure comes from:", presets["H100-SXM"].sources["mem_bw"
 llmlab.say("the same, spelled out")
 other.say("not llmlab's say")
 table = {notebook_text(f"{hw.name} (measured, fp32)"): 1, notebook_text("never"): 2}
-roofline.plot_roofline(["H100-SXM"], title="Rooflines from datasheets, dense bf16")
+figures.plot_roofline(["H100-SXM"], title="Rooflines from datasheets, dense bf16")
 plt.plot(xs, ys, label="not a plot of llmlab's")
 '''
 
@@ -255,11 +255,11 @@ def test_a_plot_shows_the_title_a_cell_gives_it_in_chinese(catalog):
     import matplotlib
 
     matplotlib.use("Agg")
-    from llmlab.analysis import roofline
+    from llmlab.course.figures import ch07
 
     title = "Rooflines from datasheets, dense bf16"
     i18n.set_language("zh")
-    ax = roofline.plot_roofline(["H100-SXM"], title=title)
+    ax = ch07.plot_roofline(["H100-SXM"], title=title)
     assert ax.get_title() == catalog[title]
     i18n.set_language("en")
-    assert roofline.plot_roofline(["H100-SXM"], title=title).get_title() == title
+    assert ch07.plot_roofline(["H100-SXM"], title=title).get_title() == title

@@ -133,7 +133,7 @@ def test_import_llmlab_applies_the_saved_choice_before_torch(clean_env):
             "            print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))",
             "            sys.meta_path.remove(self)",
             "sys.meta_path.insert(0, Watch())",
-            "import llmlab, llmlab.engine",
+            "import llmlab, llmlab.engine.llm_engine",
             "print(llmlab.openmp.SOURCE)",
         ]
     )

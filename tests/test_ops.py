@@ -438,7 +438,7 @@ def _fused_decode_matches_torch(monkeypatch) -> None:
     model = tiny_model(seed=4)
     ids = torch.randint(3, 500, (6,), generator=_generator("fused-fallback"))
     out = {}
-    from llmlab.model_cpu import cpu_model
+    from llmlab.model.cpu import cpu_model
 
     for backend, runs in (("torch", model), ("cpu", cpu_model(model))):
         cache = ContiguousKVCache(model.config, batch_size=1, max_len=8, dtype=model.dtype)
@@ -615,7 +615,7 @@ def _rope_tables(head_dim: int, max_positions: int):
     """(inv_freq, the kernel's cos/sin table) of a Llama with this head_dim."""
     from llmlab.config import tiny_config
     from llmlab.model import rope_inv_freq
-    from llmlab.model_gpu import rope_cos_sin_cache
+    from llmlab.model.gpu import rope_cos_sin_cache
 
     inv_freq = rope_inv_freq(tiny_config(head_dim=head_dim))
     return inv_freq, rope_cos_sin_cache(inv_freq, max_positions)

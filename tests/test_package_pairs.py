@@ -7,7 +7,6 @@ a pair the catalog lacks is named as new. Once the Chinese is right,
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,20 @@ from llmlab.course.lang import en_sha
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "llmlab"
-FIGURE = "llmlab/course/figures/ch06.py"  # the module the planted edits are made in
-MODULE = "llmlab.course.figures.ch06"
+FIGURE = "llmlab/course/planted.py"  # the module the planted edits are made in
+MODULE = "llmlab.course.planted"
+# a module with pairs of each form the reader finds (the figures keep their words in catalogs)
+PLANTED = """from llmlab.i18n import tr
+
+LEVELS = (
+    ("shared memory / L1", "共享内存 / L1"),
+    ("L2 cache", "L2 缓存"),
+)
+
+
+def title(name):
+    return tr(f"{name}: memory levels", f"{name}：各级存储")
+"""
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +56,11 @@ def test_every_chinese_string_of_the_package_has_its_english_half():
 
 
 def _copy(tmp_path: Path) -> tuple[Path, Path]:
-    """A package in tmp_path holding a copy of one real module, and its catalog written."""
+    """A package in tmp_path holding one planted module of pairs, and its catalog written."""
     package = tmp_path / "llmlab"
     target = package / FIGURE.removeprefix("llmlab/")
     target.parent.mkdir(parents=True)
-    shutil.copy(PACKAGE / FIGURE.removeprefix("llmlab/"), target)
+    target.write_text(PLANTED, encoding="utf-8")
     assert package_pairs.check("zh", package, write=True) != []  # all new the first time
     assert package_pairs.check("zh", package) == []
     return package, target

@@ -8,10 +8,12 @@ import time
 import pytest
 import torch
 
+from llmlab.analysis import parallel_cost
 from llmlab.config import get_config
-from llmlab.model import single_sequence_metadata, tiny_model
-from llmlab.parallel import cost, pp, tp
+from llmlab.model import tiny_model
+from llmlab.ops import single_sequence_metadata
 from llmlab.parallel import launch as L
+from llmlab.parallel import pp, tp
 from llmlab.parallel.source import ModelSource
 
 UNEVEN = dict(
@@ -99,22 +101,24 @@ def test_measured_bubble_of_a_hand_made_schedule_matches_the_formula():
 
 
 def test_ring_all_reduce_time_by_hand():
-    link = cost.Interconnect("test", bandwidth=1e9, latency=1e-6, source="made up")
+    link = parallel_cost.Interconnect("test", bandwidth=1e9, latency=1e-6, source="made up")
     # p = 4: 2·3 = 6 steps of α, plus 2·3/4 · 1 MB / 1 GB/s = 1.5 ms
-    assert cost.ring_all_reduce_time(1e6, 4, link) == pytest.approx(6e-6 + 1.5e-3)
-    assert cost.ring_all_reduce_time(1e6, 1, link) == 0.0
-    assert cost.p2p_time(1e6, link) == pytest.approx(1e-6 + 1e-3)
+    assert parallel_cost.ring_all_reduce_time(1e6, 4, link) == pytest.approx(6e-6 + 1.5e-3)
+    assert parallel_cost.ring_all_reduce_time(1e6, 1, link) == 0.0
+    assert parallel_cost.p2p_time(1e6, link) == pytest.approx(1e-6 + 1e-3)
 
 
 def test_interconnects_use_one_direction_of_the_datasheet_figure():
-    assert cost.get_interconnect("nvlink").bandwidth == pytest.approx(450e9)
-    assert cost.get_interconnect("pcie").bandwidth == pytest.approx(64e9)
+    assert parallel_cost.get_interconnect("nvlink").bandwidth == pytest.approx(450e9)
+    assert parallel_cost.get_interconnect("pcie").bandwidth == pytest.approx(64e9)
     with pytest.raises(ValueError, match="interconnect"):
-        cost.get_interconnect("carrier-pigeon")
+        parallel_cost.get_interconnect("carrier-pigeon")
 
 
 def test_llama_70b_decode_step_by_hand():
-    c = cost.decode_step_cost("llama-3-70b", tp=8, batch=1, interconnect="nvlink", context=1)
+    c = parallel_cost.decode_step_cost(
+        "llama-3-70b", tp=8, batch=1, interconnect="nvlink", context=1
+    )
     cfg = get_config("llama-3-70b")
     assert c.all_reduces == 2 * 80
     assert c.all_reduce_bytes == 8192 * 2  # one token's hidden state, BF16
@@ -127,16 +131,16 @@ def test_llama_70b_decode_step_by_hand():
 
 def test_tp_communication_grows_with_degree_and_hurts_more_on_pcie():
     for batch in (1, 256):
-        sweep = {(c.interconnect.split()[0], c.tp): c for c in cost.tp_sweep(batch=batch)}
+        sweep = {(c.interconnect.split()[0], c.tp): c for c in parallel_cost.tp_sweep(batch=batch)}
         for t in (2, 4, 8):
             assert sweep[("PCIe", t)].tp_comm > sweep[("NVLink", t)].tp_comm
         assert sweep[("NVLink", 2)].compute > sweep[("NVLink", 8)].compute
         assert sweep[("NVLink", 2)].tp_comm < sweep[("NVLink", 8)].tp_comm
         assert sweep[("PCIe", 8)].comm_fraction > 0.5  # PCIe at TP=8: mostly waiting
-    assert cost.decode_step_cost(tp=1).tp_comm == 0.0
-    assert cost.decode_step_cost(tp=1, pp=2).pp_comm > 0
+    assert parallel_cost.decode_step_cost(tp=1).tp_comm == 0.0
+    assert parallel_cost.decode_step_cost(tp=1, pp=2).pp_comm > 0
     with pytest.raises(ValueError, match="tp"):
-        cost.decode_step_cost(tp=0)
+        parallel_cost.decode_step_cost(tp=0)
 
 
 # --- real processes ------------------------------------------------------------------------------
@@ -274,7 +278,9 @@ def test_explorer_text_and_bars_come_from_the_cost_model():
     m = PARALLEL_TEXT_PATTERN.search(
         parallel_text(tp=4, interconnect="pcie", batch=32, context=512)
     )
-    c = cost.decode_step_cost("llama-3-70b", tp=4, batch=32, interconnect="pcie", context=512)
+    c = parallel_cost.decode_step_cost(
+        "llama-3-70b", tp=4, batch=32, interconnect="pcie", context=512
+    )
     assert m and int(m.group(1)) == 4 and m.group(3).startswith("PCIe")
     assert float(m.group(4)) == pytest.approx(c.compute * 1e3, abs=0.01)
     assert float(m.group(5)) == pytest.approx(c.comm * 1e3, abs=0.01)

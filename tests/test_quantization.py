@@ -1,4 +1,4 @@
-"""Fewer bytes per number (`llmlab.quantization`, the engine's dtype settings, the C kernels of
+"""Fewer bytes per number (`llmlab.model.quantization`, the engine's dtype settings, the C kernels of
 `kernels/cpu_quant.c`): each precision's logits against a float64 reference within a tolerance
 stated per precision; the int8 and bf16 matmul kernels against the math they stand for; the fp8
 KV cache's round trip; greedy tokens of the engine in bf16 against the readable model's; and
@@ -14,18 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmlab import LLM, SamplingParams
-from llmlab.engine.llm_engine import EngineConfig
-from llmlab.generate import generate_with_cache
+from llmlab.config import EngineConfig
+from llmlab.engine.generate import generate_with_cache
 from llmlab.model import tiny_model
-from llmlab.ops import cpu_backend
-from llmlab.ops.metadata import single_sequence_metadata
-from llmlab.quantization import (
+from llmlab.model.quantization import (
     FP8_MAX,
     dequantize_fp8,
     dequantize_int8,
     quantize_fp8,
     quantize_int8,
 )
+from llmlab.ops import cpu_backend
+from llmlab.ops.metadata import single_sequence_metadata
 
 HAVE_C = cpu_backend.available()[0]
 needs_c = pytest.mark.skipif(not HAVE_C, reason=f"no C compiler: {cpu_backend.available()[1]}")

@@ -29,7 +29,7 @@ def test_reading_running_exercises_and_run_time_add_up():
     nb = _nb(
         new_markdown_cell("# 04 · A chapter\n\n" + "word " * 300),
         _code(
-            "from llmlab.check import ch04\nanswer = 1  # SOLUTION\nch04.kv_bytes_per_token(answer)",
+            "from llmlab.course.check import ch04\nanswer = 1  # SOLUTION\nch04.kv_bytes_per_token(answer)",
             "a",
         ),
         _code("answer = 'b'  # SOLUTION\nch04.utilization_gain(answer)", "b"),
@@ -55,7 +55,9 @@ def _solution(lines: int, name: str = "f") -> str:
 def test_code_the_student_writes_is_priced_by_its_size_and_a_build_within_25_and_45():
     def minutes(exercise, lines, name="f"):
         skeleton = _code(_solution(lines, name), "s")
-        check = _code(f"from llmlab.check import {exercise.split('.')[0]}\n{exercise}({name})", "k")
+        check = _code(
+            f"from llmlab.course.check import {exercise.split('.')[0]}\n{exercise}({name})", "k"
+        )
         return rt.estimate(_nb(skeleton, check)).exercise_minutes[exercise]
 
     assert minutes("ch02.attention", 5) == 8 + 5  # a function: 8 minutes and one a line

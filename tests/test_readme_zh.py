@@ -1,6 +1,7 @@
 """README.zh.md and docs/instructors.zh.md: the Chinese README gives the same commands as the
-English one, lists all thirteen chapters, links both ways, names no host of a package registry or
-mirror; both Chinese documents use the primary Chinese terms only."""
+English one, lists every chapter, links both ways, and follows the README.md it was translated
+from (it records that English's hash: an English edit flags it until it is revised and stamped);
+neither names a host of a package registry or mirror; both use the primary Chinese terms only."""
 
 from __future__ import annotations
 
@@ -48,3 +49,36 @@ def test_chinese_docs_name_no_host(doc):
 def test_chinese_docs_use_primary_terms(doc):
     uses = g.zh_synonym_uses(doc.read_text(encoding="utf-8"))
     assert not uses, "\n".join(f"{u.found!r} → {u.primary!r}: …{u.context}…" for u in uses)
+
+
+def test_readme_zh_follows_the_english_it_was_translated_from():
+    from llmlab.course import lang
+
+    assert lang.stale_docs("zh") == [], (
+        "README.md changed since README.zh.md was translated: revise README.zh.md, then run "
+        "`python -m llmlab lang docs zh --stamp`"
+    )
+
+
+def test_an_english_edit_makes_the_translation_stale_until_stamped(tmp_path):
+    from llmlab.course import lang
+
+    times = "<!-- chapter times: written by x -->\n| a |\n<!-- end of chapter times -->\n"
+    (tmp_path / "README.md").write_text("# llmlab\n\nText.\n" + times, encoding="utf-8")
+    (tmp_path / "README.zh.md").write_text("# llmlab\n\n正文。\n", encoding="utf-8")
+    assert lang.stale_docs("zh", tmp_path) == [
+        "README.zh.md: records no hash of README.md (a line '<!-- translated from ...')"
+    ]
+    lang.stamp_docs("zh", tmp_path)
+    assert lang.stale_docs("zh", tmp_path) == []
+    # a generated block rewritten by its command is no edit of the prose
+    english = (tmp_path / "README.md").read_text(encoding="utf-8")
+    (tmp_path / "README.md").write_text(english.replace("| a |", "| b |"), encoding="utf-8")
+    assert lang.stale_docs("zh", tmp_path) == []
+    (tmp_path / "README.md").write_text(english.replace("Text.", "Text, edited."), encoding="utf-8")
+    assert lang.stale_docs("zh", tmp_path) == [
+        "README.zh.md: README.md changed since it was translated"
+    ]
+    lang.stamp_docs("zh", tmp_path)  # revised, then stamped: one stamp line, the new hash
+    zh = (tmp_path / "README.zh.md").read_text(encoding="utf-8")
+    assert zh.count("<!-- translated from README.md") == 1 and lang.stale_docs("zh", tmp_path) == []

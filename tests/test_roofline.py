@@ -135,41 +135,6 @@ def test_measure_prefill_on_tiny_model():
     assert s.op.flops == pytest.approx(costs.prefill_flops(cfg, 32) - logits_saved)
 
 
-def test_plots_label_measured_and_datasheet():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    ax = roofline.plot_roofline(["H100-SXM", "A100-80GB"], ops=[roofline.decode_gemv(L70, 1)])
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any("datasheet" in t for t in labels) and "FLOP / byte" in ax.get_xlabel()
-    hw = PRESETS["laptop-cpu"].replace(name="test cpu, 2 threads", measured=True)
-    s = roofline.StepMeasurement(
-        "decode", 1, 8, 0.01, roofline.decode_step(get_config("smollm2-135m"), 1, 9, 4)
-    )
-    ax = roofline.plot_measured_roofline(hw, [s])
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any("measured on test cpu, 2 threads" in t for t in labels)
-
-
-def test_plot_measured_batches_draws_floor_and_measurement():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    cfg = get_config("smollm2-135m")
-    hw = PRESETS["laptop-cpu"].replace(name="cpu, 2 threads", measured=True)
-    ms = [
-        roofline.StepMeasurement(
-            "decode", b, 64, 0.02 * b**0.5, roofline.decode_step(cfg, b, 65, 4)
-        )
-        for b in (1, 4, 16)
-    ]
-    axes = roofline.plot_measured_batches(hw, ms)
-    ys = axes[1].get_lines()[0].get_ydata()
-    assert list(ys) == pytest.approx([b / (0.02 * b**0.5) for b in (1, 4, 16)])
-    with pytest.raises(ValueError, match="decode"):
-        roofline.plot_measured_batches(hw, [])
-
-
 def test_roofline_widget_line_is_parseable_and_follows_the_sliders():
     import matplotlib
 

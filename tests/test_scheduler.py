@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmlab.engine.scheduler import Scheduler, SchedulerOutput
+from llmlab.core.request import Request, RequestStatus
+from llmlab.core.scheduler import Scheduler, SchedulerOutput
 from llmlab.kvcache.manager import KVCacheManager
-from llmlab.request import Request, RequestStatus
 from llmlab.sampling import SamplingParams
 
 BS = 4

@@ -142,18 +142,6 @@ def test_kv_waste_rejects_requests_longer_than_max_len():
         sim.kv_memory_waste([SimRequest(0, 0, 10, prompt_len=100)], max_model_len=64)
 
 
-def test_plots_have_titles_and_labels():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    res = sim.compare(sim.make_trace(8, 1.0, 5, seed=0), max_batch=2)
-    fig = sim.plot_compare(res)
-    titles = [ax.get_title() for ax in fig.axes]
-    assert any("static" in t for t in titles) and any("continuous" in t for t in titles)
-    ax = sim.plot_kv_waste(sim.kv_memory_waste(sim.make_trace(8, 1.0, 5, seed=0), 64, 16, 4))
-    assert ax.get_ylabel() and ax.get_xlabel()
-
-
 def _fake_output(rid, arrival, scheduled, token_times):
     from types import SimpleNamespace
 

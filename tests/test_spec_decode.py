@@ -16,9 +16,10 @@ import torch
 from llmlab import LLM, SamplingParams
 from llmlab.analysis.speculation import chi_square_sf
 from llmlab.engine import LLMEngine
-from llmlab.engine.spec_decode import SpeculativeConfig, greedy_verify, rejection_sample
-from llmlab.engine.spec_decode.ngram_proposer import NgramProposer
 from llmlab.model import tiny_model
+from llmlab.sampling.rejection_sampler import greedy_verify, rejection_sample
+from llmlab.spec_decode import SpeculativeConfig
+from llmlab.spec_decode.ngram_proposer import NgramProposer
 from llmlab.utils import cdiv
 
 NGRAM = {
@@ -569,19 +570,23 @@ def test_the_serve_command_takes_speculative_config():
         assert m['vllm:spec_decode_num_accepted_tokens_total{model_name="tiny"}'] > 0
 
 
-def test_the_plain_engine_runs_the_plain_path(model):
-    """Speculation is chosen once, at construction: without a config the engine's scheduler and
-    runner are the plain classes (their hot loops carry no speculative branches)."""
+def test_speculation_is_a_proposer_the_one_runner_holds(model):
+    """One step loop: with or without speculation the engine runs the same `Scheduler` and
+    `ModelRunner`; speculation is a proposer the runner holds (n-gram, or the draft model on
+    the runner's own model) and draft slots the scheduler gives."""
     from llmlab.engine import ModelRunner, Scheduler
-    from llmlab.engine.spec_decode.model_runner import SpecDecodeModelRunner
-    from llmlab.engine.spec_decode.scheduler import SpecDecodeScheduler
+    from llmlab.spec_decode import EarlyExitProposer, NgramProposer
 
     plain = LLM(model).llm_engine
     assert type(plain.scheduler) is Scheduler and type(plain.model_runner) is ModelRunner
+    assert plain.model_runner.drafter is None and plain.scheduler.num_speculative_tokens == 0
     assert "spec_decode_num_drafts" not in plain.stats()
-    spec = LLM(model, speculative_config=NGRAM).llm_engine
-    assert isinstance(spec.scheduler, SpecDecodeScheduler)
-    assert isinstance(spec.model_runner, SpecDecodeModelRunner)
+    for spec, kind in ((NGRAM, NgramProposer), (DRAFT, EarlyExitProposer)):
+        engine = LLM(model, speculative_config=spec).llm_engine
+        assert type(engine.scheduler) is Scheduler and type(engine.model_runner) is ModelRunner
+        assert isinstance(engine.model_runner.drafter, kind)
+        assert engine.scheduler.num_speculative_tokens == spec["num_speculative_tokens"]
+    assert engine.model_runner.drafter.model is engine.model_runner.model
 
 
 @pytest.mark.parametrize("spec", [NGRAM, DRAFT], ids=["ngram", "draft_model"])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmlab.config import DATA_DIR
+from llmlab.paths import DATA_DIR
 from llmlab.tokenizer import (
     BPETokenizer,
     count_han,

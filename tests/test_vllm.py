@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from llmlab.config import DATA_DIR
+from llmlab.paths import DATA_DIR
 from llmlab.tools import vllm_bridge
 
 needs_vllm = pytest.mark.skipif(

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.patches import Rectangle
 
+from llmlab.core.request import Request
 from llmlab.course.widgets.blocks import (
     block_allocation_explorer,
     manager_walkthrough,
@@ -23,7 +24,6 @@ from llmlab.course.widgets.blocks import (
     waste_from_snapshots,
 )
 from llmlab.kvcache import KVCacheManager
-from llmlab.request import Request
 from llmlab.sampling import SamplingParams
 
 BS, PREFIX = 4, 8

@@ -8,9 +8,10 @@
    names a control by its English label where the Chinese widget shows another
    (`arrivals / step` is 「每步到达数」 in Chinese).
 
-The labels are read from the source, not by building the widgets: every pair in
-llmlab/course/widgets, the plain `description=` texts there (shown as written in both languages),
-and the explorer's snapshot labels, which llmlab/analysis/blocks.py writes.
+The labels are read from the files, not by building the widgets: every entry of the widgets'
+catalogs (llmlab/course/widgets/messages/), the plain `description=` texts of their modules (shown
+as written in both languages), and the explorer's snapshot labels, which
+llmlab/analysis/blocks.py writes.
 """
 
 from __future__ import annotations
@@ -42,20 +43,22 @@ PENDING_TERMS: set[tuple[str, str]] = set()
 PENDING_LABELS: set[tuple[str, str]] = set()
 
 
-@pytest.fixture(scope="module")
-def strings():
-    """The package's pairs, and the checkers' catalogs (llmlab/course/check/messages/*.json),
-    whose entries are pairs too: the same rules hold for both."""
-    found = lang.package_strings(PACKAGE)
-    for path in sorted((PACKAGE / "course" / "check" / "messages").glob("*.json")):
+def catalog_strings(folder: str = "*") -> list[lang.PackageString]:
+    """The entries of the course's catalogs (llmlab/course/<folder>/messages/*.json: the
+    checkers', the figures', the widgets'), as pairs."""
+    found = []
+    for path in sorted((PACKAGE / "course").glob(f"{folder}/messages/*.json")):
         entries = json.loads(path.read_text(encoding="utf-8"))["messages"]
         rel = str(path.relative_to(PACKAGE.parent))
-        found += [
-            lang.PackageString(rel, 0, e["zh"], e["en"])
-            for key, e in entries.items()
-            if e.get("zh")
-        ]
+        found += [lang.PackageString(rel, 0, e["zh"], e["en"]) for e in entries.values() if e["zh"]]
     return found
+
+
+@pytest.fixture(scope="module")
+def strings():
+    """The package's pairs left in code, and the entries of the course's catalogs, which are
+    pairs too: the same rules hold for both."""
+    return lang.package_strings(PACKAGE) + catalog_strings()
 
 
 def test_package_strings_are_found_by_reading_the_source():
@@ -77,19 +80,19 @@ def test_package_strings_are_found_by_reading_the_source():
     }
 
 
-def test_every_widget_and_figure_module_has_chinese_strings(strings):
+def test_every_widget_and_figure_module_s_words_are_in_the_lint(strings):
     files = {s.path for s in strings}
     for folder in ("widgets", "figures"):
         for path in sorted((PACKAGE / "course" / folder).glob("*.py")):
-            if re.search(r"\btr\(", path.read_text(encoding="utf-8")):
-                assert f"llmlab/course/{folder}/{path.name}" in files, path.name
+            if "M = catalog(" in path.read_text(encoding="utf-8"):
+                assert f"llmlab/course/{folder}/messages/{path.stem}.json" in files, path.name
 
 
 def test_the_lint_reads_english_names_as_whole_words():
     entries = load_glossary()
     assert [u.primary for u in zh_synonym_uses("用读权重 widget 设计设备。", entries)] == ["控件"]
     assert zh_synonym_uses("用读权重控件（widget）设计设备。", entries) == []
-    assert zh_synonym_uses("见 `llmlab.widgets.kv` 与 ipywidgets。", entries) == []
+    assert zh_synonym_uses("见 `llmlab.course.widgets.kv` 与 ipywidgets。", entries) == []
     assert [u.found for u in zh_synonym_uses("把 hidden states 发给下一段。", entries)] == [
         "hidden states"
     ]
@@ -133,13 +136,17 @@ def _matches(quote: str, label: str) -> bool:
 def widget_labels() -> tuple[list[str], dict[str, str]]:
     """(every label the Chinese widgets show, {English label: its Chinese} where they differ)."""
     zh, en_to_zh = [], {}
+    pairs = catalog_strings("widgets")
     for path in WIDGET_SOURCES:
         rel = path.relative_to(ROOT).as_posix()
         source = path.read_text(encoding="utf-8")
-        for s in lang.source_strings(source, rel):
-            zh.append(s.zh)
-            if s.en and _norm(s.en) != _norm(s.zh):
-                en_to_zh[s.en] = s.zh
+        pairs += lang.source_strings(source, rel)
+    for s in pairs:
+        zh.append(s.zh)
+        if s.en and _norm(s.en) != _norm(s.zh):
+            en_to_zh[s.en] = s.zh
+    for path in WIDGET_SOURCES:
+        source = path.read_text(encoding="utf-8")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.keyword) and node.arg == "description":
                 if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
@@ -240,3 +247,41 @@ def test_chinese_package_strings_name_controls_by_their_chinese_labels(strings):
                 else:
                     found.append(f"{s}: names {en!r}; the Chinese widget shows {label!r}")
     assert not found, "\n".join(found)
+
+
+def test_terms_outside_the_glossary_are_linted_too():
+    """The house terms (`data/glossary.json` "house_terms") hold Chinese to one name where the
+    A–Z table has no entry: benchmark, draft token, engine core, greedy, scale factor."""
+    from llmlab.course.glossary import house_terms, lint_terms
+
+    names = {e.term: e.primary_zh for e in house_terms()}
+    assert names == {
+        "benchmark": "基准测试",
+        "draft token": "草稿 token",
+        "engine core": "引擎核心",
+        "greedy": "贪心",
+        "scale factor": "缩放因子",
+    }
+    terms = lint_terms()
+    found = [u.primary for u in zh_synonym_uses("用 greedy 跑 benchmark，缩放系数取 2。", terms)]
+    assert found == ["基准测试", "贪心", "缩放因子"]
+    assert zh_synonym_uses("贪心解码（greedy）的基准测试", terms) == []
+
+
+def test_the_aliases_readers_search_for_are_glosses_only():
+    entries = load_glossary()
+    assert [u.primary for u in zh_synonym_uses("推测解码很快。", entries)] == ["投机解码"]
+    assert zh_synonym_uses("投机解码（推测解码）很快。", entries) == []
+    found = [u.found for u in zh_synonym_uses("引导解码和约束解码", entries)]
+    assert found == ["引导解码", "约束解码"]
+    assert [u.primary for u in zh_synonym_uses("roofline 探索器", entries)] == ["控件"]
+
+
+def test_the_chinese_glossary_lists_the_aliases_beside_the_term(monkeypatch):
+    from llmlab import i18n
+    from llmlab.course.glossary import glossary_markdown
+
+    monkeypatch.setattr(i18n, "_chosen", "zh")
+    table = glossary_markdown()
+    assert "| 投机解码（亦作 推测解码） |" in table
+    assert "| 结构化输出（亦作 引导解码、约束解码） |" in table

@@ -85,7 +85,7 @@ def snapshot(
         raise ValueError(
             tr(
                 f"manager must be a KVCacheManager, got {type(manager).__name__}",
-                f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}",
+                f"manager 必须是 KVCacheManager，你给了 {type(manager).__name__}",
             )
         )
     bs = manager.block_size
@@ -135,21 +135,21 @@ def manager_walkthrough(
     and its blocks go back to the free queue, the full ones still cached; C arrives with the
     prefix and takes them back without recomputing.
     """
-    from llmlab.request import Request
+    from llmlab.core.request import Request
     from llmlab.sampling import SamplingParams
 
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(
             tr(
                 f"block_size must be an int >= 1, got {block_size!r}",
-                f"block_size 必须是 >= 1 的整数，你给的是 {block_size!r}",
+                f"block_size 必须是不小于 1 的整数，你给了 {block_size!r}",
             )
         )
     if not isinstance(prefix_len, int) or prefix_len < block_size:
         raise ValueError(
             tr(
                 f"prefix_len must be an int >= block_size={block_size}, got {prefix_len!r}",
-                f"prefix_len 必须是 >= block_size={block_size} 的整数，你给的是 {prefix_len!r}",
+                f"prefix_len 必须是不小于 block_size={block_size} 的整数，你给了 {prefix_len!r}",
             )
         )
     mgr = KVCacheManager(num_blocks, block_size, enable_caching=True)
@@ -189,7 +189,7 @@ def manager_walkthrough(
     snaps.append(snapshot(mgr, live.values(), tr("1. A arrives", "1. A 到达")))
     admit("B", [7, 8, 9, 10, 11])
     snaps.append(
-        snapshot(mgr, live.values(), tr("2. B shares A's prefix blocks", "2. B 共享 A 的前缀块"))
+        snapshot(mgr, live.values(), tr("2. B shares A's prefix blocks", "2. B 共用 A 的前缀块"))
     )
     decode(block_size)
     snaps.append(
@@ -220,7 +220,7 @@ def record_engine(
         raise ValueError(
             tr(
                 f"max_steps must be None or an int >= 1, got {max_steps!r}",
-                f"max_steps 必须是 None 或 >= 1 的整数，你给的是 {max_steps!r}",
+                f"max_steps 必须是 None 或不小于 1 的整数，你给了 {max_steps!r}",
             )
         )
     snaps = []
@@ -244,8 +244,8 @@ def chunked_prefill_schedule(prompt_len: int, budget: int, decodes: int) -> list
     """Step a real `Scheduler` (no model: outputs are fake tokens) until a `prompt_len`-token
     prompt, arriving while `decodes` requests decode, has been prefilled under
     `max_num_batched_tokens=budget`. Returns per step the prefill and decode tokens scheduled."""
-    from llmlab.engine.scheduler import Scheduler
-    from llmlab.request import Request
+    from llmlab.core.request import Request
+    from llmlab.core.scheduler import Scheduler
     from llmlab.sampling import SamplingParams
 
     for name, value in (("prompt_len", prompt_len), ("budget", budget)):
@@ -253,14 +253,14 @@ def chunked_prefill_schedule(prompt_len: int, budget: int, decodes: int) -> list
             raise ValueError(
                 tr(
                     f"{name} must be an int >= 1, got {value!r}",
-                    f"{name} 必须是 >= 1 的整数，你给的是 {value!r}",
+                    f"{name} 必须是不小于 1 的整数，你给了 {value!r}",
                 )
             )
     if not isinstance(decodes, int) or not 0 <= decodes < budget:
         raise ValueError(
             tr(
                 f"decodes must be an int in [0, budget={budget}), got {decodes!r}",
-                f"decodes 必须是 [0, budget={budget}) 之间的整数，你给的是 {decodes!r}",
+                f"decodes 必须是 [0, budget={budget}) 内的整数，你给了 {decodes!r}",
             )
         )
     kv = KVCacheManager(num_blocks=(prompt_len + 64 * (decodes + 1)) // 16 + 8, block_size=16)
@@ -306,13 +306,13 @@ def waste_from_snapshots(snaps: Sequence[BlockSnapshot], max_model_len: int) -> 
         raise ValueError(
             tr(
                 f"max_model_len must be an int >= 1, got {max_model_len!r}",
-                f"max_model_len 必须是 >= 1 的整数，你给的是 {max_model_len!r}",
+                f"max_model_len 必须是不小于 1 的整数，你给了 {max_model_len!r}",
             )
         )
     live = [s for s in snaps if s.tables]
     if not live:
         raise ValueError(
-            tr("snaps holds no snapshot with a live request", "snaps 里没有一个快照有活跃的请求")
+            tr("snaps holds no snapshot with a live request", "snaps 里没有一个快照带活跃请求")
         )
     bs = live[0].block_size
     return WasteResult(

@@ -55,7 +55,7 @@ def dtype_bytes_of(dtype: str | int | float) -> float:
             raise ValueError(
                 tr(
                     f"dtype must be one of {sorted(DTYPE_BYTES)} or a number of bytes, got {dtype!r}",
-                    f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，或一个字节数；你给的是 {dtype!r}",
+                    f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，或一个字节数，你给了 {dtype!r}",
                 )
             )
         return DTYPE_BYTES[key]
@@ -73,7 +73,7 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> float:
         raise ValueError(
             tr(
                 f"{name} must be a number {bound}, got {value!r}",
-                f"{name} 必须是 {bound} 的数，你给的是 {value!r}",
+                f"{name} 必须是 {bound} 的数，你给了 {value!r}",
             )
         )
     return value
@@ -84,7 +84,7 @@ def _positive_int(name: str, value: int, minimum: int = 1) -> int:
         raise ValueError(
             tr(
                 f"{name} must be an int >= {minimum}, got {value!r}",
-                f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}",
+                f"{name} 必须是不小于 {minimum} 的整数，你给了 {value!r}",
             )
         )
     return value
@@ -228,7 +228,7 @@ def flops_per_token(cfg: ModelConfig, context: int, phase: str = "decode") -> fl
     raise ValueError(
         tr(
             f"phase must be 'prefill' or 'decode', got {phase!r}",
-            f"phase 必须是 'prefill' 或 'decode'，你给的是 {phase!r}",
+            f"phase 必须是 'prefill' 或 'decode'，你给了 {phase!r}",
         )
     )
 
@@ -355,7 +355,7 @@ def _step_batch(batch: object) -> list[tuple[int, int]]:
         raise ValueError(
             tr(
                 f"batch must be a non-empty list of (new_tokens, context) int pairs, got {batch!r}",
-                f"batch 必须是非空的 (new_tokens, context) 整数对列表，你给的是 {batch!r}",
+                f"batch 必须是非空列表，元素为 (new_tokens, context) 整数对，你给了 {batch!r}",
             )
         )
     for new, context in pairs:
@@ -363,7 +363,7 @@ def _step_batch(batch: object) -> list[tuple[int, int]]:
             raise ValueError(
                 tr(
                     f"each sequence needs 1 <= new_tokens <= context, got ({new}, {context})",
-                    f"每条序列都要满足 1 <= new_tokens <= context，你给的是 ({new}, {context})",
+                    f"每条序列都要满足 1 <= new_tokens <= context，你给了 ({new}, {context})",
                 )
             )
     return [(int(n), int(c)) for n, c in pairs]
@@ -401,7 +401,7 @@ def step_costs(
         raise ValueError(
             tr(
                 f"step_costs counts dense GQA models; {cfg.name} has MLA or a mixture of experts",
-                f"step_costs 只统计稠密的 GQA 模型；{cfg.name} 用的是 MLA 或混合专家",
+                f"step_costs 只统计稠密 GQA 模型，{cfg.name} 用了 MLA 或混合专家",
             )
         )
     pairs = _step_batch(batch)

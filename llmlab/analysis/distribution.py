@@ -35,28 +35,28 @@ def next_token_distribution(
         raise ValueError(
             tr(
                 f"logits must be [vocab], got shape {tuple(logits.shape)}",
-                f"logits 的形状必须是 [vocab]，你给的是 {tuple(logits.shape)}",
+                f"logits 形状必须是 [vocab]，你给了 {tuple(logits.shape)}",
             )
         )
     if not temperature >= 0:
         raise ValueError(
             tr(
                 f"temperature must be >= 0, got {temperature!r}",
-                f"temperature 必须 >= 0，你给的是 {temperature!r}",
+                f"temperature 必须 >= 0，你给了 {temperature!r}",
             )
         )
     if not (top_k == -1 or top_k >= 1):
         raise ValueError(
             tr(
                 f"top_k must be -1 (off) or >= 1, got {top_k!r}",
-                f"top_k 必须是 -1（关闭）或 >= 1，你给的是 {top_k!r}",
+                f"top_k 必须是 -1（关闭）或 >= 1，你给了 {top_k!r}",
             )
         )
     if not 0 < top_p <= 1:
         raise ValueError(
             tr(
                 f"top_p must be in (0, 1], got {top_p!r}",
-                f"top_p 必须在 (0, 1] 之间，你给的是 {top_p!r}",
+                f"top_p 必须在 (0, 1] 之间，你给了 {top_p!r}",
             )
         )
     logits = logits.float()

@@ -3,7 +3,7 @@
 - `formats()`: each format's bits (sign, exponent, mantissa; an integer's value bits), its largest
   value and its step just above 1.0, read from `torch.finfo` / `torch.iinfo`, never typed in.
 - `rounding_error(w, name)`: the relative error of a tensor stored in a format (int8 as the
-  engine stores it: symmetric, one scale per output channel, `llmlab.quantization`).
+  engine stores it: symmetric, one scale per output channel, `llmlab.model.quantization`).
 - `per_tensor_int8(w)`: int8 with one scale for the whole matrix, the simpler scheme that
   per-channel scales improve on.
 - `decode_speed(model, prompt, gen_len, **precision)`: batch-1 decode tokens/s of the engine
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.quantization import FP8_DTYPE, INT8_MAX, dequantize_int8, quantize_int8
+from llmlab.i18n import tr
+from llmlab.model.quantization import FP8_DTYPE, INT8_MAX, dequantize_int8, quantize_int8
 
 # the formats the chapter compares, by torch's names
 FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
@@ -100,14 +101,17 @@ def precision_label(engine) -> str:
     weights = getattr(model, "weight_dtype", None) or model.lm_head.weight.dtype
     cache = engine.model_runner.kv_caches[0][0].dtype
     name = lambda d: str(d).replace("torch.", "")  # noqa: E731
-    label = f"weights {name(weights)}, KV cache {name(cache)}"
+    w, c = name(weights), name(cache)
     if engine.config.attention_backend == "cpu":
         from llmlab.ops import cpu_backend
 
-        label += f" (matmul {cpu_backend.matmul_kernel(weights)}; activations float32)"
-    else:
-        label += f", activations {name(model.dtype)}"
-    return label
+        kernel = cpu_backend.matmul_kernel(weights)
+        return tr(
+            f"weights {w}, KV cache {c} (matmul {kernel}; activations float32)",
+            f"权重 {w}，KV cache {c}（矩阵乘：{kernel}，激活值 float32）",
+        )
+    a = name(model.dtype)
+    return tr(f"weights {w}, KV cache {c}, activations {a}", f"权重 {w}，KV cache {c}，激活值 {a}")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ or GPU:
 - `memory_mountain()` reads working sets from a few KB to hundreds of MB, where each cache
   level shows as a step down in bandwidth.
 
-Each takes a few seconds with `LLMLAB_FAST=1`.
+Each takes a few seconds with `LLMLAB_FAST=1`. Chapter 06's figures draw them
+(`llmlab.course.figures.ch06`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import Any, Callable
 
 import torch
 
-from llmlab.config import DATA_DIR  # noqa: E402
-from llmlab.i18n import Bilingual, notebook_text, tr
+from llmlab.i18n import Bilingual, tr
+from llmlab.paths import DATA_DIR  # noqa: E402
 from llmlab.utils import (
     best_of,
     cpu_name,  # noqa: F401 (part of this module's API)
@@ -89,26 +90,6 @@ class Hardware:
         return dataclasses.replace(self, **changes)
 
 
-# earlier preset names -> their names now (notebooks and saved answers may use the earlier one)
-PRESET_ALIASES = {"H100-SXM-seed": "H100-SXM-source"}
-
-
-class _Presets(dict):
-    """The presets by name. An earlier name (`PRESET_ALIASES`) finds its preset, but is not
-    listed: iterating, `len` and `sorted(PRESETS)` see each preset once, under its name now."""
-
-    def __missing__(self, name: str) -> Hardware:
-        if name in PRESET_ALIASES:
-            return self[PRESET_ALIASES[name]]
-        raise KeyError(name)
-
-    def __contains__(self, name: object) -> bool:
-        return dict.__contains__(self, name) or name in PRESET_ALIASES
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if name in self else default
-
-
 def _bilingual(en: dict, zh: dict | None) -> Mapping:
     """`en` as it is, or, where the data gives the Chinese of some of its texts, a mapping that
     shows them in the language in use (the others as they are)."""
@@ -117,7 +98,7 @@ def _bilingual(en: dict, zh: dict | None) -> Mapping:
 
 def _load_presets() -> dict[str, Hardware]:
     raw = json.loads((DATA_DIR / "hardware.json").read_text(encoding="utf-8"))
-    presets = _Presets()
+    presets: dict[str, Hardware] = {}
     for key, entry in raw["presets"].items():
         entry = dict(entry)
         entry["sources"] = _bilingual(entry.get("sources", {}), entry.pop("sources_zh", None))
@@ -140,7 +121,7 @@ def get_hardware(name: str) -> Hardware:
         raise ValueError(
             tr(
                 f"unknown hardware preset {name!r}; known: {sorted(PRESETS)}",
-                f"没有名为 {name!r} 的硬件预设；已有的预设：{sorted(PRESETS)}",
+                f"没有名为 {name!r} 的硬件预设。已有预设：{sorted(PRESETS)}",
             )
         ) from None
 
@@ -258,7 +239,7 @@ def _thread_counts(dev: torch.device, threads: int | None) -> list[int | None]:
 
 
 # "aten": torch's F.linear (MKL's sgemm on x86); "onednn": oneDNN's matmul (inside PyTorch);
-# "cpu": the engine's CPU fast path (`llmlab.model_cpu.CpuLinear`: our C GEMV for one row,
+# "cpu": the engine's CPU fast path (`llmlab.model.cpu.CpuLinear`: our C GEMV for one row,
 # oneDNN on a packed weight for more)
 MATMUL_LIBRARIES = ("aten", "onednn", "cpu")
 
@@ -272,7 +253,7 @@ def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
         return [library]
     if dev.type != "cpu":
         return ["aten"]
-    from llmlab.model_cpu import onednn_available
+    from llmlab.model.cpu import onednn_available
     from llmlab.ops import backend_available
 
     return (
@@ -286,11 +267,11 @@ def _linear_fn(library: str, w: torch.Tensor):
     """x -> x @ wᵀ on `library` (weights prepared as that library wants them, once)."""
     if library == "aten":
         return lambda x: torch.nn.functional.linear(x, w)
-    from llmlab import model_cpu
+    from llmlab.model.cpu import CpuLinear, onednn_linear
 
     if library == "onednn" or w.dtype != torch.float32:  # the fast path is float32 only
-        return lambda x: model_cpu.onednn_linear(x, w)
-    return model_cpu.CpuLinear(w)
+        return lambda x: onednn_linear(x, w)
+    return CpuLinear(w)
 
 
 def _best_linear_time(
@@ -510,94 +491,8 @@ def this_machine(device: str | None = "cpu") -> Hardware:
     )
 
 
-# ----------------------------------------------------------------------------- plots
-
-
-def plot_memory_mountain(result: MountainResult, ax: Any = None, title: str | None = None) -> Any:
-    """Bandwidth (GB/s) against working-set size (log scale), cache sizes marked."""
-    import matplotlib.pyplot as plt
-
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4))
-    ax.semilogx(
-        [s / 1024 for s in result.sizes],
-        [b / 1e9 for b in result.bandwidths],
-        "o-",
-        label=tr(f"measured, {result.threads} thread(s)", f"实测，{result.threads} 个线程"),
-    )
-    for cache in result.caches:
-        if cache["type"] == "Instruction":
-            continue
-        ax.axvline(cache["size"] / 1024, color="grey", ls=":", lw=1)
-        ax.text(
-            cache["size"] / 1024,
-            ax.get_ylim()[1] * 0.95,
-            f" L{cache['level']}",
-            va="top",
-            fontsize=9,
-            color="grey",
-        )
-    ax.set_xlabel(tr("working-set size (KiB, log scale)", "工作集大小（KiB，对数坐标）"))
-    ax.set_ylabel(tr("read bandwidth (GB/s)", "读带宽（GB/s）"))
-    machine = cpu_name() if result.device == "cpu" else result.device
-    ax.set_title(
-        title or tr(f"Memory mountain of this machine ({machine})", f"本机的存储器山（{machine}）")
-    )
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
-    return ax
-
-
-def plot_hierarchy(hw: Hardware | str = "H100-SXM", ax: Any = None) -> Any:
-    """Size of each memory level (log scale) of a preset that lists its hierarchy, bandwidth annotated."""
-    import matplotlib.pyplot as plt
-
-    hw = get_hardware(hw) if isinstance(hw, str) else hw
-    levels = [lv for lv in hw.hierarchy if lv.get("size")]
-    if not levels:
-        raise ValueError(
-            tr(
-                f"hardware {hw.name!r} has no 'hierarchy' entry in data/hardware.json",
-                f"硬件 {hw.name!r} 在 data/hardware.json 里没有 'hierarchy' 条目",
-            )
-        )
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 3.5))
-    names = [
-        tr(f"{lv['level']} (per {lv['per']})", f"{lv['level']}（每个 {lv['per']}）")
-        for lv in levels
-    ]
-    sizes = [lv["size"] for lv in levels]
-    bars = ax.barh(names, sizes, color=["#15803d", "#15803d", "#b45309", "#b91c1c"][: len(levels)])
-    ax.set_xscale("log")
-    for bar, lv in zip(bars, levels):
-        label = human_bytes(lv["size"])
-        if lv.get("latency"):
-            label += f", ~{lv['latency'] * 1e9:.0f} ns"
-        if lv.get("bandwidth"):
-            label += f", {lv['bandwidth'] / 1e12:.2f} TB/s"
-        ax.text(
-            bar.get_width() * 1.2,
-            bar.get_y() + bar.get_height() / 2,
-            label,
-            va="center",
-            fontsize=9,
-        )
-    ax.invert_yaxis()
-    ax.set_xlim(min(sizes) / 3, max(sizes) * 1e3)
-    ax.set_xlabel(tr("capacity (bytes, log scale)", "容量（字节，对数坐标）"))
-    ax.set_title(
-        tr(
-            f"{hw.name}: smaller memories sit closer to the compute units (preset, datasheet)",
-            f"{hw.name}：越小的存储离计算单元越近（预设，数据手册）",
-        )
-    )
-    return ax
-
-
 def human_bytes(n: float) -> str:
+    """`n` bytes as a figure labels them: "80 GB", "50 MB", "256 KB", "64 B"."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= size:
             return f"{n / size:.0f} {unit}"

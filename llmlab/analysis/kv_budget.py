@@ -101,21 +101,21 @@ def kv_summary(
         raise ValueError(
             tr(
                 f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}",
-                f"gpu_memory_utilization 必须在 (0, 1] 之间，你给的是 {gpu_memory_utilization!r}",
+                f"gpu_memory_utilization 必须在 (0, 1] 之间，你给了 {gpu_memory_utilization!r}",
             )
         )
     if weight_bytes < 0:
         raise ValueError(
             tr(
                 f"weight_bytes must be >= 0, got {weight_bytes!r}",
-                f"weight_bytes 必须 >= 0，你给的是 {weight_bytes!r}",
+                f"weight_bytes 必须 >= 0，你给了 {weight_bytes!r}",
             )
         )
     if activation_bytes < 0:
         raise ValueError(
             tr(
                 f"activation_bytes must be >= 0, got {activation_bytes!r}",
-                f"activation_bytes 必须 >= 0，你给的是 {activation_bytes!r}",
+                f"activation_bytes 必须 >= 0，你给了 {activation_bytes!r}",
             )
         )
     dtype_bytes = costs.dtype_bytes_of(dtype)

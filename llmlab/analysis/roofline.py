@@ -19,12 +19,12 @@ LLM operations placed on the roof (costs from `llmlab.analysis.costs`):
   → intensity ≈ 2 · group / dtype_bytes, whatever the batch (each sequence has its own cache).
 
 The module also measures the real model's step times (`measure_decode_step`,
-`measure_prefill`) so they can be drawn against the measured roof of this machine.
+`measure_prefill`) so they can be drawn against the measured roof of this machine; the drawings
+are chapter 07's figures (`llmlab.course.figures.ch07`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -34,7 +34,7 @@ import numpy as np
 from llmlab.analysis import costs
 from llmlab.analysis.hardware import PRESETS, Hardware, get_hardware
 from llmlab.config import ModelConfig
-from llmlab.i18n import notebook_text, tr
+from llmlab.i18n import tr
 from llmlab.utils import best_of
 
 DTYPE_FOR_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
@@ -49,7 +49,7 @@ def _check_positive(name: str, value: float) -> None:
         raise ValueError(
             tr(
                 f"{name} must be a number > 0, got {value!r}",
-                f"{name} 必须是 > 0 的数，你给的是 {value!r}",
+                f"{name} 必须是正数，你给了 {value!r}",
             )
         )
 
@@ -59,7 +59,7 @@ def _check_int(name: str, value: int, minimum: int = 1) -> None:
         raise ValueError(
             tr(
                 f"{name} must be an int >= {minimum}, got {value!r}",
-                f"{name} 必须是 >= {minimum} 的整数，你给的是 {value!r}",
+                f"{name} 必须是不小于 {minimum} 的整数，你给了 {value!r}",
             )
         )
 
@@ -70,7 +70,7 @@ def dtype_for_bytes(dtype_bytes: float) -> str:
         raise ValueError(
             tr(
                 f"dtype_bytes must be one of {sorted(DTYPE_FOR_BYTES)}, got {dtype_bytes!r}",
-                f"dtype_bytes 必须是 {sorted(DTYPE_FOR_BYTES)} 之一，你给的是 {dtype_bytes!r}",
+                f"dtype_bytes 必须是 {sorted(DTYPE_FOR_BYTES)} 之一，你给了 {dtype_bytes!r}",
             )
         )
     return DTYPE_FOR_BYTES[dtype_bytes]
@@ -103,7 +103,7 @@ def attainable(hw: Hardware | str, intensity: Any, dtype: str = "bf16") -> Any:
         raise ValueError(
             tr(
                 f"intensity must be a number >= 0 FLOP/byte, got {intensity!r}",
-                f"intensity 必须是 >= 0 的数（FLOP/byte），你给的是 {intensity!r}",
+                f"intensity 必须是非负数（FLOP/byte），你给了 {intensity!r}",
             )
         )
     return min(peak, intensity * hw.mem_bw)
@@ -310,14 +310,14 @@ def engine_step(
         raise ValueError(
             tr(
                 f"step_cost must return a non-empty dict {{op: (flops, bytes)}}, got {ops!r}",
-                f"step_cost 必须返回非空的 dict {{op: (flops, bytes)}}，它返回的是 {ops!r}",
+                f"step_cost 必须返回非空 dict {{op: (flops, bytes)}}，实际返回 {ops!r}",
             )
         )
     flops = float(sum(f for f, _ in ops.values()))
     nbytes = float(sum(b for _, b in ops.values()))
     shape = ", ".join(f"{n}/{c}" for n, c in batch)
     return Operation(
-        tr(f"engine step [{shape}]", f"引擎的一步 [{shape}]"),
+        tr(f"engine step [{shape}]", f"引擎一步 [{shape}]"),
         flops=flops,
         bytes=nbytes,
         details={"batch": [tuple(p) for p in batch], "ops": dict(ops)},
@@ -486,13 +486,13 @@ def step_fn(
     logits); the cache is a `ContiguousKVCache` whose first `context` slots count as filled
     (their values do not change the time) and every call writes the same new slot.
     kind "prefill": one prompt of `n` tokens (forward + logits of the last token).
-    backend "cpu" runs the engine's C fast path (`llmlab.model_cpu`): pass a model already
+    backend "cpu" runs the engine's C fast path (`llmlab.model.cpu`): pass a model already
     converted with `cpu_model` to time many steps without preparing its weights each time.
     """
     import torch
 
     from llmlab.kvcache import ContiguousKVCache
-    from llmlab.model_cpu import CpuDecoderLayer, cpu_model
+    from llmlab.model.cpu import CpuDecoderLayer, cpu_model
 
     if backend == "cpu" and not isinstance(model.layers[0], CpuDecoderLayer):
         model = cpu_model(model)
@@ -513,7 +513,7 @@ def step_fn(
         raise ValueError(
             tr(
                 f"kind must be 'decode' or 'prefill', got {kind!r}",
-                f"kind 必须是 'decode' 或 'prefill'，你给的是 {kind!r}",
+                f"kind 必须是 'decode' 或 'prefill'，你给了 {kind!r}",
             )
         )
     metadata = cache.context(new, backend=backend)
@@ -657,238 +657,6 @@ def record_engine_steps(
     return steps
 
 
-# ----------------------------------------------------------------------------- plots
-
-
-def plot_roofline(
-    hardware: Sequence[Hardware | str] | Hardware | str = ("H100-SXM", "A100-80GB", "L4"),
-    dtype: str = "bf16",
-    ops: Sequence[Operation] = (),
-    ax: Any = None,
-    intensity_range: tuple[float, float] = (0.1, 10_000),
-    title: str | None = None,
-) -> Any:
-    """Log-log roofline of each device (FLOP/s against FLOP/byte), ridge points marked, `ops` placed on the first."""
-    import matplotlib.pyplot as plt
-
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    hws = [_hw(h) for h in ([hardware] if isinstance(hardware, (str, Hardware)) else hardware)]
-    if not hws:
-        raise ValueError(
-            tr("hardware must name at least one device", "hardware 至少要指定一个设备")
-        )
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5))
-    x = np.logspace(math.log10(intensity_range[0]), math.log10(intensity_range[1]), 300)
-    for hw in hws:
-        dt = dtype if dtype in hw.peak_flops else "fp32"
-        src = tr("measured", "实测") if hw.measured else tr("datasheet", "数据手册")
-        label = tr(f"{hw.name} ({dt}, {src})", f"{hw.name}（{dt}，{src}）")
-        (line,) = ax.loglog(x, attainable(hw, x, dt) / 1e12, label=label)
-        r = ridge_point(hw, dt)
-        ax.plot([r], [hw.flops(dt) / 1e12], "o", color=line.get_color())
-        ax.annotate(
-            tr(f"ridge {r:.0f}", f"拐点 {r:.0f}"),
-            (r, hw.flops(dt) / 1e12),
-            textcoords="offset points",
-            xytext=(5, -14),
-            fontsize=8,
-            color=line.get_color(),
-        )
-    if ops:
-        hw = hws[0]
-        dt = dtype if dtype in hw.peak_flops else "fp32"
-        for op in ops:
-            y = attainable(hw, op.intensity, dt) / 1e12
-            ax.plot([op.intensity], [y], "s", ms=7)
-            ax.annotate(
-                op.name, (op.intensity, y), textcoords="offset points", xytext=(6, 4), fontsize=8
-            )
-    ax.set_xlabel(
-        tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）")
-    )
-    ax.set_ylabel(tr("attainable TFLOP/s (log scale)", "可达到的 TFLOP/s（对数坐标）"))
-    ax.set_title(title or tr(f"Roofline, dense {dtype} peaks", f"roofline 模型，稠密 {dtype} 峰值"))
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    return ax
-
-
-def plot_measured_roofline(
-    hw: Hardware,
-    measurements: Sequence[StepMeasurement],
-    dtype: str = "fp32",
-    ax: Any = None,
-    title: str | None = None,
-) -> Any:
-    """The measured machine's roof with the real model's measured steps as points (achieved FLOP/s)."""
-    import matplotlib.pyplot as plt
-
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5))
-    lo = min([m.op.intensity for m in measurements] + [0.5]) / 2
-    hi = max([m.op.intensity for m in measurements] + [ridge_point(hw, dtype)]) * 4
-    x = np.logspace(math.log10(lo), math.log10(hi), 300)
-    src = tr("measured", "实测") if hw.measured else tr("datasheet", "数据手册")
-    ax.loglog(
-        x,
-        attainable(hw, x, dtype) / 1e9,
-        "k-",
-        label=tr(f"roof of {hw.name} ({src})", f"{hw.name} 的屋顶（{src}）"),
-    )
-    r = ridge_point(hw, dtype)
-    ax.axvline(r, color="grey", ls=":", lw=1)
-    ax.annotate(
-        tr(f"ridge {r:.1f} FLOP/B", f"拐点 {r:.1f} FLOP/B"),
-        (r, hw.flops(dtype) / 1e9),
-        textcoords="offset points",
-        xytext=(5, -14),
-        fontsize=8,
-    )
-    for kind, marker in (("decode", "o"), ("prefill", "^")):
-        pts = [m for m in measurements if m.kind == kind]
-        if not pts:
-            continue
-        xs = [m.op.intensity for m in pts]
-        ys = [m.achieved_flops / 1e9 for m in pts]
-        ax.plot(
-            xs,
-            ys,
-            marker,
-            ls="--",
-            label=tr(f"{kind}, measured on {hw.name}", f"{kind}，在 {hw.name} 上实测"),
-        )
-        for m, xv, yv in zip(pts, xs, ys):
-            tag = f"B={m.batch}" if kind == "decode" else f"n={m.tokens}"
-            ax.annotate(tag, (xv, yv), textcoords="offset points", xytext=(4, -12), fontsize=8)
-    ax.set_xlabel(
-        tr("arithmetic intensity (FLOP / byte, log scale)", "算术强度（FLOP / byte，对数坐标）")
-    )
-    ax.set_ylabel(tr("achieved GFLOP/s (log scale)", "实际达到的 GFLOP/s（对数坐标）"))
-    ax.set_title(
-        title
-        or tr(
-            "The real model's steps against this machine's measured roof",
-            "真实模型的每一步，对照本机实测的屋顶",
-        )
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    return ax
-
-
-def plot_batch_sweep(
-    cfg: ModelConfig,
-    hw: Hardware | str,
-    batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-    context: int = 1,
-    dtype_bytes: float = 2,
-    axes: Any = None,
-) -> Any:
-    """Step-time floor and tokens/s against batch size: flat time, linear throughput, until the ridge."""
-    import matplotlib.pyplot as plt
-
-    hw = _hw(hw)
-    rows = decode_batch_sweep(cfg, hw, batches, context, dtype_bytes)
-    if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bs = [r["batch"] for r in rows]
-    floor = tr(f"{cfg.name} on {hw.name} (floor)", f"{cfg.name} 在 {hw.name} 上（下限）")
-    axes[0].semilogx(bs, [r["step_time"] * 1e3 for r in rows], "o-", label=floor)
-    axes[0].set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
-    axes[0].set_ylabel(tr("decode step time floor (ms)", "decode 一步的时间下限（ms）"))
-    axes[0].set_title(
-        tr("Step time barely moves while memory-bound", "memory-bound 时，每步时间几乎不变")
-    )
-    axes[1].loglog(bs, [r["tokens_per_s"] for r in rows], "o-", label=floor)
-    axes[1].set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
-    axes[1].set_ylabel(tr("tokens / s (log scale)", "tokens / s（对数坐标）"))
-    axes[1].set_title(
-        tr(
-            "Throughput grows with batch until compute-bound",
-            "吞吐随 batch 增长，直到 compute-bound",
-        )
-    )
-    cross = crossover_batch(cfg, hw, context, dtype_bytes)
-    for ax in axes:
-        if cross is not None and cross <= max(bs):
-            ax.axvline(
-                cross,
-                color="grey",
-                ls=":",
-                lw=1,
-                label=tr(f"compute-bound from batch {cross}", f"batch ≥ {cross} 时 compute-bound"),
-            )
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    return axes
-
-
-def plot_measured_batches(
-    hw: Hardware,
-    measurements: Sequence[StepMeasurement],
-    dtype: str = "fp32",
-    axes: Any = None,
-    title: str | None = None,
-) -> Any:
-    """Measured decode step time (= per-token latency) and tokens/s against batch, with the roofline floor."""
-    import matplotlib.pyplot as plt
-
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    dec = sorted((m for m in measurements if m.kind == "decode"), key=lambda m: m.batch)
-    if not dec:
-        raise ValueError(
-            tr(
-                "measurements must contain decode steps (kind='decode')",
-                "measurements 里必须有 decode step（kind='decode'）",
-            )
-        )
-    if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bs = [m.batch for m in dec]
-    floors = [place(m.op, hw, dtype).time_floor for m in dec]
-    measured = tr(f"measured on {hw.name}", f"在 {hw.name} 上实测")
-    axes[0].semilogx(bs, [m.seconds * 1e3 for m in dec], "o-", label=measured)
-    axes[0].semilogx(
-        bs,
-        [f * 1e3 for f in floors],
-        "k--",
-        label=tr("roofline floor (measured roof)", "roofline 下限（实测的屋顶）"),
-    )
-    axes[0].set_ylabel(
-        tr(
-            "decode step time = per-token latency (ms)",
-            "decode 一步的时间 = 每个 token 的延迟（ms）",
-        )
-    )
-    axes[1].loglog(bs, [m.batch / m.seconds for m in dec], "o-", label=measured)
-    axes[1].loglog(
-        bs,
-        [m.batch / f for m, f in zip(dec, floors)],
-        "k--",
-        label=tr("roofline ceiling", "roofline 上限"),
-    )
-    axes[1].loglog(
-        bs,
-        [dec[0].batch / dec[0].seconds * b / dec[0].batch for b in bs],
-        ":",
-        color="grey",
-        label=tr("linear in batch (free batching)", "与 batch 成正比（batching 不花代价）"),
-    )
-    axes[1].set_ylabel(tr("tokens / s (log scale)", "tokens / s（对数坐标）"))
-    for ax in axes:
-        ax.set_xlabel(tr("batch size (sequences, log scale)", "batch 大小（序列数，对数坐标）"))
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set_title(title or tr("Step time against batch", "每步时间随 batch 的变化"))
-    axes[1].set_title(tr("Throughput against batch", "吞吐随 batch 的变化"))
-    return axes
-
-
 __all__ = [
     "PRESETS",
     "Operation",
@@ -912,9 +680,5 @@ __all__ = [
     "crossover_batch",
     "measure_decode_step",
     "measure_prefill",
-    "plot_roofline",
-    "plot_measured_roofline",
-    "plot_batch_sweep",
-    "plot_measured_batches",
     "dtype_for_bytes",
 ]

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from llmlab.config import DATA_DIR, ModelConfig
+from llmlab.config import ModelConfig
+from llmlab.paths import DATA_DIR
 from llmlab.utils import best_of
 
 

@@ -76,7 +76,7 @@ def validity(llm: Any, prompts: list[str], schema: dict, masked: bool, **samplin
     that parse and validate. `sampling`: SamplingParams fields (temperature, seed, max_tokens).
     Returns {"rate", "valid", "n", "texts"}."""
     from llmlab import SamplingParams
-    from llmlab.structured_output import StructuredOutputsParams
+    from llmlab.sampling.structured_output import StructuredOutputsParams
 
     so = StructuredOutputsParams(json=schema) if masked else None
     params = [
@@ -96,7 +96,7 @@ def mask_cost(llm: Any, prompts: list[str], schema: dict, max_tokens: int = 48) 
     Returns per decode step, in seconds: "fill", "apply", "step" (the whole step, mask
     included), with "steps" and "batch" (requests in the first decode step)."""
     from llmlab import SamplingParams
-    from llmlab.structured_output import StructuredOutputsParams
+    from llmlab.sampling.structured_output import StructuredOutputsParams
 
     engine = llm.llm_engine
     manager = engine.structured_outputs()

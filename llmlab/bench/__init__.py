@@ -23,7 +23,7 @@ def benchmarks() -> dict[str, str]:
 def default_attention_backend(model) -> str:
     """The backend the benchmarks give our engine: what `LLM(model)` picks by default (the
     fastest here: "cpu", the C fast path, where a C compiler builds it, else "torch")."""
-    from llmlab.engine.llm_engine import resolve_attention_backend
+    from llmlab.engine.builder import resolve_attention_backend
 
     return resolve_attention_backend(None, model)
 
@@ -45,7 +45,7 @@ def bench_device(device: str | None):
     none, is a ValueError naming `--device`."""
     import torch
 
-    from llmlab.engine_config import check_device
+    from llmlab.config.engine import check_device
 
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

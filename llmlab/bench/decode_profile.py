@@ -121,7 +121,7 @@ def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> d
     """Median ms per decode step of each part (see the module docstring) on one request;
     `engine_kwargs`: dtype, quantization, kv_cache_dtype (EngineConfig's)."""
     from llmlab import LLM, SamplingParams
-    from llmlab.engine import model_runner as runner_module
+    from llmlab.worker import model_runner as runner_module
 
     llm = LLM(model, max_num_seqs=1, max_model_len=len(prompt) + gen_len, **engine_kwargs)
     engine = llm.llm_engine
@@ -163,7 +163,7 @@ def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> d
 
 def add_precision_args(ap: argparse.ArgumentParser) -> None:
     """--dtype, --quantization, --kv-cache-dtype: EngineConfig's settings, for any bench."""
-    from llmlab.engine_config import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
+    from llmlab.config.engine import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 
     ap.add_argument(
         "--dtype",

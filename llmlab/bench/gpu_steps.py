@@ -128,7 +128,7 @@ def profile_device_decode(
     kernels and launches of `profile_steps` more under the profiler. `engine_kwargs`: the
     engine's attention_backend, dtype, kv_cache_dtype, enforce_eager."""
     from llmlab import LLM
-    from llmlab.engine_config import EngineConfig
+    from llmlab.config.engine import EngineConfig
     from llmlab.utils import cdiv
 
     max_len = prompt_len + gen_len

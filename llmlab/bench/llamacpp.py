@@ -55,7 +55,7 @@ from llmlab.bench.llamacpp_engine import (
     import_llama_cpp,
     install_command,
 )
-from llmlab.config import DATA_DIR
+from llmlab.paths import DATA_DIR
 from llmlab.utils import cdiv, format_table
 
 SYSTEMS = ("llmlab", "llama.cpp")
@@ -184,7 +184,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 def llama_cpp_skip_reason(model_name: str) -> str | None:
     """Why llama.cpp cannot run `model_name` here (with what to do about it), or None."""
-    from llmlab.weights import BUILTIN
+    from llmlab.model.weights import BUILTIN
 
     if import_llama_cpp() is None:
         return (

@@ -106,8 +106,8 @@ def gguf_of(name: str = "smollm2-135m", kind: str = "F32", threads: int | None =
     weights with an fp16 scale each), made once by llama.cpp's own quantize and cached in
     `cache_dir()/gguf`: F32 from the shipped Q4_1 file, the others from that F32 file (the same
     float32 weights llmlab dequantises)."""
+    from llmlab.model.weights import gguf_path
     from llmlab.paths import cache_dir
-    from llmlab.weights import gguf_path
 
     if kind not in GGUF_TYPES:
         raise ValueError(f"kind must be one of {list(GGUF_TYPES)}, got {kind!r}")

@@ -131,7 +131,7 @@ def load_step_model(name: str, attention: str | None):
     attention = attention or default_attention_backend(model)
     print(f"{name}, attention backend {attention!r} (what LLM() runs by default)", flush=True)
     if attention == "cpu":
-        from llmlab.model_cpu import cpu_model
+        from llmlab.model.cpu import cpu_model
 
         model = cpu_model(model)  # the engine's fast path, weights prepared once
     return model, attention

@@ -432,7 +432,7 @@ def build_requests(
         ]
     if dataset != "prompts":
         raise ValueError(f"dataset must be 'prompts' or 'random', got {dataset!r}")
-    from llmlab.config import DATA_DIR
+    from llmlab.paths import DATA_DIR
 
     texts = [p["text"] for p in json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]]
     rng.shuffle(texts)

@@ -27,7 +27,7 @@ import os
 import time
 
 from llmlab.bench import default_attention_backend, write_report
-from llmlab.config import DATA_DIR
+from llmlab.paths import DATA_DIR
 from llmlab.utils import cdiv, format_table
 
 WORKLOADS = ("repetitive", "free-form")

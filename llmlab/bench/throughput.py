@@ -72,11 +72,11 @@ from llmlab.bench.hf_peers import (
     run_hf_sequential,
     run_hf_static,
 )
-from llmlab.config import DATA_DIR
-from llmlab.engine.model_runner import GRAPH_BACKENDS
 from llmlab.i18n import tr
 from llmlab.ops import BACKENDS
+from llmlab.paths import DATA_DIR
 from llmlab.utils import cdiv, format_table
+from llmlab.worker.model_runner import GRAPH_BACKENDS
 
 SYSTEMS = ("hf-sequential", "hf-static", "hf-continuous", "llmlab-static", "llmlab", "llmlab-torch")
 GPU_SYSTEMS = ("hf-static", "hf-continuous", "llmlab")  # the default with --device cuda
@@ -629,14 +629,11 @@ def load_models(name: str, device: str | torch.device = "cpu", dtype=torch.float
     if name == "tiny":
         model = random_weights("tiny", dtype, device)
         return model, _TinyTokenizer(model.config.vocab_size), hf_twin(model)
-    import transformers
-
     from llmlab.model import load_model
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import load_hf_model
 
     model, tokenizer = load_model(name, dtype=dtype, device=device)
-    hf = transformers.LlamaForCausalLM.from_pretrained(model_dir(name), dtype=dtype)
-    return model, tokenizer, hf.to(device).eval()
+    return model, tokenizer, load_hf_model(name, dtype).to(device)
 
 
 def random_models(shape: str, device: torch.device, dtype: torch.dtype):
@@ -674,7 +671,7 @@ def print_table(report: dict) -> None:
             f"\nthroughput, {s['num_requests']} requests, batch size {s['batch_size']} for every "
             f"system, greedy, EOS ignored, outputs {out_lo}-{out_hi} tokens, prompts "
             f"{in_lo}-{in_hi} tokens, {threads} threads",
-            f"\n吞吐：{s['num_requests']} 个请求，每个系统的 batch 上限都是 {s['batch_size']}，"
+            f"\n吞吐：{s['num_requests']} 个请求，各系统 batch 上限 {s['batch_size']}，"
             f"贪心解码，忽略 EOS，每个请求输出 {out_lo}-{out_hi} 个 token，prompt {in_lo}-{in_hi} "
             f"个 token，{threads} 个线程",
         )
@@ -707,9 +704,9 @@ def print_table(report: dict) -> None:
                 f"run (caches cold after each forward), median {replay:.2f} µs replayed without "
                 f"the forward (target <= 2); input building {inputs:.2f} µs; forward "
                 f"{forward:.1f} s of the run",
-                f"llmlab：{o['steps']} 步，平均每步 {per_step:.1f} 个请求；调度器加块管理器每步、每个请求"
-                f"的开销：运行中中位数 {median:.2f} µs、平均 {mean:.2f} µs（每次前向计算之后缓存都是冷的），"
-                f"去掉前向计算重放时中位数 {replay:.2f} µs（目标 <= 2）；构建输入 {inputs:.2f} µs；"
+                f"llmlab：{o['steps']} 步，平均每步 {per_step:.1f} 个请求。调度器加块管理器每步、每个"
+                f"请求开销：运行中中位数 {median:.2f} µs、平均 {mean:.2f} µs（每次前向计算之后缓存都是冷"
+                f"的），去掉前向计算重放时中位数 {replay:.2f} µs（目标 <= 2）。构建输入 {inputs:.2f} µs，"
                 f"运行中前向计算共 {forward:.1f} s",
             )
         )
@@ -725,9 +722,9 @@ def print_table(report: dict) -> None:
         )
         if "hf-sequential" in systems:
             ratio = most / systems["hf-sequential"]["tok_per_s"]
-            line += tr(f" = {ratio:.1f}x hf-sequential", f" = hf-sequential 的 {ratio:.1f} 倍")
+            line += tr(f" = {ratio:.1f}x hf-sequential", f" = hf-sequential × {ratio:.1f}")
         print(line)
         print(
-            tr("useful FLOP/s as a fraction of that peak: ", "有效 FLOP/s 占这个峰值的比例：")
+            tr("useful FLOP/s as a fraction of that peak: ", "有效 FLOP/s 占这个峰值比例：")
             + ", ".join(f"{k} {100 * v:.0f}%" for k, v in b["useful_fraction_of_peak"].items())
         )

@@ -15,6 +15,11 @@ cache, prefill, decode, memory-bound, kernel, logits, TTFT). Every other name th
 it; `lookup()` finds an entry by any of its names;
 `glossary_markdown()` renders the A–Z table of chapter 12.
 
+Words the course uses that are no inference concept of their own (benchmark, greedy, a draft
+token, a scale factor) are not in the A–Z table, but Chinese text must name them one way too:
+`house_terms()` reads them from the same file ("house_terms": term, zh, the names to avoid), and
+the lint checks them with the glossary's terms (`lint_terms()`).
+
 Notebooks introduce a term once as "term (中文)" (also "*term* (中文)", "term (ABBR, 中文)").
 `find_term_uses()` finds those places in a notebook's markdown and `unknown_term_uses()` lists
 the ones whose Chinese name is not in the glossary.
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmlab.config import DATA_DIR
+from llmlab.paths import DATA_DIR
 
 GLOSSARY_PATH = DATA_DIR / "glossary.json"
 MAX_CHAPTER = 16  # the last notebook (13 to 16: the Going further part)
@@ -184,6 +189,23 @@ def load_glossary(path: str | Path | None = None) -> list[GlossaryEntry]:
     return parse_glossary(json.loads(path.read_text(encoding="utf-8")))
 
 
+def house_terms(path: str | Path | None = None) -> list[GlossaryEntry]:
+    """The words outside the A–Z table whose Chinese the lint holds to one name ("house_terms":
+    each with its term, `zh`, and `zh_aliases` / `zh_avoid` / `zh_no_english` as a glossary entry
+    has them; no definition, no chapter)."""
+    path = Path(path) if path is not None else GLOSSARY_PATH
+    raws = json.loads(path.read_text(encoding="utf-8")).get("house_terms", [])
+    return [
+        _entry({"definition": raw.get("why", "-"), "chapter": 0, **raw}, i)
+        for i, raw in enumerate(raws)
+    ]
+
+
+def lint_terms(path: str | Path | None = None) -> list[GlossaryEntry]:
+    """What the term lint checks: the glossary's entries and the house terms."""
+    return load_glossary(path) + house_terms(path)
+
+
 def lookup(name: str, entries: Sequence[GlossaryEntry] | None = None) -> GlossaryEntry:
     """The entry one of whose English or Chinese names is `name` (English case-insensitive)."""
     entries = load_glossary() if entries is None else entries
@@ -248,7 +270,7 @@ def _loose(name: str) -> re.Pattern:
 
 def _english_word(name: str) -> re.Pattern:
     """An English `name` as a whole word, plural too ("widget", "widgets"; not "ipywidgets" or
-    `llmlab.widgets`)."""
+    `llmlab.course.widgets`)."""
     words = r"\s+".join(re.escape(w) for w in name.split())
     return re.compile(rf"(?<![A-Za-z0-9_.]){words}(?:e?s)?(?![A-Za-z0-9_.])", re.IGNORECASE)
 
@@ -279,7 +301,7 @@ def zh_synonym_uses(
     gloss in brackets after the primary term, except a name wrong for the field (`zh_avoid`); code spans and quotes of the source chapter (「…」（引自原章节）)
     are skipped, and so is a name inside a primary term
     written out (自回归 inside 自回归生成) or inside one of the `exceptions` (操作系统内核)."""
-    entries = load_glossary() if entries is None else entries
+    entries = lint_terms() if entries is None else entries
     exceptions = not_synonyms() if exceptions is None else exceptions
     blank = lambda m: " " * len(m.group())  # noqa: E731 - keeps offsets
     no_code = re.sub(r"`[^`\n]*`|" + SOURCE_QUOTE.pattern, blank, text)
@@ -316,27 +338,6 @@ def terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None) -> dict[in
     for e in entries:
         counts[e.chapter] += 1
     return counts
-
-
-def plot_terms_per_chapter(entries: Sequence[GlossaryEntry] | None = None, ax: Any = None) -> Any:
-    """Bar chart: glossary terms introduced by each chapter (labels in the language in use)."""
-    import matplotlib.pyplot as plt
-
-    from llmlab.i18n import tr
-
-    counts = terms_per_chapter(entries)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 3.2))
-    ax.bar([f"{c:02d}" for c in counts], list(counts.values()), color="#2563eb")
-    ax.set_xlabel(tr("chapter", "章"))
-    ax.set_ylabel(tr("new terms", "新术语数"))
-    ax.set_title(
-        tr(
-            f"Where the {sum(counts.values())} glossary terms are introduced",
-            f"术语表的 {sum(counts.values())} 个术语各在哪一章引入",
-        )
-    )
-    return ax
 
 
 # ---- scanning notebooks for "term (中文)" ----------------------------------------------------

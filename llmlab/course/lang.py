@@ -183,10 +183,10 @@ def extract(lang: str, src: Path) -> int:
 def lint(lang: str, src: Path) -> list[str]:
     """Each place a translation names a concept by a synonym the glossary says not to use
     (see `llmlab.course.glossary.zh_synonym_uses`), as "notebook cell N: found -> primary (context)"."""
-    from llmlab.course.glossary import load_glossary, not_synonyms, zh_synonym_uses
+    from llmlab.course.glossary import lint_terms, not_synonyms, zh_synonym_uses
 
     _check_lang(lang)
-    entries, exceptions = load_glossary(), not_synonyms()  # read once, not once per cell
+    entries, exceptions = lint_terms(), not_synonyms()  # read once, not once per cell
     found = []
     for path in _notebooks(src):
         store = read_store(store_dir(path.parent, lang) / f"{path.stem}.json")
@@ -312,10 +312,10 @@ def package_strings(package: Path | None = None) -> list[PackageString]:
 def lint_package(lang: str, package: Path | None = None) -> list[str]:
     """Each place a Chinese package string names a concept by a name the glossary says not to
     use, as "path:line: found -> primary (context)"."""
-    from llmlab.course.glossary import load_glossary, not_synonyms, zh_synonym_uses
+    from llmlab.course.glossary import lint_terms, not_synonyms, zh_synonym_uses
 
     _check_lang(lang)
-    entries, exceptions = load_glossary(), not_synonyms()
+    entries, exceptions = lint_terms(), not_synonyms()
     return [
         f"{s}: {use.found!r} -> write {use.primary!r} ({use.term}); in: {use.context!r}"
         for s in package_strings(package)
@@ -379,9 +379,14 @@ def _shown_call(func: ast.AST) -> str | None:
     return None
 
 
+# the keyword arguments of llmlab's plots that are text a cell writes
+PLOT_TEXTS = ("title", "source")
+
+
 def _plot_call(func: ast.AST) -> bool:
     """True for a call of one of llmlab's plots (`plot_roofline`, `mw.plot_latency_vs_load`):
-    each shows its `title=` through `llmlab.i18n.notebook_text`."""
+    each shows its `title=` (and `plot_compare` its `source=`) through
+    `llmlab.i18n.notebook_text`."""
     name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
     return name.startswith("plot_")
 
@@ -426,8 +431,8 @@ def code_strings(source: str) -> list[str]:
         )
         shown = _shown_call(node.func)
         texts += _shown_texts(shown, node) if shown else []
-        if _plot_call(node.func):  # llmlab's plots show the `title=` a cell gives them
-            texts += [_text(kw.value) for kw in node.keywords if kw.arg == "title"]
+        if _plot_call(node.func):  # llmlab's plots show the `title=` and `source=` of a cell
+            texts += [_text(kw.value) for kw in node.keywords if kw.arg in PLOT_TEXTS]
         found += [t for t in texts if t and t.strip() and t not in found]
     return found
 
@@ -537,9 +542,50 @@ def build(lang: str, src: Path, out: Path) -> list[Path]:
     return written
 
 
+# The documents translated from an English one beside it (the repository's root-relative paths):
+# each records the hash of the English it was made from, as a store entry's en_sha does, so an
+# English edit flags the translation. The blocks a command writes in both (the chapter times)
+# are left out of the hash.
+TRANSLATED_DOCS = {"zh": {"README.zh.md": "README.md"}}
+DOC_STAMP = re.compile(r"<!-- translated from (\S+) at en_sha ([0-9a-f]{64}) -->\n?")
+_GENERATED_BLOCK = re.compile(r"<!-- (chapter times|exercises table):.*?<!-- end of \1 -->", re.S)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def doc_sha(text: str) -> str:
+    """The hash of an English document as its translation records it (generated blocks out)."""
+    return en_sha(_GENERATED_BLOCK.sub("", text))
+
+
+def stale_docs(lang: str, root: Path = ROOT) -> list[str]:
+    """Each translated document whose English changed since it was translated (or that records
+    no hash), as "README.zh.md: ..."."""
+    _check_lang(lang)
+    found = []
+    for doc, source in TRANSLATED_DOCS[lang].items():
+        m = DOC_STAMP.search((root / doc).read_text(encoding="utf-8"))
+        if m is None or m.group(1) != source:
+            found.append(f"{doc}: records no hash of {source} (a line '<!-- translated from ...')")
+        elif m.group(2) != doc_sha((root / source).read_text(encoding="utf-8")):
+            found.append(f"{doc}: {source} changed since it was translated")
+    return found
+
+
+def stamp_docs(lang: str, root: Path = ROOT) -> None:
+    """Record in each translated document the hash of its English as it is now (after the
+    translation has been revised to follow it)."""
+    _check_lang(lang)
+    for doc, source in TRANSLATED_DOCS[lang].items():
+        text = DOC_STAMP.sub("", (root / doc).read_text(encoding="utf-8")).rstrip("\n")
+        sha = doc_sha((root / source).read_text(encoding="utf-8"))
+        line = f"<!-- translated from {source} at en_sha {sha} -->"
+        (root / doc).write_text(f"{text}\n\n{line}\n", encoding="utf-8")
+
+
 USAGE = """usage: python -m llmlab lang (check|extract|lint|strings) LANG NOTEBOOKS
        python -m llmlab lang build LANG NOTEBOOKS OUT
        python -m llmlab lang pairs LANG [--write]
+       python -m llmlab lang docs LANG [--stamp]
 
 check    the markdown cells with no translation, or a stale one
 extract  add the untranslated cells to i18n/LANG/ (empty translations)
@@ -548,7 +594,9 @@ strings  texts the notebooks' code cells pass to the package that the catalog la
 build    write the notebooks in LANG into OUT
 pairs    the package's (English, Chinese) pairs against i18n/LANG/package-pairs.json: stale
          ones (the English edited since its Chinese was written), new, reused and gone ones;
-         exit status 1 when any differs. --write records them once their Chinese is right."""
+         exit status 1 when any differs. --write records them once their Chinese is right.
+docs     the translated documents (README.zh.md) whose English changed since; --stamp records
+         the English as it is now, once the translation follows it."""
 
 
 def _report(lines: list[str], what: str) -> int:
@@ -563,6 +611,14 @@ def main(args: list[str]) -> int:
     if args and args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
+    if args[:1] == ["docs"] and len(args) in (2, 3) and args[2:] in ([], ["--stamp"]):
+        try:
+            if args[2:]:
+                stamp_docs(args[1])
+            return _report(stale_docs(args[1]), "translated documents to revise")
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     if len(args) < 3 or args[0] not in ("check", "extract", "lint", "strings", "build"):
         print(USAGE, file=sys.stderr)
         return 2

@@ -1,22 +1,31 @@
-"""The inference engine: `Request`, `Scheduler`, `ModelRunner`, `LLMEngine`, `LLM`."""
+"""The engine loop and its entry point: `LLMEngine` (one step: schedule, run the model, update,
+outputs), `LLM` (vLLM: `vllm/v1/engine/`, `vllm/entrypoints/llm.py`), the detokenizer, and
+`generate`, the plain loops of chapters 03 and 04 that the engine replaces. `Request` and
+`Scheduler` live in `llmlab.core`; they are importable from here too, as the public API says.
 
-from llmlab.engine.llm import LLM
-from llmlab.engine.llm_engine import EngineConfig, LLMEngine
-from llmlab.engine.model_runner import ModelRunner
-from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.engine.scheduler import Scheduler, SchedulerOutput
-from llmlab.request import Request, RequestMetrics, RequestStatus
+The names below are imported on first use, so that `import llmlab.engine` stays cheap."""
 
-__all__ = [
-    "LLM",
-    "LLMEngine",
-    "EngineConfig",
-    "ModelRunner",
-    "RequestOutput",
-    "CompletionOutput",
-    "Request",
-    "RequestMetrics",
-    "RequestStatus",
-    "Scheduler",
-    "SchedulerOutput",
-]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "LLM": "llmlab.engine.llm",
+    "LLMEngine": "llmlab.engine.llm_engine",
+    "CompletionOutput": "llmlab.engine.outputs",
+    "RequestOutput": "llmlab.engine.outputs",
+    "Request": "llmlab.core.request",
+    "RequestMetrics": "llmlab.core.request",
+    "RequestStatus": "llmlab.core.request",
+    "Scheduler": "llmlab.core.scheduler",
+    "SchedulerOutput": "llmlab.core.scheduler",
+    "EngineConfig": "llmlab.config.engine",
+    "ModelRunner": "llmlab.worker.model_runner",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'llmlab.engine' has no attribute {name!r}")

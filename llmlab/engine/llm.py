@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
+from llmlab.config.engine import check_device
 from llmlab.engine.llm_engine import LLMEngine
 from llmlab.engine.outputs import RequestOutput
-from llmlab.engine_config import check_device
 from llmlab.i18n import tr
 from llmlab.model import LlamaModel
 from llmlab.sampling import SamplingParams

@@ -3,118 +3,44 @@
 `LLMEngine` owns a `Scheduler` (which requests run this step, KV blocks from a
 `KVCacheManager`) and a `ModelRunner` (one forward over the flat batch). Each `step()`:
 
-1. `scheduler.schedule()` → a `SchedulerOutput`;
-2. `model_runner.execute_model(...)` → one token per request that is caught up;
+1. `scheduler.schedule()` → a `SchedulerOutput` (with speculation, `schedule_drafts` then gives
+   decoding requests the slots for their draft tokens);
+2. `model_runner.execute_model(...)` → the tokens each caught-up request's step emitted: one, or
+   with drafts the accepted ones and one more (the runner holds the proposer and the verifier);
 3. `scheduler.update_from_output(...)` appends them, checks stop conditions, frees finished
    requests' blocks;
-4. returns a delta `RequestOutput` per request that got a token (streaming).
+4. returns a delta `RequestOutput` per request that got tokens (streaming): a stop string or a
+   grammar that ends it among several tokens drops the ones after.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections import deque
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from llmlab import ops
-from llmlab.detokenizer import IncrementalDetokenizer
+from llmlab.config.engine import EngineConfig, SpeculativeConfig
+from llmlab.core.request import Request, RequestStatus
+from llmlab.core.scheduler import Scheduler, SchedulerOutput
+from llmlab.engine import processor
 from llmlab.engine.allocator import keep_freed_memory
-from llmlab.engine.model_runner import ModelRunner
-from llmlab.engine.outputs import CompletionOutput, RequestOutput
-from llmlab.engine.scheduler import Scheduler, SchedulerOutput
-from llmlab.engine_config import (
-    DEFAULT_MAX_MODEL_LEN,
-    DTYPES,
-    SCHEDULER_INTERFACE,  # noqa: F401  (re-exported: where the engine says what it calls)
-    EngineConfig,
-    SpeculativeConfig,
-    check_scheduler_cls,  # noqa: F401
-    resolve_device,
+from llmlab.engine.builder import (
+    calibration_token_ids,
+    eos_token_ids,
+    max_model_len_of,
+    num_kv_blocks_of,
+    prepare_model,
+    resolve_attention_backend,
 )
-from llmlab.i18n import tr
+from llmlab.engine.detokenizer import IncrementalDetokenizer
+from llmlab.engine.outputs import CompletionOutput, RequestOutput
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
-from llmlab.request import Request, RequestStatus
 from llmlab.sampling import SamplingParams, make_generator
-from llmlab.utils import cdiv
+from llmlab.worker.model_runner import ModelRunner
 
 STEP_OVERHEAD_HISTORY = 10_000  # steps whose scheduling overhead `step_overheads` keeps
-
-
-def prepare_model(model: LlamaModel, config: EngineConfig) -> LlamaModel:
-    """`model` on the config's device, in its dtype and quantization: `model` itself when
-    nothing changes, else a converted copy (the caller's model is left as it was). On a GPU,
-    dtype "auto" runs a float32 model in bfloat16 (what a GPU computes fast; SmolLM2's own
-    weights are bfloat16)."""
-    device = resolve_device(config.device, model.device)
-    dtype = DTYPES[config.dtype]
-    if dtype is None and device.type == "cuda" and model.dtype == torch.float32:
-        dtype = torch.bfloat16
-    if device != model.device or (dtype is not None and dtype != model.dtype):
-        model = _copy_to(model, device, dtype or model.dtype)
-    if config.quantization == "int8":
-        from llmlab.quantization import quantize_model_int8
-
-        model = quantize_model_int8(model)
-    return model
-
-
-def _copy_to(model: LlamaModel, device: torch.device, dtype: torch.dtype) -> LlamaModel:
-    """A copy of `model` on `device` in `dtype`, made without a second copy on the host when the
-    device is another one (the layers are built on "meta" and take the converted weights)."""
-    if device == model.device:
-        return copy.deepcopy(model).to(dtype)
-    with torch.device("meta"):
-        moved = LlamaModel(model.config)
-    state = {k: v.to(device=device, dtype=dtype) for k, v in model.state_dict().items()}
-    moved.load_state_dict(state, assign=True)
-    if model.config.tie_word_embeddings:
-        moved.lm_head.weight = moved.embed_tokens.weight
-    moved.inv_freq = model.inv_freq.to(device)
-    return moved.eval()
-
-
-def calibration_token_ids(model: LlamaModel, tokenizer: Any, max_tokens: int = 256) -> list[int]:
-    """The tokens an fp8 cache's scales are measured on: the start of data/text/inference_en.txt
-    (with a tokenizer), else a fixed pseudo-random sequence."""
-    if tokenizer is not None:
-        text = Path(__file__).resolve().parents[2] / "data" / "text" / "inference_en.txt"
-        return list(tokenizer.encode(text.read_text()))[:max_tokens]
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(0, model.config.vocab_size, (max_tokens,), generator=g).tolist()
-
-
-def resolve_attention_backend(name: str | None, model: LlamaModel) -> str:
-    """The backend an engine on `model` runs: `name`, checked to run here, or for None the
-    fastest one that does. Only "cpu" compiles anything (its C kernels)."""
-    if name is None:
-        if model.device.type == "cuda":
-            return "triton" if ops.backend_available("triton")[0] else "torch"
-        from llmlab.model_cpu import cpu_model_applies
-
-        return "cpu" if cpu_model_applies(model)[0] else "torch"
-    ok, why = ops.backend_available(name)
-    if ok and name == "cpu":
-        from llmlab.model_cpu import cpu_model_applies
-
-        ok, why = cpu_model_applies(model)
-    if not ok:
-        raise ValueError(f"attention_backend {name!r} cannot run here: {why}")
-    return name
-
-
-def kv_bytes_per_block(
-    model: LlamaModel, block_size: int, kv_dtype: torch.dtype | None = None
-) -> int:
-    """Bytes of one block of K and V over all layers (in `kv_dtype`, default the model's)."""
-    cfg = model.config
-    elem = torch.empty((), dtype=kv_dtype or model.dtype).element_size()
-    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * elem
 
 
 class LLMEngine:
@@ -136,92 +62,20 @@ class LLMEngine:
             config, attention_backend=resolve_attention_backend(config.attention_backend, model)
         )
         keep_freed_memory()  # steps reuse memory instead of page-faulting it in again
-        self.model = model
-        self.device = model.device
-        self.tokenizer = tokenizer
-        mcfg = model.config
-        self.vocab_size = mcfg.vocab_size
-        if config.max_model_len is None:
-            self.max_model_len = min(mcfg.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
-        else:
-            if config.max_model_len > mcfg.max_position_embeddings:
-                raise ValueError(
-                    f"max_model_len must be <= the model's max_position_embeddings="
-                    f"{mcfg.max_position_embeddings}, got {config.max_model_len}"
-                )
-            self.max_model_len = config.max_model_len
-        if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
-            raise ValueError(
-                f"max_num_batched_tokens must be >= max_model_len={self.max_model_len} when "
-                f"enable_chunked_prefill is False (a whole prompt must fit in one step), got "
-                f"{config.max_num_batched_tokens}"
-            )
-        bs = config.block_size
-        blocks_per_seq = cdiv(self.max_model_len, bs)
-        if config.num_kv_blocks is None:
-            # enough for max_num_seqs requests of max_model_len, capped by the memory budget
-            wanted = config.max_num_seqs * blocks_per_seq
-            affordable = config.kv_cache_memory_bytes // kv_bytes_per_block(
-                model, bs, config.torch_kv_cache_dtype
-            )
-            self.num_kv_blocks = max(min(wanted, affordable), blocks_per_seq)
-        else:
-            self.num_kv_blocks = config.num_kv_blocks
-        if self.num_kv_blocks < blocks_per_seq:
-            raise ValueError(
-                f"num_kv_blocks={self.num_kv_blocks} cannot hold even one request of "
-                f"max_model_len={self.max_model_len} (needs {blocks_per_seq} blocks of "
-                f"{bs} tokens); raise num_kv_blocks or lower max_model_len"
-            )
-        self.eos_token_ids = _eos_ids(mcfg.eos_token_id, tokenizer)
-
+        self.model, self.tokenizer, self.device = model, tokenizer, model.device
+        self.vocab_size = model.config.vocab_size
+        self.max_model_len = max_model_len_of(config, model)
+        self.num_kv_blocks = num_kv_blocks_of(config, model, self.max_model_len)
+        self.eos_token_ids = eos_token_ids(model.config.eos_token_id, tokenizer)
+        self.speculative_config = SpeculativeConfig.from_value(config.speculative_config)
         self.kv_cache_manager = KVCacheManager(
             self.num_kv_blocks,
-            bs,
+            config.block_size,
             enable_caching=config.enable_prefix_caching,
             block_pool=config.block_pool_cls,
         )
-        scheduler_kwargs = dict(
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            max_model_len=self.max_model_len,
-            enable_chunked_prefill=config.enable_chunked_prefill,
-            scheduling=config.scheduling,
-        )
-        kv_scales = None
-        if config.torch_kv_cache_dtype is not None and config.kv_cache_dtype == "fp8":
-            from llmlab.quantization import kv_scales as measure_kv_scales
-
-            kv_scales = measure_kv_scales(model, calibration_token_ids(model, tokenizer))
-        runner_args = (
-            model,
-            self.kv_cache_manager,
-            self.num_kv_blocks,
-            bs,
-            config.attention_backend,
-        )
-        runner_kwargs = dict(
-            default_generator=make_generator(config.seed, self.device),
-            kv_cache_dtype=config.torch_kv_cache_dtype,
-            kv_scales=kv_scales,
-            max_num_seqs=config.max_num_seqs,
-            max_model_len=self.max_model_len,
-            enforce_eager=config.enforce_eager,
-        )
-        # speculation is a second scheduler, runner and step, chosen here, once
-        self.speculative_config = spec = SpeculativeConfig.from_value(config.speculative_config)
-        if spec is None:
-            scheduler_cls = config.scheduler_cls or Scheduler
-            self.scheduler = scheduler_cls(self.kv_cache_manager, **scheduler_kwargs)
-            self.model_runner = ModelRunner(*runner_args, **runner_kwargs)
-        else:
-            from llmlab.engine.spec_decode.engine import spec_step
-            from llmlab.engine.spec_decode.setup import build_spec_decode
-
-            self._spec_step = spec_step
-            self.scheduler, self.model_runner = build_spec_decode(
-                spec, model, self.kv_cache_manager, scheduler_kwargs, runner_args, runner_kwargs
-            )
+        self.scheduler = self._make_scheduler()
+        self.model_runner = self._make_runner()
         self.requests: dict[str, Request] = {}  # every unfinished request by id
         # True: every request's text is built token by token and each step's delta output
         # carries its new text (a server streaming text sets it); False: only requests with
@@ -231,6 +85,40 @@ class LLMEngine:
         self.forward_seconds = 0.0
         # the latest steps: (seconds in schedule() + update_from_output(), requests scheduled)
         self.step_overheads: deque[tuple[float, int]] = deque(maxlen=STEP_OVERHEAD_HISTORY)
+
+    def _make_scheduler(self) -> Scheduler:
+        config, spec = self.config, self.speculative_config
+        return (config.scheduler_cls or Scheduler)(
+            self.kv_cache_manager,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            scheduling=config.scheduling,
+            **({} if spec is None else {"num_speculative_tokens": spec.num_speculative_tokens}),
+        )
+
+    def _make_runner(self) -> ModelRunner:
+        config, model = self.config, self.model
+        kv_scales = None
+        if config.kv_cache_dtype == "fp8":
+            from llmlab.model.quantization import kv_scales as measure_kv_scales
+
+            kv_scales = measure_kv_scales(model, calibration_token_ids(model, self.tokenizer))
+        return ModelRunner(
+            model,
+            self.kv_cache_manager,
+            self.num_kv_blocks,
+            config.block_size,
+            config.attention_backend,
+            default_generator=make_generator(config.seed, self.device),
+            kv_cache_dtype=config.torch_kv_cache_dtype,
+            kv_scales=kv_scales,
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=self.max_model_len,
+            enforce_eager=config.enforce_eager,
+            speculative_config=self.speculative_config,
+        )
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -242,124 +130,18 @@ class LLMEngine:
         arrival_time: float | None = None,
     ) -> Request:
         """Queue a request. Raises ValueError (nothing queued) for a bad prompt or parameters."""
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(
-                tr(
-                    f"request_id must be a non-empty str, got {request_id!r}",
-                    f"request_id 必须是非空的 str，你给的是 {request_id!r}",
-                )
-            )
-        if request_id in self.requests:
-            raise ValueError(
-                tr(
-                    f"request_id {request_id!r} is already in use by an unfinished request",
-                    f"request_id {request_id!r} 已经被一个尚未完成的请求占用",
-                )
-            )
-        if not isinstance(params, SamplingParams):
-            raise ValueError(
-                tr(
-                    f"params must be a SamplingParams, got {type(params).__name__}",
-                    f"params 必须是 SamplingParams，你给的是 {type(params).__name__}",
-                )
-            )
-        params.validate()
-        text = None
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError(
-                    tr(
-                        "prompt is a str but this engine has no tokenizer; "
-                        "pass token ids (list[int])",
-                        "prompt 是 str，但这个引擎没有分词器；请传 token id（list[int]）",
-                    )
-                )
-            text = prompt
-            token_ids = list(self.tokenizer.encode(prompt))
-        elif isinstance(prompt, (list, tuple)):
-            token_ids = list(prompt)
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
-                raise ValueError(
-                    tr(
-                        "prompt must be a str or a list of int token ids",
-                        "prompt 必须是 str，或由 int token id 组成的列表",
-                    )
-                )
-        else:
-            raise ValueError(
-                tr(
-                    f"prompt must be a str or a list of int token ids, got {type(prompt).__name__}",
-                    f"prompt 必须是 str，或由 int token id 组成的列表；你给的是 {type(prompt).__name__}",
-                )
-            )
-        if not token_ids:
-            raise ValueError(
-                tr(
-                    f"prompt must not be empty (request {request_id!r})",
-                    f"prompt 不能为空（请求 {request_id!r}）",
-                )
-            )
-        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(
-                tr(
-                    f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}",
-                    f"prompt 的 token id 必须在 [0, {self.vocab_size}) 之内，你给的有 {bad[:5]}",
-                )
-            )
-        bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
-        if bad:
-            raise ValueError(
-                tr(
-                    f"SamplingParams.stop_token_ids must be in [0, {self.vocab_size}), "
-                    f"got {bad[:5]}",
-                    f"SamplingParams.stop_token_ids 必须在 [0, {self.vocab_size}) 之内，"
-                    f"你给的有 {bad[:5]}",
-                )
-            )
-        bad = [t for t in params.logit_bias or () if t >= self.vocab_size]
-        if bad:
-            raise ValueError(
-                tr(
-                    f"SamplingParams.logit_bias: token ids must be in "
-                    f"[0, {self.vocab_size}), got {bad[:5]}",
-                    f"SamplingParams.logit_bias 的 token id 必须在 [0, {self.vocab_size}) "
-                    f"之内，你给的有 {bad[:5]}",
-                )
-            )
-        if params.stop and self.tokenizer is None:
-            raise ValueError(
-                tr(
-                    "SamplingParams.stop: stop strings need a tokenizer, and this "
-                    "engine has none; use stop_token_ids",
-                    "SamplingParams.stop：停止字符串需要分词器，这个引擎没有；请用 stop_token_ids",
-                )
-            )
+        processor.check_request(request_id, params, self.requests)
+        token_ids, text = processor.prompt_token_ids(prompt, self.tokenizer, request_id)
+        processor.check_token_ids(token_ids, params, self.vocab_size, self.max_model_len)
+        processor.check_needs_tokenizer(params, self.tokenizer)
         grammar = None
         if params.structured_outputs is not None:
-            if self.tokenizer is None:
-                raise ValueError(
-                    tr(
-                        "SamplingParams.structured_outputs needs a tokenizer, and "
-                        "this engine has none",
-                        "SamplingParams.structured_outputs 需要分词器，这个引擎没有",
-                    )
-                )
             grammar = self.structured_outputs().matcher(params.structured_outputs)
-        if len(token_ids) > self.max_model_len:
-            raise ValueError(
-                tr(
-                    f"prompt has {len(token_ids)} tokens, more than "
-                    f"max_model_len={self.max_model_len}",
-                    f"prompt 有 {len(token_ids)} 个 token，超过了 max_model_len={self.max_model_len}",
-                )
-            )
-        now = time.perf_counter() if arrival_time is None else arrival_time
         req = Request(
             request_id=request_id,
             prompt_token_ids=token_ids,
             sampling_params=params,
-            arrival_time=now,
+            arrival_time=time.perf_counter() if arrival_time is None else arrival_time,
             prompt=text,
             generator=make_generator(params.seed, self.device),
             eos_token_ids=self.eos_token_ids,
@@ -378,7 +160,7 @@ class LLMEngine:
         """The grammar compiler and matcher factory (made on first use: xgrammar reads the
         whole vocabulary once, a fraction of a second)."""
         if self.model_runner.structured_output_manager is None:
-            from llmlab.structured_output import StructuredOutputManager
+            from llmlab.sampling.structured_output import StructuredOutputManager
 
             self.model_runner.structured_output_manager = StructuredOutputManager(
                 self.tokenizer,
@@ -406,12 +188,12 @@ class LLMEngine:
     # ---- the loop -------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled step; return a delta RequestOutput per request that got a token
-        (with a speculative config: the tokens it got, one or more)."""
-        if self.speculative_config is not None:
-            return self._spec_step(self)
+        """Run one scheduled step; return a delta RequestOutput per request that got tokens
+        (one, or with speculation the accepted drafts and one more)."""
         t0 = time.perf_counter()
         sched_out = self.scheduler.schedule()
+        if self.speculative_config is not None:
+            self.scheduler.schedule_drafts(sched_out)
         t1 = time.perf_counter()
         self.last_scheduler_output = sched_out
         if sched_out.is_empty:
@@ -421,35 +203,55 @@ class LLMEngine:
         self.forward_seconds += now - t1
         failed = self._fail_requests(sched_out, sampled, now)
         got_token, finished = self.scheduler.update_from_output(sched_out, sampled, now)
-        finished = failed + finished
         self.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
-        logprobs = self.model_runner.last_logprobs
-        outputs = []
-        for req in got_token:
-            if logprobs and req.logprobs is not None:
-                req.logprobs.append(logprobs[req.request_id])
-            if req.grammar is not None and not self._advance_grammar(req):
-                finished.append(req)
-            text = ""
-            det = req.detokenizer
-            if det is not None:
-                # stop strings count once min_tokens outputs exist (vLLM's rule)
-                check = req.num_output_tokens > req.sampling_params.min_tokens
-                if (
-                    det.update(req.output_token_ids[-1:], req.is_finished, check)
-                    and not req.is_finished
-                ):
-                    # a stop string: the request ends here, as with a stop token
-                    self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
-                    req.stop_reason = det.stop_string
-                    req.metrics.finished_time = now
-                    finished.append(req)
-                text = det.next_delta(req.is_finished)
-            outputs.append(delta_output(req, req.output_token_ids[-1:], text))
+        counts = (
+            self.scheduler.last_num_new_tokens
+            if self.speculative_config is not None
+            else [1] * len(got_token)
+        )
+        outputs = [self._deliver(req, n, finished, now) for req, n in zip(got_token, counts)]
         outputs += [delta_output(req, [], "") for req in failed]
-        for req in finished:
+        for req in failed + finished:
             self.requests.pop(req.request_id, None)
         return outputs
+
+    def _deliver(self, req: Request, n: int, finished: list, now: float) -> RequestOutput:
+        """The delta output of a request that got `n` tokens this step: their logprobs, the
+        grammar fed, the text and a stop string looked for, token by token (whatever ends the
+        request drops the tokens after it, as if they had come one step at a time)."""
+        logprobs = self.model_runner.last_logprobs
+        if logprobs and req.logprobs is not None:  # only undrafted requests: n == 1
+            req.logprobs.append(logprobs[req.request_id])
+        new_ids = req.output_token_ids[-n:]
+        if req.grammar is not None:
+            new_ids = self._advance_grammar(req, new_ids, finished)
+        text = ""
+        if req.detokenizer is not None:
+            new_ids = self._detokenize(req, new_ids, finished, now)
+            text = req.detokenizer.next_delta(req.is_finished)
+        return delta_output(req, new_ids, text)
+
+    def _detokenize(self, req: Request, new_ids: list[int], finished: list, now: float) -> list:
+        """Feed the step's tokens to the request's text; a stop string among them ends the
+        request there (stop strings count once min_tokens outputs exist, vLLM's rule)."""
+        det, n = req.detokenizer, len(new_ids)
+        first = req.num_output_tokens - n  # outputs before this step's
+        for j, token in enumerate(new_ids):
+            last = j == n - 1
+            check = first + j + 1 > req.sampling_params.min_tokens
+            if det.update([token], req.is_finished and last, check) and not (
+                req.is_finished and last
+            ):
+                new_ids = _keep_first(req, new_ids, j + 1)  # none after the stop string
+                if not req.is_finished:
+                    self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
+                    finished.append(req)
+                else:  # it had stopped later anyway
+                    req.status = RequestStatus.FINISHED_STOPPED
+                req.stop_reason = det.stop_string
+                req.metrics.finished_time = now
+                break
+        return new_ids
 
     def _fail_requests(
         self, sched_out: SchedulerOutput, sampled: list, now: float
@@ -483,21 +285,26 @@ class LLMEngine:
         sampled[:] = kept_sampled
         return failed
 
-    def _advance_grammar(self, req: Request, token: int | None = None, last: bool = True) -> bool:
-        """Feed a new token (default: the last output token) to the request's matcher. False
-        when that ended the request here (its grammar is complete and the token was the end,
-        with EOS ignored, or the matcher refused a token it had allowed, which cannot happen).
-        last: False for a token a speculative step emitted before its last one."""
-        token = req.output_token_ids[-1] if token is None else token
-        accepted = req.grammar.accept_token(token)
-        if (req.is_finished and last) or (accepted and not req.grammar.is_terminated()):
-            return True
-        if req.is_finished:  # it had ended later in the step: it ends here instead
-            req.status = RequestStatus.FINISHED_STOPPED
-        else:
-            self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
-        req.metrics.finished_time = req.metrics.token_times[-1]
-        return False
+    def _advance_grammar(self, req: Request, new_ids: list[int], finished: list) -> list[int]:
+        """Feed the step's tokens to the request's matcher one by one; where the grammar ends
+        the request (complete, the token its end, or a token it refused, which cannot happen)
+        the tokens after that one are dropped. Returns the tokens kept."""
+        n = len(new_ids)
+        for j, token in enumerate(new_ids):
+            last = j == n - 1
+            accepted = req.grammar.accept_token(token)
+            if (req.is_finished and last) or (accepted and not req.grammar.is_terminated()):
+                continue
+            kept = _keep_first(req, new_ids, j + 1)
+            if req.is_finished:  # it had ended later in the step: it ends here instead
+                req.status = RequestStatus.FINISHED_STOPPED
+            else:
+                self.scheduler.finish_request(req, RequestStatus.FINISHED_STOPPED)
+            req.metrics.finished_time = req.metrics.token_times[-1]
+            if req not in finished:
+                finished.append(req)
+            return kept
+        return new_ids
 
     def make_output(self, req: Request) -> RequestOutput:
         """The cumulative RequestOutput of a request (all tokens, decoded text; cut at the
@@ -584,13 +391,11 @@ def delta_output(req: Request, new_ids: list[int], text: str) -> RequestOutput:
     )
 
 
-def _eos_ids(config_eos: int | list[int] | None, tokenizer: Any) -> frozenset[int]:
-    ids: set[int] = set()
-    if isinstance(config_eos, int):
-        ids.add(config_eos)
-    elif config_eos:
-        ids.update(config_eos)
-    tok_eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-    if isinstance(tok_eos, int):
-        ids.add(tok_eos)
-    return frozenset(ids)
+def _keep_first(req: Request, new_ids: list[int], keep: int) -> list[int]:
+    """Drop the step's tokens after its first `keep` (from the request's outputs and their
+    times): something among them ended the request. Returns the tokens kept."""
+    drop = len(new_ids) - keep
+    if drop:
+        req.remove_last_output_tokens(drop)
+        del req.metrics.token_times[-drop:]
+    return new_ids[:keep]

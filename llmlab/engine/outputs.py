@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmlab.request import RequestMetrics
+from llmlab.core.request import RequestMetrics
 from llmlab.sampling import Logprob
 
 

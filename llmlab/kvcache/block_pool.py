@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from llmlab.engine_config import EngineConfig
+from llmlab.config.engine import EngineConfig
 from llmlab.utils import check_positive_int
 
 BlockHash = int

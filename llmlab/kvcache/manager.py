@@ -19,14 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from llmlab.engine_config import EngineConfig
+from llmlab.config.engine import EngineConfig
 from llmlab.kvcache.block_pool import BlockHash, BlockPool, KVCacheBlock
 from llmlab.utils import cdiv, check_positive_int
 
-if TYPE_CHECKING:
-    from llmlab.request import Request
+
+class Request(Protocol):
+    """What the manager reads of a request (the engine's is `llmlab.core.request.Request`; the KV
+    cache sits below it, so it names the fields instead of importing the class)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    num_computed_tokens: int
+
+    @property
+    def num_tokens(self) -> int: ...
 
 
 @dataclass

@@ -33,7 +33,7 @@ A model layer calls `attention(q, k, v, metadata, layer)`: the step's `Attention
 (`llmlab.ops.metadata`) was checked once when it was built, so each layer's call checks only
 its own q, k and v, then writes k and v into the cache and attends, as a vLLM attention
 backend's `forward` does. A layer that wrote its keys itself (the fused rotary + cache kernel
-of `llmlab.model_gpu`) calls `paged_attention(q, metadata, layer, scale)`, which checks
+of `llmlab.model.gpu`) calls `paged_attention(q, metadata, layer, scale)`, which checks
 nothing. On "triton" and "cuda" both reach the backends' unchecked inner calls (`_decode`,
 `_prefill`), so an engine step checks its arguments once, not once per layer.
 """
@@ -250,7 +250,7 @@ def paged_attention(
 ) -> torch.Tensor:
     """Attend `query` `[num_tokens, num_heads, head_dim]` over layer `layer`'s cache, whose keys
     and values for this step are already written (by `attention`, or by the fused layer of
-    `llmlab.model_gpu`, which writes them with its rotary kernel) -> `[num_tokens, num_heads,
+    `llmlab.model.gpu`, which writes them with its rotary kernel) -> `[num_tokens, num_heads,
     head_dim]`: the decode kernel when every sequence brings one token, else the prefill one.
 
     Nothing is checked here, and nothing waits for the GPU on "triton" and "cuda": the metadata

@@ -1,6 +1,6 @@
 """The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place;
 the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`); and the one-row GEMV
-(`kernels/cpu_gemv.c`) that the engine's CPU fast path (`llmlab.model_cpu`) runs.
+(`kernels/cpu_gemv.c`) that the engine's CPU fast path (`llmlab.model.cpu`) runs.
 
 The "torch" backend copies every sequence's K/V out of its blocks into a padded batch, each
 layer of each step, before `scaled_dot_product_attention` reads it again; at a batch of 128
@@ -8,7 +8,7 @@ decodes that copy and SDPA's per-(sequence, head) overhead are a third of the st
 walks each sequence's block table and reads the K/V rows where they are, as vLLM's CPU backend
 and its CUDA kernels do. One C function serves decode and (chunked) prefill. With this backend
 the engine's fast path also runs each layer's norms, rotary embedding and SwiGLU product in C
-(`rms_norm`, `rope`, `silu_mul` below; `llmlab.model_cpu.CpuDecoderLayer`): at batch 1 those
+(`rms_norm`, `rope`, `silu_mul` below; `llmlab.model.cpu.CpuDecoderLayer`): at batch 1 those
 ~55 small PyTorch calls per layer cost as much as a third of the matmuls. A step of one token of
 one sequence goes further: each layer is one C call (`decode_layer`, the same kernels inside
 one OpenMP region, like a CUDA graph replays a decode step's kernels on a GPU).
@@ -50,7 +50,7 @@ from llmlab.paths import cache_dir
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # one library: attention and cache writes, a decoder layer's elementwise steps, the fused
-# one-token layer and the one-row GEMV (`llmlab.model_cpu`, the engine's CPU fast path)
+# one-token layer and the one-row GEMV (`llmlab.model.cpu`, the engine's CPU fast path)
 SOURCES = (
     KERNELS_DIR / "cpu_attention.c",
     KERNELS_DIR / "cpu_layer.c",
@@ -624,7 +624,7 @@ def decode_layer(
     C call (`llmlab_decode_layer`); writes the token's K/V into its cache slot. The step's
     metadata (slot_mapping [1], block_tables [1, W], seq_lens [1]) and the caches are NOT
     checked here: they were checked once for the step when its `AttentionMetadata` was built,
-    and `llmlab.model_cpu` checks that the caches fit the plan's heads."""
+    and `llmlab.model.cpu` checks that the caches fit the plan's heads."""
     lib = load_library()
     if x.shape != (1, plan.hidden) or not x.is_contiguous() or x.dtype != torch.float32:
         raise ValueError(
@@ -664,7 +664,7 @@ def decode_layer(
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`x [1, K] @ weight[N, K]ᵀ (+ bias [N])` -> [1, N]: float32, contiguous, on a CPU,
-    K % 16 == 0 (the caller, `llmlab.model_cpu.CpuLinear`, checks)."""
+    K % 16 == 0 (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
     lib = load_library()
     out = torch.empty(1, weight.shape[0], dtype=x.dtype)
     with _traced("llmlab_cpu::gemv"):
@@ -688,7 +688,7 @@ def qgemm(
     """`x [T, K] @ weight[N, K]ᵀ (· scales [N]) (+ bias [N])` -> float32 [T, N], with `weight`
     in bfloat16 or int8 (then `scales`, per output row) widened inside the kernel
     (`kernels/cpu_quant.c`); one row runs the GEMV, more the tiled GEMM. x float32 with
-    contiguous rows, K % 16 == 0 (the caller, `llmlab.model_cpu.CpuLinear`, checks)."""
+    contiguous rows, K % 16 == 0 (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
     lib = load_library()
     T, K = x.shape
     out = torch.empty(T, weight.shape[0], dtype=torch.float32)
@@ -741,15 +741,15 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
         return (
             tr(
                 "int8: AVX-512 widening (vpmovsxbd), per-channel scale",
-                "int8：AVX-512 扩展（vpmovsxbd），每个输出通道一个缩放系数",
+                "int8：AVX-512 扩展（vpmovsxbd），每个输出通道一个缩放因子",
             )
             if "avx512" in isa()
             else tr(
                 "int8: widened to float32 in the kernel (portable), per-channel scale",
-                "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放系数",
+                "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放因子",
             )
         )
     return tr(
         "float32: GEMV (batch 1), oneDNN (batches)",
-        "float32：GEMV（batch 1），oneDNN（更大的 batch）",
+        "float32：GEMV（batch 1），oneDNN（更大 batch）",
     )

@@ -1,7 +1,7 @@
 """The fp8 KV cache's storage format: e4m3 (1 sign, 4 exponent, 3 mantissa bits; no infinities),
 stored = value / scale with a float32 scale per layer for K and one for V (vLLM's `k_scale`,
 `v_scale`). Every attention backend writes and reads it through these two functions or their
-equivalents in its kernels; `llmlab.quantization` measures the scales."""
+equivalents in its kernels; `llmlab.model.quantization` measures the scales."""
 
 from __future__ import annotations
 

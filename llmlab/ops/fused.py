@@ -3,7 +3,7 @@
 A readable layer (`llmlab.model.DecoderLayer`) spends dozens of small PyTorch kernels on its
 elementwise steps: RMSNorm is 6-8 of them, RoPE on q and k 14, the residual adds and SwiGLU a
 few more. On a GPU each costs a launch of a few microseconds while it moves a few kilobytes,
-so a decode step is bound by the host. The fast path of `llmlab.model_gpu` runs each of these
+so a decode step is bound by the host. The fast path of `llmlab.model.gpu` runs each of these
 steps as one kernel, as vLLM's custom ops do (`vllm/model_executor/layers/layernorm.py`,
 `rotary_embedding/base.py`, `activation.py`; their CUDA in `csrc/layernorm_kernels.cu`,
 `csrc/pos_encoding_kernels.cu`, `csrc/activation_kernels.cu`):

@@ -16,7 +16,7 @@ class ModelSource:
     """A recipe a rank can rebuild from (a model object itself would be pickled to every rank).
 
     name "tiny": `llmlab.model.tiny_model(seed, **overrides)` (random weights, fast);
-    anything else: a model `llmlab.weights.model_dir(name)` finds (e.g. "smollm2-135m",
+    anything else: a model `llmlab.model.weights.model_dir(name)` finds (e.g. "smollm2-135m",
     converted once and cached), loaded as `load_model` would load it but without the tokenizer
     and without first filling the model with random numbers: a rank needs neither.
     """
@@ -45,7 +45,7 @@ def load_weights_only(name: str) -> LlamaModel:
 
     from llmlab.config import ModelConfig
     from llmlab.model import rope_inv_freq
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import model_dir
 
     path = model_dir(name)
     cfg = ModelConfig.from_hf(json.loads((path / "config.json").read_text()), name=name)

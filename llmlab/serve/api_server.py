@@ -54,7 +54,8 @@ from starlette.requests import ClientDisconnect
 
 from llmlab.engine import LLMEngine
 from llmlab.engine.outputs import RequestOutput
-from llmlab.sampling import INT64_MAX, Logprob, SamplingParams
+from llmlab.sampling.params import INT64_MAX, Logprob, SamplingParams
+from llmlab.sampling.structured_output import StructuredOutputsParams
 from llmlab.serve.async_engine import (
     AsyncLLM,
     EngineDeadError,
@@ -82,7 +83,6 @@ from llmlab.serve.protocol import (
     structured_outputs_of,
     to_sampling_params,
 )
-from llmlab.structured_output import StructuredOutputsParams
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 TOKENIZE_INLINE_CHARS = 4096  # one prompt up to this long is tokenized on the event loop

@@ -59,7 +59,7 @@ def speculative_config_arg(text: str) -> dict:
     mistake is a usage error that names the key."""
     import json
 
-    from llmlab.engine_config import SpeculativeConfig
+    from llmlab.config.engine import SpeculativeConfig
 
     try:
         value = json.loads(text)
@@ -235,7 +235,7 @@ def raise_file_limit() -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    from llmlab.engine_config import EngineConfig  # the engine's defaults, stated there
+    from llmlab.config.engine import EngineConfig  # the engine's defaults, stated there
 
     ap = argparse.ArgumentParser(
         prog="python -m llmlab serve",

@@ -10,7 +10,7 @@ chat `echo`) are refused when asked for, never silently dropped: an answer witho
 client asked for would look like a bug in the client. `prediction` (predicted outputs) is
 accepted: it only speeds an answer up, the answer is the same. Other unknown fields are
 ignored and named in the log, as vLLM does. Structured output (`response_format`, or vLLM's
-`structured_outputs`) is served with xgrammar (`llmlab.structured_output`); a schema keyword
+`structured_outputs`) is served with xgrammar (`llmlab.sampling.structured_output`); a schema keyword
 xgrammar would not enforce is refused. Error messages quote at most a short prefix of what
 the client sent.
 
@@ -28,8 +28,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from llmlab.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_STOP_STRINGS, SamplingParams
-from llmlab.structured_output import SPEC_FIELDS, StructuredOutputsParams
+from llmlab.sampling.params import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_LOGPROBS,
+    MAX_STOP_STRINGS,
+    SamplingParams,
+)
+from llmlab.sampling.structured_output import SPEC_FIELDS, StructuredOutputsParams
 
 # an int or a float, finite; never a str or a bool
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]

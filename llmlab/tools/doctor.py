@@ -27,8 +27,8 @@ def report() -> dict[str, str]:
     the language in use (`llmlab.i18n`), like the values."""
     import torch
 
+    from llmlab.model.weights import gguf_path
     from llmlab.paths import cache_dir
-    from llmlab.weights import gguf_path
 
     cores, threads = os.cpu_count(), torch.get_num_threads()
     info = {
@@ -59,7 +59,7 @@ def report() -> dict[str, str]:
             "interpreter (TRITON_INTERPRET=1, CPU tensors)",
             "解释器（TRITON_INTERPRET=1，CPU 张量）",
         )
-    from llmlab.engine.llm_engine import resolve_attention_backend
+    from llmlab.engine.builder import resolve_attention_backend
     from llmlab.model import tiny_model
 
     probe = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
@@ -87,12 +87,12 @@ def report() -> dict[str, str]:
     info["vLLM"] = (
         tr(
             f"{found}, in its own environment ({vllm_bridge.vllm_python()})",
-            f"{found}，在它自己的环境里（{vllm_bridge.vllm_python()}）",
+            f"{found}，在 vLLM 自己的环境里（{vllm_bridge.vllm_python()}）",
         )
         if found
         else tr(
             "not installed (optional: `make vllm` adds it beside the course)",
-            "未安装（可选：`make vllm` 会把它装在课程旁边）",
+            "未安装（可选：`make vllm` 会把 vLLM 装在课程旁边）",
         )
     )
     return info
@@ -111,7 +111,7 @@ def _matmul_kernels() -> str:
         "none of AVX-512 / AVX-512 BF16", "没有 AVX-512 / AVX-512 BF16"
     )
     kernels = "; ".join(cpu_backend.matmul_kernel(d) for d in (torch.bfloat16, torch.int8))
-    return tr(f"{found} found at run time; {kernels}", f"运行时检测到 {found}；{kernels}")
+    return tr(f"{found} found at run time; {kernels}", f"运行时检测到 {found}，{kernels}")
 
 
 def model_missing(info: dict[str, str]) -> bool:

@@ -56,7 +56,7 @@ def how_to_add() -> str:
     return tr(
         "vLLM is not installed beside the course. Add it with `make vllm` (a second "
         "environment, .venv-vllm: about 3 minutes and 3.5 GB), then run this cell again.",
-        "课程旁边还没有装 vLLM。用 `make vllm` 加上它（第二个环境 .venv-vllm：约 3 分钟、"
+        "课程旁边还没有装 vLLM。用 `make vllm` 装上（第二个环境 .venv-vllm：约 3 分钟、"
         "3.5 GB），然后重新运行这个单元格。",
     )
 
@@ -124,7 +124,7 @@ class VLLMRun:
 
 def model_folder(model: str = "smollm2-135m") -> Path:
     """llmlab's converted copy of `model` (a Hugging Face-style folder vLLM can load)."""
-    from llmlab.weights import model_dir
+    from llmlab.model.weights import model_dir
 
     return model_dir(model)
 
@@ -206,12 +206,12 @@ def sources(names: list[str], timeout: float = 300) -> dict[str, dict]:
 # llmlab's piece, vLLM's, and what vLLM adds (read the two side by side)
 COUNTERPARTS = [
     (
-        "llmlab.engine.scheduler.Scheduler.schedule",
+        "llmlab.core.scheduler.Scheduler.schedule",
         "vllm.v1.core.sched.scheduler:Scheduler.schedule",
         (
             "the same budget loop, plus speculative tokens, encoder inputs (images), LoRA limits and "
             "structured-output bookkeeping",
-            "同样的预算循环，另加投机 token、编码器输入（图像）、LoRA 上限和结构化输出的记账",
+            "同样的预算循环，另加投机 token、编码器输入（图像）、LoRA 上限和结构化输出记账",
         ),
     ),
     (
@@ -220,7 +220,7 @@ COUNTERPARTS = [
         (
             "the same count-then-allocate, plus lookahead slots for speculative decoding and several "
             "KV cache groups (e.g. sliding-window layers)",
-            "同样先数再分配，另加投机解码的预留槽位和多个 KV cache 组（如滑动窗口层）",
+            "同样先数再分配，另加投机解码预留槽位和多个 KV cache 组（如滑动窗口层）",
         ),
     ),
     (
@@ -229,7 +229,7 @@ COUNTERPARTS = [
         (
             "the same hash-to-block map and free queue, plus KV events for other processes and "
             "per-group caches",
-            "同样的哈希到块的映射和空闲队列，另加给其他进程的 KV 事件和按组的缓存",
+            "同样有哈希到块的映射和空闲队列，另加发给其他进程的 KV 事件和按组缓存",
         ),
     ),
     (
@@ -238,16 +238,16 @@ COUNTERPARTS = [
         (
             "the same doubly linked list with O(1) removal from the middle, with sentinel head and tail "
             "blocks",
-            "同样的双向链表、O(1) 地从中间移除，另用哨兵块作头尾",
+            "同样是双向链表，能 O(1) 从中间移除，另用哨兵块作头尾",
         ),
     ),
     (
-        "llmlab.request.Request",
+        "llmlab.core.request.Request",
         "vllm.v1.request:Request",
         (
             "the same status, token lists and block hashes, plus multimodal inputs, LoRA, "
             "structured output and events",
-            "同样的状态、token 列表和块哈希，另加多模态输入、LoRA、结构化输出和事件",
+            "同样有状态、token 列表和块哈希，另加多模态输入、LoRA、结构化输出和事件",
         ),
     ),
     (
@@ -256,7 +256,7 @@ COUNTERPARTS = [
         (
             "the same schedule → execute → update, run in a process of its own (EngineCoreProc) that "
             "talks to the front end over ZeroMQ",
-            "同样的 schedule → execute → update，跑在自己的进程里（EngineCoreProc），通过 ZeroMQ 与前端通信",
+            "同样是 schedule → execute → update，跑在独立进程里（EngineCoreProc），通过 ZeroMQ 与前端通信",
         ),
     ),
 ]
@@ -313,12 +313,12 @@ def engine_table(run: VLLMRun, llm) -> str:
     rows = [
         [tr("fact", "项"), "vLLM", "llmlab"],
         [
-            tr("tokens per KV block", "每个 KV 块的 token 数"),
+            tr("tokens per KV block", "每个 KV 块装几个 token"),
             run.engine.get("block_size"),
             ours["block_size"],
         ],
         [
-            tr("KV blocks in the pool", "池中的 KV 块数"),
+            tr("KV blocks in the pool", "池中 KV 块数"),
             run.engine.get("num_gpu_blocks"),
             ours["num_gpu_blocks"],
         ],

@@ -32,7 +32,7 @@ def label(i: int) -> str:
 def make_requests(prompts: list[int], max_tokens: list[int]) -> list[Any]:
     """Requests A, B, ... with prompts of the given lengths (distinct tokens, so no two share a
     prefix) that each make exactly their max_tokens tokens."""
-    from llmlab.request import Request
+    from llmlab.core.request import Request
     from llmlab.sampling import SamplingParams
 
     return [

@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from llmlab.engine.scheduler import Scheduler, SchedulerOutput
-from llmlab.request import RequestStatus
+from llmlab.core.scheduler import Scheduler, SchedulerOutput
+from llmlab.core.request import RequestStatus
 
 ENGINE_MAX_STEPS = 400
 MAX_STEPS = 60
@@ -70,7 +70,7 @@ def package_plan(case: dict) -> list[list]:
     they have left, waiting prompts, the budget; a roomy pool, prefix caching off): the requests
     and tokens of its next step, as [[id, tokens], ...]."""
     from llmlab.kvcache.manager import KVCacheManager
-    from llmlab.request import Request
+    from llmlab.core.request import Request
     from llmlab.sampling import SamplingParams
 
     kv = KVCacheManager(num_blocks=256, block_size=4, enable_caching=False)
@@ -122,7 +122,7 @@ def prefill_steps(
     `prompt_len`-token prompt arrives; steps until its first token (fake tokens, no model).
     Returns {"steps", "prefill": [prompt tokens per step], "total": [tokens per step]}."""
     from llmlab.kvcache.manager import KVCacheManager
-    from llmlab.request import Request
+    from llmlab.core.request import Request
     from llmlab.sampling import SamplingParams
 
     kv = KVCacheManager(

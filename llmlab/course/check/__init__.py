@@ -1,4 +1,4 @@
-"""Self-check exercises, one module per chapter: `from llmlab import check; check.ch04.kv_bytes(...)`."""
+"""Self-check exercises, one module per chapter: `from llmlab.course import check; check.ch04.kv_bytes(...)`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The checkers' texts as data: one catalog per chapter, both languages side by side.
+"""The course's printed texts as data: one catalog per module, both languages side by side.
 
 A checker holds logic and keys; its hints, mistake descriptions and verdicts live in
-`messages/<name>.json` beside this module, in the store format of the notebooks' translations
+`messages/<name>.json` beside this module. The figures and the widgets keep their words the same
+way, in `llmlab/course/figures/messages/` and `llmlab/course/widgets/messages/` (the catalogs
+"figures.ch07" and "widgets.kv"). Each is in the store format of the notebooks' translations
 (`llmlab.course.lang`): each entry keeps the English, the sha256 of that English, and the Chinese
 made from it, so an edit of the English marks the Chinese as stale.
 
@@ -38,7 +40,15 @@ from llmlab.course.lang import en_sha
 from llmlab.i18n import language
 
 MESSAGES_DIR = Path(__file__).resolve().parent / "messages"
+COURSE_DIR = MESSAGES_DIR.parent.parent  # llmlab/course
 TRANSLATED = ("zh",)  # the languages a catalog entry carries besides English
+
+
+def catalog_path(name: str) -> Path:
+    """The file of the catalog `name`: a checker's ("ch04") in `MESSAGES_DIR`; a folder's module's
+    ("figures.ch07", "widgets.kv") in that folder's `messages/`."""
+    folder, _, stem = name.rpartition(".")
+    return (COURSE_DIR / folder / "messages" if folder else MESSAGES_DIR) / f"{stem}.json"
 
 
 def placeholders(template: str) -> set[str]:
@@ -55,8 +65,9 @@ class Catalog:
 
     def __init__(self, name: str, path: Path | None = None) -> None:
         self.name = name
-        self.path = Path(path) if path is not None else MESSAGES_DIR / f"{name}.json"
+        self.path = Path(path) if path is not None else catalog_path(name)
         self._entries: dict[str, dict] | None = None
+        self._sections: dict[str, dict[str, str]] | None = None  # section -> {English: key}
 
     @property
     def entries(self) -> dict[str, dict]:
@@ -90,6 +101,21 @@ class Catalog:
         """`key` itself: marks a string kept in a table as a key of this catalog."""
         return key
 
+    def choices(self, section: str, names: tuple[str, ...]) -> Choices:
+        """The options `names` of an exercise, labelled by the entries "<section>.<name>"."""
+        return Choices(self, section, names)
+
+    def by_english(self, text: str, section: str) -> str:
+        """The entry of `section` (the keys "<section>.…") whose English is `text`, in the
+        language in use; `text` itself where the section has none. For texts that arrive in
+        English from elsewhere: a table's headers written in notebook code, a workload's name."""
+        if self._sections is None:
+            self._sections = {}
+            for key, entry in self.entries.items():
+                self._sections.setdefault(key.split(".")[0], {})[entry["en"]] = key
+        key = self._sections.get(section, {}).get(text)
+        return text if key is None else self(key)
+
     def problems(self) -> list[str]:
         """What a translator has to do: entries whose translation is missing or stale, or whose
         placeholders differ from the English's."""
@@ -113,6 +139,35 @@ class Catalog:
         return f"Catalog({self.name!r})"
 
 
+class Choices(tuple):
+    """The code names of an exercise's options (what the student types), as a tuple; printed, each
+    name stands beside its label in the language in use, the catalog's entry "<section>.<name>":
+
+        LOOP_STEPS = M.choices("loop_step", ("tokenize", "embed"))
+        print(LOOP_STEPS)      # 'tokenize'  分词
+                               # 'embed'     词嵌入
+    """
+
+    def __new__(cls, texts: Catalog, section: str, names: tuple[str, ...]) -> Choices:
+        choices = super().__new__(cls, names)
+        choices._texts, choices._section = texts, section
+        return choices
+
+    def label(self, name: str) -> str:
+        """The label of the option `name`, in the language in use."""
+        return self._texts(f"{self._section}.{name}")
+
+    def __reduce__(self):  # copied or pickled, the names alone: a plain tuple
+        return (tuple, (tuple(self),))
+
+    def __repr__(self) -> str:
+        shown = [repr(name) for name in self]
+        wide = max(map(len, shown), default=0)
+        return "\n".join(
+            f"{code.ljust(wide)}  {self.label(name)}" for code, name in zip(shown, self)
+        )
+
+
 class Texts(Mapping):
     """A table {answer key: catalog key} read as {answer key: text in the language in use}: the
     options of a multiple-choice exercise, printed by the notebook, held as keys by its checker."""
@@ -132,7 +187,8 @@ class Texts(Mapping):
 
 @functools.lru_cache(maxsize=None)
 def catalog(name: str) -> Catalog:
-    """The catalog `messages/<name>.json` ("ch04", "core", "predict"), one object per name."""
+    """The catalog `name` ("ch04", "core", "predict", "figures.ch07"; see `catalog_path`), one
+    object per name."""
     return Catalog(name)
 
 

@@ -90,8 +90,8 @@ NUMBERS_EN = {
 NUMBERS_ZH = {
     "head_size_of_hidden_4096_and_32_heads": "一个注意力头的维度：hidden size 4096 分给 32 个头",
     "tokens_per_english_word": "一个英文单词平均占几个 token",
-    "decode_step_ms_70b_on_h100": "70B 模型在 H100 上一步 decode 的时间",
-    "kv_bytes_per_token_llama3_70b": "Llama-3-70B 每个 token 需要多少字节的 KV cache",
+    "decode_step_ms_70b_on_h100": "70B 模型在 H100 上一步 decode 耗时",
+    "kv_bytes_per_token_llama3_70b": "Llama-3-70B 每个 token 需要多少字节 KV cache",
     "ms_per_token_smollm2_here": "SmolLM2 每生成一个 token 要花多少时间",
 }
 # shown in the language in use; the keys are what the student answers with
@@ -202,10 +202,10 @@ SYMPTOMS_EN = {
     "per token",
 }
 SYMPTOMS_ZH = {
-    "first_word_late": "用户对一篇长文档提问，要等两秒才看到回答的第一个词，之后的词很快地流出来",
+    "first_word_late": "用户对一篇长文档提问，要等两秒才看到回答第一个词，之后的词很快流出来",
     "memory_runs_out": "服务器在 20 个长对话时就耗尽了 GPU 显存，而权重只占了半张卡",
-    "batch_is_free": "同时服务 32 个用户，每个用户的输出流只比服务一个用户时慢一点点",
-    "needs_nvlink": "一个一块 GPU 装不下的模型，把每一层的矩阵切到 8 块 GPU 上，只有用 NVLink 相连时才快",
+    "batch_is_free": "同时服务 32 个用户，每个用户收到输出只比单独服务时慢一点点",
+    "needs_nvlink": "一块 GPU 装不下的模型，每一层矩阵切到 8 块 GPU 上，只有用 NVLink 相连时才快",
     "chinese_costs_more": "按 token 计价时，同一个问题用中文问比用英文问更贵",
 }
 # shown in the language in use; the keys are what the student answers with

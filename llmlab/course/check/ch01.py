@@ -207,7 +207,7 @@ def embedding_bytes(answer: Any) -> CheckResult:
 def tokens_per_han(answer: Any) -> CheckResult:
     """Tokens per Chinese character of data/text/inference_zh.txt with the real tokenizer,
     as `llmlab.tokenizer.tokens_per_char` defines it (all tokens / Chinese characters)."""
-    from llmlab.config import DATA_DIR
+    from llmlab.paths import DATA_DIR
     from llmlab.tokenizer import count_tokens, real_tokenizer, tokens_per_char
 
     text = (DATA_DIR / "text" / "inference_zh.txt").read_text(encoding="utf-8")
@@ -276,12 +276,12 @@ VOCAB_EFFECTS_EN = {
     "forwards_for_the_reply": "forward passes to generate the same reply text",
 }
 VOCAB_EFFECTS_ZH = {
-    "embedding_table_bytes": "token embedding 表的字节数",
-    "bits_per_token_id": "表示一个 token id 需要的位数",
-    "kv_bytes_per_token": "每个 token 的 KV cache 字节数",
-    "prompt_kv_bytes": "整个 prompt 的 KV cache 字节数",
-    "lm_head_flops_per_token": "每生成一个 token，最后的 lm_head 要做的 FLOPs",
-    "forwards_for_the_reply": "生成同一段回复要做的前向计算次数",
+    "embedding_table_bytes": "token embedding 表占多少字节",
+    "bits_per_token_id": "表示一个 token id 需要几位",
+    "kv_bytes_per_token": "每个 token 占多少 KV cache 字节",
+    "prompt_kv_bytes": "整个 prompt 占多少 KV cache 字节",
+    "lm_head_flops_per_token": "每生成一个 token，最后 lm_head 要做多少 FLOPs",
+    "forwards_for_the_reply": "生成同一段回复要做几次前向计算",
 }
 # shown in the language in use; the keys are what the student answers with
 VOCAB_EFFECTS = Bilingual(VOCAB_EFFECTS_EN, VOCAB_EFFECTS_ZH)

@@ -541,13 +541,16 @@ def gqa_consequences(answer: Any) -> CheckResult:
     )
 
 
-GQA_OPTIONS = (
-    "q_proj_weights_x3",
-    "kv_cache_per_token_x3",
-    "score_matrices_x3",
-    "k_and_v_proj_weights_x3",
-    "attention_output_shape_changes",
-    "mlp_weights_change",
+GQA_OPTIONS = M.choices(
+    "gqa_option",
+    (
+        "q_proj_weights_x3",
+        "kv_cache_per_token_x3",
+        "score_matrices_x3",
+        "k_and_v_proj_weights_x3",
+        "attention_output_shape_changes",
+        "mlp_weights_change",
+    ),
 )
 _GQA_RIGHT = frozenset({"kv_cache_per_token_x3", "k_and_v_proj_weights_x3"})
 # The catalog key of the hint per wrong option.
@@ -711,8 +714,8 @@ def _real_layer0() -> tuple[Any, torch.Tensor, torch.Tensor, Any]:
 
     from llmlab.config import get_config
     from llmlab.model import DecoderLayer, rope_inv_freq
+    from llmlab.model.weights import model_dir
     from llmlab.tokenizer import real_tokenizer
-    from llmlab.weights import model_dir
 
     cfg = get_config(MODEL)
     ids = real_tokenizer().encode(PROMPT, add_special_tokens=False)

@@ -211,7 +211,7 @@ def _smollm2() -> tuple[Any, Any]:
 @functools.lru_cache(maxsize=1)
 def _reference_text() -> tuple[str, tuple[str, ...]]:
     """generate_with_cache's greedy continuation of GEN_PROMPT on SmolLM2: (text, token pieces)."""
-    from llmlab.generate import generate_with_cache
+    from llmlab.engine.generate import generate_with_cache
     from llmlab.sampling import SamplingParams
 
     model, tok = _smollm2()
@@ -278,7 +278,7 @@ def _generate_greedy_hint(ex: str, answer: str, text: str, prefixes: tuple[str, 
 def generate_greedy(answer: Any) -> CheckResult:
     """The text of the GEN_NEW_TOKENS tokens the learner's own cached loop generates greedily from
     GEN_PROMPT with SmolLM2 (new tokens only, decoded). Checked against
-    `llmlab.generate.generate_with_cache`: identical tokens give identical text; a wrong text is
+    `llmlab.engine.generate.generate_with_cache`: identical tokens give identical text; a wrong text is
     compared with what the known slips of GEN_SLIPS generate."""
     ex = "ch04.generate_greedy"
     if answer is None:

@@ -50,9 +50,9 @@ ORDER_OPTIONS_EN = {
 }
 ORDER_OPTIONS_ZH = {
     "same_result": "没有影响：两种顺序的输出完全一样",
-    "token_misses_itself": "每个新 token 会关注之前所有的 token，却关注不到它自己：softmax 里少了它自己的 key 和 value",
+    "token_misses_itself": "每个新 token 会关注之前全部 token，却关注不到自己：softmax 里少了这个 token 自己的 key 和 value",
     "cache_overflows": "cache 会更早用完槽位",
-    "earlier_keys_overwritten": "新的 k 和 v 会覆盖之前 token 的条目",
+    "earlier_keys_overwritten": "新 k 和 v 会覆盖之前 token 的条目",
 }
 # shown in the language in use; the keys are what the student answers with
 ORDER_OPTIONS = Bilingual(ORDER_OPTIONS_EN, ORDER_OPTIONS_ZH)

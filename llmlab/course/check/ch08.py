@@ -493,7 +493,7 @@ def schedule_hint(case: dict, got: Any, expected: list[dict]) -> str:
 
 
 def _is_scheduler_class(answer: Any) -> bool:
-    from llmlab.engine_config import check_scheduler_cls
+    from llmlab.config.engine import check_scheduler_cls
 
     if getattr(answer, "grader_stand_in", False):
         return True
@@ -510,9 +510,9 @@ def build_scheduler(answer: Any) -> CheckResult:
     the package's `Scheduler` on small cases drawn by hypothesis (the smallest disagreeing case
     in the hint), (2) in the real engine on a pool small enough to preempt (the same tokens),
     and (3) measured: steps of continuous against static batching on Exercise 3's requests."""
+    from llmlab.core.scheduler import Scheduler
     from llmlab.course.build import drive, find_counterexample
     from llmlab.course.build.ch08 import observe_schedule, run_engine
-    from llmlab.engine.scheduler import Scheduler
 
     ex = "ch08.build_scheduler"
     if answer is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from llmlab.analysis import parallel_cost
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
@@ -24,7 +25,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.parallel import cost, pp, tp
+from llmlab.parallel import pp, tp
 
 M = catalog("ch09")
 
@@ -186,11 +187,11 @@ def bubble_fraction(answer: Any) -> CheckResult:
     )
 
 
-def _ring_expected() -> tuple[float, float, cost.Interconnect]:
+def _ring_expected() -> tuple[float, float, parallel_cost.Interconnect]:
     cfg = get_config(RING_MODEL)
-    link = cost.get_interconnect(RING_LINK)
+    link = parallel_cost.get_interconnect(RING_LINK)
     nbytes = RING_BATCH * cfg.hidden_size * 2
-    return cost.ring_all_reduce_time(nbytes, RING_TP, link), nbytes, link
+    return parallel_cost.ring_all_reduce_time(nbytes, RING_TP, link), nbytes, link
 
 
 def ring_all_reduce_us(answer: Any) -> CheckResult:
@@ -227,7 +228,7 @@ def ring_all_reduce_us(answer: Any) -> CheckResult:
 
 
 def _step_s(tp: int) -> float:
-    return cost.decode_step_cost(
+    return parallel_cost.decode_step_cost(
         LONG_MODEL, tp=tp, batch=LONG_BATCH, interconnect=LONG_LINK, context=LONG_CONTEXT
     ).total
 
@@ -240,7 +241,7 @@ def best_tp_long_context(answer: Any) -> CheckResult:
     short = min(
         TP_DEGREES,
         key=lambda t: (
-            cost.decode_step_cost(
+            parallel_cost.decode_step_cost(
                 LONG_MODEL, tp=t, batch=1, interconnect=LONG_LINK, context=1024
             ).total
         ),

@@ -181,13 +181,13 @@ BURSTINESS_STATEMENTS_EN = {
 }
 # the statements in Chinese, the notebook prints them through BURSTINESS_STATEMENTS
 BURSTINESS_STATEMENTS_ZH = {
-    "fewer_per_second": "burstiness 为 0.2 时，平均每秒到达的请求更少",
-    "short_gaps": "burstiness 为 0.2 时，短于平均间隔十分之一的间隔要多得多",
-    "poisson": "burstiness 为 5 就是 vLLM 的 benchmark 客户端所说的泊松到达",
-    "same_mean_gap": "两种设置下，到达之间的平均间隔差不多",
-    "ttft_tail": "发给同一台服务器时，0.2 的那股请求流多半会有更高的 p99 TTFT",
-    "more_throughput": "长期来看，0.2 的那股请求流能从服务器拿到更多的 requests/s",
-    "less_spread": "burstiness 为 5 时，间隔的波动比泊松过程的间隔小",
+    "fewer_per_second": "burstiness 为 0.2 时，平均每秒到达请求更少",
+    "short_gaps": "burstiness 为 0.2 时，短于平均间隔十分之一的间隔多得多",
+    "poisson": "burstiness 为 5，就是 vLLM 基准测试客户端所说的泊松到达",
+    "same_mean_gap": "两种设置下，相邻到达平均间隔差不多",
+    "ttft_tail": "发给同一台服务器时，0.2 那股请求流多半会有更高 p99 TTFT",
+    "more_throughput": "长期来看，0.2 那股请求流能从服务器拿到更多 requests/s",
+    "less_spread": "burstiness 为 5 时，间隔波动比泊松过程小",
 }
 # shown in the language in use; the keys are what the student answers with
 BURSTINESS_STATEMENTS = Bilingual(BURSTINESS_STATEMENTS_EN, BURSTINESS_STATEMENTS_ZH)
@@ -328,7 +328,10 @@ def break_even_tokens_per_s(answer: Any) -> CheckResult:
 
 Q4_KEYS = ("chat", "batch_jobs", "code_completion")
 # the options, in a fixed order that does not line up with the keys
-Q4_METRICS = ("gpu_util", "e2el", "tpot", "throughput", "ttft")
+Q4_METRICS = M.choices(
+    "q4_metric",
+    ("gpu_util", "e2el", "tpot", "throughput", "ttft"),
+)
 # several answers are defensible; each set holds the ones a good answer may name first
 Q4_ACCEPT = {
     "chat": frozenset({"ttft", "tpot"}),

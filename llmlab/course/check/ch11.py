@@ -95,8 +95,8 @@ def slot_for_position(answer: Any) -> CheckResult:
 
 def _hit_expected() -> int:
     """Run the case on a real KVCacheManager: the first request computes, the second asks."""
+    from llmlab.core.request import Request
     from llmlab.kvcache import KVCacheManager
-    from llmlab.request import Request
     from llmlab.sampling import SamplingParams
 
     mgr = KVCacheManager(num_blocks=32, block_size=HIT_BLOCK_SIZE, enable_caching=True)
@@ -152,18 +152,24 @@ def max_wasted_slots(answer: Any) -> CheckResult:
 
 
 # ---- the source chapter's question 5 -------------------------------------------------------------
-Q5_DESIGNS = ("block_table", "prefix_sharing", "block_eviction", "request_scheduling", "preemption")
+Q5_DESIGNS = M.choices(
+    "q5_design",
+    ("block_table", "prefix_sharing", "block_eviction", "request_scheduling", "preemption"),
+)
 # more concepts than designs, in no particular order: some are there to be ruled out
-Q5_CONCEPTS = (
-    "swapping",
-    "segmentation",
-    "shared_pages",
-    "process_scheduling",
-    "copy_on_write",
-    "paging",
-    "fifo_replacement",
-    "lru_replacement",
-    "demand_paging",
+Q5_CONCEPTS = M.choices(
+    "q5_concept",
+    (
+        "swapping",
+        "segmentation",
+        "shared_pages",
+        "process_scheduling",
+        "copy_on_write",
+        "paging",
+        "fifo_replacement",
+        "lru_replacement",
+        "demand_paging",
+    ),
 )
 # the defensible mappings (several for some designs); docs/instructors.md lists them
 Q5_ACCEPTED = {
@@ -216,8 +222,8 @@ def _evict_run() -> tuple[list[tuple[int, bool]], set[int], set[int]]:
     """Run the eviction case on a real manager: A is prefilled, then B (hitting A's prefix);
     A finishes, then B. Returns the free queue head to tail as (block id, holds a cached
     prefix), the ids of the blocks A or B ever held, and the ids of the shared prefix blocks."""
+    from llmlab.core.request import Request
     from llmlab.kvcache import KVCacheManager
-    from llmlab.request import Request
     from llmlab.sampling import SamplingParams
 
     mgr = KVCacheManager(EVICT_NUM_BLOCKS, EVICT_BLOCK_SIZE, enable_caching=True)
@@ -364,13 +370,13 @@ RATIO_OPTIONS_EN = {
 }
 # the options in Chinese, for the notebook to print with tr(text, RATIO_OPTIONS_ZH[letter])
 RATIO_OPTIONS_ZH = {
-    "a": "请求少的时候，llmlab 的调度器和块管理器占去了每一步的大部分时间。",
-    "b": "hf-sequential 每秒的 token 数与有多少请求在等无关，llmlab 的却有关：12 个请求时，一步里最多只有 "
+    "a": "请求少的时候，llmlab 调度器和块管理器占去了每一步大部分时间。",
+    "b": "hf-sequential 每秒 token 数与排队请求数无关，llmlab 却有关。12 个请求时，一步里最多只有 "
     "12 条序列（完成一条少一条），所以每读一遍权重分摊到的 token 比 64 个请求时少。",
-    "c": "CPU 在小 batch 时是 memory-bound 的，所以把 12 个请求放进一个 batch 的帮助不如 64 个。",
+    "c": "CPU 在小 batch 时属于 memory-bound，所以 12 个请求组成 batch，收益不如 64 个。",
     "d": "12 个请求之间能找到的共享前缀比 64 个请求之间少，前缀缓存命中得少。",
-    "e": "快速负载的输出很短（8 到 32 个 token，完整负载是 32 到 128），所以 prompt 的 prefill 占的工作更多；"
-    "而 prefill 时一个请求本身就已是一个很多行的矩阵，batching 带来的收益很小。",
+    "e": "快速负载输出很短（8 到 32 个 token，完整负载是 32 到 128），所以 prompt 的 prefill 占了更多工作。"
+    "而 prefill 时单个请求本身就已是很多行的矩阵，batching 收益很小。",
 }
 # shown in the language in use; the keys are what the student answers with
 RATIO_OPTIONS = Bilingual(RATIO_OPTIONS_EN, RATIO_OPTIONS_ZH)

@@ -192,18 +192,24 @@ def generation_loop_order(answer: Any) -> CheckResult:
 # ---- question 1 drawn: each step with what it does to the KV cache ------------------------------
 # The step names to choose from (one of them belongs to no loop with a cache), in a fixed order
 # that is not the loop's.
-LOOP_STEP_CHOICES = (
-    "sample",
-    "qkv_projection",
-    "append",
-    "recompute_past_kv",
-    "lm_head",
-    "tokenize",
-    "ffn",
-    "embed",
-    "attention",
+LOOP_STEP_CHOICES = M.choices(
+    "loop_step",
+    (
+        "sample",
+        "qkv_projection",
+        "append",
+        "recompute_past_kv",
+        "lm_head",
+        "tokenize",
+        "ffn",
+        "embed",
+        "attention",
+    ),
 )
-CACHE_MARKS = ("read", "none", "write_then_read", "write")
+CACHE_MARKS = M.choices(
+    "cache_mark",
+    ("read", "none", "write_then_read", "write"),
+)
 # One prefill step: (step, what it does to the KV cache). Steps 3-5 run once per layer.
 LOOP_WITH_CACHE = (
     ("tokenize", "none"),
@@ -438,8 +444,8 @@ Q4_PRODUCTS_EN = {
     "hour count",
 }
 Q4_PRODUCTS_ZH = {
-    "voice_assistant": "一个边生成边朗读答案的语音助手：每个 token 都必须在 6 ms 内出来，否则语音就会卡顿",
-    "overnight_summaries": "一夜之间总结一百万篇文档：只看每小时产出的 token 总数",
+    "voice_assistant": "边生成边朗读答案的语音助手：每个 token 都必须在 6 ms 内出来，否则语音会卡顿",
+    "overnight_summaries": "一夜之间总结一百万篇文档：只看每小时产出 token 总数",
 }
 Q4_PRODUCTS = Bilingual(Q4_PRODUCTS_EN, Q4_PRODUCTS_ZH)
 
@@ -484,10 +490,13 @@ def q4_fresh_case(answer: Any) -> CheckResult:
 
 
 # Q5: three more of vLLM's mechanisms, matched to the OS ideas of chapter 11's list.
-Q5_MECHANISMS = (
-    "blocks_allocated_as_tokens_arrive",
-    "slot_from_block_table_and_offset",
-    "shared_block_freed_when_its_last_user_leaves",
+Q5_MECHANISMS = M.choices(
+    "q5_mechanism",
+    (
+        "blocks_allocated_as_tokens_arrive",
+        "slot_from_block_table_and_offset",
+        "shared_block_freed_when_its_last_user_leaves",
+    ),
 )
 Q5_ACCEPTED = {
     "blocks_allocated_as_tokens_arrive": frozenset({"demand_paging"}),
@@ -559,23 +568,29 @@ def glossary_match(answer: Any) -> CheckResult:
 
 
 # ---- what each vLLM technique answers --------------------------------------------------------
-PROBLEMS = (
-    "kv_fragmentation",
-    "idle_slots_after_finish",
-    "long_prompt_stalls_decodes",
-    "repeated_system_prompt",
-    "model_too_big_for_one_gpu",
+PROBLEMS = M.choices(
+    "problem",
+    (
+        "kv_fragmentation",
+        "idle_slots_after_finish",
+        "long_prompt_stalls_decodes",
+        "repeated_system_prompt",
+        "model_too_big_for_one_gpu",
+    ),
 )
 # More techniques than problems, in an order that is not the problems'.
-FIXES = (
-    "chunked_prefill",
-    "kv_cache_quantization",
-    "tensor_parallelism",
-    "prefix_caching",
-    "speculative_decoding",
-    "paged_attention",
-    "pipeline_parallelism",
-    "continuous_batching",
+FIXES = M.choices(
+    "fix",
+    (
+        "chunked_prefill",
+        "kv_cache_quantization",
+        "tensor_parallelism",
+        "prefix_caching",
+        "speculative_decoding",
+        "paged_attention",
+        "pipeline_parallelism",
+        "continuous_batching",
+    ),
 )
 _FIX_RIGHT = {
     "kv_fragmentation": "paged_attention",
@@ -612,21 +627,27 @@ def vllm_fixes(answer: Any) -> CheckResult:
 
 
 # ---- serving symptoms and their cause ----------------------------------------------------------
-SYMPTOMS = (
-    "ttft_grows_with_prompt_length",
-    "tpot_nearly_flat_from_batch_1_to_8",
-    "requests_preempted_with_many_long_chats",
-    "tp8_slower_over_pcie_than_over_nvlink",
+SYMPTOMS = M.choices(
+    "symptom",
+    (
+        "ttft_grows_with_prompt_length",
+        "tpot_nearly_flat_from_batch_1_to_8",
+        "requests_preempted_with_many_long_chats",
+        "tp8_slower_over_pcie_than_over_nvlink",
+    ),
 )
 # More causes than symptoms, in an order that is not the symptoms'.
-CAUSES = (
-    "all_reduce_every_layer",
-    "tokenizer_too_slow",
-    "kv_cache_runs_out",
-    "decode_is_memory_bound",
-    "temperature_too_high",
-    "prefill_is_compute_bound",
-    "pipeline_bubble",
+CAUSES = M.choices(
+    "cause",
+    (
+        "all_reduce_every_layer",
+        "tokenizer_too_slow",
+        "kv_cache_runs_out",
+        "decode_is_memory_bound",
+        "temperature_too_high",
+        "prefill_is_compute_bound",
+        "pipeline_bubble",
+    ),
 )
 _SYMPTOM_RIGHT = {
     "ttft_grows_with_prompt_length": "prefill_is_compute_bound",
@@ -730,30 +751,33 @@ VLLM_ONLY = {
 # What both engines do, and where llmlab does it.
 BOTH_DO = {
     "prefix_caching": "llmlab.kvcache.block_pool.BlockPool",
-    "chunked_prefill": "llmlab.engine.scheduler.Scheduler.schedule",
-    "preemption": "llmlab.engine.scheduler.Scheduler",
+    "chunked_prefill": "llmlab.core.scheduler.Scheduler.schedule",
+    "preemption": "llmlab.core.scheduler.Scheduler",
     "paged_kv_blocks": "llmlab.kvcache.manager.KVCacheManager",
     "openai_compatible_server": "llmlab.serve",
-    "speculative_decoding": "llmlab.engine.spec_decode",
-    "structured_output": "llmlab.structured_output",
-    "quantized_weights": "llmlab.quantization",
+    "speculative_decoding": "llmlab.spec_decode",
+    "structured_output": "llmlab.sampling.structured_output",
+    "quantized_weights": "llmlab.model.quantization",
 }
 # All of them, in an order that groups neither kind.
-VLLM_FEATURE_CHOICES = (
-    "prefix_caching",
-    "speculative_decoding",
-    "chunked_prefill",
-    "structured_output",
-    "lora_adapters",
-    "preemption",
-    "multimodal_inputs",
-    "sliding_window_kv",
-    "paged_kv_blocks",
-    "kv_cache_events",
-    "async_scheduling",
-    "openai_compatible_server",
-    "quantized_weights",
-    "kv_transfer_between_instances",
+VLLM_FEATURE_CHOICES = M.choices(
+    "vllm_feature",
+    (
+        "prefix_caching",
+        "speculative_decoding",
+        "chunked_prefill",
+        "structured_output",
+        "lora_adapters",
+        "preemption",
+        "multimodal_inputs",
+        "sliding_window_kv",
+        "paged_kv_blocks",
+        "kv_cache_events",
+        "async_scheduling",
+        "openai_compatible_server",
+        "quantized_weights",
+        "kv_transfer_between_instances",
+    ),
 )
 
 

@@ -23,7 +23,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
-from llmlab.quantization import INT8_MAX, quantize_int8
+from llmlab.model.quantization import INT8_MAX, quantize_int8
 
 M = catalog("ch13")
 BUILDS = {"ch13.quantize_per_channel": "quantize_per_channel"}  # exercise -> the student's name

@@ -33,7 +33,7 @@ STATES = ("", '{"', '{"age', '{"age": ', '{"age": 4', '{"age": 42', '{"age": 42}
 @functools.lru_cache(maxsize=1)
 def _grammar() -> tuple[list[str], int, Any]:
     """(every token's text, the EOS id, a manager holding AGE_REGEX compiled by xgrammar)."""
-    from llmlab.structured_output import StructuredOutputManager, vocab_texts
+    from llmlab.sampling.structured_output import StructuredOutputManager, vocab_texts
     from llmlab.tokenizer import real_tokenizer
 
     tok = real_tokenizer()
@@ -44,7 +44,7 @@ def _grammar() -> tuple[list[str], int, Any]:
 
 def _matcher_at(text: str):
     """xgrammar's matcher for AGE_REGEX after `text`, or None when `text` cannot be a prefix."""
-    from llmlab.structured_output import StructuredOutputsParams
+    from llmlab.sampling.structured_output import StructuredOutputsParams
 
     _, _, manager = _grammar()
     m = manager.matcher(StructuredOutputsParams(regex=AGE_REGEX))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
+
+M = catalog("figures.ch00")
 
 # (number, title, part) of every chapter after this one; the parts follow the colours of the
 # source chapter's flowchart: the model itself, performance on the hardware, the serving system;
@@ -27,25 +29,6 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("15", "Structured\noutput", "further"),
     ("16", "A step\non a GPU", "further"),
 )
-# the chapter titles in Chinese, looked up by the English title when the map is drawn
-TITLES_ZH = {
-    "Tokens": "token",
-    "Attention": "注意力",
-    "Generation": "生成",
-    "KV cache": "KV cache",
-    "Prefill vs decode": "prefill 与 decode",
-    "Memory hierarchy": "存储层次",
-    "Roofline": "roofline 模型",
-    "Batching": "batching",
-    "Parallelism": "并行",
-    "Metrics": "指标",
-    "vLLM arrives\n(PagedAttention)": "vLLM 登场\n（PagedAttention）",
-    "Glossary & review": "术语表与复习",
-    "Dtypes &\nquantization": "数据类型\n与量化",
-    "Speculative\ndecoding": "投机解码",
-    "Structured\noutput": "结构化输出",
-    "A step\non a GPU": "GPU 上的\n一步",
-}
 COLOURS = {
     "model": ("#eff5ff", "#2563eb"),
     "hardware": ("#fef3c7", "#b45309"),
@@ -77,7 +60,7 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
                 gid=f"chapter-{num}",
             )
         )
-        shown = tr(title, TITLES_ZH.get(title, title))
+        shown = M.by_english(title, "title")
         ax.text(x + 0.8, y + 0.5, f"{num}\n{shown}", ha="center", va="center", fontsize=8)
         last = i == len(chapters) - 1
         if col < per_row - 1 and not last:
@@ -98,10 +81,10 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
         handles=[
             Patch(fc=f, ec=e, label=label)
             for label, (f, e) in (
-                (tr("the model", "模型本身"), COLOURS["model"]),
-                (tr("performance on the hardware", "硬件上的性能"), COLOURS["hardware"]),
-                (tr("the serving system", "推理服务系统"), COLOURS["serving"]),
-                (tr("going further", "延伸学习"), COLOURS["further"]),
+                (M("chapter_map.model"), COLOURS["model"]),
+                (M("chapter_map.performance_hardware"), COLOURS["hardware"]),
+                (M("chapter_map.serving_system"), COLOURS["serving"]),
+                (M("chapter_map.going_further"), COLOURS["further"]),
             )
         ],
         loc="upper center",
@@ -113,10 +96,5 @@ def chapter_map(chapters: tuple[tuple[str, str, str], ...] = CHAPTERS, per_row: 
     ax.set_xlim(-0.2, per_row * 2.0)
     ax.set_ylim(-1.6 * (rows - 1) - 0.4, 1.2)
     ax.axis("off")
-    ax.set_title(
-        tr(
-            "The chapter map: from a token to PagedAttention",
-            "章节地图：从 token 到 PagedAttention",
-        )
-    )
+    ax.set_title(M("chapter_map.chapter_map_token"))
     return fig

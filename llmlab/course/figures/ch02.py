@@ -9,7 +9,9 @@ from typing import Any
 
 import torch
 
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
+
+M = catalog("figures.ch02")
 
 
 def gqa_grouping(names: Sequence[str] = ("smollm2-135m", "llama-3-8b")):
@@ -26,14 +28,14 @@ def gqa_grouping(names: Sequence[str] = ("smollm2-135m", "llama-3-8b")):
         for h in range(c.num_attention_heads):
             grid[h // c.num_queries_per_kv, h] = 1
         ax.imshow(grid.numpy(), cmap="Blues", aspect="auto", vmin=0, vmax=1)
-        ax.set_xlabel(tr("query head", "Q 头"))
-        ax.set_ylabel(tr("KV head", "KV 头"))
+        ax.set_xlabel(M("gqa_grouping.query_head"))
+        ax.set_ylabel(M("gqa_grouping.kv_head"))
         ax.set_title(
-            tr(
-                f"{name} (preset): {c.num_attention_heads} query heads, "
-                f"{c.num_key_value_heads} KV heads",
-                f"{name}（预设）：{c.num_attention_heads} 个 Q 头，"
-                f"{c.num_key_value_heads} 个 KV 头",
+            M(
+                "gqa_grouping.preset_query_heads",
+                name=name,
+                num_attention_heads=c.num_attention_heads,
+                num_key_value_heads=c.num_key_value_heads,
             ),
             fontsize=10,
         )
@@ -64,19 +66,12 @@ def attention_heatmaps(
         for c, head in enumerate(heads):
             ax = axes[r, c]
             ax.imshow(probs[head].numpy(), cmap="magma", vmin=0, vmax=1)
-            ax.set_title(
-                tr(f"layer {layer}, head {head}", f"第 {layer} 层，第 {head} 个头"), fontsize=9
-            )
+            ax.set_title(M("attention_heatmaps.layer_head", layer=layer, head=head), fontsize=9)
             ax.set_xticks(range(T), labels, rotation=90, fontsize=7)
             ax.set_yticks(range(T), labels, fontsize=7)
-    fig.suptitle(
-        tr(
-            "Attention weights of SmolLM2 on a real prompt (rows attend to columns)",
-            "SmolLM2 在一段真实 prompt 上的注意力权重（每行去关注各列）",
-        )
-    )
-    fig.supxlabel(tr("key token (looked at)", "K 一侧的 token（被关注）"))
-    fig.supylabel(tr("query token (looking)", "Q 一侧的 token（去关注）"))
+    fig.suptitle(M("attention_heatmaps.attention_weights_smollm2"))
+    fig.supxlabel(M("attention_heatmaps.key_token_looked"))
+    fig.supylabel(M("attention_heatmaps.query_token_looking"))
     fig.tight_layout()
     return fig
 
@@ -112,14 +107,9 @@ def rope_scores(values: dict[tuple[int, int], float]):
     names = [f"s({m}, {n})\nm−n = {m - n}" for m, n in values]
     ax.bar(names, list(values.values()), color="#2563eb")
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_ylabel(tr("score q·k after RoPE", "RoPE 之后的得分 q·k"))
-    ax.set_xlabel(tr("(query position m, key position n)", "（q 的位置 m，k 的位置 n）"))
-    ax.set_title(
-        tr(
-            "RoPE: one random q and k placed at different positions",
-            "RoPE：同一对随机的 q、k 放在不同的位置上",
-        )
-    )
+    ax.set_ylabel(M("rope_scores.score_q_k"))
+    ax.set_xlabel(M("rope_scores.query_position_m"))
+    ax.set_title(M("rope_scores.rope_one_random"))
     fig.tight_layout()
     return fig
 
@@ -129,35 +119,27 @@ def against_layer0(label: str, fn: Any, args: tuple, reference: torch.Tensor) ->
     same real inputs) and return the largest difference; a note instead when `fn` is not
     written yet or raises."""
     if fn is None:
-        print(tr(f"{label}: write the function above first.", f"{label}：请先写好上面的函数。"))
+        print(M("against_layer0.write_function_above", label=label))
         return None
     try:
         with torch.no_grad():
             got = torch.as_tensor(fn(*args)).float()
     except Exception as e:  # the learner's code
-        print(
-            tr(
-                f"{label}: your function raised {type(e).__name__}: {e}",
-                f"{label}：你的函数抛出了 {type(e).__name__}：{e}",
-            )
-        )
+        print(M("against_layer0.your_function_raised", label=label, error=type(e).__name__, e=e))
         return None
     want = reference.detach().float()
     if got.shape != want.shape:
         print(
-            tr(
-                f"{label}: shape {list(got.shape)}, layer 0 gives {list(want.shape)}",
-                f"{label}：形状是 {list(got.shape)}，第 0 层给出的是 {list(want.shape)}",
+            M(
+                "against_layer0.shape_layer_0",
+                label=label,
+                got=list(got.shape),
+                want=list(want.shape),
             )
         )
         return None
     diff = (got - want).abs().max().item()
     same = diff <= 1e-4 + 1e-4 * want.abs().max().item()
-    verdict = tr("the same", "一致") if same else tr("DIFFERENT", "不一致")
-    print(
-        tr(
-            f"{label}: largest |yours − layer 0| = {diff:.1e}  ({verdict})",
-            f"{label}：|你的 − 第 0 层| 的最大值 = {diff:.1e}（{verdict}）",
-        )
-    )
+    verdict = M("against_layer0.same") if same else M("against_layer0.different")
+    print(M("against_layer0.largest_yours_layer", label=label, diff=diff, verdict=verdict))
     return diff

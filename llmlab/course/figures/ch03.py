@@ -7,20 +7,18 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from llmlab.analysis.distribution import next_token_distribution
-from llmlab.i18n import notebook_text, tr
+from llmlab.course.check.catalog import catalog
+from llmlab.i18n import notebook_text
 from llmlab.utils import best_of
+
+M = catalog("figures.ch03")
 
 
 def forward_seconds(model: Any, ids: Sequence[int], n_tokens: int, repeats: int = 2) -> float:
     """Best of `repeats` wall-clock timings (seconds) of one forward over the first `n_tokens` of
     `ids`: what one step of generation without a cache costs at that length (measured)."""
     if not 1 <= n_tokens <= len(ids):
-        raise ValueError(
-            tr(
-                f"n_tokens must be in [1, {len(ids)}] (the ids given), got {n_tokens}",
-                f"n_tokens 必须在 [1, {len(ids)}]（给出的 ids 的个数）之间，你给的是 {n_tokens}",
-            )
-        )
+        raise ValueError(M("forward_seconds.n_tokens_must", len_ids=len(ids), n_tokens=n_tokens))
     return best_of(lambda: model.logits_for(list(ids[:n_tokens])), repeats)
 
 
@@ -55,10 +53,7 @@ def naive_step_times(
         lengths,
         [1e3 * s for s in seconds],
         "o-",
-        label=tr(
-            "one forward over T tokens (= naive step at length T), measured on this CPU",
-            "对 T 个 token 做一次前向计算（= 朴素生成在长度 T 时的一步），本机 CPU 实测",
-        ),
+        label=M("naive_step_times.one_forward_over"),
     )
     if step_lengths:
         ax.plot(
@@ -66,10 +61,7 @@ def naive_step_times(
             [1e3 * s for s in step_seconds],
             "x",
             color="#b91c1c",
-            label=tr(
-                "naive generate: its step times, measured on this CPU",
-                "朴素 generate：它每一步的耗时，本机 CPU 实测",
-            ),
+            label=M("naive_step_times.naive_generate_step"),
         )
     if gpu_seconds is not None:
         ax.plot(
@@ -77,22 +69,12 @@ def naive_step_times(
             [1e3 * s for s in gpu_seconds],
             "s--",
             color="#15803d",
-            label=tr(
-                f"same forward on an {gpu_label}: least time from the presets (bf16)",
-                f"同样的前向计算放到 {gpu_label} 上：按预设算出的最短时间（bf16）",
-            ),
+            label=M("naive_step_times.same_forward_least", gpu_label=gpu_label),
         )
     ax.set_yscale("log")
-    ax.set_xlabel(tr("sequence length T (tokens)", "序列长度 T（token 数）"))
-    ax.set_ylabel(
-        tr("time per generated token (ms, log scale)", "每生成一个 token 的时间（ms，对数坐标）")
-    )
-    ax.set_title(
-        tr(
-            "Generation without a KV cache: time per token against length",
-            "没有 KV cache 的生成：每个 token 的时间随长度增长",
-        )
-    )
+    ax.set_xlabel(M("naive_step_times.sequence_length_t"))
+    ax.set_ylabel(M("naive_step_times.time_per_generated"))
+    ax.set_title(M("naive_step_times.generation_without_kv"))
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -116,12 +98,7 @@ def sampling_settings(
         plot_next_token_distribution(logits, tokenizer, ax=ax, top_n=top_n, **s)
     for ax in list(axes.flat)[len(settings) :]:
         ax.axis("off")
-    fig.suptitle(
-        tr(
-            f"Next token after {plot_label(prompt)!r} (SmolLM2)",
-            f"{plot_label(prompt)!r} 之后的下一个 token（SmolLM2）",
-        )
-    )
+    fig.suptitle(M("sampling_settings.next_token_after", prompt=plot_label(prompt)))
     fig.tight_layout()
     return fig
 
@@ -175,16 +152,13 @@ def plot_next_token_distribution(
         [],
         [],
         color="#2563eb",
-        label=tr("kept: sampling probability after the filters", "保留：过滤之后的采样概率"),
+        label=M("plot_next_token_distribution.kept_sampling_probability"),
     )
     ax.bar(
         [],
         [],
         color="#d1d5db",
-        label=tr(
-            "removed by top-k / top-p (height: before removal)",
-            "被 top-k / top-p 去掉（高度：去掉之前的概率）",
-        ),
+        label=M("plot_next_token_distribution.removed_top_k"),
     )
     ax.plot(
         xs,
@@ -192,24 +166,20 @@ def plot_next_token_distribution(
         "o",
         color="#b45309",
         ms=4,
-        label=tr("raw probability (temperature 1)", "原始概率（温度 1）"),
+        label=M("plot_next_token_distribution.raw_probability_temperature"),
     )
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel(tr("probability", "概率"))
-    ax.set_xlabel(
-        tr(
-            f"the {len(order)} most likely next tokens (grey: removed)",
-            f"最可能的 {len(order)} 个下一个 token（灰色：已去掉）",
-        )
-    )
+    ax.set_ylabel(M("plot_next_token_distribution.probability"))
+    ax.set_xlabel(M("plot_next_token_distribution.most_likely_next", len_order=len(order)))
     ax.set_title(
         title
-        or tr(
-            f"T={temperature:g}, top_k={top_k}, top_p={top_p:g}: "
-            f"{dist.num_kept} token(s) can be sampled",
-            f"T={temperature:g}，top_k={top_k}，top_p={top_p:g}："
-            f"有 {dist.num_kept} 个 token 可以被采样",
+        or M(
+            "plot_next_token_distribution.t_top_k",
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            num_kept=dist.num_kept,
         )
     )
     ax.legend(fontsize=8)

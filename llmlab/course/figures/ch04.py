@@ -7,8 +7,10 @@ from typing import Any, Sequence
 
 from llmlab.analysis import costs, roofline, speculation
 from llmlab.config import ModelConfig, get_config
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
 from llmlab.utils import best_of
+
+M = catalog("figures.ch04")
 
 
 def no_cache_step_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2) -> float:
@@ -55,7 +57,7 @@ def plot_step_times(
     import matplotlib.pyplot as plt
 
     if gpu_label is None:
-        gpu_label = tr("Llama-3-8B on H100-SXM, BF16", "Llama-3-8B 在 H100-SXM 上，BF16")
+        gpu_label = M("plot_step_times.llama_3_8b")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, xs, no, yes in ((a1, lengths, t_no, t_yes), (a2, gpu_lengths, gpu_no, gpu_yes)):
         ax.plot(
@@ -63,32 +65,23 @@ def plot_step_times(
             [1e3 * s for s in no],
             "o-",
             color="#b91c1c",
-            label=tr(
-                "without cache: forward over T tokens", "没有 KV cache：对 T 个 token 做前向计算"
-            ),
+            label=M("plot_step_times.without_cache_forward"),
         )
         ax.plot(
             xs,
             [1e3 * s for s in yes],
             "o-",
             color="#2563eb",
-            label=tr("with cache: one decode step", "有 KV cache：一步 decode"),
+            label=M("plot_step_times.cache_one_decode"),
         )
-        ax.set_xlabel(tr("sequence length T (tokens)", "序列长度 T（token 数）"))
+        ax.set_xlabel(M("plot_step_times.sequence_length_t"))
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    a1.set_ylabel(tr("time per token (ms, measured)", "每个 token 的时间（ms，实测）"))
-    a1.set_title(tr("SmolLM2-135M on this machine (measured)", "SmolLM2-135M 在本机上（实测）"))
-    a2.set_ylabel(
-        tr("time per token (ms, roofline floor)", "每个 token 的时间（ms，roofline 下限）")
-    )
-    a2.set_title(tr(f"{gpu_label} (presets, not measured)", f"{gpu_label}（预设，不是实测）"))
-    fig.suptitle(
-        tr(
-            "Time per generated token, with and without the KV cache",
-            "有和没有 KV cache 时，每生成一个 token 的时间",
-        )
-    )
+    a1.set_ylabel(M("plot_step_times.time_per_token"))
+    a1.set_title(M("plot_step_times.smollm2_135m_machine"))
+    a2.set_ylabel(M("plot_step_times.time_per_token_2"))
+    a2.set_title(M("plot_step_times.presets_not_measured", gpu_label=gpu_label))
+    fig.suptitle(M("plot_step_times.time_per_generated"))
     fig.tight_layout()
     return fig
 
@@ -100,21 +93,14 @@ def plot_source_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
     fig, ax = plt.subplots(figsize=(7, 2.6))
     ax.barh(
         [
-            tr("GQA: 8 KV heads x 128", "GQA：8 个 KV 头 x 128"),
-            tr("from hidden 8192 (wrong)", "按 hidden 8192 算（错误）"),
+            M("plot_source_example.gqa_8_kv"),
+            M("plot_source_example.hidden_8192_wrong"),
         ],
         [gqa_bytes / 1e9, from_hidden_bytes / 1e9],
         color=["#2563eb", "#b91c1c"],
     )
-    ax.set_xlabel(
-        tr("KV cache of one 4K-token request (GB)", "一个 4K token 请求的 KV cache（GB）")
-    )
-    ax.set_title(
-        tr(
-            "Llama-3-70B, BF16: the source chapter's example both ways (llmlab.analysis.costs)",
-            "Llama-3-70B，BF16：原章节的例子，两种算法（llmlab.analysis.costs）",
-        )
-    )
+    ax.set_xlabel(M("plot_source_example.kv_cache_one"))
+    ax.set_title(M("plot_source_example.llama_3_70b"))
     fig.tight_layout()
     return fig
 
@@ -140,15 +126,8 @@ def plot_kv_layouts(models: Sequence[str], dtype_bytes: float = 2) -> Any:
         ax.bar(xs, ys, width, label=kind, color=_COLOURS[kind])
     ax.set_xticks(range(len(models)), list(models))
     ax.set_yscale("log")
-    ax.set_ylabel(
-        tr("KV cache per token (KiB, log scale)", "每个 token 的 KV cache（KiB，对数坐标）")
-    )
-    ax.set_title(
-        tr(
-            "KV bytes per token: the real layout (GQA or MLA) vs the same model as MHA and MQA",
-            "每个 token 的 KV 字节数：真实的布局（GQA 或 MLA）与同一模型改成 MHA、MQA 的对比",
-        )
-    )
+    ax.set_ylabel(M("plot_kv_layouts.kv_cache_per"))
+    ax.set_title(M("plot_kv_layouts.kv_bytes_per"))
     ax.legend()
     fig.tight_layout()
     return fig

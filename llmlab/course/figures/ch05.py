@@ -9,10 +9,12 @@ import torch
 
 from llmlab.analysis import costs, roofline
 from llmlab.config import ModelConfig, get_config
+from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch04 import cached_step_seconds
-from llmlab.i18n import tr
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.utils import best_of
+
+M = catalog("figures.ch05")
 
 
 def prefill_seconds(model: Any, ids: Sequence[int], n: int, repeats: int = 2) -> float:
@@ -68,7 +70,7 @@ def plot_prefill_decode(
     import matplotlib.pyplot as plt
 
     if gpu_label is None:
-        gpu_label = tr("Llama-3-8B on H100-SXM, BF16", "Llama-3-8B 在 H100-SXM 上，BF16")
+        gpu_label = M("plot_prefill_decode.llama_3_8b")
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, pre, dec in ((axes[0], t_prefill, t_decode), (axes[1], gpu_prefill, gpu_decode)):
         ax.plot(
@@ -76,32 +78,23 @@ def plot_prefill_decode(
             [1e3 * s / n for s, n in zip(pre, prompt_lens)],
             "o-",
             color="#2563eb",
-            label=tr("prefill: time / prompt tokens", "prefill：时间 / prompt 的 token 数"),
+            label=M("plot_prefill_decode.prefill_time_prompt"),
         )
         ax.plot(
             contexts,
             [1e3 * s for s in dec],
             "s-",
             color="#f59e0b",
-            label=tr("decode: one step", "decode：一步"),
+            label=M("plot_prefill_decode.decode_one_step"),
         )
-        ax.set_xlabel(
-            tr("prompt length n / context T (tokens)", "prompt 长度 n / 上下文长度 T（token 数）")
-        )
+        ax.set_xlabel(M("plot_prefill_decode.prompt_length_n"))
         ax.set_yscale("log")
         ax.legend(fontsize=8)
-    axes[0].set_ylabel(tr("ms per token (measured)", "每个 token 的 ms（实测）"))
-    axes[0].set_title(
-        tr("SmolLM2-135M on this machine (measured)", "SmolLM2-135M 在本机上（实测）")
-    )
-    axes[1].set_ylabel(tr("ms per token (roofline floor)", "每个 token 的 ms（roofline 下限）"))
-    axes[1].set_title(tr(f"{gpu_label} (presets, not measured)", f"{gpu_label}（预设，不是实测）"))
-    fig.suptitle(
-        tr(
-            "Per token, prefill is cheap and decode is dear",
-            "按每个 token 算，prefill 便宜，decode 昂贵",
-        )
-    )
+    axes[0].set_ylabel(M("plot_prefill_decode.ms_per_token"))
+    axes[0].set_title(M("plot_prefill_decode.smollm2_135m_machine"))
+    axes[1].set_ylabel(M("plot_prefill_decode.ms_per_token_2"))
+    axes[1].set_title(M("plot_prefill_decode.presets_not_measured", gpu_label=gpu_label))
+    fig.suptitle(M("plot_prefill_decode.per_token_prefill"))
     fig.tight_layout()
     return fig
 
@@ -118,14 +111,9 @@ def plot_achieved_flops(
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(prompt_lens, prefill_gflops, "o-", label="prefill")
     ax.plot(contexts, decode_gflops, "s-", label="decode")
-    ax.set_xlabel(tr("prompt length / context (tokens)", "prompt 长度 / 上下文长度（token 数）"))
-    ax.set_ylabel(tr("achieved GFLOP/s (measured)", "实际达到的 GFLOP/s（实测）"))
-    ax.set_title(
-        tr(
-            "Same model, same machine: prefill keeps the arithmetic units busy, decode does not",
-            "同一个模型、同一台机器：prefill 让运算单元忙起来，decode 做不到",
-        )
-    )
+    ax.set_xlabel(M("plot_achieved_flops.prompt_length_context"))
+    ax.set_ylabel(M("plot_achieved_flops.achieved_gflop_s"))
+    ax.set_title(M("plot_achieved_flops.same_model_same"))
     ax.legend()
     fig.tight_layout()
     return fig
@@ -163,26 +151,23 @@ def plot_intensity(
     import matplotlib.pyplot as plt
 
     if ridge_label is None:
-        ridge_label = tr("H100 ridge point (preset)", "H100 的拐点（预设）")
+        ridge_label = M("plot_intensity.h100_ridge_point")
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.loglog(
         tokens,
         prefill_ai,
         "o-",
-        label=tr("prefill of n prompt tokens", "对 n 个 prompt token 做 prefill"),
+        label=M("plot_intensity.prefill_n_prompt"),
     )
     ax.loglog(
         tokens,
         decode_ai,
         "s-",
-        label=tr(
-            "decode step, batch of n requests at context 1024",
-            "一步 decode，batch 为 n 个请求，上下文 1024",
-        ),
+        label=M("plot_intensity.decode_step_batch"),
     )
     ax.axhline(ridge, color="#b91c1c", ls="--", label=f"{ridge_label} ≈ {ridge:.0f} FLOP/B")
-    ax.set_xlabel(tr("tokens per step n", "每步的 token 数 n"))
-    ax.set_ylabel(tr("arithmetic intensity (FLOP/byte)", "算术强度（FLOP/byte）"))
+    ax.set_xlabel(M("plot_intensity.tokens_per_step"))
+    ax.set_ylabel(M("plot_intensity.arithmetic_intensity_flop"))
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -202,9 +187,7 @@ def plot_timeline(outputs: Sequence[Any]) -> Any:
             row,
             1e3 * (m.first_token_time - m.arrival_time),
             color="#2563eb",
-            label=tr("prefill → first token (TTFT)", "prefill → 第一个 token（TTFT）")
-            if row == 0
-            else None,
+            label=M("plot_timeline.prefill_first_token") if row == 0 else None,
         )
         ax.plot(
             ms,
@@ -213,25 +196,14 @@ def plot_timeline(outputs: Sequence[Any]) -> Any:
             color="#f59e0b",
             ms=18,
             mew=2,
-            label=tr("decode: one token each", "decode：每步一个 token") if row == 0 else None,
+            label=M("plot_timeline.decode_one_token") if row == 0 else None,
         )
     ax.set_yticks(
         range(len(outputs)),
-        [
-            tr(
-                f"{len(o.prompt_token_ids)}-token prompt",
-                f"{len(o.prompt_token_ids)} 个 token 的 prompt",
-            )
-            for o in outputs
-        ],
+        [M("plot_timeline.token_prompt", prompt_tokens=len(o.prompt_token_ids)) for o in outputs],
     )
-    ax.set_xlabel(tr("time since arrival (ms, measured)", "从到达起的时间（ms，实测）"))
-    ax.set_title(
-        tr(
-            "One request at a time through the llmlab engine: TTFT, then decode steps",
-            "llmlab 引擎一次处理一个请求：先是 TTFT，然后是一步步 decode",
-        )
-    )
+    ax.set_xlabel(M("plot_timeline.time_since_arrival"))
+    ax.set_title(M("plot_timeline.one_request_time"))
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
     fig.tight_layout()
     return fig

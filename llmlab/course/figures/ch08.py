@@ -13,9 +13,13 @@ from typing import Any, Sequence
 
 from llmlab.analysis import roofline
 from llmlab.analysis.hardware import Hardware
+from llmlab.analysis.sim import SimResult
+from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.headers import header
-from llmlab.i18n import tr
+from llmlab.i18n import notebook_text
 from llmlab.utils import format_table
+
+M = catalog("figures.ch08")
 
 GPU = "H100-SXM"
 
@@ -33,7 +37,7 @@ def _cell(v: Any) -> str:
 def text_table(rows: Sequence[dict], transpose: bool = False) -> str:
     """Rows of dicts (same keys) as an aligned plain-text table; `transpose` puts one row per key."""
     if not rows:
-        raise ValueError(tr("rows must not be empty", "rows 不能为空"))
+        raise ValueError(M("text_table.rows_must_not"))
     keys = list(rows[0])
     grid = [[header(str(k)) for k in keys]] + [[_cell(r[k]) for k in keys] for r in rows]
     if transpose:
@@ -59,26 +63,19 @@ def batch_scaling(
 
     steps = sorted(steps, key=lambda m: m.batch)
     if not steps or steps[0].batch != 1:
-        raise ValueError(
-            tr(
-                "steps must include a batch-1 measurement (the baseline)",
-                "steps 里必须有 batch 1 的测量（作为基准）",
-            )
-        )
+        raise ValueError(M("batch_scaling.steps_must_include"))
     bs = [m.batch for m in steps]
     context = steps[0].tokens + 1
     gpu_t = [_gpu_floor(cfg, gpu, b, context).time_floor for b in bs]
     cpu_rel = [m.seconds / steps[0].seconds for m in steps]
     gpu_rel = [t / gpu_t[0] for t in gpu_t]
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 4))
-    measured = tr(f"measured: {hw.name}", f"实测：{hw.name}")
-    floor = tr(f"{gpu} roofline floor (preset)", f"{gpu} 的 roofline 下限（预设）")
+    measured = M("batch_scaling.measured", name=hw.name)
+    floor = M("batch_scaling.roofline_floor_preset", gpu=gpu)
     a0.plot(bs, cpu_rel, "o-", label=measured)
     a0.plot(bs, gpu_rel, "s--", label=floor)
-    a0.set_ylabel(tr("step time / step time at batch 1", "每步时间 / batch 1 时的每步时间"))
-    a0.set_title(
-        tr("Per-token latency: how much slower each step gets", "每个 token 的延迟：每一步慢了多少")
-    )
+    a0.set_ylabel(M("batch_scaling.step_time_step"))
+    a0.set_title(M("batch_scaling.per_token_latency"))
     a1.plot(bs, [b / r for b, r in zip(bs, cpu_rel)], "o-", label=measured)
     a1.plot(bs, [b / r for b, r in zip(bs, gpu_rel)], "s--", label=floor)
     a1.plot(
@@ -86,21 +83,18 @@ def batch_scaling(
         bs,
         ":",
         color="grey",
-        label=tr("free batching (= batch)", "不花代价的 batching（= batch）"),
+        label=M("batch_scaling.free_batching_batch"),
     )
-    a1.set_ylabel(tr("tokens/s / tokens/s at batch 1", "tokens/s / batch 1 时的 tokens/s"))
-    a1.set_title(tr("Throughput gained by batching", "batching 带来的吞吐提升"))
+    a1.set_ylabel(M("batch_scaling.tokens_s_tokens"))
+    a1.set_title(M("batch_scaling.throughput_gained_batching"))
     for ax in (a0, a1):
         ax.set_xscale("log", base=2)
         ax.set_xticks(bs, [str(b) for b in bs])
-        ax.set_xlabel(tr("batch size (sequences)", "batch 大小（序列数）"))
+        ax.set_xlabel(M("batch_scaling.batch_size_sequences"))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(
-        tr(
-            f"{cfg.name} decode, context {context}: this machine measured vs {gpu} floor",
-            f"{cfg.name} decode，上下文 {context}：本机实测与 {gpu} 下限的对比",
-        ),
+        M("batch_scaling.decode_context_machine", name=cfg.name, context=context, gpu=gpu),
         fontsize=10,
     )
     fig.tight_layout()
@@ -122,22 +116,19 @@ def cpu_vs_gpu_table(
     by_batch = {m.batch: m for m in steps}
     if 1 not in by_batch or batch not in by_batch:
         raise ValueError(
-            tr(
-                f"steps must include batch 1 and batch {batch}, got {sorted(by_batch)}",
-                f"steps 里必须有 batch 1 和 batch {batch}，你给的是 {sorted(by_batch)}",
-            )
+            M("cpu_vs_gpu_table.steps_must_include", batch=batch, sorted_by_batch=sorted(by_batch))
         )
     m1, mb = by_batch[1], by_batch[batch]
     here = roofline.place(mb.op, hw, dtype)
     context = m1.tokens + 1
     g1, gb = _gpu_floor(cfg, gpu, 1, context), _gpu_floor(cfg, gpu, batch, context)
-    device, step1 = tr("device", "设备"), tr("step ms, batch 1", "每步 ms，batch 1")
-    step_b = tr(f"step ms, batch {batch}", f"每步 ms，batch {batch}")
-    ratio, ridge = tr("throughput ratio", "吞吐之比"), tr("ridge FLOP/B", "拐点 FLOP/B")
-    flop_b = tr(f"FLOP/B at {batch}", f"batch {batch} 时的 FLOP/B")
+    device, step1 = M("cpu_vs_gpu_table.device"), M("cpu_vs_gpu_table.step_ms_batch_2")
+    step_b = M("cpu_vs_gpu_table.step_ms_batch", batch=batch)
+    ratio, ridge = M("cpu_vs_gpu_table.throughput_ratio"), M("cpu_vs_gpu_table.ridge_flop_b")
+    flop_b = M("cpu_vs_gpu_table.flop_b", batch=batch)
     rows = [
         {
-            device: tr(f"{hw.name} (measured, {dtype})", f"{hw.name}（实测，{dtype}）"),
+            device: M("cpu_vs_gpu_table.measured", name=hw.name, dtype=dtype),
             step1: m1.seconds * 1e3,
             step_b: mb.seconds * 1e3,
             ratio: batch * m1.seconds / mb.seconds,
@@ -145,7 +136,7 @@ def cpu_vs_gpu_table(
             ridge: roofline.ridge_point(hw, dtype),
         },
         {
-            device: tr(f"{gpu} (roofline floor, bf16)", f"{gpu}（roofline 下限，bf16）"),
+            device: M("cpu_vs_gpu_table.roofline_floor_bf16", gpu=gpu),
             step1: g1.time_floor * 1e3,
             step_b: gb.time_floor * 1e3,
             ratio: batch * g1.time_floor / gb.time_floor,
@@ -162,8 +153,8 @@ def sim_vs_engine(simulated: dict, real: dict) -> list[dict]:
     rows = []
     for policy in real:
         for source, res in (
-            (tr("simulator", "模拟器"), simulated[policy]),
-            (tr("real engine", "真实引擎"), real[policy]),
+            (M("sim_vs_engine.simulator"), simulated[policy]),
+            (M("sim_vs_engine.real_engine"), real[policy]),
         ):
             rows.append(
                 {
@@ -176,3 +167,109 @@ def sim_vs_engine(simulated: dict, real: dict) -> list[dict]:
                 }
             )
     return rows
+
+
+def plot_gantt(
+    result: SimResult,
+    ax: Any = None,
+    title: str | None = None,
+    time_unit: str = "steps",
+    time_scale: float = 1.0,
+) -> Any:
+    """One row per request: waiting (light) from arrival to start, running (dark) to finish.
+
+    `time_scale` multiplies times for the axis (e.g. 1e3 with time_unit="ms" for seconds).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
+    unit = M.by_english(time_unit, "unit")
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, max(2.5, 0.22 * len(result.requests) + 1)))
+    colour = "#2563eb" if result.policy == "continuous" else "#b45309"
+    for row, tl in enumerate(result.requests):
+        a, s, f = tl.arrival * time_scale, tl.start * time_scale, tl.finish * time_scale
+        ax.barh(row, s - a, left=a, color="#d1d5db", height=0.7)
+        ax.barh(row, f - s, left=s, color=colour, height=0.7)
+    ax.set_yticks(range(len(result.requests)))
+    ax.set_yticklabels([str(tl.request_id) for tl in result.requests], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(M("plot_gantt.time", unit=unit))
+    ax.set_ylabel(M("plot_gantt.request"))
+    ax.legend(
+        handles=[
+            Patch(color="#d1d5db", label=M("plot_gantt.waiting")),
+            Patch(color=colour, label=M("plot_gantt.running")),
+        ],
+        fontsize=8,
+        loc="lower right",
+    )
+    latency = result.mean_latency * time_scale
+    ax.set_title(
+        title
+        or M(
+            "plot_gantt.batching_max_batch",
+            policy=result.policy,
+            max_batch=result.max_batch,
+            latency=latency,
+            unit=unit,
+        )
+    )
+    return ax
+
+
+def plot_compare(
+    results: dict[str, SimResult],
+    time_unit: str = "steps",
+    time_scale: float = 1.0,
+    source: str | None = None,
+) -> Any:
+    """Both Gantt charts one above the other on a shared time axis, plus batch occupancy per step.
+
+    `source` opens each title (default "simulated", in the language in use)."""
+    import matplotlib.pyplot as plt
+
+    # a source a notebook cell wrote, in the language in use
+    source = M("plot_compare.simulated") if source is None else notebook_text(source)
+    unit = M.by_english(time_unit, "unit")
+
+    n = len(results[next(iter(results))].requests)
+    fig, axes = plt.subplots(
+        len(results) + 1,
+        1,
+        figsize=(10, 2 * (0.2 * n + 1) + 2.5),
+        sharex=True,
+        gridspec_kw={"height_ratios": [1] * len(results) + [0.6]},
+    )
+    for ax, (name, res) in zip(axes, results.items()):
+        plot_gantt(
+            res,
+            ax,
+            time_unit=time_unit,
+            time_scale=time_scale,
+            title=M(
+                "plot_compare.batching_max_batch",
+                source=source,
+                name=name,
+                max_batch=res.max_batch,
+                res_throughput_time_scale=res.throughput / time_scale,
+                unit=unit,
+                res_mean_latency_time_scale=res.mean_latency * time_scale,
+            ),
+        )
+    ax = axes[-1]
+    for name, res in results.items():
+        ax.step(
+            [t * time_scale for t in res.step_start],
+            res.step_batch,
+            where="post",
+            label=M("plot_compare.policy", name=name),
+        )
+    ax.set_ylabel(M("plot_compare.batch_size"))
+    ax.set_xlabel(M("plot_gantt.time", unit=unit))
+    ax.legend(fontsize=8)
+    ax.set_title(M("plot_compare.requests_per_step"))
+    fig.tight_layout()
+    return fig

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from llmlab.i18n import tr
-from llmlab.parallel import cost
+from llmlab.analysis import parallel_cost
+from llmlab.course.check.catalog import catalog
+
+M = catalog("figures.ch09")
 
 
 def dp_replicas(rows: Sequence[dict]) -> Any:
@@ -19,33 +21,24 @@ def dp_replicas(rows: Sequence[dict]) -> Any:
     import matplotlib.pyplot as plt
 
     if not rows:
-        raise ValueError(tr("rows must not be empty", "rows 不能为空"))
+        raise ValueError(M("dp_replicas.rows_must_not"))
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 3.8))
     for n in sorted({r["replicas"] for r in rows}):
         mine = sorted((r for r in rows if r["replicas"] == n), key=lambda r: r["arrivals/s"])
         x = [r["arrivals/s"] for r in mine]
-        label = tr(f"{n} replicas", f"{n} 个副本") if n > 1 else tr(f"{n} replica", f"{n} 个副本")
+        label = M("dp_replicas.replicas", n=n) if n > 1 else M("dp_replicas.replica", n=n)
         a0.plot(x, [r["tokens/s"] for r in mine], "o-", label=label)
         a1.plot(x, [r["mean latency s"] for r in mine], "o-", label=label)
-    a0.set_ylabel(tr("output tokens / s", "输出 token / s"))
-    a0.set_title(
-        tr(
-            "Throughput: set by the arrivals until a replica saturates",
-            "吞吐：副本饱和之前，由到达的请求决定",
-        )
-    )
-    a1.set_ylabel(tr("mean latency per request (s)", "每个请求的平均延迟（s）"))
-    a1.set_title(tr("Latency: flat until the queue builds up", "延迟：排起队之前一直平稳"))
+    a0.set_ylabel(M("dp_replicas.output_tokens_s"))
+    a0.set_title(M("dp_replicas.throughput_set_arrivals"))
+    a1.set_ylabel(M("dp_replicas.mean_latency_per"))
+    a1.set_title(M("dp_replicas.latency_flat_until"))
     for ax in (a0, a1):
-        ax.set_xlabel(tr("arrival rate (requests / s)", "到达速率（请求 / s）"))
+        ax.set_xlabel(M("dp_replicas.arrival_rate_requests"))
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(
-        tr(
-            "Data parallelism behind a round-robin router (simulated: Llama-3-8B, one H100 "
-            "per replica, roofline step times)",
-            "轮询路由器后面的数据并行（模拟：Llama-3-8B，每个副本一块 H100，每步时间取 roofline 值）",
-        ),
+        M("dp_replicas.data_parallelism_behind"),
         fontsize=10,
     )
     fig.tight_layout()
@@ -55,7 +48,9 @@ def dp_replicas(rows: Sequence[dict]) -> Any:
 def allreduce_times(nbytes: float, world_size: int, hardware: str = "H100-SXM") -> dict[str, float]:
     """Seconds of one ring all-reduce of `nbytes` over `world_size` GPUs, per link of `hardware`."""
     return {
-        link: cost.ring_all_reduce_time(nbytes, world_size, cost.get_interconnect(link, hardware))
+        link: parallel_cost.ring_all_reduce_time(
+            nbytes, world_size, parallel_cost.get_interconnect(link, hardware)
+        )
         for link in ("nvlink", "pcie")
     }
 
@@ -68,19 +63,14 @@ def allreduce_cpu_vs_gpu(
     import matplotlib.pyplot as plt
 
     if measured_s <= 0:
-        raise ValueError(
-            tr(
-                f"measured_s must be > 0 seconds, got {measured_s}",
-                f"measured_s 必须 > 0 秒，你给的是 {measured_s}",
-            )
-        )
+        raise ValueError(M("allreduce_cpu_vs_gpu.measured_s_must", measured_s=measured_s))
     if machine is None:
-        machine = tr("this machine", "本机")
+        machine = M("allreduce_cpu_vs_gpu.machine")
     model = allreduce_times(nbytes, world_size)
     labels = [
-        tr(f"{machine}\n(measured, gloo over TCP)", f"{machine}\n（实测，gloo 走 TCP）"),
-        tr("H100 NVLink\n(ring model)", "H100 NVLink\n（ring 模型）"),
-        tr("H100 PCIe 5.0\n(ring model)", "H100 PCIe 5.0\n（ring 模型）"),
+        M("allreduce_cpu_vs_gpu.measured_gloo_over", machine=machine),
+        M("allreduce_cpu_vs_gpu.h100_nvlink_ring"),
+        M("allreduce_cpu_vs_gpu.h100_pcie_5"),
     ]
     values = [measured_s * 1e6, model["nvlink"] * 1e6, model["pcie"] * 1e6]
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -90,12 +80,9 @@ def allreduce_cpu_vs_gpu(
             b.get_x() + b.get_width() / 2, v, f"{v:,.1f} µs", ha="center", va="bottom", fontsize=8
         )
     ax.set_yscale("log")
-    ax.set_ylabel(tr("one all-reduce (µs, log scale)", "一次 all-reduce（µs，对数坐标）"))
+    ax.set_ylabel(M("allreduce_cpu_vs_gpu.one_all_reduce"))
     ax.set_title(
-        tr(
-            f"One all-reduce of {nbytes / 1e3:,.1f} kB over {world_size} ranks",
-            f"{world_size} 个 rank 之间一次 {nbytes / 1e3:,.1f} kB 的 all-reduce",
-        )
+        M("allreduce_cpu_vs_gpu.one_all_reduce_2", nbytes_1e3=nbytes / 1e3, world_size=world_size)
     )
     fig.tight_layout()
     return fig

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from llmlab.analysis import metrics
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
+
+M = catalog("figures.ch10")
 
 
 def ttlt_prediction(results: Mapping[float, metrics.BenchmarkSummary]) -> Any:
@@ -23,10 +25,10 @@ def ttlt_prediction(results: Mapping[float, metrics.BenchmarkSummary]) -> Any:
         predicted = [t.ttft + (t.num_output_tokens - 1) * s.tpot.mean for t in ts]
         ax.plot(measured, predicted, marker, alpha=0.7, label=f"{rate:.2f} req/s")
         top = max([top, *measured, *predicted])
-    ax.plot([0, top], [0, top], "k--", lw=1, label=tr("prediction = measurement", "预测 = 实测"))
-    ax.set_xlabel(tr("measured E2EL (s)", "实测的 E2EL（s）"))
-    ax.set_ylabel(tr("TTFT + (n − 1) · mean TPOT (s)", "TTFT + (n − 1) · 平均 TPOT（s）"))
-    ax.set_title(tr("TTLT ≈ TTFT + (n − 1)·TPOT (measured)", "TTLT ≈ TTFT + (n − 1)·TPOT（实测）"))
+    ax.plot([0, top], [0, top], "k--", lw=1, label=M("ttlt_prediction.prediction_measurement"))
+    ax.set_xlabel(M("ttlt_prediction.measured_e2el_s"))
+    ax.set_ylabel(M("ttlt_prediction.ttft_n_1"))
+    ax.set_title(M("ttlt_prediction.ttlt_ttft_n"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -42,19 +44,22 @@ def goodput_vs_rate(
     rates = sorted(results)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.plot(
-        rates, [results[r].request_throughput for r in rates], "o-", label=tr("throughput", "吞吐")
+        rates,
+        [results[r].request_throughput for r in rates],
+        "o-",
+        label=M("goodput_vs_rate.throughput"),
     )
     ax.plot(
         rates,
         [results[r].goodput for r in rates],
         "s--",
-        label=tr("goodput (met the SLO)", "goodput（满足 SLO 的）"),
+        label=M("goodput_vs_rate.goodput_met_slo"),
     )
-    ax.plot(rates, rates, ":", color="grey", label=tr("offered rate", "发来的请求速率"))
-    ax.set_xlabel(tr("offered request rate (req/s)", "发来的请求速率（req/s）"))
-    ax.set_ylabel(tr("completed requests per second", "每秒完成的请求数"))
+    ax.plot(rates, rates, ":", color="grey", label=M("goodput_vs_rate.offered_rate"))
+    ax.set_xlabel(M("goodput_vs_rate.offered_request_rate"))
+    ax.set_ylabel(M("goodput_vs_rate.completed_requests_per"))
     targets = ", ".join(f"{k.upper()} ≤ {v * 1e3:.0f} ms" for k, v in slo.items())
-    ax.set_title(tr(f"goodput under {targets} (measured)", f"{targets} 下的 goodput（实测）"))
+    ax.set_title(M("goodput_vs_rate.goodput_under_measured", targets=targets))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -73,8 +78,8 @@ def tpot_vs_batch(
 
     fig, ax = plt.subplots(figsize=(6.2, 3.8))
     if machine is None:
-        machine = tr("this machine", "本机")
-    series = {tr(f"{machine} (measured)", f"{machine}（实测）"): (measured, "o-")}
+        machine = M("tpot_vs_batch.machine")
+    series = {M("tpot_vs_batch.measured", machine=machine): (measured, "o-")}
     series.update({label: (vals, "s--") for label, vals in presets.items()})
     for label, (vals, style) in series.items():
         batches = sorted(vals)
@@ -84,14 +89,9 @@ def tpot_vs_batch(
     ax.set_xscale("log", base=2)
     ticks = sorted(set(measured).union(*(set(v) for v in presets.values())))
     ax.set_xticks(ticks, [str(b) for b in ticks])
-    ax.set_xlabel(tr("batch (requests decoded together)", "batch（一起 decode 的请求数）"))
-    ax.set_ylabel(tr("TPOT ÷ TPOT at the smallest batch", "TPOT ÷ 最小 batch 时的 TPOT"))
-    ax.set_title(
-        tr(
-            "does a token get slower when more users share the step?",
-            "更多用户共用一步时，每个 token 会变慢吗？",
-        )
-    )
+    ax.set_xlabel(M("tpot_vs_batch.batch_requests_decoded"))
+    ax.set_ylabel(M("tpot_vs_batch.tpot_tpot_smallest"))
+    ax.set_title(M("tpot_vs_batch.does_token_get"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

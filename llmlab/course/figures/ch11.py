@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmlab.analysis.sim import WasteResult, plot_kv_waste
-from llmlab.i18n import tr
+from llmlab.analysis.sim import WasteResult
+from llmlab.course.check.catalog import catalog
+
+M = catalog("figures.ch11")
 
 PREFILL_COLOUR = "#2563eb"
 DECODE_COLOUR = "#d97706"
@@ -22,11 +24,10 @@ def kv_waste(waste: WasteResult, block_sizes: Sequence[int], paged_waste: Sequen
 
     if len(block_sizes) != len(paged_waste) or not block_sizes:
         raise ValueError(
-            tr(
-                f"block_sizes and paged_waste must be non-empty and of equal length, "
-                f"got {len(block_sizes)} and {len(paged_waste)}",
-                f"block_sizes 和 paged_waste 不能为空，且长度要相同；"
-                f"你给的长度是 {len(block_sizes)} 和 {len(paged_waste)}",
+            M(
+                "kv_waste.block_sizes_paged",
+                len_block_sizes=len(block_sizes),
+                len_paged_waste=len(paged_waste),
             )
         )
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4), gridspec_kw={"width_ratios": [1.6, 1]})
@@ -35,18 +36,18 @@ def kv_waste(waste: WasteResult, block_sizes: Sequence[int], paged_waste: Sequen
         list(block_sizes),
         [100 * p for p in paged_waste],
         "o-",
-        label=tr("paged (simulated)", "分页（模拟）"),
+        label=M("kv_waste.paged_simulated"),
     )
     ax2.axhline(
         100 * waste.contiguous_waste,
         color="#b45309",
         ls="--",
-        label=tr("contiguous, max_model_len", "连续预留，max_model_len"),
+        label=M("kv_waste.contiguous_max_model"),
     )
     ax2.set_xscale("log", base=2)
-    ax2.set_xlabel(tr("block size (tokens)", "块大小（token 数）"))
-    ax2.set_ylabel(tr("KV slots wasted (%)", "浪费的 KV 槽位（%）"))
-    ax2.set_title(tr("Waste against block size (same trace)", "浪费随块大小的变化（同一条 trace）"))
+    ax2.set_xlabel(M("kv_waste.block_size_tokens"))
+    ax2.set_ylabel(M("kv_waste.kv_slots_wasted"))
+    ax2.set_title(M("kv_waste.waste_against_block"))
     ax2.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -59,7 +60,7 @@ def measured_waste(measured: WasteResult, title: str) -> Any:
     fig, ax = plt.subplots(figsize=(9, 4))
     plot_kv_waste(measured, ax=ax)
     ax.set_yscale("log")
-    ax.set_ylabel(tr("KV slots (tokens, log scale)", "KV 槽位（token 数，对数坐标）"))
+    ax.set_ylabel(M("measured_waste.kv_slots_tokens"))
     ax.set_title(title)
     fig.tight_layout()
     return fig
@@ -73,7 +74,7 @@ def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | Non
     import matplotlib.pyplot as plt
 
     if not rows:
-        raise ValueError(tr("rows must hold at least one step", "rows 里至少要有一步"))
+        raise ValueError(M("token_split.rows_must_hold"))
     steps = list(range(1, len(rows) + 1))
     prefill = [r["prefill"] for r in rows]
     decode = [r["decode"] for r in rows]
@@ -82,29 +83,23 @@ def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | Non
         steps,
         prefill,
         color=PREFILL_COLOUR,
-        label=tr("prefill tokens (prompt chunk)", "prefill token（prompt 的一块）"),
+        label=M("token_split.prefill_tokens_prompt"),
     )
     ax.bar(
         steps,
         decode,
         bottom=prefill,
         color=DECODE_COLOUR,
-        label=tr("decode tokens (1 per running request)", "decode token（每个运行中的请求 1 个）"),
+        label=M("token_split.decode_tokens_1"),
     )
     ax.axhline(budget, color="black", ls="--", lw=1, label=f"max_num_batched_tokens = {budget}")
     for x, p, d in zip(steps, prefill, decode):  # the decode share is too thin to see: write it
         ax.text(x, p + d + budget * 0.02, f"{p} + {d}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(steps)
-    ax.set_xlabel(tr("engine step", "引擎的步"))
-    ax.set_ylabel(tr("tokens scheduled", "调度的 token 数"))
+    ax.set_xlabel(M("token_split.engine_step"))
+    ax.set_ylabel(M("token_split.tokens_scheduled"))
     ax.set_ylim(0, budget * 1.45)
-    ax.set_title(
-        title
-        or tr(
-            "Chunked prefill: one long prompt sharing steps with decodes",
-            "chunked prefill：一个长 prompt 与 decode 共用每一步",
-        )
-    )
+    ax.set_title(title or M("token_split.chunked_prefill_one"))
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return fig
@@ -118,7 +113,7 @@ def throughput_bars(report: Mapping[str, Any]) -> Any:
     systems = report["systems"]
     names = list(systems)
     if not names:
-        raise ValueError(tr("the report holds no systems", "报告里没有任何系统"))
+        raise ValueError(M("throughput_bars.report_holds_no"))
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(names) + 1.6))
     ax.barh(
         names,
@@ -126,14 +121,48 @@ def throughput_bars(report: Mapping[str, Any]) -> Any:
         color=["#2563eb" if n.startswith("llmlab") else "#9ca3af" for n in names],
     )
     ax.invert_yaxis()
-    ax.set_xlabel(tr("output tokens per second (measured)", "每秒输出的 token 数（实测）"))
+    ax.set_xlabel(M("throughput_bars.output_tokens_per"))
     machine = report.get("machine", {})
     n, threads = report["settings"]["num_requests"], machine.get("threads", "?")
-    ax.set_title(
-        tr(
-            f"Same requests, same weights: {n} requests, {threads} threads on this machine",
-            f"同样的请求、同样的权重：{n} 个请求，本机 {threads} 个线程",
-        )
-    )
+    ax.set_title(M("throughput_bars.same_requests_same", n=n, threads=threads))
     fig.tight_layout()
     return fig
+
+
+def plot_kv_waste(result: WasteResult, ax: Any = None) -> Any:
+    """Reserved vs used KV slots per step, contiguous and paged."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4))
+    steps = range(len(result.used))
+    ax.plot(
+        steps,
+        result.contiguous,
+        label=M(
+            "plot_kv_waste.contiguous_reserved_wasted",
+            contiguous_policy=result.contiguous_policy,
+            contiguous_waste=result.contiguous_waste,
+        ),
+    )
+    ax.plot(
+        steps,
+        result.paged,
+        label=M(
+            "plot_kv_waste.paged_block_wasted",
+            block_size=result.block_size,
+            paged_waste=result.paged_waste,
+        ),
+    )
+    ax.fill_between(
+        steps,
+        result.used,
+        color="#15803d",
+        alpha=0.3,
+        label=M("plot_kv_waste.tokens_actually_stored"),
+    )
+    ax.set_xlabel(M("token_split.engine_step"))
+    ax.set_ylabel(M("plot_kv_waste.kv_slots_tokens"))
+    ax.set_title(M("plot_kv_waste.kv_cache_memory"))
+    ax.legend(fontsize=8)
+    return ax

@@ -7,7 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llmlab.i18n import language, tr
+from llmlab.course.check.catalog import catalog
+from llmlab.i18n import language
+from llmlab.utils import width
+
+M = catalog("figures.ch12")
 
 _MARK_COLOURS = {
     "none": "#e5e7eb",
@@ -15,12 +19,6 @@ _MARK_COLOURS = {
     "write": "#fde68a",
     "write_then_read": "#fca5a5",
 }
-_MARKS_ZH = {
-    "none": "不涉及",
-    "read": "读",
-    "write": "写",
-    "write_then_read": "先写后读",
-}  # the legend in Chinese
 
 
 def terms_per_chapter(entries: Sequence[Any] | None = None):
@@ -29,8 +27,12 @@ def terms_per_chapter(entries: Sequence[Any] | None = None):
 
     from llmlab.course import glossary
 
+    counts = glossary.terms_per_chapter(entries)
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    glossary.plot_terms_per_chapter(entries, ax=ax)
+    ax.bar([f"{c:02d}" for c in counts], list(counts.values()), color="#2563eb")
+    ax.set_xlabel(M("terms_per_chapter.chapter"))
+    ax.set_ylabel(M("terms_per_chapter.new_terms"))
+    ax.set_title(M("terms_per_chapter.where_glossary_terms", terms=sum(counts.values())))
     fig.tight_layout()
     return fig
 
@@ -46,8 +48,8 @@ def generation_loop(steps: Sequence[tuple[str, str]], decode_starts_at: str):
     dx = 1.5  # horizontal room per step
     for row, (label, first) in enumerate(
         (
-            (tr("prefill: n tokens", "prefill：n 个 token"), 0),
-            (tr("decode: 1 token", "decode：1 个 token"), names.index(decode_starts_at)),
+            (M("generation_loop.prefill_n_tokens"), 0),
+            (M("generation_loop.decode_1_token"), names.index(decode_starts_at)),
         )
     ):
         y = 1 - row
@@ -56,15 +58,15 @@ def generation_loop(steps: Sequence[tuple[str, str]], decode_starts_at: str):
             if i < first:
                 continue
             text = step + (
-                tr("\n(per layer)", "\n（每层）")
+                M("generation_loop.per_layer")
                 if step in ("qkv_projection", "attention", "ffn")
                 else ""
             )
             if step == "attention":
                 text += (
-                    tr("\nwrite K/V, read all", "\n写入 K/V，读全部")
+                    M("generation_loop.write_k_v")
                     if row == 0
-                    else tr("\nwrite 1, read history", "\n写入 1 个，读历史")
+                    else M("generation_loop.write_1_read")
                 )
             ax.text(
                 i * dx,
@@ -88,19 +90,16 @@ def generation_loop(steps: Sequence[tuple[str, str]], decode_starts_at: str):
     ax.set_ylim(-0.5, 1.5)
     ax.axis("off")
     ax.legend(
-        handles=[Patch(facecolor=c, label=tr(m, _MARKS_ZH[m])) for m, c in _MARK_COLOURS.items()],
+        handles=[
+            Patch(facecolor=c, label=M.by_english(m, "mark")) for m, c in _MARK_COLOURS.items()
+        ],
         title="KV cache",
         loc="lower left",
         fontsize=7,
         title_fontsize=8,
         ncol=4,
     )
-    ax.set_title(
-        tr(
-            "One generation step, then the next: what each step does to the KV cache",
-            "生成一步，再生成下一步：每一步对 KV cache 做了什么",
-        )
-    )
+    ax.set_title(M("generation_loop.one_generation_step"))
     fig.tight_layout()
     return fig
 
@@ -111,13 +110,13 @@ def goals_table(goals: Sequence[tuple[int, str, str, Sequence[str]]]) -> list[tu
     source chapter's own words stand alone (the English line is left out)."""
     rows = [(n, english, ", ".join(ids)) for n, _, english, ids in goals]
     for n, source_words, english, ids in goals:
-        print(tr(f"Goal {n}. {source_words}", f"目标 {n}：{source_words}"))
+        print(M("goals_table.goal", n=n, source_words=source_words))
         if language() == "en":
             print(f"        {english}")
+        first = M("goals_table.exercises")
         for i in range(0, len(ids), 4):
-            if i == 0:
-                lead = tr("        exercises: ", "        练习：")
-            else:  # as wide on screen as the first line's lead (a Chinese character is two columns)
-                lead = tr("                   ", "              ")
+            # the next lines' lead is as wide on screen as the first's (a Chinese character is two
+            # columns)
+            lead = first if i == 0 else " " * width(first)
             print(lead, ", ".join(ids[i : i + 4]))
     return rows

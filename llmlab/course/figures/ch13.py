@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from llmlab.analysis.dtypes import Format
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
 from llmlab.utils import format_table
+
+M = catalog("figures.ch13")
 
 SIGN, EXPONENT, MANTISSA, INTEGER = "#64748b", "#2563eb", "#f59e0b", "#15803d"
 
@@ -20,30 +22,30 @@ def plot_formats(fmts: Sequence[Format]) -> Any:
     fig, ax = plt.subplots(figsize=(9, 2.8))
     names = [f.name for f in fmts][::-1]
     rows = list(fmts)[::-1]
-    ax.barh(names, [1] * len(rows), color=SIGN, label=tr("sign", "符号位"))
+    ax.barh(names, [1] * len(rows), color=SIGN, label=M("plot_formats.sign"))
     ax.barh(
         names,
         [f.exponent_bits for f in rows],
         left=[1] * len(rows),
         color=EXPONENT,
-        label=tr("exponent (range)", "指数位（范围）"),
+        label=M("plot_formats.exponent_range"),
     )
     ax.barh(
         names,
         [f.mantissa_bits for f in rows],
         left=[1 + f.exponent_bits for f in rows],
         color=MANTISSA,
-        label=tr("mantissa (precision)", "尾数位（精度）"),
+        label=M("plot_formats.mantissa_precision"),
     )
     ax.barh(
         names,
         [f.integer_bits for f in rows],
         left=[1 + f.exponent_bits + f.mantissa_bits for f in rows],
         color=INTEGER,
-        label=tr("integer value bits (steps at a scale)", "整数数值位（按 scale 的台阶）"),
+        label=M("plot_formats.integer_value_bits"),
     )
-    ax.set_xlabel(tr("bits per number", "每个数的位数"))
-    ax.set_title(tr("Where the bits of each format go", "各格式的位都用在了哪里"))
+    ax.set_xlabel(M("plot_formats.bits_per_number"))
+    ax.set_title(M("plot_formats.where_bits_each"))
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
@@ -59,13 +61,11 @@ def plot_decode_speeds(
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
     colours = ["#2563eb", "#f59e0b", "#15803d", "#b91c1c"][: len(names)]
     axes[0].bar(names, weight_mb, color=colours)
-    axes[0].set_ylabel(tr("MB of weights per step", "每步读取的权重（MB）"))
-    axes[0].set_title(tr("Bytes a decode step reads", "一个 decode step 读取的字节数"))
+    axes[0].set_ylabel(M("plot_decode_speeds.mb_weights_per"))
+    axes[0].set_title(M("plot_decode_speeds.bytes_decode_step"))
     axes[1].bar(names, tokens_per_s, color=colours)
-    axes[1].set_ylabel(tr("tokens/s at batch 1 (measured)", "batch 1 时的 tokens/s（实测）"))
-    axes[1].set_title(
-        tr("SmolLM2-135M on this machine (measured)", "SmolLM2-135M 在本机上（实测）")
-    )
+    axes[1].set_ylabel(M("plot_decode_speeds.tokens_s_batch"))
+    axes[1].set_title(M("plot_decode_speeds.smollm2_135m_machine"))
     fig.tight_layout()
     return fig
 
@@ -74,11 +74,11 @@ def quality_table(report: dict, weight_mb: dict[str, float]) -> str:
     """The rows of `bench.quality.measure` as a table: the weights a step reads, perplexity on
     the held-out text, and agreement with float32."""
     headers = [
-        tr("precision", "精度"),
-        tr("weights MB", "权重 MB"),
-        tr("perplexity", "困惑度"),
-        tr("top-1 same", "top-1 相同"),
-        tr("greedy same", "greedy 相同"),
+        M("quality_table.precision"),
+        M("quality_table.weights_mb"),
+        M("quality_table.perplexity"),
+        M("quality_table.top_1_same"),
+        M("quality_table.greedy_same"),
     ]
     rows = [
         [

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
 
-WORKLOADS_ZH = {"repetitive": "重复性文本", "free-form": "自由生成"}  # `bench.spec`'s workloads
+M = catalog("figures.ch14")
 
 
 def plot_verify_cost(num_tokens: Sequence[int], seconds: Sequence[float], context: int) -> Any:
@@ -17,22 +17,17 @@ def plot_verify_cost(num_tokens: Sequence[int], seconds: Sequence[float], contex
 
     fig, ax = plt.subplots(figsize=(7, 3.4))
     ms = [1e3 * s for s in seconds]
-    ax.plot(num_tokens, ms, "o-", color="#2563eb", label=tr("measured", "实测"))
+    ax.plot(num_tokens, ms, "o-", color="#2563eb", label=M("plot_verify_cost.measured"))
     ax.plot(
         num_tokens,
         [ms[0] * n for n in num_tokens],
         "--",
         color="#94a3b8",
-        label=tr("if each token cost a whole step", "假如每个 token 都要花一整步"),
+        label=M("plot_verify_cost.if_each_token"),
     )
-    ax.set_xlabel(tr("tokens in the step (k + 1)", "这一步里的 token 数（k + 1）"))
-    ax.set_ylabel(tr("ms per step (measured)", "每步 ms（实测）"))
-    ax.set_title(
-        tr(
-            f"SmolLM2-135M on this machine, batch 1, context {context}",
-            f"SmolLM2-135M 在本机上，batch 1，上下文 {context}",
-        )
-    )
+    ax.set_xlabel(M("plot_verify_cost.tokens_step_k"))
+    ax.set_ylabel(M("plot_verify_cost.ms_per_step"))
+    ax.set_title(M("plot_verify_cost.smollm2_135m_machine", context=context))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -46,13 +41,13 @@ def plot_speedup(speedups: dict[str, dict[int, float]]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.4))
     for (workload, by_batch), colour in zip(speedups.items(), ("#15803d", "#b45309")):
         batches = sorted(by_batch)
-        label = tr(workload, WORKLOADS_ZH.get(workload, workload))
+        label = M.by_english(workload, "workload")  # `bench.spec`'s workloads
         ax.plot(batches, [by_batch[b] for b in batches], "o-", color=colour, label=label)
-    ax.axhline(1.0, color="#64748b", lw=1, ls="--", label=tr("break-even", "持平"))
+    ax.axhline(1.0, color="#64748b", lw=1, ls="--", label=M("plot_speedup.break_even"))
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(tr("batch size (requests)", "batch 大小（请求数）"))
-    ax.set_ylabel(tr("speed-up over plain (measured)", "相对普通 decode 的加速比（实测）"))
-    ax.set_title(tr("n-gram speculation on this machine", "本机上的 n-gram 投机解码"))
+    ax.set_xlabel(M("plot_speedup.batch_size_requests"))
+    ax.set_ylabel(M("plot_speedup.speed_up_over"))
+    ax.set_title(M("plot_speedup.n_gram_speculation"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

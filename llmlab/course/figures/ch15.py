@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
+
+M = catalog("figures.ch15")
 
 
 def plot_validity(rates: dict[str, float], n: int) -> Any:
@@ -13,8 +15,8 @@ def plot_validity(rates: dict[str, float], n: int) -> Any:
     import matplotlib.pyplot as plt
 
     labels = {
-        "without": tr("without the mask", "不加掩码"),
-        "with": tr("with the mask", "加上掩码"),
+        "without": M("plot_validity.without_mask"),
+        "with": M("plot_validity.mask"),
     }
     fig, ax = plt.subplots(figsize=(6, 2.6))
     keys = list(rates)
@@ -33,13 +35,8 @@ def plot_validity(rates: dict[str, float], n: int) -> Any:
         )
     ax.set_xlim(0, 110)
     ax.invert_yaxis()
-    ax.set_xlabel(tr("answers that parse and validate (%)", "能解析且符合 schema 的回答（%）"))
-    ax.set_title(
-        tr(
-            f"SmolLM2-135M, {n} prompts asking for a JSON person",
-            f"SmolLM2-135M，{n} 个要求输出 JSON 人物的 prompt",
-        )
-    )
+    ax.set_xlabel(M("plot_validity.answers_parse_validate"))
+    ax.set_title(M("plot_validity.smollm2_135m_prompts", n=n))
     fig.tight_layout()
     return fig
 
@@ -52,11 +49,11 @@ def plot_mask_cost(costs: dict[int, dict[str, float]]) -> Any:
     batches = sorted(costs)
     fig, ax = plt.subplots(figsize=(7, 1.5 + 0.6 * len(batches)))
     parts = (
-        ("fill", tr("fill the bitmask", "填 bitmask"), "#dc2626"),
-        ("apply", tr("apply it to the logits", "作用到 logits"), "#f59e0b"),
-        ("rest", tr("the rest of the step", "这一步的其余部分"), "#94a3b8"),
+        ("fill", M("plot_mask_cost.fill_bitmask"), "#dc2626"),
+        ("apply", M("plot_mask_cost.apply_logits"), "#f59e0b"),
+        ("rest", M("plot_mask_cost.rest_step"), "#94a3b8"),
     )
-    labels = [tr(f"batch {b}", f"batch {b}") for b in batches]
+    labels = [M("plot_mask_cost.batch", b=b) for b in batches]
     left = [0.0] * len(batches)
     for key, label, colour in parts:
         ms = []
@@ -72,14 +69,14 @@ def plot_mask_cost(costs: dict[int, dict[str, float]]) -> Any:
         ax.text(
             left[y] * 1.01,
             y,
-            tr(f"mask {100 * share:.1f} %", f"掩码 {100 * share:.1f} %"),
+            M("plot_mask_cost.mask", v_100_share=100 * share),
             va="center",
             fontsize=8,
         )
     ax.set_xlim(0, max(left) * 1.25)
     ax.invert_yaxis()
-    ax.set_xlabel(tr("ms per decode step (measured)", "每个 decode step 的 ms（实测）"))
-    ax.set_title(tr("The mask's cost on this machine", "本机上掩码的开销"))
+    ax.set_xlabel(M("plot_mask_cost.ms_per_decode"))
+    ax.set_title(M("plot_mask_cost.mask_s_cost"))
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.38), ncol=3, frameon=False)
     fig.tight_layout()
     return fig

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
 from llmlab.utils import format_table
+
+M = catalog("figures.ch16")
 
 BUSY, WAITING = "#1d4ed8", "#cbd5e1"
 
@@ -21,24 +23,19 @@ def step_rows(
     step, card, date = gpu_run["decode_step"], gpu_run["card"], gpu_run["measured_before"]
     rows = [
         (
-            tr("this CPU\n(measured here)", "本机 CPU\n（在此实测）"),
+            M("step_rows.cpu_measured_here"),
             1e3 * here["compute"],
             1e3 * here["host"],
         ),
         (
-            tr(
-                f"{card}\n(llmlab's first run, before {date})",
-                f"{card}\n（llmlab 首次实测，早于 {date}）",
-            ),
+            M("step_rows.llmlab_s_first", card=card, date=date),
             step["gpu_busy_ms"],
             step["wall_ms"] - step["gpu_busy_ms"],
         ),
     ]
     names = {
-        "eager": tr("this GPU, eager\n(measured here)", "本机 GPU，eager\n（在此实测）"),
-        "graphs": tr(
-            "this GPU, CUDA graphs\n(measured here)", "本机 GPU，CUDA graph\n（在此实测）"
-        ),
+        "eager": M("step_rows.gpu_eager_measured"),
+        "graphs": M("step_rows.gpu_cuda_graphs"),
     }
     for key, m in (gpu or {}).items():
         rows.append((names[key], 1e3 * m["busy"], 1e3 * max(0.0, m["step"] - m["busy"])))
@@ -61,35 +58,28 @@ def plot_step_split(
         labels,
         busy,
         color=BUSY,
-        label=tr("computing (CPU arithmetic, GPU busy)", "在算（CPU 算术、GPU 忙）"),
+        label=M("plot_step_split.computing_cpu_arithmetic"),
     )
     ax.barh(
         labels,
         waiting,
         left=busy,
         color=WAITING,
-        label=tr(
-            "waiting on the host (Python, scheduler, launches)", "等主机（Python、调度器、启动）"
-        ),
+        label=M("plot_step_split.waiting_host_python"),
     )
     for y, (b, w) in enumerate(zip(busy, waiting)):
         share = w / (b + w) if b + w > 0 else 0.0
         ax.text(
             (b + w) * 1.01,
             y,
-            tr(f"host {100 * share:.0f} %", f"主机 {100 * share:.0f} %"),
+            M("plot_step_split.host", v_100_share=100 * share),
             va="center",
             fontsize=8,
         )
     ax.set_xlim(0, max(b + w for b, w in zip(busy, waiting)) * 1.2)
     ax.invert_yaxis()
-    ax.set_xlabel(tr("ms per decode step", "每个 decode step 的 ms"))
-    ax.set_title(
-        tr(
-            "A batch-1 decode step of SmolLM2-135M's shape: computing or waiting",
-            "SmolLM2-135M 形状的 batch 1 decode step：在算，还是在等",
-        )
-    )
+    ax.set_xlabel(M("plot_step_split.ms_per_decode"))
+    ax.set_title(M("plot_step_split.batch_1_decode"))
     ax.legend(fontsize=8, loc="best", frameon=False)
     fig.tight_layout()
     return fig
@@ -101,35 +91,40 @@ def gpu_run_table(gpu_run: dict[str, Any]) -> str:
     step, per_token = gpu_run["decode_step"], gpu_run["ms_per_token_batch1"]
     card, date, model = gpu_run["card"], gpu_run["measured_before"], gpu_run["model"]
     software, dtype = gpu_run["software"], gpu_run["dtype"]
-    head = tr(
-        f"Measured by llmlab on an {card} before {date} ({software}), random weights of "
-        f"{model}'s shape, {dtype}:",
-        f"llmlab 在 {card} 上实测，早于 {date}（{software}），{model} 形状的随机权重，{dtype}：",
+    head = M(
+        "gpu_run_table.measured_llmlab_before",
+        card=card,
+        date=date,
+        software=software,
+        model=model,
+        dtype=dtype,
     )
     rows = [
         (
-            tr("kernels per decode step", "每个 decode step 的 kernel 数"),
+            M("gpu_run_table.kernels_per_decode"),
             f"{gpu_run['kernels_per_decode_step']:,}",
         ),
         (
-            tr(
-                f"decode step at batch {step['batch']} ({step['attention_backend']})",
-                f"batch {step['batch']} 的 decode step（{step['attention_backend']}）",
+            M(
+                "gpu_run_table.decode_step_batch",
+                batch=step['batch'],
+                attention_backend=step['attention_backend'],
             ),
-            tr(
-                f"{step['wall_ms']:.1f} ms, GPU busy {step['gpu_busy_ms']:.1f} ms",
-                f"{step['wall_ms']:.1f} ms，GPU 忙 {step['gpu_busy_ms']:.1f} ms",
+            M(
+                "gpu_run_table.ms_gpu_busy",
+                wall_ms=step['wall_ms'],
+                gpu_busy_ms=step['gpu_busy_ms'],
             ),
         ),
         *(
             (
-                tr(f"ms per token at batch 1, {name}", f"batch 1 每个 token 的 ms，{name}"),
+                M("gpu_run_table.ms_per_token", name=name),
                 f"{ms:.1f}",
             )
             for name, ms in per_token.items()
         ),
         (
-            tr("HBM floor, ms per token at batch 1", "HBM 下限，batch 1 每个 token 的 ms"),
+            M("gpu_run_table.hbm_floor_ms"),
             f"{gpu_run['hbm_floor_ms_per_token']:.3f}",
         ),
     ]

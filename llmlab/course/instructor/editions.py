@@ -80,20 +80,20 @@ def _solution_heading(stem: str, ids: list[str], guess: bool) -> str:
         names = ", ".join(f"`{ex}`" for ex in ids)
         return tr(
             f"## {names}\n\nThe cell of `{stem}.ipynb` that calls it, with its solution written in.",
-            f"## {names}\n\n`{stem}.ipynb` 里调用它的那个单元格，已经填好解答。",
+            f"## {names}\n\n`{stem}.ipynb` 里调用这个检查的单元格，已经填好解答。",
         )
     if guess:
         return tr(
             f"## A prediction in `{stem}.ipynb`\n\nOne reasonable guess, not an answer: no prediction "
             f"is graded, and the measurement right after it, on your machine, is what counts. Commit "
             f"to your own before you read this one.",
-            f"## `{stem}.ipynb` 里的一个预测\n\n这只是一个合理的猜测，不是答案：预测不计分，"
+            f"## `{stem}.ipynb` 里的一个预测\n\n这只是一个合理猜测，不是答案。预测不计分，"
             f"算数的是紧接着在你机器上做的测量。先写下自己的猜测，再来看这一个。",
         )
     return tr(
         f"## A step of `{stem}.ipynb`\n\nAs the instructor wrote it (the chapter shows the same "
         f"cell with `# YOUR CODE HERE`).",
-        f"## `{stem}.ipynb` 里的一个步骤\n\n教师版的写法（该章里同一个单元格显示为 `# YOUR CODE HERE`）。",
+        f"## `{stem}.ipynb` 中一个步骤\n\n教师版写法（该章里同一个单元格显示为 `# YOUR CODE HERE`）。",
     )
 
 
@@ -118,7 +118,7 @@ def solutions_notebook(nb: Any, stem: str) -> Any:
             f"the lines you need into the exercise cell), not here.",
             f"# {stem}：完整解答\n\n"
             f"请先自己尝试，再打开这里：每道练习的检查器把这里作为最后一条提示。每一节是 `{stem}.ipynb` "
-            f"里的一个练习单元格，已经填好解答；代码用到该章在练习之前定义的名字，所以请在那一章的 notebook "
+            f"中一个练习单元格，已经填好解答。代码用到该章在练习之前定义的名字，所以请在那一章的 notebook "
             f"里运行（把需要的几行抄进练习单元格），不要在这里运行。",
         )
     )

@@ -62,43 +62,43 @@ class Exercise:
         return cls(d["id"], positional, tuple(keywords))
 
 
-CHECK_PACKAGES = ("llmlab.check", "llmlab.course.check")  # its earlier name, and where it lives
+CHECK_PACKAGE = "llmlab.course.check"
 
 
 def _check_aliases(
     tree: ast.AST, modules: dict[str, str], functions: dict[str, str], packages: set[str]
 ) -> None:
-    """Record how this cell imports the checkers (`from llmlab import check`,
-    `from llmlab.check import ch04 as c4`, `from llmlab.course.check.ch04 import kv_bytes`, ...)."""
+    """Record how this cell imports the checkers (`from llmlab.course import check`,
+    `from llmlab.course.check import ch04 as c4`, `from llmlab.course.check.ch04 import kv_bytes`, ...)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module in ("llmlab", "llmlab.course"):
+            if node.module == "llmlab.course":
                 for a in node.names:
                     if a.name == "check":
                         packages.add(a.asname or "check")
-            elif node.module in CHECK_PACKAGES:
+            elif node.module == CHECK_PACKAGE:
                 for a in node.names:
                     if _CHECK_MODULE.fullmatch(a.name):
                         modules[a.asname or a.name] = a.name
             else:
-                for pkg in CHECK_PACKAGES:
-                    mod = node.module[len(pkg) + 1 :] if node.module.startswith(pkg + ".") else ""
-                    if _CHECK_MODULE.fullmatch(mod):
-                        for a in node.names:
-                            if not a.name.startswith("_") and a.name != "*":
-                                functions[a.asname or a.name] = f"{mod}.{a.name}"
+                pkg = CHECK_PACKAGE
+                mod = node.module[len(pkg) + 1 :] if node.module.startswith(pkg + ".") else ""
+                if _CHECK_MODULE.fullmatch(mod):
+                    for a in node.names:
+                        if not a.name.startswith("_") and a.name != "*":
+                            functions[a.asname or a.name] = f"{mod}.{a.name}"
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name in CHECK_PACKAGES and a.asname:
+                if a.name == CHECK_PACKAGE and a.asname:
                     packages.add(a.asname)
                     continue
                 pkg, _, mod = a.name.rpartition(".")
-                if pkg in CHECK_PACKAGES and a.asname and _CHECK_MODULE.fullmatch(mod):
+                if pkg == CHECK_PACKAGE and a.asname and _CHECK_MODULE.fullmatch(mod):
                     modules[a.asname] = mod
 
 
 def _is_llmlab_check(node: ast.AST) -> bool:
-    """`llmlab.check` or `llmlab.course.check` as an expression."""
+    """`llmlab.course.check` or `llmlab.course.check` as an expression."""
     if not (isinstance(node, ast.Attribute) and node.attr == "check"):
         return False
     v = node.value

@@ -59,7 +59,7 @@ GRADING_ENV_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
 NOT_RECORDED = "no answer was recorded"
 NOT_RECORDED_ZH = "没有记录到答案"
 # the end of an error's evalue when the run stopped there (read back by _ended_run)
-DID_NOT_RUN = ("the cells after it did not run", "之后的单元格都没有运行")
+DID_NOT_RUN = ("the cells after it did not run", "之后各单元格都没有运行")
 
 
 @dataclass
@@ -141,7 +141,7 @@ def package_fingerprint() -> str:
     """A digest of the llmlab package's files and of its data folder, compiled caches left out
     (the kernel writes those as it imports). A notebook that edits the checkers or their data on
     disk changes it."""
-    from llmlab.config import DATA_DIR
+    from llmlab.paths import DATA_DIR
 
     digest = hashlib.sha256()
     root = package_root()
@@ -268,7 +268,7 @@ def execute_for_grading(
         raise ValueError(
             tr(
                 f"cell_timeout must be > 0 seconds, got {cell_timeout!r}",
-                f"cell_timeout 必须 > 0 秒，你给的是 {cell_timeout!r}",
+                f"cell_timeout 必须 > 0 秒，你给了 {cell_timeout!r}",
             )
         )
     env = grading_env() if env is None else env
@@ -331,7 +331,7 @@ def execute_for_grading(
                             "DeadKernelError",
                             tr(
                                 f"the kernel died ({e}); {DID_NOT_RUN[0]}",
-                                f"kernel 崩溃了（{e}）；{DID_NOT_RUN[1]}",
+                                f"kernel 崩溃了（{e}），{DID_NOT_RUN[1]}",
                             ),
                         )
                     )
@@ -354,7 +354,7 @@ def execute_for_grading(
                                 tr(
                                     f"the cell ran longer than {cell_timeout:g} s and the kernel did "
                                     f"not stop when interrupted; {DID_NOT_RUN[0]}",
-                                    f"单元格运行超过了 {cell_timeout:g} s，中断后 kernel 也没有停下；"
+                                    f"单元格运行超过了 {cell_timeout:g} s，中断后 kernel 也没有停下，"
                                     f"{DID_NOT_RUN[1]}",
                                 ),
                             )
@@ -405,10 +405,10 @@ def _missing_message(nb: Any, exercise: str, errors: list[dict]) -> str:
     cell_index = dict(exercise_calls(nb)).get(exercise)
     if cell_index is None:
         return tr(
-            f"{not_recorded}: the notebook no longer calls llmlab.check.{exercise} "
+            f"{not_recorded}: the notebook no longer calls llmlab.course.check.{exercise} "
             f"(was the exercise's cell deleted, or its checker call changed?)",
-            f"{not_recorded}：notebook 里已经没有对 llmlab.check.{exercise} 的调用了"
-            f"（这道练习的单元格被删了，还是检查函数的调用被改了？）",
+            f"{not_recorded}：notebook 不再调用 llmlab.course.check.{exercise}"
+            f"（是这道练习的单元格被删了，还是检查调用被改了？）",
         )
     cause = next((e for e in errors if e["index"] == cell_index), None)
     if cause is None:  # the recording was never set up, or the run ended before this cell
@@ -425,8 +425,8 @@ def _missing_message(nb: Any, exercise: str, errors: list[dict]) -> str:
         return tr(
             f"{not_recorded}: the checker call in cell {cell_index} never reached llmlab's checker "
             f"(was the checker replaced, or the call skipped?)",
-            f"{not_recorded}：单元格 {cell_index} 里的检查调用没有到达 llmlab 的检查函数"
-            f"（检查函数被替换了，还是这次调用被跳过了？）",
+            f"{not_recorded}：单元格 {cell_index} 里的检查调用没有到达 llmlab 检查函数"
+            f"（是检查函数被替换了，还是这次调用被跳过了？）",
         )
     return tr(
         f"{not_recorded}: the checker never ran (cell {cause['cell']}: {cause['ename']}: {cause['evalue']})",
@@ -494,7 +494,7 @@ def grade_notebook(
                 tr(
                     "the llmlab package or its data changed on disk while the notebook ran; "
                     "nothing is graded",
-                    "notebook 运行期间，磁盘上的 llmlab 包或它的数据被改动了；一律不评分",
+                    "notebook 运行期间，磁盘上的 llmlab 包或包数据被改动了，一律不评分",
                 ),
             )
         )
@@ -510,7 +510,7 @@ def grade_notebook(
                     False,
                     tr(
                         "not graded: the llmlab package changed on disk during the run",
-                        "未评分：运行期间磁盘上的 llmlab 包被改动了",
+                        "未评分：运行期间磁盘上 llmlab 包被改动了",
                     ),
                 )
             )
@@ -541,13 +541,15 @@ def grade_main(argv: list[str]) -> int:
         prog="python -m llmlab grade",
         description=tr(
             "Execute notebooks headless and grade their exercises with the grader's own checkers.",
-            "在无界面模式下运行 notebook，并用评分器自己的检查函数给其中的练习评分。",
+            "在无界面模式下运行 notebook，用评分器自带的检查函数给其中练习评分。",
         ),
     )
     parser.add_argument(
         "paths",
         nargs="+",
-        help=tr("student notebooks, or folders of them", "学生的 notebook，或存放它们的文件夹"),
+        help=tr(
+            "student notebooks, or folders of them", "学生 notebook，或存放这些 notebook 的文件夹"
+        ),
     )
     parser.add_argument(
         "--source",
@@ -556,7 +558,7 @@ def grade_main(argv: list[str]) -> int:
         help=tr(
             "where the expected exercises come from: the instructor's notebook, a folder "
             "of them (matched by file name), or the manifest `student` wrote",
-            "应有哪些练习的来源：教师版 notebook、存放它们的文件夹（按文件名对应），"
+            "应有练习从哪里读：教师版 notebook、存放教师版的文件夹（按文件名对应），"
             "或 `student` 写出的清单",
         ),
     )
@@ -581,14 +583,14 @@ def grade_main(argv: list[str]) -> int:
     parser.add_argument(
         "--keep",
         metavar="DIR",
-        help=tr("write the executed notebooks into DIR", "把运行过的 notebook 写进 DIR"),
+        help=tr("write the executed notebooks into DIR", "把运行后的 notebook 写进 DIR"),
     )
     args = parser.parse_args(argv)
     if args.cell_timeout <= 0:
         print(
             tr(
                 f"error: --cell-timeout must be > 0 seconds, got {args.cell_timeout}",
-                f"错误：--cell-timeout 必须 > 0 秒，你给的是 {args.cell_timeout}",
+                f"错误：--cell-timeout 必须 > 0 秒，你给了 {args.cell_timeout}",
             ),
             file=sys.stderr,
         )
@@ -600,9 +602,7 @@ def grade_main(argv: list[str]) -> int:
             return 2
         paths.extend(_notebook_paths(p))
     if not paths:
-        print(
-            tr("error: no .ipynb file to grade", "错误：没有可评分的 .ipynb 文件"), file=sys.stderr
-        )
+        print(tr("error: no .ipynb file to grade", "错误：没有可评分 .ipynb 文件"), file=sys.stderr)
         return 2
     try:  # all read before any notebook runs: one submission cannot edit the next one's list
         expected = [exercises_for(p.name, args.source) for p in paths]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from llmlab.analysis import sim
 from llmlab.analysis.sim import batching_results  # noqa: F401
+from llmlab.course.check.catalog import catalog
+from llmlab.course.figures.ch08 import plot_compare
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+
+M = catalog("widgets.batching")
 
 BATCHING_TEXT_PATTERN = re.compile(
     r"Continuous/static throughput: ([0-9.]+)x, mean latency ([0-9.]+) vs ([0-9.]+) steps"
@@ -35,15 +37,16 @@ def batching_text(
     """Throughput ratio and mean latencies (continuous vs static), in steps."""
     r = _results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
     c, s = r["continuous"], r["static"]
-    return tr(
-        f"Continuous/static throughput: {c.throughput / s.throughput:.2f}x, mean latency "
-        f"{c.mean_latency:.1f} vs {s.mean_latency:.1f} steps\n"
-        f"continuous: {c.throughput:.2f} tok/step, mean batch {c.mean_batch:.1f} of {max_batch}; "
-        f"static: {s.throughput:.2f} tok/step, mean batch {s.mean_batch:.1f} of {max_batch}",
-        f"continuous/static 吞吐之比：{c.throughput / s.throughput:.2f}x，平均延迟 "
-        f"{c.mean_latency:.1f} 步对 {s.mean_latency:.1f} 步\n"
-        f"continuous：{c.throughput:.2f} tok/步，平均 batch {c.mean_batch:.1f}（上限 {max_batch}）；"
-        f"static：{s.throughput:.2f} tok/步，平均 batch {s.mean_batch:.1f}（上限 {max_batch}）",
+    return M(
+        "batching_text.continuous_static_throughput",
+        ratio=c.throughput / s.throughput,
+        continuous_latency=c.mean_latency,
+        static_latency=s.mean_latency,
+        continuous_throughput=c.throughput,
+        continuous_batch=c.mean_batch,
+        max_batch=max_batch,
+        static_throughput=s.throughput,
+        static_batch=s.mean_batch,
     )
 
 
@@ -57,7 +60,7 @@ def plot_batching_simulator(
 ) -> Any:
     """Gantt charts of both policies on one random trace, plus batch occupancy per step."""
     r = _results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
-    return sim.plot_compare(r, time_unit="steps")
+    return plot_compare(r, time_unit="steps")
 
 
 def batching_simulator(
@@ -77,7 +80,7 @@ def batching_simulator(
         min=0.05,
         max=4.0,
         step=0.05,
-        description=tr("arrivals / step", "每步到达数"),
+        description=M("batching_simulator.arrivals_step"),
         style=style,
     )
     spread = w.FloatSlider(
@@ -85,14 +88,14 @@ def batching_simulator(
         min=0.0,
         max=1.0,
         step=0.05,
-        description=tr("length spread", "长度的离散度"),
+        description=M("batching_simulator.length_spread"),
         style=style,
     )
     batch = w.IntSlider(
-        value=max_batch, min=1, max=32, description=tr("max batch", "最大 batch"), style=style
+        value=max_batch, min=1, max=32, description=M("batching_simulator.max_batch"), style=style
     )
     n = w.IntSlider(
-        value=num_requests, min=4, max=64, description=tr("requests", "请求数"), style=style
+        value=num_requests, min=4, max=64, description=M("batching_simulator.requests"), style=style
     )
     result = w.HTML()
     out = w.Output()

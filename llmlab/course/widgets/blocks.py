@@ -30,11 +30,14 @@ from llmlab.analysis.blocks import (  # noqa: F401
     split_tokens,
     waste_from_snapshots,
 )
+from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.headers import header
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import notebook_text, tr
+from llmlab.i18n import notebook_text
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.utils import cdiv, format_table
+
+M = catalog("widgets.blocks")
 
 # colourblind-friendly owner colours (the owners are named by their request ids)
 OWNER_COLOURS = (
@@ -56,18 +59,18 @@ CACHED_FREE_COLOUR = "#d1d5db"
 def snapshot_text(snap: BlockSnapshot) -> str:
     """One line: requests, blocks held and shared, tokens in slots, waste."""
     cached_free = sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
-    label = tr(f"{snap.label}: ", f"{snap.label}：") if snap.label else ""
-    return tr(
-        f"{label}{len(snap.tables)} live requests, "
-        f"{len(snap.held_blocks)}/{snap.num_blocks} blocks held "
-        f"({len(snap.shared_blocks)} shared), {cached_free} free but cached; "
-        f"{snap.tokens_stored} tokens in {snap.logical_slots} table slots "
-        f"({snap.paged_waste:.0%} unfilled)",
-        f"{label}{len(snap.tables)} 个活跃请求，"
-        f"占用 {len(snap.held_blocks)}/{snap.num_blocks} 个块"
-        f"（{len(snap.shared_blocks)} 个共享），{cached_free} 个空闲但仍在缓存里；"
-        f"{snap.tokens_stored} 个 token 占 {snap.logical_slots} 个表槽位"
-        f"（{snap.paged_waste:.0%} 没填满）",
+    label = M("snapshot_text.text", label=snap.label) if snap.label else ""
+    return M(
+        "snapshot_text.live_requests_blocks",
+        label=label,
+        live=len(snap.tables),
+        held=len(snap.held_blocks),
+        num_blocks=snap.num_blocks,
+        shared=len(snap.shared_blocks),
+        cached_free=cached_free,
+        tokens_stored=snap.tokens_stored,
+        logical_slots=snap.logical_slots,
+        paged_waste=snap.paged_waste,
     )
 
 
@@ -75,7 +78,7 @@ def table_text(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text table (one line per row, columns aligned) of dicts with the same keys; the
     headers in the language in use (`llmlab.course.figures.headers`)."""
     if not rows:
-        return tr("(no rows)", "（没有行）")
+        return M("table_text.no_rows")
     keys = list(rows[0])
     body = [[r.get(k, "") for k in keys] for r in rows]
     return format_table(body, [header(str(k)) for k in keys], align="r")
@@ -88,10 +91,7 @@ def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) 
     holds or that is cached, plus the free queue's head."""
     if not isinstance(manager, KVCacheManager):
         raise ValueError(
-            tr(
-                f"manager must be a KVCacheManager, got {type(manager).__name__}",
-                f"manager 必须是 KVCacheManager，你给的是 {type(manager).__name__}",
-            )
+            M("pool_table.manager_must_kvcachemanager", got_type=type(manager).__name__)
         )
     pool = manager.block_pool
     place = {b.block_id: i for i, b in enumerate(pool.free_block_queue)}
@@ -180,12 +180,7 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if not isinstance(cols, int) or cols < 1:
-        raise ValueError(
-            tr(
-                f"cols must be an int >= 1, got {cols!r}",
-                f"cols 必须是 >= 1 的整数，你给的是 {cols!r}",
-            )
-        )
+        raise ValueError(M("plot_block_tables.cols_must_int", cols=cols))
     colours = _owner_colours(snap)
     bs = snap.block_size
     width = max([4] + [len(t) for t in snap.tables.values()])
@@ -221,11 +216,11 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     top.set_yticks([r + 0.5 for r in range(len(snap.tables))])
     top.set_yticklabels(
         [
-            tr(f"{rid} ({snap.num_stored[rid]} tok", f"{rid}（{snap.num_stored[rid]} 个 token")
+            M("plot_block_tables.tok", rid=rid, stored=snap.num_stored[rid])
             + (
-                tr(f", {snap.num_cached[rid]} cached)", f"，{snap.num_cached[rid]} 个来自缓存）")
+                M("plot_block_tables.cached", cached=snap.num_cached[rid])
                 if snap.num_cached[rid]
-                else tr(")", "）")
+                else M("plot_block_tables.text")
             )
             for rid in snap.tables
         ],
@@ -233,18 +228,13 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     )
     top.set_xticks([i + 0.5 for i in range(width)])
     top.set_xticklabels([str(i) for i in range(width)], fontsize=7)
-    top.set_xlabel(
-        tr(
-            f"logical block (block size {bs} tokens); cell: physical block id",
-            f"逻辑块（块大小 {bs} 个 token）；格子里：物理 KV 块的编号",
-        )
-    )
+    top.set_xlabel(M("plot_block_tables.logical_block_block", bs=bs))
     top.set_title(
-        tr("Block tables: logical block -> physical block", "块表：逻辑块 -> 物理 KV 块"),
+        M("plot_block_tables.block_tables_logical"),
         fontsize=10,
     )
     if not snap.tables:
-        top.text(width / 2, 0.5, tr("no live requests", "没有活跃的请求"), ha="center", va="center")
+        top.text(width / 2, 0.5, M("plot_block_tables.no_live_requests"), ha="center", va="center")
 
     # the physical pool
     for bid, view in enumerate(snap.blocks):
@@ -269,12 +259,7 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     bottom.set_ylim(pool_rows, 0)
     bottom.set_xticks([])
     bottom.set_yticks([])
-    bottom.set_xlabel(
-        tr(
-            f"physical KV blocks 0-{snap.num_blocks - 1} (id in the cell)",
-            f"物理 KV 块 0-{snap.num_blocks - 1}（格子里是编号）",
-        )
-    )
+    bottom.set_xlabel(M("plot_block_tables.physical_kv_blocks", last_block=snap.num_blocks - 1))
     handles = [
         Patch(facecolor=colours[r] + "40", edgecolor=colours[r], label=r) for r in snap.tables
     ]
@@ -284,21 +269,20 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
             edgecolor="black",
             hatch="//",
             linewidth=2,
-            label=tr("shared (x ref count)", "共享（x 引用计数）"),
+            label=M("plot_block_tables.shared_x_ref"),
         ),
         Patch(
             facecolor=CACHED_FREE_COLOUR,
             edgecolor="#6b7280",
             linestyle=":",
-            label=tr("free, prefix still cached", "空闲，前缀仍在缓存里"),
+            label=M("plot_block_tables.free_prefix_still"),
         ),
-        Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label=tr("free", "空闲")),
+        Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label=M("plot_block_tables.free")),
     ]
     bottom.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     bottom.set_title(snapshot_text(snap), fontsize=8)
     fig.suptitle(
-        title
-        or tr("Paged KV cache: block tables and the block pool", "分页的 KV cache：块表与块池"),
+        title or M("plot_block_tables.paged_kv_cache"),
         fontsize=11,
     )
     fig.tight_layout()
@@ -318,14 +302,12 @@ def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols
 
     snaps = list(snaps) if snaps is not None else manager_walkthrough()
     if not snaps:
-        raise ValueError(
-            tr("snaps must hold at least one BlockSnapshot", "snaps 里至少要有一个 BlockSnapshot")
-        )
+        raise ValueError(M("block_allocation_explorer.snaps_must_hold"))
     slider = w.IntSlider(
         value=0,
         min=0,
         max=len(snaps) - 1,
-        description=tr("snapshot", "快照"),
+        description=M("block_allocation_explorer.snapshot"),
         style={"description_width": "80px"},
     )
     result = w.HTML()

@@ -29,8 +29,10 @@ from llmlab.analysis.kv_budget import (  # noqa: F401
     kv_summary,
 )
 from llmlab.config import get_config
+from llmlab.course.check.catalog import catalog
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+
+M = catalog("widgets.kv")
 
 # "KV cache: 1.342 GB ..." → group 1 is the number of GB (1 GB = 1e9 bytes)
 KV_TEXT_PATTERN = re.compile(r"KV cache: ([0-9.]+(?:e[+-]?[0-9]+)?) GB")
@@ -40,24 +42,25 @@ KV_TEXT_PATTERN_ZH = re.compile(r"KV cache：([0-9.]+(?:e[+-]?[0-9]+)?) GB")  # 
 def kv_text(s: KVSummary) -> str:
     """One line: 'KV cache: 1.342 GB (1.25 GiB) | ...'; the GB number matches KV_TEXT_PATTERN."""
     if s.usable_bytes > 0:
-        fits = tr(
-            f"KV budget {s.usable_bytes / 1e9:.4g} GB | max concurrent {s.context}-token requests: "
-            f"{s.max_requests}",
-            f"KV 预算 {s.usable_bytes / 1e9:.4g} GB | 最多能同时容纳 {s.context} token 的请求："
-            f"{s.max_requests} 个",
+        fits = M(
+            "kv_text.kv_budget_gb",
+            budget_gb=s.usable_bytes / 1e9,
+            context=s.context,
+            max_requests=s.max_requests,
         )
     else:
-        fits = tr(
-            "the weights alone exceed the usable memory: 0 requests fit",
-            "光是权重就超过了可用显存：一个请求也放不下（0 个）",
-        )
-    return tr(
-        f"KV cache: {s.kv_bytes / 1e9:.4g} GB ({s.kv_bytes / 2**30:.4g} GiB) for "
-        f"{s.batch} × {s.context} tokens at {s.bytes_per_token:,.0f} B/token | "
-        f"{100 * s.share_of_gpu:.3g}% of {s.gpu} ({s.gpu_bytes / 1e9:.0f} GB) | {fits}",
-        f"KV cache：{s.kv_bytes / 1e9:.4g} GB（{s.kv_bytes / 2**30:.4g} GiB），"
-        f"{s.batch} × {s.context} 个 token，每个 token {s.bytes_per_token:,.0f} B | "
-        f"占 {s.gpu}（{s.gpu_bytes / 1e9:.0f} GB）的 {100 * s.share_of_gpu:.3g}% | {fits}",
+        fits = M("kv_text.weights_alone_exceed")
+    return M(
+        "kv_text.kv_cache_gb",
+        kv_gb=s.kv_bytes / 1e9,
+        kv_gib=s.kv_bytes / 2**30,
+        batch=s.batch,
+        context=s.context,
+        bytes_per_token=s.bytes_per_token,
+        share_of_gpu=100 * s.share_of_gpu,
+        gpu=s.gpu,
+        gpu_gb=s.gpu_bytes / 1e9,
+        fits=fits,
     )
 
 
@@ -103,18 +106,15 @@ def plot_kv_memory(
         (
             weights,
             "#94a3b8",
-            tr(f"weights {s.weight_bytes / gb:.1f} GB", f"权重 {s.weight_bytes / gb:.1f} GB"),
+            M("plot_kv_memory.weights_gb", weight_gb=s.weight_bytes / gb),
         ),
         (
             acts,
             "#a78bfa",
-            tr(
-                f"activations {s.activation_bytes / gb:.1f} GB",
-                f"激活 {s.activation_bytes / gb:.1f} GB",
-            ),
+            M("plot_kv_memory.activations_gb", activation_gb=s.activation_bytes / gb),
         ),
         (kv_shown, "#f59e0b", f"KV cache {s.kv_bytes / gb:.3g} GB"),
-        (s.gpu_bytes - weights - acts - kv_shown, "#e5e7eb", tr("free", "空闲")),
+        (s.gpu_bytes - weights - acts - kv_shown, "#e5e7eb", M("plot_kv_memory.free")),
     ):
         ax1.barh([0], [value / gb], left=left / gb, color=colour, label=label)
         left += value
@@ -126,28 +126,20 @@ def plot_kv_memory(
             fill=False,
             hatch="//",
             edgecolor="#b45309",
-            label=tr(
-                f"KV budget {s.usable_bytes / gb:.3g} GB", f"KV 预算 {s.usable_bytes / gb:.3g} GB"
-            ),
+            label=M("plot_kv_memory.kv_budget_gb", budget_gb=s.usable_bytes / gb),
         )
     ax1.axvline(
         s.gpu_bytes * gpu_memory_utilization / gb,
         color="#b91c1c",
         ls="--",
-        label=tr(
-            f"{gpu_memory_utilization:.0%} utilization limit",
-            f"{gpu_memory_utilization:.0%} 利用率上限",
-        ),
+        label=M("plot_kv_memory.utilization_limit", gpu_memory_utilization=gpu_memory_utilization),
     )
     ax1.set_yticks([])
-    ax1.set_xlabel(tr("GB (1e9 bytes)", "GB（1e9 字节）"))
+    ax1.set_xlabel(M("plot_kv_memory.gb_1e9_bytes"))
     too_big = s.kv_bytes + s.weight_bytes + s.activation_bytes > s.gpu_bytes
-    over = tr(" — does not fit!", "——放不下！") if too_big else ""
+    over = M("plot_kv_memory.does_not_fit") if too_big else ""
     ax1.set_title(
-        tr(
-            f"{s.gpu} memory ({s.gpu_bytes / gb:.0f} GB, preset){over}",
-            f"{s.gpu} 的显存（{s.gpu_bytes / gb:.0f} GB，预设）{over}",
-        )
+        M("plot_kv_memory.memory_gb_preset", gpu=s.gpu, gpu_gb=s.gpu_bytes / gb, over=over)
     )
     ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
     cfg = _kv_config(num_layers, num_kv_heads, head_dim)
@@ -158,22 +150,22 @@ def plot_kv_memory(
         [batch * costs.kv_bytes(cfg, c, dtype_bytes) / gb for c in ctxs],
         marker="o",
         ms=3,
-        label=tr(f"KV cache, batch {batch}", f"KV cache，batch {batch}"),
+        label=M("plot_kv_memory.kv_cache_batch", batch=batch),
     )
-    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label=tr("KV budget", "KV 预算"))
+    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label=M("plot_kv_memory.kv_budget"))
     ax2.plot(
         [context],
         [s.kv_bytes / gb],
         "s",
         color="#f59e0b",
         ms=8,
-        label=tr(f"context {context}", f"上下文 {context}"),
+        label=M("plot_kv_memory.context", context=context),
     )
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
-    ax2.set_xlabel(tr("context length (tokens)", "上下文长度（token 数）"))
+    ax2.set_xlabel(M("plot_kv_memory.context_length_tokens"))
     ax2.set_ylabel("GB")
-    ax2.set_title(tr("KV cache grows linearly with context", "KV cache 随上下文长度线性增长"))
+    ax2.set_title(M("plot_kv_memory.kv_cache_grows"))
     ax2.legend(fontsize=8)
     ax1.figure.tight_layout()
     return ax1.figure
@@ -202,17 +194,21 @@ def kv_calculator(
     preset = w.Dropdown(
         options=[k for k, c in PRESETS.items() if not costs.is_mla(c)],
         value=model,
-        description=tr("model preset", "模型预设"),
+        description=M("kv_calculator.model_preset"),
         style=style,
     )
     layers = w.IntSlider(
-        value=cfg.num_hidden_layers, min=1, max=128, description=tr("layers", "层数"), style=style
+        value=cfg.num_hidden_layers,
+        min=1,
+        max=128,
+        description=M("kv_calculator.layers"),
+        style=style,
     )
     kv_heads = w.IntSlider(
         value=cfg.num_key_value_heads,
         min=1,
         max=128,
-        description=tr("KV heads", "KV 头数"),
+        description=M("kv_calculator.kv_heads"),
         style=style,
     )
     head_dim = w.IntSlider(
@@ -226,27 +222,25 @@ def kv_calculator(
         min=128,
         max=131072,
         step=128,
-        description=tr("context", "上下文"),
+        description=M("kv_calculator.context"),
         style=style,
     )
     bat = w.IntSlider(value=batch, min=1, max=256, description="batch", style=style)
     gpu_w = w.Dropdown(options=gpu_names(), value=gpu, description="GPU", style=style)
     weights = w.Checkbox(
         value=include_weights,
-        description=tr(
-            "put the preset's BF16 weights on the GPU", "把这个预设的 BF16 权重也放到 GPU 上"
-        ),
+        description=M("kv_calculator.put_preset_s"),
     )
     util = w.FloatSlider(
         value=gpu_memory_utilization,
         min=0.5,
         max=1.0,
         step=0.01,
-        description=tr("utilisation", "利用率"),
+        description=M("kv_calculator.utilisation"),
         style=style,
     )
     acts = w.FloatText(
-        value=activation_gb, step=0.5, description=tr("activations (GB)", "激活（GB）"), style=style
+        value=activation_gb, step=0.5, description=M("kv_calculator.activations_gb"), style=style
     )
     result = w.HTML()
     out = w.Output()

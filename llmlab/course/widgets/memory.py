@@ -12,8 +12,10 @@ from typing import Any
 
 from llmlab.analysis.hardware import PRESETS
 from llmlab.analysis.roofline import weight_read_time
+from llmlab.course.check.catalog import catalog
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+
+M = catalog("widgets.memory")
 
 WEIGHT_READ_PATTERN = re.compile(r"Per-token floor: ([0-9.]+) ms")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
@@ -25,20 +27,23 @@ def weight_read_text(
     """'Per-token floor: 46.7 ms' plus the bytes and the tokens/s bound at batch 1."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(
-            tr(
-                f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
-                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}",
+            M(
+                "weight_read_text.dtype_must_one",
+                dtypes=sorted(DTYPE_BYTES),
+                dtype=dtype,
             )
         )
     nbytes = params_billion * 1e9 * DTYPE_BYTES[dtype]
     t = weight_read_time(params_billion * 1e9, DTYPE_BYTES[dtype], bandwidth_tb_s * 1e12)
-    return tr(
-        f"Per-token floor: {t * 1e3:.1f} ms\n"
-        f"{params_billion:g}B parameters × {DTYPE_BYTES[dtype]:g} B ({dtype}) = {nbytes / 1e9:.1f} GB "
-        f"read at {bandwidth_tb_s:g} TB/s; at most {1 / t:,.1f} tokens/s for one sequence",
-        f"每个 token 的下限：{t * 1e3:.1f} ms\n"
-        f"{params_billion:g}B 参数 × {DTYPE_BYTES[dtype]:g} B（{dtype}）= {nbytes / 1e9:.1f} GB，"
-        f"以 {bandwidth_tb_s:g} TB/s 读取；一个序列最多 {1 / t:,.1f} tokens/s",
+    return M(
+        "weight_read_text.per_token_floor",
+        floor_ms=t * 1e3,
+        params_billion=params_billion,
+        bytes_per_weight=DTYPE_BYTES[dtype],
+        dtype=dtype,
+        weight_gb=nbytes / 1e9,
+        bandwidth_tb_s=bandwidth_tb_s,
+        tokens_per_s=1 / t,
     )
 
 
@@ -51,9 +56,7 @@ def plot_weight_read(
     names = list(PRESETS)
     bws = [PRESETS[n].mem_bw for n in names]
     if bandwidth_tb_s is not None:
-        names.append(
-            tr(f"your choice ({bandwidth_tb_s:g} TB/s)", f"你选的（{bandwidth_tb_s:g} TB/s）")
-        )
+        names.append(M("plot_weight_read.your_choice_tb", bandwidth_tb_s=bandwidth_tb_s))
         bws.append(bandwidth_tb_s * 1e12)
     times = [weight_read_time(params_billion * 1e9, DTYPE_BYTES[dtype], bw) * 1e3 for bw in bws]
     fig, ax = plt.subplots(figsize=(8, 3.8))
@@ -67,20 +70,8 @@ def plot_weight_read(
             fontsize=8,
         )
     ax.set_xscale("log")
-    ax.set_xlabel(
-        tr(
-            "time to read the weights once = per-token floor at batch 1 (ms, log scale)",
-            "把权重读一遍的时间 = batch 1 时每个 token 的下限（ms，对数坐标）",
-        )
-    )
-    ax.set_title(
-        tr(
-            f"{params_billion:g}B parameters in {dtype}: one full weight read per decode step "
-            "(presets: datasheet bandwidth)",
-            f"{params_billion:g}B 参数，{dtype}：每步 decode 都要把权重完整读一遍"
-            "（预设：数据手册上的带宽）",
-        )
-    )
+    ax.set_xlabel(M("plot_weight_read.time_read_weights"))
+    ax.set_title(M("plot_weight_read.b_parameters_one", params_billion=params_billion, dtype=dtype))
     ax.invert_yaxis()
     fig.tight_layout()
     return fig
@@ -99,7 +90,7 @@ def weight_read_explorer(
         min=-1,
         max=3,
         step=0.01,
-        description=tr("params (B)", "参数量（B）"),
+        description=M("weight_read_explorer.params_b"),
         style=style,
     )
     d_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
@@ -108,7 +99,7 @@ def weight_read_explorer(
         min=0.05,
         max=8.0,
         step=0.05,
-        description=tr("bandwidth TB/s", "带宽 TB/s"),
+        description=M("weight_read_explorer.bandwidth_tb_s"),
         style=style,
     )
     result = w.HTML()

@@ -14,8 +14,11 @@ from typing import Any
 import numpy as np
 
 from llmlab.analysis import metrics
+from llmlab.course.check.catalog import catalog
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import notebook_text, tr
+from llmlab.i18n import notebook_text
+
+M = catalog("widgets.metrics")
 
 ARRIVALS_TEXT_PATTERN = re.compile(
     r"(\d+) arrivals at ([0-9.]+) req/s, burstiness ([0-9.]+): mean gap ([0-9.]+) s, CV ([0-9.]+)"
@@ -30,12 +33,7 @@ def _unit(seconds: float) -> tuple[float, str]:
 
 def _values(summary: metrics.BenchmarkSummary, metric: str) -> list[float]:
     if metric not in METRIC_LABELS:
-        raise ValueError(
-            tr(
-                f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}",
-                f"metric 必须是 {sorted(METRIC_LABELS)} 之一，你给的是 {metric!r}",
-            )
-        )
+        raise ValueError(M("values.metric_must_one", metrics=sorted(METRIC_LABELS), metric=metric))
     if metric == "itl":
         return [g for t in summary.timelines for g in t.itls]
     return [v for v in (getattr(t, metric) for t in summary.timelines) if v is not None]
@@ -53,7 +51,7 @@ def plot_latency_cdfs(
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if title is None:
-        title = tr("latency CDFs (measured)", "延迟的 CDF（实测）")
+        title = M("plot_latency_cdfs.latency_cdfs_measured")
     fig, axes = plt.subplots(1, len(metrics_to_plot), figsize=(4.2 * len(metrics_to_plot), 3.6))
     axes = np.atleast_1d(axes)
     for ax, metric in zip(axes, metrics_to_plot):
@@ -65,9 +63,9 @@ def plot_latency_cdfs(
                 ax.step(x * scale, y, where="post", label=label)
         ax.set_xlabel(f"{METRIC_LABELS[metric]} ({unit})")
         ax.set_ylabel(
-            tr("fraction of requests", "请求的比例")
+            M("plot_latency_cdfs.fraction_requests")
             if metric != "itl"
-            else tr("fraction of gaps", "间隔的比例")
+            else M("plot_latency_cdfs.fraction_gaps")
         )
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
@@ -94,16 +92,12 @@ def plot_percentiles_vs_rate(
             rates,
             [np.nan if y is None else y * scale for y in ys],
             style,
-            label={"median": "p50", "mean": tr("mean", "平均值")}.get(field, field),
+            label={"median": "p50", "mean": M("plot_percentiles_vs_rate.mean")}.get(field, field),
         )
-    ax.set_xlabel(tr("request rate (req/s)", "请求速率（req/s）"))
+    ax.set_xlabel(M("plot_percentiles_vs_rate.request_rate_req"))
     ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
     ax.set_title(
-        title
-        or tr(
-            f"{METRIC_LABELS[metric]} vs offered load (measured)",
-            f"{METRIC_LABELS[metric]} 随负载的变化（实测）",
-        )
+        title or M("plot_percentiles_vs_rate.vs_offered_load", metric_label=METRIC_LABELS[metric])
     )
     ax.grid(alpha=0.3)
     ax.legend()
@@ -121,7 +115,7 @@ def plot_request_timelines(
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if title is None:
-        title = tr("request timelines (measured)", "请求的时间线（实测）")
+        title = M("plot_request_timelines.request_timelines_measured")
     ts = sorted(summary.timelines, key=lambda t: t.arrival_time)[:max_requests]
     t0 = min(t.arrival_time for t in ts)
     scale, unit = _unit(max(t.token_times[-1] for t in ts) - t0)
@@ -136,7 +130,7 @@ def plot_request_timelines(
             last - first,
             left=first,
             color="#2563eb",
-            label=tr("decode: (n−1)·TPOT", "decode：(n−1)·TPOT") if row == 0 else None,
+            label=M("plot_request_timelines.decode_n_1") if row == 0 else None,
         )
         ax.plot(
             [(x - t0) * scale for x in t.token_times],
@@ -145,14 +139,11 @@ def plot_request_timelines(
             color="white",
             markersize=6,
         )
-    ax.set_yticks(range(len(ts)), [tr(f"req {i}", f"请求 {i}") for i in range(len(ts))], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel(
-        tr(
-            f"time since the first arrival ({unit}); ticks: output tokens",
-            f"从第一个请求到达起的时间（{unit}）；刻线：输出的 token",
-        )
+    ax.set_yticks(
+        range(len(ts)), [M("plot_request_timelines.req", i=i) for i in range(len(ts))], fontsize=7
     )
+    ax.invert_yaxis()
+    ax.set_xlabel(M("plot_request_timelines.time_since_first", unit=unit))
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
@@ -164,13 +155,15 @@ def arrivals_text(
 ) -> str:
     """Mean gap and coefficient of variation of the generated arrivals."""
     gaps = np.diff(metrics.arrival_times(num_requests, rate, burstiness, seed))
-    return tr(
-        f"{num_requests} arrivals at {rate:g} req/s, burstiness {burstiness:g}: mean gap "
-        f"{gaps.mean():.3f} s, CV {gaps.std() / gaps.mean():.2f} "
-        f"(expected: mean {1 / rate:.3f} s, CV {1 / np.sqrt(burstiness):.2f})",
-        f"{num_requests} 个请求以 {rate:g} req/s 到达，突发性 {burstiness:g}：平均间隔 "
-        f"{gaps.mean():.3f} s，CV {gaps.std() / gaps.mean():.2f}"
-        f"（理论值：平均 {1 / rate:.3f} s，CV {1 / np.sqrt(burstiness):.2f}）",
+    return M(
+        "arrivals_text.arrivals_req_s",
+        num_requests=num_requests,
+        rate=rate,
+        burstiness=burstiness,
+        gaps_mean=gaps.mean(),
+        cv=gaps.std() / gaps.mean(),
+        v_1_rate=1 / rate,
+        cv_expected=1 / np.sqrt(burstiness),
     )
 
 
@@ -187,14 +180,12 @@ def plot_arrivals(
     a1.set_yticks(
         [0, 1],
         [
-            tr(f"burstiness {burstiness:g}", f"突发性 {burstiness:g}"),
-            tr("Poisson (1)", "泊松（1）"),
+            M("plot_arrivals.burstiness", burstiness=burstiness),
+            M("plot_arrivals.poisson_1"),
         ],
     )
-    a1.set_xlabel(tr("arrival time (s)", "到达时刻（s）"))
-    a1.set_title(
-        tr(f"{num_requests} requests at {rate:g} req/s", f"{num_requests} 个请求，{rate:g} req/s")
-    )
+    a1.set_xlabel(M("plot_arrivals.arrival_time_s"))
+    a1.set_title(M("plot_arrivals.requests_req_s", num_requests=num_requests, rate=rate))
     gaps = np.diff(arr)
     a2.hist(
         gaps,
@@ -202,17 +193,17 @@ def plot_arrivals(
         density=True,
         color="#2563eb",
         alpha=0.7,
-        label=tr("gaps drawn", "抽到的间隔"),
+        label=M("plot_arrivals.gaps_drawn"),
     )
     x = np.linspace(0, max(gaps.max(), 1e-9), 200)
     a2.plot(
         x,
         rate * np.exp(-rate * x),
         "k--",
-        label=tr("exponential (Poisson)", "指数分布（泊松过程）"),
+        label=M("plot_arrivals.exponential_poisson"),
     )
-    a2.set_xlabel(tr("gap between arrivals (s)", "到达间隔（s）"))
-    a2.set_ylabel(tr("density (1/s)", "密度（1/s）"))
+    a2.set_xlabel(M("plot_arrivals.gap_between_arrivals"))
+    a2.set_ylabel(M("plot_arrivals.density_1_s"))
     a2.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -231,7 +222,7 @@ def arrival_explorer(
         min=-1,
         max=2,
         step=0.05,
-        description=tr("rate (req/s)", "速率（req/s）"),
+        description=M("arrival_explorer.rate_req_s"),
         style=style,
     )
     burst_w = w.FloatLogSlider(
@@ -240,7 +231,7 @@ def arrival_explorer(
         min=-1,
         max=1,
         step=0.05,
-        description=tr("burstiness", "突发性"),
+        description=M("arrival_explorer.burstiness"),
         style=style,
     )
     n_w = w.IntSlider(
@@ -248,7 +239,7 @@ def arrival_explorer(
         min=20,
         max=1000,
         step=20,
-        description=tr("requests", "请求数"),
+        description=M("arrival_explorer.requests"),
         style=style,
     )
     result = w.HTML()
@@ -277,17 +268,16 @@ def plot_latency_vs_load(
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if title is None:
-        title = tr(
-            "latency percentiles vs offered load (measured)", "延迟的百分位数随负载的变化（实测）"
-        )
+        title = M("plot_latency_vs_load.latency_percentiles_vs")
     rates = sorted(summaries)
     fig, axes = plt.subplots(1, len(metrics_to_plot), figsize=(4.6 * len(metrics_to_plot), 3.6))
     for ax, metric in zip(np.atleast_1d(axes), metrics_to_plot):
         if metric not in METRIC_LABELS:
             raise ValueError(
-                tr(
-                    f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}",
-                    f"metric 必须是 {sorted(METRIC_LABELS)} 之一，你给的是 {metric!r}",
+                M(
+                    "values.metric_must_one",
+                    metrics=sorted(METRIC_LABELS),
+                    metric=metric,
                 )
             )
         scale, unit = _unit(max((getattr(summaries[r], metric).p99 or 0.0) for r in rates))
@@ -298,7 +288,7 @@ def plot_latency_vs_load(
         ):
             ys = [getattr(getattr(summaries[r], metric), field) for r in rates]
             ax.plot(rates, [np.nan if y is None else y * scale for y in ys], style, label=label)
-        ax.set_xlabel(tr("offered request rate (req/s)", "发来的请求速率（req/s）"))
+        ax.set_xlabel(M("plot_latency_vs_load.offered_request_rate"))
         ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -320,14 +310,9 @@ def plot_throughput_latency(
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if metric not in METRIC_LABELS:
-        raise ValueError(
-            tr(
-                f"metric must be one of {sorted(METRIC_LABELS)}, got {metric!r}",
-                f"metric 必须是 {sorted(METRIC_LABELS)} 之一，你给的是 {metric!r}",
-            )
-        )
+        raise ValueError(M("values.metric_must_one", metrics=sorted(METRIC_LABELS), metric=metric))
     if title is None:
-        title = tr("throughput–latency curve (measured)", "吞吐–延迟曲线（实测）")
+        title = M("plot_throughput_latency.throughput_latency_curve")
     top = max((getattr(s, metric).p99 or 0.0) for c in curves.values() for s in c.values())
     scale, unit = _unit(top)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -343,7 +328,7 @@ def plot_throughput_latency(
             [np.nan if y is None else y * scale for y in med],
             "o-",
             color=color,
-            label=tr(f"{label}: p50", f"{label}：p50"),
+            label=M("plot_throughput_latency.p50", label=label),
         )
         ax.plot(
             x,
@@ -351,7 +336,7 @@ def plot_throughput_latency(
             "o--",
             color=color,
             mfc="none",
-            label=tr(f"{label}: p99", f"{label}：p99"),
+            label=M("plot_throughput_latency.p99", label=label),
         )
         for r, xi, yi in zip(rates, x, med):
             if yi is not None:
@@ -363,7 +348,7 @@ def plot_throughput_latency(
                     textcoords="offset points",
                     color=color,
                 )
-    ax.set_xlabel(tr("output throughput (tokens/s)", "输出吞吐（tokens/s）"))
+    ax.set_xlabel(M("plot_throughput_latency.output_throughput_tokens"))
     ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -421,21 +406,26 @@ def serving_text(
 ) -> str:
     """The explorer's line for one setting (`SERVING_TEXT_PATTERN`); computed from presets."""
     p = serving_point(model, hardware, batch, context, price_per_hour)
-    verdict = tr("meets", "达到") if p["tpot"] * 1e3 <= tpot_target_ms else tr("misses", "达不到")
+    verdict = (
+        M("serving_text.meets") if p["tpot"] * 1e3 <= tpot_target_ms else M("serving_text.misses")
+    )
     need, size = p["bytes_needed"] / 1e9, p["mem_size"] / 1e9
-    memory = tr(
-        f"weights + KV cache {need:.1f} GB of {size:.0f} GB",
-        f"权重 + KV cache 共 {need:.1f} GB，显存 {size:.0f} GB",
-    ) + ("" if p["fits"] else tr(" — does NOT fit", "——放不下"))
-    return tr(
-        f"{model} on {hardware} (BF16, roofline floor from presets), batch {batch}, context "
-        f"{context}: TPOT floor {p['tpot'] * 1e3:.2f} ms ({verdict} the "
-        f"{tpot_target_ms:g} ms target), {p['tokens_per_s']:,.0f} output tokens/s, "
-        f"${p['usd_per_million']:.3f} per million output tokens at ${price_per_hour:g}/h; {memory}",
-        f"{model} 在 {hardware} 上（BF16，按预设算的 roofline 下限），batch {batch}，上下文 "
-        f"{context}：TPOT 下限 {p['tpot'] * 1e3:.2f} ms（{verdict} "
-        f"{tpot_target_ms:g} ms 的目标），每秒输出 {p['tokens_per_s']:,.0f} 个 token，"
-        f"按 ${price_per_hour:g}/h 算，每百万输出 token ${p['usd_per_million']:.3f}；{memory}",
+    memory = M("serving_text.weights_kv_cache", need=need, size=size) + (
+        "" if p["fits"] else M("serving_text.does_not_fit")
+    )
+    return M(
+        "serving_text.bf16_roofline_floor",
+        model=model,
+        hardware=hardware,
+        batch=batch,
+        context=context,
+        tpot_ms=p['tpot'] * 1e3,
+        verdict=verdict,
+        tpot_target_ms=tpot_target_ms,
+        tokens_per_s=p['tokens_per_s'],
+        usd_per_million=p['usd_per_million'],
+        price_per_hour=price_per_hour,
+        memory=memory,
     )
 
 
@@ -458,12 +448,12 @@ def plot_serving(
     fits = np.array([p["fits"] for p in pts])
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
     for ax, key, scale, label in (
-        (a1, "tpot", 1e3, tr("TPOT floor (ms)", "TPOT 下限（ms）")),
+        (a1, "tpot", 1e3, M("plot_serving.tpot_floor_ms")),
         (
             a2,
             "usd_per_million",
             1.0,
-            tr("US$ per million output tokens", "每百万输出 token 的美元数"),
+            M("plot_serving.us_per_million"),
         ),
     ):
         y = np.array([p[key] * scale for p in pts])
@@ -472,7 +462,7 @@ def plot_serving(
             np.where(fits, y, np.nan),
             "-",
             color="#2563eb",
-            label=tr("fits in memory", "显存放得下"),
+            label=M("plot_serving.fits_memory"),
         )
         if not fits.all():  # grey from the last batch that fits on, so the curve is unbroken
             grey = ~fits | np.append(~fits[1:], False)
@@ -481,26 +471,28 @@ def plot_serving(
                 np.where(grey, y, np.nan),
                 "-",
                 color="#9ca3af",
-                label=tr("does not fit", "放不下"),
+                label=M("plot_serving.does_not_fit"),
             )
         ax.plot([batch], [here[key] * scale], "o", color="#dc2626", label=f"batch {batch}")
         ax.set_xscale("log")
-        ax.set_xlabel(tr("batch (sequences decoded together)", "batch（一起 decode 的序列数）"))
+        ax.set_xlabel(M("plot_serving.batch_sequences_decoded"))
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     a1.axhline(
         tpot_target_ms,
         color="#f59e0b",
         ls="--",
-        label=tr(f"target {tpot_target_ms:g} ms", f"目标 {tpot_target_ms:g} ms"),
+        label=M("plot_serving.target_ms", tpot_target_ms=tpot_target_ms),
     )
     a1.legend(fontsize=7)
     a2.set_yscale("log")
     fig.suptitle(
-        tr(
-            f"{model} on {hardware}, context {context}, ${price_per_hour:g}/h "
-            "(computed from presets)",
-            f"{model} 在 {hardware} 上，上下文 {context}，${price_per_hour:g}/h（按预设计算）",
+        M(
+            "plot_serving.context_h_computed",
+            model=model,
+            hardware=hardware,
+            context=context,
+            price_per_hour=price_per_hour,
         ),
         fontsize=10,
     )
@@ -522,24 +514,29 @@ def serving_explorer(
 
     style = {"description_width": "110px"}
     model_w = w.Dropdown(
-        options=SERVING_MODELS, value=model, description=tr("model", "模型"), style=style
+        options=SERVING_MODELS, value=model, description=M("serving_explorer.model"), style=style
     )
     hw_w = w.Dropdown(
         options=SERVING_HARDWARE,
         value=hardware,
-        description=tr("GPU preset", "GPU 预设"),
+        description=M("serving_explorer.gpu_preset"),
         style=style,
     )
     batch_w = w.IntSlider(value=batch, min=1, max=512, step=1, description="batch", style=style)
     ctx_w = w.IntSlider(
-        value=context, min=256, max=8192, step=256, description=tr("context", "上下文"), style=style
+        value=context,
+        min=256,
+        max=8192,
+        step=256,
+        description=M("serving_explorer.context"),
+        style=style,
     )
     price_w = w.FloatSlider(
         value=price_per_hour,
         min=0.5,
         max=10.0,
         step=0.1,
-        description=tr("US$ per hour", "每小时美元"),
+        description=M("serving_explorer.us_per_hour"),
         style=style,
     )
     slo_w = w.FloatSlider(
@@ -547,7 +544,7 @@ def serving_explorer(
         min=2.0,
         max=100.0,
         step=1.0,
-        description=tr("TPOT target (ms)", "TPOT 目标（ms）"),
+        description=M("serving_explorer.tpot_target_ms"),
         style=style,
     )
     result = w.HTML()

@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from llmlab.analysis import parallel_cost
 from llmlab.analysis.hardware import get_hardware
+from llmlab.course.check.catalog import catalog
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import notebook_text, tr
-from llmlab.parallel import cost
+from llmlab.i18n import notebook_text
+
+M = catalog("widgets.parallel")
 
 PARALLEL_TEXT_PATTERN = re.compile(
     r"TP=(\d+) PP=(\d+) over (.+): compute ([0-9.]+) ms, communication ([0-9.]+) ms "
@@ -33,7 +36,7 @@ def parallel_text(
     hardware: str = "H100-SXM",
 ) -> str:
     """One line per setting: compute vs communication of a decode step."""
-    c = cost.decode_step_cost(
+    c = parallel_cost.decode_step_cost(
         model,
         tp=tp,
         pp=pp,
@@ -42,17 +45,18 @@ def parallel_text(
         hardware=hardware,
         context=context,
     )
-    return tr(
-        f"TP={tp} PP={pp} over {c.interconnect}: compute {c.compute * 1e3:.2f} ms, "
-        f"communication {c.comm * 1e3:.2f} ms ({100 * c.comm_fraction:.0f}% of the step)\n"
-        f"{c.all_reduces} all-reduces of {c.all_reduce_bytes / 1024:.0f} KiB per step; "
-        f"{c.weight_bytes_per_gpu / 1e9:.1f} GB of weights per GPU; "
-        f"{c.tokens_per_second:.0f} tokens/s for the group",
-        f"TP={tp} PP={pp}，走 {c.interconnect}：计算 {c.compute * 1e3:.2f} ms，"
-        f"通信 {c.comm * 1e3:.2f} ms（占这一步的 {100 * c.comm_fraction:.0f}%）\n"
-        f"每步 {c.all_reduces} 次 all-reduce，每次 {c.all_reduce_bytes / 1024:.0f} KiB；"
-        f"每块 GPU 上 {c.weight_bytes_per_gpu / 1e9:.1f} GB 权重；"
-        f"整组 {c.tokens_per_second:.0f} tokens/s",
+    return M(
+        "parallel_text.tp_pp_over",
+        tp=tp,
+        pp=pp,
+        interconnect=c.interconnect,
+        compute_ms=c.compute * 1e3,
+        comm_ms=c.comm * 1e3,
+        comm_fraction=100 * c.comm_fraction,
+        all_reduces=c.all_reduces,
+        all_reduce_kib=c.all_reduce_bytes / 1024,
+        weight_gb_per_gpu=c.weight_bytes_per_gpu / 1e9,
+        tokens_per_second=c.tokens_per_second,
     )
 
 
@@ -77,7 +81,7 @@ def plot_parallel_cost(
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, link in zip(axes, links):
         rows = [
-            cost.decode_step_cost(
+            parallel_cost.decode_step_cost(
                 model,
                 tp=t,
                 pp=pp,
@@ -92,43 +96,32 @@ def plot_parallel_cost(
         comp = [r.compute * 1e3 for r in rows]
         tpc = [r.tp_comm * 1e3 for r in rows]
         ppc = [r.pp_comm * 1e3 for r in rows]
+        ax.bar(x, comp, color=COLOURS["compute"], label=M("plot_parallel_cost.compute_roofline"))
         ax.bar(
-            x, comp, color=COLOURS["compute"], label=tr("compute (roofline)", "计算（roofline）")
-        )
-        ax.bar(
-            x, tpc, bottom=comp, color=COLOURS["tp"], label=tr("TP all-reduces", "TP 的 all-reduce")
+            x, tpc, bottom=comp, color=COLOURS["tp"], label=M("plot_parallel_cost.tp_all_reduces")
         )
         ax.bar(
             x,
             ppc,
             bottom=[a + b for a, b in zip(comp, tpc)],
             color=COLOURS["pp"],
-            label=tr("PP sends", "PP 的发送"),
+            label=M("plot_parallel_cost.pp_sends"),
         )
         mem = get_hardware(hardware).mem_size
         for i, r in enumerate(rows):
             label = f"{100 * r.comm_fraction:.0f}%"
             if r.weight_bytes_per_gpu > mem:  # the weights alone overflow one GPU's memory
-                label += tr("\nweights don't fit", "\n权重放不下")
+                label += M("plot_parallel_cost.weights_don_t")
             ax.text(i, r.total * 1e3, label, ha="center", va="bottom", fontsize=8)
             if link == interconnect.lower() and tps[i] == tp:
                 ax.bar(i, r.total * 1e3, fill=False, edgecolor="black", linewidth=2)
         ax.set_xticks(list(x), [f"TP={t}" for t in tps])
         ax.set_title(f"{rows[0].interconnect}")
-        ax.set_xlabel(
-            tr(
-                "tensor-parallel degree (label: communication share)",
-                "张量并行度（标注：通信占比）",
-            )
-        )
-    axes[0].set_ylabel(tr("time per decode step (ms)", "每步 decode 的时间（ms）"))
+        ax.set_xlabel(M("plot_parallel_cost.tensor_parallel_degree"))
+    axes[0].set_ylabel(M("plot_parallel_cost.time_per_decode"))
     axes[0].legend(loc="upper right", fontsize=8)
     fig.suptitle(
-        tr(
-            f"{model}, decode step, batch {batch}, context {context}, PP={pp} "
-            f"(preset figures, not measured)",
-            f"{model}，decode 一步，batch {batch}，上下文 {context}，PP={pp}（预设数字，不是实测）",
-        ),
+        M("plot_parallel_cost.decode_step_batch", model=model, batch=batch, context=context, pp=pp),
         fontsize=10,
     )
     fig.tight_layout()
@@ -148,15 +141,15 @@ def parallelism_explorer(
 
     style = {"description_width": "90px"}
     tp_w = w.Dropdown(
-        options=[1, 2, 4, 8], value=tp, description=tr("TP degree", "TP 并行度"), style=style
+        options=[1, 2, 4, 8], value=tp, description=M("parallelism_explorer.tp_degree"), style=style
     )
     pp_w = w.Dropdown(
-        options=[1, 2, 4, 8], value=pp, description=tr("PP degree", "PP 并行度"), style=style
+        options=[1, 2, 4, 8], value=pp, description=M("parallelism_explorer.pp_degree"), style=style
     )
     link_w = w.Dropdown(
         options=[("NVLink", "nvlink"), ("PCIe 5.0", "pcie")],
         value=interconnect,
-        description=tr("interconnect", "互联"),
+        description=M("parallelism_explorer.interconnect"),
         style=style,
     )
     batch_w = w.SelectionSlider(
@@ -168,7 +161,7 @@ def parallelism_explorer(
     ctx_w = w.SelectionSlider(
         options=[1, 256, 1024, 4096, 16384],
         value=context,
-        description=tr("context", "上下文"),
+        description=M("parallelism_explorer.context"),
         style=style,
     )
     result = w.HTML()
@@ -200,7 +193,7 @@ def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if title is None:
-        title = tr("pipeline pass (measured)", "流水线的一轮（实测）")
+        title = M("plot_pipeline_timeline.pipeline_pass_measured")
     t0 = min(s for tl in timelines for s, _ in tl.intervals)
     fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(timelines)))
     cmap = plt.get_cmap("tab10")
@@ -217,15 +210,11 @@ def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
                 color="white",
             )
     ax.set_yticks(
-        range(len(timelines)), [tr(f"stage {tl.stage}", f"第 {tl.stage} 段") for tl in timelines]
+        range(len(timelines)),
+        [M("plot_pipeline_timeline.stage", stage=tl.stage) for tl in timelines],
     )
     ax.invert_yaxis()
-    ax.set_xlabel(
-        tr(
-            "time since the first micro-batch started (ms)",
-            "从第一个 micro-batch 开始算起的时间（ms）",
-        )
-    )
+    ax.set_xlabel(M("plot_pipeline_timeline.time_since_first"))
     ax.set_title(title)
     fig.tight_layout()
     return fig
@@ -244,27 +233,21 @@ def plot_bubble(results: dict, num_stages: int = 2, title: str | None = None) ->
         [results[m]["theory"] for m in ms],
         "o--",
         color="black",
-        label=tr("theory (p−1)/(m+p−1)", "理论值 (p−1)/(m+p−1)"),
+        label=M("plot_bubble.theory_p_1"),
     )
     ax.plot(
         ms,
         [results[m]["measured"] for m in ms],
         "s-",
         color=COLOURS["compute"],
-        label=tr("measured (mean over stages)", "实测（各段的平均）"),
+        label=M("plot_bubble.measured_mean_over"),
     )
     ax.set_xscale("log", base=2)
     ax.set_xticks(ms, [str(m) for m in ms])
     ax.set_ylim(0, 1)
-    ax.set_xlabel(tr("micro-batches m", "micro-batch 数 m"))
-    ax.set_ylabel(tr("idle fraction of each stage", "每段空闲的比例"))
-    ax.set_title(
-        title
-        or tr(
-            f"pipeline bubble, p = {num_stages} stages (measured on this machine)",
-            f"流水线气泡，p = {num_stages} 段（本机实测）",
-        )
-    )
+    ax.set_xlabel(M("plot_bubble.micro_batches_m"))
+    ax.set_ylabel(M("plot_bubble.idle_fraction_each"))
+    ax.set_title(title or M("plot_bubble.pipeline_bubble_p", num_stages=num_stages))
     ax.legend()
     fig.tight_layout()
     return fig

@@ -18,8 +18,11 @@ from typing import Any
 from llmlab.analysis import roofline
 from llmlab.analysis.hardware import PRESETS, get_hardware
 from llmlab.config import get_config
+from llmlab.course.check.catalog import catalog
+from llmlab.course.figures.ch07 import plot_roofline
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+
+M = catalog("widgets.roofline")
 
 # "Decode step floor: 42.1 ms (memory-bound)" → groups: milliseconds, bound
 ROOFLINE_TEXT_PATTERN = re.compile(r"Decode step floor: ([0-9.]+) ms \((memory|compute)-bound\)")
@@ -54,9 +57,10 @@ def roofline_summary(
     """One decode step of `model` (weights and KV cache in `dtype`) on `hardware`'s roof."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(
-            tr(
-                f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
-                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}",
+            M(
+                "roofline_summary.dtype_must_one",
+                dtypes=sorted(DTYPE_BYTES),
+                dtype=dtype,
             )
         )
     hw = get_hardware(hardware)
@@ -80,17 +84,20 @@ def roofline_summary(
 
 def roofline_text(s: RooflineSummary) -> str:
     """Result lines; the first is stable and parseable (ROOFLINE_TEXT_PATTERN)."""
-    return tr(
-        f"Decode step floor: {s.step_floor * 1e3:.1f} ms ({s.bound}-bound)\n"
-        f"{s.model} on {s.hardware}, {s.dtype}, batch {s.batch}, context {s.context}\n"
-        f"intensity {s.intensity:.1f} FLOP/B vs ridge {s.ridge:.0f} FLOP/B; "
-        f"memory {s.memory_time * 1e3:.1f} ms, compute {s.compute_time * 1e3:.1f} ms; "
-        f"{s.tokens_per_s:,.0f} tokens/s",
-        f"decode 一步的下限：{s.step_floor * 1e3:.1f} ms（{s.bound}-bound）\n"
-        f"{s.model} 在 {s.hardware} 上，{s.dtype}，batch {s.batch}，上下文 {s.context}\n"
-        f"算术强度 {s.intensity:.1f} FLOP/B，拐点 {s.ridge:.0f} FLOP/B；"
-        f"读内存 {s.memory_time * 1e3:.1f} ms，计算 {s.compute_time * 1e3:.1f} ms；"
-        f"{s.tokens_per_s:,.0f} tokens/s",
+    return M(
+        "roofline_text.decode_step_floor",
+        step_floor_ms=s.step_floor * 1e3,
+        bound=s.bound,
+        model=s.model,
+        hardware=s.hardware,
+        dtype=s.dtype,
+        batch=s.batch,
+        context=s.context,
+        intensity=s.intensity,
+        ridge=s.ridge,
+        memory_ms=s.memory_time * 1e3,
+        compute_ms=s.compute_time * 1e3,
+        tokens_per_s=s.tokens_per_s,
     )
 
 
@@ -113,16 +120,18 @@ def plot_roofline_explorer(
         roofline.decode_attention(cfg, batch, context, nbytes),
     ]
     fig, ax = plt.subplots(figsize=(8, 5))
-    roofline.plot_roofline(
+    plot_roofline(
         [hardware],
         dtype=dtype,
         ops=ops,
         ax=ax,
-        title=tr(
-            f"{model}, batch {batch}, context {context}: "
-            f"{s.step_floor * 1e3:.1f} ms/step floor, {s.bound}-bound",
-            f"{model}，batch {batch}，上下文 {context}："
-            f"每步下限 {s.step_floor * 1e3:.1f} ms，{s.bound}-bound",
+        title=M(
+            "plot_roofline_explorer.batch_context_ms",
+            model=model,
+            batch=batch,
+            context=context,
+            step_floor_ms=s.step_floor * 1e3,
+            bound=s.bound,
         ),
     )
     return fig
@@ -143,12 +152,15 @@ def roofline_explorer(
 
     style = {"description_width": "90px"}
     hw_w = w.Dropdown(
-        options=list(PRESETS), value=hardware, description=tr("hardware", "硬件"), style=style
+        options=list(PRESETS),
+        value=hardware,
+        description=M("roofline_explorer.hardware"),
+        style=style,
     )
     model_w = w.Dropdown(
         options=[k for k, c in MODELS.items() if not costs.is_mla(c)],
         value=model,
-        description=tr("model", "模型"),
+        description=M("roofline_explorer.model"),
         style=style,
     )
     dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
@@ -167,7 +179,7 @@ def roofline_explorer(
         min=1,
         max=32768,
         step=1,
-        description=tr("context", "上下文"),
+        description=M("roofline_explorer.context"),
         style=style,
         continuous_update=False,
     )
@@ -181,10 +193,7 @@ def roofline_explorer(
             peaks = ", ".join(sorted(hw.peak_flops))
             result.value = (
                 '<pre class="llmlab-roofline-result">'
-                + tr(
-                    f"{hw.name} has no {dt} peak; available: {peaks}",
-                    f"{hw.name} 没有 {dt} 的峰值；可选的有：{peaks}",
-                )
+                + M("redraw.has_no_peak_2", name=hw.name, dt=dt, peaks=peaks)
                 + '</pre>'
             )
             return
@@ -233,9 +242,10 @@ def prefill_summary(
     decode step that follows it."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(
-            tr(
-                f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}",
-                f"dtype 必须是 {sorted(DTYPE_BYTES)} 之一，你给的是 {dtype!r}",
+            M(
+                "roofline_summary.dtype_must_one",
+                dtypes=sorted(DTYPE_BYTES),
+                dtype=dtype,
             )
         )
     hw, cfg, nbytes = get_hardware(hardware), get_config(model), DTYPE_BYTES[dtype]
@@ -257,16 +267,18 @@ def prefill_summary(
 def prefill_text(s: PrefillSummary) -> str:
     """Result lines; the first is stable and parseable (PREFILL_TEXT_PATTERN)."""
     per_token = s.floor / s.prompt_len
-    return tr(
-        f"Prefill floor: {s.floor * 1e3:.2f} ms ({s.bound}-bound)\n"
-        f"{s.model} on {s.hardware}, {s.dtype}, a prompt of {s.prompt_len} tokens\n"
-        f"intensity {s.intensity:.1f} FLOP/B vs ridge {s.ridge:.0f} FLOP/B; "
-        f"{per_token * 1e3:.3f} ms per prompt token, then {s.decode_floor * 1e3:.2f} ms per "
-        f"decode step",
-        f"prefill 的下限：{s.floor * 1e3:.2f} ms（{s.bound}-bound）\n"
-        f"{s.model} 在 {s.hardware} 上，{s.dtype}，prompt 长 {s.prompt_len} 个 token\n"
-        f"算术强度 {s.intensity:.1f} FLOP/B，拐点 {s.ridge:.0f} FLOP/B；"
-        f"每个 prompt token {per_token * 1e3:.3f} ms，之后每个 decode step {s.decode_floor * 1e3:.2f} ms",
+    return M(
+        "prefill_text.prefill_floor_ms",
+        floor_ms=s.floor * 1e3,
+        bound=s.bound,
+        model=s.model,
+        hardware=s.hardware,
+        dtype=s.dtype,
+        prompt_len=s.prompt_len,
+        intensity=s.intensity,
+        ridge=s.ridge,
+        per_token_ms=per_token * 1e3,
+        decode_floor_ms=s.decode_floor * 1e3,
     )
 
 
@@ -283,14 +295,17 @@ def plot_prefill_explorer(
         roofline.decode_step(cfg, 1, prompt_len + 1, nbytes),
     ]
     fig, ax = plt.subplots(figsize=(8, 5))
-    roofline.plot_roofline(
+    plot_roofline(
         [hardware],
         dtype=dtype,
         ops=ops,
         ax=ax,
-        title=tr(
-            f"{model}, a {prompt_len}-token prefill: {s.floor * 1e3:.2f} ms floor, {s.bound}-bound",
-            f"{model}，{prompt_len} 个 token 的 prefill：下限 {s.floor * 1e3:.2f} ms，{s.bound}-bound",
+        title=M(
+            "plot_prefill_explorer.token_prefill_ms",
+            model=model,
+            prompt_len=prompt_len,
+            floor_ms=s.floor * 1e3,
+            bound=s.bound,
         ),
     )
     return fig
@@ -307,12 +322,15 @@ def prefill_explorer(
 
     style = {"description_width": "90px"}
     hw_w = w.Dropdown(
-        options=list(PRESETS), value=hardware, description=tr("hardware", "硬件"), style=style
+        options=list(PRESETS),
+        value=hardware,
+        description=M("roofline_explorer.hardware"),
+        style=style,
     )
     model_w = w.Dropdown(
         options=[k for k, c in MODELS.items() if not costs.is_mla(c)],
         value=model,
-        description=tr("model", "模型"),
+        description=M("roofline_explorer.model"),
         style=style,
     )
     dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
@@ -322,7 +340,7 @@ def prefill_explorer(
         min=1,
         max=MAX_PROMPT,
         step=1,
-        description=tr("prompt tokens", "prompt token 数"),
+        description=M("prefill_explorer.prompt_tokens"),
         style=style,
         continuous_update=False,
     )
@@ -333,10 +351,7 @@ def prefill_explorer(
         hw = get_hardware(hw_w.value)
         if dtype_w.value not in hw.peak_flops:
             peaks = ", ".join(sorted(hw.peak_flops))
-            message = tr(
-                f"{hw.name} has no {dtype_w.value} peak; available: {peaks}",
-                f"{hw.name} 没有 {dtype_w.value} 的峰值；可选的有：{peaks}",
-            )
+            message = M("redraw.has_no_peak", name=hw.name, value=dtype_w.value, peaks=peaks)
             result.value = f'<pre class="llmlab-prefill-result">{message}</pre>'
             return
         args = dict(

@@ -15,9 +15,11 @@ from llmlab.analysis.distribution import (  # noqa: F401
     next_token_distribution,
     prompt_logits,
 )
+from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch03 import plot_label, plot_next_token_distribution  # noqa: F401
 from llmlab.course.widgets._show import show_figure
-from llmlab.i18n import tr
+
+M = catalog("widgets.sampling")
 
 
 def sampling_explorer(
@@ -41,7 +43,7 @@ def sampling_explorer(
         continuous_update=False,
     )
     temp = w.FloatSlider(
-        value=1.0, min=0.0, max=2.0, step=0.05, description=tr("temperature", "温度")
+        value=1.0, min=0.0, max=2.0, step=0.05, description=M("sampling_explorer.temperature")
     )
     k = w.IntSlider(value=-1, min=-1, max=100, description="top_k")
     p = w.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top_p")
@@ -51,10 +53,7 @@ def sampling_explorer(
     def redraw(*_: Any) -> None:
         top_k = k.value if k.value != 0 else 1
         dist = next_token_distribution(state["logits"], temp.value, top_k, p.value)
-        summary.value = tr(
-            f"tokens that can be sampled: {dist.num_kept}",
-            f"可以被采样的 token：{dist.num_kept} 个",
-        )
+        summary.value = M("redraw.tokens_can_sampled", num_kept=dist.num_kept)
         ax = plot_next_token_distribution(
             state["logits"], tokenizer, temp.value, top_k, p.value, top_n
         )

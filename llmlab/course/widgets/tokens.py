@@ -10,8 +10,10 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from llmlab.i18n import tr
+from llmlab.course.check.catalog import catalog
 from llmlab.tokenizer import format_piece, token_pieces
+
+M = catalog("widgets.tokens")
 
 # light background colours, cycled so that neighbouring tokens differ
 PALETTE = ["#fde68a", "#bfdbfe", "#bbf7d0", "#fecaca", "#ddd6fe", "#fed7aa", "#a5f3fc", "#f5d0fe"]
@@ -41,9 +43,8 @@ def token_html(text: str, tokenizer: Any = None, show_ids: bool = True) -> str:
         )
     n_chars = len(text)
     n_bytes = len(text.encode("utf-8"))
-    counts = tr(
-        f"{len(pieces)} tokens, {n_chars} characters, {n_bytes} UTF-8 bytes",
-        f"{len(pieces)} 个 token，{n_chars} 个字符，{n_bytes} 个 UTF-8 字节",
+    counts = M(
+        "token_html.tokens_characters_utf", len_pieces=len(pieces), n_chars=n_chars, n_bytes=n_bytes
     )
     head = f'<div style="font-size:85%;color:#333">{counts}</div>'
     return f'<div class="llmlab-tokens">{head}{"".join(boxes)}</div>'
@@ -80,7 +81,7 @@ def token_viewer(text: str = "Hello, world! 今天天气真好 👋", tokenizer:
 
         tokenizer = real_tokenizer()
     box = w.Textarea(
-        value=text, description=tr("text", "文本"), layout=w.Layout(width="95%", height="70px")
+        value=text, description=M("token_viewer.text"), layout=w.Layout(width="95%", height="70px")
     )
     out = w.HTML(value=token_html(text, tokenizer))
 

@@ -1,0 +1,403 @@
+"""The CPU fast path: the Llama of `llmlab.model`, its layers run by C kernels on prepared weights.
+
+`llmlab.model` is the definition and stays plain. This module is a second implementation of
+its decoder layer and LM head, chosen once by the engine's model runner when the attention
+backend is "cpu" (`cpu_model(model)`), the way `llmlab.parallel.tp` swaps `RowParallelLinear`
+into a model and vLLM picks layer implementations per platform. The tests check it against the
+readable model.
+
+What it does differently, and why (all measured on a 2-core CPU):
+
+- **Weights prepared once, after loading** (vLLM's `process_weights_after_loading`;
+  nano-vllm packs q/k/v at load too). q, k and v, which read the same input, become one
+  stacked matrix, as do gate and up: one matmul instead of three. The readable layer's
+  `q_proj.weight` ... `up_proj.weight` are then views into those stacked matrices, so both
+  implementations read one dense copy. Each matrix is also reordered once into oneDNN's
+  blocked layout (`torch.ops.mkldnn`, shipped inside PyTorch; vLLM's CPU backend calls oneDNN
+  too): a second copy of the weights, 15-25 % faster matmuls for batches.
+  **Change a weight after `cpu_model`, and you must call it again**: the packed copies do not
+  follow the parameters.
+- **One-row matmuls run our GEMV** (`kernels/cpu_gemv.c`): a batch-1 decode step only streams
+  each weight once, and on SmolLM2's small matrices that plain loop streams faster than
+  oneDNN's GEMV, whose per-call set-up shows.
+- **A layer's elementwise steps in C** (`kernels/cpu_layer.c`: RMSNorm with the residual add
+  fused in as vLLM's `fused_add_rms_norm`, RoPE, SiLU × up) and the attention in C
+  (`kernels/cpu_attention.c`, K/V read in place through the block table): ~15 calls per layer
+  instead of ~70 small PyTorch operators.
+- **A batch-1 decode step runs each layer as one C call** (`llmlab_decode_layer`: the same
+  kernels in one OpenMP region), as a CUDA graph replays a decode step's kernels on a GPU.
+
+- **Fewer bytes per weight**: a bfloat16 model, or one quantized to int8 (`llmlab.model.quantization`),
+  keeps its weights in that dtype and the C kernels widen them inside the matmul
+  (`kernels/cpu_quant.c`); activations stay float32 here (`CpuLlamaModel`).
+
+The step's metadata was checked when it was built (`llmlab.ops.metadata`); each layer checks
+only that its cache has the shape its weights were prepared for, so every pointer handed to C
+is one that was checked.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from llmlab.model.llama import DecoderLayer, LlamaModel
+from llmlab.ops import cpu_backend
+from llmlab.ops.metadata import AttentionMetadata
+
+
+def _onednn_ops():
+    """oneDNN's linear and weight reorder, where this PyTorch has them (None, None otherwise)."""
+    if not torch.backends.mkldnn.is_available():
+        return None, None
+    mkldnn = torch.ops.mkldnn
+    linear = getattr(mkldnn, "_linear_pointwise", None)
+    reorder = getattr(mkldnn, "_reorder_linear_weight", None)
+    return (linear, reorder) if linear is not None and reorder is not None else (None, None)
+
+
+_ONEDNN_LINEAR, _ONEDNN_REORDER = _onednn_ops()
+PACK_BATCH_HINT = 32  # the batch oneDNN picks its packed layout for; it serves any batch
+
+
+def onednn_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x [T, in] @ weight [out, in]ᵀ (+ bias) on oneDNN; `weight` dense or packed (`pack`)."""
+    if _ONEDNN_LINEAR is None:
+        raise RuntimeError("this PyTorch build has no oneDNN linear (torch.ops.mkldnn)")
+    return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+
+
+def onednn_available() -> bool:
+    return _ONEDNN_LINEAR is not None
+
+
+class CpuLinear(nn.Module):
+    """y = x Wᵀ (+ b) on a weight prepared once. float32: our GEMV streams the dense weight for
+    one row, oneDNN runs on its packed copy for more rows (aten's `F.linear` where oneDNN is
+    missing). bfloat16, or int8 with per-output-channel `scale`: our kernels
+    (`kernels/cpu_quant.c`) widen the weight inside the matmul, for any number of rows.
+    Input and output are float32."""
+
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        scale: torch.Tensor | None = None,
+    ):
+        super().__init__()
+        if weight.device.type != "cpu" or weight.dtype not in cpu_backend.WEIGHT_TYPES:
+            raise ValueError(
+                f"CpuLinear: weight is {weight.dtype} on {weight.device}, expected "
+                f"one of {tuple(cpu_backend.WEIGHT_TYPES)} on the CPU"
+            )
+        if bias is not None and (
+            bias.device.type != "cpu"
+            or bias.dtype
+            not in (torch.float32, weight.dtype if weight.dtype == torch.bfloat16 else None)
+        ):
+            raise ValueError(
+                f"CpuLinear: bias is {bias.dtype} on {bias.device}, expected "
+                "float32 (or bfloat16 beside bfloat16 weights) on the CPU"
+            )
+        if (weight.dtype == torch.int8) != (scale is not None):
+            raise ValueError(
+                "CpuLinear: scale: an int8 weight needs its per-row float32 "
+                "scales, other dtypes none"
+            )
+        if weight.dtype != torch.float32 and weight.shape[1] % 16:
+            raise ValueError(
+                f"CpuLinear: in_features of a {weight.dtype} weight must be a "
+                f"multiple of 16, got {weight.shape[1]}"
+            )
+        self.weight = weight.detach().contiguous()  # [out, in], dense, shared
+        self.scale = None if scale is None else scale.detach().float().contiguous()  # [out]
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+        self.gemv = weight.shape[1] % 16 == 0  # the C GEMV's row unit
+        self.quantized = weight.dtype != torch.float32  # bf16 / int8: cpu_quant.c
+        with torch.no_grad():
+            self.packed = (
+                _ONEDNN_REORDER(self.weight, PACK_BATCH_HINT)
+                if _ONEDNN_REORDER is not None and not self.quantized
+                else None
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            x = x.float()
+        if self.quantized:
+            if x.stride(-1) != 1:
+                x = x.contiguous()
+            return cpu_backend.qgemm(x, self.weight, self.scale, self.bias)  # [T, out]
+        if x.shape[0] == 1 and self.gemv and x.is_contiguous():
+            return cpu_backend.gemv(x, self.weight, self.bias)  # [1, out]
+        if self.packed is not None:
+            return onednn_linear(x, self.packed, self.bias)  # [T, out]
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_bytes(self) -> int:
+        """Memory this layer adds to the model's parameters: oneDNN's packed copy."""
+        return 0 if self.packed is None else self.packed.numel() * self.packed.element_size()
+
+
+def _adjacent_rows(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one matrix `tensors` are consecutive row blocks of (a model prepared before), or None."""
+    first = tensors[0]
+    offset = first.storage_offset()
+    for t in tensors:
+        if (
+            not t.is_contiguous()
+            or t.dim() != first.dim()
+            or t.shape[1:] != first.shape[1:]
+            or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+            or t.storage_offset() != offset
+        ):
+            return None
+        offset += t.numel()
+    rows = sum(t.shape[0] for t in tensors)
+    return (
+        first.detach()
+        .new_empty(0)
+        .set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
+    )
+
+
+def stack_linears(
+    modules: list[nn.Module],
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The modules' weights stacked along out-features (their biases likewise, or None; their
+    int8 scales likewise, or None), and each module's weight (and bias) re-pointed at its rows:
+    one dense copy serves both. A model prepared before already holds its weights that way:
+    they are used as they are."""
+    weights = [m.weight.detach() for m in modules]
+    biases = [m.bias for m in modules]
+    scales = [getattr(m, "weight_scale", None) for m in modules]
+    scale = None if scales[0] is None else torch.cat(scales)  # [sum(out)]
+    if all(b is None for b in biases) and (stacked := _adjacent_rows(weights)) is not None:
+        return stacked, None, scale
+    with torch.no_grad():
+        weight = torch.cat(weights)  # [sum(out), in]
+        bias = (
+            None
+            if all(b is None for b in biases)
+            else torch.cat(
+                [
+                    b.detach() if b is not None else m.weight.new_zeros(m.out_features)
+                    for m, b in zip(modules, biases)
+                ]
+            )
+        )
+    start = 0
+    for m in modules:
+        rows = slice(start, start + m.out_features)
+        if isinstance(m.weight, nn.Parameter):
+            m.weight = nn.Parameter(weight[rows], requires_grad=False)
+        else:  # a buffer (int8): re-pointed the same way
+            m.weight = weight[rows]
+        if m.bias is not None:
+            m.bias = nn.Parameter(bias[rows], requires_grad=False)
+        start += m.out_features
+    return weight, bias, scale
+
+
+class CpuDecoderLayer(nn.Module):
+    """`llmlab.model.DecoderLayer`'s math with C kernels and prepared weights; built from one."""
+
+    def __init__(self, layer: DecoderLayer):
+        super().__init__()
+        attn, mlp = layer.self_attn, layer.mlp
+        self.heads, self.kv_heads, self.head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        self.scale = attn.scale
+        self.qkv_sizes = [self.heads * self.head_dim] + [self.kv_heads * self.head_dim] * 2
+        self.inter = mlp.gate_proj.out_features
+        # the norms in float32 (a bf16 model's are converted: 2 x hidden floats)
+        self.ln1, self.ln2 = (
+            _float_norm(n) for n in (layer.input_layernorm, layer.post_attention_layernorm)
+        )
+        w_qkv, b_qkv, s_qkv = stack_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+        w_gate_up, _, s_gate_up = stack_linears([mlp.gate_proj, mlp.up_proj])
+        self.qkv = CpuLinear(w_qkv, b_qkv, s_qkv)
+        self.o_proj = CpuLinear(
+            attn.o_proj.weight, attn.o_proj.bias, getattr(attn.o_proj, "weight_scale", None)
+        )
+        self.gate_up = CpuLinear(w_gate_up, None, s_gate_up)
+        self.down_proj = CpuLinear(
+            mlp.down_proj.weight, mlp.down_proj.bias, getattr(mlp.down_proj, "weight_scale", None)
+        )
+        self.plan = None  # the fused one-token layer, where the C code takes these sizes
+        if (
+            attn.o_proj.bias is None
+            and mlp.down_proj.bias is None
+            and cpu_backend.decode_layer_applies(
+                self.heads, self.kv_heads, self.head_dim, w_qkv.shape[1], self.inter
+            )
+        ):
+            linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
+            self.plan = cpu_backend.DecodeLayerPlan(
+                self.ln1.weight.detach(),
+                self.ln2.weight.detach(),
+                self.ln1.eps,
+                self.qkv.weight,
+                self.qkv.bias,
+                self.o_proj.weight,
+                self.gate_up.weight,
+                self.down_proj.weight,
+                self.heads,
+                self.kv_heads,
+                self.head_dim,
+                self.scale,
+                None if s_qkv is None else tuple(m.scale for m in linears),
+            )
+
+    def _check_cache(self, key_cache: torch.Tensor) -> None:
+        """The cache must have the heads and head size these weights were prepared for."""
+        want = (self.kv_heads, self.head_dim)
+        if (
+            tuple(key_cache.shape[2:]) != want
+            or key_cache.dtype not in (torch.float32, torch.float8_e4m3fn)
+            or key_cache.device.type != "cpu"
+        ):
+            raise ValueError(
+                f"kv_caches: got {tuple(key_cache.shape)} {key_cache.dtype} on "
+                f"{key_cache.device}, expected float32 or float8_e4m3fn "
+                f"[num_blocks, block_size, {want[0]}, {want[1]}] on the CPU"
+            )
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        metadata: AttentionMetadata,
+        layer: int,
+    ) -> torch.Tensor:
+        key_cache, value_cache = metadata.kv_caches[layer]
+        self._check_cache(key_cache)
+        if x.dtype != torch.float32:  # a bf16 model's embeddings: float32 here on
+            x = x.float()
+        T = x.shape[0]
+        if T == 1 and self.plan is not None and key_cache.dtype == torch.float32:
+            # batch-1 decode: the whole layer in one call
+            return cpu_backend.decode_layer(
+                self.plan,
+                x.contiguous(),
+                cos,
+                sin,
+                key_cache,
+                value_cache,
+                metadata.slot_mapping,
+                metadata.block_tables,
+                metadata.seq_lens,
+            )
+        h = cpu_backend.rms_norm(x, self.ln1.weight, self.ln1.eps)  # [T, hidden]
+        q, k, v = self.qkv(h).split(self.qkv_sizes, dim=-1)
+        q = cpu_backend.rope(q, self.heads, cos, sin)  # [T, heads, d]
+        k = cpu_backend.rope(k, self.kv_heads, cos, sin)  # [T, kv_heads, d]
+        v = v.reshape(T, self.kv_heads, self.head_dim).contiguous()
+        k_scale, v_scale = metadata.scales(layer)  # (1, 1) for a float32 cache
+        cpu_backend.reshape_and_cache(
+            k, v, key_cache, value_cache, metadata.slot_mapping, k_scale, v_scale
+        )
+        out = cpu_backend.paged_attention_prefill(
+            q,
+            key_cache,
+            value_cache,
+            metadata.block_tables,
+            metadata.cu_seqlens_q,
+            metadata.seq_lens,
+            self.scale,
+            k_scale,
+            v_scale,
+        )  # [T, heads, d]
+        a = self.o_proj(out.reshape(T, -1))  # [T, hidden]
+        h, x = cpu_backend.rms_norm(a, self.ln2.weight, self.ln2.eps, residual=x)  # x += a
+        gate, up = self.gate_up(h).split(self.inter, dim=-1)  # [T, inter] ×2
+        return x + self.down_proj(cpu_backend.silu_mul(gate, up))
+
+    def extra_bytes(self) -> int:
+        return sum(m.extra_bytes() for m in (self.qkv, self.o_proj, self.gate_up, self.down_proj))
+
+
+def cpu_model_applies(model: LlamaModel) -> tuple[bool, str]:
+    """(True, "") when `cpu_model` can run `model` here, else (False, why)."""
+    if model.device.type != "cpu" or model.dtype not in (torch.float32, torch.bfloat16):
+        return False, (
+            f"the C kernels take a float32 or bfloat16 model (int8 weights "
+            f"included) on the CPU; this one is {model.dtype} on {model.device}"
+        )
+    cfg = model.config
+    if cfg.hidden_size % 16 or cfg.intermediate_size % 16 or cfg.head_dim % 2:
+        return False, (
+            "the C kernels take hidden and intermediate sizes that are multiples "
+            f"of 16, got {cfg.hidden_size} and {cfg.intermediate_size}"
+        )
+    return cpu_backend.available()
+
+
+def cpu_model(model: LlamaModel) -> LlamaModel:
+    """`model` with every decoder layer swapped for a `CpuDecoderLayer` and the LM head for a
+    `CpuLinear`; the embedding, final norm and RoPE tables are shared, not copied, and so are
+    the dense weights (see the module's docstring: call again after changing the weights)."""
+    ok, why = cpu_model_applies(model)
+    if not ok:
+        raise ValueError(f"the 'cpu' fast path cannot run this model: {why}")
+    with torch.device("meta"):  # no memory, no init: every module is swapped
+        fast = CpuLlamaModel(model.config)
+    fast.embed_tokens = model.embed_tokens
+    fast.norm = _float_norm(model.norm)
+    fast.layers = nn.ModuleList(CpuDecoderLayer(layer) for layer in model.layers)
+    fast.lm_head = CpuLinear(
+        model.lm_head.weight, model.lm_head.bias, getattr(model.lm_head, "weight_scale", None)
+    )
+    fast.inv_freq = model.inv_freq
+    fast.weight_dtype = model.lm_head.weight.dtype
+    return fast.eval()
+
+
+class CpuLlamaModel(LlamaModel):
+    """The fast path's model: activations in float32 whatever the weights' dtype (bf16 or int8
+    weights are widened inside the matmul kernels), so RoPE tables and the residual stream are
+    float32; `weight_dtype` says what the matrices are stored in."""
+
+    weight_dtype: torch.dtype = torch.float32
+
+    def rope_cos_sin(self, positions: torch.Tensor):
+        angles = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, d/2]
+        return angles.cos(), angles.sin()
+
+
+def _float_norm(norm: nn.Module) -> nn.Module:
+    """An RMSNorm as it is when float32, else a float32 copy (hidden floats: nothing to share)."""
+    if norm.weight.dtype == torch.float32:
+        return norm
+    from llmlab.model.llama import RMSNorm
+
+    copy = RMSNorm(norm.weight.numel(), norm.eps)
+    with torch.no_grad():
+        copy.weight.copy_(norm.weight.float())
+    return copy
+
+
+def weight_bytes(model: LlamaModel) -> int:
+    """Bytes of every distinct tensor storage `model` computes with: parameters (a tied or
+    shared matrix once) plus, for a `cpu_model`, oneDNN's packed copies."""
+    seen, total = set(), 0
+    for t in (
+        list(model.parameters())
+        + list(model.buffers())
+        + [
+            t
+            for m in model.modules()
+            if isinstance(m, CpuLinear)
+            for t in (m.weight, m.scale)
+            if t is not None
+        ]
+    ):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    extra = sum(m.extra_bytes() for m in model.modules() if isinstance(m, CpuLinear))
+    return total + extra
