@@ -1,6 +1,6 @@
 /* Paged attention for the CPU: the "cpu" backend of llmlab.ops.
  *
- * C99 with GCC/Clang vector extensions and OpenMP, no torch header: `llmlab/ops/cpu_backend.py`
+ * C99 with GCC/Clang vector extensions and OpenMP, no torch header: `llmlab/ops/cpu_library.py`
  * compiles this file with the system C compiler on first use (about a second) and calls it
  * through ctypes with raw pointers. Layouts are those of kernels/README.md (NHD cache of float32, or of fp8 e4m3
  * with a scale per layer).

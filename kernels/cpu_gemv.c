@@ -5,7 +5,7 @@
  * contiguous range of W's rows, four at a time, and walks them in 16-float vectors against x
  * (which stays in L1), then sums each row's vector horizontally. On SmolLM2's small per-layer
  * matrices (0.4-3.5 MB) it is faster than oneDNN's GEMV, whose per-call set-up shows at
- * these sizes. Built with the other CPU kernels into one library (llmlab/ops/cpu_backend.py);
+ * these sizes. Built with the other CPU kernels into one library (llmlab/ops/cpu_library.py);
  * the engine's CPU fast path (`CpuLinear` in llmlab/model_cpu.py) calls it for one-row inputs.
  */
 #include <stdint.h>

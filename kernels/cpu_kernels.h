@@ -1,5 +1,5 @@
 /* Every entry point of the CPU kernel library: those Python calls through ctypes
- * (llmlab/ops/cpu_backend.py keeps their signatures in one table, SIGNATURES, which a test
+ * (llmlab/ops/cpu_library.py keeps their signatures in one table, SIGNATURES, which a test
  * checks against this header), and those one kernel file calls in another (the fused decode
  * layer in cpu_layer.c runs the GEMV rows of cpu_gemv.c and the attention work unit of
  * cpu_attention.c inside its own parallel region). Every file includes this header, so the
@@ -56,6 +56,8 @@ int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const floa
                         int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                         float scale);
 
+void llmlab_time_layer_phases(double *seconds);
+
 int llmlab_isa(void);
 
 void llmlab_set_isa_cap(int64_t cap);
@@ -63,6 +65,12 @@ void llmlab_set_isa_cap(int64_t cap);
 void llmlab_qgemm(const float *x, int64_t x_stride, const void *W, int64_t wtype,
                   const float *scales, const float *bias, float *y, int64_t T, int64_t N,
                   int64_t K);
+
+void llmlab_pack_weight(const void *W, int64_t elem, int64_t N, int64_t K, void *out);
+
+int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t wtype,
+                       const float *scales, const float *bias, float *y, int64_t T, int64_t N,
+                       int64_t K);
 
 /* called from another kernel file */
 

@@ -6,7 +6,7 @@
  * vLLM has custom ops for exactly these (rms_norm, fused_add_rms_norm, rotary_embedding,
  * silu_and_mul); these are ours. Same math as llmlab/model.py; float32; rows may be strided
  * (they are often views of a stacked matmul output), each row's elements contiguous.
- * Built with the other CPU kernels into one library (llmlab/ops/cpu_backend.py).
+ * Built with the other CPU kernels into one library (llmlab/ops/cpu_library.py).
  *
  * At the end, `llmlab_decode_layer`: a whole decoder layer for one token in one call, what a
  * batch-1 decode step runs (see there).
@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu_kernels.h"
 #include "cpu_vec.h"
@@ -120,14 +121,41 @@ void llmlab_rope(const float *x, int64_t x_stride, const float *cos, const float
  *   x_out = x' + W_down (silu(g) * u)
  *
  * One OpenMP parallel region: the GEMVs split their rows among the threads, attention its KV
- * heads, the small steps run on one thread; the region's barriers replace the kernel calls.
+ * heads; the region's barriers replace the kernel calls. A barrier is where threads wait for
+ * each other (tens of microseconds to wake a sleeping one), so there are only the six the
+ * data needs (after each of the four GEMVs, after attention, after SiLU x up): every thread
+ * takes the RMSNorm of the row itself into its own copy, and each KV head's attention unit
+ * first rotates its own query heads and key and writes its k and v into the cache.
  * x [hidden] (read), x_out [hidden] (written; not x), scratch: at least
- * hidden + 3 * heads * head_dim + 2 * kv_heads * head_dim + 3 * inter floats. W_qkv is q, k, v
+ * 3 * heads * head_dim + 2 * kv_heads * head_dim + 3 * inter floats. W_qkv is q, k, v
  * stacked [heads*hd + 2*kv_heads*hd, hidden], W_gate_up [2*inter, hidden]; cos, sin [hd/2];
  * *slot (-1: do not cache), block_table and *seq_len (incl. this token) as for
  * llmlab_paged_attention. The four matrices are of type `wtype` (LLMLAB_W_F32, _BF16, or _INT8
  * with the s_* scales per output row; cpu_quant.c); the cache is float32. hidden, inter % 16
  * == 0; head_dim one of the attention kernel's sizes (the caller checks). Returns -1 if the attention kernel refused head_dim, else 0. */
+/* Seconds per phase of llmlab_decode_layer (LAYER_PHASES of llmlab/ops/cpu_backend.py), added
+ * into `seconds` while it is set, NULL to stop: how `bench decode_profile` splits a layer. The
+ * calling thread (OpenMP's master) reads the clock after each barrier; off, a test per phase. */
+static double *phase_seconds = NULL;
+
+void llmlab_time_layer_phases(double *seconds) { phase_seconds = seconds; }
+
+static inline double wall_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+#define PHASE(i)                                                      \
+    if (clock_out) {                                                  \
+        _Pragma("omp master")                                         \
+        {                                                             \
+            const double now = wall_seconds();                        \
+            clock_out[i] += now - last;                               \
+            last = now;                                               \
+        }                                                             \
+    }
+
 int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const float *ln1,
                         const float *ln2, float eps, const void *w_qkv, const float *b_qkv,
                         const void *w_o, const void *w_gate_up, const void *w_down,
@@ -139,39 +167,53 @@ int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const floa
                         int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                         float scale) {
     const int64_t qw = heads * head_dim, kw = kv_heads * head_dim, group = heads / kv_heads;
-    float *h = scratch, *qkv = h + hidden, *q = qkv + qw + 2 * kw, *att = q + qw,
-          *gu = att + qw, *act = gu + 2 * inter;
+    float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw,
+          *act = gu + 2 * inter;
     int rc = 0;
+    double *clock_out = phase_seconds, last = clock_out ? wall_seconds() : 0.0;
 #pragma omp parallel
     {
-#pragma omp single
-        norm_row(x, NULL, ln1, NULL, h, hidden, eps);
-        llmlab_qgemv_rows(h, w_qkv, wtype, s_qkv, b_qkv, NULL, qkv, qw + 2 * kw, hidden);
-#pragma omp single
-        {
-            rope_row(qkv, cos, sin, q, heads, head_dim);
-            if (*slot >= 0) {              /* k (rotated) and v straight into their cache slot */
-                rope_row(qkv + qw, cos, sin, key_cache + *slot * kw, kv_heads, head_dim);
-                memcpy(value_cache + *slot * kw, qkv + qw + kw, sizeof(float) * kw);
-            }
-        }
+        PHASE(0)                                                         /* region start */
+        /* each thread norms the row itself (hidden floats, a microsecond) into its own copy, so
+         * no barrier waits for one thread to do it: each barrier costs a wake-up of the other
+         * threads (tens of microseconds when they sleep) */
+        float hl[hidden];
+        norm_row(x, NULL, ln1, NULL, hl, hidden, eps);
+        llmlab_qgemv_rows(hl, w_qkv, wtype, s_qkv, b_qkv, NULL, qkv, qw + 2 * kw, hidden);
+        PHASE(1)                                                         /* norm + qkv */
+        /* one unit per KV head: RoPE of its query heads and of its key, its k and v into the
+         * cache slot, then its attention. A unit reads only its own head's cache, so no barrier
+         * separates the rotation from the attention. */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t g = 0; g < kv_heads; g++)
+        for (int64_t g = 0; g < kv_heads; g++) {
+            const int64_t hq = g * group * head_dim, hk = g * head_dim;
+            rope_row(qkv + hq, cos, sin, q + hq, group, head_dim);
+            if (*slot >= 0) {              /* k (rotated) and v straight into their cache slot */
+                rope_row(qkv + qw + hk, cos, sin, key_cache + *slot * kw + hk, 1, head_dim);
+                memcpy(value_cache + *slot * kw + hk, qkv + qw + kw + hk,
+                       sizeof(float) * head_dim);
+            }
             if (llmlab_attention_unit(head_dim, q, qw, head_dim, key_cache, value_cache,
                                       block_table, block_size, kv_heads, group, g, 0, 1,
                                       *seq_len - 1, scale, 0, 1.0f, 1.0f, att, qw) != 0) {
 #pragma omp atomic write
                 rc = -1;
             }
+        }
+        PHASE(2)                                                 /* rope + attention */
         llmlab_qgemv_rows(att, w_o, wtype, s_o, NULL, x, x_out, hidden, qw);   /* x' = x + W_o a */
-#pragma omp single
-        norm_row(x_out, NULL, ln2, NULL, h, hidden, eps);
-        llmlab_qgemv_rows(h, w_gate_up, wtype, s_gate_up, NULL, NULL, gu, 2 * inter, hidden);
+        PHASE(3)
+        norm_row(x_out, NULL, ln2, NULL, hl, hidden, eps);   /* per thread, as above */
+        llmlab_qgemv_rows(hl, w_gate_up, wtype, s_gate_up, NULL, NULL, gu, 2 * inter, hidden);
+        PHASE(4)                                                         /* norm + gate/up */
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < inter; i += VW)
             silu_mul_row(gu + i, gu + inter + i, act + i, VW);
+        PHASE(5)
         llmlab_qgemv_rows(act, w_down, wtype, s_down, NULL, x_out, x_out, hidden, inter);
                                                                  /* x_out = x' + W_down … */
+        PHASE(6)
     }
+    if (clock_out) clock_out[7] += wall_seconds() - last;                /* region end */
     return rc;
 }

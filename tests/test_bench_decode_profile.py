@@ -33,6 +33,14 @@ def test_parts_are_disjoint_and_cover_the_step():
         assert step["rest"] >= 0
         assert sum(step[p] for p in decode_profile.PARTS) == pytest.approx(step["total"])
     assert prof["num_layers"] == model.config.num_hidden_layers
+    # the fused C layers split by phase: every phase timed, and inside the layers' time
+    from llmlab.ops.cpu_backend import LAYER_PHASES
+
+    assert list(prof["layer_phases_ms"]) == list(LAYER_PHASES)
+    for step in prof["steps"]:
+        phases = [step[f"layer: {name}"] for name in LAYER_PHASES]
+        assert min(phases) >= 0 and step["layer: norm + qkv"] > 0 and step["layer: down_proj"] > 0
+        assert sum(phases) <= step["layers"]
     assert prof["lm_head_weight_bytes"] == model.config.vocab_size * model.config.hidden_size * 4
     # the timers are gone: the shared embedding and norm modules carry no wrapper
     assert {name: vars(m).get("forward") for name, m in model.named_modules()} == before

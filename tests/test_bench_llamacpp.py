@@ -143,3 +143,38 @@ def test_bad_arguments_name_the_option():
         llamacpp.main(["--model", "tiny", "--gen-len", "1"])
     with pytest.raises(ValueError, match="--threads"):
         llamacpp.main(["--model", "tiny", "--threads", "0"])
+
+
+def test_all_precisions_in_one_sitting_each_table_with_its_machine(
+    monkeypatch, capsys, tmp_path, restore_threads
+):
+    from pathlib import Path
+
+    from llmlab.bench import llamacpp_report
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # llmlab alone
+    path = tmp_path / "bench.json"
+    assert llamacpp.main(TINY + ["--all-precisions", "--batches", "2", "--json", str(path)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(path.read_text())
+    assert list(report["precisions"]) == ["float32", "bfloat16", "int8"]
+    flags = llamacpp_report.cpu_flags()
+    assert set(flags) <= set(llamacpp_report.FLAGS)
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():  # each flag reported exactly when the CPU lists it
+        listed = {
+            f
+            for line in cpuinfo.read_text().splitlines()
+            if line.startswith("flags")
+            for f in line.split(":", 1)[1].split()
+        }
+        assert flags == [f for f in llamacpp_report.FLAGS if f in listed]
+    for precision, table in report["precisions"].items():
+        assert table["settings"]["precision"] == precision
+        assert table["machine"]["cpu_flags"] == flags and table["machine"]["cpu"]
+        assert table["results"]["2"]["llmlab"]["decode_tokens"] == 2 * 4
+        assert f"{precision}: {table['machine']['cpu']} ({' '.join(flags) or '-'})" in printed
+    assert (
+        report["precisions"]["int8"]["config"]["llmlab"]["dtype"]
+        != (report["precisions"]["float32"]["config"]["llmlab"]["dtype"])
+    )

@@ -304,14 +304,14 @@ def test_bad_engine_settings_raise_at_construction(model, kwargs, word):
 def test_readable_path_never_compiles_c(model, monkeypatch):
     """An engine on the readable path ("torch") builds no C library, neither at start-up nor
     while it runs; the default picks the fastest backend here ("cpu" where it builds)."""
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_library
 
     def refuse(*_):
         raise AssertionError("the readable path compiled or loaded the C kernels")
 
-    monkeypatch.setattr(cpu_backend, "_build", refuse)
-    monkeypatch.setattr(cpu_backend, "_lib", None)
-    monkeypatch.setattr(cpu_backend, "_error", None)
+    monkeypatch.setattr(cpu_library, "_build", refuse)
+    monkeypatch.setattr(cpu_library, "_lib", None)
+    monkeypatch.setattr(cpu_library, "_error", None)
     llm = LLM(model, attention_backend="torch", max_model_len=64)
     out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0.0, max_tokens=4), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 4

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from llmlab.model import tiny_model
 from llmlab.model.cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes
-from llmlab.ops import cpu_backend
+from llmlab.ops import cpu_backend, cpu_matmul
 from llmlab.ops.metadata import AttentionMetadata
 
 pytestmark = pytest.mark.skipif(
@@ -147,8 +147,8 @@ def test_cpu_linear_matches_f_linear(rows, dims):
 
 def test_one_row_runs_our_gemv(monkeypatch):
     calls = []
-    real = cpu_backend.gemv
-    monkeypatch.setattr(cpu_backend, "gemv", lambda *a: calls.append(1) or real(*a))
+    real = cpu_matmul.gemv
+    monkeypatch.setattr(cpu_matmul, "gemv", lambda *a: calls.append(1) or real(*a))
     lin = CpuLinear(torch.randn(8, 32))
     lin(torch.randn(1, 32))
     assert len(calls) == 1

@@ -1,5 +1,5 @@
 """Fewer bytes per number (`llmlab.model.quantization`, the engine's dtype settings, the C kernels of
-`kernels/cpu_quant.c`): each precision's logits against a float64 reference within a tolerance
+`kernels/cpu_quant.c` and `kernels/cpu_gemm.c`): each precision's logits against a float64 reference within a tolerance
 stated per precision; the int8 and bf16 matmul kernels against the math they stand for; the fp8
 KV cache's round trip; greedy tokens of the engine in bf16 against the readable model's; and
 the C path's fallback where the CPU lacks the BF16 instructions (simulated by a run-time cap)."""
@@ -24,7 +24,7 @@ from llmlab.model.quantization import (
     quantize_fp8,
     quantize_int8,
 )
-from llmlab.ops import cpu_backend
+from llmlab.ops import cpu_backend, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import single_sequence_metadata
 
 HAVE_C = cpu_backend.available()[0]
@@ -50,7 +50,7 @@ BACKENDS = ["torch"] + (["cpu"] if HAVE_C else [])
 def _no_isa_cap():
     yield
     if HAVE_C:
-        cpu_backend.set_isa_cap(None)
+        cpu_matmul.set_isa_cap(None)
 
 
 def _engine_logits(model, ids: list[int], backend: str, **settings) -> torch.Tensor:
@@ -146,8 +146,8 @@ def test_int8_matmul_kernel_equals_dequantized_math(T, N, K16, seed, portable):
     K = 16 * K16
     x, w = torch.randn(T, K, generator=g), torch.randn(N, K, generator=g)
     q, scale = quantize_int8(w)
-    cpu_backend.set_isa_cap([] if portable else None)
-    got = cpu_backend.qgemm(x, q, scale)
+    cpu_matmul.set_isa_cap([] if portable else None)
+    got = cpu_matmul.qgemm(x, q, scale)
     want = x.double() @ dequantize_int8(q, scale).double().T
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
 
@@ -169,16 +169,62 @@ def test_bf16_matmul_kernel_on_both_instruction_paths(T, N, K32, seed):
     K = 32 * K32
     x, w = torch.randn(T, K, generator=g), torch.randn(N, K, generator=g).bfloat16()
     wide = w.double()
-    cpu_backend.set_isa_cap([])  # the portable path: x stays float32
+    cpu_matmul.set_isa_cap([])  # the portable path: x stays float32
     torch.testing.assert_close(
-        cpu_backend.qgemm(x, w).double(), x.double() @ wide.T, rtol=1e-5, atol=1e-5 * K**0.5
+        cpu_matmul.qgemm(x, w).double(), x.double() @ wide.T, rtol=1e-5, atol=1e-5 * K**0.5
     )
-    cpu_backend.set_isa_cap(None)  # vdpbf16ps where present, for 1-3 rows: x rounded to bf16
-    rounded = "avx512_bf16" in cpu_backend.isa() and T < 4
+    cpu_matmul.set_isa_cap(None)  # vdpbf16ps where present, for 1-3 rows: x rounded to bf16
+    rounded = "avx512_bf16" in cpu_matmul.isa() and T < 4
     want = (x.bfloat16().double() if rounded else x.double()) @ wide.T
-    torch.testing.assert_close(
-        cpu_backend.qgemm(x, w).double(), want, rtol=1e-4, atol=1e-4 * K**0.5
-    )
+    torch.testing.assert_close(cpu_matmul.qgemm(x, w).double(), want, rtol=1e-4, atol=1e-4 * K**0.5)
+
+
+HAVE_BF16 = HAVE_C and "avx512_bf16" in cpu_matmul.isa()
+
+
+@needs_c
+@settings(max_examples=30, deadline=None)
+@given(
+    T=st.integers(1, 14),
+    N=st.integers(1, 90),
+    K32=st.integers(1, 5),
+    seed=st.integers(0, 99),
+    int8=st.booleans(),
+    with_bias=st.booleans(),
+)
+def test_packed_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K32, seed, int8, with_bias):
+    """The batch matmul on packed weights (`kernels/cpu_gemm.c`): x rounded to bf16 once, the
+    weights (bf16, or int8 widened exactly), float32 sums, the int8 scale and the bias per
+    output column. Shapes cross every edge of its tiles: rows not a multiple of 6, columns not
+    a multiple of 16 or 64. x is a strided view (its rows are read with their stride)."""
+    g = torch.Generator().manual_seed(seed)
+    K = 32 * K32
+    x = torch.randn(T, K + 16, generator=g)[:, :K]  # [T, K], row stride K + 16
+    w = torch.randn(N, K, generator=g)
+    bias = torch.randn(N, generator=g) if with_bias else None
+    if int8:
+        weight, scales = quantize_int8(w)
+        wide = dequantize_int8(weight, scales).double()
+    else:
+        weight, scales = w.bfloat16(), None
+        wide = weight.double()
+    if not HAVE_BF16:  # no vdpbf16ps on this CPU: nothing is packed, and saying so is checked
+        assert not cpu_matmul.packed_weight_applies(weight)
+        with pytest.raises(ValueError, match="AVX-512 BF16"):
+            cpu_matmul.pack_weight(weight)
+        return
+    packed = cpu_matmul.pack_weight(weight)
+    assert packed.numel() == -(-N // 16) * 16 * K and packed.dtype == weight.dtype
+    got = cpu_matmul.packed_gemm(x, packed, N, scales, bias)
+    want = x.bfloat16().double() @ wide.T + (0 if bias is None else bias.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+
+
+def test_pack_weight_refuses_what_the_packed_matmul_cannot_take():
+    with pytest.raises(ValueError, match="pack_weight: weight is torch.float32"):
+        cpu_matmul.pack_weight(torch.randn(16, 32))
+    with pytest.raises(ValueError, match=r"\(16, 48\)"):
+        cpu_matmul.pack_weight(torch.randn(16, 48).bfloat16())  # K not a multiple of 32
 
 
 @needs_c
@@ -191,18 +237,18 @@ def test_c_path_without_bf16_instructions_falls_back():
     fast = LLM(model, dtype="bfloat16", attention_backend="cpu").generate(
         ids, params, use_tqdm=False
     )
-    cpu_backend.set_isa_cap([])
-    assert cpu_backend.isa() == []
-    assert "no AVX-512 BF16" in cpu_backend.matmul_kernel(torch.bfloat16)
+    cpu_matmul.set_isa_cap([])
+    assert cpu_matmul.isa() == []
+    assert "no AVX-512 BF16" in cpu_matmul_choice.matmul_kernel(torch.bfloat16)
     slow = LLM(model, dtype="bfloat16", attention_backend="cpu").generate(
         ids, params, use_tqdm=False
     )
     assert fast[0].outputs[0].token_ids == slow[0].outputs[0].token_ids
     x = torch.full((1, 32), 1.0 + 2**-12)  # not a bf16 value: rounding would show
     w = torch.ones(4, 32, dtype=torch.bfloat16)
-    assert torch.equal(cpu_backend.qgemm(x, w), torch.full((1, 4), 32 * (1.0 + 2**-12)))
+    assert torch.equal(cpu_matmul.qgemm(x, w), torch.full((1, 4), 32 * (1.0 + 2**-12)))
     with pytest.raises(ValueError, match="names"):
-        cpu_backend.set_isa_cap(["sse9"])
+        cpu_matmul.set_isa_cap(["sse9"])
 
 
 # ---- the fp8 KV cache --------------------------------------------------------------------------

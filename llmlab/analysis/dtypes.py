@@ -103,9 +103,9 @@ def precision_label(engine) -> str:
     name = lambda d: str(d).replace("torch.", "")  # noqa: E731
     w, c = name(weights), name(cache)
     if engine.config.attention_backend == "cpu":
-        from llmlab.ops import cpu_backend
+        from llmlab.ops import cpu_matmul_choice
 
-        kernel = cpu_backend.matmul_kernel(weights)
+        kernel = cpu_matmul_choice.matmul_kernel(weights)
         return tr(
             f"weights {w}, KV cache {c} (matmul {kernel}; activations float32)",
             f"权重 {w}，KV cache {c}（矩阵乘：{kernel}，激活值 float32）",

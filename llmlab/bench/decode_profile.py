@@ -8,7 +8,10 @@ wall time is split into:
   schedule        the scheduler and block manager (`schedule` + `update_from_output`)
   inputs          the flat batch and its attention metadata, checked (`prepare_inputs`)
   embed + rope    the token's embedding row and its RoPE cos/sin
-  layers          the decoder layers (on the "cpu" backend each is one fused C call)
+  layers          the decoder layers (on the "cpu" backend each is one fused C call); below
+                  the table, those calls split by phase (`cpu_backend.LAYER_PHASES`: each phase
+                  ends at a barrier of the layer's OpenMP region, timed inside C), and what is
+                  left outside the C calls (Python and ctypes per layer)
   final norm
   lm_head         the logits: one GEMV over the [vocab, hidden] embedding matrix
   sampling        `llmlab.sampling.sample` (an argmax for greedy)
@@ -59,18 +62,9 @@ from llmlab.bench import (
     random_weights,
     write_report,
 )
-from llmlab.utils import best_of, format_table
-
-PARTS = (
-    "schedule",
-    "inputs",
-    "embed + rope",
-    "layers",
-    "final norm",
-    "lm_head",
-    "sampling",
-    "rest",
-)
+from llmlab.bench.decode_profile_table import PARTS, print_table
+from llmlab.ops.cpu_backend import LAYER_PHASES
+from llmlab.utils import best_of
 
 
 class StepTimer:
@@ -90,8 +84,14 @@ class StepTimer:
 
         return timed
 
-    def end_step(self, total: float) -> None:
+    def end_step(self, total: float, phases: torch.Tensor | None = None) -> None:
+        """Close a step of `total` seconds; `phases`: the fused layers' seconds per phase
+        (`cpu_backend.timed_layer_phases`), recorded under "layer: <phase>" and zeroed."""
         step = dict(self.current)
+        if phases is not None:
+            for name, seconds in zip(LAYER_PHASES, phases.tolist()):
+                step[f"layer: {name}"] = seconds
+            phases.zero_()
         step["rest"] = total - sum(step.get(p, 0.0) for p in PARTS if p != "rest")
         step["total"] = total
         self.steps.append(step)
@@ -141,23 +141,33 @@ def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> d
     ]
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     engine.add_request("0", prompt, params)
-    with _timed(timer, targets):
+    split = contextlib.nullcontext()
+    if engine.config.attention_backend == "cpu":  # the fused C layers, split by phase
+        from llmlab.ops import cpu_backend
+
+        split = cpu_backend.timed_layer_phases()
+    with _timed(timer, targets), split as phases:
         while engine.has_unfinished_requests():
             t0 = time.perf_counter()
             engine.step()
-            timer.end_step(time.perf_counter() - t0)
+            timer.end_step(time.perf_counter() - t0, phases)
     decode = timer.steps[1:]  # the first step is the prefill
     ms = {p: 1e3 * statistics.median(s.get(p, 0.0) for s in decode) for p in PARTS}
+    layer_ms = {
+        name: 1e3 * statistics.median(s.get(f"layer: {name}", 0.0) for s in decode)
+        for name in LAYER_PHASES
+    }
     ms["total"] = 1e3 * statistics.median(s["total"] for s in decode)
     return {
         "ms_per_step": ms,
         "decode_steps": len(decode),
-        "steps": [{p: 1e3 * s.get(p, 0.0) for p in (*PARTS, "total")} for s in decode],
+        "steps": [{p: 1e3 * v for p, v in s.items()} for s in decode],
         "attention_backend": engine.config.attention_backend,
         "precision": precision_label(engine),
         "layer_weight_bytes": sum(_weight_bytes(layer) for layer in fast.layers),
         "lm_head_weight_bytes": fast.lm_head.weight.numel() * fast.lm_head.weight.element_size(),
         "num_layers": len(fast.layers),
+        "layer_phases_ms": layer_ms if phases is not None else None,
     }
 
 
@@ -216,7 +226,7 @@ def _weight_bytes(layer) -> int:
 def omp_wake_us(threads: int, calls: int = 2000) -> dict:
     """µs per empty OpenMP parallel region (our GEMV on 4x16) on `threads` threads and on one;
     their difference is what waking the other threads costs per region."""
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_matmul
 
     x, w = torch.randn(1, 16), torch.randn(4, 16)
     saved = torch.get_num_threads()
@@ -227,7 +237,7 @@ def omp_wake_us(threads: int, calls: int = 2000) -> dict:
 
             def burst() -> None:
                 for _ in range(calls):
-                    cpu_backend.gemv(x, w)
+                    cpu_matmul.gemv(x, w)
 
             out[n] = best_of(burst, repeats=5) / calls * 1e6
     finally:
@@ -399,37 +409,3 @@ def cpu_main(args: argparse.Namespace) -> int:
     print_table(report)
     write_report(report, args.json)
     return 0
-
-
-def print_table(report: dict) -> None:
-    m, p, floors, omp = report["machine"], report["profile"], report["floors_ms"], report["omp"]
-    ms = p["ms_per_step"]
-    print(
-        f"\nbatch-1 decode step, {report['settings']['model']}, attention_backend="
-        f"{p['attention_backend']!r}, {p.get('precision', 'float32')}, {m['cpu']}, "
-        f"{m['threads']} threads, median of "
-        f"{p['decode_steps']} steps (fastest of {len(report['rounds_total_ms'])} rounds: "
-        + ", ".join(f"{t:.1f}" for t in report["rounds_total_ms"])
-        + " ms); read bandwidth "
-        f"{m['read_bandwidth'] / 1e9:.1f} GB/s"
-    )
-    rows = [
-        [
-            part,
-            f"{ms[part]:.2f}",
-            f"{ms[part] / ms['total']:.0%}",
-            "" if floors.get(part) is None else f"{floors[part]:.2f}",
-        ]
-        for part in PARTS
-    ]
-    rows.append(["total", f"{ms['total']:.2f}", "", f"{sum(floors.values()):.2f}"])
-    print(format_table(rows, ["part", "ms/step", "share", "floor ms"]))
-    print(f"total: {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})")
-    regions = p["num_layers"] + 1
-    print(
-        f"OpenMP: an empty region costs {omp['all_threads_us']:.1f} µs on {m['threads']} "
-        f"threads, {omp['one_thread_us']:.1f} µs on one: waking the threads "
-        f"{omp['wake_us_per_region']:.1f} µs x {regions} regions = "
-        f"{omp['wake_us_per_region'] * regions / 1e3:.2f} ms/step "
-        f"(OMP_WAIT_POLICY={m['omp_wait_policy']}, GOMP_SPINCOUNT={m['gomp_spincount']})"
-    )

@@ -30,6 +30,12 @@ tokens) / (prefill + decode seconds), as llama-batched-bench's S. Rounds alterna
 gives medians over rounds, and each ratio is the median of the rounds' paired ratios (the two
 runs of a round are back to back).
 
+Each table names the CPU model, the matmul instruction sets it reports (`cpu_flags`: AVX-512
+BF16, VNNI, AMX, ...) and the kernel llmlab's matmuls run at that precision: a figure means
+little without the machine. `--all-precisions` runs float32, bfloat16 and int8 one after the
+other in one sitting (batches 1, 8 and 64 unless `--batches` says otherwise), so the three
+tables see the same machine; the JSON then holds one report per precision.
+
 Writes build/bench-llamacpp.json (or --json PATH).
 """
 
@@ -39,9 +45,7 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
-import statistics
 import time
 
 import torch
@@ -55,8 +59,9 @@ from llmlab.bench.llamacpp_engine import (
     import_llama_cpp,
     install_command,
 )
+from llmlab.bench.llamacpp_report import machine_info, print_table, results_row
 from llmlab.paths import DATA_DIR
-from llmlab.utils import cdiv, format_table
+from llmlab.utils import cdiv
 
 SYSTEMS = ("llmlab", "llama.cpp")
 # --precision: llmlab's engine settings and llama.cpp's GGUF type at the same precision
@@ -66,6 +71,7 @@ PRECISIONS = {
     "int8": ({"quantization": "int8"}, "Q8_0"),
 }
 DEFAULT_BATCHES = "1,8,32,64"
+ALL_PRECISIONS_BATCHES = "1,8,64"  # --all-precisions: three tables in one sitting, kept short
 
 
 # ---- the workload ----------------------------------------------------------------------------
@@ -172,16 +178,6 @@ def run_llmlab(model, prompts: list[list[int]], gen_len: int, **engine_kwargs) -
 # ---- the bench -------------------------------------------------------------------------------
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens `a` and `b` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def llama_cpp_skip_reason(model_name: str) -> str | None:
     """Why llama.cpp cannot run `model_name` here (with what to do about it), or None."""
     from llmlab.model.weights import BUILTIN
@@ -219,7 +215,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--batches", default=DEFAULT_BATCHES, help="batch sizes, comma-separated")
+    ap.add_argument(
+        "--batches",
+        default=None,
+        help=f"batch sizes, comma-separated (default {DEFAULT_BATCHES}; "
+        f"{ALL_PRECISIONS_BATCHES} with --all-precisions)",
+    )
     ap.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per sequence")
     ap.add_argument("--gen-len", type=int, default=128, help="generated tokens per sequence")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every system and batch")
@@ -249,8 +250,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "quantization='int8', per-channel scales; llama.cpp Q8_0, a scale "
         "per 32 weights)",
     )
+    ap.add_argument(
+        "--all-precisions",
+        action="store_true",
+        help="float32, bfloat16 and int8 one after the other in one sitting (one JSON, the "
+        "tables by precision); ignores --precision",
+    )
     ap.add_argument("--json", default="build/bench-llamacpp.json", help="output path")
     args = ap.parse_args(argv)
+    if args.batches is None:
+        args.batches = ALL_PRECISIONS_BATCHES if args.all_precisions else DEFAULT_BATCHES
     try:
         args.batches = [int(b) for b in args.batches.split(",") if b]
     except ValueError:
@@ -270,35 +279,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the comparison; print the table; write the JSON. Returns 0."""
-    args = _parse(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from llmlab.tools.doctor import cpu_name
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    threads = torch.get_num_threads()
-    model, tokenizer = load_model(args.model)
-    max_seqs = max(args.batches)
-    work = build_workload(tokenizer, max_seqs, args.prompt_len)
-
-    llama = None
-    skipped = llama_cpp_skip_reason(args.model)
-    if skipped:
-        print(f"llama.cpp: skipped, {skipped}", flush=True)
-    else:
-        kind = PRECISIONS[args.precision][1]
-        print(f"llama.cpp: {kind} GGUF (made once by llama.cpp's quantize) ...", flush=True)
-        llama = LlamaCpp(gguf_of(args.model, kind, threads), threads, args.kv_type)
-    settings = PRECISIONS[args.precision][0]
-    systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len, **settings)}
-    if llama is not None:
-        systems["llama.cpp"] = lambda prompts: llama.run(prompts, args.gen_len)
-
-    warm = [work[0]]  # compiles llmlab's kernels, pages both models in
-    for run in systems.values():
-        run(warm)
+def run_rounds(args, systems: dict, work: list[list[int]]) -> tuple[dict, list[float]]:
+    """Every batch `args.rounds` times, the systems alternating: ({system: {batch: [runs]}},
+    the 1-minute load average after each batch)."""
     runs: dict[str, dict[int, list[GreedyRun]]] = {
         s: {b: [] for b in args.batches} for s in systems
     }
@@ -318,22 +301,36 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             loads.append(os.getloadavg()[0])
+    return runs, loads
 
-    report = {
-        "machine": {
-            "cpu": cpu_name(),
-            "cores": os.cpu_count(),
-            "threads": threads,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "load_average_1min": loads,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-        },
+
+def bench_precision(args, precision: str, model, work: list[list[int]], threads: int) -> dict:
+    """Both systems at one precision over every batch: the report of one table."""
+    llama = None
+    skipped = llama_cpp_skip_reason(args.model)
+    kind = PRECISIONS[precision][1]
+    if skipped:
+        print(f"llama.cpp: skipped, {skipped}", flush=True)
+    else:
+        print(f"llama.cpp: {kind} GGUF (made once by llama.cpp's quantize) ...", flush=True)
+        llama = LlamaCpp(gguf_of(args.model, kind, threads), threads, args.kv_type)
+    settings = PRECISIONS[precision][0]
+    systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len, **settings)}
+    if llama is not None:
+        systems["llama.cpp"] = lambda prompts: llama.run(prompts, args.gen_len)
+    for run in systems.values():  # warm-up: compiles llmlab's kernels, pages both models in
+        run([work[0]])
+    try:
+        runs, loads = run_rounds(args, systems, work)
+    finally:
+        if llama is not None:
+            llama.close()
+    return {
+        "machine": {**machine_info(threads), "load_average_1min": loads},
         "settings": {
             "model": args.model,
-            "precision": args.precision,
-            "gguf": PRECISIONS[args.precision][1],
+            "precision": precision,
+            "gguf": kind,
             "prompt_len": args.prompt_len,
             "gen_len": args.gen_len,
             "rounds": args.rounds,
@@ -343,93 +340,29 @@ def main(argv: list[str] | None = None) -> int:
         },
         "skipped": {"llama.cpp": skipped.splitlines()[0]} if skipped else {},
         "config": {name: runs[name][args.batches[0]][0].config for name in systems},
-        "results": {},
+        "results": {str(b): results_row(runs, b, args.gen_len) for b in args.batches},
     }
-    for b in args.batches:
-        row = {}
-        for name in systems:
-            summaries = [x.summary() for x in runs[name][b]]
-            row[name] = {k: statistics.median(s[k] for s in summaries) for k in summaries[0]}
-            row[name]["rounds"] = summaries
-        if llama is not None:
-            ours, theirs = runs["llmlab"][b][0].tokens, runs["llama.cpp"][b][0].tokens
-            same = [common_prefix(x, y) for x, y in zip(ours, theirs)]
-            row["greedy_common_prefix"] = {
-                "min": min(same),
-                "median": statistics.median(same),
-                "identical_sequences": sum(n == args.gen_len for n in same),
-            }
-            for key in ("decode_tok_per_s", "total_tok_per_s"):
-                # each round's two runs were taken one right after the other: their ratio
-                # sees the same machine, so the median is over those paired ratios
-                paired = [
-                    a[key] / b[key]
-                    for a, b in zip(row["llmlab"]["rounds"], row["llama.cpp"]["rounds"])
-                ]
-                row[f"ratio_{key}"] = statistics.median(paired)
-                row[f"ratio_{key}_rounds"] = paired
-        report["results"][str(b)] = row
-    if llama is not None:
-        llama.close()
-    print_table(report)
-    write_report(report, args.json)
-    return 0
 
 
-def print_table(report: dict) -> None:
-    m, s, cfg = report["machine"], report["settings"], report["config"]
-    print(
-        f"\n{m['cpu']}, {m['cores']} cores; {s['prompt_len']} prompt + {s['gen_len']} "
-        f"generated tokens per sequence, greedy, EOS ignored; medians of {s['rounds']} "
-        f"alternating rounds; load average {min(m['load_average_1min']):.2f}-"
-        f"{max(m['load_average_1min']):.2f}"
-    )
-    c = cfg["llmlab"]
-    print(
-        f"llmlab:    attention_backend={c['attention_backend']!r}, {c['dtype']}, "
-        f"{c['threads']} threads"
-    )
-    if "llama.cpp" in cfg:
-        c = cfg["llama.cpp"]
-        print(
-            f"llama.cpp: {s.get('gguf', 'F32')} GGUF, {c['kv_cache_dtype']} KV cache, "
-            f"{c['threads']} threads, "
-            f"llama-cpp-python {c['llama_cpp_python']}"
-            + (
-                ""
-                if c.get("repacked_weights", True)
-                else " (repacked CPU weights off: they crashed a probe run on this CPU)"
-            )
-        )
-    both = "llama.cpp" in cfg
-    headers = ["batch", "llmlab decode tok/s"]
-    if both:
-        headers += ["llama.cpp", "ratio", "llmlab total tok/s", "llama.cpp", "ratio"]
-        headers += ["same greedy"]
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison at one precision (or, with --all-precisions, at each in turn); print
+    the tables; write the JSON. Returns 0."""
+    args = _parse(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    model, tokenizer = load_model(args.model)
+    work = build_workload(tokenizer, max(args.batches), args.prompt_len)
+    precisions = list(PRECISIONS) if args.all_precisions else [args.precision]
+    reports = {}
+    for precision in precisions:
+        print(f"== {precision}", flush=True)
+        reports[precision] = bench_precision(args, precision, model, work, threads)
+    for report in reports.values():
+        print_table(report)
+    if args.all_precisions:
+        write_report({"machine": machine_info(threads), "precisions": reports}, args.json)
     else:
-        headers += ["llmlab total tok/s"]
-    table = []
-    for b, row in report["results"].items():
-        ours = row["llmlab"]
-        line = [b, f"{ours['decode_tok_per_s']:.1f}"]
-        if both:
-            theirs = row["llama.cpp"]
-            g = row["greedy_common_prefix"]
-            line += [
-                f"{theirs['decode_tok_per_s']:.1f}",
-                f"{row['ratio_decode_tok_per_s']:.2f}x",
-                f"{ours['total_tok_per_s']:.1f}",
-                f"{theirs['total_tok_per_s']:.1f}",
-                f"{row['ratio_total_tok_per_s']:.2f}x",
-                f"{g['identical_sequences']}/{b}",
-            ]
-        else:
-            line += [f"{ours['total_tok_per_s']:.1f}"]
-        table.append(line)
-    print(format_table(table, headers, align="r"))
-    if both:
-        print(
-            "ratio: llmlab / llama.cpp, median of each round's back-to-back pair. same greedy: "
-            "sequences whose generated tokens are identical in both systems (float32 sums in "
-            "a different order can flip a near-tie)"
-        )
+        write_report(reports[args.precision], args.json)
+    return 0

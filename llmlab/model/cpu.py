@@ -29,7 +29,12 @@ What it does differently, and why (all measured on a 2-core CPU):
 
 - **Fewer bytes per weight**: a bfloat16 model, or one quantized to int8 (`llmlab.model.quantization`),
   keeps its weights in that dtype and the C kernels widen them inside the matmul
-  (`kernels/cpu_quant.c`); activations stay float32 here (`CpuLlamaModel`).
+  (`kernels/cpu_quant.c`); activations stay float32 here (`CpuLlamaModel`). For batches
+  (`PACKED_MIN_ROWS`) the weights are also packed once into `kernels/cpu_gemm.c`'s blocks, whose
+  `vdpbf16ps` tiles do twice float32's arithmetic per instruction (x rounded to bf16 inside
+  the matmul), or, for bf16 where it measured faster on this machine, into oneDNN's layout
+  (`llmlab.ops.cpu_matmul_choice`). Before, a bf16 model decoded slower than a float32 one at
+  batch 64: its widening matmul ran at half oneDNN's float32 speed.
 
 The step's metadata was checked when it was built (`llmlab.ops.metadata`); each layer checks
 only that its cache has the shape its weights were prepared for, so every pointer handed to C
@@ -43,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmlab.model.llama import DecoderLayer, LlamaModel
-from llmlab.ops import cpu_backend
+from llmlab.ops import cpu_backend, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import AttentionMetadata
 
 
@@ -59,6 +64,11 @@ def _onednn_ops():
 
 _ONEDNN_LINEAR, _ONEDNN_REORDER = _onednn_ops()
 PACK_BATCH_HINT = 32  # the batch oneDNN picks its packed layout for; it serves any batch
+# from this many rows a bf16 / int8 matmul runs its batch kernel on a packed copy; fewer rows
+# stream the dense weight (cpu_quant.c), as a GEMV should. Measured on one Zen 4 core: bf16 at
+# 2-3 rows packed 1.2-1.6x faster; int8 at 2-3 rows within 10 % either way (so its activations
+# stay float32 there); from 4 rows packed 2-5x faster for both.
+PACKED_MIN_ROWS = {torch.bfloat16: 2, torch.int8: 4}
 
 
 def onednn_linear(
@@ -88,10 +98,10 @@ class CpuLinear(nn.Module):
         scale: torch.Tensor | None = None,
     ):
         super().__init__()
-        if weight.device.type != "cpu" or weight.dtype not in cpu_backend.WEIGHT_TYPES:
+        if weight.device.type != "cpu" or weight.dtype not in cpu_matmul.WEIGHT_TYPES:
             raise ValueError(
                 f"CpuLinear: weight is {weight.dtype} on {weight.device}, expected "
-                f"one of {tuple(cpu_backend.WEIGHT_TYPES)} on the CPU"
+                f"one of {tuple(cpu_matmul.WEIGHT_TYPES)} on the CPU"
             )
         if bias is not None and (
             bias.device.type != "cpu"
@@ -117,12 +127,14 @@ class CpuLinear(nn.Module):
         self.bias = None if bias is None else bias.detach().float().contiguous()
         self.gemv = weight.shape[1] % 16 == 0  # the C GEMV's row unit
         self.quantized = weight.dtype != torch.float32  # bf16 / int8: cpu_quant.c
+        self.batch_kernel = _batch_kernel(self.weight)  # for batches: "llmlab", "onednn", None
         with torch.no_grad():
-            self.packed = (
-                _ONEDNN_REORDER(self.weight, PACK_BATCH_HINT)
-                if _ONEDNN_REORDER is not None and not self.quantized
-                else None
-            )
+            if self.batch_kernel == "llmlab":  # bf16 / int8: cpu_gemm.c's blocks
+                self.packed = cpu_matmul.pack_weight(self.weight)
+            elif self.batch_kernel == "onednn":  # oneDNN's blocked layout, in the weight's dtype
+                self.packed = _ONEDNN_REORDER(self.weight, PACK_BATCH_HINT)
+            else:
+                self.packed = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32:
@@ -130,16 +142,39 @@ class CpuLinear(nn.Module):
         if self.quantized:
             if x.stride(-1) != 1:
                 x = x.contiguous()
-            return cpu_backend.qgemm(x, self.weight, self.scale, self.bias)  # [T, out]
+            if self.batch_kernel is None or x.shape[0] < PACKED_MIN_ROWS[self.weight.dtype]:
+                return cpu_matmul.qgemm(x, self.weight, self.scale, self.bias)  # [T, out]
+            if self.batch_kernel == "onednn":  # bf16 in, bf16 out: widened after
+                y = onednn_linear(x.bfloat16(), self.packed).float()  # [T, out]
+                return y if self.bias is None else y + self.bias
+            return cpu_matmul.packed_gemm(
+                x, self.packed, self.weight.shape[0], self.scale, self.bias
+            )  # [T, out]
         if x.shape[0] == 1 and self.gemv and x.is_contiguous():
-            return cpu_backend.gemv(x, self.weight, self.bias)  # [1, out]
+            return cpu_matmul.gemv(x, self.weight, self.bias)  # [1, out]
         if self.packed is not None:
             return onednn_linear(x, self.packed, self.bias)  # [T, out]
         return F.linear(x, self.weight, self.bias)
 
     def extra_bytes(self) -> int:
-        """Memory this layer adds to the model's parameters: oneDNN's packed copy."""
+        """Memory this layer adds to the model's parameters: its packed copy for batches
+        (oneDNN's, or `kernels/cpu_gemm.c`'s)."""
         return 0 if self.packed is None else self.packed.numel() * self.packed.element_size()
+
+
+def _batch_kernel(weight: torch.Tensor) -> str | None:
+    """Which kernel multiplies a batch of rows (`PACKED_MIN_ROWS`) by `weight` here: float32
+    oneDNN (None without it: aten); bf16 the faster of llmlab's packed matmul and oneDNN's on
+    this machine (`llmlab.ops.cpu_matmul_choice`, measured once); int8 llmlab's packed matmul
+    where this CPU has AVX-512 BF16; None: cpu_quant.c's widening matmul."""
+    if weight.dtype == torch.float32:
+        return "onednn" if _ONEDNN_REORDER is not None else None
+    if weight.dtype == torch.bfloat16:
+        choice = cpu_matmul_choice.choice()
+        if choice == "onednn" or (choice == "llmlab" and cpu_matmul.packed_weight_applies(weight)):
+            return choice
+        return None
+    return "llmlab" if cpu_matmul.packed_weight_applies(weight) else None
 
 
 def _adjacent_rows(tensors: list[torch.Tensor]) -> torch.Tensor | None:

@@ -1,6 +1,7 @@
 """The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place;
-the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`); and the one-row GEMV
-(`kernels/cpu_gemv.c`) that the engine's CPU fast path (`llmlab.model.cpu`) runs.
+the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`); and the fused one-token
+decoder layer that the engine's CPU fast path (`llmlab.model.cpu`) runs. The library they live
+in is built and loaded by `llmlab.ops.cpu_library`; the matmuls are `llmlab.ops.cpu_matmul`.
 
 The "torch" backend copies every sequence's K/V out of its blocks into a padded batch, each
 layer of each step, before `scaled_dot_product_attention` reads it again; at a batch of 128
@@ -13,262 +14,28 @@ the engine's fast path also runs each layer's norms, rotary embedding and SwiGLU
 one sequence goes further: each layer is one C call (`decode_layer`, the same kernels inside
 one OpenMP region, like a CUDA graph replays a decode step's kernels on a GPU).
 
-The C files include no torch header: on first use they are compiled with the system C compiler
-(`cc -O3 -march=native -fopenmp`, under a second) into `$LLMLAB_CACHE/cpu_kernels/<hash>/`
-(default `~/.cache/llmlab`), keyed by the source, the compiler and this CPU, never into the
-repository; later processes reuse the library. It is loaded with ctypes and called with raw
-pointers. OpenMP runs in the runtime PyTorch already loaded (the same `libgomp.so.1`), so
-`torch.set_num_threads` governs it too.
-
 The C attention takes float32 queries over a float32 or fp8 (e4m3, with per-layer scales) cache,
 `head_dim` 16, 32, 64, 128 or 256 and up to 16 query heads per KV head; other dtypes and shapes
-run the torch backend's code on the same (CPU) tensors. The matmuls of `kernels/cpu_quant.c`
-(`qgemm`) take bf16 weights, or int8 weights with per-row scales, and choose their instruction
-set at run time (`isa`, `set_isa_cap`). Without a C
-compiler `available()` says why and the ops raise a RuntimeError; `llmlab.ops.available_backends()`
-lists "cpu" only where it can run.
+run the torch backend's code on the same (CPU) tensors. Without a C compiler `available()`
+says why and the ops raise a RuntimeError; `llmlab.ops.available_backends()` lists "cpu" only
+where it can run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import torch
 
-from llmlab.i18n import tr
 from llmlab.ops import torch_backend
+from llmlab.ops.cpu_library import available, load_library, traced  # noqa: F401 (the backend's)
+from llmlab.ops.cpu_matmul import WEIGHT_TYPES
 from llmlab.ops.fp8 import quantize_fp8
-from llmlab.paths import cache_dir
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
-# one library: attention and cache writes, a decoder layer's elementwise steps, the fused
-# one-token layer and the one-row GEMV (`llmlab.model.cpu`, the engine's CPU fast path)
-SOURCES = (
-    KERNELS_DIR / "cpu_attention.c",
-    KERNELS_DIR / "cpu_layer.c",
-    KERNELS_DIR / "cpu_gemv.c",
-    KERNELS_DIR / "cpu_quant.c",
-)
-HEADERS = (KERNELS_DIR / "cpu_vec.h", KERNELS_DIR / "cpu_kernels.h")  # included by every source
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
-# tried in order when a compiler refuses a flag (Apple's clang has no -fopenmp: the kernels then
-# run on one thread; some ARM compilers want -mcpu=native)
-FALLBACK_FLAGS = (
-    FLAGS,
-    ("-O3", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-Wno-unknown-pragmas"),
-    ("-O3", "-mcpu=native", "-fPIC", "-shared", "-std=gnu99", "-Wno-unknown-pragmas"),
-    ("-O3", "-fPIC", "-shared", "-std=gnu99", "-Wno-unknown-pragmas"),
-)
 HEAD_DIMS = (16, 32, 64, 128, 256)  # the C kernel has one unrolled variant for each
 MAX_GROUP = 16
-
-# The library's Python entry points as ctypes sees them, in the words of `kernels/cpu_kernels.h`
-# (a test parses the header and checks this table against it): "ptr" is any pointer.
-_CTYPES = {
-    "void": None,
-    "int": ctypes.c_int,
-    "i64": ctypes.c_int64,
-    "f32": ctypes.c_float,
-    "ptr": ctypes.c_void_p,
-}
-SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "llmlab_paged_attention": (
-        "int",
-        (
-            "ptr",
-            "i64",
-            "i64",
-            "ptr",
-            "ptr",
-            "ptr",
-            "i64",
-            "ptr",
-            "ptr",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "f32",
-            "i64",
-            "f32",
-            "f32",
-            "ptr",
-        ),
-    ),
-    "llmlab_reshape_and_cache": (
-        "void",
-        ("ptr", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64"),
-    ),
-    "llmlab_rms_norm": (
-        "void",
-        ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "f32"),
-    ),
-    "llmlab_silu_mul": ("void", ("ptr", "i64", "ptr", "i64", "ptr", "i64", "i64")),
-    "llmlab_rope": ("void", ("ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64")),
-    "llmlab_gemv": ("void", ("ptr", "ptr", "ptr", "ptr", "i64", "i64")),
-    "llmlab_decode_layer": (
-        "int",
-        (
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "f32",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "i64",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "f32",
-        ),
-    ),
-    "llmlab_qgemm": (
-        "void",
-        ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64"),
-    ),
-    "llmlab_isa": ("int", ()),
-    "llmlab_set_isa_cap": ("void", ("i64",)),
-}
-
-# weight types of `kernels/cpu_quant.c` (LLMLAB_W_*), by torch dtype
-WEIGHT_TYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
-# instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
-ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2}
 FP8 = torch.float8_e4m3fn
-
-_lib: ctypes.CDLL | None = None
-_error: str | None = None
-
-
-def _traced(name: str):
-    """A profiler range named `name` while torch.profiler records (C calls are not operators,
-    so without it a profile would not show them), else nothing."""
-    if torch.autograd._profiler_enabled():
-        return torch.profiler.record_function(name)
-    return contextlib.nullcontext()
-
-
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _cpu_id() -> str:
-    """What -march=native depends on: the CPU's model and feature flags."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
-        return "\n".join(sorted(set(lines)))
-    except OSError:
-        return platform.processor() or platform.machine()
-
-
-def library_path(cc: str) -> Path:
-    """Where the compiled library lives for this source, compiler and CPU."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(
-        "\0".join(
-            [
-                *(f.read_text() for f in SOURCES + HEADERS),
-                cc,
-                version,
-                repr(FALLBACK_FLAGS),
-                _cpu_id(),
-            ]
-        ).encode()
-    ).hexdigest()[:16]
-    return cache_dir() / "cpu_kernels" / key / "libllmlab_cpu.so"
-
-
-def _build() -> ctypes.CDLL:
-    missing = [str(f) for f in SOURCES + HEADERS if not f.is_file()]
-    if missing:
-        raise RuntimeError(
-            f"{missing} not found; the 'cpu' backend needs the repository "
-            "checkout (pip install -e .)"
-        )
-    cc = _compiler()
-    if cc is None:
-        raise RuntimeError(
-            "the 'cpu' backend compiles kernels/cpu_attention.c on first use and "
-            "found no C compiler (cc, gcc or clang; or set CC)"
-        )
-    path = library_path(cc)
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # build beside the target and rename: concurrent processes never load a partial file
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-        os.close(fd)
-        for flags in FALLBACK_FLAGS:
-            cmd = [cc, *flags, "-o", tmp, *map(str, SOURCES), "-lm"]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode == 0:
-                break
-        else:
-            os.unlink(tmp)
-            raise RuntimeError(
-                f"compiling the 'cpu' backend failed ({' '.join(cmd)}):\n{done.stderr.strip()}"
-            )
-        os.replace(tmp, path)
-    lib = ctypes.CDLL(str(path))
-    for name, (restype, argtypes) in SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.restype = _CTYPES[restype]
-        fn.argtypes = [_CTYPES[a] for a in argtypes]
-    return lib
-
-
-def load_library() -> ctypes.CDLL:
-    """Compile (first time) and load the C kernels; RuntimeError saying why if that fails."""
-    global _lib, _error
-    if _lib is None:
-        if _error is not None:
-            raise RuntimeError(_error)
-        try:
-            _lib = _build()
-        except (RuntimeError, OSError) as e:
-            _error = str(e)
-            raise RuntimeError(_error) from None
-    return _lib
-
-
-def available() -> tuple[bool, str]:
-    """(True, "") when the C kernels can be built and loaded here, else (False, why)."""
-    try:
-        load_library()
-        return True, ""
-    except RuntimeError as e:
-        return False, str(e)
 
 
 def _kernel_for(query: torch.Tensor, key_cache: torch.Tensor) -> ctypes.CDLL | None:
@@ -310,7 +77,7 @@ def reshape_and_cache(
     if key_cache.dtype == FP8:
         key, value = quantize_fp8(key, k_scale), quantize_fp8(value, v_scale)
     row = key.shape[1] * key.shape[2]
-    with _traced("llmlab_cpu::reshape_and_cache"):
+    with traced("llmlab_cpu::reshape_and_cache"):
         lib.llmlab_reshape_and_cache(
             key.data_ptr(),
             value.data_ptr(),
@@ -351,7 +118,7 @@ def _attention(
         )
     num_tokens, num_heads, head_dim = query.shape
     out = torch.empty_like(query)
-    with _traced("llmlab_cpu::paged_attention"):
+    with traced("llmlab_cpu::paged_attention"):
         rc = lib.llmlab_paged_attention(
             query.data_ptr(),
             num_heads * head_dim,
@@ -447,7 +214,7 @@ def rms_norm(
         )
     out = torch.empty(t, d, dtype=x.dtype)
     total = torch.empty(t, d, dtype=x.dtype) if residual is not None else None
-    with _traced("llmlab_cpu::rms_norm"):
+    with traced("llmlab_cpu::rms_norm"):
         lib.llmlab_rms_norm(
             x.data_ptr(),
             x.stride(0),
@@ -473,7 +240,7 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
             "float32 [T, I] with contiguous rows and I % 16 == 0"
         )
     out = torch.empty(t, i, dtype=gate.dtype)
-    with _traced("llmlab_cpu::silu_mul"):
+    with traced("llmlab_cpu::silu_mul"):
         lib.llmlab_silu_mul(
             gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0), out.data_ptr(), t, i
         )
@@ -498,7 +265,7 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
             f"[T, heads * D] and [T, D/2]"
         )
     out = torch.empty(t, heads, d, dtype=x.dtype)
-    with _traced("llmlab_cpu::rope"):
+    with traced("llmlab_cpu::rope"):
         lib.llmlab_rope(
             x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), t, heads, d
         )
@@ -518,6 +285,20 @@ def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, 
         and heads % kv_heads == 0
         and heads // kv_heads <= MAX_GROUP
     )
+
+
+def _check_layer_tensors(expected: dict, wdtype: torch.dtype) -> None:
+    """ValueError naming the first of `expected` ({name: (tensor, shape)}) that is not a
+    contiguous CPU tensor of that shape, in `wdtype` (the four matrices) or float32 (the rest)."""
+    matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")
+    for name, (t, shape) in expected.items():
+        want = wdtype if name in matrices else torch.float32
+        fits = tuple(t.shape) == shape and t.dtype == want and t.device.type == "cpu"
+        if not (fits and t.is_contiguous()):
+            raise ValueError(
+                f"decode layer: {name} is {tuple(t.shape)} {t.dtype} on "
+                f"{t.device}, expected contiguous {want} {shape} on the CPU"
+            )
 
 
 class DecodeLayerPlan:
@@ -563,19 +344,7 @@ class DecodeLayerPlan:
         if weight_scales is not None:
             for name, t in zip(("s_qkv", "s_o", "s_gate_up", "s_down"), weight_scales):
                 expected[name] = (t, (expected["w" + name[1:]][1][0],))
-        matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")
-        for name, (t, shape) in expected.items():
-            want = wdtype if name in matrices else torch.float32
-            if (
-                tuple(t.shape) != shape
-                or t.dtype != want
-                or t.device.type != "cpu"
-                or not t.is_contiguous()
-            ):
-                raise ValueError(
-                    f"decode layer: {name} is {tuple(t.shape)} {t.dtype} on "
-                    f"{t.device}, expected contiguous {want} {shape} on the CPU"
-                )
+        _check_layer_tensors(expected, wdtype)
         if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
             raise ValueError(
                 f"decode layer: hidden {hidden} and intermediate {inter} must be "
@@ -590,7 +359,7 @@ class DecodeLayerPlan:
             head_dim,
             inter,
         )
-        self.scratch_size = hidden + 3 * qw + 2 * kw + 3 * inter
+        self.scratch_size = 3 * qw + 2 * kw + 3 * inter
         scale_ptrs = (
             (None,) * 4 if weight_scales is None else tuple(t.data_ptr() for t in weight_scales)
         )
@@ -641,7 +410,7 @@ def decode_layer(
         )
     out = torch.empty(1, plan.hidden, dtype=torch.float32)
     scratch = torch.empty(plan.scratch_size, dtype=torch.float32)
-    with _traced("llmlab_cpu::decode_layer"):
+    with traced("llmlab_cpu::decode_layer"):
         rc = lib.llmlab_decode_layer(
             x.data_ptr(),
             out.data_ptr(),
@@ -662,94 +431,29 @@ def decode_layer(
     return out
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`x [1, K] @ weight[N, K]ᵀ (+ bias [N])` -> [1, N]: float32, contiguous, on a CPU,
-    K % 16 == 0 (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
+# the phases of `llmlab_decode_layer` as `timed_layer_phases` splits it (kernels/cpu_layer.c):
+# each ends at a barrier (all threads done), timed by the calling thread
+LAYER_PHASES = (
+    "region start",  # the call until its thread is inside the OpenMP region
+    "norm + qkv",  # RMSNorm (each thread) and the q/k/v GEMV
+    "rope + attention",  # per KV head: RoPE, K/V into the cache, attention
+    "o_proj",  # x + W_o a
+    "norm + gate_up",  # RMSNorm (each thread) and the gate/up GEMV
+    "silu x up",
+    "down_proj",  # x + W_down h
+    "region end",  # the last barrier until the call returns
+)
+
+
+@contextlib.contextmanager
+def timed_layer_phases():
+    """Seconds spent in each of `LAYER_PHASES`, summed over every fused decode layer run inside
+    the block: yields a float64 tensor [len(LAYER_PHASES)] that the C code adds to (zero it to
+    start again). How `bench decode_profile` splits its "layers" part."""
+    seconds = torch.zeros(len(LAYER_PHASES), dtype=torch.float64)
     lib = load_library()
-    out = torch.empty(1, weight.shape[0], dtype=x.dtype)
-    with _traced("llmlab_cpu::gemv"):
-        lib.llmlab_gemv(
-            x.data_ptr(),
-            weight.data_ptr(),
-            None if bias is None else bias.data_ptr(),
-            out.data_ptr(),
-            weight.shape[0],
-            weight.shape[1],
-        )
-    return out
-
-
-def qgemm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    scales: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """`x [T, K] @ weight[N, K]ᵀ (· scales [N]) (+ bias [N])` -> float32 [T, N], with `weight`
-    in bfloat16 or int8 (then `scales`, per output row) widened inside the kernel
-    (`kernels/cpu_quant.c`); one row runs the GEMV, more the tiled GEMM. x float32 with
-    contiguous rows, K % 16 == 0 (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
-    lib = load_library()
-    T, K = x.shape
-    out = torch.empty(T, weight.shape[0], dtype=torch.float32)
-    with _traced("llmlab_cpu::qgemm"):
-        lib.llmlab_qgemm(
-            x.data_ptr(),
-            x.stride(0),
-            weight.data_ptr(),
-            WEIGHT_TYPES[weight.dtype],
-            None if scales is None else scales.data_ptr(),
-            None if bias is None else bias.data_ptr(),
-            out.data_ptr(),
-            T,
-            weight.shape[0],
-            K,
-        )
-    return out
-
-
-def isa() -> list[str]:
-    """The instruction sets the C kernels use on this CPU (checked at run time through cpuid,
-    under the cap of `set_isa_cap`): names of `ISA_FLAGS`."""
-    have = load_library().llmlab_isa()
-    return [name for name, bit in ISA_FLAGS.items() if have & bit]
-
-
-def set_isa_cap(names: list[str] | None) -> None:
-    """Let the C kernels use at most `names` (of `ISA_FLAGS`), whatever this CPU has; None lifts
-    the cap. How a test runs the fallback kernels on a CPU that has the fast instructions."""
-    if names is not None:
-        unknown = [n for n in names if n not in ISA_FLAGS]
-        if unknown:
-            raise ValueError(f"names: got {unknown}, expected names from {list(ISA_FLAGS)}")
-    cap = -1 if names is None else sum(ISA_FLAGS[n] for n in names)
-    load_library().llmlab_set_isa_cap(cap)
-
-
-def matmul_kernel(weight_dtype: torch.dtype) -> str:
-    """Which kernel multiplies by a weight of this dtype here (for `doctor` and the benches)."""
-    if weight_dtype == torch.bfloat16:
-        return (
-            "bf16: AVX-512 BF16 (vdpbf16ps)"
-            if "avx512_bf16" in isa()
-            else tr(
-                "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)",
-                "bf16：在 kernel 里扩展成 float32（这里没有 AVX-512 BF16）",
-            )
-        )
-    if weight_dtype == torch.int8:
-        return (
-            tr(
-                "int8: AVX-512 widening (vpmovsxbd), per-channel scale",
-                "int8：AVX-512 扩展（vpmovsxbd），每个输出通道一个缩放因子",
-            )
-            if "avx512" in isa()
-            else tr(
-                "int8: widened to float32 in the kernel (portable), per-channel scale",
-                "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放因子",
-            )
-        )
-    return tr(
-        "float32: GEMV (batch 1), oneDNN (batches)",
-        "float32：GEMV（batch 1），oneDNN（更大 batch）",
-    )
+    lib.llmlab_time_layer_phases(seconds.data_ptr())
+    try:
+        yield seconds
+    finally:
+        lib.llmlab_time_layer_phases(None)

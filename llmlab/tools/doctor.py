@@ -102,15 +102,15 @@ def _matmul_kernels() -> str:
     """Which instructions the C fast path uses here for each weight dtype (chosen at run time)."""
     import torch
 
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_backend, cpu_matmul, cpu_matmul_choice
 
     ok, why = cpu_backend.available()
     if not ok:
         return tr(f"unavailable ({why})", f"不可用（{why}）")
-    found = ", ".join(cpu_backend.isa()) or tr(
+    found = ", ".join(cpu_matmul.isa()) or tr(
         "none of AVX-512 / AVX-512 BF16", "没有 AVX-512 / AVX-512 BF16"
     )
-    kernels = "; ".join(cpu_backend.matmul_kernel(d) for d in (torch.bfloat16, torch.int8))
+    kernels = "; ".join(cpu_matmul_choice.matmul_kernel(d) for d in (torch.bfloat16, torch.int8))
     return tr(f"{found} found at run time; {kernels}", f"运行时检测到 {found}，{kernels}")
 
 

@@ -1,0 +1,215 @@
+/* Matmuls of a batch (2+ rows of x for bf16 weights, 4+ for int8) on weights packed once at load.
+ *
+ * Decode at batch 64 multiplies 64 rows by every weight: the step is no longer a stream of
+ * weights but arithmetic, and the kernel must feed the multiply units. `llmlab_qgemm`
+ * (cpu_quant.c) widens each weight row to float32 and takes dot products with float32 FMAs: at
+ * batch 64 it ran at half the speed of oneDNN's float32 matmul, so a bf16 model decoded slower
+ * than a float32 one. This file is the batch path instead, built on AVX-512 BF16's
+ * `vdpbf16ps` (two bf16 products per float32 lane: twice the float32 FMA's work per
+ * instruction), as oneDNN's and llama.cpp's repacked bf16 kernels are:
+ *
+ *   Packing (`llmlab_pack_weight`, once at load). W [N, K] becomes blocks of 16 output
+ *   columns: P[nb][k/2][16][2] = W[16 nb + j][k + e]. One 64-byte load of P is the pairs
+ *   (k, k+1) of 16 columns, exactly the operand `vdpbf16ps` multiplies by a broadcast pair of x,
+ *   so the 16 lanes of an accumulator are 16 outputs: no horizontal sums, and each block is
+ *   read front to back. N is padded to a multiple of 16 with zero columns. int8 weights are
+ *   packed the same way (one byte each) and widened to bf16 exactly (|q| <= 127 fits bf16's
+ *   8 significant bits), a panel at a time, into a per-thread buffer.
+ *
+ *   Micro-tile. MR = 6 rows of x times NR = 4 blocks (64 columns): 24 accumulators, 4 weight
+ *   vectors and a broadcast in the 32 registers; per pair of k, 4 loads and 6 broadcasts feed
+ *   24 `vdpbf16ps`. x is rounded to bf16 once per call, by the calling thread (as cpu_quant.c's
+ *   one-row bf16 path does); sums stay float32; the int8 scale (per column) and the bias are applied when the
+ *   tile is stored.
+ *
+ *   Work units: (panel of 64 columns, chunk of rows) pairs, shared by the threads, so a small
+ *   matrix (W_o: 9 panels) still splits evenly over 2 threads.
+ *
+ * Only for CPUs with AVX-512 BF16 (Python packs only where `llmlab_isa` reports it; the call
+ * returns -1 otherwise). Elsewhere cpu_quant.c's portable matmul runs.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LLMLAB_X86 1
+#endif
+
+#define PK 16    /* output columns per packed block: one float32 vector */
+#define NR 4     /* blocks per micro-tile */
+#define MR 6     /* rows of x per micro-tile */
+#define ROWS_PER_UNIT 48
+
+/* P[nb][kp][j][e] = W[nb*16 + j][2*kp + e], zero where nb*16 + j >= N; K even. Elements of
+ * `elem` bytes (2: bf16, 1: int8). out holds ceil(N/16)*16*K elements. */
+void llmlab_pack_weight(const void *W, int64_t elem, int64_t N, int64_t K, void *out) {
+    const int64_t blocks = (N + PK - 1) / PK;
+#pragma omp parallel for schedule(static)
+    for (int64_t nb = 0; nb < blocks; nb++) {
+        char *dst = (char *)out + nb * PK * K * elem;
+        for (int64_t kp = 0; kp < K / 2; kp++)
+            for (int64_t j = 0; j < PK; j++) {
+                const int64_t n = nb * PK + j;
+                for (int64_t e = 0; e < 2; e++, dst += elem) {
+                    if (n < N) memcpy(dst, (const char *)W + (n * K + 2 * kp + e) * elem, elem);
+                    else memset(dst, 0, elem);
+                }
+            }
+    }
+}
+
+#ifdef LLMLAB_X86
+
+/* One micro-tile: y[mr rows, nr blocks] = x_bf16[mr rows] . P[nr blocks]; mr <= MR, nr <= NR,
+ * both constants once inlined (see tile()). x: bf16 pairs as uint32, row stride xs pairs;
+ * w: the first block, blocks bstride bf16 apart; cols: valid columns from the first block's
+ * first (the last panel's last block may be partial). */
+__attribute__((target("avx512f,avx512bf16"), always_inline))
+static inline void micro(int mr, int nr, const uint32_t *x, int64_t xs, const uint16_t *w,
+                         int64_t bstride, int64_t kp_n, float *y, int64_t ldy, int64_t cols,
+                         const float *scales, const float *bias) {
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t kp = 0; kp < kp_n; kp++) {
+        __m512i wv[NR];
+        for (int j = 0; j < nr; j++) wv[j] = _mm512_loadu_si512(w + j * bstride + kp * 2 * PK);
+        for (int i = 0; i < mr; i++) {
+            const __m512i xv = _mm512_set1_epi32((int)x[i * xs + kp]);
+            for (int j = 0; j < nr; j++)
+                acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)wv[j], (__m512bh)xv);
+        }
+    }
+    for (int j = 0; j < nr; j++) {
+        const int64_t left = cols - j * PK;
+        if (left <= 0) break;
+        const __mmask16 m = left >= PK ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __m512 s = scales ? _mm512_maskz_loadu_ps(m, scales + j * PK) : _mm512_set1_ps(1);
+        const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + j * PK) : _mm512_setzero_ps();
+        for (int i = 0; i < mr; i++)
+            _mm512_mask_storeu_ps(y + i * ldy + j * PK, m, _mm512_fmadd_ps(acc[i][j], s, b));
+    }
+}
+
+/* micro() with mr, nr as compile-time constants (one specialisation per pair) */
+__attribute__((target("avx512f,avx512bf16")))
+static void tile(int mr, int nr, const uint32_t *x, int64_t xs, const uint16_t *w,
+                 int64_t bstride, int64_t kp_n, float *y, int64_t ldy, int64_t cols,
+                 const float *scales, const float *bias) {
+#define MICRO(R, C) micro(R, C, x, xs, w, bstride, kp_n, y, ldy, cols, scales, bias)
+#define ROW(R) \
+    switch (nr) { case 1: MICRO(R, 1); break; case 2: MICRO(R, 2); break; \
+                  case 3: MICRO(R, 3); break; default: MICRO(R, 4); }
+    switch (mr) {
+    case 1: ROW(1); break;
+    case 2: ROW(2); break;
+    case 3: ROW(3); break;
+    case 4: ROW(4); break;
+    case 5: ROW(5); break;
+    default: ROW(6);
+    }
+#undef ROW
+#undef MICRO
+}
+
+/* x float32 rows -> bf16 pairs (round to nearest even), K % 32 == 0 */
+__attribute__((target("avx512f,avx512bf16")))
+static void row_to_bf16(const float *x, uint32_t *xb, int64_t K) {
+    for (int64_t k = 0; k < K; k += 32) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
+        _mm512_storeu_si512(xb + k / 2, (__m512i)v);
+    }
+}
+
+/* `count` int8 values -> bf16, in order (count % 32 == 0) */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+static void int8_to_bf16(const int8_t *q, uint16_t *out, int64_t count) {
+    for (int64_t i = 0; i < count; i += 32) {
+        const __m512i w16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + i)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(w16)));
+        const __m512 hi =
+            _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(w16, 1)));
+        _mm512_storeu_si512(out + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+/* a per-thread buffer of at least `bytes` (kept between calls) */
+static uint16_t *thread_buffer(int64_t bytes) {
+    static __thread uint16_t *buf = NULL;
+    static __thread int64_t have = 0;
+    if (bytes > have) {
+        free(buf);
+        buf = (uint16_t *)malloc((size_t)bytes);
+        have = buf ? bytes : 0;
+    }
+    return buf;
+}
+
+/* Work unit u: the rows [t0, t1) of x against panel p (NR blocks) */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const void *P,
+                    int64_t wtype, const float *scales, const float *bias, float *y, int64_t N,
+                    int64_t K, int64_t *widened) {
+    const int64_t blocks = (N + PK - 1) / PK, b0 = p * NR;
+    const int nr = (int)(blocks - b0 < NR ? blocks - b0 : NR);
+    const int64_t bstride = PK * K;   /* elements between blocks */
+    const uint16_t *w = (const uint16_t *)P + b0 * bstride;
+    if (wtype == LLMLAB_W_INT8) {     /* the panel widened to bf16 once per thread and panel */
+        uint16_t *buf = thread_buffer(nr * bstride * 2);
+        if (!buf) return -1;
+        if (*widened != p) int8_to_bf16((const int8_t *)P + b0 * bstride, buf, nr * bstride);
+        *widened = p;
+        w = buf;
+    }
+    const int64_t n0 = b0 * PK, cols = N - n0;
+    for (int64_t t = t0; t < t1; t += MR) {
+        const int mr = (int)(t1 - t < MR ? t1 - t : MR);
+        tile(mr, nr, xb + t * (K / 2), K / 2, w, bstride, K / 2, y + t * N + n0, N, cols,
+             scales ? scales + n0 : NULL, bias ? bias + n0 : NULL);
+    }
+    return 0;
+}
+#endif
+
+/* y[T, N] (contiguous) = x[T, K] (row stride x_stride) W^T (* scales[N]) (+ bias[N]), W packed
+ * by llmlab_pack_weight (bf16, or int8 with per-column scales); on all threads. K % 32 == 0.
+ * Returns -1 without AVX-512 BF16 (or out of memory), else 0. */
+int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t wtype,
+                       const float *scales, const float *bias, float *y, int64_t T, int64_t N,
+                       int64_t K) {
+#ifdef LLMLAB_X86
+    if (!(llmlab_isa() & LLMLAB_ISA_AVX512_BF16) || K % 32) return -1;
+    uint32_t *xb = (uint32_t *)malloc((size_t)(T * K * 2));
+    if (!xb) return -1;
+    const int64_t panels = ((N + PK - 1) / PK + NR - 1) / NR;
+    const int64_t chunks = (T + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT;
+    const int64_t rows = (T + chunks - 1) / chunks;   /* even chunks: 64 rows -> 2 x 32 */
+    /* x to bf16 on this thread, before the region: T*K conversions against T*N*K products,
+     * and no barrier for the other threads to wait at (a wake-up each, when they sleep) */
+    for (int64_t t = 0; t < T; t++) row_to_bf16(x + t * x_stride, xb + t * (K / 2), K);
+    int rc = 0;
+#pragma omp parallel
+    {
+        int64_t widened = -1;
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < panels * chunks; u++) {
+            const int64_t p = u / chunks, t0 = (u % chunks) * rows;
+            const int64_t t1 = t0 + rows < T ? t0 + rows : T;
+            if (run_unit(p, t0, t1, xb, P, wtype, scales, bias, y, N, K, &widened) != 0) {
+#pragma omp atomic write
+                rc = -1;
+            }
+        }
+    }
+    free(xb);
+    return rc;
+#else
+    (void)x; (void)x_stride; (void)P; (void)wtype; (void)scales; (void)bias; (void)y; (void)T;
+    (void)N; (void)K;
+    return -1;
+#endif
+}

@@ -1,0 +1,146 @@
+"""The CPU matmuls: a one-row GEMV on float32 weights (`kernels/cpu_gemv.c`), matmuls on bf16
+and int8 weights widened inside the kernel (`kernels/cpu_quant.c`), and the batch matmul on such
+weights packed once at load (`kernels/cpu_gemm.c`). The engine's CPU fast path
+(`llmlab.model.cpu.CpuLinear`) calls them; their instruction sets are chosen at run time
+(`isa`, `set_isa_cap`), and which bf16 batch kernel runs on this machine by a measurement
+(`llmlab.ops.cpu_matmul_choice`, which also says in words which kernels run where).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llmlab.ops.cpu_library import load_library, traced
+
+# weight types of `kernels/cpu_quant.c` (LLMLAB_W_*), by torch dtype
+WEIGHT_TYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
+# instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
+ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2}
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`x [1, K] @ weight[N, K]ᵀ (+ bias [N])` -> [1, N]: float32, contiguous, on a CPU,
+    K % 16 == 0 (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
+    lib = load_library()
+    out = torch.empty(1, weight.shape[0], dtype=x.dtype)
+    with traced("llmlab_cpu::gemv"):
+        lib.llmlab_gemv(
+            x.data_ptr(),
+            weight.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            out.data_ptr(),
+            weight.shape[0],
+            weight.shape[1],
+        )
+    return out
+
+
+def qgemm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scales: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`x [T, K] @ weight[N, K]ᵀ (· scales [N]) (+ bias [N])` -> float32 [T, N], with `weight`
+    in bfloat16 or int8 (then `scales`, per output row) widened inside the kernel
+    (`kernels/cpu_quant.c`); one row runs the GEMV, more the tiled GEMM. x float32 with
+    contiguous rows, K % 16 == 0 (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
+    lib = load_library()
+    T, K = x.shape
+    out = torch.empty(T, weight.shape[0], dtype=torch.float32)
+    with traced("llmlab_cpu::qgemm"):
+        lib.llmlab_qgemm(
+            x.data_ptr(),
+            x.stride(0),
+            weight.data_ptr(),
+            WEIGHT_TYPES[weight.dtype],
+            None if scales is None else scales.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            out.data_ptr(),
+            T,
+            weight.shape[0],
+            K,
+        )
+    return out
+
+
+def packed_weight_applies(weight: torch.Tensor) -> bool:
+    """Whether `pack_weight` takes this weight here: bf16 or int8 [N, K], K % 32 == 0, on a CPU
+    with AVX-512 BF16 (the packed matmul's instructions)."""
+    return (
+        weight.dtype in (torch.bfloat16, torch.int8)
+        and weight.dim() == 2
+        and weight.shape[1] % 32 == 0
+        and "avx512_bf16" in isa()
+    )
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [N, K] (bf16, or int8) in the blocked layout of `kernels/cpu_gemm.c`: blocks of
+    16 output rows, each a run of (k, k+1) pairs of those 16 rows, N padded to a multiple of 16
+    with zeros -> a flat tensor of ceil(N/16)*16*K elements. Done once, at load."""
+    if not packed_weight_applies(weight):
+        raise ValueError(
+            f"pack_weight: weight is {weight.dtype} {tuple(weight.shape)}; expected bfloat16 or "
+            "int8 [N, K] with K a multiple of 32, on a CPU with AVX-512 BF16 "
+            f"(this one has {isa()})"
+        )
+    n, k = weight.shape
+    weight = weight.contiguous()
+    out = torch.empty(-(-n // 16) * 16 * k, dtype=weight.dtype)
+    load_library().llmlab_pack_weight(
+        weight.data_ptr(), weight.element_size(), n, k, out.data_ptr()
+    )
+    return out
+
+
+def packed_gemm(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    out_features: int,
+    scales: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`x [T, K] @ W[N, K]ᵀ (· scales [N]) (+ bias [N])` -> float32 [T, N] on W packed by
+    `pack_weight` (bf16, or int8 with `scales`): `vdpbf16ps` on x rounded to bf16, float32
+    sums (`kernels/cpu_gemm.c`). x float32 with contiguous rows (the caller,
+    `llmlab.model.cpu.CpuLinear`, checks)."""
+    T, K = x.shape
+    out = torch.empty(T, out_features, dtype=torch.float32)
+    with traced("llmlab_cpu::packed_gemm"):
+        rc = load_library().llmlab_packed_gemm(
+            x.data_ptr(),
+            x.stride(0),
+            packed.data_ptr(),
+            WEIGHT_TYPES[packed.dtype],
+            None if scales is None else scales.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            out.data_ptr(),
+            T,
+            out_features,
+            K,
+        )
+    if rc != 0:
+        raise RuntimeError(
+            "cpu_gemm.c refused the packed matmul: no AVX-512 BF16 here (the weight was packed "
+            "on a CPU that has it), K not a multiple of 32, or out of memory"
+        )
+    return out
+
+
+def isa() -> list[str]:
+    """The instruction sets the C kernels use on this CPU (checked at run time through cpuid,
+    under the cap of `set_isa_cap`): names of `ISA_FLAGS`."""
+    have = load_library().llmlab_isa()
+    return [name for name, bit in ISA_FLAGS.items() if have & bit]
+
+
+def set_isa_cap(names: list[str] | None) -> None:
+    """Let the C kernels use at most `names` (of `ISA_FLAGS`), whatever this CPU has; None lifts
+    the cap. How a test runs the fallback kernels on a CPU that has the fast instructions."""
+    if names is not None:
+        unknown = [n for n in names if n not in ISA_FLAGS]
+        if unknown:
+            raise ValueError(f"names: got {unknown}, expected names from {list(ISA_FLAGS)}")
+    cap = -1 if names is None else sum(ISA_FLAGS[n] for n in names)
+    load_library().llmlab_set_isa_cap(cap)

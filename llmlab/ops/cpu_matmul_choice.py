@@ -1,0 +1,188 @@
+"""Which kernel multiplies a batch by bf16 weights on this CPU: measured once, then remembered.
+
+A decode step at batch 64 multiplies 64 rows by every weight: arithmetic, not streaming. Two
+kernels can do it for bf16 weights, and which is faster depends on the machine:
+
+- llmlab's packed matmul (`kernels/cpu_gemm.c`: AVX-512 BF16 `vdpbf16ps` on weights packed
+  once at load, float32 sums and outputs);
+- oneDNN's bf16 matmul (`torch.ops.mkldnn._linear_pointwise` on a weight reordered once by
+  `_reorder_linear_weight`), which uses AMX tiles on the Intel Xeons that have them and rounds
+  its output to bf16.
+
+On a 2-core AMD EPYC (Zen 4: AVX-512 BF16, no AMX) the two were within 5 % of each other on one
+thread ([64 x 576] x [576 x 3072]: llmlab 1.03 ms, oneDNN 1.05 ms; float32 oneDNN 2.10 ms); on
+a CPU with AMX oneDNN's tiles can do several times more. So nothing is assumed, as for the OpenMP
+wait policy (`llmlab.openmp`): `choice()` times both on that shape, in alternating rounds, the
+first time a bf16 model is prepared on a machine, and saves the result in llmlab's cache
+(`cpu_matmul.json`), keyed by the CPU, the threads, torch's version and the kernel library's
+build (a changed kernel is measured again). oneDNN is chosen only when it wins every round by
+more than `MARGIN`. float32 weights always run oneDNN (llmlab has no float32 batch kernel) and
+int8 weights llmlab's (oneDNN has no weight-only int8 matmul that is faster here).
+`matmul_kernel` says in words which kernels run each weight dtype here (`doctor`, the benches).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+
+import torch
+
+from llmlab.i18n import tr
+from llmlab.ops import cpu_library, cpu_matmul
+
+SHAPE = (64, 576, 3072)  # rows, in, out: a batch-64 gate/up projection of SmolLM2-135M
+MARGIN = 0.05  # oneDNN must win every round by more than this fraction
+ROUNDS = 2
+CHOICES = ("llmlab", "onednn")
+FILE = "cpu_matmul.json"
+
+
+def _path():
+    from llmlab.paths import cache_dir
+
+    return cache_dir() / FILE
+
+
+@functools.cache
+def _kernel_build() -> str:
+    """The C library's build id (a hash of its sources, compiler and CPU), once per process."""
+    cc = cpu_library._compiler()
+    return cpu_library.library_path(cc).parent.name if cc else "no compiler"
+
+
+def machine_key(threads: int | None = None) -> str:
+    """The machine as the choice depends on it: CPU, CPUs usable, torch, threads, kernel build."""
+    from llmlab.openmp import machine_key as cpu_key
+
+    threads = threads or torch.get_num_threads()
+    return f"{cpu_key()}; torch {torch.__version__}; {threads} threads; kernels {_kernel_build()}"
+
+
+def onednn_bf16() -> tuple:
+    """oneDNN's (linear, reorder) where this PyTorch has them with bf16 support, else (None,)*2."""
+    mkldnn = torch.ops.mkldnn
+    linear = getattr(mkldnn, "_linear_pointwise", None)
+    reorder = getattr(mkldnn, "_reorder_linear_weight", None)
+    if not torch.backends.mkldnn.is_available() or linear is None or reorder is None:
+        return None, None
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return None, None
+    return linear, reorder
+
+
+def _best_ms(fn, calls: int = 10, repeats: int = 5) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best * 1e3
+
+
+def measure(rounds: int = ROUNDS) -> dict:
+    """Time both bf16 kernels on `SHAPE` in alternating rounds: {"choice", "ms": {name: [...]}}.
+    Only the kernels that run here are timed; with one, it is the choice without a race."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    rows, k, n = SHAPE
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, k, generator=gen)  # [rows, in]
+    weight = (torch.randn(n, k, generator=gen) * k**-0.5).bfloat16()  # [out, in]
+    kernels = {}
+    if cpu_matmul.packed_weight_applies(weight):
+        packed = cpu_matmul.pack_weight(weight)
+        kernels["llmlab"] = lambda: cpu_matmul.packed_gemm(x, packed, n)
+    linear, reorder = onednn_bf16()
+    if linear is not None:
+        blocked = reorder(weight, rows)
+        kernels["onednn"] = lambda: linear(x.bfloat16(), blocked, None, "none", [], "").float()
+    ms: dict[str, list[float]] = {name: [] for name in kernels}
+    if len(kernels) == 2:
+        for r in range(rounds):
+            for name in CHOICES if r % 2 == 0 else CHOICES[::-1]:
+                ms[name].append(round(_best_ms(kernels[name]), 4))
+        wins = all(d < (1 - MARGIN) * o for d, o in zip(ms["onednn"], ms["llmlab"]))
+        choice = "onednn" if wins else "llmlab"
+    else:
+        choice = next(iter(kernels), "none")
+    return {"shape": list(SHAPE), "choice": choice, "ms": ms, "date": time.strftime("%F %T")}
+
+
+def _saved() -> dict:
+    try:
+        data = json.loads(_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+_chosen: dict[tuple[str, str], str] = {}  # (cache file, machine key) -> choice, this process
+
+
+def choice(save: bool = True) -> str:
+    """The faster bf16 batch matmul on this machine, "llmlab" or "onednn" (measured the first
+    time, then read from the cache), or "none" where neither runs here."""
+    key = machine_key()
+    memo = (str(_path()), key)
+    if memo not in _chosen:
+        _chosen[memo] = _load_or_measure(key, save)
+    return _chosen[memo]
+
+
+def _load_or_measure(key: str, save: bool) -> str:
+    data = _saved()
+    entry = data.get(key)
+    if not (isinstance(entry, dict) and entry.get("choice") in (*CHOICES, "none")):
+        entry = measure()
+        if save:  # this machine's entries for other kernel builds are stale: replaced
+            machine = key.rsplit("; kernels ", 1)[0]
+            data = {k: v for k, v in data.items() if k.rsplit("; kernels ", 1)[0] != machine}
+            data[key] = entry
+            path = _path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.tmp")
+            tmp.write_text(json.dumps(data, indent=1))
+            tmp.replace(path)
+    return entry["choice"]
+
+
+def matmul_kernel(weight_dtype: torch.dtype) -> str:
+    """Which kernels multiply by a weight of this dtype here (for `doctor` and the benches)."""
+    if weight_dtype == torch.bfloat16:
+        if "avx512_bf16" not in cpu_matmul.isa():
+            return tr(
+                "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)",
+                "bf16：在 kernel 里扩展成 float32（这里没有 AVX-512 BF16）",
+            )
+        batch = "oneDNN bf16" if choice() == "onednn" else tr("packed blocks", "打包的分块")
+        return tr(
+            f"bf16: AVX-512 BF16 (vdpbf16ps, x rounded to bf16); batches: {batch}",
+            f"bf16：AVX-512 BF16（vdpbf16ps，x 舍入为 bf16）；更大 batch：{batch}",
+        )
+    if weight_dtype == torch.int8:
+        if "avx512_bf16" in cpu_matmul.isa():
+            return tr(
+                "int8: AVX-512 widening (vpmovsxbd) for 1-3 rows; from 4 rows widened to bf16, "
+                "vdpbf16ps on x rounded to bf16 (packed blocks); per-channel scale",
+                "int8：1-3 行用 AVX-512 扩展（vpmovsxbd）；4 行起扩展成 bf16，"
+                "对舍入为 bf16 的 x 用 vdpbf16ps（打包的分块）；每个输出通道一个缩放因子",
+            )
+        return (
+            tr(
+                "int8: AVX-512 widening (vpmovsxbd), per-channel scale",
+                "int8：AVX-512 扩展（vpmovsxbd），每个输出通道一个缩放因子",
+            )
+            if "avx512" in cpu_matmul.isa()
+            else tr(
+                "int8: widened to float32 in the kernel (portable), per-channel scale",
+                "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放因子",
+            )
+        )
+    return tr(
+        "float32: GEMV (batch 1), oneDNN (batches)",
+        "float32：GEMV（batch 1），oneDNN（更大 batch）",
+    )
