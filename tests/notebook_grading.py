@@ -62,3 +62,25 @@ def grade_subprocess(
             return report
         warnings.warn(f"{path.name}: cell timeout {report['errors']}; graded once more")
     return report
+
+
+def sample_report():
+    """A grade report of two exercises, one passed, and an error in cell 3: the case the tests of
+    the report's text read, in each language."""
+    from llmlab.course.instructor.grading import ExerciseResult, GradeReport
+
+    return GradeReport(
+        "nb.ipynb",
+        [
+            ExerciseResult("ch00.a", True, "correct."),
+            ExerciseResult("ch00.bb", False, "count again."),
+        ],
+        [
+            {
+                "cell": "3 (1/0)",
+                "index": 3,
+                "ename": "ZeroDivisionError",
+                "evalue": "division by zero",
+            }
+        ],
+    )

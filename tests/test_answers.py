@@ -24,8 +24,8 @@ from llmlab.course.instructor.answers import (
     build_function,
     decode,
     encode,
-    record_calls,
 )
+from llmlab.course.instructor.recording import record_calls
 
 
 def _wire(value):

@@ -587,7 +587,7 @@ def test_roofline_task_found_with_the_slider_passes_its_check(lab, browser, edit
             else:
                 lo = mid
         found = hi
-        assert found == ch07._crossover(), (found, ch07._crossover())
+        assert found == ch07.questions._crossover(), (found, ch07.questions._crossover())
         line = _run_answer_cell(page, "ch07.compute_bound_batch(answer)", found - 1)
         assert "NOT YET" in line, line
         line = _run_answer_cell(page, "ch07.compute_bound_batch(answer)", found)

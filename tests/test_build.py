@@ -216,7 +216,7 @@ def test_the_package_s_own_piece_is_not_an_answer():
         __name__ = "MyScheduler"
 
     assert "schedule" in ch08.build_scheduler(LazyStandIn()).message
-    from llmlab.course.check.core import refuse_package_piece
+    from llmlab.course.check.build_guard import refuse_package_piece
 
     def mine(cfg, batch, dtype_bytes):
         return {}

@@ -11,7 +11,6 @@ import nbformat
 import pytest
 from planted import ch11 as ch11_planted
 
-from llmlab import i18n
 from llmlab.core.request import Request
 from llmlab.course.build import ch11_pool
 from llmlab.course.build.core import find_counterexample
@@ -52,11 +51,7 @@ def define(source: str, tmp_path: Path | None = None) -> type:
     return namespace["MyBlockPool"]
 
 
-@pytest.fixture(autouse=True)
-def _english():
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("first_try")  # each test: a first try, in English
 
 
 # ---------------------------------------------------------------------------- the injection point

@@ -13,7 +13,6 @@ import pytest
 from planted import ch08 as ch08_planted
 from planted import ch11 as ch11_planted
 
-from llmlab import i18n
 from llmlab.course.check import ch08, ch11
 from llmlab.engine import LLMEngine, Scheduler
 from llmlab.model import tiny_model
@@ -27,13 +26,6 @@ def _define(source: str, name: str):
     namespace: dict = {"__name__": "__main__"}
     exec(compile(source, f"<{name}>", "exec"), namespace)
     return namespace[name]
-
-
-@pytest.fixture
-def english():
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
 
 
 # ---- the injection point ---------------------------------------------------------------------
@@ -107,7 +99,7 @@ def test_a_class_with_the_interface_is_accepted_and_anything_else_names_schedule
 # ---- chapter 08 ------------------------------------------------------------------------------
 
 
-def test_sched_solution_passes_with_the_measured_line(english):
+def test_sched_solution_passes_with_the_measured_line(first_try):
     result = ch08.build_scheduler(_define(SCHED_SOLUTION, "MyScheduler"))
     assert result.passed, result.message
     assert "same tokens as the package's scheduler" in result.message
@@ -139,7 +131,7 @@ def test_the_cases_built_to_preempt_do_preempt_and_are_tried_first():
     assert budget_used < ch08.READMIT_CASE["budget"] and step["preempted"] == ["B"]
 
 
-def test_sched_unanswered_and_wrong_types_are_not_yet(english):
+def test_sched_unanswered_and_wrong_types_are_not_yet(first_try):
     assert not ch08.build_scheduler(None)
     assert "Scheduler" in ch08.build_scheduler(42).message
 
@@ -147,7 +139,7 @@ def test_sched_unanswered_and_wrong_types_are_not_yet(english):
 # ---- chapter 11 ------------------------------------------------------------------------------
 
 
-def test_plan_solution_passes_with_the_chapters_five_steps(english):
+def test_plan_solution_passes_with_the_chapters_five_steps(first_try):
     result = ch11.build_chunked_prefill(_define(PLAN_SOLUTION, "plan_step"))
     assert result.passed, result.message
     assert "in 5 steps" in result.message and "the chapter predicted 5" in result.message
@@ -186,7 +178,7 @@ def _sandboxed(source: str, name: str, tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_sandbox_passes_the_solutions_and_fails_a_planted_bug(tmp_path, english):
+def test_sandbox_passes_the_solutions_and_fails_a_planted_bug(tmp_path, first_try):
     assert ch08.build_scheduler(_sandboxed(SCHED_SOLUTION, "MyScheduler", tmp_path)).passed
     bad = ch08.build_scheduler(
         _sandboxed(SCHED.bug("oldest_preempted").source, "MyScheduler", tmp_path)

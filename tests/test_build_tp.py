@@ -15,7 +15,7 @@ import torch
 from planted import ch09 as ch09_planted
 
 from llmlab.course.build import ch09 as build
-from llmlab.course.check import ch09
+from llmlab.course.check import ch09, core
 from llmlab.course.check.cli import load_definitions
 from llmlab.course.check.cli import main as check_main
 from llmlab.model import tiny_model
@@ -65,7 +65,7 @@ def english(monkeypatch):
 def test_solution_holds_every_property(tmp_path):
     cls = define(solution_source(), tmp_path, "solution")
     cex = build_counterexample(cls)
-    assert cex is None, ch09._layer_problem(cex.got, cex.expected)
+    assert cex is None, ch09.tp_layer._layer_problem(cex.got, cex.expected)
 
 
 def build_counterexample(cls):
@@ -74,9 +74,9 @@ def build_counterexample(cls):
     return find_counterexample(
         ch09.layer_cases(),
         lambda case: drive(cls, f"{ch09.DRIVERS}:observe_layer", case),
-        ch09._layer_reference,
+        ch09.tp_layer._layer_reference,
         max_examples=ch09.MAX_EXAMPLES,
-        compare=lambda got, expected: ch09._layer_problem(got, expected) is None,
+        compare=lambda got, expected: ch09.tp_layer._layer_problem(got, expected) is None,
     )
 
 
@@ -84,7 +84,9 @@ def test_the_shrunk_case_is_small(tmp_path, english):
     cls = define(planted_source("down_proj_by_rows"), tmp_path, "planted")
     cex = build_counterexample(cls)
     assert cex.case["world"] == 2 and cex.case["hidden"] == 2 and cex.case["tokens"] == 1
-    assert "the package’s rank 0 takes" in ch09._layer_problem(cex.got, cex.expected).lower()
+    assert (
+        "the package’s rank 0 takes" in ch09.tp_layer._layer_problem(cex.got, cex.expected).lower()
+    )
 
 
 def test_unanswered_skeleton_is_not_yet_without_a_crash(tmp_path, english):
@@ -94,7 +96,7 @@ def test_unanswered_skeleton_is_not_yet_without_a_crash(tmp_path, english):
     assert len(student.splitlines()) <= 40, "the skeleton a student sees is at most 40 lines"
     cls = define(student, tmp_path, "student")
     result = ch09.tensor_parallel_layer(cls)
-    assert not result and result.message == ch09.NOT_ANSWERED
+    assert not result and result.message == core.NOT_ANSWERED
     assert not ch09.tensor_parallel_layer(None)
 
 
@@ -141,7 +143,7 @@ def test_the_trace_names_the_projection_each_all_reduce_follows(tmp_path):
             "intermediate": 4, "tokens": 2, "seed": 3}  # fmt: skip
     trace = build.observe_layer(cls, case)["forward"]["traces"][1]
     assert tuple(trace) == ch09.PACKAGE_SEQUENCE
-    assert ch09._all_reduce_steps(trace) == ["o_proj", "down_proj"]
+    assert ch09.tp_layer._all_reduce_steps(trace) == ["o_proj", "down_proj"]
 
 
 # ---- the injection point on its own ---------------------------------------------------------------
@@ -237,13 +239,13 @@ def test_run_tensor_parallel_uses_the_shard_fn_in_every_rank():
 def test_solution_passes_and_its_engine_run_is_token_identical_to_the_package(tmp_path, english):
     cls = define(solution_source(), tmp_path, "solution")
     run = build.plug_in(cls, None, list(ch09.PLUG_PROMPT), ch09.PLUG_TOKENS)
-    layer0, tokens, hidden, layers = ch09._plug_reference(
+    layer0, tokens, hidden, layers = ch09.tp_layer._plug_reference(
         ch09.PLUG_MODEL, ch09.PLUG_PROMPT, ch09.PLUG_TOKENS
     )
     assert run["tokens"] == run["package_tokens"] == [tokens, tokens]
     assert run["layer_calls"] == [2, 2]
     assert run["layer_bytes"][0] == 2 * len(ch09.PLUG_PROMPT) * hidden * 4
-    result = ch09._plug_in_verdict("ch09.tensor_parallel_layer", cls)
+    result = ch09.tp_layer._plug_in_verdict("ch09.tensor_parallel_layer", cls)
     assert result, result.message
     for part in ("over gloo", "Measured (CPU, gloo", "yours 4608 B in 2 calls", "package's 4608 B"):
         assert part in result.message, result.message

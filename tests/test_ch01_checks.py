@@ -38,21 +38,6 @@ def test_every_called_exercise_is_described():
     assert [i.kind for i in ch01.EXERCISES.values()].count("reasoning") >= 2
 
 
-@pytest.mark.parametrize(
-    "checker, wrong, formula_word",
-    [
-        (ch01.utf8_bytes, 99, "ASCII"),
-        (ch01.id_bits, 99, "2**n"),
-        (ch01.embedding_bytes, 99, "row"),
-    ],
-)
-def test_the_formula_comes_only_from_the_second_wrong_try(checker, wrong, formula_word):
-    ex = f"ch01.{checker.__name__}"
-    core._WRONG_TRIES.pop(ex, None)
-    first, second = checker(wrong).message, checker(wrong).message
-    assert formula_word not in first and formula_word in second and second.startswith(first)
-
-
 def test_first_merge_hint_comes_in_stages():
     core._WRONG_TRIES.pop("ch01.first_merge", None)
     first, second = ch01.first_merge("ba").message, ch01.first_merge("ba").message

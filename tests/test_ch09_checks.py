@@ -3,18 +3,10 @@ hint (the formula only from the second wrong try), and the declared exercises ma
 
 from __future__ import annotations
 
+from test_check_ch09_10 import STYLE  # the right split of each projection
+
 from llmlab.analysis import parallel_cost
 from llmlab.course.check import ch09, core
-
-STYLE = {
-    "q_proj": "column",
-    "k_proj": "column",
-    "v_proj": "column",
-    "o_proj": "row",
-    "gate_proj": "column",
-    "up_proj": "column",
-    "down_proj": "row",
-}
 
 
 def test_exercises_table_names_the_module_functions():

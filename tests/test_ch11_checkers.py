@@ -24,8 +24,8 @@ def _fails_with(result, *words):
 
 
 def test_first_evicted_matches_the_free_queue_of_a_real_manager():
-    queue, used, prefix = ch11._evict_run()
-    expected = ch11._evict_expected()
+    queue, used, prefix = ch11.questions._evict_run()
+    expected = ch11.questions._evict_expected()
     # never-used blocks first; the prefix's blocks last, in reverse order of position
     assert [bid for bid, _ in queue[-len(prefix) :]] == sorted(prefix, reverse=True)
     assert queue[expected["safe"]][0] in prefix
@@ -34,8 +34,8 @@ def test_first_evicted_matches_the_free_queue_of_a_real_manager():
 
 
 def test_first_evicted_names_the_mistakes():
-    right = ch11._evict_expected()
-    _, used, _ = ch11._evict_run()
+    right = ch11.questions._evict_expected()
+    _, used, _ = ch11.questions._evict_run()
     _fails_with(ch11.first_evicted(dict(right, first=min(used))), "allocated first")
     _fails_with(ch11.first_evicted(dict(right, safe=ch11.EVICT_NUM_BLOCKS)), "not the last")
     _fails_with(ch11.first_evicted({"first": right["first"]}), "keys")
@@ -44,7 +44,7 @@ def test_first_evicted_names_the_mistakes():
 
 
 def test_first_evicted_gives_the_mechanism_only_from_the_second_wrong_try():
-    right = ch11._evict_expected()
+    right = ch11.questions._evict_expected()
     core._WRONG_TRIES.pop("ch11.first_evicted", None)
     first = ch11.first_evicted(dict(right, safe=right["safe"] + 5))
     second = ch11.first_evicted(dict(right, safe=right["safe"] + 5))
@@ -65,7 +65,7 @@ def test_chunked_prefill_steps():
 
 
 def test_explorer_task_counts_free_cached_blocks():
-    right = ch11._explorer_expected()
+    right = ch11.questions._explorer_expected()
     assert right >= 1
     assert ch11.explorer_cached_free(right).passed
     _fails_with(ch11.explorer_cached_free(0), "keep their hash")

@@ -89,8 +89,8 @@ def test_the_loop_writes_and_reads_the_cache_where_the_model_does():
     "choices, right",
     [
         (ch12.GLOSSARY_CHOICES, None),
-        (ch12.FIXES, ch12._FIX_RIGHT),
-        (ch12.CAUSES, ch12._SYMPTOM_RIGHT),
+        (ch12.FIXES, ch12.matching._FIX_RIGHT),
+        (ch12.CAUSES, ch12.matching._SYMPTOM_RIGHT),
     ],
 )
 def test_matching_shows_more_choices_than_answers_in_an_order_not_the_answers(choices, right):
@@ -124,10 +124,10 @@ def test_vllm_fixes_accepts_either_parallelism_and_says_why_a_distractor_is_wron
 
 
 def test_symptoms_pass_and_a_distractor_says_why():
-    assert ch12.symptoms(dict(ch12._SYMPTOM_RIGHT)).passed
+    assert ch12.symptoms(dict(ch12.matching._SYMPTOM_RIGHT)).passed
     _fails(
         ch12.symptoms(
-            dict(ch12._SYMPTOM_RIGHT, ttft_grows_with_prompt_length="tokenizer_too_slow")
+            dict(ch12.matching._SYMPTOM_RIGHT, ttft_grows_with_prompt_length="tokenizer_too_slow")
         ),
         "ttft_grows_with_prompt_length:",
         "millisecond",

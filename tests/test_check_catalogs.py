@@ -3,7 +3,7 @@ the widgets' `llmlab/course/{figures,widgets}/messages/*.json`) and the code tha
 agree: every key a module uses (read from its source: the literal first argument of `M(...)`,
 `M.key(...)`, `M.template(...)`, `M.text(...)` where `M = catalog("...")`, every key of the
 section `M.by_english(text, "section")` looks in, and the key "section.name" of each option of
-`M.choices("section", (...names))`) is in its catalog, every catalog key is used,
+`M.choices("section", (...names))` or `M.texts(...)`) is in its catalog, every catalog key is used,
 the keywords of a call fill exactly the template's placeholders, and every entry has a Chinese
 text made from its current English (`en_sha`) with the same placeholders. Planted mistakes (a
 stale hash, a missing key, an unused key, a wrong keyword, an English text in the zh) are caught,
@@ -35,7 +35,7 @@ from llmlab.course.lang import en_sha
 
 CHECK_DIR = Path(__file__).resolve().parent.parent / "llmlab" / "course" / "check"
 BUILD_DIR = CHECK_DIR.parent / "build"
-LOOKUPS = {"__call__", "key", "template", "text", "by_english", "choices"}
+LOOKUPS = {"__call__", "key", "template", "text", "by_english", "choices", "texts"}
 # the folders whose modules keep their words in catalogs of their own ("figures.ch07")
 TEXT_FOLDERS = ("figures", "widgets")
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -90,7 +90,11 @@ def uses(source: str, name: str) -> list[Use]:
             continue
         if method not in LOOKUPS:
             continue
-        if method == "choices" and len(node.args) == 2 and isinstance(node.args[0], ast.Constant):
+        if (
+            method in ("choices", "texts")
+            and len(node.args) == 2
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names = node.args[1]
             if isinstance(names, (ast.Tuple, ast.List)):  # a key per option
                 found += [
@@ -104,7 +108,7 @@ def uses(source: str, name: str) -> list[Use]:
                     if isinstance(n, ast.Constant)
                 ]
                 continue
-        if method in ("by_english", "choices"):  # every key of the section it names
+        if method in ("by_english", "choices", "texts"):  # every key of the section it names
             section = node.args[1] if len(node.args) > 1 else None
             prefix = section.value if isinstance(section, ast.Constant) else "<not a literal>"
             found.append(Use(f"{name}.py:{node.lineno}", bound[owner], f"{prefix}.*", None))
@@ -163,7 +167,10 @@ def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]
 def checker_sources() -> dict[str, str]:
     """{module name: source} of the checkers ("ch04"), the build exercises ("build/ch07"), the
     figures and the widgets ("figures/ch07")."""
-    found = {p.stem: p.read_text(encoding="utf-8") for p in sorted(CHECK_DIR.glob("*.py"))}
+    found = {  # a chapter's package by its modules: "ch11/questions"
+        p.relative_to(CHECK_DIR).with_suffix("").as_posix(): p.read_text(encoding="utf-8")
+        for p in sorted(CHECK_DIR.rglob("*.py"))
+    }
     for folder in ("build", *TEXT_FOLDERS):
         found |= {
             f"{folder}/{p.stem}": p.read_text(encoding="utf-8")
@@ -194,7 +201,9 @@ def test_checkers_and_their_catalogs_agree():
     assert {"core", "predict", "ch04", "ch09", "ch12", "figures.ch07", "widgets.kv"} <= set(
         catalogs
     )
-    assert {"ch09", "build/ch07", "build/ch11_pool", "figures/ch07", "widgets/kv"} <= set(sources)
+    assert {"ch09/questions", "build/ch07", "build/ch11_pool", "figures/ch07", "widgets/kv"} <= set(
+        sources
+    )
     problems = findings(sources, catalogs)
     assert not problems, "\n".join(problems)
     users = {use.catalog for name, src in sources.items() for use in uses(src, name)}
@@ -249,19 +258,25 @@ def check(answer, got):
 '''
 
 
+def _catalog_of(tmp_path: Path, texts: dict[str, tuple[str, str]], **zh_sha) -> Catalog:
+    """The catalog "planted" of `texts` {key: (English, Chinese)}, each Chinese made from its
+    English unless `zh_sha` gives the key ("kv.x" as kv_x) the hash of another English."""
+    messages = {
+        key: {"en": en, "en_sha": zh_sha.get(key.replace(".", "_"), en_sha(en)), "zh": zh}
+        for key, (en, zh) in texts.items()
+    }
+    path = tmp_path / "planted.json"
+    write_catalog(path, messages)
+    return Catalog("planted", path)
+
+
 def _planted_catalog(tmp_path: Path, **zh_sha) -> Catalog:
     entries = {
         "kv.wrong_dtype": ("that uses {got} bytes per number.", "这里每个数按 {got} 个字节算了。"),
         "table.a": ("a hint.", "一个提示。"),
         "kv.unused": ("nobody shows this.", "没有人显示这句。"),
     }
-    messages = {
-        key: {"en": en, "en_sha": zh_sha.get(key.replace(".", "_"), en_sha(en)), "zh": zh}
-        for key, (en, zh) in entries.items()
-    }
-    path = tmp_path / "planted.json"
-    write_catalog(path, messages)
-    return Catalog("planted", path)
+    return _catalog_of(tmp_path, entries, **zh_sha)
 
 
 def test_planted_mistakes_are_caught(tmp_path):
@@ -276,15 +291,8 @@ def test_planted_mistakes_are_caught(tmp_path):
 
 
 def test_planted_placeholder_mismatch_and_missing_translation_are_caught(tmp_path):
-    path = tmp_path / "planted.json"
-    write_catalog(
-        path,
-        {
-            "a": {"en": "{got} bytes.", "en_sha": en_sha("{got} bytes."), "zh": "{n} 个字节。"},
-            "b": {"en": "no Chinese yet.", "en_sha": en_sha("no Chinese yet."), "zh": ""},
-        },
-    )
-    problems = Catalog("planted", path).problems()
+    texts = {"a": ("{got} bytes.", "{n} 个字节。"), "b": ("no Chinese yet.", "")}
+    problems = _catalog_of(tmp_path, texts).problems()
     assert any("'a': placeholders ['n'] in zh" in p for p in problems), problems
     assert any("'b' has no zh text" in p for p in problems), problems
 
@@ -296,16 +304,13 @@ def test_an_untranslated_zh_is_caught_and_a_template_of_punctuation_is_not(tmp_p
         "untranslated": ("a hint.", "a hint."),
         "kept": ("decode step {n}", "decode step {n}"),  # terms Chinese keeps in English
     }
-    path = tmp_path / "planted.json"
-    write_catalog(
-        path, {k: {"en": en, "en_sha": en_sha(en), "zh": zh} for k, (en, zh) in texts.items()}
-    )
+    cat = _catalog_of(tmp_path, texts)
     source = (
         'from x import catalog\nM = catalog("planted")\ndef f():\n'
         '    return M("joined", what=1, why=2) + M("dashed", where=1, what=2) + M("untranslated")'
         ' + M("kept", n=1)\n'
     )
-    problems = findings({"planted": source}, {"planted": Catalog("planted", path)})
+    problems = findings({"planted": source}, {"planted": cat})
     assert problems == ["planted.json: 'untranslated': Chinese in the English, or none in the zh"]
 
 
@@ -350,12 +355,8 @@ def test_a_folder_s_catalog_sits_beside_its_modules():
 def test_choices_are_a_tuple_of_names_printed_with_their_labels(tmp_path):
     import copy
 
-    path = tmp_path / "planted.json"
     texts = {"step.tokenize": ("split the text", "分词"), "step.lm_head": ("logits", "输出层")}
-    write_catalog(
-        path, {k: {"en": en, "en_sha": en_sha(en), "zh": zh} for k, (en, zh) in texts.items()}
-    )
-    cat = Catalog("planted", path)
+    cat = _catalog_of(tmp_path, texts)
     steps = cat.choices("step", ("tokenize", "lm_head"))
     assert steps == ("tokenize", "lm_head") and steps.index("lm_head") == 1 and "tokenize" in steps
     assert copy.deepcopy(steps) == ("tokenize", "lm_head")
@@ -371,15 +372,8 @@ def test_choices_are_a_tuple_of_names_printed_with_their_labels(tmp_path):
 
 
 def test_a_section_is_looked_up_by_its_english(tmp_path):
-    path = tmp_path / "planted.json"
-    write_catalog(
-        path,
-        {
-            "header.policy": {"en": "policy", "en_sha": en_sha("policy"), "zh": "策略"},
-            "title.policy": {"en": "policy", "en_sha": en_sha("policy"), "zh": "政策"},
-        },
-    )
-    cat = Catalog("planted", path)
+    texts = {"header.policy": ("policy", "策略"), "title.policy": ("policy", "政策")}
+    cat = _catalog_of(tmp_path, texts)
     with i18n.speaking("zh"):
         assert cat.by_english("policy", "header") == "策略"
         assert cat.by_english("steps", "header") == "steps"  # not in the section: as it is
@@ -387,3 +381,23 @@ def test_a_section_is_looked_up_by_its_english(tmp_path):
     source = 'M = catalog("planted")\ndef f(h):\n    return M.by_english(h, "header")\n'
     problems = findings({"planted": source}, {"planted": cat})
     assert problems == ["planted.json: 'title.policy' is used nowhere"]
+
+
+def test_texts_are_a_table_of_a_section_s_entries_in_the_language_in_use(tmp_path):
+    texts = {
+        "options.a": ("the batch", "批大小"),
+        "options.b": ("the context", "上下文"),
+        "options.c": ("nothing read", "没人读"),
+    }
+    cat = _catalog_of(tmp_path, texts)
+    options = cat.texts("options", ("a", "b"))
+    assert list(options) == ["a", "b"] and len(options) == 2 and "c" not in options
+    assert dict(options) == {"a": "the batch", "b": "the context"}
+    with i18n.speaking("zh"):
+        assert options["b"] == "上下文"
+    source = 'M = catalog("planted")\nO = M.texts("options", ("a", "b", "d"))\n'
+    problems = findings({"planted": source}, {"planted": cat})
+    assert problems == [
+        "planted.py:2: 'options.d' is not in planted.json",
+        "planted.json: 'options.c' is used nowhere",
+    ]

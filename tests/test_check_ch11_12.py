@@ -89,7 +89,6 @@ def test_source_q5_matching():
         ch11.cached_tokens,
         ch11.max_wasted_slots,
         ch11.source_q5,
-        ch12.generation_loop_order,
         ch12.glossary_match,
         ch12.vllm_fixes,
     ],
@@ -118,26 +117,6 @@ def test_waste_trace_has_the_paper_shape():
 
 
 # ---- chapter 12 ---------------------------------------------------------------------------
-
-
-def test_generation_loop_order():
-    right = [
-        "tokenize",
-        "embed",
-        "qkv_projection",
-        "attention",
-        "ffn",
-        "lm_head",
-        "sample",
-        "append",
-    ]
-    assert sorted(right) == sorted(ch12.LOOP_SHUFFLED)
-    assert ch12.generation_loop_order(right).passed
-    wrong = right[:]
-    wrong[3], wrong[4] = wrong[4], wrong[3]  # ffn before attention
-    _fails_with(ch12.generation_loop_order(wrong), "'ffn'", "'attention'")
-    _fails_with(ch12.generation_loop_order(right[:-1]), "missing ['append']")
-    assert ch12.generation_loop_order(list(reversed(right))).passed is False
 
 
 def test_glossary_match_accepts_any_listed_chinese_name():
@@ -270,7 +249,7 @@ def test_kv_gb_fresh_case_names_the_mistakes():
 
 
 def test_q3_fresh_case_is_far_from_the_seeds_promise_and_names_the_kv_cache():
-    ratio, bound, ratio_no_kv = ch12._q3_fresh()
+    ratio, bound, ratio_no_kv = ch12.fresh_cases._q3_fresh()
     assert ratio < ch12.Q3_BATCH / 2 < ratio_no_kv, (
         "long contexts must break the near-batch-fold gain"
     )

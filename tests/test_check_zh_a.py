@@ -8,15 +8,14 @@ placeholders, no pair is resolved at import time, and the Chinese uses the gloss
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
 import inspect
-import io
 import re
 from pathlib import Path
 
 import matplotlib
 import pytest
+from checker_modules import checker_files, checker_modules, quiet
 from test_zh_terms import PENDING_TERMS
 
 from llmlab import i18n
@@ -28,7 +27,7 @@ from llmlab.utils import width
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [f"ch0{i}" for i in range(6)]
-FILES = [ROOT / "llmlab" / "course" / "check" / f"{m}.py" for m in ["core", "predict", *CHAPTERS]]
+FILES = [p for m in ["core", "predict", *CHAPTERS] for p in checker_files(m)]
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -49,11 +48,6 @@ def en(monkeypatch):
     monkeypatch.setattr(core, "_WRONG_TRIES", {})
     i18n.set_language("en")
     yield
-
-
-def quiet(fn, *args, **kwargs):
-    with contextlib.redirect_stdout(io.StringIO()):
-        return fn(*args, **kwargs)
 
 
 def single_answer_exercises():
@@ -86,7 +80,7 @@ def _placeholders(node: ast.AST) -> list[str]:
     return sorted(ast.unparse(v.value) for v in ast.walk(node) if isinstance(v, ast.FormattedValue))
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_pair_has_the_same_placeholders_and_chinese_on_the_right(path):
     for call in _tr_calls(path):  # a module whose texts are all in its catalog has none
         if len(call.args) != 2:  # tr(*PAIR): the pair is checked where it is written
@@ -108,7 +102,7 @@ def test_every_pair_has_the_same_placeholders_and_chinese_on_the_right(path):
             assert CJK.search(zh_text), ast.unparse(call)[:200]
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_pair_is_resolved_at_import_time(path):
     """tr is called inside functions only: a module constant would be fixed before the
     student's first cell chooses the language."""
@@ -123,13 +117,13 @@ def test_no_pair_is_resolved_at_import_time(path):
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_hint_dicts_hold_english_chinese_pairs(name):
-    module = importlib.import_module(f"llmlab.course.check.{name}")
     dicts = {
-        k: v
+        k: (v, module)
+        for module in checker_modules(name)
         for k, v in vars(module).items()
         if re.search(r"HINT|WHY|NO_CACHE", k) and isinstance(v, dict)
     }
-    for dname, d in dicts.items():
+    for dname, (d, module) in dicts.items():
         for key, pair in d.items():
             if isinstance(pair, str):  # a key of the chapter's catalog: its two texts
                 assert pair in module.M.entries, (dname, key)
@@ -155,7 +149,7 @@ def test_chinese_uses_the_glossary_terms():
                 found += [
                     f"{path.name}:{node.lineno}: {u}"
                     for u in zh_synonym_uses(node.value)
-                    if (f"llmlab/course/check/{path.name}", u.found) not in PENDING_TERMS
+                    if (path.relative_to(ROOT).as_posix(), u.found) not in PENDING_TERMS
                 ]
                 assert "内核" not in node.value and "对数几率" not in node.value, node.value
     assert not found, "\n".join(found)
@@ -193,23 +187,14 @@ def test_core_messages_in_chinese(zh):
     assert CJK.search(quiet(core.check_callable, "t.f", lambda a: 2, [((1,), 1)]).message)
     assert "这里要一个函数" in quiet(core.check_callable, "t.f", 3, [((1,), 1)]).message
     assert "dict" in quiet(core.check_dict_keys, "t.d", 3, ["a"]).message
-    wrong = quiet(
-        core.check_matching,
-        "t.m",
-        {"a": "x", "b": "q"},
-        {"a": "x", "b": "x"},
-        choices=("x", "y"),
-        hints={"a": "甲。", "b": "乙。"},
-    )
-    assert wrong.message == "b：请从 ['x', 'y'] 中选一个。"
-    assert quiet(
-        core.check_matching,
-        "t.m",
-        {"a": "x", "b": "x"},
-        {"a": "x", "b": "x"},
-        choices=("x", "y"),
-        hints={"a": "甲。", "b": "乙。"},
-    ).message == core.M.template("correct", "zh")
+    for answer, message in (
+        ({"a": "x", "b": "q"}, "b：请从 ['x', 'y'] 中选一个。"),
+        ({"a": "x", "b": "x"}, core.M.template("correct", "zh")),
+    ):
+        right = {"a": "x", "b": "x"}
+        hints = {"a": "甲。", "b": "乙。"}
+        got = quiet(core.check_matching, "t.m", answer, right, choices=("x", "y"), hints=hints)
+        assert got.message == message, answer
 
 
 def test_staged_hint_in_chinese_waits_for_the_second_try(zh):

@@ -24,18 +24,17 @@ import nbformat
 import pytest
 from english_prose import find_english_prose
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-from notebook_grading import NOTEBOOKS, ZH_CHAPTERS, grade_subprocess
+from notebook_grading import NOTEBOOKS, ZH_CHAPTERS, grade_subprocess, sample_report
 
 from llmlab.course.check.core import NOT_ANSWERED
 from llmlab.course.instructor import (
     MANIFEST_NAME,
     NOT_RECORDED,
-    ExerciseResult,
-    GradeReport,
     exercise_ids,
     fill_solutions,
     grade_main,
     grading,
+    kernel_run,
     read_answers,
     student_main,
     student_notebook,
@@ -341,7 +340,7 @@ def test_grader_counts_exercises_after_a_crash_and_interrupts_slow_cells(tmp_pat
 def test_a_kernel_that_ignores_interrupts_ends_the_run(tmp_path, monkeypatch):
     # 12 s per cell, as the crash test above: the first cell imports llmlab, which takes seconds
     # on a busy machine; only the endless cell reaches the limit
-    monkeypatch.setattr(grading, "PROBE_TIMEOUT_S", 2)
+    monkeypatch.setattr(kernel_run, "PROBE_TIMEOUT_S", 2)
     nb = new_notebook(
         cells=[
             new_code_cell("from llmlab.course.check import ch00\nimport signal, time"),
@@ -415,21 +414,7 @@ def test_package_fingerprint_sees_an_edited_checker_but_not_compiled_caches(tmp_
 
 
 def test_text_report_lists_each_exercise_and_the_total():
-    rep = GradeReport(
-        "nb.ipynb",
-        [
-            ExerciseResult("ch00.a", True, "correct."),
-            ExerciseResult("ch00.bb", False, "count again."),
-        ],
-        [
-            {
-                "cell": "3 (1/0)",
-                "index": 3,
-                "ename": "ZeroDivisionError",
-                "evalue": "division by zero",
-            }
-        ],
-    )
+    rep = sample_report()
     lines = rep.text().splitlines()
     assert lines[0] == "nb.ipynb"
     assert lines[1].split() == ["PASS", "ch00.a", "correct."]

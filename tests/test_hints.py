@@ -19,12 +19,13 @@ import string
 from pathlib import Path
 
 import pytest
+from checker_modules import checker_files, checker_modules
 
 from llmlab.course.check import core
 from llmlab.course.instructor.leaks import number_forms
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "course" / "check").glob("ch[0-9][0-9].py"))
+MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "course" / "check").glob("ch[0-9][0-9]*"))
 SNIPPET = re.compile(r"`([^`\n]+)`")
 CALL = re.compile(r"[A-Za-z_][\w.]*\([^()]*\)")  # a call written in prose: mod.f(...)
 
@@ -65,8 +66,13 @@ def strings_of(module_name: str) -> list[str]:
     f-strings contribute their constant parts. A module that keeps its texts in a catalog
     (`llmlab.course.check.catalog`) contributes every text of it, in both languages, each
     template's parts between its placeholders."""
-    tree = ast.parse(
-        (ROOT / "llmlab" / "course" / "check" / f"{module_name}.py").read_text(encoding="utf-8")
+    tree = ast.Module(
+        [
+            node
+            for path in checker_files(module_name)
+            for node in ast.parse(path.read_text(encoding="utf-8")).body
+        ],
+        [],
     )
     found: list[str] = []
     for node in ast.walk(tree):
@@ -130,7 +136,8 @@ def namespace(module) -> dict:
     import torch.nn.functional as F
 
     ns = {"math": math, "np": np, "numpy": np, "torch": torch, "F": F, "sqrt": math.sqrt}
-    ns.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    for part in checker_modules(module.__name__.rpartition(".")[2]):
+        ns.update({k: v for k, v in vars(part).items() if not k.startswith("__")})
     return ns
 
 
@@ -275,3 +282,25 @@ def test_planted_giveaway_hints_are_caught():
     assert any("scale" in f and "a * b" in f for f in found)
     assert any("fused" in f and "operator.mul" in f for f in found), found
     assert not any("nothing" in f for f in found)
+
+
+# (checker, a wrong answer no listed mistake explains, a word of the formula its hint adds)
+STAGED = [
+    ("ch01.utf8_bytes", 99, "ASCII"),
+    ("ch01.id_bits", 99, "2**n"),
+    ("ch01.embedding_bytes", 99, "row"),
+    ("ch10.tpot", 0.9, "(E2EL − TTFT) / (n − 1)"),
+    ("ch10.mean_tpot", 0.9, "n ≥ 2"),
+    ("ch10.ttlt", 0.9, "TTFT + (n − 1) · TPOT"),
+    ("ch10.goodput", 0.9, "/ duration"),
+]
+
+
+@pytest.mark.parametrize("exercise, wrong, formula", STAGED, ids=[s[0] for s in STAGED])
+def test_the_formula_comes_only_from_the_second_wrong_try(exercise, wrong, formula):
+    chapter, name = exercise.split(".")
+    checker = getattr(importlib.import_module(f"llmlab.course.check.{chapter}"), name)
+    core._WRONG_TRIES.pop(exercise, None)
+    first, second = quiet(checker, wrong), quiet(checker, wrong)
+    assert not first.passed and formula not in first.message
+    assert formula in second.message and second.message.startswith(first.message)

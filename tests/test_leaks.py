@@ -12,14 +12,23 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from llmlab.course.instructor.leaks import find_leaks, number_forms, read_expected_log
 
 
-def _nb(markdown_above: str, output_above: str, markdown_below: str = ""):
+def _nb(
+    markdown_above: str,
+    output_above: str,
+    markdown_below: str = "",
+    exercise: str = "ch04.kv_gb_for_request",
+):
+    """A notebook: markdown, a cell that printed `output_above`, the call of `exercise`'s
+    checker, markdown below it."""
     shown = new_code_cell("print(x)")
     shown.outputs = [new_output("stream", name="stdout", text=output_above)]
+    chapter, _ = exercise.split(".")
+    call = f"from llmlab.course.check import {chapter}\n{exercise}(None)"
     return new_notebook(
         cells=[
             new_markdown_cell(markdown_above),
             shown,
-            new_code_cell("from llmlab.course.check import ch04\nch04.kv_gb_for_request(None)"),
+            new_code_cell(call),
             new_markdown_cell(markdown_below),
         ]
     )
@@ -114,16 +123,7 @@ def test_a_hash_prefix_is_not_a_number_but_a_number_with_its_unit_is():
 
 
 def _word_nb(markdown_above: str, output_above: str, below: str = ""):
-    shown = new_code_cell("print(x)")
-    shown.outputs = [new_output("stream", name="stdout", text=output_above)]
-    return new_notebook(
-        cells=[
-            new_markdown_cell(markdown_above),
-            shown,
-            new_code_cell("from llmlab.course.check import ch07\nch07.decode_bound(None)"),
-            new_markdown_cell(below),
-        ]
-    )
+    return _nb(markdown_above, output_above, below, exercise="ch07.decode_bound")
 
 
 WORDS = {"ch07.decode_bound": [("memory", (64.0, 1024.0), ("compute",))]}

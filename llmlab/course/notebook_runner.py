@@ -37,7 +37,7 @@ def execute_notebook(
     import nbformat
     from nbclient import NotebookClient
 
-    from llmlab.course.instructor.grading import ipc_kernel_manager
+    from llmlab.course.instructor.kernel_run import ipc_kernel_manager
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)

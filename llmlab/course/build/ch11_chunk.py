@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from llmlab.core.scheduler import Scheduler, SchedulerOutput
 from llmlab.core.request import RequestStatus
+from llmlab.core.scheduler import Scheduler, SchedulerOutput
 
 ENGINE_MAX_STEPS = 400
 MAX_STEPS = 60
@@ -69,8 +69,8 @@ def package_plan(case: dict) -> list[list]:
     """The package's `Scheduler` in the state `case` describes (running requests with the tokens
     they have left, waiting prompts, the budget; a roomy pool, prefix caching off): the requests
     and tokens of its next step, as [[id, tokens], ...]."""
-    from llmlab.kvcache.manager import KVCacheManager
     from llmlab.core.request import Request
+    from llmlab.kvcache.manager import KVCacheManager
     from llmlab.sampling import SamplingParams
 
     kv = KVCacheManager(num_blocks=256, block_size=4, enable_caching=False)
@@ -121,8 +121,8 @@ def prefill_steps(
     """Chapter 11's prediction, run through the plan: `decodes` requests decode when a
     `prompt_len`-token prompt arrives; steps until its first token (fake tokens, no model).
     Returns {"steps", "prefill": [prompt tokens per step], "total": [tokens per step]}."""
-    from llmlab.kvcache.manager import KVCacheManager
     from llmlab.core.request import Request
+    from llmlab.kvcache.manager import KVCacheManager
     from llmlab.sampling import SamplingParams
 
     kv = KVCacheManager(

@@ -105,6 +105,11 @@ class Catalog:
         """The options `names` of an exercise, labelled by the entries "<section>.<name>"."""
         return Choices(self, section, names)
 
+    def texts(self, section: str, names: tuple[str, ...]) -> Texts:
+        """{name: the entry "<section>.<name>" in the language in use} for each of `names`: the
+        options of a multiple-choice exercise, or its hint per wrong option."""
+        return Texts(self, {name: f"{section}.{name}" for name in names})
+
     def by_english(self, text: str, section: str) -> str:
         """The entry of `section` (the keys "<section>.…") whose English is `text`, in the
         language in use; `text` itself where the section has none. For texts that arrive in

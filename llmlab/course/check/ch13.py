@@ -11,7 +11,7 @@ import torch
 from llmlab.analysis import costs
 from llmlab.analysis.kv_budget import kv_summary
 from llmlab.config import get_config
-from llmlab.course.check.catalog import Texts, catalog
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -34,20 +34,9 @@ SCALE_BYTES = 4
 
 # Exercise 3: int8 reads a quarter of float32's bytes; why is the measured step not 4x faster?
 # the options, {key: text} in the language in use; the keys are the answers
-SPEEDUP_OPTIONS = Texts(
-    M,
-    {
-        "scales": M.key("why_options.scales"),
-        "fixed_costs": M.key("why_options.fixed_costs"),
-        "kv_cache": M.key("why_options.kv_cache"),
-        "gpu_only": M.key("why_options.gpu_only"),
-    },
-)
-_SPEEDUP_HINTS = {  # a wrong option -> catalog key of its hint
-    "scales": M.key("why_hints.scales"),
-    "kv_cache": M.key("why_hints.kv_cache"),
-    "gpu_only": M.key("why_hints.gpu_only"),
-}
+SPEEDUP_OPTIONS = M.texts("why_options", ("scales", "fixed_costs", "kv_cache", "gpu_only"))
+# a wrong option -> catalog key of its hint
+_SPEEDUP_HINTS = M.texts("why_hints", ("scales", "kv_cache", "gpu_only"))
 
 # Exercise 2: Llama-3-8B, BF16 weights, on an L4, requests of CONTEXT tokens; the budget keeps
 # chapter 04's rule (utilisation × memory − weights − activations) with its task's 1 GB of activations
@@ -174,7 +163,7 @@ def why_not_4x(answer: Any) -> CheckResult:
         answer,
         "fixed_costs",
         options=list(SPEEDUP_OPTIONS),
-        hints={k: M(v) for k, v in _SPEEDUP_HINTS.items()},
+        hints=_SPEEDUP_HINTS,
     )
 
 

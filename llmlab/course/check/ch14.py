@@ -8,7 +8,7 @@ from typing import Any
 
 from llmlab.analysis.speculation import chi_square_sf, expected_tokens_per_step
 from llmlab.course.build import drive
-from llmlab.course.check.catalog import Texts, catalog
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -45,20 +45,10 @@ FALSE_ALARM = 1e-7
 ACCEPTANCE, K = 0.6, 4
 
 # Exercise 3: why speculation stops paying at a large batch
-CROSSING_OPTIONS = Texts(
-    M,
-    {
-        "compute_bound": M.key("crossing_options.compute_bound"),
-        "acceptance_falls": M.key("crossing_options.acceptance_falls"),
-        "memory_full": M.key("crossing_options.memory_full"),
-        "drafts_cost": M.key("crossing_options.drafts_cost"),
-    },
+CROSSING_OPTIONS = M.texts(
+    "crossing_options", ("compute_bound", "acceptance_falls", "memory_full", "drafts_cost")
 )
-_CROSSING_HINTS = {
-    "acceptance_falls": M.key("crossing_hints.acceptance_falls"),
-    "memory_full": M.key("crossing_hints.memory_full"),
-    "drafts_cost": M.key("crossing_hints.drafts_cost"),
-}
+_CROSSING_HINTS = M.texts("crossing_hints", ("acceptance_falls", "memory_full", "drafts_cost"))
 
 
 def expected_counts(rows: list[list[float]], drafts: list[int], trials: int) -> list[float]:
@@ -184,7 +174,7 @@ def why_it_stops_paying(answer: Any) -> CheckResult:
         answer,
         "compute_bound",
         options=list(CROSSING_OPTIONS),
-        hints={k: M(v) for k, v in _CROSSING_HINTS.items()},
+        hints=_CROSSING_HINTS,
     )
 
 

@@ -32,7 +32,7 @@ from llmlab.course.build.ch16 import (
     make_case,
     make_partials,
 )
-from llmlab.course.check.catalog import Texts, catalog
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
@@ -352,20 +352,8 @@ def busy_share(answer: Any) -> CheckResult:
 
 # ----------------------------------------------------------------------------- exercise 4
 
-EAGER_OPTIONS = Texts(
-    M,
-    {
-        "a": M.key("eager_options.a"),
-        "b": M.key("eager_options.b"),
-        "c": M.key("eager_options.c"),
-        "d": M.key("eager_options.d"),
-    },
-)
-_EAGER_HINTS = {
-    "a": M.key("eager_hints.a"),
-    "c": M.key("eager_hints.c"),
-    "d": M.key("eager_hints.d"),
-}
+EAGER_OPTIONS = M.texts("eager_options", ("a", "b", "c", "d"))
+_EAGER_HINTS = M.texts("eager_hints", ("a", "c", "d"))
 
 
 def eager_step(answer: Any) -> CheckResult:
@@ -376,7 +364,7 @@ def eager_step(answer: Any) -> CheckResult:
         answer,
         "b",
         options=list(EAGER_OPTIONS),
-        hints={k: M(v) for k, v in _EAGER_HINTS.items()},
+        hints=_EAGER_HINTS,
     )
 
 

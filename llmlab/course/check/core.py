@@ -20,7 +20,6 @@ import json
 import math
 import os
 import re
-import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -407,57 +406,3 @@ def check_matching(
     if problems:
         return report(not_yet(exercise, sentences(*problems)))
     return report(passed(exercise, success))
-
-
-def code_names(code: types.CodeType) -> set[str]:
-    """Every global, attribute and free-variable name a function's code (and the code nested in
-    it: comprehensions, inner functions) refers to."""
-    names = set(code.co_names) | set(code.co_freevars)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= code_names(const)
-    return names
-
-
-def refuse_package_piece(
-    exercise: str, answer: Any, must_define: tuple[str, ...] = ()
-) -> CheckResult | None:
-    """The reported "not yet" when a build exercise's answer is the package's own function or
-    class (what the student's piece is compared with, so it passes trivially) or a class that
-    leaves one of `must_define` to the package's base class; None for the student's own piece.
-    Works on the grader's stand-in too (a package function travels by reference, a class of the
-    notebook by its source)."""
-    spec = getattr(answer, "spec", None) if getattr(answer, "grader_stand_in", False) else None
-    name = str(getattr(answer, "__name__", type(answer).__name__))
-    if isinstance(spec, dict):
-        own = "module" in spec and str(spec["module"]).split(".")[0] == "llmlab"
-        source = str(spec.get("source", ""))
-        missing = [m for m in must_define if not re.search(rf"\bdef {m}\(", source)]
-    else:
-        module = getattr(answer, "__module__", None)
-        own = isinstance(module, str) and module.split(".")[0] == "llmlab"
-        missing = (
-            [m for m in must_define if m not in vars(answer)] if isinstance(answer, type) else []
-        )
-    if own:
-        return report(not_yet(exercise, M("build.package_piece", name=name)))
-    if missing and "module" not in (spec or {}):
-        return report(
-            not_yet(exercise, M("build.must_define", name=name, missing=", ".join(missing)))
-        )
-    return None
-
-
-def earlier_names(scope: dict[str, Any], renamed: dict[str, str]) -> Callable[[str], Any]:
-    """A module `__getattr__` that answers an exercise's earlier name (`renamed`: old -> new) with
-    a checker calling the new one as the module holds it at call time, so that a notebook handed
-    out before a rename still reaches the checker the grader wraps (and records under the new id).
-    Usage, in a checker module: `__getattr__ = earlier_names(globals(), {"seed_q3": "source_q3"})`."""
-
-    def __getattr__(name: str) -> Any:
-        if name in renamed:
-            new = renamed[name]
-            return lambda answer: scope[new](answer)
-        raise AttributeError(f"module {scope.get('__name__')!r} has no attribute {name!r}")
-
-    return __getattr__

@@ -60,6 +60,36 @@ def _fmt(x: float, unit: str) -> str:
     return f"{text} {unit}".strip()
 
 
+# (a far miss in decades, a near one) per side of the measurement
+_MISS_KEYS = {
+    "too high": (M.key("verdict.decades_too_high"), M.key("verdict.too_high")),
+    "too low": (M.key("verdict.decades_too_low"), M.key("verdict.too_low")),
+}
+
+
+def _verdict(
+    p: float,
+    m: float,
+    ratio: float | None,
+    baseline: float | None,
+    tolerance: float,
+    if_high: str,
+    if_low: str,
+) -> tuple[str, str, str]:
+    """(verdict, its message, what the miss suggests) for prediction `p` beside measurement `m`."""
+    if baseline is not None and (p - baseline) * (m - baseline) < 0:
+        up = M("direction.up") if m > baseline else M("direction.down")
+        return "wrong direction", M("verdict.wrong_direction", up=up), if_high if p > m else if_low
+    if ratio is not None and 1 / tolerance <= ratio <= tolerance:
+        key = M.key("verdict.close") if baseline is None else M.key("verdict.close_direction")
+        return "close", M(key, tolerance=tolerance), ""
+    verdict = "too high" if p > m else "too low"
+    decades = math.log10(max(p, m) / min(p, m)) if ratio else float("nan")
+    far, near = _MISS_KEYS[verdict]
+    msg = M(far, decades=decades) if ratio and decades >= 1 else M(near, tolerance=tolerance)
+    return verdict, msg, if_high if p > m else if_low
+
+
 def compare(
     prediction: Any,
     measured: Any,
@@ -109,34 +139,7 @@ def compare(
         ratio = None
     if baseline is not None:
         rows.append((M("row.baseline"), _fmt(baseline, unit)))
-    if baseline is not None and (p - baseline) * (m - baseline) < 0:
-        up = M("direction.up") if m > baseline else M("direction.down")
-        verdict, msg = "wrong direction", M("verdict.wrong_direction", up=up)
-        extra = if_high if p > m else if_low
-    elif ratio is not None and 1 / tolerance <= ratio <= tolerance:
-        verdict, extra = "close", ""
-        if baseline is None:
-            msg = M("verdict.close", tolerance=tolerance)
-        else:
-            msg = M("verdict.close_direction", tolerance=tolerance)
-    elif p > m:
-        decades = math.log10(p / m) if ratio else float("nan")
-        verdict = "too high"
-        msg = (
-            M("verdict.decades_too_high", decades=decades)
-            if ratio and decades >= 1
-            else M("verdict.too_high", tolerance=tolerance)
-        )
-        extra = if_high
-    else:
-        decades = math.log10(m / p) if ratio else float("nan")
-        verdict = "too low"
-        msg = (
-            M("verdict.decades_too_low", decades=decades)
-            if ratio and decades >= 1
-            else M("verdict.too_low", tolerance=tolerance)
-        )
-        extra = if_low
+    verdict, msg, extra = _verdict(p, m, ratio, baseline, tolerance, if_high, if_low)
     message = sentences(msg, extra) if extra else msg
     print(f"[predict {shown}]")
     print(textwrap.indent(format_table(rows, align="l"), "  "))

@@ -1,7 +1,7 @@
 """Answers as the grader carries them out of the student's kernel: plain JSON, nothing executable.
 
 The grader never trusts what a notebook prints. Instead, before the first cell runs, it wraps
-each exercise's checker in the kernel (`record_calls`): every call appends the arguments it was
+each exercise's checker in the kernel (`recording.record_calls`): every call appends the arguments it was
 given to a file the grader chose, one JSON line per call, and then runs the checker as before so
 the student still sees its line. After the run the grader reads that file and hands the answers
 to a checker process of its own (`llmlab.course.instructor.recheck`), which decodes them here.
@@ -40,9 +40,9 @@ import math
 import sys
 import textwrap
 import types
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from llmlab.course.check.core import code_names
+from llmlab.course.check.build_guard import code_names
 
 MAX_DEPTH = 32  # nesting of lists, dicts, functions' globals
 MAX_RECORD_CHARS = 8 * 2**20  # one recorded call
@@ -229,17 +229,22 @@ def _notebook_kernel(value: Any) -> types.FunctionType | None:
     return None
 
 
+def _source(fn: types.FunctionType, kind: str, how: str) -> str:
+    """The source of a `kind` ("function", "kernel") the notebook defined; a reading error
+    says `how` to define it so that it can be read."""
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise AnswerFormatError(
+            f"the source of your {kind} {fn.__name__} cannot be read ({e}); {how}"
+        ) from None
+
+
 def _kernel_spec(fn: types.FunctionType, depth: int) -> dict:
     """Source and globals of a Triton kernel the notebook defined: its source keeps the
     decorator, so that defining it again (in the sandbox) makes a kernel again, and its globals
     are those of the whole statement (`triton` of the decorator included)."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as e:
-        raise AnswerFormatError(
-            f"the source of your kernel {fn.__name__} cannot be read ({e}); "
-            f"define it with @triton.jit and def in a cell"
-        ) from None
+    source = _source(fn, "kernel", "define it with @triton.jit and def in a cell")
     code = compile(source, f"<your kernel {fn.__name__}>", "exec")
     used = _used_globals(code, dict(fn.__globals__), {fn.__name__}, depth, {id(fn)})
     return {"name": fn.__name__, "source": source, "globals": used}
@@ -277,13 +282,7 @@ def _used_globals(
 def _function_spec(fn: types.FunctionType, depth: int, seen: set[int]) -> dict:
     """Source and globals of a function the notebook defined (and of the helpers it calls)."""
     seen = seen | {id(fn)}
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as e:
-        raise AnswerFormatError(
-            f"the source of your function {fn.__name__} cannot be read ({e}); "
-            f"define it with def in a cell"
-        ) from None
+    source = _source(fn, "function", "define it with def in a cell")
     if fn.__name__ == "<lambda>":
         source = _lambda_source(source)
     scope = dict(fn.__globals__)
@@ -426,47 +425,3 @@ def build_function(spec: dict, namespace: dict | None = None) -> Callable:
     linecache.cache[filename] = (len(spec["source"]), None, lines, filename)
     exec(compile(spec["source"], filename, "exec"), ns)
     return ns[spec["name"]]
-
-
-# --------------------------------------------------------------------------- recording (in the kernel)
-
-
-def record_calls(path: str, exercise_ids: Iterable[str]) -> list[str]:
-    """Wrap the checker of each exercise in this interpreter so that every call first appends
-    `{"exercise", "args", "kwargs"}` (or `{"exercise", "error"}`) as one JSON line to `path`,
-    then runs the checker. Returns the ids whose checker was found and wrapped."""
-    wrapped = []
-    for ex in exercise_ids:
-        module_name, _, name = ex.partition(".")
-        try:
-            module = importlib.import_module(f"llmlab.course.check.{module_name}")
-        except ImportError:
-            continue
-        checker = getattr(module, name, None)
-        if callable(checker):
-            setattr(module, name, _recording(ex, checker, path))
-            wrapped.append(ex)
-    return wrapped
-
-
-def _recording(exercise: str, checker: Callable, path: str) -> Callable:
-    @functools.wraps(checker)
-    def recorded(*args: Any, **kwargs: Any) -> Any:
-        try:
-            record = {
-                "exercise": exercise,
-                "args": [encode(a) for a in args],
-                "kwargs": {k: encode(v) for k, v in kwargs.items()},
-            }
-            line = json.dumps(record)
-            if len(line) > MAX_RECORD_CHARS:
-                raise AnswerFormatError(
-                    f"the answer takes more than {MAX_RECORD_CHARS} characters to record"
-                )
-        except (AnswerFormatError, RecursionError, TypeError, ValueError) as e:
-            line = json.dumps({"exercise": exercise, "error": str(e)})
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-        return checker(*args, **kwargs)
-
-    return recorded

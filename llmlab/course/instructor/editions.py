@@ -140,15 +140,9 @@ def solutions_notebook(nb: Any, stem: str) -> Any:
     return out
 
 
-def student_edition(nb: Any, stem: str, lang: str = "en") -> tuple[Any, Any]:
-    """(the student's chapter, its solutions notebook) from the English instructor's notebook
-    `nb`; in Chinese (`lang="zh"`) the markdown is the translation from `i18n/zh/`."""
-    if lang not in EDITION_LANGS:
-        raise ValueError(f"lang must be one of {EDITION_LANGS}, got {lang!r}")
-    return _student_edition(nb, stem, lang, store=None)
-
-
 def _student_edition(nb: Any, stem: str, lang: str, store: dict | None) -> tuple[Any, Any]:
+    """(the student's chapter, its solutions notebook) from the English instructor's notebook
+    `nb`; in another language the markdown is translated from `store`."""
     from llmlab.course import lang as languages
 
     if lang != "en":

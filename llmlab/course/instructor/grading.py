@@ -9,7 +9,7 @@
 3. The notebook runs in a fresh kernel (LLMLAB_FAST=1, HF_HUB_OFFLINE=1, a time limit per
    cell, errors do not stop the run). Before its first cell, a set-up cell of the grader's wraps
    each expected checker so that every call records its arguments to a file with a random
-   name in a folder of the grader's (`answers.record_calls`). The student still sees the
+   name in a folder of the grader's (`recording.record_calls`). The student still sees the
    checkers' lines; the grade never reads them.
 4. The checker process judges the last recorded call of each exercise, cut to the shape of the
    instructor's call; function answers run in a sandbox process with a time limit.
@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import secrets
-import site
 import stat
 import sys
 import tempfile
@@ -38,28 +37,22 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from llmlab.course.instructor.exercises import Exercise, exercise_calls, exercises_for
+from llmlab.course.instructor.kernel_run import (
+    DID_NOT_RUN,
+    cell_error,
+    execute_for_grading,
+    grading_env,
+)
 from llmlab.course.instructor.recheck import Recheck, RecheckError, package_root
 from llmlab.course.instructor.student import _notebook_paths
-from llmlab.i18n import LANG_ENV, language, tr
+from llmlab.i18n import LANG_ENV, tr
 
 DEFAULT_CELL_TIMEOUT_S = 300
 FUNCTION_TIMEOUT_S = 60  # a function answer: start-up and every call of its checker together
 RECHECK_TIMEOUT_S = 600  # the checker process, all exercises of one notebook
-PROBE_TIMEOUT_S = 10  # after a cell timed out: how long the kernel has to answer again
 MAX_ANSWERS_BYTES = 64 * 2**20  # the recorded answers of one run
-GRADING_ENV = {
-    "LLMLAB_FAST": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "LLMLAB_HEADLESS": "1",
-}
-# unless the caller's environment says otherwise: OpenMP threads sleep instead of spinning
-# (spinning slowed the model many times over when several kernels share a few cores)
-GRADING_ENV_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
 NOT_RECORDED = "no answer was recorded"
 NOT_RECORDED_ZH = "没有记录到答案"
-# the end of an error's evalue when the run stopped there (read back by _ended_run)
-DID_NOT_RUN = ("the cells after it did not run", "之后各单元格都没有运行")
 
 
 @dataclass
@@ -118,23 +111,7 @@ class GradeReport:
         return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- the environment
-
-
-def grading_env() -> dict[str, str]:
-    """The environment of the kernel and of the checker process: the caller's, with
-    GRADING_ENV on top, and the llmlab the grader runs first on PYTHONPATH when it is not an
-    installed copy (a source checkout), so that the kernel records with the same code."""
-    env = {**GRADING_ENV_DEFAULTS, **os.environ, **GRADING_ENV}
-    if language() != "en":  # chosen with set_language: the kernel and the checkers speak it too
-        env[LANG_ENV] = language()
-    root = str(package_root())
-    installed = set(site.getsitepackages()) | {site.getusersitepackages()}
-    if root not in installed:
-        env["PYTHONPATH"] = os.pathsep.join(
-            [root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-        )
-    return env
+# --------------------------------------------------------------------------- the package
 
 
 def package_fingerprint() -> str:
@@ -198,195 +175,10 @@ def recording_setup(answers_path: str | Path, exercises: list[Exercise]) -> str:
     """The grader's set-up cell: wrap the expected checkers to record every call."""
     ids = [e.id for e in exercises]
     return (
-        "from llmlab.course.instructor.answers import record_calls as _llmlab_record_calls\n"
+        "from llmlab.course.instructor.recording import record_calls as _llmlab_record_calls\n"
         f"_llmlab_record_calls({str(answers_path)!r}, {ids!r})\n"
         "del _llmlab_record_calls"
     )
-
-
-# --------------------------------------------------------------------------- running the notebook
-
-
-def _error(nb: Any, index: int | None, ename: str, evalue: str) -> dict:
-    if index is None:
-        return {"cell": "-", "index": None, "ename": ename, "evalue": evalue}
-    return {"cell": _cell_label(nb, index), "index": index, "ename": ename, "evalue": evalue}
-
-
-def _cell_label(nb: Any, index: int) -> str:
-    first = next((ln.strip() for ln in nb.cells[index].source.split("\n") if ln.strip()), "")
-    return f"{index}" + (f" ({first[:60]})" if first else "")
-
-
-def _run_extra_cell(client: Any, nb: Any, source: str, timeout: float) -> tuple[Any, float]:
-    """Run a cell of the grader's own (not part of the notebook, not in the kernel's history):
-    returns (the cell with its outputs, seconds). nbclient stores a cell it ran back into the
-    notebook at its index, so the cell sits at the end of `nb` while it runs."""
-    from nbformat.v4 import new_code_cell
-
-    cell = new_code_cell(source)
-    nb.cells.append(cell)
-    saved = client.timeout, client.iopub_timeout
-    # after a timeout nbclient also waits up to iopub_timeout for the cell's last output
-    client.timeout, client.iopub_timeout = timeout, min(client.iopub_timeout, timeout)
-    t0 = time.perf_counter()
-    try:
-        client.execute_cell(cell, len(nb.cells) - 1, store_history=False)
-    finally:
-        client.timeout, client.iopub_timeout = saved
-        nb.cells.pop()
-    return cell, time.perf_counter() - t0
-
-
-def ipc_kernel_manager(kernel_name: str, folder: str | Path):
-    """A kernel manager whose kernel talks over local sockets (IPC) in `folder`, a private
-    folder of the caller's, not over TCP: nothing listens on a port, and the kernel has no reason
-    to warn about unencrypted traffic. An async manager, as nbclient makes its own: nbclient
-    polls the kernel's channels in an event loop, and a blocking client's wait for output never
-    ends after a cell that outlives its time limit."""
-    from jupyter_client.manager import AsyncKernelManager
-
-    return AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(folder) / "k"))
-
-
-def execute_for_grading(
-    nb: Any,
-    cwd: str | Path,
-    cell_timeout: float,
-    *,
-    env: dict[str, str] | None = None,
-    setup: str | None = None,
-) -> tuple[list[dict], float]:
-    """Run `nb` in place in a fresh python3 kernel started in `cwd` (environment `env`, by
-    default `grading_env()`), after the cell `setup` when given (its outputs are not kept).
-    Errors and timeouts are recorded per cell and never stop the run; a kernel that dies, or
-    that does not stop when a timed-out cell is interrupted, ends it. Returns (errors, seconds)."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
-    if cell_timeout <= 0:
-        raise ValueError(
-            tr(
-                f"cell_timeout must be > 0 seconds, got {cell_timeout!r}",
-                f"cell_timeout 必须 > 0 秒，你给了 {cell_timeout!r}",
-            )
-        )
-    env = grading_env() if env is None else env
-    sockets = tempfile.TemporaryDirectory(prefix="llmlab-kernel-", ignore_cleanup_errors=True)
-    client = NotebookClient(
-        nb,
-        km=ipc_kernel_manager("python3", sockets.name),
-        timeout=cell_timeout,
-        kernel_name="python3",
-        allow_errors=True,
-        interrupt_on_timeout=True,
-        record_timing=True,
-        # killed with its process group at the end: nothing it started outlives the run
-        shutdown_kernel="immediate",
-        error_on_timeout={
-            "ename": "CellTimeoutError",
-            "evalue": tr(
-                f"the cell ran longer than {cell_timeout:g} s",
-                f"单元格运行超过了 {cell_timeout:g} s",
-            ),
-            "traceback": [],
-        },
-        resources={"metadata": {"path": str(cwd)}},
-    )
-    for cell in nb.cells:  # outputs handed in are never kept: only what this run prints
-        if cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
-    errors: list[dict] = []
-    t0 = time.perf_counter()
-    try:
-        with client.setup_kernel(env=env, cwd=str(cwd), cleanup_kc=True):
-            if setup is not None:
-                cell, _ = _run_extra_cell(client, nb, setup, cell_timeout)
-                errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-                if errs:
-                    why = f"{errs[0].get('ename')}: {str(errs[0].get('evalue', ''))[:300]}"
-                    errors.append(
-                        _error(
-                            nb,
-                            None,
-                            "GraderSetupError",
-                            tr(
-                                f"the grader could not set up answer recording in the kernel: {why}",
-                                f"评分器没能在 kernel 里设置好答案记录：{why}",
-                            ),
-                        )
-                    )
-            for index, cell in enumerate(list(nb.cells)):
-                if cell.cell_type != "code" or not cell.source.strip():
-                    continue
-                c0 = time.perf_counter()
-                try:
-                    client.execute_cell(cell, index)
-                except DeadKernelError as e:
-                    errors.append(
-                        _error(
-                            nb,
-                            index,
-                            "DeadKernelError",
-                            tr(
-                                f"the kernel died ({e}); {DID_NOT_RUN[0]}",
-                                f"kernel 崩溃了（{e}），{DID_NOT_RUN[1]}",
-                            ),
-                        )
-                    )
-                    break
-                except Exception as e:  # nbclient's own failures: record them and go on
-                    text = str(e).strip()
-                    errors.append(
-                        _error(nb, index, type(e).__name__, text.splitlines()[-1] if text else "")
-                    )
-                    continue
-                elapsed = time.perf_counter() - c0
-                errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-                if elapsed >= cell_timeout:
-                    if _run_extra_cell(client, nb, "pass", PROBE_TIMEOUT_S)[1] >= PROBE_TIMEOUT_S:
-                        errors.append(
-                            _error(
-                                nb,
-                                index,
-                                "CellTimeoutError",
-                                tr(
-                                    f"the cell ran longer than {cell_timeout:g} s and the kernel did "
-                                    f"not stop when interrupted; {DID_NOT_RUN[0]}",
-                                    f"单元格运行超过了 {cell_timeout:g} s，中断后 kernel 也没有停下，"
-                                    f"{DID_NOT_RUN[1]}",
-                                ),
-                            )
-                        )
-                        break
-                    errors.append(
-                        _error(
-                            nb,
-                            index,
-                            "CellTimeoutError",
-                            tr(
-                                f"the cell ran longer than {cell_timeout:g} s and was interrupted",
-                                f"单元格运行超过了 {cell_timeout:g} s，已被中断",
-                            ),
-                        )
-                    )
-                elif errs:
-                    errors.append(
-                        _error(
-                            nb,
-                            index,
-                            errs[0].get("ename", "Error"),
-                            str(errs[0].get("evalue", ""))[:300],
-                        )
-                    )
-    except DeadKernelError as e:
-        errors.append(_error(nb, None, "DeadKernelError", str(e)))
-    except RuntimeError as e:  # the kernel did not start
-        errors.append(_error(nb, None, type(e).__name__, str(e)[:300]))
-    finally:
-        sockets.cleanup()
-    return errors, time.perf_counter() - t0
 
 
 # --------------------------------------------------------------------------- grading
@@ -434,6 +226,79 @@ def _missing_message(nb: Any, exercise: str, errors: list[dict]) -> str:
     )
 
 
+def _notebook_env(nb: Any) -> dict[str, str]:
+    """The grading environment, in the language a notebook of an edition was written in (its
+    checkers answer in that language) unless the caller chose one."""
+    env = grading_env()
+    written_in = nb.metadata.get("llmlab", {}).get("lang")  # "zh": the Chinese edition
+    if written_in in ("en", "zh") and LANG_ENV not in env:
+        env[LANG_ENV] = written_in
+    return env
+
+
+def _run_and_recheck(
+    nb: Any, folder: Path, expected: list[Exercise], env: dict[str, str], cell_timeout: float
+) -> tuple[list[dict], dict[str, dict], dict[str, tuple[bool, str]]]:
+    """Run `nb` recording its checker calls, and judge them in the grader's checker process:
+    (errors, the recorded answers, the verdicts)."""
+    verdicts: dict[str, tuple[bool, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="llmlab-grade-", ignore_cleanup_errors=True) as tmp:
+        answers_path = Path(tmp) / f"answers-{secrets.token_hex(8)}.jsonl"
+        answers_path.touch(mode=0o600)
+        (Path(tmp) / "checker").mkdir()
+        with Recheck(expected, env=env, cwd=Path(tmp) / "checker") as recheck:
+            errors, _ = execute_for_grading(
+                nb, folder, cell_timeout, env=env, setup=recording_setup(answers_path, expected)
+            )
+            answers = read_answers(answers_path, [e.id for e in expected])
+            try:
+                verdicts = recheck.verdicts(
+                    answers, timeout_s=RECHECK_TIMEOUT_S, function_timeout_s=FUNCTION_TIMEOUT_S
+                )
+            except RecheckError as e:
+                errors.append(cell_error(nb, None, "RecheckError", str(e)))
+    return errors, answers, verdicts
+
+
+def _package_changed_error(nb: Any) -> dict:
+    return cell_error(
+        nb,
+        None,
+        "PackageChanged",
+        tr(
+            "the llmlab package or its data changed on disk while the notebook ran; "
+            "nothing is graded",
+            "notebook 运行期间，磁盘上的 llmlab 包或包数据被改动了，一律不评分",
+        ),
+    )
+
+
+def _exercise_result(
+    nb: Any,
+    ex: Exercise,
+    verdicts: dict[str, tuple[bool, str]],
+    answers: dict[str, dict],
+    errors: list[dict],
+    tampered: bool,
+) -> ExerciseResult:
+    """One exercise's verdict: the checker process's, or why there is none."""
+    if tampered:
+        why = tr(
+            "not graded: the llmlab package changed on disk during the run",
+            "未评分：运行期间磁盘上 llmlab 包被改动了",
+        )
+        return ExerciseResult(ex.id, False, why)
+    if ex.id in verdicts:
+        return ExerciseResult(ex.id, *verdicts[ex.id])
+    if ex.id in answers:
+        why = tr(
+            "not graded: the checker process failed (see the errors)",
+            "未评分：检查进程失败了（见错误列表）",
+        )
+        return ExerciseResult(ex.id, False, why)
+    return ExerciseResult(ex.id, False, _missing_message(nb, ex.id, errors))
+
+
 def grade_notebook(
     path: str | Path,
     expected: list[Exercise],
@@ -457,86 +322,24 @@ def grade_notebook(
         )
     t0 = time.perf_counter()
     nb = nbformat.read(path, as_version=4)
-    env = grading_env()
-    written_in = nb.metadata.get("llmlab", {}).get(
-        "lang"
-    )  # "zh": a notebook of the Chinese edition
-    if written_in in ("en", "zh") and LANG_ENV not in env:
-        env[LANG_ENV] = written_in  # its checkers answer in its language
     before = package_fingerprint()
-    verdicts: dict[str, tuple[bool, str]] = {}
-    with tempfile.TemporaryDirectory(prefix="llmlab-grade-", ignore_cleanup_errors=True) as tmp:
-        answers_path = Path(tmp) / f"answers-{secrets.token_hex(8)}.jsonl"
-        answers_path.touch(mode=0o600)
-        (Path(tmp) / "checker").mkdir()
-        with Recheck(expected, env=env, cwd=Path(tmp) / "checker") as recheck:
-            errors, _ = execute_for_grading(
-                nb,
-                path.parent.resolve(),
-                cell_timeout,
-                env=env,
-                setup=recording_setup(answers_path, expected),
-            )
-            answers = read_answers(answers_path, [e.id for e in expected])
-            try:
-                verdicts = recheck.verdicts(
-                    answers, timeout_s=RECHECK_TIMEOUT_S, function_timeout_s=FUNCTION_TIMEOUT_S
-                )
-            except RecheckError as e:
-                errors.append(_error(nb, None, "RecheckError", str(e)))
+    errors, answers, verdicts = _run_and_recheck(
+        nb, path.parent.resolve(), expected, _notebook_env(nb), cell_timeout
+    )
     tampered = package_fingerprint() != before
     if tampered:
-        errors.append(
-            _error(
-                nb,
-                None,
-                "PackageChanged",
-                tr(
-                    "the llmlab package or its data changed on disk while the notebook ran; "
-                    "nothing is graded",
-                    "notebook 运行期间，磁盘上的 llmlab 包或包数据被改动了，一律不评分",
-                ),
-            )
-        )
+        errors.append(_package_changed_error(nb))
     if keep is not None:
         Path(keep).parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, keep)
-    results = []
-    for ex in expected:
-        if tampered:
-            results.append(
-                ExerciseResult(
-                    ex.id,
-                    False,
-                    tr(
-                        "not graded: the llmlab package changed on disk during the run",
-                        "未评分：运行期间磁盘上 llmlab 包被改动了",
-                    ),
-                )
-            )
-        elif ex.id in verdicts:
-            results.append(ExerciseResult(ex.id, *verdicts[ex.id]))
-        elif ex.id in answers:
-            results.append(
-                ExerciseResult(
-                    ex.id,
-                    False,
-                    tr(
-                        "not graded: the checker process failed (see the errors)",
-                        "未评分：检查进程失败了（见错误列表）",
-                    ),
-                )
-            )
-        else:
-            results.append(ExerciseResult(ex.id, False, _missing_message(nb, ex.id, errors)))
+    results = [_exercise_result(nb, ex, verdicts, answers, errors, tampered) for ex in expected]
     return GradeReport(str(path), results, errors, time.perf_counter() - t0, source)
 
 
 # --------------------------------------------------------------------------- command line
 
 
-def grade_main(argv: list[str]) -> int:
-    """`python -m llmlab grade PATH... --source SRC [--json] [--cell-timeout S] [--keep DIR]`."""
+def _grade_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m llmlab grade",
         description=tr(
@@ -585,6 +388,12 @@ def grade_main(argv: list[str]) -> int:
         metavar="DIR",
         help=tr("write the executed notebooks into DIR", "把运行后的 notebook 写进 DIR"),
     )
+    return parser
+
+
+def grade_main(argv: list[str]) -> int:
+    """`python -m llmlab grade PATH... --source SRC [--json] [--cell-timeout S] [--keep DIR]`."""
+    parser = _grade_parser()
     args = parser.parse_args(argv)
     if args.cell_timeout <= 0:
         print(

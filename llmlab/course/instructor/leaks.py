@@ -59,15 +59,23 @@ class Leak:
         )
 
 
+def _log_records(path: str | Path):
+    """The JSON lines of a `LLMLAB_EXPECTED_LOG` file (none when it does not exist)."""
+    p = Path(path)
+    if not p.exists():
+        return
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
 def read_expected_log(path: str | Path) -> dict[str, list[float]]:
     """exercise id -> the numbers it expected, from a `LLMLAB_EXPECTED_LOG` file."""
     found: dict[str, list[float]] = {}
-    p = Path(path)
-    if not p.exists():
-        return found
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for rec in _log_records(path):
         try:
-            rec = json.loads(line)
             ex, x = str(rec["exercise"]), float(rec["expected"])
         except (ValueError, KeyError, TypeError):
             continue
@@ -83,16 +91,12 @@ def read_expected_words(path: str | Path) -> dict[str, list[WordAnswer]]:
     """exercise id -> the (word, case numbers, other choices) it expected, from a
     `LLMLAB_EXPECTED_LOG` file."""
     found: dict[str, list[WordAnswer]] = {}
-    p = Path(path)
-    if not p.exists():
-        return found
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for rec in _log_records(path):
         try:
-            rec = json.loads(line)
             ex, word = str(rec["exercise"]), str(rec["word"])
             case = tuple(float(x) for x in rec.get("case", ()))
             others = tuple(str(o) for o in rec.get("others", ()))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
         if (word, case, others) not in found.setdefault(ex, []):
             found[ex].append((word, case, others))

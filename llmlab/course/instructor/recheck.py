@@ -329,7 +329,7 @@ class Recheck:
         self, answers: dict[str, dict], *, timeout_s: float, function_timeout_s: float
     ) -> dict[str, tuple[bool, str]]:
         """Exercise id → (passed, message) for each recorded answer (`{"args", "kwargs"}` or
-        `{"error"}`, as `answers.record_calls` wrote it). Raises RecheckError when the process
+        `{"error"}`, as `recording.record_calls` wrote it). Raises RecheckError when the process
         fails, runs past `timeout_s`, or answers with anything but its verdicts."""
         nonce = secrets.token_hex(16)
         request = json.dumps(
@@ -339,9 +339,8 @@ class Recheck:
             out, err = self._proc.communicate(request.encode(), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.close()
-            raise RecheckError(
-                f"the checker process did not finish within {timeout_s:g} s"
-            ) from None
+            why = f"the checker process did not finish within {timeout_s:g} s"
+            raise RecheckError(why) from None
         if self._proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-3:]
             raise RecheckError(
@@ -381,11 +380,10 @@ def judge(exercise: Exercise, checker: Any, record: Any, function_timeout_s: flo
 
     if isinstance(checker, str):
         return no(checker)
-    if not isinstance(record, dict):
-        return no("the recorded answer is not in the grader's format")
-    if "error" in record:
-        return no(f"your answer could not be recorded: {record['error']}")
-    args, kwargs = record.get("args"), record.get("kwargs")
+    fields = record if isinstance(record, dict) else {}  # anything else: not in the format
+    if "error" in fields:
+        return no(f"your answer could not be recorded: {fields['error']}")
+    args, kwargs = fields.get("args"), fields.get("kwargs")
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         return no("the recorded answer is not in the grader's format")
     if len(args) < exercise.positional:
@@ -428,9 +426,8 @@ def _load_checkers(exercises: list[Exercise]) -> dict[str, Any]:
             checkers[ex.id] = f"there is no checker module llmlab.course.check.{ex.module} ({e})"
             continue
         fn = getattr(module, ex.function, None)
-        checkers[ex.id] = (
-            fn if callable(fn) else f"llmlab.course.check.{ex.module} has no checker {ex.function}"
-        )
+        missing = f"llmlab.course.check.{ex.module} has no checker {ex.function}"
+        checkers[ex.id] = fn if callable(fn) else missing
     return checkers
 
 

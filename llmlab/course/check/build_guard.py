@@ -1,0 +1,75 @@
+"""What the checkers of build exercises share: the opening of every check (an unanswered
+exercise, the package's own piece handed in, an answer that is not the piece asked for), and
+the names a function's code refers to."""
+
+from __future__ import annotations
+
+import re
+import types
+from typing import Any, Callable
+
+from llmlab.course.check.catalog import catalog
+from llmlab.course.check.core import NOT_ANSWERED, CheckResult, not_yet, report
+
+M = catalog("core")
+
+
+def code_names(code: types.CodeType) -> set[str]:
+    """Every global, attribute and free-variable name a function's code (and the code nested in
+    it: comprehensions, inner functions) refers to."""
+    names = set(code.co_names) | set(code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= code_names(const)
+    return names
+
+
+def refuse_package_piece(
+    exercise: str, answer: Any, must_define: tuple[str, ...] = ()
+) -> CheckResult | None:
+    """The reported "not yet" when a build exercise's answer is the package's own function or
+    class (what the student's piece is compared with, so it passes trivially) or a class that
+    leaves one of `must_define` to the package's base class; None for the student's own piece.
+    Works on the grader's stand-in too (a package function travels by reference, a class of the
+    notebook by its source)."""
+    spec = getattr(answer, "spec", None) if getattr(answer, "grader_stand_in", False) else None
+    name = str(getattr(answer, "__name__", type(answer).__name__))
+    if isinstance(spec, dict):
+        own = "module" in spec and str(spec["module"]).split(".")[0] == "llmlab"
+        source = str(spec.get("source", ""))
+        missing = [m for m in must_define if not re.search(rf"\bdef {m}\(", source)]
+    else:
+        module = getattr(answer, "__module__", None)
+        own = isinstance(module, str) and module.split(".")[0] == "llmlab"
+        missing = (
+            [m for m in must_define if m not in vars(answer)] if isinstance(answer, type) else []
+        )
+    if own:
+        return report(not_yet(exercise, M("build.package_piece", name=name)))
+    if missing and "module" not in (spec or {}):
+        return report(
+            not_yet(exercise, M("build.must_define", name=name, missing=", ".join(missing)))
+        )
+    return None
+
+
+def refuse_build_answer(
+    exercise: str,
+    answer: Any,
+    must_define: tuple[str, ...] = (),
+    *,
+    fits: Callable[[Any], bool] = callable,
+    hint: str,
+) -> CheckResult | None:
+    """The reported "not yet" that opens every build exercise's check: for an unanswered one, for
+    the package's own piece (`refuse_package_piece`), or for an answer that is not the kind of
+    piece asked for (`fits(answer)` false; `hint` says what was expected). None for the student's
+    own piece. The grader's stand-in always fits (it stands for the notebook's piece)."""
+    if answer is None:
+        return report(not_yet(exercise, NOT_ANSWERED))
+    refused = refuse_package_piece(exercise, answer, must_define)
+    if refused is not None:
+        return refused
+    if not getattr(answer, "grader_stand_in", False) and not fits(answer):
+        return report(not_yet(exercise, hint))
+    return None

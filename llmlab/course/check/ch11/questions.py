@@ -1,0 +1,399 @@
+"""Chapter 11's questions: a token's slot, a prefix-cache hit, the waste of a block table, the
+source chapter's question 5, eviction order, chunked-prefill steps, the block-allocation
+explorer, and why our ratio to Hugging Face is not 24x; also the memory-waste figure's trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmlab.course.check.catalog import catalog
+from llmlab.course.check.core import (
+    CheckResult,
+    check_choice,
+    check_dict_keys,
+    check_matching,
+    check_number,
+    not_yet,
+    passed,
+    record_expected,
+    report,
+    staged,
+)
+from llmlab.i18n import Bilingual
+from llmlab.utils import cdiv
+
+M = catalog("ch11")
+
+
+# ---- the memory-waste trace of the chapter (llmlab.analysis.sim.make_trace arguments) -----------------
+WASTE_TRACE = dict(
+    num_requests=120,
+    arrival_rate=1.0,
+    mean_output=200,
+    output_spread=0.9,
+    prompt_len=(20, 400),
+    seed=11,
+    max_tokens=400,
+)
+WASTE_MAX_MODEL_LEN = 2048  # what a max-length contiguous allocator reserves per request
+WASTE_BLOCK_SIZE = 16
+WASTE_MAX_BATCH = 32
+
+# ---- exercise 1: a token's slot -----------------------------------------------------------
+SLOT_BLOCK_TABLE = (7, 2, 9, 4)
+SLOT_BLOCK_SIZE = 16
+SLOT_POSITION = 37
+
+# ---- exercise 2: a prefix-cache hit -------------------------------------------------------
+HIT_BLOCK_SIZE = 16
+HIT_SYSTEM_LEN = 40  # tokens of the system prompt both requests share
+HIT_OWN_LEN = 25  # tokens of the second request's own question after it
+
+# ---- exercise 3: the most a block table wastes --------------------------------------------
+WASTE_Q_BLOCK_SIZE = 16
+
+
+def slot_for_position(answer: Any) -> CheckResult:
+    """A request's block table is SLOT_BLOCK_TABLE with SLOT_BLOCK_SIZE tokens per block. Into
+    which flat KV-cache slot (slot = block_id × block_size + offset) does the token at position
+    SLOT_POSITION (0-based) go?"""
+    table, bs, pos = SLOT_BLOCK_TABLE, SLOT_BLOCK_SIZE, SLOT_POSITION
+    expected = table[pos // bs] * bs + pos % bs
+    mistakes = [
+        (pos, M("slot_for_position.token_s_logical")),
+        (table[pos // bs] + pos % bs, M("slot_for_position.block_id_counts")),
+        (table[pos // bs] * bs + pos, M("slot_for_position.offset_inside_block")),
+    ]
+    if pos // bs + 1 < len(table):
+        mistakes.append(
+            (table[pos // bs + 1] * bs + pos % bs, M("slot_for_position.logical_block_indices"))
+        )
+    if pos // bs >= 1:
+        mistakes.append(
+            (table[pos // bs - 1] * bs + pos % bs, M("slot_for_position.position_block_size"))
+        )
+    return check_number(
+        "ch11.slot_for_position",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=mistakes,
+        default_hint=M("slot_for_position.default_hint"),
+    )
+
+
+def _hit_expected() -> int:
+    """Run the case on a real KVCacheManager: the first request computes, the second asks."""
+    from llmlab.core.request import Request
+    from llmlab.kvcache import KVCacheManager
+    from llmlab.sampling import SamplingParams
+
+    mgr = KVCacheManager(num_blocks=32, block_size=HIT_BLOCK_SIZE, enable_caching=True)
+    system = list(range(1000, 1000 + HIT_SYSTEM_LEN))
+    first = Request("first", system + [1, 2, 3], SamplingParams(), arrival_time=0.0)
+    mgr.allocate_slots(first, first.num_tokens)
+    first.num_computed_tokens = first.num_tokens
+    second = Request(
+        "second", system + list(range(2000, 2000 + HIT_OWN_LEN)), SamplingParams(), arrival_time=0.0
+    )
+    _, num_cached = mgr.get_computed_blocks(second)
+    return num_cached
+
+
+def cached_tokens(answer: Any) -> CheckResult:
+    """Two requests share a HIT_SYSTEM_LEN-token system prompt; then the first has 3 tokens of
+    its own, the second HIT_OWN_LEN. The first has been prefilled (block size HIT_BLOCK_SIZE,
+    prefix caching on). How many of the second request's tokens come from the prefix cache
+    (its `num_cached_tokens`)?"""
+    expected = _hit_expected()
+    bs = HIT_BLOCK_SIZE
+    return check_number(
+        "ch11.cached_tokens",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=[
+            (HIT_SYSTEM_LEN, M("cached_tokens.only_whole_blocks")),
+            (cdiv(HIT_SYSTEM_LEN, bs) * bs, M("cached_tokens.round_down_up")),
+            (HIT_SYSTEM_LEN + HIT_OWN_LEN, M("cached_tokens.only_shared_prefix")),
+            (HIT_SYSTEM_LEN // bs, M("cached_tokens.count_tokens_blocks")),
+        ],
+        default_hint=M("cached_tokens.default_hint"),
+    )
+
+
+def max_wasted_slots(answer: Any) -> CheckResult:
+    """With WASTE_Q_BLOCK_SIZE tokens per block, at most how many slots of one request's block
+    table can hold no token?"""
+    bs = WASTE_Q_BLOCK_SIZE
+    return check_number(
+        "ch11.max_wasted_slots",
+        answer,
+        bs - 1,
+        rel=1e-9,
+        mistakes=[
+            (bs, M("max_wasted_slots.block_taken_only")),
+            (0.0, M("max_wasted_slots.last_block_usually")),
+            (bs / 2, M("max_wasted_slots.average_over_random")),
+        ],
+        default_hint=M("max_wasted_slots.default_hint"),
+    )
+
+
+# ---- the source chapter's question 5 -------------------------------------------------------------
+Q5_DESIGNS = M.choices(
+    "q5_design",
+    ("block_table", "prefix_sharing", "block_eviction", "request_scheduling", "preemption"),
+)
+# more concepts than designs, in no particular order: some are there to be ruled out
+Q5_CONCEPTS = M.choices(
+    "q5_concept",
+    (
+        "swapping",
+        "segmentation",
+        "shared_pages",
+        "process_scheduling",
+        "copy_on_write",
+        "paging",
+        "fifo_replacement",
+        "lru_replacement",
+        "demand_paging",
+    ),
+)
+# the defensible mappings (several for some designs); docs/instructors.md lists them
+Q5_ACCEPTED = {
+    "block_table": frozenset({"paging", "demand_paging"}),
+    "prefix_sharing": frozenset({"shared_pages"}),
+    "block_eviction": frozenset({"lru_replacement"}),
+    "request_scheduling": frozenset({"process_scheduling"}),
+    # vLLM V1 frees a preempted request's blocks and recomputes its KV when it runs again
+    # (preemptive scheduling; the cache re-made on demand); older vLLM could also swap it out
+    "preemption": frozenset({"swapping", "process_scheduling", "demand_paging"}),
+}
+_Q5_WHY_WRONG = {  # (English, Chinese)
+    "copy_on_write": M.key("q5_why_wrong.copy_on_write"),
+    "segmentation": M.key("q5_why_wrong.segmentation"),
+    "fifo_replacement": M.key("q5_why_wrong.fifo_replacement"),
+}
+_Q5_HINTS = {
+    "block_table": M.key("q5_hints.block_table"),
+    "prefix_sharing": M.key("q5_hints.prefix_sharing"),
+    "block_eviction": M.key("q5_hints.block_eviction"),
+    "request_scheduling": M.key("q5_hints.request_scheduling"),
+    "preemption": M.key("q5_hints.preemption"),
+}
+
+
+def source_q5(answer: Any) -> CheckResult:
+    """The source chapter's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design)
+    to the operating-system concept it borrows, one of Q5_CONCEPTS (more concepts than designs;
+    some designs have more than one defensible answer, `Q5_ACCEPTED`)."""
+    return check_matching(
+        "ch11.source_q5",
+        answer,
+        Q5_ACCEPTED,
+        choices=Q5_CONCEPTS,
+        hints={key: M(pair) for key, pair in _Q5_HINTS.items()},
+        why_wrong={key: M(pair) for key, pair in _Q5_WHY_WRONG.items()},
+        success=M("source_q5.success"),
+    )
+
+
+# ---- eviction: which cached block does the free queue hand out first? ---------------------
+EVICT_BLOCK_SIZE = 4
+EVICT_NUM_BLOCKS = 20
+EVICT_PREFIX = tuple(range(100, 108))  # 8 tokens both requests share
+EVICT_A_OWN = tuple(range(200, 206))  # A's own 6 tokens after the prefix
+EVICT_B_OWN = tuple(range(300, 305))  # B's own 5 tokens after the prefix
+
+
+def _evict_run() -> tuple[list[tuple[int, bool]], set[int], set[int]]:
+    """Run the eviction case on a real manager: A is prefilled, then B (hitting A's prefix);
+    A finishes, then B. Returns the free queue head to tail as (block id, holds a cached
+    prefix), the ids of the blocks A or B ever held, and the ids of the shared prefix blocks."""
+    from llmlab.core.request import Request
+    from llmlab.kvcache import KVCacheManager
+    from llmlab.sampling import SamplingParams
+
+    mgr = KVCacheManager(EVICT_NUM_BLOCKS, EVICT_BLOCK_SIZE, enable_caching=True)
+    reqs = [
+        Request(rid, list(EVICT_PREFIX + own), SamplingParams(), arrival_time=0.0)
+        for rid, own in (("A", EVICT_A_OWN), ("B", EVICT_B_OWN))
+    ]
+    used: set[int] = set()
+    for req in reqs:
+        hits, num_cached = mgr.get_computed_blocks(req)
+        mgr.allocate_slots(req, req.num_tokens - num_cached, hits)
+        req.num_computed_tokens = req.num_tokens
+        used.update(mgr.get_block_ids(req.request_id))
+    prefix_ids = set(mgr.get_block_ids("A")[: len(EVICT_PREFIX) // EVICT_BLOCK_SIZE])
+    for req in reqs:
+        mgr.free(req)
+    queue = [(b.block_id, b.is_cached) for b in mgr.block_pool.free_block_queue]
+    return queue, used, prefix_ids
+
+
+def _evict_expected() -> dict[str, int]:
+    queue, _, prefix_ids = _evict_run()
+    first = next(bid for bid, cached in queue if cached)
+    safe = next(i for i, (bid, _) in enumerate(queue) if bid in prefix_ids)
+    return {"first": first, "safe": safe}
+
+
+def first_evicted(answer: Any) -> CheckResult:
+    """A fresh pool of EVICT_NUM_BLOCKS blocks of EVICT_BLOCK_SIZE tokens, prefix caching on.
+    A (EVICT_PREFIX + EVICT_A_OWN) is prefilled, then B (EVICT_PREFIX + EVICT_B_OWN); then A
+    finishes, then B. Answer a dict: "first": the id of the first block holding a cached
+    prefix that the pool hands out again (evicts); "safe": how many blocks new, unrelated
+    requests can take before any block of the shared prefix is evicted."""
+    ex = "ch11.first_evicted"
+    expected = _evict_expected()
+    for value in expected.values():
+        record_expected(ex, value)
+    missing = check_dict_keys(ex, answer, ("first", "safe"))
+    if missing is not None:
+        return missing
+    from llmlab.course.check.core import as_number
+
+    first, safe = as_number(answer["first"]), as_number(answer["safe"])
+    if first is None or safe is None:
+        return report(not_yet(ex, M("first_evicted.both_values_must")))
+    if first == expected["first"] and safe == expected["safe"]:
+        return report(passed(ex, M("first_evicted.right_never_used")))
+    queue, used, _ = _evict_run()
+    never_used = {bid for bid, _ in queue} - used
+    cached = dict(queue)
+    problems = []
+    if first != expected["first"]:
+        if first == min(used):
+            problems.append(M("first_evicted.first_block_allocated"))
+        elif first in never_used:
+            problems.append(M("first_evicted.first_block_handed"))
+        elif first in used and not cached.get(int(first), True):
+            problems.append(M("first_evicted.first_block_only"))
+        else:
+            problems.append(M("first_evicted.first_first_cached"))
+    if safe != expected["safe"]:
+        if safe == len(never_used):
+            problems.append(M("first_evicted.safe_counted_never"))
+        elif safe in (EVICT_NUM_BLOCKS, EVICT_NUM_BLOCKS - 1):
+            problems.append(M("first_evicted.safe_prefix_s"))
+        else:
+            problems.append(M("first_evicted.safe_recount_queue"))
+    then = M("first_evicted.free_releases_table")
+    return report(not_yet(ex, staged(ex, " ".join(problems), then)))
+
+
+# ---- chunked prefill: steps for a long prompt beside running decodes -------------------------
+CHUNK_PROMPT_LEN = 1020
+CHUNK_BUDGET = 256  # max_num_batched_tokens
+CHUNK_DECODES = 3  # requests already decoding when the long prompt arrives
+
+
+def chunked_prefill_steps(answer: Any) -> CheckResult:
+    """CHUNK_DECODES requests are decoding when a CHUNK_PROMPT_LEN-token prompt arrives;
+    max_num_batched_tokens is CHUNK_BUDGET, chunked prefill on, plenty of KV blocks. In how
+    many steps is the prompt prefilled (its first token sampled)?"""
+    from llmlab.analysis.blocks import chunked_prefill_schedule
+
+    expected = len(chunked_prefill_schedule(CHUNK_PROMPT_LEN, CHUNK_BUDGET, CHUNK_DECODES))
+    per_step = CHUNK_BUDGET - CHUNK_DECODES
+    naive = -(-CHUNK_PROMPT_LEN // CHUNK_BUDGET)
+    return check_number(
+        "ch11.chunked_prefill_steps",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=[
+            (naive, M("chunked_prefill_steps.gave_prompt_whole")),
+            (CHUNK_PROMPT_LEN // per_step, M("chunked_prefill_steps.partial_last_chunk")),
+            (1, M("chunked_prefill_steps.chunked_prefill_prompt")),
+        ],
+        default_hint=M("chunked_prefill_steps.default_hint"),
+        formula=M("chunked_prefill_steps.formula"),
+    )
+
+
+# ---- the block-allocation explorer's task ------------------------------------------------
+EXPLORER_STAGE = 4  # 1-based stage label in manager_walkthrough(): "A finishes"
+
+
+def _explorer_expected() -> int:
+    from llmlab.analysis.blocks import manager_walkthrough
+
+    snap = manager_walkthrough(block_size=4, num_blocks=24, prefix_len=8)[EXPLORER_STAGE - 1]
+    return sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
+
+
+def explorer_cached_free(answer: Any) -> CheckResult:
+    """In the block-allocation explorer (manager_walkthrough(block_size=4, num_blocks=24,
+    prefix_len=8)), at stage EXPLORER_STAGE: how many blocks are free and still findable in the
+    prefix cache?"""
+    expected = _explorer_expected()
+    return check_number(
+        "ch11.explorer_cached_free",
+        answer,
+        expected,
+        rel=1e-9,
+        mistakes=[
+            (0, M("explorer_cached_free.finished_request_s")),
+            (expected + 2, M("explorer_cached_free.s_prefix_blocks")),
+            (expected + 1, M("explorer_cached_free.s_last_block")),
+        ],
+        default_hint=M("explorer_cached_free.default_hint"),
+    )
+
+
+# ---- why our ratio is not the source chapter's 24x -----------------------------------------------
+RATIO_OPTIONS_EN = {
+    "a": "With fewer requests, llmlab's scheduler and block manager take most of each step's time.",
+    "b": "hf-sequential's tokens per second do not depend on how many requests wait, llmlab's do: "
+    "with 12 requests at most 12 sequences share a step (fewer as they finish), so each read "
+    "of the weights is spread over fewer tokens than with 64.",
+    "c": "A CPU is memory-bound at small batches, so batching 12 requests helps less than "
+    "batching 64.",
+    "d": "Prefix caching finds fewer shared prefixes among 12 requests than among 64.",
+    "e": "The fast workload's outputs are short (8 to 32 tokens, against 32 to 128), so the "
+    "prompts' prefill, where one request alone already fills a matrix of many rows and "
+    "batching gains little, is a larger share of the work.",
+}
+# the options in Chinese, for the notebook to print with tr(text, RATIO_OPTIONS_ZH[letter])
+RATIO_OPTIONS_ZH = {
+    "a": "请求少的时候，llmlab 调度器和块管理器占去了每一步大部分时间。",
+    "b": "hf-sequential 每秒 token 数与排队请求数无关，llmlab 却有关。12 个请求时，一步里最多只有 "
+    "12 条序列（完成一条少一条），所以每读一遍权重分摊到的 token 比 64 个请求时少。",
+    "c": "CPU 在小 batch 时属于 memory-bound，所以 12 个请求组成 batch，收益不如 64 个。",
+    "d": "12 个请求之间能找到的共享前缀比 64 个请求之间少，前缀缓存命中得少。",
+    "e": "快速负载输出很短（8 到 32 个 token，完整负载是 32 到 128），所以 prompt 的 prefill 占了更多工作。"
+    "而 prefill 时单个请求本身就已是很多行的矩阵，batching 收益很小。",
+}
+# shown in the language in use; the keys are what the student answers with
+RATIO_OPTIONS = Bilingual(RATIO_OPTIONS_EN, RATIO_OPTIONS_ZH)
+RATIO_CORRECT = frozenset({"b", "e"})
+_RATIO_HINTS = {  # (English, Chinese)
+    "a": M.key("ratio_hints.a"),
+    "c": M.key("ratio_hints.c"),
+    "d": M.key("ratio_hints.d"),
+}
+
+
+def ratio_reason(answer: Any) -> CheckResult:
+    """Why does the chapter's 12-request run measure a far smaller llmlab / hf-sequential
+    throughput ratio than the full 64-request benchmark on the same CPU? Answer the letters of
+    every reason that holds (RATIO_OPTIONS), e.g. {"x", "y"}."""
+    ex = "ch11.ratio_reason"
+    if (
+        isinstance(answer, (list, tuple, set, frozenset))
+        and len(answer) == 1
+        and {str(a).strip().lower() for a in answer} <= RATIO_CORRECT
+    ):
+        return report(not_yet(ex, M("ratio_reason.reason_holds_only")))
+    if isinstance(answer, str) and answer.strip().lower() in RATIO_CORRECT:
+        return report(not_yet(ex, M("ratio_reason.reason_holds_only_2")))
+    return check_choice(
+        ex,
+        answer,
+        set(RATIO_CORRECT),
+        options=sorted(RATIO_OPTIONS),
+        hints={key: M(pair) for key, pair in _RATIO_HINTS.items()},
+    )
