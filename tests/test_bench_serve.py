@@ -13,6 +13,7 @@ import pytest
 
 from llmlab.analysis import metrics
 from llmlab.bench import serve as bench
+from llmlab.bench import serve_client as client
 from llmlab.engine import LLMEngine
 from llmlab.model import tiny_model
 from llmlab.serve.api_server import build_app
@@ -74,10 +75,10 @@ RECORDED = {
 
 def recorded_records():
     recs = [
-        bench.record_stream(sent, lines, chat=(name == "B"))
+        client.record_stream(sent, lines, chat=(name == "B"))
         for name, (sent, lines) in RECORDED.items()
     ]
-    recs.append(bench.RequestRecord(sent_at=0.2, error="HTTP 503: queue full", status=503))
+    recs.append(client.RequestRecord(sent_at=0.2, error="HTTP 503: queue full", status=503))
     return recs
 
 
@@ -87,7 +88,7 @@ def test_figures_on_a_recorded_stream_equal_hand_computed_values():
     assert a.text == "The cat sat." and b.text == "Hi!" and a.finish_reason == "length"
     assert [r.success for r in recs] == [True, True, True, True, False]
     assert [r.output_tokens for r in recs[:4]] == [4, 2, 1, 5]  # B has no usage: its chunks
-    s = bench.summarize_records(
+    s = client.summarize_records(
         recs, duration=4.0, slo={"ttft": 0.5, "tpot": 0.4}, prompt_lens=[0, 6, 0, 0, 0]
     )
     assert s.num_requests == 4  # E is left out
@@ -105,7 +106,7 @@ def test_figures_on_a_recorded_stream_equal_hand_computed_values():
     assert s.e2el.mean == pytest.approx((2.5 + 0.3 + 0.4 + 2.5) / 4)
     # SLO TTFT ≤ 0.5 s and TPOT ≤ 0.4 s: B (0.2, 0.1) and C (0.4, none) meet it, A and D not
     assert s.num_good == 2 and s.goodput == pytest.approx(2 / 4.0)
-    out = bench.summary_dict(s, recs)
+    out = client.summary_dict(s, recs)
     assert out["completed"] == 4 and out["failed"] == 1
     assert out["mean_ttft_ms"] == pytest.approx(650.0) and out["median_tpot_ms"] == pytest.approx(
         375.0
@@ -120,15 +121,15 @@ def test_received_bytes_split_into_lines_stamped_when_their_last_byte_came():
     ).encode()
     cuts = [0, 5, 40, stream.index(b"\n") + 1, stream.index(b"[DONE]") + 2, len(stream)]
     pieces = [(float(i), stream[a:b]) for i, (a, b) in enumerate(zip(cuts, cuts[1:]))]
-    lines = list(bench.timed_lines(pieces))
+    lines = list(client.timed_lines(pieces))
     assert [line for _, line in lines] == stream.decode().replace("\r\n", "\n").split("\n")[:-1]
     # the first line ends in piece 2 (bytes 40.. hold its newline), [DONE]'s in the last
     assert lines[0][0] == 2.0 and lines[-2] == (4.0, "data: [DONE]")
-    rec = bench.record_stream(0.0, lines)
+    rec = client.record_stream(0.0, lines)
     assert rec.success and rec.text == "The cat" and rec.chunk_times == [2.0, 3.0]
     assert rec.completion_tokens == 2
     # a stream cut in the middle of a line: the broken line is not parsed (no JSON error)
-    cut = list(bench.timed_lines([(1.0, stream[: stream.index(b"cat") + 1])]))
+    cut = list(client.timed_lines([(1.0, stream[: stream.index(b"cat") + 1])]))
     assert [line for _, line in cut] == [chunk("The"), ""]
 
 
@@ -143,7 +144,7 @@ def test_chunked_encoding_is_removed_piece_by_piece_keeping_arrival_times():
     for cuts in ([], [1], [3, 20], [len(raw) - 3], list(range(1, len(raw), 7))):
         bounds = [0, *cuts, len(raw)]
         pieces = [(float(k), raw[a:b]) for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
-        out = bench.dechunk(pieces)
+        out = client.dechunk(pieces)
         assert b"".join(p for _, p in out) == b"".join(payloads), cuts
         # each output piece carries the time of one received piece, in order, and no more
         # payload than that piece brought
@@ -152,16 +153,16 @@ def test_chunked_encoding_is_removed_piece_by_piece_keeping_arrival_times():
         assert all(len(p) <= len(pieces[int(t)][1]) for t, p in out)
     # the [DONE] line's last byte arrives in the last piece that carries payload
     split = raw.index(b"[DONE]") + 3
-    out = bench.dechunk([(0.0, raw[:split]), (1.0, raw[split:])])
+    out = client.dechunk([(0.0, raw[:split]), (1.0, raw[split:])])
     assert out[-1] == (1.0, b"NE]\n\n")
-    trailing = bench.dechunk([(0.0, b"5\r\nhello\r\n0\r\n\r\n"), (1.0, b"junk")])
+    trailing = client.dechunk([(0.0, b"5\r\nhello\r\n0\r\n\r\n"), (1.0, b"junk")])
     assert trailing == [(0.0, b"hello")]  # nothing after the last chunk
 
 
 def test_a_stream_without_done_or_with_an_error_chunk_is_a_failure():
-    cut = bench.record_stream(0.0, [(0.1, chunk("a"))])
+    cut = client.record_stream(0.0, [(0.1, chunk("a"))])
     assert not cut.success
-    err = bench.record_stream(
+    err = client.record_stream(
         0.0,
         [
             (0.1, "data: " + json.dumps({"error": {"message": "engine died"}})),
@@ -170,15 +171,15 @@ def test_a_stream_without_done_or_with_an_error_chunk_is_a_failure():
     )
     assert not err.success and err.error == "engine died"
     with pytest.raises(RuntimeError, match="no request succeeded"):
-        bench.summarize_records([cut, err], duration=1.0)
+        client.summarize_records([cut, err], duration=1.0)
 
 
 def test_goodput_slos_parse_as_vllm_writes_them():
-    assert bench.parse_goodput(["ttft:500", "tpot:50"]) == {"ttft": 0.5, "tpot": 0.05}
-    assert bench.parse_goodput(None) is None
+    assert client.parse_goodput(["ttft:500", "tpot:50"]) == {"ttft": 0.5, "tpot": 0.05}
+    assert client.parse_goodput(None) is None
     for bad in (["ttft"], ["itl:5"], ["tpot:fast"]):
         with pytest.raises(ValueError, match="--goodput"):
-            bench.parse_goodput(bad)
+            client.parse_goodput(bad)
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +192,11 @@ def tiny_server():
 
 
 def test_requests_leave_at_their_arrival_times_and_within_the_concurrency_limit(tiny_server):
-    reqs = bench.build_requests(8, 6, dataset="random", random_input_len=12, seed=3)
+    reqs = client.build_requests(8, 6, dataset="random", random_input_len=12, seed=3)
     rate, limit = 40.0, 2
     before = time.perf_counter()  # the run's start is after this, never before
     records, duration = bench._run_async(
-        bench.run_requests(
+        client.run_requests(
             tiny_server.url,
             reqs,
             "tiny",
@@ -222,18 +223,18 @@ def test_requests_leave_at_their_arrival_times_and_within_the_concurrency_limit(
 
 
 def test_the_client_records_refusals_and_dead_ends_as_failures(tiny_server):
-    reqs = bench.build_requests(2, 4, dataset="random", random_input_len=8, seed=1)
+    reqs = client.build_requests(2, 4, dataset="random", random_input_len=8, seed=1)
     refused, _ = bench._run_async(
-        bench.run_requests(tiny_server.url, reqs, "no-such-model", max_seconds=30, progress=False)
+        client.run_requests(tiny_server.url, reqs, "no-such-model", max_seconds=30, progress=False)
     )
     assert [r.status for r in refused] == [404, 404] and not any(r.success for r in refused)
     assert all(r.error.startswith("HTTP 404: ") and "no-such-model" in r.error for r in refused)
     nobody, _ = bench._run_async(
-        bench.run_requests("http://127.0.0.1:9", reqs[:1], "tiny", max_seconds=30, progress=False)
+        client.run_requests("http://127.0.0.1:9", reqs[:1], "tiny", max_seconds=30, progress=False)
     )
     assert not nobody[0].success and nobody[0].error.startswith("ConnectionRefusedError")
     with pytest.raises(ValueError, match="url"):
-        bench._run_async(bench.stream_post("ftp://host/x", {}))
+        bench._run_async(client.stream_post("ftp://host/x", {}))
 
 
 def test_the_command_writes_results_with_machine_settings_and_date(tiny_server, tmp_path):

@@ -38,7 +38,8 @@ def test_an_all_false_mask_is_told_what_it_forbids():
 def test_exercise_2s_answer_is_the_one_token_xgrammar_forbids(real_model):
     """The answer key is what xgrammar's mask says, not a guess: exactly one option forbidden."""
     from llmlab import LLM
-    from llmlab.sampling.structured_output import StructuredOutputsParams, vocab_texts
+    from llmlab.sampling.grammar import vocab_texts
+    from llmlab.sampling.structured_output import StructuredOutputsParams
 
     model, tok = real_model
     manager = LLM(model, tok, max_model_len=64).llm_engine.structured_outputs()

@@ -119,17 +119,27 @@ def exercise_problems(nb, texts: list[str], lang: str, chapter: str) -> list[str
     return problems
 
 
+def _builds_sliders(n: ast.AST) -> bool:
+    """`n` imports ipywidgets, or calls the widgets' shared `control` / `explorer` builders."""
+    if isinstance(n, (ast.Import, ast.ImportFrom)):
+        return any(a.name.startswith("ipywidgets") for a in n.names) or (
+            isinstance(n, ast.ImportFrom) and (n.module or "").startswith("ipywidgets")
+        )
+    return isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("control", "explorer")
+
+
 def slider_functions() -> set[str]:
-    """The widget functions that build sliders: those whose body imports ipywidgets."""
+    """The public widget functions that build sliders: those whose body imports ipywidgets or
+    calls the shared builders of `widgets/_show.py`."""
     names = set()
     for path in WIDGETS.glob("*.py"):
+        if path.name.startswith("_"):
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.FunctionDef) and any(
-                isinstance(n, (ast.Import, ast.ImportFrom))
-                and any(a.name.startswith("ipywidgets") for a in n.names)
-                or isinstance(n, ast.ImportFrom)
-                and (n.module or "").startswith("ipywidgets")
-                for n in ast.walk(node)
+            if (
+                isinstance(node, ast.FunctionDef)
+                and not node.name.startswith("_")
+                and any(_builds_sliders(n) for n in ast.walk(node))
             ):
                 names.add(node.name)
     return names

@@ -6,14 +6,14 @@ text uses the glossary's one term per concept, and English stays what it was."""
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
-import io
 import json
 import re
 from pathlib import Path
 
 import pytest
+from checker_modules import checker_files, checker_modules, quiet
+from notebook_grading import sample_report
 from source_chapter import WHERE, source_chapter_text
 from test_zh_terms import PENDING_TERMS
 
@@ -24,8 +24,10 @@ from llmlab.course.instructor.leaks import number_forms
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = [f"ch{n:02d}" for n in range(6, 13)]
-FILES = [f"llmlab/course/check/{m}.py" for m in MODULES] + [
+# a module's file, or each module of a chapter's package
+FILES = [p.relative_to(ROOT).as_posix() for m in MODULES for p in checker_files(m)] + [
     "llmlab/course/instructor/grading.py",
+    "llmlab/course/instructor/kernel_run.py",
     "llmlab/tools/doctor.py",
     "llmlab/sampling/params.py",
     "llmlab/sampling/sampler.py",
@@ -33,11 +35,12 @@ FILES = [f"llmlab/course/check/{m}.py" for m in MODULES] + [
     "llmlab/engine/llm.py",
     "llmlab/engine/llm_engine.py",
     "llmlab/analysis/costs.py",
-    "llmlab/analysis/roofline.py",
+    "llmlab/analysis/roofline/model.py",
+    "llmlab/analysis/roofline/measure.py",
     "llmlab/analysis/hardware.py",
 ]
 # the quiz's wrong choices are Chinese names the glossary lists on purpose
-QUIZ_DATA = {("llmlab/course/check/ch12.py", "GLOSSARY_CHOICES")}
+QUIZ_DATA = {("llmlab/course/check/ch12/matching.py", "GLOSSARY_CHOICES")}
 WRONG_FACTORS = (1.37, 0.61, 2, 0.5, 8, 0.125, 1000, 1e-3, 4, 0.25, -1)
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # core.check_number's own fallbacks (core.py is translated on its own)
@@ -49,11 +52,6 @@ def zh():
     i18n.set_language("zh")
     yield
     i18n.set_language("en")
-
-
-def quiet(fn, *args, **kwargs):
-    with contextlib.redirect_stdout(io.StringIO()):
-        return fn(*args, **kwargs)
 
 
 def _single_number_exercises():
@@ -98,38 +96,39 @@ def _pair_tables():
     """Every module-level dict of (English, Chinese) pairs in the checkers (hint tables); a
     table of catalog keys (`M.key(...)`) counts with the two texts of each key."""
     for m in MODULES:
-        module = importlib.import_module(f"llmlab.course.check.{m}")
-        for name, value in vars(module).items():
-            cat = getattr(module, "M", None)
-            if (
-                cat is not None
-                and isinstance(value, dict)
-                and value
-                and all(isinstance(v, str) and v in cat.entries for v in value.values())
-            ):
-                value = {k: (cat.template(v), cat.template(v, "zh")) for k, v in value.items()}
-            if (
-                isinstance(value, dict)
-                and value
-                and all(
-                    isinstance(v, tuple) and len(v) == 2 and all(isinstance(t, str) for t in v)
-                    for v in value.values()
-                )
-            ):
-                yield f"{m}.{name}", value
+        for module in checker_modules(m):
+            named = module.__name__.removeprefix("llmlab.course.check.")
+            for name, value in vars(module).items():
+                cat = getattr(module, "M", None)
+                if (
+                    cat is not None
+                    and isinstance(value, dict)
+                    and value
+                    and all(isinstance(v, str) and v in cat.entries for v in value.values())
+                ):
+                    value = {k: (cat.template(v), cat.template(v, "zh")) for k, v in value.items()}
+                if (
+                    isinstance(value, dict)
+                    and value
+                    and all(
+                        isinstance(v, tuple) and len(v) == 2 and all(isinstance(t, str) for t in v)
+                        for v in value.values()
+                    )
+                ):
+                    yield f"{named}.{name}", value
 
 
 def test_every_hint_table_pairs_english_with_chinese():
     tables = dict(_pair_tables())
     assert {
-        "ch07.CROSSOVER_WHY_WRONG",
-        "ch08.CPU_WHY_WRONG",
-        "ch09.DP_HINTS",
-        "ch10.Q4_HINTS",
-        "ch10.BURSTINESS_MISSED",
-        "ch11._Q5_HINTS",
-        "ch12._MARK_HINTS",
-        "ch12._SYMPTOM_WHY",
+        "ch07.questions.CROSSOVER_WHY_WRONG",
+        "ch08.questions.CPU_WHY_WRONG",
+        "ch09.questions.DP_HINTS",
+        "ch10.questions.Q4_HINTS",
+        "ch10.questions.BURSTINESS_MISSED",
+        "ch11.questions._Q5_HINTS",
+        "ch12.loop._MARK_HINTS",
+        "ch12.matching._SYMPTOM_WHY",
     } <= set(tables)
     for name, table in tables.items():
         for key, (en, zh) in table.items():
@@ -281,23 +280,8 @@ def test_llm_generate_refuses_mismatched_params_in_chinese(zh):
 
 def test_grade_report_text_speaks_chinese_and_its_json_stays(zh):
     from llmlab.course.instructor import grading
-    from llmlab.course.instructor.grading import ExerciseResult, GradeReport
 
-    rep = GradeReport(
-        "nb.ipynb",
-        [
-            ExerciseResult("ch00.a", True, "correct."),
-            ExerciseResult("ch00.bb", False, "count again."),
-        ],
-        [
-            {
-                "cell": "3 (1/0)",
-                "index": 3,
-                "ename": "ZeroDivisionError",
-                "evalue": "division by zero",
-            }
-        ],
-    )
+    rep = sample_report()
     lines = rep.text().splitlines()
     assert lines[1].split()[:2] == ["通过", "ch00.a"] and lines[2].split()[:2] == [
         "还不对",

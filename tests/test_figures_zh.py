@@ -593,7 +593,10 @@ def _chinese_strings():
     files = sorted((root / "course" / "figures").glob("*.py")) + sorted(
         (root / "course" / "widgets").glob("*.py")
     )
-    files += [root / "analysis" / name for name in ("roofline.py", "sim.py", "hardware.py")]
+    files += [
+        root / "analysis" / name
+        for name in ("roofline/model.py", "roofline/measure.py", "sim.py", "hardware.py")
+    ]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (

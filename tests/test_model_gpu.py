@@ -263,30 +263,32 @@ def _launches(run) -> list[str]:
 
     from llmlab.ops import triton_backend
 
-    kernels = triton_backend._load()
+    modules = [triton_backend._load(m) for m in ("_triton_kernels", "_triton_layer_kernels")]
     seen = _Launches()
-    saved = {n: getattr(kernels, n) for n in dir(kernels) if n.endswith("_kernel")}
+    saved = {
+        (mod, n): getattr(mod, n) for mod in modules for n in dir(mod) if n.endswith("_kernel")
+    }
 
     class Counted:
-        def __init__(self, name):
-            self.name = name
+        def __init__(self, kernel, name):
+            self.kernel, self.name = kernel, name
 
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
                 seen.names.append(f"triton:{self.name}")
                 with _disable_current_modes():  # the interpreter's own tensor work is not ours
-                    return saved[self.name][grid](*args, **kwargs)
+                    return self.kernel[grid](*args, **kwargs)
 
             return launch
 
     try:
-        for name in saved:
-            setattr(kernels, name, Counted(name))
+        for (mod, name), kernel in saved.items():
+            setattr(mod, name, Counted(kernel, name))
         with seen:
             run()
     finally:
-        for name, kernel in saved.items():
-            setattr(kernels, name, kernel)
+        for (mod, name), kernel in saved.items():
+            setattr(mod, name, kernel)
     return seen.names
 
 
@@ -390,12 +392,14 @@ def test_the_host_read_detector_catches_a_planted_sync():
         lambda: md.slot_mapping.tolist(),
         lambda: torch.tensor([1, 2]),
         # the prefill grid sized from the device, as the Triton launcher once did per layer
-        lambda: triton_backend._prefill(*args, 1.0, 1.0, int((cu[1:] - cu[:-1]).max())),
+        lambda: triton_backend.paged_attention_prefill(
+            *args, 1.0, 1.0, max_query_len=int((cu[1:] - cu[:-1]).max())
+        ),
     ):
         with pytest.raises(AssertionError, match="read the device"), no_host_reads():
             planted()
     with no_host_reads():  # the host's max_query_len: nothing read
-        triton_backend._prefill(*args, 1.0, 1.0, 2)
+        triton_backend.paged_attention_prefill(*args, 1.0, 1.0, max_query_len=2)
 
 
 @pytest.mark.parametrize("new", [(1, 1), (1, 4)], ids=["decode", "mixed"])

@@ -411,17 +411,17 @@ def test_cpu_other_dtypes_and_shapes_run_the_torch_code():
 
 
 def test_cpu_backend_is_listed_and_its_library_is_built_once(monkeypatch, tmp_path):
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_backend, cpu_library
 
     assert "cpu" in ops.available_backends(), cpu_backend.available()[1]
     monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu_backend, "_lib", None)
-    lib = cpu_backend.load_library()
+    monkeypatch.setattr(cpu_library, "_lib", None)
+    lib = cpu_library.load_library()
     built = list((tmp_path / "cpu_kernels").glob("*/*.so"))
     assert len(built) == 1 and lib._name == str(built[0])
     stamp = built[0].stat().st_mtime_ns
-    monkeypatch.setattr(cpu_backend, "_lib", None)
-    cpu_backend.load_library()  # a later process: reused
+    monkeypatch.setattr(cpu_library, "_lib", None)
+    cpu_library.load_library()  # a later process: reused
     assert built[0].stat().st_mtime_ns == stamp
     assert not list(tmp_path.glob("cpu_kernels/*/*.so.tmp*")), "no partial build left behind"
 
@@ -451,32 +451,32 @@ def _fused_decode_matches_torch(monkeypatch) -> None:
 
 def test_cpu_backend_falls_back_to_flags_the_compiler_takes(monkeypatch, tmp_path):
     """A compiler that refuses a flag (Apple clang and -fopenmp) gets the next flag set."""
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_library
 
     monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu_backend, "_lib", None)
+    monkeypatch.setattr(cpu_library, "_lib", None)
     monkeypatch.setattr(
-        cpu_backend, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",), cpu_backend.FALLBACK_FLAGS[1])
+        cpu_library, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",), cpu_library.FALLBACK_FLAGS[1])
     )
-    cpu_backend.load_library()
+    cpu_library.load_library()
     assert len(list((tmp_path / "cpu_kernels").glob("*/*.so"))) == 1
     run_decode_case("cpu", 16, 64, (9, 3), torch.float32, "cpu")  # built without OpenMP
     _fused_decode_matches_torch(monkeypatch)  # its `omp for`/`single` now run on one thread
-    monkeypatch.setattr(cpu_backend, "_lib", None)
-    monkeypatch.setattr(cpu_backend, "_error", None)
-    monkeypatch.setattr(cpu_backend, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",),))
+    monkeypatch.setattr(cpu_library, "_lib", None)
+    monkeypatch.setattr(cpu_library, "_error", None)
+    monkeypatch.setattr(cpu_library, "FALLBACK_FLAGS", (("-fno-such-flag-llmlab",),))
     monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path / "other"))
     with pytest.raises(RuntimeError, match="no-such-flag"):
-        cpu_backend.load_library()
+        cpu_library.load_library()
 
 
 def test_cpu_backend_without_a_compiler_says_so(monkeypatch, tmp_path):
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_backend, cpu_library
 
     monkeypatch.setenv("LLMLAB_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu_backend, "_lib", None)
-    monkeypatch.setattr(cpu_backend, "_error", None)
-    monkeypatch.setattr(cpu_backend, "_compiler", lambda: None)
+    monkeypatch.setattr(cpu_library, "_lib", None)
+    monkeypatch.setattr(cpu_library, "_error", None)
+    monkeypatch.setattr(cpu_library, "_compiler", lambda: None)
     ok, why = cpu_backend.available()
     assert not ok and "C compiler" in why
     assert "cpu" not in ops.available_backends()
@@ -577,13 +577,16 @@ def test_triton_split_k_decode_merges_partitions():
 
 @pytest.mark.triton
 def test_triton_rejects_bad_partition_size():
-    from llmlab.ops import triton_backend
 
     gen = _generator("bad-partition")
     kc, vc, bt, sl = make_paged_cache([5], 8, 1, 16, torch.float32, gen, TRITON_DEVICE)
     q = torch.randn(1, 1, 16).to(TRITON_DEVICE)
     with pytest.raises(ValueError, match="partition_size"):
-        triton_backend.paged_attention_decode(q, kc, vc, bt, sl, 0.25, partition_size=48)
+        ops.paged_attention_decode(q, kc, vc, bt, sl, 0.25, "triton", partition_size=48)
+    with pytest.raises(ValueError, match="partition_size"):
+        ops.paged_attention_decode(
+            q.cpu(), kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 0.25, partition_size=32
+        )
 
 
 @pytest.mark.triton
@@ -805,7 +808,7 @@ def test_triton_silu_and_mul_matches_the_readable_mlp(num_tokens, inter, dtype):
 _COMPILE_FUSED = """
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from llmlab.ops import _triton_kernels as K
+from llmlab.ops import _triton_layer_kernels as K
 
 def sig(fn, types, consts):
     types.update(dict.fromkeys(consts, "constexpr"))
@@ -959,8 +962,6 @@ def test_triton_step_metadata_checks_the_device_once():
 
 @pytest.mark.triton
 def test_triton_prefill_rejects_a_bad_max_query_len():
-    from llmlab.ops import triton_backend
-
     gen = _generator("bad-max-query-len")
     lens, q_lens = prefill_layout(8)
     q, md, cu = _step_metadata("triton", lens, q_lens, 8, (4, 2), torch.float32, gen, "cpu")
@@ -968,7 +969,7 @@ def test_triton_prefill_rejects_a_bad_max_query_len():
     args = (q, kc, vc, md.block_tables, cu, md.seq_lens, 0.125)
     for bad in (-1, q.shape[0] + 1, 2.0, True):
         with pytest.raises(ValueError, match="^max_query_len: got"):
-            triton_backend.paged_attention_prefill(*args, max_query_len=bad)
+            ops.paged_attention_prefill(*args, backend="triton", max_query_len=bad)
 
 
 # ---------------------------------------------------------------- GPU: every backend on CUDA
@@ -1207,29 +1208,30 @@ def test_gpu_cuda_head_dims_of_every_compiled_variant(dtype):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
-def test_gpu_cuda_inner_calls_equal_the_checked_ones_and_replay_in_a_graph():
-    """`_decode` / `_prefill` (what the fused layer calls per layer) give the public functions'
-    bits, and `_decode` captured in a CUDA graph replays on new query values with no sync."""
+def test_gpu_cuda_launchers_equal_the_checked_calls_and_replay_in_a_graph():
+    """The launchers (what the fused layer calls per layer, unchecked) give the checked calls'
+    bits, and decode captured in a CUDA graph replays on new query values with no sync."""
     from llmlab.ops import cuda_backend
 
     gen = _generator("cuda-inner")
     kc, vc, bt, sl = make_paged_cache(MIXED_LENS, 16, 2, 64, torch.bfloat16, gen, "cuda")
     cu = torch.tensor([0, *itertools.accumulate(MIXED_Q_LENS)], dtype=torch.int32).cuda()
     q = torch.randn(sum(MIXED_Q_LENS), 8, 64, generator=gen).to(torch.bfloat16).cuda()
-    want = cuda_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125)
-    got = cuda_backend._prefill(q, kc, vc, bt, cu, sl, max(MIXED_Q_LENS), 0.125, 1.0, 1.0)
-    assert torch.equal(got, want), "_prefill differs from paged_attention_prefill"
+    want = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125, "cuda")
+    got = cuda_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125, 1.0, 1.0)
+    assert torch.equal(got, want), "the prefill launcher differs from ops.paged_attention_prefill"
     q_dec = torch.randn(len(MIXED_LENS), 8, 64, generator=gen).to(torch.bfloat16).cuda()
-    want = cuda_backend.paged_attention_decode(q_dec, kc, vc, bt, sl, 0.125)
-    assert torch.equal(cuda_backend._decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0), want)
+    want = ops.paged_attention_decode(q_dec, kc, vc, bt, sl, 0.125, "cuda")
+    decode = cuda_backend.paged_attention_decode
+    assert torch.equal(decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0), want)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):  # fails if anything waits for the GPU or reads its values
-        static_out = cuda_backend._decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0)
+        static_out = decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0)
     new_q = torch.randn(q_dec.shape, generator=gen).to(torch.bfloat16).cuda()
     q_dec.copy_(new_q)
     graph.replay()
     torch.cuda.synchronize()
-    want = cuda_backend.paged_attention_decode(new_q, kc, vc, bt, sl, 0.125)
+    want = ops.paged_attention_decode(new_q, kc, vc, bt, sl, 0.125, "cuda")
     assert torch.equal(static_out, want), "the graph's replay differs from an eager call"
 
 
@@ -1395,7 +1397,7 @@ def test_grouped_attention_equals_the_readable_path_on_mixed_steps():
 
 
 def _header_signatures() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """The prototypes of `kernels/cpu_kernels.h`, in the words of `cpu_backend.SIGNATURES`."""
+    """The prototypes of `kernels/cpu_kernels.h`, in the words of `cpu_library.SIGNATURES`."""
     import re
     from pathlib import Path
 
@@ -1423,12 +1425,12 @@ def _header_signatures() -> dict[str, tuple[str, tuple[str, ...]]]:
 def test_ctypes_signatures_match_the_c_header():
     """Every function Python calls is declared in the header with exactly the argument kinds
     the ctypes table gives it (a wrong table would pass garbage to C without any error)."""
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_library
 
     header = _header_signatures()
-    assert set(cpu_backend.SIGNATURES) <= set(header), (
-        f"not declared in cpu_kernels.h: {set(cpu_backend.SIGNATURES) - set(header)}"
+    assert set(cpu_library.SIGNATURES) <= set(header), (
+        f"not declared in cpu_kernels.h: {set(cpu_library.SIGNATURES) - set(header)}"
     )
-    for name, sig in cpu_backend.SIGNATURES.items():
+    for name, sig in cpu_library.SIGNATURES.items():
         assert header[name] == sig, f"{name}: header {header[name]}, ctypes table {sig}"
     assert {"llmlab_gemv_rows", "llmlab_attention_unit"} <= set(header)  # the parser sees all

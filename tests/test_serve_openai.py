@@ -23,8 +23,9 @@ from llmlab import SamplingParams
 from llmlab.bench import default_attention_backend
 from llmlab.engine import LLMEngine
 from llmlab.serve.api_server import build_app
+from llmlab.serve.connections import RateLimitFilter
 from llmlab.serve.grammar_compiler import GrammarLimits
-from llmlab.serve.launch import RateLimitFilter, ServerThread, build_engine
+from llmlab.serve.launch import ServerThread, build_engine
 from llmlab.serve.prometheus import parse_prometheus
 
 MODEL = "smollm2-135m"

@@ -209,7 +209,7 @@ def test_a_backend_without_rollback_takes_no_drafts(real_model):
     step under speculation, and its output still follows the grammar."""
     import re
 
-    from llmlab.sampling.structured_output import FunctionBackend, vocab_texts
+    from llmlab.sampling.grammar import FunctionBackend, vocab_texts
 
     model, tokenizer = real_model
     pieces = vocab_texts(tokenizer, 49152)
@@ -254,7 +254,7 @@ def test_bitmask_row_packs_as_xgrammar_reads_it():
     tokens the mask says, for vocabularies that are and are not a multiple of 32."""
     import xgrammar as xgr
 
-    from llmlab.sampling.structured_output import bitmask_row
+    from llmlab.sampling.grammar import bitmask_row
 
     g = torch.Generator().manual_seed(15)
     for vocab in (32, 100, 49152):
@@ -271,7 +271,7 @@ def test_a_function_backend_in_the_engine_gives_xgrammars_tokens(llm, real_model
     same tokens as xgrammar's mask for the regex (same seeds), and every output matches it."""
     import re
 
-    from llmlab.sampling.structured_output import FunctionBackend, vocab_texts
+    from llmlab.sampling.grammar import FunctionBackend, vocab_texts
 
     model, tokenizer = real_model
     pieces = vocab_texts(tokenizer, 49152)
@@ -451,7 +451,7 @@ def test_a_fill_past_its_budget_fails_that_grammar_alone_and_the_step_goes_on(re
     `grammar_failures`, and the next step fills the others without waiting for it."""
     from types import SimpleNamespace
 
-    from llmlab.sampling.structured_output import XgrammarGrammar, grammar_failures
+    from llmlab.sampling.grammar import XgrammarGrammar, grammar_failures
 
     _, tokenizer = real_model
     mgr = StructuredOutputManager(

@@ -13,13 +13,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT_FACING = sorted(
     [
-        *(ROOT / "llmlab" / "course" / "check").glob("*.py"),
+        *(ROOT / "llmlab" / "course" / "check").rglob("*.py"),
         *(ROOT / "llmlab" / "course" / "widgets").glob("*.py"),
         *(ROOT / "llmlab" / "course" / "figures").glob("*.py"),
         *(
             ROOT / "llmlab" / "analysis" / name
             for name in (
-                "roofline.py",
+                "roofline/model.py",
+                "roofline/measure.py",
                 "sim.py",
                 "hardware.py",
                 "kv_budget.py",

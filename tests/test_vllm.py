@@ -10,7 +10,7 @@ import re
 import pytest
 
 from llmlab.paths import DATA_DIR
-from llmlab.tools import vllm_bridge
+from llmlab.tools import vllm_bridge, vllm_server
 
 needs_vllm = pytest.mark.skipif(
     not vllm_bridge.available(), reason="vLLM's environment is not there: `make vllm` adds it"
@@ -219,7 +219,7 @@ def test_llmlab_bench_serve_measures_a_vllm_server(tmp_path):
     import sys
 
     out = tmp_path / "bench.json"
-    with vllm_bridge.VLLMServer(max_num_seqs=8) as server:
+    with vllm_server.VLLMServer(max_num_seqs=8) as server:
         proc = subprocess.run(
             [
                 sys.executable,
@@ -264,7 +264,7 @@ def test_vllm_bench_serve_measures_llmlabs_server():
     from llmlab.serve.launch import ServerProcess
 
     with ServerProcess("smollm2-135m", ["--port", "0", "--max-num-seqs", "8"]) as server:
-        figures = vllm_bridge.bench_serve(server.url, num_prompts=6, input_len=32, output_len=8)
+        figures = vllm_server.bench_serve(server.url, num_prompts=6, input_len=32, output_len=8)
     assert figures["Successful requests"] == 6 and figures["Failed requests"] == 0, figures[
         "report"
     ]

@@ -135,9 +135,6 @@ def manager_walkthrough(
     and its blocks go back to the free queue, the full ones still cached; C arrives with the
     prefix and takes them back without recomputing.
     """
-    from llmlab.core.request import Request
-    from llmlab.sampling import SamplingParams
-
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(
             tr(
@@ -154,44 +151,15 @@ def manager_walkthrough(
         )
     mgr = KVCacheManager(num_blocks, block_size, enable_caching=True)
     prefix = list(range(100, 100 + prefix_len))
-    params = SamplingParams(max_tokens=64)
+    live: dict[str, Any] = {}
     snaps: list[BlockSnapshot] = []
-    live: dict[str, Request] = {}
-
-    def admit(rid: str, own: list[int]) -> None:
-        req = Request(rid, prefix + own, params, arrival_time=0.0)
-        hits, num_cached = mgr.get_computed_blocks(req)
-        if mgr.allocate_slots(req, req.num_tokens - num_cached, hits) is None:
-            raise ValueError(
-                tr(
-                    f"num_blocks={num_blocks} is too small for this walk-through",
-                    f"num_blocks={num_blocks} 太小，这个演示放不下",
-                )
-            )
-        req.num_cached_tokens = num_cached
-        req.num_computed_tokens = req.num_tokens
-        live[rid] = req
-
-    def decode(steps: int) -> None:
-        for s in range(steps):
-            for req in live.values():
-                req.append_output_token(500 + s)
-                if mgr.allocate_slots(req, 1) is None:
-                    raise ValueError(
-                        tr(
-                            f"num_blocks={num_blocks} is too small for this walk-through",
-                            f"num_blocks={num_blocks} 太小，这个演示放不下",
-                        )
-                    )
-                req.num_computed_tokens += 1
-
-    admit("A", [1, 2, 3])
+    _admit(mgr, live, "A", prefix + [1, 2, 3])
     snaps.append(snapshot(mgr, live.values(), tr("1. A arrives", "1. A 到达")))
-    admit("B", [7, 8, 9, 10, 11])
+    _admit(mgr, live, "B", prefix + [7, 8, 9, 10, 11])
     snaps.append(
         snapshot(mgr, live.values(), tr("2. B shares A's prefix blocks", "2. B 共用 A 的前缀块"))
     )
-    decode(block_size)
+    _decode(mgr, live, block_size)
     snaps.append(
         snapshot(
             mgr,
@@ -201,11 +169,45 @@ def manager_walkthrough(
     )
     mgr.free(live.pop("A"))
     snaps.append(snapshot(mgr, live.values(), tr("4. A finishes", "4. A 结束")))
-    admit("C", [42])
+    _admit(mgr, live, "C", prefix + [42])
     snaps.append(
         snapshot(mgr, live.values(), tr("5. C hits the prefix cache", "5. C 命中前缀缓存"))
     )
     return snaps
+
+
+def _admit(mgr: KVCacheManager, live: dict[str, Any], rid: str, tokens: list[int]) -> None:
+    """Request `rid` of `tokens` prefilled whole: its prefix-cache hits, then slots for the rest."""
+    from llmlab.core.request import Request
+    from llmlab.sampling import SamplingParams
+
+    req = Request(rid, tokens, SamplingParams(max_tokens=64), arrival_time=0.0)
+    hits, num_cached = mgr.get_computed_blocks(req)
+    if mgr.allocate_slots(req, req.num_tokens - num_cached, hits) is None:
+        raise _too_small(mgr)
+    req.num_cached_tokens = num_cached
+    req.num_computed_tokens = req.num_tokens
+    live[rid] = req
+
+
+def _decode(mgr: KVCacheManager, live: dict[str, Any], steps: int) -> None:
+    """`steps` decode steps of every live request, one token and its slot each."""
+    for s in range(steps):
+        for req in live.values():
+            req.append_output_token(500 + s)
+            if mgr.allocate_slots(req, 1) is None:
+                raise _too_small(mgr)
+            req.num_computed_tokens += 1
+
+
+def _too_small(mgr: KVCacheManager) -> ValueError:
+    num_blocks = mgr.num_blocks
+    return ValueError(
+        tr(
+            f"num_blocks={num_blocks} is too small for this walk-through",
+            f"num_blocks={num_blocks} 太小，这个演示放不下",
+        )
+    )
 
 
 def record_engine(

@@ -270,17 +270,6 @@ def compare(
     return {p: simulate(requests, p, max_batch, step_time) for p in POLICIES}
 
 
-def memory_bound_step_time(
-    weight_time: float = 1.0, per_token_time: float = 0.01
-) -> Callable[[int], float]:
-    """A step time in the shape of the roofline: a fixed weight read plus a little per sequence."""
-    if weight_time <= 0 or per_token_time < 0:
-        raise ValueError(
-            f"weight_time must be > 0 and per_token_time >= 0, got {weight_time!r}, {per_token_time!r}"
-        )
-    return lambda b: weight_time + per_token_time * b
-
-
 # ----------------------------------------------------------------------------- KV memory waste
 
 

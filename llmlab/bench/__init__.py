@@ -103,6 +103,22 @@ def device_info(device) -> dict:
     return info
 
 
+def machine_info(device=None) -> dict:
+    """The machine (`llmlab.bench.device_info`: the card too on a GPU), torch's threads, the
+    load and the OpenMP settings."""
+    import os
+
+    import torch
+
+    return {
+        **device_info(device or torch.device("cpu")),
+        "threads": torch.get_num_threads(),
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+    }
+
+
 def device_line(info: dict) -> str:
     """One line naming the machine of `device_info`: the card first where there is one."""
     versions = f"torch {info['torch']}, transformers {info['transformers']}"

@@ -25,8 +25,9 @@ import argparse
 import json
 import os
 import time
+from dataclasses import dataclass
 
-from llmlab.bench import default_attention_backend, write_report
+from llmlab.bench import default_attention_backend, machine_info, write_report
 from llmlab.paths import DATA_DIR
 from llmlab.utils import cdiv, format_table
 
@@ -119,8 +120,7 @@ def stops_paying(rows: dict, workload: str, system: str, batches: list[int]) -> 
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    fast = os.environ.get("LLMLAB_FAST") == "1"
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m llmlab bench spec",
         description=__doc__.split("\n\n")[0],
@@ -169,90 +169,131 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default="build/bench-spec.json", help="output path")
     ap.add_argument("--fast", action="store_true", help="small workload (LLMLAB_FAST=1 too)")
-    args = ap.parse_args(argv)
-    fast = fast or args.fast
-    batches = [int(b) for b in (args.batches or ("1,8" if fast else "1,8,32,64")).split(",")]
-    max_tokens = args.max_tokens or (48 if fast else 128)
-    rounds = args.rounds or (1 if fast else 2)
-    systems = ["plain"] + [s for s in args.systems.split(",") if s in SYSTEMS and s != "plain"]
-    workloads = [w for w in args.workloads.split(",") if w in WORKLOADS]
+    return ap
+
+
+@dataclass
+class Plan:
+    """What the command line asks for, with the defaults of `--fast` filled in."""
+
+    batches: list[int]
+    max_tokens: int
+    rounds: int
+    systems: list[str]  # "plain" first: the baseline
+    workloads: list[str]
+
+
+def plan(args: argparse.Namespace, ap: argparse.ArgumentParser) -> Plan:
+    fast = args.fast or os.environ.get("LLMLAB_FAST") == "1"
     bad = [s for s in args.systems.split(",") if s not in SYSTEMS]
     bad += [w for w in args.workloads.split(",") if w not in WORKLOADS]
     if bad:
         ap.error(f"unknown system or workload {bad}; systems: {SYSTEMS}, workloads: {WORKLOADS}")
+    return Plan(
+        batches=[int(b) for b in (args.batches or ("1,8" if fast else "1,8,32,64")).split(",")],
+        max_tokens=args.max_tokens or (48 if fast else 128),
+        rounds=args.rounds or (1 if fast else 2),
+        systems=["plain"] + [s for s in args.systems.split(",") if s != "plain"],
+        workloads=args.workloads.split(","),
+    )
 
-    import torch
 
-    from llmlab import LLM
-    from llmlab.bench.throughput import machine_info
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    p = plan(args, ap)
     from llmlab.model import load_model
 
     model, tokenizer = load_model(args.model)
-    attention = default_attention_backend(model)
-    work = build_workloads(tokenizer, max(batches))
-    longest = max(len(p) for prompts in work.values() for p in prompts)
-    max_len = longest + max_tokens + args.k + 1
+    work = build_workloads(tokenizer, max(p.batches))
     configs = spec_configs(
         args.k, args.draft_layers, args.prompt_lookup_min, args.prompt_lookup_max
     )
-    llms = {
-        name: LLM(
-            model,
-            tokenizer,
-            attention_backend=attention,
-            max_model_len=max_len,
-            max_num_seqs=max(batches),
-            num_kv_blocks=max(batches) * cdiv(max_len, 16) + 16,
-            speculative_config=configs[name],
-        )
-        for name in systems
-    }
-    print(
-        f"bench spec: {args.model}, attention {attention}, {torch.get_num_threads()} threads, "
-        f"greedy, {max_tokens} tokens per request, k={args.k}, draft model "
-        f"{args.draft_layers} layers; {machine_info()['cpu']}",
-        flush=True,
-    )
-    for llm in llms.values():  # warm-up, not timed
-        run_once(llm, [work["free-form"][0][:16]], 4)
-    rows: dict[str, dict[str, dict]] = {}
-    for workload in workloads:
-        rows[workload] = {}
-        for b in batches:
-            prompts = work[workload][:b]
-            best: dict[str, dict] = {}
-            for r in range(rounds):
-                order = systems if r % 2 == 0 else systems[::-1]  # alternate the order
-                for name in order:
-                    row = run_once(llms[name], prompts, max_tokens)
-                    if name not in best or row["tok_per_s"] > best[name]["tok_per_s"]:
-                        best[name] = row
-            rows[workload][str(b)] = best
-            line = f"  {workload:<11} batch {b:>3}: " + ", ".join(
-                f"{n} {best[n]['tok_per_s']:.1f} tok/s" for n in systems
-            )
-            print(line, flush=True)
+    llms, attention = build_systems(model, tokenizer, work, p, args, configs)
+    rows = measure(llms, work, p)
     report = {
         "rows": rows,
         "machine": machine_info(),
         "settings": {
             "model": args.model,
             "attention_backend": attention,
-            "batches": batches,
-            "max_tokens": max_tokens,
-            "rounds": rounds,
+            "batches": p.batches,
+            "max_tokens": p.max_tokens,
+            "rounds": p.rounds,
             "greedy": True,
             "ignore_eos": True,
-            "speculative_configs": {n: configs[n] for n in systems},
+            "speculative_configs": {n: configs[n] for n in p.systems},
         },
         "stops_paying_at_batch": {
-            w: {s: stops_paying(rows, w, s, batches) for s in systems if s != "plain"}
-            for w in workloads
+            w: {s: stops_paying(rows, w, s, p.batches) for s in p.systems if s != "plain"}
+            for w in p.workloads
         },
     }
     print_table(report)
     write_report(report, args.json)
     return 0
+
+
+def build_systems(
+    model,
+    tokenizer,
+    work: dict[str, list[list[int]]],
+    p: Plan,
+    args: argparse.Namespace,
+    configs: dict,
+) -> tuple[dict, str]:
+    """An `LLM` per system, sized for the largest batch and the longest request, warmed up
+    (start-up and the first step are not timed); and the attention backend they use."""
+    import torch
+
+    from llmlab import LLM
+
+    attention = default_attention_backend(model)
+    longest = max(len(prompt) for prompts in work.values() for prompt in prompts)
+    max_len = longest + p.max_tokens + args.k + 1
+    llms = {
+        name: LLM(
+            model,
+            tokenizer,
+            attention_backend=attention,
+            max_model_len=max_len,
+            max_num_seqs=max(p.batches),
+            num_kv_blocks=max(p.batches) * cdiv(max_len, 16) + 16,
+            speculative_config=configs[name],
+        )
+        for name in p.systems
+    }
+    print(
+        f"bench spec: {args.model}, attention {attention}, {torch.get_num_threads()} threads, "
+        f"greedy, {p.max_tokens} tokens per request, k={args.k}, draft model "
+        f"{args.draft_layers} layers; {machine_info()['cpu']}",
+        flush=True,
+    )
+    for llm in llms.values():  # warm-up, not timed
+        run_once(llm, [work["free-form"][0][:16]], 4)
+    return llms, attention
+
+
+def measure(llms: dict, work: dict[str, list[list[int]]], p: Plan) -> dict[str, dict[str, dict]]:
+    """rows[workload][batch][system]: the best of `p.rounds` rounds, the systems' order
+    alternating from round to round; a line printed per batch size."""
+    rows: dict[str, dict[str, dict]] = {}
+    for workload in p.workloads:
+        rows[workload] = {}
+        for b in p.batches:
+            prompts = work[workload][:b]
+            best: dict[str, dict] = {}
+            for r in range(p.rounds):
+                for name in p.systems if r % 2 == 0 else p.systems[::-1]:
+                    row = run_once(llms[name], prompts, p.max_tokens)
+                    if name not in best or row["tok_per_s"] > best[name]["tok_per_s"]:
+                        best[name] = row
+            rows[workload][str(b)] = best
+            line = f"  {workload:<11} batch {b:>3}: " + ", ".join(
+                f"{n} {best[n]['tok_per_s']:.1f} tok/s" for n in p.systems
+            )
+            print(line, flush=True)
+    return rows
 
 
 def print_table(report: dict) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from llmlab.bench import default_attention_backend, write_report
+from llmlab.bench import default_attention_backend, machine_info, write_report
 from llmlab.utils import format_table
 
 
@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from llmlab import LLM
     from llmlab.analysis import structured
-    from llmlab.bench.throughput import machine_info
     from llmlab.model import load_model
 
     model, tokenizer = load_model(args.model)

@@ -119,7 +119,7 @@ class EngineConfig:
     a request's `StructuredOutputsParams` and returns its matcher: an object with
     `accept_token(token_id) -> bool`, `fill_next_token_bitmask(bitmask, row)` and
     `is_terminated() -> bool`, as xgrammar's `GrammarMatcher` (chapter 15 plugs the student's
-    hand-written mask in here through `llmlab.sampling.structured_output.FunctionBackend`).
+    hand-written mask in here through `llmlab.sampling.grammar.FunctionBackend`).
     device: where the model, the KV cache and every per-step tensor live: None (`LLM`: "cuda"
     when a CUDA GPU is present, else "cpu"; `LLMEngine`: the model's own device), "cpu",
     "cuda" or "cuda:N" (vLLM's `--device`). dtype "auto" on a GPU runs a float32 model in

@@ -26,16 +26,18 @@ Backends:
   use, loaded with ctypes): reads K/V in place through the block table, no gather, no padding.
   The fastest path on a CPU; float32 (other dtypes run the torch code). CPU tensors only.
 
-All backends take the same arguments and return the same values (fp32 within 1e-5). Arguments
-are checked here, before any backend runs (see `llmlab.ops._checks`).
+All backends take the same arguments and return the same values (fp32 within 1e-5). The
+arguments are checked here, once, before any backend runs (see `llmlab.ops._checks`): the
+backends' functions check nothing. "triton" and "cuda" also take launch sizes: `partition_size`
+(split context, see their modules) and the prefill's `max_query_len` (the host's, so no launcher
+waits for the GPU).
 
 A model layer calls `attention(q, k, v, metadata, layer)`: the step's `AttentionMetadata`
 (`llmlab.ops.metadata`) was checked once when it was built, so each layer's call checks only
 its own q, k and v, then writes k and v into the cache and attends, as a vLLM attention
 backend's `forward` does. A layer that wrote its keys itself (the fused rotary + cache kernel
 of `llmlab.model.gpu`) calls `paged_attention(q, metadata, layer, scale)`, which checks
-nothing. On "triton" and "cuda" both reach the backends' unchecked inner calls (`_decode`,
-`_prefill`), so an engine step checks its arguments once, not once per layer.
+nothing: an engine step checks its arguments once, not once per layer.
 """
 
 from __future__ import annotations
@@ -47,13 +49,16 @@ import torch
 
 from llmlab.ops import _checks, torch_backend
 from llmlab.ops._checks import BACKENDS
-from llmlab.ops.metadata import AttentionMetadata, single_sequence_metadata
+from llmlab.ops.metadata import (
+    AttentionMetadata,
+    check_backend_device,
+    single_sequence_metadata,
+)
 
 # the backends that read an fp8 (e4m3) KV cache (every one: "cuda" needs a GPU to test it)
 FP8_BACKENDS = ("torch", "cpu", "triton", "cuda")
-# the backends whose public calls check their arguments, beside unchecked inner calls
-# (`_reshape_and_cache`, `_decode`, `_prefill`) that an engine step's layers use
-_INNER_CALLS = ("triton", "cuda")
+# the backends whose launchers take launch sizes (`partition_size`, the prefill's `max_query_len`)
+_LAUNCH_SIZED = ("triton", "cuda")
 
 __all__ = [
     "BACKENDS",
@@ -127,6 +132,34 @@ def _scale_args(backend: str, key_cache: torch.Tensor, k_scale: float, v_scale: 
     return {"k_scale": float(k_scale), "v_scale": float(v_scale)}
 
 
+def _checked_backend(
+    backend: str, tensors: dict[str, torch.Tensor], query: torch.Tensor | None = None
+) -> ModuleType:
+    """The backend's module, once the tensors are on the device it needs (and, for "cuda", an
+    attention `query` within its kernel's head_dim and GQA limits)."""
+    impl = _backend(backend)
+    check_backend_device(backend, tensors)
+    if backend == "cuda" and query is not None:
+        impl.check_kernel_shape(query, tensors["key_cache"])
+    return impl
+
+
+def _launch_sizes(
+    backend: str, partition_size: int | None, splits: tuple[str, ...], **sizes: int
+) -> dict:
+    """The launch sizes a backend's launcher takes: none for "torch" and "cpu";
+    `partition_size` for the backends in `splits` (those that split a context), when given."""
+    if partition_size is not None and backend not in splits:
+        raise ValueError(
+            f"partition_size: got {partition_size!r} for backend {backend!r}, expected None "
+            f"(only {' and '.join(map(repr, splits))} split the context here)"
+        )
+    _checks.check_partition_size(partition_size)
+    if backend not in _LAUNCH_SIZED:
+        return {}
+    return sizes if partition_size is None else {"partition_size": partition_size, **sizes}
+
+
 def reshape_and_cache(
     key: torch.Tensor,
     value: torch.Tensor,
@@ -143,8 +176,10 @@ def reshape_and_cache(
     slot = block_id * block_size + offset; a slot of -1 is skipped (nothing written). An fp8
     cache (float8_e4m3fn) stores key / k_scale and value / v_scale.
     """
-    impl = _backend(backend)
+    _checks.check_backend_name(backend)
     _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+    tensors = {"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache}
+    impl = _checked_backend(backend, {**tensors, "slot_mapping": slot_mapping})
     impl.reshape_and_cache(
         key,
         value,
@@ -165,15 +200,23 @@ def paged_attention_decode(
     backend: str = "torch",
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    *,
+    partition_size: int | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per sequence over its cached keys/values.
 
     query: [num_seqs, num_heads, head_dim]; block_tables: [num_seqs, max_blocks] int32;
     seq_lens: [num_seqs] int32 (tokens in the cache, including the new one) ->
-    [num_seqs, num_heads, head_dim] in query's dtype.
+    [num_seqs, num_heads, head_dim] in query's dtype. `partition_size` ("triton", "cuda"):
+    None chooses, 0 forces one pass, a multiple of 32 splits the context into partitions.
     """
-    impl = _backend(backend)
+    _checks.check_backend_name(backend)
     _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
+    sizes = _launch_sizes(backend, partition_size, _LAUNCH_SIZED)
+    tensors = {"query": query, "key_cache": key_cache, "value_cache": value_cache}
+    impl = _checked_backend(
+        backend, {**tensors, "block_tables": block_tables, "seq_lens": seq_lens}, query
+    )
     return impl.paged_attention_decode(
         query,
         key_cache,
@@ -182,6 +225,7 @@ def paged_attention_decode(
         seq_lens,
         float(scale),
         **_scale_args(backend, key_cache, k_scale, v_scale),
+        **sizes,
     )
 
 
@@ -196,6 +240,9 @@ def paged_attention_prefill(
     backend: str = "torch",
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    *,
+    max_query_len: int | None = None,
+    partition_size: int | None = None,
 ) -> torch.Tensor:
     """Causal varlen attention of new tokens over cached context plus themselves.
 
@@ -203,12 +250,18 @@ def paged_attention_prefill(
     [num_seqs + 1] int32 offsets into query; seq_lens: [num_seqs] int32 = context + new tokens.
     The new tokens' keys/values must already be in the cache (call `reshape_and_cache` first).
     Serves plain prefill, chunked prefill and prefix-cache hits. Returns
-    [num_tokens, num_heads, head_dim] in query's dtype.
+    [num_tokens, num_heads, head_dim] in query's dtype. `max_query_len`: the most new tokens of
+    any sequence (None: found without waiting for the GPU); `partition_size` ("cuda") as for
+    decode.
     """
-    impl = _backend(backend)
-    _checks.check_prefill(
-        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
+    _checks.check_backend_name(backend)
+    max_query_len = _checks.check_prefill(
+        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_query_len
     )
+    sizes = _launch_sizes(backend, partition_size, ("cuda",), max_query_len=max_query_len)
+    tensors = {"query": query, "key_cache": key_cache, "value_cache": value_cache}
+    tables = {"block_tables": block_tables, "cu_seqlens_q": cu_seqlens_q, "seq_lens": seq_lens}
+    impl = _checked_backend(backend, {**tensors, **tables}, query)
     return impl.paged_attention_prefill(
         query,
         key_cache,
@@ -218,6 +271,7 @@ def paged_attention_prefill(
         seq_lens,
         float(scale),
         **_scale_args(backend, key_cache, k_scale, v_scale),
+        **sizes,
     )
 
 
@@ -238,10 +292,9 @@ def attention(
     """
     key_cache, value_cache = metadata.kv_caches[layer]
     _checks.check_layer_qkv(query, key, value, key_cache, metadata.num_tokens)
-    impl = _backend(metadata.backend)
-    # "triton" and "cuda" check their public calls' arguments: the layer's were checked above
-    write = impl._reshape_and_cache if metadata.backend in _INNER_CALLS else impl.reshape_and_cache
-    write(key, value, key_cache, value_cache, metadata.slot_mapping, *metadata.scales(layer))
+    _backend(metadata.backend).reshape_and_cache(
+        key, value, key_cache, value_cache, metadata.slot_mapping, *metadata.scales(layer)
+    )
     return paged_attention(query, metadata, layer, scale)
 
 
@@ -259,30 +312,18 @@ def paged_attention(
     `metadata.max_query_len`, as in a vLLM attention backend's `forward`.
     """
     key_cache, value_cache = metadata.kv_caches[layer]
-    k_scale, v_scale = metadata.scales(layer)
-    tables, seq_lens, cu = metadata.block_tables, metadata.seq_lens, metadata.cu_seqlens_q
+    kv = (key_cache, value_cache, metadata.block_tables)
+    scales = metadata.scales(layer)
     backend = metadata.backend
     if backend == "torch":
         # the readable path's engine speed-up: sequences of similar length attended together
         return torch_backend.grouped_attention(
-            query, key_cache, value_cache, metadata, scale, (k_scale, v_scale)
+            query, key_cache, value_cache, metadata, scale, scales
         )
     impl = _backend(backend)
     if metadata.is_decode_only:
-        decode = impl._decode if backend in _INNER_CALLS else impl.paged_attention_decode
-        return decode(query, key_cache, value_cache, tables, seq_lens, scale, k_scale, v_scale)
-    if backend == "triton":
-        return impl._prefill(
-            query,
-            key_cache,
-            value_cache,
-            tables,
-            cu,
-            seq_lens,
-            scale,
-            k_scale,
-            v_scale,
-            metadata.max_query_len,
-        )
-    prefill = impl._prefill if backend in _INNER_CALLS else impl.paged_attention_prefill
-    return prefill(query, key_cache, value_cache, tables, cu, seq_lens, scale, k_scale, v_scale)
+        return impl.paged_attention_decode(query, *kv, metadata.seq_lens, scale, *scales)
+    sizes = {"max_query_len": metadata.max_query_len} if backend in _LAUNCH_SIZED else {}
+    return impl.paged_attention_prefill(
+        query, *kv, metadata.cu_seqlens_q, metadata.seq_lens, scale, *scales, **sizes
+    )

@@ -215,9 +215,12 @@ def check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale) -
 
 
 def check_prefill(
-    query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
-) -> None:
-    """Validate the arguments of `paged_attention_prefill`."""
+    query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_query_len=None
+) -> int:
+    """Validate the arguments of `paged_attention_prefill`; return `max_query_len` (the most new
+    tokens of any sequence, which sizes a launcher's grid): as given, else read from
+    `cu_seqlens_q` on the CPU, else bounded by the number of tokens (tiles past a sequence's end
+    do no work), so nothing waits for the GPU."""
     num_seqs, *_ = _check_attention_common(
         query,
         key_cache,
@@ -228,7 +231,37 @@ def check_prefill(
         "[num_tokens, num_heads, head_dim]",
     )
     _check_same_device([("query", query), ("cu_seqlens_q", cu_seqlens_q)])
-    _check_query_offsets(cu_seqlens_q, seq_lens, query.shape[0])
+    longest = _check_query_offsets(cu_seqlens_q, seq_lens, query.shape[0])
+    num_tokens = query.shape[0]
+    if max_query_len is None:
+        return longest if cu_seqlens_q.device.type == "cpu" else num_tokens
+    if (
+        isinstance(max_query_len, bool)
+        or not isinstance(max_query_len, int)
+        or not (0 <= max_query_len <= num_tokens)
+    ):
+        _fail(
+            "max_query_len",
+            repr(max_query_len),
+            f"an int in [0, {num_tokens}] (the most new tokens of any sequence)",
+        )
+    return max_query_len
+
+
+def check_partition_size(partition_size: object) -> None:
+    """A split-context launch's `partition_size`: None (the launcher chooses), 0 (one pass) or a
+    positive multiple of 32 context positions per partition."""
+    if partition_size is not None and (
+        isinstance(partition_size, bool)
+        or not isinstance(partition_size, int)
+        or partition_size < 0
+        or partition_size % 32
+    ):
+        _fail(
+            "partition_size",
+            repr(partition_size),
+            "None (choose), 0 (one pass) or a positive multiple of 32",
+        )
 
 
 def _check_query_offsets(cu_seqlens_q, seq_lens, num_tokens: int) -> int:

@@ -10,13 +10,9 @@ and long contexts, the context is split into partitions merged by a second kerne
 `plan_attention` decides that from host-known sizes only (the block table's width, the number of
 rows, the SM count), so nothing waits for the GPU. It is plain Python and tested on a CPU.
 
-Two layers of calls:
-
-- the public functions check their arguments (`llmlab.ops._checks`, plus what this kernel
-  supports: head_dim, GQA group) and raise `ValueError` naming the argument;
-- `_reshape_and_cache`, `_decode` and `_prefill` skip every check. A caller that checked the
-  step's metadata once (the fused GPU layer, per layer of a step) calls them, so the Python
-  checks do not run again on every layer.
+The functions check nothing: `llmlab.ops` checks the arguments first (with `check_device` and
+`check_kernel_shape` below for what this kernel needs), and the fused GPU layer calls them per
+layer on a step's metadata checked once, so the Python checks do not run again on every layer.
 
 The extension is compiled with `torch.utils.cpp_extension.load` the first time it is needed
 (about a minute), into `$LLMLAB_CACHE/torch_extensions/...` (default `~/.cache/llmlab`), never
@@ -93,16 +89,7 @@ def plan_attention(
     one pass; a positive multiple of 32 forces that many positions per partition.
     """
     if partition_size is not None:
-        if (
-            isinstance(partition_size, bool)
-            or not isinstance(partition_size, int)
-            or partition_size < 0
-            or partition_size % 32
-        ):
-            raise ValueError(
-                f"partition_size: got {partition_size!r}, expected None (choose), 0 (one "
-                "pass) or a positive multiple of 32"
-            )
+        _checks.check_partition_size(partition_size)
         if partition_size == 0:
             return AttentionLaunch(num_rows, num_kv_heads, 0, 1)
         parts = max(1, cdiv(max_context, partition_size))
@@ -194,124 +181,13 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _check_cuda(tensors: dict[str, torch.Tensor]) -> None:
+def check_device(tensors: dict[str, torch.Tensor]) -> None:
     _require_gpu()
     for name, t in tensors.items():
         if t.device.type != "cuda":
             raise ValueError(
                 f"{name}.device: got {t.device}, expected a CUDA tensor (backend='cuda')"
             )
-
-
-# ---- unchecked inner calls: the caller has checked the step once ---------------------------
-
-
-def _reshape_and_cache(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-) -> None:
-    """`reshape_and_cache` without the Python checks."""
-    _ext().reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-
-
-def _attention(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    scale: float,
-    k_scale: float,
-    v_scale: float,
-    partition_size: int | None,
-) -> torch.Tensor:
-    """Plan the launch and run the kernel: decode when `cu_seqlens_q` is None."""
-    device = query.device.index
-    launch = plan_attention(
-        query.shape[0],
-        key_cache.shape[2],
-        block_tables.shape[1] * key_cache.shape[1],
-        _num_sms(torch.cuda.current_device() if device is None else device),
-        partition_size,
-    )
-    return _ext().paged_attention(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        cu_seqlens_q,
-        scale,
-        k_scale,
-        v_scale,
-        launch.partition_size,
-        launch.num_partitions,
-    )
-
-
-def _decode(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-    partition_size: int | None = None,
-) -> torch.Tensor:
-    """`paged_attention_decode` without the Python checks."""
-    return _attention(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        None,
-        scale,
-        k_scale,
-        v_scale,
-        partition_size,
-    )
-
-
-def _prefill(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    max_query_len: int,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-    partition_size: int | None = None,
-) -> torch.Tensor:
-    """`paged_attention_prefill` without the Python checks. `max_query_len` is not needed (a
-    block takes one row, whatever its sequence's length); it is accepted so that every
-    backend's inner call takes the same arguments."""
-    return _attention(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        cu_seqlens_q,
-        scale,
-        k_scale,
-        v_scale,
-        partition_size,
-    )
-
-
-# ---- the public, checked functions ---------------------------------------------------------
 
 
 def reshape_and_cache(
@@ -325,17 +201,7 @@ def reshape_and_cache(
 ) -> None:
     """CUDA `reshape_and_cache` (kernels/cache_kernels.cu); slot -1 is skipped. An fp8 cache
     stores key / k_scale and value / v_scale, rounded to e4m3 in the kernel."""
-    _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
-    _check_cuda(
-        {
-            "key": key,
-            "value": value,
-            "key_cache": key_cache,
-            "value_cache": value_cache,
-            "slot_mapping": slot_mapping,
-        }
-    )
-    _reshape_and_cache(
+    _ext().reshape_and_cache(
         key, value, key_cache, value_cache, slot_mapping, float(k_scale), float(v_scale)
     )
 
@@ -349,32 +215,21 @@ def paged_attention_decode(
     scale: float,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    *,
     partition_size: int | None = None,
 ) -> torch.Tensor:
     """CUDA paged decode attention (kernels/paged_attention.cu): fp32/fp16/bf16 queries over
     a cache of the same dtype or of fp8 e4m3 (with its k/v scales), GQA groups up to 8.
     `partition_size` as in `plan_attention` (None: chosen per call)."""
-    _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
-    _check_cuda(
-        {
-            "query": query,
-            "key_cache": key_cache,
-            "value_cache": value_cache,
-            "block_tables": block_tables,
-            "seq_lens": seq_lens,
-        }
-    )
-    check_kernel_shape(query, key_cache)
-    return _decode(
+    cu_seqlens_q = None  # one row per sequence: the kernel's decode layout
+    return _attention(
         query,
         key_cache,
         value_cache,
         block_tables,
         seq_lens,
-        float(scale),
-        float(k_scale),
-        float(v_scale),
+        cu_seqlens_q,
+        scale,
+        (k_scale, v_scale),
         partition_size,
     )
 
@@ -390,26 +245,49 @@ def paged_attention_prefill(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     *,
+    max_query_len: int | None = None,
     partition_size: int | None = None,
 ) -> torch.Tensor:
     """CUDA varlen causal attention (kernels/paged_attention.cu): each new token is a query row
     over its sequence's positions up to its own, so prompts, chunks, prefix-cache hits and decode
-    tokens of one step go in one launch. `partition_size` as in `plan_attention`."""
-    _checks.check_prefill(
-        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
-    )
-    _check_cuda(
-        {
-            "query": query,
-            "key_cache": key_cache,
-            "value_cache": value_cache,
-            "block_tables": block_tables,
-            "cu_seqlens_q": cu_seqlens_q,
-            "seq_lens": seq_lens,
-        }
-    )
-    check_kernel_shape(query, key_cache)
+    tokens of one step go in one launch. `partition_size` as in `plan_attention`.
+    `max_query_len` is not needed (a block takes one row, whatever its sequence's length); it is
+    accepted because `llmlab.ops` gives it to every launcher that sizes a grid."""
     return _attention(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        cu_seqlens_q,
+        scale,
+        (k_scale, v_scale),
+        partition_size,
+    )
+
+
+def _attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    scale: float,
+    kv_scales: tuple[float, float],
+    partition_size: int | None,
+) -> torch.Tensor:
+    """Plan the launch and run the kernel: decode when `cu_seqlens_q` is None."""
+    device = query.device.index
+    launch = plan_attention(
+        query.shape[0],
+        key_cache.shape[2],
+        block_tables.shape[1] * key_cache.shape[1],
+        _num_sms(torch.cuda.current_device() if device is None else device),
+        partition_size,
+    )
+    k_scale, v_scale = kv_scales
+    return _ext().paged_attention(
         query,
         key_cache,
         value_cache,
@@ -419,5 +297,6 @@ def paged_attention_prefill(
         float(scale),
         float(k_scale),
         float(v_scale),
-        partition_size,
+        launch.partition_size,
+        launch.num_partitions,
     )

@@ -1,4 +1,4 @@
-"""Fused Triton kernels of a decoder layer: launchers for `llmlab.ops._triton_kernels`.
+"""Fused Triton kernels of a decoder layer: launchers for `llmlab.ops._triton_layer_kernels`.
 
 A readable layer (`llmlab.model.DecoderLayer`) spends dozens of small PyTorch kernels on its
 elementwise steps: RMSNorm is 6-8 of them, RoPE on q and k 14, the residual adds and SwiGLU a
@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from llmlab.ops import _checks
-from llmlab.ops.triton_backend import _check_device, _load, interpreting, triton_next_power_of_2
+from llmlab.ops.triton_backend import _load, check_device, interpreting, triton_next_power_of_2
 
 FLOAT_DTYPES = _checks.FLOAT_DTYPES
 _ELEMENTWISE_BLOCK = 1024  # columns per program of silu_and_mul
@@ -50,7 +50,7 @@ def _check_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
         _checks._fail("eps", eps, "a positive float (the model's rms_norm_eps)")
     _checks._check_same_device([("x", x), ("weight", weight)])
-    _check_device({"x": x, "weight": weight})
+    check_device({"x": x, "weight": weight})
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -88,7 +88,7 @@ def _launch_norm(x, residual, weight, out, eps: float, add_residual: bool) -> No
     if num_tokens == 0:
         return
     block = triton_next_power_of_2(hidden)
-    _load().rms_norm_kernel[(num_tokens,)](
+    _load("_triton_layer_kernels").rms_norm_kernel[(num_tokens,)](
         x,
         residual,
         weight,
@@ -120,7 +120,7 @@ def rotary_embedding_and_cache(
     (slot -1: not written; an fp8 cache stores k / k_scale, v / v_scale), and return the
     rotated q [T, H, D]. KVH and D are the cache's; H follows from qkv's width."""
     _check_rotary(qkv, positions, cos_sin_cache, key_cache, value_cache, slot_mapping)
-    _check_device(
+    check_device(
         {
             "qkv": qkv,
             "positions": positions,
@@ -198,7 +198,7 @@ def _rotary_embedding_and_cache(
     fp8 = key_cache.dtype == torch.float8_e4m3fn
     if fp8:  # the kernel writes the e4m3 bytes itself
         key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
-    _load().rotary_cache_kernel[(num_tokens,)](
+    _load("_triton_layer_kernels").rotary_cache_kernel[(num_tokens,)](
         qkv,
         positions,
         cos_sin_cache,
@@ -229,7 +229,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     _checks._check_tensor("x", x, 2, FLOAT_DTYPES, "[num_tokens, 2 * intermediate]")
     if x.shape[1] % 2:
         _checks._fail("x", f"shape {tuple(x.shape)}", "an even width: [gate | up]")
-    _check_device({"x": x})
+    check_device({"x": x})
     return _silu_and_mul(x)
 
 
@@ -242,7 +242,7 @@ def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     # the interpreter runs a program per NumPy call: one program per row is fastest there
     block = triton_next_power_of_2(inter) if interpreting() else _ELEMENTWISE_BLOCK
     grid = (num_tokens, -(-inter // block))
-    _load().silu_and_mul_kernel[grid](
+    _load("_triton_layer_kernels").silu_and_mul_kernel[grid](
         x, out, INTER=inter, BLOCK=block, num_warps=_num_warps(min(block, inter))
     )
     return out  # [T, I]

@@ -58,7 +58,7 @@ class AttentionMetadata:
             self.max_query_len,
         )
         _checks.check_kv_scales(self.kv_scales, self.kv_caches)
-        _check_backend_device(self.backend, self.kv_caches[0][0])
+        check_backend_device(self.backend, {"kv_caches": self.kv_caches[0][0]})
 
     def scales(self, layer: int) -> tuple[float, float]:
         """(k_scale, v_scale) of layer `layer`'s cache: (1.0, 1.0) for a float cache."""
@@ -78,17 +78,17 @@ class AttentionMetadata:
         return self.seq_lens.shape[0]
 
 
-def _check_backend_device(backend: str, key_cache: torch.Tensor) -> None:
-    """The "triton" and "cuda" layers call unchecked kernels: the device they need is checked
-    here, once per step (CUDA tensors; CPU ones where Triton runs through its interpreter)."""
+def check_backend_device(backend: str, tensors: dict[str, torch.Tensor]) -> None:
+    """The device the "triton" and "cuda" kernels need (CUDA tensors; CPU ones where Triton runs
+    through its interpreter). The other backends run on the tensors' own device."""
     if backend == "triton":
         from llmlab.ops import triton_backend
 
-        triton_backend._check_device({"kv_caches": key_cache})
+        triton_backend.check_device(tensors)
     elif backend == "cuda":
         from llmlab.ops import cuda_backend
 
-        cuda_backend._check_cuda({"kv_caches": key_cache})
+        cuda_backend.check_device(tensors)
 
 
 def single_sequence_metadata(

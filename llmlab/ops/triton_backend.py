@@ -12,16 +12,16 @@ Compiled or interpreted:
 
 Import of triton is lazy (first call), so `import llmlab.ops` never pays for it.
 
-Every public launcher validates shapes, dtypes, devices and contiguity before launch (the
-public functions in `llmlab.ops` do the common checks; the launchers repeat them when called
-directly and add what is specific to Triton). Each has an unchecked inner call (`_decode`,
-`_prefill`, `_reshape_and_cache`) that an engine step's layers use once the step's metadata
-was checked (`llmlab.ops.attention`, `llmlab.ops.paged_attention`): no checks per layer, and
-nothing that waits for the GPU (the prefill grid is sized by the host's `max_query_len`).
+The launchers check nothing: `llmlab.ops` checks the arguments (shapes, dtypes, devices, with
+`check_device` below for what Triton needs) before it calls them, and an engine step's layers
+call them on metadata checked once per step (`llmlab.ops.attention`, `llmlab.ops.paged_attention`):
+no checks per layer, and nothing that waits for the GPU (the prefill grid is sized by the host's
+`max_query_len`).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from types import ModuleType
@@ -34,7 +34,7 @@ from llmlab.utils import cdiv
 _LOG2E = 1.4426950408889634
 # Split-K decode: context positions per partition (a multiple of every BLOCK_N used below).
 DEFAULT_PARTITION_SIZE = 512
-_kernels: ModuleType | None = None
+_kernels: dict[str, ModuleType] = {}
 
 
 def interpreting() -> bool:
@@ -42,19 +42,18 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _load() -> ModuleType:
-    """Import the kernels once, switching the interpreter on first when there is no GPU."""
-    global _kernels
-    if _kernels is None:
+def _load(module: str = "_triton_kernels") -> ModuleType:
+    """Import a kernel module of `llmlab.ops` once (the attention kernels by default; the fused
+    layer's are `_triton_layer_kernels`), switching the interpreter on first when there is no
+    GPU."""
+    if module not in _kernels:
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")
-        from llmlab.ops import _triton_kernels
-
-        _kernels = _triton_kernels
-    return _kernels
+        _kernels[module] = importlib.import_module(f"llmlab.ops.{module}")
+    return _kernels[module]
 
 
-def _check_device(tensors: dict[str, torch.Tensor]) -> None:
+def check_device(tensors: dict[str, torch.Tensor]) -> None:
     _load()  # settles the interpreter switch before it is read below
     want_cuda = not interpreting()
     for name, t in tensors.items():
@@ -107,21 +106,6 @@ def reshape_and_cache(
 ) -> None:
     """Triton `reshape_and_cache`: one program per token; slot -1 is skipped. An fp8 cache
     gets key / k_scale and value / v_scale, rounded to e4m3 by PyTorch, copied as bytes."""
-    _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
-    _check_device(
-        {
-            "key": key,
-            "value": value,
-            "key_cache": key_cache,
-            "value_cache": value_cache,
-            "slot_mapping": slot_mapping,
-        }
-    )
-    _reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-
-
-def _reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale) -> None:
-    """`reshape_and_cache` on arguments checked before (a layer of an engine step)."""
     k = _load()
     num_tokens = key.shape[0]
     if num_tokens == 0:
@@ -143,52 +127,6 @@ def num_partitions_for(max_context: int, partition_size: int) -> int:
     return max(1, math.ceil(max_context / partition_size))
 
 
-def paged_attention_decode(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    partition_size: int | None = None,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-) -> torch.Tensor:
-    """Triton paged decode attention; `[num_seqs, num_heads, head_dim]` out.
-
-    partition_size: None picks automatically (split-K on a GPU when there are fewer
-    (sequence, KV head) programs than SMs and the block table spans more than one partition;
-    never in the interpreter); 0 forces a single pass; a positive multiple of 32 forces
-    split-K with that many context positions per partition.
-    """
-    _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
-    _check_device(
-        {
-            "query": query,
-            "key_cache": key_cache,
-            "value_cache": value_cache,
-            "block_tables": block_tables,
-            "seq_lens": seq_lens,
-        }
-    )
-    if partition_size is not None and (partition_size < 0 or partition_size % 32 != 0):
-        raise ValueError(
-            f"partition_size: got {partition_size}, expected None (automatic), 0 (no split) "
-            "or a positive multiple of 32"
-        )
-    return _decode(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        scale,
-        k_scale,
-        v_scale,
-        partition_size,
-    )
-
-
 def _partition_size(query: torch.Tensor, num_kv_heads: int, max_context: int) -> int:
     """Split-K on a GPU when there are fewer (sequence, KV head) programs than SMs and the
     context may span more than one partition; never in the interpreter. From host-known
@@ -200,18 +138,25 @@ def _partition_size(query: torch.Tensor, num_kv_heads: int, max_context: int) ->
     return DEFAULT_PARTITION_SIZE if few and max_context > DEFAULT_PARTITION_SIZE else 0
 
 
-def _decode(
+def paged_attention_decode(
     query: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
-    k_scale: float,
-    v_scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
     partition_size: int | None = None,
 ) -> torch.Tensor:
-    """`paged_attention_decode` on arguments checked before (a layer of an engine step)."""
+    """Triton paged decode attention; `[num_seqs, num_heads, head_dim]` out.
+
+    partition_size: None picks automatically (split-K on a GPU when there are fewer
+    (sequence, KV head) programs than SMs and the block table spans more than one partition;
+    never in the interpreter); 0 forces a single pass; a positive multiple of 32 forces
+    split-K with that many context positions per partition.
+    """
+    _checks.check_partition_size(partition_size)
     k = _load()
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
@@ -276,69 +221,11 @@ def paged_attention_prefill(
     scale: float,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    max_query_len: int | None = None,
-) -> torch.Tensor:
-    """Triton varlen causal prefill over cached context + new tokens.
-
-    `max_query_len` (the most new tokens of any sequence) sizes the grid; an engine step knows
-    it on the host (`AttentionMetadata.max_query_len`). None: read from `cu_seqlens_q` when it
-    is on the CPU, else bounded by the number of tokens (tiles past a sequence's end do no
-    work), so the launcher never waits for the GPU.
-    """
-    _checks.check_prefill(
-        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale
-    )
-    _check_device(
-        {
-            "query": query,
-            "key_cache": key_cache,
-            "value_cache": value_cache,
-            "block_tables": block_tables,
-            "cu_seqlens_q": cu_seqlens_q,
-            "seq_lens": seq_lens,
-        }
-    )
-    num_tokens = query.shape[0]
-    if max_query_len is None:
-        on_cpu = cu_seqlens_q.device.type == "cpu" and seq_lens.shape[0] > 0
-        max_query_len = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()) if on_cpu else num_tokens
-    elif (
-        isinstance(max_query_len, bool)
-        or not isinstance(max_query_len, int)
-        or not (0 <= max_query_len <= num_tokens)
-    ):
-        raise ValueError(
-            f"max_query_len: got {max_query_len!r}, expected an int in [0, {num_tokens}] "
-            "(the most new tokens of any sequence)"
-        )
-    return _prefill(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        cu_seqlens_q,
-        seq_lens,
-        scale,
-        k_scale,
-        v_scale,
-        max_query_len,
-    )
-
-
-def _prefill(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float,
-    v_scale: float,
+    *,
     max_query_len: int,
 ) -> torch.Tensor:
-    """`paged_attention_prefill` on arguments checked before (a layer of an engine step);
-    `max_query_len` is a host int, so nothing here waits for the GPU."""
+    """Triton varlen causal prefill over cached context + new tokens. `max_query_len` (the most
+    new tokens of any sequence, a host int) sizes the grid, so nothing here waits for the GPU."""
     k = _load()
     num_tokens, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape

@@ -53,11 +53,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def default_backend() -> str:
-    """ "nccl" when there is a CUDA GPU per rank to be had, else "gloo" (CPU)."""
-    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
-
-
 def rank_device(rank: int, backend: str) -> torch.device:
     """The device a rank computes on: its own GPU under NCCL, the CPU under gloo."""
     if backend == "nccl":
@@ -126,6 +121,24 @@ def launch(
         )
     ctx = _context()
     results = ctx.Queue()
+    procs = _start_ranks(ctx, fn, world_size, args, backend, timeout, results)
+    ok = False
+    try:
+        done = _collect(procs, results, world_size, timeout)
+        ok = True
+    finally:
+        for p in procs:
+            if ok:
+                p.join(timeout=5.0)
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=5.0)
+        results.close()
+    return [done[r] for r in range(world_size)]
+
+
+def _start_ranks(ctx, fn, world_size: int, args: tuple, backend: str, timeout: float, results):
+    """A started process per rank, each rendezvousing on one free port."""
     port = free_port()
     procs = []
     # children inherit the environment at start: one OpenMP thread each (set before torch loads;
@@ -147,54 +160,48 @@ def launch(
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = saved
+    return procs
 
+
+def _collect(procs, results, world_size: int, timeout: float) -> dict[int, Any]:
+    """Every rank's result by rank, or a RuntimeError naming the rank that failed, died
+    silently, or had not finished by `timeout`."""
     deadline = time.monotonic() + timeout
     done: dict[int, Any] = {}
-    ok = False
-    try:
-        while len(done) < world_size:
-            try:
-                status, rank, payload = results.get(timeout=0.2)
-            except queue.Empty:
-                status = None
-            if status == "ok":
-                done[rank] = pickle.loads(payload)
-                continue
-            if status == "error":
-                # a rank that died silently is the cause; the error of its peer is the symptom
-                time.sleep(0.5)
-                dead = _silently_dead(procs, done, results, exclude=rank)
-                if dead is not None:
-                    raise RuntimeError(
-                        f"rank {dead} of {world_size} died with exit code "
-                        f"{procs[dead].exitcode} without reporting a result "
-                        f"(then rank {rank} failed: {payload.splitlines()[0]})"
-                    )
-                raise RuntimeError(f"rank {rank} of {world_size} failed: {payload}")
-            dead = _silently_dead(procs, done, results)
+    while len(done) < world_size:
+        try:
+            status, rank, payload = results.get(timeout=0.2)
+        except queue.Empty:
+            status = None
+        if status == "ok":
+            done[rank] = pickle.loads(payload)
+            continue
+        if status == "error":
+            # a rank that died silently is the cause; the error of its peer is the symptom
+            time.sleep(0.5)
+            dead = _silently_dead(procs, done, results, exclude=rank)
             if dead is not None:
-                time.sleep(0.5)  # a message in flight may still arrive
-                if results.empty():
-                    raise RuntimeError(
-                        f"rank {dead} of {world_size} died with exit code "
-                        f"{procs[dead].exitcode} without reporting a result"
-                    )
-            if time.monotonic() > deadline:
-                missing = [r for r in range(world_size) if r not in done]
                 raise RuntimeError(
-                    f"timed out after {timeout:g} s: rank(s) {missing} of {world_size} did "
-                    f"not finish (hung, or waiting in a collective for a rank that hung)"
+                    f"rank {dead} of {world_size} died with exit code "
+                    f"{procs[dead].exitcode} without reporting a result "
+                    f"(then rank {rank} failed: {payload.splitlines()[0]})"
                 )
-        ok = True
-    finally:
-        for p in procs:
-            if ok:
-                p.join(timeout=5.0)
-            if p.is_alive():
-                p.kill()
-            p.join(timeout=5.0)
-        results.close()
-    return [done[r] for r in range(world_size)]
+            raise RuntimeError(f"rank {rank} of {world_size} failed: {payload}")
+        dead = _silently_dead(procs, done, results)
+        if dead is not None:
+            time.sleep(0.5)  # a message in flight may still arrive
+            if results.empty():
+                raise RuntimeError(
+                    f"rank {dead} of {world_size} died with exit code "
+                    f"{procs[dead].exitcode} without reporting a result"
+                )
+        if time.monotonic() > deadline:
+            missing = [r for r in range(world_size) if r not in done]
+            raise RuntimeError(
+                f"timed out after {timeout:g} s: rank(s) {missing} of {world_size} did "
+                f"not finish (hung, or waiting in a collective for a rank that hung)"
+            )
+    return done
 
 
 def _silently_dead(procs, done: dict, results, exclude: int | None = None) -> int | None:

@@ -33,12 +33,16 @@ from llmlab.parallel.source import ModelSource
 
 def pp_plan(num_layers: int, num_stages: int) -> list[range]:
     """Contiguous layer ranges, one per stage, sizes differing by at most one."""
-    if not isinstance(num_stages, int) or not 1 <= num_stages <= num_layers:
-        raise ValueError(
-            f"num_stages must be an int in [1, {num_layers}] (the number of "
-            f"layers), got {num_stages!r}"
-        )
+    _check_parts("num_stages", num_stages, num_layers, "layers")
     return split_evenly(num_layers, num_stages)
+
+
+def _check_parts(name: str, parts: int, total: int, of_what: str) -> None:
+    """`parts` (argument `name`) must cut `total` things into non-empty groups."""
+    if not isinstance(parts, int) or not 1 <= parts <= total:
+        raise ValueError(
+            f"{name} must be an int in [1, {total}] (the number of {of_what}), got {parts!r}"
+        )
 
 
 class PipelineStage(nn.Module):
@@ -81,12 +85,8 @@ class PipelineStage(nn.Module):
 
 def split_microbatches(num_seqs: int, num_microbatches: int) -> list[range]:
     """Sequences 0..num_seqs-1 in `num_microbatches` contiguous groups (sizes differ by ≤ 1)."""
-    if not isinstance(num_microbatches, int) or not 1 <= num_microbatches <= num_seqs:
-        raise ValueError(
-            f"num_microbatches must be an int in [1, {num_seqs}] (the number of "
-            f"sequences), got {num_microbatches!r}"
-        )
-    return pp_plan(num_seqs, num_microbatches)
+    _check_parts("num_microbatches", num_microbatches, num_seqs, "sequences")
+    return split_evenly(num_seqs, num_microbatches)
 
 
 @dataclass
@@ -152,6 +152,17 @@ def _pipeline_pass(
     return outputs, intervals
 
 
+def _build_stage(
+    source: ModelSource, rank: int, world_size: int, backend: str
+) -> tuple[PipelineStage, torch.device]:
+    """This rank's stage of the model built from `source`, on the rank's device (the rest of the
+    model is dropped)."""
+    device = rank_device(rank, backend)
+    full = source.build()
+    layers = pp_plan(full.config.num_hidden_layers, world_size)[rank]
+    return PipelineStage(full, layers, world_size, rank).to(device), device
+
+
 def pp_worker(
     rank: int,
     world_size: int,
@@ -162,11 +173,7 @@ def pp_worker(
     backend: str = "gloo",
 ) -> dict:
     """One stage of a PP run: prefill every prompt, then greedy-decode, micro-batch by micro-batch."""
-    device = rank_device(rank, backend)
-    full = source.build()
-    layers = pp_plan(full.config.num_hidden_layers, world_size)[rank]
-    stage = PipelineStage(full, layers, world_size, rank).to(device)
-    del full
+    stage, device = _build_stage(source, rank, world_size, backend)
     groups = split_microbatches(len(prompts), num_microbatches)
     max_len = max(len(p) for p in prompts) + max_new_tokens
     caches = [
@@ -207,7 +214,7 @@ def pp_worker(
         num_new = [[1] * len(g) for g in groups]
     return {
         "rank": rank,
-        "layers": layers,
+        "layers": stage.layer_ids,
         "timelines": timelines,
         "tokens": tokens if (stage.is_first or stage.is_last) else None,
         "logits": prefill_logits,
@@ -286,12 +293,8 @@ def pp_bubble_worker(
     backend: str = "gloo",
 ) -> dict:
     """Prefill-only passes of a random batch for each micro-batch count m (timelines only)."""
-    device = rank_device(rank, backend)
-    full = source.build()
-    layers = pp_plan(full.config.num_hidden_layers, world_size)[rank]
-    stage = PipelineStage(full, layers, world_size, rank).to(device)
-    vocab = full.config.vocab_size
-    del full
+    stage, device = _build_stage(source, rank, world_size, backend)
+    vocab = stage.config.vocab_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (batch_size, seq_len), generator=g)  # [B, T]
     out: dict[int, list[list[tuple[float, float]]]] = {}

@@ -4,6 +4,8 @@ the model's raw logits, and the k most likely tokens (vLLM: `vllm/v1/sample/logi
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
 from llmlab.sampling.params import Logprob
@@ -32,3 +34,25 @@ def logprob_entries(
                 entry.setdefault(t, Logprob(v, j + 1))
         entries.append(entry)
     return entries
+
+
+def fill_prompt_logprobs(
+    compute_logits: Callable[[torch.Tensor], torch.Tensor], out: Any, hidden: torch.Tensor
+) -> None:
+    """The logprobs of the prompt tokens a step computes (`out`: its SchedulerOutput; `hidden`:
+    [num_tokens, hidden] of the whole step), written into each asking request's
+    `prompt_logprobs`: the logits at position p score prompt token p + 1 (vLLM computes them the
+    same way, chunk by chunk)."""
+    flat = 0
+    for req, start, n in zip(out.requests, out.num_computed_tokens, out.num_new_tokens):
+        num_prompt = req.num_prompt_tokens
+        if req.prompt_logprobs is not None and start < num_prompt - 1:
+            last = min(start + n, num_prompt - 1)  # positions start .. last - 1
+            k = req.sampling_params.prompt_logprobs
+            for lo in range(start, last, PROMPT_LOGPROBS_CHUNK):  # bound the [N, V] logits
+                hi = min(lo + PROMPT_LOGPROBS_CHUNK, last)
+                rows = hidden[flat + lo - start : flat + hi - start]  # [N, hidden]
+                lp = compute_logits(rows).log_softmax(-1)  # [N, vocab]
+                targets = req.prompt_token_ids[lo + 1 : hi + 1]
+                req.prompt_logprobs[lo + 1 : hi + 1] = logprob_entries(lp, targets, k)
+        flat += n

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from llmlab.i18n import tr
 
@@ -69,110 +69,21 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        def bad(field: str, expected: str, expected_zh: str) -> ValueError:
+        """Raise a ValueError naming the first field out of its range (`_RULES`, in order)."""
+        min_tokens = (
+            "min_tokens",
+            _int_in(0, self.max_tokens),
+            f"an int in [0, max_tokens={self.max_tokens}]",
+            f" [0, max_tokens={self.max_tokens}] 之间的整数",
+        )
+        for field, ok, expected, expected_zh in (*_RULES[:4], min_tokens, *_RULES[4:]):
             got = getattr(self, field)
-            return ValueError(
-                tr(
-                    f"SamplingParams.{field} must be {expected}, got {got!r}",
-                    f"SamplingParams.{field} 必须是{expected_zh}，你给的是 {got!r}",
-                )
-            )
-
-        if not _finite(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
-            raise bad(
-                "temperature",
-                f"a number in [0, {MAX_TEMPERATURE:g}] (0 means greedy)",
-                f" [0, {MAX_TEMPERATURE:g}] 之间的数（0 表示贪心解码）",
-            )
-        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
-            raise bad("top_p", "in (0, 1]", " (0, 1] 之间的数")
-        if (
-            not isinstance(self.top_k, int)
-            or isinstance(self.top_k, bool)
-            or self.top_k == 0
-            or self.top_k < -1
-        ):
-            raise bad("top_k", "-1 (disabled) or an int >= 1", " -1（关闭）或 >= 1 的整数")
-        if (
-            not isinstance(self.max_tokens, int)
-            or isinstance(self.max_tokens, bool)
-            or self.max_tokens < 1
-        ):
-            raise bad("max_tokens", "an int >= 1", " >= 1 的整数")
-        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
-            raise bad(
-                "min_tokens",
-                f"an int in [0, max_tokens={self.max_tokens}]",
-                f" [0, max_tokens={self.max_tokens}] 之间的整数",
-            )
-        if self.stop_token_ids is not None and not all(
-            isinstance(t, int) and t >= 0 for t in self.stop_token_ids
-        ):
-            raise bad(
-                "stop_token_ids", "a list of non-negative token ids", "由非负 token id 组成的列表"
-            )
-        if self.seed is not None and (
-            not isinstance(self.seed, int)
-            or isinstance(self.seed, bool)
-            or not INT64_MIN <= self.seed <= INT64_MAX
-        ):
-            raise bad("seed", "None or a 64-bit int", "None 或 64 位整数")
-        if self.top_k > INT64_MAX:
-            raise bad("top_k", "-1 (disabled) or an int >= 1", " -1（关闭）或 >= 1 的整数")
-        if self.stop is not None and not (
-            isinstance(self.stop, list)
-            and len(self.stop) <= MAX_STOP_STRINGS
-            and all(isinstance(x, str) and x for x in self.stop)
-        ):
-            raise bad(
-                "stop",
-                f"None, a non-empty str or a list of at most {MAX_STOP_STRINGS} non-empty str",
-                f"None、非空 str，或至多 {MAX_STOP_STRINGS} 个非空 str 的列表",
-            )
-        for name, lo, hi in (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0)):
-            v = getattr(self, name)
-            if not _finite(v) or not lo <= v <= hi:
-                raise bad(name, f"a number in [{lo}, {hi}]", f" [{lo}, {hi}] 之间的数")
-        if not _finite(self.repetition_penalty) or not 0 < self.repetition_penalty <= 2:
-            raise bad(
-                "repetition_penalty",
-                "a number in (0, 2] (1 means off)",
-                " (0, 2] 之间的数（1 表示关闭）",
-            )
-        if self.logit_bias is not None and not (
-            isinstance(self.logit_bias, dict)
-            and all(
-                isinstance(t, int)
-                and not isinstance(t, bool)
-                and t >= 0
-                and _finite(b)
-                and -100 <= b <= 100
-                for t, b in self.logit_bias.items()
-            )
-        ):
-            raise bad(
-                "logit_bias",
-                "a dict {token id >= 0: bias in [-100, 100]}",
-                "字典 {token id >= 0: [-100, 100] 之间的偏置}",
-            )
-        if self.structured_outputs is not None:
-            from llmlab.sampling.structured_output import StructuredOutputsParams
-
-            if not isinstance(self.structured_outputs, StructuredOutputsParams):
-                raise bad(
-                    "structured_outputs",
-                    "None or a StructuredOutputsParams",
-                    "None 或 StructuredOutputsParams",
-                )
-        for name in ("logprobs", "prompt_logprobs"):
-            v = getattr(self, name)
-            if v is not None and (
-                not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_LOGPROBS
-            ):
-                raise bad(
-                    name,
-                    f"None or an int in [0, {MAX_LOGPROBS}]",
-                    f"None 或 [0, {MAX_LOGPROBS}] 之间的整数",
+            if not ok(got):
+                raise ValueError(
+                    tr(
+                        f"SamplingParams.{field} must be {expected}, got {got!r}",
+                        f"SamplingParams.{field} 必须是{expected_zh}，你给的是 {got!r}",
+                    )
                 )
 
     @property
@@ -192,3 +103,108 @@ class SamplingParams:
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_in(lo: int, hi: int) -> Callable[[object], bool]:
+    return lambda v: _is_int(v) and lo <= v <= hi
+
+
+def _number_in(lo: float, hi: float, *, above_lo: bool = False) -> Callable[[object], bool]:
+    """A finite number in [lo, hi], or in (lo, hi] with `above_lo`."""
+    return lambda v: _finite(v) and (lo < v if above_lo else lo <= v) and v <= hi
+
+
+def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _stop_strings(v: object) -> bool:
+    return (
+        isinstance(v, list)
+        and len(v) <= MAX_STOP_STRINGS
+        and all(isinstance(x, str) and x for x in v)
+    )
+
+
+def _token_ids(v: object) -> bool:
+    return all(isinstance(t, int) and t >= 0 for t in v)
+
+
+def _logit_bias(v: object) -> bool:
+    return isinstance(v, dict) and all(
+        _is_int(t) and t >= 0 and _number_in(-100, 100)(b) for t, b in v.items()
+    )
+
+
+def _structured(v: object) -> bool:
+    from llmlab.sampling.structured_output import StructuredOutputsParams
+
+    return isinstance(v, StructuredOutputsParams)
+
+
+# (field, check of its value, what is expected, the same in Chinese), checked in this order;
+# min_tokens, whose range depends on max_tokens, goes after the first four
+_RULES: list[tuple[str, Callable[[object], bool], str, str]] = [
+    (
+        "temperature",
+        _number_in(0, MAX_TEMPERATURE),
+        f"a number in [0, {MAX_TEMPERATURE:g}] (0 means greedy)",
+        f" [0, {MAX_TEMPERATURE:g}] 之间的数（0 表示贪心解码）",
+    ),
+    ("top_p", _number_in(0, 1, above_lo=True), "in (0, 1]", " (0, 1] 之间的数"),
+    (
+        "top_k",
+        lambda v: _is_int(v) and (v == -1 or 1 <= v <= INT64_MAX),
+        "-1 (disabled) or an int >= 1",
+        " -1（关闭）或 >= 1 的整数",
+    ),
+    ("max_tokens", _int_in(1, INT64_MAX), "an int >= 1", " >= 1 的整数"),
+    (
+        "stop_token_ids",
+        _optional(_token_ids),
+        "a list of non-negative token ids",
+        "由非负 token id 组成的列表",
+    ),
+    ("seed", _optional(_int_in(INT64_MIN, INT64_MAX)), "None or a 64-bit int", "None 或 64 位整数"),
+    (
+        "stop",
+        _optional(_stop_strings),
+        f"None, a non-empty str or a list of at most {MAX_STOP_STRINGS} non-empty str",
+        f"None、非空 str，或至多 {MAX_STOP_STRINGS} 个非空 str 的列表",
+    ),
+    *[
+        (name, _number_in(-2.0, 2.0), "a number in [-2.0, 2.0]", " [-2.0, 2.0] 之间的数")
+        for name in ("presence_penalty", "frequency_penalty")
+    ],
+    (
+        "repetition_penalty",
+        _number_in(0, 2, above_lo=True),
+        "a number in (0, 2] (1 means off)",
+        " (0, 2] 之间的数（1 表示关闭）",
+    ),
+    (
+        "logit_bias",
+        _optional(_logit_bias),
+        "a dict {token id >= 0: bias in [-100, 100]}",
+        "字典 {token id >= 0: [-100, 100] 之间的偏置}",
+    ),
+    (
+        "structured_outputs",
+        _optional(_structured),
+        "None or a StructuredOutputsParams",
+        "None 或 StructuredOutputsParams",
+    ),
+    *[
+        (
+            name,
+            _optional(_int_in(0, MAX_LOGPROBS)),
+            f"None or an int in [0, {MAX_LOGPROBS}]",
+            f"None 或 [0, {MAX_LOGPROBS}] 之间的整数",
+        )
+        for name in ("logprobs", "prompt_logprobs")
+    ],
+]

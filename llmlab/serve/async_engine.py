@@ -47,7 +47,7 @@ from typing import Any, AsyncIterator, Callable
 
 from llmlab.engine import LLMEngine, RequestOutput
 from llmlab.sampling import SamplingParams
-from llmlab.sampling.structured_output import grammar_failures
+from llmlab.sampling.grammar import grammar_failures
 from llmlab.serve.prometheus import ServerMetrics
 
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from llmlab.sampling.structured_output import StructuredOutputsParams, compile_spec
+from llmlab.sampling.grammar import compile_spec
+from llmlab.sampling.structured_output import StructuredOutputsParams
 
 WORKER_STARTUP_TIMEOUT_S = 120.0  # importing xgrammar and torch, on a busy machine
 

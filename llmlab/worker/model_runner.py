@@ -32,9 +32,9 @@ from llmlab.kvcache.manager import KVCacheManager
 from llmlab.model import LlamaModel
 from llmlab.ops.metadata import AttentionMetadata
 from llmlab.sampling import apply_logits_processors, sample
-from llmlab.sampling.logprobs import PROMPT_LOGPROBS_CHUNK, logprob_entries
+from llmlab.sampling.grammar import grammar_failures
+from llmlab.sampling.logprobs import fill_prompt_logprobs, logprob_entries
 from llmlab.sampling.rejection_sampler import greedy_verify, rejection_sample, target_probs
-from llmlab.sampling.structured_output import grammar_failures
 from llmlab.spec_decode import make_proposer
 from llmlab.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from llmlab.worker.input_batch import (
@@ -276,7 +276,7 @@ class ModelRunner:
         with torch.inference_mode():
             hidden = self.forward(inp)  # [T, hidden]
             if any(r.prompt_logprobs is not None for r in out.requests):
-                self._prompt_logprobs(out, hidden)
+                fill_prompt_logprobs(self.model.compute_logits, out, hidden)
             if not inp.sample_requests:
                 return []
             rows = hidden[inp.sample_rows]  # [sum(k + 1), hidden]
@@ -420,23 +420,6 @@ class ModelRunner:
                 lp.unsqueeze(0), [sampled[row]], req.sampling_params.logprobs
             )[0]
         return sampled
-
-    def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor) -> None:
-        """Logprobs of the prompt tokens this step computes: the logits at position p score
-        prompt token p + 1 (vLLM computes them the same way, chunk by chunk)."""
-        flat = 0
-        for req, start, n in zip(out.requests, out.num_computed_tokens, out.num_new_tokens):
-            num_prompt = req.num_prompt_tokens
-            if req.prompt_logprobs is not None and start < num_prompt - 1:
-                last = min(start + n, num_prompt - 1)  # positions start .. last - 1
-                k = req.sampling_params.prompt_logprobs
-                for lo in range(start, last, PROMPT_LOGPROBS_CHUNK):  # bound the [N, V] logits
-                    hi = min(lo + PROMPT_LOGPROBS_CHUNK, last)
-                    rows = hidden[flat + lo - start : flat + hi - start]  # [N, hidden]
-                    lp = self.model.compute_logits(rows).log_softmax(-1)  # [N, vocab]
-                    targets = req.prompt_token_ids[lo + 1 : hi + 1]
-                    req.prompt_logprobs[lo + 1 : hi + 1] = logprob_entries(lp, targets, k)
-            flat += n
 
 
 def select_model_implementation(model: LlamaModel, attention_backend: str) -> LlamaModel:

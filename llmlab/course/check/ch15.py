@@ -33,7 +33,8 @@ STATES = ("", '{"', '{"age', '{"age": ', '{"age": 4', '{"age": 42', '{"age": 42}
 @functools.lru_cache(maxsize=1)
 def _grammar() -> tuple[list[str], int, Any]:
     """(every token's text, the EOS id, a manager holding AGE_REGEX compiled by xgrammar)."""
-    from llmlab.sampling.structured_output import StructuredOutputManager, vocab_texts
+    from llmlab.sampling.grammar import vocab_texts
+    from llmlab.sampling.structured_output import StructuredOutputManager
     from llmlab.tokenizer import real_tokenizer
 
     tok = real_tokenizer()

@@ -1,8 +1,11 @@
-"""What every widget's redraw shares: swap the figure an Output widget shows."""
+"""What every widget shares: its controls, the redraw that swaps the figure an Output widget
+shows, and the explorer a set of controls, a result line and a figure make."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 
 def headless() -> bool:
@@ -26,3 +29,44 @@ def show_figure(out, fig) -> None:
             out.clear_output(wait=True)
             display(fig)
     plt.close(fig)
+
+
+def control(kind: str, value: Any, description: str, width: str, **options: Any) -> Any:
+    """An ipywidgets control of class `kind` ("IntSlider", "Dropdown", ...) whose label takes
+    `width`, so the controls of one explorer line up."""
+    import ipywidgets as w
+
+    style = {"description_width": width}
+    return getattr(w, kind)(value=value, description=description, style=style, **options)
+
+
+def explorer(
+    controls: dict[str, Any],
+    rows: list[tuple[str, ...]],
+    css: str,
+    text: Callable[..., str],
+    plot: Callable[..., Any],
+    fixed: dict[str, Any] | None = None,
+    refuse: Callable[..., str | None] | None = None,
+) -> Any:
+    """A VBox of the `controls` (a row of `rows` with one name is the control itself, with more
+    an HBox), then a result line `<pre class=css>` and the figure. On every change both are
+    redrawn from the controls' values by name, plus `fixed`: `text(**args)` and `plot(**args)`;
+    where `refuse(**args)` gives a message, the line shows it and the figure stays."""
+    import ipywidgets as w
+
+    result = w.HTML()
+    out = w.Output()
+
+    def redraw(*_: Any) -> None:
+        args = {name: c.value for name, c in controls.items()} | (fixed or {})
+        message = refuse(**args) if refuse is not None else None
+        result.value = f'<pre class="{css}">{text(**args) if message is None else message}</pre>'
+        if message is None:
+            show_figure(out, plot(**args))
+
+    for c in controls.values():
+        c.observe(redraw, names="value")
+    redraw()
+    boxes = [controls[r[0]] if len(r) == 1 else w.HBox([controls[n] for n in r]) for r in rows]
+    return w.VBox([*boxes, result, out])

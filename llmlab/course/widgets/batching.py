@@ -11,19 +11,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from llmlab.analysis.sim import batching_results  # noqa: F401
+from llmlab.analysis.sim import batching_results
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch08 import plot_compare
-from llmlab.course.widgets._show import show_figure
+from llmlab.course.widgets._show import control, explorer
 
 M = catalog("widgets.batching")
 
 BATCHING_TEXT_PATTERN = re.compile(
     r"Continuous/static throughput: ([0-9.]+)x, mean latency ([0-9.]+) vs ([0-9.]+) steps"
 )
-
-
-_results = batching_results
 
 
 def batching_text(
@@ -35,7 +32,7 @@ def batching_text(
     seed: int = 0,
 ) -> str:
     """Throughput ratio and mean latencies (continuous vs static), in steps."""
-    r = _results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
+    r = batching_results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
     c, s = r["continuous"], r["static"]
     return M(
         "batching_text.continuous_static_throughput",
@@ -59,7 +56,7 @@ def plot_batching_simulator(
     seed: int = 0,
 ) -> Any:
     """Gantt charts of both policies on one random trace, plus batch occupancy per step."""
-    r = _results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
+    r = batching_results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
     return plot_compare(r, time_unit="steps")
 
 
@@ -72,47 +69,38 @@ def batching_simulator(
     seed: int = 0,
 ) -> Any:
     """Sliders for the batching simulator; the result line updates on every change."""
-    import ipywidgets as w
-
-    style = {"description_width": "120px"}
-    rate = w.FloatSlider(
-        value=arrival_rate,
-        min=0.05,
-        max=4.0,
-        step=0.05,
-        description=M("batching_simulator.arrivals_step"),
-        style=style,
+    width = "120px"
+    controls = {
+        "arrival_rate": control(
+            "FloatSlider",
+            arrival_rate,
+            M("batching_simulator.arrivals_step"),
+            width,
+            min=0.05,
+            max=4.0,
+            step=0.05,
+        ),
+        "output_spread": control(
+            "FloatSlider",
+            output_spread,
+            M("batching_simulator.length_spread"),
+            width,
+            min=0.0,
+            max=1.0,
+            step=0.05,
+        ),
+        "max_batch": control(
+            "IntSlider", max_batch, M("batching_simulator.max_batch"), width, min=1, max=32
+        ),
+        "num_requests": control(
+            "IntSlider", num_requests, M("batching_simulator.requests"), width, min=4, max=64
+        ),
+    }
+    return explorer(
+        controls,
+        [("arrival_rate", "output_spread"), ("max_batch", "num_requests")],
+        "llmlab-batching-result",
+        batching_text,
+        plot_batching_simulator,
+        fixed={"mean_output": mean_output, "seed": seed},
     )
-    spread = w.FloatSlider(
-        value=output_spread,
-        min=0.0,
-        max=1.0,
-        step=0.05,
-        description=M("batching_simulator.length_spread"),
-        style=style,
-    )
-    batch = w.IntSlider(
-        value=max_batch, min=1, max=32, description=M("batching_simulator.max_batch"), style=style
-    )
-    n = w.IntSlider(
-        value=num_requests, min=4, max=64, description=M("batching_simulator.requests"), style=style
-    )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        args = dict(
-            arrival_rate=rate.value,
-            output_spread=spread.value,
-            max_batch=batch.value,
-            num_requests=n.value,
-            mean_output=mean_output,
-            seed=seed,
-        )
-        result.value = f'<pre class="llmlab-batching-result">{batching_text(**args)}</pre>'
-        show_figure(out, plot_batching_simulator(**args))
-
-    for c in (rate, spread, batch, n):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([rate, spread]), w.HBox([batch, n]), result, out])

@@ -32,7 +32,7 @@ from llmlab.analysis.blocks import (  # noqa: F401
 )
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.headers import header
-from llmlab.course.widgets._show import show_figure
+from llmlab.course.widgets._show import control, explorer
 from llmlab.i18n import notebook_text
 from llmlab.kvcache.manager import KVCacheManager
 from llmlab.utils import cdiv, format_table
@@ -175,14 +175,12 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     The bar along a block's bottom shows how full it is.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
     if not isinstance(cols, int) or cols < 1:
         raise ValueError(M("plot_block_tables.cols_must_int", cols=cols))
     colours = _owner_colours(snap)
-    bs = snap.block_size
     width = max([4] + [len(t) for t in snap.tables.values()])
     n_req = max(1, len(snap.tables))
     pool_rows = cdiv(snap.num_blocks, cols)
@@ -195,26 +193,29 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
     )
     top.set_aspect("equal")
     bottom.set_aspect("equal")
+    _plot_tables(top, snap, colours, width, n_req)
+    _plot_pool(bottom, snap, colours, cols, pool_rows)
+    fig.suptitle(title or M("plot_block_tables.paged_kv_cache"), fontsize=11)
+    fig.tight_layout()
+    return fig
 
-    # block tables: logical block i of each request -> physical id
+
+def _plot_tables(
+    ax: Any, snap: BlockSnapshot, colours: dict[str, str], width: int, n_req: int
+) -> None:
+    """The block tables, a row per request: logical block i of each request -> physical id."""
+    bs = snap.block_size
     for row, (rid, table) in enumerate(snap.tables.items()):
         stored = snap.num_stored[rid]
         for i, bid in enumerate(table):
             fill = max(0, min(bs, stored - i * bs)) / bs
             view = snap.blocks[bid]
-            _cell(
-                top,
-                i,
-                row,
-                colours[rid],
-                fill,
-                f"#{bid}" + (f" x{view.ref_cnt}" if view.shared else ""),
-                shared=view.shared,
-            )
-    top.set_xlim(0, width)
-    top.set_ylim(n_req, 0)
-    top.set_yticks([r + 0.5 for r in range(len(snap.tables))])
-    top.set_yticklabels(
+            text = f"#{bid}" + (f" x{view.ref_cnt}" if view.shared else "")
+            _cell(ax, i, row, colours[rid], fill, text, shared=view.shared)
+    ax.set_xlim(0, width)
+    ax.set_ylim(n_req, 0)
+    ax.set_yticks([r + 0.5 for r in range(len(snap.tables))])
+    ax.set_yticklabels(
         [
             M("plot_block_tables.tok", rid=rid, stored=snap.num_stored[rid])
             + (
@@ -226,40 +227,34 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
         ],
         fontsize=8,
     )
-    top.set_xticks([i + 0.5 for i in range(width)])
-    top.set_xticklabels([str(i) for i in range(width)], fontsize=7)
-    top.set_xlabel(M("plot_block_tables.logical_block_block", bs=bs))
-    top.set_title(
-        M("plot_block_tables.block_tables_logical"),
-        fontsize=10,
-    )
+    ax.set_xticks([i + 0.5 for i in range(width)])
+    ax.set_xticklabels([str(i) for i in range(width)], fontsize=7)
+    ax.set_xlabel(M("plot_block_tables.logical_block_block", bs=bs))
+    ax.set_title(M("plot_block_tables.block_tables_logical"), fontsize=10)
     if not snap.tables:
-        top.text(width / 2, 0.5, M("plot_block_tables.no_live_requests"), ha="center", va="center")
+        ax.text(width / 2, 0.5, M("plot_block_tables.no_live_requests"), ha="center", va="center")
 
-    # the physical pool
+
+def _plot_pool(
+    ax: Any, snap: BlockSnapshot, colours: dict[str, str], cols: int, pool_rows: int
+) -> None:
+    """The physical pool, `cols` blocks a row, with the legend of owners and states."""
+    from matplotlib.patches import Patch
+
     for bid, view in enumerate(snap.blocks):
-        x, y = bid % cols, bid // cols
         if view.owners:
             colour = colours[view.owners[0]]
         else:
             colour = CACHED_FREE_COLOUR if view.cached else FREE_COLOUR
-        fill = None if view.filled is None or not view.owners else view.filled / bs
+        fill = None if view.filled is None or not view.owners else view.filled / snap.block_size
         text = f"{bid}" + (f"\nx{view.ref_cnt}" if view.shared else "")
-        _cell(
-            bottom,
-            x,
-            y,
-            colour,
-            fill,
-            text,
-            shared=view.shared,
-            cached_free=view.ref_cnt == 0 and view.cached,
-        )
-    bottom.set_xlim(0, cols)
-    bottom.set_ylim(pool_rows, 0)
-    bottom.set_xticks([])
-    bottom.set_yticks([])
-    bottom.set_xlabel(M("plot_block_tables.physical_kv_blocks", last_block=snap.num_blocks - 1))
+        cached_free = view.ref_cnt == 0 and view.cached
+        _cell(ax, bid % cols, bid // cols, colour, fill, text, view.shared, cached_free)
+    ax.set_xlim(0, cols)
+    ax.set_ylim(pool_rows, 0)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel(M("plot_block_tables.physical_kv_blocks", last_block=snap.num_blocks - 1))
     handles = [
         Patch(facecolor=colours[r] + "40", edgecolor=colours[r], label=r) for r in snap.tables
     ]
@@ -279,17 +274,8 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
         ),
         Patch(facecolor=FREE_COLOUR, edgecolor="#6b7280", label=M("plot_block_tables.free")),
     ]
-    bottom.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    bottom.set_title(snapshot_text(snap), fontsize=8)
-    fig.suptitle(
-        title or M("plot_block_tables.paged_kv_cache"),
-        fontsize=11,
-    )
-    fig.tight_layout()
-    return fig
-
-
-# ---- recordings ------------------------------------------------------------------------------
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(snapshot_text(snap), fontsize=8)
 
 
 # ---- the widget --------------------------------------------------------------------------------
@@ -298,26 +284,16 @@ def plot_block_tables(snap: BlockSnapshot, cols: int = 16, title: str | None = N
 def block_allocation_explorer(snaps: Sequence[BlockSnapshot] | None = None, cols: int = 16) -> Any:
     """A slider over recorded snapshots (default: `manager_walkthrough()`), redrawing the block
     tables and the pool at each position."""
-    import ipywidgets as w
-
     snaps = list(snaps) if snaps is not None else manager_walkthrough()
     if not snaps:
         raise ValueError(M("block_allocation_explorer.snaps_must_hold"))
-    slider = w.IntSlider(
-        value=0,
-        min=0,
-        max=len(snaps) - 1,
-        description=M("block_allocation_explorer.snapshot"),
-        style={"description_width": "80px"},
+    slider = control(
+        "IntSlider", 0, M("block_allocation_explorer.snapshot"), "80px", min=0, max=len(snaps) - 1
     )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        snap = snaps[slider.value]
-        result.value = f'<pre class="llmlab-blocks-result">{snapshot_text(snap)}</pre>'
-        show_figure(out, plot_block_tables(snap, cols=cols))
-
-    slider.observe(redraw, names="value")
-    redraw()
-    return w.VBox([slider, result, out])
+    return explorer(
+        {"position": slider},
+        [("position",)],
+        "llmlab-blocks-result",
+        lambda position: snapshot_text(snaps[position]),
+        lambda position: plot_block_tables(snaps[position], cols=cols),
+    )

@@ -30,7 +30,7 @@ from llmlab.analysis.kv_budget import (  # noqa: F401
 )
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import show_figure
+from llmlab.course.widgets._show import control, show_figure
 
 M = catalog("widgets.kv")
 
@@ -97,17 +97,22 @@ def plot_kv_memory(
     if axes is None:
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1.2, 1]})
     ax1, ax2 = axes
+    _plot_memory_bar(ax1, s)
+    _plot_kv_vs_context(ax2, s, _kv_config(num_layers, num_kv_heads, head_dim), dtype)
+    ax1.figure.tight_layout()
+    return ax1.figure
+
+
+def _plot_memory_bar(ax: Any, s: KVSummary) -> None:
+    """The GPU's memory as one bar: weights, activations, this batch's KV cache, the rest; the
+    KV budget hatched over it and the utilisation limit as a line."""
     gb = 1e9
     weights = min(s.weight_bytes, s.gpu_bytes)
     acts = min(s.activation_bytes, s.gpu_bytes - weights)
     kv_shown = min(s.kv_bytes, max(0.0, s.gpu_bytes - weights - acts))
     left = 0.0
     for value, colour, label in (
-        (
-            weights,
-            "#94a3b8",
-            M("plot_kv_memory.weights_gb", weight_gb=s.weight_bytes / gb),
-        ),
+        (weights, "#94a3b8", M("plot_kv_memory.weights_gb", weight_gb=s.weight_bytes / gb)),
         (
             acts,
             "#a78bfa",
@@ -116,10 +121,10 @@ def plot_kv_memory(
         (kv_shown, "#f59e0b", f"KV cache {s.kv_bytes / gb:.3g} GB"),
         (s.gpu_bytes - weights - acts - kv_shown, "#e5e7eb", M("plot_kv_memory.free")),
     ):
-        ax1.barh([0], [value / gb], left=left / gb, color=colour, label=label)
+        ax.barh([0], [value / gb], left=left / gb, color=colour, label=label)
         left += value
     if s.usable_bytes > 0:
-        ax1.barh(
+        ax.barh(
             [0],
             [s.usable_bytes / gb],
             left=(weights + acts) / gb,
@@ -128,47 +133,123 @@ def plot_kv_memory(
             edgecolor="#b45309",
             label=M("plot_kv_memory.kv_budget_gb", budget_gb=s.usable_bytes / gb),
         )
-    ax1.axvline(
-        s.gpu_bytes * gpu_memory_utilization / gb,
+    utilization = s.gpu_memory_utilization
+    ax.axvline(
+        s.gpu_bytes * utilization / gb,
         color="#b91c1c",
         ls="--",
-        label=M("plot_kv_memory.utilization_limit", gpu_memory_utilization=gpu_memory_utilization),
+        label=M("plot_kv_memory.utilization_limit", gpu_memory_utilization=utilization),
     )
-    ax1.set_yticks([])
-    ax1.set_xlabel(M("plot_kv_memory.gb_1e9_bytes"))
+    ax.set_yticks([])
+    ax.set_xlabel(M("plot_kv_memory.gb_1e9_bytes"))
     too_big = s.kv_bytes + s.weight_bytes + s.activation_bytes > s.gpu_bytes
     over = M("plot_kv_memory.does_not_fit") if too_big else ""
-    ax1.set_title(
+    ax.set_title(
         M("plot_kv_memory.memory_gb_preset", gpu=s.gpu, gpu_gb=s.gpu_bytes / gb, over=over)
     )
-    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
-    cfg = _kv_config(num_layers, num_kv_heads, head_dim)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
+
+
+def _plot_kv_vs_context(ax: Any, s: KVSummary, cfg: Any, dtype: str | float) -> None:
+    """The batch's KV cache against context length (log-log), the KV budget as a line and this
+    context marked."""
+    gb = 1e9
     dtype_bytes = costs.dtype_bytes_of(dtype)
-    ctxs = sorted({int(x) for x in [2**k for k in range(7, 18)] + [context]})
-    ax2.plot(
+    ctxs = sorted({int(x) for x in [2**k for k in range(7, 18)] + [s.context]})
+    ax.plot(
         ctxs,
-        [batch * costs.kv_bytes(cfg, c, dtype_bytes) / gb for c in ctxs],
+        [s.batch * costs.kv_bytes(cfg, c, dtype_bytes) / gb for c in ctxs],
         marker="o",
         ms=3,
-        label=M("plot_kv_memory.kv_cache_batch", batch=batch),
+        label=M("plot_kv_memory.kv_cache_batch", batch=s.batch),
     )
-    ax2.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label=M("plot_kv_memory.kv_budget"))
-    ax2.plot(
-        [context],
+    ax.axhline(s.usable_bytes / gb, color="#b91c1c", ls="--", label=M("plot_kv_memory.kv_budget"))
+    ax.plot(
+        [s.context],
         [s.kv_bytes / gb],
         "s",
         color="#f59e0b",
         ms=8,
-        label=M("plot_kv_memory.context", context=context),
+        label=M("plot_kv_memory.context", context=s.context),
     )
-    ax2.set_xscale("log", base=2)
-    ax2.set_yscale("log")
-    ax2.set_xlabel(M("plot_kv_memory.context_length_tokens"))
-    ax2.set_ylabel("GB")
-    ax2.set_title(M("plot_kv_memory.kv_cache_grows"))
-    ax2.legend(fontsize=8)
-    ax1.figure.tight_layout()
-    return ax1.figure
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(M("plot_kv_memory.context_length_tokens"))
+    ax.set_ylabel("GB")
+    ax.set_title(M("plot_kv_memory.kv_cache_grows"))
+    ax.legend(fontsize=8)
+
+
+def _kv_controls(
+    model: str,
+    context: int,
+    batch: int,
+    dtype: str,
+    gpu: str,
+    include_weights: bool,
+    gpu_memory_utilization: float,
+    activation_gb: float,
+) -> dict[str, Any]:
+    """The KV calculator's controls by name: the model preset sets the shape's three sliders."""
+    import ipywidgets as w
+
+    from llmlab.config import PRESETS
+
+    cfg, width = get_config(model), "110px"
+    models = [k for k, c in PRESETS.items() if not costs.is_mla(c)]
+    return {
+        "preset": control(
+            "Dropdown", model, M("kv_calculator.model_preset"), width, options=models
+        ),
+        "layers": control(
+            "IntSlider", cfg.num_hidden_layers, M("kv_calculator.layers"), width, min=1, max=128
+        ),
+        "kv_heads": control(
+            "IntSlider", cfg.num_key_value_heads, M("kv_calculator.kv_heads"), width, min=1, max=128
+        ),
+        "head_dim": control(
+            "IntSlider", cfg.head_dim, description="head_dim", width=width, min=16, max=256, step=16
+        ),
+        "dtype": control(
+            "Dropdown", dtype, description="KV dtype", width=width, options=["fp32", "bf16", "fp8"]
+        ),
+        "context": control(
+            "IntSlider", context, M("kv_calculator.context"), width, min=128, max=131072, step=128
+        ),
+        "batch": control("IntSlider", batch, description="batch", width=width, min=1, max=256),
+        "gpu": control("Dropdown", gpu, description="GPU", width=width, options=gpu_names()),
+        # a checkbox's label is long and sits beside it, so it takes no label width
+        "weights": w.Checkbox(value=include_weights, description=M("kv_calculator.put_preset_s")),
+        "util": control(
+            "FloatSlider",
+            gpu_memory_utilization,
+            M("kv_calculator.utilisation"),
+            width,
+            min=0.5,
+            max=1.0,
+            step=0.01,
+        ),
+        "acts": control(
+            "FloatText", activation_gb, M("kv_calculator.activations_gb"), width, step=0.5
+        ),
+    }
+
+
+def _kv_args(c: dict[str, Any]) -> dict[str, Any]:
+    """`kv_summary`'s arguments from the calculator's controls (weights in BF16 when ticked)."""
+    weights = costs.weight_bytes(get_config(c["preset"].value), 2) if c["weights"].value else 0.0
+    return dict(
+        num_layers=c["layers"].value,
+        num_kv_heads=c["kv_heads"].value,
+        head_dim=c["head_dim"].value,
+        dtype=c["dtype"].value,
+        context=c["context"].value,
+        batch=c["batch"].value,
+        gpu=c["gpu"].value,
+        weight_bytes=weights,
+        gpu_memory_utilization=c["util"].value,
+        activation_bytes=max(0.0, c["acts"].value) * 1e9,
+    )
 
 
 def kv_calculator(
@@ -187,108 +268,40 @@ def kv_calculator(
     (`kv_text`) updates on every change."""
     import ipywidgets as w
 
-    from llmlab.config import PRESETS
-
-    cfg = get_config(model)
-    style = {"description_width": "110px"}
-    preset = w.Dropdown(
-        options=[k for k, c in PRESETS.items() if not costs.is_mla(c)],
-        value=model,
-        description=M("kv_calculator.model_preset"),
-        style=style,
-    )
-    layers = w.IntSlider(
-        value=cfg.num_hidden_layers,
-        min=1,
-        max=128,
-        description=M("kv_calculator.layers"),
-        style=style,
-    )
-    kv_heads = w.IntSlider(
-        value=cfg.num_key_value_heads,
-        min=1,
-        max=128,
-        description=M("kv_calculator.kv_heads"),
-        style=style,
-    )
-    head_dim = w.IntSlider(
-        value=cfg.head_dim, min=16, max=256, step=16, description="head_dim", style=style
-    )
-    dtype_w = w.Dropdown(
-        options=["fp32", "bf16", "fp8"], value=dtype, description="KV dtype", style=style
-    )
-    ctx = w.IntSlider(
-        value=context,
-        min=128,
-        max=131072,
-        step=128,
-        description=M("kv_calculator.context"),
-        style=style,
-    )
-    bat = w.IntSlider(value=batch, min=1, max=256, description="batch", style=style)
-    gpu_w = w.Dropdown(options=gpu_names(), value=gpu, description="GPU", style=style)
-    weights = w.Checkbox(
-        value=include_weights,
-        description=M("kv_calculator.put_preset_s"),
-    )
-    util = w.FloatSlider(
-        value=gpu_memory_utilization,
-        min=0.5,
-        max=1.0,
-        step=0.01,
-        description=M("kv_calculator.utilisation"),
-        style=style,
-    )
-    acts = w.FloatText(
-        value=activation_gb, step=0.5, description=M("kv_calculator.activations_gb"), style=style
+    c = _kv_controls(
+        model, context, batch, dtype, gpu, include_weights, gpu_memory_utilization, activation_gb
     )
     result = w.HTML()
     out = w.Output()
-    loading = {"preset": False}
+    loading = {"preset": False}  # a preset sets three sliders: one redraw, not four
 
     def redraw(*_: Any) -> None:
         if loading["preset"]:
             return
-        wb = costs.weight_bytes(get_config(preset.value), 2) if weights.value else 0.0
-        args = dict(
-            num_layers=layers.value,
-            num_kv_heads=kv_heads.value,
-            head_dim=head_dim.value,
-            dtype=dtype_w.value,
-            context=ctx.value,
-            batch=bat.value,
-            gpu=gpu_w.value,
-            weight_bytes=wb,
-            gpu_memory_utilization=util.value,
-            activation_bytes=max(0.0, acts.value) * 1e9,
-        )
+        args = _kv_args(c)
         result.value = f'<pre class="llmlab-kv-result">{kv_text(kv_summary(**args))}</pre>'
         show_figure(out, plot_kv_memory(**args))
 
     def load_preset(change: dict) -> None:
-        c = get_config(change["new"])
+        cfg = get_config(change["new"])
         loading["preset"] = True
         try:
-            layers.value, kv_heads.value, head_dim.value = (
-                c.num_hidden_layers,
-                c.num_key_value_heads,
-                c.head_dim,
-            )
+            c["layers"].value = cfg.num_hidden_layers
+            c["kv_heads"].value = cfg.num_key_value_heads
+            c["head_dim"].value = cfg.head_dim
         finally:
             loading["preset"] = False
         redraw()
 
-    preset.observe(load_preset, names="value")
-    for s in (layers, kv_heads, head_dim, dtype_w, ctx, bat, gpu_w, weights, util, acts):
-        s.observe(redraw, names="value")
+    c["preset"].observe(load_preset, names="value")
+    for name, control_w in c.items():
+        if name != "preset":
+            control_w.observe(redraw, names="value")
     redraw()
-    return w.VBox(
-        [
-            w.HBox([preset, gpu_w, dtype_w]),
-            w.HBox([layers, kv_heads, head_dim]),
-            w.HBox([ctx, bat, weights]),
-            w.HBox([util, acts]),
-            result,
-            out,
-        ]
-    )
+    rows = [
+        ("preset", "gpu", "dtype"),
+        ("layers", "kv_heads", "head_dim"),
+        ("context", "batch", "weights"),
+        ("util", "acts"),
+    ]
+    return w.VBox([*(w.HBox([c[n] for n in row]) for row in rows), result, out])

@@ -13,7 +13,7 @@ from typing import Any
 from llmlab.analysis.hardware import PRESETS
 from llmlab.analysis.roofline import weight_read_time
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import show_figure
+from llmlab.course.widgets._show import control, explorer
 
 M = catalog("widgets.memory")
 
@@ -81,38 +81,35 @@ def weight_read_explorer(
     params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float = 3.0
 ) -> Any:
     """Sliders: model size, dtype, bandwidth → per-token floor."""
-    import ipywidgets as w
-
-    style = {"description_width": "120px"}
-    p_w = w.FloatLogSlider(
-        value=params_billion,
-        base=10,
-        min=-1,
-        max=3,
-        step=0.01,
-        description=M("weight_read_explorer.params_b"),
-        style=style,
+    width = "120px"
+    controls = {
+        "params_billion": control(
+            "FloatLogSlider",
+            params_billion,
+            M("weight_read_explorer.params_b"),
+            width,
+            base=10,
+            min=-1,
+            max=3,
+            step=0.01,
+        ),
+        "dtype": control(
+            "Dropdown", dtype, description="dtype", width=width, options=list(DTYPE_BYTES)
+        ),
+        "bandwidth_tb_s": control(
+            "FloatSlider",
+            bandwidth_tb_s,
+            M("weight_read_explorer.bandwidth_tb_s"),
+            width,
+            min=0.05,
+            max=8.0,
+            step=0.05,
+        ),
+    }
+    return explorer(
+        controls,
+        [("params_billion", "dtype", "bandwidth_tb_s")],
+        "llmlab-weight-read-result",
+        weight_read_text,
+        plot_weight_read,
     )
-    d_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
-    bw_w = w.FloatSlider(
-        value=bandwidth_tb_s,
-        min=0.05,
-        max=8.0,
-        step=0.05,
-        description=M("weight_read_explorer.bandwidth_tb_s"),
-        style=style,
-    )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        result.value = (
-            f'<pre class="llmlab-weight-read-result">'
-            f'{weight_read_text(p_w.value, d_w.value, bw_w.value)}</pre>'
-        )
-        show_figure(out, plot_weight_read(p_w.value, d_w.value, bw_w.value))
-
-    for c in (p_w, d_w, bw_w):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([p_w, d_w, bw_w]), result, out])

@@ -15,7 +15,7 @@ import numpy as np
 
 from llmlab.analysis import metrics
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import show_figure
+from llmlab.course.widgets._show import control, explorer
 from llmlab.i18n import notebook_text
 
 M = catalog("widgets.metrics")
@@ -31,9 +31,36 @@ def _unit(seconds: float) -> tuple[float, str]:
     return (1.0, "s") if seconds >= 10 else (1e3, "ms")
 
 
-def _values(summary: metrics.BenchmarkSummary, metric: str) -> list[float]:
+def _check_metric(metric: str) -> None:
     if metric not in METRIC_LABELS:
         raise ValueError(M("values.metric_must_one", metrics=sorted(METRIC_LABELS), metric=metric))
+
+
+def _scaled(values: list[float | None], scale: float) -> list[float]:
+    """`values` times `scale`, a missing one (None) as NaN so a line skips it."""
+    return [np.nan if v is None else v * scale for v in values]
+
+
+def _plot_percentiles(
+    ax: Any,
+    summaries: dict[float, metrics.BenchmarkSummary],
+    metric: str,
+    lines: tuple[tuple[str, str, str], ...],
+) -> None:
+    """`metric` against the request rate on `ax`: a line per (statistic, style, label), y in
+    ms below 10 s."""
+    _check_metric(metric)
+    rates = sorted(summaries)
+    scale, unit = _unit(max((getattr(summaries[r], metric).p99 or 0.0) for r in rates))
+    for field, style, label in lines:
+        ys = [getattr(getattr(summaries[r], metric), field) for r in rates]
+        ax.plot(rates, _scaled(ys, scale), style, label=label)
+    ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
+    ax.grid(alpha=0.3)
+
+
+def _values(summary: metrics.BenchmarkSummary, metric: str) -> list[float]:
+    _check_metric(metric)
     if metric == "itl":
         return [g for t in summary.timelines for g in t.itls]
     return [v for v in (getattr(t, metric) for t in summary.timelines) if v is not None]
@@ -48,10 +75,8 @@ def plot_latency_cdfs(
     by default "latency CDFs (measured)"."""
     import matplotlib.pyplot as plt
 
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    if title is None:
-        title = M("plot_latency_cdfs.latency_cdfs_measured")
+    # a title a notebook cell wrote, in the language in use
+    title = M("plot_latency_cdfs.latency_cdfs_measured") if title is None else notebook_text(title)
     fig, axes = plt.subplots(1, len(metrics_to_plot), figsize=(4.2 * len(metrics_to_plot), 3.6))
     axes = np.atleast_1d(axes)
     for ax, metric in zip(axes, metrics_to_plot):
@@ -83,23 +108,18 @@ def plot_percentiles_vs_rate(
 
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
-    rates = sorted(summaries)
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    scale, unit = _unit(max((getattr(summaries[r], metric).p99 or 0.0) for r in rates))
-    for field, style in (("mean", "o-"), ("median", "s--"), ("p90", "^-."), ("p99", "v:")):
-        ys = [getattr(getattr(summaries[r], metric), field) for r in rates]
-        ax.plot(
-            rates,
-            [np.nan if y is None else y * scale for y in ys],
-            style,
-            label={"median": "p50", "mean": M("plot_percentiles_vs_rate.mean")}.get(field, field),
-        )
+    lines = (
+        ("mean", "o-", M("plot_percentiles_vs_rate.mean")),
+        ("median", "s--", "p50"),
+        ("p90", "^-.", "p90"),
+        ("p99", "v:", "p99"),
+    )
+    _plot_percentiles(ax, summaries, metric, lines)
     ax.set_xlabel(M("plot_percentiles_vs_rate.request_rate_req"))
-    ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
     ax.set_title(
         title or M("plot_percentiles_vs_rate.vs_offered_load", metric_label=METRIC_LABELS[metric])
     )
-    ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     return fig
@@ -112,10 +132,12 @@ def plot_request_timelines(
     `title` by default "request timelines (measured)"."""
     import matplotlib.pyplot as plt
 
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    if title is None:
-        title = M("plot_request_timelines.request_timelines_measured")
+    # a title a notebook cell wrote, in the language in use
+    title = (
+        M("plot_request_timelines.request_timelines_measured")
+        if title is None
+        else notebook_text(title)
+    )
     ts = sorted(summary.timelines, key=lambda t: t.arrival_time)[:max_requests]
     t0 = min(t.arrival_time for t in ts)
     scale, unit = _unit(max(t.token_times[-1] for t in ts) - t0)
@@ -213,47 +235,32 @@ def arrival_explorer(
     rate: float = 2.0, burstiness: float = 1.0, num_requests: int = 200, seed: int = 0
 ) -> Any:
     """Sliders for request rate and burstiness; the arrival plot and summary line update."""
-    import ipywidgets as w
-
-    style = {"description_width": "90px"}
-    rate_w = w.FloatLogSlider(
-        value=rate,
-        base=10,
-        min=-1,
-        max=2,
-        step=0.05,
-        description=M("arrival_explorer.rate_req_s"),
-        style=style,
+    log = dict(kind="FloatLogSlider", base=10, step=0.05, width="90px")
+    controls = {
+        "rate": control(
+            value=rate, min=-1, max=2, description=M("arrival_explorer.rate_req_s"), **log
+        ),
+        "burstiness": control(
+            value=burstiness, min=-1, max=1, description=M("arrival_explorer.burstiness"), **log
+        ),
+        "num_requests": control(
+            "IntSlider",
+            num_requests,
+            M("arrival_explorer.requests"),
+            "90px",
+            min=20,
+            max=1000,
+            step=20,
+        ),
+    }
+    return explorer(
+        controls,
+        [("rate", "burstiness", "num_requests")],
+        "llmlab-arrivals-result",
+        arrivals_text,
+        plot_arrivals,
+        fixed={"seed": seed},
     )
-    burst_w = w.FloatLogSlider(
-        value=burstiness,
-        base=10,
-        min=-1,
-        max=1,
-        step=0.05,
-        description=M("arrival_explorer.burstiness"),
-        style=style,
-    )
-    n_w = w.IntSlider(
-        value=num_requests,
-        min=20,
-        max=1000,
-        step=20,
-        description=M("arrival_explorer.requests"),
-        style=style,
-    )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        args = dict(rate=rate_w.value, burstiness=burst_w.value, num_requests=n_w.value, seed=seed)
-        result.value = f'<pre class="llmlab-arrivals-result">{arrivals_text(**args)}</pre>'
-        show_figure(out, plot_arrivals(**args))
-
-    for c in (rate_w, burst_w, n_w):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([rate_w, burst_w, n_w]), result, out])
 
 
 def plot_latency_vs_load(
@@ -265,32 +272,15 @@ def plot_latency_vs_load(
     by default "latency percentiles vs offered load (measured)"."""
     import matplotlib.pyplot as plt
 
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    if title is None:
-        title = M("plot_latency_vs_load.latency_percentiles_vs")
-    rates = sorted(summaries)
+    # a title a notebook cell wrote, in the language in use
+    title = (
+        M("plot_latency_vs_load.latency_percentiles_vs") if title is None else notebook_text(title)
+    )
     fig, axes = plt.subplots(1, len(metrics_to_plot), figsize=(4.6 * len(metrics_to_plot), 3.6))
     for ax, metric in zip(np.atleast_1d(axes), metrics_to_plot):
-        if metric not in METRIC_LABELS:
-            raise ValueError(
-                M(
-                    "values.metric_must_one",
-                    metrics=sorted(METRIC_LABELS),
-                    metric=metric,
-                )
-            )
-        scale, unit = _unit(max((getattr(summaries[r], metric).p99 or 0.0) for r in rates))
-        for field, style, label in (
-            ("median", "o-", "p50"),
-            ("p90", "s--", "p90"),
-            ("p99", "^:", "p99"),
-        ):
-            ys = [getattr(getattr(summaries[r], metric), field) for r in rates]
-            ax.plot(rates, [np.nan if y is None else y * scale for y in ys], style, label=label)
+        lines = (("median", "o-", "p50"), ("p90", "s--", "p90"), ("p99", "^:", "p99"))
+        _plot_percentiles(ax, summaries, metric, lines)
         ax.set_xlabel(M("plot_latency_vs_load.offered_request_rate"))
-        ax.set_ylabel(f"{METRIC_LABELS[metric]} ({unit})")
-        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -309,8 +299,7 @@ def plot_throughput_latency(
 
     title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
 
-    if metric not in METRIC_LABELS:
-        raise ValueError(M("values.metric_must_one", metrics=sorted(METRIC_LABELS), metric=metric))
+    _check_metric(metric)
     if title is None:
         title = M("plot_throughput_latency.throughput_latency_curve")
     top = max((getattr(s, metric).p99 or 0.0) for c in curves.values() for s in c.values())
@@ -325,14 +314,14 @@ def plot_throughput_latency(
         p99 = [getattr(curve[r], metric).p99 for r in rates]
         ax.plot(
             x,
-            [np.nan if y is None else y * scale for y in med],
+            _scaled(med, scale),
             "o-",
             color=color,
             label=M("plot_throughput_latency.p50", label=label),
         )
         ax.plot(
             x,
-            [np.nan if y is None else y * scale for y in p99],
+            _scaled(p99, scale),
             "o--",
             color=color,
             mfc="none",
@@ -510,61 +499,38 @@ def serving_explorer(
 ) -> Any:
     """Sliders for model, GPU preset, batch, context, price per hour and a TPOT target; the line
     (TPOT, tokens/s, $ per million tokens, memory) and the two curves update."""
-    import ipywidgets as w
-
-    style = {"description_width": "110px"}
-    model_w = w.Dropdown(
-        options=SERVING_MODELS, value=model, description=M("serving_explorer.model"), style=style
-    )
-    hw_w = w.Dropdown(
-        options=SERVING_HARDWARE,
-        value=hardware,
-        description=M("serving_explorer.gpu_preset"),
-        style=style,
-    )
-    batch_w = w.IntSlider(value=batch, min=1, max=512, step=1, description="batch", style=style)
-    ctx_w = w.IntSlider(
-        value=context,
-        min=256,
-        max=8192,
-        step=256,
-        description=M("serving_explorer.context"),
-        style=style,
-    )
-    price_w = w.FloatSlider(
-        value=price_per_hour,
-        min=0.5,
-        max=10.0,
-        step=0.1,
-        description=M("serving_explorer.us_per_hour"),
-        style=style,
-    )
-    slo_w = w.FloatSlider(
-        value=tpot_target_ms,
-        min=2.0,
-        max=100.0,
-        step=1.0,
-        description=M("serving_explorer.tpot_target_ms"),
-        style=style,
-    )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        args = dict(
-            model=model_w.value,
-            hardware=hw_w.value,
-            batch=batch_w.value,
-            context=ctx_w.value,
-            price_per_hour=price_w.value,
-            tpot_target_ms=slo_w.value,
-        )
-        result.value = f'<pre class="llmlab-serving-result">{serving_text(**args)}</pre>'
-        show_figure(out, plot_serving(**args))
-
-    for c in (model_w, hw_w, batch_w, ctx_w, price_w, slo_w):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox(
-        [w.HBox([model_w, hw_w]), w.HBox([batch_w, ctx_w]), w.HBox([price_w, slo_w]), result, out]
-    )
+    width = "110px"
+    controls = {
+        "model": control(
+            "Dropdown", model, M("serving_explorer.model"), width, options=SERVING_MODELS
+        ),
+        "hardware": control(
+            "Dropdown", hardware, M("serving_explorer.gpu_preset"), width, options=SERVING_HARDWARE
+        ),
+        "batch": control(
+            "IntSlider", batch, description="batch", width=width, min=1, max=512, step=1
+        ),
+        "context": control(
+            "IntSlider", context, M("serving_explorer.context"), width, min=256, max=8192, step=256
+        ),
+        "price_per_hour": control(
+            "FloatSlider",
+            price_per_hour,
+            M("serving_explorer.us_per_hour"),
+            width,
+            min=0.5,
+            max=10.0,
+            step=0.1,
+        ),
+        "tpot_target_ms": control(
+            "FloatSlider",
+            tpot_target_ms,
+            M("serving_explorer.tpot_target_ms"),
+            width,
+            min=2.0,
+            max=100.0,
+            step=1.0,
+        ),
+    }
+    rows = [("model", "hardware"), ("batch", "context"), ("price_per_hour", "tpot_target_ms")]
+    return explorer(controls, rows, "llmlab-serving-result", serving_text, plot_serving)

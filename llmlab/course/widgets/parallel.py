@@ -14,7 +14,7 @@ from typing import Any
 from llmlab.analysis import parallel_cost
 from llmlab.analysis.hardware import get_hardware
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import show_figure
+from llmlab.course.widgets._show import control, explorer
 from llmlab.i18n import notebook_text
 
 M = catalog("widgets.parallel")
@@ -137,52 +137,37 @@ def parallelism_explorer(
     model: str = "llama-3-70b",
 ) -> Any:
     """Sliders for TP/PP degree, interconnect, batch and context; bars and a summary line update."""
-    import ipywidgets as w
-
-    style = {"description_width": "90px"}
-    tp_w = w.Dropdown(
-        options=[1, 2, 4, 8], value=tp, description=M("parallelism_explorer.tp_degree"), style=style
+    width, degrees = "90px", [1, 2, 4, 8]
+    links = [("NVLink", "nvlink"), ("PCIe 5.0", "pcie")]
+    controls = {
+        "tp": control("Dropdown", tp, M("parallelism_explorer.tp_degree"), width, options=degrees),
+        "pp": control("Dropdown", pp, M("parallelism_explorer.pp_degree"), width, options=degrees),
+        "interconnect": control(
+            "Dropdown", interconnect, M("parallelism_explorer.interconnect"), width, options=links
+        ),
+        "batch": control(
+            "SelectionSlider",
+            batch,
+            description="batch",
+            width=width,
+            options=[2**i for i in range(10)],
+        ),
+        "context": control(
+            "SelectionSlider",
+            context,
+            M("parallelism_explorer.context"),
+            width,
+            options=[1, 256, 1024, 4096, 16384],
+        ),
+    }
+    return explorer(
+        controls,
+        [("tp", "pp", "interconnect"), ("batch", "context")],
+        "llmlab-parallel-result",
+        parallel_text,
+        plot_parallel_cost,
+        fixed={"model": model},
     )
-    pp_w = w.Dropdown(
-        options=[1, 2, 4, 8], value=pp, description=M("parallelism_explorer.pp_degree"), style=style
-    )
-    link_w = w.Dropdown(
-        options=[("NVLink", "nvlink"), ("PCIe 5.0", "pcie")],
-        value=interconnect,
-        description=M("parallelism_explorer.interconnect"),
-        style=style,
-    )
-    batch_w = w.SelectionSlider(
-        options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
-        value=batch,
-        description="batch",
-        style=style,
-    )
-    ctx_w = w.SelectionSlider(
-        options=[1, 256, 1024, 4096, 16384],
-        value=context,
-        description=M("parallelism_explorer.context"),
-        style=style,
-    )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        args = dict(
-            tp=tp_w.value,
-            pp=pp_w.value,
-            interconnect=link_w.value,
-            batch=batch_w.value,
-            context=ctx_w.value,
-            model=model,
-        )
-        result.value = f'<pre class="llmlab-parallel-result">{parallel_text(**args)}</pre>'
-        show_figure(out, plot_parallel_cost(**args))
-
-    for c in (tp_w, pp_w, link_w, batch_w, ctx_w):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([tp_w, pp_w, link_w]), w.HBox([batch_w, ctx_w]), result, out])
 
 
 def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
@@ -190,10 +175,12 @@ def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
     `title` by default "pipeline pass (measured)"."""
     import matplotlib.pyplot as plt
 
-    title = notebook_text(title)  # a title a notebook cell wrote, in the language in use
-
-    if title is None:
-        title = M("plot_pipeline_timeline.pipeline_pass_measured")
+    # a title a notebook cell wrote, in the language in use
+    title = (
+        M("plot_pipeline_timeline.pipeline_pass_measured")
+        if title is None
+        else notebook_text(title)
+    )
     t0 = min(s for tl in timelines for s, _ in tl.intervals)
     fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(timelines)))
     cmap = plt.get_cmap("tab10")

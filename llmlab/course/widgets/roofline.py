@@ -20,7 +20,7 @@ from llmlab.analysis.hardware import PRESETS, get_hardware
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch07 import plot_roofline
-from llmlab.course.widgets._show import show_figure
+from llmlab.course.widgets._show import control, explorer
 
 M = catalog("widgets.roofline")
 
@@ -137,6 +137,34 @@ def plot_roofline_explorer(
     return fig
 
 
+def _roof_controls(hardware: str, model: str, dtype: str) -> dict[str, Any]:
+    """The hardware, model and dtype dropdowns both explorers start with (models without MLA,
+    whose costs the roofline's decode step counts)."""
+    from llmlab.analysis import costs
+    from llmlab.config import PRESETS as MODELS
+
+    models = [k for k, c in MODELS.items() if not costs.is_mla(c)]
+    return {
+        "hardware": control(
+            "Dropdown", hardware, M("roofline_explorer.hardware"), "90px", options=list(PRESETS)
+        ),
+        "model": control("Dropdown", model, M("roofline_explorer.model"), "90px", options=models),
+        "dtype": control(
+            "Dropdown", dtype, description="dtype", width="90px", options=list(DTYPE_BYTES)
+        ),
+    }
+
+
+def _no_peak(hardware: str, dtype: str, **_: Any) -> str | None:
+    """Why the roof cannot be drawn (`hardware` has no peak in `dtype`), or None."""
+    hw = get_hardware(hardware)
+    if dtype in hw.peak_flops:
+        return None
+    return M(
+        "redraw.has_no_peak", name=hw.name, value=dtype, peaks=", ".join(sorted(hw.peak_flops))
+    )
+
+
 def roofline_explorer(
     hardware: str = "H100-SXM",
     model: str = "llama-3-70b",
@@ -145,74 +173,24 @@ def roofline_explorer(
     context: int = 1024,
 ) -> Any:
     """Sliders for the roofline explorer; the result line updates on every change."""
-    import ipywidgets as w
-
-    from llmlab.analysis import costs
-    from llmlab.config import PRESETS as MODELS
-
-    style = {"description_width": "90px"}
-    hw_w = w.Dropdown(
-        options=list(PRESETS),
-        value=hardware,
-        description=M("roofline_explorer.hardware"),
-        style=style,
-    )
-    model_w = w.Dropdown(
-        options=[k for k, c in MODELS.items() if not costs.is_mla(c)],
-        value=model,
-        description=M("roofline_explorer.model"),
-        style=style,
-    )
-    dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
     # one by one, so the batch where the bound changes can be found exactly; redrawn on release
-    batch_w = w.IntSlider(
-        value=batch,
-        min=1,
-        max=MAX_BATCH,
-        step=1,
-        description="batch",
-        style=style,
-        continuous_update=False,
+    steps = dict(step=1, continuous_update=False)
+    controls = _roof_controls(hardware, model, dtype) | {
+        "batch": control(
+            "IntSlider", batch, description="batch", width="90px", min=1, max=MAX_BATCH, **steps
+        ),
+        "context": control(
+            "IntSlider", context, M("roofline_explorer.context"), "90px", min=1, max=32768, **steps
+        ),
+    }
+    return explorer(
+        controls,
+        [("hardware", "model", "dtype"), ("batch", "context")],
+        "llmlab-roofline-result",
+        lambda **args: roofline_text(roofline_summary(**args)),
+        plot_roofline_explorer,
+        refuse=_no_peak,
     )
-    ctx_w = w.IntSlider(
-        value=context,
-        min=1,
-        max=32768,
-        step=1,
-        description=M("roofline_explorer.context"),
-        style=style,
-        continuous_update=False,
-    )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        dt = dtype_w.value
-        hw = get_hardware(hw_w.value)
-        if dt not in hw.peak_flops:
-            peaks = ", ".join(sorted(hw.peak_flops))
-            result.value = (
-                '<pre class="llmlab-roofline-result">'
-                + M("redraw.has_no_peak_2", name=hw.name, dt=dt, peaks=peaks)
-                + '</pre>'
-            )
-            return
-        args = dict(
-            hardware=hw_w.value,
-            model=model_w.value,
-            dtype=dt,
-            batch=batch_w.value,
-            context=ctx_w.value,
-        )
-        result.value = (
-            f'<pre class="llmlab-roofline-result">{roofline_text(roofline_summary(**args))}</pre>'
-        )
-        show_figure(out, plot_roofline_explorer(**args))
-
-    for c in (hw_w, model_w, dtype_w, batch_w, ctx_w):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([hw_w, model_w, dtype_w]), w.HBox([batch_w, ctx_w]), result, out])
 
 
 # --------------------------------------------------------------------------- a prefill on the roof
@@ -315,54 +293,24 @@ def prefill_explorer(
     hardware: str = "H100-SXM", model: str = "llama-3-8b", dtype: str = "bf16", prompt_len: int = 16
 ) -> Any:
     """Sliders for a prefill on the roof; the result line updates on every change."""
-    import ipywidgets as w
-
-    from llmlab.analysis import costs
-    from llmlab.config import PRESETS as MODELS
-
-    style = {"description_width": "90px"}
-    hw_w = w.Dropdown(
-        options=list(PRESETS),
-        value=hardware,
-        description=M("roofline_explorer.hardware"),
-        style=style,
+    controls = _roof_controls(hardware, model, dtype) | {
+        # one token at a time, so the prompt length where the bound changes can be found exactly
+        "prompt_len": control(
+            "IntSlider",
+            prompt_len,
+            M("prefill_explorer.prompt_tokens"),
+            "90px",
+            min=1,
+            max=MAX_PROMPT,
+            step=1,
+            continuous_update=False,
+        ),
+    }
+    return explorer(
+        controls,
+        [("hardware", "model", "dtype"), ("prompt_len",)],
+        "llmlab-prefill-result",
+        lambda **args: prefill_text(prefill_summary(**args)),
+        plot_prefill_explorer,
+        refuse=_no_peak,
     )
-    model_w = w.Dropdown(
-        options=[k for k, c in MODELS.items() if not costs.is_mla(c)],
-        value=model,
-        description=M("roofline_explorer.model"),
-        style=style,
-    )
-    dtype_w = w.Dropdown(options=list(DTYPE_BYTES), value=dtype, description="dtype", style=style)
-    # one token at a time, so the prompt length where the bound changes can be found exactly
-    prompt_w = w.IntSlider(
-        value=prompt_len,
-        min=1,
-        max=MAX_PROMPT,
-        step=1,
-        description=M("prefill_explorer.prompt_tokens"),
-        style=style,
-        continuous_update=False,
-    )
-    result = w.HTML()
-    out = w.Output()
-
-    def redraw(*_: Any) -> None:
-        hw = get_hardware(hw_w.value)
-        if dtype_w.value not in hw.peak_flops:
-            peaks = ", ".join(sorted(hw.peak_flops))
-            message = M("redraw.has_no_peak", name=hw.name, value=dtype_w.value, peaks=peaks)
-            result.value = f'<pre class="llmlab-prefill-result">{message}</pre>'
-            return
-        args = dict(
-            hardware=hw_w.value, model=model_w.value, dtype=dtype_w.value, prompt_len=prompt_w.value
-        )
-        result.value = (
-            f'<pre class="llmlab-prefill-result">{prefill_text(prefill_summary(**args))}</pre>'
-        )
-        show_figure(out, plot_prefill_explorer(**args))
-
-    for c in (hw_w, model_w, dtype_w, prompt_w):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([hw_w, model_w, dtype_w]), prompt_w, result, out])
