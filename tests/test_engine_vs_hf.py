@@ -62,7 +62,7 @@ def assert_same_or_near_tie(
     return exact
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prompt_ids(real_model) -> list[list[int]]:
     """16 prompts: 12 from data/prompts.json of varied length, 4 sharing a long passage."""
     _, tokenizer = real_model
@@ -77,7 +77,9 @@ def prompt_ids(real_model) -> list[list[int]]:
     return [_chat_ids(tokenizer, t) for t in texts]
 
 
-@pytest.fixture(scope="module")
+# session-scoped: `make test` runs the slowest tests first, so other modules' tests can run
+# between this module's on its worker, and a module fixture would be made again (33 s)
+@pytest.fixture(scope="session")
 def hf_outputs(hf_model, prompt_ids) -> list[list[int]]:
     """transformers' greedy generate, one prompt at a time (no padding), up to MAX_NEW tokens."""
     outs = []
