@@ -148,13 +148,13 @@ def _launch_sizes(
     backend: str, partition_size: int | None, splits: tuple[str, ...], **sizes: int
 ) -> dict:
     """The launch sizes a backend's launcher takes: none for "torch" and "cpu";
-    `partition_size` for the backends in `splits` (those that split a context), when given."""
+    `partition_size` for the backends in `splits` (those that split a context), when given
+    (its value is checked where it is used: the Triton decode launcher, `plan_attention`)."""
     if partition_size is not None and backend not in splits:
         raise ValueError(
             f"partition_size: got {partition_size!r} for backend {backend!r}, expected None "
             f"(only {' and '.join(map(repr, splits))} split the context here)"
         )
-    _checks.check_partition_size(partition_size)
     if backend not in _LAUNCH_SIZED:
         return {}
     return sizes if partition_size is None else {"partition_size": partition_size, **sizes}
