@@ -147,6 +147,17 @@ static inline __attribute__((always_inline)) void attend_unit(
 #define ATTEND(HD, FP8) attend_unit(HD, FP8, query, q_stride_token, q_stride_head, key_cache, \
     value_cache, block_table, block_size, num_kv_heads, group, kv_head, q_start, tile_len, \
     first_pos, scale, k_scale, v_scale, out, out_stride_token)
+/* attend_unit's variant for this head_dim (one per supported size), returning 0; -1 for a
+ * size without one */
+#define ATTEND_BY_HEAD_DIM(FP8)                 \
+    switch (head_dim) {                         \
+        case 16: ATTEND(16, FP8); return 0;     \
+        case 32: ATTEND(32, FP8); return 0;     \
+        case 64: ATTEND(64, FP8); return 0;     \
+        case 128: ATTEND(128, FP8); return 0;   \
+        case 256: ATTEND(256, FP8); return 0;   \
+        default: return -1;                     \
+    }
 
 /* The fp8-cache variants, in a function of their own so that the float32 ones below keep
  * their code as it was (same inlining, same size). */
@@ -156,14 +167,7 @@ static __attribute__((noinline)) int attention_unit_fp8(
         int64_t block_size, int64_t num_kv_heads, int64_t group, int64_t kv_head,
         int64_t q_start, int64_t tile_len, int64_t first_pos, float scale, float k_scale,
         float v_scale, float *out, int64_t out_stride_token) {
-    switch (head_dim) {
-        case 16: ATTEND(16, 1); return 0;
-        case 32: ATTEND(32, 1); return 0;
-        case 64: ATTEND(64, 1); return 0;
-        case 128: ATTEND(128, 1); return 0;
-        case 256: ATTEND(256, 1); return 0;
-        default: return -1;
-    }
+    ATTEND_BY_HEAD_DIM(1);
 }
 
 /* One work unit (see the top of this file) for any supported head_dim: attend_unit unrolled
@@ -181,15 +185,9 @@ int llmlab_attention_unit(int64_t head_dim, const float *query, int64_t q_stride
                                   value_cache, block_table, block_size, num_kv_heads, group,
                                   kv_head, q_start, tile_len, first_pos, scale, k_scale, v_scale,
                                   out, out_stride_token);
-    switch (head_dim) {
-        case 16: ATTEND(16, 0); return 0;
-        case 32: ATTEND(32, 0); return 0;
-        case 64: ATTEND(64, 0); return 0;
-        case 128: ATTEND(128, 0); return 0;
-        case 256: ATTEND(256, 0); return 0;
-        default: return -1;
-    }
+    ATTEND_BY_HEAD_DIM(0);
 }
+#undef ATTEND_BY_HEAD_DIM
 #undef ATTEND
 
 /* out[T, num_heads, head_dim] (contiguous) = paged causal attention of query[T, num_heads,

@@ -78,10 +78,11 @@ def test_the_loop_writes_and_reads_the_cache_where_the_model_does():
     assert "ops.attention" in inspect.getsource(model.Attention.forward)
     assert "ops" not in inspect.getsource(model.Attention.qkv)
     body = inspect.getsource(ops.attention)
-    assert body.index("reshape_and_cache") < body.index("paged_attention(")  # write, then read
-    reads = inspect.getsource(ops.paged_attention)
+    assert body.index("reshape_and_cache") < body.index("_attend_step(")  # write, then read
+    assert "_attend_step(" in inspect.getsource(ops.paged_attention)  # the same read
+    reads = inspect.getsource(ops._attend_step)
     assert "reshape_and_cache" not in reads
-    assert all(r in reads for r in ("grouped_attention(", "_decode", "_prefill"))
+    assert all(r in reads for r in ("grouped_attention(", ".paged_attention(", "is_decode"))
     assert ch12.LOOP_STEPS == tuple(s for s, _ in ch12.LOOP_WITH_CACHE)
 
 

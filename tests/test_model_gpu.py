@@ -385,21 +385,21 @@ def test_the_host_read_detector_catches_a_planted_sync():
     pool = steps.new_pool()
     _, _, md = steps.inputs([0, 0], (2, 1), pool, "triton")
     q = torch.zeros(3, 4, 16, device=DEVICE)
-    args = (q, *pool[0], md.block_tables, md.cu_seqlens_q, md.seq_lens, 0.25)
+    kv = md.paged_kv(0)
     cu = md.cu_seqlens_q
     for planted in (
         lambda: int(md.seq_lens.max()),
         lambda: md.slot_mapping.tolist(),
         lambda: torch.tensor([1, 2]),
         # the prefill grid sized from the device, as the Triton launcher once did per layer
-        lambda: triton_backend.paged_attention_prefill(
-            *args, 1.0, 1.0, max_query_len=int((cu[1:] - cu[:-1]).max())
+        lambda: triton_backend.paged_attention(
+            q, kv, 0.25, max_query_len=int((cu[1:] - cu[:-1]).max())
         ),
     ):
         with pytest.raises(AssertionError, match="read the device"), no_host_reads():
             planted()
     with no_host_reads():  # the host's max_query_len: nothing read
-        triton_backend.paged_attention_prefill(*args, 1.0, 1.0, max_query_len=2)
+        triton_backend.paged_attention(q, kv, 0.25, max_query_len=2)
 
 
 @pytest.mark.parametrize("new", [(1, 1), (1, 4)], ids=["decode", "mixed"])

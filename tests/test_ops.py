@@ -13,6 +13,7 @@ lengths cross several block boundaries (1, B-1, B, B+1, 3B+2, ...).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import zlib
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 
 from llmlab import ops
 from llmlab.ops import torch_backend
+from llmlab.ops.paged_kv import PagedKV
 from llmlab.ops.reference import (
     reference_paged_attention_decode,
     reference_paged_attention_prefill,
@@ -117,7 +119,7 @@ def grouped(query, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q=
         "torch",
     )
     scale = query.shape[-1] ** -0.5
-    out = torch_backend.grouped_attention(query, key_cache, value_cache, md, scale)
+    out = torch_backend.grouped_attention(query, md.paged_kv(0), md, scale)
     return out, md.backend_state["plan"][0]
 
 
@@ -567,8 +569,8 @@ def test_triton_split_k_decode_merges_partitions():
     lens = [1, 31, 33, 64, 100]
     kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 64, torch.float32, gen, TRITON_DEVICE)
     q = torch.randn(len(lens), 8, 64, generator=gen)
-    out = triton_backend.paged_attention_decode(
-        q.to(TRITON_DEVICE), kc, vc, bt, sl, 0.125, partition_size=32
+    out = triton_backend.paged_attention(
+        q.to(TRITON_DEVICE), PagedKV(kc, vc, bt, sl), 0.125, partition_size=32
     )
     assert triton_backend.num_partitions_for(bt.shape[1] * 16, 32) == 4
     ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 0.125)
@@ -594,9 +596,8 @@ def test_triton_rejects_bad_partition_size():
 def test_triton_interpreter_is_switched_on_without_gpu():
     from llmlab.ops import triton_backend
 
-    triton_backend.reshape_and_cache(
-        *[torch.zeros(1, 1, 16)] * 2, *[torch.zeros(1, 8, 1, 16)] * 2, torch.tensor([0])
-    )
+    cache = PagedKV(*[torch.zeros(1, 8, 1, 16)] * 2)
+    triton_backend.reshape_and_cache(*[torch.zeros(1, 1, 16)] * 2, cache, torch.tensor([0]))
     assert os.environ.get("TRITON_INTERPRET") == "1"
     assert triton_backend.interpreting()
 
@@ -974,40 +975,43 @@ def test_triton_prefill_rejects_a_bad_max_query_len():
 
 # ---------------------------------------------------------------- GPU: every backend on CUDA
 
-GPU_BACKENDS = ["torch", "triton", "cuda"]
+NOT_COMPILING = "TRITON_INTERPRET is set: Triton is not compiling in this process"
+# each test below runs every GPU backend on CUDA tensors ("triton" where it compiles)
+GPU_BACKENDS = pytest.mark.parametrize(
+    "backend",
+    [
+        "torch",
+        pytest.param("triton", marks=pytest.mark.skipif(not TRITON_COMPILED, reason=NOT_COMPILING)),
+        "cuda",
+    ],
+)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
-@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@GPU_BACKENDS
 @pytest.mark.parametrize(
     "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
 )
 def test_gpu_decode_matches_reference(backend, dtype):
-    if backend == "triton" and not TRITON_COMPILED:
-        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
     for block_size, head_dim, heads in FULL_GRID:
         run_decode_case(backend, block_size, head_dim, heads, dtype, "cuda")
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
-@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@GPU_BACKENDS
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_gpu_prefill_matches_reference(backend, dtype):
-    if backend == "triton" and not TRITON_COMPILED:
-        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
     for block_size, head_dim, heads in FULL_GRID:
         run_prefill_case(backend, block_size, head_dim, heads, dtype, "cuda")
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
-@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@GPU_BACKENDS
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_gpu_reshape_and_cache_skips_slot_minus_one(backend, dtype):
-    if backend == "triton" and not TRITON_COMPILED:
-        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
     run_reshape_and_cache_case(backend, dtype, "cuda")
 
 
@@ -1017,13 +1021,13 @@ def test_gpu_triton_split_k_long_context():
     from llmlab.ops import triton_backend
 
     if not TRITON_COMPILED:
-        pytest.skip("TRITON_INTERPRET is set: Triton is not compiling in this process")
+        pytest.skip(NOT_COMPILING)
     gen = _generator("gpu-split-k")
     lens = [1, 700, 1500, 2049]
     kc, vc, bt, sl = make_paged_cache(lens, 16, 2, 128, torch.float32, gen, "cuda")
     q = torch.randn(len(lens), 8, 128, generator=gen)
-    out = triton_backend.paged_attention_decode(
-        q.cuda(), kc, vc, bt, sl, 128**-0.5, partition_size=512
+    out = triton_backend.paged_attention(
+        q.cuda(), PagedKV(kc, vc, bt, sl), 128**-0.5, partition_size=512
     )
     ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 128**-0.5)
     assert_matches(out, ref, torch.float32, "GPU split-K decode")
@@ -1123,27 +1127,22 @@ def run_cuda_case(
     gen = _generator("cuda", lens, q_lens, block_size, head_dim, heads, dtype, kv_scales)
     cache_dtype = dtype if kv_scales is None else torch.float32
     kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, cache_dtype, gen)
-    ref_k, ref_v, scales = kc, vc, {}
+    ref_k, ref_v, scales = kc, vc, (1.0, 1.0)
     if kv_scales is not None:
         k_scale, v_scale = kv_scales
         kc, vc = quantize_fp8(kc, k_scale), quantize_fp8(vc, v_scale)
         ref_k, ref_v = dequantize_fp8(kc, k_scale), dequantize_fp8(vc, v_scale)
-        scales = {"k_scale": k_scale, "v_scale": v_scale}
+        scales = (k_scale, v_scale)
     per_seq = q_lens if q_lens is not None else [1] * len(lens)
     cu = torch.tensor([0, *itertools.accumulate(per_seq)], dtype=torch.int32)
     q = torch.randn(int(cu[-1]), num_heads, head_dim, generator=gen).to(dtype)
     scale = head_dim**-0.5
     ref = reference_paged_attention_prefill(q, ref_k, ref_v, bt, cu, sl, scale)
-    args = (q.cuda(), kc.cuda(), vc.cuda(), bt.cuda())
+    kv = PagedKV(kc.cuda(), vc.cuda(), bt.cuda(), sl.cuda(), None, *scales)
+    if q_lens is not None:
+        kv = dataclasses.replace(kv, cu_seqlens_q=cu.cuda())
     for partition_size in partition_sizes:
-        if q_lens is None:
-            out = cuda_backend.paged_attention_decode(
-                *args, sl.cuda(), scale, **scales, partition_size=partition_size
-            )
-        else:
-            out = cuda_backend.paged_attention_prefill(
-                *args, cu.cuda(), sl.cuda(), scale, **scales, partition_size=partition_size
-            )
+        out = cuda_backend.paged_attention(q.cuda(), kv, scale, partition_size=partition_size)
         what = (
             f"cuda {'decode' if q_lens is None else 'varlen'} partition_size={partition_size} "
             f"B={block_size} d={head_dim} {heads} fp8={kv_scales is not None}"
@@ -1218,15 +1217,15 @@ def test_gpu_cuda_launchers_equal_the_checked_calls_and_replay_in_a_graph():
     cu = torch.tensor([0, *itertools.accumulate(MIXED_Q_LENS)], dtype=torch.int32).cuda()
     q = torch.randn(sum(MIXED_Q_LENS), 8, 64, generator=gen).to(torch.bfloat16).cuda()
     want = ops.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125, "cuda")
-    got = cuda_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 0.125, 1.0, 1.0)
+    got = cuda_backend.paged_attention(q, PagedKV(kc, vc, bt, sl, cu), 0.125)
     assert torch.equal(got, want), "the prefill launcher differs from ops.paged_attention_prefill"
     q_dec = torch.randn(len(MIXED_LENS), 8, 64, generator=gen).to(torch.bfloat16).cuda()
     want = ops.paged_attention_decode(q_dec, kc, vc, bt, sl, 0.125, "cuda")
-    decode = cuda_backend.paged_attention_decode
-    assert torch.equal(decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0), want)
+    kv = PagedKV(kc, vc, bt, sl)
+    assert torch.equal(cuda_backend.paged_attention(q_dec, kv, 0.125), want)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):  # fails if anything waits for the GPU or reads its values
-        static_out = decode(q_dec, kc, vc, bt, sl, 0.125, 1.0, 1.0)
+        static_out = cuda_backend.paged_attention(q_dec, kv, 0.125)
     new_q = torch.randn(q_dec.shape, generator=gen).to(torch.bfloat16).cuda()
     q_dec.copy_(new_q)
     graph.replay()
@@ -1392,7 +1391,7 @@ def test_grouped_attention_equals_the_readable_path_on_mixed_steps():
         cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
         q = torch.randn(int(cu[-1]), 6, 32, generator=gen)
         out, _ = grouped(q, kc, vc, bt, sl, cu)
-        readable = torch_backend.paged_attention_prefill(q, kc, vc, bt, cu, sl, 32**-0.5)
+        readable = torch_backend.paged_attention(q, PagedKV(kc, vc, bt, sl, cu), 32**-0.5)
         torch.testing.assert_close(out, readable, atol=1e-5, rtol=1e-5)
 
 

@@ -167,13 +167,13 @@ class System:
         """The call that runs `inputs` (a mixed step when they hold cu_seqlens_q)."""
         if self.partition_size is not None:
             from llmlab.ops import cuda_backend
+            from llmlab.ops.paged_kv import PagedKV
 
-            run = (
-                cuda_backend.paged_attention_prefill
-                if "cu_seqlens_q" in inputs
-                else cuda_backend.paged_attention_decode
-            )
-            return lambda: run(**inputs, partition_size=self.partition_size)
+            tensors = dict(inputs)
+            query, scale = tensors.pop("query"), tensors.pop("scale")
+            kv = PagedKV(**tensors)
+            size = self.partition_size
+            return lambda: cuda_backend.paged_attention(query, kv, scale, partition_size=size)
         run = (
             ops.paged_attention_prefill if "cu_seqlens_q" in inputs else ops.paged_attention_decode
         )

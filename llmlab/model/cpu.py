@@ -331,21 +331,9 @@ class CpuDecoderLayer(nn.Module):
         q = cpu_backend.rope(q, self.heads, cos, sin)  # [T, heads, d]
         k = cpu_backend.rope(k, self.kv_heads, cos, sin)  # [T, kv_heads, d]
         v = v.reshape(T, self.kv_heads, self.head_dim).contiguous()
-        k_scale, v_scale = metadata.scales(layer)  # (1, 1) for a float32 cache
-        cpu_backend.reshape_and_cache(
-            k, v, key_cache, value_cache, metadata.slot_mapping, k_scale, v_scale
-        )
-        out = cpu_backend.paged_attention_prefill(
-            q,
-            key_cache,
-            value_cache,
-            metadata.block_tables,
-            metadata.cu_seqlens_q,
-            metadata.seq_lens,
-            self.scale,
-            k_scale,
-            v_scale,
-        )  # [T, heads, d]
+        kv = metadata.paged_kv(layer)  # fp8 scales (1, 1) for a float32 cache
+        cpu_backend.reshape_and_cache(k, v, kv, metadata.slot_mapping)
+        out = cpu_backend.paged_attention(q, kv, self.scale)  # [T, heads, d]
         a = self.o_proj(out.reshape(T, -1))  # [T, hidden]
         h, x = cpu_backend.rms_norm(a, self.ln2.weight, self.ln2.eps, residual=x)  # x += a
         gate, up = self.gate_up(h).split(self.inter, dim=-1)  # [T, inter] ×2

@@ -156,15 +156,12 @@ class GpuDecoderLayer(nn.Module):
             residual, hidden = hidden, fused._rms_norm(hidden, norm1.weight, norm1.eps)
         else:
             fused._fused_add_rms_norm(hidden, residual, norm1.weight, norm1.eps)  # in place
-        key_cache, value_cache = metadata.kv_caches[layer]
         q = fused._rotary_embedding_and_cache(
             self.qkv_proj(hidden),  # [T, (heads + 2 kv_heads) * head_dim]
             positions,
             self.rotary.cos_sin_cache,
-            key_cache,
-            value_cache,
+            metadata.paged_kv(layer),
             metadata.slot_mapping,
-            *metadata.scales(layer),
         )  # [T, heads, head_dim]; k and v are in the cache now
         out = ops.paged_attention(q, metadata, layer, self.scale)  # [T, heads, head_dim]
         hidden = self.o_proj(out.view(T, self.num_heads * self.head_dim))  # [T, hidden_size]

@@ -21,16 +21,18 @@ Backends:
   triton when no CUDA GPU is available. The interpreter is for learning and tests, not speed.
 - "cuda": CUDA C++ from `kernels/`, built with torch.utils.cpp_extension on first use (build
   directory under $LLMLAB_CACHE, default ~/.cache/llmlab). Needs a CUDA GPU and CUDA tensors;
-  `paged_attention_prefill` on this backend runs the torch implementation on the GPU tensors.
+  decode and prefill run one kernel.
 - "cpu": C from `kernels/cpu_attention.c` (OpenMP, compiled with the system C compiler on first
   use, loaded with ctypes): reads K/V in place through the block table, no gather, no padding.
   The fastest path on a CPU; float32 (other dtypes run the torch code). CPU tensors only.
 
-All backends take the same arguments and return the same values (fp32 within 1e-5). The
-arguments are checked here, once, before any backend runs (see `llmlab.ops._checks`): the
-backends' functions check nothing. "triton" and "cuda" also take launch sizes: `partition_size`
-(split context, see their modules) and the prefill's `max_query_len` (the host's, so no launcher
-waits for the GPU).
+All backends return the same values (fp32 within 1e-5). The arguments are checked here, once,
+before any backend runs (see `llmlab.ops._checks`), and handed on as one `PagedKV`
+(`llmlab.ops.paged_kv`: caches, block tables, lengths, query offsets, fp8 scales): each backend
+has one entry, `paged_attention(query, kv, scale)`, for decode (no query offsets) and prefill,
+and checks nothing. "triton" and "cuda" also take `partition_size` (split context, see their
+modules), and the Triton prefill the host's `max_query_len`, which sizes its grid, so no
+launcher waits for the GPU.
 
 A model layer calls `attention(q, k, v, metadata, layer)`: the step's `AttentionMetadata`
 (`llmlab.ops.metadata`) was checked once when it was built, so each layer's call checks only
@@ -54,11 +56,14 @@ from llmlab.ops.metadata import (
     check_backend_device,
     single_sequence_metadata,
 )
+from llmlab.ops.paged_kv import PagedKV
 
 # the backends that read an fp8 (e4m3) KV cache (every one: "cuda" needs a GPU to test it)
 FP8_BACKENDS = ("torch", "cpu", "triton", "cuda")
-# the backends whose launchers take launch sizes (`partition_size`, the prefill's `max_query_len`)
-_LAUNCH_SIZED = ("triton", "cuda")
+# the backends that split a context into partitions (`partition_size`), and the one whose
+# prefill grid is sized by the host's `max_query_len`
+_SPLIT_CONTEXT = ("triton", "cuda")
+_GRID_SIZED = ("triton",)
 
 __all__ = [
     "BACKENDS",
@@ -116,11 +121,13 @@ def _backend(backend: str) -> ModuleType:
     raise ValueError(f"backend: got {backend!r}, expected one of {', '.join(map(repr, BACKENDS))}")
 
 
-def _scale_args(backend: str, key_cache: torch.Tensor, k_scale: float, v_scale: float) -> dict:
-    """The (k_scale, v_scale) a backend gets: only for an fp8 cache, which "torch" and "cpu"
-    read; a float cache takes none."""
+def _kv_scales(
+    backend: str, key_cache: torch.Tensor, k_scale: float, v_scale: float
+) -> tuple[float, float]:
+    """The (k_scale, v_scale) a backend reads: an fp8 cache's, checked; (1.0, 1.0) for a float
+    cache, which takes none."""
     if key_cache.dtype != torch.float8_e4m3fn:
-        return {}
+        return 1.0, 1.0
     if backend not in FP8_BACKENDS:
         raise ValueError(
             f"backend: got {backend!r} for an fp8 KV cache, expected one of "
@@ -129,7 +136,7 @@ def _scale_args(backend: str, key_cache: torch.Tensor, k_scale: float, v_scale: 
     for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"{name}: got {v!r}, expected a positive float")
-    return {"k_scale": float(k_scale), "v_scale": float(v_scale)}
+    return float(k_scale), float(v_scale)
 
 
 def _checked_backend(
@@ -144,20 +151,31 @@ def _checked_backend(
     return impl
 
 
+def _attend(backend: str, query: torch.Tensor, kv: PagedKV, scale: float, sizes: dict):
+    """Run `backend`'s attention on checked arguments, once its device needs are met."""
+    impl = _checked_backend(backend, {"query": query, **kv.tensors()}, query)
+    return impl.paged_attention(query, kv, float(scale), **sizes)
+
+
 def _launch_sizes(
-    backend: str, partition_size: int | None, splits: tuple[str, ...], **sizes: int
+    backend: str,
+    partition_size: int | None,
+    splits: tuple[str, ...],
+    max_query_len: int | None = None,
 ) -> dict:
-    """The launch sizes a backend's launcher takes: none for "torch" and "cpu";
-    `partition_size` for the backends in `splits` (those that split a context), when given
-    (its value is checked where it is used: the Triton decode launcher, `plan_attention`)."""
+    """The launch sizes a backend's launcher takes: `partition_size`, when given, for the
+    backends in `splits` (those that split this call's context; its value is checked where it is
+    used: the Triton decode launcher, `plan_attention`); a prefill's `max_query_len` for those
+    whose grid it sizes; none for "torch" and "cpu"."""
     if partition_size is not None and backend not in splits:
         raise ValueError(
             f"partition_size: got {partition_size!r} for backend {backend!r}, expected None "
             f"(only {' and '.join(map(repr, splits))} split the context here)"
         )
-    if backend not in _LAUNCH_SIZED:
-        return {}
-    return sizes if partition_size is None else {"partition_size": partition_size, **sizes}
+    sizes = {} if partition_size is None else {"partition_size": partition_size}
+    if max_query_len is not None and backend in _GRID_SIZED:
+        sizes["max_query_len"] = max_query_len
+    return sizes
 
 
 def reshape_and_cache(
@@ -178,16 +196,10 @@ def reshape_and_cache(
     """
     _checks.check_backend_name(backend)
     _checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
-    tensors = {"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache}
-    impl = _checked_backend(backend, {**tensors, "slot_mapping": slot_mapping})
-    impl.reshape_and_cache(
-        key,
-        value,
-        key_cache,
-        value_cache,
-        slot_mapping,
-        **_scale_args(backend, key_cache, k_scale, v_scale),
-    )
+    k_scale, v_scale = _kv_scales(backend, key_cache, k_scale, v_scale)
+    kv = PagedKV(key_cache, value_cache, k_scale=k_scale, v_scale=v_scale)  # a write: no tables
+    tensors = {"key": key, "value": value, **kv.tensors(), "slot_mapping": slot_mapping}
+    _checked_backend(backend, tensors).reshape_and_cache(key, value, kv, slot_mapping)
 
 
 def paged_attention_decode(
@@ -211,21 +223,11 @@ def paged_attention_decode(
     None chooses, 0 forces one pass, a multiple of 32 splits the context into partitions.
     """
     _checks.check_backend_name(backend)
-    _checks.check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
-    sizes = _launch_sizes(backend, partition_size, _LAUNCH_SIZED)
-    tensors = {"query": query, "key_cache": key_cache, "value_cache": value_cache}
-    impl = _checked_backend(
-        backend, {**tensors, "block_tables": block_tables, "seq_lens": seq_lens}, query
-    )
-    return impl.paged_attention_decode(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        float(scale),
-        **_scale_args(backend, key_cache, k_scale, v_scale),
-        **sizes,
+    _checks.check_attention(query, key_cache, value_cache, block_tables, seq_lens, scale)
+    scales = _kv_scales(backend, key_cache, k_scale, v_scale)
+    kv = PagedKV(key_cache, value_cache, block_tables, seq_lens, None, *scales)
+    return _attend(
+        backend, query, kv, scale, _launch_sizes(backend, partition_size, _SPLIT_CONTEXT)
     )
 
 
@@ -255,24 +257,13 @@ def paged_attention_prefill(
     decode.
     """
     _checks.check_backend_name(backend)
-    max_query_len = _checks.check_prefill(
-        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_query_len
+    max_query_len = _checks.check_attention(
+        query, key_cache, value_cache, block_tables, seq_lens, scale, cu_seqlens_q, max_query_len
     )
-    sizes = _launch_sizes(backend, partition_size, ("cuda",), max_query_len=max_query_len)
-    tensors = {"query": query, "key_cache": key_cache, "value_cache": value_cache}
-    tables = {"block_tables": block_tables, "cu_seqlens_q": cu_seqlens_q, "seq_lens": seq_lens}
-    impl = _checked_backend(backend, {**tensors, **tables}, query)
-    return impl.paged_attention_prefill(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        cu_seqlens_q,
-        seq_lens,
-        float(scale),
-        **_scale_args(backend, key_cache, k_scale, v_scale),
-        **sizes,
-    )
+    scales = _kv_scales(backend, key_cache, k_scale, v_scale)
+    kv = PagedKV(key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q, *scales)
+    sizes = _launch_sizes(backend, partition_size, ("cuda",), max_query_len)
+    return _attend(backend, query, kv, scale, sizes)
 
 
 def attention(
@@ -290,12 +281,10 @@ def attention(
     `metadata` (checked when it was built) says where each sequence's tokens go and which blocks
     it reads; only the tensors of this layer are checked here.
     """
-    key_cache, value_cache = metadata.kv_caches[layer]
-    _checks.check_layer_qkv(query, key, value, key_cache, metadata.num_tokens)
-    _backend(metadata.backend).reshape_and_cache(
-        key, value, key_cache, value_cache, metadata.slot_mapping, *metadata.scales(layer)
-    )
-    return paged_attention(query, metadata, layer, scale)
+    kv = metadata.paged_kv(layer)
+    _checks.check_layer_qkv(query, key, value, kv.key_cache, metadata.num_tokens)
+    _backend(metadata.backend).reshape_and_cache(key, value, kv, metadata.slot_mapping)
+    return _attend_step(query, kv, metadata, scale)
 
 
 def paged_attention(
@@ -311,19 +300,17 @@ def paged_attention(
     with its weights), and the Triton prefill's grid comes from the host's
     `metadata.max_query_len`, as in a vLLM attention backend's `forward`.
     """
-    key_cache, value_cache = metadata.kv_caches[layer]
-    kv = (key_cache, value_cache, metadata.block_tables)
-    scales = metadata.scales(layer)
+    return _attend_step(query, metadata.paged_kv(layer), metadata, scale)
+
+
+def _attend_step(
+    query: torch.Tensor, kv: PagedKV, metadata: AttentionMetadata, scale: float
+) -> torch.Tensor:
+    """A step's attention on one layer's `kv` (`metadata.paged_kv(layer)`): unchecked."""
     backend = metadata.backend
     if backend == "torch":
         # the readable path's engine speed-up: sequences of similar length attended together
-        return torch_backend.grouped_attention(
-            query, key_cache, value_cache, metadata, scale, scales
-        )
-    impl = _backend(backend)
-    if metadata.is_decode_only:
-        return impl.paged_attention_decode(query, *kv, metadata.seq_lens, scale, *scales)
-    sizes = {"max_query_len": metadata.max_query_len} if backend in _LAUNCH_SIZED else {}
-    return impl.paged_attention_prefill(
-        query, *kv, metadata.cu_seqlens_q, metadata.seq_lens, scale, *scales, **sizes
-    )
+        return torch_backend.grouped_attention(query, kv, metadata, scale)
+    grid = backend in _GRID_SIZED and not kv.is_decode
+    sizes = {"max_query_len": metadata.max_query_len} if grid else {}
+    return _backend(backend).paged_attention(query, kv, scale, **sizes)

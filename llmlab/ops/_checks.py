@@ -121,37 +121,6 @@ def _check_slot_values(slot_mapping: torch.Tensor, num_slots: int) -> None:
             )
 
 
-def _check_attention_common(
-    query, key_cache, value_cache, block_tables, seq_lens, scale, query_layout: str
-) -> tuple[int, int, int, int, int]:
-    num_blocks, block_size, num_kv_heads, head_dim = check_cache(key_cache, value_cache)
-    _check_tensor("query", query, 3, FLOAT_DTYPES, query_layout)
-    if query.shape[2] != head_dim:
-        _fail("query", f"shape {tuple(query.shape)}", f"head_dim={head_dim} to match key_cache")
-    num_heads = query.shape[1]
-    if num_heads < 1 or num_heads % num_kv_heads != 0:
-        _fail(
-            "query",
-            f"num_heads={num_heads}",
-            f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)",
-        )
-    _check_new_dtype("query", query, key_cache)
-    num_seqs = _check_metadata_tensors(block_tables, seq_lens)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        _fail("scale", scale, "a positive float (usually head_dim ** -0.5)")
-    _check_same_device(
-        [
-            ("query", query),
-            ("key_cache", key_cache),
-            ("value_cache", value_cache),
-            ("block_tables", block_tables),
-            ("seq_lens", seq_lens),
-        ]
-    )
-    _check_table_values(block_tables, seq_lens, num_blocks, block_size)
-    return num_seqs, num_heads, num_kv_heads, head_dim, block_size
-
-
 def _check_metadata_tensors(block_tables, seq_lens) -> int:
     _check_tensor(
         "block_tables", block_tables, 2, (torch.int32,), "[num_seqs, max_blocks_per_seq] of int32"
@@ -189,17 +158,52 @@ def _check_table_values(block_tables, seq_lens, num_blocks: int, block_size: int
                 _fail("block_tables", f"a used block id {bad}", f"ids in [0, {num_blocks})")
 
 
-def check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale) -> None:
-    """Validate the arguments of `paged_attention_decode`."""
-    num_seqs, *_ = _check_attention_common(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        scale,
-        "[num_seqs, num_heads, head_dim]",
+def check_attention(
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    seq_lens,
+    scale,
+    cu_seqlens_q=None,
+    max_query_len=None,
+) -> int:
+    """Validate the arguments of `paged_attention_decode` (no `cu_seqlens_q`: one query row per
+    sequence) or of `paged_attention_prefill`; return `max_query_len`, the most new tokens of any
+    sequence, which sizes a launcher's grid (1 for decode)."""
+    num_blocks, block_size, num_kv_heads, head_dim = check_cache(key_cache, value_cache)
+    rows = "num_seqs" if cu_seqlens_q is None else "num_tokens"
+    _check_tensor("query", query, 3, FLOAT_DTYPES, f"[{rows}, num_heads, head_dim]")
+    if query.shape[2] != head_dim:
+        _fail("query", f"shape {tuple(query.shape)}", f"head_dim={head_dim} to match key_cache")
+    num_heads = query.shape[1]
+    if num_heads < 1 or num_heads % num_kv_heads != 0:
+        _fail(
+            "query",
+            f"num_heads={num_heads}",
+            f"a positive multiple of num_kv_heads={num_kv_heads} (GQA)",
+        )
+    _check_new_dtype("query", query, key_cache)
+    num_seqs = _check_metadata_tensors(block_tables, seq_lens)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        _fail("scale", scale, "a positive float (usually head_dim ** -0.5)")
+    _check_same_device(
+        [
+            ("query", query),
+            ("key_cache", key_cache),
+            ("value_cache", value_cache),
+            ("block_tables", block_tables),
+            ("seq_lens", seq_lens),
+        ]
     )
+    _check_table_values(block_tables, seq_lens, num_blocks, block_size)
+    if cu_seqlens_q is None:
+        _check_decode_rows(query, seq_lens, num_seqs)
+        return 1
+    return _check_prefill_rows(query, cu_seqlens_q, seq_lens, max_query_len)
+
+
+def _check_decode_rows(query, seq_lens, num_seqs: int) -> None:
     if query.shape[0] != num_seqs:
         _fail(
             "query",
@@ -214,22 +218,10 @@ def check_decode(query, key_cache, value_cache, block_tables, seq_lens, scale) -
         )
 
 
-def check_prefill(
-    query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_query_len=None
-) -> int:
-    """Validate the arguments of `paged_attention_prefill`; return `max_query_len` (the most new
-    tokens of any sequence, which sizes a launcher's grid): as given, else read from
-    `cu_seqlens_q` on the CPU, else bounded by the number of tokens (tiles past a sequence's end
-    do no work), so nothing waits for the GPU."""
-    num_seqs, *_ = _check_attention_common(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        scale,
-        "[num_tokens, num_heads, head_dim]",
-    )
+def _check_prefill_rows(query, cu_seqlens_q, seq_lens, max_query_len) -> int:
+    """The query offsets; `max_query_len` as given, else read from `cu_seqlens_q` on the CPU,
+    else bounded by the number of tokens (tiles past a sequence's end do no work), so nothing
+    waits for the GPU."""
     _check_same_device([("query", query), ("cu_seqlens_q", cu_seqlens_q)])
     longest = _check_query_offsets(cu_seqlens_q, seq_lens, query.shape[0])
     num_tokens = query.shape[0]

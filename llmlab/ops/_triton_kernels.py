@@ -54,20 +54,14 @@ def _fp8_e4m3_to_f32(u):
 
 
 @triton.jit
-def _online_softmax_tile(
+def _attend_context(
     q,
-    acc,
-    m_i,
-    l_i,
-    n0,
-    end,
     q_pos,
+    start,
+    end,
     table,
-    k_cache_ptr,
-    v_cache_ptr,
-    kv_head,
-    d,
-    d_mask,
+    k_head_ptr,
+    v_head_ptr,
     qk_scale,
     k_scale,
     v_scale,
@@ -79,43 +73,56 @@ def _online_softmax_tile(
     UPCAST: tl.constexpr,
     FP8: tl.constexpr,
 ):
-    """Fold keys/values n0 .. n0 + BLOCK_N - 1 (those below `end`), read through the block
-    table, into the running softmax of the query rows `q`: max `m_i`, sum `l_i`, output `acc`
-    (flash attention's online softmax, in base 2: qk_scale includes log2 e). With CAUSAL, row r
-    sees only keys at positions <= q_pos[r] (decode passes any tensor: its one row per head
-    sees every key below `end`). Returns the updated (acc, m_i, l_i)."""
-    n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N] logical positions
-    n_mask = n < end
-    block = tl.load(table + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-    slot = block * BLOCK_SIZE + n % BLOCK_SIZE
-    kv_offs = (slot * NUM_KV_HEADS + kv_head) * HEAD_DIM  # [BLOCK_N]
-    # Masked loads never read unused slots, so whatever they hold (NaN) cannot leak in.
-    k = tl.load(
-        k_cache_ptr + kv_offs[None, :] + d[:, None], mask=d_mask[:, None] & n_mask[None, :], other=0
-    )  # [BLOCK_D, BLOCK_N]
-    if FP8:  # the cache holds e4m3 bytes of value / scale
-        k = _fp8_e4m3_to_f32(k) * k_scale
-    elif UPCAST:
-        k = k.to(tl.float32)
-    s = tl.dot(q, k, input_precision="ieee") * qk_scale  # [rows, BLOCK_N] fp32
-    if CAUSAL:
-        visible = n_mask[None, :] & (n[None, :] <= q_pos[:, None])
-    else:
-        visible = n_mask[None, :]
-    s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(
-        v_cache_ptr + kv_offs[:, None] + d[None, :], mask=n_mask[:, None] & d_mask[None, :], other=0
-    )  # [BLOCK_N, BLOCK_D]
+    """The query rows `q` [rows, BLOCK_D] of one KV head attend over the context positions
+    start .. end - 1 of that head (`k_head_ptr`, `v_head_ptr`: the caches' first element of
+    it), read through the block table `table` BLOCK_N at a time and folded into an
+    online softmax (flash attention's, in base 2: qk_scale includes log2 e). With CAUSAL, row r
+    sees only keys at positions <= q_pos[r] (decode passes any tensor: its one row per head sees
+    every key below `end`). Returns the unnormalised output acc [rows, BLOCK_D] and each row's
+    running max m and sum l."""
+    d = tl.arange(0, q.shape[1])
+    d_mask = d < HEAD_DIM
+    # -1e30 rather than -inf keeps exp2(m_old - m_new) finite for empty partitions.
+    m_i = tl.full([q.shape[0]], -1e30, dtype=tl.float32)
+    l_i = tl.zeros([q.shape[0]], dtype=tl.float32)
+    acc = tl.zeros(q.shape, dtype=tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)  # [BLOCK_N] logical positions
+        n_mask = n < end
+        block = tl.load(table + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
+        slot = block * BLOCK_SIZE + n % BLOCK_SIZE
+        kv_offs = slot * (NUM_KV_HEADS * HEAD_DIM)  # [BLOCK_N] from this head's first element
+        # Masked loads never read unused slots, so whatever they hold (NaN) cannot leak in.
+        k_mask = d_mask[:, None] & n_mask[None, :]
+        k = tl.load(k_head_ptr + kv_offs[None, :] + d[:, None], mask=k_mask, other=0)
+        k = _dot_operand(k, k_scale, UPCAST, FP8)  # [BLOCK_D, BLOCK_N]
+        s = tl.dot(q, k, input_precision="ieee") * qk_scale  # [rows, BLOCK_N] fp32
+        if CAUSAL:
+            visible = n_mask[None, :] & (n[None, :] <= q_pos[:, None])
+        else:
+            visible = n_mask[None, :]
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v_mask = n_mask[:, None] & d_mask[None, :]
+        v = tl.load(v_head_ptr + kv_offs[:, None] + d[None, :], mask=v_mask, other=0)
+        v = _dot_operand(v, v_scale, UPCAST, FP8)  # [BLOCK_N, BLOCK_D]
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _dot_operand(x, scale, UPCAST: tl.constexpr, FP8: tl.constexpr):
+    """A loaded q, K or V tile as `tl.dot` takes it: an fp8 cache's e4m3 bytes (of value /
+    scale) back to values; fp32 when UPCAST; else as stored."""
     if FP8:
-        v = _fp8_e4m3_to_f32(v) * v_scale
+        x = _fp8_e4m3_to_f32(x) * scale
     elif UPCAST:
-        v = v.to(tl.float32)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-    return acc, m_new, l_i
+        x = x.to(tl.float32)
+    return x
 
 
 @triton.jit
@@ -158,63 +165,42 @@ def paged_decode_kernel(
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     part = tl.program_id(2)
-    seq_len = tl.load(seq_lens_ptr + seq)
-    if SPLIT:
-        start = part * PARTITION
-        end = tl.minimum(seq_len, start + PARTITION)
-    else:
-        start = 0
-        end = seq_len
+    # without SPLIT the launcher gives one partition (part 0) of 2^30 positions: the whole context
+    start = part * PARTITION
+    end = tl.minimum(tl.load(seq_lens_ptr + seq), start + PARTITION)
 
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
-    g_mask = g < GROUP
-    d_mask = d < HEAD_DIM
+    row_mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
     head = kv_head * GROUP + g  # [BLOCK_G] query heads of this KV head
     q_offs = (seq.to(tl.int64) * NUM_HEADS + head)[:, None] * HEAD_DIM + d[None, :]
-    q = tl.load(q_ptr + q_offs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
-
-    # -1e30 rather than -inf keeps exp2(m_old - m_new) finite for empty partitions.
-    m_i = tl.full([BLOCK_G], -1e30, dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    q = _dot_operand(tl.load(q_ptr + q_offs, mask=row_mask, other=0.0), 1.0, UPCAST, False)
     table = block_tables_ptr + seq.to(tl.int64) * max_blocks_per_seq
-    for n0 in range(start, end, BLOCK_N):
-        acc, m_i, l_i = _online_softmax_tile(
-            q,
-            acc,
-            m_i,
-            l_i,
-            n0,
-            end,
-            g,
-            table,
-            k_cache_ptr,
-            v_cache_ptr,
-            kv_head,
-            d,
-            d_mask,
-            qk_scale,
-            k_scale,
-            v_scale,
-            NUM_KV_HEADS,
-            HEAD_DIM,
-            BLOCK_SIZE,
-            BLOCK_N,
-            False,
-            UPCAST,
-            FP8,
-        )
-
-    row_mask = g_mask[:, None] & d_mask[None, :]
+    acc, m_i, l_i = _attend_context(
+        q,
+        g,
+        start,
+        end,
+        table,
+        k_cache_ptr + kv_head * HEAD_DIM,
+        v_cache_ptr + kv_head * HEAD_DIM,
+        qk_scale,
+        k_scale,
+        v_scale,
+        NUM_KV_HEADS,
+        HEAD_DIM,
+        BLOCK_SIZE,
+        BLOCK_N,
+        False,
+        UPCAST,
+        FP8,
+    )
     if SPLIT:
         # partials: acc [num_seqs, num_heads, NUM_PARTITIONS, HEAD_DIM] fp32, m/l
         # [num_seqs, num_heads, NUM_PARTITIONS] fp32.
         ml_offs = (seq.to(tl.int64) * NUM_HEADS + head) * NUM_PARTITIONS + part  # [BLOCK_G]
-        tl.store(part_m_ptr + ml_offs, m_i, mask=g_mask)
-        tl.store(part_l_ptr + ml_offs, l_i, mask=g_mask)
+        tl.store(part_m_ptr + ml_offs, m_i, mask=g < GROUP)
+        tl.store(part_l_ptr + ml_offs, l_i, mask=g < GROUP)
         tl.store(out_ptr + ml_offs[:, None] * HEAD_DIM + d[None, :], acc, mask=row_mask)
     else:
         out = acc / l_i[:, None]
@@ -289,59 +275,37 @@ def paged_prefill_kernel(
     m_blk = tl.program_id(0)
     seq = tl.program_id(1)
     head = tl.program_id(2)
-    kv_head = head // GROUP
     q_start = tl.load(cu_seqlens_q_ptr + seq)
     q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-    seq_len = tl.load(seq_lens_ptr + seq)
-    context = seq_len - q_len
+    context = tl.load(seq_lens_ptr + seq) - q_len
 
     i = m_blk * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M] rows inside the sequence
     d = tl.arange(0, BLOCK_D)
-    row_mask = i < q_len
-    d_mask = d < HEAD_DIM
-    q_pos = context + i  # [BLOCK_M] absolute positions
+    row_mask = (i < q_len)[:, None] & (d < HEAD_DIM)[None, :]
     q_offs = ((q_start + i).to(tl.int64) * NUM_HEADS + head)[:, None] * HEAD_DIM + d[None, :]
-    q = tl.load(q_ptr + q_offs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
-
+    q = _dot_operand(tl.load(q_ptr + q_offs, mask=row_mask, other=0.0), 1.0, UPCAST, False)
     # The last row of this tile sees up to position context + min(m_blk*BLOCK_M+BLOCK_M, q_len)
     # - 1; a tile past the sequence's end does no work (its rows are not stored).
     last = tl.minimum(m_blk * BLOCK_M + BLOCK_M, q_len)
     end = tl.where(m_blk * BLOCK_M < q_len, context + last, 0)
-
-    m_i = tl.full([BLOCK_M], -1e30, dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    table = block_tables_ptr + seq.to(tl.int64) * max_blocks_per_seq
-    for n0 in range(0, end, BLOCK_N):
-        acc, m_i, l_i = _online_softmax_tile(
-            q,
-            acc,
-            m_i,
-            l_i,
-            n0,
-            end,
-            q_pos,
-            table,
-            k_cache_ptr,
-            v_cache_ptr,
-            kv_head,
-            d,
-            d_mask,
-            qk_scale,
-            k_scale,
-            v_scale,
-            NUM_KV_HEADS,
-            HEAD_DIM,
-            BLOCK_SIZE,
-            BLOCK_N,
-            True,
-            UPCAST,
-            FP8,
-        )
-
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(
-        out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :]
+    acc, m_i, l_i = _attend_context(
+        q,
+        context + i,  # [BLOCK_M] the rows' absolute positions
+        0,
+        end,
+        block_tables_ptr + seq.to(tl.int64) * max_blocks_per_seq,
+        k_cache_ptr + (head // GROUP) * HEAD_DIM,  # this head's KV head
+        v_cache_ptr + (head // GROUP) * HEAD_DIM,
+        qk_scale,
+        k_scale,
+        v_scale,
+        NUM_KV_HEADS,
+        HEAD_DIM,
+        BLOCK_SIZE,
+        BLOCK_N,
+        True,
+        UPCAST,
+        FP8,
     )
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask)

@@ -32,6 +32,7 @@ from llmlab.ops import torch_backend
 from llmlab.ops.cpu_library import available, load_library, traced  # noqa: F401 (the backend's)
 from llmlab.ops.cpu_matmul import WEIGHT_TYPES
 from llmlab.ops.fp8 import quantize_fp8
+from llmlab.ops.paged_kv import PagedKV
 
 HEAD_DIMS = (16, 32, 64, 128, 256)  # the C kernel has one unrolled variant for each
 MAX_GROUP = 16
@@ -58,24 +59,17 @@ def _kernel_for(query: torch.Tensor, key_cache: torch.Tensor) -> ctypes.CDLL | N
 
 
 def reshape_and_cache(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
+    key: torch.Tensor, value: torch.Tensor, kv: PagedKV, slot_mapping: torch.Tensor
 ) -> None:
     """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`
     (an fp8 cache: key / k_scale, value / v_scale, rounded by PyTorch, copied by C)."""
-    lib = _kernel_for(key, key_cache)
+    lib = _kernel_for(key, kv.key_cache)
     if lib is None:
-        torch_backend.reshape_and_cache(
-            key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale
-        )
+        torch_backend.reshape_and_cache(key, value, kv, slot_mapping)
         return
+    key_cache, value_cache = kv.key_cache, kv.value_cache
     if key_cache.dtype == FP8:
-        key, value = quantize_fp8(key, k_scale), quantize_fp8(value, v_scale)
+        key, value = quantize_fp8(key, kv.k_scale), quantize_fp8(value, kv.v_scale)
     row = key.shape[1] * key.shape[2]
     with traced("llmlab_cpu::reshape_and_cache"):
         lib.llmlab_reshape_and_cache(
@@ -92,31 +86,15 @@ def reshape_and_cache(
         )
 
 
-def _attention(
-    query,
-    key_cache,
-    value_cache,
-    block_tables,
-    cu_seqlens_q,
-    seq_lens,
-    scale,
-    k_scale=1.0,
-    v_scale=1.0,
-):
-    lib = _kernel_for(query, key_cache)
+def paged_attention(query: torch.Tensor, kv: PagedKV, scale: float) -> torch.Tensor:
+    """Causal varlen attention over cached context plus the new tokens, decode (one query per
+    sequence) or prefill: query [num_tokens, num_heads, head_dim] -> the same shape."""
+    lib = _kernel_for(query, kv.key_cache)
     if lib is None:
-        return torch_backend.paged_attention_prefill(
-            query,
-            key_cache,
-            value_cache,
-            block_tables,
-            cu_seqlens_q,
-            seq_lens,
-            scale,
-            k_scale,
-            v_scale,
-        )
+        return torch_backend.paged_attention(query, kv, scale)
     num_tokens, num_heads, head_dim = query.shape
+    key_cache = kv.key_cache
+    cu_seqlens_q = kv.query_offsets()  # held here: C reads it through its pointer
     out = torch.empty_like(query)
     with traced("llmlab_cpu::paged_attention"):
         rc = lib.llmlab_paged_attention(
@@ -124,59 +102,25 @@ def _attention(
             num_heads * head_dim,
             head_dim,
             key_cache.data_ptr(),
-            value_cache.data_ptr(),
-            block_tables.data_ptr(),
-            block_tables.shape[1],
+            kv.value_cache.data_ptr(),
+            kv.block_tables.data_ptr(),
+            kv.block_tables.shape[1],
             cu_seqlens_q.data_ptr(),
-            seq_lens.data_ptr(),
-            seq_lens.shape[0],
+            kv.seq_lens.data_ptr(),
+            kv.seq_lens.shape[0],
             num_heads,
             key_cache.shape[2],
             head_dim,
             key_cache.shape[1],
             scale,
             int(key_cache.dtype == FP8),
-            k_scale,
-            v_scale,
+            kv.k_scale,
+            kv.v_scale,
             out.data_ptr(),
         )
     if rc != 0:
         raise RuntimeError("cpu_attention.c refused the shapes (head_dim or GQA group too large)")
     return out
-
-
-def paged_attention_decode(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-) -> torch.Tensor:
-    """Decode: one query per sequence, [num_seqs, num_heads, head_dim]."""
-    cu = torch.arange(query.shape[0] + 1, dtype=torch.int32)  # one new token per sequence
-    return _attention(
-        query, key_cache, value_cache, block_tables, cu, seq_lens, scale, k_scale, v_scale
-    )
-
-
-def paged_attention_prefill(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-) -> torch.Tensor:
-    """Causal varlen prefill over cached context plus the new tokens."""
-    return _attention(
-        query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, k_scale, v_scale
-    )
 
 
 # ---- a decoder layer's elementwise steps (kernels/cpu_layer.c) ------------------------------

@@ -1,7 +1,7 @@
 """The "cuda" backend: CUDA C++ kernels from `kernels/`, built on first use on a GPU.
 
-`reshape_and_cache` runs `kernels/cache_kernels.cu`; `paged_attention_decode` and
-`paged_attention_prefill` run one kernel, `kernels/paged_attention.cu` (vLLM's
+`reshape_and_cache` runs `kernels/cache_kernels.cu`; `paged_attention`, decode and prefill,
+runs one kernel, `kernels/paged_attention.cu` (vLLM's
 `csrc/attention/paged_attention_v2.cu` is its model): every query row is one new token with its
 own sequence and causal context, so a decode step (one row per sequence) and a step that mixes
 prefill chunks with decode tokens ("varlen", rows found through `cu_seqlens_q`) take the same
@@ -30,6 +30,7 @@ from types import ModuleType
 import torch
 
 from llmlab.ops import _checks
+from llmlab.ops.paged_kv import PagedKV
 from llmlab.paths import cache_dir
 from llmlab.utils import cdiv
 
@@ -191,112 +192,46 @@ def check_device(tensors: dict[str, torch.Tensor]) -> None:
 
 
 def reshape_and_cache(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
+    key: torch.Tensor, value: torch.Tensor, kv: PagedKV, slot_mapping: torch.Tensor
 ) -> None:
     """CUDA `reshape_and_cache` (kernels/cache_kernels.cu); slot -1 is skipped. An fp8 cache
     stores key / k_scale and value / v_scale, rounded to e4m3 in the kernel."""
     _ext().reshape_and_cache(
-        key, value, key_cache, value_cache, slot_mapping, float(k_scale), float(v_scale)
+        key, value, kv.key_cache, kv.value_cache, slot_mapping, float(kv.k_scale), float(kv.v_scale)
     )
 
 
-def paged_attention_decode(
+def paged_attention(
     query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
+    kv: PagedKV,
     scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-    partition_size: int | None = None,
-) -> torch.Tensor:
-    """CUDA paged decode attention (kernels/paged_attention.cu): fp32/fp16/bf16 queries over
-    a cache of the same dtype or of fp8 e4m3 (with its k/v scales), GQA groups up to 8.
-    `partition_size` as in `plan_attention` (None: chosen per call)."""
-    cu_seqlens_q = None  # one row per sequence: the kernel's decode layout
-    return _attention(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        cu_seqlens_q,
-        scale,
-        (k_scale, v_scale),
-        partition_size,
-    )
-
-
-def paged_attention_prefill(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
     *,
-    max_query_len: int | None = None,
     partition_size: int | None = None,
 ) -> torch.Tensor:
-    """CUDA varlen causal attention (kernels/paged_attention.cu): each new token is a query row
-    over its sequence's positions up to its own, so prompts, chunks, prefix-cache hits and decode
-    tokens of one step go in one launch. `partition_size` as in `plan_attention`.
-    `max_query_len` is not needed (a block takes one row, whatever its sequence's length); it is
-    accepted because `llmlab.ops` gives it to every launcher that sizes a grid."""
-    return _attention(
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        cu_seqlens_q,
-        scale,
-        (k_scale, v_scale),
-        partition_size,
-    )
-
-
-def _attention(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    scale: float,
-    kv_scales: tuple[float, float],
-    partition_size: int | None,
-) -> torch.Tensor:
-    """Plan the launch and run the kernel: decode when `cu_seqlens_q` is None."""
+    """CUDA paged attention (kernels/paged_attention.cu): fp32/fp16/bf16 queries over a cache of
+    the same dtype or of fp8 e4m3 (with its k/v scales), GQA groups up to 8. Each query row is a
+    new token over its sequence's positions up to its own: decode (no query offsets in `kv`, one
+    row per sequence), prompts, chunks, prefix-cache hits and decode tokens of one step go in one
+    launch (a block takes one row, whatever its sequence's length, so no `max_query_len`).
+    `partition_size` as in `plan_attention` (None: chosen per call)."""
     device = query.device.index
     launch = plan_attention(
         query.shape[0],
-        key_cache.shape[2],
-        block_tables.shape[1] * key_cache.shape[1],
+        kv.key_cache.shape[2],
+        kv.block_tables.shape[1] * kv.key_cache.shape[1],
         _num_sms(torch.cuda.current_device() if device is None else device),
         partition_size,
     )
-    k_scale, v_scale = kv_scales
     return _ext().paged_attention(
         query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        cu_seqlens_q,
+        kv.key_cache,
+        kv.value_cache,
+        kv.block_tables,
+        kv.seq_lens,
+        kv.cu_seqlens_q,  # None: one row per sequence, the kernel's decode layout
         float(scale),
-        float(k_scale),
-        float(v_scale),
+        float(kv.k_scale),
+        float(kv.v_scale),
         launch.partition_size,
         launch.num_partitions,
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from llmlab.ops import _checks
+from llmlab.ops.paged_kv import PagedKV
 from llmlab.ops.triton_backend import _load, check_device, interpreting, triton_next_power_of_2
 
 FLOAT_DTYPES = _checks.FLOAT_DTYPES
@@ -133,9 +134,8 @@ def rotary_embedding_and_cache(
     for name, v in (("k_scale", k_scale), ("v_scale", v_scale)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             _checks._fail(name, repr(v), "a positive float")
-    return _rotary_embedding_and_cache(
-        qkv, positions, cos_sin_cache, key_cache, value_cache, slot_mapping, k_scale, v_scale
-    )
+    kv = PagedKV(key_cache, value_cache, k_scale=k_scale, v_scale=v_scale)
+    return _rotary_embedding_and_cache(qkv, positions, cos_sin_cache, kv, slot_mapping)
 
 
 def _check_rotary(qkv, positions, cos_sin_cache, key_cache, value_cache, slot_mapping) -> None:
@@ -183,12 +183,12 @@ def _rotary_embedding_and_cache(
     qkv: torch.Tensor,
     positions: torch.Tensor,
     cos_sin_cache: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
+    kv: PagedKV,
     slot_mapping: torch.Tensor,
-    k_scale: float,
-    v_scale: float,
 ) -> torch.Tensor:
+    """The fused layer's call: the cache and its scales as one layer's `PagedKV`, which the
+    backends' cache write takes too."""
+    key_cache, value_cache = kv.key_cache, kv.value_cache
     num_tokens = qkv.shape[0]
     _, _, num_kv_heads, head_dim = key_cache.shape
     num_heads = qkv.shape[1] // head_dim - 2 * num_kv_heads
@@ -206,8 +206,8 @@ def _rotary_embedding_and_cache(
         key_cache,
         value_cache,
         slot_mapping,
-        1.0 / float(k_scale),
-        1.0 / float(v_scale),
+        1.0 / float(kv.k_scale),
+        1.0 / float(kv.v_scale),
         NUM_HEADS=num_heads,
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,

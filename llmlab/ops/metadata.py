@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llmlab.ops import _checks
+from llmlab.ops.paged_kv import PagedKV
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,20 @@ class AttentionMetadata:
     def scales(self, layer: int) -> tuple[float, float]:
         """(k_scale, v_scale) of layer `layer`'s cache: (1.0, 1.0) for a float cache."""
         return (1.0, 1.0) if self.kv_scales is None else self.kv_scales[layer]
+
+    def paged_kv(self, layer: int) -> PagedKV:
+        """What layer `layer`'s attention reads: its caches and scales with the step's tables
+        (no query offsets in a decode-only step, so the backends run their decode kernels)."""
+        key_cache, value_cache = self.kv_caches[layer]
+        cu_seqlens_q = None if self.is_decode_only else self.cu_seqlens_q
+        return PagedKV(
+            key_cache,
+            value_cache,
+            self.block_tables,
+            self.seq_lens,
+            cu_seqlens_q,
+            *self.scales(layer),
+        )
 
     @property
     def is_decode_only(self) -> bool:

@@ -1,6 +1,6 @@
 """The "torch" backend: paged attention in plain PyTorch, written to be read.
 
-`paged_attention_prefill` is the whole idea in a dozen lines: for each sequence, gather its
+`paged_attention` is the whole idea in a dozen lines: for each sequence, gather its
 keys and values out of the cache block by block (`gather_kv`: the block table says which
 physical block holds positions 0..15, 16..31, ...), then attend as in the Transformer paper,
 softmax(q kᵀ / √d + causal mask) v (`attend`), each query head reading the KV head of its GQA
@@ -29,22 +29,18 @@ from llmlab.utils import cdiv
 
 if TYPE_CHECKING:
     from llmlab.ops.metadata import AttentionMetadata
+    from llmlab.ops.paged_kv import PagedKV
 
 
 def reshape_and_cache(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
+    key: torch.Tensor, value: torch.Tensor, kv: PagedKV, slot_mapping: torch.Tensor
 ) -> None:
     """Write key/value `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`.
     An fp8 cache stores key / k_scale and value / v_scale (vLLM's fp8 KV write)."""
+    key_cache, value_cache = kv.key_cache, kv.value_cache
     if key_cache.dtype == FP8_DTYPE:  # PyTorch copies fp8 rows as bytes
-        key = quantize_fp8(key, k_scale).view(torch.uint8)
-        value = quantize_fp8(value, v_scale).view(torch.uint8)
+        key = quantize_fp8(key, kv.k_scale).view(torch.uint8)
+        value = quantize_fp8(value, kv.v_scale).view(torch.uint8)
         key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
     _, _, num_kv_heads, head_dim = key_cache.shape
     flat_k = key_cache.view(-1, num_kv_heads, head_dim)  # [num_slots, num_kv_heads, head_dim]
@@ -95,47 +91,19 @@ def attend(
     return torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)  # [n, num_heads, d]
 
 
-def paged_attention_prefill(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-) -> torch.Tensor:
+def paged_attention(query: torch.Tensor, kv: PagedKV, scale: float) -> torch.Tensor:
     """Varlen causal attention, one sequence at a time: query [num_tokens, num_heads, d] ->
     [num_tokens, num_heads, d]. Sequence s's queries are rows cu_seqlens_q[s]:cu_seqlens_q[s+1]
-    and sit at the last positions of its seq_lens[s] tokens."""
+    (decode: row s alone) and sit at the last positions of its seq_lens[s] tokens."""
     out = torch.empty_like(query)
-    cu = cu_seqlens_q.tolist()
-    for s, seq_len in enumerate(seq_lens.tolist()):
+    cu = kv.query_offsets().tolist()
+    for s, seq_len in enumerate(kv.seq_lens.tolist()):
         q = query[cu[s] : cu[s + 1]]  # [n, num_heads, d]
-        k = gather_kv(key_cache, block_tables[s], seq_len)  # [seq_len, kvh, d]
-        v = gather_kv(value_cache, block_tables[s], seq_len)
-        out[cu[s] : cu[s + 1]] = attend(
-            q, k, v, scale, first_pos=seq_len - q.shape[0], k_scale=k_scale, v_scale=v_scale
-        )
+        k = gather_kv(kv.key_cache, kv.block_tables[s], seq_len)  # [seq_len, kvh, d]
+        v = gather_kv(kv.value_cache, kv.block_tables[s], seq_len)
+        first_pos = seq_len - q.shape[0]
+        out[cu[s] : cu[s + 1]] = attend(q, k, v, scale, first_pos, kv.k_scale, kv.v_scale)
     return out
-
-
-def paged_attention_decode(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-) -> torch.Tensor:
-    """Decode: one query per sequence, at its last position. query [num_seqs, num_heads, d]."""
-    cu = torch.arange(query.shape[0] + 1, dtype=torch.int32)
-    return paged_attention_prefill(
-        query, key_cache, value_cache, block_tables, cu, seq_lens, scale, k_scale, v_scale
-    )
 
 
 # ---- an optimisation of the above: sequences grouped by length -------------------------------
@@ -410,15 +378,11 @@ def _step_plan(md: AttentionMetadata, key_cache: torch.Tensor):
 
 
 def grouped_attention(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    md: AttentionMetadata,
-    scale: float,
-    kv_scales: tuple[float, float] = (1.0, 1.0),
+    query: torch.Tensor, kv: PagedKV, md: AttentionMetadata, scale: float
 ) -> torch.Tensor:
-    """`paged_attention_prefill`'s result for the step `md` describes, with sequences of similar
-    length attended together. query [num_tokens, num_heads, d] -> [num_tokens, num_heads, d].
+    """`paged_attention`'s result for the step `md` describes (`kv`: a layer's
+    `md.paged_kv(layer)`), with sequences of similar length attended together.
+    query [num_tokens, num_heads, d] -> [num_tokens, num_heads, d].
 
     One-token sequences (decodes, also those riding along in a chunked-prefill step) are grouped
     by length. Longer ones are attended as one padded batch when padding wastes at most half
@@ -427,6 +391,7 @@ def grouped_attention(
     out = torch.empty_like(query)
     if query.shape[0] == 0:
         return out
+    key_cache, value_cache, kv_scales = kv.key_cache, kv.value_cache, (kv.k_scale, kv.v_scale)
     plan, buffers = _step_plan(md, key_cache)
     if plan.decode:
         if plan.decode_rows is None:  # a decode-only step: every row is one sequence

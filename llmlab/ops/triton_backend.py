@@ -29,6 +29,7 @@ from types import ModuleType
 import torch
 
 from llmlab.ops import _checks
+from llmlab.ops.paged_kv import PagedKV
 from llmlab.utils import cdiv
 
 _LOG2E = 1.4426950408889634
@@ -96,13 +97,7 @@ def _as_bytes(cache: torch.Tensor) -> torch.Tensor:
 
 
 def reshape_and_cache(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
+    key: torch.Tensor, value: torch.Tensor, kv: PagedKV, slot_mapping: torch.Tensor
 ) -> None:
     """Triton `reshape_and_cache`: one program per token; slot -1 is skipped. An fp8 cache
     gets key / k_scale and value / v_scale, rounded to e4m3 by PyTorch, copied as bytes."""
@@ -110,12 +105,13 @@ def reshape_and_cache(
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return
+    key_cache, value_cache = kv.key_cache, kv.value_cache
     row = key_cache.shape[2] * key_cache.shape[3]  # num_kv_heads * head_dim
     if _fp8(key_cache):
         from llmlab.ops.fp8 import quantize_fp8
 
-        key = quantize_fp8(key, k_scale).view(torch.uint8)
-        value = quantize_fp8(value, v_scale).view(torch.uint8)
+        key = quantize_fp8(key, kv.k_scale).view(torch.uint8)
+        value = quantize_fp8(value, kv.v_scale).view(torch.uint8)
         key_cache, value_cache = _as_bytes(key_cache), _as_bytes(value_cache)
     k.reshape_and_cache_kernel[(num_tokens,)](
         key, value, key_cache, value_cache, slot_mapping, ROW=row, BLOCK=triton_next_power_of_2(row)
@@ -138,66 +134,84 @@ def _partition_size(query: torch.Tensor, num_kv_heads: int, max_context: int) ->
     return DEFAULT_PARTITION_SIZE if few and max_context > DEFAULT_PARTITION_SIZE else 0
 
 
-def paged_attention_decode(
+def paged_attention(
     query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
+    kv: PagedKV,
     scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
+    *,
+    max_query_len: int | None = None,
     partition_size: int | None = None,
 ) -> torch.Tensor:
-    """Triton paged decode attention; `[num_seqs, num_heads, head_dim]` out.
+    """Triton paged attention, query [num_tokens, num_heads, head_dim] -> the same shape: the
+    decode kernel when `kv` has no query offsets (one query per sequence), else the varlen
+    causal prefill kernel, whose grid `max_query_len` sizes (required there: the most new
+    tokens of any sequence, a host int, so nothing here waits for the GPU).
 
-    partition_size: None picks automatically (split-K on a GPU when there are fewer
+    partition_size (decode): None picks automatically (split-K on a GPU when there are fewer
     (sequence, KV head) programs than SMs and the block table spans more than one partition;
     never in the interpreter); 0 forces a single pass; a positive multiple of 32 forces
     split-K with that many context positions per partition.
     """
-    _checks.check_partition_size(partition_size)
     k = _load()
+    if kv.is_decode:
+        _checks.check_partition_size(partition_size)
+        return _decode(k, query, kv, float(scale) * _LOG2E, partition_size)
+    return _prefill(k, query, kv, float(scale) * _LOG2E, max_query_len)
+
+
+def _kernel_sizes(query: torch.Tensor, kv: PagedKV) -> dict:
+    """The compile-time sizes both attention kernels take."""
+    _, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = kv.key_cache.shape
+    return dict(
+        NUM_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_D=_pow2_at_least_16(head_dim),
+        UPCAST=interpreting() or _fp8(kv.key_cache),
+        FP8=_fp8(kv.key_cache),
+    )
+
+
+def _decode(
+    k: ModuleType, query: torch.Tensor, kv: PagedKV, scale_log2: float, partition_size: int | None
+) -> torch.Tensor:
+    """The decode kernel (split-K, then `merge_partitions_kernel`, when partitioned)."""
     num_seqs, num_heads, head_dim = query.shape
-    _, block_size, num_kv_heads, _ = key_cache.shape
+    _, block_size, num_kv_heads, _ = kv.key_cache.shape
     out = torch.empty_like(query)
     if num_seqs == 0:
         return out
     block_n, _ = _tiles(head_dim)
-    max_blocks = block_tables.shape[1]
+    max_blocks = kv.block_tables.shape[1]
     # Upper bound on the context from the table's width: no device-to-host sync needed.
     max_context = max_blocks * block_size
     if partition_size is None:
         partition_size = _partition_size(query, num_kv_heads, max_context)
     split = partition_size > 0
     num_parts = num_partitions_for(max_context, partition_size) if split else 1
-    common = dict(
-        NUM_HEADS=num_heads,
-        NUM_KV_HEADS=num_kv_heads,
-        GROUP=num_heads // num_kv_heads,
-        HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
+    sizes = dict(
+        _kernel_sizes(query, kv),
         BLOCK_G=_pow2_at_least_16(num_heads // num_kv_heads),
-        BLOCK_D=_pow2_at_least_16(head_dim),
         BLOCK_N=min(block_n, partition_size) if split else block_n,
         PARTITION=partition_size if split else 1 << 30,
         NUM_PARTITIONS=num_parts,
         SPLIT=split,
-        UPCAST=interpreting() or _fp8(key_cache),
-        FP8=_fp8(key_cache),
     )
-    args = (float(scale) * _LOG2E, float(k_scale), float(v_scale), max_blocks)
-    caches = (_as_bytes(key_cache), _as_bytes(value_cache), block_tables, seq_lens)
+    args = (scale_log2, float(kv.k_scale), float(kv.v_scale), max_blocks)
+    caches = (_as_bytes(kv.key_cache), _as_bytes(kv.value_cache), kv.block_tables, kv.seq_lens)
     grid = (num_seqs, num_kv_heads, num_parts)
     if not split:
-        k.paged_decode_kernel[grid](query, *caches, out, out, out, *args, **common)
+        k.paged_decode_kernel[grid](query, *caches, out, out, out, *args, **sizes)
         return out
     part_acc = torch.empty(
         (num_seqs, num_heads, num_parts, head_dim), dtype=torch.float32, device=query.device
     )
     part_m = torch.empty((num_seqs, num_heads, num_parts), dtype=torch.float32, device=query.device)
     part_l = torch.empty_like(part_m)
-    k.paged_decode_kernel[grid](query, *caches, part_acc, part_m, part_l, *args, **common)
+    k.paged_decode_kernel[grid](query, *caches, part_acc, part_m, part_l, *args, **sizes)
     k.merge_partitions_kernel[(num_seqs * num_heads,)](
         part_acc,
         part_m,
@@ -211,52 +225,31 @@ def paged_attention_decode(
     return out
 
 
-def paged_attention_prefill(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-    *,
-    max_query_len: int,
+def _prefill(
+    k: ModuleType, query: torch.Tensor, kv: PagedKV, scale_log2: float, max_query_len: int
 ) -> torch.Tensor:
-    """Triton varlen causal prefill over cached context + new tokens. `max_query_len` (the most
-    new tokens of any sequence, a host int) sizes the grid, so nothing here waits for the GPU."""
-    k = _load()
+    """The varlen causal prefill kernel: one program per (query tile, sequence, head)."""
     num_tokens, num_heads, head_dim = query.shape
-    _, block_size, num_kv_heads, _ = key_cache.shape
     out = torch.empty_like(query)
-    num_seqs = seq_lens.shape[0]
+    num_seqs = kv.seq_lens.shape[0]
     if num_tokens == 0 or num_seqs == 0 or max_query_len == 0:
         return out
     block_n, block_m = _tiles(head_dim)
     grid = (cdiv(max_query_len, block_m), num_seqs, num_heads)
-    fp8 = _fp8(key_cache)
     k.paged_prefill_kernel[grid](
         query,
-        _as_bytes(key_cache),
-        _as_bytes(value_cache),
-        block_tables,
-        seq_lens,
-        cu_seqlens_q,
+        _as_bytes(kv.key_cache),
+        _as_bytes(kv.value_cache),
+        kv.block_tables,
+        kv.seq_lens,
+        kv.cu_seqlens_q,
         out,
-        float(scale) * _LOG2E,
-        float(k_scale),
-        float(v_scale),
-        block_tables.shape[1],
-        NUM_HEADS=num_heads,
-        NUM_KV_HEADS=num_kv_heads,
-        GROUP=num_heads // num_kv_heads,
-        HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
+        scale_log2,
+        float(kv.k_scale),
+        float(kv.v_scale),
+        kv.block_tables.shape[1],
         BLOCK_M=block_m,
-        BLOCK_D=_pow2_at_least_16(head_dim),
         BLOCK_N=block_n,
-        UPCAST=interpreting() or fp8,
-        FP8=fp8,
+        **_kernel_sizes(query, kv),
     )
     return out

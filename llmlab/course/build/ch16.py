@@ -28,6 +28,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from llmlab.ops.paged_kv import PagedKV
+
 HEAD_DIM = 16
 BLOCK_SIZE = 16  # tl.dot's smallest tile on a GPU is 16 x 16
 PARTITION_SIZE = 32  # two blocks: a context of 33 positions already spans two partitions
@@ -90,22 +92,20 @@ def make_case(case: tuple, seed: int, device: str | torch.device = "cpu") -> dic
 def launch_partitions(
     kernel: Any,
     query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
+    kv: PagedKV,
     scale: float,
     partition_size: int = PARTITION_SIZE,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run `kernel` (the student's `paged_decode_partition`) on a grid of (sequences, KV heads,
-    partitions) programs -> its partial results (part_out [S, H, P, D], part_max [S, H, P],
-    part_sum [S, H, P], float32), NaN wherever the kernel stored nothing. The number of
-    partitions comes from the block table's width, which the host knows (no wait for the GPU)."""
+    partitions) programs over the paged cache `kv` (a backend's `PagedKV`, decode: one query per
+    sequence) -> its partial results (part_out [S, H, P, D], part_max [S, H, P], part_sum
+    [S, H, P], float32), NaN wherever the kernel stored nothing. The number of partitions comes
+    from the block table's width, which the host knows (no wait for the GPU)."""
     import triton
 
     num_seqs, num_heads, head_dim = query.shape
-    _, block_size, num_kv_heads, _ = key_cache.shape
-    max_blocks = block_tables.shape[1]
+    _, block_size, num_kv_heads, _ = kv.key_cache.shape
+    max_blocks = kv.block_tables.shape[1]
     if partition_size % block_size:
         raise ValueError(
             f"partition_size: got {partition_size}, expected a multiple of the block size "
@@ -116,7 +116,7 @@ def launch_partitions(
     part_sum = torch.full_like(part_max, math.nan)
     part_out = torch.full((*part_max.shape, head_dim), math.nan, device=query.device)
     kernel[(num_seqs, num_kv_heads, num_parts)](
-        query, key_cache, value_cache, block_tables, seq_lens,
+        query, kv.key_cache, kv.value_cache, kv.block_tables, kv.seq_lens,
         part_out, part_max, part_sum, scale, max_blocks,
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, PARTITION_BLOCKS=partition_size // block_size,
@@ -140,9 +140,8 @@ def paged_decode(
     `merge` of them -> [num_seqs, num_heads, head_dim] in the query's dtype. Bound to the two
     (`functools.partial(paged_decode, kernel, merge)`) it takes the arguments of
     `llmlab.ops.paged_attention_decode`."""
-    partials = launch_partitions(
-        kernel, query, key_cache, value_cache, block_tables, seq_lens, scale, partition_size
-    )
+    kv = PagedKV(key_cache, value_cache, block_tables, seq_lens)
+    partials = launch_partitions(kernel, query, kv, scale, partition_size)
     return merge(*partials).to(query.dtype)
 
 
@@ -154,8 +153,9 @@ def partial_results(kernel: Any, seeds: list) -> dict[str, Any]:
     partials = []
     for case, seed in zip(CASES, seeds):
         t = make_case(case, int(seed), device)
-        names = ("query", "key_cache", "value_cache", "block_tables", "seq_lens", "scale")
-        got = launch_partitions(kernel, *(t[n] for n in names), partition_size=PARTITION_SIZE)
+        names = ("key_cache", "value_cache", "block_tables", "seq_lens")
+        kv = PagedKV(*(t[n] for n in names))
+        got = launch_partitions(kernel, t["query"], kv, t["scale"], PARTITION_SIZE)
         partials.append(tuple(x.detach().to("cpu", torch.float64) for x in got))
     return {"partials": partials, "device": device.type}
 
