@@ -1,5 +1,6 @@
 """A chapter's checker modules: `llmlab.course.check.chNN` itself, or, where the chapter's
-checkers are a package, each module of it; and a checker called without its printed line."""
+checkers are a package, each module of it; its exercises with their checkers; and a checker
+called without its printed line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import io
 import pkgutil
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable
 
 CHECK_DIR = Path(__file__).resolve().parent.parent / "llmlab" / "course" / "check"
 
@@ -22,6 +24,13 @@ def checker_modules(chapter: str) -> list[ModuleType]:
         importlib.import_module(f"{module.__name__}.{info.name}")
         for info in pkgutil.iter_modules(module.__path__)
     ]
+
+
+def chapter_exercises(chapter: str) -> list[tuple[str, Callable[..., Any]]]:
+    """[("ch04.kv_bytes_per_token", ch04.kv_bytes_per_token), ...]: each exercise `chapter`'s
+    `EXERCISES` lists, with its checker."""
+    module = importlib.import_module(f"llmlab.course.check.{chapter}")
+    return [(f"{chapter}.{name}", getattr(module, name)) for name in module.EXERCISES]
 
 
 def checker_files(chapter: str) -> list[Path]:

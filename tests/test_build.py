@@ -13,6 +13,7 @@ import nbformat
 import pytest
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from planted import ch14 as planted_ch14
 
 from llmlab.course.build import Raised, drive, find_counterexample, resolve_driver
 from llmlab.course.check import cli
@@ -224,6 +225,47 @@ def test_the_package_s_own_piece_is_not_an_answer():
     assert refuse_package_piece("ch07.step_cost", mine) is None
 
 
+def _package_pieces() -> dict[str, object]:
+    """Each write-a-function exercise's checker and the package's own version of the function
+    (what the student's is compared with)."""
+    from llmlab.course.check import ch01, ch03, ch13, ch14, ch15, ch16
+    from llmlab.model.quantization import quantize_int8
+    from llmlab.sampling.rejection_sampler import rejection_sample
+    from llmlab.tokenizer import _merge
+
+    return {
+        "ch01.merge_function": (ch01.merge_function, _merge),
+        "ch03.top_p_function": (ch03.top_p_function, ch03._nucleus),
+        "ch13.quantize_per_channel": (ch13.quantize_per_channel, quantize_int8),
+        "ch14.verify_drafts": (ch14.verify_drafts, rejection_sample),
+        "ch15.allowed_tokens": (ch15.allowed_tokens, ch15.reference_allowed),
+        "ch16.merge_partitions": (ch16.merge_partitions, ch16.merge),
+    }
+
+
+@pytest.mark.parametrize(
+    "exercise",
+    [
+        "ch01.merge_function",
+        "ch03.top_p_function",
+        "ch13.quantize_per_channel",
+        "ch14.verify_drafts",
+        pytest.param("ch15.allowed_tokens", marks=pytest.mark.model),  # the real tokenizer
+        "ch16.merge_partitions",
+    ],
+)
+def test_a_function_exercise_opens_like_every_build_exercise(exercise, first_try):
+    """Unanswered, the package's own function, not a function, a function that raises: each is
+    "not yet" with its own hint, never a crash (the shared opening, `check.build_guard`)."""
+    from llmlab.course.check.core import NOT_ANSWERED
+
+    check, package_piece = _package_pieces()[exercise]
+    assert check(None).message == NOT_ANSWERED
+    assert "package" in check(package_piece).message
+    assert "function" in check(7).message
+    assert "raised ZeroDivisionError" in check(lambda *args: 1 / 0).message
+
+
 def test_check_skips_an_exercise_the_file_does_not_define(tmp_path, capsys, monkeypatch):
     """Chapter 11 has two build exercises; a module with only one is checked on that one."""
     from llmlab.course.check import ch11
@@ -253,21 +295,8 @@ def _run_fresh(args: list[str], capsys, monkeypatch) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-NO_BONUS = """import torch
-
-
-def verify_drafts(target_probs, draft_tokens, generator):
-    out = []
-    for j, d in enumerate(draft_tokens):
-        if torch.rand((), generator=generator, dtype=torch.float64) < target_probs[j, d]:
-            out.append(d)
-            continue
-        rest = target_probs[j].clone()
-        rest[d] = 0
-        out.append(int(torch.multinomial(rest, 1, generator=generator)))
-        break
-    return out
-"""
+# a verify step that never emits the bonus token: one of chapter 14's planted bugs
+NO_BONUS = planted_ch14.EXERCISES[0].bug("no_bonus_token").source
 
 
 def test_check_keeps_the_wrong_tries_beside_the_file_and_escalates_its_hints(

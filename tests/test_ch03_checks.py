@@ -117,9 +117,6 @@ def test_top_p_function_passes_a_right_nucleus_and_names_the_slips():
     assert "one short" in first and "Sort" not in first
     assert "Sort" in ch03.top_p_function(_stop_early).message
     assert "index order" in ch03.top_p_function(_index_order).message
-    assert "raised" in ch03.top_p_function(lambda p, t: 1 / 0).message
-    assert "function" in ch03.top_p_function(42).message
-    assert ch03.top_p_function(None).message == NOT_ANSWERED
 
 
 def test_top_p_cases_agree_with_the_nucleus_by_definition():

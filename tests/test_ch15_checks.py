@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 
 from llmlab import i18n  # noqa: E402
 from llmlab.analysis import structured  # noqa: E402
-from llmlab.course.check import ch15, core  # noqa: E402
+from llmlab.course.check import ch15  # noqa: E402
 
 pytestmark = [
     pytest.mark.model,  # the real tokenizer and xgrammar's grammar for it
@@ -21,10 +21,7 @@ pytestmark = [
 ]
 
 
-def test_a_wrong_return_is_named_and_never_crashes():
-    assert ch15.allowed_tokens(None).message == core.NOT_ANSWERED
-    assert "function" in ch15.allowed_tokens(7).message
-    assert "raised ZeroDivisionError" in ch15.allowed_tokens(lambda g, p, e: 1 / 0).message
+def test_a_wrong_return_is_named_and_never_crashes():  # not a function: test_build.py
     assert "shape [2]" in ch15.allowed_tokens(lambda g, p, e: torch.ones(2, dtype=bool)).message
     assert "dtype torch.float32" in ch15.allowed_tokens(lambda g, p, e: torch.ones(len(p))).message
     assert "you allow EOS" in ch15.allowed_tokens(lambda g, p, e: [True] * len(p)).message

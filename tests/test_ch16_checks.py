@@ -118,7 +118,7 @@ def test_odd_kernels_are_named_without_a_crash():
 
 
 def test_the_merge_passes_and_each_of_its_slips_is_named():
-    assert ch16.merge_partitions(ch16.merge).passed
+    assert ch16.merge_partitions(lambda *a: ch16.merge(*a)).passed  # the package's own: refused
     for slip, key in ch16.MERGE_SLIPS:
         result = ch16.merge_partitions(
             lambda out, m, s, slip=slip: ch16.merge_slip(out, m, s, slip).float()
@@ -126,10 +126,7 @@ def test_the_merge_passes_and_each_of_its_slips_is_named():
         assert not result.passed and ch16.M(key) in result.message, (slip, result.message)
 
 
-def test_odd_merges_are_named_without_a_crash():
-    assert ch16.merge_partitions(None).message == core.NOT_ANSWERED
-    assert "function merge_partitions" in ch16.merge_partitions(7).message
-    assert "raised ZeroDivisionError" in ch16.merge_partitions(lambda *a: 1 / 0).message
+def test_odd_merges_are_named_without_a_crash():  # what is not a function: test_build.py
     assert "returned a NoneType" in ch16.merge_partitions(lambda *a: None).message
     assert "shape [2]" in ch16.merge_partitions(lambda *a: torch.zeros(2)).message
     as_ints = ch16.merge_partitions(lambda *a: ch16.merge(*a).long())

@@ -8,6 +8,7 @@ import importlib
 from pathlib import Path
 
 import pytest
+from test_course import resolve
 
 from llmlab.analysis import sim
 from llmlab.course.check import ch11, ch12, core
@@ -176,18 +177,7 @@ def test_vllm_feature_grades_by_content_and_names_each_mistake(monkeypatch, tmp_
             feature
         )
     for feature, ours in ch12.BOTH_DO.items():
-        # where llmlab does it is real: the module (or the attribute of one) exists
-        parts = ours.split(".")
-        for cut in range(len(parts), 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:cut]))
-            except ImportError:
-                continue
-            for name in parts[cut:]:
-                obj = getattr(obj, name)
-            break
-        else:
-            raise AssertionError(f"{feature}: {ours} is not in llmlab")
+        assert resolve(ours) is not None  # where llmlab does it is real
         result = ch12.vllm_feature({"feature": feature, "file": "vllm/v1/core/block_pool.py"})
         assert not result.passed and ours in result.message
     core._WRONG_TRIES.pop("ch12.vllm_feature", None)

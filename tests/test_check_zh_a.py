@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-from checker_modules import checker_files, checker_modules, quiet
+from checker_modules import chapter_exercises, checker_files, checker_modules, quiet
 from test_zh_terms import PENDING_TERMS
 
 from llmlab import i18n
@@ -53,16 +53,10 @@ def en(monkeypatch):
 def single_answer_exercises():
     out = []
     for name in CHAPTERS:
-        module = importlib.import_module(f"llmlab.course.check.{name}")
-        for fname in module.EXERCISES:
-            fn = getattr(module, fname)
-            params = [
-                p
-                for p in inspect.signature(fn).parameters.values()
-                if p.default is inspect.Parameter.empty
-            ]
-            if len(params) == 1:
-                out.append((f"{name}.{fname}", fn))
+        for ex, fn in chapter_exercises(name):
+            defaults = [p.default for p in inspect.signature(fn).parameters.values()]
+            if defaults.count(inspect.Parameter.empty) == 1:
+                out.append((ex, fn))
     return out
 
 

@@ -6,13 +6,12 @@ text uses the glossary's one term per concept, and English stays what it was."""
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import re
 from pathlib import Path
 
 import pytest
-from checker_modules import checker_files, checker_modules, quiet
+from checker_modules import chapter_exercises, checker_files, checker_modules, quiet
 from notebook_grading import sample_report
 from source_chapter import WHERE, source_chapter_text
 from test_zh_terms import PENDING_TERMS
@@ -57,10 +56,7 @@ def zh():
 def _single_number_exercises():
     out = []
     for m in MODULES:
-        module = importlib.import_module(f"llmlab.course.check.{m}")
-        for name in module.EXERCISES:
-            fn = getattr(module, name)
-            ex = f"{m}.{name}"
+        for ex, fn in chapter_exercises(m):
             try:
                 quiet(fn, None)
             except TypeError:  # an exercise of more than one argument

@@ -1,6 +1,6 @@
 """What the checkers of build exercises share: the opening of every check (an unanswered
-exercise, the package's own piece handed in, an answer that is not the piece asked for), and
-the names a function's code refers to."""
+exercise, the package's own piece handed in, an answer that is not the piece asked for), the run
+of the student's piece through its driver, and the names a function's code refers to."""
 
 from __future__ import annotations
 
@@ -73,3 +73,17 @@ def refuse_build_answer(
     if not getattr(answer, "grader_stand_in", False) and not fits(answer):
         return report(not_yet(exercise, hint))
     return None
+
+
+def run_student_code(exercise: str, run: Callable[[], Any], *, raised: Callable[..., str]) -> Any:
+    """What `run()` returns (the student's piece driven through its driver,
+    `llmlab.course.build.drive`), or the reported "not yet" (a `CheckResult`) when the student's
+    code raised: `raised(error_type=..., error=...)` is its hint. A TimeoutError is not the
+    student's error: it goes on up (the grader's stand-in is dead after one, and the grader
+    reports it)."""
+    try:
+        return run()
+    except TimeoutError:
+        raise
+    except Exception as e:  # the student's code: report, never crash the notebook
+        return report(not_yet(exercise, raised(error_type=type(e).__name__, error=e)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from llmlab.course.check.build_guard import refuse_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
@@ -120,10 +121,10 @@ def merge_function(fn: Any) -> CheckResult:
     from llmlab.tokenizer import _merge
 
     ex = "ch01.merge_function"
-    if fn is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not callable(fn):
-        return report(not_yet(ex, M("merge_function.not_a_function", got_type=type(fn).__name__)))
+    hint = M("merge_function.not_a_function", got_type=type(fn).__name__)
+    refused = refuse_build_answer(ex, fn, hint=hint)
+    if refused is not None:
+        return refused
     then = M("merge_function.then")
     for ids, pair, new_id in MERGE_CASES:
         want = _merge(ids, pair, new_id)

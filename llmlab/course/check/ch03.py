@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from llmlab.course.check.build_guard import refuse_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
@@ -136,10 +137,10 @@ def top_p_function(fn: Any) -> CheckResult:
     1) and top_p in (0, 1), and returns the set of token ids in the nucleus (the smallest set of
     most likely tokens whose probabilities sum to at least top_p)."""
     ex = "ch03.top_p_function"
-    if fn is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not callable(fn):
-        return report(not_yet(ex, M("top_p_function.not_a_function", got_type=type(fn).__name__)))
+    hint = M("top_p_function.not_a_function", got_type=type(fn).__name__)
+    refused = refuse_build_answer(ex, fn, hint=hint)
+    if refused is not None:
+        return refused
     then = M("top_p_function.then")
     for probs, p in _top_p_cases():
         want = _nucleus(probs, p)

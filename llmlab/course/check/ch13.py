@@ -11,9 +11,9 @@ import torch
 from llmlab.analysis import costs
 from llmlab.analysis.kv_budget import kv_summary
 from llmlab.config import get_config
+from llmlab.course.check.build_guard import refuse_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
-    NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     check_choice,
@@ -132,10 +132,10 @@ def quantize_per_channel(fn: Any) -> CheckResult:
     scale float32 [out], with w ~= q * scale[:, None], each row's largest |w| mapped to 127 and
     every weight rounded to the nearest step. Checked on freshly drawn matrices."""
     ex = "ch13.quantize_per_channel"
-    if fn is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not callable(fn):
-        return report(not_yet(ex, M("quantizer.not_a_function", got_type=type(fn).__name__)))
+    hint = M("quantizer.not_a_function", got_type=type(fn).__name__)
+    refused = refuse_build_answer(ex, fn, hint=hint)
+    if refused is not None:
+        return refused
     cases = _quantizer_cases()
     for w in cases:
         before = w.clone()

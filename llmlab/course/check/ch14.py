@@ -4,13 +4,14 @@ step yields on average, and why speculation stops paying as the batch grows."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from llmlab.analysis.speculation import chi_square_sf, expected_tokens_per_step
 from llmlab.course.build import drive
+from llmlab.course.check.build_guard import refuse_build_answer, run_student_code
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
-    NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     check_choice,
@@ -70,20 +71,18 @@ def verify_drafts(answer: Any) -> CheckResult:
     token at every position, the bonus included, must follow the target's distribution
     (chi-square)."""
     ex = "ch14.verify_drafts"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not callable(answer):
-        return report(not_yet(ex, M("verify.not_a_function", got_type=type(answer).__name__)))
+    hint = M("verify.not_a_function", got_type=type(answer).__name__)
+    refused = refuse_build_answer(ex, answer, hint=hint)
+    if refused is not None:
+        return refused
     for rows, drafts in CASES:
         where = M("verify.where", k=len(drafts), drafts=drafts, rows=rows)
-        try:
-            got = drive(answer, DRIVER, (rows, drafts, TRIALS, SEED))
-        except TimeoutError:
-            raise
-        except Exception as e:  # the student's code: report, never crash the notebook
-            return report(
-                not_yet(ex, M("verify.raised", where=where, error_type=type(e).__name__, error=e))
-            )
+        raised = functools.partial(M, M.key("verify.raised"), where=where)
+        got = run_student_code(
+            ex, lambda: drive(answer, DRIVER, (rows, drafts, TRIALS, SEED)), raised=raised
+        )
+        if isinstance(got, CheckResult):
+            return got
         problem = _problem(got, rows, drafts)
         if problem is not None:
             return report(not_yet(ex, staged(ex, f"{where} {problem}", M("verify.rule"))))

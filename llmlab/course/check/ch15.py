@@ -9,9 +9,9 @@ from typing import Any
 
 from llmlab.analysis.structured import AGE_REGEX
 from llmlab.course.build import drive
+from llmlab.course.check.build_guard import refuse_build_answer, run_student_code
 from llmlab.course.check.catalog import Texts, catalog
 from llmlab.course.check.core import (
-    NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     check_choice,
@@ -62,17 +62,15 @@ def allowed_tokens(answer: Any) -> CheckResult:
     """The student's allowed_tokens(generated, pieces, eos_id), called at each of STATES over
     the real vocabulary: it must allow exactly the tokens xgrammar allows for AGE_REGEX."""
     ex = "ch15.allowed_tokens"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not callable(answer):
-        return report(not_yet(ex, M("allowed.not_a_function", got_type=type(answer).__name__)))
+    hint = M("allowed.not_a_function", got_type=type(answer).__name__)
+    refused = refuse_build_answer(ex, answer, hint=hint)
+    if refused is not None:
+        return refused
     pieces, eos, _ = _grammar()
-    try:
-        got = drive(answer, DRIVER, (pieces, eos, STATES))
-    except TimeoutError:
-        raise
-    except Exception as e:  # the student's code: report, never crash the notebook
-        return report(not_yet(ex, M("allowed.raised", error_type=type(e).__name__, error=e)))
+    raised = functools.partial(M, M.key("allowed.raised"))
+    got = run_student_code(ex, lambda: drive(answer, DRIVER, (pieces, eos, STATES)), raised=raised)
+    if isinstance(got, CheckResult):
+        return got
     if got["bad"] is not None:
         return report(not_yet(ex, M(_BAD_RETURN[got["bad"]], **got)))
     for text, ids in zip(STATES, got["allowed"]):

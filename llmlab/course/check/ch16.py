@@ -17,6 +17,7 @@ the merge's slips on drawn partial results.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from typing import Any
@@ -32,9 +33,9 @@ from llmlab.course.build.ch16 import (
     make_case,
     make_partials,
 )
+from llmlab.course.check.build_guard import refuse_build_answer, run_student_code
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
-    NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
     check_choice,
@@ -162,24 +163,25 @@ def merge(part_out: torch.Tensor, part_max: torch.Tensor, part_sum: torch.Tensor
 # ----------------------------------------------------------------------------- exercise 1
 
 
+def _is_kernel(answer: Any) -> bool:
+    """A Triton kernel is launched by indexing it with its grid (`kernel[grid](...)`)."""
+    return callable(getattr(answer, "__getitem__", None))
+
+
 def paged_decode_partition(answer: Any) -> CheckResult:
     """The student's kernel paged_decode_partition, run by the launcher on every case of CASES
     with fresh inputs (through Triton's interpreter on a CPU, compiled on a GPU): the partial
     results it stores must equal the float64 online softmax's."""
     ex = "ch16.paged_decode_partition"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not callable(getattr(answer, "__getitem__", None)) and not getattr(
-        answer, "grader_stand_in", False
-    ):
-        return report(not_yet(ex, M("decode.not_a_kernel", got_type=type(answer).__name__)))
+    hint = M("decode.not_a_kernel", got_type=type(answer).__name__)
+    refused = refuse_build_answer(ex, answer, fits=_is_kernel, hint=hint)
+    if refused is not None:
+        return refused
     seeds = [random.SystemRandom().randrange(2**31) for _ in CASES]
-    try:
-        got = drive(answer, DRIVER, seeds)
-    except TimeoutError:
-        raise
-    except Exception as e:  # the student's code: report, never crash the notebook
-        return report(not_yet(ex, M("decode.raised", error_type=type(e).__name__, error=e)))
+    raised = functools.partial(M, M.key("decode.raised"))
+    got = run_student_code(ex, lambda: drive(answer, DRIVER, seeds), raised=raised)
+    if isinstance(got, CheckResult):
+        return got
     cases = [make_case(case, seed) for case, seed in zip(CASES, seeds)]
     stored, tol = got["partials"], TOLERANCE[got["device"]]
     wrong = [i for i, (t, p) in enumerate(zip(cases, stored)) if not _same(p, partials(t), tol)]
@@ -292,17 +294,15 @@ def merge_partitions(answer: Any) -> CheckResult:
     """The student's merge_partitions(part_out, part_max, part_sum) on drawn partial results
     (maxima far apart, empty partitions): its output must equal the float64 merge's."""
     ex = "ch16.merge_partitions"
-    if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
-    if not callable(answer):
-        return report(not_yet(ex, M("merge.not_a_function", got_type=type(answer).__name__)))
+    hint = M("merge.not_a_function", got_type=type(answer).__name__)
+    refused = refuse_build_answer(ex, answer, hint=hint)
+    if refused is not None:
+        return refused
     seeds = [random.SystemRandom().randrange(2**31) for _ in MERGE_CASES]
-    try:
-        got = drive(answer, MERGE_DRIVER, seeds)
-    except TimeoutError:
-        raise
-    except Exception as e:  # the student's code: report, never crash the notebook
-        return report(not_yet(ex, M("merge.raised", error_type=type(e).__name__, error=e)))
+    raised = functools.partial(M, M.key("merge.raised"))
+    got = run_student_code(ex, lambda: drive(answer, MERGE_DRIVER, seeds), raised=raised)
+    if isinstance(got, CheckResult):
+        return got
     if got["bad"] is not None:
         return report(not_yet(ex, M(_BAD_MERGE[got["bad"]], **got)))
     cases = [make_partials(case, seed) for case, seed in zip(MERGE_CASES, seeds)]
