@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from llmlab import LLM, SamplingParams
+from llmlab.sampling.grammar import compile_spec
 from llmlab.sampling.structured_output import StructuredOutputManager
 from llmlab.sampling.structured_output import StructuredOutputsParams as SO
 
@@ -405,15 +406,15 @@ def test_the_compile_cache_keeps_at_most_its_bytes_least_recently_used_out(real_
     _, tokenizer = real_model
     mgr = StructuredOutputManager(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
     specs = [SO(choice=[f"answer {i:02d}", f"other {i:02d}"]) for i in range(10)]
-    size = max(mgr.compile(s).memory_size_bytes for s in specs[:2])
+    grammars = [compile_spec(mgr.compiler, s) for s in specs]
+    size = max(g.memory_size_bytes for g in grammars)
     mgr.set_limits(cache_limit_bytes=int(size * 3.5))
-    assert mgr.cache_size == 2
-    for spec in specs[2:]:
-        mgr.compile(spec)
+    for spec, grammar in zip(specs, grammars):
+        mgr.remember(spec, grammar, resident=size)  # each charged `size`: three fit
         assert mgr.cache_bytes <= mgr.cache_limit_bytes
-    assert mgr.cache_size == 3 and mgr.cached(specs[0]) is None
-    assert mgr.cached(specs[7]) is not None  # now the most recently used
-    mgr.compile(SO(choice=["fresh 00", "other 99"]))
+    assert mgr.cache_size == 3 and mgr.cache_bytes == 3 * size and mgr.cached(specs[0]) is None
+    assert mgr.cached(specs[7]) is mgr.compile(specs[7])  # now the most recently used
+    mgr.remember(SO(choice=["fresh 00", "other 99"]), grammars[0], resident=size)
     assert mgr.cached(specs[7]) is not None and mgr.cached(specs[8]) is None
     mgr.set_limits(cache_limit_bytes=size // 2)  # shrinking evicts; too big a grammar is not kept
     assert mgr.cache_size == 0 and mgr.cache_bytes == 0
@@ -422,6 +423,53 @@ def test_the_compile_cache_keeps_at_most_its_bytes_least_recently_used_out(real_
         mgr.set_limits(cache_limit_bytes=-1)
     with pytest.raises(ValueError, match="fill_budget_s"):
         mgr.set_limits(fill_budget_s=0)
+
+
+def test_a_grammar_is_charged_at_least_what_xgrammar_counts(real_model):
+    _, tokenizer = real_model
+    mgr = StructuredOutputManager(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
+    grammar = compile_spec(mgr.compiler, SO(regex="[a-z]{1,9}"))
+    mgr.remember(SO(regex="[a-z]{1,9}"), grammar, resident=0)
+    assert mgr.cache_bytes == grammar.memory_size_bytes
+    mgr.remember(SO(regex="[a-z]{1,8}"), grammar, resident=grammar.memory_size_bytes * 3)
+    assert mgr.cache_bytes == grammar.memory_size_bytes * 4
+    compiled = mgr.compile(SO(regex="[0-9]{1,7}"))  # compiled here: its resident cost measured
+    assert mgr.cache_bytes >= grammar.memory_size_bytes * 4 + compiled.memory_size_bytes
+
+
+@pytest.mark.slow
+def test_resident_memory_after_many_large_grammars_stays_within_the_cache_bound(real_model):
+    """Large regexes (8.3 MB resident each, 6.6 MB by xgrammar's count) through the server's
+    compile workers into a 32 MB cache: the process grows by no more than the bound. Charged
+    by xgrammar's count alone, a 64 MB cache grew it 75 MB after 11 such grammars."""
+    import asyncio
+
+    from llmlab.sampling.structured_output import release_freed_memory, resident_bytes
+    from llmlab.serve.grammar_compiler import GrammarCompilePool, GrammarLimits
+
+    _, tokenizer = real_model
+    mgr = StructuredOutputManager(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
+    bound = 32 * 2**20
+    mgr.set_limits(cache_limit_bytes=bound)
+    specs = [SO(regex=f"[a-z ]{{{20 + i},{200 + i}}}[0-9]{{1,{30 + i}}}") for i in range(9)]
+
+    async def compile_all() -> int:
+        pool = GrammarCompilePool(mgr.info, GrammarLimits(workers=1, compile_timeout_s=60))
+        try:
+            await pool.compile(specs[0])  # the pool's own memory is not the cache's
+            release_freed_memory()
+            before = resident_bytes()
+            for spec in specs[1:]:
+                compiled, resident = await pool.compile(spec)
+                mgr.remember(spec, compiled, resident)
+                del compiled
+            return resident_bytes() - before
+        finally:
+            pool.close()
+
+    grew = asyncio.run(compile_all())
+    assert 2 <= mgr.cache_size < 8  # it did evict
+    assert grew <= bound, f"grew {grew / 2**20:.0f} MB"
 
 
 class CpuBurningMatcher:

@@ -22,7 +22,10 @@ What a server needs on top (a client's grammar must not hurt anyone else):
   refused when the params are made, as vLLM's `has_xgrammar_unsupported_json_features` does:
   an output that breaks the schema it was promised would look like a bug in the client;
 - compiled grammars are cached up to a number of bytes, least recently used first out (vLLM
-  bounds xgrammar's cache with `VLLM_XGRAMMAR_CACHE_MB`, 512 MB);
+  bounds xgrammar's cache with `VLLM_XGRAMMAR_CACHE_MB`, 512 MB). Each is charged what it
+  added to the process's resident memory, at least xgrammar's own count (`resident_cost`):
+  a large regex's grammar holds 6.6 MB by xgrammar's `memory_size_bytes` and 8.3 MB resident
+  here, so a cache charged by xgrammar's count alone held more than its bound;
 - with `fill_budget_s` set, each request's mask fill in a step gets that many seconds: an
   ambiguous grammar (nested repetition such as `(.{1,50}){1,50}`) can take seconds per token,
   and longer at every token. A fill cannot be interrupted (one C++ call), so fills run on a
@@ -34,7 +37,10 @@ What a server needs on top (a client's grammar must not hurt anyone else):
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -47,6 +53,54 @@ from llmlab.sampling.mask_filler import MaskFiller
 
 SPEC_FIELDS = ("json", "json_object", "regex", "choice", "grammar")
 DEFAULT_CACHE_LIMIT_BYTES = 512 * 2**20  # vLLM's VLLM_XGRAMMAR_CACHE_MB
+_MEASURING = threading.Lock()  # one resident-cost measurement at a time
+
+
+def release_freed_memory() -> None:
+    """Give the memory freed since the last call back to the system (glibc's malloc_trim; a
+    no-op elsewhere). Without it the allocator keeps what each compile's JSON and each evicted
+    grammar used, and resident memory creeps past the cache's bound (20 ms a call here, the
+    GIL released)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def map_large_blocks_apart(threshold_bytes: int = 1 << 20) -> None:
+    """Make glibc give every block of `threshold_bytes` or more its own mapping, returned to
+    the system when freed (mallopt M_MMAP_THRESHOLD; a no-op elsewhere). By default glibc
+    raises that threshold as large blocks are freed, up to 32 MB, and later ones land in the
+    heap between small ones, where freeing them leaves holes no trim gives back: 16 large
+    grammars through a 64 MB cache grew the process 62 to 73 MB from run to run; with the
+    threshold fixed, 62 MB every time. The server sets it with its first grammar."""
+    M_MMAP_THRESHOLD = -3
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, threshold_bytes)
+    except (OSError, AttributeError):
+        pass
+
+
+def resident_bytes() -> int:
+    """This process's resident memory in bytes (Linux's /proc/self/statm; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+def resident_cost(make: Callable[[], Any]) -> tuple[Any, int]:
+    """`make()` and the bytes of resident memory it added, counted after what it freed went
+    back to the system. One measurement at a time: two beside each other would each count
+    both. Another thread allocating meanwhile can only make the count larger, which makes the
+    cache evict sooner, never hold more than its bound."""
+    with _MEASURING:
+        release_freed_memory()
+        before = resident_bytes()
+        made = make()
+        release_freed_memory()
+        return made, max(0, resident_bytes() - before)
 
 
 @dataclass
@@ -132,7 +186,8 @@ class StructuredOutputManager:
         )
         # xgrammar's own cache is unbounded by default: ours, below, is bounded in bytes
         self.compiler = xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
-        self._cache: OrderedDict[str, Any] = OrderedDict()  # least recently used first
+        # spec key -> (compiled grammar, bytes charged), least recently used first
+        self._cache: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self.cache_bytes = 0
         self.cache_limit_bytes = DEFAULT_CACHE_LIMIT_BYTES
         self.fill_budget_s: float | None = None
@@ -176,31 +231,37 @@ class StructuredOutputManager:
             return spec._compiled
         compiled = self.cached(spec)
         if compiled is None:
-            compiled = compile_spec(self.compiler, spec)
-            self.remember(spec, compiled)
+            compiled, resident = resident_cost(lambda: compile_spec(self.compiler, spec))
+            self.remember(spec, compiled, resident)
         return compiled
 
     def cached(self, spec: StructuredOutputsParams) -> Any | None:
         """The cached compiled grammar of `spec` (now the most recently used), or None."""
-        compiled = self._cache.get(spec.key())
-        if compiled is not None:
-            self._cache.move_to_end(spec.key())
-        return compiled
+        entry = self._cache.get(spec.key())
+        if entry is None:
+            return None
+        self._cache.move_to_end(spec.key())
+        return entry[0]
 
-    def remember(self, spec: StructuredOutputsParams, compiled: Any) -> None:
-        """Cache `compiled` for `spec`, evicting the least recently used beyond the limit (a
-        grammar larger than the whole limit is not kept)."""
+    def remember(self, spec: StructuredOutputsParams, compiled: Any, resident: int = 0) -> None:
+        """Cache `compiled` for `spec`, charged the larger of xgrammar's count and `resident`
+        (the bytes its making left resident, `resident_cost`), evicting the least recently used
+        beyond the limit (a grammar larger than the whole limit is not kept)."""
         key = spec.key()
-        if key in self._cache or compiled.memory_size_bytes > self.cache_limit_bytes:
+        charge = max(compiled.memory_size_bytes, resident)
+        if key in self._cache or charge > self.cache_limit_bytes:
             return
-        self._cache[key] = compiled
-        self.cache_bytes += compiled.memory_size_bytes
+        self._cache[key] = (compiled, charge)
+        self.cache_bytes += charge
         self._evict()
 
     def _evict(self) -> None:
+        if self.cache_bytes <= self.cache_limit_bytes:
+            return
         while self.cache_bytes > self.cache_limit_bytes:
-            _, old = self._cache.popitem(last=False)
-            self.cache_bytes -= old.memory_size_bytes
+            _, (_, charge) = self._cache.popitem(last=False)
+            self.cache_bytes -= charge
+        release_freed_memory()  # what the evicted grammars held, back to the system
 
     @property
     def cache_size(self) -> int:

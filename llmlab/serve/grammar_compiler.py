@@ -42,7 +42,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from llmlab.sampling.grammar import compile_spec
-from llmlab.sampling.structured_output import StructuredOutputsParams
+from llmlab.sampling.structured_output import (
+    StructuredOutputsParams,
+    map_large_blocks_apart,
+    release_freed_memory,
+    resident_bytes,
+    resident_cost,
+)
 
 WORKER_STARTUP_TIMEOUT_S = 120.0  # importing xgrammar and torch, on a busy machine
 
@@ -132,7 +138,7 @@ def worker_main(read_fd: int, write_fd: int, parent_pid: int) -> None:
             step, took = slow
             outbox.send(("refused", _too_slow(spec, step, took, probe_fill_s), "too_slow"))
             continue
-        outbox.send(("ok", compiled.serialize_json(), _rss_mb()))
+        outbox.send(("ok", compiled.serialize_json(), resident_bytes() / 2**20))
 
 
 def probe_cost(
@@ -198,27 +204,6 @@ def _bound_address_space(extra_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (OSError, ValueError, StopIteration, ImportError):
         pass
-
-
-def release_freed_memory() -> None:
-    """Give the memory freed since the last call back to the system (glibc's malloc_trim; a
-    no-op elsewhere). Without it the allocator keeps what each compile's 5 MB of JSON and each
-    evicted grammar used, and the server's resident memory creeps past the cache's bound
-    (+159 MB after 100 grammars with a 64 MB cache here; 20 ms a call, the GIL released)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _rss_mb() -> float:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError):
-        return 0.0
 
 
 # ---- the server's side -----------------------------------------------------------------------
@@ -323,6 +308,7 @@ class GrammarCompilePool:
         import xgrammar as xgr
 
         self.xgr, self.info, self.limits = xgr, info, limits
+        map_large_blocks_apart()  # so that an evicted grammar's memory goes back whole
         info_json = info.serialize_json()
         self.workers = [
             GrammarWorker(info_json, limits.worker_memory_mb) for _ in range(limits.workers)
@@ -335,8 +321,9 @@ class GrammarCompilePool:
         )
         self.closed = False
 
-    async def compile(self, spec: StructuredOutputsParams) -> Any:
-        """`spec` compiled and probed in a worker: xgrammar's CompiledGrammar. Raises
+    async def compile(self, spec: StructuredOutputsParams) -> tuple[Any, int]:
+        """`spec` compiled and probed in a worker: xgrammar's CompiledGrammar, and the bytes
+        of resident memory it took here once rebuilt (`resident_cost`). Raises
         GrammarRefused (its message names the field) or GrammarBusy. Cancelling the awaiting
         task kills the worker's compile at once."""
         limits = self.limits
@@ -355,7 +342,9 @@ class GrammarCompilePool:
             cancel.set()  # the thread kills the worker within 50 ms
             raise
 
-    def _run(self, loop: Any, worker: GrammarWorker, job: tuple, cancel: threading.Event) -> Any:
+    def _run(
+        self, loop: Any, worker: GrammarWorker, job: tuple, cancel: threading.Event
+    ) -> tuple[Any, int]:
         """On a pool thread: one job on `worker`, then the worker back to the idle queue."""
         try:
             answer = worker.ask(job, self.limits.compile_timeout_s, cancel)
@@ -363,10 +352,9 @@ class GrammarCompilePool:
                 raise GrammarRefused(answer[1], answer[2])
             if answer[2] > self.limits.worker_rss_mb:
                 worker.kill()  # started again on its next job
-            compiled = self.xgr.CompiledGrammar.deserialize_json(answer[1], self.info)
+            serialized = [answer[1]]
             del answer
-            release_freed_memory()
-            return compiled
+            return self._rebuild(serialized)
         finally:
             try:
                 loop.call_soon_threadsafe(self._idle.put_nowait, worker)
@@ -374,6 +362,16 @@ class GrammarCompilePool:
                 self.closed = True
             if self.closed:
                 worker.kill()
+
+    def _rebuild(self, serialized: list[str]) -> tuple[Any, int]:
+        """The grammar a worker sent (`serialized`'s one item, which is dropped here: 12 MB of
+        JSON for a large regex, back to the system too) and its resident cost."""
+        made = resident_cost(
+            lambda: self.xgr.CompiledGrammar.deserialize_json(serialized[0], self.info)
+        )
+        serialized.clear()
+        release_freed_memory()
+        return made
 
     def worker_pids(self) -> list[int]:
         return [w.pid for w in self.workers if w.alive()]

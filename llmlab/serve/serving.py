@@ -185,7 +185,7 @@ class OpenAIServing:
         compiled = manager.cached(spec)
         if compiled is None:
             try:
-                compiled = await pool.compile(spec)
+                compiled, resident = await pool.compile(spec)
             except GrammarRefused as e:
                 if e.why != "invalid":  # one that costs too much
                     refused = self.llm.metrics.grammars_refused
@@ -193,7 +193,7 @@ class OpenAIServing:
                 raise OpenAIError(400, f"{field}: {e}", field) from None
             except GrammarBusy as e:
                 raise OpenAIError(503, f"{field}: {e}", field, "ServiceUnavailableError") from None
-            manager.remember(spec, compiled)
+            manager.remember(spec, compiled, resident)
         spec._compiled = compiled
 
     # ---- one request ----------------------------------------------------------------------
