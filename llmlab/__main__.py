@@ -48,6 +48,40 @@ def _model(args: list[str]) -> int:
     return 0
 
 
+def _bench(args: list[str]) -> int:
+    """`bench NAME [args]`: run benchmark NAME's main; without NAME, list them."""
+    from llmlab.bench import benchmarks
+
+    names = benchmarks()
+    if not args or args[0] in ("-h", "--help"):
+        from llmlab.utils import format_table
+
+        print("usage: python -m llmlab bench NAME [args]   (python -m llmlab bench NAME --help)\n")
+        print(textwrap.indent(format_table(names.items(), align="l"), "  "))
+        return 0 if args else 2
+    if args[0] not in names:
+        print(f"unknown benchmark {args[0]!r}; choose one of: {', '.join(names)}")
+        return 2
+    return importlib.import_module(f"llmlab.bench.{args[0]}").main(args[1:])
+
+
+# each command run by a function of its own module, imported when the command runs (most
+# import torch): command -> (module, function)
+COMMANDS = {
+    "doctor": ("llmlab.tools.doctor", "main"),
+    "openmp": ("llmlab.openmp", "main"),
+    "check": ("llmlab.course.check.cli", "main"),
+    "lang pairs": ("llmlab.course.package_pairs", "main"),  # a module of its own, above lang
+    "lang": ("llmlab.course.lang", "main"),
+    "exercises": ("llmlab.course.instructor.table", "main"),
+    "run": ("llmlab.course.notebook_runner", "main"),
+    "serve": ("llmlab.serve.launch", "main"),
+    "edition": ("llmlab.course.instructor.editions", "main"),
+    "student": ("llmlab.course.instructor.student", "student_main"),
+    "grade": ("llmlab.course.instructor.grading", "grade_main"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -57,70 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     from llmlab.course import skip_iri_format_checks
 
     skip_iri_format_checks()
-    if cmd == "doctor":
-        from llmlab.tools.doctor import main as doctor_main
-
-        return doctor_main(rest)
     if cmd == "model":
         return _model(rest)
-    if cmd == "openmp":
-        from llmlab.openmp import main as openmp_main
-
-        return openmp_main(rest)
-    if cmd == "check":
-        from llmlab.course.check.cli import main as check_main
-
-        return check_main(rest)
-    if cmd == "lang" and rest[:1] == ["pairs"]:  # a module of its own, above lang
-        from llmlab.course.package_pairs import main as pairs_main
-
-        return pairs_main(rest[1:])
-    if cmd == "lang":
-        from llmlab.course.lang import main as lang_main
-
-        return lang_main(rest)
-    if cmd == "exercises":
-        from llmlab.course.instructor.table import main as table_main
-
-        return table_main(rest)
-    if cmd == "run":
-        from llmlab.course.notebook_runner import main as run_main
-
-        return run_main(rest)
-    if cmd == "serve":
-        from llmlab.serve.launch import main as serve_main
-
-        return serve_main(rest)
     if cmd == "bench":
-        from llmlab.bench import benchmarks
-
-        names = benchmarks()
-        if not rest or rest[0] in ("-h", "--help"):
-            from llmlab.utils import format_table
-
-            print(
-                "usage: python -m llmlab bench NAME [args]   (python -m llmlab bench NAME --help)\n"
-            )
-            print(textwrap.indent(format_table(names.items(), align="l"), "  "))
-            return 0 if rest else 2
-        if rest[0] not in names:
-            print(f"unknown benchmark {rest[0]!r}; choose one of: {', '.join(names)}")
-            return 2
-        return importlib.import_module(f"llmlab.bench.{rest[0]}").main(rest[1:])
-    if cmd == "edition":
-        from llmlab.course.instructor.editions import main as edition_main
-
-        return edition_main(rest)
-    if cmd == "student":
-        from llmlab.course.instructor.student import student_main
-
-        return student_main(rest)
-    if cmd == "grade":
-        from llmlab.course.instructor.grading import grade_main
-
-        return grade_main(rest)
-    print(f"unknown command {cmd!r}\n{__doc__}")
-    return 2
+        return _bench(rest)
+    if cmd == "lang" and rest[:1] == ["pairs"]:
+        cmd, rest = "lang pairs", rest[1:]
+    if cmd not in COMMANDS:
+        print(f"unknown command {cmd!r}\n{__doc__}")
+        return 2
+    module, function = COMMANDS[cmd]
+    return getattr(importlib.import_module(module), function)(rest)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from llmlab.bench import quality
+from llmlab.bench import prefix_agreement, quality
 
 
 def test_prefix_agreement_stops_at_the_first_difference():
-    assert quality.prefix_agreement([1, 2, 3, 4], [1, 2, 9, 4]) == 2
-    assert quality.prefix_agreement([1, 2], [1, 2]) == 2
+    assert prefix_agreement([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert prefix_agreement([1, 2], [1, 2]) == 2
 
 
 def test_main_on_the_tiny_model(tmp_path, capsys):

@@ -14,8 +14,8 @@ from llmlab.analysis.metrics import Timeline, summarize
 from llmlab.course.figures import ch10 as fig10
 
 
-@pytest.fixture
-def results():
+def two_rates():
+    """Summaries of two small runs at 2 and 8 requests/s, with a TTFT and a TPOT objective."""
     a = summarize(
         [Timeline(0.0, (0.2, 0.3, 0.4)), Timeline(0.1, (0.5, 0.7)), Timeline(0.2, (0.6,))],
         slo={"ttft": 0.25, "tpot": 0.15},
@@ -25,6 +25,11 @@ def results():
         slo={"ttft": 0.25, "tpot": 0.15},
     )
     return {2.0: a, 8.0: b}
+
+
+@pytest.fixture
+def results():
+    return two_rates()
 
 
 def test_ttlt_prediction_plots_measured_against_predicted(results):

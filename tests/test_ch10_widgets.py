@@ -29,19 +29,28 @@ def test_serving_point_is_the_roofline_floor_and_its_price():
 
 def test_serving_text_parses_and_says_when_memory_is_short():
     text = mw.serving_text(
-        "llama-3-8b", "H100-SXM", batch=16, context=1024, price_per_hour=2.5, tpot_target_ms=20
+        model="llama-3-8b",
+        hardware="H100-SXM",
+        batch=16,
+        context=1024,
+        price_per_hour=2.5,
+        tpot_target_ms=20,
     )
     m = mw.SERVING_TEXT_PATTERN.search(text)
     assert m and m[1] == "16" and m[4] == "meets"
     assert "NOT fit" not in text
-    big = mw.serving_text("llama-3-8b", "L4", batch=256, context=8192, tpot_target_ms=5)
+    big = mw.serving_text(
+        model="llama-3-8b", hardware="L4", batch=256, context=8192, tpot_target_ms=5
+    )
     assert mw.SERVING_TEXT_PATTERN.search(big)[4] == "misses" and "NOT fit" in big
 
 
 def test_plot_serving_marks_the_batch_and_the_target():
     import matplotlib.pyplot as plt
 
-    fig = mw.plot_serving("llama-3-8b", "H100-SXM", batch=64, context=2048, tpot_target_ms=12)
+    fig = mw.plot_serving(
+        model="llama-3-8b", hardware="H100-SXM", batch=64, context=2048, tpot_target_ms=12
+    )
     a1, a2 = fig.axes
     marker = next(ln for ln in a1.get_lines() if ln.get_label() == "batch 64")
     here = mw.serving_point("llama-3-8b", "H100-SXM", 64, 2048)

@@ -16,10 +16,11 @@ import pytest
 
 matplotlib.use("Agg")
 
+from test_ch10_figures import two_rates  # noqa: E402
+
 from llmlab import i18n  # noqa: E402
 from llmlab.analysis import roofline
 from llmlab.analysis.hardware import get_hardware  # noqa: E402
-from llmlab.analysis.metrics import Timeline, summarize  # noqa: E402
 from llmlab.config import get_config  # noqa: E402
 from llmlab.course.check.ch12 import DECODE_STARTS_AT, LOOP_STEPS, LOOP_WITH_CACHE  # noqa: E402
 
@@ -123,18 +124,6 @@ def _step(kind, batch, seconds):
     return roofline.StepMeasurement(
         kind, batch, 16, seconds, roofline.Operation("x", flops=1e9, bytes=1e8)
     )
-
-
-def _summaries():
-    a = summarize(
-        [Timeline(0.0, (0.2, 0.3, 0.4)), Timeline(0.1, (0.5, 0.7)), Timeline(0.2, (0.6,))],
-        slo={"ttft": 0.25, "tpot": 0.15},
-    )
-    b = summarize(
-        [Timeline(0.0, (0.3, 0.5, 0.7, 0.9)), Timeline(0.05, (0.8, 0.9))],
-        slo={"ttft": 0.25, "tpot": 0.15},
-    )
-    return {2.0: a, 8.0: b}
 
 
 def _tiny():
@@ -261,8 +250,8 @@ def _chapter_figures():
         ),
         ("ch09.dp_replicas", lambda: ch09.dp_replicas(dp_rows)),
         ("ch09.allreduce_cpu_vs_gpu", lambda: ch09.allreduce_cpu_vs_gpu(1e-3, 8e3)),
-        ("ch10.ttlt_prediction", lambda: ch10.ttlt_prediction(_summaries())),
-        ("ch10.goodput_vs_rate", lambda: ch10.goodput_vs_rate(_summaries(), {"ttft": 0.25})),
+        ("ch10.ttlt_prediction", lambda: ch10.ttlt_prediction(two_rates())),
+        ("ch10.goodput_vs_rate", lambda: ch10.goodput_vs_rate(two_rates(), {"ttft": 0.25})),
         (
             "ch10.tpot_vs_batch",
             lambda: ch10.tpot_vs_batch({1: 0.01, 4: 0.02}, {"H100": {1: 0.01, 4: 0.0101}}),
@@ -344,24 +333,24 @@ def _chapter_figures():
         ),
         (
             "widgets.metrics.plot_latency_cdfs",
-            lambda: metrics.plot_latency_cdfs({"2/s": _summaries()[2.0]}),
+            lambda: metrics.plot_latency_cdfs({"2/s": two_rates()[2.0]}),
         ),
         (
             "widgets.metrics.plot_percentiles_vs_rate",
-            lambda: metrics.plot_percentiles_vs_rate(_summaries()),
+            lambda: metrics.plot_percentiles_vs_rate(two_rates()),
         ),
         (
             "widgets.metrics.plot_request_timelines",
-            lambda: metrics.plot_request_timelines(_summaries()[8.0]),
+            lambda: metrics.plot_request_timelines(two_rates()[8.0]),
         ),
         ("widgets.metrics.plot_arrivals", lambda: metrics.plot_arrivals(2.0, 2.0, 50)),
         (
             "widgets.metrics.plot_latency_vs_load",
-            lambda: metrics.plot_latency_vs_load(_summaries()),
+            lambda: metrics.plot_latency_vs_load(two_rates()),
         ),
         (
             "widgets.metrics.plot_throughput_latency",
-            lambda: metrics.plot_throughput_latency({"HTTP": _summaries()}),
+            lambda: metrics.plot_throughput_latency({"HTTP": two_rates()}),
         ),
         ("widgets.metrics.plot_serving", lambda: metrics.plot_serving(batch=64, max_batch=4096)),
         (

@@ -21,22 +21,11 @@ from notebook_grading import BUDGET_S, NOTEBOOKS, ROOT, ZH_CHAPTERS, grade_subpr
 
 from llmlab.course.instructor import exercise_ids
 from llmlab.course.instructor.leaks import find_leaks, read_expected_log, read_expected_words
-from llmlab.course.notebook_runner import write_outputs
+from llmlab.course.notebook_runner import cell_seconds, write_outputs
 
 
 def test_notebooks_exist():
     assert NOTEBOOKS, "notebooks/ holds no .ipynb"
-
-
-def _cell_seconds(cell) -> float:
-    from datetime import datetime
-
-    timing = cell.get("metadata", {}).get("execution", {})
-    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
-    if not (start and end):
-        return 0.0
-    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
-    return (parse(end) - parse(start)).total_seconds()
 
 
 RUNS = [(p, "zh" if p.stem in ZH_CHAPTERS else "en") for p in NOTEBOOKS]
@@ -77,7 +66,7 @@ def _check_run(path, lang, english, report, nb, log, out) -> None:
     # The budget is the kernel's own time (execute_input → execute_reply of every cell, as nbclient
     # records it): nbclient has been seen to wait out a full cell timeout after a widget cell the
     # kernel had long finished, which is the harness's time, not the notebook's.
-    kernel_s = sum(_cell_seconds(c) for c in nb.cells if c.cell_type == "code")
+    kernel_s = sum(cell_seconds(c) for c in nb.cells if c.cell_type == "code")
     print(f"{path.name}: {kernel_s:.1f} s in the kernel, {report['seconds']:.1f} s graded")
     assert kernel_s > 0, "the executed copy carries no cell timings"
     assert kernel_s < BUDGET_S, (

@@ -159,8 +159,8 @@ def test_prefix_hit_is_recorded_as_num_cached_tokens():
     assert out.num_computed_tokens[1] == 12
 
 
-def test_static_batching_admits_nothing_until_the_batch_finishes():
-    sched = make_scheduler(max_num_seqs=2, budget=100, scheduling="static")
+def _add_short_long_short(sched):
+    """Add three 3-token prompts to `sched`: a wants 1 token, b 5, c 1 (c waits for a slot)."""
     reqs = [
         make_request("a", 3, max_tokens=1),
         make_request("b", 3, max_tokens=5, first_token=200),
@@ -168,6 +168,12 @@ def test_static_batching_admits_nothing_until_the_batch_finishes():
     ]
     for r in reqs:
         sched.add_request(r)
+    return reqs
+
+
+def test_static_batching_admits_nothing_until_the_batch_finishes():
+    sched = make_scheduler(max_num_seqs=2, budget=100, scheduling="static")
+    reqs = _add_short_long_short(sched)
     out = sched.schedule()
     assert _scheduled(out) == {"a": 3, "b": 3}
     _finish_step(sched, out)  # a finishes after its first token
@@ -181,13 +187,7 @@ def test_static_batching_admits_nothing_until_the_batch_finishes():
 
 def test_continuous_batching_fills_a_free_slot_at_once():
     sched = make_scheduler(max_num_seqs=2, budget=100)
-    reqs = [
-        make_request("a", 3, max_tokens=1),
-        make_request("b", 3, max_tokens=5, first_token=200),
-        make_request("c", 3, max_tokens=1, first_token=300),
-    ]
-    for r in reqs:
-        sched.add_request(r)
+    _add_short_long_short(sched)
     _finish_step(sched, sched.schedule())
     assert _scheduled(sched.schedule()) == {"b": 1, "c": 3}
 

@@ -1,5 +1,7 @@
 """Side-by-side benchmarks: `python -m llmlab bench NAME` runs `llmlab.bench.NAME.main`."""
 
+import argparse
+
 
 def benchmarks() -> dict[str, str]:
     """Every benchmark (a module here with a `main`) and the first line of its docstring, read
@@ -26,6 +28,46 @@ def default_attention_backend(model) -> str:
     from llmlab.engine.builder import resolve_attention_backend
 
     return resolve_attention_backend(None, model)
+
+
+def bench_parser(name: str, description: str) -> argparse.ArgumentParser:
+    """The argument parser of `python -m llmlab bench NAME`, its `--help` opening with
+    `description` (the module's docstring, or its first paragraph) laid out as written."""
+    import argparse
+
+    return argparse.ArgumentParser(
+        prog=f"python -m llmlab bench {name}",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def chat_prompt_ids(tokenizer) -> list[list[int]]:
+    """The prompts of data/prompts.json, each as a user turn through `tokenizer`'s chat template
+    (with the assistant's turn opened), as token ids: the prompts every workload draws from."""
+    import json
+
+    from llmlab.paths import DATA_DIR
+
+    prompts = json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]
+    return [
+        tokenizer.encode(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p["text"]}], add_generation_prompt=True, tokenize=False
+            )
+        )
+        for p in prompts
+    ]
+
+
+def prefix_agreement(ref: list[int], got: list[int]) -> int:
+    """How many of `ref`'s tokens `got` reproduces before the first difference."""
+    n = 0
+    for a, b in zip(ref, got):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def write_report(report: dict, path, default=None) -> None:

@@ -43,14 +43,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import random
 import time
 
 import torch
 
-from llmlab.bench import write_report
+from llmlab.bench import bench_parser, chat_prompt_ids, write_report
 from llmlab.bench.llamacpp_engine import (
     KV_TYPES,
     GreedyRun,
@@ -60,7 +59,6 @@ from llmlab.bench.llamacpp_engine import (
     install_command,
 )
 from llmlab.bench.llamacpp_report import machine_info, print_table, results_row
-from llmlab.paths import DATA_DIR
 from llmlab.utils import cdiv
 
 SYSTEMS = ("llmlab", "llama.cpp")
@@ -87,15 +85,7 @@ def build_workload(tokenizer, num_seqs: int, prompt_len: int, seed: int = 0) -> 
     """
     if num_seqs < 1 or prompt_len < 16:
         raise ValueError(f"need num_seqs >= 1 and prompt_len >= 16, got {num_seqs}, {prompt_len}")
-    prompts = json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]
-    rendered = [
-        tokenizer.encode(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": p["text"]}], add_generation_prompt=True, tokenize=False
-            )
-        )
-        for p in prompts
-    ]
+    rendered = chat_prompt_ids(tokenizer)
     rng = random.Random(seed)
     work: list[list[int]] = []
     first_blocks: set[tuple[int, ...]] = set()
@@ -210,11 +200,7 @@ def load_model(name: str):
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench llamacpp",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = bench_parser("llamacpp", __doc__)
     ap.add_argument(
         "--batches",
         default=None,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from llmlab.bench import prefix_agreement
 from llmlab.utils import format_table
 
 # the instruction sets a CPU matmul kernel may use (/proc/cpuinfo names), printed beside a table
@@ -28,16 +29,6 @@ FLAGS = (
     "asimd",
     "sve",
 )
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens `a` and `b` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def cpu_flags() -> list[str]:
@@ -80,7 +71,7 @@ def results_row(runs: dict, b: int, gen_len: int) -> dict:
         row[name]["rounds"] = summaries
     if "llama.cpp" in runs:
         ours, theirs = runs["llmlab"][b][0].tokens, runs["llama.cpp"][b][0].tokens
-        same = [common_prefix(x, y) for x, y in zip(ours, theirs)]
+        same = [prefix_agreement(x, y) for x, y in zip(ours, theirs)]
         row["greedy_common_prefix"] = {
             "min": min(same),
             "median": statistics.median(same),

@@ -27,6 +27,7 @@ import os
 import time
 from pathlib import Path
 
+from llmlab.bench import prefix_agreement
 from llmlab.utils import format_table
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -85,16 +86,6 @@ def greedy(llm, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
-
-
-def prefix_agreement(ref: list[int], got: list[int]) -> int:
-    """How many of `ref`'s tokens `got` reproduces before the first difference."""
-    n = 0
-    for a, b in zip(ref, got):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 def measure(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmlab.analysis.metrics import BenchmarkSummary
-from llmlab.bench import machine_info, write_report
+from llmlab.bench import bench_parser, machine_info, write_report
 from llmlab.bench.serve_client import (
     BenchRequest,
     RequestRecord,
@@ -135,11 +135,7 @@ def _rates(text: str) -> list[float]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench serve",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = bench_parser("serve", __doc__)
     _server_args(ap)
     _workload_args(ap)
     _run_args(ap)

@@ -27,7 +27,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from llmlab.bench import default_attention_backend, machine_info, write_report
+from llmlab.bench import bench_parser, default_attention_backend, machine_info, write_report
 from llmlab.paths import DATA_DIR
 from llmlab.utils import cdiv, format_table
 
@@ -121,11 +121,7 @@ def stops_paying(rows: dict, workload: str, system: str, batches: list[int]) -> 
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench spec",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = bench_parser("spec", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
     ap.add_argument(
         "--batches", default=None, help="comma-separated (default 1,8,32,64; --fast 1,8)"

@@ -14,20 +14,15 @@ and writes JSON (default `build/bench-structured.json`).
 
 from __future__ import annotations
 
-import argparse
 import os
 
-from llmlab.bench import default_attention_backend, machine_info, write_report
+from llmlab.bench import bench_parser, default_attention_backend, machine_info, write_report
 from llmlab.utils import format_table
 
 
 def main(argv: list[str] | None = None) -> int:
     fast = os.environ.get("LLMLAB_FAST") == "1"
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench structured",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = bench_parser("structured", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
     ap.add_argument("--prompts", type=int, default=None, help="validity prompts (default 64)")
     ap.add_argument("--batches", default=None, help="comma-separated (default 1,64; --fast 1,8)")

@@ -47,7 +47,6 @@ block manager's own time per step per scheduled request, apart from the model's 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 
@@ -56,6 +55,8 @@ import torch
 from llmlab import openmp
 from llmlab.bench import (
     bench_device,
+    bench_parser,
+    chat_prompt_ids,
     device_line,
     machine_info,
     model_or_shape,
@@ -77,7 +78,6 @@ from llmlab.bench.throughput_runs import (
 )
 from llmlab.i18n import tr
 from llmlab.ops import BACKENDS
-from llmlab.paths import DATA_DIR
 from llmlab.utils import format_table
 from llmlab.worker.model_runner import GRAPH_BACKENDS
 
@@ -122,15 +122,7 @@ def build_workload(
     tokenizer, num_requests: int, min_tokens: int, max_tokens: int, seed: int = 0
 ) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) per request: data/prompts.json cycled, chat template."""
-    prompts = json.loads((DATA_DIR / "prompts.json").read_text())["prompts"]
-    rendered = [
-        tokenizer.encode(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": p["text"]}], add_generation_prompt=True, tokenize=False
-            )
-        )
-        for p in prompts
-    ]
+    rendered = chat_prompt_ids(tokenizer)
     return _draw(rendered, num_requests, min_tokens, max_tokens, seed)
 
 
@@ -155,11 +147,7 @@ def random_workload(
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench throughput",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = bench_parser("throughput", __doc__)
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if any)")
     ap.add_argument(
         "--workload",

@@ -106,7 +106,7 @@ def measure_run_times(path: str | Path, cell_timeout: int = 1800) -> dict:
     out = ROOT / "build" / "run-times"
     nb, total = execute_notebook(path, out, cell_timeout=cell_timeout, env={"LLMLAB_FAST": "0"})
     seconds = {
-        c.get("id"): round(_cell_seconds(c), 2)
+        c.get("id"): round(cell_seconds(c), 2)
         for c in nb.cells
         if c.cell_type == "code" and c.source.strip()
     }
@@ -121,7 +121,7 @@ def measure_run_times(path: str | Path, cell_timeout: int = 1800) -> dict:
     }
 
 
-def _cell_seconds(cell: Any) -> float:
+def cell_seconds(cell: Any) -> float:
     """A cell's kernel time, as nbclient records it (execute_input to execute_reply)."""
     from datetime import datetime
 

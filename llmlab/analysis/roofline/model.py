@@ -314,6 +314,19 @@ def decode_step_floor(
     return place(op, hw, dtype or dtype_for_bytes(dtype_bytes)).time_floor
 
 
+def prefill_floor(
+    cfg: ModelConfig,
+    hw: Hardware | str,
+    prompt_len: int,
+    dtype_bytes: float = 2,
+    dtype: str | None = None,
+) -> float:
+    """Least time (seconds) of one prefill over `prompt_len` tokens (one prompt, last-token
+    logits as an engine computes them): `decode_step_floor`'s rule on `prefill_step`."""
+    op = prefill_step(cfg, prompt_len, dtype_bytes=dtype_bytes)
+    return place(op, hw, dtype or dtype_for_bytes(dtype_bytes)).time_floor
+
+
 def decode_batch_sweep(
     cfg: ModelConfig,
     hw: Hardware | str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 
 M = catalog("figures.ch01")
 
@@ -29,11 +30,9 @@ def token_ratios(
         bars = ax.bar(xs, [values[n] for n in names], width=width, label=label, color=colour)
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
     ax.set_xticks(range(len(names)), [M.by_english(n, "ratio") for n in names])
-    ax.set_ylabel(M("token_ratios.tokens"))
-    ax.set_title(M("token_ratios.measured_token_ratios"))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax, ylabel=M("token_ratios.tokens"), title=M("token_ratios.measured_token_ratios"), legend=8
+    )
 
 
 def vocab_sizes(
@@ -48,7 +47,8 @@ def vocab_sizes(
     a1.set_xlabel(M("vocab_sizes.vocabulary_size_thousands"))
     a1.set_title(M("vocab_sizes.vocabulary_sizes_presets"))
     a2.barh(names, [v * h * dtype_bytes / 1e9 for v, h in zip(vocab, hidden)], color="#f59e0b")
-    a2.set_xlabel(M("vocab_sizes.embedding_table_bytes", dtype_bytes=dtype_bytes))
-    a2.set_title(M("vocab_sizes.vocab_size_hidden"))
-    fig.tight_layout()
-    return fig
+    return finish(
+        a2,
+        M("vocab_sizes.embedding_table_bytes", dtype_bytes=dtype_bytes),
+        title=M("vocab_sizes.vocab_size_hidden"),
+    )

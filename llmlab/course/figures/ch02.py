@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 
 M = catalog("figures.ch02")
 
@@ -107,11 +108,12 @@ def rope_scores(values: dict[tuple[int, int], float]):
     names = [f"s({m}, {n})\nm−n = {m - n}" for m, n in values]
     ax.bar(names, list(values.values()), color="#2563eb")
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_ylabel(M("rope_scores.score_q_k"))
-    ax.set_xlabel(M("rope_scores.query_position_m"))
-    ax.set_title(M("rope_scores.rope_one_random"))
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("rope_scores.query_position_m"),
+        M("rope_scores.score_q_k"),
+        M("rope_scores.rope_one_random"),
+    )
 
 
 def against_layer0(label: str, fn: Any, args: tuple, reference: torch.Tensor) -> float | None:

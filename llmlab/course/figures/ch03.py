@@ -8,6 +8,7 @@ import torch
 
 from llmlab.analysis.distribution import next_token_distribution
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish, plot_ms
 from llmlab.i18n import notebook_text
 from llmlab.utils import best_of
 
@@ -49,35 +50,33 @@ def naive_step_times(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    ax.plot(
-        lengths,
-        [1e3 * s for s in seconds],
-        "o-",
-        label=M("naive_step_times.one_forward_over"),
-    )
+    plot_ms(ax, lengths, seconds, "o-", label=M("naive_step_times.one_forward_over"))
     if step_lengths:
-        ax.plot(
+        plot_ms(
+            ax,
             step_lengths,
-            [1e3 * s for s in step_seconds],
+            step_seconds,
             "x",
             color="#b91c1c",
             label=M("naive_step_times.naive_generate_step"),
         )
     if gpu_seconds is not None:
-        ax.plot(
+        plot_ms(
+            ax,
             lengths,
-            [1e3 * s for s in gpu_seconds],
+            gpu_seconds,
             "s--",
             color="#15803d",
             label=M("naive_step_times.same_forward_least", gpu_label=gpu_label),
         )
     ax.set_yscale("log")
-    ax.set_xlabel(M("naive_step_times.sequence_length_t"))
-    ax.set_ylabel(M("naive_step_times.time_per_generated"))
-    ax.set_title(M("naive_step_times.generation_without_kv"))
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("naive_step_times.sequence_length_t"),
+        M("naive_step_times.time_per_generated"),
+        M("naive_step_times.generation_without_kv"),
+        legend=7,
+    )
 
 
 def sampling_settings(

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from llmlab.analysis import costs, roofline, speculation
 from llmlab.config import ModelConfig, get_config
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish, plot_ms
 from llmlab.utils import best_of
 
 M = catalog("figures.ch04")
@@ -30,14 +31,7 @@ def gpu_step_floors(
     """The roofline floor (seconds) of one step at each length on `gpu` (presets, not measured):
     without a cache a prefill-like forward over T tokens, with one a decode step at context T."""
     cfg = get_config(cfg) if isinstance(cfg, str) else cfg
-    no_cache = [
-        roofline.place(
-            roofline.prefill_step(cfg, T, dtype_bytes=dtype_bytes),
-            gpu,
-            roofline.dtype_for_bytes(dtype_bytes),
-        ).time_floor
-        for T in lengths
-    ]
+    no_cache = [roofline.prefill_floor(cfg, gpu, T, dtype_bytes) for T in lengths]
     cached = [roofline.decode_step_floor(cfg, gpu, 1, T, dtype_bytes) for T in lengths]
     return no_cache, cached
 
@@ -60,20 +54,8 @@ def plot_step_times(
         gpu_label = M("plot_step_times.llama_3_8b")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
     for ax, xs, no, yes in ((a1, lengths, t_no, t_yes), (a2, gpu_lengths, gpu_no, gpu_yes)):
-        ax.plot(
-            xs,
-            [1e3 * s for s in no],
-            "o-",
-            color="#b91c1c",
-            label=M("plot_step_times.without_cache_forward"),
-        )
-        ax.plot(
-            xs,
-            [1e3 * s for s in yes],
-            "o-",
-            color="#2563eb",
-            label=M("plot_step_times.cache_one_decode"),
-        )
+        plot_ms(ax, xs, no, "o-", color="#b91c1c", label=M("plot_step_times.without_cache_forward"))
+        plot_ms(ax, xs, yes, "o-", color="#2563eb", label=M("plot_step_times.cache_one_decode"))
         ax.set_xlabel(M("plot_step_times.sequence_length_t"))
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
@@ -99,10 +81,9 @@ def plot_source_example(gqa_bytes: float, from_hidden_bytes: float) -> Any:
         [gqa_bytes / 1e9, from_hidden_bytes / 1e9],
         color=["#2563eb", "#b91c1c"],
     )
-    ax.set_xlabel(M("plot_source_example.kv_cache_one"))
-    ax.set_title(M("plot_source_example.llama_3_70b"))
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax, M("plot_source_example.kv_cache_one"), title=M("plot_source_example.llama_3_70b")
+    )
 
 
 KINDS = ("MHA", "GQA", "MQA", "MLA")

@@ -10,6 +10,7 @@ import torch
 from llmlab.analysis import costs, roofline
 from llmlab.config import ModelConfig, get_config
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish, plot_ms
 from llmlab.course.figures.ch04 import cached_step_seconds
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.utils import best_of
@@ -44,13 +45,7 @@ def gpu_floors(
     """Roofline floors on `gpu` (presets, not measured): prefill of each prompt length (seconds,
     last-token logits as an engine does) and one batch-1 decode step at each context."""
     cfg = get_config(cfg) if isinstance(cfg, str) else cfg
-    dtype = roofline.dtype_for_bytes(dtype_bytes)
-    prefill = [
-        roofline.place(
-            roofline.prefill_step(cfg, n, dtype_bytes=dtype_bytes), gpu, dtype
-        ).time_floor
-        for n in prompt_lens
-    ]
+    prefill = [roofline.prefill_floor(cfg, gpu, n, dtype_bytes) for n in prompt_lens]
     decode = [roofline.decode_step_floor(cfg, gpu, 1, T, dtype_bytes) for T in contexts]
     return prefill, decode
 
@@ -80,12 +75,8 @@ def plot_prefill_decode(
             color="#2563eb",
             label=M("plot_prefill_decode.prefill_time_prompt"),
         )
-        ax.plot(
-            contexts,
-            [1e3 * s for s in dec],
-            "s-",
-            color="#f59e0b",
-            label=M("plot_prefill_decode.decode_one_step"),
+        plot_ms(
+            ax, contexts, dec, "s-", color="#f59e0b", label=M("plot_prefill_decode.decode_one_step")
         )
         ax.set_xlabel(M("plot_prefill_decode.prompt_length_n"))
         ax.set_yscale("log")
@@ -166,12 +157,13 @@ def plot_intensity(
         label=M("plot_intensity.decode_step_batch"),
     )
     ax.axhline(ridge, color="#b91c1c", ls="--", label=f"{ridge_label} ≈ {ridge:.0f} FLOP/B")
-    ax.set_xlabel(M("plot_intensity.tokens_per_step"))
-    ax.set_ylabel(M("plot_intensity.arithmetic_intensity_flop"))
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("plot_intensity.tokens_per_step"),
+        M("plot_intensity.arithmetic_intensity_flop"),
+        title,
+        legend=8,
+    )
 
 
 def plot_timeline(outputs: Sequence[Any]) -> Any:

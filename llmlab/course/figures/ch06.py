@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from llmlab.analysis.hardware import PRESETS, Hardware, MountainResult, get_hardware, human_bytes
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 from llmlab.course.figures.headers import header
 from llmlab.i18n import notebook_text
 from llmlab.utils import cpu_name, format_table
@@ -41,11 +42,9 @@ def chip_memory(names: Sequence[str] = ("H100-SXM", "H200", "A100-80GB")) -> Any
         ax.bar(x + (i - 1) * width, sizes, width, label=M.by_english(level, "level"))
     ax.set_yscale("log")
     ax.set_xticks(x, list(names))
-    ax.set_ylabel(M("chip_memory.bytes_whole_chip"))
-    ax.set_title(M("chip_memory.one_chip_s"))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax, ylabel=M("chip_memory.bytes_whole_chip"), title=M("chip_memory.one_chip_s"), legend=8
+    )
 
 
 def table_text(rows: dict[str, dict[str, Any]], corner: str = "") -> str:

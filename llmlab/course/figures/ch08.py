@@ -15,6 +15,7 @@ from llmlab.analysis import roofline
 from llmlab.analysis.hardware import Hardware
 from llmlab.analysis.sim import SimResult
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 from llmlab.course.figures.headers import header
 from llmlab.i18n import notebook_text
 from llmlab.utils import format_table
@@ -267,9 +268,10 @@ def plot_compare(
             where="post",
             label=M("plot_compare.policy", name=name),
         )
-    ax.set_ylabel(M("plot_compare.batch_size"))
-    ax.set_xlabel(M("plot_gantt.time", unit=unit))
-    ax.legend(fontsize=8)
-    ax.set_title(M("plot_compare.requests_per_step"))
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("plot_gantt.time", unit=unit),
+        M("plot_compare.batch_size"),
+        M("plot_compare.requests_per_step"),
+        legend=8,
+    )

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from llmlab.analysis import parallel_cost
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 
 M = catalog("figures.ch09")
 
@@ -80,9 +81,10 @@ def allreduce_cpu_vs_gpu(
             b.get_x() + b.get_width() / 2, v, f"{v:,.1f} µs", ha="center", va="bottom", fontsize=8
         )
     ax.set_yscale("log")
-    ax.set_ylabel(M("allreduce_cpu_vs_gpu.one_all_reduce"))
-    ax.set_title(
-        M("allreduce_cpu_vs_gpu.one_all_reduce_2", nbytes_1e3=nbytes / 1e3, world_size=world_size)
+    return finish(
+        ax,
+        ylabel=M("allreduce_cpu_vs_gpu.one_all_reduce"),
+        title=M(
+            "allreduce_cpu_vs_gpu.one_all_reduce_2", nbytes_1e3=nbytes / 1e3, world_size=world_size
+        ),
     )
-    fig.tight_layout()
-    return fig

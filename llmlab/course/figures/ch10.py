@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from llmlab.analysis import metrics
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 
 M = catalog("figures.ch10")
 
@@ -26,12 +27,13 @@ def ttlt_prediction(results: Mapping[float, metrics.BenchmarkSummary]) -> Any:
         ax.plot(measured, predicted, marker, alpha=0.7, label=f"{rate:.2f} req/s")
         top = max([top, *measured, *predicted])
     ax.plot([0, top], [0, top], "k--", lw=1, label=M("ttlt_prediction.prediction_measurement"))
-    ax.set_xlabel(M("ttlt_prediction.measured_e2el_s"))
-    ax.set_ylabel(M("ttlt_prediction.ttft_n_1"))
-    ax.set_title(M("ttlt_prediction.ttlt_ttft_n"))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("ttlt_prediction.measured_e2el_s"),
+        M("ttlt_prediction.ttft_n_1"),
+        M("ttlt_prediction.ttlt_ttft_n"),
+        legend=8,
+    )
 
 
 def goodput_vs_rate(

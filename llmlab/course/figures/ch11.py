@@ -9,6 +9,7 @@ from typing import Any
 
 from llmlab.analysis.sim import WasteResult
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 
 M = catalog("figures.ch11")
 
@@ -45,12 +46,13 @@ def kv_waste(waste: WasteResult, block_sizes: Sequence[int], paged_waste: Sequen
         label=M("kv_waste.contiguous_max_model"),
     )
     ax2.set_xscale("log", base=2)
-    ax2.set_xlabel(M("kv_waste.block_size_tokens"))
-    ax2.set_ylabel(M("kv_waste.kv_slots_wasted"))
-    ax2.set_title(M("kv_waste.waste_against_block"))
-    ax2.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax2,
+        M("kv_waste.block_size_tokens"),
+        M("kv_waste.kv_slots_wasted"),
+        M("kv_waste.waste_against_block"),
+        legend=8,
+    )
 
 
 def measured_waste(measured: WasteResult, title: str) -> Any:
@@ -60,10 +62,7 @@ def measured_waste(measured: WasteResult, title: str) -> Any:
     fig, ax = plt.subplots(figsize=(9, 4))
     plot_kv_waste(measured, ax=ax)
     ax.set_yscale("log")
-    ax.set_ylabel(M("measured_waste.kv_slots_tokens"))
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
+    return finish(ax, ylabel=M("measured_waste.kv_slots_tokens"), title=title)
 
 
 def token_split(rows: Sequence[Mapping[str, int]], budget: int, title: str | None = None) -> Any:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 from llmlab.i18n import language
 from llmlab.utils import width
 
@@ -30,11 +31,12 @@ def terms_per_chapter(entries: Sequence[Any] | None = None):
     counts = glossary.terms_per_chapter(entries)
     fig, ax = plt.subplots(figsize=(8, 3.2))
     ax.bar([f"{c:02d}" for c in counts], list(counts.values()), color="#2563eb")
-    ax.set_xlabel(M("terms_per_chapter.chapter"))
-    ax.set_ylabel(M("terms_per_chapter.new_terms"))
-    ax.set_title(M("terms_per_chapter.where_glossary_terms", terms=sum(counts.values())))
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("terms_per_chapter.chapter"),
+        M("terms_per_chapter.new_terms"),
+        M("terms_per_chapter.where_glossary_terms", terms=sum(counts.values())),
+    )
 
 
 def generation_loop(steps: Sequence[tuple[str, str]], decode_starts_at: str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 
 M = catalog("figures.ch14")
 
@@ -25,12 +26,13 @@ def plot_verify_cost(num_tokens: Sequence[int], seconds: Sequence[float], contex
         color="#94a3b8",
         label=M("plot_verify_cost.if_each_token"),
     )
-    ax.set_xlabel(M("plot_verify_cost.tokens_step_k"))
-    ax.set_ylabel(M("plot_verify_cost.ms_per_step"))
-    ax.set_title(M("plot_verify_cost.smollm2_135m_machine", context=context))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("plot_verify_cost.tokens_step_k"),
+        M("plot_verify_cost.ms_per_step"),
+        M("plot_verify_cost.smollm2_135m_machine", context=context),
+        legend=8,
+    )
 
 
 def plot_speedup(speedups: dict[str, dict[int, float]]) -> Any:
@@ -45,9 +47,10 @@ def plot_speedup(speedups: dict[str, dict[int, float]]) -> Any:
         ax.plot(batches, [by_batch[b] for b in batches], "o-", color=colour, label=label)
     ax.axhline(1.0, color="#64748b", lw=1, ls="--", label=M("plot_speedup.break_even"))
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(M("plot_speedup.batch_size_requests"))
-    ax.set_ylabel(M("plot_speedup.speed_up_over"))
-    ax.set_title(M("plot_speedup.n_gram_speculation"))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("plot_speedup.batch_size_requests"),
+        M("plot_speedup.speed_up_over"),
+        M("plot_speedup.n_gram_speculation"),
+        legend=8,
+    )

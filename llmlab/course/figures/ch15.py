@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 
 M = catalog("figures.ch15")
 
@@ -35,10 +36,11 @@ def plot_validity(rates: dict[str, float], n: int) -> Any:
         )
     ax.set_xlim(0, 110)
     ax.invert_yaxis()
-    ax.set_xlabel(M("plot_validity.answers_parse_validate"))
-    ax.set_title(M("plot_validity.smollm2_135m_prompts", n=n))
-    fig.tight_layout()
-    return fig
+    return finish(
+        ax,
+        M("plot_validity.answers_parse_validate"),
+        title=M("plot_validity.smollm2_135m_prompts", n=n),
+    )
 
 
 def plot_mask_cost(costs: dict[int, dict[str, float]]) -> Any:

@@ -3,6 +3,7 @@ shows, and the explorer a set of controls, a result line and a figure make."""
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,12 @@ def show_figure(out, fig) -> None:
             out.clear_output(wait=True)
             display(fig)
     plt.close(fig)
+
+
+def defaults(compute: Callable[..., Any]) -> dict[str, Any]:
+    """The default of each parameter of `compute`: where a widget's controls start, kept by the
+    function that computes what the widget shows."""
+    return {name: p.default for name, p in inspect.signature(compute).parameters.items()}
 
 
 def control(kind: str, value: Any, description: str, width: str, **options: Any) -> Any:

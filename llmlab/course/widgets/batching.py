@@ -14,25 +14,20 @@ from typing import Any
 from llmlab.analysis.sim import batching_results
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch08 import plot_compare
-from llmlab.course.widgets._show import control, explorer
+from llmlab.course.widgets._show import control, defaults, explorer
 
 M = catalog("widgets.batching")
+
 
 BATCHING_TEXT_PATTERN = re.compile(
     r"Continuous/static throughput: ([0-9.]+)x, mean latency ([0-9.]+) vs ([0-9.]+) steps"
 )
 
 
-def batching_text(
-    arrival_rate: float = 0.5,
-    output_spread: float = 0.8,
-    max_batch: int = 8,
-    num_requests: int = 24,
-    mean_output: int = 24,
-    seed: int = 0,
-) -> str:
-    """Throughput ratio and mean latencies (continuous vs static), in steps."""
-    r = batching_results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
+def batching_text(**trace: Any) -> str:
+    """Throughput ratio and mean latencies (continuous vs static), in steps, on the trace
+    `batching_results(**trace)` simulates."""
+    r = batching_results(**trace)
     c, s = r["continuous"], r["static"]
     return M(
         "batching_text.continuous_static_throughput",
@@ -41,39 +36,28 @@ def batching_text(
         static_latency=s.mean_latency,
         continuous_throughput=c.throughput,
         continuous_batch=c.mean_batch,
-        max_batch=max_batch,
+        max_batch=c.max_batch,
         static_throughput=s.throughput,
         static_batch=s.mean_batch,
     )
 
 
-def plot_batching_simulator(
-    arrival_rate: float = 0.5,
-    output_spread: float = 0.8,
-    max_batch: int = 8,
-    num_requests: int = 24,
-    mean_output: int = 24,
-    seed: int = 0,
-) -> Any:
-    """Gantt charts of both policies on one random trace, plus batch occupancy per step."""
-    r = batching_results(arrival_rate, output_spread, max_batch, num_requests, mean_output, seed)
-    return plot_compare(r, time_unit="steps")
+def plot_batching_simulator(**trace: Any) -> Any:
+    """Gantt charts of both policies on the trace `batching_results(**trace)` simulates, plus
+    batch occupancy per step."""
+    return plot_compare(batching_results(**trace), time_unit="steps")
 
 
-def batching_simulator(
-    arrival_rate: float = 0.5,
-    output_spread: float = 0.8,
-    max_batch: int = 8,
-    num_requests: int = 24,
-    mean_output: int = 24,
-    seed: int = 0,
-) -> Any:
-    """Sliders for the batching simulator; the result line updates on every change."""
+def batching_simulator(**trace: Any) -> Any:
+    """Sliders for the batching simulator, starting at `trace` (the arguments of
+    `llmlab.analysis.sim.batching_results`; its defaults for those not given); the result line
+    updates on every change."""
+    start = defaults(batching_results) | trace
     width = "120px"
     controls = {
         "arrival_rate": control(
             "FloatSlider",
-            arrival_rate,
+            start["arrival_rate"],
             M("batching_simulator.arrivals_step"),
             width,
             min=0.05,
@@ -82,7 +66,7 @@ def batching_simulator(
         ),
         "output_spread": control(
             "FloatSlider",
-            output_spread,
+            start["output_spread"],
             M("batching_simulator.length_spread"),
             width,
             min=0.0,
@@ -90,10 +74,15 @@ def batching_simulator(
             step=0.05,
         ),
         "max_batch": control(
-            "IntSlider", max_batch, M("batching_simulator.max_batch"), width, min=1, max=32
+            "IntSlider", start["max_batch"], M("batching_simulator.max_batch"), width, min=1, max=32
         ),
         "num_requests": control(
-            "IntSlider", num_requests, M("batching_simulator.requests"), width, min=4, max=64
+            "IntSlider",
+            start["num_requests"],
+            M("batching_simulator.requests"),
+            width,
+            min=4,
+            max=64,
         ),
     }
     return explorer(
@@ -102,5 +91,5 @@ def batching_simulator(
         "llmlab-batching-result",
         batching_text,
         plot_batching_simulator,
-        fixed={"mean_output": mean_output, "seed": seed},
+        fixed={"mean_output": start["mean_output"], "seed": start["seed"]},
     )

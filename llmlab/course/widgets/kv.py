@@ -30,7 +30,7 @@ from llmlab.analysis.kv_budget import (  # noqa: F401
 )
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import control, show_figure
+from llmlab.course.widgets._show import control, defaults, show_figure
 
 M = catalog("widgets.kv")
 
@@ -64,41 +64,25 @@ def kv_text(s: KVSummary) -> str:
     )
 
 
-def plot_kv_memory(
-    num_layers: int = 80,
-    num_kv_heads: int = 8,
-    head_dim: int = 128,
-    dtype: str | float = "bf16",
-    context: int = 4096,
-    batch: int = 1,
-    gpu: str = "H100-SXM",
-    weight_bytes: float = 0.0,
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
-    axes: Any = None,
-    activation_bytes: float = 0.0,
-) -> Any:
+def plot_kv_memory(axes: Any = None, **spec: Any) -> Any:
     """Left: the GPU's memory split into weights, activations, this batch's KV cache and the rest.
     Right: KV cache size vs context length for this batch, with the usable memory as a line.
-    Returns the figure."""
+    `spec`: the arguments of `llmlab.analysis.kv_budget.kv_summary` (its defaults for those not
+    given); `axes`: two matplotlib Axes to draw into (None: a new figure). Returns the figure."""
     import matplotlib.pyplot as plt
 
-    s = kv_summary(
-        num_layers,
-        num_kv_heads,
-        head_dim,
-        dtype,
-        context,
-        batch,
-        gpu,
-        weight_bytes,
-        gpu_memory_utilization,
-        activation_bytes,
-    )
+    spec = defaults(kv_summary) | spec
+    s = kv_summary(**spec)
     if axes is None:
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1.2, 1]})
     ax1, ax2 = axes
     _plot_memory_bar(ax1, s)
-    _plot_kv_vs_context(ax2, s, _kv_config(num_layers, num_kv_heads, head_dim), dtype)
+    _plot_kv_vs_context(
+        ax2,
+        s,
+        _kv_config(spec["num_layers"], spec["num_kv_heads"], spec["head_dim"]),
+        spec["dtype"],
+    )
     ax1.figure.tight_layout()
     return ax1.figure
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from llmlab.analysis import metrics
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import control, explorer
+from llmlab.course.figures._axes import finish
+from llmlab.course.widgets._show import control, defaults, explorer
 from llmlab.i18n import notebook_text
 
 M = catalog("widgets.metrics")
@@ -224,11 +225,9 @@ def plot_arrivals(
         "k--",
         label=M("plot_arrivals.exponential_poisson"),
     )
-    a2.set_xlabel(M("plot_arrivals.gap_between_arrivals"))
-    a2.set_ylabel(M("plot_arrivals.density_1_s"))
-    a2.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(
+        a2, M("plot_arrivals.gap_between_arrivals"), M("plot_arrivals.density_1_s"), legend=8
+    )
 
 
 def arrival_explorer(
@@ -385,16 +384,10 @@ def serving_point(
     }
 
 
-def serving_text(
-    model: str = "llama-3-8b",
-    hardware: str = "H100-SXM",
-    batch: int = 16,
-    context: int = 1024,
-    price_per_hour: float = 2.5,
-    tpot_target_ms: float = 20.0,
-) -> str:
+def serving_text(tpot_target_ms: float = 20.0, **setting: Any) -> str:
     """The explorer's line for one setting (`SERVING_TEXT_PATTERN`); computed from presets."""
-    p = serving_point(model, hardware, batch, context, price_per_hour)
+    setting = defaults(serving_point) | setting
+    p = serving_point(**setting)
     verdict = (
         M("serving_text.meets") if p["tpot"] * 1e3 <= tpot_target_ms else M("serving_text.misses")
     )
@@ -404,36 +397,30 @@ def serving_text(
     )
     return M(
         "serving_text.bf16_roofline_floor",
-        model=model,
-        hardware=hardware,
-        batch=batch,
-        context=context,
+        model=setting["model"],
+        hardware=setting["hardware"],
+        batch=setting["batch"],
+        context=setting["context"],
         tpot_ms=p['tpot'] * 1e3,
         verdict=verdict,
         tpot_target_ms=tpot_target_ms,
         tokens_per_s=p['tokens_per_s'],
         usd_per_million=p['usd_per_million'],
-        price_per_hour=price_per_hour,
+        price_per_hour=setting["price_per_hour"],
         memory=memory,
     )
 
 
-def plot_serving(
-    model: str = "llama-3-8b",
-    hardware: str = "H100-SXM",
-    batch: int = 16,
-    context: int = 1024,
-    price_per_hour: float = 2.5,
-    tpot_target_ms: float = 20.0,
-    max_batch: int = 512,
-) -> Any:
+def plot_serving(tpot_target_ms: float = 20.0, max_batch: int = 512, **setting: Any) -> Any:
     """TPOT floor and US$ per million output tokens against the batch (log x), the chosen batch
     marked, the TPOT target drawn; batches whose weights + KV do not fit are greyed."""
     import matplotlib.pyplot as plt
 
     batches = np.unique(np.geomspace(1, max_batch, 60).astype(int))
-    pts = [serving_point(model, hardware, int(b), context, price_per_hour) for b in batches]
-    here = serving_point(model, hardware, batch, context, price_per_hour)
+    setting = defaults(serving_point) | setting
+    batch = setting["batch"]
+    pts = [serving_point(**(setting | {"batch": int(b)})) for b in batches]
+    here = serving_point(**setting)
     fits = np.array([p["fits"] for p in pts])
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
     for ax, key, scale, label in (
@@ -446,22 +433,12 @@ def plot_serving(
         ),
     ):
         y = np.array([p[key] * scale for p in pts])
-        ax.plot(
-            batches,
-            np.where(fits, y, np.nan),
-            "-",
-            color="#2563eb",
-            label=M("plot_serving.fits_memory"),
-        )
+        curves = [(fits, "#2563eb", M("plot_serving.fits_memory"))]
         if not fits.all():  # grey from the last batch that fits on, so the curve is unbroken
             grey = ~fits | np.append(~fits[1:], False)
-            ax.plot(
-                batches,
-                np.where(grey, y, np.nan),
-                "-",
-                color="#9ca3af",
-                label=M("plot_serving.does_not_fit"),
-            )
+            curves.append((grey, "#9ca3af", M("plot_serving.does_not_fit")))
+        for shown, colour, text in curves:
+            ax.plot(batches, np.where(shown, y, np.nan), "-", color=colour, label=text)
         ax.plot([batch], [here[key] * scale], "o", color="#dc2626", label=f"batch {batch}")
         ax.set_xscale("log")
         ax.set_xlabel(M("plot_serving.batch_sequences_decoded"))
@@ -475,47 +452,43 @@ def plot_serving(
     )
     a1.legend(fontsize=7)
     a2.set_yscale("log")
-    fig.suptitle(
-        M(
-            "plot_serving.context_h_computed",
-            model=model,
-            hardware=hardware,
-            context=context,
-            price_per_hour=price_per_hour,
-        ),
-        fontsize=10,
-    )
+    fig.suptitle(M("plot_serving.context_h_computed", **setting), fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def serving_explorer(
-    model: str = "llama-3-8b",
-    hardware: str = "H100-SXM",
-    batch: int = 16,
-    context: int = 1024,
-    price_per_hour: float = 2.5,
-    tpot_target_ms: float = 20.0,
-) -> Any:
+def serving_explorer(tpot_target_ms: float = 20.0, **setting: Any) -> Any:
     """Sliders for model, GPU preset, batch, context, price per hour and a TPOT target; the line
-    (TPOT, tokens/s, $ per million tokens, memory) and the two curves update."""
+    (TPOT, tokens/s, $ per million tokens, memory) and the two curves update. They start at
+    `setting` (the arguments of `serving_point`; its defaults for those not given)."""
+    start = defaults(serving_point) | setting
     width = "110px"
     controls = {
         "model": control(
-            "Dropdown", model, M("serving_explorer.model"), width, options=SERVING_MODELS
+            "Dropdown", start["model"], M("serving_explorer.model"), width, options=SERVING_MODELS
         ),
         "hardware": control(
-            "Dropdown", hardware, M("serving_explorer.gpu_preset"), width, options=SERVING_HARDWARE
+            "Dropdown",
+            start["hardware"],
+            M("serving_explorer.gpu_preset"),
+            width,
+            options=SERVING_HARDWARE,
         ),
         "batch": control(
-            "IntSlider", batch, description="batch", width=width, min=1, max=512, step=1
+            "IntSlider", start["batch"], description="batch", width=width, min=1, max=512, step=1
         ),
         "context": control(
-            "IntSlider", context, M("serving_explorer.context"), width, min=256, max=8192, step=256
+            "IntSlider",
+            start["context"],
+            M("serving_explorer.context"),
+            width,
+            min=256,
+            max=8192,
+            step=256,
         ),
         "price_per_hour": control(
             "FloatSlider",
-            price_per_hour,
+            start["price_per_hour"],
             M("serving_explorer.us_per_hour"),
             width,
             min=0.5,

@@ -14,6 +14,7 @@ from typing import Any
 from llmlab.analysis import parallel_cost
 from llmlab.analysis.hardware import get_hardware
 from llmlab.course.check.catalog import catalog
+from llmlab.course.figures._axes import finish
 from llmlab.course.widgets._show import control, explorer
 from llmlab.i18n import notebook_text
 
@@ -26,29 +27,32 @@ PARALLEL_TEXT_PATTERN = re.compile(
 COLOURS = {"compute": "#2563eb", "tp": "#b45309", "pp": "#15803d"}
 
 
-def parallel_text(
-    tp: int = 8,
-    pp: int = 1,
-    interconnect: str = "nvlink",
-    batch: int = 1,
-    context: int = 1024,
-    model: str = "llama-3-70b",
-    hardware: str = "H100-SXM",
-) -> str:
-    """One line per setting: compute vs communication of a decode step."""
-    c = parallel_cost.decode_step_cost(
-        model,
-        tp=tp,
-        pp=pp,
-        batch=batch,
-        interconnect=interconnect,
-        hardware=hardware,
-        context=context,
-    )
+# where the explorer starts: Llama-3-70B over 8 GPUs on NVLink, one sequence of 1,024 tokens
+START = {
+    "tp": 8,
+    "pp": 1,
+    "interconnect": "nvlink",
+    "batch": 1,
+    "context": 1024,
+    "model": "llama-3-70b",
+    "hardware": "H100-SXM",
+}
+
+
+def _step_cost(setting: dict[str, Any]) -> parallel_cost.StepCost:
+    """`parallel_cost.decode_step_cost` at `setting` (START for what it leaves out)."""
+    s = START | setting
+    return parallel_cost.decode_step_cost(s.pop("model"), **s)
+
+
+def parallel_text(**setting: Any) -> str:
+    """One line per setting (`START`'s keys; its values for those not given): compute vs
+    communication of a decode step."""
+    c = _step_cost(setting)
     return M(
         "parallel_text.tp_pp_over",
-        tp=tp,
-        pp=pp,
+        tp=c.tp,
+        pp=c.pp,
         interconnect=c.interconnect,
         compute_ms=c.compute * 1e3,
         comm_ms=c.comm * 1e3,
@@ -60,38 +64,20 @@ def parallel_text(
     )
 
 
-def plot_parallel_cost(
-    tp: int = 8,
-    pp: int = 1,
-    interconnect: str = "nvlink",
-    batch: int = 1,
-    context: int = 1024,
-    model: str = "llama-3-70b",
-    hardware: str = "H100-SXM",
-    tps: tuple[int, ...] = (1, 2, 4, 8),
-) -> Any:
+def plot_parallel_cost(tps: tuple[int, ...] = (1, 2, 4, 8), **setting: Any) -> Any:
     """Stacked bars per TP degree for both links: compute, TP all-reduces, PP sends (ms per step).
 
     The chosen (tp, interconnect) bar is outlined. Preset figures, not measurements.
     """
     import matplotlib.pyplot as plt
 
+    setting = START | setting
+    tp, interconnect = setting["tp"], setting["interconnect"]
     links = ("nvlink", "pcie")
     tps = tuple(sorted(set(tps) | {tp}))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, link in zip(axes, links):
-        rows = [
-            parallel_cost.decode_step_cost(
-                model,
-                tp=t,
-                pp=pp,
-                batch=batch,
-                interconnect=link,
-                hardware=hardware,
-                context=context,
-            )
-            for t in tps
-        ]
+        rows = [_step_cost(setting | {"tp": t, "interconnect": link}) for t in tps]
         x = range(len(tps))
         comp = [r.compute * 1e3 for r in rows]
         tpc = [r.tp_comm * 1e3 for r in rows]
@@ -107,7 +93,7 @@ def plot_parallel_cost(
             color=COLOURS["pp"],
             label=M("plot_parallel_cost.pp_sends"),
         )
-        mem = get_hardware(hardware).mem_size
+        mem = get_hardware(setting["hardware"]).mem_size
         for i, r in enumerate(rows):
             label = f"{100 * r.comm_fraction:.0f}%"
             if r.weight_bytes_per_gpu > mem:  # the weights alone overflow one GPU's memory
@@ -120,41 +106,41 @@ def plot_parallel_cost(
         ax.set_xlabel(M("plot_parallel_cost.tensor_parallel_degree"))
     axes[0].set_ylabel(M("plot_parallel_cost.time_per_decode"))
     axes[0].legend(loc="upper right", fontsize=8)
-    fig.suptitle(
-        M("plot_parallel_cost.decode_step_batch", model=model, batch=batch, context=context, pp=pp),
-        fontsize=10,
-    )
+    fig.suptitle(M("plot_parallel_cost.decode_step_batch", **setting), fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def parallelism_explorer(
-    tp: int = 8,
-    pp: int = 1,
-    interconnect: str = "nvlink",
-    batch: int = 1,
-    context: int = 1024,
-    model: str = "llama-3-70b",
-) -> Any:
-    """Sliders for TP/PP degree, interconnect, batch and context; bars and a summary line update."""
+def parallelism_explorer(**setting: Any) -> Any:
+    """Sliders for TP/PP degree, interconnect, batch and context, starting at `setting` (`START`
+    for what it leaves out); bars and a summary line update."""
+    start = START | setting
     width, degrees = "90px", [1, 2, 4, 8]
     links = [("NVLink", "nvlink"), ("PCIe 5.0", "pcie")]
     controls = {
-        "tp": control("Dropdown", tp, M("parallelism_explorer.tp_degree"), width, options=degrees),
-        "pp": control("Dropdown", pp, M("parallelism_explorer.pp_degree"), width, options=degrees),
+        "tp": control(
+            "Dropdown", start["tp"], M("parallelism_explorer.tp_degree"), width, options=degrees
+        ),
+        "pp": control(
+            "Dropdown", start["pp"], M("parallelism_explorer.pp_degree"), width, options=degrees
+        ),
         "interconnect": control(
-            "Dropdown", interconnect, M("parallelism_explorer.interconnect"), width, options=links
+            "Dropdown",
+            start["interconnect"],
+            M("parallelism_explorer.interconnect"),
+            width,
+            options=links,
         ),
         "batch": control(
             "SelectionSlider",
-            batch,
+            start["batch"],
             description="batch",
             width=width,
             options=[2**i for i in range(10)],
         ),
         "context": control(
             "SelectionSlider",
-            context,
+            start["context"],
             M("parallelism_explorer.context"),
             width,
             options=[1, 256, 1024, 4096, 16384],
@@ -166,7 +152,7 @@ def parallelism_explorer(
         "llmlab-parallel-result",
         parallel_text,
         plot_parallel_cost,
-        fixed={"model": model},
+        fixed={"model": start["model"], "hardware": start["hardware"]},
     )
 
 
@@ -201,10 +187,7 @@ def plot_pipeline_timeline(timelines: list, title: str | None = None) -> Any:
         [M("plot_pipeline_timeline.stage", stage=tl.stage) for tl in timelines],
     )
     ax.invert_yaxis()
-    ax.set_xlabel(M("plot_pipeline_timeline.time_since_first"))
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
+    return finish(ax, M("plot_pipeline_timeline.time_since_first"), title=title)
 
 
 def plot_bubble(results: dict, num_stages: int = 2, title: str | None = None) -> Any:

@@ -20,7 +20,7 @@ from llmlab.analysis.hardware import PRESETS, get_hardware
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch07 import plot_roofline
-from llmlab.course.widgets._show import control, explorer
+from llmlab.course.widgets._show import control, defaults, explorer
 
 M = catalog("widgets.roofline")
 
@@ -47,6 +47,14 @@ class RooflineSummary:
     compute_time: float  # seconds
 
 
+def _check_dtype(dtype: str) -> None:
+    """A ValueError naming `dtype` and the ones `DTYPE_BYTES` holds, where it holds no `dtype`."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(
+            M("roofline_summary.dtype_must_one", dtypes=sorted(DTYPE_BYTES), dtype=dtype)
+        )
+
+
 def roofline_summary(
     hardware: str = "H100-SXM",
     model: str = "llama-3-70b",
@@ -55,14 +63,7 @@ def roofline_summary(
     context: int = 1024,
 ) -> RooflineSummary:
     """One decode step of `model` (weights and KV cache in `dtype`) on `hardware`'s roof."""
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(
-            M(
-                "roofline_summary.dtype_must_one",
-                dtypes=sorted(DTYPE_BYTES),
-                dtype=dtype,
-            )
-        )
+    _check_dtype(dtype)
     hw = get_hardware(hardware)
     cfg = get_config(model)
     p = roofline.place(roofline.decode_step(cfg, batch, context, DTYPE_BYTES[dtype]), hw, dtype)
@@ -101,39 +102,34 @@ def roofline_text(s: RooflineSummary) -> str:
     )
 
 
-def plot_roofline_explorer(
-    hardware: str = "H100-SXM",
-    model: str = "llama-3-70b",
-    dtype: str = "bf16",
-    batch: int = 1,
-    context: int = 1024,
-) -> Any:
-    """The device's roof with the decode step (and its GEMV and attention parts) placed on it."""
-    import matplotlib.pyplot as plt
-
-    s = roofline_summary(hardware, model, dtype, batch, context)
-    cfg = get_config(model)
-    nbytes = DTYPE_BYTES[dtype]
+def plot_roofline_explorer(**setting: Any) -> Any:
+    """The device's roof with the decode step (and its GEMV and attention parts) placed on it, at
+    `setting` (the arguments of `roofline_summary`; its defaults for those not given)."""
+    setting = defaults(roofline_summary) | setting
+    s = roofline_summary(**setting)
+    cfg, batch, context, nbytes = get_config(s.model), s.batch, s.context, DTYPE_BYTES[s.dtype]
     ops = [
         roofline.decode_step(cfg, batch, context, nbytes),
         roofline.decode_gemv(cfg, batch, nbytes),
         roofline.decode_attention(cfg, batch, context, nbytes),
     ]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    plot_roofline(
-        [hardware],
-        dtype=dtype,
-        ops=ops,
-        ax=ax,
-        title=M(
-            "plot_roofline_explorer.batch_context_ms",
-            model=model,
-            batch=batch,
-            context=context,
-            step_floor_ms=s.step_floor * 1e3,
-            bound=s.bound,
-        ),
+    title = M(
+        "plot_roofline_explorer.batch_context_ms",
+        model=s.model,
+        batch=batch,
+        context=context,
+        step_floor_ms=s.step_floor * 1e3,
+        bound=s.bound,
     )
+    return _on_the_roof(setting["hardware"], s.dtype, ops, title)
+
+
+def _on_the_roof(hardware: str, dtype: str, ops: list, title: str) -> Any:
+    """A new figure: the roof of the preset `hardware` in `dtype`, `ops` placed on it."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    plot_roofline([hardware], dtype=dtype, ops=ops, ax=ax, title=title)
     return fig
 
 
@@ -165,22 +161,31 @@ def _no_peak(hardware: str, dtype: str, **_: Any) -> str | None:
     )
 
 
-def roofline_explorer(
-    hardware: str = "H100-SXM",
-    model: str = "llama-3-70b",
-    dtype: str = "bf16",
-    batch: int = 1,
-    context: int = 1024,
-) -> Any:
-    """Sliders for the roofline explorer; the result line updates on every change."""
+def roofline_explorer(**setting: Any) -> Any:
+    """Sliders for the roofline explorer, starting at `setting` (the arguments of
+    `roofline_summary`; its defaults for those not given); the result line updates on every
+    change."""
+    start = defaults(roofline_summary) | setting
     # one by one, so the batch where the bound changes can be found exactly; redrawn on release
     steps = dict(step=1, continuous_update=False)
-    controls = _roof_controls(hardware, model, dtype) | {
+    controls = _roof_controls(start["hardware"], start["model"], start["dtype"]) | {
         "batch": control(
-            "IntSlider", batch, description="batch", width="90px", min=1, max=MAX_BATCH, **steps
+            "IntSlider",
+            start["batch"],
+            description="batch",
+            width="90px",
+            min=1,
+            max=MAX_BATCH,
+            **steps,
         ),
         "context": control(
-            "IntSlider", context, M("roofline_explorer.context"), "90px", min=1, max=32768, **steps
+            "IntSlider",
+            start["context"],
+            M("roofline_explorer.context"),
+            "90px",
+            min=1,
+            max=32768,
+            **steps,
         ),
     }
     return explorer(
@@ -218,14 +223,7 @@ def prefill_summary(
 ) -> PrefillSummary:
     """A prefill of `prompt_len` tokens (one prompt) of `model` on `hardware`'s roof, beside the
     decode step that follows it."""
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(
-            M(
-                "roofline_summary.dtype_must_one",
-                dtypes=sorted(DTYPE_BYTES),
-                dtype=dtype,
-            )
-        )
+    _check_dtype(dtype)
     hw, cfg, nbytes = get_hardware(hardware), get_config(model), DTYPE_BYTES[dtype]
     p = roofline.place(roofline.prefill_step(cfg, prompt_len, dtype_bytes=nbytes), hw, dtype)
     d = roofline.place(roofline.decode_step(cfg, 1, prompt_len + 1, nbytes), hw, dtype)
@@ -260,44 +258,36 @@ def prefill_text(s: PrefillSummary) -> str:
     )
 
 
-def plot_prefill_explorer(
-    hardware: str = "H100-SXM", model: str = "llama-3-8b", dtype: str = "bf16", prompt_len: int = 16
-) -> Any:
-    """The device's roof with the prefill and the decode step after it placed on it."""
-    import matplotlib.pyplot as plt
-
-    s = prefill_summary(hardware, model, dtype, prompt_len)
-    cfg, nbytes = get_config(model), DTYPE_BYTES[dtype]
+def plot_prefill_explorer(**setting: Any) -> Any:
+    """The device's roof with the prefill and the decode step after it placed on it, at `setting`
+    (the arguments of `prefill_summary`; its defaults for those not given)."""
+    setting = defaults(prefill_summary) | setting
+    s = prefill_summary(**setting)
+    cfg, prompt_len, nbytes = get_config(s.model), s.prompt_len, DTYPE_BYTES[s.dtype]
     ops = [
         roofline.prefill_step(cfg, prompt_len, dtype_bytes=nbytes),
         roofline.decode_step(cfg, 1, prompt_len + 1, nbytes),
     ]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    plot_roofline(
-        [hardware],
-        dtype=dtype,
-        ops=ops,
-        ax=ax,
-        title=M(
-            "plot_prefill_explorer.token_prefill_ms",
-            model=model,
-            prompt_len=prompt_len,
-            floor_ms=s.floor * 1e3,
-            bound=s.bound,
-        ),
+    title = M(
+        "plot_prefill_explorer.token_prefill_ms",
+        model=s.model,
+        prompt_len=prompt_len,
+        floor_ms=s.floor * 1e3,
+        bound=s.bound,
     )
-    return fig
+    return _on_the_roof(setting["hardware"], s.dtype, ops, title)
 
 
-def prefill_explorer(
-    hardware: str = "H100-SXM", model: str = "llama-3-8b", dtype: str = "bf16", prompt_len: int = 16
-) -> Any:
-    """Sliders for a prefill on the roof; the result line updates on every change."""
-    controls = _roof_controls(hardware, model, dtype) | {
+def prefill_explorer(**setting: Any) -> Any:
+    """Sliders for a prefill on the roof, starting at `setting` (the arguments of
+    `prefill_summary`; its defaults for those not given); the result line updates on every
+    change."""
+    start = defaults(prefill_summary) | setting
+    controls = _roof_controls(start["hardware"], start["model"], start["dtype"]) | {
         # one token at a time, so the prompt length where the bound changes can be found exactly
         "prompt_len": control(
             "IntSlider",
-            prompt_len,
+            start["prompt_len"],
             M("prefill_explorer.prompt_tokens"),
             "90px",
             min=1,
