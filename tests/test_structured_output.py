@@ -440,8 +440,9 @@ def test_a_grammar_is_charged_at_least_what_xgrammar_counts(real_model):
 @pytest.mark.slow
 def test_resident_memory_after_many_large_grammars_stays_within_the_cache_bound(real_model):
     """Large regexes (8.3 MB resident each, 6.6 MB by xgrammar's count) through the server's
-    compile workers into a 32 MB cache: the process grows by no more than the bound. Charged
-    by xgrammar's count alone, a 64 MB cache grew it 75 MB after 11 such grammars."""
+    compile workers into a 60 MB cache: the process grows by no more than the bound (55 MB
+    here). Charged by xgrammar's count alone, with glibc's default settings, a 64 MB cache grew
+    it by 71 MB after 12 such grammars."""
     import asyncio
 
     from llmlab.sampling.structured_output import release_freed_memory, resident_bytes
@@ -449,9 +450,9 @@ def test_resident_memory_after_many_large_grammars_stays_within_the_cache_bound(
 
     _, tokenizer = real_model
     mgr = StructuredOutputManager(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
-    bound = 32 * 2**20
+    bound = 60 * 2**20
     mgr.set_limits(cache_limit_bytes=bound)
-    specs = [SO(regex=f"[a-z ]{{{20 + i},{200 + i}}}[0-9]{{1,{30 + i}}}") for i in range(9)]
+    specs = [SO(regex=f"[a-z ]{{{20 + i},{200 + i}}}[0-9]{{1,{30 + i}}}") for i in range(13)]
 
     async def compile_all() -> int:
         pool = GrammarCompilePool(mgr.info, GrammarLimits(workers=1, compile_timeout_s=60))
@@ -468,8 +469,8 @@ def test_resident_memory_after_many_large_grammars_stays_within_the_cache_bound(
             pool.close()
 
     grew = asyncio.run(compile_all())
-    assert 2 <= mgr.cache_size < 8  # it did evict
-    assert grew <= bound, f"grew {grew / 2**20:.0f} MB"
+    assert 2 <= mgr.cache_size < 12  # it did evict
+    assert grew <= bound, f"grew {grew / 2**20:.1f} MB, charged {mgr.cache_bytes / 2**20:.1f} MB"
 
 
 class CpuBurningMatcher:

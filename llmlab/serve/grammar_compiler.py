@@ -44,7 +44,7 @@ from typing import Any
 from llmlab.sampling.grammar import compile_spec
 from llmlab.sampling.structured_output import (
     StructuredOutputsParams,
-    map_large_blocks_apart,
+    make_freed_memory_returnable,
     release_freed_memory,
     resident_bytes,
     resident_cost,
@@ -308,7 +308,7 @@ class GrammarCompilePool:
         import xgrammar as xgr
 
         self.xgr, self.info, self.limits = xgr, info, limits
-        map_large_blocks_apart()  # so that an evicted grammar's memory goes back whole
+        make_freed_memory_returnable()  # so that an evicted grammar's memory goes back
         info_json = info.serialize_json()
         self.workers = [
             GrammarWorker(info_json, limits.worker_memory_mb) for _ in range(limits.workers)
