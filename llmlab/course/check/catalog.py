@@ -108,7 +108,12 @@ class Catalog:
     def texts(self, section: str, names: tuple[str, ...]) -> Texts:
         """{name: the entry "<section>.<name>" in the language in use} for each of `names`: the
         options of a multiple-choice exercise, or its hint per wrong option."""
-        return Texts(self, {name: f"{section}.{name}" for name in names})
+        return self.table({name: f"{section}.{name}" for name in names})
+
+    def table(self, keys: Mapping[str, str]) -> Texts:
+        """`keys` ({answer: key of this catalog}) read as {answer: text in the language in use}:
+        an exercise's hint per wrong answer, held as keys by its checker."""
+        return Texts(self, keys)
 
     def by_english(self, text: str, section: str) -> str:
         """The entry of `section` (the keys "<section>.…") whose English is `text`, in the

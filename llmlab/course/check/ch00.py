@@ -122,7 +122,7 @@ def number_kinds(answer: Any) -> CheckResult:
         answer,
         dict(_NUMBER_KIND),
         choices=NUMBER_KINDS,
-        hints={k: M(v) for k, v in _NUMBER_HINTS.items()},
+        hints=M.table(_NUMBER_HINTS),
         success=M("number_kinds.success"),
     )
 
@@ -244,7 +244,7 @@ def symptom_to_chapter(answer: Any) -> CheckResult:
         answer,
         dict(_SYMPTOM_CHAPTERS),
         choices=CHAPTER_CHOICES,
-        hints={k: M(v) for k, v in _SYMPTOM_HINTS.items()},
+        hints=M.table(_SYMPTOM_HINTS),
         success=M("symptom_to_chapter.success"),
     )
 

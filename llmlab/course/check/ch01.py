@@ -315,7 +315,7 @@ def vocab_tradeoff(answer: Any) -> CheckResult:
         answer,
         dict(_EFFECTS_RIGHT),
         choices=CHANGES,
-        hints={k: M(v) for k, v in _EFFECTS_HINTS.items()},
+        hints=M.table(_EFFECTS_HINTS),
         success=M("vocab_tradeoff.success"),
     )
 

@@ -72,15 +72,14 @@ def write_before_read(answer: Any) -> CheckResult:
         answer,
         "token_misses_itself",
         options=list(ORDER_OPTIONS),
-        hints={k: M(v) for k, v in _ORDER_HINTS.items()},
+        hints=M.table(_ORDER_HINTS),
     )
 
 
 def cache_reads(answer: Any) -> CheckResult:
     """A decode step at a long context (many tokens already cached) against one at a short context:
     which step(s) of STEPS take longer? A name or a list of names."""
-    hints = {k: M(v) for k, v in _NO_CACHE.items()}
-    hints["qkv_projection"] = M("cache_reads.projections_compute_token")
+    hints = {**M.table(_NO_CACHE), "qkv_projection": M("cache_reads.projections_compute_token")}
     return check_choice("ch05.cache_reads", answer, {"attention"}, options=STEPS, hints=hints)
 
 

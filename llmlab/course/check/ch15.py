@@ -133,7 +133,7 @@ def forbidden_next(answer: Any) -> CheckResult:
         answer,
         "c",
         options=list(NEXT_OPTIONS),
-        hints={k: M(v) for k, v in _NEXT_HINTS.items()},
+        hints=M.table(_NEXT_HINTS),
     )
 
 
@@ -185,7 +185,7 @@ def why_vllm_hides_it(answer: Any) -> CheckResult:
         answer,
         "overlap",
         options=list(HIDDEN_OPTIONS),
-        hints={k: M(v) for k, v in _HIDDEN_HINTS.items()},
+        hints=M.table(_HIDDEN_HINTS),
     )
 
 

@@ -21,7 +21,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from llmlab.course.check.catalog import catalog
 from llmlab.i18n import tr
@@ -307,7 +307,7 @@ def check_choice(
     correct: set[str] | str,
     *,
     options: list[str],
-    hints: dict[str, str] | None = None,
+    hints: Mapping[str, str] | None = None,
 ) -> CheckResult:
     """A multiple-choice answer (case-insensitive letter or option text)."""
     if answer is None:
@@ -380,9 +380,9 @@ def check_matching(
     right: dict[str, str | frozenset[str]],
     *,
     choices: tuple[str, ...],
-    hints: dict[str, str],
+    hints: Mapping[str, str],
     success: str | None = None,
-    why_wrong: dict[str, str] | None = None,
+    why_wrong: Mapping[str, str] | None = None,
 ) -> CheckResult:
     """A dict answer pairing each key of `right` with one of `choices`.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import types
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -286,7 +286,7 @@ def _check_set(
     answer: Any,
     options: tuple[str, ...],
     right: frozenset[str],
-    why_wrong: dict[str, str],
+    why_wrong: Mapping[str, str],
     *,
     missing: str,
     success: str,

@@ -179,7 +179,7 @@ def gqa_consequences(answer: Any) -> CheckResult:
         answer,
         GQA_OPTIONS,
         _GQA_RIGHT,
-        {k: M(v) for k, v in _GQA_WHY.items()},
+        M.table(_GQA_WHY),
         missing=M("gqa_consequences.missing"),
         success=M("gqa_consequences.success"),
     )
@@ -290,7 +290,7 @@ def rope_relative(answer: Any) -> CheckResult:
         answer,
         RELATIVE_OPTIONS,
         _RELATIVE_RIGHT,
-        {k: M(v) for k, v in _RELATIVE_WHY.items()},
+        M.table(_RELATIVE_WHY),
         missing=M("rope_relative.missing"),
         success=M("rope_relative.success"),
     )

@@ -178,5 +178,5 @@ def why_crossover_grows(answer: Any) -> CheckResult:
         answer,
         "kv_bytes_per_sequence",
         options=list(CROSSOVER_OPTIONS),
-        hints={key: M(pair) for key, pair in CROSSOVER_WHY_WRONG.items()},
+        hints=M.table(CROSSOVER_WHY_WRONG),
     )

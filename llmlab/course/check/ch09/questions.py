@@ -107,7 +107,7 @@ def dp_at_low_load(answer: Any) -> CheckResult:
         answer,
         "c",
         options=list(DP_OPTIONS),
-        hints={option: M(key) for option, key in DP_HINTS.items()},
+        hints=M.table(DP_HINTS),
     )
 
 

@@ -336,8 +336,8 @@ def source_q4(answer: Any) -> CheckResult:
         answer,
         Q4_ACCEPT,
         choices=Q4_METRICS,
-        hints={key: M(pair) for key, pair in Q4_HINTS.items()},
-        why_wrong={key: M(pair) for key, pair in Q4_WHY_WRONG.items()},
+        hints=M.table(Q4_HINTS),
+        why_wrong=M.table(Q4_WHY_WRONG),
         success=M("source_q4.success"),
     )
 

@@ -193,8 +193,8 @@ def source_q5(answer: Any) -> CheckResult:
         answer,
         Q5_ACCEPTED,
         choices=Q5_CONCEPTS,
-        hints={key: M(pair) for key, pair in _Q5_HINTS.items()},
-        why_wrong={key: M(pair) for key, pair in _Q5_WHY_WRONG.items()},
+        hints=M.table(_Q5_HINTS),
+        why_wrong=M.table(_Q5_WHY_WRONG),
         success=M("source_q5.success"),
     )
 
@@ -395,5 +395,5 @@ def ratio_reason(answer: Any) -> CheckResult:
         answer,
         set(RATIO_CORRECT),
         options=sorted(RATIO_OPTIONS),
-        hints={key: M(pair) for key, pair in _RATIO_HINTS.items()},
+        hints=M.table(_RATIO_HINTS),
     )

@@ -204,6 +204,6 @@ def q5_fresh_case(answer: Any) -> CheckResult:
         answer,
         dict(Q5_ACCEPTED),
         choices=Q5_CONCEPTS,
-        hints={k: M(v) for k, v in _Q5_HINTS.items()},
+        hints=M.table(_Q5_HINTS),
         success=M("q5_fresh_case.success"),
     )

@@ -111,8 +111,8 @@ def vllm_fixes(answer: Any) -> CheckResult:
         answer,
         _FIX_RIGHT,
         choices=FIXES,
-        hints={key: M(msg) for key, msg in _FIX_HINTS.items()},
-        why_wrong={key: M(msg) for key, msg in _FIX_WHY.items()},
+        hints=M.table(_FIX_HINTS),
+        why_wrong=M.table(_FIX_WHY),
         success=M("vllm_fixes.success"),
     )
 
@@ -171,8 +171,8 @@ def symptoms(answer: Any) -> CheckResult:
         answer,
         _SYMPTOM_RIGHT,
         choices=CAUSES,
-        hints={key: M(msg) for key, msg in _SYMPTOM_HINTS.items()},
-        why_wrong={key: M(msg) for key, msg in _SYMPTOM_WHY.items()},
+        hints=M.table(_SYMPTOM_HINTS),
+        why_wrong=M.table(_SYMPTOM_WHY),
         success=M("symptoms.success"),
     )
 
