@@ -61,6 +61,12 @@ class Use:
     catalog: str  # "ch04"
     key: str | None  # None: not a literal (a key taken from a table of M.key(...))
     keywords: frozenset[str] | None  # the placeholders a call fills; None: not a formatting call
+    optional: bool = False  # read by a question decorator where the catalog holds it unfilled
+
+
+# The texts `llmlab.course.check.question`'s decorators read by the question's name, where the
+# catalog holds them: {decorator: the suffixes of "<name>.<suffix>"}.
+IMPLICIT_KEYS = {"numeric": ("default_hint", "formula"), "matching": ("success",)}
 
 
 def uses(source: str, name: str) -> list[Use]:
@@ -77,7 +83,7 @@ def uses(source: str, name: str) -> list[Use]:
             (arg,) = node.value.args
             for target in node.targets:
                 bound[target.id] = arg.value
-    found = []
+    found = implicit_uses(tree, name)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -124,6 +130,23 @@ def uses(source: str, name: str) -> list[Use]:
     return found
 
 
+def implicit_uses(tree: ast.Module, name: str) -> list[Use]:
+    """The keys a question decorator reads by the question's name, in the catalog of the
+    module's chapter ("ch09/questions" -> "ch09"); filled with no values."""
+    chapter = re.match(r"ch\d\d", name)
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or chapter is None:
+            continue
+        for deco in node.decorator_list:
+            kind = getattr(getattr(deco, "func", None), "id", None)
+            found += [
+                Use(f"{name}.py:{node.lineno}", chapter[0], f"{node.name}.{s}", frozenset(), True)
+                for s in IMPLICIT_KEYS.get(kind, ())
+            ]
+    return found
+
+
 def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]:
     """What is wrong between checker `sources` ({module name: source}) and `catalogs`."""
     out = []
@@ -142,6 +165,10 @@ def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]
                     out.append(f"{use.where}: no section {use.key[:-2]!r} in {cat.path.name}")
                 used[use.catalog] |= section
                 continue
+            if use.optional and (
+                use.key not in cat.entries or placeholders(cat.entries[use.key]["en"])
+            ):
+                continue  # not there, or to be filled: the question gives it itself
             used[use.catalog].add(use.key)
             if use.key not in cat.entries:
                 out.append(f"{use.where}: {use.key!r} is not in {cat.path.name}")

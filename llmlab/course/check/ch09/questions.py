@@ -13,14 +13,13 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
-    check_choice,
     check_dict_keys,
-    check_number,
     not_yet,
     passed,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 from llmlab.parallel import pp
 
 M = catalog("ch09")
@@ -99,28 +98,21 @@ DP_HINTS = {  # keys of the chapter's catalog
 }
 
 
-def dp_at_low_load(answer: Any) -> CheckResult:
+@choice(DP_OPTIONS, DP_HINTS)
+def dp_at_low_load() -> str:
     """Requests arrive at a rate one replica (Llama-3-8B on one H100, continuous batching) serves
     comfortably. What does a second replica behind a round-robin router do? One letter of DP_OPTIONS."""
-    return check_choice(
-        "ch09.dp_at_low_load",
-        answer,
-        "c",
-        options=list(DP_OPTIONS),
-        hints=M.table(DP_HINTS),
-    )
+    return "c"
 
 
-def allreduces_per_forward(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def allreduces_per_forward() -> Expected:
     """How many all-reduces does one forward pass of SmolLM2-135M make under TP=2 in
     `llmlab.parallel.tp` (embedding and LM head replicated)? Count each collective once."""
     layers = get_config(ALLREDUCE_MODEL).num_hidden_layers
     expected = 2 * layers
-    return check_number(
-        "ch09.allreduces_per_forward",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (layers, M("allreduces_per_forward.one_per_layer")),
             (2 * expected, M("allreduces_per_forward.per_rank")),
@@ -128,8 +120,6 @@ def allreduces_per_forward(answer: Any) -> CheckResult:
             (expected + 2, M("allreduces_per_forward.replicated")),
             (4 * layers, M("allreduces_per_forward.column_parallel")),
         ],
-        default_hint=M("allreduces_per_forward.default_hint"),
-        formula=M("allreduces_per_forward.formula"),
     )
 
 
@@ -161,16 +151,14 @@ def parallel_style(answer: Any) -> CheckResult:
     return report(not_yet(ex, staged(ex, first, then)))
 
 
-def bubble_fraction(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def bubble_fraction() -> Expected:
     """A pipeline of BUBBLE_P equal stages runs BUBBLE_M micro-batches (forward only, free
     communication). What fraction of the time is each stage idle? (a fraction, not %)"""
     p, m = BUBBLE_P, BUBBLE_M
     expected = pp.theoretical_bubble(p, m)
-    return check_number(
-        "ch09.bubble_fraction",
-        answer,
+    return Expected(
         expected,
-        rel=1e-3,
         mistakes=[
             ((p - 1) / m, M("bubble_fraction.m_slots")),
             ((p - 1) / (m + p), M("bubble_fraction.count_again")),
@@ -178,8 +166,6 @@ def bubble_fraction(answer: Any) -> CheckResult:
             (100 * expected, M("bubble_fraction.percentage")),
             (m / (m + p - 1), M("bubble_fraction.busy")),
         ],
-        default_hint=M("bubble_fraction.default_hint"),
-        formula=M("bubble_fraction.formula"),
     )
 
 
@@ -190,7 +176,8 @@ def _ring_expected() -> tuple[float, float, parallel_cost.Interconnect]:
     return parallel_cost.ring_all_reduce_time(nbytes, RING_TP, link), nbytes, link
 
 
-def ring_all_reduce_us(answer: Any) -> CheckResult:
+@numeric(rel=0.01)
+def ring_all_reduce_us() -> Expected:
     """One TP all-reduce of Llama-3-70B's hidden states for a decode batch of RING_BATCH
     sequences (BF16) over RING_TP GPUs on PCIe 5.0 x16 (`llmlab.analysis.parallel_cost.get_interconnect
     ("pcie")`: bandwidth one way, α per ring step). Its time in microseconds, by the ring formula?"""
@@ -198,12 +185,8 @@ def ring_all_reduce_us(answer: Any) -> CheckResult:
     p = RING_TP
     steps = 2 * (p - 1)
     alpha = steps * link.latency  # the latency term, seconds
-    expected = expected_s * 1e6
-    return check_number(
-        "ch09.ring_all_reduce_us",
-        answer,
-        expected,
-        rel=0.01,
+    return Expected(
+        expected_s * 1e6,
         mistakes=[
             (
                 (alpha + steps / p * nbytes / (2 * link.bandwidth)) * 1e6,
@@ -218,8 +201,6 @@ def ring_all_reduce_us(answer: Any) -> CheckResult:
             (expected_s, M("ring_all_reduce_us.seconds")),
             (expected_s * 1e3, M("ring_all_reduce_us.milliseconds")),
         ],
-        default_hint=M("ring_all_reduce_us.default_hint"),
-        formula=M("ring_all_reduce_us.formula"),
     )
 
 
@@ -229,7 +210,8 @@ def _step_s(tp: int) -> float:
     ).total
 
 
-def best_tp_long_context(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def best_tp_long_context() -> Expected:
     """With the explorer: Llama-3-70B decode over PCIe at batch LONG_BATCH and context
     LONG_CONTEXT. Which TP degree of TP_DEGREES gives the shortest step?"""
     times = {t: _step_s(t) for t in TP_DEGREES}
@@ -250,14 +232,8 @@ def best_tp_long_context(answer: Any) -> CheckResult:
         for t in TP_DEGREES
         if t not in (best, short, 1)
     ]
-    return check_number(
-        "ch09.best_tp_long_context",
-        answer,
-        best,
-        rel=1e-9,
-        mistakes=mistakes,
-        default_hint=M("best_tp_long_context.default_hint", degrees=list(TP_DEGREES)),
-    )
+    hint = M("best_tp_long_context.default_hint", degrees=list(TP_DEGREES))
+    return Expected(best, mistakes, default_hint=hint)
 
 
 # Exercise 6: where the source chapter's rule of thumb ("TP = the GPUs of one machine") meets a
