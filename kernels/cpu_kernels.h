@@ -1,6 +1,6 @@
 /* Every entry point of the CPU kernel library: those Python calls through ctypes
- * (llmlab/ops/cpu_library.py keeps their signatures in one table, SIGNATURES, which a test
- * checks against this header), and those one kernel file calls in another (the fused decode
+ * (llmlab/ops/cpu_library.py reads their signatures from this header, the one place they are
+ * written), and those one kernel file calls in another (the fused decode
  * layer in cpu_layer.c runs the GEMV rows of cpu_gemv.c and the attention work unit of
  * cpu_attention.c inside its own parallel region). Every file includes this header, so the
  * compiler checks each definition against it. */

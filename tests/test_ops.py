@@ -1395,41 +1395,47 @@ def test_grouped_attention_equals_the_readable_path_on_mixed_steps():
         torch.testing.assert_close(out, readable, atol=1e-5, rtol=1e-5)
 
 
-def _header_signatures() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """The prototypes of `kernels/cpu_kernels.h`, in the words of `cpu_library.SIGNATURES`."""
+PLANTED_HEADER = """
+/* called from Python */
+int llmlab_a(const float *x, int64_t n,
+             const void *w, float s);
+void llmlab_b(void);
+/* called from another kernel file */
+void llmlab_c(int64_t n);
+"""
+
+
+def test_ctypes_signatures_are_read_from_the_c_header():
+    """The library's argument types come from `kernels/cpu_kernels.h`'s "called from Python"
+    section (a prototype over several lines, `f(void)`), not from kernels only C calls; a type
+    ctypes is not told of is refused (it would pass garbage to C without any error); and every
+    function the package calls is declared there."""
+    import ctypes
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "kernels" / "cpu_kernels.h").read_text()
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    found = {}
-    for ret, name, args in re.findall(r"\b(int|void)\s+(llmlab_\w+)\s*\(([^)]*)\)\s*;", text):
-        kinds = []
-        for arg in args.split(","):
-            arg = " ".join(arg.split())
-            if arg == "void":  # f(void): no arguments
-                continue
-            if "*" in arg:
-                kinds.append("ptr")
-            elif arg.startswith("int64_t"):
-                kinds.append("i64")
-            elif arg.startswith("float"):
-                kinds.append("f32")
-            else:
-                kinds.append(f"? {arg}")
-        found[name] = (ret, tuple(kinds))
-    return found
-
-
-def test_ctypes_signatures_match_the_c_header():
-    """Every function Python calls is declared in the header with exactly the argument kinds
-    the ctypes table gives it (a wrong table would pass garbage to C without any error)."""
     from llmlab.ops import cpu_library
 
-    header = _header_signatures()
-    assert set(cpu_library.SIGNATURES) <= set(header), (
-        f"not declared in cpu_kernels.h: {set(cpu_library.SIGNATURES) - set(header)}"
-    )
-    for name, sig in cpu_library.SIGNATURES.items():
-        assert header[name] == sig, f"{name}: header {header[name]}, ctypes table {sig}"
-    assert {"llmlab_gemv_rows", "llmlab_attention_unit"} <= set(header)  # the parser sees all
+    read = cpu_library.python_signatures(PLANTED_HEADER)
+    assert read == {
+        "llmlab_a": (
+            ctypes.c_int,
+            [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float],
+        ),
+        "llmlab_b": (None, []),
+    }
+    with pytest.raises(ValueError, match="llmlab_d"):
+        cpu_library.python_signatures(
+            PLANTED_HEADER.replace("void llmlab_b(void)", "void llmlab_d(double x)")
+        )
+    with pytest.raises(ValueError, match="called from Python"):
+        cpu_library.python_signatures("void llmlab_b(void);")
+    root = Path(__file__).resolve().parents[1]
+    declared = cpu_library.python_signatures((root / "kernels" / "cpu_kernels.h").read_text())
+    called = {
+        name
+        for path in (root / "llmlab").rglob("*.py")
+        for name in re.findall(r"\.(llmlab_\w+)\(", path.read_text())
+    }
+    assert {"llmlab_paged_attention", "llmlab_decode_layer", "llmlab_packed_gemm"} <= called
+    assert called <= set(declared), f"called but not declared for Python: {called - set(declared)}"

@@ -4,9 +4,8 @@ The C files include no torch header: on first use they are compiled with the sys
 (`cc -O3 -march=native -fopenmp`, under a second) into `$LLMLAB_CACHE/cpu_kernels/<hash>/`
 (default `~/.cache/llmlab`), keyed by the source, the compiler and this CPU, never into the
 repository; later processes reuse the library. It is loaded with ctypes and called with raw
-pointers, with the signatures of `SIGNATURES` (a test checks them against
-`kernels/cpu_kernels.h`). OpenMP runs in the runtime PyTorch already loaded (the same
-`libgomp.so.1`), so `torch.set_num_threads` governs it too. Without a C compiler `available()`
+pointers, with the signatures `kernels/cpu_kernels.h` declares (read by `python_signatures`).
+OpenMP runs in the runtime PyTorch already loaded (the same `libgomp.so.1`), so `torch.set_num_threads` governs it too. Without a C compiler `available()`
 says why and every kernel raises a RuntimeError.
 
 Who calls it: `llmlab.ops.cpu_backend` (attention, a decoder layer's elementwise steps, the fused
@@ -20,6 +19,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -50,99 +50,34 @@ FALLBACK_FLAGS = (
     ("-O3", "-fPIC", "-shared", "-std=gnu99", "-Wno-unknown-pragmas"),
 )
 
-# The library's Python entry points as ctypes sees them, in the words of `kernels/cpu_kernels.h`
-# (a test parses the header and checks this table against it): "ptr" is any pointer.
-_CTYPES = {
-    "void": None,
-    "int": ctypes.c_int,
-    "i64": ctypes.c_int64,
-    "f32": ctypes.c_float,
-    "ptr": ctypes.c_void_p,
-}
-SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "llmlab_paged_attention": (
-        "int",
-        (
-            "ptr",
-            "i64",
-            "i64",
-            "ptr",
-            "ptr",
-            "ptr",
-            "i64",
-            "ptr",
-            "ptr",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "f32",
-            "i64",
-            "f32",
-            "f32",
-            "ptr",
-        ),
-    ),
-    "llmlab_reshape_and_cache": (
-        "void",
-        ("ptr", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64"),
-    ),
-    "llmlab_rms_norm": (
-        "void",
-        ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "f32"),
-    ),
-    "llmlab_silu_mul": ("void", ("ptr", "i64", "ptr", "i64", "ptr", "i64", "i64")),
-    "llmlab_rope": ("void", ("ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64")),
-    "llmlab_gemv": ("void", ("ptr", "ptr", "ptr", "ptr", "i64", "i64")),
-    "llmlab_decode_layer": (
-        "int",
-        (
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "f32",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "i64",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "ptr",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "i64",
-            "f32",
-        ),
-    ),
-    "llmlab_qgemm": (
-        "void",
-        ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64"),
-    ),
-    "llmlab_pack_weight": ("void", ("ptr", "i64", "i64", "i64", "ptr")),
-    "llmlab_packed_gemm": (
-        "int",
-        ("ptr", "i64", "ptr", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64"),
-    ),
-    "llmlab_time_layer_phases": ("void", ("ptr",)),
-    "llmlab_isa": ("int", ()),
-    "llmlab_set_isa_cap": ("void", ("i64",)),
-}
+# The C types of the header's prototypes as ctypes sees them (any pointer is a void pointer).
+_CTYPES = {"void": None, "int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
+# The part of `kernels/cpu_kernels.h` that declares what Python calls.
+_PYTHON_SECTION = re.compile(r"/\* called from Python \*/(.*?)/\* called from another", re.S)
+_PROTOTYPE = re.compile(r"\b(int|void)\s+(llmlab_\w+)\s*\(([^)]*)\)\s*;")
+
+
+def python_signatures(header: str) -> dict[str, tuple[object, list[object]]]:
+    """{name: (ctypes restype, [ctypes argtypes])} of each function the header `header` declares
+    under "called from Python": the header is the one place the signatures are written, and a
+    type ctypes is not told about is refused rather than passed as garbage."""
+    section = _PYTHON_SECTION.search(header)
+    if section is None:
+        raise ValueError("header: no section /* called from Python */ ... /* called from another")
+    found = {}
+    for ret, name, args in _PROTOTYPE.findall(section[1]):
+        kinds = []
+        for arg in (" ".join(a.split()) for a in args.split(",")):
+            if "*" in arg:
+                kinds.append(ctypes.c_void_p)
+            elif arg != "void":  # f(void) takes nothing
+                kind = arg.removeprefix("const ").split(" ")[0]
+                if kind not in _CTYPES or kind == "void":
+                    raise ValueError(f"{name}: argument {arg!r} has a type ctypes is not told of")
+                kinds.append(_CTYPES[kind])
+        found[name] = (_CTYPES[ret], kinds)
+    return found
+
 
 _lib: ctypes.CDLL | None = None
 _error: str | None = None
@@ -221,10 +156,10 @@ def _build() -> ctypes.CDLL:
             )
         os.replace(tmp, path)
     lib = ctypes.CDLL(str(path))
-    for name, (restype, argtypes) in SIGNATURES.items():
+    header = (KERNELS_DIR / "cpu_kernels.h").read_text()
+    for name, (restype, argtypes) in python_signatures(header).items():
         fn = getattr(lib, name)
-        fn.restype = _CTYPES[restype]
-        fn.argtypes = [_CTYPES[a] for a in argtypes]
+        fn.restype, fn.argtypes = restype, argtypes
     return lib
 
 
