@@ -1432,10 +1432,11 @@ def test_ctypes_signatures_are_read_from_the_c_header():
         cpu_library.python_signatures("void llmlab_b(void);")
     root = Path(__file__).resolve().parents[1]
     declared = cpu_library.python_signatures((root / "kernels" / "cpu_kernels.h").read_text())
-    called = {
+    called = {  # lib.llmlab_x(...), and the matmuls called by name: _weight_matmul("qgemm", ...)
         name
         for path in (root / "llmlab").rglob("*.py")
         for name in re.findall(r"\.(llmlab_\w+)\(", path.read_text())
+        + ["llmlab_" + n for n in re.findall(r'_weight_matmul\(\s*"(\w+)"', path.read_text())]
     }
     assert {"llmlab_paged_attention", "llmlab_decode_layer", "llmlab_packed_gemm"} <= called
     assert called <= set(declared), f"called but not declared for Python: {called - set(declared)}"

@@ -45,11 +45,24 @@ def qgemm(
     in bfloat16 or int8 (then `scales`, per output row) widened inside the kernel
     (`kernels/cpu_quant.c`); one row runs the GEMV, more the tiled GEMM. x float32 with
     contiguous rows, K % 16 == 0 (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
-    lib = load_library()
+    out, _ = _weight_matmul("qgemm", x, weight, weight.shape[0], scales, bias)
+    return out
+
+
+def _weight_matmul(
+    name: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    out_features: int,
+    scales: torch.Tensor | None,
+    bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, int | None]:
+    """(float32 [T, out_features], the kernel's return code) of the C matmul `llmlab_<name>`:
+    `qgemm` on a [N, K] weight or `packed_gemm` on a packed one take the same arguments."""
     T, K = x.shape
-    out = torch.empty(T, weight.shape[0], dtype=torch.float32)
-    with traced("llmlab_cpu::qgemm"):
-        lib.llmlab_qgemm(
+    out = torch.empty(T, out_features, dtype=torch.float32)
+    with traced(f"llmlab_cpu::{name}"):
+        rc = getattr(load_library(), f"llmlab_{name}")(
             x.data_ptr(),
             x.stride(0),
             weight.data_ptr(),
@@ -58,10 +71,10 @@ def qgemm(
             None if bias is None else bias.data_ptr(),
             out.data_ptr(),
             T,
-            weight.shape[0],
+            out_features,
             K,
         )
-    return out
+    return out, rc
 
 
 def packed_weight_applies(weight: torch.Tensor) -> bool:
@@ -105,21 +118,7 @@ def packed_gemm(
     `pack_weight` (bf16, or int8 with `scales`): `vdpbf16ps` on x rounded to bf16, float32
     sums (`kernels/cpu_gemm.c`). x float32 with contiguous rows (the caller,
     `llmlab.model.cpu.CpuLinear`, checks)."""
-    T, K = x.shape
-    out = torch.empty(T, out_features, dtype=torch.float32)
-    with traced("llmlab_cpu::packed_gemm"):
-        rc = load_library().llmlab_packed_gemm(
-            x.data_ptr(),
-            x.stride(0),
-            packed.data_ptr(),
-            WEIGHT_TYPES[packed.dtype],
-            None if scales is None else scales.data_ptr(),
-            None if bias is None else bias.data_ptr(),
-            out.data_ptr(),
-            T,
-            out_features,
-            K,
-        )
+    out, rc = _weight_matmul("packed_gemm", x, packed, out_features, scales, bias)
     if rc != 0:
         raise RuntimeError(
             "cpu_gemm.c refused the packed matmul: no AVX-512 BF16 here (the weight was packed "
