@@ -45,16 +45,12 @@ void llmlab_rope(const float *x, int64_t x_stride, const float *cos, const float
 void llmlab_gemv(const float *x, const float *W, const float *bias, float *y, int64_t N,
                  int64_t K);
 
-int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const float *ln1,
-                        const float *ln2, float eps, const void *w_qkv, const float *b_qkv,
-                        const void *w_o, const void *w_gate_up, const void *w_down,
-                        int64_t wtype, const float *s_qkv, const float *s_o,
-                        const float *s_gate_up, const float *s_down,
-                        const float *cos, const float *sin, float *key_cache,
-                        float *value_cache, const int64_t *slot, const int32_t *block_table,
-                        const int32_t *seq_len, int64_t block_size, int64_t hidden,
-                        int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
-                        float scale);
+int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, float *x_out,
+                         float *scratch, float eps, int64_t wtype, const float *cos,
+                         const float *sin, const int64_t *slot, const int32_t *block_table,
+                         const int32_t *seq_len, int64_t block_size, int64_t hidden,
+                         int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
+                         float scale);
 
 void llmlab_time_layer_phases(double *seconds);
 

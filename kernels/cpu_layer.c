@@ -8,13 +8,25 @@
  * (they are often views of a stacked matmul output), each row's elements contiguous.
  * Built with the other CPU kernels into one library (llmlab/ops/cpu_library.py).
  *
- * At the end, `llmlab_decode_layer`: a whole decoder layer for one token in one call, what a
+ * At the end, `llmlab_decode_layers`: a step's decoder layers for one token in one call, what a
  * batch-1 decode step runs (see there).
  */
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
 
 #include "cpu_kernels.h"
 #include "cpu_vec.h"
@@ -105,35 +117,7 @@ void llmlab_rope(const float *x, int64_t x_stride, const float *cos, const float
                  heads, D);
 }
 
-/* A whole decoder layer for ONE new token of one sequence (a batch-1 decode step), in one call.
- *
- * At batch 1 each layer streams ~14 MB of weights through four GEMVs, ~0.3 ms; driving the
- * same layer from Python as ~15 kernel calls (CpuDecoderLayer in llmlab/model_cpu.py) adds
- * ~0.1 ms of interpreter and dispatch time between them, a third of the step. vLLM removes
- * that launch overhead on a GPU by replaying a captured CUDA graph of the decode step; on a
- * CPU the equivalent is to run the layer's sequence of kernels from C. Same math, same
- * kernels, same order of float operations as that kernel-by-kernel path (so the results
- * are identical):
- *
- *   h = rms_norm(x) · ln1;  [q k v] = W_qkv h (+ b_qkv);  q, k = rope(q), rope(k)
- *   cache[slot] = k, v;     a = attention(q, cached K/V of positions < seq_len)
- *   x' = x + W_o a;         h = rms_norm(x') · ln2;  [g u] = W_gate_up h
- *   x_out = x' + W_down (silu(g) * u)
- *
- * One OpenMP parallel region: the GEMVs split their rows among the threads, attention its KV
- * heads; the region's barriers replace the kernel calls. A barrier is where threads wait for
- * each other (tens of microseconds to wake a sleeping one), so there are only the six the
- * data needs (after each of the four GEMVs, after attention, after SiLU x up): every thread
- * takes the RMSNorm of the row itself into its own copy, and each KV head's attention unit
- * first rotates its own query heads and key and writes its k and v into the cache.
- * x [hidden] (read), x_out [hidden] (written; not x), scratch: at least
- * 3 * heads * head_dim + 2 * kv_heads * head_dim + 3 * inter floats. W_qkv is q, k, v
- * stacked [heads*hd + 2*kv_heads*hd, hidden], W_gate_up [2*inter, hidden]; cos, sin [hd/2];
- * *slot (-1: do not cache), block_table and *seq_len (incl. this token) as for
- * llmlab_paged_attention. The four matrices are of type `wtype` (LLMLAB_W_F32, _BF16, or _INT8
- * with the s_* scales per output row; cpu_quant.c); the cache is float32. hidden, inter % 16
- * == 0; head_dim one of the attention kernel's sizes (the caller checks). Returns -1 if the attention kernel refused head_dim, else 0. */
-/* Seconds per phase of llmlab_decode_layer (LAYER_PHASES of llmlab/ops/cpu_backend.py), added
+/* Seconds per phase of llmlab_decode_layers (LAYER_PHASES of llmlab/ops/cpu_decode.py), added
  * into `seconds` while it is set, NULL to stop: how `bench decode_profile` splits a layer. The
  * calling thread (OpenMP's master) reads the clock after each barrier; off, a test per phase. */
 static double *phase_seconds = NULL;
@@ -146,6 +130,45 @@ static inline double wall_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* A barrier whose threads spin while they wait. Inside the fused layer every thread is back
+ * within microseconds (a phase is a few to a hundred microseconds long), so spinning is the right
+ * wait here whatever OMP_WAIT_POLICY says: OpenMP's own barrier under PASSIVE puts a waiting
+ * thread to sleep, and waking it costs tens of microseconds, six times a layer. A waiter that
+ * has spun SPIN_SECONDS yields its CPU every 128 pauses from then on, so on a machine with more
+ * threads than free cores the thread it waits for gets to run. `round` counts the barriers. */
+#define SPIN_SECONDS 50e-6
+typedef struct {
+    int arrived, round;
+} spin_barrier;
+
+static inline void spin_wait(spin_barrier *b, int threads) {
+    if (threads == 1) return;
+    const int round = __atomic_load_n(&b->round, __ATOMIC_ACQUIRE);
+    if (__atomic_add_fetch(&b->arrived, 1, __ATOMIC_ACQ_REL) == threads) {
+        __atomic_store_n(&b->arrived, 0, __ATOMIC_RELAXED);   /* the last one opens it */
+        __atomic_store_n(&b->round, round + 1, __ATOMIC_RELEASE);
+        return;
+    }
+    double deadline = 0.0;                                     /* set at the first look */
+    for (unsigned spins = 1; __atomic_load_n(&b->round, __ATOMIC_ACQUIRE) == round; spins++) {
+        if (spins % 128) {
+            CPU_RELAX();
+            continue;
+        }
+        const double now = wall_seconds();
+        if (deadline == 0.0) deadline = now + SPIN_SECONDS;
+        else if (now > deadline) sched_yield();
+    }
+}
+
+static inline int region_threads(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
 #define PHASE(i)                                                      \
     if (clock_out) {                                                  \
         _Pragma("omp master")                                         \
@@ -156,64 +179,138 @@ static inline double wall_seconds(void) {
         }                                                             \
     }
 
-int llmlab_decode_layer(const float *x, float *x_out, float *scratch, const float *ln1,
-                        const float *ln2, float eps, const void *w_qkv, const float *b_qkv,
-                        const void *w_o, const void *w_gate_up, const void *w_down,
-                        int64_t wtype, const float *s_qkv, const float *s_o,
-                        const float *s_gate_up, const float *s_down,
-                        const float *cos, const float *sin, float *key_cache,
-                        float *value_cache, const int64_t *slot, const int32_t *block_table,
-                        const int32_t *seq_len, int64_t block_size, int64_t hidden,
-                        int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
-                        float scale) {
-    const int64_t qw = heads * head_dim, kw = kv_heads * head_dim, group = heads / kv_heads;
-    float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw,
-          *act = gu + 2 * inter;
+/* The decoder layers for ONE new token of one sequence (a batch-1 decode step), in one call.
+ *
+ * At batch 1 each layer streams ~14 MB of weights through four GEMVs, ~0.3 ms; driving the
+ * same layer from Python as ~15 kernel calls (CpuDecoderLayer in llmlab/model/cpu.py) adds
+ * ~0.1 ms of interpreter and dispatch time between them, a third of the step. vLLM removes
+ * that launch overhead on a GPU by replaying a captured CUDA graph of the decode step; on a
+ * CPU the equivalent is to run the step's sequence of kernels from C. Same math, same
+ * kernels, same order of float operations as that kernel-by-kernel path (so the results
+ * are identical). Each layer:
+ *
+ *   h = rms_norm(x) · ln1;  [q k v] = W_qkv h (+ b_qkv);  q, k = rope(q), rope(k)
+ *   cache[slot] = k, v;     a = attention(q, cached K/V of positions < seq_len)
+ *   x' = x + W_o a;         h = rms_norm(x') · ln2;  [g u] = W_gate_up h
+ *   x_out = x' + W_down (silu(g) * u)
+ *
+ * One OpenMP parallel region for all the layers: the GEMVs split their rows among the threads,
+ * attention its KV heads; barriers replace the kernel calls. A barrier is where threads wait for
+ * each other (spin_wait: they spin, as waking a sleeping one costs tens of microseconds, and so
+ * does starting a region), and there are only the six the data needs per layer (after each of
+ * the four GEMVs, after attention, after SiLU x up): every thread takes the RMSNorm of the row
+ * itself into its own copy, and each KV head's attention unit first rotates its own query heads
+ * and key and writes its k and v into the cache.
+ *
+ * x [hidden] (read), x_out [hidden] (written: the residual stream, updated in place layer after
+ * layer), scratch: at least 3 * heads * head_dim + 2 * kv_heads * head_dim + 3 * inter floats.
+ * `layers`: LAYER_SLOTS pointers per layer, in the order of the enum below (cpu_backend.py's
+ * DecodeLayerPlan.pointers writes them). W_qkv is q, k, v stacked [heads*hd + 2*kv_heads*hd,
+ * hidden], W_gate_up [2*inter, hidden]; cos, sin [hd/2]; *slot (-1: do not cache), block_table
+ * and *seq_len (incl. this token) as for llmlab_paged_attention. The four matrices are of type
+ * `wtype` (LLMLAB_W_F32, _BF16, or _INT8 with the s_* scales per output row; cpu_quant.c); the
+ * caches are float32. hidden, inter % 16 == 0; head_dim one of the attention kernel's sizes
+ * (the caller checks). Returns -1 if the attention kernel refused head_dim, else 0. */
+enum {
+    LN1, LN2, W_QKV, B_QKV, W_O, W_GATE_UP, W_DOWN, S_QKV, S_O, S_GATE_UP, S_DOWN, KEY_CACHE,
+    VALUE_CACHE, LAYER_SLOTS
+};
+
+/* What every layer of the call shares: sizes, the step's position and slot, the scratch. */
+typedef struct {
+    int64_t hidden, heads, kv_heads, head_dim, inter, block_size, wtype;
+    float eps, scale;
+    const float *cos, *sin;
+    const int64_t *slot;
+    const int32_t *block_table, *seq_len;
+    float *qkv, *q, *att, *gu, *act;
+} step_args;
+
+/* One KV head's unit: RoPE of its query heads and of its key, its k and v into the cache slot,
+ * then its attention. A unit reads only its own head's cache, so no barrier separates the
+ * rotation from the attention. Returns the attention kernel's code. */
+static int head_unit(const step_args *a, void *const *w, int64_t g) {
+    const int64_t hd = a->head_dim, qw = a->heads * hd, kw = a->kv_heads * hd;
+    const int64_t group = a->heads / a->kv_heads, hq = g * group * hd, hk = g * hd;
+    float *key_cache = w[KEY_CACHE], *value_cache = w[VALUE_CACHE];
+    rope_row(a->qkv + hq, a->cos, a->sin, a->q + hq, group, hd);
+    if (*a->slot >= 0) {                   /* k (rotated) and v straight into their cache slot */
+        rope_row(a->qkv + qw + hk, a->cos, a->sin, key_cache + *a->slot * kw + hk, 1, hd);
+        memcpy(value_cache + *a->slot * kw + hk, a->qkv + qw + kw + hk, sizeof(float) * hd);
+    }
+    return llmlab_attention_unit(hd, a->q, qw, hd, key_cache, value_cache, a->block_table,
+                                 a->block_size, a->kv_heads, group, g, 0, 1, *a->seq_len - 1,
+                                 a->scale, 0, 1.0f, 1.0f, a->att, qw);
+}
+
+/* One layer on x (in place), run by every thread of the region; `hl` is the thread's own row
+ * for the norms. Phases 1-6 of LAYER_PHASES end at its barriers. */
+static void layer_body(const step_args *a, void *const *w, float *x, float *hl,
+                       spin_barrier *bar, int nth, int *rc, double *clock_out, double *last_) {
+    const int64_t hidden = a->hidden, inter = a->inter, wt = a->wtype;
+    const int64_t qw = a->heads * a->head_dim, kw = a->kv_heads * a->head_dim;
+    double last = *last_;
+    /* each thread norms the row itself (hidden floats, a microsecond) into its own copy, so no
+     * barrier waits for one thread to do it */
+    norm_row(x, NULL, w[LN1], NULL, hl, hidden, a->eps);
+    llmlab_qgemv_rows(hl, w[W_QKV], wt, w[S_QKV], w[B_QKV], NULL, a->qkv, qw + 2 * kw, hidden);
+    spin_wait(bar, nth);
+    PHASE(1)                                                             /* norm + qkv */
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t g = 0; g < a->kv_heads; g++) {
+        if (head_unit(a, w, g) != 0) {
+#pragma omp atomic write
+            *rc = -1;
+        }
+    }
+    spin_wait(bar, nth);
+    PHASE(2)                                                             /* rope + attention */
+    llmlab_qgemv_rows(a->att, w[W_O], wt, w[S_O], NULL, x, x, hidden, qw);   /* x += W_o a */
+    spin_wait(bar, nth);
+    PHASE(3)
+    norm_row(x, NULL, w[LN2], NULL, hl, hidden, a->eps);   /* per thread, as above */
+    llmlab_qgemv_rows(hl, w[W_GATE_UP], wt, w[S_GATE_UP], NULL, NULL, a->gu, 2 * inter, hidden);
+    spin_wait(bar, nth);
+    PHASE(4)                                                             /* norm + gate/up */
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < inter; i += VW)
+        silu_mul_row(a->gu + i, a->gu + inter + i, a->act + i, VW);
+    spin_wait(bar, nth);
+    PHASE(5)
+    llmlab_qgemv_rows(a->act, w[W_DOWN], wt, w[S_DOWN], NULL, x, x, hidden, inter); /* x += … */
+    spin_wait(bar, nth);
+    PHASE(6)
+    *last_ = last;
+}
+
+int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, float *x_out,
+                         float *scratch, float eps, int64_t wtype, const float *cos,
+                         const float *sin, const int64_t *slot, const int32_t *block_table,
+                         const int32_t *seq_len, int64_t block_size, int64_t hidden,
+                         int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
+                         float scale) {
+    const int64_t qw = heads * head_dim, kw = kv_heads * head_dim;
+    float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;
+    const step_args a = {.hidden = hidden, .heads = heads, .kv_heads = kv_heads,
+                         .head_dim = head_dim, .inter = inter, .block_size = block_size,
+                         .wtype = wtype, .eps = eps, .scale = scale, .cos = cos, .sin = sin,
+                         .slot = slot, .block_table = block_table, .seq_len = seq_len,
+                         .qkv = qkv, .q = q, .att = att, .gu = gu, .act = gu + 2 * inter};
+    memcpy(x_out, x, sizeof(float) * hidden);
     int rc = 0;
-    double *clock_out = phase_seconds, last = clock_out ? wall_seconds() : 0.0;
+    double *clock_out = phase_seconds, start = clock_out ? wall_seconds() : 0.0;
+    spin_barrier bar = {0, 0};
 #pragma omp parallel
     {
+        const int nth = region_threads();
+        double last = start;
         PHASE(0)                                                         /* region start */
-        /* each thread norms the row itself (hidden floats, a microsecond) into its own copy, so
-         * no barrier waits for one thread to do it: each barrier costs a wake-up of the other
-         * threads (tens of microseconds when they sleep) */
         float hl[hidden];
-        norm_row(x, NULL, ln1, NULL, hl, hidden, eps);
-        llmlab_qgemv_rows(hl, w_qkv, wtype, s_qkv, b_qkv, NULL, qkv, qw + 2 * kw, hidden);
-        PHASE(1)                                                         /* norm + qkv */
-        /* one unit per KV head: RoPE of its query heads and of its key, its k and v into the
-         * cache slot, then its attention. A unit reads only its own head's cache, so no barrier
-         * separates the rotation from the attention. */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t g = 0; g < kv_heads; g++) {
-            const int64_t hq = g * group * head_dim, hk = g * head_dim;
-            rope_row(qkv + hq, cos, sin, q + hq, group, head_dim);
-            if (*slot >= 0) {              /* k (rotated) and v straight into their cache slot */
-                rope_row(qkv + qw + hk, cos, sin, key_cache + *slot * kw + hk, 1, head_dim);
-                memcpy(value_cache + *slot * kw + hk, qkv + qw + kw + hk,
-                       sizeof(float) * head_dim);
-            }
-            if (llmlab_attention_unit(head_dim, q, qw, head_dim, key_cache, value_cache,
-                                      block_table, block_size, kv_heads, group, g, 0, 1,
-                                      *seq_len - 1, scale, 0, 1.0f, 1.0f, att, qw) != 0) {
-#pragma omp atomic write
-                rc = -1;
-            }
-        }
-        PHASE(2)                                                 /* rope + attention */
-        llmlab_qgemv_rows(att, w_o, wtype, s_o, NULL, x, x_out, hidden, qw);   /* x' = x + W_o a */
-        PHASE(3)
-        norm_row(x_out, NULL, ln2, NULL, hl, hidden, eps);   /* per thread, as above */
-        llmlab_qgemv_rows(hl, w_gate_up, wtype, s_gate_up, NULL, NULL, gu, 2 * inter, hidden);
-        PHASE(4)                                                         /* norm + gate/up */
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < inter; i += VW)
-            silu_mul_row(gu + i, gu + inter + i, act + i, VW);
-        PHASE(5)
-        llmlab_qgemv_rows(act, w_down, wtype, s_down, NULL, x_out, x_out, hidden, inter);
-                                                                 /* x_out = x' + W_down … */
-        PHASE(6)
+        for (int64_t l = 0; l < n_layers; l++)
+            layer_body(&a, layers + l * LAYER_SLOTS, x_out, hl, &bar, nth, &rc, clock_out, &last);
+#pragma omp master
+        start = last;
     }
-    if (clock_out) clock_out[7] += wall_seconds() - last;                /* region end */
+    if (clock_out) clock_out[7] += wall_seconds() - start;               /* region end */
     return rc;
 }

@@ -26,7 +26,7 @@ def test_parts_are_disjoint_and_cover_the_step():
         assert sum(step[p] for p in decode_profile.PARTS) == pytest.approx(step["total"])
     assert prof["num_layers"] == model.config.num_hidden_layers
     # the fused C layers split by phase: every phase timed, and inside the layers' time
-    from llmlab.ops.cpu_backend import LAYER_PHASES
+    from llmlab.ops.cpu_decode import LAYER_PHASES
 
     assert list(prof["layer_phases_ms"]) == list(LAYER_PHASES)
     for step in prof["steps"]:
@@ -78,7 +78,7 @@ def test_the_floor_follows_the_bytes_of_the_weights_in_use(settings, bytes_per_w
 
 def test_gpu_options_are_refused_on_a_machine_without_one(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ValueError, match="--device cuda: there is no CUDA GPU here"):
+    with pytest.raises(ValueError, match="--device='cuda': there is no CUDA GPU here"):
         decode_profile.main(["--device", "cuda", "--shape", "smollm2-1.7b"])
     with pytest.raises(ValueError, match="--batch and --graphs profile a GPU"):
         decode_profile.main(["--device", "cpu", "--model", "tiny", "--batch", "64"])

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from llmlab.model import tiny_model
 from llmlab.model.cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes
-from llmlab.ops import cpu_backend, cpu_matmul
+from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul
 from llmlab.ops.metadata import AttentionMetadata
 
 pytestmark = pytest.mark.skipif(
@@ -86,11 +86,16 @@ def _decode(model, block_size, prompt, steps, seed, backend):
     return torch.cat([run.step(1) for _ in range(steps)]), run.kv
 
 
-def _count_fused_layers(monkeypatch) -> list:
-    """A list that gets one entry per call of the fused C layer from now on."""
+def _count_fused_calls(monkeypatch) -> list:
+    """A list that gets, per call of the fused C layers from now on, how many layers it ran."""
     calls = []
-    real = cpu_backend.decode_layer
-    monkeypatch.setattr(cpu_backend, "decode_layer", lambda *a: calls.append(1) or real(*a))
+    real = cpu_decode.DecodeStack.__call__
+
+    def counted(stack, *args):
+        calls.append(len(stack.plans))
+        return real(stack, *args)
+
+    monkeypatch.setattr(cpu_decode.DecodeStack, "__call__", counted)
     return calls
 
 
@@ -101,12 +106,12 @@ def test_fused_layer_equals_the_layer_by_kernel_path(
 ):
     """Same logits and the same cache contents (NaN where nothing was written) as the fast
     layer's kernel-by-kernel path, whose kernels the fused layer runs in the same order; and the
-    fused path is the one that ran: one C call per layer per decode step."""
+    fused path is the one that ran: one C call for all the layers per decode step."""
     model = cpu_model(_model(heads, kv_heads, head_dim, bias, seed=heads + head_dim))
-    calls = _count_fused_layers(monkeypatch)
+    calls = _count_fused_calls(monkeypatch)
     prompt, steps = 2 * block_size - 3, block_size + 5  # decode crosses block boundaries
     fused, kv_fused = _decode(model, block_size, prompt, steps, seed=1, backend="cpu")
-    assert len(calls) == steps * model.config.num_hidden_layers
+    assert calls == [model.config.num_hidden_layers] * steps
     calls.clear()
     for layer in model.layers:
         layer.plan = None  # kernel by kernel
@@ -264,15 +269,24 @@ def test_decode_layer_rejects_bad_arguments():
         torch.tensor([1], dtype=torch.int32),
     )
     cos, sin = torch.ones(1, 8), torch.zeros(1, 8)
+    stack = cpu_decode.DecodeStack([plan])
     with pytest.raises(ValueError, match="x must be contiguous float32"):
-        cpu_backend.decode_layer(plan, torch.zeros(2, 64), cos, sin, k, v, *meta)
+        stack(torch.zeros(2, 64), cos, sin, [(k, v)], *meta)
     with pytest.raises(ValueError, match="cos, sin"):
-        cpu_backend.decode_layer(plan, torch.zeros(1, 64), torch.ones(1, 16), sin, k, v, *meta)
-    out = cpu_backend.decode_layer(plan, torch.zeros(1, 64), cos, sin, k, v, *meta)
+        stack(torch.zeros(1, 64), torch.ones(1, 16), sin, [(k, v)], *meta)
+    with pytest.raises(ValueError, match="2 .key, value. cache pairs for 1 layers"):
+        stack(torch.zeros(1, 64), cos, sin, [(k, v)] * 2, *meta)
+    with pytest.raises(ValueError, match="value_cache"):
+        stack(torch.zeros(1, 64), cos, sin, [(k, v[:1])], *meta)
+    with pytest.raises(ValueError, match="same sizes"):
+        cpu_decode.DecodeStack(
+            [plan, CpuDecoderLayer(_model(4, 2, 32, False, seed=8).layers[0]).plan]
+        )
+    out = stack(torch.zeros(1, 64), cos, sin, [(k, v)], *meta)
     assert out.shape == (1, 64) and torch.isfinite(out).all()
     attn, mlp = model.layers[0].self_attn, model.layers[0].mlp
     with pytest.raises(ValueError, match="w_o"):
-        cpu_backend.DecodeLayerPlan(
+        cpu_decode.DecodeLayerPlan(
             layer.ln1.weight,
             layer.ln2.weight,
             1e-5,
@@ -286,8 +300,8 @@ def test_decode_layer_rejects_bad_arguments():
             16,
             0.25,
         )
-    assert not cpu_backend.decode_layer_applies(4, 2, 80, 64, 128)  # no 80-wide kernel
-    assert not cpu_backend.decode_layer_applies(4, 3, 16, 64, 128)  # heads % kv_heads
+    assert not cpu_decode.decode_layer_applies(4, 2, 80, 64, 128)  # no 80-wide kernel
+    assert not cpu_decode.decode_layer_applies(4, 3, 16, 64, 128)  # heads % kv_heads
 
 
 def test_a_layer_the_fused_call_cannot_take_runs_kernel_by_kernel(monkeypatch):
@@ -299,9 +313,9 @@ def test_a_layer_the_fused_call_cannot_take_runs_kernel_by_kernel(monkeypatch):
     want, _ = _decode(model, 8, 5, 3, seed=5, backend="torch")
     fast = cpu_model(model)
     assert fast.layers[0].plan is not None and fast.layers[1].plan is None
-    calls = _count_fused_layers(monkeypatch)
+    calls = _count_fused_calls(monkeypatch)
     got, _ = _decode(fast, 8, 5, 3, seed=5, backend="cpu")
-    assert len(calls) == 3  # layer 0 only, one per step
+    assert calls == [1, 1, 1]  # layer 0 only, one call per step
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 

@@ -432,11 +432,13 @@ def _fused_decode_matches_torch(monkeypatch) -> None:
     """A tiny model's decode step through the fused C layer equals the torch forward's."""
     from llmlab.kvcache import ContiguousKVCache
     from llmlab.model import tiny_model
-    from llmlab.ops import cpu_backend
+    from llmlab.ops import cpu_decode
 
     calls = []
-    real = cpu_backend.decode_layer
-    monkeypatch.setattr(cpu_backend, "decode_layer", lambda *a: calls.append(1) or real(*a))
+    real = cpu_decode.DecodeStack.__call__
+    monkeypatch.setattr(
+        cpu_decode.DecodeStack, "__call__", lambda *a: calls.append(len(a[0].plans)) or real(*a)
+    )
     model = tiny_model(seed=4)
     ids = torch.randint(3, 500, (6,), generator=_generator("fused-fallback"))
     out = {}
@@ -447,7 +449,7 @@ def _fused_decode_matches_torch(monkeypatch) -> None:
         runs(ids[:5], cache.positions([5]), cache.context([5], backend=backend))
         cache.advance([5])
         out[backend] = runs(ids[5:], cache.positions([1]), cache.context([1], backend=backend))
-    assert len(calls) == model.config.num_hidden_layers
+    assert calls == [model.config.num_hidden_layers]  # the decode step: all layers, one call
     torch.testing.assert_close(out["cpu"], out["torch"], atol=1e-4, rtol=1e-4)
 
 
@@ -1438,5 +1440,5 @@ def test_ctypes_signatures_are_read_from_the_c_header():
         for name in re.findall(r"\.(llmlab_\w+)\(", path.read_text())
         + ["llmlab_" + n for n in re.findall(r'_weight_matmul\(\s*"(\w+)"', path.read_text())]
     }
-    assert {"llmlab_paged_attention", "llmlab_decode_layer", "llmlab_packed_gemm"} <= called
+    assert {"llmlab_paged_attention", "llmlab_decode_layers", "llmlab_packed_gemm"} <= called
     assert called <= set(declared), f"called but not declared for Python: {called - set(declared)}"

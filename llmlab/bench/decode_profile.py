@@ -8,8 +8,8 @@ wall time is split into:
   schedule        the scheduler and block manager (`schedule` + `update_from_output`)
   inputs          the flat batch and its attention metadata, checked (`prepare_inputs`)
   embed + rope    the token's embedding row and its RoPE cos/sin
-  layers          the decoder layers (on the "cpu" backend each is one fused C call); below
-                  the table, those calls split by phase (`cpu_backend.LAYER_PHASES`: each phase
+  layers          the decoder layers (on the "cpu" backend all in one fused C call); below
+                  the table, those calls split by phase (`cpu_decode.LAYER_PHASES`: each phase
                   ends at a barrier of the layer's OpenMP region, timed inside C), and what is
                   left outside the C calls (Python and ctypes per layer)
   final norm
@@ -63,7 +63,7 @@ from llmlab.bench import (
     write_report,
 )
 from llmlab.bench.decode_profile_table import PARTS, print_table
-from llmlab.ops.cpu_backend import LAYER_PHASES
+from llmlab.ops.cpu_decode import LAYER_PHASES
 from llmlab.utils import best_of
 
 
@@ -86,7 +86,7 @@ class StepTimer:
 
     def end_step(self, total: float, phases: torch.Tensor | None = None) -> None:
         """Close a step of `total` seconds; `phases`: the fused layers' seconds per phase
-        (`cpu_backend.timed_layer_phases`), recorded under "layer: <phase>" and zeroed."""
+        (`cpu_decode.timed_layer_phases`), recorded under "layer: <phase>" and zeroed."""
         step = dict(self.current)
         if phases is not None:
             for name, seconds in zip(LAYER_PHASES, phases.tolist()):
@@ -134,7 +134,7 @@ def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> d
         (runner, "prepare_inputs", "inputs"),
         (fast, "rope_cos_sin", "embed + rope"),
         (fast.embed_tokens, "forward", "embed + rope"),
-        *[(layer, "forward", "layers") for layer in fast.layers],
+        (fast, "run_layers", "layers"),
         (fast.norm, "forward", "final norm"),
         (fast, "compute_logits", "lm_head"),
         (runner_module, "sample", "sampling"),
@@ -143,9 +143,9 @@ def profile_decode(model, prompt: list[int], gen_len: int, **engine_kwargs) -> d
     engine.add_request("0", prompt, params)
     split = contextlib.nullcontext()
     if engine.config.attention_backend == "cpu":  # the fused C layers, split by phase
-        from llmlab.ops import cpu_backend
+        from llmlab.ops import cpu_decode
 
-        split = cpu_backend.timed_layer_phases()
+        split = cpu_decode.timed_layer_phases()
     with _timed(timer, targets), split as phases:
         while engine.has_unfinished_requests():
             t0 = time.perf_counter()

@@ -24,8 +24,9 @@ What it does differently, and why (all measured on a 2-core CPU):
   fused in as vLLM's `fused_add_rms_norm`, RoPE, SiLU × up) and the attention in C
   (`kernels/cpu_attention.c`, K/V read in place through the block table): ~15 calls per layer
   instead of ~70 small PyTorch operators.
-- **A batch-1 decode step runs each layer as one C call** (`llmlab_decode_layer`: the same
-  kernels in one OpenMP region), as a CUDA graph replays a decode step's kernels on a GPU.
+- **A batch-1 decode step runs all its layers as one C call** (`llmlab.ops.cpu_decode`: the
+  same kernels in one OpenMP region, whose threads spin between the phases instead of being
+  woken for each kernel), as a CUDA graph replays a decode step's kernels on a GPU.
 
 - **Fewer bytes per weight**: a bfloat16 model, or one quantized to int8 (`llmlab.model.quantization`),
   keeps its weights in that dtype and the C kernels widen them inside the matmul
@@ -48,7 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmlab.model.llama import DecoderLayer, LlamaModel
-from llmlab.ops import cpu_backend, cpu_matmul, cpu_matmul_choice
+from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import AttentionMetadata
 
 
@@ -265,12 +266,12 @@ class CpuDecoderLayer(nn.Module):
         if (
             attn.o_proj.bias is None
             and mlp.down_proj.bias is None
-            and cpu_backend.decode_layer_applies(
+            and cpu_decode.decode_layer_applies(
                 self.heads, self.kv_heads, self.head_dim, w_qkv.shape[1], self.inter
             )
         ):
             linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
-            self.plan = cpu_backend.DecodeLayerPlan(
+            self.plan = cpu_decode.DecodeLayerPlan(
                 self.ln1.weight.detach(),
                 self.ln2.weight.detach(),
                 self.ln1.eps,
@@ -308,24 +309,10 @@ class CpuDecoderLayer(nn.Module):
         metadata: AttentionMetadata,
         layer: int,
     ) -> torch.Tensor:
-        key_cache, value_cache = metadata.kv_caches[layer]
-        self._check_cache(key_cache)
+        self._check_cache(metadata.kv_caches[layer][0])
         if x.dtype != torch.float32:  # a bf16 model's embeddings: float32 here on
             x = x.float()
         T = x.shape[0]
-        if T == 1 and self.plan is not None and key_cache.dtype == torch.float32:
-            # batch-1 decode: the whole layer in one call
-            return cpu_backend.decode_layer(
-                self.plan,
-                x.contiguous(),
-                cos,
-                sin,
-                key_cache,
-                value_cache,
-                metadata.slot_mapping,
-                metadata.block_tables,
-                metadata.seq_lens,
-            )
         h = cpu_backend.rms_norm(x, self.ln1.weight, self.ln1.eps)  # [T, hidden]
         q, k, v = self.qkv(h).split(self.qkv_sizes, dim=-1)
         q = cpu_backend.rope(q, self.heads, cos, sin)  # [T, heads, d]
@@ -385,10 +372,56 @@ class CpuLlamaModel(LlamaModel):
     float32; `weight_dtype` says what the matrices are stored in."""
 
     weight_dtype: torch.dtype = torch.float32
+    _stacks: tuple = ((), ())  # (the plans they were made for, [DecodeStack or layer index])
 
     def rope_cos_sin(self, positions: torch.Tensor):
         angles = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, d/2]
         return angles.cos(), angles.sin()
+
+    def run_layers(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        metadata: AttentionMetadata,
+        count: int,
+    ) -> torch.Tensor:
+        """A batch-1 step over float32 caches runs each run of layers that have a fused plan as
+        one C call (`cpu_decode.DecodeStack`); a layer without one, or any other step, runs
+        layer by layer."""
+        caches = metadata.kv_caches
+        if x.shape[0] != 1 or any(k.dtype != torch.float32 for k, _ in caches[:count]):
+            return super().run_layers(x, cos, sin, metadata, count)
+        if x.dtype != torch.float32:  # a bf16 model's embeddings: float32 here on
+            x = x.float()
+        x = x.contiguous()
+        for part in self._decode_parts(count):
+            if isinstance(part, int):
+                x = self.layers[part](x, cos, sin, metadata, part)
+            else:
+                first, stack = part
+                mine = caches[first : first + len(stack.plans)]
+                md = metadata
+                x = stack(x, cos, sin, mine, md.slot_mapping, md.block_tables, md.seq_lens)
+        return x
+
+    def _decode_parts(self, count: int) -> list:
+        """The first `count` layers as (first index, DecodeStack) for each run of layers with a
+        plan and the index of each layer without; made again when a layer's plan changed."""
+        plans = tuple(layer.plan for layer in self.layers[:count])
+        if plans != self._stacks[0]:
+            parts, run = [], []
+            for i, plan in enumerate((*plans, None)):
+                if plan is not None:
+                    run.append(plan)
+                    continue
+                if run:
+                    parts.append((i - len(run), cpu_decode.DecodeStack(run)))
+                    run = []
+                if i < count:
+                    parts.append(i)
+            self._stacks = (plans, parts)
+        return self._stacks[1]
 
 
 def _float_norm(norm: nn.Module) -> nn.Module:

@@ -202,9 +202,22 @@ class LlamaModel(nn.Module):
                 f"pairs, expected one per layer ({len(self.layers)})"
             )
         x = self.embed_tokens(input_ids)  # [T, hidden]
-        for i in range(check_num_layers(num_layers, len(self.layers))):
+        count = check_num_layers(num_layers, len(self.layers))
+        return self.norm(self.run_layers(x, cos, sin, metadata, count))
+
+    def run_layers(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        metadata: AttentionMetadata,
+        count: int,
+    ) -> torch.Tensor:
+        """The first `count` decoder layers over x [T, hidden], one after the other (the CPU
+        fast path runs a batch-1 step's layers in one call instead)."""
+        for i in range(count):
             x = self.layers[i](x, cos, sin, metadata, i)  # [T, hidden]
-        return self.norm(x)
+        return x
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The "cpu" backend: paged attention in C (`kernels/cpu_attention.c`), reading K/V in place;
-the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`); and the fused one-token
-decoder layer that the engine's CPU fast path (`llmlab.model.cpu`) runs. The library they live
+and the elementwise steps of a decoder layer in C (`kernels/cpu_layer.c`), which the engine's
+CPU fast path (`llmlab.model.cpu`) runs. The library they live
 in is built and loaded by `llmlab.ops.cpu_library`; the matmuls are `llmlab.ops.cpu_matmul`.
 
 The "torch" backend copies every sequence's K/V out of its blocks into a padded batch, each
@@ -11,8 +11,8 @@ and its CUDA kernels do. One C function serves decode and (chunked) prefill. Wit
 the engine's fast path also runs each layer's norms, rotary embedding and SwiGLU product in C
 (`rms_norm`, `rope`, `silu_mul` below; `llmlab.model.cpu.CpuDecoderLayer`): at batch 1 those
 ~55 small PyTorch calls per layer cost as much as a third of the matmuls. A step of one token of
-one sequence goes further: each layer is one C call (`decode_layer`, the same kernels inside
-one OpenMP region, like a CUDA graph replays a decode step's kernels on a GPU).
+one sequence goes further: all its layers are one C call (`llmlab.ops.cpu_decode`, the same
+kernels inside one OpenMP region, like a CUDA graph replays a decode step's kernels on a GPU).
 
 The C attention takes float32 queries over a float32 or fp8 (e4m3, with per-layer scales) cache,
 `head_dim` 16, 32, 64, 128 or 256 and up to 16 query heads per KV head; other dtypes and shapes
@@ -23,14 +23,12 @@ where it can run.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 
 import torch
 
 from llmlab.ops import torch_backend
 from llmlab.ops.cpu_library import available, load_library, traced  # noqa: F401 (the backend's)
-from llmlab.ops.cpu_matmul import WEIGHT_TYPES
 from llmlab.ops.fp8 import quantize_fp8
 from llmlab.ops.paged_kv import PagedKV
 
@@ -214,190 +212,3 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
             x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), t, heads, d
         )
     return out
-
-
-# ---- a whole decoder layer for one token (kernels/cpu_layer.c, llmlab_decode_layer) ----------
-
-
-def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, inter: int) -> bool:
-    """Whether `llmlab_decode_layer` takes a layer of these sizes (its attention kernel's head
-    sizes and GQA groups, 16-float rows)."""
-    return (
-        hidden % 16 == 0
-        and inter % 16 == 0
-        and head_dim in HEAD_DIMS
-        and heads % kv_heads == 0
-        and heads // kv_heads <= MAX_GROUP
-    )
-
-
-def _check_layer_tensors(expected: dict, wdtype: torch.dtype) -> None:
-    """ValueError naming the first of `expected` ({name: (tensor, shape)}) that is not a
-    contiguous CPU tensor of that shape, in `wdtype` (the four matrices) or float32 (the rest)."""
-    matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")
-    for name, (t, shape) in expected.items():
-        want = wdtype if name in matrices else torch.float32
-        fits = tuple(t.shape) == shape and t.dtype == want and t.device.type == "cpu"
-        if not (fits and t.is_contiguous()):
-            raise ValueError(
-                f"decode layer: {name} is {tuple(t.shape)} {t.dtype} on "
-                f"{t.device}, expected contiguous {want} {shape} on the CPU"
-            )
-
-
-class DecodeLayerPlan:
-    """A decoder layer's weights, checked once, as `decode_layer` passes them to C: the
-    tensors (kept alive here) and their pointers. Build it again when a weight changes."""
-
-    def __init__(
-        self,
-        ln1: torch.Tensor,
-        ln2: torch.Tensor,
-        eps: float,
-        w_qkv: torch.Tensor,
-        b_qkv: torch.Tensor | None,
-        w_o: torch.Tensor,
-        w_gate_up: torch.Tensor,
-        w_down: torch.Tensor,
-        heads: int,
-        kv_heads: int,
-        head_dim: int,
-        scale: float,
-        weight_scales: tuple[torch.Tensor, ...] | None = None,
-    ):
-        """The four matrices in float32, bfloat16, or int8 with `weight_scales` (float32 scales
-        per output row of w_qkv, w_o, w_gate_up, w_down)."""
-        hidden, inter = ln1.numel(), w_down.shape[-1]
-        wdtype = w_qkv.dtype
-        if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
-            raise ValueError(
-                f"decode layer: weights are {wdtype}, expected one of "
-                f"{tuple(WEIGHT_TYPES)} (int8 with weight_scales, others without)"
-            )
-        qw, kw = heads * head_dim, kv_heads * head_dim
-        expected = {
-            "ln1": (ln1, (hidden,)),
-            "ln2": (ln2, (hidden,)),
-            "w_qkv": (w_qkv, (qw + 2 * kw, hidden)),
-            "w_o": (w_o, (hidden, qw)),
-            "w_gate_up": (w_gate_up, (2 * inter, hidden)),
-            "w_down": (w_down, (hidden, inter)),
-        }
-        if b_qkv is not None:
-            expected["b_qkv"] = (b_qkv, (qw + 2 * kw,))
-        if weight_scales is not None:
-            for name, t in zip(("s_qkv", "s_o", "s_gate_up", "s_down"), weight_scales):
-                expected[name] = (t, (expected["w" + name[1:]][1][0],))
-        _check_layer_tensors(expected, wdtype)
-        if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
-            raise ValueError(
-                f"decode layer: hidden {hidden} and intermediate {inter} must be "
-                f"multiples of 16, head_dim {head_dim} one of {HEAD_DIMS}, heads "
-                f"{heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x)"
-            )
-        self.tensors = (ln1, ln2, w_qkv, b_qkv, w_o, w_gate_up, w_down, weight_scales)
-        self.hidden, self.heads, self.kv_heads, self.head_dim, self.inter = (
-            hidden,
-            heads,
-            kv_heads,
-            head_dim,
-            inter,
-        )
-        self.scratch_size = 3 * qw + 2 * kw + 3 * inter
-        scale_ptrs = (
-            (None,) * 4 if weight_scales is None else tuple(t.data_ptr() for t in weight_scales)
-        )
-        self.weights = (
-            ln1.data_ptr(),
-            ln2.data_ptr(),
-            eps,
-            w_qkv.data_ptr(),
-            None if b_qkv is None else b_qkv.data_ptr(),
-            w_o.data_ptr(),
-            w_gate_up.data_ptr(),
-            w_down.data_ptr(),
-            WEIGHT_TYPES[wdtype],
-            *scale_ptrs,
-        )
-        self.dims = (hidden, heads, kv_heads, head_dim, inter, scale)
-
-
-def decode_layer(
-    plan: DecodeLayerPlan,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-) -> torch.Tensor:
-    """One decoder layer for one new token, x [1, hidden] -> [1, hidden] (a new tensor), in one
-    C call (`llmlab_decode_layer`); writes the token's K/V into its cache slot. The step's
-    metadata (slot_mapping [1], block_tables [1, W], seq_lens [1]) and the caches are NOT
-    checked here: they were checked once for the step when its `AttentionMetadata` was built,
-    and `llmlab.model.cpu` checks that the caches fit the plan's heads."""
-    lib = load_library()
-    if x.shape != (1, plan.hidden) or not x.is_contiguous() or x.dtype != torch.float32:
-        raise ValueError(
-            f"decode_layer: x must be contiguous float32 [1, {plan.hidden}], "
-            f"got {tuple(x.shape)} {x.dtype}"
-        )
-    half = (1, plan.head_dim // 2)
-    if not all(
-        c.shape == half and c.dtype == torch.float32 and c.is_contiguous() for c in (cos, sin)
-    ):
-        raise ValueError(
-            f"decode_layer: cos, sin must be contiguous float32 {list(half)}, got "
-            f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}"
-        )
-    out = torch.empty(1, plan.hidden, dtype=torch.float32)
-    scratch = torch.empty(plan.scratch_size, dtype=torch.float32)
-    with traced("llmlab_cpu::decode_layer"):
-        rc = lib.llmlab_decode_layer(
-            x.data_ptr(),
-            out.data_ptr(),
-            scratch.data_ptr(),
-            *plan.weights,
-            cos.data_ptr(),
-            sin.data_ptr(),
-            key_cache.data_ptr(),
-            value_cache.data_ptr(),
-            slot_mapping.data_ptr(),
-            block_tables.data_ptr(),
-            seq_lens.data_ptr(),
-            key_cache.shape[1],
-            *plan.dims,
-        )
-    if rc != 0:
-        raise RuntimeError("cpu_layer.c refused head_dim for the decode layer")
-    return out
-
-
-# the phases of `llmlab_decode_layer` as `timed_layer_phases` splits it (kernels/cpu_layer.c):
-# each ends at a barrier (all threads done), timed by the calling thread
-LAYER_PHASES = (
-    "region start",  # the call until its thread is inside the OpenMP region
-    "norm + qkv",  # RMSNorm (each thread) and the q/k/v GEMV
-    "rope + attention",  # per KV head: RoPE, K/V into the cache, attention
-    "o_proj",  # x + W_o a
-    "norm + gate_up",  # RMSNorm (each thread) and the gate/up GEMV
-    "silu x up",
-    "down_proj",  # x + W_down h
-    "region end",  # the last barrier until the call returns
-)
-
-
-@contextlib.contextmanager
-def timed_layer_phases():
-    """Seconds spent in each of `LAYER_PHASES`, summed over every fused decode layer run inside
-    the block: yields a float64 tensor [len(LAYER_PHASES)] that the C code adds to (zero it to
-    start again). How `bench decode_profile` splits its "layers" part."""
-    seconds = torch.zeros(len(LAYER_PHASES), dtype=torch.float64)
-    lib = load_library()
-    lib.llmlab_time_layer_phases(seconds.data_ptr())
-    try:
-        yield seconds
-    finally:
-        lib.llmlab_time_layer_phases(None)

@@ -1,0 +1,279 @@
+"""A batch-1 decode step's decoder layers in one C call (`llmlab_decode_layers`,
+`kernels/cpu_layer.c`): what the engine's CPU fast path (`llmlab.model.cpu`) runs for one token
+of one sequence.
+
+At batch 1 a layer streams its weights in a few hundred microseconds, and what surrounds that
+shows: a Python call and a dozen checks per layer, and an OpenMP region whose worker threads
+have to be woken (tens of microseconds each time they slept). So the weights of each layer are
+checked once (`DecodeLayerPlan`), and a run of consecutive layers becomes one call
+(`DecodeStack`): one region for the whole step, its threads waiting for each other by spinning
+between the layer's phases, the way a CUDA graph replays a decode step's kernels on a GPU with
+one launch. The kernels and the order of float operations are those of the kernel-by-kernel
+path, so the results are identical (the tests compare them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+
+import torch
+
+from llmlab.ops.cpu_backend import HEAD_DIMS, MAX_GROUP
+from llmlab.ops.cpu_library import load_library, traced
+from llmlab.ops.cpu_matmul import WEIGHT_TYPES
+
+
+def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, inter: int) -> bool:
+    """Whether `llmlab_decode_layers` takes a layer of these sizes (its attention kernel's head
+    sizes and GQA groups, 16-float rows)."""
+    return (
+        hidden % 16 == 0
+        and inter % 16 == 0
+        and head_dim in HEAD_DIMS
+        and heads % kv_heads == 0
+        and heads // kv_heads <= MAX_GROUP
+    )
+
+
+def _check_layer_tensors(expected: dict, wdtype: torch.dtype) -> None:
+    """ValueError naming the first of `expected` ({name: (tensor, shape)}) that is not a
+    contiguous CPU tensor of that shape, in `wdtype` (the four matrices) or float32 (the rest)."""
+    matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")
+    for name, (t, shape) in expected.items():
+        want = wdtype if name in matrices else torch.float32
+        fits = tuple(t.shape) == shape and t.dtype == want and t.device.type == "cpu"
+        if not (fits and t.is_contiguous()):
+            raise ValueError(
+                f"decode layer: {name} is {tuple(t.shape)} {t.dtype} on "
+                f"{t.device}, expected contiguous {want} {shape} on the CPU"
+            )
+
+
+class DecodeLayerPlan:
+    """A decoder layer's weights, checked once, as `llmlab_decode_layers` takes them: the
+    tensors (kept alive here) and their pointers. Build it again when a weight changes."""
+
+    def __init__(
+        self,
+        ln1: torch.Tensor,
+        ln2: torch.Tensor,
+        eps: float,
+        w_qkv: torch.Tensor,
+        b_qkv: torch.Tensor | None,
+        w_o: torch.Tensor,
+        w_gate_up: torch.Tensor,
+        w_down: torch.Tensor,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        scale: float,
+        weight_scales: tuple[torch.Tensor, ...] | None = None,
+    ):
+        """The four matrices in float32, bfloat16, or int8 with `weight_scales` (float32 scales
+        per output row of w_qkv, w_o, w_gate_up, w_down)."""
+        hidden, inter = ln1.numel(), w_down.shape[-1]
+        wdtype = w_qkv.dtype
+        if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
+            raise ValueError(
+                f"decode layer: weights are {wdtype}, expected one of "
+                f"{tuple(WEIGHT_TYPES)} (int8 with weight_scales, others without)"
+            )
+        qw, kw = heads * head_dim, kv_heads * head_dim
+        expected = {
+            "ln1": (ln1, (hidden,)),
+            "ln2": (ln2, (hidden,)),
+            "w_qkv": (w_qkv, (qw + 2 * kw, hidden)),
+            "w_o": (w_o, (hidden, qw)),
+            "w_gate_up": (w_gate_up, (2 * inter, hidden)),
+            "w_down": (w_down, (hidden, inter)),
+        }
+        if b_qkv is not None:
+            expected["b_qkv"] = (b_qkv, (qw + 2 * kw,))
+        if weight_scales is not None:
+            for name, t in zip(("s_qkv", "s_o", "s_gate_up", "s_down"), weight_scales):
+                expected[name] = (t, (expected["w" + name[1:]][1][0],))
+        _check_layer_tensors(expected, wdtype)
+        if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
+            raise ValueError(
+                f"decode layer: hidden {hidden} and intermediate {inter} must be "
+                f"multiples of 16, head_dim {head_dim} one of {HEAD_DIMS}, heads "
+                f"{heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x)"
+            )
+        self.tensors = (ln1, ln2, w_qkv, b_qkv, w_o, w_gate_up, w_down, weight_scales)
+        self.hidden, self.heads, self.kv_heads, self.head_dim, self.inter = (
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            inter,
+        )
+        self.eps, self.scale, self.wtype = eps, scale, WEIGHT_TYPES[wdtype]
+        self.scratch_size = 3 * qw + 2 * kw + 3 * inter
+        scale_ptrs = (
+            (None,) * 4 if weight_scales is None else tuple(t.data_ptr() for t in weight_scales)
+        )
+        # the order of cpu_layer.c's LN1 ... S_DOWN slots; the two caches follow (`pointers`)
+        self.weights = (
+            ln1.data_ptr(),
+            ln2.data_ptr(),
+            w_qkv.data_ptr(),
+            None if b_qkv is None else b_qkv.data_ptr(),
+            w_o.data_ptr(),
+            w_gate_up.data_ptr(),
+            w_down.data_ptr(),
+            *scale_ptrs,
+        )
+
+    def shape(self) -> tuple:
+        """What the layers of one call must share: sizes, norm epsilon, scale, weight type."""
+        return (
+            self.hidden,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.inter,
+            self.eps,
+            self.scale,
+            self.wtype,
+        )
+
+    def check_cache(self, key_cache: torch.Tensor, value_cache: torch.Tensor) -> None:
+        """ValueError unless both caches are contiguous float32 CPU tensors [blocks, block_size,
+        kv_heads, head_dim] of the same shape: what the C layer reads and writes."""
+        want = (self.kv_heads, self.head_dim)
+        for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
+            if (
+                t.dim() != 4
+                or tuple(t.shape[2:]) != want
+                or t.shape != key_cache.shape
+                or t.dtype != torch.float32
+                or t.device.type != "cpu"
+                or not t.is_contiguous()
+            ):
+                raise ValueError(
+                    f"kv_caches: {name} is {tuple(t.shape)} {t.dtype} on {t.device}, "
+                    f"expected contiguous float32 [num_blocks, block_size, {want[0]}, "
+                    f"{want[1]}] on the CPU"
+                )
+
+
+class DecodeStack:
+    """Consecutive decoder layers (their `DecodeLayerPlan`s) run for one token in one C call.
+    The layers' pointers with their caches' are gathered once per set of caches (the engine's
+    stay the same from step to step)."""
+
+    def __init__(self, plans: list[DecodeLayerPlan]):
+        if not plans or any(p.shape() != plans[0].shape() for p in plans):
+            raise ValueError(
+                "decode stack: plans must be one or more layers of the same sizes, norm "
+                f"epsilon, scale and weight type, got {[p.shape() for p in plans]}"
+            )
+        self.plans = list(plans)
+        self._caches: tuple = ()  # the caches' (key, value) data pointers the array was made for
+        self._array = None
+
+    def _pointers(self, caches: list[tuple[torch.Tensor, torch.Tensor]]) -> ctypes.Array:
+        """Every layer's weight pointers then its two caches', as one array of void pointers."""
+        if len(caches) != len(self.plans):
+            raise ValueError(
+                f"decode stack: got {len(caches)} (key, value) cache pairs for "
+                f"{len(self.plans)} layers"
+            )
+        for plan, (k, v) in zip(self.plans, caches):
+            plan.check_cache(k, v)
+            if k.shape != caches[0][0].shape:  # one block size for the call
+                raise ValueError(
+                    f"decode stack: caches of {tuple(k.shape)} and {tuple(caches[0][0].shape)}"
+                    " in one call; every layer's must have the same shape"
+                )
+        key = tuple((k.data_ptr(), v.data_ptr()) for k, v in caches)
+        if key != self._caches:
+            ptrs = [p for plan, kv in zip(self.plans, key) for p in (*plan.weights, *kv)]
+            self._array, self._caches = (ctypes.c_void_p * len(ptrs))(*ptrs), key
+        return self._array
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        caches: list[tuple[torch.Tensor, torch.Tensor]],
+        slot_mapping: torch.Tensor,
+        block_tables: torch.Tensor,
+        seq_lens: torch.Tensor,
+    ) -> torch.Tensor:
+        """The layers for one new token, x [1, hidden] -> [1, hidden] (a new tensor); writes
+        the token's K/V into each layer's cache slot. The step's metadata (slot_mapping [1],
+        block_tables [1, W], seq_lens [1]) is NOT checked here: it was checked once for the step
+        when its `AttentionMetadata` was built; the caches are checked against the plans."""
+        first = self.plans[0]
+        if x.shape != (1, first.hidden) or not x.is_contiguous() or x.dtype != torch.float32:
+            raise ValueError(
+                f"decode stack: x must be contiguous float32 [1, {first.hidden}], "
+                f"got {tuple(x.shape)} {x.dtype}"
+            )
+        half = (1, first.head_dim // 2)
+        if not all(
+            c.shape == half and c.dtype == torch.float32 and c.is_contiguous() for c in (cos, sin)
+        ):
+            raise ValueError(
+                f"decode stack: cos, sin must be contiguous float32 {list(half)}, got "
+                f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}"
+            )
+        layers = self._pointers(caches)
+        out = torch.empty(1, first.hidden, dtype=torch.float32)
+        scratch = torch.empty(first.scratch_size, dtype=torch.float32)
+        with traced("llmlab_cpu::decode_layers"):
+            rc = load_library().llmlab_decode_layers(
+                len(self.plans),
+                layers,
+                x.data_ptr(),
+                out.data_ptr(),
+                scratch.data_ptr(),
+                first.eps,
+                first.wtype,
+                cos.data_ptr(),
+                sin.data_ptr(),
+                slot_mapping.data_ptr(),
+                block_tables.data_ptr(),
+                seq_lens.data_ptr(),
+                caches[0][0].shape[1],
+                first.hidden,
+                first.heads,
+                first.kv_heads,
+                first.head_dim,
+                first.inter,
+                first.scale,
+            )
+        if rc != 0:
+            raise RuntimeError("cpu_layer.c refused head_dim for the decode layers")
+        return out
+
+
+# the phases of `llmlab_decode_layers` as `timed_layer_phases` splits it (kernels/cpu_layer.c):
+# each ends at a barrier (all threads done), timed by the calling thread
+LAYER_PHASES = (
+    "region start",  # the call until its thread is inside the OpenMP region
+    "norm + qkv",  # RMSNorm (each thread) and the q/k/v GEMV
+    "rope + attention",  # per KV head: RoPE, K/V into the cache, attention
+    "o_proj",  # x + W_o a
+    "norm + gate_up",  # RMSNorm (each thread) and the gate/up GEMV
+    "silu x up",
+    "down_proj",  # x + W_down h
+    "region end",  # the last barrier until the call returns
+)
+
+
+@contextlib.contextmanager
+def timed_layer_phases():
+    """Seconds spent in each of `LAYER_PHASES`, summed over every fused decode call run inside
+    the block: yields a float64 tensor [len(LAYER_PHASES)] that the C code adds to (zero it to
+    start again). How `bench decode_profile` splits its "layers" part."""
+    seconds = torch.zeros(len(LAYER_PHASES), dtype=torch.float64)
+    lib = load_library()
+    lib.llmlab_time_layer_phases(seconds.data_ptr())
+    try:
+        yield seconds
+    finally:
+        lib.llmlab_time_layer_phases(None)
