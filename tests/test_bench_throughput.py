@@ -123,7 +123,7 @@ def test_the_random_workload_has_the_real_workloads_lengths():
 
 def test_a_gpu_asked_for_where_there_is_none_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ValueError, match="--device cuda: there is no CUDA GPU here"):
+    with pytest.raises(ValueError, match="--device='cuda': there is no CUDA GPU here"):
         throughput.main(["--device", "cuda", "--shape", "tiny"])
     with pytest.raises(ValueError, match="--device must be cpu, cuda or cuda:N"):
         throughput.main(["--device", "tpu"])

@@ -30,14 +30,15 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from llmlab.parallel.launch import free_port
+from llmlab.tools.vllm_server import stop_process_group, wait_until_answering
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -77,12 +78,6 @@ def _skip_reason() -> str | None:
 _REASON = _skip_reason()
 if _REASON:
     pytestmark.append(pytest.mark.skip(reason=_REASON))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- server and browser
@@ -191,7 +186,7 @@ def lab(tmp_path_factory):
         "language": "python",
     }
     nbformat.write(nb, root / "broken-kv.ipynb")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
         "LLMLAB_FAST": "1",
@@ -228,33 +223,11 @@ def lab(tmp_path_factory):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"JupyterLab exited with {proc.returncode}: "
-                    f"{(tmp / 'jupyterlab.log').read_text()[-3000:]}"
-                )
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("JupyterLab did not answer within 90 s")
-            time.sleep(0.5)
+        status = f"{base}/api/status?token={token}"
+        wait_until_answering(proc, status, 90, "JupyterLab", tmp / "jupyterlab.log", poll_s=0.5)
         yield base, token, str(root)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=15)
+        stop_process_group(proc, timeout_s=15)
         log.close()
 
 

@@ -25,6 +25,7 @@ import torch
 from greedy_match import assert_greedy_match
 
 from llmlab import LLM, SamplingParams
+from llmlab.bench.hf_peers import generate_one
 
 if not torch.cuda.is_available():
     # transformers imports triton; the interpreter must be chosen before that first import
@@ -82,19 +83,8 @@ def prompt_ids(real_model) -> list[list[int]]:
 @pytest.fixture(scope="session")
 def hf_outputs(hf_model, prompt_ids) -> list[list[int]]:
     """transformers' greedy generate, one prompt at a time (no padding), up to MAX_NEW tokens."""
-    outs = []
     with torch.inference_mode():
-        for ids in prompt_ids:
-            x = torch.tensor([ids])
-            y = hf_model.generate(
-                x,
-                attention_mask=torch.ones_like(x),
-                max_new_tokens=MAX_NEW,
-                do_sample=False,
-                pad_token_id=2,
-            )
-            outs.append(y[0, len(ids) :].tolist())
-    return outs
+        return [generate_one(hf_model, ids, MAX_NEW) for ids in prompt_ids]
 
 
 def _run(real_model, prompt_ids, **kwargs):
@@ -226,20 +216,11 @@ def test_min_tokens_masks_eos_like_hf_min_new_tokens(real_model, hf_model):
         SamplingParams(temperature=0.0, max_tokens=max_new, min_tokens=min_new),
         use_tqdm=False,
     )
-    refs = []
     with torch.inference_mode():
-        for ids in prompts:
-            x = torch.tensor([ids])
-            y = hf_model.generate(
-                x,
-                attention_mask=torch.ones_like(x),
-                max_new_tokens=max_new,
-                min_new_tokens=min_new,
-                do_sample=False,
-                pad_token_id=2,
-                eos_token_id=eos,
-            )
-            refs.append(y[0, len(ids) :].tolist())
+        refs = [
+            generate_one(hf_model, ids, max_new, min_new_tokens=min_new, eos_token_id=eos)
+            for ids in prompts
+        ]
     ours = [o.outputs[0].token_ids for o in outs]
     for got in ours:
         assert len(got) >= min_new and not set(got[:min_new]) & set(eos)
@@ -254,10 +235,7 @@ def test_llm_by_name_with_text_prompt_matches_hf(hf_model):
     ids = tokenizer.encode(prompt)
     assert out.prompt == prompt and out.prompt_token_ids == ids
     with torch.inference_mode():
-        x = torch.tensor([ids])
-        ref = hf_model.generate(
-            x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False, pad_token_id=2
-        )[0, len(ids) :].tolist()
+        ref = generate_one(hf_model, ids, 12)
     assert_same_or_near_tie(hf_model, [ids], [out.outputs[0].token_ids], [ref], "by name")
     assert out.outputs[0].text == tokenizer.decode(
         out.outputs[0].token_ids, skip_special_tokens=True
@@ -301,18 +279,8 @@ def test_triton_backend_matches_torch_backend_and_hf_tiny():
             o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)
         ]
         assert llm.llm_engine.stats()["chunked_prefill_steps"] > 0
-    refs = []
     with torch.inference_mode():
-        for p in prompts:
-            x = torch.tensor([p])
-            y = hf.generate(
-                x,
-                attention_mask=torch.ones_like(x),
-                max_new_tokens=6,
-                do_sample=False,
-                pad_token_id=0,
-            )
-            refs.append(y[0, len(p) :].tolist())
+        refs = [generate_one(hf, p, 6, pad_token_id=0) for p in prompts]
     assert_same_or_near_tie(hf, prompts, results["torch"], refs, "tiny torch")
     assert_same_or_near_tie(hf, prompts, results["triton"], refs, "tiny triton")
     assert results["triton"] == results["torch"] or pytest.fail(

@@ -133,7 +133,11 @@ def assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, wha
     )
 
 
-def run_decode_case(
+OPS = ("decode", "prefill")
+
+
+def run_case(
+    op: str,
     backend: str,
     block_size: int,
     head_dim: int,
@@ -141,37 +145,30 @@ def run_decode_case(
     dtype: torch.dtype,
     device: str,
 ) -> None:
+    """`op` on `backend` against the float64 reference: "decode", one query per sequence of
+    `decode_lens`; "prefill", the chunks of `prefill_layout` after their cached context."""
     num_heads, num_kv_heads = heads
-    gen = _generator("decode", backend, block_size, head_dim, heads, dtype)
-    lens = decode_lens(block_size)
-    kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, dtype, gen, device)
-    q = torch.randn(len(lens), num_heads, head_dim, generator=gen).to(dtype)
-    scale = head_dim**-0.5
-    out = ops.paged_attention_decode(q.to(device), kc, vc, bt, sl, scale, backend=backend)
-    ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), scale)
-    assert_matches(out, ref, dtype, f"decode[{backend}] B={block_size} d={head_dim} {heads}")
-
-
-def run_prefill_case(
-    backend: str,
-    block_size: int,
-    head_dim: int,
-    heads: tuple[int, int],
-    dtype: torch.dtype,
-    device: str,
-) -> None:
-    num_heads, num_kv_heads = heads
-    gen = _generator("prefill", backend, block_size, head_dim, heads, dtype)
-    lens, q_lens = prefill_layout(block_size)
+    gen = _generator(op, backend, block_size, head_dim, heads, dtype)
+    if op == "decode":
+        lens = decode_lens(block_size)
+        q_lens = [1] * len(lens)
+    else:
+        lens, q_lens = prefill_layout(block_size)
     kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, dtype, gen, device)
     cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
     q = torch.randn(int(cu[-1]), num_heads, head_dim, generator=gen).to(dtype)
     scale = head_dim**-0.5
-    out = ops.paged_attention_prefill(
-        q.to(device), kc, vc, bt, cu.to(device), sl, scale, backend=backend
-    )
-    ref = reference_paged_attention_prefill(q, kc.cpu(), vc.cpu(), bt.cpu(), cu, sl.cpu(), scale)
-    assert_matches(out, ref, dtype, f"prefill[{backend}] B={block_size} d={head_dim} {heads}")
+    if op == "decode":
+        out = ops.paged_attention_decode(q.to(device), kc, vc, bt, sl, scale, backend=backend)
+        ref = reference_paged_attention_decode(q, kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), scale)
+    else:
+        out = ops.paged_attention_prefill(
+            q.to(device), kc, vc, bt, cu.to(device), sl, scale, backend=backend
+        )
+        ref = reference_paged_attention_prefill(
+            q, kc.cpu(), vc.cpu(), bt.cpu(), cu, sl.cpu(), scale
+        )
+    assert_matches(out, ref, dtype, f"{op}[{backend}] B={block_size} d={head_dim} {heads}")
 
 
 def run_reshape_and_cache_case(backend: str, dtype: torch.dtype, device: str) -> None:
@@ -209,21 +206,16 @@ def run_reshape_and_cache_case(backend: str, dtype: torch.dtype, device: str) ->
 # ---------------------------------------------------------------- torch: the full grid, CPU
 
 
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("block_size,head_dim,heads", FULL_GRID)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_torch_decode_matches_reference(block_size, head_dim, heads, dtype):
-    run_decode_case("torch", block_size, head_dim, heads, dtype, "cpu")
+def test_torch_matches_reference(op, block_size, head_dim, heads, dtype):
+    run_case(op, "torch", block_size, head_dim, heads, dtype, "cpu")
 
 
-@pytest.mark.parametrize("block_size,head_dim,heads", FULL_GRID)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_torch_prefill_with_cached_context_matches_reference(block_size, head_dim, heads, dtype):
-    run_prefill_case("torch", block_size, head_dim, heads, dtype, "cpu")
-
-
-def test_torch_fp16_decode_and_prefill_match_reference():
-    run_decode_case("torch", 16, 64, (8, 2), torch.float16, "cpu")
-    run_prefill_case("torch", 16, 64, (8, 2), torch.float16, "cpu")
+@pytest.mark.parametrize("op", OPS)
+def test_torch_fp16_matches_reference(op):
+    run_case(op, "torch", 16, 64, (8, 2), torch.float16, "cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -302,7 +294,7 @@ def test_torch_one_group_per_block_count_matches_reference(
     assert len(plan.decode) == len({-(-n // block_size) for n in lens})
     ref = reference_paged_attention_decode(q, kc, vc, bt, sl, head_dim**-0.5)
     assert_matches(out, ref, torch.float32, "decode, one group per block count")
-    run_prefill_case("torch", block_size, head_dim, heads, torch.float32, "cpu")
+    run_case("prefill", "torch", block_size, head_dim, heads, torch.float32, "cpu")
 
 
 def test_torch_plan_is_recomputed_when_the_lengths_change_in_place():
@@ -371,14 +363,10 @@ def test_torch_prefill_equals_decode_for_one_token_per_sequence():
 CPU_GRID = FULL_GRID + [(16, 16, (9, 3)), (16, 32, (16, 1))]
 
 
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("block_size,head_dim,heads", CPU_GRID)
-def test_cpu_decode_matches_reference(block_size, head_dim, heads):
-    run_decode_case("cpu", block_size, head_dim, heads, torch.float32, "cpu")
-
-
-@pytest.mark.parametrize("block_size,head_dim,heads", CPU_GRID)
-def test_cpu_prefill_with_cached_context_matches_reference(block_size, head_dim, heads):
-    run_prefill_case("cpu", block_size, head_dim, heads, torch.float32, "cpu")
+def test_cpu_matches_reference(op, block_size, head_dim, heads):
+    run_case(op, "cpu", block_size, head_dim, heads, torch.float32, "cpu")
 
 
 def test_cpu_reshape_and_cache_skips_slot_minus_one():
@@ -406,10 +394,10 @@ def test_cpu_random_mixed_batches_match_reference(trial):
 
 def test_cpu_other_dtypes_and_shapes_run_the_torch_code():
     """bf16, and a head_dim the C kernel has no variant for, still give the right answer."""
-    run_decode_case("cpu", 16, 64, (8, 2), torch.bfloat16, "cpu")
-    run_prefill_case("cpu", 16, 64, (8, 2), torch.bfloat16, "cpu")
-    run_decode_case("cpu", 16, 48, (9, 3), torch.float32, "cpu")
-    run_prefill_case("cpu", 8, 48, (9, 3), torch.float32, "cpu")
+    run_case("decode", "cpu", 16, 64, (8, 2), torch.bfloat16, "cpu")
+    run_case("prefill", "cpu", 16, 64, (8, 2), torch.bfloat16, "cpu")
+    run_case("decode", "cpu", 16, 48, (9, 3), torch.float32, "cpu")
+    run_case("prefill", "cpu", 8, 48, (9, 3), torch.float32, "cpu")
 
 
 def test_cpu_backend_is_listed_and_its_library_is_built_once(monkeypatch, tmp_path):
@@ -464,7 +452,7 @@ def test_cpu_backend_falls_back_to_flags_the_compiler_takes(monkeypatch, tmp_pat
     )
     cpu_library.load_library()
     assert len(list((tmp_path / "cpu_kernels").glob("*/*.so"))) == 1
-    run_decode_case("cpu", 16, 64, (9, 3), torch.float32, "cpu")  # built without OpenMP
+    run_case("decode", "cpu", 16, 64, (9, 3), torch.float32, "cpu")  # built without OpenMP
     _fused_decode_matches_torch(monkeypatch)  # its `omp for`/`single` now run on one thread
     monkeypatch.setattr(cpu_library, "_lib", None)
     monkeypatch.setattr(cpu_library, "_error", None)
@@ -539,21 +527,16 @@ def test_cpu_layer_kernels_match_the_model_code(rows):
 
 
 @pytest.mark.triton
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("block_size,head_dim,heads", TRITON_GRID)
-def test_triton_decode_matches_reference(block_size, head_dim, heads):
-    run_decode_case("triton", block_size, head_dim, heads, torch.float32, TRITON_DEVICE)
+def test_triton_matches_reference(op, block_size, head_dim, heads):
+    run_case(op, "triton", block_size, head_dim, heads, torch.float32, TRITON_DEVICE)
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("block_size,head_dim,heads", TRITON_GRID)
-def test_triton_prefill_with_cached_context_matches_reference(block_size, head_dim, heads):
-    run_prefill_case("triton", block_size, head_dim, heads, torch.float32, TRITON_DEVICE)
-
-
-@pytest.mark.triton
-def test_triton_bf16_decode_and_prefill_match_reference():
-    run_decode_case("triton", 16, 64, (8, 2), torch.bfloat16, TRITON_DEVICE)
-    run_prefill_case("triton", 16, 64, (8, 2), torch.bfloat16, TRITON_DEVICE)
+@pytest.mark.parametrize("op", OPS)
+def test_triton_bf16_matches_reference(op):
+    run_case(op, "triton", 16, 64, (8, 2), torch.bfloat16, TRITON_DEVICE)
 
 
 @pytest.mark.triton
@@ -993,20 +976,19 @@ GPU_BACKENDS = pytest.mark.parametrize(
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
 @GPU_BACKENDS
 @pytest.mark.parametrize(
-    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+    "op,dtype",
+    [
+        ("decode", torch.float32),
+        ("decode", torch.bfloat16),
+        ("decode", torch.float16),
+        ("prefill", torch.float32),
+        ("prefill", torch.bfloat16),
+    ],
+    ids=["decode-fp32", "decode-bf16", "decode-fp16", "prefill-fp32", "prefill-bf16"],
 )
-def test_gpu_decode_matches_reference(backend, dtype):
+def test_gpu_matches_reference(backend, op, dtype):
     for block_size, head_dim, heads in FULL_GRID:
-        run_decode_case(backend, block_size, head_dim, heads, dtype, "cuda")
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_CUDA, reason=NO_GPU_REASON)
-@GPU_BACKENDS
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_gpu_prefill_matches_reference(backend, dtype):
-    for block_size, head_dim, heads in FULL_GRID:
-        run_prefill_case(backend, block_size, head_dim, heads, dtype, "cuda")
+        run_case(op, backend, block_size, head_dim, heads, dtype, "cuda")
 
 
 @pytest.mark.gpu
@@ -1297,27 +1279,18 @@ def test_prefill_rejects_bad_offsets_and_lengths():
     args = _valid_decode_args()
     q = torch.randn(5, 4, 16)
     bad_end = torch.tensor([0, 2, 4], dtype=torch.int32)  # 4 != 5 tokens
-    with pytest.raises(ValueError, match="^cu_seqlens_q:"):
-        ops.paged_attention_prefill(
-            q,
-            args["key_cache"],
-            args["value_cache"],
-            args["block_tables"],
-            bad_end,
-            args["seq_lens"],
-            0.25,
-        )
     too_many = torch.tensor([0, 4, 5], dtype=torch.int32)  # 4 new tokens, seq_len 3
-    with pytest.raises(ValueError, match="^seq_lens:"):
-        ops.paged_attention_prefill(
-            q,
-            args["key_cache"],
-            args["value_cache"],
-            args["block_tables"],
-            too_many,
-            args["seq_lens"],
-            0.25,
-        )
+    for cu_seqlens_q, name in [(bad_end, "cu_seqlens_q"), (too_many, "seq_lens")]:
+        with pytest.raises(ValueError, match=f"^{name}:"):
+            ops.paged_attention_prefill(
+                q,
+                args["key_cache"],
+                args["value_cache"],
+                args["block_tables"],
+                cu_seqlens_q,
+                args["seq_lens"],
+                0.25,
+            )
 
 
 def test_reshape_and_cache_rejects_bad_slots_and_dtypes():

@@ -696,3 +696,26 @@ def test_serve_takes_a_device_and_refuses_a_gpu_this_machine_lacks():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device='cuda'"):
             build_engine("tiny", **engine_kwargs(parser().parse_args(["--device", "cuda"])))
+
+
+def test_the_connection_options_reach_uvicorn():
+    """`serve`'s connection options become `uvicorn_config`'s keywords, each by its name."""
+    from llmlab.serve.connections import connection_limits, uvicorn_config
+    from llmlab.serve.launch import parser
+
+    args = parser().parse_args(
+        [
+            "--limit-concurrency",
+            "7",
+            "--timeout-keep-alive",
+            "2",
+            "--timeout-graceful-shutdown",
+            "4",
+        ]
+    )
+    cfg = uvicorn_config(object(), "127.0.0.1", 0, **connection_limits(args))
+    assert (cfg.limit_concurrency, cfg.timeout_keep_alive, cfg.timeout_graceful_shutdown) == (
+        7,
+        2,
+        4,
+    )

@@ -22,6 +22,7 @@ import torch
 from llmlab import SamplingParams
 from llmlab.bench import default_attention_backend
 from llmlab.engine import LLMEngine
+from llmlab.parallel.launch import free_port
 from llmlab.serve.api_server import build_app
 from llmlab.serve.connections import RateLimitFilter
 from llmlab.serve.grammar_compiler import GrammarLimits
@@ -87,6 +88,14 @@ def ref_logprobs(hf_model, ids: list[int]) -> torch.Tensor:
     """log_softmax of Hugging Face's logits at every position of `ids`: [T, vocab]."""
     with torch.inference_mode():
         return hf_model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+
+
+def scored(create, hf_model, **request):
+    """A greedy request through the SDK's `create` with its token ids returned: the response,
+    its first choice, and `ref_logprobs` over the prompt and that choice's tokens."""
+    out = create(model=MODEL, temperature=0, extra_body={"return_token_ids": True}, **request)
+    choice = out.choices[0]
+    return out, choice, ref_logprobs(hf_model, out.prompt_token_ids + choice.token_ids)
 
 
 # ---- what clients rely on, through the official SDK ----------------------------------------------
@@ -177,17 +186,8 @@ def test_a_list_of_prompts_gets_a_choice_each_in_order(server):
 
 @pytest.mark.model
 def test_completion_logprobs_equal_log_softmax_of_hf_logits(server, hf_model):
-    out = server.client.completions.create(
-        model=MODEL,
-        prompt=PROMPT,
-        max_tokens=6,
-        temperature=0,
-        logprobs=3,
-        extra_body={"return_token_ids": True},
-    )
-    choice = out.choices[0]
-    ids = out.prompt_token_ids + choice.token_ids
-    ref = ref_logprobs(hf_model, ids)
+    create = server.client.completions.create
+    out, choice, ref = scored(create, hf_model, prompt=PROMPT, max_tokens=6, logprobs=3)
     lp = choice.logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(choice.token_ids) == 6
     tok = server.engine.tokenizer
@@ -204,18 +204,14 @@ def test_completion_logprobs_equal_log_softmax_of_hf_logits(server, hf_model):
 
 @pytest.mark.model
 def test_chat_logprobs_give_the_top_k_per_token(server, hf_model):
-    out = server.client.chat.completions.create(
-        model=MODEL,
+    out, choice, ref = scored(
+        server.client.chat.completions.create,
+        hf_model,
         messages=[{"role": "user", "content": "Say hello."}],
         max_tokens=5,
-        temperature=0,
         logprobs=True,
         top_logprobs=2,
-        extra_body={"return_token_ids": True},
     )
-    choice = out.choices[0]
-    ids = out.prompt_token_ids + choice.token_ids
-    ref = ref_logprobs(hf_model, ids)
     P = len(out.prompt_token_ids)
     content = choice.logprobs.content
     assert len(content) == len(choice.token_ids)
@@ -231,37 +227,19 @@ def test_chat_logprobs_give_the_top_k_per_token(server, hf_model):
 @pytest.mark.model
 def test_echo_with_logprobs_scores_the_prompt_as_evaluation_harnesses_do(server, hf_model):
     # lm-evaluation-harness's loglikelihood request: echo + logprobs + max_tokens 1
-    out = server.client.completions.create(
-        model=MODEL,
-        prompt=PROMPT,
-        max_tokens=1,
-        temperature=0,
-        echo=True,
-        logprobs=1,
-        extra_body={"return_token_ids": True},
-    )
-    choice = out.choices[0]
+    create = server.client.completions.create
+    request = dict(prompt=PROMPT, max_tokens=1, echo=True, logprobs=1)
+    out, choice, ref = scored(create, hf_model, **request)
     prompt_ids = out.prompt_token_ids
     assert choice.text.startswith(PROMPT) and len(choice.text) > len(PROMPT)
     lp = choice.logprobs
     assert len(lp.tokens) == len(prompt_ids) + 1
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
-    ref = ref_logprobs(hf_model, prompt_ids + choice.token_ids)
     for i in range(1, len(prompt_ids) + 1):
         t = (prompt_ids + choice.token_ids)[i]
         assert lp.token_logprobs[i] == pytest.approx(float(ref[i - 1, t]), abs=2e-3)
     # the same numbers when streamed
-    chunks = list(
-        server.client.completions.create(
-            model=MODEL,
-            prompt=PROMPT,
-            max_tokens=1,
-            temperature=0,
-            echo=True,
-            logprobs=1,
-            stream=True,
-        )
-    )
+    chunks = list(create(model=MODEL, temperature=0, stream=True, **request))
     assert "".join(c.choices[0].text for c in chunks) == choice.text
     assert chunks[0].choices[0].logprobs.token_logprobs == pytest.approx(lp.token_logprobs)
 
@@ -610,12 +588,6 @@ def test_an_engine_that_keeps_failing_is_declared_dead_and_says_so():
             srv.url + "/v1/completions", timeout=30, json={"prompt": [3, 4, 5], "max_tokens": 2}
         )
         assert r.status_code == 503
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_serve_command_exits_non_zero_when_the_engine_dies(monkeypatch):

@@ -87,7 +87,7 @@ def bench_device(device: str | None):
     none, is a ValueError naming `--device`."""
     import torch
 
-    from llmlab.config.engine import check_device
+    from llmlab.config.engine import check_device, resolve_device
 
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -95,18 +95,7 @@ def bench_device(device: str | None):
         check_device(device)
     except ValueError:
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}") from None
-    parsed = torch.device(device)
-    if parsed.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"--device {device}: there is no CUDA GPU here (torch.cuda.is_available() is "
-                f"False, torch {torch.__version__}); use --device cpu"
-            )
-        if (parsed.index or 0) >= torch.cuda.device_count():
-            raise ValueError(
-                f"--device {device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)"
-            )
-    return parsed
+    return resolve_device(device, None, option="--device")
 
 
 def device_info(device) -> dict:

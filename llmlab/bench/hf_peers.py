@@ -13,21 +13,23 @@ import torch
 from llmlab.utils import cdiv
 
 
+def generate_one(hf, ids: list[int], max_new_tokens: int, **generate_kwargs) -> list[int]:
+    """transformers' greedy `generate` of one unpadded prompt: the new token ids.
+    `generate_kwargs` go to `generate` (eos_token_id, min_new_tokens, pad_token_id, ...)."""
+    x = torch.tensor([ids], device=hf.device)
+    y = hf.generate(
+        x,
+        attention_mask=torch.ones_like(x),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        **{"pad_token_id": 2, **generate_kwargs},
+    )
+    return y[0, len(ids) :].tolist()
+
+
 def run_hf_sequential(hf, work, batch_size: int) -> int:
-    total = 0
     with torch.inference_mode():
-        for ids, n in work:
-            x = torch.tensor([ids], device=hf.device)
-            y = hf.generate(
-                x,
-                attention_mask=torch.ones_like(x),
-                max_new_tokens=n,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=2,
-            )
-            total += y.shape[1] - len(ids)
-    return total
+        return sum(len(generate_one(hf, ids, n, eos_token_id=None)) for ids, n in work)
 
 
 def run_hf_static(hf, work, batch_size: int) -> int:

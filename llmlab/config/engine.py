@@ -223,21 +223,24 @@ def check_device(device: Any) -> None:
         raise ValueError(f'device must be None, "cpu", "cuda" or "cuda:N", got {device!r}')
 
 
-def resolve_device(device: str | None, model_device: torch.device) -> torch.device:
+def resolve_device(
+    device: str | None, model_device: torch.device | None, option: str = "device"
+) -> torch.device | None:
     """The device an engine runs on: `device`, or the model's own when None. Raises ValueError
-    naming `device` for a GPU this machine does not have."""
+    naming `option` (the keyword; a command line's "--device") for a GPU this machine does not
+    have."""
     if device is None:
         return model_device
     parsed = torch.device(device)
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(
-                f"device={device!r}: torch.cuda.is_available() is False here (torch "
-                f"{torch.__version__}, CUDA {torch.version.cuda}); use device='cpu'"
+                f"{option}={device!r}: there is no CUDA GPU here (torch.cuda.is_available() is "
+                f"False, torch {torch.__version__}, CUDA {torch.version.cuda}); use {option}='cpu'"
             )
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ValueError(
-                f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+                f"{option}={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
             )
     return parsed
 

@@ -13,6 +13,16 @@ from typing import Any
 
 from llmlab.paths import DATA_DIR
 
+# the sizes every shape states, each a positive int (head_dim may be left to be derived)
+SIZE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -40,14 +50,7 @@ class ModelConfig:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-        ):
+        for name in SIZE_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")

@@ -16,6 +16,14 @@ DEFAULT_TIMEOUT_KEEP_ALIVE = 5.0  # seconds an idle keep-alive connection stays 
 DEFAULT_TIMEOUT_HEADER = 10.0  # seconds a request's headers may take to arrive
 # seconds a stopping server (SIGTERM) lets requests in flight finish before cancelling them
 DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN = 3.0
+# `uvicorn_config`'s keywords, each set by the command-line option of its name
+CONNECTION_LIMITS = (
+    "limit_concurrency",
+    "max_connections",
+    "timeout_keep_alive",
+    "timeout_header",
+    "timeout_graceful_shutdown",
+)
 
 
 def guarded_protocol(timeout_header: float, max_connections: int) -> type:
@@ -194,3 +202,8 @@ def connection_options(ap: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN,
         help="seconds a stopping server lets requests in flight finish before cancelling them",
     )
+
+
+def connection_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The values of `connection_options` in parsed `args`, as `uvicorn_config`'s keywords."""
+    return {name: getattr(args, name) for name in CONNECTION_LIMITS}

@@ -22,7 +22,12 @@ import threading
 import time
 from typing import Any
 
-from llmlab.serve.connections import connection_options, raise_file_limit, uvicorn_config
+from llmlab.serve.connections import (
+    connection_limits,
+    connection_options,
+    raise_file_limit,
+    uvicorn_config,
+)
 
 LISTENING = re.compile(r"llmlab serve: listening on (http://\S+)")
 API_KEY_ENV = "LLMLAB_API_KEY"  # as vLLM's VLLM_API_KEY: the key without a command line
@@ -275,17 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         grammar_limits=limits,
     )
     server = uvicorn.Server(
-        uvicorn_config(
-            app,
-            args.host,
-            args.port,
-            args.log_level,
-            limit_concurrency=args.limit_concurrency,
-            max_connections=args.max_connections,
-            timeout_keep_alive=args.timeout_keep_alive,
-            timeout_header=args.timeout_header,
-            timeout_graceful_shutdown=args.timeout_graceful_shutdown,
-        )
+        uvicorn_config(app, args.host, args.port, args.log_level, **connection_limits(args))
     )
 
     about = (

@@ -7,7 +7,11 @@ against any server, so llmlab's server and vLLM's are measured by the same clien
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
+import urllib.request
+from pathlib import Path
 
 from llmlab.tools.vllm_bridge import (
     QUIET_ENV,
@@ -17,6 +21,47 @@ from llmlab.tools.vllm_bridge import (
     model_folder,
     vllm_python,
 )
+
+
+def wait_until_answering(
+    proc: subprocess.Popen, url: str, timeout_s: float, name: str, log: Path, poll_s: float = 1.0
+) -> None:
+    """Poll `url` every `poll_s` seconds until it answers 200, while `proc` (the server `name`,
+    writing to `log`) runs. RuntimeError with the log's tail if the process exits first, or
+    naming the log after `timeout_s` seconds (the process is left running: the caller stops
+    it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"{name} exited with code {proc.returncode}: "
+                f"{log.read_text(errors='replace')[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not answer within {timeout_s:.0f} s; see {log}")
+        time.sleep(poll_s)
+
+
+def stop_process_group(proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    """SIGTERM to the process group `proc` leads (started in a new session), SIGKILL to it after
+    `timeout_s` seconds; returns once `proc` is reaped."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=timeout_s)
 
 
 class VLLMServer:
@@ -35,19 +80,13 @@ class VLLMServer:
         served_model_name: str = "smollm2-135m",
         start_timeout: float = 300,
     ) -> None:
-        import signal
-        import socket
-        import time
-        import urllib.request
+        from llmlab.parallel.launch import free_port  # imports torch: only when a server starts
 
         if not available():
             raise RuntimeError(how_to_add())
         if port is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
+            port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self._signal = signal
         self.log = ROOT / "build" / f"vllm-serve-{port}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         cmd = [
@@ -84,37 +123,16 @@ class VLLMServer:
                 cwd=str(ROOT),
                 start_new_session=True,
             )
-        deadline = time.monotonic() + start_timeout
-        while True:
-            if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"vLLM's server exited {self._proc.returncode}: "
-                    f"{self.log.read_text(errors='replace')[-3000:]}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"vLLM's server did not answer within {start_timeout:.0f} s; see {self.log}"
-                )
-            time.sleep(1)
+        try:
+            wait_until_answering(
+                self._proc, f"{self.url}/health", start_timeout, "vLLM's server", self.log
+            )
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        if self._proc.poll() is None:
-            try:
-                os.killpg(self._proc.pid, self._signal.SIGTERM)
-                self._proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self._proc.pid, self._signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self._proc.wait(timeout=30)
+        stop_process_group(self._proc)
 
     def __enter__(self) -> "VLLMServer":
         return self

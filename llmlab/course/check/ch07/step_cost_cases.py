@@ -10,6 +10,7 @@ from typing import Any
 from llmlab.analysis import costs
 from llmlab.config import PRESETS as MODEL_PRESETS
 from llmlab.config import ModelConfig
+from llmlab.config.model import SIZE_FIELDS
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     clauses,
@@ -27,16 +28,7 @@ STEP_COST_DRIVER = "llmlab.course.build.ch07:observe_step_cost"
 ENGINE_STEPS_DRIVER = "llmlab.course.build.ch07:predict_engine_steps"
 STEP_CASES = 40  # steps drawn per check
 SHOWN_OPS = 2  # operations a hint details (the others are counted)
-CONFIG_FIELDS = (
-    "name",
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-)
+CONFIG_FIELDS = ("name", *SIZE_FIELDS, "head_dim")
 LINEAR_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 # the rule of each operation (the skeleton's docstring says the same), shown from the second try
 STEP_OP_HINTS = {
