@@ -34,6 +34,7 @@ HINT_ARGS = {  # call -> (positional indices, keyword names) that carry hint tex
     "not_yet": ({1}, {"hint"}),
     "staged": ({1, 2}, {"first", "then"}),
     "check_number": (set(), {"default_hint", "formula", "mistakes"}),
+    "Expected": ({1, 2, 3}, {"mistakes", "default_hint", "formula"}),  # a question's answer
     "check_choice": (set(), {"hints"}),
     "check_matching": (set(), {"hints", "why_wrong"}),
     "check_callable": (set(), {"hint"}),

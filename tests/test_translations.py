@@ -37,6 +37,7 @@ SINKS = {
     "passed": ({1}, {"message"}),
     "staged": ({1, 2}, {"first", "then"}),
     "check_number": (set(), {"default_hint", "formula", "mistakes"}),
+    "Expected": ({1, 2, 3}, {"mistakes", "default_hint", "formula"}),  # a question's answer
     "check_choice": (set(), {"hints"}),
     "check_callable": (set(), {"hint"}),
     "check_matching": (set(), {"hints", "why_wrong", "success"}),

@@ -22,6 +22,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 
 M = catalog("ch07")
 
@@ -49,15 +50,13 @@ CROSSOVER_WHY_WRONG = {
 }
 
 
-def ridge_point(answer: Any) -> CheckResult:
+@numeric(rel=0.02)
+def ridge_point() -> Expected:
     """Ridge point of the H100-SXM preset (datasheet) in BF16, in FLOP/byte."""
     h = PRESETS["H100-SXM"]
     expected = roofline.ridge_point(h, "bf16")
-    return check_number(
-        "ch07.ridge_point",
-        answer,
+    return Expected(
         expected,
-        rel=0.02,
         mistakes=combine_mistakes(
             (
                 roofline.ridge_point(PRESETS["H100-SXM-source"], "bf16"),
@@ -68,43 +67,34 @@ def ridge_point(answer: Any) -> CheckResult:
             (roofline.ridge_point(h, "fp8"), M("ridge_point.fp8_peak_question")),
             (2 * h.peak_flops["bf16"] / h.mem_bw, M("ridge_point.uses_sparsity_peak")),
         ),
-        default_hint=M("ridge_point.default_hint"),
-        formula=M("ridge_point.formula"),
     )
 
 
-def decode_gemv_intensity(answer: Any) -> CheckResult:
+@numeric(rel=0.05)
+def decode_gemv_intensity() -> Expected:
     """Arithmetic intensity (FLOP/byte) of a decode step's linear layers at batch GEMV_BATCH, BF16
     weights, counting only the weight bytes (a large model: activations are negligible)."""
     b = GEMV_BATCH
-    expected = 2 * b / 2  # 2 FLOP per weight per token, 2 bytes per weight
-    return check_number(
-        "ch07.decode_gemv_intensity",
-        answer,
-        expected,
-        rel=0.05,
+    return Expected(
+        2 * b / 2,  # 2 FLOP per weight per token, 2 bytes per weight
         mistakes=combine_mistakes(
             (2 * b, M("decode_gemv_intensity.forgets_each_bf16")),
             (b / 2, M("decode_gemv_intensity.multiply_add_flop")),
             (1.0, M("decode_gemv_intensity.batch_batch_every")),
             (2 * b / 4, M("decode_gemv_intensity.uses_bytes_per")),
         ),
-        default_hint=M("decode_gemv_intensity.default_hint"),
-        formula=M("decode_gemv_intensity.formula"),
     )
 
 
-def attention_intensity(answer: Any) -> CheckResult:
+@numeric(rel=0.02)
+def attention_intensity() -> Expected:
     """Arithmetic intensity (FLOP/byte) of Llama-3-70B's decode attention (GQA, BF16 KV cache)."""
     cfg = get_config("llama-3-70b")
     op = roofline.decode_attention(cfg, batch=1, context=1024, dtype_bytes=2)
     expected = op.intensity
     group = cfg.num_attention_heads // cfg.num_key_value_heads
-    return check_number(
-        "ch07.attention_intensity",
-        answer,
+    return Expected(
         expected,
-        rel=0.02,
         mistakes=combine_mistakes(
             (expected / group, M("attention_intensity.plain_multi_head")),
             (expected * 2, M("attention_intensity.each_cached_number")),
@@ -114,8 +104,6 @@ def attention_intensity(answer: Any) -> CheckResult:
                 M("attention_intensity.count_query_heads"),
             ),
         ),
-        default_hint=M("attention_intensity.default_hint"),
-        formula=M("attention_intensity.formula"),
     )
 
 
@@ -170,13 +158,8 @@ def compute_bound_batch(answer: Any) -> CheckResult:
     )
 
 
-def why_crossover_grows(answer: Any) -> CheckResult:
+@choice(CROSSOVER_OPTIONS, CROSSOVER_WHY_WRONG)
+def why_crossover_grows() -> str:
     """Why does the batch at which decode turns compute-bound grow with the context, and at long
     contexts never come? One of CROSSOVER_OPTIONS."""
-    return check_choice(
-        "ch07.why_crossover_grows",
-        answer,
-        "kv_bytes_per_sequence",
-        options=list(CROSSOVER_OPTIONS),
-        hints=M.table(CROSSOVER_WHY_WRONG),
-    )
+    return "kv_bytes_per_sequence"

@@ -20,6 +20,7 @@ from llmlab.course.check.ch08.questions import (
     Q3_MODEL,
     TRACE_MAX_BATCH,
     TRACE_OUTPUTS,
+    WHY_HINTS,
     WHY_OPTIONS,
     WHY_TEXT,
     WIDGET_ARRIVAL_RATE,

@@ -14,9 +14,7 @@ from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
     as_number,
-    check_choice,
     check_dict_keys,
-    check_number,
     close,
     not_yet,
     passed,
@@ -25,6 +23,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 
 M = catalog("ch08")
 
@@ -213,25 +212,21 @@ def _trace() -> list[sim.SimRequest]:
     return [sim.SimRequest(i, 0, n) for i, n in enumerate(TRACE_OUTPUTS)]
 
 
-def continuous_mean_latency(answer: Any) -> CheckResult:
+@numeric(rel=1e-6)
+def continuous_mean_latency() -> Expected:
     """Requests with output lengths TRACE_OUTPUTS all arrive at step 0; max batch TRACE_MAX_BATCH;
     one token per request per step. Mean latency (steps) under continuous batching?"""
     trace = _trace()
     cont = sim.simulate(trace, "continuous", TRACE_MAX_BATCH)
     stat = sim.simulate(trace, "static", TRACE_MAX_BATCH)
     sum_len = sum(TRACE_OUTPUTS)
-    return check_number(
-        "ch08.continuous_mean_latency",
-        answer,
+    return Expected(
         cont.mean_latency,
-        rel=1e-6,
         mistakes=[
             (stat.mean_latency, M("continuous_mean_latency.static_batching_new")),
             (sum_len / len(TRACE_OUTPUTS), M("continuous_mean_latency.mean_output_length")),
             (cont.makespan, M("continuous_mean_latency.when_last_request")),
         ],
-        default_hint=M("continuous_mean_latency.default_hint"),
-        formula=M("continuous_mean_latency.formula"),
     )
 
 
@@ -254,7 +249,8 @@ def _saturating_batch() -> int:
     return min(b for b, t in curve.items() if t == best)
 
 
-def saturating_max_batch(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def saturating_max_batch() -> Expected:
     """The batching simulator at WIDGET_ARRIVAL_RATE arrivals per step (other sliders at their
     defaults): the smallest max batch at which continuous batching's throughput reaches its
     highest value (raising the max batch further changes nothing)."""
@@ -262,18 +258,13 @@ def saturating_max_batch(answer: Any) -> CheckResult:
 
     expected = _saturating_batch()
     n = len(batching_results(arrival_rate=WIDGET_ARRIVAL_RATE)["continuous"].requests)
-    return check_number(
-        "ch08.saturating_max_batch",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (n, M("saturating_max_batch.every_request_once")),
             (WIDGET_MAX_BATCH, M("saturating_max_batch.slider_s_end")),
             (8, M("saturating_max_batch.default_max_batch")),
         ],
-        default_hint=M("saturating_max_batch.default_hint"),
-        formula=M("saturating_max_batch.formula"),
     )
 
 
@@ -284,18 +275,14 @@ WHY_TEXT = {
     "c": "it skips the prefill of waiting requests",
     "d": "it generates fewer tokens in total",
 }
+WHY_HINTS = {  # keys of the chapter's catalog
+    "a": M.key("why_continuous.step_same_batch"),
+    "c": M.key("why_continuous.every_request_still"),
+    "d": M.key("why_continuous.both_policies_generate"),
+}
 
 
-def why_continuous(answer: Any) -> CheckResult:
+@choice(WHY_OPTIONS, WHY_HINTS)
+def why_continuous() -> str:
     """Why does continuous batching finish the same requests sooner than static batching? (a-d, see WHY_TEXT)"""
-    return check_choice(
-        "ch08.why_continuous",
-        answer,
-        "b",
-        options=WHY_OPTIONS,
-        hints={
-            "a": M("why_continuous.step_same_batch"),
-            "c": M("why_continuous.every_request_still"),
-            "d": M("why_continuous.both_policies_generate"),
-        },
-    )
+    return "b"

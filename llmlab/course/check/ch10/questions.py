@@ -14,7 +14,6 @@ from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
     as_number,
-    check_matching,
     check_number,
     labelled,
     not_yet,
@@ -23,6 +22,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, matching, numeric
 from llmlab.i18n import Bilingual
 
 M = catalog("ch10")
@@ -48,22 +48,19 @@ GOODPUT_SLO = {"ttft": 0.5, "tpot": 0.1}
 GOODPUT_DURATION = 3.0
 
 
-def tpot(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def tpot() -> Expected:
     """A request arrives at TPOT_ARRIVAL and its tokens come at TPOT_TOKENS (s). Its TPOT, in s?"""
     t = metrics.Timeline(TPOT_ARRIVAL, TPOT_TOKENS)
     n = t.num_output_tokens
-    return check_number(
-        "ch10.tpot",
-        answer,
+    return Expected(
         t.tpot,
-        rel=1e-3,
         mistakes=[
             (t.e2el / n, M("tpot.spreads_whole_latency")),
             ((t.e2el - t.ttft) / n, M("tpot.after_first_token")),
             (t.e2el / (n - 1), M("tpot.subtract_ttft_first")),
             (t.tpot * 1e3, M("tpot.give_seconds_milliseconds")),
         ],
-        default_hint=M("tpot.default_hint"),
         formula="TPOT = (E2EL − TTFT) / (n − 1).",
     )
 
@@ -93,26 +90,24 @@ def mean_tpot(answer: Any) -> CheckResult:
     )
 
 
-def ttlt(answer: Any) -> CheckResult:
+@numeric(rel=1e-4)
+def ttlt() -> Expected:
     """TTFT = TTLT_TTFT s, TPOT = TTLT_TPOT s, TTLT_N output tokens. Time to the last token (s)?"""
     expected = TTLT_TTFT + (TTLT_N - 1) * TTLT_TPOT
-    return check_number(
-        "ch10.ttlt",
-        answer,
+    return Expected(
         expected,
-        rel=1e-4,
         mistakes=[
             (TTLT_TTFT + TTLT_N * TTLT_TPOT, M("ttlt.first_token_covered")),
             (TTLT_N * TTLT_TPOT, M("ttlt.add_wait_first")),
             ((TTLT_N - 1) * TTLT_TPOT, M("ttlt.add_wait_first")),
             (expected * 1e3, M("tpot.give_seconds_milliseconds")),
         ],
-        default_hint=M("ttlt.default_hint"),
         formula="TTLT ≈ TTFT + (n − 1) · TPOT.",
     )
 
 
-def goodput(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def goodput() -> Expected:
     """Goodput (requests/s) of GOODPUT_TIMELINES over GOODPUT_DURATION s under GOODPUT_SLO (s):
     a request counts when it meets every target; a request with one token has no TPOT to break."""
     ts = [metrics.Timeline(a, tok) for a, tok in GOODPUT_TIMELINES]
@@ -129,11 +124,8 @@ def goodput(answer: Any) -> CheckResult:
     )
     only_ttft = metrics.summarize(ts, duration=GOODPUT_DURATION, slo={"ttft": GOODPUT_SLO["ttft"]})
     only_tpot = metrics.summarize(ts, duration=GOODPUT_DURATION, slo={"tpot": GOODPUT_SLO["tpot"]})
-    return check_number(
-        "ch10.goodput",
-        answer,
+    return Expected(
         s.goodput,
-        rel=1e-3,
         mistakes=[
             (s.request_throughput, M("goodput.throughput_all_requests")),
             (strict, M("goodput.token_request_no")),
@@ -141,8 +133,6 @@ def goodput(answer: Any) -> CheckResult:
             (only_tpot.goodput, M("goodput.check_ttft_target")),
             (s.num_good, M("goodput.goodput_rate_divide")),
         ],
-        default_hint=M("goodput.default_hint"),
-        formula=M("goodput.formula"),
     )
 
 
@@ -278,15 +268,13 @@ COST_PRICE_PER_HOUR = 3.1  # US$ per hour for the card (a made-up quote)
 COST_SELL_PER_MILLION = 0.25  # US$ charged per million output tokens (made up too)
 
 
-def break_even_tokens_per_s(answer: Any) -> CheckResult:
+@numeric(rel=1e-2)
+def break_even_tokens_per_s() -> Expected:
     """The output tokens per second a card rented at COST_PRICE_PER_HOUR must sustain, busy all
     hour, for a million tokens to cost exactly COST_SELL_PER_MILLION (the price it sells them at)."""
     expected = COST_PRICE_PER_HOUR / COST_SELL_PER_MILLION * 1e6 / 3600
-    return check_number(
-        "ch10.break_even_tokens_per_s",
-        answer,
+    return Expected(
         expected,
-        rel=1e-2,
         mistakes=[
             (expected * 3600, M("break_even_tokens_per_s.tokens_per_hour")),
             (expected * 60, M("break_even_tokens_per_s.hour_more_seconds")),
@@ -299,8 +287,6 @@ def break_even_tokens_per_s(answer: Any) -> CheckResult:
                 M("break_even_tokens_per_s.selling_price_per"),
             ),
         ],
-        default_hint=M("break_even_tokens_per_s.default_hint"),
-        formula=M("break_even_tokens_per_s.formula"),
     )
 
 
@@ -328,18 +314,11 @@ Q4_WHY_WRONG = {
 }
 
 
-def source_q4(answer: Any) -> CheckResult:
+@matching(Q4_METRICS, Q4_HINTS, Q4_WHY_WRONG)
+def source_q4() -> dict:
     """The source chapter's question 4. Answer a dict mapping each of Q4_KEYS to the metric that
     matters most, one of Q4_METRICS."""
-    return check_matching(
-        "ch10.source_q4",
-        answer,
-        Q4_ACCEPT,
-        choices=Q4_METRICS,
-        hints=M.table(Q4_HINTS),
-        why_wrong=M.table(Q4_WHY_WRONG),
-        success=M("source_q4.success"),
-    )
+    return Q4_ACCEPT
 
 
 EXERCISES: dict[str, ExerciseInfo] = {
