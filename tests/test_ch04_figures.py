@@ -32,7 +32,7 @@ def test_step_time_plot_draws_the_values_passed_in_ms():
 
 def test_gpu_floors_are_the_roofline_floors_and_the_cached_step_is_flat_then_cheaper():
     lengths = [32, 4096]
-    no, yes = ch04.gpu_step_floors("llama-3-8b", lengths, "H100-SXM")
+    no, yes = roofline.prefill_decode_floors("llama-3-8b", lengths, lengths, "H100-SXM")
     cfg = get_config("llama-3-8b")
     assert yes[0] == pytest.approx(roofline.decode_step_floor(cfg, "H100-SXM", 1, 32, 2))
     # short: both pay the weight read; long: the cache-less forward is compute-bound and dearer

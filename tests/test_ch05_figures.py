@@ -24,7 +24,7 @@ def test_prefill_decode_plot_draws_per_token_times_in_ms():
 
 
 def test_gpu_floors_prefill_per_token_falls_decode_stays():
-    pre, dec = ch05.gpu_floors("llama-3-8b", [16, 4096], [16, 4096], "H100-SXM")
+    pre, dec = roofline.prefill_decode_floors("llama-3-8b", [16, 4096], [16, 4096], "H100-SXM")
     assert pre[1] / 4096 < pre[0] / 16 / 10
     assert dec[1] == pytest.approx(dec[0], rel=0.1)
     assert dec[0] == pytest.approx(

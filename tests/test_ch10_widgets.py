@@ -12,11 +12,11 @@ import pytest
 
 from llmlab.analysis import costs, roofline
 from llmlab.config import PRESETS
-from llmlab.course.widgets import metrics as mw
+from llmlab.course.widgets import serving as sw
 
 
 def test_serving_point_is_the_roofline_floor_and_its_price():
-    p = mw.serving_point("llama-3-8b", "H100-SXM", batch=32, context=1024, price_per_hour=3.6)
+    p = sw.serving_point("llama-3-8b", "H100-SXM", batch=32, context=1024, price_per_hour=3.6)
     step = roofline.decode_step_floor(PRESETS["llama-3-8b"], "H100-SXM", 32, 1024, 2)
     assert p["tpot"] == pytest.approx(step)
     assert p["tokens_per_s"] == pytest.approx(32 / step)
@@ -28,7 +28,7 @@ def test_serving_point_is_the_roofline_floor_and_its_price():
 
 
 def test_serving_text_parses_and_says_when_memory_is_short():
-    text = mw.serving_text(
+    text = sw.serving_text(
         model="llama-3-8b",
         hardware="H100-SXM",
         batch=16,
@@ -36,24 +36,24 @@ def test_serving_text_parses_and_says_when_memory_is_short():
         price_per_hour=2.5,
         tpot_target_ms=20,
     )
-    m = mw.SERVING_TEXT_PATTERN.search(text)
+    m = sw.SERVING_TEXT_PATTERN.search(text)
     assert m and m[1] == "16" and m[4] == "meets"
     assert "NOT fit" not in text
-    big = mw.serving_text(
+    big = sw.serving_text(
         model="llama-3-8b", hardware="L4", batch=256, context=8192, tpot_target_ms=5
     )
-    assert mw.SERVING_TEXT_PATTERN.search(big)[4] == "misses" and "NOT fit" in big
+    assert sw.SERVING_TEXT_PATTERN.search(big)[4] == "misses" and "NOT fit" in big
 
 
 def test_plot_serving_marks_the_batch_and_the_target():
     import matplotlib.pyplot as plt
 
-    fig = mw.plot_serving(
+    fig = sw.plot_serving(
         model="llama-3-8b", hardware="H100-SXM", batch=64, context=2048, tpot_target_ms=12
     )
     a1, a2 = fig.axes
     marker = next(ln for ln in a1.get_lines() if ln.get_label() == "batch 64")
-    here = mw.serving_point("llama-3-8b", "H100-SXM", 64, 2048)
+    here = sw.serving_point("llama-3-8b", "H100-SXM", 64, 2048)
     np.testing.assert_allclose(marker.get_ydata(), [here["tpot"] * 1e3])
     target = next(ln for ln in a1.get_lines() if "target" in ln.get_label())
     np.testing.assert_allclose(target.get_ydata(), [12, 12])
@@ -63,5 +63,5 @@ def test_plot_serving_marks_the_batch_and_the_target():
 
 def test_serving_explorer_builds():
     pytest.importorskip("ipywidgets")
-    box = mw.serving_explorer()
+    box = sw.serving_explorer()
     assert "TPOT floor" in box.children[3].value

@@ -175,7 +175,7 @@ def _chapter_figures():
         ch15,
         ch16,
     )
-    from llmlab.course.widgets import blocks, kv, memory, metrics, parallel
+    from llmlab.course.widgets import blocks, kv, memory, metrics, parallel, serving
     from llmlab.course.widgets import roofline as roofline_widget
 
     steps8 = [
@@ -352,7 +352,7 @@ def _chapter_figures():
             "widgets.metrics.plot_throughput_latency",
             lambda: metrics.plot_throughput_latency({"HTTP": two_rates()}),
         ),
-        ("widgets.metrics.plot_serving", lambda: metrics.plot_serving(batch=64, max_batch=4096)),
+        ("widgets.serving.plot_serving", lambda: serving.plot_serving(batch=64, max_batch=4096)),
         (
             "widgets.blocks.plot_block_tables",
             lambda: blocks.plot_block_tables(blocks.manager_walkthrough()[2]),
@@ -522,6 +522,7 @@ def test_widgets_label_their_controls_and_readouts_in_chinese(zh):
         metrics,
         parallel,
         sampling,
+        serving,
         tokens,
     )
     from llmlab.course.widgets import roofline as rw
@@ -533,7 +534,7 @@ def test_widgets_label_their_controls_and_readouts_in_chinese(zh):
         "parallelism_explorer": parallel.parallelism_explorer(),
         "batching_simulator": batching.batching_simulator(num_requests=8),
         "arrival_explorer": metrics.arrival_explorer(num_requests=40),
-        "serving_explorer": metrics.serving_explorer(),
+        "serving_explorer": serving.serving_explorer(),
         "block_allocation_explorer": blocks.block_allocation_explorer(),
         "token_viewer": tokens.token_viewer("the cat", _tiny()[1]),
         "sampling_explorer": sampling.sampling_explorer("the cat", *_tiny()),

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmlab.analysis import hardware
+from llmlab.analysis import hardware, timing
 from llmlab.analysis.hardware import DATA_DIR, PRESETS, Hardware
 
 GPUS = ["H100-SXM", "H100-SXM-source", "H200", "A100-80GB", "L4", "RTX-4090"]
@@ -96,7 +96,7 @@ def test_the_peak_is_the_fastest_library(monkeypatch):
     a shared machine; `test_measured_bandwidth_and_flops_are_physical` times real matmuls)."""
     import random
 
-    libraries = hardware._matmul_libraries(hardware._resolve_device("cpu"), None)
+    libraries = timing.matmul_libraries(timing.resolve_device("cpu"), None)
     assert "aten" in libraries
     seconds = {lib: random.uniform(0.01, 1.0) for lib in libraries}
     timed = []
@@ -108,8 +108,8 @@ def test_the_peak_is_the_fastest_library(monkeypatch):
         fn()
         return seconds[timed[-1]]
 
-    monkeypatch.setattr(hardware, "_linear_fn", linear_fn)
-    monkeypatch.setattr(hardware, "_best_time", best_time)
+    monkeypatch.setattr(timing, "linear_fn", linear_fn)
+    monkeypatch.setattr(timing, "best_time", best_time)
     n = 64
     one = {lib: hardware.measure_matmul_flops("cpu", n=n, library=lib) for lib in libraries}
     for lib in libraries:

@@ -79,7 +79,9 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> float:
     return value
 
 
-def _positive_int(name: str, value: int, minimum: int = 1) -> int:
+def check_int(name: str, value: int, minimum: int = 1) -> int:
+    """`value` when it is an int >= `minimum`; else a ValueError naming `name`, in the reader's
+    language (the check of every count analysis takes: a batch, a context, a prompt length)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(
             tr(
@@ -97,8 +99,8 @@ def is_mla(cfg: ModelConfig) -> bool:
 
 def head_size(hidden_size: int, num_heads: int) -> int:
     """The size of one attention head: hidden_size / num_heads (4096 / 32 = 128)."""
-    _positive_int("hidden_size", hidden_size)
-    _positive_int("num_heads", num_heads)
+    check_int("hidden_size", hidden_size)
+    check_int("num_heads", num_heads)
     if hidden_size % num_heads:
         raise ValueError(
             tr(
@@ -200,7 +202,7 @@ def attention_flops_per_token(cfg: ModelConfig, context: int) -> int:
 
     Per layer and head: 2·d_qk·context for the scores plus 2·d_v·context for the weighted sum.
     """
-    _positive_int("context", context)
+    check_int("context", context)
     if is_mla(cfg):
         e = cfg.extra
         d_qk = e["qk_nope_head_dim"] + e["qk_rope_head_dim"]
@@ -218,7 +220,7 @@ def flops_per_token(cfg: ModelConfig, context: int, phase: str = "decode") -> fl
     i attends to i + 1 tokens, so on average to (context + 1) / 2. Then
     `prefill_flops(cfg, n) == n * flops_per_token(cfg, n, "prefill")`.
     """
-    _positive_int("context", context)
+    check_int("context", context)
     matmul = 2 * matmul_params_per_token(cfg)
     per_key = attention_flops_per_token(cfg, 1)
     if phase == "decode":
@@ -238,13 +240,13 @@ def prefill_flops(cfg: ModelConfig, prompt_len: int) -> float:
 
     (An engine needs only the last token's logits and saves (prompt_len - 1) · 2 · vocab · hidden.)
     """
-    _positive_int("prompt_len", prompt_len)
+    check_int("prompt_len", prompt_len)
     return prompt_len * flops_per_token(cfg, prompt_len, "prefill")
 
 
 def decode_flops(cfg: ModelConfig, batch: int, context: int) -> float:
     """FLOPs of one decode step: `batch` sequences, each adding one token at length `context`."""
-    _positive_int("batch", batch)
+    check_int("batch", batch)
     return batch * flops_per_token(cfg, context, "decode")
 
 
@@ -266,8 +268,8 @@ def decode_bytes_per_step(
     Activations are ignored (tiny at decode). A mixture of experts is counted as reading all of
     its experts, which is what happens once the batch is large enough to route to each of them.
     """
-    _positive_int("batch", batch)
-    _positive_int("context", context)
+    check_int("batch", batch)
+    check_int("context", context)
     return weight_bytes(cfg, dtype_bytes) + batch * kv_bytes(cfg, context, dtype_bytes)
 
 
@@ -300,7 +302,7 @@ def kv_bytes_per_token_from_hidden(cfg: ModelConfig, dtype_bytes: float = 2) -> 
 
 def kv_bytes(cfg: ModelConfig, num_tokens: int, dtype_bytes: float = 2) -> float:
     """KV cache bytes of `num_tokens` tokens (Llama-3-70B, 4,096 tokens, BF16: 1.34e9 B)."""
-    _positive_int("num_tokens", num_tokens, minimum=0)
+    check_int("num_tokens", num_tokens, minimum=0)
     return num_tokens * kv_bytes_per_token(cfg, dtype_bytes)
 
 

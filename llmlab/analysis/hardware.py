@@ -24,16 +24,21 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
+from llmlab.analysis.timing import (
+    best_linear_time,
+    best_time,
+    matmul_libraries,
+    resolve_device,
+    thread_counts,
+    using_threads,
+)
 from llmlab.i18n import Bilingual, tr
 from llmlab.paths import DATA_DIR  # noqa: E402
-from llmlab.utils import (
-    best_of,
-    cpu_name,  # noqa: F401 (part of this module's API)
-)
+from llmlab.utils import cpu_name  # noqa: F401 (part of this module's API)
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -129,40 +134,9 @@ def get_hardware(name: str) -> Hardware:
 # ----------------------------------------------------------------------------- measuring
 
 
-def _resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r} but no CUDA device is available; use 'cpu'")
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device={str(device)!r} is not supported; use 'cpu' or 'cuda'")
-    return dev
-
-
-def _best_time(
-    fn: Callable[[], Any], device: torch.device, repeats: int, budget_s: float | None = None
-) -> float:
-    """Fastest of `repeats` timed calls (after one warm-up), in seconds, synchronising a GPU
-    after each (`llmlab.utils.best_of`, which says why the fastest)."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-    return best_of(fn, repeats, budget_s=budget_s, warmup=1, sync=sync)
-
-
 def last_level_cache_bytes() -> int:
     """The largest CPU cache on this machine in bytes (from sysfs; 32 MiB when unknown)."""
-    best = 0
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    for index in base.glob("index*"):
-        try:
-            text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
-        digits = text[:-1] if text[-1:] in "KMG" else text
-        if digits.isdigit():
-            best = max(best, int(digits) * mult)
-    return best or 32 * 1024**2
+    return max((c["size"] for c in cpu_caches()), default=0) or 32 * 1024**2
 
 
 def cpu_caches() -> list[dict]:
@@ -203,7 +177,7 @@ def measure_bandwidth(
     """
     if kind not in ("read", "copy"):
         raise ValueError(f"kind={kind!r}; allowed: 'read', 'copy'")
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     if nbytes is None:
         nbytes = (
             (256 if _fast() else 1024) * 1024**2
@@ -221,75 +195,10 @@ def measure_bandwidth(
     fn = (lambda: src.sum()) if kind == "read" else (lambda: dst.copy_(src))
     moved = n * 4 if kind == "read" else 2 * n * 4
     best = float("inf")
-    for count in _thread_counts(dev, threads):
-        with _threads(count):
-            best = min(best, _best_time(fn, dev, repeats))
+    for count in thread_counts(dev, threads):
+        with using_threads(count):
+            best = min(best, best_time(fn, dev, repeats))
     return moved / best
-
-
-def _thread_counts(dev: torch.device, threads: int | None) -> list[int | None]:
-    """Thread counts to try: the given one; else all threads and, on a multi-core CPU, one thread.
-
-    On a busy machine (or a laptop with other work) one thread sometimes streams faster than all
-    of them fighting over cores; the roof is the best either achieves.
-    """
-    if threads is not None or dev.type != "cpu" or torch.get_num_threads() == 1:
-        return [threads]
-    return [None, 1]
-
-
-# "aten": torch's F.linear (MKL's sgemm on x86); "onednn": oneDNN's matmul (inside PyTorch);
-# "cpu": the engine's CPU fast path (`llmlab.model.cpu.CpuLinear`: our C GEMV for one row,
-# oneDNN on a packed weight for more)
-MATMUL_LIBRARIES = ("aten", "onednn", "cpu")
-
-
-def _matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
-    if library is not None:
-        if library not in MATMUL_LIBRARIES:
-            raise ValueError(
-                f"library={library!r}; allowed: {list(MATMUL_LIBRARIES)} or None (best)"
-            )
-        return [library]
-    if dev.type != "cpu":
-        return ["aten"]
-    from llmlab.model.cpu import onednn_available
-    from llmlab.ops import backend_available
-
-    return (
-        ["aten"]
-        + (["onednn"] if onednn_available() else [])
-        + (["cpu"] if backend_available("cpu")[0] else [])
-    )
-
-
-def _linear_fn(library: str, w: torch.Tensor):
-    """x -> x @ wᵀ on `library` (weights prepared as that library wants them, once)."""
-    if library == "aten":
-        return lambda x: torch.nn.functional.linear(x, w)
-    from llmlab.model.cpu import CpuLinear, onednn_linear
-
-    if library == "onednn" or w.dtype != torch.float32:  # the fast path is float32 only
-        return lambda x: onednn_linear(x, w)
-    return CpuLinear(w)
-
-
-def _best_linear_time(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    dev: torch.device,
-    libraries: list[str],
-    threads: int | None,
-    repeats: int,
-) -> float:
-    """Fastest `x @ wᵀ` over the matmul libraries and thread counts to try (s)."""
-    best = float("inf")
-    for lib in libraries:
-        fn = _linear_fn(lib, w)
-        for count in _thread_counts(dev, threads):
-            with _threads(count), torch.inference_mode():
-                best = min(best, _best_time(lambda: fn(x), dev, repeats))
-    return best
 
 
 def measure_matmul_flops(
@@ -309,8 +218,8 @@ def measure_matmul_flops(
     """
     if dtype not in _TORCH_DTYPES:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(_TORCH_DTYPES)}")
-    dev = _resolve_device(device)
-    libraries = _matmul_libraries(dev, library)
+    dev = resolve_device(device)
+    libraries = matmul_libraries(dev, library)
     if n is None:
         n = (4096 if not _fast() else 2048) if dev.type == "cuda" else (1024 if _fast() else 2048)
     if n < 16:
@@ -319,7 +228,7 @@ def measure_matmul_flops(
     gen = torch.Generator(device=dev).manual_seed(0)
     a = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n]
     w = torch.randn(n, n, device=dev, generator=gen).to(_TORCH_DTYPES[dtype])  # [n, n] as a weight
-    return 2.0 * n**3 / _best_linear_time(a, w, dev, libraries, threads, repeats)
+    return 2.0 * n**3 / best_linear_time(a, w, dev, libraries, threads, repeats)
 
 
 def measure_gemv_bandwidth(
@@ -339,13 +248,13 @@ def measure_gemv_bandwidth(
     """
     if rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be >= 1, got rows={rows}, cols={cols}")
-    dev = _resolve_device(device)
-    libraries = _matmul_libraries(dev, library)
+    dev = resolve_device(device)
+    libraries = matmul_libraries(dev, library)
     repeats = repeats or (5 if _fast() else 10)
     gen = torch.Generator(device=dev).manual_seed(0)
     w = torch.randn(rows, cols, device=dev, generator=gen)  # [rows, cols] float32 weight
     x = torch.randn(1, cols, device=dev, generator=gen)  # [1, cols]
-    return rows * cols * 4 / _best_linear_time(x, w, dev, libraries, threads, repeats)
+    return rows * cols * 4 / best_linear_time(x, w, dev, libraries, threads, repeats)
 
 
 @dataclass(frozen=True)
@@ -371,7 +280,7 @@ def memory_mountain(
     buffer), so the time per read is not swamped by Python's per-call overhead even for a
     buffer that fits in L1. One thread by default: the classic mountain of one core.
     """
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     if sizes is None:
         top = 256 * 1024**2 if dev.type == "cpu" else 1024**3
         sizes = []
@@ -384,35 +293,18 @@ def memory_mountain(
         raise ValueError(f"sizes must be at least 1024 bytes each, got {min(sizes)}")
     traffic = traffic_bytes or ((32 if _fast() else 128) * 1024**2)
     bws = []
-    with _threads(threads):
+    with using_threads(threads):
         for size in sizes:
             n = size // 4
             buf = torch.ones(n, device=dev)  # [n] float32
             reps = max(1, traffic // size)
             view = buf.as_strided((reps, n), (0, 1))  # [reps, n], every row is the same memory
-            t = _best_time(lambda: view.sum(), dev, repeats=3 if _fast() else 5)
+            t = best_time(lambda: view.sum(), dev, repeats=3 if _fast() else 5)
             bws.append(reps * n * 4 / t)
     used = threads if threads is not None else torch.get_num_threads()
     return MountainResult(
         list(sizes), bws, str(dev), used, cpu_caches() if dev.type == "cpu" else []
     )
-
-
-class _threads:
-    """Temporarily set torch's intra-op thread count (None: leave it)."""
-
-    def __init__(self, n: int | None) -> None:
-        if n is not None and n < 1:
-            raise ValueError(f"threads={n} must be >= 1 or None")
-        self.n = n
-        self.old = torch.get_num_threads()
-
-    def __enter__(self) -> None:
-        if self.n is not None:
-            torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc: Any) -> None:
-        torch.set_num_threads(self.old)
 
 
 def _mem_total() -> float:
@@ -432,7 +324,7 @@ def this_machine(device: str | None = "cpu") -> Hardware:
     mem_bw is the streaming *read* bandwidth (what a decode step does to the weights); the copy
     bandwidth is kept in `extra["copy_bw"]`. peak_flops["fp32"] is the measured matmul rate.
     """
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     read_bw = measure_bandwidth(str(dev), kind="read")
     copy_bw = measure_bandwidth(str(dev), kind="copy")
     peaks = {"fp32": measure_matmul_flops(str(dev), "fp32")}

@@ -423,11 +423,6 @@ def arrival_times(
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
-def poisson_arrivals(num_requests: int, rate: float, seed: int = 0) -> np.ndarray:
-    """Poisson arrivals (exponential gaps with mean 1/rate): `arrival_times(..., burstiness=1)`."""
-    return arrival_times(num_requests, rate, 1.0, seed)
-
-
 # --- driving the engine with arrivals --------------------------------------------------------
 
 

@@ -10,10 +10,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from llmlab.analysis.costs import check_int
 from llmlab.analysis.hardware import Hardware
 from llmlab.analysis.roofline.model import (
     Operation,
-    _check_int,
     _check_positive,
     decode_step,
     place,
@@ -82,7 +82,7 @@ def measure_paired(
     the drift; the median of the per-round ratios is the figure to compare with a target.
     `clock` is injectable so tests can drive the rounds without real timing.
     """
-    _check_int("rounds", rounds)
+    check_int("rounds", rounds)
     _check_positive("work", work)
     fn()  # warm-up
     roofs, seconds, ratios = [], [], []
@@ -165,8 +165,8 @@ def measure_decode_step(
     cached tokens (see `step_fn`). Fastest of `repeats`."""
     import torch
 
-    _check_int("batch", batch)
-    _check_int("context", context, minimum=0)
+    check_int("batch", batch)
+    check_int("context", context, minimum=0)
     seconds = best_of(
         step_fn(model, "decode", batch, context, backend), repeats, budget_s=budget_s, warmup=1
     )
@@ -186,7 +186,7 @@ def measure_prefill(
     """Time one prefill forward of one prompt of `prompt_len` tokens (logits for the last token only)."""
     import torch
 
-    _check_int("prompt_len", prompt_len)
+    check_int("prompt_len", prompt_len)
     seconds = best_of(
         step_fn(model, "prefill", prompt_len, 0, backend), repeats, budget_s=budget_s, warmup=1
     )

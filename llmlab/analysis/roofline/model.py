@@ -10,8 +10,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from llmlab.analysis import costs
+from llmlab.analysis.costs import check_int
 from llmlab.analysis.hardware import Hardware, get_hardware
-from llmlab.config import ModelConfig
+from llmlab.config import ModelConfig, get_config
 from llmlab.i18n import tr
 
 DTYPE_FOR_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
@@ -27,16 +28,6 @@ def _check_positive(name: str, value: float) -> None:
             tr(
                 f"{name} must be a number > 0, got {value!r}",
                 f"{name} 必须是正数，你给了 {value!r}",
-            )
-        )
-
-
-def _check_int(name: str, value: int, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            tr(
-                f"{name} must be an int >= {minimum}, got {value!r}",
-                f"{name} 必须是不小于 {minimum} 的整数，你给了 {value!r}",
             )
         )
 
@@ -157,7 +148,7 @@ def decode_gemv(cfg: ModelConfig, batch: int, dtype_bytes: float = 2) -> Operati
     FLOPs: 2 × weights × batch. Bytes: every weight once, plus each token's input and output
     activations of every linear layer (small until the batch is in the hundreds).
     """
-    _check_int("batch", batch)
+    check_int("batch", batch)
     return _linear_layers(
         cfg,
         batch,
@@ -188,7 +179,7 @@ def _activation_elems_per_token(cfg: ModelConfig) -> int:
 
 def prefill_gemm(cfg: ModelConfig, prompt_len: int, dtype_bytes: float = 2) -> Operation:
     """The linear layers of one prefill over `prompt_len` tokens (a GEMM)."""
-    _check_int("prompt_len", prompt_len)
+    check_int("prompt_len", prompt_len)
     return _linear_layers(
         cfg,
         prompt_len,
@@ -206,8 +197,8 @@ def decode_attention(
     With GQA, num_heads / num_kv_heads query heads share each K/V head, so each cached byte is
     used that many times: intensity ≈ 2 × group / dtype_bytes, independent of batch and context.
     """
-    _check_int("batch", batch)
-    _check_int("context", context)
+    check_int("batch", batch)
+    check_int("context", context)
     flops = batch * costs.attention_flops_per_token(cfg, context)
     nbytes = batch * costs.kv_bytes(cfg, context, dtype_bytes)
     return Operation(
@@ -223,8 +214,8 @@ def decode_attention(
 
 def decode_step(cfg: ModelConfig, batch: int, context: int, dtype_bytes: float = 2) -> Operation:
     """A whole decode step: all weights once + every sequence's KV cache; all matmuls + attention."""
-    _check_int("batch", batch)
-    _check_int("context", context)
+    check_int("batch", batch)
+    check_int("context", context)
     return Operation(
         tr(
             f"decode step, batch {batch}, context {context}",
@@ -247,8 +238,8 @@ def prefill_step(
 
     With `last_token_logits` (what an engine does) the lm_head runs for the last token only.
     """
-    _check_int("prompt_len", prompt_len)
-    _check_int("batch", batch)
+    check_int("prompt_len", prompt_len)
+    check_int("batch", batch)
     flops = batch * costs.prefill_flops(cfg, prompt_len)
     if last_token_logits:
         flops -= batch * (prompt_len - 1) * 2.0 * cfg.vocab_size * cfg.hidden_size
@@ -325,6 +316,22 @@ def prefill_floor(
     logits as an engine computes them): `decode_step_floor`'s rule on `prefill_step`."""
     op = prefill_step(cfg, prompt_len, dtype_bytes=dtype_bytes)
     return place(op, hw, dtype or dtype_for_bytes(dtype_bytes)).time_floor
+
+
+def prefill_decode_floors(
+    cfg: ModelConfig | str,
+    prompt_lens: Sequence[int],
+    contexts: Sequence[int],
+    hw: Hardware | str = "H100-SXM",
+    dtype_bytes: float = 2,
+) -> tuple[list[float], list[float]]:
+    """The floors (seconds) of a prefill of each prompt length (`prefill_floor`) and of one
+    batch-1 decode step at each context (`decode_step_floor`) on `hw`: a step without a KV cache
+    (a prefill-like forward over all T tokens) against one with it (a decode step at context T)."""
+    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
+    prefill = [prefill_floor(cfg, hw, n, dtype_bytes) for n in prompt_lens]
+    decode = [decode_step_floor(cfg, hw, 1, T, dtype_bytes) for T in contexts]
+    return prefill, decode
 
 
 def decode_batch_sweep(

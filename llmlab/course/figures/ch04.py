@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from llmlab.analysis import costs, roofline, speculation
-from llmlab.config import ModelConfig, get_config
+from llmlab.analysis import costs, speculation
+from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures._axes import finish, plot_ms
 from llmlab.utils import best_of
@@ -23,17 +23,6 @@ def cached_step_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2
     """One decode step with a cache at length T: T - 1 tokens prefilled into a cache, then the
     forward of token T alone is timed (measured, seconds): a verify step with no drafts."""
     return speculation.verify_step_seconds(model, ids, T, 1, repeats)
-
-
-def gpu_step_floors(
-    cfg: ModelConfig | str, lengths: Sequence[int], gpu: str = "H100-SXM", dtype_bytes: float = 2
-) -> tuple[list[float], list[float]]:
-    """The roofline floor (seconds) of one step at each length on `gpu` (presets, not measured):
-    without a cache a prefill-like forward over T tokens, with one a decode step at context T."""
-    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
-    no_cache = [roofline.prefill_floor(cfg, gpu, T, dtype_bytes) for T in lengths]
-    cached = [roofline.decode_step_floor(cfg, gpu, 1, T, dtype_bytes) for T in lengths]
-    return no_cache, cached
 
 
 def plot_step_times(

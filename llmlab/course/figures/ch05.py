@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import torch
 
-from llmlab.analysis import costs, roofline
+from llmlab.analysis import costs
 from llmlab.config import ModelConfig, get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures._axes import finish, plot_ms
@@ -33,21 +33,6 @@ def prefill_seconds(model: Any, ids: Sequence[int], n: int, repeats: int = 2) ->
 def decode_seconds(model: Any, ids: Sequence[int], T: int, repeats: int = 2) -> float:
     """One decode step at context T: T - 1 tokens cached, token T's forward timed (measured)."""
     return cached_step_seconds(model, ids, T, repeats)
-
-
-def gpu_floors(
-    cfg: ModelConfig | str,
-    prompt_lens: Sequence[int],
-    contexts: Sequence[int],
-    gpu: str = "H100-SXM",
-    dtype_bytes: float = 2,
-) -> tuple[list[float], list[float]]:
-    """Roofline floors on `gpu` (presets, not measured): prefill of each prompt length (seconds,
-    last-token logits as an engine does) and one batch-1 decode step at each context."""
-    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
-    prefill = [roofline.prefill_floor(cfg, gpu, n, dtype_bytes) for n in prompt_lens]
-    decode = [roofline.decode_step_floor(cfg, gpu, 1, T, dtype_bytes) for T in contexts]
-    return prefill, decode
 
 
 def plot_prefill_decode(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -45,6 +45,23 @@ def control(kind: str, value: Any, description: str, width: str, **options: Any)
 
     style = {"description_width": width}
     return getattr(w, kind)(value=value, description=description, style=style, **options)
+
+
+def controls_of(
+    table: Mapping[str, tuple[Any, ...]], start: Mapping[str, Any], width: str, **common: Any
+) -> dict[str, Any]:
+    """The controls of one explorer by name, from `table`'s rows `name: (kind, label, *limits)`:
+    `limits` are a slider's min, max and (optionally) step, or the options of a "Dropdown" or
+    "SelectionSlider". Each starts at `start[name]`, its label `width` wide (see `control`), with
+    the keywords `common` (continuous_update=False, ...) given to every one."""
+    made = {}
+    for name, (kind, label, *limits) in table.items():
+        if len(limits) == 1:  # a list to choose from
+            options = {"options": limits[0]}
+        else:
+            options = dict(zip(("min", "max", "step"), limits))
+        made[name] = control(kind, start[name], label, width, **options, **common)
+    return made
 
 
 def explorer(

@@ -14,7 +14,7 @@ from typing import Any
 from llmlab.analysis.sim import batching_results
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch08 import plot_compare
-from llmlab.course.widgets._show import control, defaults, explorer
+from llmlab.course.widgets._show import controls_of, defaults, explorer
 
 M = catalog("widgets.batching")
 
@@ -53,40 +53,14 @@ def batching_simulator(**trace: Any) -> Any:
     `llmlab.analysis.sim.batching_results`; its defaults for those not given); the result line
     updates on every change."""
     start = defaults(batching_results) | trace
-    width = "120px"
-    controls = {
-        "arrival_rate": control(
-            "FloatSlider",
-            start["arrival_rate"],
-            M("batching_simulator.arrivals_step"),
-            width,
-            min=0.05,
-            max=4.0,
-            step=0.05,
-        ),
-        "output_spread": control(
-            "FloatSlider",
-            start["output_spread"],
-            M("batching_simulator.length_spread"),
-            width,
-            min=0.0,
-            max=1.0,
-            step=0.05,
-        ),
-        "max_batch": control(
-            "IntSlider", start["max_batch"], M("batching_simulator.max_batch"), width, min=1, max=32
-        ),
-        "num_requests": control(
-            "IntSlider",
-            start["num_requests"],
-            M("batching_simulator.requests"),
-            width,
-            min=4,
-            max=64,
-        ),
+    table = {
+        "arrival_rate": ("FloatSlider", M("batching_simulator.arrivals_step"), 0.05, 4.0, 0.05),
+        "output_spread": ("FloatSlider", M("batching_simulator.length_spread"), 0.0, 1.0, 0.05),
+        "max_batch": ("IntSlider", M("batching_simulator.max_batch"), 1, 32),
+        "num_requests": ("IntSlider", M("batching_simulator.requests"), 4, 64),
     }
     return explorer(
-        controls,
+        controls_of(table, start, "120px"),
         [("arrival_rate", "output_spread"), ("max_batch", "num_requests")],
         "llmlab-batching-result",
         batching_text,

@@ -30,7 +30,7 @@ from llmlab.analysis.kv_budget import (  # noqa: F401
 )
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import control, defaults, show_figure
+from llmlab.course.widgets._show import control, controls_of, defaults, show_figure
 
 M = catalog("widgets.kv")
 
@@ -181,38 +181,31 @@ def _kv_controls(
 
     cfg, width = get_config(model), "110px"
     models = [k for k, c in PRESETS.items() if not costs.is_mla(c)]
-    return {
-        "preset": control(
-            "Dropdown", model, M("kv_calculator.model_preset"), width, options=models
-        ),
-        "layers": control(
-            "IntSlider", cfg.num_hidden_layers, M("kv_calculator.layers"), width, min=1, max=128
-        ),
-        "kv_heads": control(
-            "IntSlider", cfg.num_key_value_heads, M("kv_calculator.kv_heads"), width, min=1, max=128
-        ),
-        "head_dim": control(
-            "IntSlider", cfg.head_dim, description="head_dim", width=width, min=16, max=256, step=16
-        ),
-        "dtype": control(
-            "Dropdown", dtype, description="KV dtype", width=width, options=["fp32", "bf16", "fp8"]
-        ),
-        "context": control(
-            "IntSlider", context, M("kv_calculator.context"), width, min=128, max=131072, step=128
-        ),
-        "batch": control("IntSlider", batch, description="batch", width=width, min=1, max=256),
-        "gpu": control("Dropdown", gpu, description="GPU", width=width, options=gpu_names()),
+    start = {
+        "preset": model,
+        "layers": cfg.num_hidden_layers,
+        "kv_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim,
+        "dtype": dtype,
+        "context": context,
+        "batch": batch,
+        "gpu": gpu,
+        "util": gpu_memory_utilization,
+    }
+    table = {
+        "preset": ("Dropdown", M("kv_calculator.model_preset"), models),
+        "layers": ("IntSlider", M("kv_calculator.layers"), 1, 128),
+        "kv_heads": ("IntSlider", M("kv_calculator.kv_heads"), 1, 128),
+        "head_dim": ("IntSlider", "head_dim", 16, 256, 16),
+        "dtype": ("Dropdown", "KV dtype", ["fp32", "bf16", "fp8"]),
+        "context": ("IntSlider", M("kv_calculator.context"), 128, 131072, 128),
+        "batch": ("IntSlider", "batch", 1, 256),
+        "gpu": ("Dropdown", "GPU", gpu_names()),
+        "util": ("FloatSlider", M("kv_calculator.utilisation"), 0.5, 1.0, 0.01),
+    }
+    return controls_of(table, start, width) | {
         # a checkbox's label is long and sits beside it, so it takes no label width
         "weights": w.Checkbox(value=include_weights, description=M("kv_calculator.put_preset_s")),
-        "util": control(
-            "FloatSlider",
-            gpu_memory_utilization,
-            M("kv_calculator.utilisation"),
-            width,
-            min=0.5,
-            max=1.0,
-            step=0.01,
-        ),
         "acts": control(
             "FloatText", activation_gb, M("kv_calculator.activations_gb"), width, step=0.5
         ),

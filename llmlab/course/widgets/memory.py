@@ -13,7 +13,7 @@ from typing import Any
 from llmlab.analysis.hardware import PRESETS
 from llmlab.analysis.roofline import weight_read_time
 from llmlab.course.check.catalog import catalog
-from llmlab.course.widgets._show import control, explorer
+from llmlab.course.widgets._show import controls_of, explorer
 
 M = catalog("widgets.memory")
 
@@ -81,31 +81,19 @@ def weight_read_explorer(
     params_billion: float = 70.0, dtype: str = "bf16", bandwidth_tb_s: float = 3.0
 ) -> Any:
     """Sliders: model size, dtype, bandwidth → per-token floor."""
-    width = "120px"
-    controls = {
-        "params_billion": control(
-            "FloatLogSlider",
-            params_billion,
-            M("weight_read_explorer.params_b"),
-            width,
-            base=10,
-            min=-1,
-            max=3,
-            step=0.01,
-        ),
-        "dtype": control(
-            "Dropdown", dtype, description="dtype", width=width, options=list(DTYPE_BYTES)
-        ),
-        "bandwidth_tb_s": control(
+    start = {"params_billion": params_billion, "dtype": dtype, "bandwidth_tb_s": bandwidth_tb_s}
+    table = {
+        "params_billion": ("FloatLogSlider", M("weight_read_explorer.params_b"), -1, 3, 0.01),
+        "dtype": ("Dropdown", "dtype", list(DTYPE_BYTES)),
+        "bandwidth_tb_s": (
             "FloatSlider",
-            bandwidth_tb_s,
             M("weight_read_explorer.bandwidth_tb_s"),
-            width,
-            min=0.05,
-            max=8.0,
-            step=0.05,
+            0.05,
+            8.0,
+            0.05,
         ),
     }
+    controls = controls_of(table, start, "120px")
     return explorer(
         controls,
         [("params_billion", "dtype", "bandwidth_tb_s")],

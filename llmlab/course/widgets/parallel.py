@@ -15,7 +15,7 @@ from llmlab.analysis import parallel_cost
 from llmlab.analysis.hardware import get_hardware
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures._axes import finish
-from llmlab.course.widgets._show import control, explorer
+from llmlab.course.widgets._show import controls_of, explorer
 from llmlab.i18n import notebook_text
 
 M = catalog("widgets.parallel")
@@ -115,37 +115,16 @@ def parallelism_explorer(**setting: Any) -> Any:
     """Sliders for TP/PP degree, interconnect, batch and context, starting at `setting` (`START`
     for what it leaves out); bars and a summary line update."""
     start = START | setting
-    width, degrees = "90px", [1, 2, 4, 8]
+    degrees, contexts = [1, 2, 4, 8], [1, 256, 1024, 4096, 16384]
     links = [("NVLink", "nvlink"), ("PCIe 5.0", "pcie")]
-    controls = {
-        "tp": control(
-            "Dropdown", start["tp"], M("parallelism_explorer.tp_degree"), width, options=degrees
-        ),
-        "pp": control(
-            "Dropdown", start["pp"], M("parallelism_explorer.pp_degree"), width, options=degrees
-        ),
-        "interconnect": control(
-            "Dropdown",
-            start["interconnect"],
-            M("parallelism_explorer.interconnect"),
-            width,
-            options=links,
-        ),
-        "batch": control(
-            "SelectionSlider",
-            start["batch"],
-            description="batch",
-            width=width,
-            options=[2**i for i in range(10)],
-        ),
-        "context": control(
-            "SelectionSlider",
-            start["context"],
-            M("parallelism_explorer.context"),
-            width,
-            options=[1, 256, 1024, 4096, 16384],
-        ),
+    table = {
+        "tp": ("Dropdown", M("parallelism_explorer.tp_degree"), degrees),
+        "pp": ("Dropdown", M("parallelism_explorer.pp_degree"), degrees),
+        "interconnect": ("Dropdown", M("parallelism_explorer.interconnect"), links),
+        "batch": ("SelectionSlider", "batch", [2**i for i in range(10)]),
+        "context": ("SelectionSlider", M("parallelism_explorer.context"), contexts),
     }
+    controls = controls_of(table, start, "90px")
     return explorer(
         controls,
         [("tp", "pp", "interconnect"), ("batch", "context")],

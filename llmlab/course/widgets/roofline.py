@@ -20,7 +20,7 @@ from llmlab.analysis.hardware import PRESETS, get_hardware
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.figures.ch07 import plot_roofline
-from llmlab.course.widgets._show import control, defaults, explorer
+from llmlab.course.widgets._show import controls_of, defaults, explorer
 
 M = catalog("widgets.roofline")
 
@@ -140,15 +140,13 @@ def _roof_controls(hardware: str, model: str, dtype: str) -> dict[str, Any]:
     from llmlab.config import PRESETS as MODELS
 
     models = [k for k, c in MODELS.items() if not costs.is_mla(c)]
-    return {
-        "hardware": control(
-            "Dropdown", hardware, M("roofline_explorer.hardware"), "90px", options=list(PRESETS)
-        ),
-        "model": control("Dropdown", model, M("roofline_explorer.model"), "90px", options=models),
-        "dtype": control(
-            "Dropdown", dtype, description="dtype", width="90px", options=list(DTYPE_BYTES)
-        ),
+    start = {"hardware": hardware, "model": model, "dtype": dtype}
+    table = {
+        "hardware": ("Dropdown", M("roofline_explorer.hardware"), list(PRESETS)),
+        "model": ("Dropdown", M("roofline_explorer.model"), models),
+        "dtype": ("Dropdown", "dtype", list(DTYPE_BYTES)),
     }
+    return controls_of(table, start, "90px")
 
 
 def _no_peak(hardware: str, dtype: str, **_: Any) -> str | None:
@@ -167,27 +165,13 @@ def roofline_explorer(**setting: Any) -> Any:
     change."""
     start = defaults(roofline_summary) | setting
     # one by one, so the batch where the bound changes can be found exactly; redrawn on release
-    steps = dict(step=1, continuous_update=False)
-    controls = _roof_controls(start["hardware"], start["model"], start["dtype"]) | {
-        "batch": control(
-            "IntSlider",
-            start["batch"],
-            description="batch",
-            width="90px",
-            min=1,
-            max=MAX_BATCH,
-            **steps,
-        ),
-        "context": control(
-            "IntSlider",
-            start["context"],
-            M("roofline_explorer.context"),
-            "90px",
-            min=1,
-            max=32768,
-            **steps,
-        ),
+    table = {
+        "batch": ("IntSlider", "batch", 1, MAX_BATCH, 1),
+        "context": ("IntSlider", M("roofline_explorer.context"), 1, 32768, 1),
     }
+    controls = _roof_controls(start["hardware"], start["model"], start["dtype"]) | controls_of(
+        table, start, "90px", continuous_update=False
+    )
     return explorer(
         controls,
         [("hardware", "model", "dtype"), ("batch", "context")],
@@ -283,19 +267,11 @@ def prefill_explorer(**setting: Any) -> Any:
     `prefill_summary`; its defaults for those not given); the result line updates on every
     change."""
     start = defaults(prefill_summary) | setting
-    controls = _roof_controls(start["hardware"], start["model"], start["dtype"]) | {
-        # one token at a time, so the prompt length where the bound changes can be found exactly
-        "prompt_len": control(
-            "IntSlider",
-            start["prompt_len"],
-            M("prefill_explorer.prompt_tokens"),
-            "90px",
-            min=1,
-            max=MAX_PROMPT,
-            step=1,
-            continuous_update=False,
-        ),
-    }
+    # one token at a time, so the prompt length where the bound changes can be found exactly
+    table = {"prompt_len": ("IntSlider", M("prefill_explorer.prompt_tokens"), 1, MAX_PROMPT, 1)}
+    controls = _roof_controls(start["hardware"], start["model"], start["dtype"]) | controls_of(
+        table, start, "90px", continuous_update=False
+    )
     return explorer(
         controls,
         [("hardware", "model", "dtype"), ("prompt_len",)],
