@@ -59,8 +59,8 @@ def matmul_libraries(dev: torch.device, library: str | None) -> list[str]:
         return [library]
     if dev.type != "cpu":
         return ["aten"]
-    from llmlab.model.cpu import onednn_available
     from llmlab.ops import backend_available
+    from llmlab.ops.cpu_matmul import onednn_available
 
     return (
         ["aten"]
@@ -73,7 +73,8 @@ def linear_fn(library: str, w: torch.Tensor):
     """x -> x @ wᵀ on `library` (weights prepared as that library wants them, once)."""
     if library == "aten":
         return lambda x: torch.nn.functional.linear(x, w)
-    from llmlab.model.cpu import CpuLinear, onednn_linear
+    from llmlab.model.cpu import CpuLinear
+    from llmlab.ops.cpu_matmul import onednn_linear
 
     if library == "onednn" or w.dtype != torch.float32:  # the fast path is float32 only
         return lambda x: onednn_linear(x, w)

@@ -52,37 +52,11 @@ from llmlab.model.llama import DecoderLayer, LlamaModel
 from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import AttentionMetadata
 
-
-def _onednn_ops():
-    """oneDNN's linear and weight reorder, where this PyTorch has them (None, None otherwise)."""
-    if not torch.backends.mkldnn.is_available():
-        return None, None
-    mkldnn = torch.ops.mkldnn
-    linear = getattr(mkldnn, "_linear_pointwise", None)
-    reorder = getattr(mkldnn, "_reorder_linear_weight", None)
-    return (linear, reorder) if linear is not None and reorder is not None else (None, None)
-
-
-_ONEDNN_LINEAR, _ONEDNN_REORDER = _onednn_ops()
-PACK_BATCH_HINT = 32  # the batch oneDNN picks its packed layout for; it serves any batch
 # from this many rows a bf16 / int8 matmul runs its batch kernel on a packed copy; fewer rows
 # stream the dense weight (cpu_quant.c), as a GEMV should. Measured on one Zen 4 core: bf16 at
 # 2-3 rows packed 1.2-1.6x faster; int8 at 2-3 rows within 10 % either way (so its activations
 # stay float32 there); from 4 rows packed 2-5x faster for both.
 PACKED_MIN_ROWS = {torch.bfloat16: 2, torch.int8: 4}
-
-
-def onednn_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """x [T, in] @ weight [out, in]ᵀ (+ bias) on oneDNN; `weight` dense or packed (`pack`)."""
-    if _ONEDNN_LINEAR is None:
-        raise RuntimeError("this PyTorch build has no oneDNN linear (torch.ops.mkldnn)")
-    return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
-
-
-def onednn_available() -> bool:
-    return _ONEDNN_LINEAR is not None
 
 
 class CpuLinear(nn.Module):
@@ -133,7 +107,7 @@ class CpuLinear(nn.Module):
             if self.batch_kernel == "llmlab":  # bf16 / int8: cpu_gemm.c's blocks
                 self.packed = cpu_matmul.pack_weight(self.weight)
             elif self.batch_kernel == "onednn":  # oneDNN's blocked layout, in the weight's dtype
-                self.packed = _ONEDNN_REORDER(self.weight, PACK_BATCH_HINT)
+                self.packed = cpu_matmul.onednn_pack(self.weight)
             else:
                 self.packed = None
 
@@ -146,7 +120,7 @@ class CpuLinear(nn.Module):
             if self.batch_kernel is None or x.shape[0] < PACKED_MIN_ROWS[self.weight.dtype]:
                 return cpu_matmul.qgemm(x, self.weight, self.scale, self.bias)  # [T, out]
             if self.batch_kernel == "onednn":  # bf16 in, bf16 out: widened after
-                y = onednn_linear(x.bfloat16(), self.packed).float()  # [T, out]
+                y = cpu_matmul.onednn_linear(x.bfloat16(), self.packed).float()  # [T, out]
                 return y if self.bias is None else y + self.bias
             return cpu_matmul.packed_gemm(
                 x, self.packed, self.weight.shape[0], self.scale, self.bias
@@ -154,7 +128,7 @@ class CpuLinear(nn.Module):
         if x.shape[0] == 1 and self.gemv and x.is_contiguous():
             return cpu_matmul.gemv(x, self.weight, self.bias)  # [1, out]
         if self.packed is not None:
-            return onednn_linear(x, self.packed, self.bias)  # [T, out]
+            return cpu_matmul.onednn_linear(x, self.packed, self.bias)  # [T, out]
         return F.linear(x, self.weight, self.bias)
 
     def extra_bytes(self) -> int:
@@ -169,7 +143,7 @@ def _batch_kernel(weight: torch.Tensor) -> str | None:
     this machine (`llmlab.ops.cpu_matmul_choice`, measured once); int8 llmlab's packed matmul
     where this CPU has AVX-512 BF16; None: cpu_quant.c's widening matmul."""
     if weight.dtype == torch.float32:
-        return "onednn" if _ONEDNN_REORDER is not None else None
+        return "onednn" if cpu_matmul.onednn_available() else None
     if weight.dtype == torch.bfloat16:
         choice = cpu_matmul_choice.choice()
         if choice == "onednn" or (choice == "llmlab" and cpu_matmul.packed_weight_applies(weight)):

@@ -1,6 +1,7 @@
 """The CPU matmuls: a one-row GEMV on float32 weights (`kernels/cpu_gemv.c`), matmuls on bf16
 and int8 weights widened inside the kernel (`kernels/cpu_quant.c`), and the batch matmul on such
-weights packed once at load (`kernels/cpu_gemm.c`). The engine's CPU fast path
+weights packed once at load (`kernels/cpu_gemm.c`), and oneDNN's matmul on its own packed copy
+(`torch.ops.mkldnn`, shipped inside PyTorch). The engine's CPU fast path
 (`llmlab.model.cpu.CpuLinear`) calls them; their instruction sets are chosen at run time
 (`isa`, `set_isa_cap`), and which bf16 batch kernel runs on this machine by a measurement
 (`llmlab.ops.cpu_matmul_choice`, which also says in words which kernels run where).
@@ -14,6 +15,42 @@ from llmlab.ops.cpu_library import load_library, traced
 
 # weight types of `kernels/cpu_quant.c` (LLMLAB_W_*), by torch dtype
 WEIGHT_TYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
+
+
+def _onednn_ops():
+    """oneDNN's linear and weight reorder, where this PyTorch has them (None, None otherwise)."""
+    if not torch.backends.mkldnn.is_available():
+        return None, None
+    mkldnn = torch.ops.mkldnn
+    linear = getattr(mkldnn, "_linear_pointwise", None)
+    reorder = getattr(mkldnn, "_reorder_linear_weight", None)
+    return (linear, reorder) if linear is not None and reorder is not None else (None, None)
+
+
+_ONEDNN_LINEAR, _ONEDNN_REORDER = _onednn_ops()
+PACK_BATCH_HINT = 32  # the batch oneDNN picks its packed layout for; it serves any batch
+
+
+def onednn_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x [T, in] @ weight [out, in]ᵀ (+ bias) on oneDNN; `weight` dense or packed (`onednn_pack`)."""
+    if _ONEDNN_LINEAR is None:
+        raise RuntimeError("this PyTorch build has no oneDNN linear (torch.ops.mkldnn)")
+    return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+
+
+def onednn_available() -> bool:
+    return _ONEDNN_LINEAR is not None
+
+
+def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [out, in] reordered once into oneDNN's blocked layout, for `onednn_linear`."""
+    if _ONEDNN_REORDER is None:
+        raise RuntimeError("this PyTorch build has no oneDNN weight reorder (torch.ops.mkldnn)")
+    return _ONEDNN_REORDER(weight, PACK_BATCH_HINT)
+
+
 # instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
 ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2}
 
