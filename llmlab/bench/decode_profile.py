@@ -10,8 +10,8 @@ wall time is split into:
   embed + rope    the token's embedding row and its RoPE cos/sin
   layers          the decoder layers (on the "cpu" backend all in one fused C call); below
                   the table, those calls split by phase (`cpu_decode.LAYER_PHASES`: each phase
-                  ends at a barrier of the layer's OpenMP region, timed inside C), and what is
-                  left outside the C calls (Python and ctypes per layer)
+                  ends at a barrier of the layers' OpenMP region, timed inside C), and what is
+                  left outside the C call (Python and ctypes around it)
   final norm
   lm_head         the logits: one GEMV over the [vocab, hidden] embedding matrix
   sampling        `llmlab.sampling.sample` (an argmax for greedy)
@@ -20,7 +20,7 @@ wall time is split into:
 Beside the parts that stream weights, their floor: bytes / this machine's read bandwidth
 (measured now). And the price of waking the OpenMP threads: an empty parallel region (our GEMV
 on a 4x16 matrix) on all threads less the same on one thread, times the regions a step opens
-(one per layer, one for the lm_head).
+(one for the decoder layers, one for the lm_head).
 
 On a GPU (`--device cuda`): `--batch` requests at once (default 1 and 64), each batch with the
 decode CUDA graphs on and off (`enforce_eager`), and per decode step:

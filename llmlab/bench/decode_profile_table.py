@@ -42,7 +42,7 @@ def print_table(report: dict) -> None:
     print(format_table(rows, ["part", "ms/step", "share", "floor ms"]))
     print(f"total: {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})")
     print_layer_phases(p)
-    regions = p["num_layers"] + 1
+    regions = 2  # the fused layers' region and the lm_head's
     print(
         f"OpenMP: an empty region costs {omp['all_threads_us']:.1f} µs on {m['threads']} "
         f"threads, {omp['one_thread_us']:.1f} µs on one: waking the threads "
@@ -53,8 +53,8 @@ def print_table(report: dict) -> None:
 
 
 def print_layer_phases(profile: dict) -> None:
-    """The "layers" part split by phase of the fused C layer (summed over the layers), and what
-    is left outside the C calls (Python and ctypes per layer)."""
+    """The "layers" part split by phase of the fused C layers (summed over the layers), and what
+    is left outside the C call (Python and ctypes around it)."""
     phases = profile.get("layer_phases_ms")
     if not phases or sum(phases.values()) <= 0:
         return
@@ -66,11 +66,11 @@ def print_layer_phases(profile: dict) -> None:
     outside = layers - sum(phases.values())
     rows.append(
         [
-            "outside the C calls",
+            "outside the C call",
             f"{outside:.2f}",
             f"{1e3 * outside / n:.1f}",
             f"{outside / layers:.0%}",
         ]
     )
-    print(f"layers, split by phase of the fused C layer (sum over {n} layers):")
+    print(f"layers, split by phase of the fused C layers (sum over {n} layers):")
     print(format_table(rows, ["phase", "ms/step", "µs/layer", "of layers"]))

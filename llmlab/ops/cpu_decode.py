@@ -160,8 +160,8 @@ class DecodeLayerPlan:
 
 class DecodeStack:
     """Consecutive decoder layers (their `DecodeLayerPlan`s) run for one token in one C call.
-    The layers' pointers with their caches' are gathered once per set of caches (the engine's
-    stay the same from step to step)."""
+    The layers' pointers with their caches' are gathered, and the caches checked, once per set
+    of caches (the engine's are the same tensors from step to step)."""
 
     def __init__(self, plans: list[DecodeLayerPlan]):
         if not plans or any(p.shape() != plans[0].shape() for p in plans):
@@ -170,11 +170,16 @@ class DecodeStack:
                 f"epsilon, scale and weight type, got {[p.shape() for p in plans]}"
             )
         self.plans = list(plans)
-        self._caches: tuple = ()  # the caches' (key, value) data pointers the array was made for
+        self._caches: tuple = ()  # the (key, value) caches the array was made for
         self._array = None
 
     def _pointers(self, caches: list[tuple[torch.Tensor, torch.Tensor]]) -> ctypes.Array:
-        """Every layer's weight pointers then its two caches', as one array of void pointers."""
+        """Every layer's weight pointers then its two caches', as one array of void pointers:
+        made (and the caches checked) when the caches are not the ones of the last call."""
+        if len(caches) == len(self._caches) and all(
+            k is ck and v is cv for (k, v), (ck, cv) in zip(caches, self._caches)
+        ):
+            return self._array
         if len(caches) != len(self.plans):
             raise ValueError(
                 f"decode stack: got {len(caches)} (key, value) cache pairs for "
@@ -187,10 +192,13 @@ class DecodeStack:
                     f"decode stack: caches of {tuple(k.shape)} and {tuple(caches[0][0].shape)}"
                     " in one call; every layer's must have the same shape"
                 )
-        key = tuple((k.data_ptr(), v.data_ptr()) for k, v in caches)
-        if key != self._caches:
-            ptrs = [p for plan, kv in zip(self.plans, key) for p in (*plan.weights, *kv)]
-            self._array, self._caches = (ctypes.c_void_p * len(ptrs))(*ptrs), key
+        ptrs = [
+            p
+            for plan, (k, v) in zip(self.plans, caches)
+            for p in (*plan.weights, k.data_ptr(), v.data_ptr())
+        ]
+        self._array = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        self._caches = tuple((k, v) for k, v in caches)  # held: the array points into them
         return self._array
 
     def __call__(
