@@ -2,9 +2,8 @@
 
 A `Hardware` holds the two numbers the roofline needs (memory bandwidth in bytes/s, peak
 FLOP/s per dtype) and the sizes of the memory hierarchy. `PRESETS` are the datasheet figures
-(plus "H100-SXM-source", the source chapter's round 1000 TFLOPS / 3 TB/s; its earlier name
-"H100-SXM-seed" still finds it); `this_machine()` measures the computer the notebook runs on, CPU
-or GPU:
+(plus "H100-SXM-source", the source chapter's round 1000 TFLOPS / 3 TB/s); `this_machine()`
+measures the computer the notebook runs on, CPU or GPU:
 
 - `measure_bandwidth()` streams a buffer several times larger than the last-level cache;
 - `measure_matmul_flops()` times a large square matmul (the faster of MKL and oneDNN on a CPU);
