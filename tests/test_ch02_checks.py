@@ -6,6 +6,7 @@ layer 0."""
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from llmlab.course.check import ch02
+from llmlab.course.check.catalog import catalog
 
 
 def rope(x, positions, theta):
@@ -34,6 +36,24 @@ def test_an_unrotated_rope_is_named():
     # the solutions and the planted bugs of the five functions: tests/test_planted_bugs.py
     assert ch02.rope(rope).passed
     _fails(ch02.rope(lambda x, p, t: x), "nothing was rotated")
+
+
+def test_a_declared_piece_checks_as_its_chapter_names_it_with_the_texts_of_its_name():
+    M = catalog("ch02")
+
+    def zeros(x, w_gate, w_up, w_down):  # an output no slip explains
+        return torch.zeros(x.shape[0], w_down.shape[0])
+
+    first = ch02.swiglu(zeros)
+    assert first.exercise == "ch02.swiglu" and first.message == M("swiglu.default_hint")
+    assert M("swiglu.formula") in ch02.swiglu(zeros).message
+    right = ch02.swiglu(lambda x, wg, wu, wd: (F.silu(x @ wg.T) * (x @ wu.T)) @ wd.T)
+    assert right.passed and right.message == M("swiglu.success")
+    assert ch02.swiglu.__name__ == "swiglu" and "SwiGLU" in ch02.swiglu.__doc__
+    assert list(inspect.signature(ch02.swiglu).parameters) == ["fn"]
+    short = ch02.rope_relative(["s(8, 4)"])
+    assert short.exercise == "ch02.rope_relative" and short.message == M("rope_relative.missing")
+    assert ch02.rope_relative(["s(8, 4)", "s(107, 103)"]).message == M("rope_relative.success")
 
 
 def test_reasoning_exercises_want_every_right_option_and_say_why_a_wrong_one_is_wrong():

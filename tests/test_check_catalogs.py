@@ -65,8 +65,15 @@ class Use:
 
 
 # The texts `llmlab.course.check.question`'s decorators read by the question's name, where the
-# catalog holds them: {decorator: the suffixes of "<name>.<suffix>"}.
-IMPLICIT_KEYS = {"numeric": ("default_hint", "formula"), "matching": ("success",)}
+# catalog holds them, and chapter 02's `piece` and `selection` read by the name (all, always):
+# {decorator: the suffixes of "<name>.<suffix>"}.
+IMPLICIT_KEYS = {
+    "numeric": ("default_hint", "formula"),
+    "matching": ("success",),
+    "piece": ("default_hint", "formula", "success"),
+    "selection": ("missing", "success"),
+}
+REQUIRED_IMPLICIT = {"piece", "selection"}  # the decorators whose texts the catalog must hold
 
 
 def uses(source: str, name: str) -> list[Use]:
@@ -131,8 +138,9 @@ def uses(source: str, name: str) -> list[Use]:
 
 
 def implicit_uses(tree: ast.Module, name: str) -> list[Use]:
-    """The keys a question decorator reads by the question's name, in the catalog of the
-    module's chapter ("ch09/questions" -> "ch09"); filled with no values."""
+    """The keys a question decorator (or chapter 02's `piece`, `selection`) reads by the
+    decorated function's name, in the catalog of the module's chapter ("ch09/questions" ->
+    "ch09"); filled with no values."""
     chapter = re.match(r"ch\d\d", name)
     found = []
     for node in tree.body:
@@ -141,7 +149,13 @@ def implicit_uses(tree: ast.Module, name: str) -> list[Use]:
         for deco in node.decorator_list:
             kind = getattr(getattr(deco, "func", None), "id", None)
             found += [
-                Use(f"{name}.py:{node.lineno}", chapter[0], f"{node.name}.{s}", frozenset(), True)
+                Use(
+                    f"{name}.py:{node.lineno}",
+                    chapter[0],
+                    f"{node.name}.{s}",
+                    frozenset(),
+                    kind not in REQUIRED_IMPLICIT,
+                )
                 for s in IMPLICIT_KEYS.get(kind, ())
             ]
     return found

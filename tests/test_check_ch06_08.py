@@ -93,7 +93,7 @@ def test_working_set_level_without_reported_caches_asks_about_the_reference_cpu(
     """A machine that reports no caches (macOS, Windows) does not make every answer right: the
     question is then about the reference laptop core, which the notebook names."""
     monkeypatch.setattr(ch06, "cpu_caches", lambda: [])
-    assert ch06._exercise_caches() == ch06.REFERENCE_CACHES
+    assert ch06.exercise_caches() == ch06.REFERENCE_CACHES
     assert ch06.working_set_level("L3")  # 4 MiB: past 1.25 MiB L2, inside 12 MiB L3
     for wrong in ("L1", "L2", "DRAM"):
         assert not ch06.working_set_level(wrong)

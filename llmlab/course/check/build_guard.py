@@ -1,6 +1,7 @@
 """What the checkers of build exercises share: the opening of every check (an unanswered
 exercise, the package's own piece handed in, an answer that is not the piece asked for), the run
-of the student's piece through its driver, and the names a function's code refers to."""
+of the student's piece through its driver (the two together: `run_build_answer`), and the names a
+function's code refers to."""
 
 from __future__ import annotations
 
@@ -87,3 +88,22 @@ def run_student_code(exercise: str, run: Callable[[], Any], *, raised: Callable[
         raise
     except Exception as e:  # the student's code: report, never crash the notebook
         return report(not_yet(exercise, raised(error_type=type(e).__name__, error=e)))
+
+
+def run_build_answer(
+    exercise: str,
+    answer: Any,
+    run: Callable[[], Any],
+    *,
+    hint: str,
+    raised: Callable[..., str],
+    fits: Callable[[Any], bool] = callable,
+) -> Any:
+    """What `run()` returns (the student's piece `answer` driven through its driver), or the
+    reported "not yet" (a `CheckResult`): the refusal every build check opens with
+    (`refuse_build_answer`, with `fits` and `hint`), or the student's code raised
+    (`run_student_code`, with `raised`)."""
+    refused = refuse_build_answer(exercise, answer, fits=fits, hint=hint)
+    if refused is not None:
+        return refused
+    return run_student_code(exercise, run, raised=raised)

@@ -12,12 +12,12 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     check_choice,
     check_matching,
-    check_number,
     not_yet,
     passed,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, matching, numeric
 from llmlab.i18n import Bilingual
 
 M = catalog("ch00")
@@ -114,17 +114,11 @@ _NUMBER_HINTS = {  # the catalog key of each hint
 }
 
 
-def number_kinds(answer: Any) -> CheckResult:
+@matching(NUMBER_KINDS, _NUMBER_HINTS)
+def number_kinds() -> dict[str, str]:
     """For each number in NUMBERS, how the course gets it: "derive" (from a model's configuration),
     "measure" (on this machine) or "compute" (from published GPU specifications)."""
-    return check_matching(
-        "ch00.number_kinds",
-        answer,
-        dict(_NUMBER_KIND),
-        choices=NUMBER_KINDS,
-        hints=M.table(_NUMBER_HINTS),
-        success=M("number_kinds.success"),
-    )
+    return dict(_NUMBER_KIND)
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -291,18 +285,15 @@ EXERCISES: dict[str, ExerciseInfo] = {
 # and a module, the three shapes of answer a grader has to carry out of a kernel.
 
 
-def num_chapters(answer) -> CheckResult:
+@numeric(rel=0)
+def num_chapters() -> Expected:
     """How many notebooks make up the source chapter's path (00 … 12), counting this one?"""
-    return check_number(
-        "ch00.num_chapters",
-        answer,
+    return Expected(
         CHAPTERS,
         mistakes=[
             (CHAPTERS - 1, M("num_chapters.chapter_00_forgotten")),
             (11, M("num_chapters.flowchart_steps")),
         ],
-        default_hint=M("num_chapters.default_hint"),
-        rel=0,
     )
 
 
@@ -332,17 +323,15 @@ FAST_MODE_OPTIONS = (
 )
 
 
-def fast_mode(answer) -> CheckResult:
+_FAST_MODE_LETTERS = _lettered(FAST_MODE_OPTIONS)[0]
+_FAST_MODE_HINTS = {  # the catalog key of the hint per wrong option
+    _FAST_MODE_LETTERS[0]: M.key("fast_mode.skips_figures"),
+    _FAST_MODE_LETTERS[2]: M.key("fast_mode.smaller_model"),
+    _FAST_MODE_LETTERS[3]: M.key("fast_mode.checks_off"),
+}
+
+
+@choice(_FAST_MODE_LETTERS, _FAST_MODE_HINTS)
+def fast_mode() -> set[str]:
     """What does LLMLAB_FAST=1 do? One letter of FAST_MODE_OPTIONS."""
-    letters, right = _lettered(FAST_MODE_OPTIONS)
-    return check_choice(
-        "ch00.fast_mode",
-        answer,
-        right,
-        options=letters,
-        hints={
-            letters[0]: M("fast_mode.skips_figures"),
-            letters[2]: M("fast_mode.smaller_model"),
-            letters[3]: M("fast_mode.checks_off"),
-        },
-    )
+    return _lettered(FAST_MODE_OPTIONS)[1]

@@ -14,14 +14,13 @@ from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
-    check_matching,
-    check_number,
     not_yet,
     passed,
     report,
     sentences,
     staged,
 )
+from llmlab.course.check.question import Expected, matching, numeric
 from llmlab.i18n import Bilingual
 
 M = catalog("ch01")
@@ -47,24 +46,20 @@ def combine_mistakes(*pairs: tuple[float, str]) -> list[tuple[float, str]]:
     return merged
 
 
-def utf8_bytes(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def utf8_bytes() -> Expected:
     """How many UTF-8 bytes does UTF8_TEXT take? (The byte-level BPE starts from these.)"""
     text = UTF8_TEXT
     expected = len(text.encode("utf-8"))
     chars = len(text)
     two_per_han = sum(2 if "\u4e00" <= c <= "\u9fff" else len(c.encode("utf-8")) for c in text)
-    return check_number(
-        "ch01.utf8_bytes",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=combine_mistakes(
             (chars, M("utf8_bytes.characters")),
             (two_per_han, M("utf8_bytes.two_per_han")),
             (expected - 3, M("utf8_bytes.emoji")),
         ),
-        default_hint=M("utf8_bytes.default_hint"),
-        formula=M("utf8_bytes.formula"),
     )
 
 
@@ -164,48 +159,41 @@ def merge_function(fn: Any) -> CheckResult:
     return report(passed(ex, M("merge_function.success")))
 
 
-def id_bits(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def id_bits() -> Expected:
     """At least how many bits does one token id need for a vocabulary of VOCAB_SIZE?"""
     expected = math.ceil(math.log2(VOCAB_SIZE))
-    return check_number(
-        "ch01.id_bits",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (math.floor(math.log2(VOCAB_SIZE)), M("id_bits.rounded_down")),
             (math.log2(VOCAB_SIZE), M("id_bits.not_whole")),
             (expected / 8, M("id_bits.bytes")),
         ],
-        default_hint=M("id_bits.default_hint"),
-        formula=M("id_bits.formula"),
     )
 
 
-def embedding_bytes(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def embedding_bytes() -> Expected:
     """Bytes of the token embedding table of EMBED_PRESET (vocab × hidden) in BF16."""
     from llmlab.config import get_config
 
     cfg = get_config(EMBED_PRESET)
     params = cfg.vocab_size * cfg.hidden_size
     expected = params * 2
-    return check_number(
-        "ch01.embedding_bytes",
-        answer,
+    return Expected(
         expected,
-        rel=1e-3,
         mistakes=combine_mistakes(
             (params, M("embedding_bytes.parameters")),
             (params * 4, M("embedding_bytes.fp32")),
             (2 * expected, M("embedding_bytes.lm_head")),
             (expected * 8, M("embedding_bytes.bits")),
         ),
-        default_hint=M("embedding_bytes.default_hint"),
-        formula=M("embedding_bytes.formula"),
     )
 
 
-def tokens_per_han(answer: Any) -> CheckResult:
+@numeric(rel=0.02)
+def tokens_per_han() -> Expected:
     """Tokens per Chinese character of data/text/inference_zh.txt with the real tokenizer,
     as `llmlab.tokenizer.tokens_per_char` defines it (all tokens / Chinese characters)."""
     from llmlab.paths import DATA_DIR
@@ -215,17 +203,12 @@ def tokens_per_han(answer: Any) -> CheckResult:
     tok = real_tokenizer()
     expected = tokens_per_char(tok, text)
     per_len = count_tokens(tok, text) / len(text)
-    return check_number(
-        "ch01.tokens_per_han",
-        answer,
+    return Expected(
         expected,
-        rel=0.02,
         mistakes=combine_mistakes(
             (1 / expected, M("tokens_per_han.upside_down")),
             (per_len, M("tokens_per_han.len_text")),
         ),
-        default_hint=M("tokens_per_han.default_hint"),
-        formula=M("tokens_per_han.formula"),
     )
 
 
@@ -306,18 +289,12 @@ _EFFECTS_HINTS = {
 }
 
 
-def vocab_tradeoff(answer: Any) -> CheckResult:
+@matching(CHANGES, _EFFECTS_HINTS)
+def vocab_tradeoff() -> dict[str, str]:
     """SmolLM2 retrained with BIGGER_VOCAB tokens (more merges learned, the rest of the model as it
     is), which cuts a typical prompt's tokens by a tenth. For each key of VOCAB_EFFECTS: "up",
     "down" or "unchanged"?"""
-    return check_matching(
-        "ch01.vocab_tradeoff",
-        answer,
-        dict(_EFFECTS_RIGHT),
-        choices=CHANGES,
-        hints=M.table(_EFFECTS_HINTS),
-        success=M("vocab_tradeoff.success"),
-    )
+    return dict(_EFFECTS_RIGHT)
 
 
 EXERCISES: dict[str, ExerciseInfo] = {

@@ -16,13 +16,13 @@ from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
     as_number,
-    check_number,
     not_yet,
     passed,
     record_expected,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, numeric
 
 M = catalog("ch03")
 
@@ -35,44 +35,36 @@ TEMPERATURE = 0.5
 TEMP_LOGITS = [2.0, 1.0, 0.0]
 
 
-def forwards(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def forwards() -> Expected:
     """How many forward passes does the model run while a PROMPT_LEN-token prompt grows to
     TOTAL_LEN tokens (no stop token; with or without a cache, the count is the same)?"""
     expected = NEW_TOKENS
-    return check_number(
-        "ch03.forwards",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (PROMPT_LEN + NEW_TOKENS, M("forwards.prompt_per_token")),
             (NEW_TOKENS - 1, M("forwards.first_token_free")),
             (NEW_TOKENS + 1, M("forwards.extra_prefill")),
             (1, M("forwards.several_per_forward")),
         ],
-        default_hint=M("forwards.default_hint"),
-        formula=M("forwards.formula"),
     )
 
 
-def tokens_processed_no_cache(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def tokens_processed_no_cache() -> Expected:
     """Without a KV cache, how many token positions go through the model in total while
     generating NEW_TOKENS tokens from a PROMPT_LEN-token prompt?"""
     n, p = NEW_TOKENS, PROMPT_LEN
     expected = sum(p + i for i in range(n))
-    return check_number(
-        "ch03.tokens_processed_no_cache",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (p + n, M("tokens_processed_no_cache.final_length")),
             (sum(p + i for i in range(n + 1)), M("tokens_processed_no_cache.one_step_too_many")),
             (sum(p + i for i in range(1, n + 1)), M("tokens_processed_no_cache.prompt_only")),
             (n * (p + n), M("tokens_processed_no_cache.final_length_each")),
         ],
-        default_hint=M("tokens_processed_no_cache.default_hint"),
-        formula=M("tokens_processed_no_cache.formula"),
     )
 
 
@@ -168,22 +160,18 @@ def top_p_function(fn: Any) -> CheckResult:
     return report(passed(ex, M("top_p_function.success")))
 
 
-def temperature_prob(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def temperature_prob() -> Expected:
     """Probability of token 0 for logits TEMP_LOGITS at temperature TEMPERATURE."""
     x = torch.tensor(TEMP_LOGITS)
     expected = float((x / TEMPERATURE).softmax(0)[0])
-    return check_number(
-        "ch03.temperature_prob",
-        answer,
+    return Expected(
         expected,
-        rel=1e-3,
         mistakes=[
             (float(x.softmax(0)[0]), M("temperature_prob.temperature_1")),
             (float((x * TEMPERATURE).softmax(0)[0]), M("temperature_prob.multiplied")),
             (float((x.softmax(0) / TEMPERATURE)[0]), M("temperature_prob.divided_probabilities")),
         ],
-        default_hint=M("temperature_prob.default_hint"),
-        formula=M("temperature_prob.formula"),
     )
 
 

@@ -16,12 +16,12 @@ from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
     ExerciseInfo,
-    check_number,
     not_yet,
     passed,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, numeric
 
 M = catalog("ch04")
 
@@ -52,22 +52,16 @@ def _kv_mistakes(cfg, scale: float) -> list[tuple[float, str]]:
     )
 
 
-def kv_bytes_per_token_per_layer(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def kv_bytes_per_token_per_layer() -> Expected:
     """Llama-3-70B, BF16: KV cache bytes of one token in one layer."""
     cfg = get_config(PRESET)
     expected = costs.kv_bytes_per_token_per_layer(cfg, DTYPE_BYTES)
-    return check_number(
-        "ch04.kv_bytes_per_token_per_layer",
-        answer,
-        expected,
-        rel=1e-3,
-        mistakes=_kv_mistakes(cfg, 1),
-        default_hint=M("kv_bytes_per_token_per_layer.default_hint"),
-        formula=M("kv_bytes_per_token_per_layer.formula"),
-    )
+    return Expected(expected, mistakes=_kv_mistakes(cfg, 1))
 
 
-def kv_bytes_per_token(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def kv_bytes_per_token() -> Expected:
     """Llama-3-70B, BF16: KV cache bytes of one token over the whole model."""
     cfg = get_config(PRESET)
     expected = costs.kv_bytes_per_token(cfg, DTYPE_BYTES)
@@ -75,18 +69,11 @@ def kv_bytes_per_token(answer: Any) -> CheckResult:
     mistakes = _kv_mistakes(cfg, cfg.num_hidden_layers) + [
         (per_layer, M("kv_bytes_per_token.one_layer")),
     ]
-    return check_number(
-        "ch04.kv_bytes_per_token",
-        answer,
-        expected,
-        rel=1e-3,
-        mistakes=mistakes,
-        default_hint=M("kv_bytes_per_token.default_hint"),
-        formula=M("kv_bytes_per_token.formula"),
-    )
+    return Expected(expected, mistakes=mistakes)
 
 
-def kv_gb_for_request(answer: Any) -> CheckResult:
+@numeric(rel=5e-3)
+def kv_gb_for_request() -> Expected:
     """Llama-3-70B, BF16: KV cache of one REQUEST_TOKENS-token request, in GB (1 GB = 1e9 bytes)."""
     cfg = get_config(PRESET)
     expected = costs.kv_bytes(cfg, REQUEST_TOKENS, DTYPE_BYTES) / 1e9
@@ -101,29 +88,19 @@ def kv_gb_for_request(answer: Any) -> CheckResult:
         (mixed, M("kv_gb_for_request.mixed_prefixes")),
         (mixed2, M("kv_gb_for_request.mixed_prefixes_2")),
     ]
-    return check_number(
-        "ch04.kv_gb_for_request",
-        answer,
-        expected,
-        rel=5e-3,
-        mistakes=mistakes,
-        default_hint=M("kv_gb_for_request.default_hint"),
-        formula=M("kv_gb_for_request.formula"),
-    )
+    return Expected(expected, mistakes=mistakes)
 
 
-def smollm2_kv_bytes_per_token(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def smollm2_kv_bytes_per_token() -> Expected:
     """Our model, SmolLM2-135M, runs in float32 (4 bytes): KV cache bytes per token, all layers."""
     cfg = get_config("smollm2-135m")
     expected = costs.kv_bytes_per_token(cfg, 4)
     per_layer = costs.kv_bytes_per_token_per_layer(cfg, 4)
     from_hidden = costs.kv_bytes_per_token_from_hidden(cfg, 4)
     group = cfg.num_attention_heads / cfg.num_key_value_heads
-    return check_number(
-        "ch04.smollm2_kv_bytes_per_token",
-        answer,
+    return Expected(
         expected,
-        rel=1e-3,
         mistakes=combine_mistakes(
             (from_hidden, M("smollm2_kv_bytes_per_token.hidden_size")),
             (expected / 2, M("smollm2_kv_bytes_per_token.k_without_v")),
@@ -131,12 +108,11 @@ def smollm2_kv_bytes_per_token(answer: Any) -> CheckResult:
             (per_layer, M("one_layer_of_many")),
             (expected * group, M("kv.query_heads")),
         ),
-        default_hint=M("smollm2_kv_bytes_per_token.default_hint"),
-        formula=M("smollm2_kv_bytes_per_token.formula"),
     )
 
 
-def mla_kv_bytes_per_token(answer: Any) -> CheckResult:
+@numeric(rel=1e-3)
+def mla_kv_bytes_per_token() -> Expected:
     """DeepSeek-V3 (MLA, BF16): KV cache bytes per token, all layers. Per layer it caches one
     latent vector of kv_lora_rank numbers plus one shared RoPE key of qk_rope_head_dim numbers."""
     cfg = get_config("deepseek-v3")
@@ -145,39 +121,30 @@ def mla_kv_bytes_per_token(answer: Any) -> CheckResult:
     per_layer = costs.kv_bytes_per_token_per_layer(cfg, DTYPE_BYTES)
     latent_only = e["kv_lora_rank"] * DTYPE_BYTES * cfg.num_hidden_layers
     mha = costs.kv_variants(cfg, DTYPE_BYTES)["MHA"]
-    return check_number(
-        "ch04.mla_kv_bytes_per_token",
-        answer,
+    return Expected(
         expected,
-        rel=1e-3,
         mistakes=combine_mistakes(
             (2 * expected, M("mla_kv_bytes_per_token.factor_2")),
             (latent_only, M("mla_kv_bytes_per_token.rope_key")),
             (per_layer, M("one_layer_of_many")),
             (mha, M("mla_kv_bytes_per_token.mha")),
         ),
-        default_hint=M("mla_kv_bytes_per_token.default_hint"),
-        formula=M("mla_kv_bytes_per_token.formula"),
     )
 
 
-def tokens_processed_with_cache(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def tokens_processed_with_cache() -> Expected:
     """With a KV cache, how many token positions go through the model in total while generating
     NEW_TOKENS tokens from a PROMPT_LEN-token prompt?"""
     p, n = PROMPT_LEN, NEW_TOKENS
     expected = p + (n - 1)
-    return check_number(
-        "ch04.tokens_processed_with_cache",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (p + n, M("tokens_processed_with_cache.last_fed_back")),
             (n, M("tokens_processed_with_cache.prompt_forgotten")),
             (sum(p + i for i in range(n)), M("tokens_processed_with_cache.no_cache")),
         ],
-        default_hint=M("tokens_processed_with_cache.default_hint"),
-        formula=M("tokens_processed_with_cache.formula"),
     )
 
 
@@ -313,7 +280,8 @@ def _budget_case(dtype: str, util: float = BUDGET_UTILIZATION) -> float:
     return s.max_requests
 
 
-def max_requests_fp8(answer: Any) -> CheckResult:
+@numeric(rel=0.005)
+def max_requests_fp8() -> Expected:
     """The KV-calculator task: how many BUDGET_CONTEXT-token Llama-3-8B requests fit at once on an
     H100 (BF16 weights on the card, BUDGET_ACTIVATION_GB GB of activations, utilisation
     BUDGET_UTILIZATION) with an fp8 KV cache?"""
@@ -323,19 +291,14 @@ def max_requests_fp8(answer: Any) -> CheckResult:
     hbm = 80e9
     w = costs.weight_bytes(cfg, 2)
     budget, activations = hbm * BUDGET_UTILIZATION, BUDGET_ACTIVATION_GB * 1e9
-    return check_number(
-        "ch04.max_requests_fp8",
-        answer,
+    return Expected(
         expected,
-        rel=0.005,
         mistakes=combine_mistakes(
             (_budget_case("bf16"), M("max_requests_fp8.bf16_cache")),
             (int(budget // per_request), M("max_requests_fp8.no_weights")),
             (int((budget - w) // per_request), M("max_requests_fp8.no_activations")),
             (int((hbm - w - activations) // per_request), M("max_requests_fp8.whole_card")),
         ),
-        default_hint=M("max_requests_fp8.default_hint"),
-        formula=M("max_requests_fp8.formula"),
     )
 
 
@@ -345,23 +308,19 @@ def _gain_budget(util: float) -> float:
     return kv_budget_bytes(GAIN_GPU, util, costs.weight_bytes(get_config(BUDGET_MODEL), 2))
 
 
-def utilization_gain(answer: Any) -> CheckResult:
+@numeric(rel=0.01)
+def utilization_gain() -> Expected:
     """Llama-3-8B (BF16 weights and KV) on an L4: raising the utilisation from GAIN_FROM to
     GAIN_TO multiplies the number of requests that fit by about what factor?"""
     before, after = _gain_budget(GAIN_FROM), _gain_budget(GAIN_TO)
     expected = after / before
-    return check_number(
-        "ch04.utilization_gain",
-        answer,
+    return Expected(
         expected,
-        rel=0.01,
         mistakes=[
             (GAIN_TO / GAIN_FROM, M("utilization_gain.whole_card")),
             (1.0, M("utilization_gain.unchanged")),
             (before / after, M("utilization_gain.upside_down")),
         ],
-        default_hint=M("utilization_gain.default_hint"),
-        formula=M("utilization_gain.formula"),
     )
 
 

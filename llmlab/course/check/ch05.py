@@ -15,9 +15,9 @@ from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
     check_choice,
-    check_number,
     record_expected_word,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 from llmlab.i18n import Bilingual
 
 M = catalog("ch05")
@@ -63,58 +63,53 @@ _ORDER_HINTS = {  # option -> catalog key of its hint
 }
 
 
-def write_before_read(answer: Any) -> CheckResult:
+@choice(ORDER_OPTIONS, _ORDER_HINTS)
+def write_before_read() -> str:
     """The attention step stores this step's k and v in the cache, then attends over everything
     cached. What would go wrong if it attended first and stored afterwards? One key of
     ORDER_OPTIONS."""
-    return check_choice(
-        "ch05.write_before_read",
-        answer,
-        "token_misses_itself",
-        options=list(ORDER_OPTIONS),
-        hints=M.table(_ORDER_HINTS),
-    )
+    return "token_misses_itself"
 
 
-def cache_reads(answer: Any) -> CheckResult:
+_CACHE_READS_HINTS = {  # step -> catalog key of its hint
+    **_NO_CACHE,
+    "qkv_projection": M.key("cache_reads.projections_compute_token"),
+}
+
+
+@choice(STEPS, _CACHE_READS_HINTS)
+def cache_reads() -> set[str]:
     """A decode step at a long context (many tokens already cached) against one at a short context:
     which step(s) of STEPS take longer? A name or a list of names."""
-    hints = {**M.table(_NO_CACHE), "qkv_projection": M("cache_reads.projections_compute_token")}
-    return check_choice("ch05.cache_reads", answer, {"attention"}, options=STEPS, hints=hints)
+    return {"attention"}
 
 
-def decode_flops(answer: Any) -> CheckResult:
+@numeric(rel=0.03)
+def decode_flops() -> Expected:
     """Llama-3-70B: FLOPs for one decode token at a short context (counting the lm_head)."""
     cfg = get_config(PRESET)
     expected = costs.flops_per_token(cfg, DECODE_CONTEXT, "decode")
     n = costs.param_count(cfg)
-    return check_number(
-        "ch05.decode_flops",
-        answer,
+    return Expected(
         expected,
-        rel=0.03,
         mistakes=[
             (n, M("decode_flops.number_parameters_each")),
             (2 * n * 2, M("decode_flops.doubles_again_flops")),
             (2 * n / 1e12, M("decode_flops.tflop_figure_question")),
         ],
-        default_hint=M("decode_flops.default_hint"),
-        formula=M("decode_flops.formula"),
     )
 
 
-def decode_intensity(answer: Any) -> CheckResult:
+@numeric(rel=0.05)
+def decode_intensity() -> Expected:
     """Llama-3-70B with FP8 weights (WEIGHT_BYTES byte each), decode at batch BATCH, short context:
     FLOPs per byte read from memory (arithmetic intensity). Count the weights as the only bytes."""
     cfg = get_config(PRESET)
     flops = costs.decode_flops(cfg, BATCH, DECODE_CONTEXT)
     bytes_ = costs.weight_bytes(cfg, WEIGHT_BYTES)
     expected = flops / bytes_
-    return check_number(
-        "ch05.decode_intensity",
-        answer,
+    return Expected(
         expected,
-        rel=0.05,
         mistakes=[
             (expected / BATCH, M("decode_intensity.batch_weights_read")),
             (expected / 2, M("decode_intensity.counts_bytes_per")),
@@ -122,8 +117,6 @@ def decode_intensity(answer: Any) -> CheckResult:
             (expected * BATCH, M("decode_intensity.bytes_read_once")),
             (expected / 2 / BATCH, M("decode_intensity.multiply_add_per")),
         ],
-        default_hint=M("decode_intensity.default_hint"),
-        formula=M("decode_intensity.formula"),
     )
 
 
@@ -136,22 +129,18 @@ def _prefill_ridge(gpu: str, model: str = RIDGE_MODEL) -> int:
     )
 
 
-def prefill_ridge_tokens(answer: Any) -> CheckResult:
+@numeric(rel=0.15)
+def prefill_ridge_tokens() -> Expected:
     """Llama-3-8B in BF16 on an H200: from about how many prompt tokens is a prefill
     compute-bound (its arithmetic intensity past the card's ridge point)?"""
     expected = _prefill_ridge(RIDGE_GPU)
     h100 = _prefill_ridge("H100-SXM")
-    return check_number(
-        "ch05.prefill_ridge_tokens",
-        answer,
+    return Expected(
         expected,
-        rel=0.15,
         mistakes=[
             (h100, M("prefill_ridge_tokens.h100_h200_same")),
             (1.0, M("prefill_ridge_tokens.prefill_token_decode")),
         ],
-        default_hint=M("prefill_ridge_tokens.default_hint"),
-        formula=M("prefill_ridge_tokens.formula"),
     )
 
 

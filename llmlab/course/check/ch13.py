@@ -16,13 +16,12 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
-    check_choice,
-    check_number,
     not_yet,
     passed,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 from llmlab.model.quantization import INT8_MAX, quantize_int8
 
 M = catalog("ch13")
@@ -44,16 +43,14 @@ KV_MODEL, KV_GPU, CONTEXT = "llama-3-8b", "L4", 2048
 ACTIVATION_BYTES = 1e9
 
 
-def int8_bytes_per_weight(answer: Any) -> CheckResult:
+@numeric(rel=1e-4)
+def int8_bytes_per_weight() -> Expected:
     """Bytes per weight of a [576, 576] matrix stored as int8 with one float32 scale per output
     row, the scales counted."""
     out, inp = Q_PROJ_SHAPE
     expected = (out * inp + SCALE_BYTES * out) / (out * inp)
-    return check_number(
-        "ch13.int8_bytes_per_weight",
-        answer,
+    return Expected(
         expected,
-        rel=1e-4,
         mistakes=[
             (1.0, M("int8_bytes_per_weight.scales_forgotten")),
             (1.0 + SCALE_BYTES, M("int8_bytes_per_weight.scale_per_weight")),
@@ -61,8 +58,6 @@ def int8_bytes_per_weight(answer: Any) -> CheckResult:
             ((out * inp + out) / (out * inp), M("int8_bytes_per_weight.one_byte_scale")),
             (4.0, M("int8_bytes_per_weight.float32")),
         ],
-        default_hint=M("int8_bytes_per_weight.default_hint"),
-        formula=M("int8_bytes_per_weight.formula"),
     )
 
 
@@ -155,19 +150,15 @@ def quantize_per_channel(fn: Any) -> CheckResult:
     return report(passed(ex, M("quantizer.success", n=len(cases))))
 
 
-def why_not_4x(answer: Any) -> CheckResult:
+@choice(SPEEDUP_OPTIONS, _SPEEDUP_HINTS)
+def why_not_4x() -> str:
     """int8 weights are a quarter of float32's bytes, yet the measured batch-1 step is about 2x
     faster here, not 4x. The main reason: one key of SPEEDUP_OPTIONS."""
-    return check_choice(
-        "ch13.why_not_4x",
-        answer,
-        "fixed_costs",
-        options=list(SPEEDUP_OPTIONS),
-        hints=_SPEEDUP_HINTS,
-    )
+    return "fixed_costs"
 
 
-def fp8_kv_requests(answer: Any) -> CheckResult:
+@numeric(rel=0)
+def fp8_kv_requests() -> Expected:
     """Llama-3-8B with BF16 weights on an L4 (gpu_memory_utilization 0.9, ACTIVATION_BYTES of
     activations): how many requests of CONTEXT tokens fit at once with an fp8 KV cache? The budget
     is chapter 04's: utilisation × memory − weights − activations."""
@@ -183,11 +174,8 @@ def fp8_kv_requests(answer: Any) -> CheckResult:
     bf16_weights = costs.weight_bytes(cfg, 2)
     expected = kv_summary(dtype="fp8", weight_bytes=bf16_weights, **shape).max_requests
     no_activations = {**shape, "activation_bytes": 0.0}
-    return check_number(
-        "ch13.fp8_kv_requests",
-        answer,
+    return Expected(
         expected,
-        rel=0,
         mistakes=[
             (
                 kv_summary(dtype="fp8", weight_bytes=bf16_weights, **no_activations).max_requests,
@@ -208,8 +196,6 @@ def fp8_kv_requests(answer: Any) -> CheckResult:
                 M("fp8_kv_requests.fp8_weights"),
             ),
         ],
-        default_hint=M("fp8_kv_requests.default_hint"),
-        formula=M("fp8_kv_requests.formula"),
     )
 
 

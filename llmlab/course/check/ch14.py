@@ -9,18 +9,17 @@ from typing import Any
 
 from llmlab.analysis.speculation import chi_square_sf, expected_tokens_per_step
 from llmlab.course.build import drive
-from llmlab.course.check.build_guard import refuse_build_answer, run_student_code
+from llmlab.course.check.build_guard import run_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
-    check_choice,
-    check_number,
     not_yet,
     passed,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 
 M = catalog("ch14")
 BUILDS = {"ch14.verify_drafts": "verify_drafts"}  # exercise -> the student's name
@@ -72,15 +71,12 @@ def verify_drafts(answer: Any) -> CheckResult:
     (chi-square)."""
     ex = "ch14.verify_drafts"
     hint = M("verify.not_a_function", got_type=type(answer).__name__)
-    refused = refuse_build_answer(ex, answer, hint=hint)
-    if refused is not None:
-        return refused
     for rows, drafts in CASES:
         where = M("verify.where", k=len(drafts), drafts=drafts, rows=rows)
         raised = functools.partial(M, M.key("verify.raised"), where=where)
-        got = run_student_code(
-            ex, lambda: drive(answer, DRIVER, (rows, drafts, TRIALS, SEED)), raised=raised
-        )
+        args = (rows, drafts, TRIALS, SEED)
+        run = functools.partial(drive, answer, DRIVER, args)
+        got = run_build_answer(ex, answer, run, hint=hint, raised=raised)
         if isinstance(got, CheckResult):
             return got
         problem = _problem(got, rows, drafts)
@@ -121,16 +117,14 @@ def _problem(got: dict, rows: list[list[float]], drafts: list[int]) -> str | Non
     return None
 
 
-def tokens_per_step(answer: Any) -> CheckResult:
+@numeric(rel=0.005)
+def tokens_per_step() -> Expected:
     """Each draft token is accepted with probability ACCEPTANCE, independently, until the first
     rejection; a verify step proposes K drafts. How many tokens does it yield on average?"""
     expected = expected_tokens_per_step(ACCEPTANCE, K)
     a = ACCEPTANCE
-    return check_number(
-        "ch14.tokens_per_step",
-        answer,
+    return Expected(
         expected,
-        rel=0.005,
         mistakes=[
             (1 + a * K, M("tokens_per_step.independent_positions")),
             (a * K, M("tokens_per_step.no_own_token")),
@@ -138,8 +132,6 @@ def tokens_per_step(answer: Any) -> CheckResult:
             (expected - a**K, M("tokens_per_step.bonus_forgotten")),
             (K + 1, M("tokens_per_step.all_accepted")),
         ],
-        default_hint=M("tokens_per_step.default_hint"),
-        formula=M("tokens_per_step.formula"),
     )
 
 
@@ -147,34 +139,26 @@ def tokens_per_step(answer: Any) -> CheckResult:
 TOKENS_PER_STEP, VERIFY_COST = 2.4, 1.25
 
 
-def speedup_estimate(answer: Any) -> CheckResult:
+@numeric(rel=0.005)
+def speedup_estimate() -> Expected:
     """A verify step yields TOKENS_PER_STEP tokens per request on average and takes VERIFY_COST
     times a plain decode step: how many times faster is the speculative engine?"""
-    return check_number(
-        "ch14.speedup_estimate",
-        answer,
+    return Expected(
         TOKENS_PER_STEP / VERIFY_COST,
-        rel=0.005,
         mistakes=[
             (TOKENS_PER_STEP * VERIFY_COST, M("speedup_estimate.multiplied")),
             (TOKENS_PER_STEP, M("speedup_estimate.cost_left_out")),
             (VERIFY_COST / TOKENS_PER_STEP, M("speedup_estimate.upside_down")),
             ((TOKENS_PER_STEP - 1) / VERIFY_COST, M("speedup_estimate.own_token_left_out")),
         ],
-        default_hint=M("speedup_estimate.default_hint"),
     )
 
 
-def why_it_stops_paying(answer: Any) -> CheckResult:
+@choice(CROSSING_OPTIONS, _CROSSING_HINTS)
+def why_it_stops_paying() -> str:
     """At a large batch the speculative engine is slower than plain decoding on the same
     workload. The main reason: one key of CROSSING_OPTIONS."""
-    return check_choice(
-        "ch14.why_it_stops_paying",
-        answer,
-        "compute_bound",
-        options=list(CROSSING_OPTIONS),
-        hints=_CROSSING_HINTS,
-    )
+    return "compute_bound"
 
 
 EXERCISES: dict[str, ExerciseInfo] = {

@@ -10,17 +10,16 @@ from typing import Any
 from llmlab.analysis.structured import AGE_REGEX
 from llmlab.course.build import drive
 from llmlab.course.check.build_guard import refuse_build_answer, run_student_code
-from llmlab.course.check.catalog import Texts, catalog
+from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
-    check_choice,
-    check_number,
     not_yet,
     passed,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 
 M = catalog("ch15")
 BUILDS = {"ch15.allowed_tokens": "allowed_tokens"}  # exercise -> the student's name
@@ -125,51 +124,35 @@ _NEXT_HINTS = {
 }
 
 
-def forbidden_next(answer: Any) -> CheckResult:
+@choice(NEXT_OPTIONS, _NEXT_HINTS)
+def forbidden_next() -> str:
     """Under PERSON_SCHEMA (name and age required), the output so far is NEXT_STATE. Which one
     of NEXT_OPTIONS does the mask forbid?"""
-    return check_choice(
-        "ch15.forbidden_next",
-        answer,
-        "c",
-        options=list(NEXT_OPTIONS),
-        hints=M.table(_NEXT_HINTS),
-    )
+    return "c"
 
 
 # Exercise 3: the mask's share of a step when the fill and the forward take turns
 FILL_MS_PER_REQUEST, BATCH, REST_MS = 0.05, 64, 60.0
 
 
-def mask_share(answer: Any) -> CheckResult:
+@numeric(rel=0.01)
+def mask_share() -> Expected:
     """Filling one request's bitmask takes FILL_MS_PER_REQUEST ms; a step of BATCH requests
     spends REST_MS ms on everything else. What share of the step is the fill (0 to 1)?"""
     fill = FILL_MS_PER_REQUEST * BATCH
-    return check_number(
-        "ch15.mask_share",
-        answer,
+    return Expected(
         fill / (fill + REST_MS),
-        rel=0.01,
         mistakes=[
             (FILL_MS_PER_REQUEST / (FILL_MS_PER_REQUEST + REST_MS), M("mask_share.one_request")),
             (fill / REST_MS, M("mask_share.over_the_rest")),
             (100 * fill / (fill + REST_MS), M("mask_share.percent")),
             (REST_MS / (fill + REST_MS), M("mask_share.upside_down")),
         ],
-        default_hint=M("mask_share.default_hint"),
     )
 
 
 # Exercise 4: why the mask costs vLLM's step almost nothing
-HIDDEN_OPTIONS = Texts(
-    M,
-    {
-        "overlap": M.key("hidden_options.overlap"),
-        "gpu_fill": M.key("hidden_options.gpu_fill"),
-        "cached_masks": M.key("hidden_options.cached_masks"),
-        "smaller_vocab": M.key("hidden_options.smaller_vocab"),
-    },
-)
+HIDDEN_OPTIONS = M.texts("hidden_options", ("overlap", "gpu_fill", "cached_masks", "smaller_vocab"))
 _HIDDEN_HINTS = {
     "gpu_fill": M.key("hidden_hints.gpu_fill"),
     "cached_masks": M.key("hidden_hints.cached_masks"),
@@ -177,16 +160,11 @@ _HIDDEN_HINTS = {
 }
 
 
-def why_vllm_hides_it(answer: Any) -> CheckResult:
+@choice(HIDDEN_OPTIONS, _HIDDEN_HINTS)
+def why_vllm_hides_it() -> str:
     """On a GPU server the same bitmask fill adds almost nothing to vLLM's step. The main
     reason: one key of HIDDEN_OPTIONS."""
-    return check_choice(
-        "ch15.why_vllm_hides_it",
-        answer,
-        "overlap",
-        options=list(HIDDEN_OPTIONS),
-        hints=M.table(_HIDDEN_HINTS),
-    )
+    return "overlap"
 
 
 EXERCISES: dict[str, ExerciseInfo] = {

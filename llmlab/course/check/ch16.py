@@ -33,18 +33,17 @@ from llmlab.course.build.ch16 import (
     make_case,
     make_partials,
 )
-from llmlab.course.check.build_guard import refuse_build_answer, run_student_code
+from llmlab.course.check.build_guard import run_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
-    check_choice,
-    check_number,
     not_yet,
     passed,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, choice, numeric
 
 M = catalog("ch16")
 BUILDS = {"ch16.paged_decode_partition": "paged_decode_partition"}  # exercise -> student's name
@@ -174,12 +173,10 @@ def paged_decode_partition(answer: Any) -> CheckResult:
     results it stores must equal the float64 online softmax's."""
     ex = "ch16.paged_decode_partition"
     hint = M("decode.not_a_kernel", got_type=type(answer).__name__)
-    refused = refuse_build_answer(ex, answer, fits=_is_kernel, hint=hint)
-    if refused is not None:
-        return refused
-    seeds = [random.SystemRandom().randrange(2**31) for _ in CASES]
     raised = functools.partial(M, M.key("decode.raised"))
-    got = run_student_code(ex, lambda: drive(answer, DRIVER, seeds), raised=raised)
+    seeds = [random.SystemRandom().randrange(2**31) for _ in CASES]
+    run = functools.partial(drive, answer, DRIVER, seeds)
+    got = run_build_answer(ex, answer, run, fits=_is_kernel, hint=hint, raised=raised)
     if isinstance(got, CheckResult):
         return got
     cases = [make_case(case, seed) for case, seed in zip(CASES, seeds)]
@@ -295,12 +292,10 @@ def merge_partitions(answer: Any) -> CheckResult:
     (maxima far apart, empty partitions): its output must equal the float64 merge's."""
     ex = "ch16.merge_partitions"
     hint = M("merge.not_a_function", got_type=type(answer).__name__)
-    refused = refuse_build_answer(ex, answer, hint=hint)
-    if refused is not None:
-        return refused
-    seeds = [random.SystemRandom().randrange(2**31) for _ in MERGE_CASES]
     raised = functools.partial(M, M.key("merge.raised"))
-    got = run_student_code(ex, lambda: drive(answer, MERGE_DRIVER, seeds), raised=raised)
+    seeds = [random.SystemRandom().randrange(2**31) for _ in MERGE_CASES]
+    run = functools.partial(drive, answer, MERGE_DRIVER, seeds)
+    got = run_build_answer(ex, answer, run, hint=hint, raised=raised)
     if isinstance(got, CheckResult):
         return got
     if got["bad"] is not None:
@@ -329,24 +324,20 @@ _BAD_MERGE = {
 KERNELS, LAUNCH_US, RUN_US = 800, 20.0, 6.0
 
 
-def busy_share(answer: Any) -> CheckResult:
+@numeric(rel=0.01)
+def busy_share() -> Expected:
     """A step of KERNELS kernels, each launched in LAUNCH_US µs by the host and run in RUN_US µs
     by the GPU, launches asynchronous: the share of the step (0 to 1) the GPU is busy."""
     step = KERNELS * max(LAUNCH_US, RUN_US)
     busy = KERNELS * RUN_US
-    return check_number(
-        "ch16.busy_share",
-        answer,
+    return Expected(
         busy / step,
-        rel=0.01,
         mistakes=[
-            (LAUNCH_US / RUN_US, M("busy.upside_down")),
-            (RUN_US / (LAUNCH_US + RUN_US), M("busy.taking_turns")),
-            (100 * busy / step, M("busy.percent")),
-            (1 - busy / step, M("busy.idle_share")),
+            (LAUNCH_US / RUN_US, M("busy_share.upside_down")),
+            (RUN_US / (LAUNCH_US + RUN_US), M("busy_share.taking_turns")),
+            (100 * busy / step, M("busy_share.percent")),
+            (1 - busy / step, M("busy_share.idle_share")),
         ],
-        default_hint=M("busy.default_hint"),
-        formula=M("busy.formula"),
     )
 
 
@@ -356,16 +347,11 @@ EAGER_OPTIONS = M.texts("eager_options", ("a", "b", "c", "d"))
 _EAGER_HINTS = M.texts("eager_hints", ("a", "c", "d"))
 
 
-def eager_step(answer: Any) -> CheckResult:
+@choice(EAGER_OPTIONS, _EAGER_HINTS)
+def eager_step() -> str:
     """With CUDA graphs on (captured for batches 1, 2, 4, 8, 16, ... up to 64), which one step
     of EAGER_OPTIONS runs eagerly?"""
-    return check_choice(
-        "ch16.eager_step",
-        answer,
-        "b",
-        options=list(EAGER_OPTIONS),
-        hints=_EAGER_HINTS,
-    )
+    return "b"
 
 
 # ----------------------------------------------------------------------------- exercise 5
@@ -374,22 +360,18 @@ def eager_step(answer: Any) -> CheckResult:
 SMS, KV_HEADS, QUERY_HEADS = 132, 8, 32
 
 
-def partitions_for_sms(answer: Any) -> CheckResult:
+@numeric(rel=1e-6)
+def partitions_for_sms() -> Expected:
     """Batch 1, KV_HEADS KV heads (QUERY_HEADS query heads), one program per (sequence, KV head,
     partition): the fewest partitions per sequence that give each of SMS SMs a program."""
-    return check_number(
-        "ch16.partitions_for_sms",
-        answer,
+    return Expected(
         math.ceil(SMS / KV_HEADS),
-        rel=1e-6,
         mistakes=[
-            (math.ceil(SMS / QUERY_HEADS), M("partitions.query_heads")),
-            (SMS // KV_HEADS, M("partitions.rounded_down")),
-            (SMS / KV_HEADS, M("partitions.fraction")),
-            (SMS, M("partitions.heads_forgotten")),
+            (math.ceil(SMS / QUERY_HEADS), M("partitions_for_sms.query_heads")),
+            (SMS // KV_HEADS, M("partitions_for_sms.rounded_down")),
+            (SMS / KV_HEADS, M("partitions_for_sms.fraction")),
+            (SMS, M("partitions_for_sms.heads_forgotten")),
         ],
-        default_hint=M("partitions.default_hint"),
-        formula=M("partitions.formula"),
     )
 
 

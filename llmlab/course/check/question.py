@@ -42,7 +42,7 @@ class Expected:
     formula: str | None = None
 
 
-def _exercise(question: Callable) -> tuple[str, Catalog]:
+def exercise_of(question: Callable) -> tuple[str, Catalog]:
     """("chNN.name", the chapter's catalog) for the question function `question`."""
     m = _CHAPTER.search(question.__module__)
     if m is None:
@@ -65,7 +65,7 @@ def _read(texts: Catalog, table: Mapping[str, str] | None) -> Mapping[str, str] 
     return texts.table(table)
 
 
-def _checker(question: Callable, check: Callable[[Any], CheckResult]) -> Callable:
+def as_checker(question: Callable, check: Callable[[Any], CheckResult]) -> Callable:
     """`check` dressed as the question: its name, module and docstring (the notebook's `help`)."""
     for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
         setattr(check, attr, getattr(question, attr))
@@ -78,7 +78,7 @@ def numeric(rel: float = 0.01) -> Callable[[Callable[[], Expected]], Callable]:
     relative tolerance `rel` (see `check_number`)."""
 
     def declare(question: Callable[[], Expected]) -> Callable:
-        exercise, texts = _exercise(question)
+        exercise, texts = exercise_of(question)
         name = question.__name__
 
         def check(answer: Any) -> CheckResult:
@@ -93,7 +93,7 @@ def numeric(rel: float = 0.01) -> Callable[[Callable[[], Expected]], Callable]:
                 formula=want.formula or _optional(texts, f"{name}.formula"),
             )
 
-        return _checker(question, check)
+        return as_checker(question, check)
 
     return declare
 
@@ -105,14 +105,14 @@ def choice(
     among `options`; `hints` maps a wrong option to the catalog key of why it is wrong."""
 
     def declare(question: Callable[[], str | set[str]]) -> Callable:
-        exercise, texts = _exercise(question)
+        exercise, texts = exercise_of(question)
 
         def check(answer: Any) -> CheckResult:
             return check_choice(
                 exercise, answer, question(), options=list(options), hints=_read(texts, hints)
             )
 
-        return _checker(question, check)
+        return as_checker(question, check)
 
     return declare
 
@@ -127,7 +127,7 @@ def matching(
     a pass says the catalog's "<name>.success" where it has one (see `check_matching`)."""
 
     def declare(question: Callable[[], dict]) -> Callable:
-        exercise, texts = _exercise(question)
+        exercise, texts = exercise_of(question)
         success = f"{question.__name__}.success"
 
         def check(answer: Any) -> CheckResult:
@@ -141,6 +141,6 @@ def matching(
                 success=_optional(texts, success),
             )
 
-        return _checker(question, check)
+        return as_checker(question, check)
 
     return declare

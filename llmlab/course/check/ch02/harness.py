@@ -1,6 +1,9 @@
 """How chapter 02's checkers run a student's function: with every fused attention banned (by its
 source, and at run time, in the notebook or in the grader's sandbox), on cases of fresh random
-inputs beside the package's own code; and how a multi-select answer is graded."""
+inputs beside the package's own code; and how a multi-select answer is graded. A piece
+(`piece`) and a multi-select question (`selection`) are declared by the function that builds
+what they expect, their texts read by its name as a question's are
+(`llmlab.course.check.question`)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from llmlab.course.check.core import (
     report,
     staged,
 )
+from llmlab.course.check.question import as_checker, exercise_of
 
 M = catalog("ch02")
 
@@ -274,6 +278,46 @@ def _check_function(
     return report(passed(ex, success))
 
 
+# What a piece's declaration builds: the cases [(arguments, the package's output)] and the
+# diagnosis of a wrong output (the hint of the known slip it matches, or None).
+Cases = tuple[list[tuple[tuple, torch.Tensor]], Callable[[tuple, torch.Tensor], str | None]]
+
+
+def _named_texts(declared: Callable, names: tuple[str, ...]) -> tuple[str, Mapping[str, str]]:
+    """("ch02.<name>", {n: the catalog's "<name>.<n>" in the language in use}) for the declared
+    function `declared` (the texts its checker reads by its name, as a question's are)."""
+    exercise, texts = exercise_of(declared)
+    return exercise, texts.table({n: f"{declared.__name__}.{n}" for n in names})
+
+
+def piece(signature: str, *, ban: bool = False) -> Callable[[Callable[[], Cases]], Callable]:
+    """A piece of the layer the student writes, declared by the function that builds its cases
+    and diagnosis: the checker "ch02.<name>" runs the student's `fn` (called as `signature`) on
+    them (`_check_function`; `ban`: a fused attention is refused), its default hint, formula and
+    success message the catalog's "<name>.default_hint", "<name>.formula", "<name>.success"."""
+
+    def declare(build: Callable[[], Cases]) -> Callable:
+        exercise, texts = _named_texts(build, ("default_hint", "formula", "success"))
+
+        def check(fn: Any) -> CheckResult:
+            cases, diagnose = build()
+            return _check_function(
+                exercise,
+                fn,
+                cases,
+                diagnose,
+                signature=signature,
+                ban=ban,
+                default=texts["default_hint"],
+                formula=texts["formula"],
+                success=texts["success"],
+            )
+
+        return as_checker(build, check)
+
+    return declare
+
+
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -317,3 +361,31 @@ def _check_set(
     if chosen != right:
         return report(not_yet(ex, missing))
     return report(passed(ex, success))
+
+
+def selection(
+    options: tuple[str, ...], why_wrong: Mapping[str, str]
+) -> Callable[[Callable[[], frozenset[str]]], Callable]:
+    """A multi-select question, declared by the function that returns the set of right options
+    among `options`: the checker "ch02.<name>" grades the answer by content (`_check_set`), a
+    wrong option with its hint in `why_wrong` (catalog keys), a right but incomplete answer with
+    the catalog's "<name>.missing", a pass with "<name>.success"."""
+
+    def declare(question: Callable[[], frozenset[str]]) -> Callable:
+        exercise, texts = _named_texts(question, ("missing", "success"))
+        why = M.table(why_wrong)
+
+        def check(answer: Any) -> CheckResult:
+            return _check_set(
+                exercise,
+                answer,
+                options,
+                question(),
+                why,
+                missing=texts["missing"],
+                success=texts["success"],
+            )
+
+        return as_checker(question, check)
+
+    return declare

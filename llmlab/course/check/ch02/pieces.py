@@ -5,23 +5,20 @@ about it), the SwiGLU MLP."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import torch
 
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.ch02.exercises import MODEL
-from llmlab.course.check.ch02.harness import _check_function, _check_set, _close, _seeded
-from llmlab.course.check.core import (
-    CheckResult,
-)
+from llmlab.course.check.ch02.harness import Cases, _close, _seeded, piece, selection
 
 M = catalog("ch02")
 
 # ---- RMSNorm -----------------------------------------------------------------------------------
 
 
-def rms_norm(fn: Any) -> CheckResult:
+@piece("fn(x, weight, eps)")
+def rms_norm() -> Cases:
     """Your `fn(x, weight, eps)`: RMSNorm of each row of x [T, hidden] (weight [hidden]),
     checked against `llmlab.model.RMSNorm` on random inputs."""
     from llmlab.model import RMSNorm
@@ -52,16 +49,7 @@ def rms_norm(fn: Any) -> CheckResult:
         ]
         return next((h for v, h in slips if _close(got, v)), None)
 
-    return _check_function(
-        "ch02.rms_norm",
-        fn,
-        cases,
-        diagnose,
-        signature="fn(x, weight, eps)",
-        default=M("rms_norm.default_hint"),
-        formula=M("rms_norm.formula"),
-        success=M("rms_norm.success"),
-    )
+    return cases, diagnose
 
 
 # ---- attention: one head -------------------------------------------------------------------------
@@ -95,7 +83,8 @@ def _one_head_slips(
     ]
 
 
-def attention(fn: Any) -> CheckResult:
+@piece("fn(q, k, v)", ban=True)
+def attention() -> Cases:
     """Your function `fn(q, k, v)`: causal softmax(q kᵀ / √d) v for q, k, v of shape [T, d],
     written out (a fused attention is refused)."""
     g = torch.Generator().manual_seed(0)
@@ -107,17 +96,7 @@ def attention(fn: Any) -> CheckResult:
     def diagnose(args: tuple, got: torch.Tensor) -> str | None:
         return next((h for v, h in _one_head_slips(*args) if _close(got, v)), None)
 
-    return _check_function(
-        "ch02.attention",
-        fn,
-        cases,
-        diagnose,
-        signature="fn(q, k, v)",
-        ban=True,
-        default=M("attention.default_hint"),
-        formula=M("attention.formula"),
-        success=M("attention.success"),
-    )
+    return cases, diagnose
 
 
 # ---- grouped-query attention ---------------------------------------------------------------------
@@ -129,7 +108,8 @@ def _gqa_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
     return attend(q, k, v, q.shape[-1] ** -0.5, first_pos=0)
 
 
-def gqa_attention(fn: Any) -> CheckResult:
+@piece("fn(q, k, v)", ban=True)
+def gqa_attention() -> Cases:
     """Your `fn(q, k, v)`: causal grouped-query attention, q [T, heads, d], k and v
     [T, kv_heads, d] → [T, heads, d], checked against the model's readable attention (SmolLM2's
     9 query / 3 KV heads of 64, and another grouping). A fused attention is refused."""
@@ -158,31 +138,7 @@ def gqa_attention(fn: Any) -> CheckResult:
                     return hint
         return None
 
-    return _check_function(
-        "ch02.gqa_attention",
-        fn,
-        cases,
-        diagnose,
-        signature="fn(q, k, v)",
-        ban=True,
-        default=M("gqa_attention.default_hint"),
-        formula=M("gqa_attention.formula"),
-        success=M("gqa_attention.success"),
-    )
-
-
-def gqa_consequences(answer: Any) -> CheckResult:
-    """SmolLM2 has 9 query heads sharing 3 KV heads. Had it used plain multi-head attention (9 KV
-    heads), what would change? A list of GQA_OPTIONS (every one that changes, none other)."""
-    return _check_set(
-        "ch02.gqa_consequences",
-        answer,
-        GQA_OPTIONS,
-        _GQA_RIGHT,
-        M.table(_GQA_WHY),
-        missing=M("gqa_consequences.missing"),
-        success=M("gqa_consequences.success"),
-    )
+    return cases, diagnose
 
 
 GQA_OPTIONS = M.choices(
@@ -206,6 +162,13 @@ _GQA_WHY = {
 }
 
 
+@selection(GQA_OPTIONS, _GQA_WHY)
+def gqa_consequences() -> frozenset[str]:
+    """SmolLM2 has 9 query heads sharing 3 KV heads. Had it used plain multi-head attention (9 KV
+    heads), what would change? A list of GQA_OPTIONS (every one that changes, none other)."""
+    return _GQA_RIGHT
+
+
 # ---- RoPE ----------------------------------------------------------------------------------------
 
 
@@ -222,7 +185,8 @@ def _rope_reference(
     return apply_rope(x, angles.cos(), angles.sin())
 
 
-def rope(fn: Any) -> CheckResult:
+@piece("fn(x, positions, theta)")
+def rope() -> Cases:
     """Your `fn(x, positions, theta)`: x [T, heads, d] rotated by RoPE (Llama's "rotate half"
     layout: x_i pairs with x_{i + d/2}, angle position · theta^(-2i/d)), checked against
     `llmlab.model.apply_rope`."""
@@ -259,16 +223,7 @@ def rope(fn: Any) -> CheckResult:
         ]
         return next((h for v, h in slips if _close(got, v)), None)
 
-    return _check_function(
-        "ch02.rope",
-        fn,
-        cases,
-        diagnose,
-        signature="fn(x, positions, theta)",
-        default=M("rope.default_hint"),
-        formula=M("rope.formula"),
-        success=M("rope.success"),
-    )
+    return cases, diagnose
 
 
 RELATIVE_OPTIONS = ("s(14, 6)", "s(107, 103)", "s(3, 7)", "s(8, 4)", "s(7, 7)", "s(70, 30)")
@@ -282,24 +237,18 @@ _RELATIVE_WHY = {
 }
 
 
-def rope_relative(answer: Any) -> CheckResult:
+@selection(RELATIVE_OPTIONS, _RELATIVE_WHY)
+def rope_relative() -> frozenset[str]:
     """s(m, n) = rope(q, m) · rope(k, n) for one fixed q and k. Which of RELATIVE_OPTIONS equal
     s(7, 3) for any q and k? A list of them (every one that does, none other)."""
-    return _check_set(
-        "ch02.rope_relative",
-        answer,
-        RELATIVE_OPTIONS,
-        _RELATIVE_RIGHT,
-        M.table(_RELATIVE_WHY),
-        missing=M("rope_relative.missing"),
-        success=M("rope_relative.success"),
-    )
+    return _RELATIVE_RIGHT
 
 
 # ---- SwiGLU MLP ----------------------------------------------------------------------------------
 
 
-def swiglu(fn: Any) -> CheckResult:
+@piece("fn(x, w_gate, w_up, w_down)")
+def swiglu() -> Cases:
     """Your `fn(x, w_gate, w_up, w_down)`: Llama's SwiGLU MLP with weights in nn.Linear's layout
     ([out_features, in_features]), checked against `llmlab.model.MLP` with random weights."""
     from llmlab.config import get_config
@@ -335,13 +284,4 @@ def swiglu(fn: Any) -> CheckResult:
         ]
         return next((h for v, h in slips if _close(got, v)), None)
 
-    return _check_function(
-        "ch02.swiglu",
-        fn,
-        cases,
-        diagnose,
-        signature="fn(x, w_gate, w_up, w_down)",
-        default=M("swiglu.default_hint"),
-        formula=M("swiglu.formula"),
-        success=M("swiglu.success"),
-    )
+    return cases, diagnose

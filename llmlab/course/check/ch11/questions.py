@@ -11,14 +11,13 @@ from llmlab.course.check.core import (
     CheckResult,
     check_choice,
     check_dict_keys,
-    check_matching,
-    check_number,
     not_yet,
     passed,
     record_expected,
     report,
     staged,
 )
+from llmlab.course.check.question import Expected, matching, numeric
 from llmlab.i18n import Bilingual
 from llmlab.utils import cdiv
 
@@ -53,7 +52,8 @@ HIT_OWN_LEN = 25  # tokens of the second request's own question after it
 WASTE_Q_BLOCK_SIZE = 16
 
 
-def slot_for_position(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def slot_for_position() -> Expected:
     """A request's block table is SLOT_BLOCK_TABLE with SLOT_BLOCK_SIZE tokens per block. Into
     which flat KV-cache slot (slot = block_id × block_size + offset) does the token at position
     SLOT_POSITION (0-based) go?"""
@@ -72,14 +72,7 @@ def slot_for_position(answer: Any) -> CheckResult:
         mistakes.append(
             (table[pos // bs - 1] * bs + pos % bs, M("slot_for_position.position_block_size"))
         )
-    return check_number(
-        "ch11.slot_for_position",
-        answer,
-        expected,
-        rel=1e-9,
-        mistakes=mistakes,
-        default_hint=M("slot_for_position.default_hint"),
-    )
+    return Expected(expected, mistakes)
 
 
 def _hit_expected() -> int:
@@ -100,43 +93,37 @@ def _hit_expected() -> int:
     return num_cached
 
 
-def cached_tokens(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def cached_tokens() -> Expected:
     """Two requests share a HIT_SYSTEM_LEN-token system prompt; then the first has 3 tokens of
     its own, the second HIT_OWN_LEN. The first has been prefilled (block size HIT_BLOCK_SIZE,
     prefix caching on). How many of the second request's tokens come from the prefix cache
     (its `num_cached_tokens`)?"""
     expected = _hit_expected()
     bs = HIT_BLOCK_SIZE
-    return check_number(
-        "ch11.cached_tokens",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (HIT_SYSTEM_LEN, M("cached_tokens.only_whole_blocks")),
             (cdiv(HIT_SYSTEM_LEN, bs) * bs, M("cached_tokens.round_down_up")),
             (HIT_SYSTEM_LEN + HIT_OWN_LEN, M("cached_tokens.only_shared_prefix")),
             (HIT_SYSTEM_LEN // bs, M("cached_tokens.count_tokens_blocks")),
         ],
-        default_hint=M("cached_tokens.default_hint"),
     )
 
 
-def max_wasted_slots(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def max_wasted_slots() -> Expected:
     """With WASTE_Q_BLOCK_SIZE tokens per block, at most how many slots of one request's block
     table can hold no token?"""
     bs = WASTE_Q_BLOCK_SIZE
-    return check_number(
-        "ch11.max_wasted_slots",
-        answer,
+    return Expected(
         bs - 1,
-        rel=1e-9,
         mistakes=[
             (bs, M("max_wasted_slots.block_taken_only")),
             (0.0, M("max_wasted_slots.last_block_usually")),
             (bs / 2, M("max_wasted_slots.average_over_random")),
         ],
-        default_hint=M("max_wasted_slots.default_hint"),
     )
 
 
@@ -184,19 +171,12 @@ _Q5_HINTS = {
 }
 
 
-def source_q5(answer: Any) -> CheckResult:
+@matching(Q5_CONCEPTS, _Q5_HINTS, _Q5_WHY_WRONG)
+def source_q5() -> dict:
     """The source chapter's question 5. Answer a dict mapping each of Q5_DESIGNS (a vLLM design)
     to the operating-system concept it borrows, one of Q5_CONCEPTS (more concepts than designs;
     some designs have more than one defensible answer, `Q5_ACCEPTED`)."""
-    return check_matching(
-        "ch11.source_q5",
-        answer,
-        Q5_ACCEPTED,
-        choices=Q5_CONCEPTS,
-        hints=M.table(_Q5_HINTS),
-        why_wrong=M.table(_Q5_WHY_WRONG),
-        success=M("source_q5.success"),
-    )
+    return Q5_ACCEPTED
 
 
 # ---- eviction: which cached block does the free queue hand out first? ---------------------
@@ -290,7 +270,8 @@ CHUNK_BUDGET = 256  # max_num_batched_tokens
 CHUNK_DECODES = 3  # requests already decoding when the long prompt arrives
 
 
-def chunked_prefill_steps(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def chunked_prefill_steps() -> Expected:
     """CHUNK_DECODES requests are decoding when a CHUNK_PROMPT_LEN-token prompt arrives;
     max_num_batched_tokens is CHUNK_BUDGET, chunked prefill on, plenty of KV blocks. In how
     many steps is the prompt prefilled (its first token sampled)?"""
@@ -299,18 +280,13 @@ def chunked_prefill_steps(answer: Any) -> CheckResult:
     expected = len(chunked_prefill_schedule(CHUNK_PROMPT_LEN, CHUNK_BUDGET, CHUNK_DECODES))
     per_step = CHUNK_BUDGET - CHUNK_DECODES
     naive = -(-CHUNK_PROMPT_LEN // CHUNK_BUDGET)
-    return check_number(
-        "ch11.chunked_prefill_steps",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (naive, M("chunked_prefill_steps.gave_prompt_whole")),
             (CHUNK_PROMPT_LEN // per_step, M("chunked_prefill_steps.partial_last_chunk")),
             (1, M("chunked_prefill_steps.chunked_prefill_prompt")),
         ],
-        default_hint=M("chunked_prefill_steps.default_hint"),
-        formula=M("chunked_prefill_steps.formula"),
     )
 
 
@@ -325,22 +301,19 @@ def _explorer_expected() -> int:
     return sum(1 for b in snap.blocks if b.ref_cnt == 0 and b.cached)
 
 
-def explorer_cached_free(answer: Any) -> CheckResult:
+@numeric(rel=1e-9)
+def explorer_cached_free() -> Expected:
     """In the block-allocation explorer (manager_walkthrough(block_size=4, num_blocks=24,
     prefix_len=8)), at stage EXPLORER_STAGE: how many blocks are free and still findable in the
     prefix cache?"""
     expected = _explorer_expected()
-    return check_number(
-        "ch11.explorer_cached_free",
-        answer,
+    return Expected(
         expected,
-        rel=1e-9,
         mistakes=[
             (0, M("explorer_cached_free.finished_request_s")),
             (expected + 2, M("explorer_cached_free.s_prefix_blocks")),
             (expected + 1, M("explorer_cached_free.s_last_block")),
         ],
-        default_hint=M("explorer_cached_free.default_hint"),
     )
 
 

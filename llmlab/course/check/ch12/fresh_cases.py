@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from llmlab.course.check.catalog import catalog
+from llmlab.course.check.ch11.questions import Q5_CONCEPTS
 from llmlab.course.check.core import (
     CheckResult,
     as_number,
     check_dict_keys,
-    check_matching,
-    check_number,
     close,
     not_yet,
     passed,
@@ -20,6 +19,7 @@ from llmlab.course.check.core import (
     sentences,
     staged,
 )
+from llmlab.course.check.question import Expected, matching, numeric
 from llmlab.i18n import Bilingual
 
 M = catalog("ch12")
@@ -31,7 +31,8 @@ M = catalog("ch12")
 Q2_MODEL, Q2_TOKENS, Q2_DTYPE_BYTES = "mistral-7b", 32768, 1  # an FP8 KV cache
 
 
-def kv_gb_fresh_case(answer: Any) -> CheckResult:
+@numeric(rel=0.02)
+def kv_gb_fresh_case() -> Expected:
     """The source chapter's question 2 for another model and dtype: Mistral-7B with an FP8 KV
     cache (1 byte per number), one request of Q2_TOKENS tokens. How many GB (1e9 bytes) of KV
     cache?"""
@@ -42,11 +43,8 @@ def kv_gb_fresh_case(answer: Any) -> CheckResult:
     per_token = costs.kv_bytes_per_token(cfg, dtype_bytes=Q2_DTYPE_BYTES)
     expected = per_token * Q2_TOKENS / 1e9
     hidden_wrong = 2 * cfg.num_hidden_layers * cfg.hidden_size * Q2_DTYPE_BYTES * Q2_TOKENS / 1e9
-    return check_number(
-        "ch12.kv_gb_fresh_case",
-        answer,
+    return Expected(
         expected,
-        rel=0.02,
         mistakes=[
             (expected * 2, M("kv_gb_fresh_case.bf16")),
             (expected / cfg.num_hidden_layers, M("kv_gb_fresh_case.one_layer")),
@@ -54,8 +52,6 @@ def kv_gb_fresh_case(answer: Any) -> CheckResult:
             (expected / 2, M("kv_gb_fresh_case.k_without_v")),
             (expected * 1e9 / 2**30, M("kv_gb_fresh_case.gib")),
         ],
-        default_hint=M("kv_gb_fresh_case.default_hint"),
-        formula=M("kv_gb_fresh_case.formula"),
     )
 
 
@@ -145,7 +141,14 @@ def q4_floors() -> dict[str, tuple[float, float]]:
     return out
 
 
-def q4_fresh_case(answer: Any) -> CheckResult:
+_Q4_HINTS = {
+    "voice_assistant": M.key("q4_fresh_case.voice_assistant"),
+    "overnight_summaries": M.key("q4_fresh_case.overnight_summaries"),
+}
+
+
+@matching(("a", "b"), _Q4_HINTS)
+def q4_fresh_case() -> dict:
     """The source chapter's question 4 as two products on one model where TPOT and throughput
     pull apart: answer a dict from each key of Q4_PRODUCTS to the deployment ("A" or "B",
     Q4_DEPLOYMENTS) that serves it, judged by the decode-step floors (chapters 07, 08, 10)."""
@@ -153,22 +156,10 @@ def q4_fresh_case(answer: Any) -> CheckResult:
     meets = [n for n, (t, _) in floors.items() if t <= Q4_TPOT_TARGET_S]
     fastest_meeting = max(meets, key=lambda n: floors[n][1])
     most_throughput = max(floors, key=lambda n: floors[n][1])
-    right = {
+    return {
         "voice_assistant": fastest_meeting.lower(),
         "overnight_summaries": most_throughput.lower(),
     }
-    hints = {
-        "voice_assistant": M("q4_fresh_case.voice_assistant"),
-        "overnight_summaries": M("q4_fresh_case.overnight_summaries"),
-    }
-    return check_matching(
-        "ch12.q4_fresh_case",
-        answer,
-        right,
-        choices=("a", "b"),
-        hints=hints,
-        success=M("q4_fresh_case.success"),
-    )
 
 
 # Q5: three more of vLLM's mechanisms, matched to the OS ideas of chapter 11's list.
@@ -194,16 +185,8 @@ _Q5_HINTS = {
 }
 
 
-def q5_fresh_case(answer: Any) -> CheckResult:
+@matching(Q5_CONCEPTS, _Q5_HINTS)
+def q5_fresh_case() -> dict:
     """The source chapter's question 5 on three mechanisms chapter 11's exercise did not list:
     answer a dict from each of Q5_MECHANISMS to an OS idea of `ch11.Q5_CONCEPTS`."""
-    from llmlab.course.check.ch11 import Q5_CONCEPTS
-
-    return check_matching(
-        "ch12.q5_fresh_case",
-        answer,
-        dict(Q5_ACCEPTED),
-        choices=Q5_CONCEPTS,
-        hints=M.table(_Q5_HINTS),
-        success=M("q5_fresh_case.success"),
-    )
+    return dict(Q5_ACCEPTED)

@@ -10,11 +10,11 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
     check_dict_keys,
-    check_matching,
     not_yet,
     passed,
     report,
 )
+from llmlab.course.check.question import matching
 
 M = catalog("ch12")
 
@@ -104,17 +104,10 @@ _FIX_HINTS = {
 }
 
 
-def vllm_fixes(answer: Any) -> CheckResult:
+@matching(FIXES, _FIX_HINTS, _FIX_WHY)
+def vllm_fixes() -> dict:
     """Answer a dict mapping each of PROBLEMS to the vLLM technique (one of FIXES) that answers it."""
-    return check_matching(
-        "ch12.vllm_fixes",
-        answer,
-        _FIX_RIGHT,
-        choices=FIXES,
-        hints=M.table(_FIX_HINTS),
-        why_wrong=M.table(_FIX_WHY),
-        success=M("vllm_fixes.success"),
-    )
+    return _FIX_RIGHT
 
 
 # ---- serving symptoms and their cause ----------------------------------------------------------
@@ -163,18 +156,11 @@ _SYMPTOM_WHY = {
 }
 
 
-def symptoms(answer: Any) -> CheckResult:
+@matching(CAUSES, _SYMPTOM_HINTS, _SYMPTOM_WHY)
+def symptoms() -> dict:
     """Answer a dict mapping each of SYMPTOMS (what a serving team sees) to its cause, one of
     CAUSES."""
-    return check_matching(
-        "ch12.symptoms",
-        answer,
-        _SYMPTOM_RIGHT,
-        choices=CAUSES,
-        hints=M.table(_SYMPTOM_HINTS),
-        why_wrong=M.table(_SYMPTOM_WHY),
-        success=M("symptoms.success"),
-    )
+    return _SYMPTOM_RIGHT
 
 
 # ---- the source chapter's four learning goals and the exercises that show them -------------------
