@@ -17,6 +17,7 @@
 /* instruction sets chosen at run time (llmlab_isa) */
 #define LLMLAB_ISA_AVX512 1
 #define LLMLAB_ISA_AVX512_BF16 2
+#define LLMLAB_ISA_AVX512_VNNI 4
 
 /* called from Python */
 int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q_stride_head,

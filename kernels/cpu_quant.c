@@ -19,6 +19,9 @@
  *         instruction, accumulated in float32. Needs K % 32 == 0.
  *   int8, AVX-512F: 16 int8 widened by `vpmovsxbd` + `vcvtdq2ps`, then float32 FMAs (x stays
  *         float32: weight-only quantization, no rounding of the activations).
+ *   int8, one row, AVX-512 VNNI: x rounded to int16 once per call (one scale), 32 int8 widened
+ *         to int16 and summed in pairs into int32 by `vpdpwssd`: two instructions per 32
+ *         weights where the widening takes ten, so the GEMV streams instead of computing.
  *   bf16 / int8, portable: vector extensions; the compiler uses what the build targets.
  *
  * Two entry points per weight type: `llmlab_qgemv_rows` (one row of x, an orphaned `omp for`
@@ -51,6 +54,8 @@ int llmlab_isa(void) {
     if (__builtin_cpu_supports("avx512f")) have |= LLMLAB_ISA_AVX512;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"))
         have |= LLMLAB_ISA_AVX512_BF16;
+    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        have |= LLMLAB_ISA_AVX512_VNNI;
 #endif
     return isa_cap < 0 ? have : (int)(have & isa_cap);
 }
@@ -226,6 +231,54 @@ __attribute__((target("avx512f")))
 static void widen_int8_avx512(const int8_t *w, int64_t K, float *dst) {
     for (int64_t k = 0; k < K; k += 16) _mm512_storeu_ps(dst + k, int8_load_avx512(w + k));
 }
+
+/* ---- AVX-512 VNNI: int8 weights against x in int16 (vpdpwssd) -------------------------------- */
+
+/* x [K] float32 -> int16 with one scale, returned (max|x| / 32767; 0 for x = 0): an int16 step
+ * is 1/65534 of the largest |x|, finer than bf16's rounding of that element. K % 16 == 0. */
+__attribute__((target("avx512f,avx512bw")))
+static float x_to_int16(const float *x, int16_t *xq, int64_t K) {
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+    const float amax = _mm512_reduce_max_ps(m);
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    for (int64_t k = 0; k < K; k += 16) {      /* round to nearest: |x| / amax * 32767 <= 32767 */
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), inv));
+        _mm256_storeu_si256((__m256i *)(xq + k), _mm512_cvtepi32_epi16(q));
+    }
+    return amax / 32767.0f;
+}
+
+/* int32 sums of one row stay below 2^31 for 128 steps of 32 products (|x| <= 32767, |w| <= 128:
+ * 2 * 32767 * 128 * 128 = 2^30): longer rows are summed in float32 128 steps at a time */
+#define VNNI_STEPS 128
+
+/* dots of rows [n_lo, n_hi) with x as `x_to_int16` gave it (scale `xs`), four rows at a time:
+ * 32 int8 widened to int16 (vpmovsxbw) then 32 products summed in pairs (vpdpwssd), where the
+ * AVX-512F path needs two widenings, a conversion and two FMAs. K % 32 == 0. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void int8_rows_vnni(const int16_t *xq, float xs, const int8_t *W, int64_t n_lo,
+                           int64_t n_hi, int64_t K, float *dots) {
+    for (int64_t n = n_lo; n < n_hi; n += 4) {
+        const int64_t rows = n_hi - n < 4 ? n_hi - n : 4;
+        __m512 f[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+        for (int64_t k0 = 0; k0 < K; k0 += 32 * VNNI_STEPS) {
+            const int64_t k1 = k0 + 32 * VNNI_STEPS < K ? k0 + 32 * VNNI_STEPS : K;
+            __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(),
+                            _mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int64_t k = k0; k < k1; k += 32) {
+                const __m512i xv = _mm512_loadu_si512(xq + k);
+                for (int64_t i = 0; i < rows; i++) {
+                    const __m256i w8 = _mm256_loadu_si256((const __m256i *)(W + (n + i) * K + k));
+                    a[i] = _mm512_dpwssd_epi32(a[i], _mm512_cvtepi8_epi16(w8), xv);
+                }
+            }
+            for (int64_t i = 0; i < rows; i++) f[i] = _mm512_add_ps(f[i], _mm512_cvtepi32_ps(a[i]));
+        }
+        for (int64_t i = 0; i < rows; i++) dots[n + i - n_lo] = xs * _mm512_reduce_add_ps(f[i]);
+    }
+}
 #endif
 
 static inline int use_avx512_int8(int64_t wtype) {
@@ -233,6 +286,15 @@ static inline int use_avx512_int8(int64_t wtype) {
     return wtype == LLMLAB_W_INT8 && (llmlab_isa() & LLMLAB_ISA_AVX512);
 #else
     (void)wtype;
+    return 0;
+#endif
+}
+
+static inline int use_vnni_int8(int64_t wtype, int64_t K) {
+#ifdef LLMLAB_X86
+    return wtype == LLMLAB_W_INT8 && K % 32 == 0 && (llmlab_isa() & LLMLAB_ISA_AVX512_VNNI);
+#else
+    (void)wtype; (void)K;
     return 0;
 #endif
 }
@@ -266,20 +328,27 @@ void llmlab_qgemv_rows(const float *x, const void *W, int64_t wtype, const float
         llmlab_gemv_rows(x, (const float *)W, bias, add, y, N, K);
         return;
     }
-    const int fast = use_bf16_isa(wtype, K), fast_int8 = use_avx512_int8(wtype);
+    const int fast = use_bf16_isa(wtype, K), fast_int8 = use_avx512_int8(wtype),
+              vnni = use_vnni_int8(wtype, K);
+    int16_t xq[vnni ? K : 1];                  /* each thread rounds x once, for its rows */
+    float xs = 0.0f;
+#ifdef LLMLAB_X86
+    if (vnni) xs = x_to_int16(x, xq, K);
+#endif
 #pragma omp for schedule(static) nowait
     for (int64_t n0 = 0; n0 < N; n0 += ROWS_PER_CHUNK) {
         const int64_t n1 = n0 + ROWS_PER_CHUNK < N ? n0 + ROWS_PER_CHUNK : N;
         float dots[ROWS_PER_CHUNK];
 #ifdef LLMLAB_X86
         if (fast) bf16_rows_avx512(x, (const uint16_t *)W, n0, n1, K, dots);
+        else if (vnni) int8_rows_vnni(xq, xs, (const int8_t *)W, n0, n1, K, dots);
         else if (fast_int8) int8_rows_avx512(x, (const int8_t *)W, n0, n1, K, dots);
         else
 #endif
             for (int64_t n = n0; n < n1; n++) dots[n - n0] = dot_row(W, wtype, n, x, K);
         for (int64_t n = n0; n < n1; n++) y[n] = finish(dots[n - n0], n, scales, bias, add);
     }
-    (void)fast; (void)fast_int8;
+    (void)fast; (void)fast_int8; (void)xs;
 }
 
 /* y[T, N] (contiguous) = x[T, K] (row stride x_stride) W[N, K]^T * scale + bias, on all threads.
@@ -293,6 +362,9 @@ void llmlab_qgemm(const float *x, int64_t x_stride, const void *W, int64_t wtype
     const int fast = use_bf16_isa(wtype, K) && T < 4, fast_int8 = use_avx512_int8(wtype);
 #pragma omp parallel
     {
+        if (T == 1) {                          /* one row: the GEMV, four weight rows at once */
+            llmlab_qgemv_rows(x, W, wtype, scales, bias, NULL, y, N, K);
+        } else
 #ifdef LLMLAB_X86
         if (fast) {
             qgemm_bf16_avx512(x, x_stride, (const uint16_t *)W, bias, y, T, N, K);

@@ -131,25 +131,64 @@ def test_engine_settings_leave_the_callers_model_alone():
 # ---- the matmul kernels ------------------------------------------------------------------------
 
 
+ISA_CAPS = {"portable": [], "widening": ["avx512", "avx512_bf16"], "all": None}
+
+
+def _int8_tolerance(x, w, got_rows: int, isa: str) -> torch.Tensor:
+    """What the int8 kernel may differ from x @ wᵀ in float64 by, per output: float32 sums; and,
+    where one row runs AVX-512 VNNI, half an int16 step of x (max|x| / 32767) times Σ|w| of the
+    output's row (x is rounded to int16 there)."""
+    K = x.shape[1]
+    tol = torch.full((x.shape[0], w.shape[0]), 1e-5 * K**0.5, dtype=torch.float64)
+    vnni = isa == "all" and got_rows == 1 and K % 32 == 0 and "avx512_vnni" in cpu_matmul.isa()
+    if vnni:
+        tol += (x.abs().amax(1, keepdim=True).double() / 32767 / 2) * w.abs().sum(1).double()
+    return tol
+
+
 @needs_c
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     T=st.integers(1, 9),
     N=st.integers(1, 40),
     K16=st.integers(1, 12),
     seed=st.integers(0, 99),
-    portable=st.booleans(),
+    isa=st.sampled_from(sorted(ISA_CAPS)),
 )
-def test_int8_matmul_kernel_equals_dequantized_math(T, N, K16, seed, portable):
-    """The kernel widens int8 inside its dot products; its result is x @ (q * scale)ᵀ."""
+def test_int8_matmul_kernel_equals_dequantized_math(T, N, K16, seed, isa):
+    """The kernel widens int8 inside its dot products; its result is x @ (q * scale)ᵀ, up to
+    float32 sums, and for one row on AVX-512 VNNI up to x's rounding to int16."""
     g = torch.Generator().manual_seed(seed)
     K = 16 * K16
     x, w = torch.randn(T, K, generator=g), torch.randn(N, K, generator=g)
     q, scale = quantize_int8(w)
-    cpu_matmul.set_isa_cap([] if portable else None)
+    cpu_matmul.set_isa_cap(ISA_CAPS[isa])
     got = cpu_matmul.qgemm(x, q, scale)
-    want = x.double() @ dequantize_int8(q, scale).double().T
-    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+    wq = dequantize_int8(q, scale).double()
+    want = x.double() @ wq.T
+    err = (got.double() - want).abs()
+    assert (err <= _int8_tolerance(x, wq, T, isa) + 1e-5 * want.abs()).all(), float(err.max())
+
+
+@needs_c
+def test_one_int8_row_on_vnni_rounds_x_to_int16_and_stays_within_half_a_step():
+    """One row on a CPU with AVX-512 VNNI: x is rounded to int16 (the result is not the widening
+    kernel's to the bit), and the error stays under half an int16 step of x times Σ|w|."""
+    if "avx512_vnni" not in cpu_matmul.isa():
+        pytest.skip(f"no AVX-512 VNNI on this CPU (it has {cpu_matmul.isa()})")
+    g = torch.Generator().manual_seed(3)
+    for K in (32, 576, 1536, 8192):  # 8192: the int32 sums are flushed to float on the way
+        x, w = torch.randn(1, K, generator=g) * 3, torch.randn(24, K, generator=g)
+        q, scale = quantize_int8(w)
+        vnni = cpu_matmul.qgemm(x, q, scale).double()
+        cpu_matmul.set_isa_cap(ISA_CAPS["widening"])
+        widened = cpu_matmul.qgemm(x, q, scale).double()
+        cpu_matmul.set_isa_cap(None)
+        wq = dequantize_int8(q, scale).double()
+        want = x.double() @ wq.T
+        assert not torch.equal(vnni, widened)
+        assert ((vnni - want).abs() <= _int8_tolerance(x, wq, 1, "all")).all()
+        assert (widened - want).abs().max() < (vnni - want).abs().max()
 
 
 def test_int8_quantization_is_per_output_channel():

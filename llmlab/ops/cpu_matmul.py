@@ -52,7 +52,7 @@ def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 # instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
-ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2}
+ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2, "avx512_vnni": 4}
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
