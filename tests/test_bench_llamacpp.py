@@ -178,3 +178,16 @@ def test_all_precisions_in_one_sitting_each_table_with_its_machine(
         report["precisions"]["int8"]["config"]["llmlab"]["dtype"]
         != (report["precisions"]["float32"]["config"]["llmlab"]["dtype"])
     )
+
+
+def test_the_table_says_how_the_threads_waited_and_warns_when_llamacpp_slept():
+    from llmlab.bench.llamacpp_report import openmp_line
+
+    asleep = {"omp_wait_policy": "PASSIVE", "gomp_spincount": None}
+    assert "sleep" in openmp_line(asleep, True) and "GOMP_SPINCOUNT=10000" in openmp_line(
+        asleep, True
+    )
+    assert "GOMP_SPINCOUNT" not in openmp_line(asleep, False)  # llmlab alone: no comparison
+    spinning = {"omp_wait_policy": None, "gomp_spincount": "10000"}
+    assert openmp_line(spinning, True).startswith("OpenMP threads: spin 10000 rounds")
+    assert "default" in openmp_line({"omp_wait_policy": None, "gomp_spincount": None}, True)

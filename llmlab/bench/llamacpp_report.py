@@ -61,6 +61,26 @@ def machine_info(threads: int) -> dict:
     }
 
 
+def openmp_line(machine: dict, with_llamacpp: bool) -> str:
+    """How the OpenMP threads of both systems waited (one runtime in one process): sleeping makes
+    every barrier a wake-up, and llama.cpp's threads meet at each operation of its graph."""
+    policy = (machine.get("omp_wait_policy") or "").upper()
+    spins = machine.get("gomp_spincount")
+    if policy == "PASSIVE":
+        line = "OpenMP threads: sleep (OMP_WAIT_POLICY=PASSIVE)"
+        if with_llamacpp:
+            line += (
+                "; llama.cpp waits at every operation and sleeping slows it most (2.2x at batch"
+                " 1, bf16, on a 2-core EPYC): compare again with GOMP_SPINCOUNT=10000"
+            )
+        return line
+    if spins is not None:
+        return f"OpenMP threads: spin {spins} rounds, then sleep (GOMP_SPINCOUNT={spins})"
+    if policy == "ACTIVE":
+        return "OpenMP threads: spin (OMP_WAIT_POLICY=ACTIVE)"
+    return "OpenMP threads: the runtime's default wait (spin a while, then sleep)"
+
+
 def results_row(runs: dict, b: int, gen_len: int) -> dict:
     """One batch's row: each system's medians over rounds (and the rounds), and where llama.cpp
     ran, the greedy tokens both share and the paired ratios."""
@@ -116,6 +136,7 @@ def print_table(report: dict) -> None:
             )
         )
     both = "llama.cpp" in cfg
+    print(openmp_line(m, both))
     headers = ["batch", "llmlab decode tok/s"]
     if both:
         headers += ["llama.cpp", "ratio", "llmlab total tok/s", "llama.cpp", "ratio"]
