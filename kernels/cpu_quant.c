@@ -281,31 +281,28 @@ static void int8_rows_vnni(const int16_t *xq, float xs, const int8_t *W, int64_t
 }
 #endif
 
-static inline int use_avx512_int8(int64_t wtype) {
+/* whether weights of type `wtype` (of rows of K) run the x86 variant made for weights of type
+ * `type`, rows a multiple of `k_multiple`, on a CPU with the instruction-set bit `isa` */
+static inline int use_variant(int64_t wtype, int64_t K, int64_t type, int64_t k_multiple,
+                              int isa) {
 #ifdef LLMLAB_X86
-    return wtype == LLMLAB_W_INT8 && (llmlab_isa() & LLMLAB_ISA_AVX512);
+    return wtype == type && K % k_multiple == 0 && (llmlab_isa() & isa);
 #else
-    (void)wtype;
+    (void)wtype; (void)K; (void)type; (void)k_multiple; (void)isa;
     return 0;
 #endif
+}
+
+static inline int use_avx512_int8(int64_t wtype) {
+    return use_variant(wtype, 0, LLMLAB_W_INT8, 1, LLMLAB_ISA_AVX512);
 }
 
 static inline int use_vnni_int8(int64_t wtype, int64_t K) {
-#ifdef LLMLAB_X86
-    return wtype == LLMLAB_W_INT8 && K % 32 == 0 && (llmlab_isa() & LLMLAB_ISA_AVX512_VNNI);
-#else
-    (void)wtype; (void)K;
-    return 0;
-#endif
+    return use_variant(wtype, K, LLMLAB_W_INT8, 32, LLMLAB_ISA_AVX512_VNNI);
 }
 
 static inline int use_bf16_isa(int64_t wtype, int64_t K) {
-#ifdef LLMLAB_X86
-    return wtype == LLMLAB_W_BF16 && K % 32 == 0 && (llmlab_isa() & LLMLAB_ISA_AVX512_BF16);
-#else
-    (void)wtype; (void)K;
-    return 0;
-#endif
+    return use_variant(wtype, K, LLMLAB_W_BF16, 32, LLMLAB_ISA_AVX512_BF16);
 }
 
 static inline float finish(float dot, int64_t n, const float *scales, const float *bias,
