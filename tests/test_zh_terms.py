@@ -151,7 +151,19 @@ def widget_labels() -> tuple[list[str], dict[str, str]]:
             if isinstance(node, ast.keyword) and node.arg == "description":
                 if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                     zh.append(node.value.value)  # the same text in both languages
+            elif _is_control_row(node):  # a row of `controls_of`'s table: (kind, label, ...)
+                zh.append(node.elts[1].value)
     return zh, en_to_zh
+
+
+def _is_control_row(node: ast.AST) -> bool:
+    """A literal label in a widget table row `(kind, label, *limits)` ("IntSlider", "batch", ...)."""
+    return (
+        isinstance(node, ast.Tuple)
+        and len(node.elts) >= 2
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts[:2])
+        and node.elts[0].value.endswith(("Slider", "Dropdown", "Checkbox", "Text"))
+    )
 
 
 QUOTE = re.compile(r"「([^」\n]{1,40})」|“([^”\n]{1,40})”")
