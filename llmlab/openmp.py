@@ -6,7 +6,8 @@ them through the kernel) or spin a little first (`GOMP_SPINCOUNT=10000`, then sl
 faster depends on the machine, and by a lot:
 
 - on a 2-core AMD EPYC VM waking a sleeping thread cost ~70 µs, and a step has ~350 regions:
-  spinning made batch-1 decode 1.47× faster and the throughput benchmark 1.2× faster;
+  spinning made the throughput benchmark 1.2× faster (and batch-1 decode 1.47×, before a batch-1
+  step became one C call whose threads spin at its own barriers whatever is chosen here);
 - on a 2-core Intel Xeon VM the same spin count made the throughput benchmark 21 % slower.
 
 So nothing is assumed: `probe()` runs a short layer-like loop (small matmuls, elementwise
