@@ -374,9 +374,15 @@ class CpuLlamaModel(LlamaModel):
                 x = self.layers[part](x, cos, sin, metadata, part)
             else:
                 first, stack = part
-                mine = caches[first : first + len(stack.plans)]
-                md = metadata
-                x = stack(x, cos, sin, mine, md.slot_mapping, md.block_tables, md.seq_lens)
+                x = stack(
+                    x,
+                    cos,
+                    sin,
+                    caches[first : first + len(stack.plans)],
+                    metadata.slot_mapping,
+                    metadata.block_tables,
+                    metadata.seq_lens,
+                )
         return x
 
     def _decode_parts(self, count: int) -> list:
