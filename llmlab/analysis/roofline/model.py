@@ -148,24 +148,23 @@ def decode_gemv(cfg: ModelConfig, batch: int, dtype_bytes: float = 2) -> Operati
     FLOPs: 2 × weights × batch. Bytes: every weight once, plus each token's input and output
     activations of every linear layer (small until the batch is in the hundreds).
     """
-    check_int("batch", batch)
-    return _linear_layers(
-        cfg,
-        batch,
-        dtype_bytes,
-        tr(f"decode GEMV, batch {batch}", f"decode GEMV，batch {batch}"),
-        {"batch": batch},
-    )
+    name = tr(f"decode GEMV, batch {batch}", f"decode GEMV，batch {batch}")
+    return _linear_layers(cfg, "batch", batch, dtype_bytes, name)
 
 
 def _linear_layers(
-    cfg: ModelConfig, tokens: int, dtype_bytes: float, name: str, details: dict
+    cfg: ModelConfig, argument: str, tokens: int, dtype_bytes: float, name: str
 ) -> Operation:
-    """Every linear layer over `tokens` tokens: weights read once, activations per token."""
+    """Every linear layer over `tokens` tokens: weights read once, activations per token.
+    `argument` is the caller's name for `tokens` ("batch", "prompt_len"): the one a bad value's
+    error names, and the key of the operation's details."""
+    check_int(argument, tokens)
     _check_positive("dtype_bytes", dtype_bytes)
     w = costs.matmul_params_per_token(cfg)
     act = tokens * _activation_elems_per_token(cfg) * dtype_bytes
-    return Operation(name, flops=2.0 * w * tokens, bytes=w * dtype_bytes + act, details=details)
+    return Operation(
+        name, flops=2.0 * w * tokens, bytes=w * dtype_bytes + act, details={argument: tokens}
+    )
 
 
 def _activation_elems_per_token(cfg: ModelConfig) -> int:
@@ -179,14 +178,8 @@ def _activation_elems_per_token(cfg: ModelConfig) -> int:
 
 def prefill_gemm(cfg: ModelConfig, prompt_len: int, dtype_bytes: float = 2) -> Operation:
     """The linear layers of one prefill over `prompt_len` tokens (a GEMM)."""
-    check_int("prompt_len", prompt_len)
-    return _linear_layers(
-        cfg,
-        prompt_len,
-        dtype_bytes,
-        tr(f"prefill GEMM, {prompt_len} tokens", f"prefill GEMM，{prompt_len} 个 token"),
-        {"prompt_len": prompt_len},
-    )
+    name = tr(f"prefill GEMM, {prompt_len} tokens", f"prefill GEMM，{prompt_len} 个 token")
+    return _linear_layers(cfg, "prompt_len", prompt_len, dtype_bytes, name)
 
 
 def decode_attention(

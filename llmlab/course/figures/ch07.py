@@ -140,9 +140,17 @@ def plot_roofline(
             ax.annotate(
                 op.name, (op.intensity, y), textcoords="offset points", xytext=(6, 4), fontsize=8
             )
+    ylabel = M("plot_roofline.roofline_attainable_tflop")
+    return _roof_axes(ax, ylabel, title or M("plot_roofline.roofline_dense_peaks", dtype=dtype))
+
+
+def _roof_axes(ax: Any, ylabel: str, title: str) -> Any:
+    """End a roofline panel, the same on both roofline plots: arithmetic intensity along x,
+    `ylabel` up, `title`, a grid on every tick of the log axes, the legend lower right (under
+    the flat roofs); return `ax`."""
     ax.set_xlabel(M("plot_roofline.arithmetic_intensity_flop"))
-    ax.set_ylabel(M("plot_roofline.roofline_attainable_tflop"))
-    ax.set_title(title or M("plot_roofline.roofline_dense_peaks", dtype=dtype))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
@@ -199,12 +207,8 @@ def plot_measured_roofline(
         for m, xv, yv in zip(pts, xs, ys):
             tag = f"B={m.batch}" if kind == "decode" else f"n={m.tokens}"
             ax.annotate(tag, (xv, yv), textcoords="offset points", xytext=(4, -12), fontsize=8)
-    ax.set_xlabel(M("plot_roofline.arithmetic_intensity_flop"))
-    ax.set_ylabel(M("plot_measured_roofline.achieved_gflop_s"))
-    ax.set_title(title or M("plot_measured_roofline.real_model_s"))
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    return ax
+    ylabel = M("plot_measured_roofline.achieved_gflop_s")
+    return _roof_axes(ax, ylabel, title or M("plot_measured_roofline.real_model_s"))
 
 
 def plot_batch_sweep(

@@ -135,24 +135,18 @@ def plot_kv_waste(result: WasteResult, ax: Any = None) -> Any:
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4))
     steps = range(len(result.used))
-    ax.plot(
-        steps,
-        result.contiguous,
-        label=M(
-            "plot_kv_waste.contiguous_reserved_wasted",
-            contiguous_policy=result.contiguous_policy,
-            contiguous_waste=result.contiguous_waste,
-        ),
+    contiguous = M(
+        "plot_kv_waste.contiguous_reserved_wasted",
+        contiguous_policy=result.contiguous_policy,
+        contiguous_waste=result.contiguous_waste,
     )
-    ax.plot(
-        steps,
-        result.paged,
-        label=M(
-            "plot_kv_waste.paged_block_wasted",
-            block_size=result.block_size,
-            paged_waste=result.paged_waste,
-        ),
+    paged = M(
+        "plot_kv_waste.paged_block_wasted",
+        block_size=result.block_size,
+        paged_waste=result.paged_waste,
     )
+    ax.plot(steps, result.contiguous, label=contiguous)
+    ax.plot(steps, result.paged, label=paged)
     ax.fill_between(
         steps,
         result.used,
