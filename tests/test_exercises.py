@@ -11,8 +11,8 @@ import io
 import json
 from pathlib import Path
 
-import nbformat
 import pytest
+from course_folder import write_course
 from nbformat.v4 import new_code_cell, new_notebook
 
 from llmlab.course.instructor import (
@@ -130,13 +130,10 @@ def test_exercises_for_reads_a_notebook_a_manifest_or_a_folder(tmp_path):
     nb = _nb(
         "from llmlab.course.check import ch00\nch00.num_chapters(answer)", "ch00.fast_mode(answer)"
     )
-    (tmp_path / "notebooks").mkdir()
-    nbformat.write(nb, tmp_path / "notebooks" / "00-setup.ipynb")
+    nbs = write_course(tmp_path, "00-setup.ipynb", nb)
     want = [Exercise("ch00.num_chapters"), Exercise("ch00.fast_mode")]
-    assert (
-        exercises_for("renamed-by-student.ipynb", tmp_path / "notebooks" / "00-setup.ipynb") == want
-    )
-    assert exercises_for("00-setup.ipynb", tmp_path / "notebooks") == want
+    assert exercises_for("renamed-by-student.ipynb", nbs / "00-setup.ipynb") == want
+    assert exercises_for("00-setup.ipynb", nbs) == want
     (tmp_path / "handout").mkdir()
     write_manifest(tmp_path / "handout", {"00-setup.ipynb": want[:1]})
     assert (
@@ -146,6 +143,6 @@ def test_exercises_for_reads_a_notebook_a_manifest_or_a_folder(tmp_path):
     with pytest.raises(ValueError, match="no entry for '01-tokens.ipynb'"):
         exercises_for("01-tokens.ipynb", tmp_path / "handout")
     with pytest.raises(ValueError, match="holds neither"):
-        exercises_for("01-tokens.ipynb", tmp_path / "notebooks")
+        exercises_for("01-tokens.ipynb", nbs)
     with pytest.raises(ValueError, match="does not exist"):
         exercises_for("00-setup.ipynb", tmp_path / "missing.ipynb")

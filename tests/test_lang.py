@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import nbformat
 import pytest
+from course_folder import write_course
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from llmlab.course import lang
 
 
 def _course(tmp_path):
-    nbs = tmp_path / "notebooks"
-    nbs.mkdir()
     nb = new_notebook(
         cells=[
             new_markdown_cell("# 04 · The KV cache"),
@@ -22,8 +21,7 @@ def _course(tmp_path):
             new_code_cell(""),
         ]
     )
-    nbformat.write(nb, nbs / "04-kv.ipynb")
-    return nbs, nb
+    return write_course(tmp_path, "04-kv.ipynb", nb), nb
 
 
 def _translate_all(tmp_path, nbs):

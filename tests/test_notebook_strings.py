@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from course_folder import write_course
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from llmlab import i18n
@@ -69,8 +70,6 @@ def test_the_real_notebooks_lack_nothing(capsys):
 
 
 def _course(tmp_path, code: str, catalog: dict[str, str]) -> Path:
-    nbs = tmp_path / "notebooks"
-    nbs.mkdir()
     nb = new_notebook(
         cells=[
             new_markdown_cell("# Predict"),
@@ -78,7 +77,7 @@ def _course(tmp_path, code: str, catalog: dict[str, str]) -> Path:
             new_code_cell(code),
         ]
     )
-    nbformat.write(nb, nbs / "03-x.ipynb")
+    nbs = write_course(tmp_path, "03-x.ipynb", nb)
     lang.write_catalog(lang.catalog_path(nbs, "zh"), catalog)
     return nbs
 

@@ -37,8 +37,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from llmlab.kvcache.block_pool import BlockHash, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
-from llmlab.utils import check_positive_int
+from llmlab.kvcache.block_pool import BlockPool
 
 # ---- what the student starts from ------------------------------------------------------------
 
@@ -53,46 +52,16 @@ class BlockPoolBase:
     may hold the same prefix). hash_block_tokens(parent_hash, token_ids): the chained hash.
     """
 
-    def __init__(self, num_blocks: int, enable_caching: bool = True, hash_fn: Any = None) -> None:
-        check_positive_int("num_blocks", num_blocks)
-        self.num_blocks = num_blocks
-        self.enable_caching = enable_caching
-        self.hash_fn = hash_fn if hash_fn is not None else hash
-        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
-        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks nobody holds (cached or not)."""
-        return self.free_block_queue.num_free_blocks
-
-    def get_num_free_blocks(self) -> int:
-        return self.free_block_queue.num_free_blocks
-
-    @property
-    def usage(self) -> float:
-        """Fraction of blocks held, 0.0 to 1.0."""
-        return 1.0 - self.free_block_queue.num_free_blocks / self.num_blocks
-
-    def hash_block_tokens(self, parent_block_hash: BlockHash | None, token_ids: tuple) -> BlockHash:
-        """The chained hash of a full block: its parent's hash (None for a first block) and its
-        own tokens."""
-        return self.hash_fn((parent_block_hash, token_ids))
-
-    def get_cached_block(self, block_hash: BlockHash, token_ids: tuple, parents: Any = None):
-        """One cached block for this prefix, or None."""
-        matches = self.find_cached_blocks(block_hash, token_ids, parents)
-        return matches[0] if matches else None
-
-    def reset_prefix_cache(self) -> bool:
-        """Forget every cached block; refused (False) while any block is held."""
-        if self.free_block_queue.num_free_blocks != self.num_blocks:
-            return False
-        self.cached_block_hash_to_block.clear()
-        for block in self.blocks:
-            block.block_hash = block.token_ids = None
-        return True
+    # The data, the counts, the chained hash and the reset are the package's pool's own: one
+    # definition, so the exercise's pool and the engine's cannot drift apart where the student
+    # writes nothing. The five methods that use them are the exercise.
+    __init__ = BlockPool.__init__
+    num_free_blocks = BlockPool.num_free_blocks
+    get_num_free_blocks = BlockPool.get_num_free_blocks
+    usage = BlockPool.usage
+    hash_block_tokens = BlockPool.hash_block_tokens
+    get_cached_block = BlockPool.get_cached_block
+    reset_prefix_cache = BlockPool.reset_prefix_cache
 
 
 class _ExerciseLookup(BlockPool):
