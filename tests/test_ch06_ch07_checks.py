@@ -106,11 +106,10 @@ def test_why_crossover_grows_says_why_each_wrong_option_is_wrong():
     assert ch07.why_crossover_grows("kv_bytes_per_sequence")
     for key in ch07.CROSSOVER_OPTIONS:
         if key != "kv_bytes_per_sequence":
-            core._WRONG_TRIES.pop(
-                "ch07.why_crossover_grows", None
-            )  # each option's hint, before the last stage
+            # each option's hint, before the last stage
+            core._WRONG_TRIES.pop("ch07.why_crossover_grows", None)
             r = ch07.why_crossover_grows(key)
-            assert not r and r.message == ch07.M.template(ch07.CROSSOVER_WHY_WRONG[key])
+            assert not r and r.message == ch07.CROSSOVER_WHY_WRONG[key]
 
 
 def test_decode_bound_hint_holds_no_ridge_value():

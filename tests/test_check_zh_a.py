@@ -260,13 +260,13 @@ def test_choice_matching_and_set_exercises_in_chinese(zh):
     wrong = quiet(ch00.symptom_to_chapter, {k: "12" for k in ch00.SYMPTOMS})
     assert (
         "first_word_late：" in wrong.message
-        and ch00.M.template(ch00._SYMPTOM_HINTS["first_word_late"], "zh") in wrong.message
+        and ch00.M.template("symptom_to_chapter.first_word_late", "zh") in wrong.message
     )
     right = {k: sorted(v)[0] for k, v in ch00._SYMPTOM_CHAPTERS.items()}
     success = ch00.M.template("symptom_to_chapter.success", "zh")
     assert quiet(ch00.symptom_to_chapter, right).message == success
     flipped = {k: "unchanged" for k in ch01._EFFECTS_RIGHT}
-    hint = ch01.M.template(ch01._EFFECTS_HINTS["prompt_kv_bytes"], "zh")
+    hint = ch01.M.template("vocab_tradeoff.prompt_kv_bytes", "zh")
     assert hint in quiet(ch01.vocab_tradeoff, flipped).message
     miss = quiet(ch02.gqa_consequences, ["q_proj_weights_x3"])
     assert miss.message.startswith("q_proj_weights_x3：") and CJK.search(miss.message)

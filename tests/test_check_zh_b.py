@@ -18,6 +18,7 @@ from test_zh_terms import PENDING_TERMS
 
 from llmlab import i18n
 from llmlab.course.check import core
+from llmlab.course.check.catalog import Texts
 from llmlab.course.glossary import SOURCE_QUOTE, has_cjk, zh_synonym_uses
 from llmlab.course.instructor.leaks import number_forms
 
@@ -90,12 +91,15 @@ def test_wrong_numbers_get_chinese_hints_that_never_show_the_number(zh):
 
 def _pair_tables():
     """Every module-level dict of (English, Chinese) pairs in the checkers (hint tables); a
-    table of catalog keys (`M.key(...)`) counts with the two texts of each key."""
+    table of catalog keys (`M.key(...)`) or of catalog entries (`M.texts(...)`) counts with the
+    two texts of each key."""
     for m in MODULES:
         for module in checker_modules(m):
             named = module.__name__.removeprefix("llmlab.course.check.")
             for name, value in vars(module).items():
                 cat = getattr(module, "M", None)
+                if isinstance(value, Texts):
+                    value = {k: value.key(k) for k in value}
                 if (
                     cat is not None
                     and isinstance(value, dict)
@@ -135,7 +139,7 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
     from llmlab.course.check import ch07, ch10, ch11, ch12
 
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
-    assert not r and r.message == ch07.M.template(ch07.CROSSOVER_WHY_WRONG["ridge_moves"], "zh")
+    assert not r and r.message == ch07.M.template("crossover_why_wrong.ridge_moves", "zh")
     r = quiet(
         ch10.source_q4, {"chat": "gpu_util", "batch_jobs": "throughput", "code_completion": "ttft"}
     )
@@ -154,7 +158,7 @@ def test_choice_and_matching_hints_speak_chinese_and_english_stays(zh):
     assert not r and r.message.startswith("第 3 步") and "Attention.forward" in r.message
     i18n.set_language("en")
     r = quiet(ch07.why_crossover_grows, "ridge_moves")
-    assert r.message == ch07.M.template(ch07.CROSSOVER_WHY_WRONG["ridge_moves"]) and not CJK.search(
+    assert r.message == ch07.M.template("crossover_why_wrong.ridge_moves") and not CJK.search(
         r.message
     )
 

@@ -132,8 +132,8 @@ def test_a_planted_english_only_text_is_caught():
     planted = '''
 def kv(answer):
     if answer is None:
-        return report(not_yet(ex, tr("not answered yet.", "还没有作答。")))
-    return report(not_yet(ex, staged(ex, "off by a factor of two: K and V?", tr("a", "甲"))))
+        return not_yet(ex, tr("not answered yet.", "还没有作答。"))
+    return not_yet(ex, staged(ex, "off by a factor of two: K and V?", tr("a", "甲")))
 
 def plot(ax):
     ax.set_xlabel(f"context length ({unit})")

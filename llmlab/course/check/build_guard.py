@@ -1,16 +1,17 @@
 """What the checkers of build exercises share: the opening of every check (an unanswered
 exercise, the package's own piece handed in, an answer that is not the piece asked for), the run
-of the student's piece through its driver (the two together: `run_build_answer`), and the names a
-function's code refers to."""
+of the student's piece through its driver (the two together: `run_build_answer`), a function
+called in the notebook on case after case (`check_cases`), and the names a function's code
+refers to."""
 
 from __future__ import annotations
 
 import re
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from llmlab.course.check.catalog import catalog
-from llmlab.course.check.core import NOT_ANSWERED, CheckResult, not_yet, report
+from llmlab.course.check.core import NOT_ANSWERED, CheckResult, not_yet, passed
 
 M = catalog("core")
 
@@ -46,11 +47,9 @@ def refuse_package_piece(
             [m for m in must_define if m not in vars(answer)] if isinstance(answer, type) else []
         )
     if own:
-        return report(not_yet(exercise, M("build.package_piece", name=name)))
+        return not_yet(exercise, M("build.package_piece", name=name))
     if missing and "module" not in (spec or {}):
-        return report(
-            not_yet(exercise, M("build.must_define", name=name, missing=", ".join(missing)))
-        )
+        return not_yet(exercise, M("build.must_define", name=name, missing=", ".join(missing)))
     return None
 
 
@@ -67,12 +66,12 @@ def refuse_build_answer(
     piece asked for (`fits(answer)` false; `hint` says what was expected). None for the student's
     own piece. The grader's stand-in always fits (it stands for the notebook's piece)."""
     if answer is None:
-        return report(not_yet(exercise, NOT_ANSWERED))
+        return not_yet(exercise, NOT_ANSWERED)
     refused = refuse_package_piece(exercise, answer, must_define)
     if refused is not None:
         return refused
     if not getattr(answer, "grader_stand_in", False) and not fits(answer):
-        return report(not_yet(exercise, hint))
+        return not_yet(exercise, hint)
     return None
 
 
@@ -87,7 +86,7 @@ def run_student_code(exercise: str, run: Callable[[], Any], *, raised: Callable[
     except TimeoutError:
         raise
     except Exception as e:  # the student's code: report, never crash the notebook
-        return report(not_yet(exercise, raised(error_type=type(e).__name__, error=e)))
+        return not_yet(exercise, raised(error_type=type(e).__name__, error=e))
 
 
 def run_build_answer(
@@ -107,3 +106,34 @@ def run_build_answer(
     if refused is not None:
         return refused
     return run_student_code(exercise, run, raised=raised)
+
+
+def check_cases(
+    exercise: str,
+    fn: Any,
+    cases: Iterable,
+    *,
+    call: Callable[[Any, Any], Any],
+    judge: Callable[[Any, Any], str | None],
+    hint: str,
+    raised: Callable[..., str],
+    success: str,
+) -> CheckResult:
+    """The check of a function the student writes and runs in the notebook's own process, case
+    after case: the opening refusal (`refuse_build_answer`; `hint` says a function was expected),
+    then for each of `cases` the student's result `got = call(fn, case)` and `judge(case, got)`,
+    the hint naming what is wrong with it (None when it is right). The first case the function
+    gets wrong, or raises on (`raised(case, error_type=..., error=...)` is then the hint), is the
+    "not yet"; every case right is a pass with `success`."""
+    refused = refuse_build_answer(exercise, fn, hint=hint)
+    if refused is not None:
+        return refused
+    for case in cases:
+        try:
+            got = call(fn, case)
+        except Exception as e:  # the learner's code: report, never crash the notebook
+            return not_yet(exercise, raised(case, error_type=type(e).__name__, error=e))
+        problem = judge(case, got)
+        if problem is not None:
+            return not_yet(exercise, problem)
+    return passed(exercise, success)

@@ -112,8 +112,9 @@ class Catalog:
 
     def table(self, keys: Mapping[str, str]) -> Texts:
         """`keys` ({answer: key of this catalog}) read as {answer: text in the language in use}:
-        an exercise's hint per wrong answer, held as keys by its checker."""
-        return Texts(self, keys)
+        an exercise's hint per wrong answer, held as keys by its checker. A table read already
+        (a `Texts`, as `texts` makes) is handed back as it is."""
+        return keys if isinstance(keys, Texts) else Texts(self, keys)
 
     def by_english(self, text: str, section: str) -> str:
         """The entry of `section` (the keys "<section>.…") whose English is `text`, in the
@@ -187,6 +188,11 @@ class Texts(Mapping):
 
     def __getitem__(self, key: str) -> str:
         return self._catalog(self._keys[key])
+
+    def key(self, answer: str) -> str:
+        """The catalog key of the entry shown for `answer` (its text in another language:
+        `catalog.template(texts.key(answer), "zh")`)."""
+        return self._keys[answer]
 
     def __iter__(self):
         return iter(self._keys)

@@ -14,7 +14,6 @@ from llmlab.course.check.core import (
     check_matching,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, matching, numeric
@@ -103,15 +102,16 @@ _NUMBER_KIND = {
     "kv_bytes_per_token_llama3_70b": "derive",
     "ms_per_token_smollm2_here": "measure",
 }
-_NUMBER_HINTS = {  # the catalog key of each hint
-    "head_size_of_hidden_4096_and_32_heads": M.key(
-        "number_kinds.head_size_of_hidden_4096_and_32_heads"
+_NUMBER_HINTS = M.texts(
+    "number_kinds",
+    (
+        "head_size_of_hidden_4096_and_32_heads",
+        "tokens_per_english_word",
+        "decode_step_ms_70b_on_h100",
+        "kv_bytes_per_token_llama3_70b",
+        "ms_per_token_smollm2_here",
     ),
-    "tokens_per_english_word": M.key("number_kinds.tokens_per_english_word"),
-    "decode_step_ms_70b_on_h100": M.key("number_kinds.decode_step_ms_70b_on_h100"),
-    "kv_bytes_per_token_llama3_70b": M.key("number_kinds.kv_bytes_per_token_llama3_70b"),
-    "ms_per_token_smollm2_here": M.key("number_kinds.ms_per_token_smollm2_here"),
-}
+)
 
 
 @matching(NUMBER_KINDS, _NUMBER_HINTS)
@@ -167,15 +167,13 @@ def dominant_step(answer: Any) -> CheckResult:
     }
     then = M("dominant_step.then")
     if isinstance(answer, str) and answer.strip().lower() in right:
-        return report(
-            passed(
-                ex,
-                M(
-                    "dominant_step.success",
-                    prefill_ms=prefill * 1e3,
-                    decode_ms=decode * 1e3,
-                ),
-            )
+        return passed(
+            ex,
+            M(
+                "dominant_step.success",
+                prefill_ms=prefill * 1e3,
+                decode_ms=decode * 1e3,
+            ),
         )
     return check_choice(
         ex, answer, right, options=letters, hints={k: staged(ex, v, then) for k, v in first.items()}
@@ -213,14 +211,11 @@ _SYMPTOM_CHAPTERS = {
     "needs_nvlink": frozenset({"09"}),
     "chinese_costs_more": frozenset({"01"}),
 }
-# The catalog key of the hint per symptom.
-_SYMPTOM_HINTS = {
-    "first_word_late": M.key("symptom_to_chapter.first_word_late"),
-    "memory_runs_out": M.key("symptom_to_chapter.memory_runs_out"),
-    "batch_is_free": M.key("symptom_to_chapter.batch_is_free"),
-    "needs_nvlink": M.key("symptom_to_chapter.needs_nvlink"),
-    "chinese_costs_more": M.key("symptom_to_chapter.chinese_costs_more"),
-}
+# The hint per symptom, in the language in use.
+_SYMPTOM_HINTS = M.texts(
+    "symptom_to_chapter",
+    ("first_word_late", "memory_runs_out", "batch_is_free", "needs_nvlink", "chinese_costs_more"),
+)
 
 
 def _chapter_label(value: Any) -> Any:
@@ -238,7 +233,7 @@ def symptom_to_chapter(answer: Any) -> CheckResult:
         answer,
         dict(_SYMPTOM_CHAPTERS),
         choices=CHAPTER_CHOICES,
-        hints=M.table(_SYMPTOM_HINTS),
+        hints=_SYMPTOM_HINTS,
         success=M("symptom_to_chapter.success"),
     )
 
@@ -303,15 +298,15 @@ def module_for_paged_attention(answer) -> CheckResult:
 
     name = "ch00.module_for_paged_attention"
     if answer is None:
-        return report(not_yet(name, NOT_ANSWERED))
+        return not_yet(name, NOT_ANSWERED)
     text = str(getattr(answer, "__name__", answer)).strip().lower()
     if text in (target.__name__, target.__name__.rsplit(".", 1)[-1]):
-        return report(passed(name))
+        return passed(name)
     if "kvcache" in text:
-        return report(not_yet(name, M("module_for_paged_attention.kvcache")))
+        return not_yet(name, M("module_for_paged_attention.kvcache"))
     if "engine" in text:
-        return report(not_yet(name, M("module_for_paged_attention.engine")))
-    return report(not_yet(name, M("module_for_paged_attention.default_hint")))
+        return not_yet(name, M("module_for_paged_attention.engine"))
+    return not_yet(name, M("module_for_paged_attention.default_hint"))
 
 
 # Shown in this order in the notebook; the right one is marked True.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from llmlab.course.check.build_guard import refuse_build_answer
+from llmlab.course.check.build_guard import check_cases
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
@@ -16,7 +16,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
     sentences,
     staged,
 )
@@ -72,7 +71,7 @@ def first_merge(answer: Any) -> CheckResult:
 
     ex = "ch01.first_merge"
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     if (
         isinstance(answer, (tuple, list))
         and len(answer) == 2
@@ -80,20 +79,18 @@ def first_merge(answer: Any) -> CheckResult:
     ):
         answer = answer[0] + answer[1]
     if not isinstance(answer, str):
-        return report(not_yet(ex, M("first_merge.not_a_str", got_type=type(answer).__name__)))
+        return not_yet(ex, M("first_merge.not_a_str", got_type=type(answer).__name__))
     bpe = train_bpe(MERGE_CORPUS, 257)
     expected = bpe.vocab[256].decode("utf-8")
     if answer == expected:
-        return report(passed(ex))
+        return passed(ex)
     if len(answer) != 2:
-        return report(not_yet(ex, M("first_merge.two_bytes")))
+        return not_yet(ex, M("first_merge.two_bytes"))
     if answer not in MERGE_CORPUS:
-        return report(not_yet(ex, M("first_merge.never_adjacent")))
-    return report(
-        not_yet(
-            ex,
-            staged(ex, M("first_merge.not_most_frequent"), M("first_merge.then")),
-        )
+        return not_yet(ex, M("first_merge.never_adjacent"))
+    return not_yet(
+        ex,
+        staged(ex, M("first_merge.not_most_frequent"), M("first_merge.then")),
     )
 
 
@@ -113,50 +110,44 @@ def merge_function(fn: Any) -> CheckResult:
     """Write the step that applies one learned merge: fn(ids, pair, new_id) returns a new list
     in which every occurrence of `pair` (two adjacent ids), scanned left to right and without
     overlaps, is replaced by `new_id`."""
+    return check_cases(
+        "ch01.merge_function",
+        fn,
+        MERGE_CASES,
+        call=lambda fn, case: fn(list(case[0]), case[1], case[2]),
+        judge=_merge_mistake,
+        hint=M("merge_function.not_a_function", got_type=type(fn).__name__),
+        raised=lambda case, error_type, error: M(
+            "merge_function.raised", error_type=error_type, error=error, ids=case[0], pair=case[1]
+        ),
+        success=M("merge_function.success"),
+    )
+
+
+def _merge_mistake(case: tuple, got: Any) -> str | None:
+    """The hint for `got`, the student's merge of the case (ids, pair, new_id); None when it is
+    the package's."""
     from llmlab.tokenizer import _merge
 
-    ex = "ch01.merge_function"
-    hint = M("merge_function.not_a_function", got_type=type(fn).__name__)
-    refused = refuse_build_answer(ex, fn, hint=hint)
-    if refused is not None:
-        return refused
-    then = M("merge_function.then")
-    for ids, pair, new_id in MERGE_CASES:
-        want = _merge(ids, pair, new_id)
-        try:
-            got = fn(list(ids), pair, new_id)
-        except Exception as e:  # the learner's code: report, never crash the notebook
-            return report(
-                not_yet(
-                    ex,
-                    M(
-                        "merge_function.raised",
-                        error_type=type(e).__name__,
-                        error=e,
-                        ids=ids,
-                        pair=pair,
-                    ),
-                )
-            )
-        if got is None:
-            return report(not_yet(ex, M("merge_function.returns_none")))
-        got = list(got)
-        if got == want:
-            continue
-        if got == list(ids) and want != list(ids):
-            first = M("merge_function.nothing_merged", ids=ids, pair=pair)
-        elif got.count(new_id) > want.count(new_id) and pair[0] == pair[1]:
-            first = M("merge_function.overlapping", ids=ids, pair=pair)
-        elif got.count(new_id) > want.count(new_id):
-            first = M("merge_function.too_many", ids=ids, pair=pair)
-        elif got.count(new_id) < want.count(new_id):
-            first = M("merge_function.too_few", ids=ids, pair=pair)
-        elif len(got) != len(want):
-            first = M("merge_function.wrong_length", ids=ids, pair=pair, got_len=len(got))
-        else:
-            first = M("merge_function.wrong_ids", ids=ids, pair=pair)
-        return report(not_yet(ex, staged(ex, first, then)))
-    return report(passed(ex, M("merge_function.success")))
+    ids, pair, new_id = case
+    if got is None:
+        return M("merge_function.returns_none")
+    want, got = _merge(ids, pair, new_id), list(got)
+    if got == want:
+        return None
+    if got == list(ids) and want != list(ids):
+        first = M("merge_function.nothing_merged", ids=ids, pair=pair)
+    elif got.count(new_id) > want.count(new_id) and pair[0] == pair[1]:
+        first = M("merge_function.overlapping", ids=ids, pair=pair)
+    elif got.count(new_id) > want.count(new_id):
+        first = M("merge_function.too_many", ids=ids, pair=pair)
+    elif got.count(new_id) < want.count(new_id):
+        first = M("merge_function.too_few", ids=ids, pair=pair)
+    elif len(got) != len(want):
+        first = M("merge_function.wrong_length", ids=ids, pair=pair, got_len=len(got))
+    else:
+        first = M("merge_function.wrong_ids", ids=ids, pair=pair)
+    return staged("ch01.merge_function", first, M("merge_function.then"))
 
 
 @numeric(rel=1e-9)
@@ -228,9 +219,9 @@ def han_by_tokens(answer: Any) -> CheckResult:
 
     ex = "ch01.han_by_tokens"
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     if not isinstance(answer, dict) or {int(k) for k in answer if str(k).isdigit()} != {1, 2, 3}:
-        return report(not_yet(ex, M("han_by_tokens.missing_keys")))
+        return not_yet(ex, M("han_by_tokens.missing_keys"))
     answer = {int(k): v for k, v in answer.items()}
     problems = []
     for n in (1, 2, 3):
@@ -242,10 +233,10 @@ def han_by_tokens(answer: Any) -> CheckResult:
         if got != n:
             problems.append(M("han_by_tokens.wrong_count", n=n, ch=ch, got=got))
     if not problems:
-        return report(passed(ex, M("han_by_tokens.success")))
+        return passed(ex, M("han_by_tokens.success"))
     first = sentences(*problems)
     then = M("han_by_tokens.then")
-    return report(not_yet(ex, staged(ex, first, then)))
+    return not_yet(ex, staged(ex, first, then))
 
 
 # ----------------------------------------------------------------------------- vocabulary size
@@ -278,15 +269,18 @@ _EFFECTS_RIGHT = {
     "lm_head_flops_per_token": "up",
     "forwards_for_the_reply": "down",
 }
-# The catalog key of the hint per effect.
-_EFFECTS_HINTS = {
-    "embedding_table_bytes": M.key("vocab_tradeoff.embedding_table_bytes"),
-    "bits_per_token_id": M.key("vocab_tradeoff.bits_per_token_id"),
-    "kv_bytes_per_token": M.key("vocab_tradeoff.kv_bytes_per_token"),
-    "prompt_kv_bytes": M.key("vocab_tradeoff.prompt_kv_bytes"),
-    "lm_head_flops_per_token": M.key("vocab_tradeoff.lm_head_flops_per_token"),
-    "forwards_for_the_reply": M.key("vocab_tradeoff.forwards_for_the_reply"),
-}
+# The hint per effect, in the language in use.
+_EFFECTS_HINTS = M.texts(
+    "vocab_tradeoff",
+    (
+        "embedding_table_bytes",
+        "bits_per_token_id",
+        "kv_bytes_per_token",
+        "prompt_kv_bytes",
+        "lm_head_flops_per_token",
+        "forwards_for_the_reply",
+    ),
+)
 
 
 @matching(CHANGES, _EFFECTS_HINTS)

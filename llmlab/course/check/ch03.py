@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from llmlab.course.check.build_guard import refuse_build_answer
+from llmlab.course.check.build_guard import check_cases
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
@@ -19,7 +19,6 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, numeric
@@ -81,23 +80,23 @@ def top_p_kept(answer: Any) -> CheckResult:
     Answer with a set of ints."""
     ex = "ch03.top_p_kept"
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     try:
         got = {int(a) for a in answer}
     except (TypeError, ValueError):
-        return report(not_yet(ex, M("top_p_kept.not_a_set")))
+        return not_yet(ex, M("top_p_kept.not_a_set"))
     expected = _kept(SAMPLING_LOGITS, TOP_P)
     for token_id in sorted(expected):
         record_expected(ex, token_id)
     if got == expected:
-        return report(passed(ex))
+        return passed(ex)
     order = sorted(range(len(SAMPLING_LOGITS)), key=lambda i: -SAMPLING_LOGITS[i])
     top_n = set(order[: len(got)])
     if got != top_n:
-        return report(not_yet(ex, M("top_p_kept.skips_likely")))
+        return not_yet(ex, M("top_p_kept.skips_likely"))
     if len(got) < len(expected):
-        return report(not_yet(ex, M("top_p_kept.one_short")))
-    return report(not_yet(ex, M("top_p_kept.too_many")))
+        return not_yet(ex, M("top_p_kept.one_short"))
+    return not_yet(ex, M("top_p_kept.too_many"))
 
 
 def _top_p_cases() -> list[tuple[torch.Tensor, float]]:
@@ -128,36 +127,46 @@ def top_p_function(fn: Any) -> CheckResult:
     """Write the nucleus yourself: fn(probs, top_p) takes a 1-D tensor of probabilities (summing to
     1) and top_p in (0, 1), and returns the set of token ids in the nucleus (the smallest set of
     most likely tokens whose probabilities sum to at least top_p)."""
-    ex = "ch03.top_p_function"
-    hint = M("top_p_function.not_a_function", got_type=type(fn).__name__)
-    refused = refuse_build_answer(ex, fn, hint=hint)
-    if refused is not None:
-        return refused
-    then = M("top_p_function.then")
-    for probs, p in _top_p_cases():
-        want = _nucleus(probs, p)
-        try:
-            got = fn(probs.clone(), p)
-            got = {int(i) for i in (got.tolist() if hasattr(got, "tolist") else got)}
-        except Exception as e:  # the learner's code: report, never crash the notebook
-            return report(
-                not_yet(ex, M("top_p_function.raised", error_type=type(e).__name__, error=e))
-            )
-        if got == want:
-            continue
-        order = probs.argsort(descending=True).tolist()
-        if got == set(order[: len(want) - 1]):
-            first = M("top_p_function.one_short")
-        elif got == set(order[: len(want) + 1]):
-            first = M("top_p_function.one_too_many")
-        elif got == set(range(len(got))) and got != set(order[: len(got)]):
-            first = M("top_p_function.index_order")
-        elif len(got) == len(want):
-            first = M("top_p_function.wrong_tokens")
-        else:
-            first = M("top_p_function.wrong_nucleus", size=probs.numel(), p=p)
-        return report(not_yet(ex, staged(ex, first, then)))
-    return report(passed(ex, M("top_p_function.success")))
+    return check_cases(
+        "ch03.top_p_function",
+        fn,
+        _top_p_cases(),
+        call=_nucleus_of,
+        judge=_top_p_mistake,
+        hint=M("top_p_function.not_a_function", got_type=type(fn).__name__),
+        raised=lambda case, error_type, error: M(
+            "top_p_function.raised", error_type=error_type, error=error
+        ),
+        success=M("top_p_function.success"),
+    )
+
+
+def _nucleus_of(fn: Any, case: tuple[torch.Tensor, float]) -> set[int]:
+    """The student's nucleus for the case (probs, top_p), as a set of ints."""
+    probs, p = case
+    got = fn(probs.clone(), p)
+    return {int(i) for i in (got.tolist() if hasattr(got, "tolist") else got)}
+
+
+def _top_p_mistake(case: tuple[torch.Tensor, float], got: set[int]) -> str | None:
+    """The hint for `got`, the student's nucleus of the case (probs, top_p); None when it is the
+    package's."""
+    probs, p = case
+    want = _nucleus(probs, p)
+    if got == want:
+        return None
+    order = probs.argsort(descending=True).tolist()
+    if got == set(order[: len(want) - 1]):
+        first = M("top_p_function.one_short")
+    elif got == set(order[: len(want) + 1]):
+        first = M("top_p_function.one_too_many")
+    elif got == set(range(len(got))) and got != set(order[: len(got)]):
+        first = M("top_p_function.index_order")
+    elif len(got) == len(want):
+        first = M("top_p_function.wrong_tokens")
+    else:
+        first = M("top_p_function.wrong_nucleus", size=probs.numel(), p=p)
+    return staged("ch03.top_p_function", first, M("top_p_function.then"))
 
 
 @numeric(rel=1e-3)
@@ -216,34 +225,30 @@ def samplable_tokens(answer: Any) -> CheckResult:
     for count in want.values():
         record_expected(ex, count)
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     got = (
         {as_number(k): as_number(v) for k, v in answer.items()} if isinstance(answer, dict) else {}
     )
     if set(got) != set(want) or any(v is None for v in got.values()):
         keys = ", ".join(f"{t:g}" for t in EXPLORER_TEMPERATURES)
-        return report(not_yet(ex, M("samplable_tokens.missing_keys", keys=keys)))
+        return not_yet(ex, M("samplable_tokens.missing_keys", keys=keys))
     hi, lo = max(want), min(want)
     if all(_close_count(got[t], want[t]) for t in want):
-        return report(passed(ex, M("samplable_tokens.success")))
+        return passed(ex, M("samplable_tokens.success"))
     if _close_count(got[hi], want[lo]) and _close_count(got[lo], want[hi]):
-        return report(not_yet(ex, M("samplable_tokens.swapped")))
+        return not_yet(ex, M("samplable_tokens.swapped"))
     if got[hi] == got[lo]:
-        return report(
-            not_yet(
-                ex,
-                staged(
-                    ex,
-                    M("samplable_tokens.differ"),
-                    M("samplable_tokens.differ_then"),
-                ),
-            )
-        )
-    return report(
-        not_yet(
+        return not_yet(
             ex,
-            staged(ex, M("samplable_tokens.default_hint"), M("samplable_tokens.then")),
+            staged(
+                ex,
+                M("samplable_tokens.differ"),
+                M("samplable_tokens.differ_then"),
+            ),
         )
+    return not_yet(
+        ex,
+        staged(ex, M("samplable_tokens.default_hint"), M("samplable_tokens.then")),
     )
 
 

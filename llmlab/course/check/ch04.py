@@ -18,7 +18,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, numeric
@@ -249,13 +248,13 @@ def generate_greedy(answer: Any) -> CheckResult:
     compared with what the known slips of GEN_SLIPS generate."""
     ex = "ch04.generate_greedy"
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     if not isinstance(answer, str):
-        return report(not_yet(ex, M("generate_greedy.not_a_str", got_type=type(answer).__name__)))
+        return not_yet(ex, M("generate_greedy.not_a_str", got_type=type(answer).__name__))
     text, prefixes = _reference_text()
     if answer == text:
-        return report(passed(ex, M("generate_greedy.success")))
-    return report(not_yet(ex, _generate_greedy_hint(ex, answer, text, prefixes)))
+        return passed(ex, M("generate_greedy.success"))
+    return not_yet(ex, _generate_greedy_hint(ex, answer, text, prefixes))
 
 
 # --------------------------------------------------------------------------- the KV budget

@@ -56,11 +56,9 @@ ORDER_OPTIONS_ZH = {
 }
 # shown in the language in use; the keys are what the student answers with
 ORDER_OPTIONS = Bilingual(ORDER_OPTIONS_EN, ORDER_OPTIONS_ZH)
-_ORDER_HINTS = {  # option -> catalog key of its hint
-    "same_result": M.key("order_hints.same_result"),
-    "cache_overflows": M.key("order_hints.cache_overflows"),
-    "earlier_keys_overwritten": M.key("order_hints.earlier_keys_overwritten"),
-}
+_ORDER_HINTS = M.texts(
+    "order_hints", ("same_result", "cache_overflows", "earlier_keys_overwritten")
+)
 
 
 @choice(ORDER_OPTIONS, _ORDER_HINTS)

@@ -11,14 +11,11 @@ import torch
 from llmlab.analysis import costs
 from llmlab.analysis.kv_budget import kv_summary
 from llmlab.config import get_config
-from llmlab.course.check.build_guard import refuse_build_answer
+from llmlab.course.check.build_guard import check_cases
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
     ExerciseInfo,
-    not_yet,
-    passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -34,7 +31,7 @@ SCALE_BYTES = 4
 # Exercise 3: int8 reads a quarter of float32's bytes; why is the measured step not 4x faster?
 # the options, {key: text} in the language in use; the keys are the answers
 SPEEDUP_OPTIONS = M.texts("why_options", ("scales", "fixed_costs", "kv_cache", "gpu_only"))
-# a wrong option -> catalog key of its hint
+# the hint per wrong option, in the language in use
 _SPEEDUP_HINTS = M.texts("why_hints", ("scales", "kv_cache", "gpu_only"))
 
 # Exercise 2: Llama-3-8B, BF16 weights, on an L4, requests of CONTEXT tokens; the budget keeps
@@ -126,28 +123,41 @@ def quantize_per_channel(fn: Any) -> CheckResult:
     """fn(w) takes a float32 weight matrix [out, in] and returns (q, scale): q int8 [out, in],
     scale float32 [out], with w ~= q * scale[:, None], each row's largest |w| mapped to 127 and
     every weight rounded to the nearest step. Checked on freshly drawn matrices."""
-    ex = "ch13.quantize_per_channel"
-    hint = M("quantizer.not_a_function", got_type=type(fn).__name__)
-    refused = refuse_build_answer(ex, fn, hint=hint)
-    if refused is not None:
-        return refused
     cases = _quantizer_cases()
-    for w in cases:
-        before = w.clone()
-        try:
-            got = fn(w)
-        except Exception as e:  # the learner's code: report, never crash the notebook
-            return report(not_yet(ex, M("quantizer.raised", error_type=type(e).__name__, error=e)))
-        if not torch.equal(w, before):
-            return report(not_yet(ex, M("quantizer.changed_input")))
-        unpacked = _unpack(got, w)
-        if isinstance(unpacked, str):
-            return report(not_yet(ex, staged(ex, M(unpacked), M("quantizer.rule"))))
-        key = _mistake(w, *unpacked)
-        if key is not None:
-            where = M("quantizer.where", out=w.shape[0], inp=w.shape[1])
-            return report(not_yet(ex, staged(ex, f"{where} {M(key)}", M("quantizer.rule"))))
-    return report(passed(ex, M("quantizer.success", n=len(cases))))
+    return check_cases(
+        "ch13.quantize_per_channel",
+        fn,
+        cases,
+        call=_quantized,
+        judge=_quantizer_problem,
+        hint=M("quantizer.not_a_function", got_type=type(fn).__name__),
+        raised=lambda w, error_type, error: M(
+            "quantizer.raised", error_type=error_type, error=error
+        ),
+        success=M("quantizer.success", n=len(cases)),
+    )
+
+
+def _quantized(fn: Any, w: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """(a copy of `w` taken before the call, what the student's fn(w) returned)."""
+    before = w.clone()
+    return before, fn(w)
+
+
+def _quantizer_problem(w: torch.Tensor, result: tuple[torch.Tensor, Any]) -> str | None:
+    """The hint for what the student's quantizer did to `w` (`_quantized`); None when right."""
+    before, got = result
+    ex = "ch13.quantize_per_channel"
+    if not torch.equal(w, before):
+        return M("quantizer.changed_input")
+    unpacked = _unpack(got, w)
+    if isinstance(unpacked, str):
+        return staged(ex, M(unpacked), M("quantizer.rule"))
+    key = _mistake(w, *unpacked)
+    if key is None:
+        return None
+    where = M("quantizer.where", out=w.shape[0], inp=w.shape[1])
+    return staged(ex, f"{where} {M(key)}", M("quantizer.rule"))
 
 
 @choice(SPEEDUP_OPTIONS, _SPEEDUP_HINTS)

@@ -16,7 +16,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -81,8 +80,8 @@ def verify_drafts(answer: Any) -> CheckResult:
             return got
         problem = _problem(got, rows, drafts)
         if problem is not None:
-            return report(not_yet(ex, staged(ex, f"{where} {problem}", M("verify.rule"))))
-    return report(passed(ex, M("verify.success", trials=TRIALS, n=len(CASES))))
+            return not_yet(ex, staged(ex, f"{where} {problem}", M("verify.rule")))
+    return passed(ex, M("verify.success", trials=TRIALS, n=len(CASES)))
 
 
 def _problem(got: dict, rows: list[list[float]], drafts: list[int]) -> str | None:

@@ -16,7 +16,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -71,12 +70,12 @@ def allowed_tokens(answer: Any) -> CheckResult:
     if isinstance(got, CheckResult):
         return got
     if got["bad"] is not None:
-        return report(not_yet(ex, M(_BAD_RETURN[got["bad"]], **got)))
+        return not_yet(ex, M(_BAD_RETURN[got["bad"]], **got))
     for text, ids in zip(STATES, got["allowed"]):
         problem = _problem(text, set(ids), pieces, eos)
         if problem is not None:
-            return report(not_yet(ex, staged(ex, problem, M("allowed.rule"))))
-    return report(passed(ex, M("allowed.success", n=len(STATES), vocab=len(pieces))))
+            return not_yet(ex, staged(ex, problem, M("allowed.rule")))
+    return passed(ex, M("allowed.success", n=len(STATES), vocab=len(pieces)))
 
 
 _BAD_RETURN = {
@@ -117,11 +116,7 @@ def _problem(text: str, mine: set[int], pieces: list[str], eos: int) -> str | No
 # Exercise 2: the one token the mask of chapter 15's schema forbids after `{"name": "`
 NEXT_STATE = '{"name": "'
 NEXT_OPTIONS = {"a": "Alice", "b": "},", "c": '"}', "d": '",'}
-_NEXT_HINTS = {
-    "a": M.key("next.a"),
-    "b": M.key("next.b"),
-    "d": M.key("next.d"),
-}
+_NEXT_HINTS = M.texts("next", ("a", "b", "d"))
 
 
 @choice(NEXT_OPTIONS, _NEXT_HINTS)
@@ -153,11 +148,7 @@ def mask_share() -> Expected:
 
 # Exercise 4: why the mask costs vLLM's step almost nothing
 HIDDEN_OPTIONS = M.texts("hidden_options", ("overlap", "gpu_fill", "cached_masks", "smaller_vocab"))
-_HIDDEN_HINTS = {
-    "gpu_fill": M.key("hidden_hints.gpu_fill"),
-    "cached_masks": M.key("hidden_hints.cached_masks"),
-    "smaller_vocab": M.key("hidden_hints.smaller_vocab"),
-}
+_HIDDEN_HINTS = M.texts("hidden_hints", ("gpu_fill", "cached_masks", "smaller_vocab"))
 
 
 @choice(HIDDEN_OPTIONS, _HIDDEN_HINTS)

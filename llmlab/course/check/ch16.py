@@ -40,7 +40,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -184,8 +183,8 @@ def paged_decode_partition(answer: Any) -> CheckResult:
     wrong = [i for i, (t, p) in enumerate(zip(cases, stored)) if not _same(p, partials(t), tol)]
     if not wrong:
         where = M("decode.on_gpu") if got["device"] == "cuda" else M("decode.on_cpu")
-        return report(passed(ex, M("decode.success", n=len(CASES), where=where)))
-    return report(not_yet(ex, _diagnosis(cases, stored, wrong[0], tol)))
+        return passed(ex, M("decode.success", n=len(CASES), where=where))
+    return not_yet(ex, _diagnosis(cases, stored, wrong[0], tol))
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
@@ -299,16 +298,16 @@ def merge_partitions(answer: Any) -> CheckResult:
     if isinstance(got, CheckResult):
         return got
     if got["bad"] is not None:
-        return report(not_yet(ex, M(_BAD_MERGE[got["bad"]], **got)))
+        return not_yet(ex, M(_BAD_MERGE[got["bad"]], **got))
     cases = [make_partials(case, seed) for case, seed in zip(MERGE_CASES, seeds)]
     outs = got["outputs"]
     wants = [merge(**c) for c in cases]
     if all(_close(o, w, TOLERANCE["cpu"]) for o, w in zip(outs, wants)):
-        return report(passed(ex, M("merge.success", n=len(MERGE_CASES))))
+        return passed(ex, M("merge.success", n=len(MERGE_CASES)))
     for slip, key in MERGE_SLIPS:
         if all(_close(o, merge_slip(**c, slip=slip), 1e-4) for o, c in zip(outs, cases)):
-            return report(not_yet(ex, staged(ex, M(key), M("merge.formula"))))
-    return report(not_yet(ex, staged(ex, M("merge.default_hint"), M("merge.formula"))))
+            return not_yet(ex, staged(ex, M(key), M("merge.formula")))
+    return not_yet(ex, staged(ex, M("merge.default_hint"), M("merge.formula")))
 
 
 _BAD_MERGE = {

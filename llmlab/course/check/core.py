@@ -55,7 +55,7 @@ class CheckResult:
         return self.passed
 
     def _ipython_display_(self) -> None:
-        """`report()` already printed the line; showing the returned result again would repeat it."""
+        """`passed`/`not_yet` already printed the line; showing the returned result again would repeat it."""
 
 
 # What an unanswered exercise says. Checkers pass the English text to `not_yet`, which shows it in
@@ -212,28 +212,33 @@ def expected_values(exercise: str) -> list[float]:
     return list(_EXPECTED.get(exercise, ()))
 
 
+# A verdict is made to be shown: no checker decides a verdict it does not show the learner at
+# once, so `passed` and `not_yet` print the result's line themselves and return the result (the
+# grader reads the returned value) instead of every checker wrapping each verdict in a print.
+
+
+def _shown(result: CheckResult) -> CheckResult:
+    """Print the result's line for the learner and hand the result back."""
+    print(result.line())
+    return result
+
+
 def passed(exercise: str, message: str | None = None) -> CheckResult:
-    """A pass; `message` defaults to "correct." in the language in use."""
-    return CheckResult(exercise, True, M("correct") if message is None else message)
+    """A pass, printed and returned; `message` defaults to "correct." in the language in use."""
+    return _shown(CheckResult(exercise, True, M("correct") if message is None else message))
 
 
 def not_yet(exercise: str, hint: str) -> CheckResult:
-    """A "not yet" with `hint`; `NOT_ANSWERED` is shown in the language in use and is not counted
-    as a wrong try. From the `SOLUTION_AFTER`-th wrong try on, the hint ends with its last stage:
-    where the exercise's worked solution is (`solution_pointer`)."""
+    """A "not yet" with `hint`, printed and returned; `NOT_ANSWERED` is shown in the language in
+    use and is not counted as a wrong try. From the `SOLUTION_AFTER`-th wrong try on, the hint
+    ends with its last stage: where the exercise's worked solution is (`solution_pointer`)."""
     if hint in (NOT_ANSWERED, NOT_ANSWERED_ZH):
         hint = M("not_answered")
     else:
         _WRONG_TRIES[exercise] = _WRONG_TRIES.get(exercise, 0) + 1
         if _WRONG_TRIES[exercise] >= SOLUTION_AFTER and _CHAPTER_EXERCISE.fullmatch(exercise):
             hint = sentences(hint, solution_pointer(exercise))
-    return CheckResult(exercise, False, hint)
-
-
-def report(result: CheckResult) -> CheckResult:
-    """Print the result's line for the learner and hand the result back (the grader's verdict)."""
-    print(result.line())
-    return result
+    return _shown(CheckResult(exercise, False, hint))
 
 
 def as_number(value: Any) -> float | None:
@@ -272,19 +277,17 @@ def check_number(
     """
     record_expected(exercise, expected)
     if answer is None:
-        return report(not_yet(exercise, NOT_ANSWERED))
+        return not_yet(exercise, NOT_ANSWERED)
     x = as_number(answer)
     if x is None:
-        return report(
-            not_yet(exercise, M("check_number.not_a_number", got_type=type(answer).__name__))
-        )
+        return not_yet(exercise, M("check_number.not_a_number", got_type=type(answer).__name__))
     if close(x, expected, rel):
-        return report(passed(exercise))
+        return passed(exercise)
     for wrong, hint in mistakes:
         if close(x, wrong, rel):
-            return report(not_yet(exercise, hint))
+            return not_yet(exercise, hint)
     if close(x, expected * 8, rel) or close(x, expected / 8, rel):
-        return report(not_yet(exercise, M("check_number.bits_vs_bytes")))
+        return not_yet(exercise, M("check_number.bits_vs_bytes"))
     for factor, unit in (
         (1e3, "k"),
         (1e6, "M"),
@@ -294,11 +297,11 @@ def check_number(
         (2**30, "Gi"),
     ):
         if close(x * factor, expected, rel) or close(x, expected * factor, rel):
-            return report(not_yet(exercise, M("check_number.unit_prefix", unit=unit)))
+            return not_yet(exercise, M("check_number.unit_prefix", unit=unit))
     if default_hint is None:
         default_hint = M("check_number.default_hint")
     hint = staged(exercise, default_hint, formula) if formula else default_hint
-    return report(not_yet(exercise, hint))
+    return not_yet(exercise, hint)
 
 
 def check_choice(
@@ -311,7 +314,7 @@ def check_choice(
 ) -> CheckResult:
     """A multiple-choice answer (case-insensitive letter or option text)."""
     if answer is None:
-        return report(not_yet(exercise, NOT_ANSWERED))
+        return not_yet(exercise, NOT_ANSWERED)
     correct = {correct} if isinstance(correct, str) else set(correct)
     got = {
         str(a).strip().lower()
@@ -319,19 +322,17 @@ def check_choice(
     }
     unknown = got - {o.lower() for o in options}
     if unknown:
-        return report(
-            not_yet(
-                exercise,
-                M("check_choice.unknown_option", options=options, got=sorted(unknown)),
-            )
+        return not_yet(
+            exercise,
+            M("check_choice.unknown_option", options=options, got=sorted(unknown)),
         )
     if got == {c.lower() for c in correct}:
-        return report(passed(exercise))
+        return passed(exercise)
     for g in sorted(got):
         if hints and g in {k.lower() for k in hints} and g not in {c.lower() for c in correct}:
             hint = next(v for k, v in hints.items() if k.lower() == g)
-            return report(not_yet(exercise, hint))
-    return report(not_yet(exercise, M("check_choice.default_hint")))
+            return not_yet(exercise, hint)
+    return not_yet(exercise, M("check_choice.default_hint"))
 
 
 def check_callable(
@@ -344,33 +345,31 @@ def check_callable(
     """Call the learner's function on `cases` [(args, expected)] and compare results; a wrong
     result gets `hint` (by default a generic one, in the language in use)."""
     if fn is None:
-        return report(not_yet(exercise, NOT_ANSWERED))
+        return not_yet(exercise, NOT_ANSWERED)
     if not callable(fn):
-        return report(
-            not_yet(exercise, M("check_callable.not_a_function", got_type=type(fn).__name__))
-        )
+        return not_yet(exercise, M("check_callable.not_a_function", got_type=type(fn).__name__))
     compare = compare or (lambda a, b: a == b)
     for args, expected in cases:
         try:
             got = fn(*args)
         except Exception as e:  # the learner's code: report, never crash the notebook
-            return report(
-                not_yet(exercise, M("check_callable.raised", error_type=type(e).__name__, error=e))
+            return not_yet(
+                exercise, M("check_callable.raised", error_type=type(e).__name__, error=e)
             )
         if not compare(got, expected):
             if hint is None:
                 hint = M("check_callable.default_hint")
-            return report(not_yet(exercise, hint))
-    return report(passed(exercise))
+            return not_yet(exercise, hint)
+    return passed(exercise)
 
 
 def check_dict_keys(exercise: str, answer: Any, keys) -> CheckResult | None:
     """The reported "not yet" for an unanswered or keyless dict answer, or None when `answer` is
     a dict with every one of `keys` (the checker then marks the values)."""
     if answer is None:
-        return report(not_yet(exercise, NOT_ANSWERED))
+        return not_yet(exercise, NOT_ANSWERED)
     if not isinstance(answer, dict) or set(keys) - set(answer):
-        return report(not_yet(exercise, M("check_dict_keys.missing_keys", keys=list(keys))))
+        return not_yet(exercise, M("check_dict_keys.missing_keys", keys=list(keys)))
     return None
 
 
@@ -404,5 +403,5 @@ def check_matching(
             why = (why_wrong or {}).get(value, hints[key])
             problems.append(labelled(key, why))
     if problems:
-        return report(not_yet(exercise, sentences(*problems)))
-    return report(passed(exercise, success))
+        return not_yet(exercise, sentences(*problems))
+    return passed(exercise, success)

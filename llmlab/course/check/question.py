@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from llmlab.course.check.catalog import Catalog, Texts, catalog, placeholders
+from llmlab.course.check.catalog import Catalog, catalog, placeholders
 from llmlab.course.check.core import CheckResult, check_choice, check_matching, check_number
 
 _CHAPTER = re.compile(r"\.(ch\d\d)(?:\.|$)")
@@ -60,9 +60,7 @@ def _optional(texts: Catalog, key: str) -> str | None:
 
 def _read(texts: Catalog, table: Mapping[str, str] | None) -> Mapping[str, str] | None:
     """A table of catalog keys read in the language in use (a `Texts` is read already)."""
-    if table is None or isinstance(table, Texts):
-        return table
-    return texts.table(table)
+    return None if table is None else texts.table(table)
 
 
 def as_checker(question: Callable, check: Callable[[Any], CheckResult]) -> Callable:

@@ -23,7 +23,6 @@ from llmlab.course.check.core import (
     labelled,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import as_checker, exercise_of
@@ -228,24 +227,22 @@ def _check_function(
     expected tensor. A wrong output gets `diagnose`'s hint (a known slip) or `default`, then
     `formula` from the second wrong try on."""
     if fn is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     if not callable(fn):
-        return report(
-            not_yet(
-                ex,
-                M(
-                    "check_function.not_a_function",
-                    signature=signature,
-                    got_type=type(fn).__name__,
-                ),
-            )
+        return not_yet(
+            ex,
+            M(
+                "check_function.not_a_function",
+                signature=signature,
+                got_type=type(fn).__name__,
+            ),
         )
     if ban:
         found = fused_call_in(fn)
         if found == "no source":
-            return report(not_yet(ex, M("check_function.no_source")))
+            return not_yet(ex, M("check_function.no_source"))
         if found:
-            return report(not_yet(ex, M("check_function.fused_in_code", found=found)))
+            return not_yet(ex, M("check_function.fused_in_code", found=found))
     with (_banned_runner if ban else _plain_runner)(fn) as run:
         for args, want in cases:
             try:
@@ -254,28 +251,24 @@ def _check_function(
                 )
             except Exception as e:  # the learner's code: report, never crash the notebook
                 if type(e).__name__ == "FusedAttentionError":
-                    return report(not_yet(ex, M("check_function.fused_called")))
-                return report(
-                    not_yet(ex, M("check_function.raised", error_type=type(e).__name__, error=e))
-                )
+                    return not_yet(ex, M("check_function.fused_called"))
+                return not_yet(ex, M("check_function.raised", error_type=type(e).__name__, error=e))
             if tuple(got.shape) != tuple(want.shape):
                 shapes = ", ".join(str(list(a.shape)) for a in args if isinstance(a, torch.Tensor))
-                return report(
-                    not_yet(
-                        ex,
-                        M(
-                            "check_function.wrong_shape",
-                            shapes=shapes,
-                            want_shape=list(want.shape),
-                            got_shape=list(got.shape),
-                        ),
-                    )
+                return not_yet(
+                    ex,
+                    M(
+                        "check_function.wrong_shape",
+                        shapes=shapes,
+                        want_shape=list(want.shape),
+                        got_shape=list(got.shape),
+                    ),
                 )
             if _close(got, want):
                 continue
             hint = diagnose(args, got)
-            return report(not_yet(ex, hint or staged(ex, default, formula)))
-    return report(passed(ex, success))
+            return not_yet(ex, hint or staged(ex, default, formula))
+    return passed(ex, success)
 
 
 # What a piece's declaration builds: the cases [(arguments, the package's output)] and the
@@ -337,30 +330,28 @@ def _check_set(
 ) -> CheckResult:
     """A multi-select answer (one option or a list of them), graded by content."""
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     items = [answer] if isinstance(answer, str) else answer
     if not isinstance(items, (list, tuple, set, frozenset)) or not all(
         isinstance(a, str) for a in items
     ):
-        return report(not_yet(ex, M("check_set.not_a_list", options=list(options))))
+        return not_yet(ex, M("check_set.not_a_list", options=list(options)))
     norm = {" ".join(a.split()).lower(): a for a in items}
     known = {o.lower(): o for o in options}
     unknown = sorted(
         a for n, a in norm.items() if n.replace(" ", "") not in {k.replace(" ", "") for k in known}
     )
     if unknown:
-        return report(
-            not_yet(ex, M("check_set.unknown_option", options=list(options), unknown=unknown))
-        )
+        return not_yet(ex, M("check_set.unknown_option", options=list(options), unknown=unknown))
     chosen = {
         next(o for k, o in known.items() if k.replace(" ", "") == n.replace(" ", "")) for n in norm
     }
     wrong = sorted(chosen - right)
     if wrong:
-        return report(not_yet(ex, labelled(wrong[0], why_wrong[wrong[0]])))
+        return not_yet(ex, labelled(wrong[0], why_wrong[wrong[0]]))
     if chosen != right:
-        return report(not_yet(ex, missing))
-    return report(passed(ex, success))
+        return not_yet(ex, missing)
+    return passed(ex, success)
 
 
 def selection(

@@ -16,7 +16,6 @@ from llmlab.course.check.core import (
     CheckResult,
     not_yet,
     passed,
-    report,
     staged,
 )
 
@@ -94,37 +93,33 @@ def layer0_output(answer: Any) -> CheckResult:
     [T, hidden], compared with SmolLM2's real layer 0."""
     ex = "ch02.layer0_output"
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     try:
         got = torch.as_tensor(answer).detach().float()
     except (TypeError, ValueError, RuntimeError):
-        return report(not_yet(ex, M("layer0_output.not_a_tensor", got_type=type(answer).__name__)))
+        return not_yet(ex, M("layer0_output.not_a_tensor", got_type=type(answer).__name__))
     variants = _layer0_variants()
     want = variants["right"]
     if tuple(got.shape) != tuple(want.shape):
-        return report(
-            not_yet(
-                ex,
-                M(
-                    "layer0_output.wrong_shape",
-                    tokens=want.shape[0],
-                    hidden=want.shape[1],
-                    want_shape=list(want.shape),
-                    got_shape=list(got.shape),
-                ),
-            )
+        return not_yet(
+            ex,
+            M(
+                "layer0_output.wrong_shape",
+                tokens=want.shape[0],
+                hidden=want.shape[1],
+                want_shape=list(want.shape),
+                got_shape=list(got.shape),
+            ),
         )
     if not torch.isfinite(got).all():
-        return report(not_yet(ex, M("layer0_output.not_finite")))
+        return not_yet(ex, M("layer0_output.not_finite"))
     if _close(got, want):
         diff = (got - want).abs().max().item()
-        return report(passed(ex, M("layer0_output.success", diff=diff)))
+        return passed(ex, M("layer0_output.success", diff=diff))
     for name, hint in _LAYER_HINTS.items():
         if _close(got, variants[name]):
-            return report(not_yet(ex, M(hint)))
-    return report(
-        not_yet(
-            ex,
-            staged(ex, M("layer0_output.default_hint"), M("layer0_output.formula")),
-        )
+            return not_yet(ex, M(hint))
+    return not_yet(
+        ex,
+        staged(ex, M("layer0_output.default_hint"), M("layer0_output.formula")),
     )

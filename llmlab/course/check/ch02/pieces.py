@@ -153,13 +153,16 @@ GQA_OPTIONS = M.choices(
     ),
 )
 _GQA_RIGHT = frozenset({"kv_cache_per_token_x3", "k_and_v_proj_weights_x3"})
-# The catalog key of the hint per wrong option.
-_GQA_WHY = {
-    "q_proj_weights_x3": M.key("gqa_consequences.q_proj_weights_x3"),
-    "score_matrices_x3": M.key("gqa_consequences.score_matrices_x3"),
-    "attention_output_shape_changes": M.key("gqa_consequences.attention_output_shape_changes"),
-    "mlp_weights_change": M.key("gqa_consequences.mlp_weights_change"),
-}
+# The hint per wrong option, in the language in use.
+_GQA_WHY = M.texts(
+    "gqa_consequences",
+    (
+        "q_proj_weights_x3",
+        "score_matrices_x3",
+        "attention_output_shape_changes",
+        "mlp_weights_change",
+    ),
+)
 
 
 @selection(GQA_OPTIONS, _GQA_WHY)

@@ -19,7 +19,6 @@ from llmlab.course.check.core import (
     not_yet,
     record_expected,
     record_expected_word,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -41,13 +40,11 @@ CROSSOVER_OPTIONS = (
     "weights_per_sequence",
     "hbm_capacity",
 )
-# (English, Chinese) for each wrong option
-CROSSOVER_WHY_WRONG = {
-    "ridge_moves": M.key("crossover_why_wrong.ridge_moves"),
-    "attention_flops": M.key("crossover_why_wrong.attention_flops"),
-    "weights_per_sequence": M.key("crossover_why_wrong.weights_per_sequence"),
-    "hbm_capacity": M.key("crossover_why_wrong.hbm_capacity"),
-}
+# the hint per wrong option, in the language in use
+CROSSOVER_WHY_WRONG = M.texts(
+    "crossover_why_wrong",
+    ("ridge_moves", "attention_flops", "weights_per_sequence", "hbm_capacity"),
+)
 
 
 @numeric(rel=0.02)
@@ -144,9 +141,7 @@ def compute_bound_batch(answer: Any) -> CheckResult:
     record_expected("ch07.compute_bound_batch", expected)
     x = as_number(answer)
     if x is not None and expected < x < 1024 and x == int(x):
-        return report(
-            not_yet("ch07.compute_bound_batch", M("compute_bound_batch.batch_compute_bound"))
-        )
+        return not_yet("ch07.compute_bound_batch", M("compute_bound_batch.batch_compute_bound"))
     return check_number(
         "ch07.compute_bound_batch",
         answer,

@@ -30,7 +30,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
 )
 
 M = catalog("ch07")
@@ -72,8 +71,8 @@ def _plugged_in(answer: Any) -> CheckResult:
     except Exception as e:  # the student's code, on a step of the real engine
         problem = _shape_problem(type(e).__name__, str(e))
         if problem is not None:
-            return report(not_yet(ex, M("plugged_in.engine_steps_shape", problem=problem)))
-        return report(not_yet(ex, M("plugged_in.engine_s_steps", e_type=type(e).__name__, e=e)))
+            return not_yet(ex, M("plugged_in.engine_steps_shape", problem=problem))
+        return not_yet(ex, M("plugged_in.engine_s_steps", e_type=type(e).__name__, e=e))
     hw = roofline.quick_roof("cpu")
     ridge = roofline.ridge_point(hw, "fp32")
     lines = [
@@ -90,20 +89,18 @@ def _plugged_in(answer: Any) -> CheckResult:
         ref = roofline.engine_step(cfg, step.batch, dtype_bytes)
         shape = " ".join(f"{n}/{c}" for n, c in step.batch)
         if not (_same(flops, ref.flops) and _same(nbytes, ref.bytes)):
-            return report(
-                not_yet(
-                    ex,
-                    M(
-                        "plugged_in.engine_s_step",
-                        i=i,
-                        kind=step.kind,
-                        shape=shape,
-                        flops=_num(flops),
-                        nbytes=_num(nbytes),
-                        ref_flops=_num(ref.flops),
-                        bytes=_num(ref.bytes),
-                    ),
-                )
+            return not_yet(
+                ex,
+                M(
+                    "plugged_in.engine_s_step",
+                    i=i,
+                    kind=step.kind,
+                    shape=shape,
+                    flops=_num(flops),
+                    nbytes=_num(nbytes),
+                    ref_flops=_num(ref.flops),
+                    bytes=_num(ref.bytes),
+                ),
             )
         yours = roofline.place(roofline.Operation("", flops, nbytes), hw, "fp32")
         pkg = roofline.place(ref, hw, "fp32")
@@ -122,7 +119,7 @@ def _plugged_in(answer: Any) -> CheckResult:
             )
         )
     print("\n".join(lines))
-    return report(passed(ex, M("plugged_in.counter_equals_package", n_steps=len(steps))))
+    return passed(ex, M("plugged_in.counter_equals_package", n_steps=len(steps)))
 
 
 def step_cost(answer: Any) -> CheckResult:
@@ -142,7 +139,7 @@ def step_cost(answer: Any) -> CheckResult:
         compare=_same_costs,
     )
     if cex is not None:
-        return report(not_yet(ex, step_cost_hint(cex)))
+        return not_yet(ex, step_cost_hint(cex))
     return _plugged_in(answer)
 
 

@@ -20,7 +20,6 @@ from llmlab.course.check.core import (
     passed,
     record_expected,
     record_expected_word,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -148,15 +147,11 @@ def source_q3(answer: Any) -> CheckResult:
         problems.append(M("source_q3.bound_compare_batch"))
         formulas.append(M("source_q3.ridge_peak_flop"))
     if problems:
-        return report(
-            not_yet(
-                ex,
-                staged(ex, " ".join(problems), " ".join(formulas))
-                if formulas
-                else " ".join(problems),
-            )
+        return not_yet(
+            ex,
+            staged(ex, " ".join(problems), " ".join(formulas)) if formulas else " ".join(problems),
         )
-    return report(passed(ex, M("source_q3.right_weights_read")))
+    return passed(ex, M("source_q3.right_weights_read"))
 
 
 # A fixed order that does not line up with the answer (shown in this order in the notebook).
@@ -174,12 +169,7 @@ CPU_RIGHT = {
     "c",
     "e",
 }  # both are true of a laptop CPU; c is the roofline reason, e the efficiency one
-CPU_WHY_WRONG = {  # (English, Chinese)
-    "a": M.key("cpu_why_wrong.a"),
-    "b": M.key("cpu_why_wrong.b"),
-    "d": M.key("cpu_why_wrong.d"),
-    "f": M.key("cpu_why_wrong.f"),
-}
+CPU_WHY_WRONG = M.texts("cpu_why_wrong", ("a", "b", "d", "f"))
 
 
 def why_cpu_falls_short(answer: Any) -> CheckResult:
@@ -187,24 +177,22 @@ def why_cpu_falls_short(answer: Any) -> CheckResult:
     comes close? One letter of CPU_OPTIONS; CPU_RIGHT holds the defensible answers."""
     ex = "ch08.why_cpu_falls_short"
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     got = str(answer).strip().lower()
     if got not in CPU_OPTIONS:
-        return report(
-            not_yet(ex, M("why_cpu_falls_short.answer_letter_cpu", cpu_options=sorted(CPU_OPTIONS)))
+        return not_yet(
+            ex, M("why_cpu_falls_short.answer_letter_cpu", cpu_options=sorted(CPU_OPTIONS))
         )
     if got in CPU_RIGHT:
         other = (CPU_RIGHT - {got}).pop()
-        return report(passed(ex, M("why_cpu_falls_short.right_option_other", other=other)))
-    return report(
-        not_yet(
+        return passed(ex, M("why_cpu_falls_short.right_option_other", other=other))
+    return not_yet(
+        ex,
+        staged(
             ex,
-            staged(
-                ex,
-                M(CPU_WHY_WRONG[got]),
-                M("why_cpu_falls_short.look_table_flop"),
-            ),
-        )
+            CPU_WHY_WRONG[got],
+            M("why_cpu_falls_short.look_table_flop"),
+        ),
     )
 
 

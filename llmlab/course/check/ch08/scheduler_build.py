@@ -14,7 +14,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
     staged,
 )
 
@@ -244,23 +243,19 @@ def build_scheduler(answer: Any) -> CheckResult:
     )
     if cex is not None:  # the rule first; the step's recipe from the second wrong try
         first = schedule_hint(cex.case, cex.got, cex.expected)
-        return report(not_yet(ex, staged(ex, first, M("schedule_hint.then"))))
+        return not_yet(ex, staged(ex, first, M("schedule_hint.then")))
     try:
         mine = drive(answer, f"{BUILD_DRIVERS}:run_engine", PREEMPT_WORKLOAD)
     except Exception as e:  # the student's class inside the engine
-        return report(
-            not_yet(ex, M("build_scheduler.plugged_into_engine_2", e_type=type(e).__name__, e=e))
-        )
+        return not_yet(ex, M("build_scheduler.plugged_into_engine_2", e_type=type(e).__name__, e=e))
     ref = run_engine(Scheduler, PREEMPT_WORKLOAD)
     if mine["tokens"] != ref["tokens"] or not mine["finished"]:
-        return report(
-            not_yet(
-                ex,
-                M(
-                    "build_scheduler.plugged_into_engine",
-                    num_kv_blocks=PREEMPT_WORKLOAD['engine']['num_kv_blocks'],
-                ),
-            )
+        return not_yet(
+            ex,
+            M(
+                "build_scheduler.plugged_into_engine",
+                num_kv_blocks=PREEMPT_WORKLOAD['engine']['num_kv_blocks'],
+            ),
         )
     runs = {}
     for policy in ("continuous", "static"):
@@ -268,7 +263,7 @@ def build_scheduler(answer: Any) -> CheckResult:
             answer, f"{BUILD_DRIVERS}:run_engine", _trace_workload(policy)
         )
         runs[("package", policy)] = run_engine(Scheduler, _trace_workload(policy))
-    return report(passed(ex, build_measurement(mine, ref, runs)))
+    return passed(ex, build_measurement(mine, ref, runs))
 
 
 def build_measurement(mine: dict, ref: dict, runs: dict) -> str:

@@ -16,7 +16,6 @@ from llmlab.course.check.core import (
     check_dict_keys,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -133,22 +132,22 @@ def parallel_style(answer: Any) -> CheckResult:
     got = {k: str(answer[k]).strip().lower() for k in PROJECTIONS}
     bad = [k for k, v in got.items() if v not in STYLES]
     if bad:
-        return report(not_yet(ex, M("parallel_style.not_a_style", bad=bad)))
+        return not_yet(ex, M("parallel_style.not_a_style", bad=bad))
     replicated = [k for k, v in got.items() if v == "replicated"]
     if replicated:
         first = M("parallel_style.replicated", replicated=replicated)
-        return report(not_yet(ex, staged(ex, first, M("parallel_style.first_and_last"))))
+        return not_yet(ex, staged(ex, first, M("parallel_style.first_and_last")))
     rows = {k for k, v in got.items() if v == "row"}
     if rows == {"o_proj", "down_proj"}:
-        return report(passed(ex, M("parallel_style.success")))
+        return passed(ex, M("parallel_style.success"))
     if rows == set(PROJECTIONS) - {"o_proj", "down_proj"}:
-        return report(not_yet(ex, M("parallel_style.swapped")))
+        return not_yet(ex, M("parallel_style.swapped"))
     if not rows:
-        return report(not_yet(ex, M("parallel_style.all_column")))
+        return not_yet(ex, M("parallel_style.all_column"))
     if {"k_proj", "v_proj", "q_proj"} & rows:
-        return report(not_yet(ex, M("parallel_style.qkv_by_rows")))
+        return not_yet(ex, M("parallel_style.qkv_by_rows"))
     first, then = M("parallel_style.one_split_input"), M("parallel_style.last_reads_split")
-    return report(not_yet(ex, staged(ex, first, then)))
+    return not_yet(ex, staged(ex, first, then))
 
 
 @numeric(rel=1e-3)
@@ -259,10 +258,10 @@ def split_two_servers(answer: Any) -> CheckResult:
     try:
         tp, pp_ = int(answer["tp"]), int(answer["pp"])
     except (TypeError, ValueError):
-        return report(not_yet(ex, M("split_two_servers.whole_numbers")))
+        return not_yet(ex, M("split_two_servers.whole_numbers"))
     total = SPLIT_GPUS_PER_SERVER * SPLIT_SERVERS
     if tp < 1 or tp * pp_ != total:
-        return report(not_yet(ex, M("split_two_servers.all_gpus", total=total)))
+        return not_yet(ex, M("split_two_servers.all_gpus", total=total))
     best = max(
         t for t in range(1, SPLIT_GPUS_PER_SERVER + 1) if total % t == 0 and _heads_split_evenly(t)
     )
@@ -273,8 +272,8 @@ def split_two_servers(answer: Any) -> CheckResult:
             "split_two_servers.heads_uneven", tp=tp, heads=SPLIT_HEADS, kv_heads=SPLIT_KV_HEADS
         )
     elif tp == best:
-        return report(passed(ex, M("split_two_servers.success")))
+        return passed(ex, M("split_two_servers.success"))
     else:
         first, then = M("split_two_servers.pipeline_inside"), M("split_two_servers.then")
         hint = staged(ex, first, then)
-    return report(not_yet(ex, hint))
+    return not_yet(ex, hint)

@@ -28,7 +28,6 @@ from llmlab.course.check.core import (
     CheckResult,
     not_yet,
     passed,
-    report,
     staged,
 )
 from llmlab.parallel import tp
@@ -146,9 +145,9 @@ def tensor_parallel_layer(answer: Any) -> CheckResult:
     try:
         probe = drive(answer, f"{DRIVERS}:observe_layer", first)
     except Exception as e:  # the student's process died, or ran out of time
-        return report(not_yet(ex, M("tensor_parallel_layer.did_not_run", error=e)))
+        return not_yet(ex, M("tensor_parallel_layer.did_not_run", error=e))
     if probe.get("split") == {"none": True}:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     cex = find_counterexample(
         layer_cases(),
         lambda case: drive(answer, f"{DRIVERS}:observe_layer", case),
@@ -164,8 +163,8 @@ def tensor_parallel_layer(answer: Any) -> CheckResult:
         )
         first = M("tensor_parallel_layer.smallest", problem=problem)
         hint = staged(ex, first, M("tensor_parallel_layer.megatron_rule"))
-        return report(not_yet(ex, hint))
-    return report(_plug_in_verdict(ex, answer))
+        return not_yet(ex, hint)
+    return _plug_in_verdict(ex, answer)
 
 
 def _plug_in_verdict(ex: str, answer: Any) -> CheckResult:

@@ -19,7 +19,6 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, matching, numeric
@@ -74,7 +73,7 @@ def mean_tpot(answer: Any) -> CheckResult:
     ex = "ch10.mean_tpot"
     if answer is not None and as_number(answer) is None and isinstance(answer, float):
         record_expected(ex, expected)
-        return report(not_yet(ex, M("mean_tpot.nan_mean_request")))
+        return not_yet(ex, M("mean_tpot.nan_mean_request"))
     itls = [g for t in ts for g in t.itls]
     return check_number(
         ex,
@@ -162,55 +161,46 @@ BURSTINESS_STATEMENTS_ZH = {
 # shown in the language in use; the keys are what the student answers with
 BURSTINESS_STATEMENTS = Bilingual(BURSTINESS_STATEMENTS_EN, BURSTINESS_STATEMENTS_ZH)
 BURSTINESS_TRUE = frozenset({"short_gaps", "same_mean_gap", "ttft_tail", "less_spread"})
-# (English, Chinese) for each false statement, and for each true one a student may miss
-BURSTINESS_WHY_WRONG = {
-    "fewer_per_second": M.key("burstiness_why_wrong.fewer_per_second"),
-    "poisson": M.key("burstiness_why_wrong.poisson"),
-    "more_throughput": M.key("burstiness_why_wrong.more_throughput"),
-}
-BURSTINESS_MISSED = {
-    "short_gaps": M.key("burstiness_missed.short_gaps"),
-    "same_mean_gap": M.key("burstiness_missed.same_mean_gap"),
-    "ttft_tail": M.key("burstiness_missed.ttft_tail"),
-    "less_spread": M.key("burstiness_missed.less_spread"),
-}
+# the hint for each false statement, and for each true one a student may miss
+BURSTINESS_WHY_WRONG = M.texts(
+    "burstiness_why_wrong", ("fewer_per_second", "poisson", "more_throughput")
+)
+BURSTINESS_MISSED = M.texts(
+    "burstiness_missed", ("short_gaps", "same_mean_gap", "ttft_tail", "less_spread")
+)
 
 
 def burstiness(answer: Any) -> CheckResult:
     """The set of keys of BURSTINESS_STATEMENTS that are true (same rate, burstiness 0.2 vs 5)."""
     ex = "ch10.burstiness"
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     items = [answer] if isinstance(answer, str) else answer
     if not isinstance(items, (list, tuple, set, frozenset)):
-        return report(not_yet(ex, M("burstiness.answer_set_keys")))
+        return not_yet(ex, M("burstiness.answer_set_keys"))
     got = {str(a).strip().lower() for a in items}
     unknown = got - set(BURSTINESS_STATEMENTS)
     if unknown:
-        return report(
-            not_yet(
-                ex,
-                M(
-                    "burstiness.choose_keys_burstiness",
-                    burstiness_statements=list(BURSTINESS_STATEMENTS),
-                    unknown=sorted(unknown),
-                ),
-            )
+        return not_yet(
+            ex,
+            M(
+                "burstiness.choose_keys_burstiness",
+                burstiness_statements=list(BURSTINESS_STATEMENTS),
+                unknown=sorted(unknown),
+            ),
         )
     wrong = sorted(got - BURSTINESS_TRUE)
     if wrong:
         parts = []
         for k in wrong:
-            why = M(BURSTINESS_WHY_WRONG[k])
+            why = BURSTINESS_WHY_WRONG[k]
             parts.append(labelled(k, why))
-        return report(not_yet(ex, " ".join(parts)))
+        return not_yet(ex, " ".join(parts))
     missed = [k for k in BURSTINESS_STATEMENTS if k in BURSTINESS_TRUE - got]
     if missed:
         first = M("burstiness.everything_chose_holds", n_missed=len(missed))
-        return report(
-            not_yet(ex, staged(ex, first, " ".join(M(BURSTINESS_MISSED[k]) for k in missed)))
-        )
-    return report(passed(ex, M("burstiness.right_burstiness_keeps")))
+        return not_yet(ex, staged(ex, first, " ".join(BURSTINESS_MISSED[k] for k in missed)))
+    return passed(ex, M("burstiness.right_burstiness_keeps"))
 
 
 # ----------------------------------------------------------------- the serving explorer's task
@@ -245,13 +235,13 @@ def largest_batch_under_slo(answer: Any) -> CheckResult:
     expected = _largest_batch()
     record_expected(ex, expected)
     if answer is None:
-        return report(not_yet(ex, NOT_ANSWERED))
+        return not_yet(ex, NOT_ANSWERED)
     x = as_number(answer)
     if x is None or x != int(x) or x < 1:
-        return report(not_yet(ex, M("largest_batch_under_slo.answer_whole_number", answer=answer)))
+        return not_yet(ex, M("largest_batch_under_slo.answer_whole_number", answer=answer))
     b = int(x)
     if b == expected:
-        return report(passed(ex, M("largest_batch_under_slo.right_past_batch")))
+        return passed(ex, M("largest_batch_under_slo.right_past_batch"))
     kv = costs.kv_bytes(PRESETS[SLO_MODEL], SLO_CONTEXT, SLO_DTYPE_BYTES)
     if b > expected:
         hint = M("largest_batch_under_slo.batch_step_takes")
@@ -259,7 +249,7 @@ def largest_batch_under_slo(answer: Any) -> CheckResult:
     else:
         hint = M("largest_batch_under_slo.larger_batch_still")
         more = M("largest_batch_under_slo.while_memory_bound")
-    return report(not_yet(ex, staged(ex, hint, more)))
+    return not_yet(ex, staged(ex, hint, more))
 
 
 # ----------------------------------------------------------------- break-even throughput
@@ -304,14 +294,8 @@ Q4_ACCEPT = {
     "batch_jobs": frozenset({"throughput"}),
     "code_completion": frozenset({"ttft", "e2el"}),
 }
-Q4_HINTS = {  # (English, Chinese)
-    "chat": M.key("q4_hints.chat"),
-    "batch_jobs": M.key("q4_hints.batch_jobs"),
-    "code_completion": M.key("q4_hints.code_completion"),
-}
-Q4_WHY_WRONG = {
-    "gpu_util": M.key("q4_why_wrong.gpu_util"),
-}
+Q4_HINTS = M.texts("q4_hints", ("chat", "batch_jobs", "code_completion"))
+Q4_WHY_WRONG = M.texts("q4_why_wrong", ("gpu_util",))
 
 
 @matching(Q4_METRICS, Q4_HINTS, Q4_WHY_WRONG)

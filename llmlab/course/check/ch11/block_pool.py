@@ -14,7 +14,6 @@ from llmlab.course.check.core import (
     clauses,
     not_yet,
     passed,
-    report,
     staged,
 )
 
@@ -250,43 +249,37 @@ def block_pool(answer: Any) -> CheckResult:
     then = M("block_pool.rules_get_new")
     if cex is not None:
         first = M("block_pool.differs", explained=explain_pool(cex.case, cex.got, cex.expected))
-        return report(not_yet(ex, staged(ex, first, then)))
+        return not_yet(ex, staged(ex, first, then))
     try:
         got = drive(answer, POOL_DRIVER + "run_engine")
     except Exception as e:  # the student's pool inside the engine
-        return report(
-            not_yet(ex, M("block_pool.pool_agrees_package_2", e_type=type(e).__name__, e=e))
-        )
+        return not_yet(ex, M("block_pool.pool_agrees_package_2", e_type=type(e).__name__, e=e))
     ref = _package_pool_run()
     wrong = [rid for rid in ref["tokens"] if got["tokens"].get(rid) != ref["tokens"][rid]]
     if wrong:
         rid = wrong[0]
-        return report(
-            not_yet(
-                ex,
-                M(
-                    "block_pool.pool_agrees_package",
-                    rid=rid,
-                    get=got['tokens'].get(rid),
-                    tokens=ref['tokens'][rid],
-                ),
-            )
+        return not_yet(
+            ex,
+            M(
+                "block_pool.pool_agrees_package",
+                rid=rid,
+                get=got['tokens'].get(rid),
+                tokens=ref['tokens'][rid],
+            ),
         )
     # No speed: the pool's work is a sliver of an engine step on SmolLM2, so one run's tokens/s
     # measures the model and the machine's load (identical code read 1.64x, 0.94x, 0.62x)
     n = len(ref["tokens"])
-    return report(
-        passed(
-            ex,
-            M(
-                "block_pool.right_pool_matches",
-                pool_max_examples=POOL_MAX_EXAMPLES,
-                n=n,
-                hit_rate=got['hit_rate'],
-                ref_hit_rate=ref['hit_rate'],
-                peak_blocks=got['peak_blocks'],
-                num_blocks=got['num_blocks'],
-                ref_peak_blocks=ref['peak_blocks'],
-            ),
-        )
+    return passed(
+        ex,
+        M(
+            "block_pool.right_pool_matches",
+            pool_max_examples=POOL_MAX_EXAMPLES,
+            n=n,
+            hit_rate=got['hit_rate'],
+            ref_hit_rate=ref['hit_rate'],
+            peak_blocks=got['peak_blocks'],
+            num_blocks=got['num_blocks'],
+            ref_peak_blocks=ref['peak_blocks'],
+        ),
     )

@@ -16,7 +16,6 @@ from llmlab.course.check.core import (
     ExerciseInfo,
     not_yet,
     passed,
-    report,
 )
 
 M = catalog("ch11")
@@ -164,7 +163,7 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
         return refused
     hint = _plan_disagreement(answer)
     if hint is not None:
-        return report(not_yet(ex, hint))
+        return not_yet(ex, hint)
     expected_steps = len(chunked_prefill_schedule(CHUNK_PROMPT_LEN, CHUNK_BUDGET, CHUNK_DECODES))
     try:
         mine = drive(
@@ -173,11 +172,11 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
         engine = drive(answer, f"{CHUNK_DRIVERS}:run_engine", CHUNK_ENGINE_WORKLOAD)
     except Exception as e:  # the student's function inside the scheduler
         hint = M("build_chunked_prefill.inside_scheduler_plan", e_type=type(e).__name__, e=e)
-        return report(not_yet(ex, hint))
+        return not_yet(ex, hint)
     ref = run_engine(None, CHUNK_ENGINE_WORKLOAD)
     hint = _chunk_run_problem(mine, engine, ref, expected_steps)
     if hint is not None:
-        return report(not_yet(ex, hint))
+        return not_yet(ex, hint)
     message = M(
         "build_chunked_prefill.plan_prefills_chunk",
         chunk_prompt_len=CHUNK_PROMPT_LEN,
@@ -189,7 +188,7 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
         engine_steps=engine["steps"],
         ref_steps=ref["steps"],
     )
-    return report(passed(ex, message))
+    return passed(ex, message)
 
 
 EXERCISES["build_chunked_prefill"] = ExerciseInfo(

@@ -14,7 +14,6 @@ from llmlab.course.check.core import (
     not_yet,
     passed,
     record_expected,
-    report,
     staged,
 )
 from llmlab.course.check.question import Expected, matching, numeric
@@ -157,18 +156,11 @@ Q5_ACCEPTED = {
     # (preemptive scheduling; the cache re-made on demand); older vLLM could also swap it out
     "preemption": frozenset({"swapping", "process_scheduling", "demand_paging"}),
 }
-_Q5_WHY_WRONG = {  # (English, Chinese)
-    "copy_on_write": M.key("q5_why_wrong.copy_on_write"),
-    "segmentation": M.key("q5_why_wrong.segmentation"),
-    "fifo_replacement": M.key("q5_why_wrong.fifo_replacement"),
-}
-_Q5_HINTS = {
-    "block_table": M.key("q5_hints.block_table"),
-    "prefix_sharing": M.key("q5_hints.prefix_sharing"),
-    "block_eviction": M.key("q5_hints.block_eviction"),
-    "request_scheduling": M.key("q5_hints.request_scheduling"),
-    "preemption": M.key("q5_hints.preemption"),
-}
+_Q5_WHY_WRONG = M.texts("q5_why_wrong", ("copy_on_write", "segmentation", "fifo_replacement"))
+_Q5_HINTS = M.texts(
+    "q5_hints",
+    ("block_table", "prefix_sharing", "block_eviction", "request_scheduling", "preemption"),
+)
 
 
 @matching(Q5_CONCEPTS, _Q5_HINTS, _Q5_WHY_WRONG)
@@ -237,9 +229,9 @@ def first_evicted(answer: Any) -> CheckResult:
 
     first, safe = as_number(answer["first"]), as_number(answer["safe"])
     if first is None or safe is None:
-        return report(not_yet(ex, M("first_evicted.both_values_must")))
+        return not_yet(ex, M("first_evicted.both_values_must"))
     if first == expected["first"] and safe == expected["safe"]:
-        return report(passed(ex, M("first_evicted.right_never_used")))
+        return passed(ex, M("first_evicted.right_never_used"))
     queue, used, _ = _evict_run()
     never_used = {bid for bid, _ in queue} - used
     cached = dict(queue)
@@ -261,7 +253,7 @@ def first_evicted(answer: Any) -> CheckResult:
         else:
             problems.append(M("first_evicted.safe_recount_queue"))
     then = M("first_evicted.free_releases_table")
-    return report(not_yet(ex, staged(ex, " ".join(problems), then)))
+    return not_yet(ex, staged(ex, " ".join(problems), then))
 
 
 # ---- chunked prefill: steps for a long prompt beside running decodes -------------------------
@@ -343,11 +335,7 @@ RATIO_OPTIONS_ZH = {
 # shown in the language in use; the keys are what the student answers with
 RATIO_OPTIONS = Bilingual(RATIO_OPTIONS_EN, RATIO_OPTIONS_ZH)
 RATIO_CORRECT = frozenset({"b", "e"})
-_RATIO_HINTS = {  # (English, Chinese)
-    "a": M.key("ratio_hints.a"),
-    "c": M.key("ratio_hints.c"),
-    "d": M.key("ratio_hints.d"),
-}
+_RATIO_HINTS = M.texts("ratio_hints", ("a", "c", "d"))
 
 
 def ratio_reason(answer: Any) -> CheckResult:
@@ -360,13 +348,13 @@ def ratio_reason(answer: Any) -> CheckResult:
         and len(answer) == 1
         and {str(a).strip().lower() for a in answer} <= RATIO_CORRECT
     ):
-        return report(not_yet(ex, M("ratio_reason.reason_holds_only")))
+        return not_yet(ex, M("ratio_reason.reason_holds_only"))
     if isinstance(answer, str) and answer.strip().lower() in RATIO_CORRECT:
-        return report(not_yet(ex, M("ratio_reason.reason_holds_only_2")))
+        return not_yet(ex, M("ratio_reason.reason_holds_only_2"))
     return check_choice(
         ex,
         answer,
         set(RATIO_CORRECT),
         options=sorted(RATIO_OPTIONS),
-        hints=M.table(_RATIO_HINTS),
+        hints=_RATIO_HINTS,
     )

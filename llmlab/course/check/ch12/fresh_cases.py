@@ -15,7 +15,6 @@ from llmlab.course.check.core import (
     passed,
     record_expected,
     record_expected_word,
-    report,
     sentences,
     staged,
 )
@@ -107,8 +106,8 @@ def q3_fresh_case(answer: Any) -> CheckResult:
     if str(answer["bound"]).strip().lower() != bound:
         problems.append(M("q3_fresh_case.bound"))
     if problems:
-        return report(not_yet(ex, sentences(*problems)))
-    return report(passed(ex, M("q3_fresh_case.success", ratio=ratio, batch=Q3_BATCH)))
+        return not_yet(ex, sentences(*problems))
+    return passed(ex, M("q3_fresh_case.success", ratio=ratio, batch=Q3_BATCH))
 
 
 # Q4: two deployments of Llama-3-8B (BF16, one H100, 1024 tokens of context), two products.
@@ -141,10 +140,7 @@ def q4_floors() -> dict[str, tuple[float, float]]:
     return out
 
 
-_Q4_HINTS = {
-    "voice_assistant": M.key("q4_fresh_case.voice_assistant"),
-    "overnight_summaries": M.key("q4_fresh_case.overnight_summaries"),
-}
+_Q4_HINTS = M.texts("q4_fresh_case", ("voice_assistant", "overnight_summaries"))
 
 
 @matching(("a", "b"), _Q4_HINTS)
@@ -176,13 +172,14 @@ Q5_ACCEPTED = {
     "slot_from_block_table_and_offset": frozenset({"paging", "demand_paging"}),
     "shared_block_freed_when_its_last_user_leaves": frozenset({"shared_pages"}),
 }
-_Q5_HINTS = {
-    "blocks_allocated_as_tokens_arrive": M.key("q5_fresh_case.blocks_allocated_as_tokens_arrive"),
-    "slot_from_block_table_and_offset": M.key("q5_fresh_case.slot_from_block_table_and_offset"),
-    "shared_block_freed_when_its_last_user_leaves": M.key(
-        "q5_fresh_case.shared_block_freed_when_its_last_user_leaves"
+_Q5_HINTS = M.texts(
+    "q5_fresh_case",
+    (
+        "blocks_allocated_as_tokens_arrive",
+        "slot_from_block_table_and_offset",
+        "shared_block_freed_when_its_last_user_leaves",
     ),
-}
+)
 
 
 @matching(Q5_CONCEPTS, _Q5_HINTS)

@@ -12,7 +12,6 @@ from llmlab.course.check.core import (
     labelled,
     not_yet,
     passed,
-    report,
     staged,
 )
 
@@ -63,20 +62,13 @@ LOOP_WITH_CACHE = (
 )
 DECODE_STARTS_AT = "embed"
 
-_MARK_HINTS = {  # the catalog key of each hint
-    "qkv_projection": M.key("generation_loop_steps.mark.qkv_projection"),
-    "attention_read": M.key("generation_loop_steps.mark.attention_read"),
-    "attention_write": M.key("generation_loop_steps.mark.attention_write"),
-    "attention_none": M.key("generation_loop_steps.mark.attention_none"),
-    "attention": M.key("generation_loop_steps.mark.attention"),
-    "other": M.key("generation_loop_steps.mark.other"),
-}
-_DECODE_HINTS = {
-    "tokenize": M.key("generation_loop_steps.decode.tokenize"),
-    "qkv_projection": M.key("generation_loop_steps.decode.qkv_projection"),
-    "attention": M.key("generation_loop_steps.decode.attention"),
-    "append": M.key("generation_loop_steps.decode.append"),
-}
+_MARK_HINTS = M.texts(
+    "generation_loop_steps.mark",
+    ("qkv_projection", "attention_read", "attention_write", "attention_none", "attention", "other"),
+)
+_DECODE_HINTS = M.texts(
+    "generation_loop_steps.decode", ("tokenize", "qkv_projection", "attention", "append")
+)
 
 
 def _loop_pairs(steps: Any) -> list[tuple[str, str]] | None:
@@ -100,7 +92,7 @@ def _mark_hint(step: str, given: str) -> str:
         key = f"attention_{given}" if f"attention_{given}" in _MARK_HINTS else step
     else:
         key = "other"
-    return M(_MARK_HINTS[key])
+    return _MARK_HINTS[key]
 
 
 def _loop_step_problem(ex: str, got: list[tuple[str, str]], i: int) -> str | None:
@@ -165,15 +157,15 @@ def generation_loop_steps(answer: Any) -> CheckResult:
         return missing
     got = _loop_pairs(answer["prefill"])
     if got is None:
-        return report(not_yet(ex, M("generation_loop_steps.not_pairs")))
+        return not_yet(ex, M("generation_loop_steps.not_pairs"))
     problem = _loop_problem(ex, got)
     if problem is not None:
-        return report(not_yet(ex, problem))
+        return not_yet(ex, problem)
     start = str(answer["decode_starts_at"]).strip().lower()
     if start != DECODE_STARTS_AT:
         if start in _DECODE_HINTS:
-            hint = M(_DECODE_HINTS[start])
+            hint = _DECODE_HINTS[start]
         else:
             hint = M("generation_loop_steps.unknown_start", steps=list(LOOP_STEP_CHOICES))
-        return report(not_yet(ex, labelled("decode_starts_at", hint)))
-    return report(passed(ex, M("generation_loop_steps.success")))
+        return not_yet(ex, labelled("decode_starts_at", hint))
+    return passed(ex, M("generation_loop_steps.success"))

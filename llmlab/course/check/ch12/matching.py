@@ -12,7 +12,6 @@ from llmlab.course.check.core import (
     check_dict_keys,
     not_yet,
     passed,
-    report,
 )
 from llmlab.course.check.question import matching
 
@@ -54,8 +53,8 @@ def glossary_match(answer: Any) -> CheckResult:
         elif got.term != want.term:
             problems.append(M("glossary_match.other_term", term=term, given=given, other=got.term))
     if problems:
-        return report(not_yet(ex, " ".join(problems)))
-    return report(passed(ex))
+        return not_yet(ex, " ".join(problems))
+    return passed(ex)
 
 
 # ---- what each vLLM technique answers --------------------------------------------------------
@@ -90,18 +89,19 @@ _FIX_RIGHT = {
     "repeated_system_prompt": "prefix_caching",
     "model_too_big_for_one_gpu": frozenset({"tensor_parallelism", "pipeline_parallelism"}),
 }
-_FIX_WHY = {  # the catalog key of each hint
-    "kv_cache_quantization": M.key("vllm_fixes.why.kv_cache_quantization"),
-    "speculative_decoding": M.key("vllm_fixes.why.speculative_decoding"),
-    "prefix_caching": M.key("vllm_fixes.why.prefix_caching"),
-}
-_FIX_HINTS = {
-    "kv_fragmentation": M.key("vllm_fixes.kv_fragmentation"),
-    "idle_slots_after_finish": M.key("vllm_fixes.idle_slots_after_finish"),
-    "long_prompt_stalls_decodes": M.key("vllm_fixes.long_prompt_stalls_decodes"),
-    "repeated_system_prompt": M.key("vllm_fixes.repeated_system_prompt"),
-    "model_too_big_for_one_gpu": M.key("vllm_fixes.model_too_big_for_one_gpu"),
-}
+_FIX_WHY = M.texts(
+    "vllm_fixes.why", ("kv_cache_quantization", "speculative_decoding", "prefix_caching")
+)
+_FIX_HINTS = M.texts(
+    "vllm_fixes",
+    (
+        "kv_fragmentation",
+        "idle_slots_after_finish",
+        "long_prompt_stalls_decodes",
+        "repeated_system_prompt",
+        "model_too_big_for_one_gpu",
+    ),
+)
 
 
 @matching(FIXES, _FIX_HINTS, _FIX_WHY)
@@ -139,21 +139,18 @@ _SYMPTOM_RIGHT = {
     "requests_preempted_with_many_long_chats": "kv_cache_runs_out",
     "tp8_slower_over_pcie_than_over_nvlink": "all_reduce_every_layer",
 }
-_SYMPTOM_HINTS = {  # the catalog key of each hint
-    "ttft_grows_with_prompt_length": M.key("symptoms.ttft_grows_with_prompt_length"),
-    "tpot_nearly_flat_from_batch_1_to_8": M.key("symptoms.tpot_nearly_flat_from_batch_1_to_8"),
-    "requests_preempted_with_many_long_chats": M.key(
-        "symptoms.requests_preempted_with_many_long_chats"
+_SYMPTOM_HINTS = M.texts(
+    "symptoms",
+    (
+        "ttft_grows_with_prompt_length",
+        "tpot_nearly_flat_from_batch_1_to_8",
+        "requests_preempted_with_many_long_chats",
+        "tp8_slower_over_pcie_than_over_nvlink",
     ),
-    "tp8_slower_over_pcie_than_over_nvlink": M.key(
-        "symptoms.tp8_slower_over_pcie_than_over_nvlink"
-    ),
-}
-_SYMPTOM_WHY = {
-    "tokenizer_too_slow": M.key("symptoms.why.tokenizer_too_slow"),
-    "temperature_too_high": M.key("symptoms.why.temperature_too_high"),
-    "pipeline_bubble": M.key("symptoms.why.pipeline_bubble"),
-}
+)
+_SYMPTOM_WHY = M.texts(
+    "symptoms.why", ("tokenizer_too_slow", "temperature_too_high", "pipeline_bubble")
+)
 
 
 @matching(CAUSES, _SYMPTOM_HINTS, _SYMPTOM_WHY)

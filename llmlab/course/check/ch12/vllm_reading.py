@@ -11,7 +11,6 @@ from llmlab.course.check.core import (
     check_dict_keys,
     not_yet,
     passed,
-    report,
     staged,
 )
 
@@ -78,24 +77,22 @@ def vllm_feature(answer: Any) -> CheckResult:
     feature = str(answer["feature"]).strip().lower().replace("-", "_").replace(" ", "_")
     path = _vllm_path(answer["file"])
     if feature not in VLLM_FEATURE_CHOICES:
-        return report(not_yet(ex, M("vllm_feature.unknown_feature", feature=feature)))
+        return not_yet(ex, M("vllm_feature.unknown_feature", feature=feature))
     if feature in BOTH_DO:
-        return report(not_yet(ex, M("vllm_feature.llmlab_too", ours=BOTH_DO[feature])))
+        return not_yet(ex, M("vllm_feature.llmlab_too", ours=BOTH_DO[feature]))
     from llmlab.tools import vllm_bridge
 
     if vllm_bridge.available() and vllm_bridge.installed_path(path) is None:
-        return report(not_yet(ex, M("vllm_feature.no_such_path", path=path)))
+        return not_yet(ex, M("vllm_feature.no_such_path", path=path))
     if not path.startswith("vllm/") or not any(
         path.startswith(p) or path == p.rstrip("/") for p in VLLM_ONLY[feature]
     ):
-        return report(
-            not_yet(
+        return not_yet(
+            ex,
+            staged(
                 ex,
-                staged(
-                    ex,
-                    M("vllm_feature.wrong_path", path=path, feature=feature),
-                    M("vllm_feature.wrong_path_then"),
-                ),
-            )
+                M("vllm_feature.wrong_path", path=path, feature=feature),
+                M("vllm_feature.wrong_path_then"),
+            ),
         )
-    return report(passed(ex, M("vllm_feature.success", feature=feature, path=path)))
+    return passed(ex, M("vllm_feature.success", feature=feature, path=path))
