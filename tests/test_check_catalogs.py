@@ -2,8 +2,9 @@
 the widgets' `llmlab/course/{figures,widgets}/messages/*.json`) and the code that uses them
 agree: every key a module uses (read from its source: the literal first argument of `M(...)`,
 `M.key(...)`, `M.template(...)`, `M.text(...)` where `M = catalog("...")`, every key of the
-section `M.by_english(text, "section")` looks in, and the key "section.name" of each option of
-`M.choices("section", (...names))` or `M.texts(...)`) is in its catalog, every catalog key is used,
+section `M.by_english(text, "section")` looks in, the key "section.name" of each option of
+`M.choices("section", (...names))` or `M.texts(...)`, and a figure's three texts "name.xlabel",
+"name.ylabel", "name.title" of `M.figure("name")`) is in its catalog, every catalog key is used,
 the keywords of a call fill exactly the template's placeholders, and every entry has a Chinese
 text made from its current English (`en_sha`) with the same placeholders. Planted mistakes (a
 stale hash, a missing key, an unused key, a wrong keyword, an English text in the zh) are caught,
@@ -24,6 +25,7 @@ import pytest
 from llmlab import i18n
 from llmlab.course.check.catalog import (
     COURSE_DIR,
+    FIGURE_TEXTS,
     MESSAGES_DIR,
     Catalog,
     catalog_path,
@@ -35,7 +37,7 @@ from llmlab.course.lang import en_sha
 
 CHECK_DIR = Path(__file__).resolve().parent.parent / "llmlab" / "course" / "check"
 BUILD_DIR = CHECK_DIR.parent / "build"
-LOOKUPS = {"__call__", "key", "template", "text", "by_english", "choices", "texts"}
+LOOKUPS = {"__call__", "key", "template", "text", "by_english", "choices", "texts", "figure"}
 # the folders whose modules keep their words in catalogs of their own ("figures.ch07")
 TEXT_FOLDERS = ("figures", "widgets")
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -62,6 +64,7 @@ class Use:
     key: str | None  # None: not a literal (a key taken from a table of M.key(...))
     keywords: frozenset[str] | None  # the placeholders a call fills; None: not a formatting call
     optional: bool = False  # read by a question decorator where the catalog holds it unfilled
+    fills: tuple[str, ...] = ()  # the other keys `keywords` fill with `key`'s (a figure's texts)
 
 
 # The texts `llmlab.course.check.question`'s decorators read by the question's name, where the
@@ -126,6 +129,9 @@ def uses(source: str, name: str) -> list[Use]:
             prefix = section.value if isinstance(section, ast.Constant) else "<not a literal>"
             found.append(Use(f"{name}.py:{node.lineno}", bound[owner], f"{prefix}.*", None))
             continue
+        if method == "figure":
+            found += figure_uses(node, f"{name}.py:{node.lineno}", bound[owner])
+            continue
         first = node.args[0] if node.args else None
         key = first.value if isinstance(first, ast.Constant) else None
         if first is None or not (key is not None or isinstance(first, (ast.Name, ast.Subscript))):
@@ -135,6 +141,21 @@ def uses(source: str, name: str) -> list[Use]:
             keywords = frozenset(k.arg for k in node.keywords)
         found.append(Use(f"{name}.py:{node.lineno}", bound[owner], key, keywords))
     return found
+
+
+def figure_uses(node: ast.Call, where: str, catalog_name: str) -> list[Use]:
+    """The texts `M.figure("name", **values)` reads: "name.xlabel", "name.ylabel", "name.title",
+    the call's keywords filling the placeholders of the three together."""
+    first = node.args[0] if node.args else None
+    if not isinstance(first, ast.Constant):
+        return [Use(where, catalog_name, "<a figure named at run time: keep it literal>", None)]
+    keys = [f"{first.value}.{role}" for role in FIGURE_TEXTS]
+    keywords = None
+    if not any(k.arg is None for k in node.keywords):
+        keywords = frozenset(k.arg for k in node.keywords)
+    return [Use(where, catalog_name, keys[0], keywords, fills=tuple(keys[1:]))] + [
+        Use(where, catalog_name, key, None) for key in keys[1:]
+    ]
 
 
 def implicit_uses(tree: ast.Module, name: str) -> list[Use]:
@@ -187,11 +208,16 @@ def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]
             if use.key not in cat.entries:
                 out.append(f"{use.where}: {use.key!r} is not in {cat.path.name}")
             elif use.keywords is not None:
-                want = placeholders(cat.entries[use.key]["en"])
+                filled = [k for k in (use.key, *use.fills) if k in cat.entries]
+                want = set().union(*(placeholders(cat.entries[k]["en"]) for k in filled))
                 if use.keywords != want:
+                    what = ", ".join(map(repr, (use.key, *use.fills)))
+                    given, texts = (
+                        ("are", "their texts have") if use.fills else ("is", "its text has")
+                    )
                     out.append(
-                        f"{use.where}: {use.key!r} is given {sorted(use.keywords)}, its text "
-                        f"has {sorted(want)}"
+                        f"{use.where}: {what} {given} given {sorted(use.keywords)}, {texts} "
+                        f"{sorted(want)}"
                     )
     for name, cat in catalogs.items():
         out += [
@@ -422,6 +448,31 @@ def test_a_section_is_looked_up_by_its_english(tmp_path):
     source = 'M = catalog("planted")\ndef f(h):\n    return M.by_english(h, "header")\n'
     problems = findings({"planted": source}, {"planted": cat})
     assert problems == ["planted.json: 'title.policy' is used nowhere"]
+
+
+def test_a_figure_s_texts_are_read_by_their_roles(tmp_path):
+    texts = {
+        "steps.xlabel": ("batch size", "批大小"),
+        "steps.ylabel": ("ms per step", "每步毫秒数"),
+        "steps.title": ("{n} runs on {machine}", "在 {machine} 上跑 {n} 次"),
+        "bare.xlabel": ("tokens", "token 数"),
+    }
+    cat = _catalog_of(tmp_path, texts)
+    labels = {"xlabel": "batch size", "ylabel": "ms per step", "title": "3 runs on a CPU"}
+    assert cat.figure("steps", n=3, machine="a CPU") == labels
+    with i18n.speaking("zh"):
+        assert cat.figure("steps", n=3, machine="CPU")["title"] == "在 CPU 上跑 3 次"
+    source = (
+        'M = catalog("planted")\ndef f():\n    return M.figure("steps", n=1, machine="x")\n'
+        'def g():\n    return M.figure("steps", n=1), M.figure("bare")\n'
+    )
+    problems = findings({"planted": source}, {"planted": cat})
+    assert problems == [
+        "planted.py:5: 'steps.xlabel', 'steps.ylabel', 'steps.title' are given ['n'], their"
+        " texts have ['machine', 'n']",
+        "planted.py:5: 'bare.ylabel' is not in planted.json",
+        "planted.py:5: 'bare.title' is not in planted.json",
+    ]
 
 
 def test_texts_are_a_table_of_a_section_s_entries_in_the_language_in_use(tmp_path):

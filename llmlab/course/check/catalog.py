@@ -20,8 +20,10 @@ literal braces doubled). A checker module reads its catalog once and calls it:
     (per_layer * 2, M("kv.fp32")),       # a mistake row of check_number: one line
 
 `M.key("...")` marks a key kept in a table (a hint per answer option) for `M(table[option])`
-later; the catalog test (`tests/test_check_catalogs.py`) reads the keys of `M(...)` and
-`M.key(...)` from the source and checks them against the catalog.
+later; `M.figure("kv_waste")` reads a figure's axis texts by their roles ("kv_waste.xlabel",
+"kv_waste.ylabel", "kv_waste.title"). The catalog test (`tests/test_check_catalogs.py`) reads the
+keys of `M(...)`, `M.key(...)` and `M.figure(...)` from the source and checks them against the
+catalog.
 
 A Chinese entry that is missing or stale (its `en_sha` is not the hash of the English) is never
 shown: the student reads the English instead, and the catalog test fails until it is translated
@@ -42,6 +44,8 @@ from llmlab.i18n import language
 MESSAGES_DIR = Path(__file__).resolve().parent / "messages"
 COURSE_DIR = MESSAGES_DIR.parent.parent  # llmlab/course
 TRANSLATED = ("zh",)  # the languages a catalog entry carries besides English
+# a figure's axis texts by role: the entries "<figure>.xlabel", ... that `Catalog.figure` reads
+FIGURE_TEXTS = ("xlabel", "ylabel", "title")
 
 
 def catalog_path(name: str) -> Path:
@@ -109,6 +113,12 @@ class Catalog:
         """{name: the entry "<section>.<name>" in the language in use} for each of `names`: the
         options of a multiple-choice exercise, or its hint per wrong option."""
         return self.table({name: f"{section}.{name}" for name in names})
+
+    def figure(self, name: str, /, **values) -> dict[str, str]:
+        """The axis texts of the figure `name`, the entries "<name>.xlabel", "<name>.ylabel" and
+        "<name>.title" in the language in use, each filled with the `values` it names, keyed as
+        the figures' `label` and `finish` take them: `finish(ax, **M.figure("kv_waste"))`."""
+        return {role: self(f"{name}.{role}", **values) for role in FIGURE_TEXTS}
 
     def table(self, keys: Mapping[str, str]) -> Texts:
         """`keys` ({answer: key of this catalog}) read as {answer: text in the language in use}:

@@ -27,7 +27,9 @@ def label(
 
 def finish(ax: Any, *labels: Any, **named: Any) -> Any:
     """`label(ax, *labels, **named)`, then lay out the figure `ax` belongs to (the last panel
-    drawn: every panel is in place) and return that Figure."""
+    drawn: every panel is in place) and return that Figure. A figure whose catalog holds its
+    three texts by role ("kv_waste.xlabel", ".ylabel", ".title") passes them as one:
+    `finish(ax, **M.figure("kv_waste"), legend=8)`."""
     label(ax, *labels, **named)
     ax.figure.tight_layout()
     return ax.figure

@@ -108,12 +108,7 @@ def rope_scores(values: dict[tuple[int, int], float]):
     names = [f"s({m}, {n})\nm−n = {m - n}" for m, n in values]
     ax.bar(names, list(values.values()), color="#2563eb")
     ax.axhline(0, color="black", linewidth=0.8)
-    return finish(
-        ax,
-        M("rope_scores.query_position_m"),
-        M("rope_scores.score_q_k"),
-        M("rope_scores.rope_one_random"),
-    )
+    return finish(ax, **M.figure("rope_scores"))
 
 
 def against_layer0(label: str, fn: Any, args: tuple, reference: torch.Tensor) -> float | None:

@@ -70,13 +70,7 @@ def naive_step_times(
             label=M("naive_step_times.same_forward_least", gpu_label=gpu_label),
         )
     ax.set_yscale("log")
-    return finish(
-        ax,
-        M("naive_step_times.sequence_length_t"),
-        M("naive_step_times.time_per_generated"),
-        M("naive_step_times.generation_without_kv"),
-        legend=7,
-    )
+    return finish(ax, **M.figure("naive_step_times"), legend=7)
 
 
 def sampling_settings(

@@ -27,13 +27,7 @@ def ttlt_prediction(results: Mapping[float, metrics.BenchmarkSummary]) -> Any:
         ax.plot(measured, predicted, marker, alpha=0.7, label=f"{rate:.2f} req/s")
         top = max([top, *measured, *predicted])
     ax.plot([0, top], [0, top], "k--", lw=1, label=M("ttlt_prediction.prediction_measurement"))
-    return finish(
-        ax,
-        M("ttlt_prediction.measured_e2el_s"),
-        M("ttlt_prediction.ttft_n_1"),
-        M("ttlt_prediction.ttlt_ttft_n"),
-        legend=8,
-    )
+    return finish(ax, **M.figure("ttlt_prediction"), legend=8)
 
 
 def goodput_vs_rate(

@@ -46,13 +46,7 @@ def kv_waste(waste: WasteResult, block_sizes: Sequence[int], paged_waste: Sequen
         label=M("kv_waste.contiguous_max_model"),
     )
     ax2.set_xscale("log", base=2)
-    return finish(
-        ax2,
-        M("kv_waste.block_size_tokens"),
-        M("kv_waste.kv_slots_wasted"),
-        M("kv_waste.waste_against_block"),
-        legend=8,
-    )
+    return finish(ax2, **M.figure("kv_waste"), legend=8)
 
 
 def measured_waste(measured: WasteResult, title: str) -> Any:

@@ -31,12 +31,7 @@ def terms_per_chapter(entries: Sequence[Any] | None = None):
     counts = glossary.terms_per_chapter(entries)
     fig, ax = plt.subplots(figsize=(8, 3.2))
     ax.bar([f"{c:02d}" for c in counts], list(counts.values()), color="#2563eb")
-    return finish(
-        ax,
-        M("terms_per_chapter.chapter"),
-        M("terms_per_chapter.new_terms"),
-        M("terms_per_chapter.where_glossary_terms", terms=sum(counts.values())),
-    )
+    return finish(ax, **M.figure("terms_per_chapter", terms=sum(counts.values())))
 
 
 def generation_loop(steps: Sequence[tuple[str, str]], decode_starts_at: str):

@@ -26,13 +26,7 @@ def plot_verify_cost(num_tokens: Sequence[int], seconds: Sequence[float], contex
         color="#94a3b8",
         label=M("plot_verify_cost.if_each_token"),
     )
-    return finish(
-        ax,
-        M("plot_verify_cost.tokens_step_k"),
-        M("plot_verify_cost.ms_per_step"),
-        M("plot_verify_cost.smollm2_135m_machine", context=context),
-        legend=8,
-    )
+    return finish(ax, **M.figure("plot_verify_cost", context=context), legend=8)
 
 
 def plot_speedup(speedups: dict[str, dict[int, float]]) -> Any:
@@ -47,10 +41,4 @@ def plot_speedup(speedups: dict[str, dict[int, float]]) -> Any:
         ax.plot(batches, [by_batch[b] for b in batches], "o-", color=colour, label=label)
     ax.axhline(1.0, color="#64748b", lw=1, ls="--", label=M("plot_speedup.break_even"))
     ax.set_xscale("log", base=2)
-    return finish(
-        ax,
-        M("plot_speedup.batch_size_requests"),
-        M("plot_speedup.speed_up_over"),
-        M("plot_speedup.n_gram_speculation"),
-        legend=8,
-    )
+    return finish(ax, **M.figure("plot_speedup"), legend=8)
