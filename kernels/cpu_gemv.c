@@ -29,6 +29,7 @@ void llmlab_gemv_rows(const float *x, const float *W, const float *bias, const f
             const float *w0 = W + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
             vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
             for (int64_t k = 0; k < K; k += VW) {
+                prefetch_ahead(w0 + 4 * k, 4 * sizeof(vf));  /* the block, as it is read */
                 vf xv = vload(x + k);
                 a0 += vload(w0 + k) * xv; a1 += vload(w1 + k) * xv;
                 a2 += vload(w2 + k) * xv; a3 += vload(w3 + k) * xv;

@@ -150,6 +150,7 @@ static void bf16_rows_avx512(const float *x, const uint16_t *W, int64_t n_lo, in
         const uint16_t *w0 = W + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t k = 0; k < K; k += 32) {
+            prefetch_ahead(w0 + 4 * k, 4 * 64);     /* the four rows' block, as it is read */
             const __m512bh xv = xb[k / 32];
             a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w0 + k), xv);
             a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w1 + k), xv);
@@ -213,6 +214,7 @@ static void int8_rows_avx512(const float *x, const int8_t *W, int64_t n_lo, int6
         const int8_t *w0 = W + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t k = 0; k < K; k += 16) {
+            prefetch_ahead(w0 + 4 * k, 4 * 16);
             const __m512 xv = _mm512_loadu_ps(x + k);
             a0 = _mm512_fmadd_ps(int8_load_avx512(w0 + k), xv, a0);
             a1 = _mm512_fmadd_ps(int8_load_avx512(w1 + k), xv, a1);
@@ -268,6 +270,7 @@ static void int8_rows_vnni(const int16_t *xq, float xs, const int8_t *W, int64_t
             __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(),
                             _mm512_setzero_si512(), _mm512_setzero_si512()};
             for (int64_t k = k0; k < k1; k += 32) {
+                prefetch_ahead(W + n * K + 4 * k, 4 * 32);
                 const __m512i xv = _mm512_loadu_si512(xq + k);
                 for (int64_t i = 0; i < rows; i++) {
                     const __m256i w8 = _mm256_loadu_si256((const __m256i *)(W + (n + i) * K + k));
