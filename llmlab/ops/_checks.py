@@ -13,6 +13,7 @@ each layer's call (`llmlab.ops.attention`) checks only its own q, k and v (`chec
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -111,7 +112,8 @@ def check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) ->
 
 def _check_slot_values(slot_mapping: torch.Tensor, num_slots: int) -> None:
     if slot_mapping.device.type == "cpu" and slot_mapping.numel() > 0:
-        lo, hi = int(slot_mapping.min()), int(slot_mapping.max())
+        slots = slot_mapping.numpy()  # a view: numpy's reductions of a few values are cheaper
+        lo, hi = int(slots.min()), int(slots.max())
         if lo < -1 or hi >= num_slots:
             bad = lo if lo < -1 else hi
             _fail(
@@ -140,8 +142,9 @@ def _check_table_values(block_tables, seq_lens, num_blocks: int, block_size: int
     """Lengths fit the block table, and every block a sequence uses is a real block."""
     num_seqs = seq_lens.shape[0]
     if seq_lens.device.type == "cpu" and num_seqs > 0:
-        capacity = block_tables.shape[1] * block_size
-        lo, hi = int(seq_lens.min()), int(seq_lens.max())
+        lens, table = seq_lens.numpy(), block_tables.numpy()  # views, as in _check_slot_values
+        capacity = table.shape[1] * block_size
+        lo, hi = int(lens.min()), int(lens.max())
         if lo < 0 or hi > capacity:
             _fail(
                 "seq_lens",
@@ -149,12 +152,13 @@ def _check_table_values(block_tables, seq_lens, num_blocks: int, block_size: int
                 f"lengths in [0, {capacity}] = max_blocks_per_seq * block_size",
             )
         # Only the blocks a sequence actually uses must be valid block ids.
-        needed = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
-        used = torch.arange(block_tables.shape[1]) < needed[:, None]  # [num_seqs, max_blocks]
-        if bool(used.any()):
-            ids = block_tables[used]
-            if int(ids.min()) < 0 or int(ids.max()) >= num_blocks:
-                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        needed = (lens.astype(np.int64) + block_size - 1) // block_size  # [num_seqs]
+        used = np.arange(table.shape[1]) < needed[:, None]  # [num_seqs, max_blocks]
+        if used.any():
+            ids = table[used]
+            lo_id, hi_id = int(ids.min()), int(ids.max())
+            if lo_id < 0 or hi_id >= num_blocks:
+                bad = lo_id if lo_id < 0 else hi_id
                 _fail("block_tables", f"a used block id {bad}", f"ids in [0, {num_blocks})")
 
 
@@ -266,7 +270,7 @@ def _check_query_offsets(cu_seqlens_q, seq_lens, num_tokens: int) -> int:
             "cu_seqlens_q", f"shape {tuple(cu_seqlens_q.shape)}", f"[num_seqs + 1 = {num_seqs + 1}]"
         )
     if cu_seqlens_q.device.type == "cpu":
-        cu = cu_seqlens_q.long()
+        cu = cu_seqlens_q.numpy().astype(np.int64)  # as in _check_slot_values
         q_lens = cu[1:] - cu[:-1]  # [num_seqs]
         if int(cu[0]) != 0 or int(cu[-1]) != num_tokens:
             _fail(
@@ -276,8 +280,9 @@ def _check_query_offsets(cu_seqlens_q, seq_lens, num_tokens: int) -> int:
             )
         if num_seqs > 0 and int(q_lens.min()) < 0:
             _fail("cu_seqlens_q", "a decreasing pair", "non-decreasing offsets")
-        if num_seqs > 0 and bool((q_lens > seq_lens.long()).any()):
-            s = int(torch.nonzero(q_lens > seq_lens.long())[0, 0])
+        too_long = q_lens > seq_lens.numpy()  # [num_seqs]
+        if num_seqs > 0 and too_long.any():
+            s = int(np.flatnonzero(too_long)[0])
             _fail(
                 "seq_lens",
                 f"seq_lens[{s}]={int(seq_lens[s])}",
