@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from llmlab.analysis import hardware, timing
 from llmlab.analysis.hardware import DATA_DIR, PRESETS, Hardware
@@ -155,3 +156,22 @@ def test_gemv_bandwidth_is_positive_and_validated():
     assert 1e8 < bw < 5e12
     with pytest.raises(ValueError, match="rows"):
         hardware.measure_gemv_bandwidth(rows=0)
+
+
+@pytest.mark.parametrize("huge", [False, True])
+def test_the_read_roof_reads_from_huge_pages_when_asked(monkeypatch, huge):
+    """decode_profile's roof reads from 2 MB pages, as the fast path's weights do."""
+    from llmlab.model import huge_pages
+
+    asked = []
+    real = huge_pages.huge_page_tensors
+
+    def recording(specs):
+        asked.append(specs)
+        return real(specs)
+
+    monkeypatch.setattr(huge_pages, "huge_page_tensors", recording)
+    monkeypatch.setattr(huge_pages, "huge_pages_available", lambda: True)
+    bw = hardware.measure_bandwidth("cpu", nbytes=8 * 1024**2, repeats=2, huge_pages=huge)
+    assert bw > 0
+    assert asked == ([[((2 * 1024**2,), torch.float32)]] if huge else [])

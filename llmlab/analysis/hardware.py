@@ -36,6 +36,7 @@ from llmlab.analysis.timing import (
     using_threads,
 )
 from llmlab.i18n import Bilingual, tr
+from llmlab.model import huge_pages as model_huge_pages
 from llmlab.paths import DATA_DIR  # noqa: E402
 from llmlab.utils import cpu_name  # noqa: F401 (part of this module's API)
 
@@ -162,6 +163,7 @@ def measure_bandwidth(
     kind: str = "read",
     repeats: int | None = None,
     threads: int | None = None,
+    huge_pages: bool = False,
 ) -> float:
     """Streaming bandwidth of main memory in bytes/s, measured here.
 
@@ -172,7 +174,8 @@ def measure_bandwidth(
     last-level cache of hundreds of MiB: 4× its 480 MiB took 2.5 s to read and 5 s to copy with
     2 cores, and 128 MiB-1 GiB buffers read at the same rate there). The fastest of `repeats`
     runs is kept. With `threads=None` on a CPU both all threads and one thread are tried and the
-    faster is kept.
+    faster is kept. `huge_pages=True` (CPU) reads a buffer on 2 MB pages, as the CPU fast path's
+    weights are (`llmlab.model.huge_pages`): where the kernel gives none, a plain buffer.
     """
     if kind not in ("read", "copy"):
         raise ValueError(f"kind={kind!r}; allowed: 'read', 'copy'")
@@ -189,7 +192,10 @@ def measure_bandwidth(
         raise ValueError(f"nbytes={nbytes} is too small to measure a bandwidth; use at least 4096")
     repeats = repeats or (5 if _fast() else 15)
     n = nbytes // 4
-    src = torch.ones(n, device=dev)  # [n] float32
+    if huge_pages and dev.type == "cpu" and model_huge_pages.huge_pages_available():
+        src = model_huge_pages.huge_page_tensors([((n,), torch.float32)])[0].fill_(1.0)
+    else:
+        src = torch.ones(n, device=dev)  # [n] float32
     dst = torch.empty_like(src) if kind == "copy" else None
     fn = (lambda: src.sum()) if kind == "read" else (lambda: dst.copy_(src))
     moved = n * 4 if kind == "read" else 2 * n * 4
