@@ -18,9 +18,10 @@ wall time is split into:
   rest            what `step()` does besides: outputs, the runner's Python between the parts
 
 Beside the parts that stream weights, their floor: bytes / this machine's read bandwidth
-(measured now, on 2 MB pages as the weights are where the kernel gives them). And the price of waking the OpenMP threads: an empty parallel region (our GEMV
-on a 4x16 matrix) on all threads less the same on one thread, times the regions a step opens
-(one for the decoder layers, one for the lm_head).
+(measured now, on 2 MB pages where the kernel gives them, as the weights are). And the price of
+waking the OpenMP threads: an empty parallel region (our GEMV on a 4x16 matrix) on all threads
+less the same on one thread, times the regions a step opens (one for the decoder layers, one
+for the lm_head).
 
 On a GPU (`--device cuda`): `--batch` requests at once (default 1 and 64), each batch with the
 decode CUDA graphs on and off (`enforce_eager`), and per decode step:
