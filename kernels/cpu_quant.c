@@ -118,6 +118,15 @@ static inline float dot_row(const void *W, int64_t wtype, int64_t n, const float
 /* ---- AVX-512 BF16 -------------------------------------------------------------------------- */
 
 #ifdef LLMLAB_X86
+/* the four-row loops' end: each row's accumulator summed into its dot */
+__attribute__((target("avx512f")))
+static inline void sums4_avx512(float *dots, __m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    dots[0] = _mm512_reduce_add_ps(a0);
+    dots[1] = _mm512_reduce_add_ps(a1);
+    dots[2] = _mm512_reduce_add_ps(a2);
+    dots[3] = _mm512_reduce_add_ps(a3);
+}
+
 /* x [K] float32 -> bf16 pairs (round to nearest even), K % 32 == 0 */
 __attribute__((target("avx512f,avx512bf16")))
 static void x_to_bf16(const float *x, __m512bh *xb, int64_t K) {
@@ -157,10 +166,7 @@ static void bf16_rows_avx512(const float *x, const uint16_t *W, int64_t n_lo, in
             a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(w2 + k), xv);
             a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(w3 + k), xv);
         }
-        dots[n - n_lo] = _mm512_reduce_add_ps(a0);
-        dots[n + 1 - n_lo] = _mm512_reduce_add_ps(a1);
-        dots[n + 2 - n_lo] = _mm512_reduce_add_ps(a2);
-        dots[n + 3 - n_lo] = _mm512_reduce_add_ps(a3);
+        sums4_avx512(dots + n - n_lo, a0, a1, a2, a3);
     }
     for (; n < n_hi; n++) dots[n - n_lo] = dot_bf16_avx512(W + n * K, xb, K);
 }
@@ -221,10 +227,7 @@ static void int8_rows_avx512(const float *x, const int8_t *W, int64_t n_lo, int6
             a2 = _mm512_fmadd_ps(int8_load_avx512(w2 + k), xv, a2);
             a3 = _mm512_fmadd_ps(int8_load_avx512(w3 + k), xv, a3);
         }
-        dots[n - n_lo] = _mm512_reduce_add_ps(a0);
-        dots[n + 1 - n_lo] = _mm512_reduce_add_ps(a1);
-        dots[n + 2 - n_lo] = _mm512_reduce_add_ps(a2);
-        dots[n + 3 - n_lo] = _mm512_reduce_add_ps(a3);
+        sums4_avx512(dots + n - n_lo, a0, a1, a2, a3);
     }
     for (; n < n_hi; n++) dots[n - n_lo] = dot_int8_avx512(W + n * K, x, K);
 }

@@ -393,7 +393,8 @@ class CpuLlamaModel(LlamaModel):
     def _decode_parts(self, count: int) -> list:
         """The first `count` layers as (first index, DecodeStack) for each run of layers with a
         plan and the index of each layer without; made again when a layer's plan changed."""
-        plans = tuple(layer.plan for layer in self.layers[:count])
+        layers = self.layers  # indexed, not sliced: a slice builds a new ModuleList each step
+        plans = tuple(layers[i].plan for i in range(count))
         if plans != self._stacks[0]:
             parts, run = [], []
             for i, plan in enumerate((*plans, None)):
