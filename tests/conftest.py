@@ -66,6 +66,24 @@ def first_try(monkeypatch):
     i18n.set_language("en")
 
 
+@pytest.fixture
+def bench_report(tmp_path):
+    """`bench_report(main, args)`: a benchmark's `main` run in this process on `args` with
+    `--json` into a file of `tmp_path`, its exit status checked, its report read back. torch's
+    thread count, which a bench's `--threads` sets, is as it was after the test."""
+    import json
+
+    threads = torch.get_num_threads()
+    path = tmp_path / "bench.json"
+
+    def run(main, args: list[str]) -> dict:
+        assert main([*args, "--json", str(path)]) == 0
+        return json.loads(path.read_text())
+
+    yield run
+    torch.set_num_threads(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     """The longest tests first: notebooks executed headless, the grader's round trips and the
     browser tests take 10-45 s each, and handed out last they left one xdist worker running

@@ -3,8 +3,6 @@ model as it found it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -38,8 +36,7 @@ def test_parts_are_disjoint_and_cover_the_step():
     assert {name: vars(m).get("forward") for name, m in model.named_modules()} == before
 
 
-def test_main_writes_the_table_and_json(tmp_path, capsys):
-    path = tmp_path / "profile.json"
+def test_main_writes_the_table_and_json(bench_report, capsys):
     args = [
         "--model",
         "tiny",
@@ -49,11 +46,8 @@ def test_main_writes_the_table_and_json(tmp_path, capsys):
         "4",
         "--rounds",
         "1",
-        "--json",
-        str(path),
     ]
-    assert decode_profile.main(args) == 0
-    report = json.loads(path.read_text())
+    report = bench_report(decode_profile.main, args)
     assert report["omp"]["wake_us_per_region"] >= 0
     assert report["floors_ms"]["lm_head"] > 0
     assert "lm_head" in capsys.readouterr().out

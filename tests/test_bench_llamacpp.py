@@ -3,11 +3,9 @@ install command while llmlab is still measured."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
-import torch
 
 from llmlab.bench import llamacpp
 
@@ -23,13 +21,6 @@ TINY = [
     "--threads",
     "1",
 ]
-
-
-@pytest.fixture
-def restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
 
 
 def test_workload_is_exact_length_distinct_and_repeatable():
@@ -62,16 +53,12 @@ def test_real_prompts_end_where_the_assistant_takes_over():
         assert len(ids) == 128 and ids[-len(hand_over) :] == hand_over
 
 
-def test_missing_extra_is_skipped_with_the_install_command(
-    monkeypatch, capsys, tmp_path, restore_threads
-):
+def test_missing_extra_is_skipped_with_the_install_command(monkeypatch, capsys, bench_report):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` fails
     assert llamacpp.import_llama_cpp() is None
-    path = tmp_path / "bench.json"
-    assert llamacpp.main(TINY + ["--batches", "1,3", "--json", str(path)]) == 0
+    report = bench_report(llamacpp.main, TINY + ["--batches", "1,3"])
     printed = capsys.readouterr().out
     assert llamacpp.install_command() in printed and "skipped" in printed
-    report = json.loads(path.read_text())
     assert "not installed" in report["skipped"]["llama.cpp"]
     assert set(report["config"]) == {"llmlab"}
     assert report["config"]["llmlab"]["attention_backend"] == "cpu"  # what LLM() picks here
@@ -87,7 +74,7 @@ def test_missing_extra_is_skipped_with_the_install_command(
         )
 
 
-def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, restore_threads):
+def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, bench_report):
     seen: dict[str, list] = {"llmlab": [], "llama.cpp": []}
     real_run_llmlab = llamacpp.run_llmlab
 
@@ -121,13 +108,11 @@ def test_both_systems_get_the_same_token_ids(monkeypatch, tmp_path, restore_thre
     monkeypatch.setattr(llamacpp, "llama_cpp_skip_reason", lambda name: None)
     monkeypatch.setattr(llamacpp, "gguf_of", lambda name, kind, threads: tmp_path / "fake.gguf")
     monkeypatch.setattr(llamacpp, "LlamaCpp", FakeLlamaCpp)
-    path = tmp_path / "bench.json"
-    assert llamacpp.main(TINY + ["--batches", "2,4", "--json", str(path)]) == 0
+    report = bench_report(llamacpp.main, TINY + ["--batches", "2,4"])
     # warm-up, then batch 2 and batch 4: the same prompts, in the same order, to both
     assert [len(b) for b in seen["llmlab"]] == [1, 2, 4]
     assert seen["llmlab"] == seen["llama.cpp"]
     assert all(len(ids) == 24 for batch in seen["llmlab"] for ids in batch)
-    report = json.loads(path.read_text())
     row = report["results"]["4"]
     assert row["ratio_decode_tok_per_s"] == pytest.approx(
         row["llmlab"]["decode_tok_per_s"] / row["llama.cpp"]["decode_tok_per_s"]
@@ -146,17 +131,15 @@ def test_bad_arguments_name_the_option():
 
 
 def test_all_precisions_in_one_sitting_each_table_with_its_machine(
-    monkeypatch, capsys, tmp_path, restore_threads
+    monkeypatch, capsys, bench_report
 ):
     from pathlib import Path
 
     from llmlab.bench import llamacpp_report
 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # llmlab alone
-    path = tmp_path / "bench.json"
-    assert llamacpp.main(TINY + ["--all-precisions", "--batches", "2", "--json", str(path)]) == 0
+    report = bench_report(llamacpp.main, TINY + ["--all-precisions", "--batches", "2"])
     printed = capsys.readouterr().out
-    report = json.loads(path.read_text())
     assert list(report["precisions"]) == ["float32", "bfloat16", "int8"]
     flags = llamacpp_report.cpu_flags()
     assert set(flags) <= set(llamacpp_report.FLAGS)

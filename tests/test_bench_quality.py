@@ -3,7 +3,6 @@ perplexity from the engine's prompt logprobs, and the table and JSON come out.""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -16,28 +15,20 @@ def test_prefix_agreement_stops_at_the_first_difference():
     assert prefix_agreement([1, 2], [1, 2]) == 2
 
 
-def test_main_on_the_tiny_model(tmp_path, capsys):
-    path = tmp_path / "quality.json"
-    assert (
-        quality.main(
-            [
-                "--model",
-                "tiny",
-                "--precisions",
-                "float32,bfloat16,fp8-kv",
-                "--text-tokens",
-                "48",
-                "--prompts",
-                "2",
-                "--gen-len",
-                "4",
-                "--json",
-                str(path),
-            ]
-        )
-        == 0
-    )
-    rows = json.loads(path.read_text())["rows"]
+def test_main_on_the_tiny_model(bench_report, capsys):
+    args = [
+        "--model",
+        "tiny",
+        "--precisions",
+        "float32,bfloat16,fp8-kv",
+        "--text-tokens",
+        "48",
+        "--prompts",
+        "2",
+        "--gen-len",
+        "4",
+    ]
+    rows = bench_report(quality.main, args)["rows"]
     assert rows["float32"]["top1_agreement"] == 1.0 == rows["float32"]["greedy_agreement"]
     for r in rows.values():
         assert math.isfinite(r["perplexity"]) and r["perplexity"] > 1

@@ -237,31 +237,23 @@ def test_the_client_records_refusals_and_dead_ends_as_failures(tiny_server):
         bench._run_async(client.stream_post("ftp://host/x", {}))
 
 
-def test_the_command_writes_results_with_machine_settings_and_date(tiny_server, tmp_path):
-    out = tmp_path / "bench.json"
-    assert (
-        bench.main(
-            [
-                "--base-url",
-                tiny_server.url,
-                "--dataset",
-                "random",
-                "--num-prompts",
-                "6",
-                "--output-len",
-                "5",
-                "--request-rate",
-                "50,inf",
-                "--goodput",
-                "ttft:5000",
-                "--disable-tqdm",
-                "--json",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    report = json.loads(out.read_text())
+def test_the_command_writes_results_with_machine_settings_and_date(tiny_server, bench_report):
+    args = [
+        "--base-url",
+        tiny_server.url,
+        "--dataset",
+        "random",
+        "--num-prompts",
+        "6",
+        "--output-len",
+        "5",
+        "--request-rate",
+        "50,inf",
+        "--goodput",
+        "ttft:5000",
+        "--disable-tqdm",
+    ]
+    report = bench_report(bench.main, args)
     assert {"machine", "settings", "date", "runs"} <= set(report)
     assert report["settings"]["model"] == "tiny" and report["settings"]["request_rates"] == [
         50.0,

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 from llmlab.bench import throughput
 
 
-@pytest.fixture
-def restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.mark.slow
-def test_every_system_generates_the_same_tokens(tmp_path, restore_threads):
-    path = tmp_path / "bench.json"
+def test_every_system_generates_the_same_tokens(bench_report):
     args = [
         "--model",
         "tiny",
@@ -33,11 +23,8 @@ def test_every_system_generates_the_same_tokens(tmp_path, restore_threads):
         "4",
         "--threads",
         "1",
-        "--json",
-        str(path),
     ]
-    assert throughput.main(args) == 0
-    report = json.loads(path.read_text())
+    report = bench_report(throughput.main, args)
     assert set(report["systems"]) == set(throughput.SYSTEMS)
     model, tokenizer, _ = throughput.load_models("tiny")
     work = throughput.build_workload(tokenizer, 6, 3, 9)
@@ -65,14 +52,12 @@ def test_bad_arguments_name_the_option():
         throughput.main(["--model", "tiny", "--min-tokens", "9", "--max-tokens", "3"])
 
 
-def test_random_weights_run_on_the_cpu_and_print_ratios(tmp_path, capsys, restore_threads):
+def test_random_weights_run_on_the_cpu_and_print_ratios(bench_report, capsys):
     """`--shape` with no model file and no tokenizer: random weights, random prompt ids with
     the workload's lengths, every system the same output tokens, the ratios printed."""
-    path = tmp_path / "bench.json"
     args = ["--device", "cpu", "--shape", "tiny", "--fast", "--num-requests", "6"]
-    args += ["--systems", "hf-static,llmlab"]
-    assert throughput.main(args + ["--threads", "1", "--json", str(path)]) == 0
-    report = json.loads(path.read_text())
+    args += ["--systems", "hf-static,llmlab", "--threads", "1"]
+    report = bench_report(throughput.main, args)
     work = throughput.random_workload(512, 6, 8, 32)  # the tiny shape's vocabulary
     assert report["settings"]["num_requests"] == 6
     lengths = [len(p) for p, _ in work]

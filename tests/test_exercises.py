@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from course_folder import write_course
-from nbformat.v4 import new_code_cell, new_notebook
+from course_folder import code_notebook, write_course
 
 from llmlab.course.instructor import (
     MANIFEST_NAME,
@@ -29,12 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK_MODULES = sorted(p.stem for p in (ROOT / "llmlab" / "course" / "check").glob("ch[0-9][0-9]*"))
 
 
-def _nb(*sources: str):
-    return new_notebook(cells=[new_code_cell(s) for s in sources])
-
-
 def test_exercise_calls_follow_every_import_style():
-    nb = _nb(
+    nb = code_notebook(
         "from llmlab.course import check\ncheck.ch00.num_chapters(1)",
         "from llmlab.course.check import ch04 as c4\nc4.kv_bytes_per_token(None)",
         "import llmlab.course.check.ch07 as roof\nx = roof.ridge_point(2)",
@@ -57,7 +52,7 @@ def test_exercise_calls_follow_every_import_style():
 
 
 def test_exercises_record_the_shape_of_the_first_call():
-    nb = _nb(
+    nb = code_notebook(
         "from llmlab.course.check import ch06\nch06.working_set_level(answer, size=2**20)",
         "ch06.working_set_level(other)",  # a later call does not change it
         "ch06.hbm_vs_pcie(*pair, extra)\nch06.weight_read_ms()",
@@ -127,7 +122,7 @@ def test_manifest_round_trip_and_malformed_entries(tmp_path):
 
 
 def test_exercises_for_reads_a_notebook_a_manifest_or_a_folder(tmp_path):
-    nb = _nb(
+    nb = code_notebook(
         "from llmlab.course.check import ch00\nch00.num_chapters(answer)", "ch00.fast_mode(answer)"
     )
     nbs = write_course(tmp_path, "00-setup.ipynb", nb)

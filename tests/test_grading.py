@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from course_folder import code_notebook
 from english_prose import find_english_prose
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from notebook_grading import NOTEBOOKS, ZH_CHAPTERS, grade_subprocess, sample_report
@@ -185,21 +186,15 @@ def test_the_kernel_runs_over_local_sockets_and_is_shut_down_by_the_grader(tiny)
 def test_a_function_answer_is_recorded_in_the_kernel_and_checked_in_the_sandbox(tmp_path):
     """The student's function uses a helper and module aliases from other cells; the grader
     carries them along and the checker passes it."""
-    nb = new_notebook(
-        cells=[
-            new_code_cell(
-                "import torch\nimport torch.nn.functional as F\nfrom llmlab.course.check import ch02"
-            ),
-            new_code_cell("def causal(T):\n    return torch.ones(T, T, dtype=torch.bool).triu(1)"),
-            new_code_cell(
-                textwrap.dedent("""\
+    nb = code_notebook(
+        "import torch\nimport torch.nn.functional as F\nfrom llmlab.course.check import ch02",
+        "def causal(T):\n    return torch.ones(T, T, dtype=torch.bool).triu(1)",
+        textwrap.dedent("""\
             def my_attention(q, k, v):
                 T, d = q.shape
                 s = (q @ k.T / d ** 0.5).masked_fill(causal(T), float("-inf"))
                 return F.softmax(s, dim=-1) @ v
-            ch02.attention(my_attention)""")
-            ),
-        ]
+            ch02.attention(my_attention)"""),
     )
     path = _write(tmp_path, "fn", nb)
     (rep,) = _grade_json([path], "--source", str(path))
@@ -298,23 +293,17 @@ def test_grader_counts_exercises_after_a_crash_and_interrupts_slow_cells(tmp_pat
     source = _write(
         tmp_path,
         "instructor",
-        new_notebook(
-            cells=[
-                new_code_cell(
-                    "from llmlab.course.check import ch00\nch00.num_chapters(13)\nch00.fast_mode('b')\n"
-                    "ch00.module_for_paged_attention('ops')"
-                )
-            ]
+        code_notebook(
+            "from llmlab.course.check import ch00\nch00.num_chapters(13)\nch00.fast_mode('b')\n"
+            "ch00.module_for_paged_attention('ops')"
         ),
     )
-    nb = new_notebook(
-        cells=[
-            new_code_cell("from llmlab.course.check import ch00\nimport time"),
-            new_code_cell("time.sleep(600)"),
-            new_code_cell("ch00.num_chapters(13)"),
-            new_code_cell("import os\nos._exit(1)"),
-            new_code_cell("ch00.fast_mode('b')"),
-        ]
+    nb = code_notebook(
+        "from llmlab.course.check import ch00\nimport time",
+        "time.sleep(600)",
+        "ch00.num_chapters(13)",
+        "import os\nos._exit(1)",
+        "ch00.fast_mode('b')",
     )
     nb.cells[4].outputs = [
         nbformat.v4.new_output(
@@ -341,16 +330,12 @@ def test_a_kernel_that_ignores_interrupts_ends_the_run(tmp_path, monkeypatch):
     # 12 s per cell, as the crash test above: the first cell imports llmlab, which takes seconds
     # on a busy machine; only the endless cell reaches the limit
     monkeypatch.setattr(kernel_run, "PROBE_TIMEOUT_S", 2)
-    nb = new_notebook(
-        cells=[
-            new_code_cell("from llmlab.course.check import ch00\nimport signal, time"),
-            new_code_cell("ch00.num_chapters(13)"),
-            new_code_cell(
-                "signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel restores it for the next cell\n"
-                "while True:\n    time.sleep(0.05)"
-            ),
-            new_code_cell("ch00.fast_mode('b')"),
-        ]
+    nb = code_notebook(
+        "from llmlab.course.check import ch00\nimport signal, time",
+        "ch00.num_chapters(13)",
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel restores it for the next cell\n"
+        "while True:\n    time.sleep(0.05)",
+        "ch00.fast_mode('b')",
     )
     path = _write(tmp_path, "hang", nb)
     (rep,) = _grade_json([path], "--cell-timeout", "12", "--source", str(path))

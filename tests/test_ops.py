@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import re
 import zlib
 
 import pytest
@@ -833,6 +834,14 @@ def test_fused_kernels_compile_for_an_h100_without_a_gpu(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
 
 
+def _assert_refused(op, args: dict, change, name: str) -> None:
+    """`op(**args)` with `args` altered by `change` is a ValueError whose message opens by naming
+    the argument `name`, then what it got (the ops boundary's form)."""
+    change(args)
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)}: got"):
+        op(**args)
+
+
 def _rotary_args():
     gen = _generator("rotary-args")
     kc, vc = torch.full((2, 4, 2, 16), float("nan")), torch.full((2, 4, 2, 16), float("nan"))
@@ -865,9 +874,7 @@ def test_fused_rotary_rejects_bad_arguments_and_writes_nothing(change, name):
     from llmlab.ops import fused
 
     args = _rotary_args()
-    change(args)
-    with pytest.raises(ValueError, match=f"^{name}: got"):
-        fused.rotary_embedding_and_cache(**args)
+    _assert_refused(fused.rotary_embedding_and_cache, args, change, name)
     assert torch.isnan(args["key_cache"]).all() and torch.isnan(args["value_cache"]).all()
 
 
@@ -1269,10 +1276,7 @@ def _valid_decode_args():
     ],
 )
 def test_decode_rejects_bad_arguments_naming_them(change, name):
-    args = _valid_decode_args()
-    change(args)
-    with pytest.raises(ValueError, match=rf"^{name.replace('.', '[.]')}:"):
-        ops.paged_attention_decode(**args)
+    _assert_refused(ops.paged_attention_decode, _valid_decode_args(), change, name)
 
 
 def test_prefill_rejects_bad_offsets_and_lengths():

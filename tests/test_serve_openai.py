@@ -54,6 +54,12 @@ def metrics(srv) -> dict[str, float]:
     return parse_prometheus(httpx.get(srv.url + "/metrics", timeout=10).text)
 
 
+def ask(srv, content: str, **options):
+    """The OpenAI SDK's chat completion of one user turn saying `content`, with `options`."""
+    messages = [{"role": "user", "content": content}]
+    return srv.client.chat.completions.create(model=MODEL, messages=messages, **options)
+
+
 def serves_greedy(srv, model: str = MODEL, prompt=PROMPT, **headers) -> None:
     """The server still answers a greedy request correctly (equal to the engine run alone)."""
     r = httpx.post(
@@ -127,13 +133,7 @@ def test_stop_strings_stream_across_chunks_and_never_leak(server):
             assert want.startswith(streamed), "a chunk sent text that the stop string removes"
         assert streamed == want and chunks[-1].choices[0].finish_reason == "stop"
         assert len(chunks) > 3
-    chat = server.client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "List three colours."}],
-        temperature=0,
-        max_tokens=30,
-        stop=["\n"],
-    )
+    chat = ask(server, "List three colours.", temperature=0, max_tokens=30, stop=["\n"])
     assert "\n" not in chat.choices[0].message.content
 
 
@@ -642,9 +642,9 @@ def test_response_format_json_schema_always_parses_over_the_sdk(server):
         "required": ["city", "population"],
         "additionalProperties": False,
     }
-    out = server.client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "Name a big city and its population."}],
+    out = ask(
+        server,
+        "Name a big city and its population.",
         temperature=1.0,
         seed=7,
         n=6,
@@ -654,9 +654,9 @@ def test_response_format_json_schema_always_parses_over_the_sdk(server):
     for choice in out.choices:
         assert choice.finish_reason == "stop"
         jsonschema.validate(json.loads(choice.message.content), schema)
-    obj = server.client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "A JSON object, please."}],
+    obj = ask(
+        server,
+        "A JSON object, please.",
         max_tokens=48,
         temperature=1.0,
         seed=3,

@@ -42,6 +42,35 @@ def bench_parser(name: str, description: str) -> argparse.ArgumentParser:
     )
 
 
+# The options several benchmarks take, each meaning the same wherever it stands: its argparse
+# keywords and the opening of its help. `add_option` adds one with the bench's own default.
+OPTIONS = {
+    "--json": dict(help="output path"),
+    "--fast": dict(action="store_true", default=False, help="a small workload"),
+    "--device": dict(help="cpu, cuda or cuda:N (default: cuda if any)"),
+    "--model": dict(help="model name"),
+    "--shape": dict(
+        help="random weights of this shape instead of a model: a preset of data/models.json "
+        "(smollm2-135m, smollm2-1.7b, ...) or 'tiny'; no model file needed"
+    ),
+    "--threads": dict(type=int, help="torch (and OpenMP) threads"),
+    "--attention": dict(help="llmlab's attention backend"),
+    "--batches": dict(help="batch sizes, comma-separated"),
+}
+
+
+def add_option(
+    ap: argparse.ArgumentParser, name: str, default=None, note: str = "", **keywords
+) -> None:
+    """Add the shared option `name` (`OPTIONS`) to `ap` with this bench's `default`; `note`, what
+    the bench says of it besides (its default, what it covers here), follows the help in
+    parentheses; `keywords` are the bench's own (`choices`)."""
+    spec = {"default": default, **OPTIONS[name], **keywords}
+    if note:
+        spec["help"] = f"{spec['help']} ({note})"
+    ap.add_argument(name, **spec)
+
+
 def chat_prompt_ids(tokenizer) -> list[list[int]]:
     """The prompts of data/prompts.json, each as a user turn through `tokenizer`'s chat template
     (with the assistant's turn opened), as token ids: the prompts every workload draws from."""

@@ -58,7 +58,9 @@ import torch
 
 from llmlab.analysis.dtypes import precision_label
 from llmlab.bench import (
+    add_option,
     bench_device,
+    bench_parser,
     model_or_shape,
     random_weights,
     write_report,
@@ -256,30 +258,17 @@ def omp_wake_us(threads: int, calls: int = 2000) -> dict:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     from llmlab.ops import BACKENDS
 
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench decode_profile", description=__doc__.split("\n\n")[0]
-    )
-    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if any)")
-    ap.add_argument(
-        "--model",
-        default=None,
-        help="model name (default smollm2-135m); 'tiny' for smoke runs",
-    )
-    ap.add_argument(
-        "--shape",
-        default=None,
-        help="random weights of a preset's shape (smollm2-135m, smollm2-1.7b, ...) or 'tiny', "
-        "instead of the model: no model file needed",
-    )
+    ap = bench_parser("decode_profile", __doc__.split("\n\n")[0])
+    add_option(ap, "--device")
+    add_option(ap, "--model", note="default smollm2-135m; 'tiny' for smoke runs")
+    add_option(ap, "--shape")
     ap.add_argument(
         "--batch",
         default=None,
         help="requests per step, comma-separated (GPU; default 1,64); the CPU profile is batch 1",
     )
     ap.add_argument("--graphs", default=None, help="GPU: 'on,off' (the default), 'on' or 'off'")
-    ap.add_argument(
-        "--attention", default=None, choices=BACKENDS, help="default: what LLM() picks here"
-    )
+    add_option(ap, "--attention", note="default: what LLM() picks here", choices=BACKENDS)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen-len", type=int, default=None, help="default 128 (CPU), 64 (GPU)")
     ap.add_argument(
@@ -292,13 +281,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--profile-steps", type=int, default=8, help="GPU: decode steps run under the profiler"
     )
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch (and OpenMP) threads (default: torch's thread count)",
-    )
-    ap.add_argument("--json", default="build/bench-decode-profile.json")
+    add_option(ap, "--threads", note="default: torch's thread count")
+    add_option(ap, "--json", "build/bench-decode-profile.json")
     add_precision_args(ap)
     return ap.parse_args(argv)
 

@@ -10,7 +10,6 @@ fails; writes DIR/gpu-targets.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import operator
 import xml.etree.ElementTree as ET
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmlab.bench import write_report
+from llmlab.bench import bench_parser, write_report
 from llmlab.utils import format_table
 
 SHAPES = ("smollm2-135m", "smollm2-1.7b")
@@ -226,9 +225,7 @@ def other_figures(folder: Path) -> list[list]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench gpu_targets", description=__doc__.split("\n\n")[0]
-    )
+    ap = bench_parser("gpu_targets", __doc__.split("\n\n")[0])
     ap.add_argument("folder", help="where kernels/gpu_check.sh wrote its reports")
     args = ap.parse_args(argv)
     folder = Path(args.folder)

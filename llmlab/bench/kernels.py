@@ -21,7 +21,6 @@ is skipped with the reason. Writes build/bench-kernels.json: `rows` (decode) and
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import statistics
 import time
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from llmlab import ops
-from llmlab.bench import device_info, device_line, write_report
+from llmlab.bench import add_option, bench_parser, device_info, device_line, write_report
 from llmlab.utils import cdiv, format_table
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -312,10 +311,8 @@ def print_rows(title: str, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Workload, systems, measurement, report; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m llmlab bench kernels", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--fast", action="store_true", help="fewer, smaller shapes")
+    parser = bench_parser("kernels", __doc__.split("\n\n")[0])
+    add_option(parser, "--fast", note="fewer, smaller shapes")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
         "--dtype",

@@ -49,7 +49,7 @@ import time
 
 import torch
 
-from llmlab.bench import bench_parser, chat_prompt_ids, write_report
+from llmlab.bench import add_option, bench_parser, chat_prompt_ids, write_report
 from llmlab.bench.llamacpp_engine import (
     KV_TYPES,
     GreedyRun,
@@ -201,32 +201,22 @@ def load_model(name: str):
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = bench_parser("llamacpp", __doc__)
-    ap.add_argument(
+    add_option(
+        ap,
         "--batches",
-        default=None,
-        help=f"batch sizes, comma-separated (default {DEFAULT_BATCHES}; "
-        f"{ALL_PRECISIONS_BATCHES} with --all-precisions)",
+        note=f"default {DEFAULT_BATCHES}; {ALL_PRECISIONS_BATCHES} with --all-precisions",
     )
     ap.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per sequence")
     ap.add_argument("--gen-len", type=int, default=128, help="generated tokens per sequence")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every system and batch")
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="threads for both systems (default: torch's thread count)",
-    )
+    add_option(ap, "--threads", note="llama.cpp's too; default: torch's thread count")
     ap.add_argument(
         "--kv-type",
         default="f32",
         choices=sorted(KV_TYPES),
         help="llama.cpp's KV cache element (llmlab's is float32)",
     )
-    ap.add_argument(
-        "--model",
-        default="smollm2-135m",
-        help="model name; 'tiny' for the random tiny model (llmlab only)",
-    )
+    add_option(ap, "--model", "smollm2-135m", note="'tiny' for the random tiny model, llmlab only")
     ap.add_argument(
         "--precision",
         default="float32",
@@ -242,7 +232,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="float32, bfloat16 and int8 one after the other in one sitting (one JSON, the "
         "tables by precision); ignores --precision",
     )
-    ap.add_argument("--json", default="build/bench-llamacpp.json", help="output path")
+    add_option(ap, "--json", "build/bench-llamacpp.json")
     args = ap.parse_args(argv)
     if args.batches is None:
         args.batches = ALL_PRECISIONS_BATCHES if args.all_precisions else DEFAULT_BATCHES

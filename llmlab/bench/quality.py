@@ -20,14 +20,13 @@ writes JSON (default `build/bench-quality.json`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import time
 from pathlib import Path
 
-from llmlab.bench import prefix_agreement
+from llmlab.bench import add_option, bench_parser, prefix_agreement, write_report
 from llmlab.utils import format_table
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -159,25 +158,23 @@ def print_table(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m llmlab bench quality", description=__doc__.split("\n\n")[0]
-    )
-    ap.add_argument("--model", default="smollm2-135m", help="model name; 'tiny' for smoke runs")
+    ap = bench_parser("quality", __doc__.split("\n\n")[0])
+    add_option(ap, "--model", "smollm2-135m", note="'tiny' for smoke runs")
     ap.add_argument(
         "--precisions",
         default=",".join(PRECISIONS),
         help=f"comma-separated, from {', '.join(PRECISIONS)} (float32 first: the reference)",
     )
-    ap.add_argument(
+    add_option(
+        ap,
         "--attention",
-        default=None,
+        note="default: the fastest here, as LLM() picks",
         choices=["cpu", "torch"],
-        help="attention backend (default: the fastest here, as LLM() picks)",
     )
     ap.add_argument("--text-tokens", type=int, default=1024)
     ap.add_argument("--prompts", type=int, default=8, help="prompts for greedy agreement")
     ap.add_argument("--gen-len", type=int, default=32)
-    ap.add_argument("--json", default="build/bench-quality.json")
+    add_option(ap, "--json", "build/bench-quality.json")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.precisions.split(",") if n.strip()]
     unknown = [n for n in names if n not in PRECISIONS]
@@ -191,7 +188,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
             )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from llmlab.bench import write_report
     from llmlab.bench.llamacpp import load_model
     from llmlab.utils import cpu_name
 

@@ -23,7 +23,7 @@ import platform
 import textwrap
 import time
 
-from llmlab.bench import write_report
+from llmlab.bench import add_option, bench_parser, write_report
 from llmlab.utils import format_table
 
 TARGET_DECODE_B1 = 1.5  # × memory floor
@@ -31,30 +31,26 @@ TARGET_BEST_BATCH = 2.0  # × compute floor
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m llmlab bench roofline", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--fast", action="store_true", help="fewer repeats and shapes (CI)")
-    p.add_argument("--json", default="build/bench-roofline.json", help="where to write the results")
-    p.add_argument("--model", default="smollm2-135m")
+    p = bench_parser("roofline", __doc__.split("\n\n")[0])
+    add_option(p, "--fast", note="fewer repeats and shapes: CI")
+    add_option(p, "--json", "build/bench-roofline.json")
+    add_option(p, "--model", "smollm2-135m")
     p.add_argument("--context", type=int, default=128, help="cached tokens per sequence for decode")
-    p.add_argument("--batches", default="1,8,32,128", help="decode batch sizes, comma-separated")
+    add_option(p, "--batches", "1,8,32,128", note="decode")
     p.add_argument(
         "--prompts", default=None, help="prefill prompt lengths (default 64,256,1024; fast 64,256)"
     )
-    p.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's choice)"
-    )
+    add_option(p, "--threads", note="default: torch's choice")
     p.add_argument(
         "--profile",
         action="store_true",
         help="profile batch 1 and the best batch even if on target",
     )
-    p.add_argument(
+    add_option(
+        p,
         "--attention",
-        default=None,
+        note="default: cpu where its C kernels build, else torch",
         choices=("cpu", "torch"),
-        help="attention backend (default: cpu where its C kernels build, else torch)",
     )
     return p.parse_args(argv)
 

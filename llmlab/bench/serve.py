@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmlab.analysis.metrics import BenchmarkSummary
-from llmlab.bench import bench_parser, machine_info, write_report
+from llmlab.bench import add_option, bench_parser, machine_info, write_report
 from llmlab.bench.serve_client import (
     BenchRequest,
     RequestRecord,
@@ -227,8 +227,8 @@ def _run_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="seconds per run, at most")
     ap.add_argument("--disable-tqdm", action="store_true")
-    ap.add_argument("--fast", action="store_true", help="a small workload")
-    ap.add_argument("--json", default="build/bench-serve.json", help="result file")
+    add_option(ap, "--fast")
+    add_option(ap, "--json", "build/bench-serve.json")
 
 
 @dataclass

@@ -27,7 +27,13 @@ import os
 import time
 from dataclasses import dataclass
 
-from llmlab.bench import bench_parser, default_attention_backend, machine_info, write_report
+from llmlab.bench import (
+    add_option,
+    bench_parser,
+    default_attention_backend,
+    machine_info,
+    write_report,
+)
 from llmlab.paths import DATA_DIR
 from llmlab.utils import cdiv, format_table
 
@@ -122,10 +128,8 @@ def stops_paying(rows: dict, workload: str, system: str, batches: list[int]) -> 
 
 def parser() -> argparse.ArgumentParser:
     ap = bench_parser("spec", __doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
-    ap.add_argument(
-        "--batches", default=None, help="comma-separated (default 1,8,32,64; --fast 1,8)"
-    )
+    add_option(ap, "--model", "smollm2-135m", note="or HF directory")
+    add_option(ap, "--batches", note="default 1,8,32,64; --fast 1,8")
     ap.add_argument(
         "--max-tokens",
         type=int,
@@ -163,8 +167,8 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="alternating rounds per batch size, the best counts (default 2; --fast 1)",
     )
-    ap.add_argument("--json", default="build/bench-spec.json", help="output path")
-    ap.add_argument("--fast", action="store_true", help="small workload (LLMLAB_FAST=1 too)")
+    add_option(ap, "--json", "build/bench-spec.json")
+    add_option(ap, "--fast", note="LLMLAB_FAST=1 too")
     return ap
 
 

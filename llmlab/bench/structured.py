@@ -16,20 +16,26 @@ from __future__ import annotations
 
 import os
 
-from llmlab.bench import bench_parser, default_attention_backend, machine_info, write_report
+from llmlab.bench import (
+    add_option,
+    bench_parser,
+    default_attention_backend,
+    machine_info,
+    write_report,
+)
 from llmlab.utils import format_table
 
 
 def main(argv: list[str] | None = None) -> int:
     fast = os.environ.get("LLMLAB_FAST") == "1"
     ap = bench_parser("structured", __doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
+    add_option(ap, "--model", "smollm2-135m", note="or HF directory")
     ap.add_argument("--prompts", type=int, default=None, help="validity prompts (default 64)")
-    ap.add_argument("--batches", default=None, help="comma-separated (default 1,64; --fast 1,8)")
+    add_option(ap, "--batches", note="default 1,64; --fast 1,8")
     ap.add_argument("--max-tokens", type=int, default=48, help="output tokens at most (48)")
     ap.add_argument("--rounds", type=int, default=None, help="cost rounds, best counts (2)")
-    ap.add_argument("--json", default="build/bench-structured.json", help="output path")
-    ap.add_argument("--fast", action="store_true", help="small workload (LLMLAB_FAST=1 too)")
+    add_option(ap, "--json", "build/bench-structured.json")
+    add_option(ap, "--fast", note="LLMLAB_FAST=1 too")
     args = ap.parse_args(argv)
     fast = fast or args.fast
     n = args.prompts or (8 if fast else 64)

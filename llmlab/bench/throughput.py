@@ -54,6 +54,7 @@ import torch
 
 from llmlab import openmp
 from llmlab.bench import (
+    add_option,
     bench_device,
     bench_parser,
     chat_prompt_ids,
@@ -148,7 +149,7 @@ def random_workload(
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = bench_parser("throughput", __doc__)
-    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if any)")
+    add_option(ap, "--device")
     ap.add_argument(
         "--workload",
         default=None,
@@ -161,33 +162,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--min-tokens", type=int, default=None, help="shortest output")
     ap.add_argument("--max-tokens", type=int, default=None, help="longest output")
     ap.add_argument("--systems", default=None, help="comma-separated subset")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: cores)")
-    ap.add_argument(
+    add_option(ap, "--threads", note="default: cores")
+    add_option(
+        ap,
         "--model",
-        default=None,
-        help="model name or HF directory (default smollm2-135m); 'tiny' for the random tiny "
-        "model (smoke tests)",
+        note="or HF directory; default smollm2-135m; 'tiny' for the random tiny model: smoke tests",
     )
-    ap.add_argument(
-        "--shape",
-        default=None,
-        help="random weights of this shape instead of a model: a preset of data/models.json "
-        "(smollm2-135m, smollm2-1.7b, ...) or 'tiny'; no model file needed",
-    )
+    add_option(ap, "--shape")
     ap.add_argument(
         "--dtype",
         default="auto",
         choices=("auto", "float32", "bfloat16"),
         help="every system's weights and activations (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
-    ap.add_argument(
-        "--attention",
-        default=None,
-        choices=BACKENDS,
-        help="llmlab's attention backend (default: what LLM() picks here)",
-    )
-    ap.add_argument("--json", default="build/bench-throughput.json", help="output path")
-    ap.add_argument("--fast", action="store_true", help="small workload (--workload fast)")
+    add_option(ap, "--attention", note="default: what LLM() picks here", choices=BACKENDS)
+    add_option(ap, "--json", "build/bench-throughput.json")
+    add_option(ap, "--fast", note="--workload fast")
     return ap.parse_args(argv)
 
 

@@ -74,27 +74,60 @@ def speculative_config_arg(text: str) -> dict:
     return value
 
 
+# The engine's options: each an `EngineConfig` field, its flag the field's name with dashes (as
+# vLLM's are) and its default the field's; beside it, the flag's other argparse keywords.
+ENGINE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("max_model_len", dict(type=int)),
+    ("max_num_seqs", dict(type=int)),
+    ("max_num_batched_tokens", dict(type=int)),
+    ("block_size", dict(type=int)),
+    ("num_kv_blocks", dict(type=int)),
+    ("enable_prefix_caching", dict(action=argparse.BooleanOptionalAction)),
+    ("enable_chunked_prefill", dict(action=argparse.BooleanOptionalAction)),
+    (
+        "attention_backend",
+        dict(help="torch | triton | cuda | cpu (default: the fastest available)"),
+    ),
+    ("seed", dict(type=int)),
+    (
+        "device",
+        dict(help="cpu | cuda | cuda:N (default: cuda where a CUDA GPU is present, else cpu)"),
+    ),
+    (
+        "enforce_eager",
+        dict(
+            action="store_true",
+            help="never replay a CUDA graph (decode steps on a GPU otherwise replay one)",
+        ),
+    ),
+    (
+        "speculative_config",
+        dict(
+            type=speculative_config_arg,
+            help='speculative decoding as JSON, vLLM\'s keys, e.g. \'{"method": "ngram", '
+            '"num_speculative_tokens": 3, "prompt_lookup_max": 4}\' or '
+            '\'{"method": "draft_model", "num_speculative_tokens": 3, '
+            '"draft_num_layers": 8}\' (default: none)',
+        ),
+    ),
+)
+
+
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The `LLMEngine` keyword arguments of parsed `serve` options."""
-    return dict(
-        block_size=args.block_size,
-        num_kv_blocks=args.num_kv_blocks,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        enable_prefix_caching=args.enable_prefix_caching,
-        enable_chunked_prefill=args.enable_chunked_prefill,
-        attention_backend=args.attention_backend,
-        seed=args.seed,
-        speculative_config=args.speculative_config,
-        device=args.device,
-        enforce_eager=args.enforce_eager,
-    )
+    return {field: getattr(args, field) for field, _ in ENGINE_OPTIONS}
+
+
+def engine_options(ap: argparse.ArgumentParser) -> None:
+    """The engine's options (`ENGINE_OPTIONS`), each defaulting to `EngineConfig`'s value."""
+    from llmlab.config.engine import EngineConfig  # the engine's defaults, stated there
+
+    for field, keywords in ENGINE_OPTIONS:
+        flag = "--" + field.replace("_", "-")
+        ap.add_argument(flag, default=getattr(EngineConfig, field), **keywords)
 
 
 def parser() -> argparse.ArgumentParser:
-    from llmlab.config.engine import EngineConfig  # the engine's defaults, stated there
-
     ap = argparse.ArgumentParser(
         prog="python -m llmlab serve",
         description="An OpenAI-compatible server over llmlab's engine: /v1/completions, "
@@ -115,49 +148,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="name(s) clients use in 'model' (default: the model argument)",
     )
-    ap.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
-    ap.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
-    ap.add_argument(
-        "--max-num-batched-tokens", type=int, default=EngineConfig.max_num_batched_tokens
-    )
-    ap.add_argument("--block-size", type=int, default=EngineConfig.block_size)
-    ap.add_argument("--num-kv-blocks", type=int, default=EngineConfig.num_kv_blocks)
-    ap.add_argument(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=EngineConfig.enable_prefix_caching,
-    )
-    ap.add_argument(
-        "--enable-chunked-prefill",
-        action=argparse.BooleanOptionalAction,
-        default=EngineConfig.enable_chunked_prefill,
-    )
-    ap.add_argument(
-        "--attention-backend",
-        default=EngineConfig.attention_backend,
-        help="torch | triton | cuda | cpu (default: the fastest available)",
-    )
-    ap.add_argument("--seed", type=int, default=EngineConfig.seed)
-    ap.add_argument(
-        "--device",
-        default=EngineConfig.device,
-        help="cpu | cuda | cuda:N (default: cuda where a CUDA GPU is present, else cpu)",
-    )
-    ap.add_argument(
-        "--enforce-eager",
-        action="store_true",
-        default=EngineConfig.enforce_eager,
-        help="never replay a CUDA graph (decode steps on a GPU otherwise replay one)",
-    )
-    ap.add_argument(
-        "--speculative-config",
-        type=speculative_config_arg,
-        default=EngineConfig.speculative_config,
-        help='speculative decoding as JSON, vLLM\'s keys, e.g. \'{"method": "ngram", '
-        '"num_speculative_tokens": 3, "prompt_lookup_max": 4}\' or '
-        '\'{"method": "draft_model", "num_speculative_tokens": 3, '
-        '"draft_num_layers": 8}\' (default: none)',
-    )
+    engine_options(ap)
     door_options(ap)
     connection_options(ap)
     grammar_options(ap)
@@ -192,43 +183,48 @@ def door_options(ap: argparse.ArgumentParser) -> None:
     )
 
 
+# The options bounding what a client's grammar may cost: (flag, `GrammarLimits` field, type,
+# help); each defaults to the field's value.
+GRAMMAR_OPTIONS = (
+    (
+        "--grammar-compile-timeout",
+        "compile_timeout_s",
+        float,
+        "seconds a grammar may take to compile and probe (its worker is killed past it)",
+    ),
+    ("--grammar-workers", "workers", int, "grammar compile processes"),
+    (
+        "--grammar-cache-mb",
+        "cache_mb",
+        int,
+        "compiled grammars kept for reuse, in MB (vLLM's VLLM_XGRAMMAR_CACHE_MB)",
+    ),
+    (
+        "--grammar-fill-budget",
+        "fill_budget_s",
+        float,
+        "CPU seconds one request's grammar mask may take in a step (five times that in wall "
+        "time) before the request is stopped with an error",
+    ),
+)
+
+
 def grammar_options(ap: argparse.ArgumentParser) -> None:
-    """The options bounding what a client's grammar may cost (`GrammarLimits`)."""
+    """The options of `GRAMMAR_OPTIONS`, each defaulting to `GrammarLimits`' value."""
     from llmlab.serve.grammar_compiler import GrammarLimits
 
-    d = GrammarLimits()
-    ap.add_argument(
-        "--grammar-compile-timeout",
-        type=float,
-        default=d.compile_timeout_s,
-        help="seconds a grammar may take to compile and probe (its worker is killed past it)",
-    )
-    ap.add_argument(
-        "--grammar-workers", type=int, default=d.workers, help="grammar compile processes"
-    )
-    ap.add_argument(
-        "--grammar-cache-mb",
-        type=int,
-        default=d.cache_mb,
-        help="compiled grammars kept for reuse, in MB (vLLM's VLLM_XGRAMMAR_CACHE_MB)",
-    )
-    ap.add_argument(
-        "--grammar-fill-budget",
-        type=float,
-        default=d.fill_budget_s,
-        help="CPU seconds one request's grammar mask may take in a step (five times that in "
-        "wall time) before the request is stopped with an error",
-    )
+    defaults = GrammarLimits()
+    for flag, field, kind, text in GRAMMAR_OPTIONS:
+        ap.add_argument(flag, type=kind, default=getattr(defaults, field), help=text)
 
 
 def grammar_limits(args: argparse.Namespace) -> Any:
+    """The `GrammarLimits` of parsed `serve` options (ValueError naming a bad field)."""
     from llmlab.serve.grammar_compiler import GrammarLimits
 
+    # argparse keeps each option under its flag's name with underscores
     return GrammarLimits(
-        compile_timeout_s=args.grammar_compile_timeout,
-        workers=args.grammar_workers,
-        cache_mb=args.grammar_cache_mb,
-        fill_budget_s=args.grammar_fill_budget,
+        **{field: getattr(args, flag[2:].replace("-", "_")) for flag, field, *_ in GRAMMAR_OPTIONS}
     )
 
 
