@@ -161,3 +161,10 @@ def test_exercises_table_matches_the_notebook(stem, module):
     assert sorted(called) == sorted(module.EXERCISES)
     kinds = [module.EXERCISES[n].kind for n in called]
     assert len(called) >= 4 and kinds.count("reasoning") >= 2
+
+
+def test_step_cost_s_table_row_names_each_mistake_its_checker_tells_apart():
+    """The instructors' table lists step_cost's mistakes from the catalog; the checker tells them
+    apart by STEP_COST_MISTAKES: the same mistakes, in the same order."""
+    keys = ch07.M.exercise_entries["step_cost"]["mistakes"]
+    assert keys == [f"mistake.{name}" for name in ch07.STEP_COST_MISTAKES]

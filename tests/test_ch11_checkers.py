@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from llmlab.course.check import ch11, core
-from llmlab.course.check.core import KINDS
+from llmlab.course.check.catalog import KINDS
 from llmlab.course.widgets import blocks
 
 NOTEBOOK = "notebooks/11-vllm-arrives.ipynb"

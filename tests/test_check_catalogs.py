@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from checker_modules import chapter_exercises, checker_modules
 
 from llmlab import i18n
 from llmlab.course.check.catalog import (
@@ -28,6 +29,8 @@ from llmlab.course.check.catalog import (
     FIGURE_TEXTS,
     MESSAGES_DIR,
     Catalog,
+    ExerciseInfo,
+    catalog,
     catalog_path,
     placeholders,
     stamp,
@@ -220,6 +223,7 @@ def findings(sources: dict[str, str], catalogs: dict[str, Catalog]) -> list[str]
                         f"{sorted(want)}"
                     )
     for name, cat in catalogs.items():
+        used[name] |= {key for e in cat.exercise_entries.values() for key in e["mistakes"]}
         out += [
             f"{cat.path.name}: {key!r} is used nowhere" for key in cat.entries.keys() - used[name]
         ]
@@ -295,12 +299,15 @@ def test_checkers_and_drivers_hold_keys_not_prose(name):
 def test_catalog_files_are_written_as_the_store_writes_them():
     for path in catalog_files():
         data = json.loads(path.read_text(encoding="utf-8"))
-        assert list(data) == ["messages"], path.name
+        chapter = re.fullmatch(r"ch\d\d", path.stem) and path.parent == MESSAGES_DIR
+        assert list(data) == (["messages", "exercises"] if chapter else ["messages"]), path.name
         for key, entry in data["messages"].items():
             assert re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", key), (path.name, key)
             assert list(entry) == ["en", "en_sha", "zh"], (path.name, key)
+        for name, entry in data.get("exercises", {}).items():
+            assert list(entry) == ["kind", "source_question", "mistakes"], (path.name, name)
         text = path.read_text(encoding="utf-8")
-        write_catalog(path.with_suffix(".tmp"), data["messages"])
+        write_catalog(path.with_suffix(".tmp"), data["messages"], data.get("exercises"))
         try:
             assert path.with_suffix(".tmp").read_text(encoding="utf-8") == text, path.name
         finally:
@@ -493,3 +500,80 @@ def test_texts_are_a_table_of_a_section_s_entries_in_the_language_in_use(tmp_pat
         "planted.py:2: 'options.d' is not in planted.json",
         "planted.json: 'options.c' is used nowhere",
     ]
+
+
+# ---------------------------------------------------------------------------- the exercises' table
+
+CHAPTERS = sorted(p.stem for p in MESSAGES_DIR.glob("ch[0-9][0-9].json"))
+# checkers no notebook calls, so the instructors' table leaves them out: chapter 00's three grader
+# fixtures (a number, a letter, a module) and chapter 11's question on a block table's waste
+NOT_EXERCISES = {
+    "ch00.num_chapters",
+    "ch00.module_for_paged_attention",
+    "ch00.fast_mode",
+    "ch11.max_wasted_slots",
+}
+
+
+def chapter_checkers(chapter: str) -> set[str]:
+    """The public functions of `chapter`'s checker modules that return a verdict."""
+    return {
+        name
+        for module in checker_modules(chapter)
+        for name, fn in vars(module).items()
+        if callable(fn)
+        and not name.startswith("_")
+        and getattr(fn, "__module__", "") == module.__name__
+        and getattr(fn, "__annotations__", {}).get("return") == "CheckResult"
+    }
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_checker_of_a_chapter_is_an_exercise_of_its_catalog(chapter):
+    described = catalog(chapter).exercise_entries
+    checkers = {n for n in chapter_checkers(chapter) if f"{chapter}.{n}" not in NOT_EXERCISES}
+    assert checkers == set(described), (
+        f"checkers with no entry in {chapter}.json's exercises: {sorted(checkers - set(described))}"
+        f"; entries with no checker: {sorted(set(described) - checkers)}"
+    )
+    listed = dict(chapter_exercises(chapter))  # what the grader and the chapter tests walk
+    assert [ex.split(".")[1] for ex in listed] == list(described)
+    assert all(fn.__name__ == ex.split(".")[1] for ex, fn in listed.items())
+
+
+def test_exercise_entries_with_a_bad_kind_or_an_untranslated_mistake_are_caught(tmp_path):
+    cat = _catalog_of(tmp_path, {"mistake.rounded_down": ("rounded down", "")})
+    data = json.loads(cat.path.read_text(encoding="utf-8"))
+    exercises = {
+        "id_bits": {"kind": "guess", "source_question": 0, "mistakes": ["mistake.rounded_down"]},
+        "kv_bytes": {"kind": "plug-in", "source_question": 2, "mistakes": ["mistake.k_only"]},
+    }
+    write_catalog(cat.path, data["messages"], exercises)
+    problems = Catalog("planted", cat.path).problems()
+    assert sorted(problems) == [
+        "planted: 'mistake.rounded_down' has no zh text",
+        "planted: exercise 'id_bits': kind 'guess', not one of ('recall', 'plug-in', 'reasoning')",
+        "planted: exercise 'id_bits': source_question 0",
+        "planted: exercise 'kv_bytes': the mistake 'mistake.k_only' has no entry",
+    ]
+
+
+def test_exercises_show_their_mistakes_in_the_language_in_use_when_read(tmp_path):
+    texts = {"mistake.rounded_down": ("rounded down", "向下取整了"), "m.k": ("K only", "只算了 K")}
+    cat = _catalog_of(tmp_path, texts)
+    data = json.loads(cat.path.read_text(encoding="utf-8"))
+    exercises = {
+        "id_bits": {"kind": "plug-in", "source_question": None, "mistakes": list(texts)},
+        "why": {"kind": "reasoned", "source_question": 3, "mistakes": []},
+    }
+    write_catalog(cat.path, data["messages"], exercises)
+    table = Catalog("planted", cat.path).exercises()  # read once, as a module does on import
+    with i18n.speaking("en"):
+        assert table["id_bits"] == ExerciseInfo("plug-in", ("rounded down", "K only"), None)
+    with i18n.speaking("zh"):
+        assert table["id_bits"].mistakes == ("向下取整了", "只算了 K")
+    assert list(table) == ["id_bits", "why"]
+    with pytest.raises(ValueError, match="kind must be one of .*, got 'reasoned'"):
+        table["why"]
+    stamp(cat.path, "m.k")  # a translator's stamp keeps the section
+    assert Catalog("planted", cat.path).exercise_entries == exercises

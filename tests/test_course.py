@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from llmlab.course.check.core import KINDS, ExerciseInfo
+from llmlab.course.check.catalog import KINDS, ExerciseInfo
 from llmlab.course.instructor.exercises import _checker_calls, exercise_ids
 from llmlab.course.instructor.student import strip_source
 

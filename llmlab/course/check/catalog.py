@@ -25,6 +25,16 @@ later; `M.figure("kv_waste")` reads a figure's axis texts by their roles ("kv_wa
 keys of `M(...)`, `M.key(...)` and `M.figure(...)` from the source and checks them against the
 catalog.
 
+A chapter's catalog also says what the instructors' table says about each of its exercises, in
+a section "exercises" beside "messages": its kind, the source chapter's self-check question it
+covers, and the keys of the mistakes its checker names, whose texts are entries of "messages" like
+any other (both languages, `en_sha`), so that a mistake named by several exercises is one entry:
+
+    "exercises": {"id_bits": {"kind": "plug-in", "source_question": null, "mistakes": [
+        "mistake.rounded_down", "mistake.not_a_whole_number", "mistake.bytes_for_bits"]}}
+
+    EXERCISES = M.exercises()   # {"id_bits": ExerciseInfo("plug-in", ("rounded down", ...), None)}
+
 A Chinese entry that is missing or stale (its `en_sha` is not the hash of the English) is never
 shown: the student reads the English instead, and the catalog test fails until it is translated
 again and stamped (`stamp`).
@@ -36,6 +46,7 @@ import functools
 import json
 import string
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmlab.course.lang import en_sha
@@ -46,6 +57,7 @@ COURSE_DIR = MESSAGES_DIR.parent.parent  # llmlab/course
 TRANSLATED = ("zh",)  # the languages a catalog entry carries besides English
 # a figure's axis texts by role: the entries "<figure>.xlabel", ... that `Catalog.figure` reads
 FIGURE_TEXTS = ("xlabel", "ylabel", "title")
+KINDS = ("recall", "plug-in", "reasoning")  # the kinds of exercise the instructors' table counts
 
 
 def catalog_path(name: str) -> Path:
@@ -64,22 +76,56 @@ def placeholders(template: str) -> set[str]:
     }
 
 
+@dataclass(frozen=True)
+class ExerciseInfo:
+    """What the instructors' table says about one exercise (an entry of a chapter catalog's
+    "exercises", read by `Catalog.exercises`).
+
+    kind: "recall" (a fact stated in the chapter), "plug-in" (numbers into a formula the text
+    gives) or "reasoning" (a step the text does not spell out: a fresh case, a why, a design).
+    mistakes: the mistakes the checker recognises and names in its hint.
+    source_question: the number of the source chapter's self-check question it covers, if any.
+    """
+
+    kind: str
+    mistakes: tuple[str, ...] = ()
+    source_question: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+
+
 class Catalog:
     """The texts of one catalog file, read on first use; calling it formats one of them."""
 
     def __init__(self, name: str, path: Path | None = None) -> None:
         self.name = name
         self.path = Path(path) if path is not None else catalog_path(name)
-        self._entries: dict[str, dict] | None = None
+        self._data: dict[str, dict] | None = None
         self._sections: dict[str, dict[str, str]] | None = None  # section -> {English: key}
 
     @property
     def entries(self) -> dict[str, dict]:
         """key -> {"en", "en_sha", "zh"}, as the file holds them."""
-        if self._entries is None:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            self._entries = dict(data["messages"])
-        return self._entries
+        return self._file["messages"]
+
+    @property
+    def exercise_entries(self) -> dict[str, dict]:
+        """exercise -> {"kind", "source_question", "mistakes": [key, ...]}, as the file holds
+        them; empty for a catalog that describes no exercise."""
+        return self._file.get("exercises", {})
+
+    @property
+    def _file(self) -> dict[str, dict]:
+        if self._data is None:
+            self._data = json.loads(self.path.read_text(encoding="utf-8"))
+        return self._data
+
+    def exercises(self) -> Exercises:
+        """{exercise: its `ExerciseInfo`}, the mistakes in the language in use when read (a
+        checker module's `EXERCISES`)."""
+        return Exercises(self)
 
     def template(self, key: str, lang: str = "en") -> str:
         """The unformatted text of `key` in `lang`; the English when the translation is
@@ -139,8 +185,9 @@ class Catalog:
 
     def problems(self) -> list[str]:
         """What a translator has to do: entries whose translation is missing or stale, or whose
-        placeholders differ from the English's."""
-        out = []
+        placeholders differ from the English's; and what is wrong in the exercises' section: a
+        kind that is not one of `KINDS`, a mistake with no entry."""
+        out = self._exercise_problems()
         for key, entry in self.entries.items():
             en = entry.get("en", "")
             for lang in TRANSLATED:
@@ -156,8 +203,44 @@ class Catalog:
                     )
         return out
 
+    def _exercise_problems(self) -> list[str]:
+        out = []
+        for name, entry in self.exercise_entries.items():
+            if entry.get("kind") not in KINDS:
+                out.append(
+                    f"{self.name}: exercise {name!r}: kind {entry.get('kind')!r}, not one of {KINDS}"
+                )
+            question = entry.get("source_question")
+            if question is not None and not (isinstance(question, int) and question > 0):
+                out.append(f"{self.name}: exercise {name!r}: source_question {question!r}")
+            out += [
+                f"{self.name}: exercise {name!r}: the mistake {key!r} has no entry"
+                for key in entry.get("mistakes", ())
+                if key not in self.entries
+            ]
+        return out
+
     def __repr__(self) -> str:
         return f"Catalog({self.name!r})"
+
+
+class Exercises(Mapping):
+    """A catalog's "exercises" read as {exercise: `ExerciseInfo`}; each is made when looked up,
+    so its mistakes are in the language in use then (a language chosen after the import shows)."""
+
+    def __init__(self, texts: Catalog) -> None:
+        self._catalog = texts
+
+    def __getitem__(self, name: str) -> ExerciseInfo:
+        entry = self._catalog.exercise_entries[name]
+        mistakes = tuple(self._catalog(key) for key in entry["mistakes"])
+        return ExerciseInfo(entry["kind"], mistakes, entry["source_question"])
+
+    def __iter__(self):
+        return iter(self._catalog.exercise_entries)
+
+    def __len__(self) -> int:
+        return len(self._catalog.exercise_entries)
 
 
 class Choices(tuple):
@@ -224,11 +307,17 @@ def stamp(path: Path, key: str) -> None:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     entry = data["messages"][key]
     entry["en_sha"] = en_sha(entry["en"])
-    write_catalog(path, data["messages"])
+    write_catalog(path, data["messages"], data.get("exercises"))
 
 
-def write_catalog(path: Path, messages: dict[str, dict]) -> None:
-    """Write a catalog file as the translation store is written (UTF-8, one-space indent)."""
-    Path(path).write_text(
-        json.dumps({"messages": messages}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+def write_catalog(
+    path: Path, messages: dict[str, dict], exercises: dict[str, dict] | None = None
+) -> None:
+    """Write a catalog file as the translation store is written (UTF-8, one-space indent): its
+    messages, and the section "exercises" after them where the catalog has one."""
+    data = (
+        {"messages": messages}
+        if exercises is None
+        else {"messages": messages, "exercises": exercises}
     )
+    Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -9,7 +9,6 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
-    ExerciseInfo,
     check_choice,
     check_matching,
     not_yet,
@@ -238,39 +237,7 @@ def symptom_to_chapter(answer: Any) -> CheckResult:
     )
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "throughput_vs_wait": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "a faster memory taken for a trade-off",
-            "the KV cache taken for a trade-off",
-            "a smaller model taken for a trade-off",
-        ),
-    ),
-    "number_kinds": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "a configuration number measured",
-            "a tokenizer count taken for a machine's",
-            "a GPU figure thought measurable here",
-        ),
-    ),
-    "dominant_step": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "phases weighed by token count",
-            "weights read once per request, not per forward",
-        ),
-    ),
-    "symptom_to_chapter": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "TTFT taken for a decode problem",
-            "KV growth taken for weight size",
-            "batching cost taken as linear",
-        ),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"
 
 
 # ----------------------------------------------------------------------------- the grader's fixtures

@@ -13,7 +13,6 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
     sentences,
@@ -291,59 +290,4 @@ def vocab_tradeoff() -> dict[str, str]:
     return dict(_EFFECTS_RIGHT)
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "utf8_bytes": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "characters counted, not bytes",
-            "2 bytes per Chinese character (GBK/UTF-16)",
-            "emoji counted as 1 byte",
-        ),
-    ),
-    "first_merge": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "a pair that is not the most frequent",
-            "a pair across the word boundary",
-            "more than two symbols merged",
-        ),
-    ),
-    "merge_function": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "overlapping occurrences merged",
-            "only the first occurrence merged",
-            "ids outside the pair dropped",
-        ),
-    ),
-    "tokens_per_han": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "characters per token (upside down)",
-            "divided by all characters, punctuation included",
-        ),
-    ),
-    "han_by_tokens": ExerciseInfo(
-        "plug-in", mistakes=("a character that splits differently", "more than one character")
-    ),
-    "id_bits": ExerciseInfo(
-        "plug-in", mistakes=("rounded down", "not a whole number", "bytes for bits")
-    ),
-    "embedding_bytes": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "parameters, not bytes",
-            "FP32 for BF16",
-            "lm_head counted too",
-            "bits for bytes",
-        ),
-    ),
-    "vocab_tradeoff": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "KV bytes per token thought to depend on the vocabulary",
-            "fewer tokens not carried to the KV cache",
-            "lm_head cost ignored",
-        ),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

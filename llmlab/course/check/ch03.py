@@ -14,7 +14,6 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
-    ExerciseInfo,
     as_number,
     not_yet,
     passed,
@@ -252,40 +251,4 @@ def samplable_tokens(answer: Any) -> CheckResult:
     )
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "forwards": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "one forward per prompt token",
-            "first token not counted",
-            "an extra forward for the prompt alone",
-        ),
-    ),
-    "tokens_processed_no_cache": ExerciseInfo(
-        "reasoning",
-        mistakes=("final length only", "last token fed back", "every forward at the final length"),
-    ),
-    "top_p_kept": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "a more likely token skipped",
-            "the token that crosses top_p left out",
-            "kept past top_p",
-        ),
-    ),
-    "top_p_function": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "the crossing token left out",
-            "one token past top_p kept",
-            "ids walked in index order, not by probability",
-        ),
-    ),
-    "temperature_prob": ExerciseInfo(
-        "plug-in",
-        mistakes=("temperature 1", "multiplied by T", "probabilities divided instead of logits"),
-    ),
-    "samplable_tokens": ExerciseInfo(
-        "plug-in", mistakes=("temperatures swapped", "temperature not changed between readings")
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

@@ -15,7 +15,6 @@ from llmlab.course.check.ch01 import combine_mistakes
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
     staged,
@@ -323,66 +322,4 @@ def utilization_gain() -> Expected:
     )
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "kv_bytes_per_token_per_layer": ExerciseInfo(
-        "plug-in",
-        (
-            "hidden size instead of KV heads",
-            "K without V",
-            "bits vs bytes",
-            "numbers vs bytes",
-            "FP32 instead of BF16",
-            "query heads instead of KV heads",
-        ),
-        source_question=2,
-    ),
-    "kv_bytes_per_token": ExerciseInfo(
-        "plug-in",
-        ("one layer only", "hidden size instead of KV heads", "K without V", "bits vs bytes"),
-        source_question=2,
-    ),
-    "kv_gb_for_request": ExerciseInfo(
-        "plug-in",
-        (
-            "GiB vs GB",
-            "mixed KB/GB prefixes",
-            "one layer only",
-            "hidden size instead of KV heads",
-            "K without V",
-        ),
-        source_question=2,
-    ),
-    "smollm2_kv_bytes_per_token": ExerciseInfo(
-        "plug-in",
-        (
-            "hidden size instead of KV heads",
-            "K without V",
-            "2 bytes instead of 4",
-            "one layer only",
-            "query heads",
-        ),
-    ),
-    "mla_kv_bytes_per_token": ExerciseInfo(
-        "plug-in", ("a factor 2 for K and V", "RoPE key forgotten", "one layer only", "MHA size")
-    ),
-    "tokens_processed_with_cache": ExerciseInfo(
-        "reasoning", ("last token fed back", "prompt forgotten", "counted without the cache")
-    ),
-    "generate_greedy": ExerciseInfo(
-        "reasoning",
-        (
-            "wrong prefill (positions, mask)",
-            "wrong decode step",
-            "prompt returned with the new tokens",
-            "one token too few or too many",
-            "next token read at the first position",
-            "positions restarting at 0",
-            "the cache replaced instead of appended to",
-            "the whole sequence fed again with the cache",
-        ),
-    ),
-    "max_requests_fp8": ExerciseInfo(
-        "plug-in", ("BF16 cache", "weights left out", "activations left out", "whole card used")
-    ),
-    "utilization_gain": ExerciseInfo("reasoning", ("scaled the whole card", "upside down")),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

@@ -13,7 +13,6 @@ from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     check_choice,
     record_expected_word,
 )
@@ -166,22 +165,4 @@ def short_prefill_bound(answer: Any) -> CheckResult:
     )
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "write_before_read": ExerciseInfo(
-        "reasoning",
-        ("order thought not to matter", "capacity blamed", "slots thought to move"),
-        source_question=1,
-    ),
-    "cache_reads": ExerciseInfo(
-        "reasoning", ("the qkv projection", "the FFN", "the lm_head"), source_question=1
-    ),
-    "decode_flops": ExerciseInfo(
-        "plug-in", ("parameters, not FLOPs", "2 per byte", "TFLOP vs FLOP")
-    ),
-    "decode_intensity": ExerciseInfo(
-        "reasoning",
-        ("batch 1", "BF16 bytes for FP8 weights", "upside down", "bytes divided by the batch"),
-    ),
-    "prefill_ridge_tokens": ExerciseInfo("reasoning", ("the H100's ridge", "one token")),
-    "short_prefill_bound": ExerciseInfo("reasoning", ("every prefill taken for compute-bound",)),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

@@ -11,7 +11,7 @@ from llmlab.analysis.hardware import PRESETS, cpu_caches
 from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.ch01 import combine_mistakes
-from llmlab.course.check.core import CheckResult, ExerciseInfo, check_choice
+from llmlab.course.check.core import CheckResult, check_choice
 from llmlab.course.check.question import Expected, numeric
 
 M = catalog("ch06")
@@ -188,43 +188,4 @@ def working_set_level(answer: Any, size: int = WORKING_SET) -> CheckResult:
     return check_choice("ch06.working_set_level", answer, expected, options=LEVELS, hints=hints)
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "weight_read_ms": ExerciseInfo(
-        "plug-in",
-        (
-            "parameters vs bytes",
-            "FP32 bytes",
-            "datasheet vs source bandwidth",
-            "upside down",
-            "seconds vs ms",
-        ),
-    ),
-    "h200_floor_ms": ExerciseInfo(
-        "plug-in",
-        (
-            "H100 bandwidth",
-            "source bandwidth",
-            "FP32 bytes",
-            "parameters vs bytes",
-            "round 70e9",
-            "compute instead of memory",
-        ),
-    ),
-    "bandwidth_for_speed": ExerciseInfo(
-        "reasoning", ("BF16 bytes", "4-bit bytes", "divides by the rate", "one read per second")
-    ),
-    "hbm_vs_pcie": ExerciseInfo(
-        "reasoning", ("source bandwidth", "PCIe both directions", "NVLink", "upside down")
-    ),
-    "offload_floor_ms": ExerciseInfo(
-        "reasoning",
-        (
-            "no offload",
-            "PCIe both directions",
-            "offloaded part only",
-            "all weights over PCIe",
-            "offloaded bytes counted twice",
-        ),
-    ),
-    "working_set_level": ExerciseInfo("reasoning", ("level too small", "level larger than needed")),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

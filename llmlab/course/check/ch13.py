@@ -15,7 +15,6 @@ from llmlab.course.check.build_guard import check_cases
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     staged,
 )
 from llmlab.course.check.question import Expected, choice, numeric
@@ -209,40 +208,4 @@ def fp8_kv_requests() -> Expected:
     )
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "int8_bytes_per_weight": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "scales forgotten",
-            "a scale per weight",
-            "one scale for the matrix",
-            "a one-byte scale",
-            "float32's 4 bytes",
-        ),
-    ),
-    "quantize_per_channel": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "one scale for the matrix",
-            "a scale per input column",
-            "truncated instead of rounded",
-            "the int8 range not used to 127",
-            "outside -127..127",
-            "a row of zeros divided by zero",
-            "q left in float",
-            "the weight matrix changed in place",
-        ),
-    ),
-    "why_not_4x": ExerciseInfo(
-        "reasoning", mistakes=("the scales' bytes", "the KV cache's bytes", "a floor for GPUs only")
-    ),
-    "fp8_kv_requests": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "the activations left out of the budget",
-            "a BF16 cache",
-            "the weights left out of the budget",
-            "FP8 weights too",
-        ),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

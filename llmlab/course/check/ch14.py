@@ -13,7 +13,6 @@ from llmlab.course.check.build_guard import run_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
     staged,
@@ -160,39 +159,4 @@ def why_it_stops_paying() -> str:
     return "compute_bound"
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "verify_drafts": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "every draft accepted",
-            "a rejected draft drawn again",
-            "no bonus token",
-            "going on after a rejection",
-            "acceptance with the wrong probability",
-            "the replacement not drawn from the target",
-            "the bonus token drawn from the last draft's row",
-        ),
-    ),
-    "tokens_per_step": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "positions counted as independent",
-            "the target's own token left out",
-            "the bonus token forgotten",
-            "every draft accepted",
-        ),
-    ),
-    "speedup_estimate": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "the costs multiplied",
-            "the verify step's cost left out",
-            "the ratio upside down",
-            "the target's own token left out",
-        ),
-    ),
-    "why_it_stops_paying": ExerciseInfo(
-        "reasoning",
-        mistakes=("acceptance blamed", "memory blamed", "the proposer's cost blamed"),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

@@ -13,7 +13,6 @@ from llmlab.course.check.build_guard import refuse_build_answer, run_student_cod
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
     staged,
@@ -158,41 +157,4 @@ def why_vllm_hides_it() -> str:
     return "overlap"
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "allowed_tokens": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "only tokens that complete the output allowed",
-            "only the first character checked",
-            "EOS before the output is complete",
-            "EOS never allowed",
-            "tokens after the closing brace",
-            "a brace with no digit",
-        ),
-    ),
-    "forbidden_next": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "a name's first token thought forbidden",
-            "a brace inside a string read as JSON",
-            "an empty string thought invalid",
-        ),
-    ),
-    "mask_share": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "one request's fill, not the batch's",
-            "the fill over the rest, not over the step",
-            "a percentage, not a share",
-            "the rest's share",
-        ),
-    ),
-    "why_vllm_hides_it": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "the fill thought to run on the GPU",
-            "xgrammar's cache thought the reason",
-            "the vocabulary thought smaller",
-        ),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

@@ -37,7 +37,6 @@ from llmlab.course.check.build_guard import run_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
     staged,
@@ -374,58 +373,4 @@ def partitions_for_sms() -> Expected:
     )
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "paged_decode_partition": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "the wrong KV head for a query head (GQA)",
-            "the scale forgotten",
-            "the running max not rescaled",
-            "the sequence's last position dropped",
-            "a position past the sequence's end read",
-            "padding positions scored 0 instead of -inf",
-            "slots past seq_len read (NaN)",
-            "the block table ignored",
-            "every sequence reading the first block table row",
-            "partitions not covering their own blocks",
-            "an empty partition not stored",
-            "nothing stored",
-        ),
-    ),
-    "merge_partitions": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "partitions added without rescaling",
-            "exp(m) without the largest max subtracted",
-            "partitions averaged",
-            "weights without the partitions' sums",
-            "the largest partition only",
-        ),
-    ),
-    "busy_share": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "launch over run time",
-            "launch and run thought to take turns",
-            "a percentage, not a share",
-            "the idle share",
-        ),
-    ),
-    "eager_step": ExerciseInfo(
-        "reasoning",
-        mistakes=(
-            "a batch size without its own graph thought eager",
-            "a large batch thought eager",
-            "a shrunken batch thought eager",
-        ),
-    ),
-    "partitions_for_sms": ExerciseInfo(
-        "plug-in",
-        mistakes=(
-            "query heads instead of KV heads",
-            "rounded down",
-            "a fraction of a partition",
-            "the KV heads forgotten",
-        ),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

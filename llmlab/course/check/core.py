@@ -87,28 +87,6 @@ def listed(parts: Iterable[str]) -> str:
     return tr(", ", "、").join(parts)
 
 
-KINDS = ("recall", "plug-in", "reasoning")
-
-
-@dataclass(frozen=True)
-class ExerciseInfo:
-    """What the instructors' table says about one exercise (each chapter module's `EXERCISES`).
-
-    kind: "recall" (a fact stated in the chapter), "plug-in" (numbers into a formula the text
-    gives) or "reasoning" (a step the text does not spell out: a fresh case, a why, a design).
-    mistakes: the mistakes the checker recognises and names in its hint.
-    source_question: the number of the source chapter's self-check question it covers, if any.
-    """
-
-    kind: str
-    mistakes: tuple[str, ...] = ()
-    source_question: int | None = None
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-
-
 # Wrong tries per exercise in this process: a hint comes in stages (the mistake first, the
 # formula only from the second wrong try on); see `staged`.
 _WRONG_TRIES: dict[str, int] = {}

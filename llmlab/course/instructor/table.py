@@ -1,6 +1,7 @@
 """The instructors' table of exercises, written from one source: each chapter's checker module
-declares `EXERCISES` (function name -> `ExerciseInfo`: kind, the mistakes its checker names, the
-source question it covers), and the notebooks say which exercises each chapter calls.
+reads `EXERCISES` from its catalog (function name -> `ExerciseInfo`: kind, the mistakes its checker
+names, the source question it covers; `Catalog.exercises`), and the notebooks say which exercises
+each chapter calls.
 
     python -m llmlab exercises                  # print the tables
     python -m llmlab exercises --times          # each chapter's two times (reading_time)
@@ -8,9 +9,9 @@ source question it covers), and the notebooks say which exercises each chapter c
     python -m llmlab exercises --write docs/instructors.md   # replace them between the markers
     LLMLAB_LANG=zh python -m llmlab exercises --write docs/instructors.zh.md   # the same, in Chinese
 
-In Chinese (`LLMLAB_LANG=zh`) the headers and the kind names are Chinese; the mistakes stay the
-checkers' own words. A test fails when `docs/instructors.md` or `docs/instructors.zh.md` is not
-what `--write` would make it.
+In Chinese (`LLMLAB_LANG=zh`) the headers, the kind names and the mistakes (entries of the
+chapters' catalogs) are Chinese. A test fails when `docs/instructors.md` or
+`docs/instructors.zh.md` is not what `--write` would make it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmlab.course.check.core import KINDS, ExerciseInfo
+from llmlab.course.check.catalog import KINDS, ExerciseInfo
+from llmlab.course.check.core import clauses
 from llmlab.course.instructor.exercises import exercise_calls
 from llmlab.i18n import tr
 from llmlab.utils import format_table
@@ -107,7 +109,7 @@ def markdown(notebooks: Path) -> str:
                 f"| `{r.notebook[:2]}` | `{r.exercise}` | ? | {tr('(not described)', '（未描述）')} | | {path(r)} |"
             )
             continue
-        mistakes = "; ".join(r.info.mistakes) if r.info.mistakes else "—"
+        mistakes = clauses(r.info.mistakes) if r.info.mistakes else "—"
         question = f"Q{r.info.source_question}" if r.info.source_question else ""
         lines.append(
             f"| `{r.notebook[:2]}` | `{r.exercise}` | {kind_name(r.info.kind)} | {mistakes} "

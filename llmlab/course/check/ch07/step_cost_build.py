@@ -1,5 +1,5 @@
 """Chapter 07's build exercise, checked: the student's `step_cost` on drawn cases, then plugged into
-the engine's steps beside the package's roofline; the instructors' table of every exercise."""
+the engine's steps beside the package's roofline; the chapter's exercises, read from its catalog."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from llmlab.course.check.ch07.step_cost_cases import (
     ENGINE_STEPS_DRIVER,
     STEP_CASES,
     STEP_COST_DRIVER,
-    STEP_COST_MISTAKES,
     _num,
     _package_costs,
     _same,
@@ -27,7 +26,6 @@ from llmlab.course.check.ch07.step_cost_cases import (
 )
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
 )
@@ -143,33 +141,4 @@ def step_cost(answer: Any) -> CheckResult:
     return _plugged_in(answer)
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "ridge_point": ExerciseInfo(
-        "plug-in", ("source preset", "upside down", "FP32 peak", "FP8 peak", "sparse peak")
-    ),
-    "decode_gemv_intensity": ExerciseInfo(
-        "plug-in", ("BF16 bytes forgotten", "1 FLOP per multiply-add", "batch 1", "FP32 bytes")
-    ),
-    "attention_intensity": ExerciseInfo(
-        "reasoning", ("MHA instead of GQA", "bytes per number", "half the FLOPs", "all heads")
-    ),
-    "decode_bound": ExerciseInfo("reasoning", ("intensity vs ridge",)),
-    "compute_bound_batch": ExerciseInfo(
-        "plug-in",
-        (
-            "no KV cache",
-            "ridge instead of batch",
-            "source preset",
-            "H200",
-            "last memory-bound batch",
-            "power of two",
-        ),
-    ),
-    "why_crossover_grows": ExerciseInfo(
-        "reasoning", ("ridge moves", "attention FLOPs", "weights per sequence", "HBM capacity")
-    ),
-    "step_cost": ExerciseInfo(
-        "reasoning",
-        tuple(name.replace("_", " ") for name in STEP_COST_MISTAKES),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

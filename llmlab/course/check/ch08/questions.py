@@ -1,6 +1,7 @@
 """Chapter 08's questions: the source chapter's question 3 (why a batch of 32 gives nearly 32x the
 throughput), why the CPU falls short of it, continuous batching's mean latency, the batch at
-which a server saturates, why continuous batching wins; the instructors' table."""
+which a server saturates, why continuous batching wins; the chapter's exercises, read from its
+catalog."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
-    ExerciseInfo,
     as_number,
     check_dict_keys,
     close,
@@ -39,37 +39,7 @@ TRACE_MAX_BATCH = 2
 WIDGET_ARRIVAL_RATE = 1.0
 WIDGET_MAX_BATCH = 32
 
-EXERCISES = {
-    "source_q3": ExerciseInfo(
-        "plug-in",
-        (
-            "weights read once per sequence",
-            "KV cache left out",
-            "seconds for milliseconds",
-            "3.35 TB/s for the source chapter's 3",
-            "throughput as step-time ratio",
-            "bound misjudged",
-        ),
-        source_question=3,
-    ),
-    "why_cpu_falls_short": ExerciseInfo(
-        "reasoning",
-        (
-            "weights re-read per sequence",
-            "memory capacity",
-            "Python overhead",
-            "floors and measurements incomparable",
-        ),
-    ),
-    "continuous_mean_latency": ExerciseInfo(
-        "reasoning", ("static schedule", "mean output length", "makespan instead of mean")
-    ),
-    "saturating_max_batch": ExerciseInfo(
-        "reasoning",
-        ("number of requests", "slider maximum", "default max batch", "static batching's curve"),
-    ),
-    "why_continuous": ExerciseInfo("recall", ("faster steps", "skipped prefill", "fewer tokens")),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"
 
 
 def _q3_expected() -> dict:

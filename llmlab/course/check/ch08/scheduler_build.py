@@ -8,10 +8,9 @@ from typing import Any
 
 from llmlab.course.check.build_guard import refuse_build_answer
 from llmlab.course.check.catalog import catalog
-from llmlab.course.check.ch08.questions import EXERCISES, TRACE_MAX_BATCH, TRACE_OUTPUTS
+from llmlab.course.check.ch08.questions import TRACE_MAX_BATCH, TRACE_OUTPUTS
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
     staged,
@@ -286,17 +285,3 @@ def build_measurement(mine: dict, ref: dict, runs: dict) -> str:
         pc_steps=pc['steps'],
         ps_steps=ps['steps'],
     )
-
-
-EXERCISES["build_scheduler"] = ExerciseInfo(
-    "reasoning",
-    (
-        "waiting requests before running ones",
-        "oldest running request preempted",
-        "max_num_seqs ignored",
-        "budget not decreased",
-        "a waiting request admitted in a step that preempted",
-        "a request scheduled with no token",
-        "the prefix cache's hit ignored",
-    ),
-)

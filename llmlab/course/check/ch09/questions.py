@@ -1,7 +1,7 @@
 """Chapter 09's questions: data parallelism at low load, all-reduces per forward, which style
 splits a projection, the pipeline bubble, a ring all-reduce's time, the best TP degree at a long
-context, and two servers for a model whose heads do not split over eight ranks; the
-instructors' table of every exercise."""
+context, and two servers for a model whose heads do not split over eight ranks; the chapter's
+exercises, read from its catalog."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from llmlab.config import get_config
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     check_dict_keys,
     not_yet,
     passed,
@@ -32,53 +31,8 @@ STYLES = ("column", "row", "replicated")
 LONG_MODEL, LONG_LINK, LONG_BATCH, LONG_CONTEXT = "llama-3-70b", "pcie", 64, 16384
 TP_DEGREES = (1, 2, 4, 8)
 
-EXERCISES = {
-    "dp_at_low_load": ExerciseInfo(
-        "reasoning",
-        (
-            "replicas speed up each step",
-            "throughput set by capacity, not demand",
-            "router overhead",
-        ),
-    ),
-    "parallel_style": ExerciseInfo(
-        "reasoning",
-        (
-            "kinds swapped",
-            "everything column-parallel",
-            "q/k/v split by rows",
-            "replicated projections",
-        ),
-    ),
-    "allreduces_per_forward": ExerciseInfo(
-        "reasoning",
-        (
-            "one per layer",
-            "counted per rank",
-            "embedding/LM head communicating",
-            "column-parallel communicating",
-        ),
-    ),
-    "bubble_fraction": ExerciseInfo(
-        "plug-in", ("m instead of m + p − 1", "percentage", "busy instead of idle", "stage share")
-    ),
-    "ring_all_reduce_us": ExerciseInfo(
-        "plug-in",
-        (
-            "both-directions bandwidth",
-            "latency term left out",
-            "message moved once",
-            "dtype bytes",
-            "seconds or ms for µs",
-        ),
-    ),
-    "best_tp_long_context": ExerciseInfo(
-        "reasoning", ("short-context winner", "weights do not fit", "communication only")
-    ),
-    "split_two_servers": ExerciseInfo(
-        "reasoning", ("TP across the slow link", "heads split unevenly", "PP inside a server")
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"
+
 
 # What a second replica does at an arrival rate one replica serves comfortably (a fixed order
 # that does not line up with the answer; shown in this order in the notebook).

@@ -4,10 +4,7 @@ and what is wrong with the rows and columns each rank keeps (a hint that names t
 from __future__ import annotations
 
 from llmlab.course.check.catalog import catalog
-from llmlab.course.check.ch09.questions import EXERCISES, PROJECTIONS
-from llmlab.course.check.core import (
-    ExerciseInfo,
-)
+from llmlab.course.check.ch09.questions import PROJECTIONS
 from llmlab.parallel import tp
 
 M = catalog("ch09")
@@ -37,18 +34,6 @@ PACKAGE_SEQUENCE = (
     "up_proj",
     "down_proj",
     "all-reduce",
-)
-
-EXERCISES["tensor_parallel_layer"] = ExerciseInfo(
-    "reasoning",  # a build exercise: the reading time counts it as coding (its BUILDS entry)
-    (
-        "down_proj split by output rows",
-        "all-reduce after gate/up",
-        "no all-reduce after o_proj",
-        "GQA groups broken",
-        "rows missing or on two ranks",
-        "ranks disagree on the all-reduces",
-    ),
 )
 
 

@@ -1,6 +1,6 @@
 """Chapter 10's questions: TPOT, mean TPOT, TTLT and goodput from timelines, the arrival
 explorer's task on bursty traffic, the largest batch under a TPOT SLO, the break-even
-throughput, and the source chapter's question 4; the instructors' table of every exercise."""
+throughput, and the source chapter's question 4; the chapter's exercises, read from its catalog."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from llmlab.course.check.catalog import catalog
 from llmlab.course.check.core import (
     NOT_ANSWERED,
     CheckResult,
-    ExerciseInfo,
     as_number,
     check_number,
     labelled,
@@ -305,70 +304,4 @@ def source_q4() -> dict:
     return Q4_ACCEPT
 
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "tpot": ExerciseInfo(
-        "plug-in",
-        (
-            "whole latency over n tokens",
-            "n gaps instead of n − 1",
-            "TTFT not subtracted",
-            "milliseconds",
-        ),
-    ),
-    "mean_tpot": ExerciseInfo(
-        "plug-in",
-        (
-            "one-token request counted as TPOT 0",
-            "NaN for the one-token request",
-            "pooled gaps (mean ITL)",
-        ),
-    ),
-    "ttlt": ExerciseInfo("plug-in", ("n gaps instead of n − 1", "TTFT left out", "milliseconds")),
-    "goodput": ExerciseInfo(
-        "plug-in",
-        (
-            "throughput of all requests",
-            "one-token request failing TPOT",
-            "one target only",
-            "a count, not a rate",
-        ),
-    ),
-    "burstiness": ExerciseInfo(
-        "reasoning",
-        (
-            "burstiness changes the rate",
-            "bursty arrivals raise long-run throughput",
-            "which burstiness is Poisson",
-        ),
-    ),
-    "largest_batch_under_slo": ExerciseInfo(
-        "reasoning", ("batch past the TPOT target", "batch below the largest one that meets it")
-    ),
-    "break_even_tokens_per_s": ExerciseInfo(
-        "reasoning",
-        (
-            "tokens per hour",
-            "minutes vs seconds",
-            "upside down",
-            "per token instead of per million",
-        ),
-    ),
-    "source_q4": ExerciseInfo(
-        "reasoning",
-        ("throughput for chat", "GPU utilisation as a target", "TTFT for batch jobs"),
-        source_question=4,
-    ),
-    "metrics_from_trace": ExerciseInfo(
-        "reasoning",
-        (
-            "TPOT over n instead of n − 1",
-            "a TPOT for a one-token request",
-            "ITL per token instead of per chunk",
-            "TTFT from scheduling instead of sending",
-            "goodput counting any target met",
-            "failed requests counted",
-            "TPOT or ITL statistics over the wrong values",
-            "goodput as a count, not a rate",
-        ),
-    ),
-}
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"

@@ -30,7 +30,6 @@ from llmlab.course.check.ch11.chunked import (
     build_chunked_prefill,
     plan_cases,
 )
-from llmlab.course.check.ch11.exercises import EXERCISES
 from llmlab.course.check.ch11.questions import (
     CHUNK_BUDGET,
     CHUNK_DECODES,
@@ -40,6 +39,7 @@ from llmlab.course.check.ch11.questions import (
     EVICT_BLOCK_SIZE,
     EVICT_NUM_BLOCKS,
     EVICT_PREFIX,
+    EXERCISES,
     EXPLORER_STAGE,
     HIT_BLOCK_SIZE,
     HIT_OWN_LEN,

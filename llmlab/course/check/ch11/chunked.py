@@ -9,11 +9,9 @@ from typing import Any
 from llmlab.course.check.build_guard import refuse_build_answer
 from llmlab.course.check.catalog import catalog
 from llmlab.course.check.ch11.block_pool import BUILDS
-from llmlab.course.check.ch11.exercises import EXERCISES
 from llmlab.course.check.ch11.questions import CHUNK_BUDGET, CHUNK_DECODES, CHUNK_PROMPT_LEN
 from llmlab.course.check.core import (
     CheckResult,
-    ExerciseInfo,
     not_yet,
     passed,
 )
@@ -189,15 +187,3 @@ def build_chunked_prefill(answer: Any) -> CheckResult:
         ref_steps=ref["steps"],
     )
     return passed(ex, message)
-
-
-EXERCISES["build_chunked_prefill"] = ExerciseInfo(
-    "reasoning",
-    mistakes=(
-        "prompt scheduled whole beyond the budget",
-        "chunk not counting the decodes already in the step",
-        "chunk of 0 tokens",
-        "prefill chunk before the decodes",
-        "a request given other than min(tokens left, budget left)",
-    ),
-)

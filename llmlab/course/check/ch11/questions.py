@@ -1,6 +1,7 @@
 """Chapter 11's questions: a token's slot, a prefix-cache hit, the waste of a block table, the
 source chapter's question 5, eviction order, chunked-prefill steps, the block-allocation
-explorer, and why our ratio to Hugging Face is not 24x; also the memory-waste figure's trace."""
+explorer, and why our ratio to Hugging Face is not 24x; also the memory-waste figure's trace, and
+the chapter's exercises, read from its catalog."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from llmlab.i18n import Bilingual
 from llmlab.utils import cdiv
 
 M = catalog("ch11")
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"
 
 
 # ---- the memory-waste trace of the chapter (llmlab.analysis.sim.make_trace arguments) -----------------

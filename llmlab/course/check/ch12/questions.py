@@ -1,76 +1,13 @@
-"""What the instructors' table says about each of chapter 12's exercises, and the source chapter's
-five self-check questions with the checkers that ask each."""
+"""The source chapter's five self-check questions, with the checkers that ask each; the chapter's
+exercises, read from its catalog."""
 
 from __future__ import annotations
 
 from llmlab.course.check.catalog import catalog
-from llmlab.course.check.core import (
-    ExerciseInfo,
-)
 from llmlab.i18n import Bilingual
 
 M = catalog("ch12")
 
-EXERCISES: dict[str, ExerciseInfo] = {
-    "generation_loop_steps": ExerciseInfo(
-        "reasoning",
-        (
-            "cache written by the projections",
-            "attention thought only to read",
-            "decode re-entering at tokenize",
-            "steps out of order",
-            "past K/V recomputed",
-        ),
-        source_question=1,
-    ),
-    "glossary_match": ExerciseInfo("recall", ("a neighbouring term's Chinese name",)),
-    "vllm_fixes": ExerciseInfo(
-        "reasoning",
-        (
-            "prefix caching for fragmentation",
-            "KV quantization for fragmentation",
-            "speculative decoding for throughput",
-        ),
-    ),
-    "symptoms": ExerciseInfo(
-        "reasoning",
-        ("slow tokenizer blamed", "temperature blamed", "a pipeline bubble in tensor parallelism"),
-    ),
-    "vllm_feature": ExerciseInfo(
-        "reasoning",
-        (
-            "a feature llmlab has too",
-            "a file where vLLM does not do it",
-            "a file not in the installed vLLM",
-        ),
-    ),
-    "kv_gb_fresh_case": ExerciseInfo(
-        "plug-in",
-        (
-            "BF16 instead of FP8",
-            "one layer only",
-            "hidden size instead of KV heads",
-            "K without V",
-            "GiB vs GB",
-        ),
-        source_question=2,
-    ),
-    "q3_fresh_case": ExerciseInfo(
-        "reasoning",
-        ("weights read once per sequence", "KV cache left out", "bound misjudged"),
-        source_question=3,
-    ),
-    "q4_fresh_case": ExerciseInfo(
-        "reasoning",
-        ("the larger batch past the TPOT target", "the smaller batch for a throughput job"),
-        source_question=4,
-    ),
-    "q5_fresh_case": ExerciseInfo(
-        "reasoning",
-        ("paging for allocation on demand", "copy-on-write for reference counting"),
-        source_question=5,
-    ),
-}
 
 # The source chapter's five self-check questions, each with the checkers (module, function) for it.
 SEED_QUESTIONS_EN: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {
@@ -112,3 +49,5 @@ SEED_QUESTIONS_ZH: dict[int, str] = {
 }
 # shown in the language in use; the keys are what the student answers with
 SEED_QUESTIONS = Bilingual(SEED_QUESTIONS_EN, SEED_QUESTIONS_ZH)
+
+EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"
