@@ -46,12 +46,11 @@ def tr(en: str, zh: str) -> str:
 
 
 class Bilingual(Mapping):
-    """A read-only mapping whose values are shown in the language in use; the keys (what a
-    student answers with) are the same in both. Values that are tuples get their first item
-    translated (e.g. (question, checkers)).
+    """A read-only mapping whose values are shown in the language in use, the keys the same in
+    both (the hardware presets' texts, whose Chinese their data file gives beside the English).
 
-        OPTIONS = Bilingual({"a": "a cache hit"}, {"a": "缓存命中"})
-        for key, text in OPTIONS.items(): print(key, text)     # English, or Chinese after set_language("zh")
+        LEVEL = Bilingual({"name": "L2 cache"}, {"name": "L2 缓存"})
+        for key, text in LEVEL.items(): print(key, text)     # English, or Chinese after set_language("zh")
     """
 
     def __init__(self, en: dict, zh: dict) -> None:
@@ -63,10 +62,7 @@ class Bilingual(Mapping):
         self.en, self.zh = dict(en), dict(zh)
 
     def __getitem__(self, key):
-        value = self.en[key]
-        if isinstance(value, tuple):
-            return (tr(value[0], self.zh[key]), *value[1:])
-        return tr(value, self.zh[key])
+        return tr(self.en[key], self.zh[key])
 
     def __iter__(self):
         return iter(self.en)

@@ -3,7 +3,8 @@ the widgets' `llmlab/course/{figures,widgets}/messages/*.json`) and the code tha
 agree: every key a module uses (read from its source: the literal first argument of `M(...)`,
 `M.key(...)`, `M.template(...)`, `M.text(...)` where `M = catalog("...")`, every key of the
 section `M.by_english(text, "section")` looks in, the key "section.name" of each option of
-`M.choices("section", (...names))` or `M.texts(...)`, and a figure's three texts "name.xlabel",
+`M.choices("section", (...names))` or `M.texts(...)` (the names written in the call, or a table of
+the module's top, `tuple(TABLE)`: a dict's keys), and a figure's three texts "name.xlabel",
 "name.ylabel", "name.title" of `M.figure("name")`) is in its catalog, every catalog key is used,
 the keywords of a call fill exactly the template's placeholders, and every entry has a Chinese
 text made from its current English (`en_sha`) with the same placeholders. Planted mistakes (a
@@ -96,6 +97,13 @@ def uses(source: str, name: str) -> list[Use]:
             (arg,) = node.value.args
             for target in node.targets:
                 bound[target.id] = arg.value
+    tables = {  # the tuples and dicts written at the top of the module, by name
+        node.targets[0].id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, (ast.Tuple, ast.List, ast.Dict))
+    }
     found = implicit_uses(tree, name)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -114,8 +122,8 @@ def uses(source: str, name: str) -> list[Use]:
             and len(node.args) == 2
             and isinstance(node.args[0], ast.Constant)
         ):
-            names = node.args[1]
-            if isinstance(names, (ast.Tuple, ast.List)):  # a key per option
+            names = _literal_names(node.args[1], tables)
+            if names is not None:  # a key per option
                 found += [
                     Use(
                         f"{name}.py:{node.lineno}",
@@ -123,7 +131,7 @@ def uses(source: str, name: str) -> list[Use]:
                         f"{node.args[0].value}.{n.value}",
                         None,
                     )
-                    for n in names.elts
+                    for n in names
                     if isinstance(n, ast.Constant)
                 ]
                 continue
@@ -144,6 +152,18 @@ def uses(source: str, name: str) -> list[Use]:
             keywords = frozenset(k.arg for k in node.keywords)
         found.append(Use(f"{name}.py:{node.lineno}", bound[owner], key, keywords))
     return found
+
+
+def _literal_names(node: ast.AST, tables: dict[str, ast.AST]) -> list[ast.AST] | None:
+    """The option names `M.choices` / `M.texts` is given, where they are written: a tuple in the
+    call, or a table of the module by name, `TABLE` or `tuple(TABLE)` (a dict: its keys)."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tuple" and node.args:
+        node = node.args[0]
+    if isinstance(node, ast.Name):
+        node = tables.get(node.id, node)
+    if isinstance(node, ast.Dict):
+        return node.keys
+    return node.elts if isinstance(node, (ast.Tuple, ast.List)) else None
 
 
 def figure_uses(node: ast.Call, where: str, catalog_name: str) -> list[Use]:

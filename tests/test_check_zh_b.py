@@ -18,7 +18,7 @@ from test_zh_terms import PENDING_TERMS
 
 from llmlab import i18n
 from llmlab.course.check import core
-from llmlab.course.check.catalog import Texts
+from llmlab.course.check.catalog import Texts, catalog_path
 from llmlab.course.glossary import SOURCE_QUOTE, has_cjk, zh_synonym_uses
 from llmlab.course.instructor.leaks import number_forms
 
@@ -193,9 +193,17 @@ def test_right_answers_pass_in_chinese_with_a_chinese_verdict(zh):
 
 
 def _chinese_strings():
+    read = set()
     for f in FILES:
-        messages = (ROOT / f).parent / "messages" / f"{Path(f).stem}.json"
-        if messages.exists():  # the module's catalog (llmlab.course.check.catalog)
+        # the module's catalog (llmlab.course.check.catalog); a chapter package's is the chapter's
+        folder = (ROOT / f).parent
+        messages = (
+            catalog_path(folder.name)
+            if folder.name in MODULES
+            else folder / "messages" / f"{Path(f).stem}.json"
+        )
+        if messages.exists() and messages not in read:
+            read.add(messages)
             for key, entry in json.loads(messages.read_text(encoding="utf-8"))["messages"].items():
                 yield f"{messages.name} {key}", 0, entry["zh"]
         tree = ast.parse((ROOT / f).read_text(encoding="utf-8"))
@@ -337,14 +345,28 @@ def test_doctor_report_speaks_chinese_and_still_finds_a_missing_model(zh, monkey
 
 
 def test_texts_the_notebooks_print_have_chinese_for_every_key():
-    from llmlab.course.check import ch10, ch11, ch12
+    from llmlab.course.check import ch00, ch01, ch05, ch10, ch11, ch12
 
-    for english, chinese in (
-        (ch10.BURSTINESS_STATEMENTS, ch10.BURSTINESS_STATEMENTS_ZH),
-        (ch11.RATIO_OPTIONS, ch11.RATIO_OPTIONS_ZH),
-        (ch12.SEED_QUESTIONS, ch12.SEED_QUESTIONS_ZH),
-    ):
-        assert list(chinese) == list(english) and all(CJK.search(t) for t in chinese.values())
+    tables = [
+        ch00.NUMBERS,
+        ch00.SYMPTOMS,
+        ch01.VOCAB_EFFECTS,
+        ch05.ORDER_OPTIONS,
+        ch10.BURSTINESS_STATEMENTS,
+        ch11.RATIO_OPTIONS,
+        ch12.Q4_PRODUCTS,
+        ch12.SEED_QUESTIONS,
+    ]
+    with i18n.speaking("en"):
+        english = [dict(table) for table in tables]
+    with i18n.speaking("zh"):
+        chinese = [dict(table) for table in tables]
+    for en, zh in zip(english, chinese):
+        assert list(zh) == list(en)
+        for key in en:  # (question, checkers): the question is the text, the checkers the same
+            en_text, *en_rest = en[key] if isinstance(en[key], tuple) else (en[key],)
+            zh_text, *zh_rest = zh[key] if isinstance(zh[key], tuple) else (zh[key],)
+            assert not CJK.search(en_text) and CJK.search(zh_text) and en_rest == zh_rest, key
 
 
 def test_quotes_of_the_seed_are_verbatim():

@@ -130,29 +130,26 @@ def test_the_same_chinese_in_another_module_is_a_new_pair_not_a_stale_one():
     assert (d.what, d.module) == ("reused", "llmlab.other")
 
 
-def test_the_reader_pairs_named_constants_and_bilingual_tables_by_key():
+def test_the_reader_pairs_named_constants_tuples_and_tables():
     source = (
         'WORD = "PASS"\n'
-        'WORD_ZH = "通过"\n'
-        "OPTIONS_EN = {\n"
-        '    "same_result": "nothing changes",\n'
-        '    "q1": ("the question", ("ch04", "kv")),\n'
-        "}\n"
-        'OPTIONS_ZH: dict[str, str] = {"same_result": "没有影响", "q1": "那个问题"}\n'
-        "OPTIONS = Bilingual(OPTIONS_EN, OPTIONS_ZH)\n"
+        'WORD_ZH: str = "通过"\n'
         'HEADERS_ZH = {"policy": "策略"}\n'
         'LEVELS = (("L2 cache", "L2 缓存"),)\n'
         "def word():\n"
-        "    return tr(WORD, WORD_ZH)\n"
+        "    return tr(WORD, WORD_ZH) + tr(WORD, WORD_ZH)\n"
     )
-    pairs = package_pairs.pairs_of(lang.source_strings(source, "llmlab/m.py"))
-    assert pairs == {
+    strings = lang.source_strings(source, "llmlab/m.py")
+    assert [(s.line, s.zh, s.en) for s in strings] == [
+        (2, "通过", "PASS"),  # once, though two calls name it
+        (3, "策略", "policy"),
+        (4, "L2 缓存", "L2 cache"),
+    ]
+    assert package_pairs.pairs_of(strings) == {
         ("PASS", "通过"): {"llmlab.m"},
-        ("nothing changes", "没有影响"): {"llmlab.m"},
-        ("the question", "那个问题"): {"llmlab.m"},
         ("policy", "策略"): {"llmlab.m"},
         ("L2 cache", "L2 缓存"): {"llmlab.m"},
-    }  # the Bilingual table's Chinese is not read again as {"same_result": "没有影响"}
+    }
 
 
 def test_checker_texts_kept_in_their_catalogs_are_not_pairs(found):

@@ -1,7 +1,7 @@
 """One term per concept beyond the notebooks, and widget labels quoted as the widgets show them.
 
 1. The Chinese half of every bilingual pair in the package (`llmlab.course.lang.package_strings`:
-   `tr(en, zh)`, `Bilingual`, ("English", "中文") tuples, {"English": "中文"} tables) uses the
+   `tr(en, zh)`, ("English", "中文") tuples, {"English": "中文"} tables) uses the
    glossary's term, never a name the glossary says to avoid.
 2. A widget label that a Chinese notebook cell quotes (in 「」 or “”) is written as the Chinese
    widget shows it: 「4. A 结束」, not “A finishes”; and no Chinese cell or Chinese package string
@@ -67,7 +67,6 @@ def test_package_strings_are_found_by_reading_the_source():
         'y = tr(f"context {n}", f"上下文 {n}")\n'
         'HINTS = {"k": ("Off by 8.", "差了 8 倍。")}\n'
         'H = {"decode step": "decode step", "policy": "策略"}\n'
-        'B = Bilingual({"a": "a hit"}, {"a": "命中"})\n'
         'z = "只有中文，没有英文"\n'
     )
     found = {s.zh: s.en for s in lang.source_strings(source, "m.py")}
@@ -76,7 +75,6 @@ def test_package_strings_are_found_by_reading_the_source():
         "上下文 {n}": "context {n}",
         "差了 8 倍。": "Off by 8.",
         "策略": "policy",
-        "命中": "a hit",
     }
 
 

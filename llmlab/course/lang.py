@@ -35,13 +35,13 @@ makes a new text) with an empty translation.
 
 The package speaks Chinese through `tr(en, zh)` pairs written where they are used (checkers,
 widgets, figures, analysis). `package_strings()` finds each pair by reading the source (no
-import): the two arguments of every `tr(...)` call, the values of `Bilingual(en, zh)` matched by
-key (each argument a dict written in the call or a constant of the module, as are the arguments
-of `tr(PASS_WORD, PASS_WORD_ZH)`), then every ("English", "中文") tuple (the tables `tr(*pair)`
-unpacks) and every {"English": "中文"} entry of a dict (lookup tables keyed by the English they
-translate, such as the figures' table headers). `lint_package()` holds the Chinese halves to the
-glossary like the notebooks' translations; `python -m llmlab lang pairs zh` keeps every pair in
-a reviewed catalog, so that an English edit flags its Chinese (`llmlab.course.package_pairs`).
+import): the two arguments of every `tr(...)` call (each a text written in the call or a
+constant of the module, as in `tr(PASS_WORD, PASS_WORD_ZH)`), every ("English", "中文") tuple (the
+tables `tr(*pair)` unpacks) and every {"English": "中文"} entry of a dict (lookup tables keyed by
+the English they translate, such as the figures' table headers). `lint_package()` holds the
+Chinese halves to the glossary like the notebooks' translations; `python -m llmlab lang pairs zh`
+keeps every pair in a reviewed catalog, so that an English edit flags its Chinese
+(`llmlab.course.package_pairs`).
 """
 
 from __future__ import annotations
@@ -227,8 +227,7 @@ def _has_cjk(text: str) -> bool:
 
 def _module_values(tree: ast.Module) -> dict[str, ast.AST]:
     """What the top of a module binds to a name (`NAME = ...`, `NAME: T = ...`), so that a pair
-    written as `tr(PASS_WORD, PASS_WORD_ZH)` or `Bilingual(NUMBERS_EN, NUMBERS_ZH)` is read from
-    the constants it names."""
+    written as `tr(PASS_WORD, PASS_WORD_ZH)` is read from the constants it names."""
     values: dict[str, ast.AST] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
@@ -247,7 +246,6 @@ def source_strings(source: str, path: str = "") -> list[PackageString]:
     tree = ast.parse(source)
     values = _module_values(tree)
     found: list[PackageString] = []
-    claimed: set[int] = set()  # the Chinese nodes an explicit pair (tr, Bilingual) has read
     added: set[tuple[int, str]] = set()
 
     def named(node: ast.AST) -> ast.AST:
@@ -261,39 +259,17 @@ def source_strings(source: str, path: str = "") -> list[PackageString]:
         added.add((id(node), en))
         found.append(PackageString(path, node.lineno, text, en))
 
-    # the explicit pairs first: their Chinese is not read again as a {"English": "中文"} entry
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or len(node.args) < 2:
-            continue
-        if _is_tr(node.func):
-            en, zh = named(node.args[0]), named(node.args[1])
-            claimed.add(id(zh))
-            add(zh, en)
-        elif getattr(node.func, "id", getattr(node.func, "attr", None)) == "Bilingual":
-            en_dict, zh_dict = named(node.args[0]), named(node.args[1])
-            if not isinstance(zh_dict, ast.Dict):
-                continue
-            en_values = (
-                {ast.unparse(k): v for k, v in zip(en_dict.keys, en_dict.values) if k is not None}
-                if isinstance(en_dict, ast.Dict)
-                else {}
-            )
-            for k, v in zip(zh_dict.keys, zh_dict.values):
-                en_v = en_values.get(ast.unparse(k)) if k is not None else None
-                if isinstance(en_v, ast.Tuple) and en_v.elts:  # (question, checkers): the text
-                    en_v = en_v.elts[0]
-                claimed.add(id(v))
-                add(v, en_v)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+        if isinstance(node, ast.Call) and len(node.args) >= 2 and _is_tr(node.func):
+            add(named(node.args[1]), named(node.args[0]))
+        elif isinstance(node, ast.Tuple) and len(node.elts) == 2:
             en, zh = (_text(e) for e in node.elts)
             if en is not None and zh is not None and not _has_cjk(en):
-                if id(node.elts[1]) not in claimed:
-                    add(node.elts[1], node.elts[0])
+                add(node.elts[1], node.elts[0])
         elif isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
                 en = _text(k) if k is not None else None
-                if en is not None and not _has_cjk(en) and id(v) not in claimed:
+                if en is not None and not _has_cjk(en):
                     add(v, k)
     return sorted(found, key=lambda s: s.line)
 

@@ -2,8 +2,8 @@
 ships its old Chinese silently.
 
 Outside the checkers' catalogs the package speaks Chinese through pairs written in its source:
-`tr(en, zh)` calls, `Bilingual(en, zh)` tables, ("English", "中文") tuples and {"English": "中文"}
-lookup tables, which `llmlab.course.lang.package_strings` reads without importing anything. The
+`tr(en, zh)` calls, ("English", "中文") tuples and {"English": "中文"} lookup tables, which
+`llmlab.course.lang.package_strings` reads without importing anything. The
 catalog `i18n/<lang>/package-pairs.json` records each distinct pair once, with the sha256 of its
 English (`lang.en_sha`, as the notebooks' stores keep it) and the modules that hold it, sorted by
 the English:
@@ -24,9 +24,8 @@ Compared with the source, a pair of module m is
 `--write` is the reviewer's signal: it stamps the Chinese of every pair as made from its English.
 An entry whose `en_sha` is not its English's (the English edited in the catalog by hand) counts
 as not recorded. The checkers' hints and verdicts are in `llmlab/course/check/messages/*.json`,
-by key, under the same rule; only the pairs written in code are here (in the checkers, the
-`Bilingual` option tables and the verdict words of `check/core.py`; in the build exercises, the
-two errors of `build/ch07.py`).
+by key, under the same rule; only the pairs written in code are here (of the checkers, the
+verdict words of `check/core.py`).
 """
 
 from __future__ import annotations

@@ -293,6 +293,9 @@ class Texts(Mapping):
     def __len__(self) -> int:
         return len(self._keys)
 
+    def __repr__(self) -> str:  # shown in a notebook: the texts, as a dict
+        return repr(dict(self.items()))
+
 
 @functools.lru_cache(maxsize=None)
 def catalog(name: str) -> Catalog:

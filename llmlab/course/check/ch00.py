@@ -16,7 +16,6 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.course.check.question import Expected, choice, matching, numeric
-from llmlab.i18n import Bilingual
 
 M = catalog("ch00")
 
@@ -78,22 +77,7 @@ def throughput_vs_wait(answer: Any) -> CheckResult:
 
 # Exercise 00.2: how the course treats a number, as the top of the chapter says.
 NUMBER_KINDS = ("derive", "measure", "compute")
-NUMBERS_EN = {
-    "head_size_of_hidden_4096_and_32_heads": "the size of one attention head, hidden size 4096 over 32 heads",
-    "tokens_per_english_word": "how many tokens an English word takes, on average",
-    "decode_step_ms_70b_on_h100": "the time of one decode step of a 70B model on an H100",
-    "kv_bytes_per_token_llama3_70b": "the bytes of KV cache one token of Llama-3-70B needs",
-    "ms_per_token_smollm2_here": "the time SmolLM2 takes per generated token",
-}
-NUMBERS_ZH = {
-    "head_size_of_hidden_4096_and_32_heads": "一个注意力头的维度：hidden size 4096 分给 32 个头",
-    "tokens_per_english_word": "一个英文单词平均占几个 token",
-    "decode_step_ms_70b_on_h100": "70B 模型在 H100 上一步 decode 耗时",
-    "kv_bytes_per_token_llama3_70b": "Llama-3-70B 每个 token 需要多少字节 KV cache",
-    "ms_per_token_smollm2_here": "SmolLM2 每生成一个 token 要花多少时间",
-}
-# shown in the language in use; the keys are what the student answers with
-NUMBERS = Bilingual(NUMBERS_EN, NUMBERS_ZH)
+# how the course gets each number (the answer); the keys are what the student answers with
 _NUMBER_KIND = {
     "head_size_of_hidden_4096_and_32_heads": "derive",
     "tokens_per_english_word": "measure",
@@ -101,16 +85,9 @@ _NUMBER_KIND = {
     "kv_bytes_per_token_llama3_70b": "derive",
     "ms_per_token_smollm2_here": "measure",
 }
-_NUMBER_HINTS = M.texts(
-    "number_kinds",
-    (
-        "head_size_of_hidden_4096_and_32_heads",
-        "tokens_per_english_word",
-        "decode_step_ms_70b_on_h100",
-        "kv_bytes_per_token_llama3_70b",
-        "ms_per_token_smollm2_here",
-    ),
-)
+# each number (NUMBERS, the notebook prints it) and the hint for it, in the language in use
+NUMBERS = M.texts("numbers", tuple(_NUMBER_KIND))
+_NUMBER_HINTS = M.texts("number_kinds", tuple(_NUMBER_KIND))
 
 
 @matching(NUMBER_KINDS, _NUMBER_HINTS)
@@ -180,29 +157,8 @@ def dominant_step(answer: Any) -> CheckResult:
 
 
 # Symptoms a reader of the source chapter meets in practice → the chapter whose idea explains it.
-SYMPTOMS_EN = {
-    "first_word_late": "a user waits two seconds for the first word of the answer to a long "
-    "document, then the words stream quickly",
-    "memory_runs_out": "the server runs out of GPU memory at 20 long conversations, although the "
-    "weights fill only half the card",
-    "batch_is_free": "serving 32 users at once makes each user's stream only a little slower "
-    "than serving one",
-    "needs_nvlink": "a model too big for one GPU has the matrices of every layer split across 8 "
-    "GPUs, and is fast only when they are linked by NVLink",
-    "chinese_costs_more": "the same question costs more in Chinese than in English at a price "
-    "per token",
-}
-SYMPTOMS_ZH = {
-    "first_word_late": "用户对一篇长文档提问，要等两秒才看到回答第一个词，之后的词很快流出来",
-    "memory_runs_out": "服务器在 20 个长对话时就耗尽了 GPU 显存，而权重只占了半张卡",
-    "batch_is_free": "同时服务 32 个用户，每个用户收到输出只比单独服务时慢一点点",
-    "needs_nvlink": "一块 GPU 装不下的模型，每一层矩阵切到 8 块 GPU 上，只有用 NVLink 相连时才快",
-    "chinese_costs_more": "按 token 计价时，同一个问题用中文问比用英文问更贵",
-}
-# shown in the language in use; the keys are what the student answers with
-SYMPTOMS = Bilingual(SYMPTOMS_EN, SYMPTOMS_ZH)
 CHAPTER_CHOICES = tuple(f"{n:02d}" for n in range(1, 13))
-# Every defensible chapter for each symptom.
+# Every defensible chapter for each symptom; the keys are what the student answers with.
 _SYMPTOM_CHAPTERS = {
     "first_word_late": frozenset({"05", "10"}),
     "memory_runs_out": frozenset({"04", "11"}),
@@ -210,11 +166,9 @@ _SYMPTOM_CHAPTERS = {
     "needs_nvlink": frozenset({"09"}),
     "chinese_costs_more": frozenset({"01"}),
 }
-# The hint per symptom, in the language in use.
-_SYMPTOM_HINTS = M.texts(
-    "symptom_to_chapter",
-    ("first_word_late", "memory_runs_out", "batch_is_free", "needs_nvlink", "chinese_costs_more"),
-)
+# each symptom (SYMPTOMS, the notebook prints it) and the hint for it, in the language in use
+SYMPTOMS = M.texts("symptoms", tuple(_SYMPTOM_CHAPTERS))
+_SYMPTOM_HINTS = M.texts("symptom_to_chapter", tuple(_SYMPTOM_CHAPTERS))
 
 
 def _chapter_label(value: Any) -> Any:

@@ -19,7 +19,6 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.course.check.question import Expected, matching, numeric
-from llmlab.i18n import Bilingual
 
 M = catalog("ch01")
 
@@ -241,25 +240,8 @@ def han_by_tokens(answer: Any) -> CheckResult:
 # ----------------------------------------------------------------------------- vocabulary size
 
 BIGGER_VOCAB = 2 * VOCAB_SIZE
-VOCAB_EFFECTS_EN = {
-    "embedding_table_bytes": "bytes of the token embedding table",
-    "bits_per_token_id": "bits needed for one token id",
-    "kv_bytes_per_token": "KV-cache bytes per token",
-    "prompt_kv_bytes": "KV-cache bytes for the whole prompt",
-    "lm_head_flops_per_token": "FLOPs of the final lm_head per generated token",
-    "forwards_for_the_reply": "forward passes to generate the same reply text",
-}
-VOCAB_EFFECTS_ZH = {
-    "embedding_table_bytes": "token embedding 表占多少字节",
-    "bits_per_token_id": "表示一个 token id 需要几位",
-    "kv_bytes_per_token": "每个 token 占多少 KV cache 字节",
-    "prompt_kv_bytes": "整个 prompt 占多少 KV cache 字节",
-    "lm_head_flops_per_token": "每生成一个 token，最后 lm_head 要做多少 FLOPs",
-    "forwards_for_the_reply": "生成同一段回复要做几次前向计算",
-}
-# shown in the language in use; the keys are what the student answers with
-VOCAB_EFFECTS = Bilingual(VOCAB_EFFECTS_EN, VOCAB_EFFECTS_ZH)
 CHANGES = ("up", "down", "unchanged")
+# how each effect changes (the answer); the keys are what the student answers with
 _EFFECTS_RIGHT = {
     "embedding_table_bytes": "up",
     "bits_per_token_id": "up",
@@ -268,18 +250,9 @@ _EFFECTS_RIGHT = {
     "lm_head_flops_per_token": "up",
     "forwards_for_the_reply": "down",
 }
-# The hint per effect, in the language in use.
-_EFFECTS_HINTS = M.texts(
-    "vocab_tradeoff",
-    (
-        "embedding_table_bytes",
-        "bits_per_token_id",
-        "kv_bytes_per_token",
-        "prompt_kv_bytes",
-        "lm_head_flops_per_token",
-        "forwards_for_the_reply",
-    ),
-)
+# each effect (VOCAB_EFFECTS, the notebook prints it) and the hint for it, in the language in use
+VOCAB_EFFECTS = M.texts("vocab_effects", tuple(_EFFECTS_RIGHT))
+_EFFECTS_HINTS = M.texts("vocab_tradeoff", tuple(_EFFECTS_RIGHT))
 
 
 @matching(CHANGES, _EFFECTS_HINTS)

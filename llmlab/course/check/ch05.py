@@ -17,7 +17,6 @@ from llmlab.course.check.core import (
     record_expected_word,
 )
 from llmlab.course.check.question import Expected, choice, numeric
-from llmlab.i18n import Bilingual
 
 M = catalog("ch05")
 
@@ -40,21 +39,11 @@ _NO_CACHE = {
 
 
 # Exercise 5: why the attention step stores this step's k and v before it reads the cache.
-ORDER_OPTIONS_EN = {
-    "same_result": "nothing: the output is the same either way",
-    "token_misses_itself": "each new token would attend to every earlier token but not to itself: "
-    "its own key and value would be missing from the softmax",
-    "cache_overflows": "the cache would run out of slots sooner",
-    "earlier_keys_overwritten": "the new k and v would overwrite earlier tokens' entries",
-}
-ORDER_OPTIONS_ZH = {
-    "same_result": "没有影响：两种顺序的输出完全一样",
-    "token_misses_itself": "每个新 token 会关注之前全部 token，却关注不到自己：softmax 里少了这个 token 自己的 key 和 value",
-    "cache_overflows": "cache 会更早用完槽位",
-    "earlier_keys_overwritten": "新 k 和 v 会覆盖之前 token 的条目",
-}
-# shown in the language in use; the keys are what the student answers with
-ORDER_OPTIONS = Bilingual(ORDER_OPTIONS_EN, ORDER_OPTIONS_ZH)
+# the options, shown in the language in use; the keys are what the student answers with
+ORDER_OPTIONS = M.texts(
+    "order_options",
+    ("same_result", "token_misses_itself", "cache_overflows", "earlier_keys_overwritten"),
+)
 _ORDER_HINTS = M.texts(
     "order_hints", ("same_result", "cache_overflows", "earlier_keys_overwritten")
 )

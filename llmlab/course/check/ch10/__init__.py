@@ -21,8 +21,6 @@ from llmlab.course.check.ch10.metrics_build import (
 from llmlab.course.check.ch10.questions import (
     BURSTINESS_MISSED,
     BURSTINESS_STATEMENTS,
-    BURSTINESS_STATEMENTS_EN,
-    BURSTINESS_STATEMENTS_ZH,
     BURSTINESS_TRUE,
     BURSTINESS_WHY_WRONG,
     COST_PRICE_PER_HOUR,

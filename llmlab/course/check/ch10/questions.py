@@ -21,7 +21,6 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.course.check.question import Expected, matching, numeric
-from llmlab.i18n import Bilingual
 
 M = catalog("ch10")
 
@@ -136,29 +135,21 @@ def goodput() -> Expected:
 
 # ----------------------------------------------------------------- the arrival explorer's task
 
-# Statements about two arrival streams at the same rate, burstiness 0.2 and burstiness 5 (keys
-# in a fixed shuffled order; the notebook lists them in this order).
-BURSTINESS_STATEMENTS_EN = {
-    "fewer_per_second": "at 0.2, fewer requests arrive per second on average",
-    "short_gaps": "at 0.2, many more gaps are shorter than a tenth of the mean gap",
-    "poisson": "burstiness 5 is what vLLM's benchmark client calls Poisson arrivals",
-    "same_mean_gap": "the mean gap between arrivals is about the same at both",
-    "ttft_tail": "sent to the same server, the 0.2 stream will likely show the higher p99 TTFT",
-    "more_throughput": "over a long run, the 0.2 stream gets more requests/s out of the server",
-    "less_spread": "at 5, the gaps vary less than Poisson gaps do",
-}
-# the statements in Chinese, the notebook prints them through BURSTINESS_STATEMENTS
-BURSTINESS_STATEMENTS_ZH = {
-    "fewer_per_second": "burstiness 为 0.2 时，平均每秒到达请求更少",
-    "short_gaps": "burstiness 为 0.2 时，短于平均间隔十分之一的间隔多得多",
-    "poisson": "burstiness 为 5，就是 vLLM 基准测试客户端所说的泊松到达",
-    "same_mean_gap": "两种设置下，相邻到达平均间隔差不多",
-    "ttft_tail": "发给同一台服务器时，0.2 那股请求流多半会有更高 p99 TTFT",
-    "more_throughput": "长期来看，0.2 那股请求流能从服务器拿到更多 requests/s",
-    "less_spread": "burstiness 为 5 时，间隔波动比泊松过程小",
-}
-# shown in the language in use; the keys are what the student answers with
-BURSTINESS_STATEMENTS = Bilingual(BURSTINESS_STATEMENTS_EN, BURSTINESS_STATEMENTS_ZH)
+# Statements about two arrival streams at the same rate, burstiness 0.2 and burstiness 5, shown
+# in the language in use; the keys are what the student answers with, in a fixed shuffled order
+# (the notebook lists them in this order).
+BURSTINESS_STATEMENTS = M.texts(
+    "burstiness_statements",
+    (
+        "fewer_per_second",
+        "short_gaps",
+        "poisson",
+        "same_mean_gap",
+        "ttft_tail",
+        "more_throughput",
+        "less_spread",
+    ),
+)
 BURSTINESS_TRUE = frozenset({"short_gaps", "same_mean_gap", "ttft_tail", "less_spread"})
 # the hint for each false statement, and for each true one a student may miss
 BURSTINESS_WHY_WRONG = M.texts(

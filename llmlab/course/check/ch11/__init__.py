@@ -49,8 +49,6 @@ from llmlab.course.check.ch11.questions import (
     Q5_DESIGNS,
     RATIO_CORRECT,
     RATIO_OPTIONS,
-    RATIO_OPTIONS_EN,
-    RATIO_OPTIONS_ZH,
     SLOT_BLOCK_SIZE,
     SLOT_BLOCK_TABLE,
     SLOT_POSITION,

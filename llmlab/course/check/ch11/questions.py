@@ -18,7 +18,6 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.course.check.question import Expected, matching, numeric
-from llmlab.i18n import Bilingual
 from llmlab.utils import cdiv
 
 M = catalog("ch11")
@@ -312,30 +311,8 @@ def explorer_cached_free() -> Expected:
 
 
 # ---- why our ratio is not the source chapter's 24x -----------------------------------------------
-RATIO_OPTIONS_EN = {
-    "a": "With fewer requests, llmlab's scheduler and block manager take most of each step's time.",
-    "b": "hf-sequential's tokens per second do not depend on how many requests wait, llmlab's do: "
-    "with 12 requests at most 12 sequences share a step (fewer as they finish), so each read "
-    "of the weights is spread over fewer tokens than with 64.",
-    "c": "A CPU is memory-bound at small batches, so batching 12 requests helps less than "
-    "batching 64.",
-    "d": "Prefix caching finds fewer shared prefixes among 12 requests than among 64.",
-    "e": "The fast workload's outputs are short (8 to 32 tokens, against 32 to 128), so the "
-    "prompts' prefill, where one request alone already fills a matrix of many rows and "
-    "batching gains little, is a larger share of the work.",
-}
-# the options in Chinese, for the notebook to print with tr(text, RATIO_OPTIONS_ZH[letter])
-RATIO_OPTIONS_ZH = {
-    "a": "请求少的时候，llmlab 调度器和块管理器占去了每一步大部分时间。",
-    "b": "hf-sequential 每秒 token 数与排队请求数无关，llmlab 却有关。12 个请求时，一步里最多只有 "
-    "12 条序列（完成一条少一条），所以每读一遍权重分摊到的 token 比 64 个请求时少。",
-    "c": "CPU 在小 batch 时属于 memory-bound，所以 12 个请求组成 batch，收益不如 64 个。",
-    "d": "12 个请求之间能找到的共享前缀比 64 个请求之间少，前缀缓存命中得少。",
-    "e": "快速负载输出很短（8 到 32 个 token，完整负载是 32 到 128），所以 prompt 的 prefill 占了更多工作。"
-    "而 prefill 时单个请求本身就已是很多行的矩阵，batching 收益很小。",
-}
-# shown in the language in use; the keys are what the student answers with
-RATIO_OPTIONS = Bilingual(RATIO_OPTIONS_EN, RATIO_OPTIONS_ZH)
+# the options, shown in the language in use; the letters are what the student answers with
+RATIO_OPTIONS = M.texts("ratio_options", ("a", "b", "c", "d", "e"))
 RATIO_CORRECT = frozenset({"b", "e"})
 _RATIO_HINTS = M.texts("ratio_hints", ("a", "c", "d"))
 

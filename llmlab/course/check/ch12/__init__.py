@@ -31,8 +31,6 @@ from llmlab.course.check.ch12.fresh_cases import (
     Q4_GPU,
     Q4_MODEL,
     Q4_PRODUCTS,
-    Q4_PRODUCTS_EN,
-    Q4_PRODUCTS_ZH,
     Q4_TPOT_TARGET_S,
     Q5_ACCEPTED,
     Q5_MECHANISMS,
@@ -65,8 +63,6 @@ from llmlab.course.check.ch12.matching import (
 from llmlab.course.check.ch12.questions import (
     EXERCISES,
     SEED_QUESTIONS,
-    SEED_QUESTIONS_EN,
-    SEED_QUESTIONS_ZH,
 )
 from llmlab.course.check.ch12.vllm_reading import (
     BOTH_DO,

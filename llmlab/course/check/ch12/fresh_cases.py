@@ -19,7 +19,6 @@ from llmlab.course.check.core import (
     staged,
 )
 from llmlab.course.check.question import Expected, matching, numeric
-from llmlab.i18n import Bilingual
 
 M = catalog("ch12")
 
@@ -114,17 +113,8 @@ def q3_fresh_case(answer: Any) -> CheckResult:
 Q4_MODEL, Q4_GPU, Q4_CONTEXT = "llama-3-8b", "H100-SXM", 1024
 Q4_DEPLOYMENTS = {"A": 8, "B": 64}  # the most sequences a step runs
 Q4_TPOT_TARGET_S = 0.006  # the voice assistant's: speech must never stall
-Q4_PRODUCTS_EN = {
-    "voice_assistant": "a voice assistant that reads its answer aloud as it is generated: every "
-    "token must come within 6 ms, or the speech stalls",
-    "overnight_summaries": "summarising a million documents overnight: only the total tokens per "
-    "hour count",
-}
-Q4_PRODUCTS_ZH = {
-    "voice_assistant": "边生成边朗读答案的语音助手：每个 token 都必须在 6 ms 内出来，否则语音会卡顿",
-    "overnight_summaries": "一夜之间总结一百万篇文档：只看每小时产出 token 总数",
-}
-Q4_PRODUCTS = Bilingual(Q4_PRODUCTS_EN, Q4_PRODUCTS_ZH)
+# the products, shown in the language in use; the keys are what the student answers with
+Q4_PRODUCTS = M.texts("q4_products", ("voice_assistant", "overnight_summaries"))
 
 
 def q4_floors() -> dict[str, tuple[float, float]]:
