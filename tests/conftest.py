@@ -84,6 +84,31 @@ def bench_report(tmp_path):
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def record_driver(monkeypatch):
+    """`record_driver(module, name, answer)`: the list that each later call of the build driver
+    `module.name` on `answer` (its first argument) appends its return value to; the call itself
+    is unchanged. A test reads the run its checker made instead of making the same run again.
+    The recorder keeps the driver's name and module: `drive` calls only llmlab.course.build's."""
+    import functools
+
+    def record(module, name: str, answer) -> list:
+        runs = []
+        driver = getattr(module, name)
+
+        @functools.wraps(driver)
+        def recording(*args, **kwargs):
+            result = driver(*args, **kwargs)
+            if args and args[0] is answer:
+                runs.append(result)
+            return result
+
+        monkeypatch.setattr(module, name, recording)
+        return runs
+
+    return record
+
+
 def pytest_collection_modifyitems(config, items):
     """The longest tests first: notebooks executed headless, the grader's round trips and the
     browser tests take 10-45 s each, and handed out last they left one xdist worker running

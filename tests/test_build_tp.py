@@ -236,16 +236,22 @@ def test_run_tensor_parallel_uses_the_shard_fn_in_every_rank():
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.dist
-def test_solution_passes_and_its_engine_run_is_token_identical_to_the_package(tmp_path, english):
+def test_solution_passes_and_its_engine_run_is_token_identical_to_the_package(
+    tmp_path, english, record_driver
+):
     cls = define(solution_source(), tmp_path, "solution")
-    run = build.plug_in(cls, None, list(ch09.PLUG_PROMPT), ch09.PLUG_TOKENS)
+    # the verdict's own plug-in run (build.plug_in on this class and the exercise's prompt) is the
+    # one read below: two processes with SmolLM2, started once instead of twice
+    runs = record_driver(build, "plug_in", cls)
+    result = ch09.tp_layer._plug_in_verdict("ch09.tensor_parallel_layer", cls)
+    assert len(runs) == 1, result.message  # the checker stops before it on a wrong answer
+    [run] = runs
     layer0, tokens, hidden, layers = ch09.tp_layer._plug_reference(
         ch09.PLUG_MODEL, ch09.PLUG_PROMPT, ch09.PLUG_TOKENS
     )
     assert run["tokens"] == run["package_tokens"] == [tokens, tokens]
     assert run["layer_calls"] == [2, 2]
     assert run["layer_bytes"][0] == 2 * len(ch09.PLUG_PROMPT) * hidden * 4
-    result = ch09.tp_layer._plug_in_verdict("ch09.tensor_parallel_layer", cls)
     assert result, result.message
     for part in ("over gloo", "Measured (CPU, gloo", "yours 4608 B in 2 calls", "package's 4608 B"):
         assert part in result.message, result.message
