@@ -13,7 +13,10 @@ made from it, so an edit of the English marks the Chinese as stale.
         "zh": "这里每个数按 {got} 个字节算了；本题的 KV cache 是 BF16。"}}}
 
 Templates take named placeholders in `str.format` syntax ({got}, {expected:.1f}, {answer!r};
-literal braces doubled). A checker module reads its catalog once and calls it:
+literal braces doubled). A text that describes a record reads its fields itself: the call passes
+the record once (`M("roofline_text.decode_step_floor", s=summary, ...)`, `case=case`) and the
+template names the fields ({s.bound}, {case[budget]}); the placeholder is the name before the dot
+or bracket. A checker module reads its catalog once and calls it:
 
     M = catalog("ch04")
     M("kv_bytes.wrong_dtype", got=4)     # the text in the language in use

@@ -32,13 +32,8 @@ def batching_text(**trace: Any) -> str:
     return M(
         "batching_text.continuous_static_throughput",
         ratio=c.throughput / s.throughput,
-        continuous_latency=c.mean_latency,
-        static_latency=s.mean_latency,
-        continuous_throughput=c.throughput,
-        continuous_batch=c.mean_batch,
-        max_batch=c.max_batch,
-        static_throughput=s.throughput,
-        static_batch=s.mean_batch,
+        continuous=c,
+        static=s,
     )
 
 

@@ -87,18 +87,10 @@ def roofline_text(s: RooflineSummary) -> str:
     """Result lines; the first is stable and parseable (ROOFLINE_TEXT_PATTERN)."""
     return M(
         "roofline_text.decode_step_floor",
+        s=s,
         step_floor_ms=s.step_floor * 1e3,
-        bound=s.bound,
-        model=s.model,
-        hardware=s.hardware,
-        dtype=s.dtype,
-        batch=s.batch,
-        context=s.context,
-        intensity=s.intensity,
-        ridge=s.ridge,
         memory_ms=s.memory_time * 1e3,
         compute_ms=s.compute_time * 1e3,
-        tokens_per_s=s.tokens_per_s,
     )
 
 
@@ -229,14 +221,8 @@ def prefill_text(s: PrefillSummary) -> str:
     per_token = s.floor / s.prompt_len
     return M(
         "prefill_text.prefill_floor_ms",
+        s=s,
         floor_ms=s.floor * 1e3,
-        bound=s.bound,
-        model=s.model,
-        hardware=s.hardware,
-        dtype=s.dtype,
-        prompt_len=s.prompt_len,
-        intensity=s.intensity,
-        ridge=s.ridge,
         per_token_ms=per_token * 1e3,
         decode_floor_ms=s.decode_floor * 1e3,
     )

@@ -149,16 +149,7 @@ def describe_step(fields: dict, batch: list, dtype_bytes: float) -> str:
     if preset is not None and config_fields(preset) == fields:
         model = M("describe_step.preset", name=fields["name"])
     else:
-        model = M(
-            "describe_step.model",
-            layers=fields["num_hidden_layers"],
-            hidden_size=fields["hidden_size"],
-            heads=fields["num_attention_heads"],
-            kv_heads=fields["num_key_value_heads"],
-            head_dim=fields["head_dim"],
-            intermediate_size=fields["intermediate_size"],
-            vocab_size=fields["vocab_size"],
-        )
+        model = M("describe_step.model", config=fields)
     return M("describe_step.step", batch=sequences, model=model, dtype_bytes=_num(dtype_bytes))
 
 

@@ -128,10 +128,7 @@ def _describe_case(case: dict) -> str:
         p=p,
         m=m,
         a=a,
-        num_blocks=case['num_blocks'],
-        block_size=case['block_size'],
-        budget=case['budget'],
-        max_num_seqs=case['max_num_seqs'],
+        case=case,
     )
 
 

@@ -276,10 +276,7 @@ def block_pool(answer: Any) -> CheckResult:
             "block_pool.right_pool_matches",
             pool_max_examples=POOL_MAX_EXAMPLES,
             n=n,
-            hit_rate=got['hit_rate'],
-            ref_hit_rate=ref['hit_rate'],
-            peak_blocks=got['peak_blocks'],
-            num_blocks=got['num_blocks'],
-            ref_peak_blocks=ref['peak_blocks'],
+            got=got,
+            ref=ref,
         ),
     )
