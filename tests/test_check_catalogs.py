@@ -526,12 +526,11 @@ def test_texts_are_a_table_of_a_section_s_entries_in_the_language_in_use(tmp_pat
 
 CHAPTERS = sorted(p.stem for p in MESSAGES_DIR.glob("ch[0-9][0-9].json"))
 # checkers no notebook calls, so the instructors' table leaves them out: chapter 00's three grader
-# fixtures (a number, a letter, a module) and chapter 11's question on a block table's waste
+# fixtures (a number, a letter, a module)
 NOT_EXERCISES = {
     "ch00.num_chapters",
     "ch00.module_for_paged_attention",
     "ch00.fast_mode",
-    "ch11.max_wasted_slots",
 }
 
 

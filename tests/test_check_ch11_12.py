@@ -46,13 +46,6 @@ def test_cached_tokens_counts_whole_shared_blocks_only():
     _fails_with(ch11.cached_tokens(shared // bs), "tokens, not blocks")
 
 
-def test_max_wasted_slots():
-    bs = ch11.WASTE_Q_BLOCK_SIZE
-    assert ch11.max_wasted_slots(bs - 1).passed
-    _fails_with(ch11.max_wasted_slots(bs), "at least one")
-    _fails_with(ch11.max_wasted_slots(0), "partly")
-
-
 def test_source_q5_matching():
     right = {
         "block_table": "paging",
@@ -88,7 +81,6 @@ def test_source_q5_matching():
     [
         ch11.slot_for_position,
         ch11.cached_tokens,
-        ch11.max_wasted_slots,
         ch11.source_q5,
         ch12.glossary_match,
         ch12.vllm_fixes,

@@ -48,9 +48,6 @@ HIT_BLOCK_SIZE = 16
 HIT_SYSTEM_LEN = 40  # tokens of the system prompt both requests share
 HIT_OWN_LEN = 25  # tokens of the second request's own question after it
 
-# ---- exercise 3: the most a block table wastes --------------------------------------------
-WASTE_Q_BLOCK_SIZE = 16
-
 
 @numeric(rel=1e-9)
 def slot_for_position() -> Expected:
@@ -108,21 +105,6 @@ def cached_tokens() -> Expected:
             (cdiv(HIT_SYSTEM_LEN, bs) * bs, M("cached_tokens.round_down_up")),
             (HIT_SYSTEM_LEN + HIT_OWN_LEN, M("cached_tokens.only_shared_prefix")),
             (HIT_SYSTEM_LEN // bs, M("cached_tokens.count_tokens_blocks")),
-        ],
-    )
-
-
-@numeric(rel=1e-9)
-def max_wasted_slots() -> Expected:
-    """With WASTE_Q_BLOCK_SIZE tokens per block, at most how many slots of one request's block
-    table can hold no token?"""
-    bs = WASTE_Q_BLOCK_SIZE
-    return Expected(
-        bs - 1,
-        mistakes=[
-            (bs, M("max_wasted_slots.block_taken_only")),
-            (0.0, M("max_wasted_slots.last_block_usually")),
-            (bs / 2, M("max_wasted_slots.average_over_random")),
         ],
     )
 
