@@ -130,7 +130,9 @@ def _markdown(name: str) -> str:
 
 @pytest.mark.parametrize("options", [ch00.GOALS_OPTIONS, ch00.DOMINANT_OPTIONS])
 def test_the_notebook_lists_the_options_the_checker_grades(options):
-    assert ch00.options_text(options) in _markdown("00-setup-and-map.ipynb")
+    """The markdown lists them as "- (a) ..." one per line, lettered as the checker letters them."""
+    listed = "\n".join(f"- ({letter}) {text}" for letter, (text, _) in zip(ch00.LETTERS, options))
+    assert listed in _markdown("00-setup-and-map.ipynb")
 
 
 def test_chapter_00_grades_ideas_not_course_trivia():

@@ -32,11 +32,6 @@ def _lettered(options: tuple[tuple[str, bool], ...]) -> tuple[list[str], set[str
     return letters, {letter for letter, (_, right) in zip(letters, options) if right}
 
 
-def options_text(options: tuple[tuple[str, bool], ...]) -> str:
-    """The options as the notebook lists them in markdown: "- (a) ..." one per line."""
-    return "\n".join(f"- ({letter}) {text}" for letter, (text, _) in zip(LETTERS, options))
-
-
 # ----------------------------------------------------------------------------- the series' question
 
 # Exercise 00.1: the two goals of the series' question, and what pulls them apart.
