@@ -22,7 +22,6 @@ from llmlab.course.check.ch08.questions import (
     TRACE_OUTPUTS,
     WHY_HINTS,
     WHY_OPTIONS,
-    WHY_TEXT,
     WIDGET_ARRIVAL_RATE,
     WIDGET_MAX_BATCH,
     continuous_mean_latency,

@@ -124,17 +124,8 @@ def source_q3(answer: Any) -> CheckResult:
     return passed(ex, M("source_q3.right_weights_read"))
 
 
-# A fixed order that does not line up with the answer (shown in this order in the notebook).
-CPU_OPTIONS = {
-    "a": "this CPU reads the weights once per sequence, an H100 once per step",
-    "b": "32 sequences' KV caches do not fit in this machine's memory",
-    "c": "at batch 32 the step does more FLOP per byte than this CPU's ridge point, so every "
-    "extra sequence's arithmetic costs time",
-    "d": "Python's overhead grows with every sequence in the batch",
-    "e": "the matrix library reaches only part of the CPU's peak on such thin matrices "
-    "(32 rows × hundreds of columns), so even the arithmetic runs slower than its roof",
-    "f": "the H100 figure is a floor and the CPU figure a measurement, so they cannot be compared",
-}
+# the letters of the options the notebook's exercise lists (its text, in the student's language)
+CPU_OPTIONS = ("a", "b", "c", "d", "e", "f")
 CPU_RIGHT = {
     "c",
     "e",
@@ -144,7 +135,10 @@ CPU_WHY_WRONG = M.texts("cpu_why_wrong", ("a", "b", "d", "f"))
 
 def why_cpu_falls_short(answer: Any) -> CheckResult:
     """Why does this CPU's throughput at batch 32 fall short of 32× batch 1's, while an H100's
-    comes close? One letter of CPU_OPTIONS; CPU_RIGHT holds the defensible answers."""
+    comes close? One letter of CPU_OPTIONS (a: the weights read once per sequence; b: the KV
+    caches do not fit; c: past the CPU's ridge point; d: Python's overhead; e: the matrix library
+    below peak on thin matrices; f: a floor against a measurement); CPU_RIGHT holds the
+    defensible answers."""
     ex = "ch08.why_cpu_falls_short"
     if answer is None:
         return not_yet(ex, NOT_ANSWERED)
@@ -227,12 +221,6 @@ def saturating_max_batch() -> Expected:
 
 
 WHY_OPTIONS = ["a", "b", "c", "d"]
-WHY_TEXT = {
-    "a": "its steps run faster than static batching's steps",
-    "b": "a finished request's slot is given to a waiting request at the very next step",
-    "c": "it skips the prefill of waiting requests",
-    "d": "it generates fewer tokens in total",
-}
 WHY_HINTS = {  # keys of the chapter's catalog
     "a": M.key("why_continuous.step_same_batch"),
     "c": M.key("why_continuous.every_request_still"),
@@ -242,5 +230,7 @@ WHY_HINTS = {  # keys of the chapter's catalog
 
 @choice(WHY_OPTIONS, WHY_HINTS)
 def why_continuous() -> str:
-    """Why does continuous batching finish the same requests sooner than static batching? (a-d, see WHY_TEXT)"""
+    """Why does continuous batching finish the same requests sooner than static batching? (a:
+    faster steps; b: a finished request's slot goes to a waiting one at the next step; c: no
+    prefill for waiting requests; d: fewer tokens in total)"""
     return "b"
