@@ -34,15 +34,9 @@ TP_DEGREES = (1, 2, 4, 8)
 EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"
 
 
-# What a second replica does at an arrival rate one replica serves comfortably (a fixed order
-# that does not line up with the answer; shown in this order in the notebook).
-DP_OPTIONS = {
-    "a": "tokens/s doubles and the mean latency halves",
-    "b": "tokens/s doubles and the mean latency stays the same",
-    "c": "tokens/s stays about the same and the mean latency drops only a little",
-    "d": "tokens/s stays the same and the mean latency halves",
-    "e": "tokens/s drops, because the router adds a hop to every request",
-}
+# What a second replica does at an arrival rate one replica serves comfortably: the letters of
+# the options the notebook lists (their text, in the student's language, is the notebook's)
+DP_OPTIONS = ("a", "b", "c", "d", "e")
 DP_HINTS = {  # keys of the chapter's catalog
     "a": M.key("dp_at_low_load.more_than_arrives"),
     "b": M.key("dp_at_low_load.more_than_arrives"),
@@ -54,7 +48,10 @@ DP_HINTS = {  # keys of the chapter's catalog
 @choice(DP_OPTIONS, DP_HINTS)
 def dp_at_low_load() -> str:
     """Requests arrive at a rate one replica (Llama-3-8B on one H100, continuous batching) serves
-    comfortably. What does a second replica behind a round-robin router do? One letter of DP_OPTIONS."""
+    comfortably. What does a second replica behind a round-robin router do? One letter of
+    DP_OPTIONS (tokens/s and mean latency: a, doubles and halves; b, doubles and the same; c,
+    about the same and a little lower; d, the same and halved; e, tokens/s drops: the router's
+    hop)."""
     return "c"
 
 
