@@ -76,43 +76,51 @@ static inline vf int8_load(const int8_t *p) {   /* (GCC 12 makes this scalar cod
     return __builtin_convertvector(__builtin_convertvector(b, vi), vf);
 }
 
+/* Elements k .. k+15 of the weight row at w, widened to float32 (int8 NOT scaled). The callers
+ * below pass `wtype` as a constant (one call per type), so after inlining the tests fold away. */
+static inline __attribute__((always_inline)) vf w_load(int64_t wtype, const void *w, int64_t k) {
+    if (wtype == LLMLAB_W_BF16) return bf16_load((const uint16_t *)w + k);
+    if (wtype == LLMLAB_W_INT8) return int8_load((const int8_t *)w + k);
+    return vload((const float *)w + k);
+}
+
+/* the start of row n of W [N, K] of type wtype */
+static inline const void *w_row(const void *W, int64_t wtype, int64_t n, int64_t K) {
+    const int64_t bytes = wtype == LLMLAB_W_BF16 ? 2 : wtype == LLMLAB_W_INT8 ? 1 : 4;
+    return (const char *)W + n * K * bytes;
+}
+
+static inline __attribute__((always_inline)) void widen_typed(int64_t wtype, const void *w,
+                                                             int64_t K, float *dst) {
+    for (int64_t k = 0; k < K; k += VW) vstore(dst + k, w_load(wtype, w, k));
+}
+
 /* Row n of W widened to float32, `K` values (K % 16 == 0) into dst; int8 rows are NOT scaled. */
 static inline void widen_row(const void *W, int64_t wtype, int64_t n, int64_t K, float *dst) {
-    if (wtype == LLMLAB_W_BF16) {
-        const uint16_t *w = (const uint16_t *)W + n * K;
-        for (int64_t k = 0; k < K; k += VW) vstore(dst + k, bf16_load(w + k));
-    } else if (wtype == LLMLAB_W_INT8) {
-        const int8_t *w = (const int8_t *)W + n * K;
-        for (int64_t k = 0; k < K; k += VW) vstore(dst + k, int8_load(w + k));
-    } else {
-        memcpy(dst, (const float *)W + n * K, sizeof(float) * K);
+    const void *w = w_row(W, wtype, n, K);
+    if (wtype == LLMLAB_W_BF16) widen_typed(LLMLAB_W_BF16, w, K, dst);
+    else if (wtype == LLMLAB_W_INT8) widen_typed(LLMLAB_W_INT8, w, K, dst);
+    else memcpy(dst, w, sizeof(float) * K);
+}
+
+static inline __attribute__((always_inline)) float dot_typed(int64_t wtype, const void *w,
+                                                            const float *x, int64_t K) {
+    vf a = {0}, b = {0};   /* two accumulators: two chains of multiply-adds in flight */
+    int64_t k = 0;
+    for (; k + 2 * VW <= K; k += 2 * VW) {
+        a += w_load(wtype, w, k) * vload(x + k);
+        b += w_load(wtype, w, k + VW) * vload(x + k + VW);
     }
+    for (; k < K; k += VW) a += w_load(wtype, w, k) * vload(x + k);
+    return hsum(a + b);
 }
 
 /* dot(W[n], x), portable, W of any type */
 static inline float dot_row(const void *W, int64_t wtype, int64_t n, const float *x, int64_t K) {
-    vf a = {0}, b = {0};
-    if (wtype == LLMLAB_W_BF16) {
-        const uint16_t *w = (const uint16_t *)W + n * K;
-        int64_t k = 0;
-        for (; k + 2 * VW <= K; k += 2 * VW) {
-            a += bf16_load(w + k) * vload(x + k);
-            b += bf16_load(w + k + VW) * vload(x + k + VW);
-        }
-        for (; k < K; k += VW) a += bf16_load(w + k) * vload(x + k);
-    } else if (wtype == LLMLAB_W_INT8) {
-        const int8_t *w = (const int8_t *)W + n * K;
-        int64_t k = 0;
-        for (; k + 2 * VW <= K; k += 2 * VW) {
-            a += int8_load(w + k) * vload(x + k);
-            b += int8_load(w + k + VW) * vload(x + k + VW);
-        }
-        for (; k < K; k += VW) a += int8_load(w + k) * vload(x + k);
-    } else {
-        const float *w = (const float *)W + n * K;
-        for (int64_t k = 0; k < K; k += VW) a += vload(w + k) * vload(x + k);
-    }
-    return hsum(a + b);
+    const void *w = w_row(W, wtype, n, K);
+    if (wtype == LLMLAB_W_BF16) return dot_typed(LLMLAB_W_BF16, w, x, K);
+    if (wtype == LLMLAB_W_INT8) return dot_typed(LLMLAB_W_INT8, w, x, K);
+    return dot_typed(LLMLAB_W_F32, w, x, K);
 }
 
 /* ---- AVX-512 BF16 -------------------------------------------------------------------------- */
