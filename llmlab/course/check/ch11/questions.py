@@ -38,12 +38,12 @@ WASTE_MAX_MODEL_LEN = 2048  # what a max-length contiguous allocator reserves pe
 WASTE_BLOCK_SIZE = 16
 WASTE_MAX_BATCH = 32
 
-# ---- exercise 1: a token's slot -----------------------------------------------------------
+# ---- a token's slot ----------------------------------------------------------------------
 SLOT_BLOCK_TABLE = (7, 2, 9, 4)
 SLOT_BLOCK_SIZE = 16
 SLOT_POSITION = 37
 
-# ---- exercise 2: a prefix-cache hit -------------------------------------------------------
+# ---- a prefix-cache hit ------------------------------------------------------------------
 HIT_BLOCK_SIZE = 16
 HIT_SYSTEM_LEN = 40  # tokens of the system prompt both requests share
 HIT_OWN_LEN = 25  # tokens of the second request's own question after it
