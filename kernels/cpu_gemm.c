@@ -175,6 +175,37 @@ static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const
 }
 #endif
 
+#define GEMV_BLOCKS NR   /* blocks per unit of the one-row GEMV: the batch matmul's panel */
+
+/* y[n] = add[n] + (x . W[n] + bias[n]) for n < N, one row of x against bf16 weights packed by
+ * llmlab_pack_weight: the batch-1 GEMV of the fused decode layer (cpu_layer.c), read front to
+ * back. Dense rows read four at a time are streams of K * 2 bytes each, too short for the
+ * hardware prefetchers (on a 2-core Zen 4 a dense [92160, 576] bf16 GEMV read 23 GB/s, the same
+ * bytes packed 35, a plain sum 35). Each output is the micro-tile's sum for one row (the same
+ * operations as llmlab_packed_gemm on that row), then `add`, which may be y, is added. An
+ * orphaned `omp for` without its barrier (see llmlab_gemv_rows); K % 32 == 0; AVX-512 BF16 only
+ * (the caller checks llmlab_isa). */
+void llmlab_packed_gemv_rows(const float *x, const void *P, const float *bias, const float *add,
+                             float *y, int64_t N, int64_t K) {
+#ifdef LLMLAB_X86
+    uint32_t xb[K / 2];                        /* each thread rounds x once, for its blocks */
+    row_to_bf16(x, xb, K);
+    const int64_t blocks = (N + PK - 1) / PK, units = (blocks + GEMV_BLOCKS - 1) / GEMV_BLOCKS;
+#pragma omp for schedule(static) nowait
+    for (int64_t u = 0; u < units; u++) {
+        const int64_t b0 = u * GEMV_BLOCKS, n0 = b0 * PK;
+        const int nr = (int)(blocks - b0 < GEMV_BLOCKS ? blocks - b0 : GEMV_BLOCKS);
+        float sums[GEMV_BLOCKS * PK];
+        tile(1, nr, xb, K / 2, (const uint16_t *)P + b0 * PK * K, PK * K, K / 2, sums,
+             GEMV_BLOCKS * PK, N - n0, NULL, bias ? bias + n0 : NULL);
+        const int64_t n1 = n0 + nr * PK < N ? n0 + nr * PK : N;
+        for (int64_t n = n0; n < n1; n++) y[n] = (add ? add[n] : 0.0f) + sums[n - n0];
+    }
+#else
+    (void)x; (void)P; (void)bias; (void)add; (void)y; (void)N; (void)K;
+#endif
+}
+
 /* y[T, N] (contiguous) = x[T, K] (row stride x_stride) W^T (* scales[N]) (+ bias[N]), W packed
  * by llmlab_pack_weight (bf16, or int8 with per-column scales); on all threads. K % 32 == 0.
  * Returns -1 without AVX-512 BF16 (or out of memory), else 0. */

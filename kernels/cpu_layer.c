@@ -208,9 +208,11 @@ static inline int region_threads(void) {
  * DecodeLayerPlan.pointers writes them). W_qkv is q, k, v stacked [heads*hd + 2*kv_heads*hd,
  * hidden], W_gate_up [2*inter, hidden]; cos, sin [hd/2]; *slot (-1: do not cache), block_table
  * and *seq_len (incl. this token) as for llmlab_paged_attention. The four matrices are of type
- * `wtype` (LLMLAB_W_F32, _BF16, or _INT8 with the s_* scales per output row; cpu_quant.c); the
- * caches are float32. hidden, inter % 16 == 0; head_dim one of the attention kernel's sizes
- * (the caller checks). Returns -1 if the attention kernel refused head_dim, else 0. */
+ * `wtype` (LLMLAB_W_F32, _BF16, or _INT8 with the s_* scales per output row; cpu_quant.c), or
+ * LLMLAB_W_BF16_PACKED: bf16 in cpu_gemm.c's blocks (llmlab_pack_weight), no scales; the caches
+ * are float32. hidden, inter % 16 == 0 (% 32 packed); head_dim one of the attention kernel's
+ * sizes (the caller checks). Returns -1 if the attention kernel refused head_dim or packed
+ * weights came without AVX-512 BF16, else 0. */
 enum {
     LN1, LN2, W_QKV, B_QKV, W_O, W_GATE_UP, W_DOWN, S_QKV, S_O, S_GATE_UP, S_DOWN, KEY_CACHE,
     VALUE_CACHE, LAYER_SLOTS
@@ -243,6 +245,14 @@ static int head_unit(const step_args *a, void *const *w, int64_t g) {
                                  a->scale, 0, 1.0f, 1.0f, a->att, qw);
 }
 
+/* One of the layer's GEMVs: bf16 weights packed (LLMLAB_W_BF16_PACKED: cpu_gemm.c's blocks,
+ * read front to back) or a dense [N, K] matrix of wtype (cpu_quant.c) */
+static void layer_gemv(const float *x, const void *W, int64_t wtype, const float *scales,
+                       const float *bias, const float *add, float *y, int64_t N, int64_t K) {
+    if (wtype == LLMLAB_W_BF16_PACKED) llmlab_packed_gemv_rows(x, W, bias, add, y, N, K);
+    else llmlab_qgemv_rows(x, W, wtype, scales, bias, add, y, N, K);
+}
+
 /* One layer on x (in place), run by every thread of the region; `hl` is the thread's own row
  * for the norms. Phases 1-6 of LAYER_PHASES end at its barriers. */
 static void layer_body(const step_args *a, void *const *w, float *x, float *hl,
@@ -253,7 +263,7 @@ static void layer_body(const step_args *a, void *const *w, float *x, float *hl,
     /* each thread norms the row itself (hidden floats, a microsecond) into its own copy, so no
      * barrier waits for one thread to do it */
     norm_row(x, NULL, w[LN1], NULL, hl, hidden, a->eps);
-    llmlab_qgemv_rows(hl, w[W_QKV], wt, w[S_QKV], w[B_QKV], NULL, a->qkv, qw + 2 * kw, hidden);
+    layer_gemv(hl, w[W_QKV], wt, w[S_QKV], w[B_QKV], NULL, a->qkv, qw + 2 * kw, hidden);
     spin_wait(bar, nth);
     PHASE(1)                                                             /* norm + qkv */
 #pragma omp for schedule(dynamic, 1) nowait
@@ -265,11 +275,11 @@ static void layer_body(const step_args *a, void *const *w, float *x, float *hl,
     }
     spin_wait(bar, nth);
     PHASE(2)                                                             /* rope + attention */
-    llmlab_qgemv_rows(a->att, w[W_O], wt, w[S_O], NULL, x, x, hidden, qw);   /* x += W_o a */
+    layer_gemv(a->att, w[W_O], wt, w[S_O], NULL, x, x, hidden, qw);   /* x += W_o a */
     spin_wait(bar, nth);
     PHASE(3)
     norm_row(x, NULL, w[LN2], NULL, hl, hidden, a->eps);   /* per thread, as above */
-    llmlab_qgemv_rows(hl, w[W_GATE_UP], wt, w[S_GATE_UP], NULL, NULL, a->gu, 2 * inter, hidden);
+    layer_gemv(hl, w[W_GATE_UP], wt, w[S_GATE_UP], NULL, NULL, a->gu, 2 * inter, hidden);
     spin_wait(bar, nth);
     PHASE(4)                                                             /* norm + gate/up */
 #pragma omp for schedule(static) nowait
@@ -277,7 +287,7 @@ static void layer_body(const step_args *a, void *const *w, float *x, float *hl,
         silu_mul_row(a->gu + i, a->gu + inter + i, a->act + i, VW);
     spin_wait(bar, nth);
     PHASE(5)
-    llmlab_qgemv_rows(a->act, w[W_DOWN], wt, w[S_DOWN], NULL, x, x, hidden, inter); /* x += … */
+    layer_gemv(a->act, w[W_DOWN], wt, w[S_DOWN], NULL, x, x, hidden, inter); /* x += … */
     spin_wait(bar, nth);
     PHASE(6)
     *last_ = last;
@@ -290,6 +300,9 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
                          int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                          float scale) {
     const int64_t qw = heads * head_dim, kw = kv_heads * head_dim;
+    if (wtype == LLMLAB_W_BF16_PACKED   /* packed GEMVs: AVX-512 BF16, and K % 32 == 0 */
+        && (!(llmlab_isa() & LLMLAB_ISA_AVX512_BF16) || hidden % 32 || qw % 32 || inter % 32))
+        return -1;
     float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;
     const step_args a = {.hidden = hidden, .heads = heads, .kv_heads = kv_heads,
                          .head_dim = head_dim, .inter = inter, .block_size = block_size,

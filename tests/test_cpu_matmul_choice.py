@@ -87,5 +87,5 @@ def test_cpu_linear_runs_the_chosen_kernel_with_its_rounding(kernel, cache, monk
     want = x.bfloat16().double() @ weight.double().T + bias.double()
     rtol = 1e-5 if kernel == "llmlab" else 2**-8  # oneDNN rounds its output to bf16
     torch.testing.assert_close(linear(x).double(), want, rtol=rtol, atol=rtol * 8)
-    one = x[:1]  # one row streams the dense weight (cpu_quant.c), whatever was chosen
+    one = x[:1]  # one row: llmlab's packed blocks, or with oneDNN chosen the dense weight
     torch.testing.assert_close(linear(one).double(), want[:1], rtol=1e-5, atol=1e-4)

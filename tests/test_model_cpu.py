@@ -126,6 +126,44 @@ def test_fused_layer_equals_the_layer_by_kernel_path(
     assert int(torch.isnan(kv_fused[0][0]).any(dim=(2, 3)).sum()) == 8 * block_size - written
 
 
+@pytest.mark.skipif(
+    "avx512_bf16" not in cpu_matmul.isa(), reason="packed bf16 weights need AVX-512 BF16"
+)
+@pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
+def test_bf16_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
+    heads, kv_heads, head_dim, bias, monkeypatch
+):
+    """A bf16 model whose matrices have the packed copies (llmlab's batch kernel chosen): the
+    fused layer's GEMVs read those copies (the plan's weight type says so, and its pointers are
+    the copies'), and give what the kernel-by-kernel path gives, whose one-row `CpuLinear`s run
+    the packed matmul: the same operations, so the same logits and caches."""
+    from llmlab.ops import cpu_matmul_choice
+
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda save=True: "llmlab")
+    readable = _model(heads, kv_heads, head_dim, bias, seed=heads + 3).to(torch.bfloat16)
+    model = cpu_model(readable)
+    calls = _count_fused_calls(monkeypatch)
+    for layer in model.layers:
+        assert layer.plan.wtype == cpu_decode.PACKED_BF16
+        assert layer.plan.weights[2] == layer.qkv.packed.data_ptr()
+        assert layer.plan.weights[6] == layer.down_proj.packed.data_ptr()
+    fused, kv_fused = _decode(model, 8, 13, 9, seed=5, backend="cpu")
+    assert calls == [model.config.num_hidden_layers] * 9
+    for layer in model.layers:
+        layer.plan = None  # kernel by kernel
+    plain, kv_plain = _decode(model, 8, 13, 9, seed=5, backend="cpu")
+    assert torch.isfinite(fused).all()
+    torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-6)
+    for (kf, vf), (kp, vp) in zip(kv_fused, kv_plain):
+        torch.testing.assert_close(kf, kp, atol=1e-6, rtol=1e-6, equal_nan=True)
+        torch.testing.assert_close(vf, vp, atol=1e-6, rtol=1e-6, equal_nan=True)
+    # and the readable model's on the same bf16 weights in float32, but for the rounding of the
+    # matmuls' inputs to bf16 (2^-9 relative each)
+    ref, _ = _decode(readable.float(), 8, 13, 9, seed=5, backend="torch")
+    err = (fused - ref).abs().max() / ref.abs().max()
+    assert err < 2e-2, err
+
+
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
 def test_fast_path_matches_the_readable_model(heads, kv_heads, head_dim, bias):
     """Against the readable forward (nn.Linear on aten, PyTorch attention): only float rounding

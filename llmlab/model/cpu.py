@@ -31,11 +31,11 @@ What it does differently, and why (all measured on a 2-core CPU):
 
 - **Fewer bytes per weight**: a bfloat16 model, or one quantized to int8 (`llmlab.model.quantization`),
   keeps its weights in that dtype and the C kernels widen them inside the matmul
-  (`kernels/cpu_quant.c`); activations stay float32 here (`CpuLlamaModel`). For batches
-  (`PACKED_MIN_ROWS`) the weights are also packed once into `kernels/cpu_gemm.c`'s blocks, whose
-  `vdpbf16ps` tiles do twice float32's arithmetic per instruction (x rounded to bf16 inside
-  the matmul), or, for bf16 where it measured faster on this machine, into oneDNN's layout
-  (`llmlab.ops.cpu_matmul_choice`). Before, a bf16 model decoded slower than a float32 one at
+  (`kernels/cpu_quant.c`); activations stay float32 here (`CpuLlamaModel`). For batches (and
+  bf16 from one row, the fused layer's GEMVs too: `PACKED_MIN_ROWS`) the weights are also
+  packed once into `kernels/cpu_gemm.c`'s blocks, whose `vdpbf16ps` tiles do twice float32's
+  arithmetic per instruction (x rounded to bf16 inside the matmul), or, for bf16 where it
+  measured faster on this machine, into oneDNN's layout (`llmlab.ops.cpu_matmul_choice`). Before, a bf16 model decoded slower than a float32 one at
   batch 64: its widening matmul ran at half oneDNN's float32 speed.
 
 The step's metadata was checked when it was built (`llmlab.ops.metadata`); each layer checks
@@ -55,10 +55,20 @@ from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import AttentionMetadata
 
 # from this many rows a bf16 / int8 matmul runs its batch kernel on a packed copy; fewer rows
-# stream the dense weight (cpu_quant.c), as a GEMV should. Measured on one Zen 4 core: bf16 at
-# 2-3 rows packed 1.2-1.6x faster; int8 at 2-3 rows within 10 % either way (so its activations
-# stay float32 there); from 4 rows packed 2-5x faster for both.
-PACKED_MIN_ROWS = {torch.bfloat16: 2, torch.int8: 4}
+# stream the dense weight (cpu_quant.c). bf16 from one row: the packed blocks are read front to
+# back, while the dense GEMV reads four rows of 1,152 bytes at once, streams too short for the
+# hardware prefetchers; measured on a 2-core Zen 4, one row, us per matrix, dense vs packed:
+# 30 [3072, 576] from memory 161 vs 127, one of them from cache 40 vs 31, [576, 576] 11.7 vs
+# 10.9, the [49152, 576] LM head 2036 vs 1711. int8 from 4 rows: its packed path widens each
+# panel to bf16 first, which one row does not repay (130.7 vs 81.7 us per [3072, 576]); at 2-3
+# rows within 10 % either way (so its activations stay float32 there); from 4 rows packed 2-5x
+# faster for both. oneDNN's bf16 matmul, where it is the batch kernel, from 2 rows: it rounds
+# its outputs to bf16, and one row streams the dense weight.
+PACKED_MIN_ROWS = {
+    ("llmlab", torch.bfloat16): 1,
+    ("llmlab", torch.int8): 4,
+    ("onednn", torch.bfloat16): 2,
+}
 
 
 class CpuLinear(nn.Module):
@@ -119,7 +129,8 @@ class CpuLinear(nn.Module):
         if self.quantized:
             if x.stride(-1) != 1:
                 x = x.contiguous()
-            if self.batch_kernel is None or x.shape[0] < PACKED_MIN_ROWS[self.weight.dtype]:
+            kernel = (self.batch_kernel, self.weight.dtype)
+            if self.batch_kernel is None or x.shape[0] < PACKED_MIN_ROWS[kernel]:
                 return cpu_matmul.qgemm(x, self.weight, self.scale, self.bias)  # [T, out]
             if self.batch_kernel == "onednn":  # bf16 in, bf16 out: widened after
                 y = cpu_matmul.onednn_linear(x.bfloat16(), self.packed).float()  # [T, out]
@@ -247,6 +258,10 @@ class CpuDecoderLayer(nn.Module):
             )
         ):
             linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
+            # bf16 GEMVs on the packed copies, as the one-row CpuLinear (PACKED_MIN_ROWS)
+            packed = all(
+                m.batch_kernel == "llmlab" and m.weight.dtype == torch.bfloat16 for m in linears
+            )
             self.plan = cpu_decode.DecodeLayerPlan(
                 self.ln1.weight.detach(),
                 self.ln2.weight.detach(),
@@ -261,6 +276,7 @@ class CpuDecoderLayer(nn.Module):
                 self.head_dim,
                 self.scale,
                 None if s_qkv is None else tuple(m.scale for m in linears),
+                tuple(m.packed for m in linears) if packed else None,
             )
 
     def _check_cache(self, key_cache: torch.Tensor) -> None:

@@ -9,7 +9,10 @@ checked once (`DecodeLayerPlan`), and a run of consecutive layers becomes one ca
 (`DecodeStack`): one region for the whole step, its threads waiting for each other by spinning
 between the layer's phases, the way a CUDA graph replays a decode step's kernels on a GPU with
 one launch. The kernels and the order of float operations are those of the kernel-by-kernel
-path, so the results are identical (the tests compare them).
+path, so the results are identical (the tests compare them). A bf16 layer whose matrices have
+`kernels/cpu_gemm.c`'s packed copies (`packed=`) runs its GEMVs on those, as its one-row
+`CpuLinear`s do: the blocks are read front to back, which a dense GEMV's four short rows at a
+time are not.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import torch
 
 from llmlab.ops.cpu_backend import HEAD_DIMS, MAX_GROUP
 from llmlab.ops.cpu_library import load_library, traced
-from llmlab.ops.cpu_matmul import WEIGHT_TYPES
+from llmlab.ops.cpu_matmul import WEIGHT_TYPES, packed_numel
+
+PACKED_BF16 = 3  # the weight type of packed bf16 matrices (LLMLAB_W_BF16_PACKED, cpu_kernels.h)
 
 
 def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, inter: int) -> bool:
@@ -34,6 +39,26 @@ def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, 
         and heads % kv_heads == 0
         and heads // kv_heads <= MAX_GROUP
     )
+
+
+def _check_packed(packed: tuple[torch.Tensor, ...], matrices: tuple[torch.Tensor, ...]) -> None:
+    """ValueError unless `packed` are the four bfloat16 `matrices`' packed copies: contiguous
+    bfloat16 CPU tensors of `cpu_matmul.packed_numel` elements each, K a multiple of 32."""
+    names = ("w_qkv", "w_o", "w_gate_up", "w_down")
+    if len(packed) != 4 or matrices[0].dtype != torch.bfloat16:
+        raise ValueError(
+            f"decode layer: packed must be the four matrices' packed copies, for bfloat16 "
+            f"weights; got {len(packed)} tensors for {matrices[0].dtype} weights"
+        )
+    for name, p, w in zip(names, packed, matrices):
+        n, k = w.shape
+        if k % 32 or p.dtype != torch.bfloat16 or p.numel() != packed_numel(n, k):
+            raise ValueError(
+                f"decode layer: packed {name} is {p.dtype} of {p.numel()} elements for a "
+                f"[{n}, {k}] matrix; expected bfloat16 of {packed_numel(n, k)}, K % 32 == 0"
+            )
+        if p.device.type != "cpu" or not p.is_contiguous():
+            raise ValueError(f"decode layer: packed {name} must be a contiguous CPU tensor")
 
 
 def _check_layer_tensors(expected: dict, wdtype: torch.dtype) -> None:
@@ -69,9 +94,11 @@ class DecodeLayerPlan:
         head_dim: int,
         scale: float,
         weight_scales: tuple[torch.Tensor, ...] | None = None,
+        packed: tuple[torch.Tensor, ...] | None = None,
     ):
         """The four matrices in float32, bfloat16, or int8 with `weight_scales` (float32 scales
-        per output row of w_qkv, w_o, w_gate_up, w_down)."""
+        per output row of w_qkv, w_o, w_gate_up, w_down). `packed`: for bfloat16, the four
+        matrices' copies made by `cpu_matmul.pack_weight`, which the GEMVs then read."""
         hidden, inter = ln1.numel(), w_down.shape[-1]
         wdtype = w_qkv.dtype
         if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
@@ -100,7 +127,11 @@ class DecodeLayerPlan:
                 f"multiples of 16, head_dim {head_dim} one of {HEAD_DIMS}, heads "
                 f"{heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x)"
             )
-        self.tensors = (ln1, ln2, w_qkv, b_qkv, w_o, w_gate_up, w_down, weight_scales)
+        matrices = (w_qkv, w_o, w_gate_up, w_down)
+        if packed is not None:
+            _check_packed(packed, matrices)
+            matrices = packed
+        self.tensors = (ln1, ln2, w_qkv, b_qkv, w_o, w_gate_up, w_down, weight_scales, packed)
         self.hidden, self.heads, self.kv_heads, self.head_dim, self.inter = (
             hidden,
             heads,
@@ -108,7 +139,8 @@ class DecodeLayerPlan:
             head_dim,
             inter,
         )
-        self.eps, self.scale, self.wtype = eps, scale, WEIGHT_TYPES[wdtype]
+        self.eps, self.scale = eps, scale
+        self.wtype = WEIGHT_TYPES[wdtype] if packed is None else PACKED_BF16
         self.scratch_size = 3 * qw + 2 * kw + 3 * inter
         scale_ptrs = (
             (None,) * 4 if weight_scales is None else tuple(t.data_ptr() for t in weight_scales)
@@ -117,11 +149,11 @@ class DecodeLayerPlan:
         self.weights = (
             ln1.data_ptr(),
             ln2.data_ptr(),
-            w_qkv.data_ptr(),
+            matrices[0].data_ptr(),
             None if b_qkv is None else b_qkv.data_ptr(),
-            w_o.data_ptr(),
-            w_gate_up.data_ptr(),
-            w_down.data_ptr(),
+            matrices[1].data_ptr(),
+            matrices[2].data_ptr(),
+            matrices[3].data_ptr(),
             *scale_ptrs,
         )
 
@@ -255,7 +287,10 @@ class DecodeStack:
                 first.scale,
             )
         if rc != 0:
-            raise RuntimeError("cpu_layer.c refused head_dim for the decode layers")
+            raise RuntimeError(
+                "cpu_layer.c refused the decode layers: a head_dim without an attention "
+                "variant, or packed weights on a CPU without AVX-512 BF16"
+            )
         return out
 
 

@@ -125,6 +125,11 @@ def packed_weight_applies(weight: torch.Tensor) -> bool:
     )
 
 
+def packed_numel(n: int, k: int) -> int:
+    """Elements of the packed copy of an [n, k] weight: n padded to whole blocks of 16."""
+    return -(-n // 16) * 16 * k
+
+
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     """`weight` [N, K] (bf16, or int8) in the blocked layout of `kernels/cpu_gemm.c`: blocks of
     16 output rows, each a run of (k, k+1) pairs of those 16 rows, N padded to a multiple of 16
@@ -137,7 +142,7 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
         )
     n, k = weight.shape
     weight = weight.contiguous()
-    out = torch.empty(-(-n // 16) * 16 * k, dtype=weight.dtype)
+    out = torch.empty(packed_numel(n, k), dtype=weight.dtype)
     load_library().llmlab_pack_weight(
         weight.data_ptr(), weight.element_size(), n, k, out.data_ptr()
     )

@@ -158,10 +158,14 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
                 "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)",
                 "bf16：在 kernel 里扩展成 float32（这里没有 AVX-512 BF16）",
             )
-        batch = "oneDNN bf16" if choice() == "onednn" else tr("packed blocks", "打包的分块")
+        if choice() == "onednn":
+            return tr(
+                "bf16: AVX-512 BF16 (vdpbf16ps, x rounded to bf16); batches: oneDNN bf16",
+                "bf16：AVX-512 BF16（vdpbf16ps，x 舍入为 bf16）；更大 batch：oneDNN bf16",
+            )
         return tr(
-            f"bf16: AVX-512 BF16 (vdpbf16ps, x rounded to bf16); batches: {batch}",
-            f"bf16：AVX-512 BF16（vdpbf16ps，x 舍入为 bf16）；更大 batch：{batch}",
+            "bf16: AVX-512 BF16 (vdpbf16ps, x rounded to bf16) on packed blocks, from one row",
+            "bf16：AVX-512 BF16（vdpbf16ps，x 舍入为 bf16），从 1 行起都用打包的分块",
         )
     if weight_dtype == torch.int8:
         if "avx512_bf16" in cpu_matmul.isa() and "avx512_vnni" in cpu_matmul.isa():
