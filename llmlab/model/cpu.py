@@ -35,8 +35,9 @@ What it does differently, and why (all measured on a 2-core CPU):
   bf16 from one row, the fused layer's GEMVs too: `PACKED_MIN_ROWS`) the weights are also
   packed once into `kernels/cpu_gemm.c`'s blocks, whose `vdpbf16ps` tiles do twice float32's
   arithmetic per instruction (x rounded to bf16 inside the matmul), or, for bf16 where it
-  measured faster on this machine, into oneDNN's layout (`llmlab.ops.cpu_matmul_choice`). Before, a bf16 model decoded slower than a float32 one at
-  batch 64: its widening matmul ran at half oneDNN's float32 speed.
+  measured faster on this machine, into oneDNN's layout (`llmlab.ops.cpu_matmul_choice`).
+  Before, a bf16 model decoded slower than a float32 one at batch 64: its widening matmul ran
+  at half oneDNN's float32 speed.
 
 The step's metadata was checked when it was built (`llmlab.ops.metadata`); each layer checks
 only that its cache has the shape its weights were prepared for, so every pointer handed to C
@@ -258,9 +259,10 @@ class CpuDecoderLayer(nn.Module):
             )
         ):
             linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
-            # bf16 GEMVs on the packed copies, as the one-row CpuLinear (PACKED_MIN_ROWS)
+            # the GEMVs on the packed copies where the one-row CpuLinear reads them (bf16 on
+            # llmlab's kernel; the plan refuses packed copies of any other dtype)
             packed = all(
-                m.batch_kernel == "llmlab" and m.weight.dtype == torch.bfloat16 for m in linears
+                PACKED_MIN_ROWS.get((m.batch_kernel, m.weight.dtype)) == 1 for m in linears
             )
             self.plan = cpu_decode.DecodeLayerPlan(
                 self.ln1.weight.detach(),
