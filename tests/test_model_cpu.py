@@ -99,6 +99,26 @@ def _count_fused_calls(monkeypatch) -> list:
     return calls
 
 
+def _fused_equals_kernel_path(model, block_size, prompt, steps, seed, monkeypatch):
+    """Decode with the fused C layers (one call of all the layers per decode step), then with
+    the plans dropped, kernel by kernel (no fused call): the same logits and the same cache
+    contents (NaN where nothing was written). Returns the fused run's (logits, caches)."""
+    calls = _count_fused_calls(monkeypatch)
+    fused, kv_fused = _decode(model, block_size, prompt, steps, seed=seed, backend="cpu")
+    assert calls == [model.config.num_hidden_layers] * steps
+    calls.clear()
+    for layer in model.layers:
+        layer.plan = None  # kernel by kernel
+    plain, kv_plain = _decode(model, block_size, prompt, steps, seed=seed, backend="cpu")
+    assert not calls
+    assert torch.isfinite(fused).all()
+    torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-6)
+    for (kf, vf), (kp, vp) in zip(kv_fused, kv_plain):
+        torch.testing.assert_close(kf, kp, atol=1e-6, rtol=1e-6, equal_nan=True)
+        torch.testing.assert_close(vf, vp, atol=1e-6, rtol=1e-6, equal_nan=True)
+    return fused, kv_fused
+
+
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
 @pytest.mark.parametrize("block_size", [8, 16])
 def test_fused_layer_equals_the_layer_by_kernel_path(
@@ -108,20 +128,8 @@ def test_fused_layer_equals_the_layer_by_kernel_path(
     layer's kernel-by-kernel path, whose kernels the fused layer runs in the same order; and the
     fused path is the one that ran: one C call for all the layers per decode step."""
     model = cpu_model(_model(heads, kv_heads, head_dim, bias, seed=heads + head_dim))
-    calls = _count_fused_calls(monkeypatch)
     prompt, steps = 2 * block_size - 3, block_size + 5  # decode crosses block boundaries
-    fused, kv_fused = _decode(model, block_size, prompt, steps, seed=1, backend="cpu")
-    assert calls == [model.config.num_hidden_layers] * steps
-    calls.clear()
-    for layer in model.layers:
-        layer.plan = None  # kernel by kernel
-    plain, kv_plain = _decode(model, block_size, prompt, steps, seed=1, backend="cpu")
-    assert not calls
-    assert torch.isfinite(fused).all()
-    torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-6)
-    for (kf, vf), (kp, vp) in zip(kv_fused, kv_plain):
-        torch.testing.assert_close(kf, kp, atol=1e-6, rtol=1e-6, equal_nan=True)
-        torch.testing.assert_close(vf, vp, atol=1e-6, rtol=1e-6, equal_nan=True)
+    _, kv_fused = _fused_equals_kernel_path(model, block_size, prompt, steps, 1, monkeypatch)
     written = prompt + steps  # the rest still NaN
     assert int(torch.isnan(kv_fused[0][0]).any(dim=(2, 3)).sum()) == 8 * block_size - written
 
@@ -142,21 +150,11 @@ def test_bf16_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda save=True: "llmlab")
     readable = _model(heads, kv_heads, head_dim, bias, seed=heads + 3).to(torch.bfloat16)
     model = cpu_model(readable)
-    calls = _count_fused_calls(monkeypatch)
     for layer in model.layers:
         assert layer.plan.wtype == cpu_decode.PACKED_BF16
         assert layer.plan.weights[2] == layer.qkv.packed.data_ptr()
         assert layer.plan.weights[6] == layer.down_proj.packed.data_ptr()
-    fused, kv_fused = _decode(model, 8, 13, 9, seed=5, backend="cpu")
-    assert calls == [model.config.num_hidden_layers] * 9
-    for layer in model.layers:
-        layer.plan = None  # kernel by kernel
-    plain, kv_plain = _decode(model, 8, 13, 9, seed=5, backend="cpu")
-    assert torch.isfinite(fused).all()
-    torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-6)
-    for (kf, vf), (kp, vp) in zip(kv_fused, kv_plain):
-        torch.testing.assert_close(kf, kp, atol=1e-6, rtol=1e-6, equal_nan=True)
-        torch.testing.assert_close(vf, vp, atol=1e-6, rtol=1e-6, equal_nan=True)
+    fused, _ = _fused_equals_kernel_path(model, 8, 13, 9, 5, monkeypatch)
     # and the readable model's on the same bf16 weights in float32, but for the rounding of the
     # matmuls' inputs to bf16 (2^-9 relative each)
     ref, _ = _decode(readable.float(), 8, 13, 9, seed=5, backend="torch")
