@@ -14,6 +14,7 @@
 #define LLMLAB_W_BF16 1
 #define LLMLAB_W_INT8 2   /* int8 with one float32 scale per output row */
 #define LLMLAB_W_BF16_PACKED 3   /* bf16 in cpu_gemm.c's blocks (the fused decode layer's GEMVs) */
+#define LLMLAB_W_INT8_PACKED 4   /* int8 in those blocks, with its scales per output row */
 
 /* instruction sets chosen at run time (llmlab_isa) */
 #define LLMLAB_ISA_AVX512 1
@@ -75,8 +76,11 @@ int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t 
 void llmlab_qgemv_rows(const float *x, const void *W, int64_t wtype, const float *scales,
                        const float *bias, const float *add, float *y, int64_t N, int64_t K);
 
-void llmlab_packed_gemv_rows(const float *x, const void *P, const float *bias, const float *add,
-                             float *y, int64_t N, int64_t K);
+void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const float *scales,
+                             const float *bias, const float *add, float *y, int64_t N,
+                             int64_t K);
+
+float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K);   /* x86, AVX-512BW */
 
 
 void llmlab_gemv_rows(const float *x, const float *W, const float *bias, const float *add,

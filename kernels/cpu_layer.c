@@ -209,10 +209,10 @@ static inline int region_threads(void) {
  * hidden], W_gate_up [2*inter, hidden]; cos, sin [hd/2]; *slot (-1: do not cache), block_table
  * and *seq_len (incl. this token) as for llmlab_paged_attention. The four matrices are of type
  * `wtype` (LLMLAB_W_F32, _BF16, or _INT8 with the s_* scales per output row; cpu_quant.c), or
- * LLMLAB_W_BF16_PACKED: bf16 in cpu_gemm.c's blocks (llmlab_pack_weight), no scales; the caches
- * are float32. hidden, inter % 16 == 0 (% 32 packed); head_dim one of the attention kernel's
- * sizes (the caller checks). Returns -1 if the attention kernel refused head_dim or packed
- * weights came without AVX-512 BF16, else 0. */
+ * LLMLAB_W_BF16_PACKED / _INT8_PACKED: in cpu_gemm.c's blocks (llmlab_pack_weight), int8 with
+ * its scales; the caches are float32. hidden, inter % 16 == 0 (% 32 packed); head_dim one of
+ * the attention kernel's sizes (the caller checks). Returns -1 if the attention kernel refused
+ * head_dim or packed weights came without AVX-512 BF16, else 0. */
 enum {
     LN1, LN2, W_QKV, B_QKV, W_O, W_GATE_UP, W_DOWN, S_QKV, S_O, S_GATE_UP, S_DOWN, KEY_CACHE,
     VALUE_CACHE, LAYER_SLOTS
@@ -245,11 +245,14 @@ static int head_unit(const step_args *a, void *const *w, int64_t g) {
                                  a->scale, 0, 1.0f, 1.0f, a->att, qw);
 }
 
-/* One of the layer's GEMVs: bf16 weights packed (LLMLAB_W_BF16_PACKED: cpu_gemm.c's blocks,
- * read front to back) or a dense [N, K] matrix of wtype (cpu_quant.c) */
+/* One of the layer's GEMVs: weights packed (LLMLAB_W_BF16_PACKED, _INT8_PACKED: cpu_gemm.c's
+ * blocks, read front to back) or a dense [N, K] matrix of wtype (cpu_quant.c) */
 static void layer_gemv(const float *x, const void *W, int64_t wtype, const float *scales,
                        const float *bias, const float *add, float *y, int64_t N, int64_t K) {
-    if (wtype == LLMLAB_W_BF16_PACKED) llmlab_packed_gemv_rows(x, W, bias, add, y, N, K);
+    if (wtype == LLMLAB_W_BF16_PACKED)
+        llmlab_packed_gemv_rows(x, W, LLMLAB_W_BF16, NULL, bias, add, y, N, K);
+    else if (wtype == LLMLAB_W_INT8_PACKED)
+        llmlab_packed_gemv_rows(x, W, LLMLAB_W_INT8, scales, bias, add, y, N, K);
     else llmlab_qgemv_rows(x, W, wtype, scales, bias, add, y, N, K);
 }
 
@@ -300,7 +303,8 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
                          int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                          float scale) {
     const int64_t qw = heads * head_dim, kw = kv_heads * head_dim;
-    if (wtype == LLMLAB_W_BF16_PACKED   /* packed GEMVs: AVX-512 BF16, and K % 32 == 0 */
+    const int packed = wtype == LLMLAB_W_BF16_PACKED || wtype == LLMLAB_W_INT8_PACKED;
+    if (packed   /* packed GEMVs: a CPU with AVX-512 BF16 (where packing happens), K % 32 == 0 */
         && (!(llmlab_isa() & LLMLAB_ISA_AVX512_BF16) || hidden % 32 || qw % 32 || inter % 32))
         return -1;
     float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;

@@ -22,6 +22,8 @@
  *   int8, one row, AVX-512 VNNI: x rounded to int16 once per call (one scale), 32 int8 widened
  *         to int16 and summed in pairs into int32 by `vpdpwssd`: two instructions per 32
  *         weights where the widening takes ten, so the GEMV streams instead of computing.
+ *         (Where the weights are packed, on a CPU with AVX-512 BF16, one row reads the packed
+ *         blocks instead: cpu_gemm.c's llmlab_packed_gemv_rows, the same rounding of x.)
  *   bf16 / int8, portable: vector extensions; the compiler uses what the build targets.
  *
  * Two entry points per weight type: `llmlab_qgemv_rows` (one row of x, an orphaned `omp for`
@@ -250,7 +252,7 @@ static void widen_int8_avx512(const int8_t *w, int64_t K, float *dst) {
 /* x [K] float32 -> int16 with one scale, returned (max|x| / 32767; 0 for x = 0): an int16 step
  * is 1/65534 of the largest |x|, finer than bf16's rounding of that element. K % 16 == 0. */
 __attribute__((target("avx512f,avx512bw")))
-static float x_to_int16(const float *x, int16_t *xq, int64_t K) {
+float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K) {
     __m512 m = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
     const float amax = _mm512_reduce_max_ps(m);
@@ -266,9 +268,9 @@ static float x_to_int16(const float *x, int16_t *xq, int64_t K) {
  * 2 * 32767 * 128 * 128 = 2^30): longer rows are summed in float32 128 steps at a time */
 #define VNNI_STEPS 128
 
-/* dots of rows [n_lo, n_hi) with x as `x_to_int16` gave it (scale `xs`), four rows at a time:
- * 32 int8 widened to int16 (vpmovsxbw) then 32 products summed in pairs (vpdpwssd), where the
- * AVX-512F path needs two widenings, a conversion and two FMAs. K % 32 == 0. */
+/* dots of rows [n_lo, n_hi) with x as `llmlab_x_to_int16` gave it (scale `xs`), four rows at a
+ * time: 32 int8 widened to int16 (vpmovsxbw) then 32 products summed in pairs (vpdpwssd), where
+ * the AVX-512F path needs two widenings, a conversion and two FMAs. K % 32 == 0. */
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void int8_rows_vnni(const int16_t *xq, float xs, const int8_t *W, int64_t n_lo,
                            int64_t n_hi, int64_t K, float *dots) {
@@ -344,7 +346,7 @@ void llmlab_qgemv_rows(const float *x, const void *W, int64_t wtype, const float
     int16_t xq[vnni ? K : 1];                  /* each thread rounds x once, for its rows */
     float xs = 0.0f;
 #ifdef LLMLAB_X86
-    if (vnni) xs = x_to_int16(x, xq, K);
+    if (vnni) xs = llmlab_x_to_int16(x, xq, K);
 #endif
 #pragma omp for schedule(static) nowait
     for (int64_t n0 = 0; n0 < N; n0 += ROWS_PER_CHUNK) {

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from llmlab.model import tiny_model
 from llmlab.model.cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes
+from llmlab.model.quantization import quantize_model_int8
 from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul
 from llmlab.ops.metadata import AttentionMetadata
 
@@ -135,28 +136,31 @@ def test_fused_layer_equals_the_layer_by_kernel_path(
 
 
 @pytest.mark.skipif(
-    "avx512_bf16" not in cpu_matmul.isa(), reason="packed bf16 weights need AVX-512 BF16"
+    "avx512_bf16" not in cpu_matmul.isa(), reason="packed weights need AVX-512 BF16"
 )
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8])
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
-def test_bf16_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
-    heads, kv_heads, head_dim, bias, monkeypatch
+def test_packed_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
+    dtype, heads, kv_heads, head_dim, bias, monkeypatch
 ):
-    """A bf16 model whose matrices have the packed copies (llmlab's batch kernel chosen): the
-    fused layer's GEMVs read those copies (the plan's weight type says so, and its pointers are
-    the copies'), and give what the kernel-by-kernel path gives, whose one-row `CpuLinear`s run
-    the packed matmul: the same operations, so the same logits and caches."""
+    """A bf16 or int8 model whose matrices have the packed copies (llmlab's batch kernel
+    chosen): the fused layer's GEMVs read those copies (the plan's weight type says so, and its
+    pointers are the copies'), and give what the kernel-by-kernel path gives, whose one-row
+    `CpuLinear`s run the packed matmul: the same operations, so the same logits and caches."""
     from llmlab.ops import cpu_matmul_choice
 
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda save=True: "llmlab")
-    readable = _model(heads, kv_heads, head_dim, bias, seed=heads + 3).to(torch.bfloat16)
+    base = _model(heads, kv_heads, head_dim, bias, seed=heads + 3)
+    readable = base.to(torch.bfloat16) if dtype == torch.bfloat16 else quantize_model_int8(base)
     model = cpu_model(readable)
     for layer in model.layers:
-        assert layer.plan.wtype == cpu_decode.PACKED_BF16
+        assert layer.plan.wtype == cpu_decode.PACKED_TYPES[dtype]
         assert layer.plan.weights[2] == layer.qkv.packed.data_ptr()
         assert layer.plan.weights[6] == layer.down_proj.packed.data_ptr()
     fused, _ = _fused_equals_kernel_path(model, 8, 13, 9, 5, monkeypatch)
-    # and the readable model's on the same bf16 weights in float32, but for the rounding of the
-    # matmuls' inputs to bf16 (2^-9 relative each)
+    # and the readable model's on the same weights in float32, but for the rounding of the
+    # matmuls' inputs: to bf16 (2^-9 relative each) for the prompt's rows and bf16's one row,
+    # to int16 for int8's one row
     ref, _ = _decode(readable.float(), 8, 13, 9, seed=5, backend="torch")
     err = (fused - ref).abs().max() / ref.abs().max()
     assert err < 2e-2, err

@@ -234,8 +234,9 @@ HAVE_BF16 = HAVE_C and "avx512_bf16" in cpu_matmul.isa()
 def test_packed_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K32, seed, int8, with_bias):
     """The batch matmul on packed weights (`kernels/cpu_gemm.c`): x rounded to bf16 once, the
     weights (bf16, or int8 widened exactly), float32 sums, the int8 scale and the bias per
-    output column. Shapes cross every edge of its tiles: rows not a multiple of 6, columns not
-    a multiple of 16 or 64. x is a strided view (its rows are read with their stride)."""
+    output column; one int8 row instead x rounded to int16 and integer sums (vpdpwssd). Shapes
+    cross every edge of its tiles: rows not a multiple of 6, columns not a multiple of 16 or
+    64. x is a strided view (its rows are read with their stride)."""
     g = torch.Generator().manual_seed(seed)
     K = 32 * K32
     x = torch.randn(T, K + 16, generator=g)[:, :K]  # [T, K], row stride K + 16
@@ -255,8 +256,35 @@ def test_packed_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K32, seed, int8
     packed = cpu_matmul.pack_weight(weight)
     assert packed.numel() == -(-N // 16) * 16 * K and packed.dtype == weight.dtype
     got = cpu_matmul.packed_gemm(x, packed, N, scales, bias)
-    want = x.bfloat16().double() @ wide.T + (0 if bias is None else bias.double())
+    if int8 and T == 1:  # one int8 row: integer sums on x rounded to int16, no panel widened
+        amax = x.abs().max()
+        steps = (x * (torch.tensor(32767.0) / amax)).round()  # float32, as the kernel rounds
+        rounded = steps.double() * float(amax / 32767.0)
+    else:
+        rounded = x.bfloat16().double()
+    want = rounded @ wide.T + (0 if bias is None else bias.double())
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+
+
+@pytest.mark.skipif(
+    not (HAVE_BF16 and "avx512_vnni" in cpu_matmul.isa()), reason="needs AVX-512 BF16 and VNNI"
+)
+def test_one_packed_int8_row_sums_the_same_integers_with_and_without_vnni():
+    """One int8 row on packed blocks: `vpdpwssd` (VNNI) and `vpmaddwd` + `vpaddd` (without) add
+    the same int16 products into the same int32 sums, so the outputs are equal to the bit, and
+    K = 8192 crosses the points where the int32 sums are moved to float32."""
+    g = torch.Generator().manual_seed(11)
+    for N, K in ((24, 32), (70, 576), (576, 1536), (40, 8192)):
+        x = torch.randn(1, K, generator=g) * 3
+        q, scale = quantize_int8(torch.randn(N, K, generator=g))
+        packed = cpu_matmul.pack_weight(q)
+        vnni = cpu_matmul.packed_gemm(x, packed, N, scale)
+        cpu_matmul.set_isa_cap(ISA_CAPS["widening"])  # AVX-512 and BF16, no VNNI
+        try:
+            without = cpu_matmul.packed_gemm(x, packed, N, scale)
+        finally:
+            cpu_matmul.set_isa_cap(None)
+        assert torch.equal(vnni, without)
 
 
 def test_pack_weight_refuses_what_the_packed_matmul_cannot_take():

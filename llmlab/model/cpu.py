@@ -32,8 +32,8 @@ What it does differently, and why (all measured on a 2-core CPU):
 - **Fewer bytes per weight**: a bfloat16 model, or one quantized to int8 (`llmlab.model.quantization`),
   keeps its weights in that dtype and the C kernels widen them inside the matmul
   (`kernels/cpu_quant.c`); activations stay float32 here (`CpuLlamaModel`). For batches (and
-  bf16 from one row, the fused layer's GEMVs too: `PACKED_MIN_ROWS`) the weights are also
-  packed once into `kernels/cpu_gemm.c`'s blocks, whose `vdpbf16ps` tiles do twice float32's
+  from one row, the fused layer's GEMVs too: `PACKED_MIN_ROWS`) the weights are also packed
+  once into `kernels/cpu_gemm.c`'s blocks, whose `vdpbf16ps` tiles do twice float32's
   arithmetic per instruction (x rounded to bf16 inside the matmul), or, for bf16 where it
   measured faster on this machine, into oneDNN's layout (`llmlab.ops.cpu_matmul_choice`).
   Before, a bf16 model decoded slower than a float32 one at batch 64: its widening matmul ran
@@ -56,18 +56,19 @@ from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import AttentionMetadata
 
 # from this many rows a bf16 / int8 matmul runs its batch kernel on a packed copy; fewer rows
-# stream the dense weight (cpu_quant.c). bf16 from one row: the packed blocks are read front to
-# back, while the dense GEMV reads four rows of 1,152 bytes at once, streams too short for the
-# hardware prefetchers; measured on a 2-core Zen 4, one row, us per matrix, dense vs packed:
-# 30 [3072, 576] from memory 161 vs 127, one of them from cache 40 vs 31, [576, 576] 11.7 vs
-# 10.9, the [49152, 576] LM head 2036 vs 1711. int8 from 4 rows: its packed path widens each
-# panel to bf16 first, which one row does not repay (130.7 vs 81.7 us per [3072, 576]); at 2-3
-# rows within 10 % either way (so its activations stay float32 there); from 4 rows packed 2-5x
-# faster for both. oneDNN's bf16 matmul, where it is the batch kernel, from 2 rows: it rounds
-# its outputs to bf16, and one row streams the dense weight.
+# stream the dense weight (cpu_quant.c). One row reads the packed blocks front to back, while
+# the dense GEMV reads four rows at once, streams too short for the hardware prefetchers;
+# measured on a 2-core Zen 4, one row, us per matrix, dense vs packed: bf16, 30 [3072, 576] from
+# memory 161 vs 127, one of them from cache 40 vs 31, [576, 576] 11.7 vs 10.9, the [49152, 576]
+# LM head 2036 vs 1711; int8 (one row packed: vpdpwssd on the blocks, x rounded to int16 as the
+# dense GEMV does, no panel widened), a layer's four matrices x 30 from memory, ms: 3.75-3.99 vs
+# 3.38-3.53. int8 at 2-3 rows streams the dense weight (the batch path widens each panel to bf16
+# first, within 10 % there, so its activations stay float32); from 4 rows packed 2-5x faster.
+# oneDNN's bf16 matmul, where it is the batch kernel, from 2 rows: it rounds its outputs to
+# bf16, and one row streams the dense weight.
 PACKED_MIN_ROWS = {
     ("llmlab", torch.bfloat16): 1,
-    ("llmlab", torch.int8): 4,
+    ("llmlab", torch.int8): 1,
     ("onednn", torch.bfloat16): 2,
 }
 
@@ -259,8 +260,8 @@ class CpuDecoderLayer(nn.Module):
             )
         ):
             linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
-            # the GEMVs on the packed copies where the one-row CpuLinear reads them (bf16 on
-            # llmlab's kernel; the plan refuses packed copies of any other dtype)
+            # the GEMVs on the packed copies where the one-row CpuLinear reads them (bf16 and
+            # int8 on llmlab's kernel)
             packed = all(
                 PACKED_MIN_ROWS.get((m.batch_kernel, m.weight.dtype)) == 1 for m in linears
             )

@@ -26,7 +26,8 @@ from llmlab.ops.cpu_backend import HEAD_DIMS, MAX_GROUP
 from llmlab.ops.cpu_library import load_library, traced
 from llmlab.ops.cpu_matmul import WEIGHT_TYPES, packed_numel
 
-PACKED_BF16 = 3  # the weight type of packed bf16 matrices (LLMLAB_W_BF16_PACKED, cpu_kernels.h)
+# the weight types of packed matrices (LLMLAB_W_BF16_PACKED, LLMLAB_W_INT8_PACKED, cpu_kernels.h)
+PACKED_TYPES = {torch.bfloat16: 3, torch.int8: 4}
 
 
 def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, inter: int) -> bool:
@@ -42,20 +43,23 @@ def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, 
 
 
 def _check_packed(packed: tuple[torch.Tensor, ...], matrices: tuple[torch.Tensor, ...]) -> None:
-    """ValueError unless `packed` are the four bfloat16 `matrices`' packed copies: contiguous
-    bfloat16 CPU tensors of `cpu_matmul.packed_numel` elements each, K a multiple of 32."""
+    """ValueError unless `packed` are the four bfloat16 or int8 `matrices`' packed copies:
+    contiguous CPU tensors of their dtype, of `cpu_matmul.packed_numel` elements each, K a
+    multiple of 32."""
     names = ("w_qkv", "w_o", "w_gate_up", "w_down")
-    if len(packed) != 4 or matrices[0].dtype != torch.bfloat16:
+    dtype = matrices[0].dtype
+    if len(packed) != 4 or dtype not in PACKED_TYPES:
         raise ValueError(
-            f"decode layer: packed must be the four matrices' packed copies, for bfloat16 "
-            f"weights; got {len(packed)} tensors for {matrices[0].dtype} weights"
+            f"decode layer: packed must be the four matrices' packed copies, for "
+            f"{' or '.join(map(str, PACKED_TYPES))} weights; got {len(packed)} tensors for "
+            f"{dtype} weights"
         )
     for name, p, w in zip(names, packed, matrices):
         n, k = w.shape
-        if k % 32 or p.dtype != torch.bfloat16 or p.numel() != packed_numel(n, k):
+        if k % 32 or p.dtype != dtype or p.numel() != packed_numel(n, k):
             raise ValueError(
                 f"decode layer: packed {name} is {p.dtype} of {p.numel()} elements for a "
-                f"[{n}, {k}] matrix; expected bfloat16 of {packed_numel(n, k)}, K % 32 == 0"
+                f"[{n}, {k}] matrix; expected {dtype} of {packed_numel(n, k)}, K % 32 == 0"
             )
         if p.device.type != "cpu" or not p.is_contiguous():
             raise ValueError(f"decode layer: packed {name} must be a contiguous CPU tensor")
@@ -97,8 +101,8 @@ class DecodeLayerPlan:
         packed: tuple[torch.Tensor, ...] | None = None,
     ):
         """The four matrices in float32, bfloat16, or int8 with `weight_scales` (float32 scales
-        per output row of w_qkv, w_o, w_gate_up, w_down). `packed`: for bfloat16, the four
-        matrices' copies made by `cpu_matmul.pack_weight`, which the GEMVs then read."""
+        per output row of w_qkv, w_o, w_gate_up, w_down). `packed`: for bfloat16 or int8, the
+        four matrices' copies made by `cpu_matmul.pack_weight`, which the GEMVs then read."""
         hidden, inter = ln1.numel(), w_down.shape[-1]
         wdtype = w_qkv.dtype
         if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
@@ -140,7 +144,7 @@ class DecodeLayerPlan:
             inter,
         )
         self.eps, self.scale = eps, scale
-        self.wtype = WEIGHT_TYPES[wdtype] if packed is None else PACKED_BF16
+        self.wtype = WEIGHT_TYPES[wdtype] if packed is None else PACKED_TYPES[wdtype]
         self.scratch_size = 3 * qw + 2 * kw + 3 * inter
         scale_ptrs = (
             (None,) * 4 if weight_scales is None else tuple(t.data_ptr() for t in weight_scales)
