@@ -79,9 +79,9 @@ def test_greedy_matches_no_cache_reference(model, kwargs):
 
 @pytest.mark.parametrize("backend", ["torch", "cpu"])
 def test_unwritten_pool_memory_is_never_read(model, backend):
-    """No backend reads a slot of the KV pool before writing it (the pool is zeroed at start only
-    to map its pages): with every slot poisoned with NaN before the first step, chunked, cached
-    and preempted requests must still match the no-cache reference."""
+    """The engine's KV pool is not zeroed (`allocate_kv_caches(zeroed=False)`): with every slot
+    poisoned with NaN before the first step, chunked, cached and preempted requests must still
+    match the no-cache reference."""
     prompts = random_prompts(8, 20, 50, seed=4)
     prompts[5] = prompts[4][:32] + [5, 6]  # a prefix-cache hit
     llm = LLM(
