@@ -256,13 +256,32 @@ def test_packed_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K32, seed, int8
     packed = cpu_matmul.pack_weight(weight)
     assert packed.numel() == -(-N // 16) * 16 * K and packed.dtype == weight.dtype
     got = cpu_matmul.packed_gemm(x, packed, N, scales, bias)
-    if int8 and T == 1:  # one int8 row: integer sums on x rounded to int16, no panel widened
-        amax = x.abs().max()
-        steps = (x * (torch.tensor(32767.0) / amax)).round()  # float32, as the kernel rounds
-        rounded = steps.double() * float(amax / 32767.0)
-    else:
-        rounded = x.bfloat16().double()
+    # one int8 row: integer sums on x rounded to int16, no panel widened
+    rounded = _int16_rounded(x) if int8 and T == 1 else x.bfloat16().double()
     want = rounded @ wide.T + (0 if bias is None else bias.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+
+
+def _int16_rounded(x: torch.Tensor) -> torch.Tensor:
+    """x [1, K] as the one-row int8 kernels use it, in float64: rounded to int16 steps of
+    max|x| / 32767 (the multiply in float32, as the kernel does it)."""
+    amax = x.abs().max()
+    steps = (x.contiguous() * (torch.tensor(32767.0) / amax)).round()
+    return steps.double() * float(amax / 32767.0)
+
+
+@pytest.mark.skipif(not HAVE_BF16, reason="packed weights need AVX-512 BF16")
+@pytest.mark.parametrize("K", [32, 96, 576, 1536])  # 1536: past the int32 sums' first flush
+@pytest.mark.parametrize("N", [1, 15, 16, 17, 63, 64, 65, 90])
+def test_one_packed_int8_row_on_a_grid_of_shapes(N, K):
+    """One int8 row on packed blocks (the batch-1 GEMV of an int8 model) against its math on
+    fresh random inputs: x rounded to int16, the scale and the bias per output column. N crosses
+    the edges of a block (16 columns) and of a unit (64)."""
+    g = torch.Generator().manual_seed(1000 * N + K)
+    x, bias = torch.randn(1, K, generator=g) * 2, torch.randn(N, generator=g)
+    q, scales = quantize_int8(torch.randn(N, K, generator=g))
+    got = cpu_matmul.packed_gemm(x, cpu_matmul.pack_weight(q), N, scales, bias)
+    want = _int16_rounded(x) @ dequantize_int8(q, scales).double().T + bias.double()
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
 
 
