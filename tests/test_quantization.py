@@ -299,10 +299,8 @@ def test_one_packed_int8_row_sums_the_same_integers_with_and_without_vnni():
         packed = cpu_matmul.pack_weight(q)
         vnni = cpu_matmul.packed_gemm(x, packed, N, scale)
         cpu_matmul.set_isa_cap(ISA_CAPS["widening"])  # AVX-512 and BF16, no VNNI
-        try:
-            without = cpu_matmul.packed_gemm(x, packed, N, scale)
-        finally:
-            cpu_matmul.set_isa_cap(None)
+        without = cpu_matmul.packed_gemm(x, packed, N, scale)
+        cpu_matmul.set_isa_cap(None)  # (after a failure, the autouse fixture lifts it)
         assert torch.equal(vnni, without)
 
 
