@@ -55,6 +55,13 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
                          int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                          float scale);
 
+int llmlab_decode_attention(
+    const float *qkv, int64_t qkv_stride, const float *cos, const float *sin,
+    const int64_t *slot_mapping, const int32_t *block_tables, int64_t block_table_stride,
+    const int32_t *seq_lens, int64_t num_seqs, float *key_cache, float *value_cache,
+    int64_t block_size, int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
+    float *q, float *out);
+
 void llmlab_time_layer_phases(double *seconds);
 
 int llmlab_isa(void);

@@ -228,21 +228,59 @@ typedef struct {
     float *qkv, *q, *att, *gu, *act;
 } step_args;
 
-/* One KV head's unit: RoPE of its query heads and of its key, its k and v into the cache slot,
- * then its attention. A unit reads only its own head's cache, so no barrier separates the
- * rotation from the attention. Returns the attention kernel's code. */
-static int head_unit(const step_args *a, void *const *w, int64_t g) {
-    const int64_t hd = a->head_dim, qw = a->heads * hd, kw = a->kv_heads * hd;
-    const int64_t group = a->heads / a->kv_heads, hq = g * group * hd, hk = g * hd;
-    float *key_cache = w[KEY_CACHE], *value_cache = w[VALUE_CACHE];
-    rope_row(a->qkv + hq, a->cos, a->sin, a->q + hq, group, hd);
-    if (*a->slot >= 0) {                   /* k (rotated) and v straight into their cache slot */
-        rope_row(a->qkv + qw + hk, a->cos, a->sin, key_cache + *a->slot * kw + hk, 1, hd);
-        memcpy(value_cache + *a->slot * kw + hk, a->qkv + qw + kw + hk, sizeof(float) * hd);
+/* One KV head g of one token that decodes: RoPE of its query heads (qkv's q part into q) and of
+ * its key, its k and v into their cache slot (slot < 0: not cached), then its attention over
+ * the sequence's first seq_len positions (the token's own last) into att. qkv: the token's
+ * stacked [q | k | v] row; q, att: the token's [heads * hd] rows. A unit reads only its own
+ * head's cache, so no barrier separates the rotation from the attention. The same operations
+ * as llmlab_rope, llmlab_reshape_and_cache and llmlab_paged_attention one after the other.
+ * Returns the attention kernel's code. */
+static int rope_cache_attend(const float *qkv, const float *cos, const float *sin, int64_t slot,
+                             const int32_t *block_table, int64_t seq_len, float *key_cache,
+                             float *value_cache, int64_t block_size, int64_t heads,
+                             int64_t kv_heads, int64_t hd, float scale, int64_t g, float *q,
+                             float *att) {
+    const int64_t qw = heads * hd, kw = kv_heads * hd;
+    const int64_t group = heads / kv_heads, hq = g * group * hd, hk = g * hd;
+    rope_row(qkv + hq, cos, sin, q + hq, group, hd);
+    if (slot >= 0) {                       /* k (rotated) and v straight into their cache slot */
+        rope_row(qkv + qw + hk, cos, sin, key_cache + slot * kw + hk, 1, hd);
+        memcpy(value_cache + slot * kw + hk, qkv + qw + kw + hk, sizeof(float) * hd);
     }
-    return llmlab_attention_unit(hd, a->q, qw, hd, key_cache, value_cache, a->block_table,
-                                 a->block_size, a->kv_heads, group, g, 0, 1, *a->seq_len - 1,
-                                 a->scale, 0, 1.0f, 1.0f, a->att, qw);
+    return llmlab_attention_unit(hd, q, qw, hd, key_cache, value_cache, block_table, block_size,
+                                 kv_heads, group, g, 0, 1, seq_len - 1, scale, 0, 1.0f, 1.0f,
+                                 att, qw);
+}
+
+/* A decode step's attention for a batch: num_seqs sequences, one new token each, every
+ * (sequence, KV head) a rope_cache_attend unit, in one call instead of RoPE twice, the cache
+ * write and the attention (what a decode step of the fast path runs from 2 tokens on; one token
+ * runs inside llmlab_decode_layers). qkv: [num_seqs, heads*hd + 2*kv_heads*hd] rows every
+ * qkv_stride floats; cos, sin: [num_seqs, hd/2]; slot_mapping, block_tables (row stride
+ * block_table_stride), seq_lens as for llmlab_paged_attention; float32 caches [num_blocks,
+ * block_size, kv_heads, hd]; q (scratch) and out: [num_seqs, heads * hd]. Returns -1 if the
+ * attention kernel refused head_dim or the group (the caller checks first), else 0. */
+int llmlab_decode_attention(const float *qkv, int64_t qkv_stride, const float *cos,
+                            const float *sin, const int64_t *slot_mapping,
+                            const int32_t *block_tables, int64_t block_table_stride,
+                            const int32_t *seq_lens, int64_t num_seqs, float *key_cache,
+                            float *value_cache, int64_t block_size, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim, float scale, float *q,
+                            float *out) {
+    const int64_t qw = heads * head_dim, half = head_dim / 2, units = num_seqs * kv_heads;
+    int rc = 0;
+#pragma omp parallel for schedule(dynamic, 1) if (units > 1)
+    for (int64_t u = 0; u < units; u++) {
+        const int64_t s = u / kv_heads;
+        if (rope_cache_attend(qkv + s * qkv_stride, cos + s * half, sin + s * half,
+                              slot_mapping[s], block_tables + s * block_table_stride,
+                              seq_lens[s], key_cache, value_cache, block_size, heads, kv_heads,
+                              head_dim, scale, u % kv_heads, q + s * qw, out + s * qw) != 0) {
+#pragma omp atomic write
+            rc = -1;
+        }
+    }
+    return rc;
 }
 
 /* One of the layer's GEMVs: weights packed (LLMLAB_W_BF16_PACKED, _INT8_PACKED: cpu_gemm.c's
@@ -271,7 +309,9 @@ static void layer_body(const step_args *a, void *const *w, float *x, float *hl,
     PHASE(1)                                                             /* norm + qkv */
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t g = 0; g < a->kv_heads; g++) {
-        if (head_unit(a, w, g) != 0) {
+        if (rope_cache_attend(a->qkv, a->cos, a->sin, *a->slot, a->block_table, *a->seq_len,
+                              w[KEY_CACHE], w[VALUE_CACHE], a->block_size, a->heads,
+                              a->kv_heads, a->head_dim, a->scale, g, a->q, a->att) != 0) {
 #pragma omp atomic write
             *rc = -1;
         }

@@ -166,6 +166,147 @@ def test_packed_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
     assert err < 2e-2, err
 
 
+def _decode_step_inputs(heads, kv_heads, head_dim, block_size, seed, num_seqs=7):
+    """A decode step of `num_seqs` sequences of random lengths on shuffled blocks of random
+    caches: (qkv rows as a strided view, cos, sin, PagedKV, slot_mapping); the third
+    sequence's slot is -1 (nothing written)."""
+    from llmlab.ops.paged_kv import PagedKV
+
+    gen = torch.Generator().manual_seed(seed)
+    seq_lens = torch.randint(1, 40, (num_seqs,), generator=gen, dtype=torch.int32)
+    width = -(-40 // block_size)
+    num_blocks = num_seqs * width
+    tables = torch.randperm(num_blocks, generator=gen).to(torch.int32).view(num_seqs, width)
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    kc, vc = (torch.randn(shape, generator=gen) for _ in range(2))
+    pos = seq_lens.long() - 1
+    slots = tables[torch.arange(num_seqs), pos // block_size].long() * block_size
+    slots += pos % block_size
+    slots[2] = -1
+    w = (heads + 2 * kv_heads) * head_dim
+    qkv = torch.randn(num_seqs, w + 16, generator=gen)[:, :w]  # rows of a wider matmul output
+    angles = torch.rand(num_seqs, head_dim // 2, generator=gen) * 6.3
+    return qkv, angles.cos(), angles.sin(), PagedKV(kc, vc, tables, seq_lens), slots
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [s[:3] for s in SHAPES[:-1]])
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_decode_attention_equals_rope_cache_write_and_attention(
+    heads, kv_heads, head_dim, block_size
+):
+    """A decode step's attention in one call (`cpu_backend.decode_attention`) against the four
+    kernel calls it replaces (RoPE of q and of k, the cache write, the attention), on fresh
+    random inputs: the same outputs and the same caches, bit for bit."""
+    qkv, cos, sin, kv, slots = _decode_step_inputs(
+        heads, kv_heads, head_dim, block_size, seed=heads * 1000 + head_dim + block_size
+    )
+    scale = head_dim**-0.5
+    before = kv.key_cache.clone(), kv.value_cache.clone()
+    got = cpu_backend.decode_attention(qkv, cos, sin, kv, slots, heads, scale)
+    ref_kv = type(kv)(before[0].clone(), before[1].clone(), kv.block_tables, kv.seq_lens)
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    q = cpu_backend.rope(q, heads, cos, sin)
+    k = cpu_backend.rope(k, kv_heads, cos, sin)
+    v = v.reshape(-1, kv_heads, head_dim).contiguous()
+    cpu_backend.reshape_and_cache(k, v, ref_kv, slots)
+    want = cpu_backend.paged_attention(q, ref_kv, scale)
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    assert torch.equal(got, want)
+    assert torch.equal(kv.key_cache, ref_kv.key_cache)
+    assert torch.equal(kv.value_cache, ref_kv.value_cache)
+    written = (kv.key_cache != before[0]).any(dim=(2, 3)).sum()
+    assert int(written) == len(slots) - 1  # one slot per sequence, none for slot -1
+
+
+def test_decode_attention_refuses_bad_arguments_and_writes_nothing():
+    from llmlab.ops.paged_kv import PagedKV
+
+    qkv, cos, sin, kv, slots = _decode_step_inputs(4, 2, 16, 8, seed=3)
+    before = kv.key_cache.clone(), kv.value_cache.clone()
+    bad = [
+        (dict(cos=cos[:, :4]), "cos, sin must be contiguous float32 \\[7, 8\\]"),
+        (dict(qkv=qkv[:, :-16]), "qkv .* must be float32 \\[7, 128\\]"),
+        (dict(qkv=qkv[:5]), "one per sequence"),
+        (dict(heads=3), "heads 3 a multiple of kv_heads 2"),
+        (
+            dict(
+                kv=PagedKV(
+                    kv.key_cache,
+                    kv.value_cache,
+                    kv.block_tables,
+                    kv.seq_lens,
+                    torch.arange(8, dtype=torch.int32),
+                )
+            ),
+            "a decode step",
+        ),
+        (
+            dict(
+                kv=PagedKV(
+                    kv.key_cache.to(torch.float8_e4m3fn),
+                    kv.value_cache,
+                    kv.block_tables,
+                    kv.seq_lens,
+                )
+            ),
+            "float32 CPU caches",
+        ),
+    ]
+    for change, match in bad:
+        args = dict(qkv=qkv, cos=cos, sin=sin, kv=kv, slot_mapping=slots, heads=4, scale=0.25)
+        with pytest.raises(ValueError, match=match):
+            cpu_backend.decode_attention(**{**args, **change})
+    assert torch.equal(kv.key_cache, before[0]) and torch.equal(kv.value_cache, before[1])
+
+
+def test_a_batch_decode_step_runs_attention_in_one_call(monkeypatch):
+    """Decode steps of several sequences on the fast path call `decode_attention` once per
+    layer (prompts do not), and the logits stay the readable model's."""
+    model = _model(4, 2, 16, False, seed=11)
+    fast = cpu_model(model)
+    calls = []
+    real = cpu_backend.decode_attention
+    monkeypatch.setattr(
+        cpu_backend, "decode_attention", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    logits = {}
+    for name, m, backend in (("fast", fast, "cpu"), ("readable", model, "torch")):
+        kv = m.allocate_kv_caches(8, 8)
+        md = dict(
+            kv_caches=kv,
+            backend=backend,
+            block_tables=torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]], dtype=torch.int32),
+        )
+        ids = torch.tensor([5, 9, 11, 3, 7, 2, 8])  # prompts of 4 and 3 tokens
+        m(
+            ids,
+            torch.tensor([0, 1, 2, 3, 0, 1, 2]),
+            AttentionMetadata(
+                cu_seqlens_q=torch.tensor([0, 4, 7], dtype=torch.int32),
+                seq_lens=torch.tensor([4, 3], dtype=torch.int32),
+                slot_mapping=torch.tensor([0, 1, 2, 3, 32, 33, 34]),
+                max_query_len=4,
+                **md,
+            ),
+        )
+        if name == "fast":
+            assert not calls  # the prompts ran kernel by kernel
+        hidden = m(
+            torch.tensor([6, 4]),
+            torch.tensor([4, 3]),
+            AttentionMetadata(
+                cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32),
+                seq_lens=torch.tensor([5, 4], dtype=torch.int32),
+                slot_mapping=torch.tensor([4, 35]),
+                max_query_len=1,
+                **md,
+            ),
+        )
+        logits[name] = m.compute_logits(hidden)
+    assert len(calls) == model.config.num_hidden_layers
+    torch.testing.assert_close(logits["fast"], logits["readable"], atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
 def test_fast_path_matches_the_readable_model(heads, kv_heads, head_dim, bias):
     """Against the readable forward (nn.Linear on aten, PyTorch attention): only float rounding

@@ -121,6 +121,86 @@ def paged_attention(query: torch.Tensor, kv: PagedKV, scale: float) -> torch.Ten
     return out
 
 
+def decode_attention(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv: PagedKV,
+    slot_mapping: torch.Tensor,
+    heads: int,
+    scale: float,
+) -> torch.Tensor:
+    """A decode step's attention from its stacked q/k/v rows in one C call (kernels/cpu_layer.c):
+    RoPE of q and k, k and v into their cache slots, attention -> [S, heads, head_dim]. The same
+    operations and results as `rope` (twice), `reshape_and_cache` and `paged_attention`, one
+    work unit per (sequence, KV head) instead of four calls and their copies.
+
+    qkv [S, (heads + 2 * kv_heads) * head_dim] float32 (rows may be strided): one new token per
+    sequence of `kv` (a decode step: S == len(kv.seq_lens)); cos, sin [S, head_dim / 2];
+    slot_mapping [S]; float32 caches, head_dim one of HEAD_DIMS, heads / kv_heads at most
+    MAX_GROUP. The tables, lengths and slots are the step's metadata, checked when it was built
+    (`llmlab.ops.metadata`), and are not checked again here."""
+    key_cache, value_cache = kv.key_cache, kv.value_cache
+    kv_heads, d = key_cache.shape[2], key_cache.shape[3]
+    num_seqs = kv.seq_lens.shape[0]
+    caches_ok = all(
+        t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+        for t in (key_cache, value_cache)
+    )
+    if not (
+        caches_ok
+        and d in HEAD_DIMS
+        and heads % kv_heads == 0
+        and heads // kv_heads <= MAX_GROUP
+        and kv.cu_seqlens_q is None
+    ):
+        raise ValueError(
+            f"decode_attention: kv: needs contiguous float32 CPU caches, head_dim in {HEAD_DIMS}, "
+            f"heads {heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x) and a "
+            f"decode step; got {key_cache.dtype} caches, head_dim {d}"
+        )
+    if not (_rows_ok(qkv, (heads + 2 * kv_heads) * d) and qkv.shape[0] == num_seqs):
+        raise ValueError(
+            f"decode_attention: qkv {tuple(qkv.shape)} {qkv.dtype} must be float32 "
+            f"[{num_seqs}, {(heads + 2 * kv_heads) * d}] with contiguous rows, one per sequence"
+        )
+    half = (num_seqs, d // 2)
+    if not all(
+        tuple(c.shape) == half and c.dtype == torch.float32 and c.is_contiguous()
+        for c in (cos, sin)
+    ):
+        raise ValueError(
+            f"decode_attention: cos, sin must be contiguous float32 {list(half)}, got "
+            f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}"
+        )
+    q = torch.empty(num_seqs, heads * d, dtype=torch.float32)  # the rotated queries
+    out = torch.empty(num_seqs, heads, d, dtype=torch.float32)
+    with traced("llmlab_cpu::decode_attention"):
+        rc = load_library().llmlab_decode_attention(
+            qkv.data_ptr(),
+            qkv.stride(0),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            slot_mapping.data_ptr(),
+            kv.block_tables.data_ptr(),
+            kv.block_tables.stride(0),
+            kv.seq_lens.data_ptr(),
+            num_seqs,
+            key_cache.data_ptr(),
+            value_cache.data_ptr(),
+            key_cache.shape[1],
+            heads,
+            kv_heads,
+            d,
+            scale,
+            q.data_ptr(),
+            out.data_ptr(),
+        )
+    if rc != 0:
+        raise RuntimeError("cpu_layer.c refused the decode attention's head_dim or GQA group")
+    return out
+
+
 # ---- a decoder layer's elementwise steps (kernels/cpu_layer.c) ------------------------------
 
 
