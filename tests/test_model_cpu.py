@@ -227,6 +227,8 @@ def test_decode_attention_refuses_bad_arguments_and_writes_nothing():
         (dict(cos=cos[:, :4]), "cos, sin must be contiguous float32 \\[7, 8\\]"),
         (dict(qkv=qkv[:, :-16]), "qkv .* must be float32 \\[7, 128\\]"),
         (dict(qkv=qkv[:5]), "one per sequence"),
+        (dict(slot_mapping=slots[:6]), "slot_mapping must be int64 \\[7\\]"),
+        (dict(slot_mapping=slots.int()), "slot_mapping must be int64"),
         (dict(heads=3), "heads 3 a multiple of kv_heads 2"),
         (
             dict(

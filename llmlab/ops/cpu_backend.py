@@ -140,39 +140,9 @@ def decode_attention(
     slot_mapping [S]; float32 caches, head_dim one of HEAD_DIMS, heads / kv_heads at most
     MAX_GROUP. The tables, lengths and slots are the step's metadata, checked when it was built
     (`llmlab.ops.metadata`), and are not checked again here."""
+    _check_decode_attention(qkv, cos, sin, kv, slot_mapping, heads)
     key_cache, value_cache = kv.key_cache, kv.value_cache
-    kv_heads, d = key_cache.shape[2], key_cache.shape[3]
-    num_seqs = kv.seq_lens.shape[0]
-    caches_ok = all(
-        t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
-        for t in (key_cache, value_cache)
-    )
-    if not (
-        caches_ok
-        and d in HEAD_DIMS
-        and heads % kv_heads == 0
-        and heads // kv_heads <= MAX_GROUP
-        and kv.cu_seqlens_q is None
-    ):
-        raise ValueError(
-            f"decode_attention: kv: needs contiguous float32 CPU caches, head_dim in {HEAD_DIMS}, "
-            f"heads {heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x) and a "
-            f"decode step; got {key_cache.dtype} caches, head_dim {d}"
-        )
-    if not (_rows_ok(qkv, (heads + 2 * kv_heads) * d) and qkv.shape[0] == num_seqs):
-        raise ValueError(
-            f"decode_attention: qkv {tuple(qkv.shape)} {qkv.dtype} must be float32 "
-            f"[{num_seqs}, {(heads + 2 * kv_heads) * d}] with contiguous rows, one per sequence"
-        )
-    half = (num_seqs, d // 2)
-    if not all(
-        tuple(c.shape) == half and c.dtype == torch.float32 and c.is_contiguous()
-        for c in (cos, sin)
-    ):
-        raise ValueError(
-            f"decode_attention: cos, sin must be contiguous float32 {list(half)}, got "
-            f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}"
-        )
+    num_seqs, kv_heads, d = qkv.shape[0], key_cache.shape[2], key_cache.shape[3]
     q = torch.empty(num_seqs, heads * d, dtype=torch.float32)  # the rotated queries
     out = torch.empty(num_seqs, heads, d, dtype=torch.float32)
     with traced("llmlab_cpu::decode_attention"):
@@ -199,6 +169,50 @@ def decode_attention(
     if rc != 0:
         raise RuntimeError("cpu_layer.c refused the decode attention's head_dim or GQA group")
     return out
+
+
+def _check_decode_attention(qkv, cos, sin, kv: PagedKV, slot_mapping, heads: int) -> None:
+    """ValueError naming the first of `decode_attention`'s arguments it cannot take (shapes,
+    dtypes and layout only: no value of the step's metadata is read)."""
+    key_cache, value_cache = kv.key_cache, kv.value_cache
+    kv_heads, d = key_cache.shape[2], key_cache.shape[3]
+    if not (
+        all(
+            t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+            for t in (key_cache, value_cache)
+        )
+        and d in HEAD_DIMS
+        and heads % kv_heads == 0
+        and heads // kv_heads <= MAX_GROUP
+        and kv.cu_seqlens_q is None
+        and kv.block_tables is not None
+        and kv.seq_lens is not None
+    ):
+        raise ValueError(
+            f"decode_attention: kv: needs contiguous float32 CPU caches, head_dim in {HEAD_DIMS}, "
+            f"heads {heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x) and a "
+            f"decode step's tables; got {key_cache.dtype} caches, head_dim {d}"
+        )
+    num_seqs = kv.seq_lens.shape[0]
+    if not (_rows_ok(qkv, (heads + 2 * kv_heads) * d) and qkv.shape[0] == num_seqs):
+        raise ValueError(
+            f"decode_attention: qkv {tuple(qkv.shape)} {qkv.dtype} must be float32 "
+            f"[{num_seqs}, {(heads + 2 * kv_heads) * d}] with contiguous rows, one per sequence"
+        )
+    if slot_mapping.shape != (num_seqs,) or slot_mapping.dtype != torch.int64:
+        raise ValueError(
+            f"decode_attention: slot_mapping must be int64 [{num_seqs}], got "
+            f"{tuple(slot_mapping.shape)} {slot_mapping.dtype}"
+        )
+    half = (num_seqs, d // 2)
+    if not all(
+        tuple(c.shape) == half and c.dtype == torch.float32 and c.is_contiguous()
+        for c in (cos, sin)
+    ):
+        raise ValueError(
+            f"decode_attention: cos, sin must be contiguous float32 {list(half)}, got "
+            f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}"
+        )
 
 
 # ---- a decoder layer's elementwise steps (kernels/cpu_layer.c) ------------------------------
