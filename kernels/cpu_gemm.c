@@ -181,10 +181,10 @@ static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const
 /* int8 from one row: x rounded to int16 once (llmlab_x_to_int16, as cpu_quant.c's dense VNNI
  * GEMV does), then per pair of k one 32-byte load of a block (16 columns x 2 int8) widened to
  * int16 and multiplied by x's broadcast pair into the block's 16 int32 sums: `vpdpwssd` with
- * AVX-512 VNNI, `vpmaddwd` + `vpaddd` (the same integers) without. The int32 sums are moved to
- * float32 every INT8_PAIR_STEPS pairs: 128 x 2 products of |x| <= 32767, |q| <= 128 stay
- * below 2^30. sums[j * 16 + i]: column i of block j, times x's int16 step, before the scale. */
-#define INT8_PAIR_STEPS 128
+ * AVX-512 VNNI, `vpmaddwd` + `vpaddd` (the same integers) without. A pair of k is 2 products
+ * per int32 lane, so the sums move to float32 every LLMLAB_INT16_SUM_STEPS pairs (the bound in
+ * cpu_kernels.h). sums[j * 16 + i]: column i of block j, times x's int16 step, before the scale. */
+#define INT8_PAIR_STEPS LLMLAB_INT16_SUM_STEPS
 #define INT8_UNIT_BODY(DOT)                                                                   \
     __m512 f[NR];                                                                             \
     for (int j = 0; j < nr; j++) f[j] = _mm512_setzero_ps();                                  \

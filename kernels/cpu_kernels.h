@@ -16,6 +16,12 @@
 #define LLMLAB_W_BF16_PACKED 3   /* bf16 in cpu_gemm.c's blocks (the fused decode layer's GEMVs) */
 #define LLMLAB_W_INT8_PACKED 4   /* int8 in those blocks, with its scales per output row */
 
+/* int8 weights against x rounded to int16 (llmlab_x_to_int16) sum pairs of products into int32
+ * lanes: 128 steps of 2 products (|x| <= 32767, |w| <= 128: 2 * 32767 * 128 * 128 = 2^30) stay
+ * below 2^31, so longer rows move their sums to float32 every LLMLAB_INT16_SUM_STEPS steps
+ * (cpu_quant.c's dense VNNI GEMV, cpu_gemm.c's packed one-row GEMV) */
+#define LLMLAB_INT16_SUM_STEPS 128
+
 /* instruction sets chosen at run time (llmlab_isa) */
 #define LLMLAB_ISA_AVX512 1
 #define LLMLAB_ISA_AVX512_BF16 2

@@ -264,9 +264,9 @@ float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K) {
     return amax / 32767.0f;
 }
 
-/* int32 sums of one row stay below 2^31 for 128 steps of 32 products (|x| <= 32767, |w| <= 128:
- * 2 * 32767 * 128 * 128 = 2^30): longer rows are summed in float32 128 steps at a time */
-#define VNNI_STEPS 128
+/* a step is 32 weights of a row, 2 products per int32 lane: LLMLAB_INT16_SUM_STEPS of them,
+ * then the sums move to float32 */
+#define VNNI_STEPS LLMLAB_INT16_SUM_STEPS
 
 /* dots of rows [n_lo, n_hi) with x as `llmlab_x_to_int16` gave it (scale `xs`), four rows at a
  * time: 32 int8 widened to int16 (vpmovsxbw) then 32 products summed in pairs (vpdpwssd), where

@@ -255,10 +255,8 @@ class CpuDecoderLayer(nn.Module):
         )
         # a decode step's RoPE, cache write and attention as one call (`decode_attention`),
         # where the C attention takes these sizes (others run the torch backend's attention)
-        self.one_call_decode = (
-            self.head_dim in cpu_backend.HEAD_DIMS
-            and self.heads % self.kv_heads == 0
-            and self.heads // self.kv_heads <= cpu_backend.MAX_GROUP
+        self.one_call_decode = cpu_backend.attention_sizes_apply(
+            self.heads, self.kv_heads, self.head_dim
         )
         self.plan = None  # the fused one-token layer, where the C code takes these sizes
         if (

@@ -37,6 +37,12 @@ MAX_GROUP = 16
 FP8 = torch.float8_e4m3fn
 
 
+def attention_sizes_apply(heads: int, kv_heads: int, head_dim: int) -> bool:
+    """Whether the C attention has a variant for `head_dim` and takes this GQA group (heads a
+    multiple of kv_heads, at most MAX_GROUP query heads per KV head)."""
+    return head_dim in HEAD_DIMS and heads % kv_heads == 0 and heads // kv_heads <= MAX_GROUP
+
+
 def _kernel_for(query: torch.Tensor, key_cache: torch.Tensor) -> ctypes.CDLL | None:
     """The C library when it serves these tensors; None when the torch implementation must."""
     for name, t in (("query", query), ("key_cache", key_cache)):
@@ -181,9 +187,7 @@ def _check_decode_attention(qkv, cos, sin, kv: PagedKV, slot_mapping, heads: int
             t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
             for t in (key_cache, value_cache)
         )
-        and d in HEAD_DIMS
-        and heads % kv_heads == 0
-        and heads // kv_heads <= MAX_GROUP
+        and attention_sizes_apply(heads, kv_heads, d)
         and kv.cu_seqlens_q is None
         and kv.block_tables is not None
         and kv.seq_lens is not None

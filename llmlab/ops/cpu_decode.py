@@ -22,7 +22,7 @@ import ctypes
 
 import torch
 
-from llmlab.ops.cpu_backend import HEAD_DIMS, MAX_GROUP
+from llmlab.ops.cpu_backend import HEAD_DIMS, MAX_GROUP, attention_sizes_apply
 from llmlab.ops.cpu_library import load_library, traced
 from llmlab.ops.cpu_matmul import WEIGHT_TYPES, packed_numel
 
@@ -33,13 +33,7 @@ PACKED_TYPES = {torch.bfloat16: 3, torch.int8: 4}
 def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, inter: int) -> bool:
     """Whether `llmlab_decode_layers` takes a layer of these sizes (its attention kernel's head
     sizes and GQA groups, 16-float rows)."""
-    return (
-        hidden % 16 == 0
-        and inter % 16 == 0
-        and head_dim in HEAD_DIMS
-        and heads % kv_heads == 0
-        and heads // kv_heads <= MAX_GROUP
-    )
+    return hidden % 16 == 0 and inter % 16 == 0 and attention_sizes_apply(heads, kv_heads, head_dim)
 
 
 def _check_packed(packed: tuple[torch.Tensor, ...], matrices: tuple[torch.Tensor, ...]) -> None:
