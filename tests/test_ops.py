@@ -401,6 +401,88 @@ def test_cpu_other_dtypes_and_shapes_run_the_torch_code():
     run_case("prefill", "cpu", 8, 48, (9, 3), torch.float32, "cpu")
 
 
+def decode_step(block_size: int, head_dim: int, heads: tuple[int, int], gen: torch.Generator):
+    """A decode step of 7 sequences of random lengths over `make_paged_cache` (the new token's
+    slot, position len - 1, holds random K/V until the step writes it): their stacked q/k/v rows
+    as a strided view of a wider matmul output, RoPE's cos and sin, the PagedKV and the slots;
+    the third sequence's slot is -1 (nothing written)."""
+    num_heads, num_kv_heads = heads
+    lens = torch.randint(1, 40, (7,), generator=gen).tolist()
+    kc, vc, bt, sl = make_paged_cache(lens, block_size, num_kv_heads, head_dim, torch.float32, gen)
+    pos = sl.long() - 1
+    slots = bt[torch.arange(len(lens)), pos // block_size].long() * block_size + pos % block_size
+    slots[2] = -1
+    w = (num_heads + 2 * num_kv_heads) * head_dim
+    qkv = torch.randn(len(lens), w + 16, generator=gen)[:, :w]
+    angles = torch.rand(len(lens), head_dim // 2, generator=gen) * 6.3
+    return qkv, angles.cos(), angles.sin(), PagedKV(kc, vc, bt, sl), slots
+
+
+def assert_same_cache(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Equal to the bit, NaN (never written) where the other is NaN."""
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "block_size,head_dim,heads", CPU_GRID + [(1, 32, (4, 4)), (1, 256, (2, 2)), (16, 256, (4, 1))]
+)
+def test_cpu_decode_attention_equals_rope_cache_write_and_attention(block_size, head_dim, heads):
+    """A decode step's attention in one call (`cpu_backend.decode_attention`, what the fast
+    path's layers run from 2 sequences on) against the four kernel calls it replaces (RoPE of q
+    and of k, the cache write, the attention): the same outputs and the same caches, bit for
+    bit; one slot written per sequence, none for slot -1."""
+    from llmlab.ops import cpu_backend
+
+    num_heads, num_kv_heads = heads
+    gen = _generator("cpu-decode-attention", block_size, head_dim, heads)
+    qkv, cos, sin, kv, slots = decode_step(block_size, head_dim, heads, gen)
+    scale = head_dim**-0.5
+    before = kv.key_cache.clone(), kv.value_cache.clone()
+    got = cpu_backend.decode_attention(qkv, cos, sin, kv, slots, num_heads, scale)
+    ref_kv = dataclasses.replace(kv, key_cache=before[0].clone(), value_cache=before[1].clone())
+    q, k, v = qkv.split([num_heads * head_dim] + [num_kv_heads * head_dim] * 2, dim=-1)
+    q = cpu_backend.rope(q, num_heads, cos, sin)
+    k = cpu_backend.rope(k, num_kv_heads, cos, sin)
+    v = v.reshape(-1, num_kv_heads, head_dim).contiguous()
+    cpu_backend.reshape_and_cache(k, v, ref_kv, slots)
+    want = cpu_backend.paged_attention(q, ref_kv, scale)
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    assert torch.equal(got, want)
+    assert_same_cache(kv.key_cache, ref_kv.key_cache)
+    assert_same_cache(kv.value_cache, ref_kv.value_cache)
+    changed = kv.key_cache.nan_to_num(7.0) != before[0].nan_to_num(7.0)
+    assert int(changed.any(dim=(2, 3)).sum()) == len(slots) - 1
+
+
+def test_cpu_decode_attention_refuses_bad_arguments_and_writes_nothing():
+    from llmlab.ops import cpu_backend
+
+    qkv, cos, sin, kv, slots = decode_step(8, 16, (4, 2), _generator("cpu-decode-refusals"))
+    before = kv.key_cache.clone(), kv.value_cache.clone()
+    bad = [
+        (dict(cos=cos[:, :4]), "cos, sin must be contiguous float32 \\[7, 8\\]"),
+        (dict(qkv=qkv[:, :-16]), "qkv .* must be float32 \\[7, 128\\]"),
+        (dict(qkv=qkv[:5]), "one per sequence"),
+        (dict(slot_mapping=slots[:6]), "slot_mapping must be int64 \\[7\\]"),
+        (dict(slot_mapping=slots.int()), "slot_mapping must be int64"),
+        (dict(heads=3), "heads 3 a multiple of kv_heads 2"),
+        (
+            dict(kv=dataclasses.replace(kv, cu_seqlens_q=torch.arange(8, dtype=torch.int32))),
+            "a decode step",
+        ),
+        (
+            dict(kv=dataclasses.replace(kv, key_cache=kv.key_cache.to(torch.float8_e4m3fn))),
+            "float32 CPU caches",
+        ),
+    ]
+    for change, match in bad:
+        args = dict(qkv=qkv, cos=cos, sin=sin, kv=kv, slot_mapping=slots, heads=4, scale=0.25)
+        with pytest.raises(ValueError, match=match):
+            cpu_backend.decode_attention(**{**args, **change})
+    assert_same_cache(kv.key_cache, before[0])
+    assert_same_cache(kv.value_cache, before[1])
+
+
 def test_cpu_backend_is_listed_and_its_library_is_built_once(monkeypatch, tmp_path):
     from llmlab.ops import cpu_backend, cpu_library
 
