@@ -43,19 +43,21 @@
 #define NR 4     /* blocks per micro-tile */
 #define MR 6     /* rows of x per micro-tile */
 #define ROWS_PER_UNIT 48
+#define F32_ROWS_PER_UNIT 32   /* float32: 64 rows -> 2 x 32 (one unit of 64: 85.4 ms against 83.2) */
 
-/* P[nb][kp][j][e] = W[nb*16 + j][2*kp + e], zero where nb*16 + j >= N; K even. Elements of
- * `elem` bytes (2: bf16, 1: int8). out holds ceil(N/16)*16*K elements. */
+/* P[nb][kp][j][e] = W[nb*16 + j][g*kp + e], zero where nb*16 + j >= N, with g = 2 k's per
+ * lane for elements of `elem` 2 (bf16) or 1 (int8) bytes (K even), g = 1 for 4 (float32: one
+ * k per 64-byte vector, P[nb][k][j]). out holds ceil(N/16)*16*K elements. */
 void llmlab_pack_weight(const void *W, int64_t elem, int64_t N, int64_t K, void *out) {
-    const int64_t blocks = (N + PK - 1) / PK;
+    const int64_t blocks = (N + PK - 1) / PK, g = elem == 4 ? 1 : 2;
 #pragma omp parallel for schedule(static)
     for (int64_t nb = 0; nb < blocks; nb++) {
         char *dst = (char *)out + nb * PK * K * elem;
-        for (int64_t kp = 0; kp < K / 2; kp++)
+        for (int64_t kp = 0; kp < K / g; kp++)
             for (int64_t j = 0; j < PK; j++) {
                 const int64_t n = nb * PK + j;
-                for (int64_t e = 0; e < 2; e++, dst += elem) {
-                    if (n < N) memcpy(dst, (const char *)W + (n * K + 2 * kp + e) * elem, elem);
+                for (int64_t e = 0; e < g; e++, dst += elem) {
+                    if (n < N) memcpy(dst, (const char *)W + (n * K + g * kp + e) * elem, elem);
                     else memset(dst, 0, elem);
                 }
             }
@@ -95,25 +97,88 @@ static inline void micro(int mr, int nr, const uint32_t *x, int64_t xs, const ui
     }
 }
 
-/* micro() with mr, nr as compile-time constants (one specialisation per pair) */
+/* CALL(R, C) with the tile's rows mr and blocks nr as the constants R <= MR, C <= NR: one
+ * specialisation of a micro-tile per pair */
+#define BY_BLOCKS(CALL, R) \
+    switch (nr) { case 1: CALL(R, 1); break; case 2: CALL(R, 2); break; \
+                  case 3: CALL(R, 3); break; default: CALL(R, 4); }
+#define BY_TILE_SIZE(CALL) \
+    switch (mr) { case 1: BY_BLOCKS(CALL, 1); break; case 2: BY_BLOCKS(CALL, 2); break; \
+                  case 3: BY_BLOCKS(CALL, 3); break; case 4: BY_BLOCKS(CALL, 4); break; \
+                  case 5: BY_BLOCKS(CALL, 5); break; default: BY_BLOCKS(CALL, 6); }
+
+/* micro() with mr, nr as compile-time constants */
 __attribute__((target("avx512f,avx512bf16")))
 static void tile(int mr, int nr, const uint32_t *x, int64_t xs, const uint16_t *w,
                  int64_t bstride, int64_t kp_n, float *y, int64_t ldy, int64_t cols,
                  const float *scales, const float *bias) {
 #define MICRO(R, C) micro(R, C, x, xs, w, bstride, kp_n, y, ldy, cols, scales, bias)
-#define ROW(R) \
-    switch (nr) { case 1: MICRO(R, 1); break; case 2: MICRO(R, 2); break; \
-                  case 3: MICRO(R, 3); break; default: MICRO(R, 4); }
-    switch (mr) {
-    case 1: ROW(1); break;
-    case 2: ROW(2); break;
-    case 3: ROW(3); break;
-    case 4: ROW(4); break;
-    case 5: ROW(5); break;
-    default: ROW(6);
-    }
-#undef ROW
+    BY_TILE_SIZE(MICRO)
 #undef MICRO
+}
+
+/* The float32 micro-tile: y[mr rows, nr blocks] = x[mr rows] . P[nr blocks] with P one k per
+ * vector (P[nb][k][16]): per k, nr loads, mr broadcasts of x and mr * nr FMAs. While it runs
+ * it asks for `ahead_bytes` from `ahead` into L2, one line per k: the next panel, which
+ * arrives while this one computes (oneDNN's float32 matmul stalls on each cold panel; with the
+ * weights of 30 layers streamed from memory at batch 64 this kernel took 82-83 ms per step's
+ * matmuls where oneDNN took 91-92, 2 ms of the gain the prefetch's, on a 2-core Zen 4). */
+__attribute__((target("avx512f"), always_inline))
+static inline void micro_f32(int mr, int nr, const float *x, int64_t xs, const float *w,
+                             int64_t bstride, int64_t K, float *y, int64_t ldy, int64_t cols,
+                             const float *bias, const char *ahead, int64_t ahead_bytes) {
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        if (k * 64 < ahead_bytes) _mm_prefetch(ahead + k * 64, _MM_HINT_T1);
+        __m512 wv[NR];
+        for (int j = 0; j < nr; j++) wv[j] = _mm512_loadu_ps(w + j * bstride + k * PK);
+        for (int i = 0; i < mr; i++) {
+            const __m512 xv = _mm512_set1_ps(x[i * xs + k]);
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);
+        }
+    }
+    for (int j = 0; j < nr; j++) {
+        const int64_t left = cols - j * PK;
+        if (left <= 0) break;
+        const __mmask16 m = left >= PK ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + j * PK) : _mm512_setzero_ps();
+        for (int i = 0; i < mr; i++)
+            _mm512_mask_storeu_ps(y + i * ldy + j * PK, m, _mm512_add_ps(acc[i][j], b));
+    }
+}
+
+/* micro_f32() with mr, nr as compile-time constants */
+__attribute__((target("avx512f")))
+static void tile_f32(int mr, int nr, const float *x, int64_t xs, const float *w, int64_t bstride,
+                     int64_t K, float *y, int64_t ldy, int64_t cols, const float *bias,
+                     const char *ahead, int64_t ahead_bytes) {
+#define MICRO(R, C) micro_f32(R, C, x, xs, w, bstride, K, y, ldy, cols, bias, ahead, ahead_bytes)
+    BY_TILE_SIZE(MICRO)
+#undef MICRO
+}
+
+/* Work unit (panel p, rows [t0, t1), chunk c of `chunks`) on float32 weights: its tiles, which
+ * between them ask for the chunk's share of panel p + 1 (the thread's next panel under the
+ * static schedule), spread evenly over the tiles */
+__attribute__((target("avx512f")))
+static void run_unit_f32(int64_t p, int64_t panels, int64_t c, int64_t chunks, int64_t t0,
+                         int64_t t1, const float *x, int64_t x_stride, const float *P,
+                         const float *bias, float *y, int64_t N, int64_t K) {
+    const int64_t blocks = (N + PK - 1) / PK, b0 = p * NR;
+    const int nr = (int)(blocks - b0 < NR ? blocks - b0 : NR);
+    const int64_t panel_bytes = NR * PK * K * 4;
+    const int64_t share = p + 1 < panels ? panel_bytes / chunks : 0;
+    const char *ahead = (const char *)P + (p + 1) * panel_bytes + c * share;
+    const int64_t tiles = (t1 - t0 + MR - 1) / MR;
+    const int64_t per_tile = (share / tiles + 63) / 64 * 64;
+    const int64_t n0 = b0 * PK;
+    for (int64_t t = t0, i = 0; t < t1; t += MR, i++) {
+        const int mr = (int)(t1 - t < MR ? t1 - t : MR);
+        tile_f32(mr, nr, x + t * x_stride, x_stride, P + b0 * PK * K, PK * K, K, y + t * N + n0,
+                 N, N - n0, bias ? bias + n0 : NULL, ahead + i * per_tile, per_tile);
+    }
 }
 
 /* x float32 rows -> bf16 pairs (round to nearest even), K % 32 == 0 */
@@ -286,12 +351,36 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
 #endif
 }
 
+/* The float32 case of llmlab_packed_gemm: units (panel, chunk of rows) in panel order under a
+ * static schedule, so each thread's next panel is the one after its current one */
+static int packed_gemm_f32(const float *x, int64_t x_stride, const float *P, const float *bias,
+                           float *y, int64_t T, int64_t N, int64_t K) {
+#ifdef LLMLAB_X86
+    if (!(llmlab_isa() & LLMLAB_ISA_AVX512)) return -1;
+    const int64_t panels = ((N + PK - 1) / PK + NR - 1) / NR;
+    const int64_t chunks = (T + F32_ROWS_PER_UNIT - 1) / F32_ROWS_PER_UNIT;
+    const int64_t rows = (T + chunks - 1) / chunks;
+#pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < panels * chunks; u++) {
+        const int64_t p = u / chunks, c = u % chunks, t0 = c * rows;
+        const int64_t t1 = t0 + rows < T ? t0 + rows : T;
+        if (t0 < t1) run_unit_f32(p, panels, c, chunks, t0, t1, x, x_stride, P, bias, y, N, K);
+    }
+    return 0;
+#else
+    (void)x; (void)x_stride; (void)P; (void)bias; (void)y; (void)T; (void)N; (void)K;
+    return -1;
+#endif
+}
+
 /* y[T, N] (contiguous) = x[T, K] (row stride x_stride) W^T (* scales[N]) (+ bias[N]), W packed
- * by llmlab_pack_weight (bf16, or int8 with per-column scales); on all threads. K % 32 == 0.
- * Returns -1 without AVX-512 BF16 (or out of memory), else 0. */
+ * by llmlab_pack_weight: float32 (AVX-512F FMAs), or bf16 or int8 with per-column scales
+ * (AVX-512 BF16, K % 32 == 0); on all threads. Returns -1 where this CPU lacks the
+ * instructions (or out of memory), else 0. */
 int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t wtype,
                        const float *scales, const float *bias, float *y, int64_t T, int64_t N,
                        int64_t K) {
+    if (wtype == LLMLAB_W_F32) return packed_gemm_f32(x, x_stride, P, bias, y, T, N, K);
 #ifdef LLMLAB_X86
     if (!(llmlab_isa() & LLMLAB_ISA_AVX512_BF16) || K % 32) return -1;
     if (T == 1 && wtype == LLMLAB_W_INT8) {   /* no panel widened for one row: see above */

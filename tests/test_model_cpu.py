@@ -149,7 +149,7 @@ def test_packed_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
     `CpuLinear`s run the packed matmul: the same operations, so the same logits and caches."""
     from llmlab.ops import cpu_matmul_choice
 
-    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda save=True: "llmlab")
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
     base = _model(heads, kv_heads, head_dim, bias, seed=heads + 3)
     readable = base.to(torch.bfloat16) if dtype == torch.bfloat16 else quantize_model_int8(base)
     model = cpu_model(readable)

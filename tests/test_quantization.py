@@ -248,18 +248,29 @@ def test_packed_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K32, seed, int8
     else:
         weight, scales = w.bfloat16(), None
         wide = weight.double()
-    if not HAVE_BF16:  # no vdpbf16ps on this CPU: nothing is packed, and saying so is checked
-        assert not cpu_matmul.packed_weight_applies(weight)
-        with pytest.raises(ValueError, match="AVX-512 BF16"):
-            cpu_matmul.pack_weight(weight)
+    packed = _packed_here(weight, "avx512_bf16", "AVX-512 BF16")
+    if packed is None:
         return
-    packed = cpu_matmul.pack_weight(weight)
-    assert packed.numel() == -(-N // 16) * 16 * K and packed.dtype == weight.dtype
     got = cpu_matmul.packed_gemm(x, packed, N, scales, bias)
     # one int8 row: integer sums on x rounded to int16, no panel widened
     rounded = _int16_rounded(x) if int8 and T == 1 else x.bfloat16().double()
     want = rounded @ wide.T + (0 if bias is None else bias.double())
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+
+
+def _packed_here(weight: torch.Tensor, isa: str, says: str) -> torch.Tensor | None:
+    """`weight` packed (its size and dtype checked), or None on a CPU without the instruction
+    set `isa` the packed matmul needs for it, after checking that nothing is packed and that
+    the refusal says `says`."""
+    if isa not in cpu_matmul.isa():
+        assert not cpu_matmul.packed_weight_applies(weight)
+        with pytest.raises(ValueError, match=says):
+            cpu_matmul.pack_weight(weight)
+        return None
+    packed = cpu_matmul.pack_weight(weight)
+    n, k = weight.shape
+    assert packed.numel() == -(-n // 16) * 16 * k and packed.dtype == weight.dtype
+    return packed
 
 
 def _int16_rounded(x: torch.Tensor) -> torch.Tensor:
@@ -304,9 +315,45 @@ def test_one_packed_int8_row_sums_the_same_integers_with_and_without_vnni():
         assert torch.equal(vnni, without)
 
 
+@needs_c
+@pytest.mark.parametrize("K", [1, 9, 576])
+@pytest.mark.parametrize("N", [1, 17, 64, 65, 200])
+@pytest.mark.parametrize("T", [1, 6, 7, 33, 64, 70])
+def test_packed_float32_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K):
+    """The float32 batch matmul on packed weights (`kernels/cpu_gemm.c`, one k per vector):
+    float32 products and sums, the bias per output column (every other shape). Shapes cross
+    every edge of its tiles and units: rows not a multiple of 6 or of a unit's 32, columns not
+    a multiple of 16 or of a panel's 64 (several panels, so the next panel is asked for), any
+    K. x is a strided view, fresh random per shape. Without AVX-512 nothing is packed, and
+    saying so is checked."""
+    g = torch.Generator().manual_seed(10_000 * T + 100 * N + K)
+    with_bias = (T + N) % 2 == 0
+    x = torch.randn(T, K + 5, generator=g)[:, :K]  # [T, K], row stride K + 5
+    weight = torch.randn(N, K, generator=g)
+    bias = torch.randn(N, generator=g) if with_bias else None
+    packed = _packed_here(weight, "avx512", "AVX-512")
+    if packed is None:
+        return
+    got = cpu_matmul.packed_gemm(x, packed, N, None, bias)
+    want = x.double() @ weight.double().T + (0 if bias is None else bias.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+
+
+@pytest.mark.skipif(not HAVE_C or "avx512" not in cpu_matmul.isa(), reason="needs AVX-512")
+def test_packed_float32_matmul_refuses_a_cpu_without_avx512():
+    """A float32 weight packed here, multiplied where the run-time check finds no AVX-512
+    (capped): a RuntimeError that says what is missing, not a wrong product."""
+    weight = torch.randn(40, 24)
+    packed = cpu_matmul.pack_weight(weight)
+    cpu_matmul.set_isa_cap([])
+    assert not cpu_matmul.packed_weight_applies(weight)
+    with pytest.raises(RuntimeError, match="AVX-512"):
+        cpu_matmul.packed_gemm(torch.randn(3, 24), packed, 40)
+
+
 def test_pack_weight_refuses_what_the_packed_matmul_cannot_take():
-    with pytest.raises(ValueError, match="pack_weight: weight is torch.float32"):
-        cpu_matmul.pack_weight(torch.randn(16, 32))
+    with pytest.raises(ValueError, match="pack_weight: weight is torch.float64"):
+        cpu_matmul.pack_weight(torch.randn(16, 32).double())
     with pytest.raises(ValueError, match=r"\(16, 48\)"):
         cpu_matmul.pack_weight(torch.randn(16, 48).bfloat16())  # K not a multiple of 32
 

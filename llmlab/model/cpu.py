@@ -12,9 +12,12 @@ What it does differently, and why (all measured on a 2-core CPU):
   nano-vllm packs q/k/v at load too). q, k and v, which read the same input, become one
   stacked matrix, as do gate and up: one matmul instead of three. The readable layer's
   `q_proj.weight` ... `up_proj.weight` are then views into those stacked matrices, so both
-  implementations read one dense copy. Each matrix is also reordered once into oneDNN's
-  blocked layout (`torch.ops.mkldnn`, shipped inside PyTorch; vLLM's CPU backend calls oneDNN
-  too): a second copy of the weights, 15-25 % faster matmuls for batches.
+  implementations read one dense copy. Each matrix is also packed once for batches: a second
+  copy of the weights, in `kernels/cpu_gemm.c`'s blocks or oneDNN's layout (`torch.ops.mkldnn`,
+  shipped inside PyTorch; vLLM's CPU backend calls oneDNN too), whichever measured faster on
+  this machine (`llmlab.ops.cpu_matmul_choice`). oneDNN's float32 matmul ran 15-25 % faster
+  than aten's; ours, which asks for each weight panel before it needs it, took a batch-64
+  float32 step of a 2-core Zen 4 from 134-143 ms to 124 ms.
   **Change a weight after `cpu_model`, and you must call it again**: the packed copies do not
   follow the parameters.
 - **One-row matmuls run our GEMV** (`kernels/cpu_gemv.c`): a batch-1 decode step only streams
@@ -77,8 +80,8 @@ PACKED_MIN_ROWS = {
 
 class CpuLinear(nn.Module):
     """y = x Wᵀ (+ b) on a weight prepared once. float32: our GEMV streams the dense weight for
-    one row, oneDNN runs on its packed copy for more rows (aten's `F.linear` where oneDNN is
-    missing). bfloat16, or int8 with per-output-channel `scale`: our kernels
+    one row; more rows run on a packed copy, `kernels/cpu_gemm.c`'s or oneDNN's, whichever
+    `_batch_kernel` chose (aten's `F.linear` where neither runs). bfloat16, or int8 with per-output-channel `scale`: our kernels
     (`kernels/cpu_quant.c`) widen the weight inside the matmul, for any number of rows.
     Input and output are float32."""
 
@@ -120,7 +123,7 @@ class CpuLinear(nn.Module):
         self.quantized = weight.dtype != torch.float32  # bf16 / int8: cpu_quant.c
         self.batch_kernel = _batch_kernel(self.weight)  # for batches: "llmlab", "onednn", None
         with torch.no_grad():
-            if self.batch_kernel == "llmlab":  # bf16 / int8: cpu_gemm.c's blocks
+            if self.batch_kernel == "llmlab":  # cpu_gemm.c's blocks
                 self.packed = cpu_matmul.pack_weight(self.weight)
             elif self.batch_kernel == "onednn":  # oneDNN's blocked layout, in the weight's dtype
                 self.packed = cpu_matmul.onednn_pack(self.weight)
@@ -144,7 +147,11 @@ class CpuLinear(nn.Module):
             )  # [T, out]
         if x.shape[0] == 1 and self.gemv and x.is_contiguous():
             return cpu_matmul.gemv(x, self.weight, self.bias)  # [1, out]
-        if self.packed is not None:
+        if self.batch_kernel == "llmlab":  # cpu_gemm.c's float32 blocks
+            if x.stride(-1) != 1:
+                x = x.contiguous()
+            return cpu_matmul.packed_gemm(x, self.packed, self.weight.shape[0], None, self.bias)
+        if self.batch_kernel == "onednn":
             return cpu_matmul.onednn_linear(x, self.packed, self.bias)  # [T, out]
         return F.linear(x, self.weight, self.bias)
 
@@ -156,13 +163,12 @@ class CpuLinear(nn.Module):
 
 def _batch_kernel(weight: torch.Tensor) -> str | None:
     """Which kernel multiplies a batch of rows (`PACKED_MIN_ROWS`) by `weight` here: float32
-    oneDNN (None without it: aten); bf16 the faster of llmlab's packed matmul and oneDNN's on
-    this machine (`llmlab.ops.cpu_matmul_choice`, measured once); int8 llmlab's packed matmul
-    where this CPU has AVX-512 BF16; None: cpu_quant.c's widening matmul."""
-    if weight.dtype == torch.float32:
-        return "onednn" if cpu_matmul.onednn_available() else None
-    if weight.dtype == torch.bfloat16:
-        choice = cpu_matmul_choice.choice()
+    and bf16 the faster of llmlab's packed matmul and oneDNN's on this machine
+    (`llmlab.ops.cpu_matmul_choice`, measured once per dtype); int8 llmlab's packed matmul
+    where this CPU has AVX-512 BF16; None: cpu_quant.c's widening matmul (bf16, int8) or aten's
+    `F.linear` (float32)."""
+    if weight.dtype in cpu_matmul_choice.DTYPES:
+        choice = cpu_matmul_choice.choice(weight.dtype)
         if choice == "onednn" or (choice == "llmlab" and cpu_matmul.packed_weight_applies(weight)):
             return choice
         return None
@@ -473,7 +479,7 @@ def _float_norm(norm: nn.Module) -> nn.Module:
 
 def weight_bytes(model: LlamaModel) -> int:
     """Bytes of every distinct tensor storage `model` computes with: parameters (a tied or
-    shared matrix once) plus, for a `cpu_model`, oneDNN's packed copies."""
+    shared matrix once) plus, for a `cpu_model`, the packed copies for batches."""
     seen, total = set(), 0
     for t in (
         list(model.parameters())

@@ -115,11 +115,15 @@ def _weight_matmul(
 
 
 def packed_weight_applies(weight: torch.Tensor) -> bool:
-    """Whether `pack_weight` takes this weight here: bf16 or int8 [N, K], K % 32 == 0, on a CPU
-    with AVX-512 BF16 (the packed matmul's instructions)."""
+    """Whether `pack_weight` takes this weight here: float32 [N, K] on a CPU with AVX-512, or
+    bf16 or int8 [N, K], K % 32 == 0, on a CPU with AVX-512 BF16 (the packed matmul's
+    instructions for each)."""
+    if weight.dim() != 2:
+        return False
+    if weight.dtype == torch.float32:
+        return "avx512" in isa()
     return (
         weight.dtype in (torch.bfloat16, torch.int8)
-        and weight.dim() == 2
         and weight.shape[1] % 32 == 0
         and "avx512_bf16" in isa()
     )
@@ -131,14 +135,15 @@ def packed_numel(n: int, k: int) -> int:
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` [N, K] (bf16, or int8) in the blocked layout of `kernels/cpu_gemm.c`: blocks of
-    16 output rows, each a run of (k, k+1) pairs of those 16 rows, N padded to a multiple of 16
-    with zeros -> a flat tensor of ceil(N/16)*16*K elements. Done once, at load."""
+    """`weight` [N, K] (float32, bf16 or int8) in the blocked layout of `kernels/cpu_gemm.c`:
+    blocks of 16 output rows, each a run of those 16 rows' (k, k+1) pairs (bf16, int8) or single
+    k's (float32), N padded to a multiple of 16 with zeros -> a flat tensor of ceil(N/16)*16*K
+    elements. Done once, at load."""
     if not packed_weight_applies(weight):
         raise ValueError(
-            f"pack_weight: weight is {weight.dtype} {tuple(weight.shape)}; expected bfloat16 or "
-            "int8 [N, K] with K a multiple of 32, on a CPU with AVX-512 BF16 "
-            f"(this one has {isa()})"
+            f"pack_weight: weight is {weight.dtype} {tuple(weight.shape)}; expected float32 "
+            "[N, K] on a CPU with AVX-512, or bfloat16 or int8 [N, K] with K a multiple of 32 "
+            f"on a CPU with AVX-512 BF16 (this one has {isa()})"
         )
     n, k = weight.shape
     weight = weight.contiguous()
@@ -157,14 +162,15 @@ def packed_gemm(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`x [T, K] @ W[N, K]ᵀ (· scales [N]) (+ bias [N])` -> float32 [T, N] on W packed by
-    `pack_weight` (bf16, or int8 with `scales`): `vdpbf16ps` on x rounded to bf16, float32
-    sums (`kernels/cpu_gemm.c`). x float32 with contiguous rows (the caller,
-    `llmlab.model.cpu.CpuLinear`, checks)."""
+    `pack_weight` (`kernels/cpu_gemm.c`): float32 FMAs on a float32 W; on bf16 (or int8 with
+    `scales`) `vdpbf16ps` on x rounded to bf16; float32 sums. x float32 with contiguous rows
+    (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
     out, rc = _weight_matmul("packed_gemm", x, packed, out_features, scales, bias)
     if rc != 0:
         raise RuntimeError(
-            "cpu_gemm.c refused the packed matmul: no AVX-512 BF16 here (the weight was packed "
-            "on a CPU that has it), K not a multiple of 32, or out of memory"
+            "cpu_gemm.c refused the packed matmul: this CPU lacks the weight's instructions "
+            "(AVX-512, or AVX-512 BF16: the weight was packed on a CPU that has them), K not a "
+            "multiple of 32 (bf16, int8), or out of memory"
         )
     return out
 

@@ -1,24 +1,29 @@
-"""Which kernel multiplies a batch by bf16 weights on this CPU: measured once, then remembered.
+"""Which kernel multiplies a batch by float32 or bf16 weights on this CPU: measured once, then
+remembered.
 
 A decode step at batch 64 multiplies 64 rows by every weight: arithmetic, not streaming. Two
-kernels can do it for bf16 weights, and which is faster depends on the machine:
+kernels can do it, and which is faster depends on the machine:
 
-- llmlab's packed matmul (`kernels/cpu_gemm.c`: AVX-512 BF16 `vdpbf16ps` on weights packed
-  once at load, float32 sums and outputs);
-- oneDNN's bf16 matmul (`torch.ops.mkldnn._linear_pointwise` on a weight reordered once by
-  `_reorder_linear_weight`), which uses AMX tiles on the Intel Xeons that have them and rounds
-  its output to bf16.
+- llmlab's packed matmul (`kernels/cpu_gemm.c`, on weights packed once at load, float32 sums
+  and outputs): float32 FMAs on float32 weights (AVX-512), `vdpbf16ps` on bf16 ones (AVX-512
+  BF16);
+- oneDNN's matmul (`torch.ops.mkldnn._linear_pointwise` on a weight reordered once by
+  `_reorder_linear_weight`), which for bf16 uses AMX tiles on the Intel Xeons that have them
+  and rounds its output to bf16.
 
 On a 2-core AMD EPYC (Zen 4: AVX-512 BF16, no AMX) the two were within 5 % of each other on one
-thread ([64 x 576] x [576 x 3072]: llmlab 1.03 ms, oneDNN 1.05 ms; float32 oneDNN 2.10 ms); on
-a CPU with AMX oneDNN's tiles can do several times more. So nothing is assumed, as for the OpenMP
-wait policy (`llmlab.openmp`): `choice()` times both on that shape, in alternating rounds, the
-first time a bf16 model is prepared on a machine, and saves the result in llmlab's cache
-(`cpu_matmul.json`), keyed by the CPU, the threads, torch's version and the kernel library's
-build (a changed kernel is measured again). oneDNN is chosen only when it wins every round by
-more than `MARGIN`. float32 weights always run oneDNN (llmlab has no float32 batch kernel) and
-int8 weights llmlab's (oneDNN has no weight-only int8 matmul that is faster here).
-`matmul_kernel` says in words which kernels run each weight dtype here (`doctor`, the benches).
+thread for bf16 ([64 x 576] x [576 x 3072]: llmlab 1.03 ms, oneDNN 1.05 ms) and on a warm
+float32 weight; on a CPU with AMX oneDNN's bf16 tiles can do several times more. Where the
+weights stream from memory, as a decode step's do, llmlab's float32 matmul asks for the next
+panel while it computes and oneDNN's does not: the batch-64 matmuls of SmolLM2-135M took 82-83
+ms against 91-92 ms per step. So nothing is assumed, as for the OpenMP wait policy
+(`llmlab.openmp`): `choice(dtype)` times both on that shape, in alternating rounds, the first
+time a model of that weight dtype is prepared on a machine, and saves the result in llmlab's
+cache (`cpu_matmul.json`), keyed by the dtype, the CPU, the threads, torch's version and the
+kernel library's build (a changed kernel is measured again). oneDNN is chosen only when it wins
+every round by more than `MARGIN`. int8 weights always run llmlab's (oneDNN has no weight-only
+int8 matmul that is faster here). `matmul_kernel` says in words which kernels run each weight
+dtype here (`doctor`, the benches).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ SHAPE = (64, 576, 3072)  # rows, in, out: a batch-64 gate/up projection of SmolL
 MARGIN = 0.05  # oneDNN must win every round by more than this fraction
 ROUNDS = 2
 CHOICES = ("llmlab", "onednn")
+DTYPES = (torch.float32, torch.bfloat16)  # the weight dtypes a choice is measured for
 FILE = "cpu_matmul.json"
 
 
@@ -58,6 +64,17 @@ def machine_key(threads: int | None = None) -> str:
 
     threads = threads or torch.get_num_threads()
     return f"{cpu_key()}; torch {torch.__version__}; {threads} threads; kernels {_kernel_build()}"
+
+
+def entry_key(dtype: torch.dtype, threads: int | None = None) -> str:
+    """The saved choice's key: the weight dtype, then `machine_key`."""
+    return f"{_dtype_name(dtype)} weights; {machine_key(threads)}"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: got {dtype}, expected one of {DTYPES}")
+    return str(dtype).removeprefix("torch.")
 
 
 def onednn_bf16() -> tuple:
@@ -83,20 +100,25 @@ def _best_ms(fn, calls: int = 10, repeats: int = 5) -> float:
     return best * 1e3
 
 
-def measure(rounds: int = ROUNDS) -> dict:
-    """Time both bf16 kernels on `SHAPE` in alternating rounds: {"choice", "ms": {name: [...]}}.
-    Only the kernels that run here are timed; with one, it is the choice without a race."""
+def measure(dtype: torch.dtype = torch.bfloat16, rounds: int = ROUNDS) -> dict:
+    """Time both batch kernels for weights of `dtype` on `SHAPE` in alternating rounds:
+    {"choice", "ms": {name: [...]}}. Only the kernels that run here are timed; with one, it is
+    the choice without a race."""
+    _dtype_name(dtype)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     rows, k, n = SHAPE
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(rows, k, generator=gen)  # [rows, in]
-    weight = (torch.randn(n, k, generator=gen) * k**-0.5).bfloat16()  # [out, in]
+    weight = (torch.randn(n, k, generator=gen) * k**-0.5).to(dtype)  # [out, in]
     kernels = {}
     if cpu_matmul.packed_weight_applies(weight):
         packed = cpu_matmul.pack_weight(weight)
         kernels["llmlab"] = lambda: cpu_matmul.packed_gemm(x, packed, n)
-    linear, reorder = onednn_bf16()
+    if dtype == torch.float32 and cpu_matmul.onednn_available():
+        blocked = cpu_matmul.onednn_pack(weight)
+        kernels["onednn"] = lambda: cpu_matmul.onednn_linear(x, blocked)
+    linear, reorder = onednn_bf16() if dtype == torch.bfloat16 else (None, None)
     if linear is not None:
         blocked = reorder(weight, rows)
         kernels["onednn"] = lambda: linear(x.bfloat16(), blocked, None, "none", [], "").float()
@@ -120,25 +142,26 @@ def _saved() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-_chosen: dict[tuple[str, str], str] = {}  # (cache file, machine key) -> choice, this process
+_chosen: dict[tuple[str, str], str] = {}  # (cache file, entry key) -> choice, this process
 
 
-def choice(save: bool = True) -> str:
-    """The faster bf16 batch matmul on this machine, "llmlab" or "onednn" (measured the first
-    time, then read from the cache), or "none" where neither runs here."""
-    key = machine_key()
+def choice(dtype: torch.dtype = torch.bfloat16, save: bool = True) -> str:
+    """The faster batch matmul for weights of `dtype` (float32 or bf16) on this machine,
+    "llmlab" or "onednn" (measured the first time, then read from the cache), or "none" where
+    neither runs here."""
+    key = entry_key(dtype)
     memo = (str(_path()), key)
     if memo not in _chosen:
-        _chosen[memo] = _load_or_measure(key, save)
+        _chosen[memo] = _load_or_measure(key, dtype, save)
     return _chosen[memo]
 
 
-def _load_or_measure(key: str, save: bool) -> str:
+def _load_or_measure(key: str, dtype: torch.dtype, save: bool) -> str:
     data = _saved()
     entry = data.get(key)
     if not (isinstance(entry, dict) and entry.get("choice") in (*CHOICES, "none")):
-        entry = measure()
-        if save:  # this machine's entries for other kernel builds are stale: replaced
+        entry = measure(dtype)
+        if save:  # this dtype's entries on this machine for other kernel builds are stale
             machine = key.rsplit("; kernels ", 1)[0]
             data = {k: v for k, v in data.items() if k.rsplit("; kernels ", 1)[0] != machine}
             data[key] = entry
@@ -158,7 +181,7 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
                 "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)",
                 "bf16：在 kernel 里扩展成 float32（这里没有 AVX-512 BF16）",
             )
-        if choice() == "onednn":
+        if choice(torch.bfloat16) == "onednn":
             return tr(
                 "bf16: AVX-512 BF16 (vdpbf16ps, x rounded to bf16); batches: oneDNN bf16",
                 "bf16：AVX-512 BF16（vdpbf16ps，x 舍入为 bf16）；更大 batch：oneDNN bf16",
@@ -196,6 +219,11 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
                 "int8: widened to float32 in the kernel (portable), per-channel scale",
                 "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放因子",
             )
+        )
+    if choice(torch.float32) == "llmlab":
+        return tr(
+            "float32: GEMV (batch 1), AVX-512 FMAs on packed blocks (batches)",
+            "float32：GEMV（batch 1），打包分块上的 AVX-512 FMA（更大 batch）",
         )
     return tr(
         "float32: GEMV (batch 1), oneDNN (batches)",
