@@ -57,7 +57,7 @@ def test_the_choice_is_measured_once_saved_and_read_back(cache, monkeypatch):
 
     def fake_measure(dtype):
         measured.append(dtype)
-        return {"choice": "onednn", "ms": {}, "shape": list(cpu_matmul_choice.SHAPE)}
+        return {"choice": "onednn", "ms": {}, "shapes": []}
 
     monkeypatch.setattr(cpu_matmul_choice, "measure", fake_measure)
     key = cpu_matmul_choice.entry_key(torch.bfloat16)

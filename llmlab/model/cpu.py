@@ -70,10 +70,15 @@ from llmlab.ops.metadata import AttentionMetadata
 # 3.38-3.53. int8 at 2-3 rows streams the dense weight (the batch path widens each panel to bf16
 # first, within 10 % there, so its activations stay float32); from 4 rows packed 2-5x faster.
 # oneDNN's bf16 matmul, where it is the batch kernel, from 2 rows: it rounds its outputs to
-# bf16, and one row streams the dense weight.
+# bf16, and one row streams the dense weight. float32 from 2 rows on either kernel: one row
+# runs the dense GEMV (cpu_gemv.c). Its rows are 2,304 bytes, long enough for the prefetchers:
+# one row on the packed blocks was no faster (`bench decode_profile`, alternated, 19.2-19.8
+# against 18.4-19.4 ms per step).
 PACKED_MIN_ROWS = {
+    ("llmlab", torch.float32): 2,
     ("llmlab", torch.bfloat16): 1,
     ("llmlab", torch.int8): 1,
+    ("onednn", torch.float32): 2,
     ("onednn", torch.bfloat16): 2,
 }
 
@@ -133,26 +138,22 @@ class CpuLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32:
             x = x.float()
-        if self.quantized:
-            if x.stride(-1) != 1:
-                x = x.contiguous()
-            kernel = (self.batch_kernel, self.weight.dtype)
-            if self.batch_kernel is None or x.shape[0] < PACKED_MIN_ROWS[kernel]:
-                return cpu_matmul.qgemm(x, self.weight, self.scale, self.bias)  # [T, out]
-            if self.batch_kernel == "onednn":  # bf16 in, bf16 out: widened after
+        if x.stride(-1) != 1:
+            x = x.contiguous()
+        kernel = (self.batch_kernel, self.weight.dtype)
+        if self.batch_kernel is not None and x.shape[0] >= PACKED_MIN_ROWS[kernel]:
+            if self.batch_kernel == "llmlab":
+                return cpu_matmul.packed_gemm(
+                    x, self.packed, self.weight.shape[0], self.scale, self.bias
+                )  # [T, out]
+            if self.quantized:  # oneDNN's bf16: bf16 in, bf16 out, widened after
                 y = cpu_matmul.onednn_linear(x.bfloat16(), self.packed).float()  # [T, out]
                 return y if self.bias is None else y + self.bias
-            return cpu_matmul.packed_gemm(
-                x, self.packed, self.weight.shape[0], self.scale, self.bias
-            )  # [T, out]
+            return cpu_matmul.onednn_linear(x, self.packed, self.bias)  # [T, out]
+        if self.quantized:
+            return cpu_matmul.qgemm(x, self.weight, self.scale, self.bias)  # [T, out]
         if x.shape[0] == 1 and self.gemv and x.is_contiguous():
             return cpu_matmul.gemv(x, self.weight, self.bias)  # [1, out]
-        if self.batch_kernel == "llmlab":  # cpu_gemm.c's float32 blocks
-            if x.stride(-1) != 1:
-                x = x.contiguous()
-            return cpu_matmul.packed_gemm(x, self.packed, self.weight.shape[0], None, self.bias)
-        if self.batch_kernel == "onednn":
-            return cpu_matmul.onednn_linear(x, self.packed, self.bias)  # [T, out]
         return F.linear(x, self.weight, self.bias)
 
     def extra_bytes(self) -> int:

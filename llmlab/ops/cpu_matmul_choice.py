@@ -17,7 +17,8 @@ float32 weight; on a CPU with AMX oneDNN's bf16 tiles can do several times more.
 weights stream from memory, as a decode step's do, llmlab's float32 matmul asks for the next
 panel while it computes and oneDNN's does not: the batch-64 matmuls of SmolLM2-135M took 82-83
 ms against 91-92 ms per step. So nothing is assumed, as for the OpenMP wait policy
-(`llmlab.openmp`): `choice(dtype)` times both on that shape, in alternating rounds, the first
+(`llmlab.openmp`): `choice(dtype)` times both on a layer's four matmuls at batch 64, in
+alternating rounds, on copies of the weights that stream from memory (`COLD_BYTES`), the first
 time a model of that weight dtype is prepared on a machine, and saves the result in llmlab's
 cache (`cpu_matmul.json`), keyed by the dtype, the CPU, the threads, torch's version and the
 kernel library's build (a changed kernel is measured again). oneDNN is chosen only when it wins
@@ -29,6 +30,7 @@ dtype here (`doctor`, the benches).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import time
 
@@ -37,12 +39,20 @@ import torch
 from llmlab.i18n import tr
 from llmlab.ops import cpu_library, cpu_matmul
 
-SHAPE = (64, 576, 3072)  # rows, in, out: a batch-64 gate/up projection of SmolLM2-135M
+ROWS = 64  # a batch-64 decode step
+SHAPES = ((576, 960), (576, 576), (576, 3072), (1536, 576))  # in, out: a SmolLM2-135M layer's
+# q/k/v, o, gate/up and down projections, one "call" of the measurement
 MARGIN = 0.05  # oneDNN must win every round by more than this fraction
 ROUNDS = 2
 CHOICES = ("llmlab", "onednn")
 DTYPES = (torch.float32, torch.bfloat16)  # the weight dtypes a choice is measured for
 FILE = "cpu_matmul.json"
+# each kernel is timed on copies of the layer's weights that together outsize a CPU's
+# last-level cache, a different copy each call, so every multiply streams its weight from
+# memory as a decode step's do. On a 2-core Zen 4, float32: on one warm [576 x 3072] weight
+# oneDNN and ours were within 5 % and the winner changed from run to run; a layer's four
+# streamed from memory took ours 2.42-2.48 ms, oneDNN 2.50-2.52 (bf16 1.22-1.26 and 1.38-1.39)
+COLD_BYTES = 64 << 20
 
 
 def _path():
@@ -101,27 +111,35 @@ def _best_ms(fn, calls: int = 10, repeats: int = 5) -> float:
 
 
 def measure(dtype: torch.dtype = torch.bfloat16, rounds: int = ROUNDS) -> dict:
-    """Time both batch kernels for weights of `dtype` on `SHAPE` in alternating rounds:
-    {"choice", "ms": {name: [...]}}. Only the kernels that run here are timed; with one, it is
-    the choice without a race."""
+    """Time both batch kernels for weights of `dtype` on a layer's matmuls (`ROWS` rows by each
+    of `SHAPES`) in alternating rounds: {"choice", "ms": {name: [...]}}. Only the kernels that
+    run here are timed; with one, it is the choice without a race."""
     _dtype_name(dtype)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
-    rows, k, n = SHAPE
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, k, generator=gen)  # [rows, in]
-    weight = (torch.randn(n, k, generator=gen) * k**-0.5).to(dtype)  # [out, in]
+    xs = [torch.randn(ROWS, k, generator=gen) for k, _ in SHAPES]  # [rows, in]
+    weights = [(torch.randn(n, k, generator=gen) * k**-0.5).to(dtype) for k, n in SHAPES]
+    layer_bytes = sum(w.numel() * w.element_size() for w in weights)
+    copies = -(-COLD_BYTES // layer_bytes)  # layers of weights, each call the next
+
+    def cycling(prepare, multiply):
+        layers = itertools.cycle([[prepare(w) for w in weights] for _ in range(copies)])
+        return lambda: [multiply(x, p, w.shape[0]) for x, p, w in zip(xs, next(layers), weights)]
+
     kernels = {}
-    if cpu_matmul.packed_weight_applies(weight):
-        packed = cpu_matmul.pack_weight(weight)
-        kernels["llmlab"] = lambda: cpu_matmul.packed_gemm(x, packed, n)
+    if all(cpu_matmul.packed_weight_applies(w) for w in weights):
+        kernels["llmlab"] = cycling(cpu_matmul.pack_weight, cpu_matmul.packed_gemm)
     if dtype == torch.float32 and cpu_matmul.onednn_available():
-        blocked = cpu_matmul.onednn_pack(weight)
-        kernels["onednn"] = lambda: cpu_matmul.onednn_linear(x, blocked)
+        kernels["onednn"] = cycling(
+            cpu_matmul.onednn_pack, lambda x, b, _: cpu_matmul.onednn_linear(x, b)
+        )
     linear, reorder = onednn_bf16() if dtype == torch.bfloat16 else (None, None)
     if linear is not None:
-        blocked = reorder(weight, rows)
-        kernels["onednn"] = lambda: linear(x.bfloat16(), blocked, None, "none", [], "").float()
+        kernels["onednn"] = cycling(
+            lambda w: reorder(w, ROWS),
+            lambda x, b, _: linear(x.bfloat16(), b, None, "none", [], "").float(),
+        )
     ms: dict[str, list[float]] = {name: [] for name in kernels}
     if len(kernels) == 2:
         for r in range(rounds):
@@ -131,7 +149,8 @@ def measure(dtype: torch.dtype = torch.bfloat16, rounds: int = ROUNDS) -> dict:
         choice = "onednn" if wins else "llmlab"
     else:
         choice = next(iter(kernels), "none")
-    return {"shape": list(SHAPE), "choice": choice, "ms": ms, "date": time.strftime("%F %T")}
+    shapes = [[ROWS, k, n] for k, n in SHAPES]
+    return {"shapes": shapes, "choice": choice, "ms": ms, "date": time.strftime("%F %T")}
 
 
 def _saved() -> dict:
