@@ -227,8 +227,9 @@ def test_fast_path_matches_the_readable_model(heads, kv_heads, head_dim, bias):
 @pytest.mark.parametrize("rows", [1, 2, 33])
 @pytest.mark.parametrize("dims", [(48, 64), (96, 32), (40, 24)])
 def test_cpu_linear_matches_f_linear(rows, dims):
-    """GEMV for one row (in-features a multiple of 16), oneDNN's packed weight for more, aten
-    otherwise: the same product within float rounding, with and without a bias."""
+    """GEMV for one row (in-features a multiple of 16), the chosen batch kernel's packed weight
+    for more, aten otherwise: the same product within float rounding, with and without a
+    bias."""
     gen = torch.Generator().manual_seed(rows)
     out_f, in_f = dims
     w, b = torch.randn(out_f, in_f, generator=gen), torch.randn(out_f, generator=gen)
@@ -251,7 +252,8 @@ def test_one_row_runs_our_gemv(monkeypatch):
 
 def test_prepared_weights_share_one_dense_copy():
     """q/k/v and gate/up are stacked once; the readable layer's parameters become views of the
-    stacked matrices, so the fast path adds only oneDNN's packed copies to the parameters."""
+    stacked matrices, so the fast path adds only the packed copies for batches to the
+    parameters."""
     model = _model(4, 2, 16, False, seed=11)
     params = weight_bytes(model)
     fast = cpu_model(model)
