@@ -79,6 +79,45 @@ def test_the_fast_path_reads_the_buffer_without_another_copy():
 
 
 @needs_thp
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_our_packed_copies_share_a_second_buffer_and_the_plans_read_it(dtype, monkeypatch):
+    """With llmlab's batch kernel chosen, every packed copy of a `cpu_model` (four per layer,
+    then the LM head's) lies in one more huge-page buffer, in that order, with the values the
+    packing gave; each fused layer's plan points into it (a plan made before the move would
+    point at freed memory), and the logits stay the readable model's."""
+    from llmlab.model.cpu import CpuLinear
+    from llmlab.ops import cpu_matmul, cpu_matmul_choice
+
+    if "avx512" not in cpu_matmul.isa() or (
+        dtype != "float32" and "avx512_bf16" not in cpu_matmul.isa()
+    ):
+        pytest.skip("llmlab's packed matmul needs AVX-512 (and AVX-512 BF16 for bf16, int8)")
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
+    model = tiny_model(seed=7)
+    reference = model.logits_for([4, 5, 6])
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    elif dtype == "int8":
+        model = quantize_model_int8(model)
+    fast = cpu_model(model)
+    linears = [m for layer in fast.layers for m in layer.modules() if isinstance(m, CpuLinear)]
+    linears.append(fast.lm_head)
+    packed = [m.packed for m in linears]
+    assert len({t.untyped_storage().data_ptr() for t in packed}) == 1
+    assert packed[0].data_ptr() % huge_pages.HUGE_PAGE == 0
+    assert all(a.data_ptr() < b.data_ptr() for a, b in zip(packed, packed[1:]))  # read order
+    for m in linears:
+        assert torch.equal(m.packed, cpu_matmul.pack_weight(m.weight))
+    for layer in fast.layers:
+        if layer.plan is not None and dtype != "float32":  # one float32 row: the dense weight
+            assert layer.plan.weights[2] == layer.qkv.packed.data_ptr()
+            assert layer.plan.weights[6] == layer.down_proj.packed.data_ptr()
+    tol = 1e-4 if dtype == "float32" else 0.1  # bf16 and int8 weights: their own rounding
+    got = fast.logits_for([4, 5, 6], backend="cpu")
+    assert (got - reference).abs().max() <= tol * reference.abs().max()
+
+
+@needs_thp
 def test_the_buffer_asks_for_huge_pages():
     buffer = huge_pages.huge_page_buffer(3 * huge_pages.HUGE_PAGE + 4096)
     assert buffer.data_ptr() % huge_pages.HUGE_PAGE == 0

@@ -265,36 +265,39 @@ class CpuDecoderLayer(nn.Module):
         self.one_call_decode = cpu_backend.attention_sizes_apply(
             self.heads, self.kv_heads, self.head_dim
         )
-        self.plan = None  # the fused one-token layer, where the C code takes these sizes
-        if (
-            attn.o_proj.bias is None
-            and mlp.down_proj.bias is None
+        self.plan = self.make_plan()
+
+    def make_plan(self) -> cpu_decode.DecodeLayerPlan | None:
+        """The fused one-token layer on this layer's weights (their pointers as they are now),
+        or None where the C code does not take its sizes or biases."""
+        if not (
+            self.o_proj.bias is None
+            and self.down_proj.bias is None
             and cpu_decode.decode_layer_applies(
-                self.heads, self.kv_heads, self.head_dim, w_qkv.shape[1], self.inter
+                self.heads, self.kv_heads, self.head_dim, self.qkv.weight.shape[1], self.inter
             )
         ):
-            linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
-            # the GEMVs on the packed copies where the one-row CpuLinear reads them (bf16 and
-            # int8 on llmlab's kernel)
-            packed = all(
-                PACKED_MIN_ROWS.get((m.batch_kernel, m.weight.dtype)) == 1 for m in linears
-            )
-            self.plan = cpu_decode.DecodeLayerPlan(
-                self.ln1.weight.detach(),
-                self.ln2.weight.detach(),
-                self.ln1.eps,
-                self.qkv.weight,
-                self.qkv.bias,
-                self.o_proj.weight,
-                self.gate_up.weight,
-                self.down_proj.weight,
-                self.heads,
-                self.kv_heads,
-                self.head_dim,
-                self.scale,
-                None if s_qkv is None else tuple(m.scale for m in linears),
-                tuple(m.packed for m in linears) if packed else None,
-            )
+            return None
+        linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
+        # the GEMVs on the packed copies where the one-row CpuLinear reads them (bf16 and int8
+        # on llmlab's kernel)
+        packed = all(PACKED_MIN_ROWS.get((m.batch_kernel, m.weight.dtype)) == 1 for m in linears)
+        return cpu_decode.DecodeLayerPlan(
+            self.ln1.weight.detach(),
+            self.ln2.weight.detach(),
+            self.ln1.eps,
+            self.qkv.weight,
+            self.qkv.bias,
+            self.o_proj.weight,
+            self.gate_up.weight,
+            self.down_proj.weight,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.scale,
+            None if self.qkv.scale is None else tuple(m.scale for m in linears),
+            tuple(m.packed for m in linears) if packed else None,
+        )
 
     def _check_cache(self, key_cache: torch.Tensor) -> None:
         """The cache must have the heads and head size these weights were prepared for."""
@@ -380,6 +383,15 @@ def cpu_model(model: LlamaModel) -> LlamaModel:
     fast.lm_head = CpuLinear(
         model.lm_head.weight, model.lm_head.bias, getattr(model.lm_head, "weight_scale", None)
     )
+    # our packed copies onto huge pages too, in the order a step reads them: a bf16 or int8
+    # batch-1 step streams them (2-core Zen 4, `bench decode_profile`, alternated: int8
+    # 130-164 tok/s from 4 KB pages, 176-179 from 2 MB pages; bf16 within the noise, 84-108
+    # against 88-105); the plans then take the new pointers
+    linears = [m for layer in fast.layers for m in layer.modules() if isinstance(m, CpuLinear)]
+    linears.append(fast.lm_head)
+    if huge_pages.rehome_tensors([m.packed for m in linears if m.batch_kernel == "llmlab"]):
+        for layer in fast.layers:
+            layer.plan = layer.make_plan()
     fast.inv_freq = model.inv_freq
     fast.weight_dtype = model.lm_head.weight.dtype
     return fast.eval()

@@ -12,8 +12,10 @@ Measured on a 2-core Zen 4: the GEMVs of 30 bf16 [3072, 576] matrices read 20.6-
 anonymous mapping that asked for huge pages, and points each parameter (or int8 buffer) at its
 place there: every holder of a parameter, a tied LM head too, sees the new memory, and the old
 memory is freed. q, k, v lie next to each other, as do gate and up, so `model.cpu`'s
-`stack_linears` uses them in place instead of copying them again. Where the platform has no
-`MADV_HUGEPAGE` or the kernel's THP setting is `never`, nothing moves.
+`stack_linears` uses them in place instead of copying them again. `rehome_tensors` does the
+same for any list of tensors: `model.cpu.cpu_model` moves its packed copies (which bf16 and
+int8 steps stream from one row on) into a second buffer, in the order a step reads them. Where
+the platform has no `MADV_HUGEPAGE` or the kernel's THP setting is `never`, nothing moves.
 """
 
 from __future__ import annotations
@@ -86,9 +88,9 @@ def _matrices(model: nn.Module) -> list[torch.Tensor]:
     return matrices
 
 
-def _one_buffer(matrices: list[torch.Tensor]) -> bool:
-    """Whether the matrices already share one storage that starts on a huge page boundary."""
-    storages = {t.untyped_storage().data_ptr() for t in matrices}
+def _one_buffer(tensors: list[torch.Tensor]) -> bool:
+    """Whether the tensors already share one storage that starts on a huge page boundary."""
+    storages = {t.untyped_storage().data_ptr() for t in tensors}
     return len(storages) == 1 and storages.pop() % HUGE_PAGE == 0
 
 
@@ -96,14 +98,19 @@ def rehome_weights(model: nn.Module) -> int:
     """Move `model`'s weight matrices (a `LlamaModel`'s layers, embedding and LM head) into one
     huge-page buffer, in place; returns the bytes moved (0 where huge pages are unavailable).
     Values, dtypes and shapes are unchanged; a matrix shared by two modules stays shared."""
-    if not huge_pages_available():
+    return rehome_tensors(_matrices(model))
+
+
+def rehome_tensors(tensors: list[torch.Tensor]) -> int:
+    """Move `tensors` (distinct CPU tensors) into one huge-page buffer, one after another in
+    this order, in place (each tensor object keeps its values and now reads the new memory);
+    returns the bytes moved, 0 where huge pages are unavailable or they are there already.
+    Raw pointers taken from them before (a C plan's) must be taken again."""
+    if not huge_pages_available() or not tensors or _one_buffer(tensors):
         return 0
-    matrices = _matrices(model)
-    if not matrices or _one_buffer(matrices):  # moved before (a second engine): stay there
-        return 0
-    places = huge_page_tensors([(tuple(t.shape), t.dtype) for t in matrices])
+    places = huge_page_tensors([(tuple(t.shape), t.dtype) for t in tensors])
     with torch.no_grad():
-        for t, place in zip(matrices, places):
+        for t, place in zip(tensors, places):
             place.copy_(t)
             t.data = place  # every module holding `t` now reads `place`
-    return sum(t.numel() * t.element_size() for t in matrices)
+    return sum(t.numel() * t.element_size() for t in tensors)
