@@ -43,7 +43,7 @@
 #define NR 4     /* blocks per micro-tile */
 #define MR 6     /* rows of x per micro-tile */
 #define ROWS_PER_UNIT 48
-#define F32_ROWS_PER_UNIT 32   /* float32: 64 rows -> 2 x 32 (one unit of 64: 85.4 ms against 83.2) */
+#define F32_ROWS_PER_UNIT 32   /* float32: 64 rows -> 2 x 32 (one of 64: 85.4 ms against 83.2) */
 
 /* P[nb][kp][j][e] = W[nb*16 + j][g*kp + e], zero where nb*16 + j >= N, with g = 2 k's per
  * lane for elements of `elem` 2 (bf16) or 1 (int8) bytes (K even), g = 1 for 4 (float32: one

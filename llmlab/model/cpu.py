@@ -86,8 +86,9 @@ PACKED_MIN_ROWS = {
 class CpuLinear(nn.Module):
     """y = x Wᵀ (+ b) on a weight prepared once. float32: our GEMV streams the dense weight for
     one row; more rows run on a packed copy, `kernels/cpu_gemm.c`'s or oneDNN's, whichever
-    `_batch_kernel` chose (aten's `F.linear` where neither runs). bfloat16, or int8 with per-output-channel `scale`: our kernels
-    (`kernels/cpu_quant.c`) widen the weight inside the matmul, for any number of rows.
+    `_batch_kernel` chose (aten's `F.linear` where neither runs). bfloat16, or int8 with
+    per-output-channel `scale`: our kernels widen the weight inside the matmul
+    (`kernels/cpu_quant.c`), or run on their packed copy from `PACKED_MIN_ROWS` rows.
     Input and output are float32."""
 
     def __init__(
