@@ -66,6 +66,23 @@ void llmlab_pack_weight(const void *W, int64_t elem, int64_t N, int64_t K, void 
 
 #ifdef LLMLAB_X86
 
+/* A micro-tile's sums into y: acc[i][j] * scale + bias per column (scales NULL: 1, an exact
+ * multiply, so float32 tiles store acc + bias), masked to the `cols` valid columns from the
+ * first block's first */
+__attribute__((target("avx512f"), always_inline))
+static inline void store_tile(int mr, int nr, __m512 acc[MR][NR], float *y, int64_t ldy,
+                              int64_t cols, const float *scales, const float *bias) {
+    for (int j = 0; j < nr; j++) {
+        const int64_t left = cols - j * PK;
+        if (left <= 0) break;
+        const __mmask16 m = left >= PK ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __m512 s = scales ? _mm512_maskz_loadu_ps(m, scales + j * PK) : _mm512_set1_ps(1);
+        const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + j * PK) : _mm512_setzero_ps();
+        for (int i = 0; i < mr; i++)
+            _mm512_mask_storeu_ps(y + i * ldy + j * PK, m, _mm512_fmadd_ps(acc[i][j], s, b));
+    }
+}
+
 /* One micro-tile: y[mr rows, nr blocks] = x_bf16[mr rows] . P[nr blocks]; mr <= MR, nr <= NR,
  * both constants once inlined (see tile()). x: bf16 pairs as uint32, row stride xs pairs;
  * w: the first block, blocks bstride bf16 apart; cols: valid columns from the first block's
@@ -86,15 +103,7 @@ static inline void micro(int mr, int nr, const uint32_t *x, int64_t xs, const ui
                 acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)wv[j], (__m512bh)xv);
         }
     }
-    for (int j = 0; j < nr; j++) {
-        const int64_t left = cols - j * PK;
-        if (left <= 0) break;
-        const __mmask16 m = left >= PK ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-        const __m512 s = scales ? _mm512_maskz_loadu_ps(m, scales + j * PK) : _mm512_set1_ps(1);
-        const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + j * PK) : _mm512_setzero_ps();
-        for (int i = 0; i < mr; i++)
-            _mm512_mask_storeu_ps(y + i * ldy + j * PK, m, _mm512_fmadd_ps(acc[i][j], s, b));
-    }
+    store_tile(mr, nr, acc, y, ldy, cols, scales, bias);
 }
 
 /* CALL(R, C) with the tile's rows mr and blocks nr as the constants R <= MR, C <= NR: one
@@ -139,14 +148,7 @@ static inline void micro_f32(int mr, int nr, const float *x, int64_t xs, const f
             for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);
         }
     }
-    for (int j = 0; j < nr; j++) {
-        const int64_t left = cols - j * PK;
-        if (left <= 0) break;
-        const __mmask16 m = left >= PK ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-        const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + j * PK) : _mm512_setzero_ps();
-        for (int i = 0; i < mr; i++)
-            _mm512_mask_storeu_ps(y + i * ldy + j * PK, m, _mm512_add_ps(acc[i][j], b));
-    }
+    store_tile(mr, nr, acc, y, ldy, cols, NULL, bias);
 }
 
 /* micro_f32() with mr, nr as compile-time constants */
