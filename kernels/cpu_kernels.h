@@ -84,6 +84,8 @@ int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t 
                        const float *scales, const float *bias, float *y, int64_t T, int64_t N,
                        int64_t K);
 
+void llmlab_argmax_rows(const float *x, int64_t stride, int64_t B, int64_t V, int64_t *out);
+
 /* called from another kernel file */
 
 void llmlab_qgemv_rows(const float *x, const void *W, int64_t wtype, const float *scales,

@@ -606,6 +606,31 @@ def test_cpu_layer_kernels_match_the_model_code(rows):
         )
 
 
+@pytest.mark.parametrize("rows", [1, 2, 5, 64])
+@pytest.mark.parametrize("vocab", [1, 7, 16, 17, 33, 1000, 49152])
+def test_cpu_argmax_rows_is_torchs_argmax(rows, vocab):
+    """The C argmax of greedy sampling against torch.argmax on fresh random rows (strided
+    views), where the answer is the first of equal maxima (few distinct values: ties), where a
+    row holds NaN (the first NaN), +inf or only -inf."""
+    from llmlab.ops import cpu_backend as ck
+
+    gen = _generator("argmax", rows, vocab)
+    wide = torch.randn(rows, vocab + 5, generator=gen) * 4
+    cases = {"random": wide[:, :vocab], "ties": wide[:, :vocab].round().clamp(-2, 2)}
+    for name, hit, value in (("nan", 0.02, float("nan")), ("inf", 0.02, float("inf"))):
+        x = cases["ties"].clone()
+        x[torch.rand(rows, vocab, generator=gen) < hit] = value
+        x[rows // 2, torch.randint(vocab, (1,), generator=gen)] = value  # one row has one
+        cases[name] = x
+    cases["-inf"] = torch.full((rows, vocab), float("-inf"))
+    for name, x in cases.items():
+        assert torch.equal(ck.argmax_rows(x), x.argmax(dim=-1)), name
+    with pytest.raises(ValueError, match="argmax_rows"):
+        ck.argmax_rows(torch.randn(2, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="argmax_rows"):  # elements not contiguous
+        ck.argmax_rows(torch.randn(8, 2).t())
+
+
 # ---------------------------------------------------------------- triton
 
 

@@ -26,6 +26,34 @@ def test_greedy_is_argmax():
     assert out.tolist() == [int(logits[0].argmax())] * 3
 
 
+def test_greedy_runs_the_c_argmax_only_where_the_c_kernels_are_loaded(monkeypatch):
+    """Float32 CPU logits go through the C argmax once this process runs the C kernels (an
+    engine on the fast path loaded them), through torch where it does not (the readable path
+    builds nothing) or where the rows are not contiguous; the same tokens every time."""
+    from llmlab.ops import cpu_backend, cpu_library
+
+    ok, why = cpu_backend.available()  # loads the library
+    if not ok:
+        pytest.skip(why)
+    calls = []
+
+    def spy(x):
+        calls.append(tuple(x.shape))
+        return real(x)
+
+    real = cpu_backend.argmax_rows
+    monkeypatch.setattr(cpu_backend, "argmax_rows", spy)
+    wide = torch.randn(40, 6, generator=torch.Generator().manual_seed(3)).round()  # ties
+    greedy = [SamplingParams(temperature=0)] * 6
+    for logits, runs_c in ((wide.t().contiguous(), True), (wide.t(), False)):
+        assert sample(logits, greedy).tolist() == logits.argmax(dim=-1).tolist()
+        assert calls == ([(6, 40)] if runs_c else []), calls
+        calls.clear()
+    monkeypatch.setattr(cpu_library, "_lib", None)  # as in a process on the readable path
+    assert sample(wide.t().contiguous(), greedy).tolist() == wide.argmax(dim=0).tolist()
+    assert calls == []
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), k=st.integers(1, 10))
 def test_top_k_never_samples_outside_the_k_most_likely(seed, k):

@@ -310,3 +310,24 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
             x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), t, heads, d
         )
     return out
+
+
+# ---- greedy sampling's argmax (kernels/cpu_sample.c) -----------------------------------------
+
+
+def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's argmax of float32 logits [B, V] (rows may be strided) -> [B] int64: what
+    `logits.argmax(dim=-1)` gives (the first of equal maxima; a row's first NaN where it holds
+    one), 16 lanes at a time instead of one element (on a 2-core Zen 4, 49,152-token rows:
+    44 against 10 us for one row, 2.1 against 0.21 ms for 64)."""
+    if not (_rows_ok(logits, logits.shape[-1]) and logits.shape[-1] >= 1):
+        raise ValueError(
+            f"argmax_rows: logits {tuple(logits.shape)} {logits.dtype} on {logits.device}: "
+            "expected float32 [B, V] with V >= 1 and contiguous rows, on the CPU"
+        )
+    out = torch.empty(logits.shape[0], dtype=torch.int64)
+    with traced("llmlab_cpu::argmax_rows"):
+        load_library().llmlab_argmax_rows(
+            logits.data_ptr(), logits.stride(0), logits.shape[0], logits.shape[1], out.data_ptr()
+        )
+    return out

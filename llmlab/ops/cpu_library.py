@@ -38,6 +38,7 @@ SOURCES = (
     KERNELS_DIR / "cpu_gemv.c",
     KERNELS_DIR / "cpu_quant.c",
     KERNELS_DIR / "cpu_gemm.c",
+    KERNELS_DIR / "cpu_sample.c",
 )
 HEADERS = (KERNELS_DIR / "cpu_vec.h", KERNELS_DIR / "cpu_kernels.h")  # included by every source
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu99")
@@ -175,6 +176,13 @@ def load_library() -> ctypes.CDLL:
             _error = str(e)
             raise RuntimeError(_error) from None
     return _lib
+
+
+def loaded() -> bool:
+    """Whether this process has already loaded the C kernels (the fast path loads them when an
+    engine starts on it): a caller that may use them without building them for its own sake,
+    so that the readable path never compiles C (`llmlab.sampling.sample`'s argmax)."""
+    return _lib is not None
 
 
 def available() -> tuple[bool, str]:
