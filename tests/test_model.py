@@ -157,8 +157,8 @@ def test_cpu_backend_forward_matches_the_torch_forward():
 
 def test_metadata_refuses_caches_unlike_the_first_layers():
     """The step's metadata is checked once, for every layer: a layer cache unlike layer 0's is
-    a ValueError naming it when the metadata is built, and a model given fewer caches than it
-    has layers refuses to run."""
+    a ValueError naming it when the metadata is built (also in a list that passed before), and
+    a model given fewer caches than it has layers refuses to run."""
     from llmlab.kvcache import ContiguousKVCache
     from llmlab.ops import AttentionMetadata
 
@@ -178,6 +178,13 @@ def test_metadata_refuses_caches_unlike_the_first_layers():
     )
     with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
         AttentionMetadata(kv_caches=bad, **fields)
+    # caches that passed are not looked at again while they are the same tensors: the same
+    # list with one layer's cache swapped in place is checked again
+    good = list(md.kv_caches)
+    AttentionMetadata(kv_caches=good, **fields)
+    good[1] = bad[1]
+    with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
+        AttentionMetadata(kv_caches=good, **fields)
     short = AttentionMetadata(kv_caches=list(md.kv_caches)[:-1], **fields)
     with pytest.raises(ValueError, match="one per layer"):
         model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), short)

@@ -51,6 +51,8 @@ is one that was checked.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -446,8 +448,9 @@ class CpuLlamaModel(LlamaModel):
     def _decode_parts(self, count: int) -> list:
         """The first `count` layers as (first index, DecodeStack) for each run of layers with a
         plan and the index of each layer without; made again when a layer's plan changed."""
-        layers = self.layers  # indexed, not sliced: a slice builds a new ModuleList each step
-        plans = tuple(layers[i].plan for i in range(count))
+        # iterated, not indexed (each index is a str(int) lookup) nor sliced (a slice builds a
+        # new ModuleList each step)
+        plans = tuple(layer.plan for layer in itertools.islice(self.layers, count))
         if plans != self._stacks[0]:
             parts, run = [], []
             for i, plan in enumerate((*plans, None)):
