@@ -82,9 +82,9 @@ def test_the_fast_path_reads_the_buffer_without_another_copy():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 def test_our_packed_copies_share_a_second_buffer_and_the_plans_read_it(dtype, monkeypatch):
     """With llmlab's batch kernel chosen, every packed copy of a `cpu_model` (four per layer,
-    then the LM head's) lies in one more huge-page buffer, in that order, with the values the
-    packing gave; each fused layer's plan points into it (a plan made before the move would
-    point at freed memory), and the logits stay the readable model's."""
+    then the LM head's) is packed straight into one more huge-page buffer, in that order, with
+    the values a packing into ordinary memory gives; each fused layer's plan points into it, and
+    the logits stay the readable model's."""
     from llmlab.model.cpu import CpuLinear
     from llmlab.ops import cpu_matmul, cpu_matmul_choice
 
@@ -131,3 +131,40 @@ def test_the_buffer_asks_for_huge_pages():
 def test_the_buffer_refuses_no_bytes(nbytes):
     with pytest.raises(ValueError, match="nbytes"):
         huge_pages.huge_page_buffer(nbytes)
+
+
+@needs_thp
+def test_an_arena_hands_out_aligned_zeroed_places_until_it_is_full():
+    arena = huge_pages.Arena(1000)
+    a = arena.take(10, torch.float32)  # 40 bytes
+    b = arena.take(3, torch.int8)
+    c = arena.take(5, torch.bfloat16)
+    assert a.data_ptr() % huge_pages.HUGE_PAGE == 0
+    assert b.data_ptr() == a.data_ptr() + 64 and c.data_ptr() == b.data_ptr() + 64
+    assert (a.dtype, a.shape, c.dtype, c.shape) == (torch.float32, (10,), torch.bfloat16, (5,))
+    assert not a.any() and not b.any() and not c.any()
+    assert arena.take(1000 - 192 + 1, torch.int8) is None  # one byte past the end
+    assert arena.take(1000 - 192, torch.int8) is not None  # exactly to the end
+
+
+def test_without_huge_pages_the_packed_copies_go_to_ordinary_memory(monkeypatch):
+    """No huge pages (THP `never`, or not Linux): no arena buffer, every copy packed where
+    `pack_weight` puts it by itself, and the fast path computes the same logits."""
+    from llmlab.model.cpu import CpuLinear
+    from llmlab.ops import cpu_matmul
+
+    monkeypatch.setattr(huge_pages, "huge_pages_available", lambda: False)
+    assert huge_pages.Arena(4096).take(1, torch.float32) is None
+    model = tiny_model(seed=8)
+    reference = model.logits_for([4, 5, 6])
+    fast = cpu_model(model)
+    packed = [m.packed for m in fast.modules() if isinstance(m, CpuLinear)]
+    packed = [p for p in packed if p is not None and p.dtype == torch.float32]
+    if len(packed) > 1:  # llmlab's own packed copies: each its own allocation
+        assert len({p.untyped_storage().data_ptr() for p in packed}) == len(packed)
+    for m in fast.modules():
+        if isinstance(m, CpuLinear) and m.batch_kernel == "llmlab":
+            assert torch.equal(m.packed, cpu_matmul.pack_weight(m.weight))
+    torch.testing.assert_close(
+        fast.logits_for([4, 5, 6], backend="cpu"), reference, atol=1e-4, rtol=1e-4
+    )

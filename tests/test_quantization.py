@@ -358,6 +358,22 @@ def test_pack_weight_refuses_what_the_packed_matmul_cannot_take():
         cpu_matmul.pack_weight(torch.randn(16, 48).bfloat16())  # K not a multiple of 32
 
 
+@pytest.mark.skipif(not HAVE_C or "avx512" not in cpu_matmul.isa(), reason="needs AVX-512")
+def test_pack_weight_into_a_given_place_writes_there_what_it_returns_itself():
+    """`out` (a place in a huge-page buffer): the same packing, written there and returned;
+    one of the wrong size or dtype is refused before anything is written."""
+    weight = torch.randn(37, 40, generator=torch.Generator().manual_seed(11))
+    room = torch.full((cpu_matmul.packed_numel(37, 40) + 8,), float("nan"))
+    place = room[4:-4]
+    got = cpu_matmul.pack_weight(weight, out=place)
+    assert got.data_ptr() == place.data_ptr()
+    assert torch.equal(got, cpu_matmul.pack_weight(weight))
+    assert room[:4].isnan().all() and room[-4:].isnan().all()  # nothing written outside
+    for bad in (room, place.double(), room[::2][: place.numel()]):
+        with pytest.raises(ValueError, match="pack_weight: out"):
+            cpu_matmul.pack_weight(weight, out=bad)
+
+
 @needs_c
 def test_c_path_without_bf16_instructions_falls_back():
     """A CPU without AVX-512 BF16 (simulated by capping the run-time choice) runs the portable

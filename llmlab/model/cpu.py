@@ -91,13 +91,15 @@ class CpuLinear(nn.Module):
     `_batch_kernel` chose (aten's `F.linear` where neither runs). bfloat16, or int8 with
     per-output-channel `scale`: our kernels widen the weight inside the matmul
     (`kernels/cpu_quant.c`), or run on their packed copy from `PACKED_MIN_ROWS` rows.
-    Input and output are float32."""
+    Input and output are float32. `arena`: where our packed copy goes (`huge_pages.Arena`,
+    taken in the order the layers are built), else ordinary memory."""
 
     def __init__(
         self,
         weight: torch.Tensor,
         bias: torch.Tensor | None = None,
         scale: torch.Tensor | None = None,
+        arena: huge_pages.Arena | None = None,
     ):
         super().__init__()
         if weight.device.type != "cpu" or weight.dtype not in cpu_matmul.WEIGHT_TYPES:
@@ -132,7 +134,9 @@ class CpuLinear(nn.Module):
         self.batch_kernel = _batch_kernel(self.weight)  # for batches: "llmlab", "onednn", None
         with torch.no_grad():
             if self.batch_kernel == "llmlab":  # cpu_gemm.c's blocks
-                self.packed = cpu_matmul.pack_weight(self.weight)
+                n, k = self.weight.shape
+                place = arena and arena.take(cpu_matmul.packed_numel(n, k), self.weight.dtype)
+                self.packed = cpu_matmul.pack_weight(self.weight, out=place)
             elif self.batch_kernel == "onednn":  # oneDNN's blocked layout, in the weight's dtype
                 self.packed = cpu_matmul.onednn_pack(self.weight)
             else:
@@ -240,9 +244,10 @@ def stack_linears(
 
 
 class CpuDecoderLayer(nn.Module):
-    """`llmlab.model.DecoderLayer`'s math with C kernels and prepared weights; built from one."""
+    """`llmlab.model.DecoderLayer`'s math with C kernels and prepared weights; built from one
+    (its packed copies in `arena` where given, see `CpuLinear`)."""
 
-    def __init__(self, layer: DecoderLayer):
+    def __init__(self, layer: DecoderLayer, arena: huge_pages.Arena | None = None):
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
         self.heads, self.kv_heads, self.head_dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
@@ -255,13 +260,17 @@ class CpuDecoderLayer(nn.Module):
         )
         w_qkv, b_qkv, s_qkv = stack_linears([attn.q_proj, attn.k_proj, attn.v_proj])
         w_gate_up, _, s_gate_up = stack_linears([mlp.gate_proj, mlp.up_proj])
-        self.qkv = CpuLinear(w_qkv, b_qkv, s_qkv)
+        # in the order a step reads them: their packed copies go into `arena` in this order
+        self.qkv = CpuLinear(w_qkv, b_qkv, s_qkv, arena)
         self.o_proj = CpuLinear(
-            attn.o_proj.weight, attn.o_proj.bias, getattr(attn.o_proj, "weight_scale", None)
+            attn.o_proj.weight, attn.o_proj.bias, getattr(attn.o_proj, "weight_scale", None), arena
         )
-        self.gate_up = CpuLinear(w_gate_up, None, s_gate_up)
+        self.gate_up = CpuLinear(w_gate_up, None, s_gate_up, arena)
         self.down_proj = CpuLinear(
-            mlp.down_proj.weight, mlp.down_proj.bias, getattr(mlp.down_proj, "weight_scale", None)
+            mlp.down_proj.weight,
+            mlp.down_proj.bias,
+            getattr(mlp.down_proj, "weight_scale", None),
+            arena,
         )
         # a decode step's RoPE, cache write and attention as one call (`decode_attention`),
         # where the C attention takes these sizes (others run the torch backend's attention)
@@ -378,23 +387,27 @@ def cpu_model(model: LlamaModel) -> LlamaModel:
     if not ok:
         raise ValueError(f"the 'cpu' fast path cannot run this model: {why}")
     huge_pages.rehome_weights(model)
+    # our packed copies on huge pages too, packed straight there in the order a step reads them:
+    # a bf16 or int8 batch-1 step streams them (2-core Zen 4, `bench decode_profile`,
+    # alternated: int8 130-164 tok/s from 4 KB pages, 176-179 from 2 MB pages; bf16 within the
+    # noise, 84-108 against 88-105). The room: one packed copy of each matrix at most
+    arena = huge_pages.Arena(
+        sum(
+            cpu_matmul.packed_numel(*w.shape) * w.element_size() + huge_pages.ALIGN
+            for w in huge_pages.weight_matrices(model)
+        )
+    )
     with torch.device("meta"):  # no memory, no init: every module is swapped
         fast = CpuLlamaModel(model.config)
     fast.embed_tokens = model.embed_tokens
     fast.norm = CpuRMSNorm(model.norm)
-    fast.layers = nn.ModuleList(CpuDecoderLayer(layer) for layer in model.layers)
+    fast.layers = nn.ModuleList(CpuDecoderLayer(layer, arena) for layer in model.layers)
     fast.lm_head = CpuLinear(
-        model.lm_head.weight, model.lm_head.bias, getattr(model.lm_head, "weight_scale", None)
+        model.lm_head.weight,
+        model.lm_head.bias,
+        getattr(model.lm_head, "weight_scale", None),
+        arena,
     )
-    # our packed copies onto huge pages too, in the order a step reads them: a bf16 or int8
-    # batch-1 step streams them (2-core Zen 4, `bench decode_profile`, alternated: int8
-    # 130-164 tok/s from 4 KB pages, 176-179 from 2 MB pages; bf16 within the noise, 84-108
-    # against 88-105); the plans then take the new pointers
-    linears = [m for layer in fast.layers for m in layer.modules() if isinstance(m, CpuLinear)]
-    linears.append(fast.lm_head)
-    if huge_pages.rehome_tensors([m.packed for m in linears if m.batch_kernel == "llmlab"]):
-        for layer in fast.layers:
-            layer.plan = layer.make_plan()
     fast.inv_freq = model.inv_freq
     fast.weight_dtype = model.lm_head.weight.dtype
     return fast.eval()

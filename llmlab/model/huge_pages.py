@@ -13,9 +13,10 @@ anonymous mapping that asked for huge pages, and points each parameter (or int8 
 place there: every holder of a parameter, a tied LM head too, sees the new memory, and the old
 memory is freed. q, k, v lie next to each other, as do gate and up, so `model.cpu`'s
 `stack_linears` uses them in place instead of copying them again. `rehome_tensors` does the
-same for any list of tensors: `model.cpu.cpu_model` moves its packed copies (which bf16 and
-int8 steps stream from one row on) into a second buffer, in the order a step reads them. Where
-the platform has no `MADV_HUGEPAGE` or the kernel's THP setting is `never`, nothing moves.
+same for any list of tensors. An `Arena` reserves a second buffer for copies not made yet:
+`model.cpu.cpu_model` packs its copies (which bf16 and int8 steps stream from one row on)
+straight into it, in the order a step reads them. Where the platform has no `MADV_HUGEPAGE` or
+the kernel's THP setting is `never`, nothing moves and the copies go to ordinary memory.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def huge_page_tensors(specs: list[tuple[tuple[int, ...], torch.dtype]]) -> list[
     ]
 
 
-def _matrices(model: nn.Module) -> list[torch.Tensor]:
+def weight_matrices(model: nn.Module) -> list[torch.Tensor]:
     """The model's 2-D weights in the order the fast path reads them, each distinct storage
     once (a tied LM head is its embedding): per layer q, k, v, o, gate, up, down, then the LM
     head and the embedding."""
@@ -98,7 +99,7 @@ def rehome_weights(model: nn.Module) -> int:
     """Move `model`'s weight matrices (a `LlamaModel`'s layers, embedding and LM head) into one
     huge-page buffer, in place; returns the bytes moved (0 where huge pages are unavailable).
     Values, dtypes and shapes are unchanged; a matrix shared by two modules stays shared."""
-    return rehome_tensors(_matrices(model))
+    return rehome_tensors(weight_matrices(model))
 
 
 def rehome_tensors(tensors: list[torch.Tensor]) -> int:
@@ -114,3 +115,24 @@ def rehome_tensors(tensors: list[torch.Tensor]) -> int:
             place.copy_(t)
             t.data = place  # every module holding `t` now reads `place`
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class Arena:
+    """Tensors laid one after another, each on a cache line, in one huge-page buffer of
+    `nbytes`: room reserved for copies not made yet (the fast path packs its weights straight
+    into it, in the order a step reads them). The bytes are an upper bound: pages never written
+    cost no memory. Where huge pages are unavailable there is no buffer and `take` gives None."""
+
+    def __init__(self, nbytes: int):
+        self.buffer = huge_page_buffer(nbytes) if huge_pages_available() else None
+        self.used = 0
+
+    def take(self, numel: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """The next `numel` elements of `dtype` (zeros), or None where they do not fit (the
+        caller then allocates ordinary memory)."""
+        start = -(-self.used // ALIGN) * ALIGN
+        end = start + numel * dtype.itemsize
+        if self.buffer is None or end > self.buffer.numel():
+            return None
+        self.used = end
+        return self.buffer[start:end].view(dtype)

@@ -134,11 +134,12 @@ def packed_numel(n: int, k: int) -> int:
     return -(-n // 16) * 16 * k
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+def pack_weight(weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """`weight` [N, K] (float32, bf16 or int8) in the blocked layout of `kernels/cpu_gemm.c`:
     blocks of 16 output rows, each a run of those 16 rows' (k, k+1) pairs (bf16, int8) or single
     k's (float32), N padded to a multiple of 16 with zeros -> a flat tensor of ceil(N/16)*16*K
-    elements. Done once, at load."""
+    elements (`out`, where given: a contiguous CPU tensor of that many elements of the weight's
+    dtype, such as a place in a huge-page buffer). Done once, at load."""
     if not packed_weight_applies(weight):
         raise ValueError(
             f"pack_weight: weight is {weight.dtype} {tuple(weight.shape)}; expected float32 "
@@ -147,7 +148,19 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
         )
     n, k = weight.shape
     weight = weight.contiguous()
-    out = torch.empty(packed_numel(n, k), dtype=weight.dtype)
+    size = packed_numel(n, k)
+    if out is None:
+        out = torch.empty(size, dtype=weight.dtype)
+    elif (out.shape, out.dtype, out.device.type, out.is_contiguous()) != (
+        (size,),
+        weight.dtype,
+        "cpu",
+        True,
+    ):
+        raise ValueError(
+            f"pack_weight: out is {out.dtype} {tuple(out.shape)} on {out.device}; expected a "
+            f"contiguous {weight.dtype} [{size}] on the CPU"
+        )
     load_library().llmlab_pack_weight(
         weight.data_ptr(), weight.element_size(), n, k, out.data_ptr()
     )
