@@ -82,7 +82,7 @@ def sample(
     if generators is not None:
         check_generators(generators, logits.device)
     logits = logits.float()
-    out = argmax_rows(logits)  # [B]: greedy, the default
+    out = _argmax(logits)  # [B]: greedy, the default
     rows = [i for i, p in enumerate(params) if not p.greedy]
     if not rows:
         return out
@@ -99,14 +99,14 @@ def sample(
     # on [0, 1): the same law as `exponential_`, several times faster on a CPU (a vectorised log
     # over a uniform draw); U = 0 gives E = inf, so that one token cannot win.
     noise = _uniform_noise(probs, [generators[i] if generators else None for i in rows])
-    picked = argmax_rows(probs / noise.log_().neg_())  # [R]
+    picked = _argmax(probs / noise.log_().neg_())  # [R]
     if len(rows) == len(params):
         return picked
     out[rows] = picked
     return out
 
 
-def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+def _argmax(x: torch.Tensor) -> torch.Tensor:
     """x.argmax(dim=-1) of [B, V] -> [B] int64: through the C kernel (`cpu_backend.
     argmax_rows`, the same answer ten times faster) for float32 CPU rows where this process
     already runs the C kernels (an engine on the fast path loaded them: the readable path builds
