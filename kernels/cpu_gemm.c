@@ -310,30 +310,38 @@ static void int8_row_bw(int nr, const uint32_t *xq, __m512 xs, const int8_t *w, 
 #endif
 
 /* y[n] = add[n] + (x . W[n] (* scales[n]) + bias[n]) for n < N, one row of x against weights
- * packed by llmlab_pack_weight (wtype LLMLAB_W_BF16, or LLMLAB_W_INT8 with its scales): the
- * batch-1 GEMV of the fused decode layer (cpu_layer.c) and of llmlab_packed_gemm, read front
- * to back. Dense rows read four at a time are streams of K * 2 bytes each, too short for the
- * hardware prefetchers (on a 2-core Zen 4 a dense [92160, 576] bf16 GEMV read 23 GB/s, the same
- * bytes packed 35, a plain sum 35). bf16: each output is the micro-tile's sum for one row (the
- * same operations as llmlab_packed_gemm's tile on that row); int8: see INT8_UNIT_BODY. Then
- * `add`, which may be y, is added. An orphaned `omp for` without its barrier (see
- * llmlab_gemv_rows); K % 32 == 0; AVX-512 BF16 only (the caller checks llmlab_isa). */
+ * packed by llmlab_pack_weight (wtype LLMLAB_W_F32, LLMLAB_W_BF16, or LLMLAB_W_INT8 with its
+ * scales): the batch-1 GEMV of the fused decode layer (cpu_layer.c) and of llmlab_packed_gemm,
+ * read front to back. Dense rows read four at a time are streams of K * 2 bytes each, too short
+ * for the hardware prefetchers (on a 2-core Zen 4 a dense [92160, 576] bf16 GEMV read 23 GB/s,
+ * the same bytes packed 35, a plain sum 35). float32 and bf16: each output is the micro-tile's
+ * sum for one row (the same operations as llmlab_packed_gemm's tile on that row; a float32
+ * unit also asks for the start of the thread's next unit, as the batch tiles do); int8: see
+ * INT8_UNIT_BODY. Then `add`, which may be y, is added. An orphaned `omp for` without its
+ * barrier (see llmlab_gemv_rows); float32: AVX-512F; bf16 and int8: K % 32 == 0 and AVX-512
+ * BF16 (the caller checks llmlab_isa). */
 void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const float *scales,
                              const float *bias, const float *add, float *y, int64_t N,
                              int64_t K) {
 #ifdef LLMLAB_X86
     const int int8 = wtype == LLMLAB_W_INT8, vnni = llmlab_isa() & LLMLAB_ISA_AVX512_VNNI;
-    uint32_t xb[K / 2];               /* each thread rounds x once, for its blocks: bf16 pairs */
-    __m512 xs = _mm512_setzero_ps();  /* or int16 pairs, and the int16 step */
+    const int f32 = wtype == LLMLAB_W_F32;
+    uint32_t xb[f32 ? 1 : K / 2];     /* each thread rounds x once, for its blocks: bf16 pairs */
+    __m512 xs = _mm512_setzero_ps();  /* or int16 pairs, and the int16 step (float32: x as is) */
     if (int8) xs = _mm512_set1_ps(llmlab_x_to_int16(x, (int16_t *)xb, K));
-    else row_to_bf16(x, xb, K);
+    else if (!f32) row_to_bf16(x, xb, K);
     const int64_t blocks = (N + PK - 1) / PK, units = (blocks + GEMV_BLOCKS - 1) / GEMV_BLOCKS;
 #pragma omp for schedule(static) nowait
     for (int64_t u = 0; u < units; u++) {
         const int64_t b0 = u * GEMV_BLOCKS, n0 = b0 * PK;
         const int nr = (int)(blocks - b0 < GEMV_BLOCKS ? blocks - b0 : GEMV_BLOCKS);
         float sums[GEMV_BLOCKS * PK];
-        if (!int8)
+        if (f32)   /* one line per k of the next unit: its first K * 64 bytes */
+            tile_f32(1, nr, x, K, (const float *)P + b0 * PK * K, PK * K, K, sums,
+                     GEMV_BLOCKS * PK, N - n0, bias ? bias + n0 : NULL,
+                     (const char *)((const float *)P + (b0 + GEMV_BLOCKS) * PK * K),
+                     u + 1 < units ? K * 64 : 0);
+        else if (!int8)
             tile(1, nr, xb, K / 2, (const uint16_t *)P + b0 * PK * K, PK * K, K / 2, sums,
                  GEMV_BLOCKS * PK, N - n0, NULL, bias ? bias + n0 : NULL);
         else if (vnni)

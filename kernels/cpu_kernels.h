@@ -15,6 +15,7 @@
 #define LLMLAB_W_INT8 2   /* int8 with one float32 scale per output row */
 #define LLMLAB_W_BF16_PACKED 3   /* bf16 in cpu_gemm.c's blocks (the fused decode layer's GEMVs) */
 #define LLMLAB_W_INT8_PACKED 4   /* int8 in those blocks, with its scales per output row */
+#define LLMLAB_W_F32_PACKED 5    /* float32 in those blocks */
 
 /* int8 weights against x rounded to int16 (llmlab_x_to_int16) sum pairs of products into int32
  * lanes: 128 steps of 2 products (|x| <= 32767, |w| <= 128: 2 * 32767 * 128 * 128 = 2^30) stay

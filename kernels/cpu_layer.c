@@ -209,10 +209,11 @@ static inline int region_threads(void) {
  * hidden], W_gate_up [2*inter, hidden]; cos, sin [hd/2]; *slot (-1: do not cache), block_table
  * and *seq_len (incl. this token) as for llmlab_paged_attention. The four matrices are of type
  * `wtype` (LLMLAB_W_F32, _BF16, or _INT8 with the s_* scales per output row; cpu_quant.c), or
- * LLMLAB_W_BF16_PACKED / _INT8_PACKED: in cpu_gemm.c's blocks (llmlab_pack_weight), int8 with
- * its scales; the caches are float32. hidden, inter % 16 == 0 (% 32 packed); head_dim one of
- * the attention kernel's sizes (the caller checks). Returns -1 if the attention kernel refused
- * head_dim or packed weights came without AVX-512 BF16, else 0. */
+ * LLMLAB_W_F32_PACKED / _BF16_PACKED / _INT8_PACKED: in cpu_gemm.c's blocks
+ * (llmlab_pack_weight), int8 with its scales; the caches are float32. hidden, inter % 16 == 0
+ * (% 32 packed bf16 and int8); head_dim one of the attention kernel's sizes (the caller checks).
+ * Returns -1 if the attention kernel refused head_dim or packed weights came without the
+ * instructions their GEMV needs (AVX-512F for float32, AVX-512 BF16 for the others), else 0. */
 enum {
     LN1, LN2, W_QKV, B_QKV, W_O, W_GATE_UP, W_DOWN, S_QKV, S_O, S_GATE_UP, S_DOWN, KEY_CACHE,
     VALUE_CACHE, LAYER_SLOTS
@@ -283,11 +284,13 @@ int llmlab_decode_attention(const float *qkv, int64_t qkv_stride, const float *c
     return rc;
 }
 
-/* One of the layer's GEMVs: weights packed (LLMLAB_W_BF16_PACKED, _INT8_PACKED: cpu_gemm.c's
- * blocks, read front to back) or a dense [N, K] matrix of wtype (cpu_quant.c) */
+/* One of the layer's GEMVs: weights packed (LLMLAB_W_F32_PACKED, _BF16_PACKED, _INT8_PACKED:
+ * cpu_gemm.c's blocks, read front to back) or a dense [N, K] matrix of wtype (cpu_quant.c) */
 static void layer_gemv(const float *x, const void *W, int64_t wtype, const float *scales,
                        const float *bias, const float *add, float *y, int64_t N, int64_t K) {
-    if (wtype == LLMLAB_W_BF16_PACKED)
+    if (wtype == LLMLAB_W_F32_PACKED)
+        llmlab_packed_gemv_rows(x, W, LLMLAB_W_F32, NULL, bias, add, y, N, K);
+    else if (wtype == LLMLAB_W_BF16_PACKED)
         llmlab_packed_gemv_rows(x, W, LLMLAB_W_BF16, NULL, bias, add, y, N, K);
     else if (wtype == LLMLAB_W_INT8_PACKED)
         llmlab_packed_gemv_rows(x, W, LLMLAB_W_INT8, scales, bias, add, y, N, K);
@@ -347,6 +350,7 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
     if (packed   /* packed GEMVs: a CPU with AVX-512 BF16 (where packing happens), K % 32 == 0 */
         && (!(llmlab_isa() & LLMLAB_ISA_AVX512_BF16) || hidden % 32 || qw % 32 || inter % 32))
         return -1;
+    if (wtype == LLMLAB_W_F32_PACKED && !(llmlab_isa() & LLMLAB_ISA_AVX512)) return -1;
     float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;
     const step_args a = {.hidden = hidden, .heads = heads, .kv_heads = kv_heads,
                          .head_dim = head_dim, .inter = inter, .block_size = block_size,

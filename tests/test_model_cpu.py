@@ -135,23 +135,28 @@ def test_fused_layer_equals_the_layer_by_kernel_path(
     assert int(torch.isnan(kv_fused[0][0]).any(dim=(2, 3)).sum()) == 8 * block_size - written
 
 
-@pytest.mark.skipif(
-    "avx512_bf16" not in cpu_matmul.isa(), reason="packed weights need AVX-512 BF16"
-)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", SHAPES)
 def test_packed_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
     dtype, heads, kv_heads, head_dim, bias, monkeypatch
 ):
-    """A bf16 or int8 model whose matrices have the packed copies (llmlab's batch kernel
-    chosen): the fused layer's GEMVs read those copies (the plan's weight type says so, and its
-    pointers are the copies'), and give what the kernel-by-kernel path gives, whose one-row
-    `CpuLinear`s run the packed matmul: the same operations, so the same logits and caches."""
+    """A float32, bf16 or int8 model whose matrices have the packed copies (llmlab's batch
+    kernel chosen): the fused layer's GEMVs read those copies (the plan's weight type says so,
+    and its pointers are the copies'), and give what the kernel-by-kernel path gives, whose
+    one-row `CpuLinear`s run the packed matmul: the same operations, so the same logits and
+    caches."""
     from llmlab.ops import cpu_matmul_choice
 
+    need = "avx512" if dtype == torch.float32 else "avx512_bf16"
+    if need not in cpu_matmul.isa():
+        pytest.skip(f"packed {dtype} weights need {need}")
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
     base = _model(heads, kv_heads, head_dim, bias, seed=heads + 3)
-    readable = base.to(torch.bfloat16) if dtype == torch.bfloat16 else quantize_model_int8(base)
+    readable = {
+        torch.float32: lambda: base,
+        torch.bfloat16: lambda: base.to(torch.bfloat16),
+        torch.int8: lambda: quantize_model_int8(base),
+    }[dtype]()
     model = cpu_model(readable)
     for layer in model.layers:
         assert layer.plan.wtype == cpu_decode.PACKED_TYPES[dtype]
@@ -239,15 +244,27 @@ def test_cpu_linear_matches_f_linear(rows, dims):
         torch.testing.assert_close(got, F.linear(x, w, bias), atol=1e-5, rtol=1e-5)
 
 
-def test_one_row_runs_our_gemv(monkeypatch):
+@pytest.mark.parametrize("kernel", ["llmlab", "onednn"])
+def test_one_float32_row_runs_our_gemv_on_the_packed_blocks_or_the_dense_rows(kernel, monkeypatch):
+    """One row of a float32 weight: on llmlab's packed copy where that is the batch kernel
+    (from one row, `PACKED_MIN_ROWS`), else our dense GEMV; more rows never the dense GEMV."""
+    from llmlab.ops import cpu_matmul_choice
+
+    if kernel == "llmlab" and "avx512" not in cpu_matmul.isa():
+        pytest.skip("llmlab's packed float32 matmul needs AVX-512")
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: kernel)
     calls = []
-    real = cpu_matmul.gemv
-    monkeypatch.setattr(cpu_matmul, "gemv", lambda *a: calls.append(1) or real(*a))
-    lin = CpuLinear(torch.randn(8, 32))
-    lin(torch.randn(1, 32))
-    assert len(calls) == 1
-    lin(torch.randn(3, 32))
-    assert len(calls) == 1
+    for name in ("gemv", "packed_gemm"):
+        real = getattr(cpu_matmul, name)
+        spy = lambda *a, _n=name, _f=real: calls.append((_n, a[0].shape[0])) or _f(*a)  # noqa: E731
+        monkeypatch.setattr(cpu_matmul, name, spy)
+    w = torch.randn(40, 32)
+    lin = CpuLinear(w)
+    for rows in (1, 3):
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(lin(x), F.linear(x, w), atol=1e-5, rtol=1e-5)
+    one = ("packed_gemm", 1) if kernel == "llmlab" else ("gemv", 1)
+    assert calls[0] == one and ("gemv", 3) not in calls, calls
 
 
 def test_prepared_weights_share_one_dense_copy():

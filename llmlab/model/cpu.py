@@ -20,10 +20,12 @@ What it does differently, and why (all measured on a 2-core CPU):
   float32 step of a 2-core Zen 4 from 134-143 ms to 124 ms.
   **Change a weight after `cpu_model`, and you must call it again**: the packed copies do not
   follow the parameters.
-- **One-row matmuls run our GEMV** (`kernels/cpu_gemv.c`): a batch-1 decode step only streams
-  each weight once, and on SmolLM2's small matrices that plain loop streams faster than
-  oneDNN's GEMV, whose per-call set-up shows. The weights it streams sit on 2 MB pages
-  (`llmlab.model.huge_pages`) and it prefetches ahead of its rows: both measured faster.
+- **One-row matmuls run our GEMVs**: a batch-1 decode step only streams each weight once, and
+  on SmolLM2's small matrices a plain loop streams faster than oneDNN's GEMV, whose per-call
+  set-up shows. Where our packed copy exists, one row reads its blocks front to back
+  (`kernels/cpu_gemm.c`); otherwise it reads the dense rows four at a time
+  (`kernels/cpu_gemv.c`), prefetching ahead of them. Both sit on 2 MB pages
+  (`llmlab.model.huge_pages`): measured faster.
 - **A layer's elementwise steps in C** (`kernels/cpu_layer.c`: RMSNorm with the residual add
   fused in as vLLM's `fused_add_rms_norm`, RoPE, SiLU × up) and the attention in C
   (`kernels/cpu_attention.c`, K/V read in place through the block table): ~15 calls per layer
@@ -72,12 +74,14 @@ from llmlab.ops.metadata import AttentionMetadata
 # 3.38-3.53. int8 at 2-3 rows streams the dense weight (the batch path widens each panel to bf16
 # first, within 10 % there, so its activations stay float32); from 4 rows packed 2-5x faster.
 # oneDNN's bf16 matmul, where it is the batch kernel, from 2 rows: it rounds its outputs to
-# bf16, and one row streams the dense weight. float32 from 2 rows on either kernel: one row
-# runs the dense GEMV (cpu_gemv.c). Its rows are 2,304 bytes, long enough for the prefetchers:
-# one row on the packed blocks was no faster (`bench decode_profile`, alternated, 19.2-19.8
-# against 18.4-19.4 ms per step).
+# bf16, and one row streams the dense weight. float32 on llmlab's packed blocks from one row
+# too, the fused layer's GEMVs included: with the packed copies on 2 MB pages, a batch-1 step
+# took 1.7-2.1 ms less than on the dense weights (18.4 against 20.2, 21.1; the median of 24
+# pairs of 19-step blocks swapped in one process, each order once), its attention phase too
+# (0.69-0.74 against 0.95-0.97 ms, a cause not found). On oneDNN's, one float32 row runs the
+# dense GEMV (cpu_gemv.c).
 PACKED_MIN_ROWS = {
-    ("llmlab", torch.float32): 2,
+    ("llmlab", torch.float32): 1,
     ("llmlab", torch.bfloat16): 1,
     ("llmlab", torch.int8): 1,
     ("onednn", torch.float32): 2,
@@ -86,9 +90,10 @@ PACKED_MIN_ROWS = {
 
 
 class CpuLinear(nn.Module):
-    """y = x Wᵀ (+ b) on a weight prepared once. float32: our GEMV streams the dense weight for
-    one row; more rows run on a packed copy, `kernels/cpu_gemm.c`'s or oneDNN's, whichever
-    `_batch_kernel` chose (aten's `F.linear` where neither runs). bfloat16, or int8 with
+    """y = x Wᵀ (+ b) on a weight prepared once. float32: rows run on a packed copy,
+    `kernels/cpu_gemm.c`'s (from one row) or oneDNN's (from 2 rows; one row on our GEMV over the
+    dense weight), whichever `_batch_kernel` chose (aten's `F.linear` where neither runs, or our
+    GEMV for one row). bfloat16, or int8 with
     per-output-channel `scale`: our kernels widen the weight inside the matmul
     (`kernels/cpu_quant.c`), or run on their packed copy from `PACKED_MIN_ROWS` rows.
     Input and output are float32. `arena`: where our packed copy goes (`huge_pages.Arena`,

@@ -26,8 +26,9 @@ from llmlab.ops.cpu_backend import HEAD_DIMS, MAX_GROUP, attention_sizes_apply
 from llmlab.ops.cpu_library import load_library, traced
 from llmlab.ops.cpu_matmul import WEIGHT_TYPES, packed_numel
 
-# the weight types of packed matrices (LLMLAB_W_BF16_PACKED, LLMLAB_W_INT8_PACKED, cpu_kernels.h)
-PACKED_TYPES = {torch.bfloat16: 3, torch.int8: 4}
+# the weight types of packed matrices (LLMLAB_W_BF16_PACKED, _INT8_PACKED, _F32_PACKED,
+# cpu_kernels.h)
+PACKED_TYPES = {torch.bfloat16: 3, torch.int8: 4, torch.float32: 5}
 
 
 def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, inter: int) -> bool:
@@ -37,9 +38,9 @@ def decode_layer_applies(heads: int, kv_heads: int, head_dim: int, hidden: int, 
 
 
 def _check_packed(packed: tuple[torch.Tensor, ...], matrices: tuple[torch.Tensor, ...]) -> None:
-    """ValueError unless `packed` are the four bfloat16 or int8 `matrices`' packed copies:
-    contiguous CPU tensors of their dtype, of `cpu_matmul.packed_numel` elements each, K a
-    multiple of 32."""
+    """ValueError unless `packed` are the four float32, bfloat16 or int8 `matrices`' packed
+    copies: contiguous CPU tensors of their dtype, of `cpu_matmul.packed_numel` elements each,
+    K a multiple of 32 for bfloat16 and int8."""
     names = ("w_qkv", "w_o", "w_gate_up", "w_down")
     dtype = matrices[0].dtype
     if len(packed) != 4 or dtype not in PACKED_TYPES:
@@ -50,10 +51,12 @@ def _check_packed(packed: tuple[torch.Tensor, ...], matrices: tuple[torch.Tensor
         )
     for name, p, w in zip(names, packed, matrices):
         n, k = w.shape
-        if k % 32 or p.dtype != dtype or p.numel() != packed_numel(n, k):
+        pairs = dtype != torch.float32  # bf16 and int8 blocks hold (k, k + 1) pairs
+        if (pairs and k % 32) or p.dtype != dtype or p.numel() != packed_numel(n, k):
             raise ValueError(
                 f"decode layer: packed {name} is {p.dtype} of {p.numel()} elements for a "
-                f"[{n}, {k}] matrix; expected {dtype} of {packed_numel(n, k)}, K % 32 == 0"
+                f"[{n}, {k}] matrix; expected {dtype} of {packed_numel(n, k)}"
+                + (", K % 32 == 0" if pairs else "")
             )
         if p.device.type != "cpu" or not p.is_contiguous():
             raise ValueError(f"decode layer: packed {name} must be a contiguous CPU tensor")
@@ -95,8 +98,8 @@ class DecodeLayerPlan:
         packed: tuple[torch.Tensor, ...] | None = None,
     ):
         """The four matrices in float32, bfloat16, or int8 with `weight_scales` (float32 scales
-        per output row of w_qkv, w_o, w_gate_up, w_down). `packed`: for bfloat16 or int8, the
-        four matrices' copies made by `cpu_matmul.pack_weight`, which the GEMVs then read."""
+        per output row of w_qkv, w_o, w_gate_up, w_down). `packed`: the four matrices' copies
+        made by `cpu_matmul.pack_weight`, which the GEMVs then read."""
         hidden, inter = ln1.numel(), w_down.shape[-1]
         wdtype = w_qkv.dtype
         if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
@@ -287,7 +290,8 @@ class DecodeStack:
         if rc != 0:
             raise RuntimeError(
                 "cpu_layer.c refused the decode layers: a head_dim without an attention "
-                "variant, or packed weights on a CPU without AVX-512 BF16"
+                "variant, or packed weights on a CPU without their instructions (AVX-512F for "
+                "float32, AVX-512 BF16 for bf16 and int8)"
             )
         return out
 

@@ -241,8 +241,8 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
         )
     if choice(torch.float32) == "llmlab":
         return tr(
-            "float32: GEMV (batch 1), AVX-512 FMAs on packed blocks (batches)",
-            "float32：GEMV（batch 1），打包分块上的 AVX-512 FMA（更大 batch）",
+            "float32: AVX-512 FMAs on packed blocks, from one row",
+            "float32：打包分块上的 AVX-512 FMA，从一行起",
         )
     return tr(
         "float32: GEMV (batch 1), oneDNN (batches)",
