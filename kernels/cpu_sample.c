@@ -46,7 +46,6 @@ static int64_t argmax_row(const float *x, int64_t V) {
     }
     for (int64_t k = full; k < V; k++) {                     /* the last V % 16 */
         if (x[k] != x[k]) return k;
-        if (!full && k == 0) continue;
         if (x[k] > x[best]) best = k;
     }
     return best;

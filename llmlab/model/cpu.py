@@ -93,10 +93,9 @@ class CpuLinear(nn.Module):
     """y = x Wᵀ (+ b) on a weight prepared once. float32: rows run on a packed copy,
     `kernels/cpu_gemm.c`'s (from one row) or oneDNN's (from 2 rows; one row on our GEMV over the
     dense weight), whichever `_batch_kernel` chose (aten's `F.linear` where neither runs, or our
-    GEMV for one row). bfloat16, or int8 with
-    per-output-channel `scale`: our kernels widen the weight inside the matmul
-    (`kernels/cpu_quant.c`), or run on their packed copy from `PACKED_MIN_ROWS` rows.
-    Input and output are float32. `arena`: where our packed copy goes (`huge_pages.Arena`,
+    GEMV for one row). bfloat16, or int8 with per-output-channel `scale`: our kernels widen the
+    weight inside the matmul (`kernels/cpu_quant.c`), or run on their packed copy from
+    `PACKED_MIN_ROWS` rows. Input and output are float32. `arena`: where our packed copy goes (`huge_pages.Arena`,
     taken in the order the layers are built), else ordinary memory."""
 
     def __init__(
@@ -393,9 +392,9 @@ def cpu_model(model: LlamaModel) -> LlamaModel:
         raise ValueError(f"the 'cpu' fast path cannot run this model: {why}")
     huge_pages.rehome_weights(model)
     # our packed copies on huge pages too, packed straight there in the order a step reads them:
-    # a bf16 or int8 batch-1 step streams them (2-core Zen 4, `bench decode_profile`,
-    # alternated: int8 130-164 tok/s from 4 KB pages, 176-179 from 2 MB pages; bf16 within the
-    # noise, 84-108 against 88-105). The room: one packed copy of each matrix at most
+    # a batch-1 step streams them (2-core Zen 4, `bench decode_profile`, alternated: int8
+    # 130-164 tok/s from 4 KB pages, 176-179 from 2 MB pages; bf16 within the noise, 84-108
+    # against 88-105). The room: one packed copy of each matrix at most
     arena = huge_pages.Arena(
         sum(
             cpu_matmul.packed_numel(*w.shape) * w.element_size() + huge_pages.ALIGN

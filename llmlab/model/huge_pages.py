@@ -14,9 +14,9 @@ place there: every holder of a parameter, a tied LM head too, sees the new memor
 memory is freed. q, k, v lie next to each other, as do gate and up, so `model.cpu`'s
 `stack_linears` uses them in place instead of copying them again. `rehome_tensors` does the
 same for any list of tensors. An `Arena` reserves a second buffer for copies not made yet:
-`model.cpu.cpu_model` packs its copies (which bf16 and int8 steps stream from one row on)
-straight into it, in the order a step reads them. Where the platform has no `MADV_HUGEPAGE` or
-the kernel's THP setting is `never`, nothing moves and the copies go to ordinary memory.
+`model.cpu.cpu_model` packs its copies (which its steps stream from one row on) straight
+into it, in the order a step reads them. Where the platform has no `MADV_HUGEPAGE` or the
+kernel's THP setting is `never`, nothing moves and the copies go to ordinary memory.
 """
 
 from __future__ import annotations

@@ -315,12 +315,17 @@ def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> t
 # ---- greedy sampling's argmax (kernels/cpu_sample.c) -----------------------------------------
 
 
+def argmax_applies(logits: torch.Tensor) -> bool:
+    """Whether `argmax_rows` takes these logits: float32 [B, V], V >= 1, contiguous rows, CPU."""
+    return logits.dim() == 2 and logits.shape[1] >= 1 and _rows_ok(logits, logits.shape[1])
+
+
 def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
     """Each row's argmax of float32 logits [B, V] (rows may be strided) -> [B] int64: what
     `logits.argmax(dim=-1)` gives (the first of equal maxima; a row's first NaN where it holds
     one), 16 lanes at a time instead of one element (on a 2-core Zen 4, 49,152-token rows:
     44 against 10 us for one row, 2.1 against 0.21 ms for 64)."""
-    if not (_rows_ok(logits, logits.shape[-1]) and logits.shape[-1] >= 1):
+    if not argmax_applies(logits):
         raise ValueError(
             f"argmax_rows: logits {tuple(logits.shape)} {logits.dtype} on {logits.device}: "
             "expected float32 [B, V] with V >= 1 and contiguous rows, on the CPU"

@@ -49,9 +49,9 @@ def _check_packed(packed: tuple[torch.Tensor, ...], matrices: tuple[torch.Tensor
             f"{' or '.join(map(str, PACKED_TYPES))} weights; got {len(packed)} tensors for "
             f"{dtype} weights"
         )
+    pairs = dtype != torch.float32  # bf16 and int8 blocks hold (k, k + 1) pairs
     for name, p, w in zip(names, packed, matrices):
         n, k = w.shape
-        pairs = dtype != torch.float32  # bf16 and int8 blocks hold (k, k + 1) pairs
         if (pairs and k % 32) or p.dtype != dtype or p.numel() != packed_numel(n, k):
             raise ValueError(
                 f"decode layer: packed {name} is {p.dtype} of {p.numel()} elements for a "

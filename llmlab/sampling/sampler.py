@@ -111,14 +111,7 @@ def _argmax(x: torch.Tensor) -> torch.Tensor:
     argmax_rows`, the same answer ten times faster) for float32 CPU rows where this process
     already runs the C kernels (an engine on the fast path loaded them: the readable path builds
     nothing for this), through torch otherwise."""
-    if (
-        x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and x.dim() == 2
-        and x.shape[1] > 0
-        and x.stride(1) == 1
-        and cpu_library.loaded()
-    ):
+    if cpu_library.loaded() and cpu_backend.argmax_applies(x):
         return cpu_backend.argmax_rows(x)
     return x.argmax(dim=-1)
 
