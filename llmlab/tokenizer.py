@@ -229,11 +229,9 @@ def real_tokenizer() -> Any:
     Loads only the tokenizer from the converted model's directory (converting the model on
     first use), once per process. `llmlab.model.load_model()` returns the same tokenizer.
     """
-    from transformers import AutoTokenizer
+    from llmlab.model.weights import load_tokenizer, model_dir
 
-    from llmlab.model.weights import model_dir
-
-    return AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
+    return load_tokenizer(model_dir("smollm2-135m"))
 
 
 def _byte_decoder() -> dict[str, int]:

@@ -114,6 +114,42 @@ def test_local_hf_directory_loads(tmp_path):
     assert tokenizer("a b c")["input_ids"] == [0, 1, 2]
 
 
+def test_a_model_built_on_the_cpu_is_drawn_and_one_on_meta_takes_no_memory():
+    """LlamaModel skips the embedding's init only on the meta device, where the weights come
+    next; on the CPU it is nn.Embedding's N(0, 1) as before, and RoPE's buffer is computed."""
+    from llmlab.config import tiny_config
+    from llmlab.model import rope_inv_freq
+
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    drawn = LlamaModel(cfg).embed_tokens.weight
+    assert torch.isfinite(drawn).all() and 0.9 < drawn.std().item() < 1.1
+    assert abs(drawn.mean().item()) < 0.05
+    with torch.device("meta"):
+        empty = LlamaModel(cfg)
+    assert all(p.is_meta for p in empty.parameters()) and empty.inv_freq.is_meta
+    assert torch.equal(LlamaModel(cfg).inv_freq, rope_inv_freq(cfg))
+
+
+@pytest.mark.model
+def test_loading_the_model_and_starting_the_engine_import_no_compiler():
+    """A fresh process that loads the model and starts the engine imports neither torch's
+    compiler (torch._dynamo: a second, pulled in by torch's Python ops on the meta device) nor
+    transformers' model code (a second more, pulled in by AutoTokenizer)."""
+    import subprocess
+    import sys
+
+    heavy = ["torch._dynamo", "transformers.models.llama.configuration_llama"]
+    code = (
+        "import sys\nfrom llmlab import LLM\nfrom llmlab.model import load_model\n"
+        "model, _ = load_model('smollm2-135m')\nLLM(model)\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_real_model_logits_match_transformers(real_model, hf_model, prompt):

@@ -132,6 +132,43 @@ def test_real_tokenizer_pieces_are_its_bytes():
 
 
 @pytest.mark.model
+def test_the_converted_tokenizer_loads_directly_and_equals_autotokenizers():
+    """`load_tokenizer` skips AutoTokenizer for the generic class a conversion saves: the same
+    ids, chat template and special tokens."""
+    from transformers import AutoTokenizer
+
+    from llmlab.model.weights import load_tokenizer, model_dir
+
+    path = model_dir("smollm2-135m")
+    direct, auto = load_tokenizer(path), AutoTokenizer.from_pretrained(path)
+    for text in [EN[:300], ZH[:120], "<|im_start|>user\nx_1 = 2 👋<|im_end|>"]:
+        assert direct(text)["input_ids"] == auto(text)["input_ids"]
+    chat = [{"role": "user", "content": "你好"}]
+    render = dict(add_generation_prompt=True, tokenize=False)
+    assert direct.apply_chat_template(chat, **render) == auto.apply_chat_template(chat, **render)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        assert getattr(direct, name) == getattr(auto, name), name
+    assert len(direct) == len(auto)
+
+
+def test_a_tokenizer_of_another_class_goes_through_autotokenizer(tmp_path, monkeypatch):
+    import json
+
+    import transformers
+
+    from llmlab.model.weights import load_tokenizer
+
+    asked = []
+    monkeypatch.setattr(
+        transformers.AutoTokenizer, "from_pretrained", lambda path: asked.append(path) or "auto"
+    )
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "Qwen2Tokenizer"})
+    )
+    assert load_tokenizer(tmp_path) == "auto" and asked == [tmp_path]
+
+
+@pytest.mark.model
 def test_measured_ratios_on_our_text_are_near_the_seed_rule_of_thumb():
     """Measured, not asserted exactly: within a broad band around the seed's 1.3 and 2."""
     from llmlab.tokenizer import real_tokenizer

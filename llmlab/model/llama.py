@@ -49,7 +49,8 @@ class RMSNorm(nn.Module):
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     """Inverse frequencies θ_i = base^(-2i/d) for i < d/2, with Llama-3's long-context scaling."""
     d = cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    i = torch.arange(0, d, 2, dtype=torch.float64, device="cpu")  # on the CPU: see LlamaModel
+    inv_freq = 1.0 / (cfg.rope_theta ** (i / d))
     scaling = cfg.rope_scaling or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "llama3":
@@ -159,13 +160,19 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # nn.Embedding's own init (normal), skipped on the meta device (`load_model`: the weights
+        # come next). There torch runs normal_, like arange, in Python, and the first such call
+        # imports torch._dynamo: a second of every load
+        weight = torch.empty(cfg.vocab_size, cfg.hidden_size)
+        if not weight.is_meta:
+            nn.init.normal_(weight)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=weight)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # one matrix, two uses
-        self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
+        self.register_buffer("inv_freq", rope_inv_freq(cfg).to(weight.device), persistent=False)
 
     @property
     def device(self) -> torch.device:
