@@ -95,8 +95,8 @@ class CpuLinear(nn.Module):
     dense weight), whichever `_batch_kernel` chose (aten's `F.linear` where neither runs, or our
     GEMV for one row). bfloat16, or int8 with per-output-channel `scale`: our kernels widen the
     weight inside the matmul (`kernels/cpu_quant.c`), or run on their packed copy from
-    `PACKED_MIN_ROWS` rows. Input and output are float32. `arena`: where our packed copy goes (`huge_pages.Arena`,
-    taken in the order the layers are built), else ordinary memory."""
+    `PACKED_MIN_ROWS` rows. Input and output are float32. `arena`: where our packed copy goes
+    (`huge_pages.Arena`, taken in the order the layers are built), else ordinary memory."""
 
     def __init__(
         self,
