@@ -54,6 +54,56 @@ static inline __attribute__((always_inline)) vf kv_load(const int FP8, const cha
     return FP8 ? fp8_load((const uint8_t *)row + c) : vload((const float *)row + c);
 }
 
+/* Where position `pos`'s K (or V) row of head `kv_head` sits in a cache: the block table maps
+ * the position to its slot, a slot holds [num_kv_heads, HD] elements of `es` bytes. */
+static inline __attribute__((always_inline)) const char *cache_row(
+        const void *cache, const int32_t *block_table, int64_t block_size, int64_t row_elems,
+        int64_t kv_head, const int HD, int64_t es, int64_t pos) {
+    const int64_t slot = (int64_t)block_table[pos / block_size] * block_size + pos % block_size;
+    return (const char *)cache + (slot * row_elems + kv_head * HD) * es;
+}
+
+/* Step 0: one query row, pre-scaled, into q; its output and softmax state start empty. */
+static inline __attribute__((always_inline)) void start_row(const int HD, const float *src,
+                                                            float scale, vf *q, vf *acc,
+                                                            float *m, float *l) {
+    for (int c = 0; c < HD / VW; c++) {
+        q[c] = vload(src + c * VW) * scale;
+        acc[c] = vsplat(0.0f);
+    }
+    *m = -INFINITY;
+    *l = 0.0f;
+}
+
+/* Steps 1-3 (see the top of this file) for one query row over the chunk's first `visible`
+ * keys, whose K and V rows are krow[j] and vrow[j]. */
+static inline __attribute__((always_inline)) void attend_chunk(
+        const int HD, const int FP8, const vf *q, vf *acc, float *m, float *l,
+        const char *const *krow, const char *const *vrow, int visible, vi lane) {
+    const int nv = HD / VW;
+    vf s = vsplat(-INFINITY);
+    for (int j = 0; j < visible; j++) {
+        vf k = kv_load(FP8, krow[j], 0) * q[0];
+        for (int c = 1; c < nv; c++) k += kv_load(FP8, krow[j], c * VW) * q[c];
+        s[j] = hsum(k);
+    }
+    float chunk_max = s[0];
+    for (int j = 1; j < visible; j++) chunk_max = s[j] > chunk_max ? s[j] : chunk_max;
+    const float m_new = chunk_max > *m ? chunk_max : *m;
+    vi keep = lane < visible;
+    vf p = (vf)((vi)vexp(s - m_new) & keep);   /* masked lanes exactly 0 */
+    const float correction = *m == -INFINITY ? 0.0f : vexp(vsplat(*m - m_new))[0];
+    float sum = hsum(p);
+    *l = *l * correction + sum;
+    *m = m_new;
+    if (correction != 1.0f)
+        for (int c = 0; c < nv; c++) acc[c] *= correction;
+    for (int j = 0; j < visible; j++) {
+        const float pj = p[j];
+        for (int c = 0; c < nv; c++) acc[c] += kv_load(FP8, vrow[j], c * VW) * pj;
+    }
+}
+
 /* One work unit with head_dim HD (a constant after inlining: the loops over HD unroll). The
  * cache holds float32, or with FP8 e4m3 bytes that stand for value / scale: k_scale is folded
  * into the pre-scaled query, v_scale into the final division. */
@@ -72,38 +122,30 @@ static inline __attribute__((always_inline)) void attend_unit(
     const int64_t row_elems = num_kv_heads * HD;     /* one cache slot: [num_kv_heads, HD] */
     vi lane;
     for (int j = 0; j < VW; j++) lane[j] = j;
-
-    for (int64_t r = 0; r < rows; r++) {
-        const float *src = query + (q_start + r / group) * q_stride_token
-                           + (kv_head * group + r % group) * q_stride_head;
-        for (int c = 0; c < nv; c++) {
-            q[r][c] = vload(src + c * VW) * scale;  /* pre-scaled */
-            acc[r][c] = vsplat(0.0f);
-        }
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
+    for (int64_t r = 0; r < rows; r++)
+        start_row(HD, query + (q_start + r / group) * q_stride_token
+                      + (kv_head * group + r % group) * q_stride_head,
+                  scale, q[r], acc[r], &m[r], &l[r]);
 
     const int64_t num_keys = first_pos + tile_len;   /* the tile's last token sees keys < this */
     for (int64_t k0 = 0; k0 < num_keys; k0 += K_CHUNK) {
         const int nk = num_keys - k0 < K_CHUNK ? (int)(num_keys - k0) : K_CHUNK;
         const char *krow[K_CHUNK], *vrow[K_CHUNK];
         for (int j = 0; j < nk; j++) {
-            const int64_t pos = k0 + j;
-            const int64_t slot = (int64_t)block_table[pos / block_size] * block_size
-                                 + pos % block_size;
-            krow[j] = (const char *)key_cache + (slot * row_elems + kv_head * HD) * es;
-            vrow[j] = (const char *)value_cache + (slot * row_elems + kv_head * HD) * es;
+            krow[j] = cache_row(key_cache, block_table, block_size, row_elems, kv_head, HD, es,
+                                k0 + j);
+            vrow[j] = cache_row(value_cache, block_table, block_size, row_elems, kv_head, HD,
+                                es, k0 + j);
         }
         /* ask for the next chunk's K/V rows now, into L2 (locality 1: `prefetcht2` on x86):
          * they arrive while this chunk computes. Into L1 instead (the default hint), the 128
          * lines of a chunk outnumber the L1's miss buffers: at batch 64 (30 layers of a 64 x 192
          * token float32 cache, 2-core Zen 4) the L2 hint took attention from 43-44 ms to 35-37 */
         for (int64_t pos = k0 + K_CHUNK; pos < k0 + 2 * K_CHUNK && pos < num_keys; pos++) {
-            const int64_t slot = (int64_t)block_table[pos / block_size] * block_size
-                                 + pos % block_size;
-            const char *kn = (const char *)key_cache + (slot * row_elems + kv_head * HD) * es;
-            const char *vn = (const char *)value_cache + (slot * row_elems + kv_head * HD) * es;
+            const char *kn = cache_row(key_cache, block_table, block_size, row_elems, kv_head,
+                                       HD, es, pos);
+            const char *vn = cache_row(value_cache, block_table, block_size, row_elems, kv_head,
+                                       HD, es, pos);
             for (int64_t c = 0; c < HD * es; c += 64) {
                 __builtin_prefetch(kn + c, 0, 1);
                 __builtin_prefetch(vn + c, 0, 1);
@@ -114,29 +156,8 @@ static inline __attribute__((always_inline)) void attend_unit(
             const int64_t visible64 = first_pos + r0 / group + 1 - k0;
             if (visible64 <= 0) continue;
             const int visible = visible64 < nk ? (int)visible64 : nk;
-            for (int64_t r = r0; r < r0 + group; r++) {
-                vf s = vsplat(-INFINITY);
-                for (int j = 0; j < visible; j++) {
-                    vf k = kv_load(FP8, krow[j], 0) * q[r][0];
-                    for (int c = 1; c < nv; c++) k += kv_load(FP8, krow[j], c * VW) * q[r][c];
-                    s[j] = hsum(k);
-                }
-                float chunk_max = s[0];
-                for (int j = 1; j < visible; j++) chunk_max = s[j] > chunk_max ? s[j] : chunk_max;
-                const float m_new = chunk_max > m[r] ? chunk_max : m[r];
-                vi keep = lane < visible;
-                vf p = (vf)((vi)vexp(s - m_new) & keep);   /* masked lanes exactly 0 */
-                const float correction = m[r] == -INFINITY ? 0.0f : vexp(vsplat(m[r] - m_new))[0];
-                float sum = hsum(p);
-                l[r] = l[r] * correction + sum;
-                m[r] = m_new;
-                if (correction != 1.0f)
-                    for (int c = 0; c < nv; c++) acc[r][c] *= correction;
-                for (int j = 0; j < visible; j++) {
-                    const float pj = p[j];
-                    for (int c = 0; c < nv; c++) acc[r][c] += kv_load(FP8, vrow[j], c * VW) * pj;
-                }
-            }
+            for (int64_t r = r0; r < r0 + group; r++)
+                attend_chunk(HD, FP8, q[r], acc[r], &m[r], &l[r], krow, vrow, visible, lane);
         }
     }
     for (int64_t r = 0; r < rows; r++) {
