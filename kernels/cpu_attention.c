@@ -2,8 +2,8 @@
  *
  * C99 with GCC/Clang vector extensions and OpenMP, no torch header: `llmlab/ops/cpu_library.py`
  * compiles this file with the system C compiler on first use (about a second) and calls it
- * through ctypes with raw pointers. Layouts are those of kernels/README.md (NHD cache of float32, or of fp8 e4m3
- * with a scale per layer).
+ * through ctypes with raw pointers. Layouts are those of kernels/README.md (NHD cache of
+ * float32, or of fp8 e4m3 with a scale per layer).
  *
  * One function serves decode, prefill, chunked prefill and prefix-cache hits: sequence s brings
  * q_len = cu_seqlens_q[s+1] - cu_seqlens_q[s] new tokens (1 for decode); new token i sits at
@@ -274,8 +274,8 @@ void llmlab_reshape_and_cache(const void *key, const void *value, int64_t key_st
     for (int64_t t = 0; t < num_tokens; t++) {
         const int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
-        memcpy((char *)key_cache + slot * row, (const char *)key + t * key_stride_token * elem_bytes,
-               row);
+        memcpy((char *)key_cache + slot * row,
+               (const char *)key + t * key_stride_token * elem_bytes, row);
         memcpy((char *)value_cache + slot * row,
                (const char *)value + t * value_stride_token * elem_bytes, row);
     }

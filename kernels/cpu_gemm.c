@@ -19,8 +19,8 @@
  *   Micro-tile. MR = 6 rows of x times NR = 4 blocks (64 columns): 24 accumulators, 4 weight
  *   vectors and a broadcast in the 32 registers; per pair of k, 4 loads and 6 broadcasts feed
  *   24 `vdpbf16ps`. x is rounded to bf16 once per call, by the calling thread (as cpu_quant.c's
- *   one-row bf16 path does); sums stay float32; the int8 scale (per column) and the bias are applied when the
- *   tile is stored.
+ *   one-row bf16 path does); sums stay float32; the int8 scale (per column) and the bias are
+ *   applied when the tile is stored.
  *
  *   Work units: (panel of 64 columns, chunk of rows) pairs, shared by the threads, so a small
  *   matrix (W_o: 9 panels) still splits evenly over 2 threads.

@@ -17,8 +17,8 @@
 /* y[n] = add[n] + W[n]·x + bias[n] for n < N (add, bias may be NULL), the rows shared among
  * the threads of the enclosing parallel region: an orphaned `omp for` without its barrier, so a
  * fused kernel (cpu_layer.c's decode layer) calls it inside its own region and waits for the
- * rows where it needs them, and outside any region it runs on one thread. `add` may be `y` itself (a residual added in place). W, x, y contiguous;
- * K % 16 == 0 (the caller checks). */
+ * rows where it needs them, and outside any region it runs on one thread. `add` may be `y`
+ * itself (a residual added in place). W, x, y contiguous; K % 16 == 0 (the caller checks). */
 void llmlab_gemv_rows(const float *x, const float *W, const float *bias, const float *add,
                       float *y, int64_t N, int64_t K) {
 #pragma omp for schedule(static) nowait

@@ -334,7 +334,8 @@ static inline float finish(float dot, int64_t n, const float *scales, const floa
 
 /* y[n] = add[n] + scale[n] * (W[n] . x) + bias[n] for n < N; W of type `wtype`, `scales` per
  * row (int8; NULL otherwise), add and bias may be NULL, add may be y. An orphaned `omp for`
- * without its barrier (see llmlab_gemv_rows). f32 weights go to llmlab_gemv_rows itself. K % 16 == 0. */
+ * without its barrier (see llmlab_gemv_rows). f32 weights go to llmlab_gemv_rows itself.
+ * K % 16 == 0. */
 void llmlab_qgemv_rows(const float *x, const void *W, int64_t wtype, const float *scales,
                        const float *bias, const float *add, float *y, int64_t N, int64_t K) {
     if (wtype == LLMLAB_W_F32) {
