@@ -232,11 +232,11 @@ HAVE_BF16 = HAVE_C and "avx512_bf16" in cpu_matmul.isa()
     with_bias=st.booleans(),
 )
 def test_packed_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K32, seed, int8, with_bias):
-    """The batch matmul on packed weights (`kernels/cpu_gemm.c`): x rounded to bf16 once, the
-    weights (bf16, or int8 widened exactly), float32 sums, the int8 scale and the bias per
-    output column; one int8 row instead x rounded to int16 and integer sums (vpdpwssd). Shapes
-    cross every edge of its tiles: rows not a multiple of 6, columns not a multiple of 16 or
-    64. x is a strided view (its rows are read with their stride)."""
+    """The batch matmul on packed weights (`kernels/cpu_gemm.c`): bf16 weights against x
+    rounded to bf16 once, float32 sums; int8 weights against each row of x rounded to int16
+    (its own step) with integer sums (vpdpwssd); the int8 scale and the bias per output column.
+    Shapes cross every edge of its tiles: rows not a multiple of 6, columns not a multiple of 16
+    or 64. x is a strided view (its rows are read with their stride)."""
     g = torch.Generator().manual_seed(seed)
     K = 32 * K32
     x = torch.randn(T, K + 16, generator=g)[:, :K]  # [T, K], row stride K + 16
@@ -252,8 +252,7 @@ def test_packed_matmul_equals_its_math_on_a_grid_of_shapes(T, N, K32, seed, int8
     if packed is None:
         return
     got = cpu_matmul.packed_gemm(x, packed, N, scales, bias)
-    # one int8 row: integer sums on x rounded to int16, no panel widened
-    rounded = _int16_rounded(x) if int8 and T == 1 else x.bfloat16().double()
+    rounded = _int16_rounded(x) if int8 else x.bfloat16().double()
     want = rounded @ wide.T + (0 if bias is None else bias.double())
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
 
@@ -274,11 +273,11 @@ def _packed_here(weight: torch.Tensor, isa: str, says: str) -> torch.Tensor | No
 
 
 def _int16_rounded(x: torch.Tensor) -> torch.Tensor:
-    """x [1, K] as the one-row int8 kernels use it, in float64: rounded to int16 steps of
+    """x [T, K] as the int8 kernels use it, in float64: each row rounded to int16 steps of its
     max|x| / 32767 (the multiply in float32, as the kernel does it)."""
-    amax = x.abs().max()
+    amax = x.abs().amax(dim=1, keepdim=True)  # [T, 1]
     steps = (x.contiguous() * (torch.tensor(32767.0) / amax)).round()
-    return steps.double() * float(amax / 32767.0)
+    return steps.double() * (amax / 32767.0).double()
 
 
 @pytest.mark.skipif(not HAVE_BF16, reason="packed weights need AVX-512 BF16")
@@ -299,13 +298,14 @@ def test_one_packed_int8_row_on_a_grid_of_shapes(N, K):
 @pytest.mark.skipif(
     not (HAVE_BF16 and "avx512_vnni" in cpu_matmul.isa()), reason="needs AVX-512 BF16 and VNNI"
 )
-def test_one_packed_int8_row_sums_the_same_integers_with_and_without_vnni():
-    """One int8 row on packed blocks: `vpdpwssd` (VNNI) and `vpmaddwd` + `vpaddd` (without) add
-    the same int16 products into the same int32 sums, so the outputs are equal to the bit, and
+@pytest.mark.parametrize("T", [1, 2, 7, 64])  # the one-row GEMV; micro-tiles of 2, 6 + 1 rows
+def test_packed_int8_sums_the_same_integers_with_and_without_vnni(T):
+    """int8 on packed blocks: `vpdpwssd` (VNNI) and `vpmaddwd` + `vpaddd` (without) add the
+    same int16 products into the same int32 sums, so the outputs are equal to the bit, and
     K = 8192 crosses the points where the int32 sums are moved to float32."""
-    g = torch.Generator().manual_seed(11)
+    g = torch.Generator().manual_seed(11 + T)
     for N, K in ((24, 32), (70, 576), (576, 1536), (40, 8192)):
-        x = torch.randn(1, K, generator=g) * 3
+        x = torch.randn(T, K, generator=g) * 3
         q, scale = quantize_int8(torch.randn(N, K, generator=g))
         packed = cpu_matmul.pack_weight(q)
         vnni = cpu_matmul.packed_gemm(x, packed, N, scale)

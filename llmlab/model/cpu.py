@@ -70,9 +70,8 @@ from llmlab.ops.metadata import AttentionMetadata
 # measured on a 2-core Zen 4, one row, us per matrix, dense vs packed: bf16, 30 [3072, 576] from
 # memory 161 vs 127, one of them from cache 40 vs 31, [576, 576] 11.7 vs 10.9, the [49152, 576]
 # LM head 2036 vs 1711; int8 (one row packed: vpdpwssd on the blocks, x rounded to int16 as the
-# dense GEMV does, no panel widened), a layer's four matrices x 30 from memory, ms: 3.75-3.99 vs
-# 3.38-3.53. int8 at 2-3 rows streams the dense weight (the batch path widens each panel to bf16
-# first, within 10 % there, so its activations stay float32); from 4 rows packed 2-5x faster.
+# dense GEMV does), a layer's four matrices x 30 from memory, ms: 3.75-3.99 vs
+# 3.38-3.53. int8 from 2 rows: the same integer sums, each row of x rounded to int16.
 # oneDNN's bf16 matmul, where it is the batch kernel, from 2 rows: it rounds its outputs to
 # bf16, and one row streams the dense weight. float32 on llmlab's packed blocks from one row
 # too, the fused layer's GEMVs included: with the packed copies on 2 MB pages, a batch-1 step
