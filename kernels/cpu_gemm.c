@@ -317,80 +317,16 @@ static void run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, cons
 
 #define GEMV_BLOCKS NR   /* blocks per unit of the one-row GEMV: the batch matmul's panel */
 
-#ifdef LLMLAB_X86
-/* int8 from one row: x rounded to int16 once (llmlab_x_to_int16, as cpu_quant.c's dense VNNI
- * GEMV does), then per pair of k one 32-byte load of a block (16 columns x 2 int8) widened to
- * int16 and multiplied by x's broadcast pair into the block's 16 int32 sums: `vpdpwssd` with
- * AVX-512 VNNI, `vpmaddwd` + `vpaddd` (the same integers) without. A pair of k is 2 products
- * per int32 lane, so the sums move to float32 every LLMLAB_INT16_SUM_STEPS pairs (the bound in
- * cpu_kernels.h). sums[j * 16 + i]: column i of block j, times x's int16 step, before the scale. */
-#define INT8_PAIR_STEPS LLMLAB_INT16_SUM_STEPS
-#define INT8_UNIT_BODY(DOT)                                                                   \
-    __m512 f[NR];                                                                             \
-    for (int j = 0; j < nr; j++) f[j] = _mm512_setzero_ps();                                  \
-    for (int64_t k0 = 0; k0 < kp_n; k0 += INT8_PAIR_STEPS) {                                  \
-        const int64_t k1 = k0 + INT8_PAIR_STEPS < kp_n ? k0 + INT8_PAIR_STEPS : kp_n;         \
-        __m512i a[NR];                                                                        \
-        for (int j = 0; j < nr; j++) a[j] = _mm512_setzero_si512();                           \
-        for (int64_t kp = k0; kp < k1; kp++) {                                                \
-            const __m512i xv = _mm512_set1_epi32((int)xq[kp]);                                \
-            for (int j = 0; j < nr; j++) {                                                    \
-                const __m512i w16 = _mm512_cvtepi8_epi16(                                     \
-                    _mm256_loadu_si256((const __m256i *)(w + j * bstride + kp * 2 * PK)));    \
-                a[j] = DOT(a[j], w16, xv);                                                    \
-            }                                                                                 \
-        }                                                                                     \
-        for (int j = 0; j < nr; j++) f[j] = _mm512_add_ps(f[j], _mm512_cvtepi32_ps(a[j]));    \
-    }                                                                                         \
-    for (int j = 0; j < nr; j++) _mm512_storeu_ps(sums + j * PK, _mm512_mul_ps(f[j], xs));
-
-#define DOT_VNNI(a, w, x) _mm512_dpwssd_epi32(a, w, x)
-#define DOT_BW(a, w, x) _mm512_add_epi32(a, _mm512_madd_epi16(w, x))
-
-__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline))
-static inline void int8_unit_vnni(int nr, const uint32_t *xq, __m512 xs, const int8_t *w,
-                                  int64_t bstride, int64_t kp_n, float *sums) {
-    INT8_UNIT_BODY(DOT_VNNI)
-}
-
-__attribute__((target("avx512f,avx512bw"), always_inline))
-static inline void int8_unit_bw(int nr, const uint32_t *xq, __m512 xs, const int8_t *w,
-                                int64_t bstride, int64_t kp_n, float *sums) {
-    INT8_UNIT_BODY(DOT_BW)
-}
-
-/* one unit of nr blocks (nr a constant in each case, so the sums stay in registers) */
-#define BY_NR(F)                                      \
-    switch (nr) {                                     \
-    case 1: F(1, xq, xs, w, bstride, kp_n, sums); break; \
-    case 2: F(2, xq, xs, w, bstride, kp_n, sums); break; \
-    case 3: F(3, xq, xs, w, bstride, kp_n, sums); break; \
-    default: F(4, xq, xs, w, bstride, kp_n, sums);    \
-    }
-
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void int8_row_vnni(int nr, const uint32_t *xq, __m512 xs, const int8_t *w,
-                          int64_t bstride, int64_t kp_n, float *sums) {
-    BY_NR(int8_unit_vnni)
-}
-
-__attribute__((target("avx512f,avx512bw")))
-static void int8_row_bw(int nr, const uint32_t *xq, __m512 xs, const int8_t *w, int64_t bstride,
-                        int64_t kp_n, float *sums) {
-    BY_NR(int8_unit_bw)
-}
-#undef BY_NR
-#endif
 
 /* y[n] = add[n] + (x . W[n] (* scales[n]) + bias[n]) for n < N, one row of x against weights
  * packed by llmlab_pack_weight (wtype LLMLAB_W_F32, LLMLAB_W_BF16, or LLMLAB_W_INT8 with its
  * scales): the batch-1 GEMV of the fused decode layer (cpu_layer.c) and of llmlab_packed_gemm,
  * read front to back. Dense rows read four at a time are streams of K * 2 bytes each, too short
  * for the hardware prefetchers (on a 2-core Zen 4 a dense [92160, 576] bf16 GEMV read 23 GB/s,
- * the same bytes packed 35, a plain sum 35). float32 and bf16: each output is the micro-tile's
- * sum for one row (the same operations as llmlab_packed_gemm's tile on that row; a float32
- * unit also asks for the start of the thread's next unit, as the batch tiles do); int8: see
- * INT8_UNIT_BODY. Then `add`, which may be y, is added. An orphaned `omp for` without its
+ * the same bytes packed 35, a plain sum 35). Each output is the micro-tile's sum for one row,
+ * the same operations as llmlab_packed_gemm's tile on that row (int8: x rounded to int16, see
+ * the int8 micro-tile; a float32 unit also asks for the start of the thread's next unit, as
+ * the batch tiles do). Then `add`, which may be y, is added. An orphaned `omp for` without its
  * barrier (see llmlab_gemv_rows); float32: AVX-512F; bf16 and int8: K % 32 == 0 and AVX-512
  * BF16 (the caller checks llmlab_isa). */
 void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const float *scales,
@@ -400,8 +336,8 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
     const int int8 = wtype == LLMLAB_W_INT8, vnni = llmlab_isa() & LLMLAB_ISA_AVX512_VNNI;
     const int f32 = wtype == LLMLAB_W_F32;
     uint32_t xb[f32 ? 1 : K / 2];     /* each thread rounds x once, for its blocks: bf16 pairs */
-    __m512 xs = _mm512_setzero_ps();  /* or int16 pairs, and the int16 step (float32: x as is) */
-    if (int8) xs = _mm512_set1_ps(llmlab_x_to_int16(x, (int16_t *)xb, K));
+    float step = 0.0f;                /* or int16 pairs and their step (float32: x as is) */
+    if (int8) step = llmlab_x_to_int16(x, (int16_t *)xb, K);
     else if (!f32) row_to_bf16(x, xb, K);
     const int64_t blocks = (N + PK - 1) / PK, units = (blocks + GEMV_BLOCKS - 1) / GEMV_BLOCKS;
 #pragma omp for schedule(static) nowait
@@ -418,15 +354,13 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
             tile(1, nr, xb, K / 2, (const uint16_t *)P + b0 * PK * K, PK * K, K / 2, sums,
                  GEMV_BLOCKS * PK, N - n0, NULL, bias ? bias + n0 : NULL);
         else if (vnni)
-            int8_row_vnni(nr, xb, xs, (const int8_t *)P + b0 * PK * K, PK * K, K / 2, sums);
+            tile_i16_vnni(1, nr, xb, K / 2, &step, (const int8_t *)P + b0 * PK * K, PK * K, K / 2,
+                          sums, GEMV_BLOCKS * PK, N - n0, scales + n0, bias ? bias + n0 : NULL);
         else
-            int8_row_bw(nr, xb, xs, (const int8_t *)P + b0 * PK * K, PK * K, K / 2, sums);
+            tile_i16_bw(1, nr, xb, K / 2, &step, (const int8_t *)P + b0 * PK * K, PK * K, K / 2,
+                        sums, GEMV_BLOCKS * PK, N - n0, scales + n0, bias ? bias + n0 : NULL);
         const int64_t n1 = n0 + nr * PK < N ? n0 + nr * PK : N;
-        for (int64_t n = n0; n < n1; n++) {
-            float v = sums[n - n0];
-            if (int8) v = v * scales[n] + (bias ? bias[n] : 0.0f);
-            y[n] = (add ? add[n] : 0.0f) + v;
-        }
+        for (int64_t n = n0; n < n1; n++) y[n] = (add ? add[n] : 0.0f) + sums[n - n0];
     }
 #else
     (void)x; (void)P; (void)wtype; (void)scales; (void)bias; (void)add; (void)y; (void)N;

@@ -20,7 +20,7 @@
 /* int8 weights against x rounded to int16 (llmlab_x_to_int16) sum pairs of products into int32
  * lanes: 128 steps of 2 products (|x| <= 32767, |w| <= 128: 2 * 32767 * 128 * 128 = 2^30) stay
  * below 2^31, so longer rows move their sums to float32 every LLMLAB_INT16_SUM_STEPS steps
- * (cpu_quant.c's dense VNNI GEMV, cpu_gemm.c's packed one-row GEMV) */
+ * (cpu_quant.c's dense VNNI GEMV, cpu_gemm.c's packed int8 micro-tile) */
 #define LLMLAB_INT16_SUM_STEPS 128
 
 /* instruction sets chosen at run time (llmlab_isa) */
