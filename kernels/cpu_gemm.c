@@ -15,7 +15,9 @@
  *   so the 16 lanes of an accumulator are 16 outputs: no horizontal sums, and each block is
  *   read front to back. N is padded to a multiple of 16 with zero columns. int8 weights are
  *   packed the same way (one byte each) and multiplied in integers: each row of x rounded to
- *   int16, `vpdpwssd` on the block's pairs widened to int16 (see the int8 micro-tile).
+ *   int16, `vpdpwssd` on the block's pairs widened to int16 (see the int8 micro-tile); from
+ *   INT16_MAX_ROWS rows on a panel is widened to bf16 exactly (|q| <= 127 fits bf16's 8
+ *   significant bits) once per thread, into a per-thread buffer, and the bf16 tile runs.
  *
  *   Micro-tile. MR = 6 rows of x times NR = 4 blocks (64 columns): 24 accumulators, 4 weight
  *   vectors and a broadcast in the 32 registers; per pair of k, 4 loads and 6 broadcasts feed
@@ -46,6 +48,15 @@
 #define NR 4     /* blocks per micro-tile */
 #define MR 6     /* rows of x per micro-tile */
 #define ROWS_PER_UNIT 48
+/* int8 from this many rows x on: widened to bf16 instead of int16 (a prompt's rows). Below it
+ * the int16 tile is faster: `vpmovsxbw` is one instruction per 32 weights where bf16 takes five;
+ * from it the panel widened to bf16 once per thread serves enough rows that the widening costs
+ * less than what `vdpbf16ps` runs faster than `vpdpwssd` (2-core Zen 4, a layer's four int8
+ * matmuls, ms, int16 against bf16: 64 rows 1.43 / 1.54, 128 rows 3.08 / 3.09, 192 rows 3.98 /
+ * 3.82, 512 rows 11.6 / 11.3). -D to measure another. */
+#ifndef INT16_MAX_ROWS
+#define INT16_MAX_ROWS 128
+#endif
 #define F32_ROWS_PER_UNIT 32   /* float32: 64 rows -> 2 x 32 (one of 64: 85.4 ms against 83.2) */
 
 /* P[nb][kp][j][e] = W[nb*16 + j][g*kp + e], zero where nb*16 + j >= N, with g = 2 k's per
@@ -143,12 +154,13 @@ static void tile(int mr, int nr, const uint32_t *x, int64_t xs, const uint16_t *
  * The float32 sums add up in y itself (24 more registers beside the 24 int32 sums there are
  * not); after the last pair, times the row's step and the column's scale, plus the bias. x:
  * int16 pairs as uint32, row stride xs pairs; steps: the rows' int16 steps.
- * It replaced a panel widened to bf16 once per thread, then the bf16 micro-tile on x rounded
- * to bf16: on a 2-core Zen 4 (both builds alternated in one process) a layer's four int8
- * matmuls from memory took 0.20 / 0.29 / 1.39 ms at 2 / 8 / 64 rows against 0.39 / 0.52 /
- * 1.54, an int8 decode step of SmolLM2-135M 12.3-12.6 / 19.2-21.1 / 93.3-94.4 ms at batch
- * 2 / 8 / 64 against 18.4-18.5 / 25.0-29.3 / 96.2-99.3 (two runs), and the outputs' error
- * against float64 math fell from 1-2 % to 0.02-0.03 % of their mean size. */
+ * Below INT16_MAX_ROWS rows it replaced the bf16 path (a panel widened to bf16 once per
+ * thread, the bf16 micro-tile on x rounded to bf16): on a 2-core Zen 4 (both builds alternated
+ * in one process) a layer's four int8 matmuls from memory took 0.20 / 0.29 / 1.39 ms at 2 / 8
+ * / 64 rows against 0.39 / 0.52 / 1.54, an int8 decode step of SmolLM2-135M 12.3-12.6 /
+ * 18.4-21.1 / 89.2-94.4 ms at batch 2 / 8 / 64 against 18.4-18.5 / 25.0-29.3 / 96.2-99.3
+ * (three runs), and the outputs' error against float64 math fell from 1-2 % to 0.02-0.03 %
+ * of their mean size; a 64 x 128-token int8 prefill (rows of 2048) stayed as fast. */
 
 /* one micro-tile's int32 sums `a` into y (first: y holds nothing yet; last: times the rows'
  * steps, then the scale and bias as store_tile applies them) */
@@ -287,24 +299,58 @@ static void row_to_bf16(const float *x, uint32_t *xb, int64_t K) {
     }
 }
 
-/* Work unit u: the rows [t0, t1) of x against panel p (NR blocks): x as bf16 pairs for bf16
- * weights, as int16 pairs with the rows' steps for int8 ones (vnni: with `vpdpwssd`) */
+/* `count` int8 values -> bf16, in order (count % 32 == 0) */
 __attribute__((target("avx512f,avx512bw,avx512bf16")))
-static void run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const float *steps,
-                     const void *P, int64_t wtype, const float *scales, const float *bias,
-                     float *y, int64_t N, int64_t K, int vnni) {
+static void int8_to_bf16(const int8_t *q, uint16_t *out, int64_t count) {
+    for (int64_t i = 0; i < count; i += 32) {
+        const __m512i w16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + i)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(w16)));
+        const __m512 hi =
+            _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(w16, 1)));
+        _mm512_storeu_si512(out + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+/* a per-thread buffer of at least `bytes` (kept between calls) */
+static uint16_t *thread_buffer(int64_t bytes) {
+    static __thread uint16_t *buf = NULL;
+    static __thread int64_t have = 0;
+    if (bytes > have) {
+        free(buf);
+        buf = (uint16_t *)malloc((size_t)bytes);
+        have = buf ? bytes : 0;
+    }
+    return buf;
+}
+
+/* Work unit u: the rows [t0, t1) of x against panel p (NR blocks): x as bf16 pairs for bf16
+ * weights, and for int8 ones from INT16_MAX_ROWS rows on, whose panel is then widened to bf16
+ * once per thread and panel (*widened: the panel in the thread's buffer); below, x as int16
+ * pairs with the rows' steps (vnni: with `vpdpwssd`). Returns -1 out of memory. */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const float *steps,
+                    const void *P, int64_t wtype, const float *scales, const float *bias,
+                    float *y, int64_t N, int64_t K, int vnni, int64_t *widened) {
     const int64_t blocks = (N + PK - 1) / PK, b0 = p * NR;
     const int nr = (int)(blocks - b0 < NR ? blocks - b0 : NR);
     const int64_t bstride = PK * K;   /* elements between blocks */
     const int64_t n0 = b0 * PK, cols = N - n0;
     const float *s = scales ? scales + n0 : NULL, *b = bias ? bias + n0 : NULL;
+    const int int16 = wtype == LLMLAB_W_INT8 && steps;
+    const uint16_t *w = (const uint16_t *)P + b0 * bstride;
+    if (wtype == LLMLAB_W_INT8 && !int16) {
+        uint16_t *buf = thread_buffer(nr * bstride * 2);
+        if (!buf) return -1;
+        if (*widened != p) int8_to_bf16((const int8_t *)P + b0 * bstride, buf, nr * bstride);
+        *widened = p;
+        w = buf;
+    }
     for (int64_t t = t0; t < t1; t += MR) {
         const int mr = (int)(t1 - t < MR ? t1 - t : MR);
         const uint32_t *xt = xb + t * (K / 2);
         float *yt = y + t * N + n0;
-        if (wtype != LLMLAB_W_INT8)
-            tile(mr, nr, xt, K / 2, (const uint16_t *)P + b0 * bstride, bstride, K / 2, yt, N,
-                 cols, s, b);
+        if (!int16)
+            tile(mr, nr, xt, K / 2, w, bstride, K / 2, yt, N, cols, s, b);
         else if (vnni)
             tile_i16_vnni(mr, nr, xt, K / 2, steps + t, (const int8_t *)P + b0 * bstride,
                           bstride, K / 2, yt, N, cols, s, b);
@@ -312,6 +358,7 @@ static void run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, cons
             tile_i16_bw(mr, nr, xt, K / 2, steps + t, (const int8_t *)P + b0 * bstride, bstride,
                         K / 2, yt, N, cols, s, b);
     }
+    return 0;
 }
 #endif
 
@@ -406,9 +453,10 @@ int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t 
         llmlab_packed_gemv_rows(x, P, wtype, scales, bias, NULL, y, N, K);
         return 0;
     }
+    const int int16 = int8 && T < INT16_MAX_ROWS;
     uint32_t *xb = (uint32_t *)malloc((size_t)(T * K * 2));
-    float *steps = int8 ? (float *)malloc((size_t)T * sizeof(float)) : NULL;
-    if (!xb || (int8 && !steps)) {
+    float *steps = int16 ? (float *)malloc((size_t)T * sizeof(float)) : NULL;
+    if (!xb || (int16 && !steps)) {
         free(xb);
         free(steps);
         return -1;
@@ -420,20 +468,29 @@ int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t 
      * products, and no barrier for the other threads to wait at (a wake-up each, when they
      * sleep) */
     for (int64_t t = 0; t < T; t++) {
-        if (int8)
+        if (int16)
             steps[t] = llmlab_x_to_int16(x + t * x_stride, (int16_t *)(xb + t * (K / 2)), K);
         else
             row_to_bf16(x + t * x_stride, xb + t * (K / 2), K);
     }
-#pragma omp parallel for schedule(static)
-    for (int64_t u = 0; u < panels * chunks; u++) {
-        const int64_t p = u / chunks, t0 = (u % chunks) * rows;
-        const int64_t t1 = t0 + rows < T ? t0 + rows : T;
-        run_unit(p, t0, t1, xb, steps, P, wtype, scales, bias, y, N, K, vnni);
+    int rc = 0;
+#pragma omp parallel
+    {
+        int64_t widened = -1;
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < panels * chunks; u++) {
+            const int64_t p = u / chunks, t0 = (u % chunks) * rows;
+            const int64_t t1 = t0 + rows < T ? t0 + rows : T;
+            if (run_unit(p, t0, t1, xb, steps, P, wtype, scales, bias, y, N, K, vnni,
+                         &widened) != 0) {
+#pragma omp atomic write
+                rc = -1;
+            }
+        }
     }
     free(steps);
     free(xb);
-    return 0;
+    return rc;
 #else
     (void)x; (void)x_stride; (void)P; (void)wtype; (void)scales; (void)bias; (void)y; (void)T;
     (void)N; (void)K;

@@ -295,6 +295,23 @@ def test_one_packed_int8_row_on_a_grid_of_shapes(N, K):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
 
 
+@pytest.mark.skipif(not HAVE_BF16, reason="packed weights need AVX-512 BF16")
+@pytest.mark.parametrize("T", [127, 128, 133])
+def test_packed_int8_rounds_x_to_int16_below_128_rows_and_to_bf16_from_there(T):
+    """int8 on packed blocks up to 127 rows: each row of x rounded to int16 (integer sums);
+    from 128 rows (a prompt's) the panel widened to bf16 and x rounded to bf16, as for bf16
+    weights. Each is held to its own rounding, which the other's misses by far more than the
+    tolerance."""
+    g = torch.Generator().manual_seed(T)
+    N, K = 70, 576
+    x, bias = torch.randn(T, K, generator=g), torch.randn(N, generator=g)
+    q, scales = quantize_int8(torch.randn(N, K, generator=g))
+    got = cpu_matmul.packed_gemm(x, cpu_matmul.pack_weight(q), N, scales, bias)
+    rounded = _int16_rounded(x) if T < 128 else x.bfloat16().double()
+    want = rounded @ dequantize_int8(q, scales).double().T + bias.double()
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5)
+
+
 @pytest.mark.skipif(
     not (HAVE_BF16 and "avx512_vnni" in cpu_matmul.isa()), reason="needs AVX-512 BF16 and VNNI"
 )

@@ -177,7 +177,8 @@ def packed_gemm(
     """`x [T, K] @ W[N, K]ᵀ (· scales [N]) (+ bias [N])` -> float32 [T, N] on W packed by
     `pack_weight` (`kernels/cpu_gemm.c`): float32 FMAs on a float32 W; on bf16 `vdpbf16ps` on x
     rounded to bf16; on int8 (with `scales`) integer sums on each row of x rounded to int16
-    (`vpdpwssd`); float32 sums. x float32 with contiguous rows
+    (`vpdpwssd`), from 128 rows the int8 widened to bf16 and `vdpbf16ps` on x rounded to bf16;
+    float32 sums. x float32 with contiguous rows
     (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
     out, rc = _weight_matmul("packed_gemm", x, packed, out_features, scales, bias)
     if rc != 0:

@@ -213,16 +213,17 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
         if "avx512_bf16" in cpu_matmul.isa() and "avx512_vnni" in cpu_matmul.isa():
             return tr(
                 "int8: AVX-512 VNNI (vpdpwssd on each row of x rounded to int16) on packed "
-                "blocks, from one row; per-channel scale",
-                "int8：AVX-512 VNNI（对每行舍入为 int16 的 x 用 vpdpwssd），从 1 行起都用打包的"
-                "分块；每个输出通道一个缩放因子",
+                "blocks, 1-127 rows; from 128 rows widened to bf16, vdpbf16ps on x rounded to "
+                "bf16; per-channel scale",
+                "int8：1-127 行用 AVX-512 VNNI（对每行舍入为 int16 的 x 用 vpdpwssd，打包的分块）；"
+                "128 行起扩展成 bf16，对舍入为 bf16 的 x 用 vdpbf16ps；每个输出通道一个缩放因子",
             )
         if "avx512_bf16" in cpu_matmul.isa():
             return tr(
-                "int8: vpmaddwd on each row of x rounded to int16, on packed blocks, from one "
-                "row; per-channel scale",
-                "int8：对每行舍入为 int16 的 x 用 vpmaddwd，从 1 行起都用打包的分块；每个输出通道"
-                "一个缩放因子",
+                "int8: vpmaddwd on each row of x rounded to int16, on packed blocks, 1-127 rows; "
+                "from 128 rows widened to bf16, vdpbf16ps on x rounded to bf16; per-channel scale",
+                "int8：1-127 行对每行舍入为 int16 的 x 用 vpmaddwd（打包的分块）；128 行起扩展成 "
+                "bf16，对舍入为 bf16 的 x 用 vdpbf16ps；每个输出通道一个缩放因子",
             )
         return (
             tr(
