@@ -325,8 +325,9 @@ static uint16_t *thread_buffer(int64_t bytes) {
 
 /* Work unit u: the rows [t0, t1) of x against panel p (NR blocks): x as bf16 pairs for bf16
  * weights, and for int8 ones from INT16_MAX_ROWS rows on, whose panel is then widened to bf16
- * once per thread and panel (*widened: the panel in the thread's buffer); below, x as int16
- * pairs with the rows' steps (vnni: with `vpdpwssd`). Returns -1 out of memory. */
+ * once per thread and panel (*widened: the panel in the thread's buffer; steps is then NULL);
+ * below, x as int16 pairs with the rows' steps (vnni: with `vpdpwssd`). Returns -1 out of
+ * memory. */
 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const float *steps,
                     const void *P, int64_t wtype, const float *scales, const float *bias,
