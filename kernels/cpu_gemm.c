@@ -147,7 +147,8 @@ static void tile(int mr, int nr, const uint32_t *x, int64_t xs, const uint16_t *
 }
 
 /* The int8 micro-tile: y[mr rows, nr blocks] = x_int16[mr rows] . P[nr blocks] (int8), each row
- * of x rounded to int16 with its own step (llmlab_x_to_int16, as the one-row GEMV below does).
+ * of x rounded to int16 with its own step (llmlab_x_to_int16; the one-row GEMV below is this
+ * tile with one row).
  * Per pair of k, one 32-byte load of a block widened to int16 (`vpmovsxbw`) serves the mr rows:
  * mr * nr `vpdpwssd` (AVX-512 VNNI) or `vpmaddwd` + `vpaddd`, 2 products per int32 lane, so
  * the int32 sums move to float32 every LLMLAB_INT16_SUM_STEPS pairs (cpu_kernels.h's bound).
@@ -169,13 +170,14 @@ static inline void i16_flush(int mr, int nr, __v16si a[MR][NR], int first, int l
                              const float *steps, float *y, int64_t ldy, int64_t cols,
                              const float *scales, const float *bias) {
     __m512 f[MR][NR];
-    for (int j = 0; j < nr; j++)
+    for (int j = 0; j < nr; j++) {
+        const __mmask16 m = block_mask(cols, j);
         for (int i = 0; i < mr; i++) {
             f[i][j] = _mm512_cvtepi32_ps((__m512i)a[i][j]);
-            if (!first)
-                f[i][j] += _mm512_maskz_loadu_ps(block_mask(cols, j), y + i * ldy + j * PK);
+            if (!first) f[i][j] += _mm512_maskz_loadu_ps(m, y + i * ldy + j * PK);
             if (last) f[i][j] *= _mm512_set1_ps(steps[i]);
         }
+    }
     store_tile(mr, nr, f, y, ldy, cols, last ? scales : NULL, last ? bias : NULL);
 }
 
@@ -232,6 +234,16 @@ I16_TILE(tile_i16_bw, "avx512f,avx512bw")
 #undef MICRO
 #undef I16_TILE
 #undef I16_MICRO
+
+/* the int8 tile with `vpdpwssd` where vnni, else with `vpmaddwd` + `vpaddd` */
+static void tile_int8(int vnni, int mr, int nr, const uint32_t *x, int64_t xs, const float *steps,
+                      const int8_t *w, int64_t bstride, int64_t kp_n, float *y, int64_t ldy,
+                      int64_t cols, const float *scales, const float *bias) {
+    if (vnni)
+        tile_i16_vnni(mr, nr, x, xs, steps, w, bstride, kp_n, y, ldy, cols, scales, bias);
+    else
+        tile_i16_bw(mr, nr, x, xs, steps, w, bstride, kp_n, y, ldy, cols, scales, bias);
+}
 
 /* The float32 micro-tile: y[mr rows, nr blocks] = x[mr rows] . P[nr blocks] with P one k per
  * vector (P[nb][k][16]): per k, nr loads, mr broadcasts of x and mr * nr FMAs. While it runs
@@ -337,12 +349,13 @@ static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const
     const int64_t bstride = PK * K;   /* elements between blocks */
     const int64_t n0 = b0 * PK, cols = N - n0;
     const float *s = scales ? scales + n0 : NULL, *b = bias ? bias + n0 : NULL;
-    const int int16 = wtype == LLMLAB_W_INT8 && steps;
+    const int int8 = wtype == LLMLAB_W_INT8, int16 = int8 && steps;
+    const int8_t *panel8 = (const int8_t *)P + b0 * bstride;   /* int8: one byte each */
     const uint16_t *w = (const uint16_t *)P + b0 * bstride;
-    if (wtype == LLMLAB_W_INT8 && !int16) {
+    if (int8 && !int16) {
         uint16_t *buf = thread_buffer(nr * bstride * 2);
         if (!buf) return -1;
-        if (*widened != p) int8_to_bf16((const int8_t *)P + b0 * bstride, buf, nr * bstride);
+        if (*widened != p) int8_to_bf16(panel8, buf, nr * bstride);
         *widened = p;
         w = buf;
     }
@@ -350,14 +363,11 @@ static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const
         const int mr = (int)(t1 - t < MR ? t1 - t : MR);
         const uint32_t *xt = xb + t * (K / 2);
         float *yt = y + t * N + n0;
-        if (!int16)
-            tile(mr, nr, xt, K / 2, w, bstride, K / 2, yt, N, cols, s, b);
-        else if (vnni)
-            tile_i16_vnni(mr, nr, xt, K / 2, steps + t, (const int8_t *)P + b0 * bstride,
-                          bstride, K / 2, yt, N, cols, s, b);
+        if (int16)
+            tile_int8(vnni, mr, nr, xt, K / 2, steps + t, panel8, bstride, K / 2, yt, N, cols, s,
+                      b);
         else
-            tile_i16_bw(mr, nr, xt, K / 2, steps + t, (const int8_t *)P + b0 * bstride, bstride,
-                        K / 2, yt, N, cols, s, b);
+            tile(mr, nr, xt, K / 2, w, bstride, K / 2, yt, N, cols, s, b);
     }
     return 0;
 }
@@ -401,12 +411,10 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
         else if (!int8)
             tile(1, nr, xb, K / 2, (const uint16_t *)P + b0 * PK * K, PK * K, K / 2, sums,
                  GEMV_BLOCKS * PK, N - n0, NULL, bias ? bias + n0 : NULL);
-        else if (vnni)
-            tile_i16_vnni(1, nr, xb, K / 2, &step, (const int8_t *)P + b0 * PK * K, PK * K, K / 2,
-                          sums, GEMV_BLOCKS * PK, N - n0, scales + n0, bias ? bias + n0 : NULL);
         else
-            tile_i16_bw(1, nr, xb, K / 2, &step, (const int8_t *)P + b0 * PK * K, PK * K, K / 2,
-                        sums, GEMV_BLOCKS * PK, N - n0, scales + n0, bias ? bias + n0 : NULL);
+            tile_int8(vnni, 1, nr, xb, K / 2, &step, (const int8_t *)P + b0 * PK * K, PK * K,
+                      K / 2, sums, GEMV_BLOCKS * PK, N - n0, scales + n0,
+                      bias ? bias + n0 : NULL);
         const int64_t n1 = n0 + nr * PK < N ? n0 + nr * PK : N;
         for (int64_t n = n0; n < n1; n++) y[n] = (add ? add[n] : 0.0f) + sums[n - n0];
     }

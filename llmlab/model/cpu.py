@@ -70,9 +70,9 @@ from llmlab.ops.metadata import AttentionMetadata
 # measured on a 2-core Zen 4, one row, us per matrix, dense vs packed: bf16, 30 [3072, 576] from
 # memory 161 vs 127, one of them from cache 40 vs 31, [576, 576] 11.7 vs 10.9, the [49152, 576]
 # LM head 2036 vs 1711; int8 (one row packed: vpdpwssd on the blocks, x rounded to int16 as the
-# dense GEMV does), a layer's four matrices x 30 from memory, ms: 3.75-3.99 vs
-# 3.38-3.53. int8 from 2 rows: the same integer sums, each row of x rounded to int16 (from 128
-# rows widened to bf16: see INT16_MAX_ROWS in cpu_gemm.c).
+# dense GEMV does), a layer's four matrices x 30 from memory, ms: 3.75-3.99 vs 3.38-3.53. int8
+# from 2 rows: the same integer sums, each row of x rounded to int16 (from 128 rows widened to
+# bf16: see INT16_MAX_ROWS in cpu_gemm.c).
 # oneDNN's bf16 matmul, where it is the batch kernel, from 2 rows: it rounds its outputs to
 # bf16, and one row streams the dense weight. float32 on llmlab's packed blocks from one row
 # too, the fused layer's GEMVs included: with the packed copies on 2 MB pages, a batch-1 step
