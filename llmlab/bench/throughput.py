@@ -396,10 +396,10 @@ def print_table(report: dict) -> None:
         work, peak = b["workload_flops"] / 1e12, b["matmul_peak_flops"] / 1e9
         most = b["max_tok_per_s_at_peak"]
         line = tr(
-            f"compute bound: workload {work:.2f} TFLOP, matmul peak {peak:.0f} GFLOP/s (measured "
-            f"now) -> at most {most:.0f} tok/s",
-            f"算力上限：工作量 {work:.2f} TFLOP，矩阵乘峰值 {peak:.0f} GFLOP/s（刚刚实测）"
-            f"-> 最多 {most:.0f} tok/s",
+            f"compute bound: workload {work:.2f} TFLOP, matmul peak {peak:.1f} GFLOP/s (measured "
+            f"now) -> at most {most:.1f} tok/s",
+            f"算力上限：工作量 {work:.2f} TFLOP，矩阵乘峰值 {peak:.1f} GFLOP/s（刚刚实测）"
+            f"-> 最多 {most:.1f} tok/s",
         )
         if "hf-sequential" in systems:
             ratio = most / systems["hf-sequential"]["tok_per_s"]
