@@ -280,13 +280,18 @@ static void tile_f32(int mr, int nr, const float *x, int64_t xs, const float *w,
 #undef MICRO
 }
 
+/* a float32 tile: tile_f32 (AVX-512) or tile_f32_avx2 */
+typedef void f32_tile_fn(int mr, int nr, const float *x, int64_t xs, const float *w,
+                         int64_t bstride, int64_t K, float *y, int64_t ldy, int64_t cols,
+                         const float *bias, const char *ahead, int64_t ahead_bytes);
+
 /* Work unit (panel p, rows [t0, t1), chunk c of `chunks`) on float32 weights: its tiles, which
  * between them ask for the chunk's share of panel p + 1 (the thread's next panel under the
  * static schedule), spread evenly over the tiles */
-__attribute__((target("avx512f")))
-static void run_unit_f32(int64_t p, int64_t panels, int64_t c, int64_t chunks, int64_t t0,
-                         int64_t t1, const float *x, int64_t x_stride, const float *P,
-                         const float *bias, float *y, int64_t N, int64_t K) {
+static void run_unit_f32(f32_tile_fn *tile_fn, int64_t p, int64_t panels, int64_t c,
+                         int64_t chunks, int64_t t0, int64_t t1, const float *x,
+                         int64_t x_stride, const float *P, const float *bias, float *y,
+                         int64_t N, int64_t K) {
     const int64_t blocks = (N + PK - 1) / PK, b0 = p * NR;
     const int nr = (int)(blocks - b0 < NR ? blocks - b0 : NR);
     const int64_t panel_bytes = NR * PK * K * 4;
@@ -297,8 +302,8 @@ static void run_unit_f32(int64_t p, int64_t panels, int64_t c, int64_t chunks, i
     const int64_t n0 = b0 * PK;
     for (int64_t t = t0, i = 0; t < t1; t += MR, i++) {
         const int mr = (int)(t1 - t < MR ? t1 - t : MR);
-        tile_f32(mr, nr, x + t * x_stride, x_stride, P + b0 * PK * K, PK * K, K, y + t * N + n0,
-                 N, N - n0, bias ? bias + n0 : NULL, ahead + i * per_tile, per_tile);
+        tile_fn(mr, nr, x + t * x_stride, x_stride, P + b0 * PK * K, PK * K, K, y + t * N + n0,
+                N, N - n0, bias ? bias + n0 : NULL, ahead + i * per_tile, per_tile);
     }
 }
 
@@ -371,6 +376,249 @@ static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const
     }
     return 0;
 }
+
+/* ---- AVX2 and FMA (x86 CPUs without AVX-512: most laptops') --------------------------------
+ *
+ * The same packed blocks, read with 8-float vectors: a block's 16 columns are two halves. On
+ * such a CPU cpu_quant.c's widening kernels made bf16 and int8 slower than float32 at every
+ * batch (kernels built with -march=haswell and capped to AVX2 on a 2-core Zen 4, SmolLM2-135M
+ * decode step, float32 / bf16 / int8: batch 1 28.9 / 36.1 / 59.7 ms, batch 64 234 / 1315 /
+ * 1112 ms). Without bf16 or int8 dot instructions:
+ *
+ *   float32: per k, a block's two halves times a broadcast x, MR rows (12 sums).
+ *   bf16: per pair of k, a half's 8 (k, k+1) pairs widened in registers (even k: shifted left
+ *         16 bits; odd k: the low 16 bits cleared) and two FMAs with x[k], x[k+1] in float32 (x
+ *         is not rounded: AVX2 has no bf16 product to round it for). MR2 rows.
+ *   int8: per pair of k, a half's pairs widened to int16 (`vpmovsxbw`), `vpmaddwd` with the
+ *         row's int16 pair of x and `vpaddd`: the integers of the AVX-512 int8 tile, flushed to
+ *         float32 at the same steps, so the outputs equal it to the bit. At every row count
+ *         (there is no bf16 path to switch to). MR2 rows. */
+#define MR2 4   /* rows of x per bf16 micro-tile: 8 sums, 4 widened halves, 2 of x */
+#ifndef BF16_F32_ROWS
+#define BF16_F32_ROWS 8   /* bf16 units from this many rows on: widened to float32 first */
+#endif
+
+/* lanes 0 .. n-1 of 8 set, n clamped to [0, 8] */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i lanes_below(int64_t n) {
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* A block's sums (mr rows, two halves) into y as store_tile does: acc * scale + bias, masked
+ * to the `cols` valid columns from the block's first */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void store_block_avx2(int mr, __m256 acc[][2], float *y, int64_t ldy, int64_t cols,
+                                    const float *scales, const float *bias) {
+    for (int h = 0; h < 2; h++) {
+        const __m256i m = lanes_below(cols - 8 * h);
+        const __m256 s = scales ? _mm256_maskload_ps(scales + 8 * h, m) : _mm256_set1_ps(1);
+        const __m256 b = bias ? _mm256_maskload_ps(bias + 8 * h, m) : _mm256_setzero_ps();
+        for (int i = 0; i < mr; i++)
+            _mm256_maskstore_ps(y + i * ldy + 8 * h, m, _mm256_fmadd_ps(acc[i][h], s, b));
+    }
+}
+
+/* float32: y[mr rows, one block] = x . P[block] (one k per 16 floats), asking for
+ * `ahead_bytes` from `ahead` as micro_f32 does */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void micro_f32_avx2(int mr, const float *x, int64_t xs, const float *w, int64_t K,
+                                  float *y, int64_t ldy, int64_t cols, const float *bias,
+                                  const char *ahead, int64_t ahead_bytes) {
+    __m256 acc[MR][2];
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        if (k * 64 < ahead_bytes) _mm_prefetch(ahead + k * 64, _MM_HINT_T1);
+        const __m256 w0 = _mm256_loadu_ps(w + k * PK), w1 = _mm256_loadu_ps(w + k * PK + 8);
+        for (int i = 0; i < mr; i++) {
+            const __m256 xv = _mm256_set1_ps(x[i * xs + k]);
+            acc[i][0] = _mm256_fmadd_ps(w0, xv, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(w1, xv, acc[i][1]);
+        }
+    }
+    store_block_avx2(mr, acc, y, ldy, cols, NULL, bias);
+}
+
+/* tile_f32 on AVX2: the nr blocks one after another, each asking for its share of `ahead` */
+__attribute__((target("avx2,fma")))
+static void tile_f32_avx2(int mr, int nr, const float *x, int64_t xs, const float *w,
+                          int64_t bstride, int64_t K, float *y, int64_t ldy, int64_t cols,
+                          const float *bias, const char *ahead, int64_t ahead_bytes) {
+    const int64_t share = (ahead_bytes / nr + 63) / 64 * 64;
+    for (int j = 0; j < nr; j++) {
+#define MICRO(R)                                                                              \
+    micro_f32_avx2(R, x, xs, w + j * bstride, K, y + j * PK, ldy, cols - j * PK,              \
+                   bias ? bias + j * PK : NULL, ahead + j * share, share)
+        switch (mr) {
+            case 1: MICRO(1); break; case 2: MICRO(2); break; case 3: MICRO(3); break;
+            case 4: MICRO(4); break; case 5: MICRO(5); break; default: MICRO(6);
+        }
+#undef MICRO
+    }
+}
+
+/* bf16: y[mr rows, one block] = x (float32, row stride xs) . P[block] (bf16 pairs). With one or
+ * two rows the even and odd k add into separate sums (more chains of FMAs in flight), added
+ * at the end. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void micro_bf16_avx2(int mr, const float *x, int64_t xs, const uint16_t *w,
+                                   int64_t kp_n, float *y, int64_t ldy, int64_t cols,
+                                   const float *scales, const float *bias) {
+    const int split = mr <= 2;
+    const __m256i odd = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256 acc[MR2][2], acc_odd[2][2];
+    for (int i = 0; i < MR2; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int i = 0; i < 2; i++) acc_odd[i][0] = acc_odd[i][1] = _mm256_setzero_ps();
+    for (int64_t kp = 0; kp < kp_n; kp++) {
+        __m256 we[2], wo[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(w + kp * 2 * PK + 16 * h));
+            we[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            wo[h] = _mm256_castsi256_ps(_mm256_and_si256(v, odd));
+        }
+        for (int i = 0; i < mr; i++) {
+            const __m256 x0 = _mm256_set1_ps(x[i * xs + 2 * kp]);
+            const __m256 x1 = _mm256_set1_ps(x[i * xs + 2 * kp + 1]);
+            for (int h = 0; h < 2; h++) {
+                acc[i][h] = _mm256_fmadd_ps(we[h], x0, acc[i][h]);
+                if (split) acc_odd[i][h] = _mm256_fmadd_ps(wo[h], x1, acc_odd[i][h]);
+                else acc[i][h] = _mm256_fmadd_ps(wo[h], x1, acc[i][h]);
+            }
+        }
+    }
+    if (split)
+        for (int i = 0; i < mr; i++)
+            for (int h = 0; h < 2; h++) acc[i][h] = _mm256_add_ps(acc[i][h], acc_odd[i][h]);
+    store_block_avx2(mr, acc, y, ldy, cols, scales, bias);
+}
+
+/* the int8 micro-tile's pairs [k0, k1) on AVX2 (mr rows, one block), flushed as i16_flush
+ * does: y = (y +) float(sums), after the last pair times the row's step, the scale, the bias */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void micro_int8_avx2(int mr, const uint32_t *x, int64_t xs, const float *steps,
+                                   const int8_t *w, int64_t k0, int64_t k1, int64_t kp_n,
+                                   float *y, int64_t ldy, int64_t cols, const float *scales,
+                                   const float *bias) {
+    __v8si a[MR][2];    /* typed as ints, not __m256i: see I16_DOT_VNNI */
+    for (int i = 0; i < MR; i++) a[i][0] = a[i][1] = (__v8si)_mm256_setzero_si256();
+    for (int64_t kp = k0; kp < k1; kp++) {
+        __m256i wv[2];
+        for (int h = 0; h < 2; h++)
+            wv[h] = _mm256_cvtepi8_epi16(
+                _mm_loadu_si128((const __m128i *)(w + kp * 2 * PK + 16 * h)));
+        for (int i = 0; i < mr; i++) {
+            const __m256i xv = _mm256_set1_epi32((int)x[i * xs + kp]);
+            for (int h = 0; h < 2; h++)
+                a[i][h] += (__v8si)_mm256_madd_epi16(wv[h], xv);
+        }
+    }
+    __m256 f[MR][2];
+    for (int h = 0; h < 2; h++) {
+        const __m256i m = lanes_below(cols - 8 * h);
+        for (int i = 0; i < mr; i++) {
+            f[i][h] = _mm256_cvtepi32_ps((__m256i)a[i][h]);
+            if (k0 != 0) f[i][h] += _mm256_maskload_ps(y + i * ldy + 8 * h, m);
+            if (k1 == kp_n) f[i][h] *= _mm256_set1_ps(steps[i]);
+        }
+    }
+    store_block_avx2(mr, f, y, ldy, cols, k1 == kp_n ? scales : NULL,
+                     k1 == kp_n ? bias : NULL);
+}
+
+/* MICRO(R) with the tile's rows mr as the constant R (up to 4, or up to 6 with MORE) */
+#define BY_ROWS_UPTO4(MICRO, MORE) \
+    switch (mr) { case 1: MICRO(1); break; case 2: MICRO(2); break; \
+                  case 3: MICRO(3); break; case 4: MICRO(4); break; MORE }
+#define BY_ROWS(MICRO) BY_ROWS_UPTO4(MICRO, case 5: MICRO(5); break; default: MICRO(6);)
+
+/* the bf16 tile on AVX2: x float32 rows (stride xs floats), mr <= MR2, blocks one by one */
+__attribute__((target("avx2,fma")))
+static void tile_bf16_avx2(int mr, int nr, const float *x, int64_t xs, const uint16_t *w,
+                           int64_t bstride, int64_t kp_n, float *y, int64_t ldy, int64_t cols,
+                           const float *bias) {
+    for (int j = 0; j < nr; j++) {
+        const float *b = bias ? bias + j * PK : NULL;
+#define MICRO(R) micro_bf16_avx2(R, x, xs, w + j * bstride, kp_n, y + j * PK, ldy, cols - j * PK, \
+                                 NULL, b)
+        BY_ROWS_UPTO4(MICRO, default: MICRO(4);)
+#undef MICRO
+    }
+}
+
+/* the int8 tile on AVX2: x int16 pairs (stride xs pairs) with the rows' steps, mr <= MR rows
+ * (12 sums, 2 widened halves, x and a product: 16 registers), blocks one by one */
+__attribute__((target("avx2,fma")))
+static void tile_int8_avx2(int mr, int nr, const uint32_t *x, int64_t xs, const float *steps,
+                           const int8_t *w, int64_t bstride, int64_t kp_n, float *y,
+                           int64_t ldy, int64_t cols, const float *scales, const float *bias) {
+    for (int j = 0; j < nr; j++) {
+        const float *s = scales + j * PK, *b = bias ? bias + j * PK : NULL;
+        for (int64_t k0 = 0; k0 < kp_n; k0 += LLMLAB_INT16_SUM_STEPS) {
+            const int64_t k1 =
+                k0 + LLMLAB_INT16_SUM_STEPS < kp_n ? k0 + LLMLAB_INT16_SUM_STEPS : kp_n;
+#define MICRO(R) micro_int8_avx2(R, x, xs, steps, w + j * bstride, k0, k1, kp_n, y + j * PK, \
+                                 ldy, cols - j * PK, s, b)
+            BY_ROWS(MICRO)
+#undef MICRO
+        }
+    }
+}
+#undef BY_ROWS
+#undef BY_ROWS_UPTO4
+
+/* `blocks` bf16 blocks (pairs) -> float32 blocks (one k per 16 floats, tile_f32's layout) */
+__attribute__((target("avx2")))
+static void bf16_blocks_to_f32(const uint16_t *w, int64_t blocks, int64_t K, float *out) {
+    const __m256i odd = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (int64_t i = 0; i < blocks * K / 2; i++, w += 2 * PK, out += 2 * PK)
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 16 * h));
+            _mm256_storeu_si256((__m256i *)(out + 8 * h), _mm256_slli_epi32(v, 16));
+            _mm256_storeu_si256((__m256i *)(out + PK + 8 * h), _mm256_and_si256(v, odd));
+        }
+}
+
+/* Work unit: rows [t0, t1) against panel p on AVX2, bf16 (x float32, row stride x_stride) or
+ * int8 (xi: int16 pairs, K / 2 a row, with the rows' steps). A bf16 unit of BF16_F32_ROWS rows
+ * or more widens its panel to float32 once per thread (*widened: the panel in the thread's
+ * buffer) and runs the float32 tile: per product the same one FMA, without a widening per
+ * MR2 rows; its tiles ask for chunk c's share of panel p + 1 as run_unit_f32's do. Returns -1
+ * out of memory. */
+static int run_unit_avx2(int64_t p, int64_t panels, int64_t c, int64_t chunks, int64_t t0,
+                         int64_t t1, const float *x, int64_t x_stride, const uint32_t *xi,
+                         const float *steps, const void *P, int64_t wtype, const float *scales,
+                         const float *bias, float *y, int64_t N, int64_t K, int64_t *widened) {
+    const int64_t blocks = (N + PK - 1) / PK, b0 = p * NR;
+    const int nr = (int)(blocks - b0 < NR ? blocks - b0 : NR);
+    const int64_t bstride = PK * K, n0 = b0 * PK, cols = N - n0;
+    const float *s = scales ? scales + n0 : NULL, *b = bias ? bias + n0 : NULL;
+    if (wtype == LLMLAB_W_INT8) {
+        for (int64_t t = t0; t < t1; t += MR)
+            tile_int8_avx2((int)(t1 - t < MR ? t1 - t : MR), nr, xi + t * (K / 2), K / 2,
+                           steps + t, (const int8_t *)P + b0 * bstride, bstride, K / 2,
+                           y + t * N + n0, N, cols, s, b);
+        return 0;
+    }
+    const uint16_t *w = (const uint16_t *)P + b0 * bstride;
+    if (t1 - t0 < BF16_F32_ROWS) {
+        for (int64_t t = t0; t < t1; t += MR2)
+            tile_bf16_avx2((int)(t1 - t < MR2 ? t1 - t : MR2), nr, x + t * x_stride, x_stride,
+                           w, bstride, K / 2, y + t * N + n0, N, cols, b);
+        return 0;
+    }
+    float *buf = (float *)thread_buffer(nr * bstride * 4);
+    if (!buf) return -1;
+    if (*widened != p) bf16_blocks_to_f32(w, nr, K, buf);
+    *widened = p;
+    const int64_t panel_bytes = NR * bstride * 2;
+    const int64_t share = p + 1 < panels ? panel_bytes / chunks : 0;
+    const char *ahead = (const char *)P + (p + 1) * panel_bytes + c * share;
+    const int64_t per_tile = (share / ((t1 - t0 + MR - 1) / MR) + 63) / 64 * 64;
+    for (int64_t t = t0, i = 0; t < t1; t += MR, i++)
+        tile_f32_avx2((int)(t1 - t < MR ? t1 - t : MR), nr, x + t * x_stride, x_stride, buf,
+                      bstride, K, y + t * N + n0, N, cols, b, ahead + i * per_tile, per_tile);
+    return 0;
+}
 #endif
 
 #define GEMV_BLOCKS NR   /* blocks per unit of the one-row GEMV: the batch matmul's panel */
@@ -385,18 +633,19 @@ static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const
  * the same operations as llmlab_packed_gemm's tile on that row (int8: x rounded to int16, see
  * the int8 micro-tile; a float32 unit also asks for the start of the thread's next unit, as
  * the batch tiles do). Then `add`, which may be y, is added. An orphaned `omp for` without its
- * barrier (see llmlab_gemv_rows); float32: AVX-512F; bf16 and int8: K % 32 == 0 and AVX-512
- * BF16 (the caller checks llmlab_isa). */
+ * barrier (see llmlab_gemv_rows); float32: AVX-512F, else AVX2; bf16 and int8: K % 32 == 0
+ * and AVX-512 BF16, else AVX2 (the caller checks llmlab_isa). */
 void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const float *scales,
                              const float *bias, const float *add, float *y, int64_t N,
                              int64_t K) {
 #ifdef LLMLAB_X86
-    const int int8 = wtype == LLMLAB_W_INT8, vnni = llmlab_isa() & LLMLAB_ISA_AVX512_VNNI;
-    const int f32 = wtype == LLMLAB_W_F32;
+    const int isa = llmlab_isa(), vnni = isa & LLMLAB_ISA_AVX512_VNNI;
+    const int int8 = wtype == LLMLAB_W_INT8, f32 = wtype == LLMLAB_W_F32;
+    const int avx512 = isa & (f32 ? LLMLAB_ISA_AVX512 : LLMLAB_ISA_AVX512_BF16);
     uint32_t xb[f32 ? 1 : K / 2];     /* each thread rounds x once, for its blocks: bf16 pairs */
-    float step = 0.0f;                /* or int16 pairs and their step (float32: x as is) */
-    if (int8) step = llmlab_x_to_int16(x, (int16_t *)xb, K);
-    else if (!f32) row_to_bf16(x, xb, K);
+    float step = 0.0f;                /* or int16 pairs and their step (float32, and bf16 on */
+    if (int8) step = llmlab_x_to_int16(x, (int16_t *)xb, K);   /* AVX2: x as is) */
+    else if (!f32 && avx512) row_to_bf16(x, xb, K);
     const int64_t blocks = (N + PK - 1) / PK, units = (blocks + GEMV_BLOCKS - 1) / GEMV_BLOCKS;
 #pragma omp for schedule(static) nowait
     for (int64_t u = 0; u < units; u++) {
@@ -404,10 +653,18 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
         const int nr = (int)(blocks - b0 < GEMV_BLOCKS ? blocks - b0 : GEMV_BLOCKS);
         float sums[GEMV_BLOCKS * PK];
         if (f32)   /* one line per k of the next unit: its first K * 64 bytes */
-            tile_f32(1, nr, x, K, (const float *)P + b0 * PK * K, PK * K, K, sums,
-                     GEMV_BLOCKS * PK, N - n0, bias ? bias + n0 : NULL,
-                     (const char *)((const float *)P + (b0 + GEMV_BLOCKS) * PK * K),
-                     u + 1 < units ? K * 64 : 0);
+            (avx512 ? tile_f32 : tile_f32_avx2)(
+                1, nr, x, K, (const float *)P + b0 * PK * K, PK * K, K, sums, GEMV_BLOCKS * PK,
+                N - n0, bias ? bias + n0 : NULL,
+                (const char *)((const float *)P + (b0 + GEMV_BLOCKS) * PK * K),
+                u + 1 < units ? K * 64 : 0);
+        else if (!avx512 && int8)
+            tile_int8_avx2(1, nr, xb, K / 2, &step, (const int8_t *)P + b0 * PK * K, PK * K,
+                           K / 2, sums, GEMV_BLOCKS * PK, N - n0, scales + n0,
+                           bias ? bias + n0 : NULL);
+        else if (!avx512)
+            tile_bf16_avx2(1, nr, x, K, (const uint16_t *)P + b0 * PK * K, PK * K, K / 2, sums,
+                           GEMV_BLOCKS * PK, N - n0, bias ? bias + n0 : NULL);
         else if (!int8)
             tile(1, nr, xb, K / 2, (const uint16_t *)P + b0 * PK * K, PK * K, K / 2, sums,
                  GEMV_BLOCKS * PK, N - n0, NULL, bias ? bias + n0 : NULL);
@@ -429,7 +686,9 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
 static int packed_gemm_f32(const float *x, int64_t x_stride, const float *P, const float *bias,
                            float *y, int64_t T, int64_t N, int64_t K) {
 #ifdef LLMLAB_X86
-    if (!(llmlab_isa() & LLMLAB_ISA_AVX512)) return -1;
+    const int isa = llmlab_isa();
+    if (!(isa & (LLMLAB_ISA_AVX512 | LLMLAB_ISA_AVX2))) return -1;
+    f32_tile_fn *tile_fn = isa & LLMLAB_ISA_AVX512 ? tile_f32 : tile_f32_avx2;
     const int64_t panels = ((N + PK - 1) / PK + NR - 1) / NR;
     const int64_t chunks = (T + F32_ROWS_PER_UNIT - 1) / F32_ROWS_PER_UNIT;
     const int64_t rows = (T + chunks - 1) / chunks;
@@ -437,7 +696,8 @@ static int packed_gemm_f32(const float *x, int64_t x_stride, const float *P, con
     for (int64_t u = 0; u < panels * chunks; u++) {
         const int64_t p = u / chunks, c = u % chunks, t0 = c * rows;
         const int64_t t1 = t0 + rows < T ? t0 + rows : T;
-        if (t0 < t1) run_unit_f32(p, panels, c, chunks, t0, t1, x, x_stride, P, bias, y, N, K);
+        if (t0 < t1)
+            run_unit_f32(tile_fn, p, panels, c, chunks, t0, t1, x, x_stride, P, bias, y, N, K);
     }
     return 0;
 #else
@@ -448,21 +708,22 @@ static int packed_gemm_f32(const float *x, int64_t x_stride, const float *P, con
 
 /* y[T, N] (contiguous) = x[T, K] (row stride x_stride) W^T (* scales[N]) (+ bias[N]), W packed
  * by llmlab_pack_weight: float32 (AVX-512F FMAs), or bf16 or int8 with per-column scales
- * (AVX-512 BF16, K % 32 == 0); on all threads. Returns -1 where this CPU lacks the
- * instructions (or out of memory), else 0. */
+ * (AVX-512 BF16, K % 32 == 0); without AVX-512 (BF16) the AVX2 tiles; on all threads. Returns
+ * -1 where this CPU lacks the instructions (or out of memory), else 0. */
 int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t wtype,
                        const float *scales, const float *bias, float *y, int64_t T, int64_t N,
                        int64_t K) {
     if (wtype == LLMLAB_W_F32) return packed_gemm_f32(x, x_stride, P, bias, y, T, N, K);
 #ifdef LLMLAB_X86
-    if (!(llmlab_isa() & LLMLAB_ISA_AVX512_BF16) || K % 32) return -1;
-    const int int8 = wtype == LLMLAB_W_INT8, vnni = llmlab_isa() & LLMLAB_ISA_AVX512_VNNI;
+    const int isa = llmlab_isa(), avx512 = isa & LLMLAB_ISA_AVX512_BF16;
+    if (!(avx512 || (isa & LLMLAB_ISA_AVX2)) || K % 32) return -1;
+    const int int8 = wtype == LLMLAB_W_INT8, vnni = isa & LLMLAB_ISA_AVX512_VNNI;
     if (T == 1 && int8) {   /* the same integer sums, in the GEMV's units that stream W */
 #pragma omp parallel
         llmlab_packed_gemv_rows(x, P, wtype, scales, bias, NULL, y, N, K);
         return 0;
     }
-    const int int16 = int8 && T < INT16_MAX_ROWS;
+    const int int16 = int8 && (T < INT16_MAX_ROWS || !avx512);   /* AVX2: int16 at any T */
     uint32_t *xb = (uint32_t *)malloc((size_t)(T * K * 2));
     float *steps = int16 ? (float *)malloc((size_t)T * sizeof(float)) : NULL;
     if (!xb || (int16 && !steps)) {
@@ -475,11 +736,11 @@ int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t 
     const int64_t rows = (T + chunks - 1) / chunks;   /* even chunks: 64 rows -> 2 x 32 */
     /* x to bf16 (or int16) on this thread, before the region: T*K conversions against T*N*K
      * products, and no barrier for the other threads to wait at (a wake-up each, when they
-     * sleep) */
+     * sleep). bf16 on AVX2 reads x as it is. */
     for (int64_t t = 0; t < T; t++) {
         if (int16)
             steps[t] = llmlab_x_to_int16(x + t * x_stride, (int16_t *)(xb + t * (K / 2)), K);
-        else
+        else if (avx512)
             row_to_bf16(x + t * x_stride, xb + t * (K / 2), K);
     }
     int rc = 0;
@@ -488,10 +749,12 @@ int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t 
         int64_t widened = -1;
 #pragma omp for schedule(static)
         for (int64_t u = 0; u < panels * chunks; u++) {
-            const int64_t p = u / chunks, t0 = (u % chunks) * rows;
+            const int64_t p = u / chunks, c = u % chunks, t0 = c * rows;
             const int64_t t1 = t0 + rows < T ? t0 + rows : T;
-            if (run_unit(p, t0, t1, xb, steps, P, wtype, scales, bias, y, N, K, vnni,
-                         &widened) != 0) {
+            if ((avx512 ? run_unit(p, t0, t1, xb, steps, P, wtype, scales, bias, y, N, K, vnni,
+                                   &widened)
+                        : run_unit_avx2(p, panels, c, chunks, t0, t1, x, x_stride, xb, steps, P,
+                                        wtype, scales, bias, y, N, K, &widened)) != 0) {
 #pragma omp atomic write
                 rc = -1;
             }

@@ -27,6 +27,7 @@
 #define LLMLAB_ISA_AVX512 1
 #define LLMLAB_ISA_AVX512_BF16 2
 #define LLMLAB_ISA_AVX512_VNNI 4
+#define LLMLAB_ISA_AVX2 8   /* AVX2 and FMA */
 
 /* called from Python */
 int llmlab_paged_attention(const float *query, int64_t q_stride_token, int64_t q_stride_head,

@@ -58,6 +58,7 @@ int llmlab_isa(void) {
         have |= LLMLAB_ISA_AVX512_BF16;
     if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
         have |= LLMLAB_ISA_AVX512_VNNI;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) have |= LLMLAB_ISA_AVX2;
 #endif
     return isa_cap < 0 ? have : (int)(have & isa_cap);
 }
@@ -249,10 +250,8 @@ static void widen_int8_avx512(const int8_t *w, int64_t K, float *dst) {
 
 /* ---- AVX-512 VNNI: int8 weights against x in int16 (vpdpwssd) -------------------------------- */
 
-/* x [K] float32 -> int16 with one scale, returned (max|x| / 32767; 0 for x = 0): an int16 step
- * is 1/65534 of the largest |x|, finer than bf16's rounding of that element. K % 16 == 0. */
 __attribute__((target("avx512f,avx512bw")))
-float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K) {
+static float x_to_int16_avx512(const float *x, int16_t *xq, int64_t K) {
     __m512 m = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
     const float amax = _mm512_reduce_max_ps(m);
@@ -262,6 +261,34 @@ float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K) {
         _mm256_storeu_si256((__m256i *)(xq + k), _mm512_cvtepi32_epi16(q));
     }
     return amax / 32767.0f;
+}
+
+/* the same on AVX2: the same largest |x|, multiply and rounding, so the same int16 values */
+__attribute__((target("avx2")))
+static float x_to_int16_avx2(const float *x, int16_t *xq, int64_t K) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    for (int64_t k = 0; k < K; k += 16) {   /* packs interleaves 128-bit lanes: put them back */
+        const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), inv));
+        const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8), inv));
+        _mm256_storeu_si256((__m256i *)(xq + k),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8));
+    }
+    return amax / 32767.0f;
+}
+
+/* x [K] float32 -> int16 with one scale, returned (max|x| / 32767; 0 for x = 0): an int16 step
+ * is 1/65534 of the largest |x|, finer than bf16's rounding of that element. K % 16 == 0;
+ * AVX-512BW, else AVX2 (the caller checks llmlab_isa for one of them). */
+float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K) {
+    /* (a CPU with AVX-512 BF16 or VNNI has AVX-512BW) */
+    return llmlab_isa() & (LLMLAB_ISA_AVX512_BF16 | LLMLAB_ISA_AVX512_VNNI)
+               ? x_to_int16_avx512(x, xq, K) : x_to_int16_avx2(x, xq, K);
 }
 
 /* a step is 32 weights of a row, 2 products per int32 lane: LLMLAB_INT16_SUM_STEPS of them,

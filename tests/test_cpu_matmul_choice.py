@@ -28,7 +28,8 @@ def cache(monkeypatch, tmp_path):
 def test_measure_times_what_runs_here_and_applies_its_rule(dtype):
     result = cpu_matmul_choice.measure(dtype, rounds=2)
     runs_here = []
-    if ("avx512" if dtype == torch.float32 else "avx512_bf16") in cpu_matmul.isa():
+    have = cpu_matmul.isa()
+    if ("avx512" if dtype == torch.float32 else "avx512_bf16") in have or "avx2" in have:
         runs_here.append("llmlab")
     if (
         cpu_matmul.onednn_available()
@@ -93,10 +94,12 @@ def test_the_choice_is_measured_once_saved_and_read_back(cache, monkeypatch):
 
 @pytest.mark.parametrize("kernel", ["llmlab", "onednn"])
 def test_cpu_linear_runs_the_chosen_kernel_with_its_rounding(kernel, cache, monkeypatch):
-    """Whichever kernel is chosen, a batch through a bf16 `CpuLinear` is x (rounded to bf16)
-    times the bf16 weight: float32 sums from llmlab's kernel, bf16 outputs from oneDNN's."""
-    if kernel == "llmlab" and "avx512_bf16" not in cpu_matmul.isa():
-        pytest.skip("llmlab's packed matmul needs AVX-512 BF16")
+    """Whichever kernel is chosen, a batch through a bf16 `CpuLinear` is x (rounded to bf16;
+    llmlab's on AVX2 without AVX-512 BF16: as it is) times the bf16 weight: float32 sums from
+    llmlab's kernel, bf16 outputs from oneDNN's."""
+    have = cpu_matmul.isa()
+    if kernel == "llmlab" and "avx512_bf16" not in have and "avx2" not in have:
+        pytest.skip("llmlab's packed matmul needs AVX-512 BF16 or AVX2")
     if kernel == "onednn" and cpu_matmul_choice.onednn_bf16()[0] is None:
         pytest.skip("this PyTorch has no oneDNN bf16 matmul")
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: kernel)
@@ -106,7 +109,8 @@ def test_cpu_linear_runs_the_chosen_kernel_with_its_rounding(kernel, cache, monk
     linear = model_cpu.CpuLinear(weight, bias)
     assert linear.batch_kernel == kernel and linear.extra_bytes() > 0
     x = torch.randn(9, 64, generator=g)
-    want = x.bfloat16().double() @ weight.double().T + bias.double()
+    rounded = kernel == "onednn" or "avx512_bf16" in have
+    want = (x.bfloat16() if rounded else x).double() @ weight.double().T + bias.double()
     rtol = 1e-5 if kernel == "llmlab" else 2**-8  # oneDNN rounds its output to bf16
     torch.testing.assert_close(linear(x).double(), want, rtol=rtol, atol=rtol * 8)
     one = x[:1]  # one row: llmlab's packed blocks, or with oneDNN chosen the dense weight
@@ -118,8 +122,8 @@ def test_float32_cpu_linear_runs_the_chosen_kernel(kernel, cache, monkeypatch):
     """A float32 `CpuLinear` packs its weight for the chosen batch kernel (llmlab's blocks or
     oneDNN's layout, as its extra bytes say) and gives x Wᵀ + b for a batch, strided rows and
     strided elements included; one row still runs the GEMV on the dense weight."""
-    if kernel == "llmlab" and "avx512" not in cpu_matmul.isa():
-        pytest.skip("llmlab's float32 packed matmul needs AVX-512")
+    if kernel == "llmlab" and not {"avx512", "avx2"} & set(cpu_matmul.isa()):
+        pytest.skip("llmlab's float32 packed matmul needs AVX-512 or AVX2")
     if kernel == "onednn" and not cpu_matmul.onednn_available():
         pytest.skip("this PyTorch has no oneDNN matmul")
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: kernel)

@@ -88,10 +88,11 @@ def test_our_packed_copies_share_a_second_buffer_and_the_plans_read_it(dtype, mo
     from llmlab.model.cpu import CpuLinear
     from llmlab.ops import cpu_matmul, cpu_matmul_choice
 
-    if "avx512" not in cpu_matmul.isa() or (
-        dtype != "float32" and "avx512_bf16" not in cpu_matmul.isa()
+    have = cpu_matmul.isa()
+    if "avx2" not in have and (
+        "avx512" not in have or (dtype != "float32" and "avx512_bf16" not in have)
     ):
-        pytest.skip("llmlab's packed matmul needs AVX-512 (and AVX-512 BF16 for bf16, int8)")
+        pytest.skip("llmlab's packed matmul needs AVX-512 (AVX-512 BF16 for bf16, int8) or AVX2")
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
     model = tiny_model(seed=7)
     reference = model.logits_for([4, 5, 6])

@@ -148,8 +148,8 @@ def test_packed_fused_layer_reads_the_packed_copies_and_equals_the_kernel_path(
     from llmlab.ops import cpu_matmul_choice
 
     need = "avx512" if dtype == torch.float32 else "avx512_bf16"
-    if need not in cpu_matmul.isa():
-        pytest.skip(f"packed {dtype} weights need {need}")
+    if need not in cpu_matmul.isa() and "avx2" not in cpu_matmul.isa():
+        pytest.skip(f"packed {dtype} weights need {need} or avx2")
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
     base = _model(heads, kv_heads, head_dim, bias, seed=heads + 3)
     readable = {
@@ -250,8 +250,8 @@ def test_one_float32_row_runs_our_gemv_on_the_packed_blocks_or_the_dense_rows(ke
     (from one row, `PACKED_MIN_ROWS`), else our dense GEMV; more rows never the dense GEMV."""
     from llmlab.ops import cpu_matmul_choice
 
-    if kernel == "llmlab" and "avx512" not in cpu_matmul.isa():
-        pytest.skip("llmlab's packed float32 matmul needs AVX-512")
+    if kernel == "llmlab" and not {"avx512", "avx2"} & set(cpu_matmul.isa()):
+        pytest.skip("llmlab's packed float32 matmul needs AVX-512 or AVX2")
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: kernel)
     calls = []
     for name in ("gemv", "packed_gemm"):

@@ -24,7 +24,7 @@ from llmlab.model.quantization import (
     quantize_fp8,
     quantize_int8,
 )
-from llmlab.ops import cpu_backend, cpu_matmul, cpu_matmul_choice
+from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import single_sequence_metadata
 
 HAVE_C = cpu_backend.available()[0]
@@ -330,6 +330,76 @@ def test_packed_int8_sums_the_same_integers_with_and_without_vnni(T):
         without = cpu_matmul.packed_gemm(x, packed, N, scale)
         cpu_matmul.set_isa_cap(None)  # (after a failure, the autouse fixture lifts it)
         assert torch.equal(vnni, without)
+
+
+HAVE_AVX2 = HAVE_C and "avx2" in cpu_matmul.isa()
+
+
+@pytest.mark.skipif(not HAVE_AVX2, reason="needs AVX2 and FMA")
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 7, 8, 13, 64, 130])
+def test_avx2_packed_matmuls_equal_their_math_on_a_grid_of_shapes(T):
+    """A CPU with AVX2 and FMA but no AVX-512 (the cap) packs float32, bf16 and int8 weights and
+    runs `kernels/cpu_gemm.c`'s AVX2 tiles: float32 against its math; bf16 against x as it is
+    (no bf16 product to round x for) times the bf16 weight; int8 against each row of x rounded
+    to int16 at every row count (no bf16 path from 128 rows); the scale and bias per column.
+    Where this CPU has the AVX-512 kernels, float32 and int8 below 128 rows equal them to the
+    bit (the same products in the same order). T crosses the 4-row bf16 tile, the 6-row tile,
+    the units of 8 rows a bf16 panel is widened to float32 for, 48-row units and 128 rows; N
+    the 8-column halves, blocks and 64-column panels; K the int32 sums' moves to float32."""
+    g = torch.Generator().manual_seed(T)
+    shapes = ((1, 32), (9, 96), (24, 576), (70, 576), (200, 1536), (40, 8192 if T < 16 else 4096))
+    for N, K in shapes:
+        x = torch.randn(T, K + 16, generator=g)[:, :K] * 2  # [T, K], row stride K + 16
+        w, bias = torch.randn(N, K, generator=g), torch.randn(N, generator=g)
+        q, scales = quantize_int8(w)
+        cases = {
+            "float32": (w, None, x.double(), w.double()),
+            "bfloat16": (w.bfloat16(), None, x.double(), w.bfloat16().double()),
+            "int8": (q, scales, _int16_rounded(x), dequantize_int8(q, scales).double()),
+        }
+        for name, (weight, s, x_used, w_used) in cases.items():
+            cpu_matmul.set_isa_cap(["avx2"])
+            assert cpu_matmul.packed_weight_applies(weight)
+            packed = cpu_matmul.pack_weight(weight)
+            got = cpu_matmul.packed_gemm(x, packed, N, s, bias)
+            cpu_matmul.set_isa_cap(None)
+            want = x_used @ w_used.T + bias.double()
+            torch.testing.assert_close(
+                got.double(), want, rtol=1e-5, atol=1e-5 * K**0.5, msg=f"{name} N={N} K={K}"
+            )
+            have = cpu_matmul.isa()
+            if (name == "float32" and "avx512" in have) or (
+                name == "int8" and T < 128 and "avx512_bf16" in have
+            ):
+                assert torch.equal(got, cpu_matmul.packed_gemm(x, packed, N, s, bias)), name
+
+
+@pytest.mark.skipif(not HAVE_AVX2, reason="needs AVX2 and FMA")
+@pytest.mark.parametrize("settings_", [{}, {"dtype": "bfloat16"}, {"quantization": "int8"}])
+def test_avx2_fast_path_packs_the_weights_and_makes_the_readable_paths_tokens(
+    settings_, monkeypatch
+):
+    """On a CPU with AVX2 but no AVX-512 (the cap, set before the engine packs its weights) the
+    fused layer's GEMVs (one sequence) and the batch matmuls (prompts, two sequences) run the
+    AVX2 tiles on packed copies; the greedy tokens are the readable path's at that precision."""
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
+    model = tiny_model(seed=11)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], list(range(3, 30))]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+    def tokens(llm, batch):
+        outs = llm.generate(batch, params, use_tqdm=False)
+        return [o.outputs[0].token_ids for o in outs]
+
+    want = tokens(LLM(model, attention_backend="torch", **settings_), prompts)
+    cpu_matmul.set_isa_cap(["avx2"])
+    llm = LLM(model, attention_backend="cpu", **settings_)
+    dtype = {"dtype": torch.bfloat16, "quantization": torch.int8}
+    wdtype = next((dtype[k] for k in settings_), torch.float32)
+    for layer in llm.llm_engine.model_runner.model.layers:
+        assert layer.plan.wtype == cpu_decode.PACKED_TYPES[wdtype]
+    assert tokens(llm, prompts) == want
+    assert [tokens(llm, [p])[0] for p in prompts] == want
 
 
 @needs_c

@@ -52,7 +52,7 @@ def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 # instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
-ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2, "avx512_vnni": 4}
+ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2, "avx512_vnni": 4, "avx2": 8}  # avx2: and FMA
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -117,15 +117,16 @@ def _weight_matmul(
 def packed_weight_applies(weight: torch.Tensor) -> bool:
     """Whether `pack_weight` takes this weight here: float32 [N, K] on a CPU with AVX-512, or
     bf16 or int8 [N, K], K % 32 == 0, on a CPU with AVX-512 BF16 (the packed matmul's
-    instructions for each)."""
+    instructions for each); any of them on a CPU with AVX2 and FMA (its AVX2 tiles)."""
     if weight.dim() != 2:
         return False
+    have = isa()
     if weight.dtype == torch.float32:
-        return "avx512" in isa()
+        return "avx512" in have or "avx2" in have
     return (
         weight.dtype in (torch.bfloat16, torch.int8)
         and weight.shape[1] % 32 == 0
-        and "avx512_bf16" in isa()
+        and ("avx512_bf16" in have or "avx2" in have)
     )
 
 
@@ -143,8 +144,8 @@ def pack_weight(weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.
     if not packed_weight_applies(weight):
         raise ValueError(
             f"pack_weight: weight is {weight.dtype} {tuple(weight.shape)}; expected float32 "
-            "[N, K] on a CPU with AVX-512, or bfloat16 or int8 [N, K] with K a multiple of 32 "
-            f"on a CPU with AVX-512 BF16 (this one has {isa()})"
+            "[N, K] on a CPU with AVX-512 or AVX2, or bfloat16 or int8 [N, K] with K a multiple "
+            f"of 32 on a CPU with AVX-512 BF16 or AVX2 (this one has {isa()})"
         )
     n, k = weight.shape
     weight = weight.contiguous()
@@ -178,14 +179,15 @@ def packed_gemm(
     `pack_weight` (`kernels/cpu_gemm.c`): float32 FMAs on a float32 W; on bf16 `vdpbf16ps` on x
     rounded to bf16; on int8 (with `scales`) integer sums on each row of x rounded to int16
     (`vpdpwssd`), from 128 rows the int8 widened to bf16 and `vdpbf16ps` on x rounded to bf16;
-    float32 sums. x float32 with contiguous rows
+    float32 sums. Without AVX-512 BF16, on AVX2: bf16 widened in registers and float32 FMAs on
+    x as it is, int8 the integer sums at every row count. x float32 with contiguous rows
     (the caller, `llmlab.model.cpu.CpuLinear`, checks)."""
     out, rc = _weight_matmul("packed_gemm", x, packed, out_features, scales, bias)
     if rc != 0:
         raise RuntimeError(
             "cpu_gemm.c refused the packed matmul: this CPU lacks the weight's instructions "
-            "(AVX-512, or AVX-512 BF16: the weight was packed on a CPU that has them), K not a "
-            "multiple of 32 (bf16, int8), or out of memory"
+            "(AVX-512 or AVX-512 BF16, or AVX2: the weight was packed on a CPU that has them), "
+            "K not a multiple of 32 (bf16, int8), or out of memory"
         )
     return out
 

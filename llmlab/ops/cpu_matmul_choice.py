@@ -194,7 +194,13 @@ def _load_or_measure(key: str, dtype: torch.dtype, save: bool) -> str:
 
 def matmul_kernel(weight_dtype: torch.dtype) -> str:
     """Which kernels multiply by a weight of this dtype here (for `doctor` and the benches)."""
+    avx2_only = "avx2" in cpu_matmul.isa() and "avx512_bf16" not in cpu_matmul.isa()
     if weight_dtype == torch.bfloat16:
+        if avx2_only and choice(torch.bfloat16) == "llmlab":
+            return tr(
+                "bf16: AVX2 FMAs on packed blocks, widened in registers (x float32), from one row",
+                "bf16：打包分块上的 AVX2 FMA，在寄存器里扩展（x 保持 float32），从一行起",
+            )
         if "avx512_bf16" not in cpu_matmul.isa():
             return tr(
                 "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)",
@@ -218,6 +224,13 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
                 "int8：1-127 行用 AVX-512 VNNI（对每行舍入为 int16 的 x 用 vpdpwssd，打包的分块）；"
                 "128 行起扩展成 bf16，对舍入为 bf16 的 x 用 vdpbf16ps；每个输出通道一个缩放因子",
             )
+        if avx2_only:
+            return tr(
+                "int8: AVX2 vpmaddwd on each row of x rounded to int16, on packed blocks, at "
+                "every row count; per-channel scale",
+                "int8：在任意行数下对每行舍入为 int16 的 x 用 AVX2 vpmaddwd（打包的分块）；"
+                "每个输出通道一个缩放因子",
+            )
         if "avx512_bf16" in cpu_matmul.isa():
             return tr(
                 "int8: vpmaddwd on each row of x rounded to int16, on packed blocks, 1-127 rows; "
@@ -235,6 +248,11 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
                 "int8: widened to float32 in the kernel (portable), per-channel scale",
                 "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放因子",
             )
+        )
+    if choice(torch.float32) == "llmlab" and "avx512" not in cpu_matmul.isa():
+        return tr(
+            "float32: AVX2 FMAs on packed blocks, from one row",
+            "float32：打包分块上的 AVX2 FMA，从一行起",
         )
     if choice(torch.float32) == "llmlab":
         return tr(

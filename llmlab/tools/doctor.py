@@ -108,7 +108,7 @@ def _matmul_kernels() -> str:
     if not ok:
         return tr(f"unavailable ({why})", f"不可用（{why}）")
     found = ", ".join(cpu_matmul.isa()) or tr(
-        "none of AVX-512 / AVX-512 BF16", "没有 AVX-512 / AVX-512 BF16"
+        "none of AVX-512 / AVX-512 BF16 / AVX2", "没有 AVX-512 / AVX-512 BF16 / AVX2"
     )
     kernels = "; ".join(cpu_matmul_choice.matmul_kernel(d) for d in (torch.bfloat16, torch.int8))
     return tr(f"{found} found at run time; {kernels}", f"运行时检测到 {found}，{kernels}")
