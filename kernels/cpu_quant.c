@@ -22,8 +22,8 @@
  *   int8, one row, AVX-512 VNNI: x rounded to int16 once per call (one scale), 32 int8 widened
  *         to int16 and summed in pairs into int32 by `vpdpwssd`: two instructions per 32
  *         weights where the widening takes ten, so the GEMV streams instead of computing.
- *         (Where the weights are packed, on a CPU with AVX-512 BF16, one row reads the packed
- *         blocks instead: cpu_gemm.c's llmlab_packed_gemv_rows, the same rounding of x.)
+ *         (Where the weights are packed, on a CPU with AVX-512 BF16 or AVX2, one row reads the
+ *         packed blocks instead: cpu_gemm.c's llmlab_packed_gemv_rows, the same rounding of x.)
  *   bf16 / int8, portable: vector extensions; the compiler uses what the build targets.
  *
  * Two entry points per weight type: `llmlab_qgemv_rows` (one row of x, an orphaned `omp for`
@@ -250,6 +250,7 @@ static void widen_int8_avx512(const int8_t *w, int64_t K, float *dst) {
 
 /* ---- AVX-512 VNNI: int8 weights against x in int16 (vpdpwssd) -------------------------------- */
 
+/* llmlab_x_to_int16 (below) with AVX-512BW */
 __attribute__((target("avx512f,avx512bw")))
 static float x_to_int16_avx512(const float *x, int16_t *xq, int64_t K) {
     __m512 m = _mm512_setzero_ps();
@@ -268,7 +269,8 @@ __attribute__((target("avx2")))
 static float x_to_int16_avx2(const float *x, int16_t *xq, int64_t K) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    for (int64_t k = 0; k < K; k += 8)
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));   /* |x| */
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
