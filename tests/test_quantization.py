@@ -7,6 +7,9 @@ the C path's fallback where the CPU lacks the BF16 instructions (simulated by a 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -483,6 +486,31 @@ def test_c_path_without_bf16_instructions_falls_back():
     assert torch.equal(cpu_matmul.qgemm(x, w), torch.full((1, 4), 32 * (1.0 + 2**-12)))
     with pytest.raises(ValueError, match="names"):
         cpu_matmul.set_isa_cap(["sse9"])
+
+
+@needs_c
+def test_isa_cap_from_the_environment_starts_a_processs_kernels_capped():
+    """`LLMLAB_ISA_CAP` caps the kernels of a process from its start (how this CPU measures the
+    paths of a CPU with fewer instruction sets, such as a laptop's AVX2); empty means none; an
+    unknown name leaves the kernels unavailable, saying the variable and the allowed names."""
+    code = (
+        "from llmlab.ops import cpu_library, cpu_matmul\n"
+        "ok, why = cpu_library.available()\n"
+        "print(cpu_matmul.isa() if ok else why)"
+    )
+
+    def run(value: str) -> str:
+        env = {**os.environ, "LLMLAB_ISA_CAP": value}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    have = cpu_matmul.isa()
+    assert run("avx2") == str([n for n in ("avx2",) if n in have])
+    assert run(" avx512 , avx2") == str([n for n in have if n in ("avx512", "avx2")])
+    assert run("") == "[]"
+    refused = run("avx2,sse9")
+    assert "LLMLAB_ISA_CAP" in refused and "'sse9'" in refused and "avx512_bf16" in refused
 
 
 # ---- the fp8 KV cache --------------------------------------------------------------------------

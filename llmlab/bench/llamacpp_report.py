@@ -45,6 +45,19 @@ def cpu_flags() -> list[str]:
     return [f for f in FLAGS if f in have]
 
 
+def kernel_isa() -> str:
+    """The instruction sets llmlab's C kernels use here (`cpu_matmul.isa`, under a cap set by
+    `$LLMLAB_ISA_CAP`, which it names), or why they do not run."""
+    from llmlab.ops import cpu_library, cpu_matmul
+
+    try:
+        found = " ".join(cpu_matmul.isa()) or "none of AVX-512 / AVX2"
+    except RuntimeError as e:
+        return f"no C kernels ({e})"
+    cap = os.environ.get(cpu_library.ISA_CAP_ENV)
+    return found if cap is None else f"{found} ({cpu_library.ISA_CAP_ENV}={cap})"
+
+
 def machine_info(threads: int) -> dict:
     """The machine a table was measured on: CPU model, its matmul flags, threads, versions."""
     from llmlab.tools.doctor import cpu_name
@@ -52,6 +65,7 @@ def machine_info(threads: int) -> dict:
     return {
         "cpu": cpu_name(),
         "cpu_flags": cpu_flags(),
+        "llmlab_isa": kernel_isa(),
         "cores": os.cpu_count(),
         "threads": threads,
         "torch": torch.__version__,
@@ -121,7 +135,7 @@ def print_table(report: dict) -> None:
     c = cfg["llmlab"]
     print(
         f"llmlab:    attention_backend={c['attention_backend']!r}, {c['dtype']}, "
-        f"{c['threads']} threads"
+        f"{c['threads']} threads, kernels: {m.get('llmlab_isa', '-')}"
     )
     if "llama.cpp" in cfg:
         c = cfg["llama.cpp"]

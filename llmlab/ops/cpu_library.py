@@ -164,17 +164,40 @@ def _build() -> ctypes.CDLL:
     return lib
 
 
+# `LLMLAB_ISA_CAP=avx2` (names of `cpu_matmul.ISA_FLAGS`, comma-separated; empty: none): the
+# kernels start capped to those instruction sets, as `cpu_matmul.set_isa_cap` caps them. How
+# this CPU measures the paths of a CPU with fewer (avx2: a laptop's x86 without AVX-512).
+ISA_CAP_ENV = "LLMLAB_ISA_CAP"
+
+
+def _start_cap(lib: ctypes.CDLL) -> None:
+    """Apply `$LLMLAB_ISA_CAP` where set; RuntimeError naming it and the allowed names."""
+    from llmlab.ops.cpu_matmul import isa_cap_mask
+
+    value = os.environ.get(ISA_CAP_ENV)
+    if value is None:
+        return
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    try:
+        lib.llmlab_set_isa_cap(isa_cap_mask(names))
+    except ValueError as e:
+        raise RuntimeError(f"${ISA_CAP_ENV}={value!r}: {e}") from None
+
+
 def load_library() -> ctypes.CDLL:
-    """Compile (first time) and load the C kernels; RuntimeError saying why if that fails."""
+    """Compile (first time) and load the C kernels, capped by `$LLMLAB_ISA_CAP` where set;
+    RuntimeError saying why if that fails."""
     global _lib, _error
     if _lib is None:
         if _error is not None:
             raise RuntimeError(_error)
         try:
-            _lib = _build()
+            lib = _build()
+            _start_cap(lib)
         except (RuntimeError, OSError) as e:
             _error = str(e)
             raise RuntimeError(_error) from None
+        _lib = lib
     return _lib
 
 

@@ -199,12 +199,19 @@ def isa() -> list[str]:
     return [name for name, bit in ISA_FLAGS.items() if have & bit]
 
 
+def isa_cap_mask(names: list[str] | None) -> int:
+    """The C kernels' cap (`llmlab_set_isa_cap`) for at most `names` of `ISA_FLAGS`; -1 (no cap)
+    for None. ValueError naming the unknown ones."""
+    if names is None:
+        return -1
+    unknown = [n for n in names if n not in ISA_FLAGS]
+    if unknown:
+        raise ValueError(f"names: got {unknown}, expected names from {list(ISA_FLAGS)}")
+    return sum(ISA_FLAGS[n] for n in set(names))
+
+
 def set_isa_cap(names: list[str] | None) -> None:
     """Let the C kernels use at most `names` (of `ISA_FLAGS`), whatever this CPU has; None lifts
-    the cap. How a test runs the fallback kernels on a CPU that has the fast instructions."""
-    if names is not None:
-        unknown = [n for n in names if n not in ISA_FLAGS]
-        if unknown:
-            raise ValueError(f"names: got {unknown}, expected names from {list(ISA_FLAGS)}")
-    cap = -1 if names is None else sum(ISA_FLAGS[n] for n in names)
-    load_library().llmlab_set_isa_cap(cap)
+    the cap. How a test runs the fallback kernels on a CPU that has the fast instructions (a
+    process started with `$LLMLAB_ISA_CAP` begins with that cap: `llmlab.ops.cpu_library`)."""
+    load_library().llmlab_set_isa_cap(isa_cap_mask(names))
