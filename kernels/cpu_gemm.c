@@ -396,9 +396,9 @@ static int run_unit(int64_t p, int64_t t0, int64_t t1, const uint32_t *xb, const
  *         (there is no bf16 path to switch to). MR rows.
  *
  * With them (the same probe, a later run): 23.7 / 14.4 / 9.2 ms at batch 1, 186.8 / 187.9 /
- * 164.8 at batch 64. From about 16 rows the matmuls are arithmetic, and bf16 needs float32's one FMA
- * per product: as fast as float32 there, no faster (`vpmaddwd` does 16 of int8's products per
- * instruction against an FMA's 8). */
+ * 164.8 at batch 64. From about 16 rows the matmuls are arithmetic, and bf16 needs float32's
+ * one FMA per product: as fast as float32 there, no faster (`vpmaddwd` does 16 of int8's
+ * products per instruction against an FMA's 8). */
 #define MR2 4   /* rows of x per bf16 micro-tile: 8 sums, 4 widened halves, 2 of x */
 #ifndef BF16_F32_ROWS
 #define BF16_F32_ROWS 8   /* bf16 units from this many rows on: widened to float32 first */
@@ -470,7 +470,7 @@ static void tile_f32_avx2(int mr, int nr, const float *x, int64_t xs, const floa
 __attribute__((target("avx2,fma"), always_inline))
 static inline void micro_bf16_avx2(int mr, const float *x, int64_t xs, const uint16_t *w,
                                    int64_t kp_n, float *y, int64_t ldy, int64_t cols,
-                                   const float *scales, const float *bias) {
+                                   const float *bias) {
     const int split = mr <= 2;
     const __m256i odd = _mm256_set1_epi32((int)0xFFFF0000u);
     __m256 acc[MR2][2], acc_odd[2][2];
@@ -496,7 +496,7 @@ static inline void micro_bf16_avx2(int mr, const float *x, int64_t xs, const uin
     if (split)
         for (int i = 0; i < mr; i++)
             for (int h = 0; h < 2; h++) acc[i][h] = _mm256_add_ps(acc[i][h], acc_odd[i][h]);
-    store_block_avx2(mr, acc, y, ldy, cols, scales, bias);
+    store_block_avx2(mr, acc, y, ldy, cols, NULL, bias);
 }
 
 /* the int8 micro-tile's pairs [k0, k1) on AVX2 (mr rows, one block), flushed as i16_flush
@@ -545,8 +545,7 @@ static void tile_bf16_avx2(int mr, int nr, const float *x, int64_t xs, const uin
                            const float *bias) {
     for (int j = 0; j < nr; j++) {
         const float *b = bias ? bias + j * PK : NULL;
-#define MICRO(R) micro_bf16_avx2(R, x, xs, w + j * bstride, kp_n, y + j * PK, ldy, cols - j * PK, \
-                                 NULL, b)
+#define MICRO(R) micro_bf16_avx2(R, x, xs, w + j * bstride, kp_n, y + j * PK, ldy, cols - j * PK, b)
         BY_ROWS_UPTO4(MICRO, default: MICRO(4);)
 #undef MICRO
     }
@@ -649,9 +648,11 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
     const int isa = llmlab_isa(), vnni = isa & LLMLAB_ISA_AVX512_VNNI;
     const int int8 = wtype == LLMLAB_W_INT8, f32 = wtype == LLMLAB_W_F32;
     const int avx512 = isa & (f32 ? LLMLAB_ISA_AVX512 : LLMLAB_ISA_AVX512_BF16);
-    uint32_t xb[f32 ? 1 : K / 2];     /* each thread rounds x once, for its blocks: bf16 pairs */
-    float step = 0.0f;                /* or int16 pairs and their step (float32, and bf16 on */
-    if (int8) step = llmlab_x_to_int16(x, (int16_t *)xb, K);   /* AVX2: x as is) */
+    /* each thread rounds x once, for its blocks: to bf16 pairs, or to int16 pairs and their
+     * step (float32, and bf16 on AVX2: x as it is) */
+    uint32_t xb[f32 ? 1 : K / 2];
+    float step = 0.0f;
+    if (int8) step = llmlab_x_to_int16(x, (int16_t *)xb, K);
     else if (!f32 && avx512) row_to_bf16(x, xb, K);
     const int64_t blocks = (N + PK - 1) / PK, units = (blocks + GEMV_BLOCKS - 1) / GEMV_BLOCKS;
 #pragma omp for schedule(static) nowait
