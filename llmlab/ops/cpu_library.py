@@ -164,16 +164,27 @@ def _build() -> ctypes.CDLL:
     return lib
 
 
-# `LLMLAB_ISA_CAP=avx2` (names of `cpu_matmul.ISA_FLAGS`, comma-separated; empty: none): the
-# kernels start capped to those instruction sets, as `cpu_matmul.set_isa_cap` caps them. How
-# this CPU measures the paths of a CPU with fewer (avx2: a laptop's x86 without AVX-512).
+# instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
+ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2, "avx512_vnni": 4, "avx2": 8}  # avx2: and FMA
+# `LLMLAB_ISA_CAP=avx2` (names of `ISA_FLAGS`, comma-separated; empty: none): the kernels start
+# capped to those instruction sets, as `cpu_matmul.set_isa_cap` caps them. How this CPU
+# measures the paths of a CPU with fewer (avx2: a laptop's x86 without AVX-512).
 ISA_CAP_ENV = "LLMLAB_ISA_CAP"
+
+
+def isa_cap_mask(names: list[str] | None) -> int:
+    """The C kernels' cap (`llmlab_set_isa_cap`) for at most `names` of `ISA_FLAGS`; -1 (no cap)
+    for None. ValueError naming the unknown ones."""
+    if names is None:
+        return -1
+    unknown = [n for n in names if n not in ISA_FLAGS]
+    if unknown:
+        raise ValueError(f"names: got {unknown}, expected names from {list(ISA_FLAGS)}")
+    return sum(ISA_FLAGS[n] for n in set(names))
 
 
 def _start_cap(lib: ctypes.CDLL) -> None:
     """Apply `$LLMLAB_ISA_CAP` where set; RuntimeError naming it and the allowed names."""
-    from llmlab.ops.cpu_matmul import isa_cap_mask
-
     value = os.environ.get(ISA_CAP_ENV)
     if value is None:
         return

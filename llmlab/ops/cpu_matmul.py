@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from llmlab.ops.cpu_library import load_library, traced
+from llmlab.ops.cpu_library import ISA_FLAGS, isa_cap_mask, load_library, traced
 
 # weight types of `kernels/cpu_quant.c` (LLMLAB_W_*), by torch dtype
 WEIGHT_TYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
@@ -49,10 +49,6 @@ def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
     if _ONEDNN_REORDER is None:
         raise RuntimeError("this PyTorch build has no oneDNN weight reorder (torch.ops.mkldnn)")
     return _ONEDNN_REORDER(weight, PACK_BATCH_HINT)
-
-
-# instruction sets chosen at run time (LLMLAB_ISA_* of kernels/cpu_kernels.h)
-ISA_FLAGS = {"avx512": 1, "avx512_bf16": 2, "avx512_vnni": 4, "avx2": 8}  # avx2: and FMA
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -197,17 +193,6 @@ def isa() -> list[str]:
     under the cap of `set_isa_cap`): names of `ISA_FLAGS`."""
     have = load_library().llmlab_isa()
     return [name for name, bit in ISA_FLAGS.items() if have & bit]
-
-
-def isa_cap_mask(names: list[str] | None) -> int:
-    """The C kernels' cap (`llmlab_set_isa_cap`) for at most `names` of `ISA_FLAGS`; -1 (no cap)
-    for None. ValueError naming the unknown ones."""
-    if names is None:
-        return -1
-    unknown = [n for n in names if n not in ISA_FLAGS]
-    if unknown:
-        raise ValueError(f"names: got {unknown}, expected names from {list(ISA_FLAGS)}")
-    return sum(ISA_FLAGS[n] for n in set(names))
 
 
 def set_isa_cap(names: list[str] | None) -> None:

@@ -112,7 +112,9 @@ def pool_table(manager: KVCacheManager, block_ids: Iterable[int] | None = None) 
                 "block": bid,
                 "held by": ",".join(holders.get(bid, [])) or "-",
                 "ref_cnt": b.ref_cnt,
-                "hash": f"{b.block_hash & 0xFFFF:04x}.." if b.block_hash is not None else "-",
+                # 0x: four hex digits of letters only ("daca") beside a request id ("A")
+                # would read as a word
+                "hash": f"0x{b.block_hash & 0xFFFF:04x}.." if b.block_hash is not None else "-",
                 "cached tokens": "-" if b.token_ids is None else " ".join(map(str, b.token_ids)),
                 "free-queue place": place.get(bid, "-"),
             }
