@@ -16,8 +16,8 @@
  * tile's tokens times the `group` query heads that share the KV head (GQA): each K/V row is
  * loaded once per unit and used by all of them. Keys go K_CHUNK at a time, across block
  * boundaries. Per chunk and query row:
- *   1. scores s_j = q·k_j (q pre-scaled): head_dim/16 fused multiply-adds of 16-float vectors,
- *      then a horizontal sum per key;
+ *   1. scores s_j = q·k_j (q pre-scaled): head_dim/VW fused multiply-adds of VW-float vectors
+ *      (cpu_vec.h), then a horizontal sum per key;
  *   2. causal mask, online softmax: running max m, running sum l, and the output acc rescaled
  *      by exp(m_old - m_new) when the max grows;
  *   3. acc += p_j · v_j over the visible keys.
@@ -37,7 +37,7 @@
 typedef uint8_t vu8 __attribute__((vector_size(VW)));
 typedef uint32_t vu32 __attribute__((vector_size(VW * 4)));
 
-/* 16 fp8 e4m3 values (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
+/* VW fp8 e4m3 values (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
  * and the cache never holds NaN: values are clamped to +-448 before they are stored) widened
  * to float32 with integer operations only: the sign goes to bit 31, exponent and mantissa to
  * bits 20-26 (a float32 with exponent bias 127, subnormals included), then one multiply by
@@ -49,7 +49,7 @@ static inline vf fp8_load(const uint8_t *p) {
     return (vf)(((u & 0x80) << 24) | ((u & 0x7f) << 20)) * 0x1p120f;
 }
 
-/* K or V row elements c .. c+15 of a cache row, float32 or fp8 (FP8 a constant) */
+/* K or V row elements c .. c+VW-1 of a cache row, float32 or fp8 (FP8 a constant) */
 static inline __attribute__((always_inline)) vf kv_load(const int FP8, const char *row, int c) {
     return FP8 ? fp8_load((const uint8_t *)row + c) : vload((const float *)row + c);
 }

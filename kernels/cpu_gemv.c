@@ -2,7 +2,7 @@
  *
  * With one token per step, `y = x Wᵀ` reads every weight once and does 2 FLOPs per weight: the
  * time is the time to stream W from memory. This kernel is that stream: each thread takes a
- * contiguous range of W's rows, four at a time, and walks them in 16-float vectors against x
+ * contiguous range of W's rows, four at a time, and walks them in VW-float vectors against x
  * (which stays in L1), then sums each row's vector horizontally. On SmolLM2's small per-layer
  * matrices (0.4-3.5 MB) it is faster than oneDNN's GEMV, whose per-call set-up shows at
  * these sizes. Built with the other CPU kernels into one library (llmlab/ops/cpu_library.py);

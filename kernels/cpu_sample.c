@@ -2,7 +2,7 @@
  *
  * A greedy step picks, per request, the token with the largest logit: one pass over a row of
  * vocab floats (49,152 for SmolLM2). torch.argmax walks a row one element at a time (43 us a
- * row on a 2-core Zen 4: 1.4 ms of a batch-64 step), this kernel 16 lanes at a time, rows
+ * row on a 2-core Zen 4: 1.4 ms of a batch-64 step), this kernel VW lanes at a time, rows
  * shared among the threads. Same answer as torch.argmax: the first index of the maximum, and
  * where a row holds a NaN, the first NaN's index (torch orders NaN above every number). Built
  * with the other CPU kernels into one library (llmlab/ops/cpu_library.py); `llmlab.sampling.
@@ -44,7 +44,7 @@ static int64_t argmax_row(const float *x, int64_t V) {
         for (int i = 1; i < VW; i++)
             if (vmax[i] > m || (vmax[i] == m && vidx[i] < best)) m = vmax[i], best = vidx[i];
     }
-    for (int64_t k = full; k < V; k++) {                     /* the last V % 16 */
+    for (int64_t k = full; k < V; k++) {                     /* the last V % VW */
         if (x[k] != x[k]) return k;
         if (x[k] > x[best]) best = k;
     }
