@@ -629,6 +629,16 @@ static int run_unit_avx2(int64_t p, int64_t panels, int64_t c, int64_t chunks, i
 
 #define GEMV_BLOCKS NR   /* blocks per unit of the one-row GEMV: the batch matmul's panel */
 
+/* Which tiles run weights of type wtype (LLMLAB_W_F32, _BF16, _INT8) packed by
+ * llmlab_pack_weight on this CPU: LLMLAB_PACKED_AVX512 (float32: AVX-512F; bf16, int8: AVX-512
+ * BF16), else LLMLAB_PACKED_AVX2 (AVX2 and FMA), else 0: none */
+int llmlab_packed_tiles(int64_t wtype) {
+    const int isa = llmlab_isa();
+    if (isa & (wtype == LLMLAB_W_F32 ? LLMLAB_ISA_AVX512 : LLMLAB_ISA_AVX512_BF16))
+        return LLMLAB_PACKED_AVX512;
+    return isa & LLMLAB_ISA_AVX2 ? LLMLAB_PACKED_AVX2 : 0;
+}
+
 
 /* y[n] = add[n] + (x . W[n] (* scales[n]) + bias[n]) for n < N, one row of x against weights
  * packed by llmlab_pack_weight (wtype LLMLAB_W_F32, LLMLAB_W_BF16, or LLMLAB_W_INT8 with its
@@ -639,15 +649,15 @@ static int run_unit_avx2(int64_t p, int64_t panels, int64_t c, int64_t chunks, i
  * the same operations as llmlab_packed_gemm's tile on that row (int8: x rounded to int16, see
  * the int8 micro-tile; a float32 unit also asks for the start of the thread's next unit, as
  * the batch tiles do). Then `add`, which may be y, is added. An orphaned `omp for` without its
- * barrier (see llmlab_gemv_rows); float32: AVX-512F, else AVX2; bf16 and int8: K % 32 == 0
- * and AVX-512 BF16, else AVX2 (the caller checks llmlab_isa). */
+ * barrier (see llmlab_gemv_rows); bf16 and int8: K % 32 == 0; the tiles llmlab_packed_tiles
+ * names (the caller checks that there are some). */
 void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const float *scales,
                              const float *bias, const float *add, float *y, int64_t N,
                              int64_t K) {
 #ifdef LLMLAB_X86
-    const int isa = llmlab_isa(), vnni = isa & LLMLAB_ISA_AVX512_VNNI;
+    const int vnni = llmlab_isa() & LLMLAB_ISA_AVX512_VNNI;
     const int int8 = wtype == LLMLAB_W_INT8, f32 = wtype == LLMLAB_W_F32;
-    const int avx512 = isa & (f32 ? LLMLAB_ISA_AVX512 : LLMLAB_ISA_AVX512_BF16);
+    const int avx512 = llmlab_packed_tiles(wtype) == LLMLAB_PACKED_AVX512;
     /* each thread rounds x once, for its blocks: to bf16 pairs, or to int16 pairs and their
      * step (float32, and bf16 on AVX2: x as it is) */
     uint32_t xb[f32 ? 1 : K / 2];
@@ -694,9 +704,9 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
 static int packed_gemm_f32(const float *x, int64_t x_stride, const float *P, const float *bias,
                            float *y, int64_t T, int64_t N, int64_t K) {
 #ifdef LLMLAB_X86
-    const int isa = llmlab_isa();
-    if (!(isa & (LLMLAB_ISA_AVX512 | LLMLAB_ISA_AVX2))) return -1;
-    f32_tile_fn *tile_fn = isa & LLMLAB_ISA_AVX512 ? tile_f32 : tile_f32_avx2;
+    const int tiles = llmlab_packed_tiles(LLMLAB_W_F32);
+    if (!tiles) return -1;
+    f32_tile_fn *tile_fn = tiles == LLMLAB_PACKED_AVX512 ? tile_f32 : tile_f32_avx2;
     const int64_t panels = ((N + PK - 1) / PK + NR - 1) / NR;
     const int64_t chunks = (T + F32_ROWS_PER_UNIT - 1) / F32_ROWS_PER_UNIT;
     const int64_t rows = (T + chunks - 1) / chunks;
@@ -723,9 +733,9 @@ int llmlab_packed_gemm(const float *x, int64_t x_stride, const void *P, int64_t 
                        int64_t K) {
     if (wtype == LLMLAB_W_F32) return packed_gemm_f32(x, x_stride, P, bias, y, T, N, K);
 #ifdef LLMLAB_X86
-    const int isa = llmlab_isa(), avx512 = isa & LLMLAB_ISA_AVX512_BF16;
-    if (!(avx512 || (isa & LLMLAB_ISA_AVX2)) || K % 32) return -1;
-    const int int8 = wtype == LLMLAB_W_INT8, vnni = isa & LLMLAB_ISA_AVX512_VNNI;
+    const int tiles = llmlab_packed_tiles(wtype), avx512 = tiles == LLMLAB_PACKED_AVX512;
+    if (!tiles || K % 32) return -1;
+    const int int8 = wtype == LLMLAB_W_INT8, vnni = llmlab_isa() & LLMLAB_ISA_AVX512_VNNI;
     if (T == 1 && int8) {   /* the same integer sums, in the GEMV's units that stream W */
 #pragma omp parallel
         llmlab_packed_gemv_rows(x, P, wtype, scales, bias, NULL, y, N, K);

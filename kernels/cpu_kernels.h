@@ -97,7 +97,11 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
                              const float *bias, const float *add, float *y, int64_t N,
                              int64_t K);
 
-float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K);   /* x86, AVX-512BW */
+float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K);   /* x86: AVX-512BW or AVX2 */
+
+#define LLMLAB_PACKED_AVX512 2   /* what llmlab_packed_tiles returns */
+#define LLMLAB_PACKED_AVX2 1
+int llmlab_packed_tiles(int64_t wtype);
 
 
 void llmlab_gemv_rows(const float *x, const float *W, const float *bias, const float *add,

@@ -346,15 +346,15 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
                          int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                          float scale) {
     const int64_t qw = heads * head_dim, kw = kv_heads * head_dim;
-    /* bf16 and int8 blocks hold (k, k + 1) pairs: their GEMVs need AVX-512 BF16 or AVX2 (where
-     * such packing happens) and K % 32 == 0; float32 blocks AVX-512F or AVX2 */
-    const int isa = llmlab_isa();
+    /* packed weights need tiles for their type here (where such packing happens); bf16 and
+     * int8 blocks hold (k, k + 1) pairs: K % 32 == 0 */
     const int pairs = wtype == LLMLAB_W_BF16_PACKED || wtype == LLMLAB_W_INT8_PACKED;
-    if (pairs && (!(isa & (LLMLAB_ISA_AVX512_BF16 | LLMLAB_ISA_AVX2)) || hidden % 32 || qw % 32
-                  || inter % 32))
-        return -1;
-    if (wtype == LLMLAB_W_F32_PACKED && !(isa & (LLMLAB_ISA_AVX512 | LLMLAB_ISA_AVX2)))
-        return -1;
+    const int64_t packed_type = wtype == LLMLAB_W_BF16_PACKED   ? LLMLAB_W_BF16
+                                : wtype == LLMLAB_W_INT8_PACKED ? LLMLAB_W_INT8
+                                : wtype == LLMLAB_W_F32_PACKED  ? LLMLAB_W_F32
+                                                                : -1;
+    if (packed_type >= 0 && !llmlab_packed_tiles(packed_type)) return -1;
+    if (pairs && (hidden % 32 || qw % 32 || inter % 32)) return -1;
     float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;
     const step_args a = {.hidden = hidden, .heads = heads, .kv_heads = kv_heads,
                          .head_dim = head_dim, .inter = inter, .block_size = block_size,

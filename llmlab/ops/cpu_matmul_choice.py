@@ -194,14 +194,15 @@ def _load_or_measure(key: str, dtype: torch.dtype, save: bool) -> str:
 
 def matmul_kernel(weight_dtype: torch.dtype) -> str:
     """Which kernels multiply by a weight of this dtype here (for `doctor` and the benches)."""
-    avx2_only = "avx2" in cpu_matmul.isa() and "avx512_bf16" not in cpu_matmul.isa()
+    have = cpu_matmul.isa()  # (a call into the C library: once)
+    avx2_only = "avx2" in have and "avx512_bf16" not in have
     if weight_dtype == torch.bfloat16:
         if avx2_only and choice(torch.bfloat16) == "llmlab":
             return tr(
                 "bf16: AVX2 FMAs on packed blocks, widened in registers (x float32), from one row",
                 "bf16：打包分块上的 AVX2 FMA，在寄存器里扩展（x 保持 float32），从一行起",
             )
-        if "avx512_bf16" not in cpu_matmul.isa():
+        if "avx512_bf16" not in have:
             return tr(
                 "bf16: widened to float32 in the kernel (no AVX-512 BF16 here)",
                 "bf16：在 kernel 里扩展成 float32（这里没有 AVX-512 BF16）",
@@ -216,7 +217,7 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
             "bf16：AVX-512 BF16（vdpbf16ps，x 舍入为 bf16），从 1 行起都用打包的分块",
         )
     if weight_dtype == torch.int8:
-        if "avx512_bf16" in cpu_matmul.isa() and "avx512_vnni" in cpu_matmul.isa():
+        if "avx512_bf16" in have and "avx512_vnni" in have:
             return tr(
                 "int8: AVX-512 VNNI (vpdpwssd on each row of x rounded to int16) on packed "
                 "blocks, 1-127 rows; from 128 rows widened to bf16, vdpbf16ps on x rounded to "
@@ -231,7 +232,7 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
                 "int8：在任意行数下对每行舍入为 int16 的 x 用 AVX2 vpmaddwd（打包的分块）；"
                 "每个输出通道一个缩放因子",
             )
-        if "avx512_bf16" in cpu_matmul.isa():
+        if "avx512_bf16" in have:
             return tr(
                 "int8: vpmaddwd on each row of x rounded to int16, on packed blocks, 1-127 rows; "
                 "from 128 rows widened to bf16, vdpbf16ps on x rounded to bf16; per-channel scale",
@@ -243,13 +244,13 @@ def matmul_kernel(weight_dtype: torch.dtype) -> str:
                 "int8: AVX-512 widening (vpmovsxbd), per-channel scale",
                 "int8：AVX-512 扩展（vpmovsxbd），每个输出通道一个缩放因子",
             )
-            if "avx512" in cpu_matmul.isa()
+            if "avx512" in have
             else tr(
                 "int8: widened to float32 in the kernel (portable), per-channel scale",
                 "int8：在 kernel 里扩展成 float32（可移植），每个输出通道一个缩放因子",
             )
         )
-    if choice(torch.float32) == "llmlab" and "avx512" not in cpu_matmul.isa():
+    if choice(torch.float32) == "llmlab" and "avx512" not in have:
         return tr(
             "float32: AVX2 FMAs on packed blocks, from one row",
             "float32：打包分块上的 AVX2 FMA，从一行起",
