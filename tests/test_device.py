@@ -15,6 +15,7 @@ rows and the one-transfer staging are exercised, and the tokens compared with th
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -128,6 +129,26 @@ def test_staging_sends_every_array_in_one_buffer_at_fixed_offsets():
     assert again["slot_mapping"].tolist() == [2 * 4 + 1, 0 * 4 + 1, 1 * 4 + 0]
     assert again["block_tables"].tolist() == [[2, 0], [3, 0], [1, 0]]
     assert again["seq_lens"].tolist() == [2, 6, 1]
+
+
+def test_one_sequence_step_arrays_match_the_same_sequence_in_a_batch():
+    """A batch-1 decode step's arrays (built without the batch's table and offsets) are the
+    rows the same sequence gets beside another, and a prefill step's too."""
+    for tokens, starts, q_lens in (([7], [6], [1]), ([7, 8, 9], [4], [3])):
+        one = build_step_arrays(tokens, [[5, 2]], starts, q_lens, [len(tokens) - 1], 4)
+        two = build_step_arrays(
+            tokens + [3], [[5, 2], [1, 0, 6]], starts + [9], q_lens + [1], [0], 4
+        )
+        n = len(tokens)
+        assert one.block_tables.dtype == np.int32 and one.cu_seqlens_q.dtype == np.int32
+        assert one.block_tables.tolist() == [two.block_tables[0, :2].tolist()]
+        assert one.cu_seqlens_q.tolist() == two.cu_seqlens_q[:2].tolist() == [0, n]
+        assert one.slot_mapping.tolist() == two.slot_mapping[:n].tolist()
+        assert one.positions.tolist() == two.positions[:n].tolist()
+        assert one.seq_lens.tolist() == [starts[0] + n]
+    assert build_step_arrays([7], [[5, 2]], [6], [1], [0], 4).slot_mapping.tolist() == [2 * 4 + 2]
+    wide = build_step_arrays([7], [[5, 2]], [6], [1], [0], 4, table_width=3)
+    assert wide.block_tables.tolist() == [[5, 2, 0]]
 
 
 def test_padding_rows_of_a_graph_step_write_nothing_and_read_block_zero():

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.model import LlamaModel, attention_probs, load_model, tiny_model
+from llmlab.ops import _checks
 
 PROMPTS = [
     "The capital of France is",
@@ -191,6 +194,23 @@ def test_cpu_backend_forward_matches_the_torch_forward():
     torch.testing.assert_close(logits["cpu"], logits["torch"], atol=1e-4, rtol=1e-4)
 
 
+def test_model_calls_run_in_inference_mode_entered_or_not():
+    """forward and compute_logits run under inference mode whether the caller turned it on (an
+    engine's step, once) or not: no autograd graph, the same logits both ways."""
+    model = tiny_model(seed=2)
+    cache = ContiguousKVCache(model.config, batch_size=1, max_len=16, dtype=model.dtype)
+    ids = torch.tensor([3, 1, 4, 1, 5])
+    outside = model.compute_logits(model(ids, torch.arange(5), cache.context([5], backend="torch")))
+    assert outside.is_inference() and not outside.requires_grad
+    assert not torch.is_inference_mode_enabled()
+    cache = ContiguousKVCache(model.config, batch_size=1, max_len=16, dtype=model.dtype)
+    with torch.inference_mode():
+        inside = model.compute_logits(
+            model(ids, torch.arange(5), cache.context([5], backend="torch"))
+        )
+    assert torch.equal(inside, outside)
+
+
 def test_metadata_refuses_caches_unlike_the_first_layers():
     """The step's metadata is checked once, for every layer: a layer cache unlike layer 0's is
     a ValueError naming it when the metadata is built (also in a list that passed before), and
@@ -221,6 +241,13 @@ def test_metadata_refuses_caches_unlike_the_first_layers():
     good[1] = bad[1]
     with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
         AttentionMetadata(kv_caches=good, **fields)
+    # the record of caches that passed goes when one of them is freed (its id may be reused)
+    passed = [(k.clone(), v.clone()) for k, v in md.kv_caches]
+    AttentionMetadata(kv_caches=passed, **fields)
+    assert _checks._CHECKED_CACHES["ids"] is not None
+    del passed
+    gc.collect()
+    assert _checks._CHECKED_CACHES["ids"] is None
     short = AttentionMetadata(kv_caches=list(md.kv_caches)[:-1], **fields)
     with pytest.raises(ValueError, match="one per layer"):
         model(torch.tensor([5, 6, 7, 8]), cache.positions([4]), short)

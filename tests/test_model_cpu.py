@@ -267,10 +267,29 @@ def test_one_float32_row_runs_our_gemv_on_the_packed_blocks_or_the_dense_rows(ke
     assert calls[0] == one and ("gemv", 3) not in calls, calls
 
 
+def test_rope_rows_come_from_the_tables_as_computed():
+    """The fast model's cos and sin come from tables made at load: bit for bit what computing
+    the angles gives, at random positions over the table and past its end (computed then)."""
+    model = _model(4, 2, 16, False, seed=3)
+    fast = cpu_model(model)
+    last = model.config.max_position_embeddings
+    gen = torch.Generator().manual_seed(0)
+    for positions in (
+        torch.randint(0, last, (33,), generator=gen),
+        torch.tensor([0]),
+        torch.tensor([last - 1]),
+        torch.tensor([last, last + 7]),
+    ):
+        cos, sin = fast.rope_cos_sin(positions)
+        angles = positions.float().unsqueeze(1) * model.inv_freq.unsqueeze(0)
+        assert torch.equal(cos, angles.cos()) and torch.equal(sin, angles.sin())
+        assert cos.is_contiguous() and sin.shape == (len(positions), model.config.head_dim // 2)
+
+
 def test_prepared_weights_share_one_dense_copy():
     """q/k/v and gate/up are stacked once; the readable layer's parameters become views of the
-    stacked matrices, so the fast path adds only the packed copies for batches to the
-    parameters."""
+    stacked matrices, so the fast path adds only the packed copies for batches (and its RoPE
+    tables) to the parameters."""
     model = _model(4, 2, 16, False, seed=11)
     params = weight_bytes(model)
     fast = cpu_model(model)
@@ -284,7 +303,9 @@ def test_prepared_weights_share_one_dense_copy():
         == layer.gate_up.weight.untyped_storage().data_ptr()
     )
     packed = sum(m.extra_bytes() for m in fast.modules() if isinstance(m, CpuLinear))
-    assert weight_bytes(fast) == params + packed
+    rope = fast.rope_cos.nbytes + fast.rope_sin.nbytes  # the RoPE tables, computed at load
+    assert rope == 2 * model.config.max_position_embeddings * (model.config.head_dim // 2) * 4
+    assert weight_bytes(fast) == params + packed + rope
     # and the readable model still computes what it did
     ids = [5, 6, 7, 8]
     torch.testing.assert_close(

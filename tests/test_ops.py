@@ -712,7 +712,7 @@ def _rope_tables(head_dim: int, max_positions: int):
     """(inv_freq, the kernel's cos/sin table) of a Llama with this head_dim."""
     from llmlab.config import tiny_config
     from llmlab.model import rope_inv_freq
-    from llmlab.model.gpu import rope_cos_sin_cache
+    from llmlab.model.llama import rope_cos_sin_cache
 
     inv_freq = rope_inv_freq(tiny_config(head_dim=head_dim))
     return inv_freq, rope_cos_sin_cache(inv_freq, max_positions)

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmlab.model import huge_pages
-from llmlab.model.llama import DecoderLayer, LlamaModel
+from llmlab.model.llama import DecoderLayer, LlamaModel, rope_cos_sin_cache
 from llmlab.ops import cpu_backend, cpu_decode, cpu_matmul, cpu_matmul_choice
 from llmlab.ops.metadata import AttentionMetadata
 
@@ -413,6 +413,10 @@ def cpu_model(model: LlamaModel) -> LlamaModel:
         arena,
     )
     fast.inv_freq = model.inv_freq
+    table = rope_cos_sin_cache(model.inv_freq, model.config.max_position_embeddings)
+    half = table.shape[1] // 2
+    fast.register_buffer("rope_cos", table[:, :half].contiguous(), persistent=False)
+    fast.register_buffer("rope_sin", table[:, half:].contiguous(), persistent=False)
     fast.weight_dtype = model.lm_head.weight.dtype
     return fast.eval()
 
@@ -426,8 +430,16 @@ class CpuLlamaModel(LlamaModel):
     _stacks: tuple = ((), ())  # (the plans they were made for, [DecodeStack or layer index])
 
     def rope_cos_sin(self, positions: torch.Tensor):
-        angles = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, d/2]
-        return angles.cos(), angles.sin()
+        """cos, sin [T, d/2] float32: rows of the tables `cpu_model` computed at load (two
+        lookups where computing the angles takes six operators), or computed the same way for a
+        position past them."""
+        try:
+            return self.rope_cos.index_select(0, positions), self.rope_sin.index_select(
+                0, positions
+            )
+        except IndexError:
+            angles = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, d/2]
+            return angles.cos(), angles.sin()
 
     def run_layers(
         self,

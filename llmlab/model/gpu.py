@@ -62,18 +62,15 @@ from torch import nn
 
 from llmlab import ops
 from llmlab.model.cpu import stack_linears
-from llmlab.model.llama import DecoderLayer, LlamaModel, check_num_layers
+from llmlab.model.llama import (
+    DecoderLayer,
+    LlamaModel,
+    check_num_layers,
+    inference,
+    rope_cos_sin_cache,
+)
 from llmlab.ops import fused
 from llmlab.ops.metadata import AttentionMetadata
-
-
-def rope_cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
-    """[max_positions, head_dim] float32: cos(p * theta_i) in the first half of row p, sin in the
-    second (vLLM's `RotaryEmbedding._compute_cos_sin_cache`). The angles are computed as
-    `LlamaModel.rope_cos_sin` computes them, so a float32 model gets the same numbers."""
-    positions = torch.arange(max_positions, device=inv_freq.device).float()
-    angles = positions.unsqueeze(1) * inv_freq.unsqueeze(0)  # [max_positions, head_dim / 2]
-    return torch.cat((angles.cos(), angles.sin()), dim=1).contiguous()
 
 
 class RotaryEmbedding(nn.Module):
@@ -174,7 +171,7 @@ class GpuLlamaModel(LlamaModel):
     """The fast path's model: `LlamaModel`'s interface (`forward`, `compute_logits`,
     `allocate_kv_caches`, `device`, `dtype`, `config`) over `GpuDecoderLayer`s."""
 
-    @torch.inference_mode()
+    @inference
     def forward(
         self,
         input_ids: torch.Tensor,

@@ -13,6 +13,7 @@ each layer's call (`llmlab.ops.attention`) checks only its own q, k and v (`chec
 
 from __future__ import annotations
 
+import itertools
 import weakref
 
 import numpy as np
@@ -295,18 +296,23 @@ def _check_query_offsets(cu_seqlens_q, seq_lens, num_tokens: int) -> int:
     return 0
 
 
-# weak references to the tensors of the last `kv_caches` found alike (an engine passes the same
-# caches every step: looking at each of SmolLM2's 60 again took 50 us of a 5-10 ms batch-1 step)
-_CHECKED_CACHES: list[weakref.ref] = []
+# the ids of the tensors of the last `kv_caches` found alike (an engine passes the same caches
+# every step: looking at each of SmolLM2's 60 again took 50 us of a 5-10 ms batch-1 step, and
+# comparing them one by one in Python 15-80 us), forgotten as soon as one of those tensors is
+# freed, before its id can be reused; weak references, so the check keeps no cache alive
+_CHECKED_CACHES: dict = {"ids": None, "refs": []}
+
+
+def _forget_checked_caches(_ref: weakref.ref) -> None:
+    _CHECKED_CACHES["ids"] = None
 
 
 def _check_every_layer_cache(kv_caches, key0: torch.Tensor) -> None:
     """Every layer's two caches are contiguous tensors like layer 0's key cache; the same
     tensors as last time (by identity) pass without being looked at again."""
-    global _CHECKED_CACHES
-    tensors = [t for pair in kv_caches for t in pair]
-    refs = _CHECKED_CACHES
-    if len(refs) == len(tensors) and all(r() is t for r, t in zip(refs, tensors)):
+    tensors = tuple(itertools.chain.from_iterable(kv_caches))
+    ids = tuple(map(id, tensors))
+    if ids == _CHECKED_CACHES["ids"]:
         return
     for i, pair in enumerate(kv_caches):
         for t in pair:
@@ -327,7 +333,8 @@ def _check_every_layer_cache(kv_caches, key0: torch.Tensor) -> None:
                     got,
                     f"contiguous {tuple(key0.shape)} {key0.dtype} on {key0.device}, like layer 0's",
                 )
-    _CHECKED_CACHES = [weakref.ref(t) for t in tensors]
+    _CHECKED_CACHES["refs"] = [weakref.ref(t, _forget_checked_caches) for t in tensors]
+    _CHECKED_CACHES["ids"] = ids
 
 
 def check_metadata(

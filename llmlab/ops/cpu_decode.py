@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 
 import torch
 
@@ -204,14 +205,15 @@ class DecodeStack:
             )
         self.plans = list(plans)
         self._caches: tuple = ()  # the (key, value) caches the array was made for
+        self._cache_ids: tuple = ()  # their ids (unique while held)
         self._array = None
+        self._scratch = torch.empty(self.plans[0].scratch_size, dtype=torch.float32)
 
     def _pointers(self, caches: list[tuple[torch.Tensor, torch.Tensor]]) -> ctypes.Array:
         """Every layer's weight pointers then its two caches', as one array of void pointers:
         made (and the caches checked) when the caches are not the ones of the last call."""
-        if len(caches) == len(self._caches) and all(
-            k is ck and v is cv for (k, v), (ck, cv) in zip(caches, self._caches)
-        ):
+        ids = tuple(map(id, itertools.chain.from_iterable(caches)))
+        if ids == self._cache_ids:
             return self._array
         if len(caches) != len(self.plans):
             raise ValueError(
@@ -232,6 +234,7 @@ class DecodeStack:
         ]
         self._array = (ctypes.c_void_p * len(ptrs))(*ptrs)
         self._caches = tuple((k, v) for k, v in caches)  # held: the array points into them
+        self._cache_ids = ids
         return self._array
 
     def __call__(
@@ -264,14 +267,13 @@ class DecodeStack:
             )
         layers = self._pointers(caches)
         out = torch.empty(1, first.hidden, dtype=torch.float32)
-        scratch = torch.empty(first.scratch_size, dtype=torch.float32)
         with traced("llmlab_cpu::decode_layers"):
             rc = load_library().llmlab_decode_layers(
                 len(self.plans),
                 layers,
                 x.data_ptr(),
                 out.data_ptr(),
-                scratch.data_ptr(),
+                self._scratch.data_ptr(),
                 first.eps,
                 first.wtype,
                 cos.data_ptr(),

@@ -26,6 +26,7 @@ from torch import nn
 
 from llmlab.kvcache import ContiguousKVCache
 from llmlab.model import LlamaModel
+from llmlab.model.llama import inference
 from llmlab.ops.metadata import AttentionMetadata
 from llmlab.parallel.launch import launch, rank_device, split_evenly
 from llmlab.parallel.source import ModelSource
@@ -66,7 +67,7 @@ class PipelineStage(nn.Module):
 
     rope_cos_sin = LlamaModel.rope_cos_sin  # the model's own RoPE tables
 
-    @torch.inference_mode()
+    @inference
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata
     ) -> torch.Tensor:
@@ -78,7 +79,7 @@ class PipelineStage(nn.Module):
             x = layer(x, cos, sin, metadata, local_index)  # this stage's cache index
         return self.norm(x) if self.is_last else x
 
-    @torch.inference_mode()
+    @inference
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()  # [N, vocab]
 

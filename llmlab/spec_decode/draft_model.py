@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from llmlab.model import LlamaModel
+from llmlab.model.llama import inference
 from llmlab.ops.metadata import AttentionMetadata
 
 
@@ -33,7 +34,7 @@ class EarlyExitProposer:
         self.model = model
         self.num_layers = num_layers
 
-    @torch.inference_mode()
+    @inference
     def propose_step(
         self,
         requests: list,

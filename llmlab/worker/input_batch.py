@@ -81,12 +81,13 @@ def build_step_arrays(
     starts_a = np.asarray(starts, dtype=np.int64)  # [S]
     q_lens_a = np.asarray(q_lens, dtype=np.int64)  # [S]
     num_tokens = len(token_ids)
-    cu = np.zeros(num_seqs + 1, dtype=np.int32)  # [S + 1]
-    np.cumsum(q_lens_a, out=cu[1:])
     if num_tokens == num_seqs:  # decode only: one token per sequence
+        cu = np.arange(num_seqs + 1, dtype=np.int32)  # [S + 1]
         seq_idx = np.arange(num_seqs)
         positions = starts_a
     else:
+        cu = np.zeros(num_seqs + 1, dtype=np.int32)  # [S + 1]
+        np.cumsum(q_lens_a, out=cu[1:])
         seq_idx = np.repeat(np.arange(num_seqs), q_lens_a)  # [T]
         positions = starts_a[seq_idx] + np.arange(num_tokens) - cu[:-1][seq_idx]  # [T]
     table = _block_table(block_ids, table_width)  # [S, W]
@@ -109,6 +110,8 @@ def build_step_arrays(
 
 def _block_table(block_ids: list[list[int]], width: int | None) -> np.ndarray:
     """[S, width] int32, row s holding `block_ids[s]` then zeros (never read: past its length)."""
+    if len(block_ids) == 1 and width is None:  # one sequence: its blocks as they are
+        return np.array(block_ids, dtype=np.int32)
     lens = np.fromiter(map(len, block_ids), dtype=np.int64, count=len(block_ids))  # [S]
     width = int(lens.max()) if width is None else width
     table = np.zeros((len(block_ids), width), dtype=np.int32)

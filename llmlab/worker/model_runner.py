@@ -279,7 +279,9 @@ class ModelRunner:
                 fill_prompt_logprobs(self.model.compute_logits, out, hidden)
             if not inp.sample_requests:
                 return []
-            rows = hidden[inp.sample_rows]  # [sum(k + 1), hidden]
+            # [sum(k + 1), hidden]; a decode step without padding samples every row, in order
+            every = inp.sample_rows.shape[0] == hidden.shape[0]
+            rows = hidden if every else hidden[inp.sample_rows]
             return self.verify(rows, inp.sample_requests, inp.num_drafts, out)
 
     def propose_drafts(self, out: SchedulerOutput) -> None:
