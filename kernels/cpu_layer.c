@@ -284,16 +284,24 @@ int llmlab_decode_attention(const float *qkv, int64_t qkv_stride, const float *c
     return rc;
 }
 
+/* The type (LLMLAB_W_F32, _BF16, _INT8) of weights packed into cpu_gemm.c's blocks, from
+ * their LLMLAB_W_*_PACKED; -1 for a dense matrix's type */
+static inline int64_t packed_type(int64_t wtype) {
+    switch (wtype) {
+        case LLMLAB_W_F32_PACKED: return LLMLAB_W_F32;
+        case LLMLAB_W_BF16_PACKED: return LLMLAB_W_BF16;
+        case LLMLAB_W_INT8_PACKED: return LLMLAB_W_INT8;
+        default: return -1;
+    }
+}
+
 /* One of the layer's GEMVs: weights packed (LLMLAB_W_F32_PACKED, _BF16_PACKED, _INT8_PACKED:
- * cpu_gemm.c's blocks, read front to back) or a dense [N, K] matrix of wtype (cpu_quant.c) */
+ * cpu_gemm.c's blocks, read front to back; scales used by int8 only) or a dense [N, K] matrix
+ * of wtype (cpu_quant.c) */
 static void layer_gemv(const float *x, const void *W, int64_t wtype, const float *scales,
                        const float *bias, const float *add, float *y, int64_t N, int64_t K) {
-    if (wtype == LLMLAB_W_F32_PACKED)
-        llmlab_packed_gemv_rows(x, W, LLMLAB_W_F32, NULL, bias, add, y, N, K);
-    else if (wtype == LLMLAB_W_BF16_PACKED)
-        llmlab_packed_gemv_rows(x, W, LLMLAB_W_BF16, NULL, bias, add, y, N, K);
-    else if (wtype == LLMLAB_W_INT8_PACKED)
-        llmlab_packed_gemv_rows(x, W, LLMLAB_W_INT8, scales, bias, add, y, N, K);
+    const int64_t packed = packed_type(wtype);
+    if (packed >= 0) llmlab_packed_gemv_rows(x, W, packed, scales, bias, add, y, N, K);
     else llmlab_qgemv_rows(x, W, wtype, scales, bias, add, y, N, K);
 }
 
@@ -348,12 +356,9 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
     const int64_t qw = heads * head_dim, kw = kv_heads * head_dim;
     /* packed weights need tiles for their type here (where such packing happens); bf16 and
      * int8 blocks hold (k, k + 1) pairs: K % 32 == 0 */
-    const int pairs = wtype == LLMLAB_W_BF16_PACKED || wtype == LLMLAB_W_INT8_PACKED;
-    const int64_t packed_type = wtype == LLMLAB_W_BF16_PACKED   ? LLMLAB_W_BF16
-                                : wtype == LLMLAB_W_INT8_PACKED ? LLMLAB_W_INT8
-                                : wtype == LLMLAB_W_F32_PACKED  ? LLMLAB_W_F32
-                                                                : -1;
-    if (packed_type >= 0 && !llmlab_packed_tiles(packed_type)) return -1;
+    const int64_t packed = packed_type(wtype);
+    const int pairs = packed == LLMLAB_W_BF16 || packed == LLMLAB_W_INT8;
+    if (packed >= 0 && !llmlab_packed_tiles(packed)) return -1;
     if (pairs && (hidden % 32 || qw % 32 || inter % 32)) return -1;
     float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;
     const step_args a = {.hidden = hidden, .heads = heads, .kv_heads = kv_heads,
