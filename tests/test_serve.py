@@ -18,6 +18,7 @@ from llmlab.serve.api_server import build_app
 from llmlab.serve.grammar_compiler import GrammarLimits
 from llmlab.serve.launch import ServerProcess, ServerThread
 from llmlab.serve.prometheus import Histogram, parse_prometheus
+from llmlab.serve.protocol import CompletionRequest, parse_body
 
 MODEL = "smollm2-135m"
 MAX_MODEL_LEN = 256
@@ -344,6 +345,11 @@ BAD = [  # (endpoint, body, status, the field the error must name)
     ),
     ("/v1/completions", b'{"prompt": "hi", "x": ' + b"[" * 40 + b"]" * 40 + b"}", 400, "x"),
     ("/v1/completions", b'{"prompt": "a \\ud800 b"}', 400, "prompt"),
+    ("/v1/completions", b'{"prompt": "a \xed\xa0\x80 b"}', 400, "prompt"),  # its UTF-8 bytes
+    ("/v1/completions", '{"prompt": "\udfff"}'.encode("utf-16-le", "surrogatepass"), 400, "prompt"),
+    ("/v1/completions", b'{"prompt": ["a", "b", "\\uDBFF"]}', 400, "prompt[2]"),
+    ("/v1/completions", b'{"prompt": "hi", "logit_bias": {"\\udc00": 1}}', 400, "logit_bias"),
+    ("/v1/completions", b'{"prompt": ["a", ' + b"[" * 40 + b"]" * 40 + b"]}", 400, "prompt"),
     (
         "/v1/chat/completions",
         b'{"messages": [{"role": "user", "content": "\\ud800"}]}',
@@ -482,6 +488,15 @@ BAD = [  # (endpoint, body, status, the field the error must name)
         "structured_outputs",
     ),
 ]
+
+
+def test_a_surrogate_pair_is_text_and_a_long_list_of_prompts_passes_the_door():
+    """The surrogate check reads the body's bytes first: an escaped pair, and the same
+    character as UTF-8, are text; and 280,000 prompts, some not ASCII, pass the door."""
+    for raw in (b'{"prompt": "\\ud83d\\ude00"}', '{"prompt": "\U0001f600"}'.encode()):
+        assert parse_body(raw, CompletionRequest).prompt == "\U0001f600"
+    many = json.dumps({"prompt": ["a", "b\u00e9"] * 140_000}, ensure_ascii=False).encode()
+    assert parse_body(many, CompletionRequest).prompt[-1] == "b\u00e9"
 
 
 @pytest.mark.model
