@@ -490,6 +490,22 @@ BAD = [  # (endpoint, body, status, the field the error must name)
 ]
 
 
+@pytest.mark.parametrize("inner", ["", "1"], ids=["empty", "a number inside"])
+def test_a_body_nested_to_the_limit_passes_and_one_level_more_is_refused(inner):
+    """MAX_JSON_DEPTH counts the levels of values below the body: "x" is level 1, so 32
+    lists around nothing pass and 33 do not; a number inside is one level more."""
+    from llmlab.serve.protocol import MAX_JSON_DEPTH, OpenAIError
+
+    def body(lists: int) -> bytes:
+        return b'{"prompt": "hi", "x": ' + b"[" * lists + inner.encode() + b"]" * lists + b"}"
+
+    deepest = MAX_JSON_DEPTH - len(inner)  # the most lists that pass
+    assert parse_body(body(deepest), CompletionRequest).prompt == "hi"
+    with pytest.raises(OpenAIError) as e:
+        parse_body(body(deepest + 1), CompletionRequest)
+    assert e.value.status == 400 and e.value.param == "x"
+
+
 def test_a_surrogate_pair_is_text_and_a_long_list_of_prompts_passes_the_door():
     """The surrogate check reads the body's bytes first: an escaped pair, and the same
     character as UTF-8, are text; and 280,000 prompts, some not ASCII, pass the door."""

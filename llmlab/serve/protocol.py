@@ -255,34 +255,42 @@ def _check_json(data: Any, raw: bytes) -> None:
     "\\ud800" parses, but no tokenizer can encode it). The error names where it is.
 
     This runs on every body, up to the body cap (280,000 prompts in 1.1 MB), while the server
-    answers others: a list with no container in it is passed in one C call when no string of
-    the body can hold a surrogate, and a value's path is spelled out only for an error."""
+    answers others. So the walk keeps one iterator per level it is in, not a record per value
+    (which the garbage collector would pass over again and again), a list with no container in
+    it is passed in one C call when no string of the body can hold a surrogate, and a path is
+    spelled out only for an error."""
     texts = json.detect_encoding(raw) != "utf-8" or _SURROGATE_SOURCE.search(raw) is not None
-    stack: list[tuple[Any, tuple, int]] = [(data, (), 0)]
-    while stack:
-        value, where, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            field = str(_flat(where)[0]) if where else "body"
-            raise OpenAIError(
-                400,
-                f"{field}: the request body is nested more than {MAX_JSON_DEPTH} levels deep",
-                field,
-            )
-        if isinstance(value, str):
-            if texts and not _is_text(value):
-                path = _path(where) or "body"
-                raise OpenAIError(
-                    400,
-                    f"{path}: the string holds a lone UTF-16 surrogate (such as \\ud800), "
-                    "which is not text",
-                    path,
-                )
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                stack.append((key, where, depth + 1))
-                stack.append((item, (where, key), depth + 1))
-        elif isinstance(value, list) and (texts or not _CONTAINERS.isdisjoint(map(type, value))):
-            stack.extend((item, (where, i), depth + 1) for i, item in enumerate(value))
+    keys: list = []  # the keys of the containers being walked, from the body down
+    levels = [iter(data.items())]
+    while levels:
+        for key, value in levels[-1]:
+            if texts and isinstance(key, str) and not _is_text(key):
+                _refuse_surrogate(keys)  # a dict's key: named by the dict
+            if isinstance(value, str):
+                if texts and not _is_text(value):
+                    _refuse_surrogate([*keys, key])
+            elif isinstance(value, (dict, list)) and value:
+                if len(levels) >= MAX_JSON_DEPTH:
+                    field = str(keys[0] if keys else key)
+                    raise OpenAIError(
+                        400,
+                        f"{field}: the request body is nested more than {MAX_JSON_DEPTH} "
+                        "levels deep",
+                        field,
+                    )
+                if (
+                    isinstance(value, list)
+                    and not texts
+                    and _CONTAINERS.isdisjoint(map(type, value))
+                ):
+                    continue
+                keys.append(key)
+                levels.append(iter(value.items()) if isinstance(value, dict) else enumerate(value))
+                break
+        else:
+            levels.pop()
+            if keys:
+                keys.pop()
 
 
 _CONTAINERS = frozenset((dict, list))
@@ -296,21 +304,16 @@ def _is_text(value: str) -> bool:
     return True
 
 
-def _flat(where: tuple) -> list:
-    """((((), 'messages'), 0), 'content') → ['messages', 0, 'content']."""
-    keys = []
-    while where:
-        where, key = where
-        keys.append(key)
-    return keys[::-1]
-
-
-def _path(where: tuple) -> str:
-    """'messages[0].content'."""
+def _refuse_surrogate(keys: list) -> None:
     path = ""
-    for key in _flat(where):
+    for key in keys:  # 'messages[0].content'
         path += f"[{key}]" if isinstance(key, int) else f".{key}" if path else key
-    return path
+    path = path or "body"
+    raise OpenAIError(
+        400,
+        f"{path}: the string holds a lone UTF-16 surrogate (such as \\ud800), which is not text",
+        path,
+    )
 
 
 def parse_body(raw: bytes, model_cls: type[BaseModel]) -> Any:
