@@ -228,17 +228,22 @@ class ChatCompletionRequest(_SamplingFields):
 _TYPE_TAG = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\]|.*\[.*\]|[A-Z]\w*)$")
 
 
+def _json_path(keys) -> str:
+    """'messages[0].content' from the keys and indices that lead to a value, the body's first."""
+    path = ""
+    for key in keys:
+        path += f"[{key}]" if isinstance(key, int) else f".{key}" if path else str(key)
+    return path
+
+
 def _param_of(loc: tuple) -> str:
-    """'messages[0].content' from pydantic's loc, leaving out the names of union members."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif out and _TYPE_TAG.match(str(part)):
-            continue  # ('prompt', 'str'): a union branch
-        else:
-            out += ("." if out else "") + str(part)
-    return out
+    """The `_json_path` of pydantic's loc, leaving out the names of union members: ('prompt',
+    'str') is a union branch."""
+    return _json_path(
+        part
+        for i, part in enumerate(loc)
+        if isinstance(part, int) or not (i and _TYPE_TAG.match(str(part)))
+    )
 
 
 def _no_constant(name: str) -> None:
@@ -305,10 +310,7 @@ def _is_text(value: str) -> bool:
 
 
 def _refuse_surrogate(keys: list) -> None:
-    path = ""
-    for key in keys:  # 'messages[0].content'
-        path += f"[{key}]" if isinstance(key, int) else f".{key}" if path else key
-    path = path or "body"
+    path = _json_path(keys) or "body"
     raise OpenAIError(
         400,
         f"{path}: the string holds a lone UTF-16 surrogate (such as \\ud800), which is not text",
