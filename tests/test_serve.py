@@ -18,7 +18,7 @@ from llmlab.serve.api_server import build_app
 from llmlab.serve.grammar_compiler import GrammarLimits
 from llmlab.serve.launch import ServerProcess, ServerThread
 from llmlab.serve.prometheus import Histogram, parse_prometheus
-from llmlab.serve.protocol import CompletionRequest, parse_body
+from llmlab.serve.protocol import MAX_JSON_DEPTH, CompletionRequest, OpenAIError, parse_body
 
 MODEL = "smollm2-135m"
 MAX_MODEL_LEN = 256
@@ -494,7 +494,6 @@ BAD = [  # (endpoint, body, status, the field the error must name)
 def test_a_body_nested_to_the_limit_passes_and_one_level_more_is_refused(inner):
     """MAX_JSON_DEPTH counts the levels of values below the body: "x" is level 1, so 32
     lists around nothing pass and 33 do not; a number inside is one level more."""
-    from llmlab.serve.protocol import MAX_JSON_DEPTH, OpenAIError
 
     def body(lists: int) -> bytes:
         return b'{"prompt": "hi", "x": ' + b"[" * lists + inner.encode() + b"]" * lists + b"}"
