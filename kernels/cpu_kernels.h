@@ -63,6 +63,14 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
                          int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                          float scale);
 
+int llmlab_decode_steps(
+    int64_t n_layers, void *const *layers, void *const *head, int64_t embed_type,
+    int64_t head_type, int64_t vocab, float *x, float *scratch, float *logits, float eps,
+    int64_t wtype, const float *cos, const float *sin, const int64_t *slots,
+    const int32_t *block_table, const int32_t *seq_lens, int64_t block_size, int64_t hidden,
+    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter, float scale, int64_t token,
+    const int64_t *stop_ids, int64_t n_stop, int64_t steps, int64_t *tokens);
+
 int llmlab_decode_attention(
     const float *qkv, int64_t qkv_stride, const float *cos, const float *sin,
     const int64_t *slot_mapping, const int32_t *block_tables, int64_t block_table_stride,

@@ -347,25 +347,42 @@ static void layer_body(const step_args *a, void *const *w, float *x, float *hl,
     *last_ = last;
 }
 
+/* Whether this CPU runs weights of type `wtype` (dense, or packed: their tiles must be here;
+ * bf16 and int8 blocks hold (k, k + 1) pairs, so K % 32 == 0 for every matrix of the layer) */
+static int weights_run_here(int64_t wtype, int64_t hidden, int64_t qw, int64_t inter) {
+    const int64_t packed = packed_type(wtype);
+    const int pairs = packed == LLMLAB_W_BF16 || packed == LLMLAB_W_INT8;
+    if (packed >= 0 && !llmlab_packed_tiles(packed)) return 0;
+    return !(pairs && (hidden % 32 || qw % 32 || inter % 32));
+}
+
+/* What every layer of a call shares but the token's position (cos, sin, slot, seq_len, which
+ * the caller sets), `scratch` laid out as llmlab_decode_layers says */
+static step_args layer_args(int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                            int64_t inter, int64_t block_size, int64_t wtype, float eps,
+                            float scale, const int32_t *block_table, float *scratch) {
+    const int64_t qw = heads * head_dim, kw = kv_heads * head_dim;
+    float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;
+    const step_args a = {.hidden = hidden, .heads = heads, .kv_heads = kv_heads,
+                         .head_dim = head_dim, .inter = inter, .block_size = block_size,
+                         .wtype = wtype, .eps = eps, .scale = scale, .block_table = block_table,
+                         .qkv = qkv, .q = q, .att = att, .gu = gu, .act = gu + 2 * inter};
+    return a;
+}
+
 int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, float *x_out,
                          float *scratch, float eps, int64_t wtype, const float *cos,
                          const float *sin, const int64_t *slot, const int32_t *block_table,
                          const int32_t *seq_len, int64_t block_size, int64_t hidden,
                          int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter,
                          float scale) {
-    const int64_t qw = heads * head_dim, kw = kv_heads * head_dim;
-    /* packed weights need tiles for their type here (where such packing happens); bf16 and
-     * int8 blocks hold (k, k + 1) pairs: K % 32 == 0 */
-    const int64_t packed = packed_type(wtype);
-    const int pairs = packed == LLMLAB_W_BF16 || packed == LLMLAB_W_INT8;
-    if (packed >= 0 && !llmlab_packed_tiles(packed)) return -1;
-    if (pairs && (hidden % 32 || qw % 32 || inter % 32)) return -1;
-    float *qkv = scratch, *q = qkv + qw + 2 * kw, *att = q + qw, *gu = att + qw;
-    const step_args a = {.hidden = hidden, .heads = heads, .kv_heads = kv_heads,
-                         .head_dim = head_dim, .inter = inter, .block_size = block_size,
-                         .wtype = wtype, .eps = eps, .scale = scale, .cos = cos, .sin = sin,
-                         .slot = slot, .block_table = block_table, .seq_len = seq_len,
-                         .qkv = qkv, .q = q, .att = att, .gu = gu, .act = gu + 2 * inter};
+    if (!weights_run_here(wtype, hidden, heads * head_dim, inter)) return -1;
+    step_args a = layer_args(hidden, heads, kv_heads, head_dim, inter, block_size, wtype, eps,
+                             scale, block_table, scratch);
+    a.cos = cos;
+    a.sin = sin;
+    a.slot = slot;
+    a.seq_len = seq_len;
     memcpy(x_out, x, sizeof(float) * hidden);
     int rc = 0;
     double *clock_out = phase_seconds, start = clock_out ? wall_seconds() : 0.0;
@@ -384,3 +401,90 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
     if (clock_out) clock_out[7] += wall_seconds() - start;               /* region end */
     return rc;
 }
+
+/* The ends of the model around its layers, as llmlab_decode_steps takes them: `head` holds
+ * HEAD_SLOTS pointers in this order (cpu_decode.py's DecodeHead writes them). EMBED: the
+ * [vocab, hidden] embedding of type `embed_type` (LLMLAB_W_F32, _BF16, or _INT8 with
+ * EMBED_SCALES, one float32 per token); FINAL_NORM: the final RMSNorm's float32 weight;
+ * LM_HEAD: the [vocab, hidden] LM head of type `head_type`, dense (LLMLAB_W_F32, _BF16, _INT8)
+ * or packed by llmlab_pack_weight (LLMLAB_W_*_PACKED), int8 with LM_HEAD_SCALES. */
+enum { EMBED, EMBED_SCALES, FINAL_NORM, LM_HEAD, LM_HEAD_SCALES, HEAD_SLOTS };
+
+/* One token's embedding row, as float32, into x[hidden] */
+static void embed_row(const void *E, int64_t type, const float *scales, int64_t token, float *x,
+                      int64_t hidden) {
+    if (type == LLMLAB_W_BF16) {   /* bf16 is float32's upper half */
+        const uint16_t *row = (const uint16_t *)E + token * hidden;
+        for (int64_t i = 0; i < hidden; i++) {
+            const uint32_t bits = (uint32_t)row[i] << 16;
+            memcpy(x + i, &bits, sizeof bits);
+        }
+    } else if (type == LLMLAB_W_INT8) {
+        const int8_t *row = (const int8_t *)E + token * hidden;
+        for (int64_t i = 0; i < hidden; i++) x[i] = (float)row[i] * scales[token];
+    } else {
+        memcpy(x, (const float *)E + token * hidden, sizeof(float) * hidden);
+    }
+}
+
+/* Multi-step greedy decoding of ONE sequence in one call (multi-step scheduling's loop,
+ * `CpuLlamaModel.greedy_decode`): `steps` forwards, forward j embedding token j (the first is
+ * `token`, each next one the token the forward before picked), running the decoder layers as
+ * llmlab_decode_layers does for position j (cos, sin: row j of [steps, head_dim/2]; slot j of
+ * `slots`; seq_lens[j] keys), the final RMSNorm, the LM head's GEMV into logits[vocab] and the
+ * argmax (llmlab_argmax_rows's answer), written to tokens[j]. It stops after a token among
+ * stop_ids[n_stop]. The same kernels and order of operations as a step of the model followed
+ * by the sampler's argmax (the LM head's GEMV is the layers' layer_gemv, what a one-row
+ * CpuLinear runs), one OpenMP region for all of it: nothing runs between two tokens but a
+ * barrier. x: [hidden] floats; scratch as for llmlab_decode_layers. Returns the number of
+ * tokens written, or -1 where llmlab_decode_layers would refuse the layers or the LM head. */
+int llmlab_decode_steps(int64_t n_layers, void *const *layers, void *const *head,
+                        int64_t embed_type, int64_t head_type, int64_t vocab, float *x,
+                        float *scratch, float *logits, float eps, int64_t wtype,
+                        const float *cos, const float *sin, const int64_t *slots,
+                        const int32_t *block_table, const int32_t *seq_lens, int64_t block_size,
+                        int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                        int64_t inter, float scale, int64_t token, const int64_t *stop_ids,
+                        int64_t n_stop, int64_t steps, int64_t *tokens) {
+    const int64_t qw = heads * head_dim, half = head_dim / 2;
+    if (!weights_run_here(wtype, hidden, qw, inter)
+        || !weights_run_here(head_type, hidden, qw, inter))
+        return -1;
+    const step_args base = layer_args(hidden, heads, kv_heads, head_dim, inter, block_size, wtype,
+                                      eps, scale, block_table, scratch);
+    int64_t count = 0;
+    int rc = 0, stop = 0;
+    spin_barrier bar = {0, 0};
+#pragma omp parallel
+    {
+        const int nth = region_threads();
+        double last = 0.0, *clock_out = NULL;
+        float hl[hidden];
+        for (int64_t j = 0; j < steps && !stop; j++) {
+            step_args a = base;
+            a.cos = cos + j * half;
+            a.sin = sin + j * half;
+            a.slot = slots + j;
+            a.seq_len = seq_lens + j;
+#pragma omp master
+            embed_row(head[EMBED], embed_type, head[EMBED_SCALES], j ? tokens[j - 1] : token, x,
+                      hidden);
+            spin_wait(&bar, nth);
+            for (int64_t l = 0; l < n_layers; l++)
+                layer_body(&a, layers + l * LAYER_SLOTS, x, hl, &bar, nth, &rc, clock_out, &last);
+            norm_row(x, NULL, head[FINAL_NORM], NULL, hl, hidden, eps);   /* per thread */
+            layer_gemv(hl, head[LM_HEAD], head_type, head[LM_HEAD_SCALES], NULL, NULL, logits,
+                       vocab, hidden);
+            spin_wait(&bar, nth);
+#pragma omp master
+            {
+                llmlab_argmax_rows(logits, vocab, 1, vocab, tokens + j);
+                count = j + 1;
+                for (int64_t i = 0; i < n_stop; i++) stop |= tokens[j] == stop_ids[i];
+            }
+            spin_wait(&bar, nth);   /* every thread sees the token, the count and `stop` */
+        }
+    }
+    return rc ? rc : (int)count;
+}
+

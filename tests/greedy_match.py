@@ -60,3 +60,15 @@ def hf_greedy(hf_model, prompt_ids: list[int], max_new_tokens: int) -> list[int]
     finally:
         hf_model.generation_config.eos_token_id = saved
     return out[0, len(prompt_ids) :].tolist()
+
+
+def assert_same_or_near_tie(model, prompt: list[int], got: list[int], want: list[int]) -> None:
+    """`got` equals `want`, or first differs where `model` (an llmlab model) puts its top-2
+    logits after `prompt + want[:i]` within NEAR_TIE (tokens after that are not compared)."""
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            top2 = model.logits_for(prompt + want[:i])[-1].topk(2).values
+            gap = float(top2[0] - top2[1])
+            assert gap <= NEAR_TIE, f"token {i} differs ({a} vs {b}), top-2 gap {gap}"
+            return
+    assert len(got) == len(want)

@@ -16,7 +16,10 @@ ignored, the same token ids given to both.
 
 - llmlab: `LLM(model)` with its default backend (what the benchmarks measure), driven one
   `step()` at a time; `max_num_batched_tokens` large enough that the whole batch's prompts
-  are one step, as llama.cpp takes them in one `llama_decode`.
+  are one step, as llama.cpp takes them in one `llama_decode`. `--num-scheduler-steps K`
+  gives it multi-step scheduling (`EngineConfig.num_scheduler_steps`; default 1, the
+  engine's default): a decode step then runs up to K forwards, each `step()` bringing up to K
+  tokens per sequence.
 - llama.cpp: its low-level API (`llamacpp_engine.LlamaCpp`), one sequence id per request, one
   `llama_decode` of every prompt, then one per step; greedy is an argmax over its logits. KV
   cache F32 (`--kv-type f16` for llama.cpp's default), `n_threads` = torch's thread count.
@@ -141,7 +144,7 @@ def run_llmlab(model, prompts: list[list[int]], gen_len: int, **engine_kwargs) -
     t_first = None
     while engine.has_unfinished_requests():
         deltas = engine.step()
-        made += len(deltas)
+        made += sum(len(d.outputs[0].token_ids) for d in deltas)  # several with multi-step
         if t_first is None:
             started.update(d.request_id for d in deltas)
             if len(started) == num_seqs:
@@ -154,6 +157,7 @@ def run_llmlab(model, prompts: list[list[int]], gen_len: int, **engine_kwargs) -
         "block_size": engine.config.block_size,
         "max_num_batched_tokens": engine.config.max_num_batched_tokens,
         "kv_cache_dtype": str(model.dtype),
+        "num_scheduler_steps": engine.config.num_scheduler_steps,
     }
     return GreedyRun(
         tokens=[list(r.output_token_ids) for r in requests],
@@ -209,6 +213,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per sequence")
     ap.add_argument("--gen-len", type=int, default=128, help="generated tokens per sequence")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every system and batch")
+    ap.add_argument(
+        "--num-scheduler-steps",
+        type=int,
+        default=1,
+        help="llmlab's forwards per scheduled step (multi-step scheduling; default 1)",
+    )
     add_option(ap, "--threads", note="llama.cpp's too; default: torch's thread count")
     ap.add_argument(
         "--kv-type",
@@ -244,8 +254,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         ) from None
     if not args.batches or min(args.batches) < 1:
         raise ValueError(f"--batches must be integers >= 1, got {args.batches}")
-    for name in ("prompt_len", "gen_len", "rounds"):
-        low = {"prompt_len": 16, "gen_len": 2, "rounds": 1}[name]
+    for name in ("prompt_len", "gen_len", "rounds", "num_scheduler_steps"):
+        low = {"prompt_len": 16, "gen_len": 2, "rounds": 1, "num_scheduler_steps": 1}[name]
         if getattr(args, name) < low:
             raise ValueError(
                 f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
@@ -290,7 +300,7 @@ def bench_precision(args, precision: str, model, work: list[list[int]], threads:
     else:
         print(f"llama.cpp: {kind} GGUF (made once by llama.cpp's quantize) ...", flush=True)
         llama = LlamaCpp(gguf_of(args.model, kind, threads), threads, args.kv_type)
-    settings = PRECISIONS[precision][0]
+    settings = {**PRECISIONS[precision][0], "num_scheduler_steps": args.num_scheduler_steps}
     systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len, **settings)}
     if llama is not None:
         systems["llama.cpp"] = lambda prompts: llama.run(prompts, args.gen_len)
@@ -313,6 +323,7 @@ def bench_precision(args, precision: str, model, work: list[list[int]], threads:
             "greedy": True,
             "ignore_eos": True,
             "batches": args.batches,
+            "num_scheduler_steps": args.num_scheduler_steps,
         },
         "skipped": {"llama.cpp": skipped.splitlines()[0]} if skipped else {},
         "config": {name: runs[name][args.batches[0]][0].config for name in systems},

@@ -135,6 +135,7 @@ def print_table(report: dict) -> None:
     c = cfg["llmlab"]
     print(
         f"llmlab:    attention_backend={c['attention_backend']!r}, {c['dtype']}, "
+        f"num_scheduler_steps={c.get('num_scheduler_steps', 1)}, "
         f"{c['threads']} threads, kernels: {m.get('llmlab_isa', '-')}"
     )
     if "llama.cpp" in cfg:

@@ -126,6 +126,16 @@ class EngineConfig:
     bfloat16. enforce_eager: never replay a CUDA graph (vLLM's name); on a GPU with the
     "triton" or "cuda" backend, decode-only steps otherwise replay a graph captured per batch
     size at start-up.
+    num_scheduler_steps: forwards per scheduled step (vLLM V0's multi-step scheduling,
+    `--num-scheduler-steps`). 1: the scheduler runs before every forward. K > 1: a step whose
+    requests all decode, and whose sampling is the plain sampler's (no logprobs, penalties,
+    logit bias or grammar, min_tokens reached), runs up to K forwards back to back, each fed
+    the tokens the one before sampled; the scheduler, the step's inputs and its outputs then
+    cost once per K tokens, and each delta output brings up to K tokens (a request that stops
+    mid-way gets the tokens up to its stop; the K slots of each are reserved up front). Not
+    with speculative_config, nor with a scheduler_cls that does not subclass `Scheduler`. On a
+    GPU each step runs one forward (its inputs go through one staging buffer, and its decode
+    steps replay CUDA graphs, which already take most of what a step costs the host).
     """
 
     block_size: int = 16
@@ -148,6 +158,7 @@ class EngineConfig:
     structured_outputs_backend: Any = None
     device: str | None = None
     enforce_eager: bool = False
+    num_scheduler_steps: int = 1
 
     def __post_init__(self) -> None:
         for name in (
@@ -155,6 +166,7 @@ class EngineConfig:
             "max_num_seqs",
             "max_num_batched_tokens",
             "kv_cache_memory_bytes",
+            "num_scheduler_steps",
         ):
             check_positive_int(name, getattr(self, name))
         for name in ("num_kv_blocks", "max_model_len"):
@@ -185,6 +197,8 @@ class EngineConfig:
                 "scheduler_cls cannot be combined with speculative_config (speculative decoding "
                 "brings a scheduler of its own); give one or the other"
             )
+        if self.num_scheduler_steps > 1:
+            check_multi_step(self.speculative_config, self.scheduler_cls)
         if self.structured_outputs_backend is not None and not callable(
             self.structured_outputs_backend
         ):
@@ -254,6 +268,23 @@ SCHEDULER_INTERFACE = (
     "finish_request",
     "has_unfinished_requests",
 )
+
+
+def check_multi_step(speculative_config: Any, scheduler_cls: Any) -> None:
+    """ValueError naming num_scheduler_steps where the rest of the settings cannot run it:
+    speculative decoding (a step verifies drafts instead), or a scheduler class without
+    `Scheduler.schedule_steps`."""
+    if speculative_config is not None:
+        raise ValueError(
+            "num_scheduler_steps > 1 cannot be combined with speculative_config (a step "
+            "verifies drafts instead); give one or the other"
+        )
+    if scheduler_cls is not None and not callable(getattr(scheduler_cls, "schedule_steps", None)):
+        raise ValueError(
+            "num_scheduler_steps > 1 needs a scheduler_cls that subclasses "
+            "llmlab.engine.Scheduler (for its schedule_steps), got "
+            f"{getattr(scheduler_cls, '__name__', scheduler_cls)!r}"
+        )
 
 
 def check_scheduler_cls(scheduler_cls: Any) -> None:

@@ -136,10 +136,16 @@ class Request:
         """Tokens the next sample may not be: while fewer than `min_tokens` outputs exist, EOS
         (unless `ignore_eos`) and the stop tokens, as vLLM's min-tokens logits processor and
         Hugging Face's `min_new_tokens` do (their logits are set to -inf)."""
-        params = self.sampling_params
-        if len(self.output_token_ids) >= params.min_tokens:
+        if len(self.output_token_ids) >= self.sampling_params.min_tokens:
             return frozenset()
-        return self._stop_ids if params.ignore_eos else self._stop_ids | self.eos_token_ids
+        return self.stopping_token_ids()
+
+    def stopping_token_ids(self) -> frozenset[int]:
+        """The tokens that end this request once sampled: its `stop_token_ids`, and EOS unless
+        `ignore_eos`."""
+        if self.sampling_params.ignore_eos:
+            return self._stop_ids
+        return self._stop_ids | self.eos_token_ids
 
     def check_stop(self) -> RequestStatus | None:
         """The finished status the last appended token puts this request in, or None.
@@ -155,7 +161,7 @@ class Request:
         if self.max_model_len is not None and len(self._all_token_ids) >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         last = self.output_token_ids[-1]
-        if (not params.ignore_eos and last in self.eos_token_ids) or last in self._stop_ids:
+        if last in self.stopping_token_ids():
             if last in self._stop_ids:
                 self.stop_reason = last
             return RequestStatus.FINISHED_STOPPED

@@ -50,6 +50,9 @@ class SchedulerOutput:
     # speculative decoding only: request id -> its draft tokens, verified in this step after
     # its last token (num_new_tokens counts them)
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
+    # multi-step scheduling only: forwards this step runs back to back, each request decoding
+    # one token per forward (the slots of all of them reserved: `Scheduler.schedule_steps`)
+    num_steps: int = 1
     # when the step's scheduling began (the seconds `Scheduler.record_step` counts)
     created: float = field(default_factory=time.perf_counter, compare=False, repr=False)
 
@@ -291,13 +294,16 @@ class Scheduler:
             tokens = [tokens] if isinstance(tokens, int) else tokens
             if req.request_id in specs:
                 self._account_drafts(req, specs[req.request_id], len(tokens) - 1)
+            elif out.num_steps > 1:  # each forward after the first cached one token more
+                req.num_computed_tokens += len(tokens) - 1
             status = self._append_tokens(req, tokens, now)
             got_token.append(req)
             if status is not None:
                 req.metrics.finished_time = now
                 req.status = status
                 finished.append(req)
-            elif req.request_id in specs:  # the rejected drafts' blocks go back to the pool
+            elif req.request_id in specs or len(tokens) < out.num_steps:
+                # the rejected drafts' (or unused steps') blocks go back to the pool
                 self.kv_cache_manager.free_blocks_beyond(req, req.num_computed_tokens)
         if finished:
             self.running = [r for r in self.running if not r.status.is_finished]
@@ -322,6 +328,49 @@ class Scheduler:
                 break
         self.last_num_new_tokens.append(count)
         return status
+
+    # ---- multi-step scheduling -------------------------------------------------------------
+
+    def num_steps_allowed(self, req: Request) -> int:
+        """The most forwards `req` may decode in one step: until max_tokens or max_model_len,
+        one while its sampling needs more than the plain sampler (logprobs, penalties, logit
+        bias, min_tokens still pending, a grammar: each looks at the tokens sampled before)."""
+        params = req.sampling_params
+        if (
+            req.needs_extra_sampling
+            or req.has_grammar
+            or req.prompt_logprobs is not None
+            or req.num_output_tokens < params.min_tokens
+        ):
+            return 1
+        return min(params.max_tokens - req.num_output_tokens, self.max_model_len - req.num_tokens)
+
+    def schedule_steps(self, out: SchedulerOutput, num_steps: int) -> None:
+        """After `schedule`: when every request of the step decodes (one new token, caught up
+        after it), let the step run up to `num_steps` forwards back to back (vLLM V0's
+        multi-step scheduling): each request's slots for that many tokens are allocated now,
+        and `out.num_steps` says how many forwards to run. The step stays one forward when a
+        request may take no more (`num_steps_allowed`) or the pool has no room for every
+        request's slots (nothing is allocated then, and nothing preempted)."""
+        t0 = time.perf_counter()
+        kv = self.kv_cache_manager
+        decoding = all(
+            n == 1 and start + 1 == req.num_tokens
+            for req, start, n in zip(out.requests, out.num_computed_tokens, out.num_new_tokens)
+        )
+        if decoding and out.requests and not out.scheduled_spec_decode_tokens:
+            k = min([num_steps] + [self.num_steps_allowed(req) for req in out.requests])
+            needed = sum(
+                max(0, kv.num_blocks_needed(req.num_computed_tokens + k) - len(table))
+                for req in out.requests
+                for table in (kv.get_block_ids(req.request_id),)
+            )
+            if k > 1 and needed <= kv.num_free_blocks:
+                for req in out.requests:
+                    kv.allocate_slots(req, k)
+                out.num_steps = k
+                self.stats.num_scheduled_tokens += (k - 1) * len(out.requests)
+        self.stats.schedule_seconds += time.perf_counter() - t0
 
     # ---- speculative decoding -------------------------------------------------------------
 

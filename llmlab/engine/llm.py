@@ -34,7 +34,8 @@ class LLM:
     exercises plug the student's scheduler into the real engine), structured_outputs_backend
     (None: xgrammar; else spec -> matcher, as chapter 15 plugs in the student's mask),
     device (None: "cuda" where a CUDA GPU is present, else "cpu"), enforce_eager (True: no
-    CUDA graphs).
+    CUDA graphs), num_scheduler_steps (1; K: up to K forwards per scheduled step, multi-step
+    scheduling).
     """
 
     def __init__(

@@ -76,6 +76,10 @@ class LLMEngine:
         )
         self.scheduler = self._make_scheduler()
         self.model_runner = self._make_runner()
+        # forwards per step for multi-step scheduling (one where the runner cannot run more)
+        self.num_scheduler_steps = (
+            config.num_scheduler_steps if self.model_runner.runs_multi_step else 1
+        )
         self.requests: dict[str, Request] = {}  # every unfinished request by id
         # True: every request's text is built token by token and each step's delta output
         # carries its new text (a server streaming text sets it); False: only requests with
@@ -189,11 +193,14 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Run one scheduled step; return a delta RequestOutput per request that got tokens
-        (one, or with speculation the accepted drafts and one more)."""
+        (one, with speculation the accepted drafts and one more, with multi-step scheduling
+        one per forward)."""
         t0 = time.perf_counter()
         sched_out = self.scheduler.schedule()
         if self.speculative_config is not None:
             self.scheduler.schedule_drafts(sched_out)
+        elif self.num_scheduler_steps > 1:
+            self.scheduler.schedule_steps(sched_out, self.num_scheduler_steps)
         t1 = time.perf_counter()
         self.last_scheduler_output = sched_out
         if sched_out.is_empty:
@@ -206,7 +213,7 @@ class LLMEngine:
         self.step_overheads.append((t1 - t0 + time.perf_counter() - now, sched_out.num_requests))
         counts = (
             self.scheduler.last_num_new_tokens
-            if self.speculative_config is not None
+            if self.speculative_config is not None or sched_out.num_steps > 1
             else [1] * len(got_token)
         )
         outputs = [self._deliver(req, n, finished, now) for req, n in zip(got_token, counts)]

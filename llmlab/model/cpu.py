@@ -424,7 +424,34 @@ def cpu_model(model: LlamaModel) -> LlamaModel:
     fast.register_buffer("rope_cos", table[:, :half].contiguous(), persistent=False)
     fast.register_buffer("rope_sin", table[:, half:].contiguous(), persistent=False)
     fast.weight_dtype = model.lm_head.weight.dtype
+    fast.decode_head = _decode_head(fast)
     return fast.eval()
+
+
+def _decode_head(fast: CpuLlamaModel) -> cpu_decode.DecodeHead | None:
+    """The `DecodeHead` of a fast model whose LM head has no bias and a GEMV row unit, whose
+    final norm shares its layers' epsilon and whose embedding is float32, bfloat16 or int8 read
+    out as float32; else None (`greedy_decode` then does not run). Its GEMV reads what a one-row
+    `CpuLinear` reads: the packed copy where `PACKED_MIN_ROWS` says so, else the dense matrix."""
+    head, embed = fast.lm_head, fast.embed_tokens
+    if (
+        head.bias is not None
+        or not head.gemv
+        or getattr(embed, "out_dtype", torch.float32) != torch.float32
+        or not fast.layers
+        or fast.layers[0].plan is None
+        or fast.norm.eps != fast.layers[0].plan.eps
+    ):
+        return None
+    packed = PACKED_MIN_ROWS.get((head.batch_kernel, head.weight.dtype)) == 1
+    return cpu_decode.DecodeHead(
+        embed.weight.detach(),
+        getattr(embed, "weight_scale", None),
+        fast.norm.weight.detach(),
+        head.weight,
+        head.packed if packed else None,
+        head.scale,
+    )
 
 
 class CpuLlamaModel(LlamaModel):
@@ -434,6 +461,7 @@ class CpuLlamaModel(LlamaModel):
 
     weight_dtype: torch.dtype = torch.float32
     _stacks: tuple = ((), ())  # (the plans they were made for, [DecodeStack or layer index])
+    decode_head: cpu_decode.DecodeHead | None = None  # `greedy_decode`'s ends of the model
 
     def rope_cos_sin(self, positions: torch.Tensor):
         """cos, sin [T, d/2] float32: rows of the tables `cpu_model` computed at load (two
@@ -479,6 +507,50 @@ class CpuLlamaModel(LlamaModel):
                     metadata.seq_lens,
                 )
         return x
+
+    def greedy_decode_applies(self, caches: list) -> bool:
+        """Whether `greedy_decode` runs here: every layer in one C call (each with a fused plan,
+        float32 caches) and a `DecodeHead` (`cpu_model` makes one where the LM head has our
+        packed copy and the embedding is float32, bfloat16 or int8 to float32)."""
+        return self.decode_head is not None and self._one_call_layers(caches) is not None
+
+    def _one_call_layers(self, caches: list) -> cpu_decode.DecodeStack | None:
+        """The `DecodeStack` that runs every layer of a batch-1 step, or None where the layers
+        take more calls than one (a layer without a plan) or a cache is not float32."""
+        parts = self._decode_parts(len(self.layers))
+        if len(parts) != 1 or isinstance(parts[0], int):
+            return None
+        if any(k.dtype != torch.float32 for k, _ in caches):
+            return None
+        return parts[0][1]
+
+    def greedy_decode(
+        self, token: int, positions: torch.Tensor, metadata: AttentionMetadata, stop_ids: list
+    ) -> list[int]:
+        """Up to K = len(positions) greedy tokens of one sequence, one forward each, each token
+        fed to the next forward, all in one C call (`DecodeStack.greedy_steps`): multi-step
+        scheduling's loop (`ModelRunner.execute_steps`) with nothing between two tokens but a
+        barrier. `metadata` describes the K tokens as one chunk of the sequence (positions [K]
+        from its cache length on, slot_mapping [K], the length after the last), checked once
+        when it was built; forward j writes slot j and attends over the keys up to position j.
+        Stops after a token in `stop_ids`. The same kernels and results as K steps of `forward`,
+        each followed by the sampler's argmax of `compute_logits` (`greedy_decode_applies`
+        says where it runs)."""
+        stack = self._one_call_layers(metadata.kv_caches)
+        num = positions.shape[0]
+        cos, sin = self.rope_cos_sin(positions)  # [K, d/2] each
+        end = int(metadata.seq_lens[0])
+        return stack.greedy_steps(
+            self.decode_head,
+            token,
+            cos.contiguous(),
+            sin.contiguous(),
+            metadata.kv_caches,
+            metadata.slot_mapping,
+            metadata.block_tables[0],
+            torch.arange(end - num + 1, end + 1, dtype=torch.int32),  # forward j's length
+            torch.tensor(stop_ids, dtype=torch.int64),
+        )
 
     def _decode_parts(self, count: int) -> list:
         """The first `count` layers as (first index, DecodeStack) for each run of layers with a

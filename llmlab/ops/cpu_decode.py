@@ -237,6 +237,19 @@ class DecodeStack:
         self._cache_ids = ids
         return self._array
 
+    def _sizes(self, caches: list) -> tuple:
+        """The C calls' block_size, hidden, heads, kv_heads, head_dim, inter and scale."""
+        first = self.plans[0]
+        return (
+            caches[0][0].shape[1],
+            first.hidden,
+            first.heads,
+            first.kv_heads,
+            first.head_dim,
+            first.inter,
+            first.scale,
+        )
+
     def __call__(
         self,
         x: torch.Tensor,
@@ -281,13 +294,7 @@ class DecodeStack:
                 slot_mapping.data_ptr(),
                 block_tables.data_ptr(),
                 seq_lens.data_ptr(),
-                caches[0][0].shape[1],
-                first.hidden,
-                first.heads,
-                first.kv_heads,
-                first.head_dim,
-                first.inter,
-                first.scale,
+                *self._sizes(caches),
             )
         if rc != 0:
             raise RuntimeError(
@@ -296,6 +303,134 @@ class DecodeStack:
                 "float32, AVX-512 BF16 for bf16 and int8)"
             )
         return out
+
+    def greedy_steps(
+        self,
+        head: "DecodeHead",
+        token: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        caches: list[tuple[torch.Tensor, torch.Tensor]],
+        slots: torch.Tensor,
+        block_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        stop_ids: torch.Tensor,
+    ) -> list[int]:
+        """Up to K greedy tokens of one sequence in one C call (`llmlab_decode_steps`): forward
+        j embeds token j (`token`, then each token the forward before picked), runs these
+        layers at position j (cos, sin [K, head_dim / 2]; slots [K] int64; seq_lens [K] int32,
+        forward j's length; block_table [W] int32), then `head`'s final norm, LM head and
+        argmax; it stops after a token among stop_ids (int64). The slots, table and lengths
+        are a step's metadata, checked when it was built; shapes and dtypes are checked here."""
+        first, num = self.plans[0], slots.shape[0]
+        half = (num, first.head_dim // 2)
+        for name, t, shape, dtype in (
+            ("cos", cos, half, torch.float32),
+            ("sin", sin, half, torch.float32),
+            ("slots", slots, (num,), torch.int64),
+            ("seq_lens", seq_lens, (num,), torch.int32),
+            ("block_table", block_table, tuple(block_table.shape[-1:]), torch.int32),
+            ("stop_ids", stop_ids, tuple(stop_ids.shape[-1:]), torch.int64),
+        ):
+            if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
+                raise ValueError(
+                    f"decode steps: {name} must be contiguous {dtype} {list(shape)}, got "
+                    f"{tuple(t.shape)} {t.dtype}"
+                )
+        if head.hidden != first.hidden or not 0 <= token < head.vocab:
+            raise ValueError(
+                f"decode steps: token must be in [0, {head.vocab}) and the head's hidden size "
+                f"{head.hidden} the layers' {first.hidden}; got token {token}"
+            )
+        layers = self._pointers(caches)
+        tokens = torch.empty(num, dtype=torch.int64)
+        with traced("llmlab_cpu::decode_steps"):
+            count = load_library().llmlab_decode_steps(
+                len(self.plans),
+                layers,
+                head.pointers,
+                head.embed_type,
+                head.head_type,
+                head.vocab,
+                head.x.data_ptr(),
+                self._scratch.data_ptr(),
+                head.logits.data_ptr(),
+                first.eps,
+                first.wtype,
+                cos.data_ptr(),
+                sin.data_ptr(),
+                slots.data_ptr(),
+                block_table.data_ptr(),
+                seq_lens.data_ptr(),
+                *self._sizes(caches),
+                token,
+                stop_ids.data_ptr(),
+                stop_ids.numel(),
+                num,
+                tokens.data_ptr(),
+            )
+        if count < 0:
+            raise RuntimeError(
+                "cpu_layer.c refused the decode steps: a head_dim without an attention variant, "
+                "or packed weights on a CPU without their instructions"
+            )
+        return tokens[:count].tolist()
+
+
+class DecodeHead:
+    """The model's ends around its layers, checked once, as `llmlab_decode_steps` takes them:
+    the embedding (float32, bfloat16, or int8 with a float32 scale per token), the final
+    RMSNorm's weight and the LM head (float32, bfloat16, or int8 with its scales per row),
+    which the GEMV reads from its packed copy (`cpu_matmul.pack_weight`) where it is given, as
+    a one-row `CpuLinear` does; with the buffers the call writes (the hidden row, the logits)."""
+
+    def __init__(
+        self,
+        embed: torch.Tensor,
+        embed_scales: torch.Tensor | None,
+        norm: torch.Tensor,
+        lm_head: torch.Tensor,
+        lm_head_packed: torch.Tensor | None,
+        lm_head_scales: torch.Tensor | None,
+    ):
+        vocab, hidden = embed.shape
+        expected = {
+            "embed": (embed, (vocab, hidden), embed.dtype),
+            "norm": (norm, (hidden,), torch.float32),
+            "lm_head": (lm_head, (vocab, hidden), lm_head.dtype),
+        }
+        if lm_head_packed is not None:
+            size = (packed_numel(vocab, hidden),)
+            expected["lm_head_packed"] = (lm_head_packed, size, lm_head.dtype)
+        for name, t in (("embed_scales", embed_scales), ("lm_head_scales", lm_head_scales)):
+            if (t is not None) != (expected[name[: -len("_scales")]][2] == torch.int8):
+                raise ValueError(f"decode head: {name} comes with an int8 matrix, and only then")
+            if t is not None:
+                expected[name] = (t, (vocab,), torch.float32)
+        for name, (t, shape, dtype) in expected.items():
+            if (
+                tuple(t.shape) != shape
+                or t.dtype != dtype
+                or dtype not in PACKED_TYPES
+                or t.device.type != "cpu"
+                or not t.is_contiguous()
+            ):
+                raise ValueError(
+                    f"decode head: {name} is {tuple(t.shape)} {t.dtype} on {t.device}, "
+                    f"expected contiguous {dtype} {shape} on the CPU"
+                )
+        matrix = lm_head if lm_head_packed is None else lm_head_packed
+        self.tensors = (embed, embed_scales, norm, matrix, lm_head_scales)
+        self.vocab, self.hidden = vocab, hidden
+        self.embed_type = WEIGHT_TYPES[embed.dtype]
+        types = WEIGHT_TYPES if lm_head_packed is None else PACKED_TYPES
+        self.head_type = types[lm_head.dtype]
+        # cpu_layer.c's EMBED ... LM_HEAD_SCALES slots
+        self.pointers = (ctypes.c_void_p * 5)(
+            *(None if t is None else t.data_ptr() for t in self.tensors)
+        )
+        self.x = torch.empty(hidden, dtype=torch.float32)
+        self.logits = torch.empty(vocab, dtype=torch.float32)
 
 
 # the phases of `llmlab_decode_layers` as `timed_layer_phases` splits it (kernels/cpu_layer.c):

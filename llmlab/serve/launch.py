@@ -101,6 +101,14 @@ ENGINE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
         ),
     ),
     (
+        "num_scheduler_steps",
+        dict(
+            type=int,
+            help="forwards per scheduled step (multi-step scheduling; streams then bring up to "
+            "that many tokens at a time)",
+        ),
+    ),
+    (
         "speculative_config",
         dict(
             type=speculative_config_arg,

@@ -266,6 +266,8 @@ class ModelRunner:
         self.failed_requests = {}
         if out.is_empty:
             return []
+        if out.num_steps > 1:
+            return self.execute_steps(out)
         if out.scheduled_spec_decode_tokens:
             t0 = time.perf_counter()
             self.propose_drafts(out)
@@ -283,6 +285,91 @@ class ModelRunner:
             every = inp.sample_rows.shape[0] == hidden.shape[0]
             rows = hidden if every else hidden[inp.sample_rows]
             return self.verify(rows, inp.sample_requests, inp.num_drafts, out)
+
+    @property
+    def runs_multi_step(self) -> bool:
+        """Whether `execute_steps` can run here: a CPU's step inputs are tensors of their own,
+        a GPU's share one staging buffer (and its decode steps replay CUDA graphs)."""
+        return self.staging is None
+
+    def execute_steps(self, out: SchedulerOutput) -> list[list[int] | None]:
+        """A multi-step decode (`Scheduler.schedule_steps`): `out.num_steps` forwards back to
+        back, every request of `out` decoding one token in each, fed the token it sampled in the
+        one before. One greedy request on the CPU fast path runs them in one C call
+        (`_greedy_steps`); otherwise the inputs and metadata of every forward are built (and
+        checked) first, while the host's caches are warm, and the sampled tokens then written
+        into each forward's `input_ids`. Returns per request its tokens, up to the first that
+        stops it (EOS, a stop token); None where its sampling failed (`failed_requests`)."""
+        if not self.runs_multi_step:
+            raise RuntimeError("execute_steps: multi-step decoding runs on a CPU only")
+        t0 = time.perf_counter()
+        requests, num = out.requests, out.num_requests
+        block_ids = [self.kv_cache_manager.get_block_ids(r.request_id) for r in requests]
+        greedy_decode_applies = getattr(self.model, "greedy_decode_applies", None)
+        if (
+            num == 1
+            and requests[0].sampling_params.greedy
+            and greedy_decode_applies is not None
+            and greedy_decode_applies(self.kv_caches)
+        ):
+            return [self._greedy_steps(out, block_ids, t0)]
+        inputs = [
+            self.build_model_input(
+                [r.all_token_ids[-1] for r in requests] if j == 0 else [0] * num,
+                block_ids,
+                [start + j for start in out.num_computed_tokens],
+                [1] * num,
+                list(range(num)),
+                requests,
+            )
+            for j in range(out.num_steps)
+        ]
+        self.prepare_seconds += time.perf_counter() - t0
+        return self._run_steps(inputs, requests)
+
+    def _run_steps(self, inputs: list[ModelInput], requests: list) -> list[list[int] | None]:
+        """`execute_steps`'s forwards on their prepared inputs, each sampling every request."""
+        stopping = [r.stopping_token_ids() for r in requests]
+        emitted: list[list[int] | None] = [[] for _ in requests]
+        running = set(range(len(requests)))  # requests not stopped (nor failed) yet
+        fed: list[int] = []  # the tokens the forward before sampled (any id where it failed)
+        with torch.inference_mode():
+            for inp in inputs:
+                if fed:
+                    inp.input_ids.copy_(torch.tensor(fed, dtype=inp.input_ids.dtype))
+                sampled = self.sample_tokens(self.forward(inp), requests)
+                for i, token in enumerate(sampled):
+                    if i not in running:
+                        continue
+                    if token is None:
+                        emitted[i] = None
+                        running.discard(i)
+                        continue
+                    emitted[i].append(token)
+                    if token in stopping[i]:
+                        running.discard(i)
+                if not running:
+                    break
+                fed = [0 if t is None else t for t in sampled]
+        return emitted
+
+    def _greedy_steps(self, out: SchedulerOutput, block_ids: list, t0: float) -> list[int]:
+        """`execute_steps` for one greedy request on the CPU fast path: its K tokens as one
+        chunk of metadata, built and checked once, and the model's own loop
+        (`CpuLlamaModel.greedy_decode`): one C call for all of them."""
+        req, num_steps = out.requests[0], out.num_steps
+        inp = self.build_model_input(
+            [req.all_token_ids[-1]] + [0] * (num_steps - 1),
+            block_ids,
+            out.num_computed_tokens,
+            [num_steps],
+            [num_steps - 1],
+            out.requests,
+        )
+        self.prepare_seconds += time.perf_counter() - t0
+        return self.model.greedy_decode(
+            req.all_token_ids[-1], inp.positions, inp.metadata, sorted(req.stopping_token_ids())
+        )
 
     def propose_drafts(self, out: SchedulerOutput) -> None:
         """Fill the draft slots the scheduler gave (`out.scheduled_spec_decode_tokens`, in
