@@ -9,7 +9,9 @@
  * Built with the other CPU kernels into one library (llmlab/ops/cpu_library.py).
  *
  * At the end, `llmlab_decode_layers`: a step's decoder layers for one token in one call, what a
- * batch-1 decode step runs (see there).
+ * batch-1 decode step runs (see there); and `llmlab_decode_steps`: several greedy tokens of one
+ * sequence in one call, those layers with the embedding, final norm, LM head and argmax around
+ * them (multi-step scheduling).
  */
 #include <math.h>
 #include <sched.h>

@@ -5,8 +5,10 @@ tokens reserved or none, no block kept after a request ends, and bad settings re
 
 from __future__ import annotations
 
+import json
 import random
 
+import httpx
 import pytest
 import torch
 from engine_fuzz import drive
@@ -17,6 +19,9 @@ from llmlab.core.scheduler import Scheduler
 from llmlab.engine import LLMEngine
 from llmlab.model import tiny_model
 from llmlab.ops import cpu_backend, cpu_matmul_choice
+from llmlab.serve.api_server import build_app
+from llmlab.serve.grammar_compiler import GrammarLimits
+from llmlab.serve.launch import ServerThread
 from llmlab.utils import cdiv
 
 K = 8
@@ -258,3 +263,38 @@ def test_greedy_steps_refuses_bad_arguments_naming_them(real_model):
     ):
         with pytest.raises(ValueError, match=match):
             stack.greedy_steps(**{**args, name: bad})
+
+
+@pytest.mark.model
+def test_server_streams_the_same_tokens_k_at_a_time(real_model):
+    """`serve --num-scheduler-steps`: a streamed completion's chunks, joined, are the tokens and
+    text of one forward per step; a chunk brings up to K tokens."""
+    model, tokenizer = real_model
+    prompt = "The capital of France is"
+    want = (
+        LLM(model, tokenizer, max_model_len=128)
+        .generate(
+            [prompt],
+            SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True),
+            use_tqdm=False,
+        )[0]
+        .outputs[0]
+    )
+    engine = LLMEngine(model, tokenizer, max_model_len=128, num_scheduler_steps=K)
+    body = {
+        "model": "m",
+        "prompt": prompt,
+        "max_tokens": 30,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "return_token_ids": True,
+    }
+    app = build_app(engine, "m", grammar_limits=GrammarLimits(workers=1))
+    with ServerThread(app) as srv:
+        with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=60) as r:
+            lines = [x[6:] for x in r.iter_lines() if x.startswith("data: {")]
+    chunks = [json.loads(x)["choices"][0] for x in lines]
+    assert [t for c in chunks for t in c["token_ids"]] == want.token_ids
+    assert "".join(c["text"] for c in chunks) == want.text
+    assert max(len(c["token_ids"]) for c in chunks) == K
