@@ -516,8 +516,8 @@ class CpuLlamaModel(LlamaModel):
 
     def greedy_decode_applies(self, caches: list) -> bool:
         """Whether `greedy_decode` runs here: every layer in one C call (each with a fused plan,
-        float32 caches) and a `DecodeHead` (`cpu_model` makes one where the LM head has our
-        packed copy and the embedding is float32, bfloat16 or int8 to float32)."""
+        float32 caches) and a `DecodeHead` (see `_decode_head` for where `cpu_model` makes
+        one)."""
         return self.decode_head is not None and self._one_call_layers(caches) is not None
 
     def _one_call_layers(self, caches: list) -> cpu_decode.DecodeStack | None:
