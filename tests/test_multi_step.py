@@ -271,15 +271,9 @@ def test_server_streams_the_same_tokens_k_at_a_time(real_model):
     text of one forward per step; a chunk brings up to K tokens."""
     model, tokenizer = real_model
     prompt = "The capital of France is"
-    want = (
-        LLM(model, tokenizer, max_model_len=128)
-        .generate(
-            [prompt],
-            SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True),
-            use_tqdm=False,
-        )[0]
-        .outputs[0]
-    )
+    llm = LLM(model, tokenizer, max_model_len=128)
+    params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+    want = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
     engine = LLMEngine(model, tokenizer, max_model_len=128, num_scheduler_steps=K)
     body = {
         "model": "m",
