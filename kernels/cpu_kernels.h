@@ -107,6 +107,8 @@ void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const
 
 float llmlab_x_to_int16(const float *x, int16_t *xq, int64_t K);   /* x86: AVX-512BW or AVX2 */
 
+void llmlab_widen_row(const void *W, int64_t wtype, int64_t n, int64_t K, float *dst);
+
 #define LLMLAB_PACKED_AVX512 2   /* what llmlab_packed_tiles returns */
 #define LLMLAB_PACKED_AVX2 1
 int llmlab_packed_tiles(int64_t wtype);

@@ -412,21 +412,13 @@ int llmlab_decode_layers(int64_t n_layers, void *const *layers, const float *x, 
  * or packed by llmlab_pack_weight (LLMLAB_W_*_PACKED), int8 with LM_HEAD_SCALES. */
 enum { EMBED, EMBED_SCALES, FINAL_NORM, LM_HEAD, LM_HEAD_SCALES, HEAD_SLOTS };
 
-/* One token's embedding row, as float32, into x[hidden] */
+/* One token's embedding row, as float32, into x[hidden]: widened (llmlab_widen_row), an int8
+ * row times its token's scale */
 static void embed_row(const void *E, int64_t type, const float *scales, int64_t token, float *x,
                       int64_t hidden) {
-    if (type == LLMLAB_W_BF16) {   /* bf16 is float32's upper half */
-        const uint16_t *row = (const uint16_t *)E + token * hidden;
-        for (int64_t i = 0; i < hidden; i++) {
-            const uint32_t bits = (uint32_t)row[i] << 16;
-            memcpy(x + i, &bits, sizeof bits);
-        }
-    } else if (type == LLMLAB_W_INT8) {
-        const int8_t *row = (const int8_t *)E + token * hidden;
-        for (int64_t i = 0; i < hidden; i++) x[i] = (float)row[i] * scales[token];
-    } else {
-        memcpy(x, (const float *)E + token * hidden, sizeof(float) * hidden);
-    }
+    llmlab_widen_row(E, type, token, hidden, x);
+    if (type == LLMLAB_W_INT8)
+        for (int64_t i = 0; i < hidden; i++) x[i] *= scales[token];
 }
 
 /* Multi-step greedy decoding of ONE sequence in one call (multi-step scheduling's loop,

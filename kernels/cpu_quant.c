@@ -98,8 +98,9 @@ static inline __attribute__((always_inline)) void widen_typed(int64_t wtype, con
     for (int64_t k = 0; k < K; k += VW) vstore(dst + k, w_load(wtype, w, k));
 }
 
-/* Row n of W widened to float32, `K` values (K % 16 == 0) into dst; int8 rows are NOT scaled. */
-static inline void widen_row(const void *W, int64_t wtype, int64_t n, int64_t K, float *dst) {
+/* Row n of W widened to float32, `K` values (K % 16 == 0) into dst; int8 rows are NOT scaled
+ * (also cpu_layer.c's embedding lookup). */
+void llmlab_widen_row(const void *W, int64_t wtype, int64_t n, int64_t K, float *dst) {
     const void *w = w_row(W, wtype, n, K);
     if (wtype == LLMLAB_W_BF16) widen_typed(LLMLAB_W_BF16, w, K, dst);
     else if (wtype == LLMLAB_W_INT8) widen_typed(LLMLAB_W_INT8, w, K, dst);
@@ -423,7 +424,7 @@ void llmlab_qgemm(const float *x, int64_t x_stride, const void *W, int64_t wtype
                     if (fast_int8) widen_int8_avx512((const int8_t *)W + (n0 + i) * K, K, tile[i]);
                     else
 #endif
-                        widen_row(W, wtype, n0 + i, K, tile[i]);
+                        llmlab_widen_row(W, wtype, n0 + i, K, tile[i]);
                 }
                 int64_t t = 0;
                 for (; t + 4 <= T; t += 4) {         /* 4 weight rows x 4 rows of x */
