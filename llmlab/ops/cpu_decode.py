@@ -63,16 +63,15 @@ def _check_packed(packed: tuple[torch.Tensor, ...], matrices: tuple[torch.Tensor
             raise ValueError(f"decode layer: packed {name} must be a contiguous CPU tensor")
 
 
-def _check_layer_tensors(expected: dict, wdtype: torch.dtype) -> None:
-    """ValueError naming the first of `expected` ({name: (tensor, shape)}) that is not a
-    contiguous CPU tensor of that shape, in `wdtype` (the four matrices) or float32 (the rest)."""
-    matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")
-    for name, (t, shape) in expected.items():
-        want = wdtype if name in matrices else torch.float32
+def _check_tensors(what: str, expected: dict) -> None:
+    """ValueError naming the first of `expected` ({name: (tensor, shape, dtype)}) that is not a
+    contiguous CPU tensor of that shape and dtype; `what` ("decode layer", "decode head") begins
+    the message."""
+    for name, (t, shape, want) in expected.items():
         fits = tuple(t.shape) == shape and t.dtype == want and t.device.type == "cpu"
         if not (fits and t.is_contiguous()):
             raise ValueError(
-                f"decode layer: {name} is {tuple(t.shape)} {t.dtype} on "
+                f"{what}: {name} is {tuple(t.shape)} {t.dtype} on "
                 f"{t.device}, expected contiguous {want} {shape} on the CPU"
             )
 
@@ -122,7 +121,14 @@ class DecodeLayerPlan:
         if weight_scales is not None:
             for name, t in zip(("s_qkv", "s_o", "s_gate_up", "s_down"), weight_scales):
                 expected[name] = (t, (expected["w" + name[1:]][1][0],))
-        _check_layer_tensors(expected, wdtype)
+        matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")  # in wdtype, the rest float32
+        _check_tensors(
+            "decode layer",
+            {
+                name: (t, shape, wdtype if name in matrices else torch.float32)
+                for name, (t, shape) in expected.items()
+            },
+        )
         if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
             raise ValueError(
                 f"decode layer: hidden {hidden} and intermediate {inter} must be "
@@ -407,18 +413,12 @@ class DecodeHead:
                 raise ValueError(f"decode head: {name} comes with an int8 matrix, and only then")
             if t is not None:
                 expected[name] = (t, (vocab,), torch.float32)
-        for name, (t, shape, dtype) in expected.items():
-            if (
-                tuple(t.shape) != shape
-                or t.dtype != dtype
-                or dtype not in PACKED_TYPES
-                or t.device.type != "cpu"
-                or not t.is_contiguous()
-            ):
+        for name, t in (("embed", embed), ("lm_head", lm_head)):
+            if t.dtype not in PACKED_TYPES:
                 raise ValueError(
-                    f"decode head: {name} is {tuple(t.shape)} {t.dtype} on {t.device}, "
-                    f"expected contiguous {dtype} {shape} on the CPU"
+                    f"decode head: {name} is {t.dtype}, expected one of {tuple(PACKED_TYPES)}"
                 )
+        _check_tensors("decode head", expected)
         matrix = lm_head if lm_head_packed is None else lm_head_packed
         self.tensors = (embed, embed_scales, norm, matrix, lm_head_scales)
         self.vocab, self.hidden = vocab, hidden
