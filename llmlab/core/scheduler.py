@@ -331,19 +331,27 @@ class Scheduler:
 
     # ---- multi-step scheduling -------------------------------------------------------------
 
+    def tokens_left(self, req: Request) -> int:
+        """The most tokens `req` may still emit: until max_tokens or max_model_len."""
+        return min(
+            req.sampling_params.max_tokens - req.num_output_tokens,
+            self.max_model_len - req.num_tokens,
+        )
+
+    @staticmethod
+    def samples_plainly(req: Request) -> bool:
+        """Whether `req`'s next tokens need nothing but the plain sampler's rows: no logprobs,
+        penalties or logit bias, min_tokens reached (each of those looks at the tokens before)."""
+        return (
+            not req.needs_extra_sampling and req.num_output_tokens >= req.sampling_params.min_tokens
+        )
+
     def num_steps_allowed(self, req: Request) -> int:
-        """The most forwards `req` may decode in one step: until max_tokens or max_model_len,
-        one while its sampling needs more than the plain sampler (logprobs, penalties, logit
-        bias, min_tokens still pending, a grammar: each looks at the tokens sampled before)."""
-        params = req.sampling_params
-        if (
-            req.needs_extra_sampling
-            or req.has_grammar
-            or req.prompt_logprobs is not None
-            or req.num_output_tokens < params.min_tokens
-        ):
+        """The most forwards `req` may decode in one step: `tokens_left`; one where its sampling
+        is not the plain sampler's, or a grammar or prompt logprobs come with it."""
+        if not self.samples_plainly(req) or req.has_grammar or req.prompt_logprobs is not None:
             return 1
-        return min(params.max_tokens - req.num_output_tokens, self.max_model_len - req.num_tokens)
+        return self.tokens_left(req)
 
     def schedule_steps(self, out: SchedulerOutput, num_steps: int) -> None:
         """After `schedule`: when every request of the step decodes (one new token, caught up
@@ -380,18 +388,11 @@ class Scheduler:
         plain sampler's rows (logprobs, penalties, logit bias, min_tokens still pending, a
         grammar whose matcher cannot step back: the verifier masks each position with the state
         after the drafts before it, walking the drafts and rolling back, as vLLM does)."""
-        params = req.sampling_params
-        if (
-            req.needs_extra_sampling
-            or (req.has_grammar and not callable(getattr(req.grammar, "rollback", None)))
-            or req.num_output_tokens < params.min_tokens
+        if not self.samples_plainly(req) or (
+            req.has_grammar and not callable(getattr(req.grammar, "rollback", None))
         ):
             return 0
-        return min(
-            self.num_speculative_tokens,
-            params.max_tokens - req.num_output_tokens - 1,
-            self.max_model_len - req.num_tokens - 1,
-        )
+        return min(self.num_speculative_tokens, self.tokens_left(req) - 1)
 
     def schedule_drafts(self, out: SchedulerOutput) -> None:
         """After `schedule`: give each request that decodes this step up to k more token slots,
