@@ -157,6 +157,16 @@ def test_partitions_for_sms():
     assert "one KV head only" in ch16.partitions_for_sms(132).message
 
 
+def test_multi_step_speedup_and_its_slips():
+    f, h, k = ch16.FORWARD_MS, ch16.HOST_MS, ch16.STEPS
+    assert ch16.multi_step_speedup((f + h) / (f + h / k)).passed
+    assert not ch16.multi_step_speedup((f + h) / (f + h / (k / 2))).passed
+    assert "still paid, once per 8 tokens" in ch16.multi_step_speedup((f + h) / f).message
+    assert "still takes its 5 ms" in ch16.multi_step_speedup(k).message
+    assert "old over the new" in ch16.multi_step_speedup((f + h / k) / (f + h)).message
+    assert "a forward of its own" in ch16.multi_step_speedup((f + h) / (f / k + h)).message
+
+
 def test_with_decode_attention_runs_every_decode_step_through_the_function():
     """On the tiny model, the engine's decode steps call the given function once per layer and
     step, and its tokens are the package's; prefill steps and the original model are untouched."""

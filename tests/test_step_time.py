@@ -1,6 +1,6 @@
 """llmlab.analysis.step_time: the operators a step runs are counted (views and allocations
 left out), the skeleton of a model runs the same operators, the host split of a decode step adds
-up, the union of kernel intervals counts overlaps once, the recorded GPU run reads back, and
+up, multi-step scheduling's gain is measured with each span run as it was told, the union of kernel intervals counts overlaps once, the recorded GPU run reads back, and
 without a GPU the GPU measurements say so (None). On a GPU (marked `gpu`): graphs on and off
 both measured, and decode kernels timed."""
 
@@ -59,6 +59,21 @@ def test_decode_steps_times_each_step_after_the_prefill():
     assert not llm.llm_engine.has_unfinished_requests()
     with pytest.raises(ValueError, match="steps"):
         step_time.decode_steps(llm, [[5, 6]], steps=1)
+
+
+def test_multi_step_gain_alternates_one_and_k_tokens_per_step_in_one_engine():
+    got = step_time.multi_step_gain(tiny_model(), num_scheduler_steps=4, tokens=40, rounds=2)
+    assert got["tokens_per_step"] == {1: 1.0, 4: 4.0}  # each span ran as it was told
+    assert got["spans"] >= 2 and got["one"] > 0 and got["multi"] > 0
+    assert got["speedup"] == pytest.approx(got["one"] / got["multi"])
+    assert got["saved"] == pytest.approx(got["one"] - got["multi"])
+
+
+def test_multi_step_gain_refuses_what_it_cannot_measure():
+    with pytest.raises(ValueError, match="num_scheduler_steps"):
+        step_time.multi_step_gain(tiny_model(), num_scheduler_steps=1)
+    with pytest.raises(ValueError, match=r"tokens: got 16, expected an int >= 17"):
+        step_time.multi_step_gain(tiny_model(), num_scheduler_steps=4, tokens=16)
 
 
 def test_covered_counts_overlapping_kernels_once():

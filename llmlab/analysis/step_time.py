@@ -9,6 +9,9 @@ launches, and on a GPU what CUDA graphs take away.
   the same layers, heads and operators, with matrices so small that their arithmetic is nearly
   free). The skeleton's step is what the host costs (Python, the scheduler, building the inputs,
   dispatching each operator); the rest of the real step is arithmetic.
+- `multi_step_gain(model)`: batch-1 decode with one forward per scheduling and with several
+  (multi-step scheduling, `num_scheduler_steps`), alternated in one engine: what the host's
+  work between two steps costs a token.
 - `gpu_decode_split(model)`: on a CUDA GPU, a decode step eagerly and from CUDA graphs: wall
   time, GPU-busy time (the union of the kernels' intervals in `torch.profiler`'s trace) and
   kernels per step. None without a GPU.
@@ -22,7 +25,9 @@ launches, and on a GPU what CUDA graphs take away.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import statistics
 import time
 from collections import Counter
 from typing import Any, Callable
@@ -167,6 +172,73 @@ def host_split(
         "host_share": min(1.0, host / step),
         "ops": real["ops"],
         "ops_skeleton": bare["ops"],
+    }
+
+
+def multi_step_gain(
+    model: Any,
+    num_scheduler_steps: int = 8,
+    tokens: int = 160,
+    rounds: int = 4,
+    prompt_len: int = 32,
+    **engine_kwargs: Any,
+) -> dict[str, Any]:
+    """Batch-1 greedy decode of `model` with one forward per scheduling and with
+    `num_scheduler_steps` forwards per scheduling (multi-step scheduling), measured in one
+    engine: `rounds` requests of `tokens` tokens each, the engine's setting switched between
+    the two every 2 × `num_scheduler_steps` tokens (so a slow moment of the machine falls on
+    both alike). `engine_kwargs` go to `LLM` (dtype, quantization). Returns seconds per token,
+    the median over those spans, for "one" and "multi", "speedup" = one / multi, "saved" =
+    one - multi (what the host's work between steps cost a token), "spans" (counted of each)
+    and "tokens_per_step", the tokens an engine step brought in each (1 and up to K)."""
+    from llmlab import LLM, SamplingParams
+
+    if not isinstance(num_scheduler_steps, int) or num_scheduler_steps < 2:
+        raise ValueError(f"num_scheduler_steps: got {num_scheduler_steps!r}, expected an int >= 2")
+    span = 2 * num_scheduler_steps
+    if not isinstance(tokens, int) or tokens < 2 * span + 1:
+        raise ValueError(f"tokens: got {tokens!r}, expected an int >= {2 * span + 1}")
+    llm = LLM(
+        model,
+        None,
+        max_num_seqs=1,
+        max_model_len=prompt_len + tokens + 8,
+        num_scheduler_steps=num_scheduler_steps,
+        **engine_kwargs,
+    )
+    engine = llm.llm_engine
+    if engine.num_scheduler_steps != num_scheduler_steps:
+        raise ValueError("multi-step scheduling runs on a CPU only: this engine runs on a GPU")
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    (prompt,) = decode_prompts(1, prompt_len, model.config.vocab_size)
+    modes = (1, num_scheduler_steps)
+    per_token: dict[int, list[float]] = {k: [] for k in modes}
+    steps = dict.fromkeys(modes, 0)  # engine steps of the counted spans
+    for r in range(rounds + 1):  # the first round warms the engine up and is not counted
+        engine.add_request(f"multi-step-{r}", prompt, params)
+        engine.step()  # the prefill
+        for i in itertools.count():
+            if not engine.has_unfinished_requests():
+                break
+            k = modes[(i + r) % 2]
+            engine.num_scheduler_steps = k
+            n, calls, t0 = 0, 0, time.perf_counter()
+            while n < span and engine.has_unfinished_requests():
+                n += sum(len(out.outputs[0].token_ids) for out in engine.step())
+                calls += 1
+            if r > 0 and n == span:
+                per_token[k].append((time.perf_counter() - t0) / n)
+                steps[k] += calls
+    engine.num_scheduler_steps = num_scheduler_steps
+    one, multi = (statistics.median(per_token[k]) for k in modes)
+    return {
+        "num_scheduler_steps": num_scheduler_steps,
+        "one": one,
+        "multi": multi,
+        "speedup": one / multi,
+        "saved": one - multi,
+        "spans": min(len(v) for v in per_token.values()),
+        "tokens_per_step": {k: span * len(per_token[k]) / steps[k] for k in modes},
     }
 
 

@@ -373,4 +373,29 @@ def partitions_for_sms() -> Expected:
     )
 
 
+# ----------------------------------------------------------------------------- exercise 6
+
+# multi-step scheduling at batch 1: a forward of FORWARD_MS, the host's work around it HOST_MS,
+# paid once per STEPS forwards
+FORWARD_MS, HOST_MS, STEPS = 5.0, 1.0, 8
+
+
+@numeric(rel=0.005)
+def multi_step_speedup() -> Expected:
+    """A batch-1 step is a forward of FORWARD_MS and HOST_MS of the host's work around it
+    (scheduling, inputs, sampling, the output); with STEPS forwards per scheduling the host's
+    part is paid once per STEPS tokens. How many times faster does the request decode, ideally?"""
+    before = FORWARD_MS + HOST_MS
+    after = FORWARD_MS + HOST_MS / STEPS
+    return Expected(
+        before / after,
+        mistakes=[
+            (before / FORWARD_MS, M("multi_step_speedup.host_gone")),
+            (float(STEPS), M("multi_step_speedup.k_times")),
+            (after / before, M("multi_step_speedup.upside_down")),
+            (before / (FORWARD_MS / STEPS + HOST_MS), M("multi_step_speedup.forward_shared")),
+        ],
+    )
+
+
 EXERCISES = M.exercises()  # kind, source question, mistakes: the catalog's "exercises"
