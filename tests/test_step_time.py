@@ -1,7 +1,8 @@
 """llmlab.analysis.step_time: the operators a step runs are counted (views and allocations
 left out), the skeleton of a model runs the same operators, the host split of a decode step adds
-up, multi-step scheduling's gain is measured with each span run as it was told, the union of kernel intervals counts overlaps once, the recorded GPU run reads back, and
-without a GPU the GPU measurements say so (None). On a GPU (marked `gpu`): graphs on and off
+up, multi-step scheduling's gain is measured with each span run as it was told, the union of
+kernel intervals counts overlaps once, the recorded GPU run reads back, and without a GPU the GPU
+measurements say so (None). On a GPU (marked `gpu`): graphs on and off
 both measured, and decode kernels timed."""
 
 from __future__ import annotations

@@ -390,10 +390,13 @@ def multi_step_speedup() -> Expected:
     return Expected(
         before / after,
         mistakes=[
-            (before / FORWARD_MS, M("multi_step_speedup.host_gone")),
-            (float(STEPS), M("multi_step_speedup.k_times")),
+            (before / FORWARD_MS, M("multi_step_speedup.host_gone", k=STEPS)),
+            (float(STEPS), M("multi_step_speedup.k_times", k=STEPS, forward=FORWARD_MS)),
             (after / before, M("multi_step_speedup.upside_down")),
-            (before / (FORWARD_MS / STEPS + HOST_MS), M("multi_step_speedup.forward_shared")),
+            (
+                before / (FORWARD_MS / STEPS + HOST_MS),
+                M("multi_step_speedup.forward_shared", k=STEPS),
+            ),
         ],
     )
 
