@@ -330,19 +330,17 @@ class DecodeStack:
         are a step's metadata, checked when it was built; shapes and dtypes are checked here."""
         first, num = self.plans[0], slots.shape[0]
         half = (num, first.head_dim // 2)
-        for name, t, shape, dtype in (
-            ("cos", cos, half, torch.float32),
-            ("sin", sin, half, torch.float32),
-            ("slots", slots, (num,), torch.int64),
-            ("seq_lens", seq_lens, (num,), torch.int32),
-            ("block_table", block_table, tuple(block_table.shape[-1:]), torch.int32),
-            ("stop_ids", stop_ids, tuple(stop_ids.shape[-1:]), torch.int64),
-        ):
-            if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
-                raise ValueError(
-                    f"decode steps: {name} must be contiguous {dtype} {list(shape)}, got "
-                    f"{tuple(t.shape)} {t.dtype}"
-                )
+        _check_tensors(
+            "decode steps",
+            {
+                "cos": (cos, half, torch.float32),
+                "sin": (sin, half, torch.float32),
+                "slots": (slots, (num,), torch.int64),
+                "seq_lens": (seq_lens, (num,), torch.int32),
+                "block_table": (block_table, tuple(block_table.shape[-1:]), torch.int32),
+                "stop_ids": (stop_ids, tuple(stop_ids.shape[-1:]), torch.int64),
+            },
+        )
         if head.hidden != first.hidden or not 0 <= token < head.vocab:
             raise ValueError(
                 f"decode steps: token must be in [0, {head.vocab}) and the head's hidden size "
