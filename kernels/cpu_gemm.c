@@ -62,20 +62,44 @@
 
 /* P[nb][kp][j][e] = W[nb*16 + j][g*kp + e], zero where nb*16 + j >= N, with g = 2 k's per
  * lane for elements of `elem` 2 (bf16) or 1 (int8) bytes (K even), g = 1 for 4 (float32: one
- * k per 64-byte vector, P[nb][k][j]). out holds ceil(N/16)*16*K elements. */
+ * k per 64-byte vector, P[nb][k][j]). out holds ceil(N/16)*16*K elements.
+ * A lane's g elements are one unit of g * elem bytes (4 for float32 and bf16, 2 for int8), so
+ * packing moves units: row j of a block is read front to back and written every 16 units, a
+ * block (16 rows, 37 KB for float32 at K = 576) staying in the core's caches meanwhile. The
+ * fixed unit size makes each copy one move (a memcpy of `elem` bytes was a call per
+ * element: 0.6 GB/s, most of an engine's start). pack_block4 and pack_block2 write block nb. */
+static void pack_block4(const uint32_t *W, int64_t N, int64_t units, int64_t nb, uint32_t *dst) {
+    for (int64_t j = 0; j < PK; j++) {
+        const int64_t n = nb * PK + j;
+        if (n < N) {
+            const uint32_t *row = W + n * units;
+            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = row[u];
+        } else {
+            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = 0;
+        }
+    }
+}
+
+static void pack_block2(const uint16_t *W, int64_t N, int64_t units, int64_t nb, uint16_t *dst) {
+    for (int64_t j = 0; j < PK; j++) {
+        const int64_t n = nb * PK + j;
+        if (n < N) {
+            const uint16_t *row = W + n * units;
+            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = row[u];
+        } else {
+            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = 0;
+        }
+    }
+}
+
 void llmlab_pack_weight(const void *W, int64_t elem, int64_t N, int64_t K, void *out) {
-    const int64_t blocks = (N + PK - 1) / PK, g = elem == 4 ? 1 : 2;
+    const int64_t blocks = (N + PK - 1) / PK, g = elem == 4 ? 1 : 2, units = K / g;
 #pragma omp parallel for schedule(static)
     for (int64_t nb = 0; nb < blocks; nb++) {
-        char *dst = (char *)out + nb * PK * K * elem;
-        for (int64_t kp = 0; kp < K / g; kp++)
-            for (int64_t j = 0; j < PK; j++) {
-                const int64_t n = nb * PK + j;
-                for (int64_t e = 0; e < g; e++, dst += elem) {
-                    if (n < N) memcpy(dst, (const char *)W + (n * K + g * kp + e) * elem, elem);
-                    else memset(dst, 0, elem);
-                }
-            }
+        if (g * elem == 4)
+            pack_block4((const uint32_t *)W, N, units, nb, (uint32_t *)out + nb * PK * units);
+        else
+            pack_block2((const uint16_t *)W, N, units, nb, (uint16_t *)out + nb * PK * units);
     }
 }
 

@@ -448,6 +448,27 @@ def test_pack_weight_refuses_what_the_packed_matmul_cannot_take():
         cpu_matmul.pack_weight(torch.randn(16, 48).bfloat16())  # K not a multiple of 32
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("N, K", [(1, 32), (15, 64), (16, 32), (17, 96), (65, 576), (90, 1536)])
+def test_pack_weight_lays_out_16_row_blocks_of_k_groups(dtype, N, K):
+    """The blocked layout `kernels/cpu_gemm.c` reads, built here with torch on fresh values:
+    P[nb][kp][j][e] = W[16 nb + j][g kp + e] (g = 1 for float32, 2 for bf16 and int8), the rows
+    past N zero. Any packing order the kernels do not expect fails here before a matmul does."""
+    if not cpu_matmul.packed_weight_applies(torch.zeros(16, 32, dtype=dtype)):
+        pytest.skip(f"this CPU ({cpu_matmul.isa()}) packs no {dtype} weights")
+    gen = torch.Generator().manual_seed(N * 1000 + K)
+    if dtype == torch.int8:
+        weight = torch.randint(-127, 128, (N, K), generator=gen, dtype=torch.int8)
+    else:
+        weight = torch.randn(N, K, generator=gen).to(dtype)
+    g = 1 if dtype == torch.float32 else 2
+    padded = torch.zeros(-(-N // 16) * 16, K, dtype=dtype)
+    padded[:N] = weight
+    want = padded.view(-1, 16, K // g, g).permute(0, 2, 1, 3).reshape(-1)
+    got = cpu_matmul.pack_weight(weight)
+    assert got.dtype == dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
 @pytest.mark.skipif(not HAVE_C or "avx512" not in cpu_matmul.isa(), reason="needs AVX-512")
 def test_pack_weight_into_a_given_place_writes_there_what_it_returns_itself():
     """`out` (a place in a huge-page buffer): the same packing, written there and returned;
