@@ -67,27 +67,17 @@
  * packing moves units: row j of a block is read front to back and written every 16 units, a
  * block (16 rows, 37 KB for float32 at K = 576) staying in the core's caches meanwhile. The
  * fixed unit size makes each copy one move (a memcpy of `elem` bytes was a call per
- * element: 0.6 GB/s, most of an engine's start). pack_block4 and pack_block2 write block nb. */
-static void pack_block4(const uint32_t *W, int64_t N, int64_t units, int64_t nb, uint32_t *dst) {
+ * element: 0.6 GB/s, most of an engine's start). pack_block writes block nb. */
+__attribute__((always_inline))
+static inline void pack_block(const char *W, int64_t N, int64_t units, int64_t nb, char *dst,
+                              int64_t unit) {
     for (int64_t j = 0; j < PK; j++) {
         const int64_t n = nb * PK + j;
-        if (n < N) {
-            const uint32_t *row = W + n * units;
-            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = row[u];
-        } else {
-            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = 0;
-        }
-    }
-}
-
-static void pack_block2(const uint16_t *W, int64_t N, int64_t units, int64_t nb, uint16_t *dst) {
-    for (int64_t j = 0; j < PK; j++) {
-        const int64_t n = nb * PK + j;
-        if (n < N) {
-            const uint16_t *row = W + n * units;
-            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = row[u];
-        } else {
-            for (int64_t u = 0; u < units; u++) dst[u * PK + j] = 0;
+        const char *row = n < N ? W + n * units * unit : NULL;
+        for (int64_t u = 0; u < units; u++) {
+            char *to = dst + (u * PK + j) * unit;
+            if (row) memcpy(to, row + u * unit, (size_t)unit);
+            else memset(to, 0, (size_t)unit);
         }
     }
 }
@@ -96,10 +86,9 @@ void llmlab_pack_weight(const void *W, int64_t elem, int64_t N, int64_t K, void 
     const int64_t blocks = (N + PK - 1) / PK, g = elem == 4 ? 1 : 2, units = K / g;
 #pragma omp parallel for schedule(static)
     for (int64_t nb = 0; nb < blocks; nb++) {
-        if (g * elem == 4)
-            pack_block4((const uint32_t *)W, N, units, nb, (uint32_t *)out + nb * PK * units);
-        else
-            pack_block2((const uint16_t *)W, N, units, nb, (uint16_t *)out + nb * PK * units);
+        char *dst = (char *)out + nb * PK * K * elem;
+        if (g * elem == 4) pack_block((const char *)W, N, units, nb, dst, 4);
+        else pack_block((const char *)W, N, units, nb, dst, 2);   /* a constant: one move each */
     }
 }
 
