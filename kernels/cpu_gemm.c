@@ -83,11 +83,12 @@ static inline void pack_block(const char *W, int64_t N, int64_t units, int64_t n
 }
 
 void llmlab_pack_weight(const void *W, int64_t elem, int64_t N, int64_t K, void *out) {
-    const int64_t blocks = (N + PK - 1) / PK, g = elem == 4 ? 1 : 2, units = K / g;
+    const int64_t unit = elem == 1 ? 2 : 4;   /* a float32, a bf16 pair or an int8 pair */
+    const int64_t blocks = (N + PK - 1) / PK, units = K * elem / unit;
 #pragma omp parallel for schedule(static)
     for (int64_t nb = 0; nb < blocks; nb++) {
         char *dst = (char *)out + nb * PK * K * elem;
-        if (g * elem == 4) pack_block((const char *)W, N, units, nb, dst, 4);
+        if (unit == 4) pack_block((const char *)W, N, units, nb, dst, 4);
         else pack_block((const char *)W, N, units, nb, dst, 2);   /* a constant: one move each */
     }
 }
