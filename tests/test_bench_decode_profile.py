@@ -45,14 +45,63 @@ def test_main_writes_the_table_and_json(bench_report, capsys):
         "--gen-len",
         "4",
         "--rounds",
-        "1",
+        "2",
     ]
     report = bench_report(decode_profile.main, args)
     assert report["omp"]["wake_us_per_region"] >= 0
+    # the floors come from the bandwidth read beside the fastest round
+    totals, reads = report["rounds_total_ms"], report["rounds_read_bandwidth"]
+    assert len(totals) == len(reads) == 2 and min(reads) > 0
+    assert report["machine"]["read_bandwidth"] == reads[totals.index(min(totals))]
     assert report["floors_ms"]["lm_head"] > 0
     assert "lm_head" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--gen-len must be >= 3"):
         decode_profile.main(["--model", "tiny", "--gen-len", "2"])
+
+
+def test_each_round_is_held_against_the_bandwidth_read_just_before_and_after_it():
+    events = []
+    reads = iter([40e9, 50e9, 90e9, 80e9, 45e9, 41e9])
+
+    def roof():
+        events.append("read")
+        return next(reads)
+
+    def run_round():
+        events.append("round")
+        return {"ms_per_step": {"total": 10.0}}
+
+    rounds = decode_profile.paired_rounds(run_round, 3, roof)
+    assert events == ["read", "round", "read"] * 3
+    assert [r["read_bandwidth"] for r in rounds] == [50e9, 90e9, 45e9]
+
+
+def test_a_part_under_its_floor_is_reported_as_a_changed_bandwidth(capsys):
+    from llmlab.bench.decode_profile_table import PARTS, print_table
+
+    ms = {part: 0.1 for part in PARTS} | {"layers": 8.0, "lm_head": 1.5, "total": 10.1}
+    report = {
+        "machine": {
+            "cpu": "test CPU",
+            "threads": 2,
+            "read_bandwidth": 50e9,
+            "omp_wait_policy": None,
+            "gomp_spincount": None,
+        },
+        "settings": {"model": "smollm2-135m"},
+        "profile": {"ms_per_step": ms, "decode_steps": 127, "attention_backend": "cpu"},
+        "rounds_total_ms": [10.1],
+        "rounds_read_bandwidth": [50e9],
+        "omp": {"all_threads_us": 4.0, "one_thread_us": 3.0, "wake_us_per_region": 1.0},
+        "floors_ms": {"layers": 7.0, "lm_head": 2.0},
+    }
+    print_table(report)
+    out = capsys.readouterr().out
+    assert "10.1 ms at 50.0 GB/s" in out
+    assert "note: lm_head ran faster" in out and "layers ran" not in out
+    report["floors_ms"]["lm_head"] = 1.0
+    print_table(report)
+    assert "note:" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

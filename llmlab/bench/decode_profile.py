@@ -17,8 +17,9 @@ wall time is split into:
   sampling        `llmlab.sampling.sample` (an argmax for greedy)
   rest            what `step()` does besides: outputs, the runner's Python between the parts
 
-Beside the parts that stream weights, their floor: bytes / this machine's read bandwidth
-(measured now, on 2 MB pages where the kernel gives them, as the weights are). And the price of
+Beside the parts that stream weights, their floor: bytes / this machine's read bandwidth,
+measured just before and just after the round the table shows (on 2 MB pages where the
+kernel gives them, as the weights are; `paired_rounds` says why beside it). And the price of
 waking the OpenMP threads: an empty parallel region (our GEMV on a 4x16 matrix) on all threads
 less the same on one thread, times the regions a step opens (one for the decoder layers, one
 for the lm_head).
@@ -226,6 +227,29 @@ def _weight_bytes(layer) -> int:
     return total
 
 
+def read_roof() -> float:
+    """This machine's read bandwidth now (bytes/s), from 2 MB pages where the kernel gives
+    them, as the fast path's weights are."""
+    from llmlab.analysis import hardware
+
+    return hardware.measure_bandwidth("cpu", kind="read", huge_pages=True)
+
+
+def paired_rounds(run_round, rounds: int, roof) -> list[dict]:
+    """`rounds` profiles from `run_round()`, each with the read bandwidth measured just before
+    and just after it (`roof()`, the larger of the two) under "read_bandwidth". On a shared
+    machine the bandwidth changes from minute to minute (40 to 89 GB/s within an hour
+    on one VM), so a step is held against the roof measured beside it, not seconds away: a
+    roof read apart from the round has put a step under its own floor."""
+    out = []
+    for _ in range(rounds):
+        before = roof()
+        profile = run_round()
+        profile["read_bandwidth"] = max(before, roof())
+        out.append(profile)
+    return out
+
+
 def omp_wake_us(threads: int, calls: int = 2000) -> dict:
     """µs per empty OpenMP parallel region (our GEMV on 4x16) on `threads` threads and on one;
     their difference is what waking the other threads costs per region."""
@@ -346,7 +370,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def cpu_main(args: argparse.Namespace) -> int:
     """The batch-1 step split into its parts (the module docstring), the table, the JSON."""
-    from llmlab.analysis import hardware
     from llmlab.bench.llamacpp import build_workload, load_model
     from llmlab.tools.doctor import cpu_name
 
@@ -363,11 +386,11 @@ def cpu_main(args: argparse.Namespace) -> int:
     if args.attention is not None:
         kwargs["attention_backend"] = args.attention
     profile_decode(model, prompt[:16], 3, **kwargs)  # warm-up: compile, page in
-    # the weights stream from 2 MB pages where the kernel gives them: so does the roof's buffer
-    read_bw = hardware.measure_bandwidth("cpu", kind="read", huge_pages=True)
-    rounds = [profile_decode(model, prompt, args.gen_len, **kwargs) for _ in range(args.rounds)]
+    rounds = paired_rounds(
+        lambda: profile_decode(model, prompt, args.gen_len, **kwargs), args.rounds, read_roof
+    )
     best = min(rounds, key=lambda r: r["ms_per_step"]["total"])
-    read_bw = max(read_bw, hardware.measure_bandwidth("cpu", kind="read", huge_pages=True))
+    read_bw = best["read_bandwidth"]
     wake = omp_wake_us(threads)
     report = {
         "machine": {
@@ -386,6 +409,7 @@ def cpu_main(args: argparse.Namespace) -> int:
         },
         "profile": best,
         "rounds_total_ms": [r["ms_per_step"]["total"] for r in rounds],
+        "rounds_read_bandwidth": [r["read_bandwidth"] for r in rounds],
         "omp": wake,
         "floors_ms": {
             "layers": 1e3 * best["layer_weight_bytes"] / read_bw,

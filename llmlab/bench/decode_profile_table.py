@@ -25,8 +25,11 @@ def print_table(report: dict) -> None:
         f"{p['attention_backend']!r}, {p.get('precision', 'float32')}, {m['cpu']}, "
         f"{m['threads']} threads, median of "
         f"{p['decode_steps']} steps (fastest of {len(report['rounds_total_ms'])} rounds: "
-        + ", ".join(f"{t:.1f}" for t in report["rounds_total_ms"])
-        + " ms); read bandwidth "
+        + ", ".join(
+            f"{t:.1f} ms at {bw / 1e9:.1f} GB/s"
+            for t, bw in zip(report["rounds_total_ms"], report["rounds_read_bandwidth"])
+        )
+        + "); read bandwidth beside that round "
         f"{m['read_bandwidth'] / 1e9:.1f} GB/s"
     )
     rows = [
@@ -41,6 +44,12 @@ def print_table(report: dict) -> None:
     rows.append(["total", f"{ms['total']:.2f}", "", f"{sum(floors.values()):.2f}"])
     print(format_table(rows, ["part", "ms/step", "share", "floor ms"]))
     print(f"total: {1e3 / ms['total']:.1f} tok/s (floor {1e3 / sum(floors.values()):.1f})")
+    under = [part for part, floor in floors.items() if ms[part] < floor]
+    if under:
+        print(
+            f"note: {', '.join(under)} ran faster than the read bandwidth measured beside the "
+            "round allows: the machine's bandwidth changed within the round; run it again"
+        )
     print_layer_phases(p)
     regions = 2  # the fused layers' region and the lm_head's
     print(
