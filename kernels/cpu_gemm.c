@@ -682,9 +682,10 @@ int llmlab_packed_tiles(int64_t wtype) {
  * the same bytes packed 35, a plain sum 35). Each output is the micro-tile's sum for one row,
  * the same operations as llmlab_packed_gemm's tile on that row (int8: x rounded to int16, see
  * the int8 micro-tile; a float32 unit also asks for the start of the thread's next unit, as
- * the batch tiles do, an int8 unit for all of it: INT8_GEMV_AHEAD_LINES). Then `add`, which may be y, is added. An orphaned `omp for` without its
- * barrier (see llmlab_gemv_rows); bf16 and int8: K % 32 == 0; the tiles llmlab_packed_tiles
- * names (the caller checks that there are some). */
+ * the batch tiles do, an int8 unit for all of it: INT8_GEMV_AHEAD_LINES). Then `add`, which
+ * may be y, is added. An orphaned `omp for` without its barrier (see llmlab_gemv_rows); bf16
+ * and int8: K % 32 == 0; the tiles llmlab_packed_tiles names (the caller checks that there are
+ * some). */
 void llmlab_packed_gemv_rows(const float *x, const void *P, int64_t wtype, const float *scales,
                              const float *bias, const float *add, float *y, int64_t N,
                              int64_t K) {
