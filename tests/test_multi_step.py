@@ -68,21 +68,22 @@ def test_real_model_multi_step_equals_one_forward_per_step(
     multi = LLMEngine(model, tokenizer, num_scheduler_steps=K, **kw)
     assert multi.model_runner.model.greedy_decode_applies(multi.model_runner.kv_caches)
     greedy = SamplingParams(temperature=0.0, max_tokens=37, ignore_eos=True)
-    plain_a, _ = _stream(plain, [("a", prompt, greedy)])
+    first = [("a", prompt, greedy)]
+    plain_a, _ = _stream(plain, first)
     tokens = plain_a["a"][0]
     # a stop token first met in the middle of a K-token step, after a full one
     stop_at = next(
         t for i, t in enumerate(tokens) if i > K + 1 and i % K != 0 and t not in tokens[:i]
     )
     requests = [
-        [("a", prompt, greedy)],
+        first,
         [("s", prompt, SamplingParams(temperature=0.0, max_tokens=37, stop_token_ids=[stop_at]))],
         [("l", prompt, SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True))],
         [("b1", prompt, greedy), ("b2", prompt[:4], greedy)],
     ]
     finish = {}
     for batch in requests:
-        want = plain_a if batch[0][0] == "a" else _stream(plain, batch)[0]
+        want = plain_a if batch is first else _stream(plain, batch)[0]
         got, most = _stream(multi, batch)
         assert got == want, f"{precision}: {[rid for rid, _, _ in batch]}"
         assert most == K, (batch[0][0], most)
