@@ -155,43 +155,18 @@ def _sampling_settings():
 
 def _chapter_figures():
     """(name, build) of at least one figure of every chapter module, and of the widgets' plots."""
-    from llmlab.analysis import dtypes, step_time
-    from llmlab.course.figures import (
-        ch00,
-        ch01,
-        ch02,
-        ch03,
-        ch04,
-        ch05,
-        ch06,
-        ch07,
-        ch08,
-        ch09,
-        ch10,
-        ch11,
-        ch12,
-        ch13,
-        ch14,
-        ch15,
-        ch16,
-    )
-    from llmlab.course.widgets import blocks, kv, memory, metrics, parallel, serving
-    from llmlab.course.widgets import roofline as roofline_widget
+    return [
+        *_figures_of_chapters_00_to_07(),
+        *_figures_of_chapters_08_to_11(),
+        *_figures_of_chapters_12_to_16(),
+        *_widget_figures(),
+        *_module_figures(),
+    ]
 
-    steps8 = [
-        roofline.StepMeasurement(
-            "decode", b, 63, s, roofline.decode_step(get_config("smollm2-135m"), b, 64, 4)
-        )
-        for b, s in {1: 0.010, 8: 0.020}.items()
-    ]
-    dp_rows = [
-        {"arrivals/s": r, "replicas": n, "tokens/s": 100.0 * r, "mean latency s": 1.0 + r / n}
-        for r in (1, 2)
-        for n in (1, 2)
-    ]
-    timelines = [
-        SimpleNamespace(stage=s, intervals=[(0.0 + s, 0.5 + s), (0.6 + s, 1.0 + s)]) for s in (0, 1)
-    ]
+
+def _figures_of_chapters_00_to_07():
+    from llmlab.course.figures import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07
+
     return [
         ("ch00.chapter_map", ch00.chapter_map),
         (
@@ -242,6 +217,24 @@ def _chapter_figures():
                 gpu_batches=(1, 8),
             ),
         ),
+    ]
+
+
+def _figures_of_chapters_08_to_11():
+    from llmlab.course.figures import ch08, ch09, ch10, ch11
+
+    steps8 = [
+        roofline.StepMeasurement(
+            "decode", b, 63, s, roofline.decode_step(get_config("smollm2-135m"), b, 64, 4)
+        )
+        for b, s in {1: 0.010, 8: 0.020}.items()
+    ]
+    dp_rows = [
+        {"arrivals/s": r, "replicas": n, "tokens/s": 100.0 * r, "mean latency s": 1.0 + r / n}
+        for r in (1, 2)
+        for n in (1, 2)
+    ]
+    return [
         (
             "ch08.batch_scaling",
             lambda: ch08.batch_scaling(
@@ -275,6 +268,14 @@ def _chapter_figures():
                 }
             ),
         ),
+    ]
+
+
+def _figures_of_chapters_12_to_16():
+    from llmlab.analysis import dtypes, step_time
+    from llmlab.course.figures import ch12, ch13, ch14, ch15, ch16
+
+    return [
         ("ch12.terms_per_chapter", ch12.terms_per_chapter),
         ("ch12.generation_loop", lambda: ch12.generation_loop(LOOP_WITH_CACHE, DECODE_STARTS_AT)),
         ("ch13.plot_formats", lambda: ch13.plot_formats(dtypes.formats())),
@@ -314,6 +315,17 @@ def _chapter_figures():
                 },
             ),
         ),
+    ]
+
+
+def _widget_figures():
+    from llmlab.course.widgets import blocks, kv, memory, metrics, parallel, serving
+    from llmlab.course.widgets import roofline as roofline_widget
+
+    timelines = [
+        SimpleNamespace(stage=s, intervals=[(0.0 + s, 0.5 + s), (0.6 + s, 1.0 + s)]) for s in (0, 1)
+    ]
+    return [
         ("widgets.kv.plot_kv_memory", lambda: kv.plot_kv_memory(weight_bytes=140e9)),
         ("widgets.memory.plot_weight_read", lambda: memory.plot_weight_read(70, "bf16", 3.0)),
         ("widgets.roofline.plot_roofline_explorer", roofline_widget.plot_roofline_explorer),
@@ -357,7 +369,6 @@ def _chapter_figures():
             "widgets.blocks.plot_block_tables",
             lambda: blocks.plot_block_tables(blocks.manager_walkthrough()[2]),
         ),
-        *_module_figures(),
     ]
 
 

@@ -76,6 +76,54 @@ def _check_tensors(what: str, expected: dict) -> None:
             )
 
 
+def _check_layer_weights(
+    given: dict[str, torch.Tensor | None],
+    w_down: torch.Tensor,
+    sizes: tuple[int, int, int],
+    weight_scales: tuple[torch.Tensor, ...] | None,
+) -> None:
+    """ValueError naming the first of a decoder layer's tensors (`given`: ln1, ln2, w_qkv, b_qkv
+    or None, w_o, w_gate_up; and `w_down`) that is not what `llmlab_decode_layers` takes: the
+    four matrices of one weight type (int8 with `weight_scales`, float32 scales per output row),
+    norms, bias and scales float32, each shape as the norm's size, `sizes` (heads, kv_heads,
+    head_dim) and w_down's inner size make it, and sizes the fused layer's kernels take."""
+    (heads, kv_heads, head_dim), wdtype = sizes, given["w_qkv"].dtype
+    hidden, inter = given["ln1"].numel(), w_down.shape[-1]
+    if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
+        raise ValueError(
+            f"decode layer: weights are {wdtype}, expected one of "
+            f"{tuple(WEIGHT_TYPES)} (int8 with weight_scales, others without)"
+        )
+    qw, kw = heads * head_dim, kv_heads * head_dim
+    expected = {
+        "ln1": (given["ln1"], (hidden,)),
+        "ln2": (given["ln2"], (hidden,)),
+        "w_qkv": (given["w_qkv"], (qw + 2 * kw, hidden)),
+        "w_o": (given["w_o"], (hidden, qw)),
+        "w_gate_up": (given["w_gate_up"], (2 * inter, hidden)),
+        "w_down": (w_down, (hidden, inter)),
+    }
+    if given["b_qkv"] is not None:
+        expected["b_qkv"] = (given["b_qkv"], (qw + 2 * kw,))
+    if weight_scales is not None:
+        for name, t in zip(("s_qkv", "s_o", "s_gate_up", "s_down"), weight_scales):
+            expected[name] = (t, (expected["w" + name[1:]][1][0],))
+    matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")  # in wdtype, the rest float32
+    _check_tensors(
+        "decode layer",
+        {
+            name: (t, shape, wdtype if name in matrices else torch.float32)
+            for name, (t, shape) in expected.items()
+        },
+    )
+    if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
+        raise ValueError(
+            f"decode layer: hidden {hidden} and intermediate {inter} must be "
+            f"multiples of 16, head_dim {head_dim} one of {HEAD_DIMS}, heads "
+            f"{heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x)"
+        )
+
+
 class DecodeLayerPlan:
     """A decoder layer's weights, checked once, as `llmlab_decode_layers` takes them: the
     tensors (kept alive here) and their pointers. Build it again when a weight changes."""
@@ -102,39 +150,13 @@ class DecodeLayerPlan:
         made by `cpu_matmul.pack_weight`, which the GEMVs then read."""
         hidden, inter = ln1.numel(), w_down.shape[-1]
         wdtype = w_qkv.dtype
-        if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
-            raise ValueError(
-                f"decode layer: weights are {wdtype}, expected one of "
-                f"{tuple(WEIGHT_TYPES)} (int8 with weight_scales, others without)"
-            )
         qw, kw = heads * head_dim, kv_heads * head_dim
-        expected = {
-            "ln1": (ln1, (hidden,)),
-            "ln2": (ln2, (hidden,)),
-            "w_qkv": (w_qkv, (qw + 2 * kw, hidden)),
-            "w_o": (w_o, (hidden, qw)),
-            "w_gate_up": (w_gate_up, (2 * inter, hidden)),
-            "w_down": (w_down, (hidden, inter)),
-        }
-        if b_qkv is not None:
-            expected["b_qkv"] = (b_qkv, (qw + 2 * kw,))
-        if weight_scales is not None:
-            for name, t in zip(("s_qkv", "s_o", "s_gate_up", "s_down"), weight_scales):
-                expected[name] = (t, (expected["w" + name[1:]][1][0],))
-        matrices = ("w_qkv", "w_o", "w_gate_up", "w_down")  # in wdtype, the rest float32
-        _check_tensors(
-            "decode layer",
-            {
-                name: (t, shape, wdtype if name in matrices else torch.float32)
-                for name, (t, shape) in expected.items()
-            },
+        _check_layer_weights(
+            dict(ln1=ln1, ln2=ln2, w_qkv=w_qkv, b_qkv=b_qkv, w_o=w_o, w_gate_up=w_gate_up),
+            w_down,
+            (heads, kv_heads, head_dim),
+            weight_scales,
         )
-        if not decode_layer_applies(heads, kv_heads, head_dim, hidden, inter):
-            raise ValueError(
-                f"decode layer: hidden {hidden} and intermediate {inter} must be "
-                f"multiples of 16, head_dim {head_dim} one of {HEAD_DIMS}, heads "
-                f"{heads} a multiple of kv_heads {kv_heads} (at most {MAX_GROUP}x)"
-            )
         matrices = (w_qkv, w_o, w_gate_up, w_down)
         if packed is not None:
             _check_packed(packed, matrices)
