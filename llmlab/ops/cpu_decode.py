@@ -78,17 +78,16 @@ def _check_tensors(what: str, expected: dict) -> None:
 
 def _check_layer_weights(
     given: dict[str, torch.Tensor | None],
-    w_down: torch.Tensor,
     sizes: tuple[int, int, int],
     weight_scales: tuple[torch.Tensor, ...] | None,
 ) -> None:
     """ValueError naming the first of a decoder layer's tensors (`given`: ln1, ln2, w_qkv, b_qkv
-    or None, w_o, w_gate_up; and `w_down`) that is not what `llmlab_decode_layers` takes: the
-    four matrices of one weight type (int8 with `weight_scales`, float32 scales per output row),
+    or None, w_o, w_gate_up, w_down) that is not what `llmlab_decode_layers` takes: the four
+    matrices of one weight type (int8 with `weight_scales`, float32 scales per output row),
     norms, bias and scales float32, each shape as the norm's size, `sizes` (heads, kv_heads,
     head_dim) and w_down's inner size make it, and sizes the fused layer's kernels take."""
     (heads, kv_heads, head_dim), wdtype = sizes, given["w_qkv"].dtype
-    hidden, inter = given["ln1"].numel(), w_down.shape[-1]
+    hidden, inter = given["ln1"].numel(), given["w_down"].shape[-1]
     if wdtype not in WEIGHT_TYPES or (wdtype == torch.int8) != (weight_scales is not None):
         raise ValueError(
             f"decode layer: weights are {wdtype}, expected one of "
@@ -101,7 +100,7 @@ def _check_layer_weights(
         "w_qkv": (given["w_qkv"], (qw + 2 * kw, hidden)),
         "w_o": (given["w_o"], (hidden, qw)),
         "w_gate_up": (given["w_gate_up"], (2 * inter, hidden)),
-        "w_down": (w_down, (hidden, inter)),
+        "w_down": (given["w_down"], (hidden, inter)),
     }
     if given["b_qkv"] is not None:
         expected["b_qkv"] = (given["b_qkv"], (qw + 2 * kw,))
@@ -151,9 +150,9 @@ class DecodeLayerPlan:
         hidden, inter = ln1.numel(), w_down.shape[-1]
         wdtype = w_qkv.dtype
         qw, kw = heads * head_dim, kv_heads * head_dim
+        given = {"ln1": ln1, "ln2": ln2, "w_qkv": w_qkv, "b_qkv": b_qkv, "w_o": w_o}
         _check_layer_weights(
-            dict(ln1=ln1, ln2=ln2, w_qkv=w_qkv, b_qkv=b_qkv, w_o=w_o, w_gate_up=w_gate_up),
-            w_down,
+            {**given, "w_gate_up": w_gate_up, "w_down": w_down},
             (heads, kv_heads, head_dim),
             weight_scales,
         )
