@@ -150,9 +150,16 @@ class DecodeLayerPlan:
         hidden, inter = ln1.numel(), w_down.shape[-1]
         wdtype = w_qkv.dtype
         qw, kw = heads * head_dim, kv_heads * head_dim
-        given = {"ln1": ln1, "ln2": ln2, "w_qkv": w_qkv, "b_qkv": b_qkv, "w_o": w_o}
         _check_layer_weights(
-            {**given, "w_gate_up": w_gate_up, "w_down": w_down},
+            {
+                "ln1": ln1,
+                "ln2": ln2,
+                "w_qkv": w_qkv,
+                "b_qkv": b_qkv,
+                "w_o": w_o,
+                "w_gate_up": w_gate_up,
+                "w_down": w_down,
+            },
             (heads, kv_heads, head_dim),
             weight_scales,
         )
