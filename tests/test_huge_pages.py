@@ -64,11 +64,22 @@ def test_rehomed_weights_keep_their_values_in_one_buffer(dtype):
 
 
 @needs_thp
-def test_the_fast_path_reads_the_buffer_without_another_copy():
+def test_where_one_row_streams_the_dense_weights_the_fast_path_reads_them_from_the_buffer(
+    monkeypatch,
+):
+    """oneDNN as float32's batch kernel: one row runs the dense GEMV, so the dense matrices move
+    onto the huge-page buffer, and the fast path stacks them there without another copy."""
+    from llmlab.ops import cpu_matmul_choice
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "onednn")
     model = tiny_model(seed=6)
     reference = model.logits_for([4, 5, 6])
     fast = cpu_model(model)
     arena = model.layers[0].self_attn.q_proj.weight.untyped_storage().data_ptr()
+    assert arena % huge_pages.HUGE_PAGE == 0
+    assert _smaps_entry(arena).get("THPeligible") == "1"
     for layer in fast.layers:
         assert layer.qkv.weight.untyped_storage().data_ptr() == arena
         assert layer.gate_up.weight.untyped_storage().data_ptr() == arena
@@ -76,6 +87,44 @@ def test_the_fast_path_reads_the_buffer_without_another_copy():
     torch.testing.assert_close(
         fast.logits_for([4, 5, 6], backend="cpu"), reference, atol=1e-4, rtol=1e-4
     )
+
+
+@needs_thp
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_where_one_row_reads_packed_copies_the_dense_weights_stay_off_huge_pages(
+    dtype, monkeypatch
+):
+    """llmlab's packed matmul as the batch kernel: one row reads every matrix's packed copy, so
+    the dense matrices are not moved onto 2 MB pages (the embedding stays where it was loaded,
+    q/k/v are stacked by a copy in ordinary memory), a second engine stacks nothing again, and
+    the logits stay the readable model's."""
+    from llmlab.ops import cpu_matmul, cpu_matmul_choice
+
+    have = cpu_matmul.isa()
+    if "avx2" not in have and (
+        "avx512" not in have or (dtype != "float32" and "avx512_bf16" not in have)
+    ):
+        pytest.skip("llmlab's packed matmul needs AVX-512 (AVX-512 BF16 for bf16, int8) or AVX2")
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
+    model = tiny_model(seed=9)
+    reference = model.logits_for([4, 5, 6])
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    elif dtype == "int8":
+        model = quantize_model_int8(model)
+    embedding = model.embed_tokens.weight.data_ptr()
+    fast = cpu_model(model)
+    assert model.embed_tokens.weight.data_ptr() == embedding
+    stacked = fast.layers[0].qkv.weight
+    assert model.layers[0].self_attn.q_proj.weight.data_ptr() == stacked.data_ptr()
+    if "[madvise]" in huge_pages.THP_SETTING.read_text():  # else ordinary memory may be huge
+        assert _smaps_entry(stacked.data_ptr()).get("THPeligible") == "0"
+        assert _smaps_entry(fast.layers[0].qkv.packed.data_ptr()).get("THPeligible") == "1"
+    again = cpu_model(model)
+    assert again.layers[0].qkv.weight.data_ptr() == stacked.data_ptr()
+    tol = 1e-4 if dtype == "float32" else 0.1  # bf16 and int8 weights: their own rounding
+    got = fast.logits_for([4, 5, 6], backend="cpu")
+    assert (got - reference).abs().max() <= tol * reference.abs().max()
 
 
 @needs_thp

@@ -24,7 +24,7 @@ What it does differently, and why (all measured on a 2-core CPU):
   on SmolLM2's small matrices a plain loop streams faster than oneDNN's GEMV, whose per-call
   set-up shows. Where our packed copy exists, one row reads its blocks front to back
   (`kernels/cpu_gemm.c`); otherwise it reads the dense rows four at a time
-  (`kernels/cpu_gemv.c`), prefetching ahead of them. Both sit on 2 MB pages
+  (`kernels/cpu_gemv.c`), prefetching ahead of them. What one row streams sits on 2 MB pages
   (`llmlab.model.huge_pages`): measured faster.
 - **A layer's elementwise steps in C** (`kernels/cpu_layer.c`: RMSNorm with the residual add
   fused in as vLLM's `fused_add_rms_norm`, RoPE, SiLU × up) and the attention in C
@@ -397,12 +397,14 @@ def cpu_model(model: LlamaModel) -> LlamaModel:
     """`model` with every decoder layer swapped for a `CpuDecoderLayer` and the LM head for a
     `CpuLinear`; the embedding, final norm and RoPE tables are shared, not copied, and so are
     the dense weights (see the module's docstring: call again after changing the weights).
-    `model`'s weight matrices first move onto huge pages (`huge_pages.rehome_weights`), in
-    place: the same values, which the batch-1 GEMVs stream faster from there."""
+    Where a one-row step here streams some dense matrix (`_one_row_reads_dense`), `model`'s
+    weight matrices first move onto huge pages (`huge_pages.rehome_weights`), in place: the
+    same values, which the batch-1 GEMVs stream faster from there."""
     ok, why = cpu_model_applies(model)
     if not ok:
         raise ValueError(f"the 'cpu' fast path cannot run this model: {why}")
-    huge_pages.rehome_weights(model)
+    if _one_row_reads_dense(model):
+        huge_pages.rehome_weights(model)
     # our packed copies on huge pages too, packed straight there in the order a step reads them:
     # a batch-1 step streams them (2-core Zen 4, `bench decode_profile`, alternated: int8
     # 130-164 tok/s from 4 KB pages, 176-179 from 2 MB pages; bf16 within the noise, 84-108
@@ -432,6 +434,28 @@ def cpu_model(model: LlamaModel) -> LlamaModel:
     fast.weight_dtype = model.lm_head.weight.dtype
     fast.decode_head = _decode_head(fast)
     return fast.eval()
+
+
+def _one_row_reads_dense(model: LlamaModel) -> bool:
+    """Whether a one-row step here streams the dense copy of some matrix of `model` (its layers'
+    and its LM head's): one with no packed copy that one row reads (`PACKED_MIN_ROWS`). Only
+    then are the dense copies worth moving onto 2 MB pages: where every matrix has such a copy,
+    a step never reads them (nor the embedding, but one row per token), and the move only costs
+    the start. It costs most on a VM whose host takes back the memory its guest frees ("free
+    page reporting"): on the 2-core Zen 4 KVM guest, a new process filled its first GB of 2 MB
+    pages in 2.6 s, of 4 KB pages in 0.4 s. There, one engine's first start in a new process,
+    moved against left in place (3 alternated pairs): float32 3.1-3.7 s against 1.9-2.4 s (peak
+    memory 1.80 against 1.54 GB), bf16 2.4-2.9 against 1.5-2.3 s, int8 1.6-2.2 against
+    1.4-1.9 s; the decode step the same (128 batch-1 tokens, 6 alternated rounds in one
+    process, median ms per token: float32 12.45 against 12.24, bf16 7.93 against 7.91, int8
+    4.84 against 4.77)."""
+    embedding = model.embed_tokens.weight.data_ptr()
+    head = model.lm_head.weight.data_ptr()
+    return any(
+        PACKED_MIN_ROWS.get((_batch_kernel(w), w.dtype)) != 1
+        for w in huge_pages.weight_matrices(model)
+        if w.data_ptr() != embedding or w.data_ptr() == head
+    )
 
 
 def _decode_head(fast: CpuLlamaModel) -> cpu_decode.DecodeHead | None:
