@@ -443,12 +443,12 @@ def _one_row_reads_dense(model: LlamaModel) -> bool:
     a step never reads them (nor the embedding, but one row per token), and the move only costs
     the start. It costs most on a VM whose host takes back the memory its guest frees ("free
     page reporting"): on the 2-core Zen 4 KVM guest, a new process filled its first GB of 2 MB
-    pages in 2.6 s, of 4 KB pages in 0.4 s. There, one engine's first start in a new process,
-    moved against left in place (3 alternated pairs): float32 3.1-3.7 s against 1.9-2.4 s (peak
-    memory 1.80 against 1.54 GB), bf16 2.4-2.9 against 1.5-2.3 s, int8 1.6-2.2 against
-    1.4-1.9 s; the decode step the same (128 batch-1 tokens, 6 alternated rounds in one
-    process, median ms per token: float32 12.45 against 12.24, bf16 7.93 against 7.91, int8
-    4.84 against 4.77)."""
+    pages in 2.2-2.6 s, of 4 KB pages in 0.4-0.6 s (2 MB pages it had freed itself: 0.06 s).
+    There, one engine's first start in a new process, moved against left in place (3
+    alternated pairs): float32 3.1-3.7 s against 1.9-2.4 s (peak memory 1.80 against 1.54 GB),
+    bf16 2.4-2.9 against 1.5-2.3 s, int8 1.6-2.2 against 1.4-1.9 s; the decode step the same
+    (128 batch-1 tokens, 6 alternated rounds in one process, median ms per token: float32
+    12.45 against 12.24, bf16 7.93 against 7.91, int8 4.84 against 4.77)."""
     embedding = model.embed_tokens.weight.data_ptr()
     head = model.lm_head.weight.data_ptr()
     return any(
