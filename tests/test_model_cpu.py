@@ -452,3 +452,63 @@ def test_cpu_linear_refuses_weights_the_c_code_cannot_read():
         CpuLinear(torch.zeros(4, 16, dtype=torch.float64))
     with pytest.raises(ValueError, match="bias is torch.bfloat16"):
         CpuLinear(torch.zeros(4, 16), torch.zeros(4, dtype=torch.bfloat16))
+
+
+def _packed_copies(fast):
+    """Every CpuLinear of a fast model with a packed copy, in reading order."""
+    return [m for m in fast.modules() if isinstance(m, CpuLinear) and m.packed is not None]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_a_second_fast_model_of_the_same_weights_reuses_their_packed_copies(dtype):
+    """A second engine on the same model packs nothing again: every packed copy is the first
+    one's, and the logits are the same."""
+    model = tiny_model(seed=11)
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    elif dtype == "int8":
+        model = quantize_model_int8(model)
+    first = cpu_model(model)
+    second = cpu_model(model)
+    a, b = _packed_copies(first), _packed_copies(second)
+    if not a:
+        pytest.skip("no packed matmul runs here (every matrix is read dense)")
+    assert len(a) == len(b)
+    assert all(x.packed is y.packed for x, y in zip(a, b))
+    ids = [4, 5, 6]
+    torch.testing.assert_close(
+        second.logits_for(ids, backend="cpu"), first.logits_for(ids, backend="cpu"), atol=0, rtol=0
+    )
+
+
+def test_a_weight_changed_in_place_or_replaced_is_packed_again():
+    """After one matrix changes in place and another is replaced, the next fast model packs
+    those two again (and only those), and its logits follow the readable model's, changes
+    included; the fast model built before keeps what it had."""
+    from torch import nn
+
+    model = tiny_model(seed=12)
+    first = cpu_model(model)
+    if not _packed_copies(first):
+        pytest.skip("no packed matmul runs here (every matrix is read dense)")
+    before = first.logits_for([4, 5, 6], backend="cpu")
+    down = model.layers[1].mlp.down_proj
+    o_proj = model.layers[0].self_attn.o_proj
+    with torch.no_grad():
+        down.weight.mul_(-2.0)  # in place: its version counts up
+    o_proj.weight = nn.Parameter(torch.randn_like(o_proj.weight) * 0.05, requires_grad=False)
+    second = cpu_model(model)
+    changed = {id(second.layers[1].down_proj), id(second.layers[0].o_proj)}
+    for old, new in zip(_packed_copies(first), _packed_copies(second)):
+        assert (old.packed is new.packed) == (id(new) not in changed)
+    for m in (second.layers[1].down_proj, second.layers[0].o_proj):
+        if m.batch_kernel == "llmlab":
+            assert torch.equal(m.packed, cpu_matmul.pack_weight(m.weight))
+    torch.testing.assert_close(
+        second.logits_for([4, 5, 6], backend="cpu"),
+        model.logits_for([4, 5, 6]),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    assert not torch.allclose(second.logits_for([4, 5, 6], backend="cpu"), before, atol=1e-3)
+    torch.testing.assert_close(first.logits_for([4, 5, 6], backend="cpu"), before, atol=0, rtol=0)
