@@ -89,6 +89,26 @@ def test_where_one_row_streams_the_dense_weights_the_fast_path_reads_them_from_t
     )
 
 
+def _on_llmlab_kernel(dtype: str, seed: int, monkeypatch):
+    """(a tiny model in `dtype`, its float32 readable logits for [4, 5, 6]) with llmlab's packed
+    matmul chosen as the batch kernel; skips where this CPU cannot run it."""
+    from llmlab.ops import cpu_matmul, cpu_matmul_choice
+
+    have = cpu_matmul.isa()
+    if "avx2" not in have and (
+        "avx512" not in have or (dtype != "float32" and "avx512_bf16" not in have)
+    ):
+        pytest.skip("llmlab's packed matmul needs AVX-512 (AVX-512 BF16 for bf16, int8) or AVX2")
+    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
+    model = tiny_model(seed=seed)
+    reference = model.logits_for([4, 5, 6])
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    elif dtype == "int8":
+        model = quantize_model_int8(model)
+    return model, reference
+
+
 @needs_thp
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 def test_where_one_row_reads_packed_copies_the_dense_weights_stay_off_huge_pages(
@@ -98,20 +118,7 @@ def test_where_one_row_reads_packed_copies_the_dense_weights_stay_off_huge_pages
     the dense matrices are not moved onto 2 MB pages (the embedding stays where it was loaded,
     q/k/v are stacked by a copy in ordinary memory), a second engine stacks nothing again, and
     the logits stay the readable model's."""
-    from llmlab.ops import cpu_matmul, cpu_matmul_choice
-
-    have = cpu_matmul.isa()
-    if "avx2" not in have and (
-        "avx512" not in have or (dtype != "float32" and "avx512_bf16" not in have)
-    ):
-        pytest.skip("llmlab's packed matmul needs AVX-512 (AVX-512 BF16 for bf16, int8) or AVX2")
-    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
-    model = tiny_model(seed=9)
-    reference = model.logits_for([4, 5, 6])
-    if dtype == "bfloat16":
-        model = model.to(torch.bfloat16)
-    elif dtype == "int8":
-        model = quantize_model_int8(model)
+    model, reference = _on_llmlab_kernel(dtype, 9, monkeypatch)
     embedding = model.embed_tokens.weight.data_ptr()
     fast = cpu_model(model)
     assert model.embed_tokens.weight.data_ptr() == embedding
@@ -135,20 +142,9 @@ def test_our_packed_copies_share_a_second_buffer_and_the_plans_read_it(dtype, mo
     the values a packing into ordinary memory gives; each fused layer's plan points into it, and
     the logits stay the readable model's."""
     from llmlab.model.cpu import CpuLinear
-    from llmlab.ops import cpu_matmul, cpu_matmul_choice
+    from llmlab.ops import cpu_matmul
 
-    have = cpu_matmul.isa()
-    if "avx2" not in have and (
-        "avx512" not in have or (dtype != "float32" and "avx512_bf16" not in have)
-    ):
-        pytest.skip("llmlab's packed matmul needs AVX-512 (AVX-512 BF16 for bf16, int8) or AVX2")
-    monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
-    model = tiny_model(seed=7)
-    reference = model.logits_for([4, 5, 6])
-    if dtype == "bfloat16":
-        model = model.to(torch.bfloat16)
-    elif dtype == "int8":
-        model = quantize_model_int8(model)
+    model, reference = _on_llmlab_kernel(dtype, 7, monkeypatch)
     fast = cpu_model(model)
     linears = [m for layer in fast.layers for m in layer.modules() if isinstance(m, CpuLinear)]
     linears.append(fast.lm_head)
