@@ -105,6 +105,12 @@ PACKED_MIN_ROWS = {
 }
 
 
+def _one_row_reads_packed(kernel: str | None, dtype: torch.dtype) -> bool:
+    """Whether one row of x reads a matrix's packed copy for `kernel` (`_batch_kernel`'s
+    choice) and weights of `dtype`, rather than the dense matrix (`PACKED_MIN_ROWS`)."""
+    return PACKED_MIN_ROWS.get((kernel, dtype)) == 1
+
+
 class CpuLinear(nn.Module):
     """y = x Wᵀ (+ b) on a weight prepared once. float32: rows run on a packed copy,
     `kernels/cpu_gemm.c`'s (from one row) or oneDNN's (from 2 rows; one row on our GEMV over the
@@ -200,8 +206,8 @@ class PackedCopies:
     540 MB; on the 2-core Zen 4 KVM guest of `_one_row_reads_dense`, of four float32 engines
     built one after another on one loaded model, each after the first took 0.5-1.05 s to build
     packing again, 0.05-0.08 s reusing the copies), and an engine built after a weight changed
-    in place packs that matrix again. (A change through `.data`, which PyTorch does not count, is not
-    seen: build the model again after one.) Each entry holds its dense matrices, so their
+    in place packs that matrix again. (A change through `.data`, which PyTorch does not count,
+    is not seen: build the model again after one.) Each entry holds its dense matrices, so their
     memory cannot be handed to another tensor while the entry lives; the copies stay with the
     model until its next `cpu_model` or its end (a matrix packed again leaves its old copy's
     pages in use until the earlier buffer's last copy is gone)."""
@@ -364,7 +370,7 @@ class CpuDecoderLayer(nn.Module):
         linears = (self.qkv, self.o_proj, self.gate_up, self.down_proj)
         # the GEMVs on the packed copies where the one-row CpuLinear reads them (bf16 and int8
         # on llmlab's kernel)
-        packed = all(PACKED_MIN_ROWS.get((m.batch_kernel, m.weight.dtype)) == 1 for m in linears)
+        packed = all(_one_row_reads_packed(m.batch_kernel, m.weight.dtype) for m in linears)
         return cpu_decode.DecodeLayerPlan(
             self.ln1.weight.detach(),
             self.ln2.weight.detach(),
@@ -509,7 +515,7 @@ def _one_row_reads_dense(model: LlamaModel) -> bool:
     embedding = model.embed_tokens.weight.data_ptr()
     head = model.lm_head.weight.data_ptr()
     return any(
-        PACKED_MIN_ROWS.get((_batch_kernel(w), w.dtype)) != 1
+        not _one_row_reads_packed(_batch_kernel(w), w.dtype)
         for w in huge_pages.weight_matrices(model)
         if w.data_ptr() != embedding or w.data_ptr() == head
     )
@@ -530,7 +536,7 @@ def _decode_head(fast: CpuLlamaModel) -> cpu_decode.DecodeHead | None:
         or fast.norm.eps != fast.layers[0].plan.eps
     ):
         return None
-    packed = PACKED_MIN_ROWS.get((head.batch_kernel, head.weight.dtype)) == 1
+    packed = _one_row_reads_packed(head.batch_kernel, head.weight.dtype)
     return cpu_decode.DecodeHead(
         embed.weight.detach(),
         getattr(embed, "weight_scale", None),
