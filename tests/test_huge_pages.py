@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from llmlab.bench.quality import PRECISIONS
+from llmlab.config.engine import EngineConfig
+from llmlab.engine.builder import prepare_model
 from llmlab.model import huge_pages, tiny_model
 from llmlab.model.cpu import cpu_model
-from llmlab.model.quantization import quantize_model_int8
 
 needs_thp = pytest.mark.skipif(
     not huge_pages.huge_pages_available(),
@@ -41,10 +43,7 @@ def _smaps_entry(address: int) -> dict[str, str]:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 def test_rehomed_weights_keep_their_values_in_one_buffer(dtype):
     model = tiny_model(seed=5)
-    if dtype == "bfloat16":
-        model = model.to(torch.bfloat16)
-    elif dtype == "int8":
-        model = quantize_model_int8(model)
+    model = prepare_model(model, EngineConfig(**PRECISIONS[dtype]))
     before = {name: t.detach().clone() for name, t in _matrices(model).items()}
     moved = huge_pages.rehome_weights(model)
     after = _matrices(model)
@@ -102,10 +101,7 @@ def _on_llmlab_kernel(dtype: str, seed: int, monkeypatch):
     monkeypatch.setattr(cpu_matmul_choice, "choice", lambda dtype, save=True: "llmlab")
     model = tiny_model(seed=seed)
     reference = model.logits_for([4, 5, 6])
-    if dtype == "bfloat16":
-        model = model.to(torch.bfloat16)
-    elif dtype == "int8":
-        model = quantize_model_int8(model)
+    model = prepare_model(model, EngineConfig(**PRECISIONS[dtype]))
     return model, reference
 
 

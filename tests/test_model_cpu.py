@@ -10,6 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from llmlab.bench.quality import PRECISIONS
+from llmlab.config.engine import EngineConfig
+from llmlab.engine.builder import prepare_model
 from llmlab.model import tiny_model
 from llmlab.model.cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes
 from llmlab.model.quantization import quantize_model_int8
@@ -464,10 +467,7 @@ def test_a_second_fast_model_of_the_same_weights_reuses_their_packed_copies(dtyp
     """A second engine on the same model packs nothing again: every packed copy is the first
     one's, and the logits are the same."""
     model = tiny_model(seed=11)
-    if dtype == "bfloat16":
-        model = model.to(torch.bfloat16)
-    elif dtype == "int8":
-        model = quantize_model_int8(model)
+    model = prepare_model(model, EngineConfig(**PRECISIONS[dtype]))
     first = cpu_model(model)
     second = cpu_model(model)
     a, b = _packed_copies(first), _packed_copies(second)
