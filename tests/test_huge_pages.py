@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmlab.bench.quality import PRECISIONS
-from llmlab.config.engine import EngineConfig
+from llmlab.config import PRECISIONS, EngineConfig
 from llmlab.engine.builder import prepare_model
 from llmlab.model import huge_pages, tiny_model
 from llmlab.model.cpu import cpu_model

@@ -10,8 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llmlab.bench.quality import PRECISIONS
-from llmlab.config.engine import EngineConfig
+from llmlab.config import PRECISIONS, EngineConfig
 from llmlab.engine.builder import prepare_model
 from llmlab.model import tiny_model
 from llmlab.model.cpu import CpuDecoderLayer, CpuLinear, cpu_model, weight_bytes

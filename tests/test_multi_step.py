@@ -15,6 +15,7 @@ from engine_fuzz import drive
 from greedy_match import assert_greedy_match, assert_same_or_near_tie, hf_greedy
 
 from llmlab import LLM, SamplingParams
+from llmlab.config import PRECISIONS
 from llmlab.core.scheduler import Scheduler
 from llmlab.engine import LLMEngine
 from llmlab.model import tiny_model
@@ -25,7 +26,7 @@ from llmlab.serve.launch import ServerThread
 from llmlab.utils import cdiv
 
 K = 8
-PRECISIONS = {"float32": {}, "bfloat16": {"dtype": "bfloat16"}, "int8": {"quantization": "int8"}}
+WEIGHTS = ("float32", "bfloat16", "int8")  # the weight precisions, by PRECISIONS' names
 
 
 def _stream(engine: LLMEngine, requests: list) -> tuple[dict, int]:
@@ -50,8 +51,8 @@ def _stream(engine: LLMEngine, requests: list) -> tuple[dict, int]:
 @pytest.mark.skipif(not cpu_backend.available()[0], reason="no C compiler: no 'cpu' fast path")
 @pytest.mark.parametrize(
     "precision, kernel",
-    [(p, "llmlab") for p in PRECISIONS] + [("float32", "onednn")],
-    ids=[*PRECISIONS, "float32-dense-gemv"],
+    [(p, "llmlab") for p in WEIGHTS] + [("float32", "onednn")],
+    ids=[*WEIGHTS, "float32-dense-gemv"],
 )
 def test_real_model_multi_step_equals_one_forward_per_step(
     real_model, precision, kernel, monkeypatch

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmlab import LLM, SamplingParams
-from llmlab.config import EngineConfig
+from llmlab.config import PRECISIONS, EngineConfig
 from llmlab.engine.generate import generate_with_cache
 from llmlab.model import tiny_model
 from llmlab.model.quantization import (
@@ -40,12 +40,7 @@ needs_c = pytest.mark.skipif(not HAVE_C, reason=f"no C compiler: {cpu_backend.av
 # step of max|row| / 127, 2^-8 of the row's largest weight, x 16. fp8 e4m3: 3 mantissa bits,
 # 2^-4 per cached K/V value, x 4.
 TOLERANCES = {"float32": 1e-5, "bfloat16": 16 * 2**-8, "int8": 16 * 2**-8, "fp8-kv": 4 * 2**-4}
-SETTINGS = {
-    "float32": {},
-    "bfloat16": {"dtype": "bfloat16"},
-    "int8": {"quantization": "int8"},
-    "fp8-kv": {"kv_cache_dtype": "fp8"},
-}
+SETTINGS = {name: PRECISIONS[name] for name in TOLERANCES}
 BACKENDS = ["torch"] + (["cpu"] if HAVE_C else [])
 
 

@@ -62,15 +62,13 @@ from llmlab.bench.llamacpp_engine import (
     install_command,
 )
 from llmlab.bench.llamacpp_report import machine_info, print_table, results_row
+from llmlab.config import PRECISIONS
 from llmlab.utils import cdiv
 
 SYSTEMS = ("llmlab", "llama.cpp")
-# --precision: llmlab's engine settings and llama.cpp's GGUF type at the same precision
-PRECISIONS = {
-    "float32": ({}, "F32"),
-    "bfloat16": ({"dtype": "bfloat16"}, "BF16"),
-    "int8": ({"quantization": "int8"}, "Q8_0"),
-}
+# --precision: llama.cpp's GGUF type at each precision both systems run (llmlab's settings for
+# it are llmlab.config.PRECISIONS')
+GGUF_TYPES = {"float32": "F32", "bfloat16": "BF16", "int8": "Q8_0"}
 DEFAULT_BATCHES = "1,8,32,64"
 ALL_PRECISIONS_BATCHES = "1,8,64"  # --all-precisions: three tables in one sitting, kept short
 
@@ -230,7 +228,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--precision",
         default="float32",
-        choices=list(PRECISIONS),
+        choices=list(GGUF_TYPES),
         help="both systems at one precision: float32 (llama.cpp F32), bfloat16 "
         "(llmlab dtype='bfloat16', llama.cpp BF16), int8 (llmlab "
         "quantization='int8', per-channel scales; llama.cpp Q8_0, a scale "
@@ -294,13 +292,13 @@ def bench_precision(args, precision: str, model, work: list[list[int]], threads:
     """Both systems at one precision over every batch: the report of one table."""
     llama = None
     skipped = llama_cpp_skip_reason(args.model)
-    kind = PRECISIONS[precision][1]
+    kind = GGUF_TYPES[precision]
     if skipped:
         print(f"llama.cpp: skipped, {skipped}", flush=True)
     else:
         print(f"llama.cpp: {kind} GGUF (made once by llama.cpp's quantize) ...", flush=True)
         llama = LlamaCpp(gguf_of(args.model, kind, threads), threads, args.kv_type)
-    settings = {**PRECISIONS[precision][0], "num_scheduler_steps": args.num_scheduler_steps}
+    settings = {**PRECISIONS[precision], "num_scheduler_steps": args.num_scheduler_steps}
     systems = {"llmlab": lambda prompts: run_llmlab(model, prompts, args.gen_len, **settings)}
     if llama is not None:
         systems["llama.cpp"] = lambda prompts: llama.run(prompts, args.gen_len)
@@ -341,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = torch.get_num_threads()
     model, tokenizer = load_model(args.model)
     work = build_workload(tokenizer, max(args.batches), args.prompt_len)
-    precisions = list(PRECISIONS) if args.all_precisions else [args.precision]
+    precisions = list(GGUF_TYPES) if args.all_precisions else [args.precision]
     reports = {}
     for precision in precisions:
         print(f"== {precision}", flush=True)

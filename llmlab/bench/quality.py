@@ -27,18 +27,11 @@ import time
 from pathlib import Path
 
 from llmlab.bench import add_option, bench_parser, prefix_agreement, write_report
+from llmlab.config import PRECISIONS
 from llmlab.utils import format_table
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 HELDOUT = DATA_DIR / "quality" / "heldout_en.txt"
-# name -> EngineConfig settings; the first is the reference
-PRECISIONS = {
-    "float32": {},
-    "bfloat16": {"dtype": "bfloat16"},
-    "int8": {"quantization": "int8"},
-    "fp8-kv": {"kv_cache_dtype": "fp8"},
-    "bf16+int8+fp8-kv": {"dtype": "bfloat16", "quantization": "int8", "kv_cache_dtype": "fp8"},
-}
 
 
 def heldout_token_ids(tokenizer, max_tokens: int) -> list[int]:

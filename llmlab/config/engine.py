@@ -23,6 +23,15 @@ DEFAULT_MAX_MODEL_LEN = 4096
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
 QUANTIZATIONS = (None, "int8")
 KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn}
+# the precisions the course and the benchmarks compare, by name: the EngineConfig settings that
+# select each (float32 first: the reference the others are measured against)
+PRECISIONS = {
+    "float32": {},
+    "bfloat16": {"dtype": "bfloat16"},
+    "int8": {"quantization": "int8"},
+    "fp8-kv": {"kv_cache_dtype": "fp8"},
+    "bf16+int8+fp8-kv": {"dtype": "bfloat16", "quantization": "int8", "kv_cache_dtype": "fp8"},
+}
 DEFAULT_KV_CACHE_BYTES = 1 << 30  # 1 GiB: the pool's size cap when num_kv_blocks is None
 
 
