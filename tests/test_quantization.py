@@ -40,7 +40,6 @@ needs_c = pytest.mark.skipif(not HAVE_C, reason=f"no C compiler: {cpu_backend.av
 # step of max|row| / 127, 2^-8 of the row's largest weight, x 16. fp8 e4m3: 3 mantissa bits,
 # 2^-4 per cached K/V value, x 4.
 TOLERANCES = {"float32": 1e-5, "bfloat16": 16 * 2**-8, "int8": 16 * 2**-8, "fp8-kv": 4 * 2**-4}
-SETTINGS = {name: PRECISIONS[name] for name in TOLERANCES}
 BACKENDS = ["torch"] + (["cpu"] if HAVE_C else [])
 
 
@@ -99,7 +98,7 @@ def test_logits_against_float64_within_the_precisions_tolerance(precision, backe
         0, model.config.vocab_size, (40,), generator=torch.Generator().manual_seed(1)
     ).tolist()
     ref = _float64_logits(model, ids)  # [T, vocab]
-    got = _engine_logits(model, ids, backend, **SETTINGS[precision]).double()
+    got = _engine_logits(model, ids, backend, **PRECISIONS[precision]).double()
     err = float((got - ref).abs().max() / ref.abs().max())
     assert err <= TOLERANCES[precision], (
         f"{precision} on {backend!r}: relative logit error {err:.2e} > {TOLERANCES[precision]}"
